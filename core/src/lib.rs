@@ -1,0 +1,15 @@
+//! The one place where the market's formulas live.
+//!
+//! Everything here is integer arithmetic on basis points (1 bps = 1/10 000), checked, and free of
+//! floats and of signed 128-bit division so that the same code runs natively and in the SBF program.
+//! No Solana, no async runtime: the program, the agent, the client and the benchmarks all call it.
+
+#![forbid(unsafe_code)]
+
+pub mod amount;
+pub mod math;
+pub mod pricing;
+pub mod score;
+pub mod settlement;
+
+pub use math::{MathError, BPS};

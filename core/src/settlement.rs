@@ -1,0 +1,136 @@
+//! Escrow and payment arithmetic.
+
+use crate::math::{apply_bps, mul_div_floor, MathError};
+
+pub const SECS_PER_HOUR: u64 = 3_600;
+pub const SECS_PER_DAY: u64 = 86_400;
+
+/// How a bid's price is quoted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriceUnit {
+    /// Queue bids: per GPU per hour.
+    PerGpuHour,
+    /// Spot bids (GigaSPOT): per GPU per day.
+    PerGpuDay,
+}
+
+impl PriceUnit {
+    pub fn secs(self) -> u64 {
+        match self {
+            PriceUnit::PerGpuHour => SECS_PER_HOUR,
+            PriceUnit::PerGpuDay => SECS_PER_DAY,
+        }
+    }
+}
+
+/// The cost of `gpus` GPUs for `secs` seconds at `price` per GPU per `unit`, rounded down.
+pub fn cost(price: u64, unit: PriceUnit, gpus: u64, secs: u64) -> Result<u64, MathError> {
+    let per_gpu = mul_div_floor(price, secs, unit.secs())?;
+    per_gpu.checked_mul(gpus).ok_or(MathError::Overflow)
+}
+
+/// The escrow a bid locks: its price for its whole maximum duration. Rounded up to a whole
+/// price unit so that the escrow always covers the full duration's cost.
+pub fn escrow_for(
+    price: u64,
+    unit: PriceUnit,
+    gpus: u64,
+    max_duration_secs: u64,
+) -> Result<u64, MathError> {
+    let whole = (price as u128)
+        .checked_mul(max_duration_secs as u128)
+        .and_then(|v| v.checked_mul(gpus as u128))
+        .ok_or(MathError::Overflow)?;
+    let unit_secs = unit.secs() as u128;
+    let ceil = whole / unit_secs + u128::from(whole % unit_secs != 0);
+    u64::try_from(ceil).map_err(|_| MathError::Overflow)
+}
+
+/// One settlement step: the gross payment for `elapsed` proven seconds, never more than what is
+/// left in escrow, split between the host and the protocol's fee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Payout {
+    pub to_host: u64,
+    pub fee: u64,
+    pub escrow_left: u64,
+}
+
+pub fn payout(
+    price: u64,
+    unit: PriceUnit,
+    gpus: u64,
+    elapsed_secs: u64,
+    escrow: u64,
+    fee_bps: u64,
+) -> Result<Payout, MathError> {
+    let gross = cost(price, unit, gpus, elapsed_secs)?.min(escrow);
+    let fee = apply_bps(gross, fee_bps.min(crate::BPS))?;
+    Ok(Payout {
+        to_host: gross - fee,
+        fee,
+        escrow_left: escrow - gross,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn escrow_covers_the_full_duration() {
+        assert_eq!(
+            escrow_for(3_600, PriceUnit::PerGpuHour, 2, 1_800),
+            Ok(3_600)
+        );
+        assert_eq!(escrow_for(1, PriceUnit::PerGpuHour, 1, 1), Ok(1));
+        assert_eq!(escrow_for(86_400, PriceUnit::PerGpuDay, 1, 60), Ok(60));
+        assert_eq!(
+            escrow_for(u64::MAX, PriceUnit::PerGpuHour, 16, u64::MAX),
+            Err(MathError::Overflow)
+        );
+    }
+
+    #[test]
+    fn payout_is_capped_by_escrow_and_splits_the_fee() {
+        let p = payout(3_600, PriceUnit::PerGpuHour, 1, 100, 1_000, 250).unwrap();
+        assert_eq!(
+            p,
+            Payout {
+                to_host: 98,
+                fee: 2,
+                escrow_left: 900
+            }
+        );
+        let p = payout(3_600, PriceUnit::PerGpuHour, 1, 10_000, 1_000, 0).unwrap();
+        assert_eq!(
+            p,
+            Payout {
+                to_host: 1_000,
+                fee: 0,
+                escrow_left: 0
+            }
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn payouts_conserve_escrow(price in 0u64..1 << 40, gpus in 1u64..=16, secs in 0u64..1 << 24, escrow: u64, fee in 0u64..=10_000) {
+            let p = payout(price, PriceUnit::PerGpuHour, gpus, secs, escrow, fee).unwrap();
+            prop_assert_eq!(p.to_host as u128 + p.fee as u128 + p.escrow_left as u128, escrow as u128);
+        }
+
+        #[test]
+        fn interval_payments_never_exceed_the_escrow(price in 0u64..1 << 30, gpus in 1u64..=16, dur in 1u64..1 << 20, steps in proptest::collection::vec(0u64..1 << 16, 1..40)) {
+            let mut escrow = escrow_for(price, PriceUnit::PerGpuHour, gpus, dur).unwrap();
+            let start = escrow;
+            let mut paid = 0u64;
+            for s in steps {
+                let p = payout(price, PriceUnit::PerGpuHour, gpus, s, escrow, 0).unwrap();
+                paid += p.to_host;
+                escrow = p.escrow_left;
+            }
+            prop_assert_eq!(paid + escrow, start);
+        }
+    }
+}

@@ -1,0 +1,5 @@
+pub mod init_market;
+pub mod stake;
+
+pub use init_market::*;
+pub use stake::*;

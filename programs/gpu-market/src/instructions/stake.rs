@@ -1,0 +1,83 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+
+use crate::errors::MarketError;
+use crate::events::Staked;
+use crate::state::{seeds, Market, StakeAccount};
+
+#[derive(Accounts)]
+pub struct Stake<'info> {
+    #[account(mut)]
+    pub owner: Signer<'info>,
+
+    #[account(mut, has_one = stake_mint, has_one = stake_vault)]
+    pub market: Account<'info, Market>,
+
+    #[account(
+        init_if_needed,
+        payer = owner,
+        space = 8 + StakeAccount::INIT_SPACE,
+        seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
+        bump,
+    )]
+    pub stake: Account<'info, StakeAccount>,
+
+    pub stake_mint: Account<'info, Mint>,
+
+    #[account(mut, token::mint = stake_mint, token::authority = owner)]
+    pub owner_tokens: Account<'info, TokenAccount>,
+
+    #[account(mut)]
+    pub stake_vault: Account<'info, TokenAccount>,
+
+    pub token_program: Program<'info, Token>,
+    pub system_program: Program<'info, System>,
+}
+
+impl Stake<'_> {
+    fn validate(&self, amount: u64) -> Result<()> {
+        require!(amount > 0, MarketError::ZeroAmount);
+        Ok(())
+    }
+
+    #[access_control(ctx.accounts.validate(amount))]
+    pub fn stake(ctx: Context<Self>, amount: u64) -> Result<()> {
+        token::transfer_checked(
+            CpiContext::new(
+                ctx.accounts.token_program.key(),
+                TransferChecked {
+                    from: ctx.accounts.owner_tokens.to_account_info(),
+                    mint: ctx.accounts.stake_mint.to_account_info(),
+                    to: ctx.accounts.stake_vault.to_account_info(),
+                    authority: ctx.accounts.owner.to_account_info(),
+                },
+            ),
+            amount,
+            ctx.accounts.stake_mint.decimals,
+        )?;
+
+        let stake = &mut ctx.accounts.stake;
+        if stake.owner == Pubkey::default() {
+            stake.market = ctx.accounts.market.key();
+            stake.owner = ctx.accounts.owner.key();
+            stake.bump = ctx.bumps.stake;
+        }
+        stake.amount = stake
+            .amount
+            .checked_add(amount)
+            .ok_or(MarketError::Overflow)?;
+        let market = &mut ctx.accounts.market;
+        market.total_staked = market
+            .total_staked
+            .checked_add(amount)
+            .ok_or(MarketError::Overflow)?;
+        market.invariant()?;
+        emit!(Staked {
+            market: market.key(),
+            owner: stake.owner,
+            amount,
+            total: stake.amount,
+        });
+        Ok(())
+    }
+}

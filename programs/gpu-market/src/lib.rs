@@ -1,0 +1,35 @@
+//! The GPU compute spot market program. This file only dispatches; each instruction lives in
+//! `instructions/<verb_noun>.rs` with its accounts, arguments, validation and handler.
+
+#![allow(unexpected_cfgs)]
+
+#[cfg(target_arch = "bpf")]
+use solana_compiler_builtins as _;
+
+use anchor_lang::prelude::*;
+
+pub mod errors;
+pub mod events;
+pub mod instructions;
+#[cfg(not(target_os = "solana"))]
+pub mod pda;
+pub mod state;
+
+use instructions::*;
+
+declare_id!("CVRX28QjAjZhbuQ1YaXk9sSwYx6QmfB7qmxrEguYqZAV");
+
+#[program]
+pub mod gpu_market {
+    use super::*;
+
+    /// Creates a market and its stake and payment vaults (token accounts owned by PDAs).
+    pub fn init_market(ctx: Context<InitMarket>, args: InitMarketArgs) -> Result<()> {
+        InitMarket::init_market(ctx, args)
+    }
+
+    /// Locks `amount` stake tokens of the signer in the market's stake vault.
+    pub fn stake(ctx: Context<Stake>, amount: u64) -> Result<()> {
+        Stake::stake(ctx, amount)
+    }
+}

@@ -1,0 +1,23 @@
+//! Program-derived addresses, for off-chain code (the client, the agent, the tests). The program
+//! itself stores every bump and never searches for one.
+
+use anchor_lang::prelude::Pubkey;
+
+use crate::state::seeds;
+use crate::ID;
+
+pub fn market(authority: &Pubkey, id: u64) -> (Pubkey, u8) {
+    Pubkey::find_program_address(&[seeds::MARKET, authority.as_ref(), &id.to_le_bytes()], &ID)
+}
+
+pub fn stake_vault(market: &Pubkey) -> (Pubkey, u8) {
+    Pubkey::find_program_address(&[seeds::STAKE_VAULT, market.as_ref()], &ID)
+}
+
+pub fn payment_vault(market: &Pubkey) -> (Pubkey, u8) {
+    Pubkey::find_program_address(&[seeds::PAYMENT_VAULT, market.as_ref()], &ID)
+}
+
+pub fn stake(market: &Pubkey, owner: &Pubkey) -> (Pubkey, u8) {
+    Pubkey::find_program_address(&[seeds::STAKE, market.as_ref(), owner.as_ref()], &ID)
+}

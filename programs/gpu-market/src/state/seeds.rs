@@ -1,0 +1,6 @@
+//! PDA seeds, in one place for the program and for off-chain code.
+
+pub const MARKET: &[u8] = b"market";
+pub const STAKE_VAULT: &[u8] = b"stake_vault";
+pub const PAYMENT_VAULT: &[u8] = b"payment_vault";
+pub const STAKE: &[u8] = b"stake";

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# A real container engine for tests and the demo: dockerd and a local OCI registry on loopback,
+# installed from Debian's packages, started without systemd, stopped by pid.
+#
+#   scripts/engine.sh start   installs if needed, starts both, seeds the test image; idempotent
+#   scripts/engine.sh stop    stops what `start` started
+#   scripts/engine.sh status  exits 0 when both run
+#   scripts/engine.sh env     prints the variables clients need (eval "$(scripts/engine.sh env)")
+#
+# Variables: GPU_MARKET_ENGINE_DIR (state, default ~/.cache/gpu-market/engine),
+# GPU_MARKET_REGISTRY (default 127.0.0.1:5000).
+source "$(dirname "$0")/lib.sh"
+
+ENGINE_DIR="${GPU_MARKET_ENGINE_DIR:-$TOOLS_DIR/engine}"
+REGISTRY="${GPU_MARKET_REGISTRY:-127.0.0.1:5000}"
+SOCK="$ENGINE_DIR/docker.sock"
+TEST_IMAGE="$REGISTRY/gpu-market/busybox:latest"
+
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+start_dockerd() {
+    running "$ENGINE_DIR/dockerd.pid" && return 0
+    mkdir -p "$ENGINE_DIR/data" "$ENGINE_DIR/exec" "$ENGINE_DIR/hooks"
+    # SIMULATED GPU ONLY: dockerd registers its `nvidia` device driver only when this hook is on
+    # its PATH. A no-op stand-in lets GPU device requests be accepted (and NVIDIA_VISIBLE_DEVICES
+    # be passed) on machines without a GPU; it exposes no device. Never installed on a GPU host,
+    # where the real NVIDIA Container Toolkit provides the hook.
+    if ! command -v nvidia-container-runtime-hook >/dev/null; then
+        printf '#!/bin/sh\n# no-op stand-in for tests without a GPU\nexit 0\n' \
+            > "$ENGINE_DIR/hooks/nvidia-container-runtime-hook"
+        chmod +x "$ENGINE_DIR/hooks/nvidia-container-runtime-hook"
+    fi
+    log "starting dockerd on $SOCK"
+    PATH="$PATH:$ENGINE_DIR/hooks" nohup dockerd -H "unix://$SOCK" \
+        --data-root "$ENGINE_DIR/data" --exec-root "$ENGINE_DIR/exec" \
+        --pidfile "$ENGINE_DIR/dockerd.pid" --storage-driver "${GPU_MARKET_STORAGE_DRIVER:-overlay2}" \
+        --iptables=false --ip6tables=false --bridge=none \
+        >"$ENGINE_DIR/dockerd.log" 2>&1 &
+    for _ in $(seq 1 120); do
+        DOCKER_HOST="unix://$SOCK" docker version >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    tail -20 "$ENGINE_DIR/dockerd.log" >&2
+    die "dockerd did not start (log: $ENGINE_DIR/dockerd.log)"
+}
+
+start_registry() {
+    running "$ENGINE_DIR/registry.pid" && return 0
+    mkdir -p "$ENGINE_DIR/registry"
+    cat > "$ENGINE_DIR/registry.yml" <<YML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $ENGINE_DIR/registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+YML
+    log "starting the registry on $REGISTRY"
+    nohup docker-registry serve "$ENGINE_DIR/registry.yml" >"$ENGINE_DIR/registry.log" 2>&1 &
+    echo $! > "$ENGINE_DIR/registry.pid"
+    for _ in $(seq 1 60); do
+        curl -fsS "http://$REGISTRY/v2/" >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    tail -20 "$ENGINE_DIR/registry.log" >&2
+    die "the registry did not start (log: $ENGINE_DIR/registry.log)"
+}
+
+# The test image, made without internet: a busybox rootfs, imported, pushed to the local registry,
+# and removed locally so that tests pull it for real.
+seed_image() {
+    curl -fsS "http://$REGISTRY/v2/gpu-market/busybox/tags/list" 2>/dev/null | grep -q latest && return 0
+    log "seeding $TEST_IMAGE"
+    local rootfs
+    rootfs="$(mktemp -d)"
+    mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc"
+    cp /bin/busybox "$rootfs/bin/busybox"
+    for applet in $("$rootfs/bin/busybox" --list); do
+        [ "$applet" = busybox ] || ln -sf busybox "$rootfs/bin/$applet"
+    done
+    echo 'root:x:0:0:root:/root:/bin/sh' > "$rootfs/etc/passwd"
+    export DOCKER_HOST="unix://$SOCK"
+    tar -C "$rootfs" -c . | docker import -c 'CMD ["/bin/sh"]' - "$TEST_IMAGE" >/dev/null
+    rm -rf "$rootfs"
+    docker push "$TEST_IMAGE" >/dev/null
+    docker rmi -f "$TEST_IMAGE" >/dev/null
+}
+
+stop_pid() {
+    local f="$1"
+    if running "$f"; then
+        local pid
+        pid="$(cat "$f")"
+        kill "$pid"
+        for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+}
+
+case "${1:-}" in
+    start)
+        apt_install docker.io docker-registry busybox-static curl
+        mkdir -p "$ENGINE_DIR"
+        start_dockerd
+        start_registry
+        seed_image
+        log "engine: unix://$SOCK, registry: $REGISTRY, test image: $TEST_IMAGE"
+        ;;
+    stop)
+        stop_pid "$ENGINE_DIR/registry.pid"
+        stop_pid "$ENGINE_DIR/dockerd.pid"
+        ;;
+    status)
+        running "$ENGINE_DIR/dockerd.pid" && running "$ENGINE_DIR/registry.pid"
+        ;;
+    env)
+        echo "export DOCKER_HOST=unix://$SOCK"
+        echo "export GPU_MARKET_REGISTRY=$REGISTRY"
+        echo "export GPU_MARKET_TEST_IMAGE=$TEST_IMAGE"
+        ;;
+    *) die "usage: $0 start|stop|status|env" ;;
+esac

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the tests need (skipping what is there), builds the
+# program to SBF, starts the container engine and the local registry, and runs every test of the
+# workspace with cargo-nextest. Stops what it started.
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+START=$(date +%s)
+stamp() { log "[$(( $(date +%s) - START ))s] $*"; }
+
+apt_install docker.io docker-registry busybox-static curl clang libclang-dev libudev-dev \
+    protobuf-compiler cmake pkg-config libssl-dev
+if ! cargo nextest --version >/dev/null 2>&1; then
+    stamp "installing cargo-nextest"
+    cargo install cargo-nextest --locked
+fi
+
+# The validator is the longest build on a fresh machine and spends much of it on one core:
+# build it beside the program and the tests.
+stamp "installing solana-test-validator (in the background)"
+bash scripts/install-validator.sh > "$TOOLS_DIR/validator-install.log" 2>&1 &
+VALIDATOR_INSTALL=$!
+ENGINE_STARTED=0
+cleanup() {
+    kill "$VALIDATOR_INSTALL" 2>/dev/null || true
+    [ "$ENGINE_STARTED" = 1 ] && bash scripts/engine.sh stop
+}
+trap cleanup EXIT
+
+stamp "checking formatting"
+cargo fmt --all --check
+stamp "building the program to SBF"
+bash scripts/build-sbf.sh
+stamp "building the tests"
+cargo nextest run --workspace --no-run
+stamp "waiting for solana-test-validator"
+if ! wait "$VALIDATOR_INSTALL"; then
+    tail -40 "$TOOLS_DIR/validator-install.log" >&2
+    die "installing solana-test-validator failed"
+fi
+
+bash scripts/engine.sh status || ENGINE_STARTED=1
+bash scripts/engine.sh start
+eval "$(bash scripts/engine.sh env)"
+
+stamp "running the tests"
+cargo nextest run --workspace "$@"
+stamp "done"

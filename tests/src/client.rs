@@ -1,0 +1,99 @@
+//! One client struct per program instruction: it knows its accounts, its data and its signers.
+
+use anchor_lang::{InstructionData, ToAccountMetas};
+use gpu_market::instructions::InitMarketArgs;
+use gpu_market::pda;
+use solana_instruction::Instruction;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+pub trait ClientInstruction {
+    const NAME: &'static str;
+    fn instruction(&self) -> Instruction;
+    fn signers(&self) -> Vec<&Keypair>;
+}
+
+fn ix(accounts: impl ToAccountMetas, data: impl InstructionData) -> Instruction {
+    Instruction {
+        program_id: gpu_market::ID,
+        accounts: accounts.to_account_metas(None),
+        data: data.data(),
+    }
+}
+
+pub struct InitMarket<'a> {
+    pub authority: &'a Keypair,
+    pub stake_mint: Pubkey,
+    pub payment_mint: Pubkey,
+    pub treasury: Pubkey,
+    pub args: InitMarketArgs,
+}
+
+impl InitMarket<'_> {
+    pub fn market(&self) -> Pubkey {
+        pda::market(&self.authority.pubkey(), self.args.id).0
+    }
+}
+
+impl ClientInstruction for InitMarket<'_> {
+    const NAME: &'static str = "init_market";
+
+    fn instruction(&self) -> Instruction {
+        let market = self.market();
+        ix(
+            gpu_market::accounts::InitMarket {
+                authority: self.authority.pubkey(),
+                market,
+                stake_mint: self.stake_mint,
+                payment_mint: self.payment_mint,
+                stake_vault: pda::stake_vault(&market).0,
+                payment_vault: pda::payment_vault(&market).0,
+                treasury: self.treasury,
+                token_program: spl_token_interface::ID,
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::InitMarket {
+                args: self.args.clone(),
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.authority]
+    }
+}
+
+pub struct Stake<'a> {
+    pub owner: &'a Keypair,
+    pub market: Pubkey,
+    pub stake_mint: Pubkey,
+    pub owner_tokens: Pubkey,
+    pub amount: u64,
+}
+
+impl ClientInstruction for Stake<'_> {
+    const NAME: &'static str = "stake";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::Stake {
+                owner: self.owner.pubkey(),
+                market: self.market,
+                stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+                stake_mint: self.stake_mint,
+                owner_tokens: self.owner_tokens,
+                stake_vault: pda::stake_vault(&self.market).0,
+                token_program: spl_token_interface::ID,
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::Stake {
+                amount: self.amount,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}

@@ -1,0 +1,234 @@
+//! Test support shared by the test binaries: one client struct per program instruction
+//! (`client`), and a cluster to talk to (`Cluster`).
+//!
+//! `Cluster::start` uses the cluster in `ANCHOR_PROVIDER_URL` (with the wallet in `ANCHOR_WALLET`)
+//! when it is set, as under `anchor test`; otherwise it starts the stock `solana-test-validator`
+//! on free loopback ports with the program's SBF build deployed, and stops it when dropped.
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub mod client;
+
+use anyhow::{bail, Context, Result};
+use solana_commitment_config::CommitmentConfig;
+use solana_keypair::Keypair;
+use solana_rpc_client::nonblocking::rpc_client::RpcClient;
+use solana_signer::Signer;
+
+pub const LAMPORTS_PER_SOL: u64 = 1_000_000_000;
+
+/// The repository's root (where `target/deploy/gpu_market.so` is built).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub struct Cluster {
+    pub rpc_url: String,
+    pub ws_url: String,
+    /// A funded key to pay fees and rent.
+    pub payer: Keypair,
+    validator: Option<LocalValidator>,
+}
+
+impl Cluster {
+    pub async fn start() -> Result<Self> {
+        if let Ok(url) = std::env::var("ANCHOR_PROVIDER_URL") {
+            let wallet = std::env::var("ANCHOR_WALLET")
+                .context("ANCHOR_PROVIDER_URL is set but ANCHOR_WALLET is not")?;
+            let payer = read_keypair(Path::new(&wallet))?;
+            let ws_url = websocket_url(&url)?;
+            return Ok(Cluster {
+                rpc_url: url,
+                ws_url,
+                payer,
+                validator: None,
+            });
+        }
+        let validator = LocalValidator::spawn(&repo_root().join("target/deploy/gpu_market.so"))?;
+        let rpc_url = format!("http://127.0.0.1:{}", validator.rpc_port);
+        let ws_url = format!("ws://127.0.0.1:{}", validator.rpc_port + 1);
+        let mut cluster = Cluster {
+            rpc_url,
+            ws_url,
+            payer: Keypair::new(),
+            validator: Some(validator),
+        };
+        cluster.wait_ready().await?;
+        let rpc = cluster.rpc();
+        let sig = rpc
+            .request_airdrop(&cluster.payer.pubkey(), 100 * LAMPORTS_PER_SOL)
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !rpc.confirm_transaction(&sig).await? {
+            if Instant::now() > deadline {
+                bail!("the airdrop to the test payer was not confirmed within 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(cluster)
+    }
+
+    pub fn rpc(&self) -> RpcClient {
+        RpcClient::new_with_commitment(self.rpc_url.clone(), CommitmentConfig::confirmed())
+    }
+
+    /// Whether this cluster was started by the test (and is therefore private to it).
+    pub fn is_local(&self) -> bool {
+        self.validator.is_some()
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let rpc = self.rpc();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(v) = self.validator.as_mut() {
+                if let Some(status) = v.child.try_wait()? {
+                    bail!(
+                        "solana-test-validator exited with {status} before it was ready; its log:\n{}",
+                        v.log_tail()
+                    );
+                }
+            }
+            if rpc.get_health().await.is_ok() && rpc.get_slot().await.is_ok_and(|s| s > 0) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "solana-test-validator did not answer on {} within 120 s",
+                    self.rpc_url
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// `http(s)://host:port` → `ws(s)://host:port+1`, the Solana convention.
+pub fn websocket_url(rpc_url: &str) -> Result<String> {
+    let (scheme, rest) = rpc_url
+        .split_once("://")
+        .with_context(|| format!("not a URL: {rpc_url}"))?;
+    let ws_scheme = if scheme == "https" { "wss" } else { "ws" };
+    let rest = rest.trim_end_matches('/');
+    match rest.rsplit_once(':') {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => {
+            let port: u16 = port.parse()?;
+            Ok(format!("{ws_scheme}://{host}:{}", port + 1))
+        }
+        _ => Ok(format!("{ws_scheme}://{rest}")),
+    }
+}
+
+/// Reads a keypair file in the Solana CLI's format (a JSON array of 64 bytes).
+pub fn read_keypair(path: &Path) -> Result<Keypair> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read keypair file {}", path.display()))?;
+    let bytes: Vec<u8> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a JSON array of bytes", path.display()))?;
+    Keypair::try_from(bytes.as_slice())
+        .map_err(|e| anyhow::anyhow!("{} is not a keypair: {e}", path.display()))
+}
+
+struct LocalValidator {
+    child: Child,
+    rpc_port: u16,
+    ledger: tempfile::TempDir,
+}
+
+impl LocalValidator {
+    fn spawn(program_so: &Path) -> Result<Self> {
+        if !program_so.exists() {
+            bail!(
+                "{} is missing: run scripts/build-sbf.sh first",
+                program_so.display()
+            );
+        }
+        let ledger = tempfile::tempdir()?;
+        let rpc_port = free_port_pair()?;
+        let faucet_port = free_port_pair()?;
+        let gossip_port = free_port_pair()?;
+        let log = std::fs::File::create(ledger.path().join("validator.log"))?;
+        let child = Command::new("solana-test-validator")
+            .arg("--ledger")
+            .arg(ledger.path().join("ledger"))
+            .args(["--reset", "--quiet", "--bind-address", "127.0.0.1"])
+            .args(["--rpc-port", &rpc_port.to_string()])
+            .args(["--faucet-port", &faucet_port.to_string()])
+            .args(["--gossip-port", &gossip_port.to_string()])
+            .args(["--dynamic-port-range", &dynamic_range(gossip_port)])
+            .arg("--bpf-program")
+            .arg(gpu_market::ID.to_string())
+            .arg(program_so)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context(
+                "cannot start solana-test-validator: install it with scripts/install-validator.sh",
+            )?;
+        Ok(LocalValidator {
+            child,
+            rpc_port,
+            ledger,
+        })
+    }
+
+    fn log_tail(&self) -> String {
+        let text =
+            std::fs::read_to_string(self.ledger.path().join("validator.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for LocalValidator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port `p` such that `p` and `p + 1` are free on loopback for TCP and UDP.
+fn free_port_pair() -> Result<u16> {
+    for _ in 0..200 {
+        let p = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if p >= 60_000 {
+            continue;
+        }
+        let free = |port: u16| {
+            TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        };
+        if free(p) && free(p + 1) {
+            return Ok(p);
+        }
+    }
+    bail!("no free pair of loopback ports found")
+}
+
+/// A 64-port range above `base` for the validator's TPU, TVU and repair sockets.
+fn dynamic_range(base: u16) -> String {
+    let start = base.saturating_add(2).min(65_000);
+    format!("{start}-{}", start + 64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn websocket_url_follows_the_solana_convention() {
+        assert_eq!(
+            websocket_url("http://127.0.0.1:8899").unwrap(),
+            "ws://127.0.0.1:8900"
+        );
+        assert_eq!(
+            websocket_url("https://api.devnet.solana.com").unwrap(),
+            "wss://api.devnet.solana.com"
+        );
+        assert!(websocket_url("localhost").is_err());
+    }
+}

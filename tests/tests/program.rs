@@ -1,0 +1,246 @@
+//! The program's SBF build in LiteSVM, with the real SPL Token program.
+
+mod program_test;
+
+use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
+use gpu_market::errors::MarketError;
+use gpu_market::instructions::InitMarketArgs;
+use gpu_market::pda;
+use gpu_market::state::{Market, StakeAccount};
+use program_test::*;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+fn code(e: MarketError) -> Option<u32> {
+    Some(ERROR_CODE_OFFSET + e as u32)
+}
+
+fn anchor_code(e: AnchorErrorCode) -> Option<u32> {
+    Some(e as u32)
+}
+
+fn default_args(id: u64) -> InitMarketArgs {
+    InitMarketArgs {
+        id,
+        billing_interval_secs: 60,
+        protocol_fee_bps: 250,
+        unstake_cooldown_secs: 3_600,
+        weights_bps: None,
+    }
+}
+
+/// A context with a market whose stake and payment tokens are one mint.
+struct MarketFixture {
+    ctx: TestContext,
+    authority: Keypair,
+    mint: Pubkey,
+    market: Pubkey,
+}
+
+fn market_fixture() -> MarketFixture {
+    let mut ctx = TestContext::new();
+    let authority = ctx.wallet(10);
+    let mint = ctx.create_mint(6);
+    let treasury = ctx.create_token_account(&mint, &authority.pubkey());
+    let init = InitMarket {
+        authority: &authority,
+        stake_mint: mint,
+        payment_mint: mint,
+        treasury,
+        args: default_args(1),
+    };
+    let market = init.market();
+    ctx.run(&init).expect("init_market");
+    MarketFixture {
+        ctx,
+        authority,
+        mint,
+        market,
+    }
+}
+
+#[test]
+fn init_market_creates_the_market_and_its_vaults() {
+    let f = market_fixture();
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!(m.authority, f.authority.pubkey());
+    assert_eq!(m.stake_mint, f.mint);
+    assert_eq!(m.stake_vault, pda::stake_vault(&f.market).0);
+    assert_eq!(m.payment_vault, pda::payment_vault(&f.market).0);
+    assert_eq!(m.bump, pda::market(&f.authority.pubkey(), 1).1);
+    assert_eq!(
+        (
+            m.weight_stake_bps,
+            m.weight_urgency_bps,
+            m.weight_complexity_bps
+        ),
+        (4_000, 3_000, 3_000)
+    );
+    assert_eq!(m.total_staked, 0);
+    assert_eq!(f.ctx.token_balance(&m.stake_vault), 0);
+    assert_eq!(f.ctx.token_balance(&m.payment_vault), 0);
+}
+
+#[test]
+fn stake_moves_tokens_into_the_vault_pda_by_cpi() {
+    let mut f = market_fixture();
+    let (user, tokens) = f.ctx.funded_user(&f.mint, 1_000);
+    let vault = pda::stake_vault(&f.market).0;
+    for amount in [400, 100] {
+        f.ctx
+            .run(&Stake {
+                owner: &user,
+                market: f.market,
+                stake_mint: f.mint,
+                owner_tokens: tokens,
+                amount,
+            })
+            .expect("stake");
+    }
+    assert_eq!(f.ctx.token_balance(&tokens), 500);
+    assert_eq!(f.ctx.token_balance(&vault), 500);
+    let s: StakeAccount = f.ctx.account(&pda::stake(&f.market, &user.pubkey()).0);
+    assert_eq!(
+        (s.owner, s.market, s.amount),
+        (user.pubkey(), f.market, 500)
+    );
+    assert_eq!(s.bump, pda::stake(&f.market, &user.pubkey()).1);
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!(m.total_staked, 500);
+}
+
+#[test]
+fn bad_market_parameters_are_rejected_and_create_nothing() {
+    let mut ctx = TestContext::new();
+    let authority = ctx.wallet(10);
+    let mint = ctx.create_mint(6);
+    let treasury = ctx.create_token_account(&mint, &authority.pubkey());
+    let cases = [
+        (
+            InitMarketArgs {
+                protocol_fee_bps: 10_001,
+                ..default_args(7)
+            },
+            code(MarketError::InvalidFee),
+        ),
+        (
+            InitMarketArgs {
+                billing_interval_secs: 0,
+                ..default_args(7)
+            },
+            code(MarketError::InvalidBillingInterval),
+        ),
+        (
+            InitMarketArgs {
+                weights_bps: Some([5_000, 3_000, 3_000]),
+                ..default_args(7)
+            },
+            code(MarketError::InvalidWeights),
+        ),
+    ];
+    let lamports_before = ctx.svm.get_balance(&authority.pubkey()).unwrap();
+    for (args, expected) in cases {
+        let init = InitMarket {
+            authority: &authority,
+            stake_mint: mint,
+            payment_mint: mint,
+            treasury,
+            args,
+        };
+        let market = init.market();
+        let err = ctx.run(&init).expect_err("must be rejected");
+        assert_eq!(err.custom_code(), expected, "{:?}", err.logs);
+        assert!(!ctx.account_exists(&market));
+    }
+    // The payer paid the fees: the authority's lamports are untouched.
+    assert_eq!(
+        ctx.svm.get_balance(&authority.pubkey()).unwrap(),
+        lamports_before
+    );
+}
+
+#[test]
+fn bad_stakes_are_rejected_and_move_nothing() {
+    let mut f = market_fixture();
+    let (user, tokens) = f.ctx.funded_user(&f.mint, 1_000);
+    let other_mint = f.ctx.create_mint(6);
+    let other_tokens = f.ctx.create_token_account(&other_mint, &user.pubkey());
+    f.ctx.mint_to(&other_mint, &other_tokens, 1_000);
+    let (thief, _) = f.ctx.funded_user(&f.mint, 0);
+    let vault = pda::stake_vault(&f.market).0;
+
+    let base = |owner, owner_tokens, amount| Stake {
+        owner,
+        market: f.market,
+        stake_mint: f.mint,
+        owner_tokens,
+        amount,
+    };
+    // Zero amount.
+    let err = f.ctx.run(&base(&user, tokens, 0)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ZeroAmount));
+    // Tokens of another mint.
+    let err = f.ctx.run(&base(&user, other_tokens, 10)).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        anchor_code(AnchorErrorCode::ConstraintTokenMint)
+    );
+    // Someone else's token account.
+    let err = f.ctx.run(&base(&thief, tokens, 10)).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        anchor_code(AnchorErrorCode::ConstraintTokenOwner)
+    );
+    // More than the wallet holds: the token program refuses (insufficient funds = 1).
+    let err = f.ctx.run(&base(&user, tokens, 1_001)).unwrap_err();
+    assert_eq!(err.custom_code(), Some(1));
+    // A vault that is not the market's.
+    let decoy = f.ctx.create_token_account(&f.mint, &f.market);
+    let mut wrong_vault = base(&user, tokens, 10).instruction();
+    wrong_vault.accounts[5].pubkey = decoy;
+    let err = f.ctx.send(&[wrong_vault], &[&user]).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        anchor_code(AnchorErrorCode::ConstraintHasOne)
+    );
+
+    assert_eq!(f.ctx.token_balance(&tokens), 1_000);
+    assert_eq!(f.ctx.token_balance(&other_tokens), 1_000);
+    assert_eq!(f.ctx.token_balance(&decoy), 0);
+    assert_eq!(f.ctx.token_balance(&vault), 0);
+    assert!(!f
+        .ctx
+        .account_exists(&pda::stake(&f.market, &user.pubkey()).0));
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!(m.total_staked, 0);
+}
+
+/// Compute units of each instruction on the SBF build, printed as a table (the test runner is
+/// configured to show this test's output). The bounds are regression guards a little above what
+/// the SBF build measures today; a change that costs more must say so here.
+#[test]
+fn compute_units_per_instruction() {
+    let mut f = market_fixture();
+    let (user, tokens) = f.ctx.funded_user(&f.mint, 1_000);
+    let stake = Stake {
+        owner: &user,
+        market: f.market,
+        stake_mint: f.mint,
+        owner_tokens: tokens,
+        amount: 10,
+    };
+    let first = f.ctx.run(&stake).unwrap().compute_units_consumed;
+    let again = f.ctx.run(&stake).unwrap().compute_units_consumed;
+
+    println!("| instruction | compute units |");
+    println!("|---|---|");
+    println!("| init_market | {} |", f.ctx.compute_units["init_market"]);
+    println!("| stake (first, creates the stake account) | {first} |");
+    println!("| stake (top-up) | {again} |");
+    let init = f.ctx.compute_units["init_market"];
+    assert!(init <= 32_000, "init_market: {init} CU");
+    assert!(first <= 16_000, "first stake: {first} CU");
+    assert!(again < first, "a top-up creates nothing: {again} CU");
+    assert!(again <= 14_000, "stake: {again} CU");
+}
