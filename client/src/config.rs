@@ -100,12 +100,11 @@ fn expand_home(p: &str) -> PathBuf {
 
 /// Reads a keypair file in the Solana CLI's format (a JSON array of 64 bytes).
 pub fn read_keypair(path: &Path) -> Result<Keypair> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read keypair file {}", path.display()))?;
-    let bytes: Vec<u8> = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a JSON array of bytes", path.display()))?;
-    Keypair::try_from(bytes.as_slice())
-        .map_err(|e| anyhow::anyhow!("{} does not hold a keypair: {e}", path.display()))
+    if !path.exists() {
+        bail!("keypair file {} does not exist", path.display());
+    }
+    solana_keypair::read_keypair_file(path)
+        .map_err(|e| anyhow::anyhow!("cannot read a keypair from {}: {e}", path.display()))
 }
 
 pub fn keygen(config: &Config, outfile: &str, force: bool) -> Result<()> {
@@ -117,9 +116,8 @@ pub fn keygen(config: &Config, outfile: &str, force: bool) -> Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     let kp = Keypair::new();
-    let bytes: Vec<u8> = kp.to_bytes().to_vec();
-    std::fs::write(&path, serde_json::to_string(&bytes)?)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    solana_keypair::write_keypair_file(&kp, &path)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     print_record(
         config.output,
         &[

@@ -8,6 +8,7 @@
 
 pub mod amount;
 pub mod math;
+pub mod placement;
 pub mod pricing;
 pub mod score;
 pub mod settlement;

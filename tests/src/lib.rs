@@ -38,7 +38,8 @@ impl Cluster {
         if let Ok(url) = std::env::var("ANCHOR_PROVIDER_URL") {
             let wallet = std::env::var("ANCHOR_WALLET")
                 .context("ANCHOR_PROVIDER_URL is set but ANCHOR_WALLET is not")?;
-            let payer = read_keypair(Path::new(&wallet))?;
+            let payer = solana_keypair::read_keypair_file(&wallet)
+                .map_err(|e| anyhow::anyhow!("cannot read ANCHOR_WALLET {wallet}: {e}"))?;
             let ws_url = websocket_url(&url)?;
             return Ok(Cluster {
                 rpc_url: url,
@@ -120,16 +121,6 @@ pub fn websocket_url(rpc_url: &str) -> Result<String> {
         }
         _ => Ok(format!("{ws_scheme}://{rest}")),
     }
-}
-
-/// Reads a keypair file in the Solana CLI's format (a JSON array of 64 bytes).
-pub fn read_keypair(path: &Path) -> Result<Keypair> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read keypair file {}", path.display()))?;
-    let bytes: Vec<u8> = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a JSON array of bytes", path.display()))?;
-    Keypair::try_from(bytes.as_slice())
-        .map_err(|e| anyhow::anyhow!("{} is not a keypair: {e}", path.display()))
 }
 
 struct LocalValidator {

@@ -1,0 +1,185 @@
+//! The FGD protocol (see shared/notes/fgd-protocol.md): pods arrive one by one, never leave,
+//! and a pod that fits nowhere is dropped. After each arrival the allocated and the arrived GPU
+//! milli are recorded; the curve is read off them the way the peer's analysis scripts do.
+
+use std::path::Path;
+use std::time::Instant;
+
+use gpu_market_core::placement::{BestFit, Cluster, Fgd, FgdCpuSink, FragModel, Policy, Random};
+
+use crate::trace::{self, Trace};
+
+/// Arrived share of capacity, in %, at which the allocation ratio is reported.
+const POINTS: [u32; 12] = [50, 70, 80, 85, 88, 90, 92, 95, 100, 110, 120, 130];
+
+/// The peer's seed-42 results (alloc % at 100 % and 130 % arrived).
+const PEER: [(&str, f64, f64); 3] = [
+    ("Random", 86.17, 87.26),
+    ("BestFit", 92.94, 93.13),
+    ("FGD", 95.14, 95.29),
+];
+
+struct Run {
+    name: String,
+    curve: Vec<Option<f64>>,
+    frag_ratio: f64,
+    placed: usize,
+    failed: usize,
+    wall_s: f64,
+}
+
+fn run(trace: &Trace, frag: &FragModel, policy: &mut dyn Policy) -> Result<Run, String> {
+    let mut cluster =
+        Cluster::new(trace.nodes.clone(), trace.rank.clone()).map_err(|e| e.to_string())?;
+    let total = cluster.total_gpu_milli();
+    let mut records = Vec::with_capacity(trace.arrivals.len());
+    let (mut arrived, mut allocated, mut placed, mut failed) = (0u64, 0u64, 0, 0);
+    let start = Instant::now();
+    for pod in &trace.arrivals {
+        arrived += pod.total_gpu_milli() as u64;
+        match cluster
+            .place(policy, pod)
+            .map_err(|e| format!("{}: {e}", policy.name()))?
+        {
+            Some(_) => {
+                allocated += pod.total_gpu_milli() as u64;
+                placed += 1;
+            }
+            None => failed += 1,
+        }
+        records.push((arrived, allocated));
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    debug_assert_eq!(allocated, cluster.allocated_gpu_milli());
+
+    let (mut fragmented, mut idle) = (0u128, 0u128);
+    for n in cluster.nodes() {
+        fragmented += frag.node_frag(n.cpu_free(), n.model(), n.gpu_free()) as u128;
+        idle += n.idle_gpu_milli() as u128 * frag.weight() as u128;
+    }
+    Ok(Run {
+        name: policy.name().to_string(),
+        curve: curve(&records, total),
+        frag_ratio: 100.0 * fragmented as f64 / idle.max(1) as f64,
+        placed,
+        failed,
+        wall_s,
+    })
+}
+
+/// The peer's reading (experiments/analysis/merge_alloc_discrete): every record whose arrived
+/// share rounds to `x` % counts, and the allocation % (rounded to 2 places) is averaged over
+/// them; with none, the records within `x ± 1` are used.
+fn curve(records: &[(u64, u64)], total: u64) -> Vec<Option<f64>> {
+    let pct = |v: u64| 100.0 * v as f64 / total as f64;
+    let rows: Vec<(f64, f64)> = records
+        .iter()
+        .map(|&(arr, all)| {
+            (
+                pct(arr).round_ties_even(),
+                (pct(all) * 100.0).round() / 100.0,
+            )
+        })
+        .collect();
+    let mean = |lo: f64, hi: f64| {
+        let sel: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.0 >= lo && r.0 <= hi)
+            .map(|r| r.1)
+            .collect();
+        (!sel.is_empty()).then(|| sel.iter().sum::<f64>() / sel.len() as f64)
+    };
+    POINTS
+        .iter()
+        .map(|&x| {
+            let x = x as f64;
+            mean(x, x)
+                .or_else(|| mean(x - 1.0, x + 1.0))
+                .map(|v| (v * 100.0).round() / 100.0)
+        })
+        .collect()
+}
+
+pub fn main(traces: &Path) -> Result<(), String> {
+    let trace = trace::load(traces)?;
+    if let Some(&last) = trace.arrival_cum_gpu_milli.last() {
+        let ours: u64 = trace
+            .arrivals
+            .iter()
+            .map(|p| p.total_gpu_milli() as u64)
+            .sum();
+        if ours != last {
+            return Err(format!(
+                "arrived GPU milli {ours} != the trace's cum_gpu_milli {last}"
+            ));
+        }
+    }
+    let frag = FragModel::from_pods(&trace.original, 95);
+    let total_gpus: u64 = trace.nodes.iter().map(|n| n.num_gpus() as u64).sum();
+    println!(
+        "openb: {} nodes, {} GPUs, {} original pods ({} typical shapes cover {} of them), {} arrivals\n",
+        trace.nodes.len(),
+        total_gpus,
+        trace.original.len(),
+        frag.typical().len(),
+        frag.weight(),
+        trace.arrivals.len()
+    );
+
+    let mut policies: Vec<Box<dyn Policy>> = vec![
+        Box::new(Random::new(42)),
+        Box::new(BestFit::new(128_000, 8_000)),
+        Box::new(Fgd::new(frag.clone())),
+        Box::new(FgdCpuSink::new(frag.clone())),
+    ];
+    let mut runs = Vec::new();
+    for p in policies.iter_mut() {
+        runs.push(run(&trace, &frag, p.as_mut())?);
+    }
+
+    print!("| policy |");
+    for x in POINTS {
+        print!(" {x}% |");
+    }
+    println!(" frag % at end | placed | failed | wall time |");
+    print!("|---|");
+    for _ in POINTS {
+        print!("---:|");
+    }
+    println!("---:|---:|---:|---:|");
+    for r in &runs {
+        print!("| {} |", r.name);
+        for v in &r.curve {
+            match v {
+                Some(v) => print!(" {v:.2} |"),
+                None => print!(" - |"),
+            }
+        }
+        println!(
+            " {:.2} | {} | {} | {:.3} s |",
+            r.frag_ratio, r.placed, r.failed, r.wall_s
+        );
+    }
+
+    println!("\nAgainst the peer (seed 42), GPU allocation % at 100 % / 130 % arrived:\n");
+    println!("| policy | ours 100% | peer 100% | Δ | ours 130% | peer 130% | Δ |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let at = |r: &Run, x: u32| {
+        POINTS
+            .iter()
+            .position(|&p| p == x)
+            .and_then(|i| r.curve[i])
+            .unwrap_or(f64::NAN)
+    };
+    for (name, p100, p130) in PEER {
+        if let Some(r) = runs.iter().find(|r| r.name == name) {
+            let (o100, o130) = (at(r, 100), at(r, 130));
+            println!(
+                "| {name} | {o100:.2} | {p100:.2} | {:+.2} | {o130:.2} | {p130:.2} | {:+.2} |",
+                o100 - p100,
+                o130 - p130
+            );
+        }
+    }
+    Ok(())
+}

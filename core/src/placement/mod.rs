@@ -1,0 +1,19 @@
+//! Placing pods on GPU nodes: feasibility, fragmentation, and policies.
+//!
+//! Integer arithmetic throughout, like the rest of the crate. A [`Cluster`] holds the nodes and
+//! their tie-break ranks; a [`Policy`] proposes where each pod goes; [`Cluster::place`] checks
+//! the proposal against [`Node::check`] before anything is taken, so no GPU ever goes past
+//! 1 000 milli and no node past its CPU or memory.
+
+mod cluster;
+mod frag;
+mod policy;
+mod types;
+
+pub use cluster::{Cluster, ClusterError};
+pub use frag::{sigmoid_score, FragModel, TypicalPod};
+pub use policy::{BestFit, Fgd, FgdCpuSink, Policy, Random};
+pub use types::{
+    bits, GpuMask, ModelId, ModelSet, Node, Placement, PlacementError, Pod, SpecError,
+    MAX_GPUS_PER_NODE, MILLI_PER_GPU,
+};

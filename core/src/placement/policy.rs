@@ -1,0 +1,516 @@
+//! Placement policies: the peer's baselines (Random, BestFit, FGD) and ours.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
+
+use super::cluster::Cluster;
+use super::frag::{sigmoid_score, FragModel};
+use super::types::{GpuMask, Node, Placement, Pod, MAX_GPUS_PER_NODE};
+
+/// Chooses a node and GPUs for each arriving pod.
+pub trait Policy {
+    fn name(&self) -> &str;
+
+    /// Where `pod` should go, or `None` when no node can take it. Must only return placements
+    /// that [`Node::check`] accepts.
+    fn choose(&mut self, cluster: &Cluster, pod: &Pod) -> Option<Placement>;
+
+    /// Told after the cluster allocated `pod` at `at` (for policies that keep an index).
+    fn placed(&mut self, _cluster: &Cluster, _pod: &Pod, _at: Placement) {}
+}
+
+/// The best candidate so far: the highest key, then the lowest node rank.
+struct Best<K> {
+    key: K,
+    rank: u32,
+    at: Placement,
+}
+
+fn offer<K: PartialOrd>(best: &mut Option<Best<K>>, key: K, rank: u32, at: Placement) {
+    let better = match best {
+        None => true,
+        Some(b) => key > b.key || (key == b.key && rank < b.rank),
+    };
+    if better {
+        *best = Some(Best { key, rank, at });
+    }
+}
+
+fn at(node: usize, gpus: GpuMask) -> Placement {
+    Placement {
+        node: node as u32,
+        gpus,
+    }
+}
+
+/// SplitMix64: small, seeded, deterministic.
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`), by 128-bit multiply-shift.
+    fn below(&mut self, n: u64) -> u64 {
+        ((self.next() as u128 * n as u128) >> 64) as u64
+    }
+}
+
+/// A uniformly random feasible node; a sharing pod gets a uniformly random fitting GPU, a
+/// whole-GPU pod the lowest-indexed free GPUs (the peer's Random).
+#[derive(Debug, Clone)]
+pub struct Random {
+    rng: SplitMix64,
+}
+
+impl Random {
+    pub fn new(seed: u64) -> Random {
+        Random {
+            rng: SplitMix64(seed),
+        }
+    }
+}
+
+impl Policy for Random {
+    fn name(&self) -> &str {
+        "Random"
+    }
+
+    fn choose(&mut self, cluster: &Cluster, pod: &Pod) -> Option<Placement> {
+        let mut chosen = None;
+        let mut seen = 0;
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            if node.feasible(pod) {
+                seen += 1;
+                if self.rng.below(seen) == 0 {
+                    chosen = Some(i);
+                }
+            }
+        }
+        let i = chosen?;
+        let node = &cluster.nodes()[i];
+        let gpus = if pod.is_sharing() {
+            let mut pick = 0;
+            let mut fitting = 0;
+            for (g, &free) in node.gpu_free().iter().enumerate() {
+                if free >= pod.gpu_milli() {
+                    fitting += 1;
+                    if self.rng.below(fitting) == 0 {
+                        pick = 1 << g;
+                    }
+                }
+            }
+            pick
+        } else {
+            node.first_free_gpus(pod)?
+        };
+        Some(at(i, gpus))
+    }
+}
+
+/// The GPUs a pod takes on a node chosen by a packing policy: the fullest GPU that still fits
+/// for a sharing pod (lowest index among equals), the lowest-indexed free GPUs otherwise.
+fn tightest_gpus(node: &Node, pod: &Pod) -> Option<GpuMask> {
+    if pod.is_sharing() {
+        let mut best: Option<(u16, usize)> = None;
+        for (g, &free) in node.gpu_free().iter().enumerate() {
+            if free >= pod.gpu_milli() && best.is_none_or(|(f, _)| free < f) {
+                best = Some((free, g));
+            }
+        }
+        best.map(|(_, g)| 1 << g)
+    } else {
+        node.first_free_gpus(pod)
+    }
+}
+
+/// The peer's BestFit: the node whose CPU and GPU left over after the pod is smallest,
+/// `⌊100 · (1 − ½·cpu_left/max_cpu − ½·gpu_left/max_gpu)⌋`, on 0..=100.
+#[derive(Debug, Clone)]
+pub struct BestFit {
+    max_cpu_milli: i64,
+    max_gpu_milli: i64,
+}
+
+impl BestFit {
+    /// `max_cpu_milli` and `max_gpu_milli` normalise the two leftovers (the peer uses the
+    /// largest node of its trace: 128 000 and 8 000).
+    pub fn new(max_cpu_milli: u32, max_gpu_milli: u32) -> BestFit {
+        BestFit {
+            max_cpu_milli: max_cpu_milli.max(1) as i64,
+            max_gpu_milli: max_gpu_milli.max(1) as i64,
+        }
+    }
+
+    fn score(&self, node: &Node, pod: &Pod) -> i64 {
+        let cpu_left = node.cpu_free() as i64 - pod.cpu_milli() as i64;
+        let gpu_left = node.idle_gpu_milli() as i64 - pod.total_gpu_milli() as i64;
+        // 100 · (1 − cpu_left/(2·max_cpu) − gpu_left/(2·max_gpu)), truncated toward zero.
+        let (c, g) = (self.max_cpu_milli, self.max_gpu_milli);
+        let den = 2 * c * g;
+        (100 * (den - cpu_left * g - gpu_left * c)) / den
+    }
+}
+
+impl Policy for BestFit {
+    fn name(&self) -> &str {
+        "BestFit"
+    }
+
+    fn choose(&mut self, cluster: &Cluster, pod: &Pod) -> Option<Placement> {
+        let mut best = None;
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            if node.feasible(pod) {
+                offer(&mut best, self.score(node, pod), cluster.rank(i), at(i, 0));
+            }
+        }
+        let b = best?;
+        let node = &cluster.nodes()[b.at.node as usize];
+        Some(at(b.at.node as usize, tightest_gpus(node, pod)?))
+    }
+}
+
+/// Every distinct way `pod` can go on a feasible `node`, in GPU-index order, with the
+/// fragmentation decrease (numerator, see [`FragModel`]) it brings.
+///
+/// A sharing pod is tried on each GPU that fits; GPUs with the same free milli lead to the same
+/// state, so only the first of them is offered. A whole-GPU pod takes the lowest-indexed free
+/// GPUs (fragmentation only depends on how much is left per GPU, not on which GPU).
+fn frag_moves(frag: &FragModel, node: &Node, pod: &Pod, mut offer: impl FnMut(i64, GpuMask)) {
+    let free = node.gpu_free();
+    let before = frag.node_frag(node.cpu_free(), node.model(), free) as i64;
+    let cpu_after = node.cpu_free() - pod.cpu_milli();
+    let mut after = [0u16; MAX_GPUS_PER_NODE];
+    after[..free.len()].copy_from_slice(free);
+    let after = &mut after[..free.len()];
+    if pod.is_sharing() {
+        for (g, &f) in free.iter().enumerate() {
+            if f < pod.gpu_milli() || free[..g].contains(&f) {
+                continue;
+            }
+            after[g] = f - pod.gpu_milli();
+            let new = frag.node_frag(cpu_after, node.model(), after) as i64;
+            after[g] = f;
+            offer(before - new, 1 << g);
+        }
+    } else if let Some(mask) = node.first_free_gpus(pod) {
+        for g in super::types::bits(mask) {
+            after[g] -= pod.gpu_milli();
+        }
+        let new = frag.node_frag(cpu_after, node.model(), after) as i64;
+        offer(before - new, mask);
+    }
+}
+
+/// FGD's choice on one feasible node: the highest [`sigmoid_score`] over [`frag_moves`], the
+/// first (lowest GPU index) among equals.
+fn fgd_on_node(frag: &FragModel, node: &Node, pod: &Pod) -> Option<(u8, GpuMask)> {
+    let mut here: Option<(u8, GpuMask)> = None;
+    frag_moves(frag, node, pod, |decrease, gpus| {
+        let score = sigmoid_score(decrease, frag.weight());
+        if here.is_none_or(|(s, _)| score > s) {
+            here = Some((score, gpus));
+        }
+    });
+    here
+}
+
+/// Fragmentation Gradient Descent, as the peer runs it: each feasible node is scored
+/// `⌊100 · sigmoid(Δ/1000)⌋` for the fragmentation decrease Δ of its best GPU choice (the
+/// first GPU with the highest score), and the highest score wins, ties to the lowest rank.
+#[derive(Debug, Clone)]
+pub struct Fgd {
+    frag: FragModel,
+}
+
+impl Fgd {
+    pub fn new(frag: FragModel) -> Fgd {
+        Fgd { frag }
+    }
+}
+
+impl Policy for Fgd {
+    fn name(&self) -> &str {
+        "FGD"
+    }
+
+    fn choose(&mut self, cluster: &Cluster, pod: &Pod) -> Option<Placement> {
+        let mut best = None;
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            if !node.feasible(pod) {
+                continue;
+            }
+            if let Some((score, gpus)) = fgd_on_node(&self.frag, node, pod) {
+                offer(&mut best, score, cluster.rank(i), at(i, gpus));
+            }
+        }
+        best.map(|b| b.at)
+    }
+}
+
+/// Ours: FGD for GPU pods, and CPU-only pods sink into the nodes with the least idle GPU.
+///
+/// FGD scores a CPU-only pod by the fragmentation it adds, which is nothing on almost every
+/// node, so the tie-break piles CPU-only pods onto whatever node ranks first, using up CPU that
+/// GPU pods on that node will need later. Here a CPU-only pod goes where the least GPU milli is
+/// idle (ties: the lowest rank), so CPU is spent where there are no GPUs left to strand.
+///
+/// Decisions are kept in an index: for every request shape seen, the feasible nodes ordered by
+/// (score, rank). A placement changes one node, so only that node's entries are recomputed; a
+/// request then costs one lookup, and a request that fits nowhere is refused in O(1). The index
+/// must see every allocation on the cluster (it does when pods go through [`Cluster::place`]).
+#[derive(Debug, Clone)]
+pub struct FgdCpuSink {
+    frag: FragModel,
+    shapes: HashMap<Pod, ShapeIndex>,
+}
+
+/// The feasible nodes for one request shape, best first.
+#[derive(Debug, Clone)]
+struct ShapeIndex {
+    order: BTreeSet<(Reverse<i64>, u32, u32)>,
+    /// Each node's current score and GPUs for this shape (`None`: infeasible).
+    entry: Vec<Option<(i64, GpuMask)>>,
+}
+
+impl FgdCpuSink {
+    pub fn new(frag: FragModel) -> FgdCpuSink {
+        FgdCpuSink {
+            frag,
+            shapes: HashMap::new(),
+        }
+    }
+
+    /// The node's score for `pod` (higher is better) and the GPUs it would use.
+    fn evaluate(frag: &FragModel, node: &Node, pod: &Pod) -> Option<(i64, GpuMask)> {
+        if !node.feasible(pod) {
+            None
+        } else if pod.num_gpu() == 0 {
+            Some((-(node.idle_gpu_milli() as i64), 0))
+        } else {
+            fgd_on_node(frag, node, pod).map(|(s, g)| (s as i64, g))
+        }
+    }
+
+    fn build(frag: &FragModel, cluster: &Cluster, pod: &Pod) -> ShapeIndex {
+        let mut index = ShapeIndex {
+            order: BTreeSet::new(),
+            entry: Vec::with_capacity(cluster.nodes().len()),
+        };
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            let e = Self::evaluate(frag, node, pod);
+            if let Some((key, _)) = e {
+                index
+                    .order
+                    .insert((Reverse(key), cluster.rank(i), i as u32));
+            }
+            index.entry.push(e);
+        }
+        index
+    }
+}
+
+impl Policy for FgdCpuSink {
+    fn name(&self) -> &str {
+        "FGD+cpu-sink"
+    }
+
+    fn choose(&mut self, cluster: &Cluster, pod: &Pod) -> Option<Placement> {
+        let frag = &self.frag;
+        let index = self
+            .shapes
+            .entry(*pod)
+            .or_insert_with(|| Self::build(frag, cluster, pod));
+        let &(_, _, node) = index.order.first()?;
+        let (_, gpus) = index.entry[node as usize]?;
+        Some(at(node as usize, gpus))
+    }
+
+    fn placed(&mut self, cluster: &Cluster, _pod: &Pod, at: Placement) {
+        let n = at.node as usize;
+        let (node, rank) = (&cluster.nodes()[n], cluster.rank(n));
+        for (shape, index) in self.shapes.iter_mut() {
+            if let Some((key, _)) = index.entry[n] {
+                index.order.remove(&(Reverse(key), rank, at.node));
+            }
+            let e = Self::evaluate(&self.frag, node, shape);
+            if let Some((key, _)) = e {
+                index.order.insert((Reverse(key), rank, at.node));
+            }
+            index.entry[n] = e;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::{ModelId, ModelSet, MILLI_PER_GPU};
+    use proptest::prelude::*;
+
+    fn node_strategy() -> impl Strategy<Value = Node> {
+        (
+            1u32..64,
+            1u32..256,
+            0u8..3,
+            prop::sample::select(vec![(1u8, 1u8), (2, 2), (2, 1), (4, 2), (8, 4), (8, 8)]),
+        )
+            .prop_map(|(cpu, mem, model, (gpus, group))| {
+                Node::new(cpu * 1_000, mem * 1_024, ModelId(model), gpus, group).unwrap()
+            })
+    }
+
+    fn pod_strategy() -> impl Strategy<Value = Pod> {
+        let shape = prop_oneof![
+            Just((0u8, 0u16)),
+            (1u16..1_000).prop_map(|m| (1, m)),
+            prop::sample::select(vec![1u8, 2, 4, 8]).prop_map(|n| (n, 1_000)),
+        ];
+        (1u32..24, 0u32..64, shape, 0u8..4).prop_map(|(cpu, mem, (n, milli), spec)| {
+            let spec = if spec == 3 {
+                ModelSet::ANY.with(ModelId(1)).unwrap()
+            } else {
+                ModelSet::ANY
+            };
+            Pod::new(cpu * 500, mem * 1_024, n, milli, spec).unwrap()
+        })
+    }
+
+    fn policies(pods: &[Pod]) -> Vec<Box<dyn Policy>> {
+        let frag = FragModel::from_pods(pods, 95);
+        vec![
+            Box::new(Random::new(7)),
+            Box::new(BestFit::new(64_000, 8_000)),
+            Box::new(Fgd::new(frag.clone())),
+            Box::new(FgdCpuSink::new(frag)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// Every policy only places feasible pods, places a pod whenever some node can take it,
+        /// and never takes a GPU past 1 000 milli or a node past its CPU or memory.
+        #[test]
+        fn policies_place_only_feasible_pods(
+            nodes in prop::collection::vec(node_strategy(), 1..12),
+            pods in prop::collection::vec(pod_strategy(), 1..80),
+        ) {
+            for mut policy in policies(&pods) {
+                let mut cluster = Cluster::in_order(nodes.clone()).unwrap();
+                let mut allocated = 0u64;
+                for pod in &pods {
+                    let fits_somewhere = cluster.nodes().iter().any(|n| n.feasible(pod));
+                    let before = cluster.nodes().to_vec();
+                    let placed = cluster.place(policy.as_mut(), pod);
+                    prop_assert!(placed.is_ok(), "{} proposed an infeasible placement", policy.name());
+                    let placed = placed.unwrap();
+                    prop_assert_eq!(placed.is_some(), fits_somewhere, "{}", policy.name());
+                    if let Some(at) = placed {
+                        prop_assert_eq!(before[at.node as usize].check(pod, at.gpus), Ok(()));
+                        allocated += pod.total_gpu_milli() as u64;
+                    }
+                    for n in cluster.nodes() {
+                        prop_assert!(n.cpu_free() <= n.cpu_capacity());
+                        prop_assert!(n.memory_free() <= n.memory_capacity());
+                        prop_assert!(n.gpu_free().iter().all(|&g| g <= MILLI_PER_GPU));
+                    }
+                }
+                prop_assert_eq!(cluster.allocated_gpu_milli(), allocated);
+            }
+        }
+
+        /// The indexed policy decides exactly as a full scan would: FGD for GPU pods, the node
+        /// with the least idle GPU milli for CPU-only pods, the lowest rank on ties.
+        #[test]
+        fn the_index_matches_a_scan(
+            nodes in prop::collection::vec(node_strategy(), 1..12),
+            pods in prop::collection::vec(pod_strategy(), 1..80),
+            ranks in prop::collection::vec(0u32..1_000, 12),
+        ) {
+            let frag = FragModel::from_pods(&pods, 95);
+            let rank: Vec<u32> = ranks[..nodes.len()].iter().enumerate().map(|(i, r)| r * 16 + i as u32).collect();
+            let mut cluster = Cluster::new(nodes, rank).unwrap();
+            let mut indexed = FgdCpuSink::new(frag.clone());
+            let mut fgd = Fgd::new(frag);
+            for pod in &pods {
+                let expect = if pod.num_gpu() == 0 {
+                    let mut best = None;
+                    for (i, n) in cluster.nodes().iter().enumerate() {
+                        if n.feasible(pod) {
+                            offer(&mut best, -(n.idle_gpu_milli() as i64), cluster.rank(i), at(i, 0));
+                        }
+                    }
+                    best.map(|b| b.at)
+                } else {
+                    fgd.choose(&cluster, pod)
+                };
+                let got = cluster.place(&mut indexed, pod).unwrap();
+                prop_assert_eq!(got, expect);
+            }
+        }
+    }
+
+    #[test]
+    fn fgd_prefers_the_gpu_that_keeps_whole_gpus_whole() {
+        // Typical pods: half-GPU pods and whole-GPU pods.
+        let half = Pod::new(1_000, 1, 1, 500, ModelSet::ANY).unwrap();
+        let whole = Pod::new(1_000, 1, 1, 1_000, ModelSet::ANY).unwrap();
+        let frag = FragModel::from_pods(&[half, half, whole, whole], 100);
+        let mut a = Node::new(32_000, 1_000, ModelId(0), 2, 2).unwrap();
+        a.allocate(&half, 0b10).unwrap();
+        let b = Node::new(32_000, 1_000, ModelId(0), 2, 2).unwrap();
+        // Node 1 ranks first, but node 0's half-used GPU is the place for another half.
+        let mut cluster = Cluster::new(vec![a, b], vec![5, 1]).unwrap();
+        let mut fgd = Fgd::new(frag);
+        assert_eq!(
+            cluster.place(&mut fgd, &half),
+            Ok(Some(Placement {
+                node: 0,
+                gpus: 0b10
+            }))
+        );
+        // A CPU-only pod scores the same everywhere for FGD: the rank decides.
+        let cpu = Pod::new(1_000, 1, 0, 0, ModelSet::ANY).unwrap();
+        assert_eq!(
+            cluster.place(&mut fgd, &cpu),
+            Ok(Some(Placement { node: 1, gpus: 0 }))
+        );
+        // BestFit goes to the fuller node.
+        let mut bf = BestFit::new(32_000, 2_000);
+        assert_eq!(
+            cluster.place(&mut bf, &whole),
+            Ok(Some(Placement {
+                node: 0,
+                gpus: 0b01
+            }))
+        );
+    }
+
+    #[test]
+    fn cpu_only_pods_sink_into_nodes_without_idle_gpus() {
+        let whole = Pod::new(1_000, 1, 1, 1_000, ModelSet::ANY).unwrap();
+        let cpu = Pod::new(4_000, 1, 0, 0, ModelSet::ANY).unwrap();
+        let frag = FragModel::from_pods(&[whole, cpu], 100);
+        let mut full = Node::new(32_000, 1_000, ModelId(0), 1, 1).unwrap();
+        full.allocate(&whole, 0b1).unwrap();
+        let idle = Node::new(32_000, 1_000, ModelId(0), 1, 1).unwrap();
+        let mut cluster = Cluster::new(vec![idle, full], vec![0, 1]).unwrap();
+        let mut ours = FgdCpuSink::new(frag);
+        assert_eq!(
+            cluster.place(&mut ours, &cpu),
+            Ok(Some(Placement { node: 1, gpus: 0 }))
+        );
+        assert_eq!(
+            cluster.place(&mut ours, &whole),
+            Ok(Some(Placement { node: 0, gpus: 0b1 }))
+        );
+        assert_eq!(cluster.place(&mut ours, &whole), Ok(None));
+    }
+}
