@@ -4,8 +4,8 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Tools built once and reused across clones (the SBF linker, the patched std, the validator).
 TOOLS_DIR="${GPU_MARKET_TOOLS:-$HOME/.cache/gpu-market}"
-mkdir -p "$TOOLS_DIR"
-export PATH="$HOME/.cargo/bin:$PATH"
+mkdir -p "$TOOLS_DIR/bin"
+export PATH="$TOOLS_DIR/bin:${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
 log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }

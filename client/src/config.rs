@@ -3,16 +3,17 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::ValueEnum;
 use solana_commitment_config::CommitmentConfig;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
 use solana_rpc_client::rpc_client::RpcClient;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 
-use crate::output::{print_record, OutputFormat};
+use crate::output::{print_record, rpc_error, OutputFormat};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Commitment {
@@ -70,20 +71,59 @@ impl Config {
         read_keypair(&self.keypair_path)
     }
 
+    /// An account's data; a missing account and an unreachable cluster are told apart.
+    pub fn account_data(&self, address: &Pubkey, what: &str) -> Result<Vec<u8>> {
+        let rpc = self.rpc();
+        match rpc.get_account_with_commitment(address, self.commitment) {
+            Ok(response) => match response.value {
+                Some(account) => Ok(account.data),
+                None => bail!("{what} {address} does not exist on {}", self.url),
+            },
+            Err(e) => {
+                // The client folds transport errors into its message: ask once more, plainly.
+                if let Err(e) = rpc.get_version() {
+                    bail!(
+                        "cannot reach the cluster at {}: {}",
+                        self.url,
+                        rpc_error(&e)
+                    );
+                }
+                bail!("cannot read {what} {address}: {}", rpc_error(&e))
+            }
+        }
+    }
+
+    /// Lamports that keep an account of `len` bytes rent-exempt.
+    pub fn rent_exempt_minimum(&self, len: usize) -> Result<u64> {
+        self.rpc()
+            .get_minimum_balance_for_rent_exemption(len)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot reach the cluster at {}: {}",
+                    self.url,
+                    rpc_error(&e)
+                )
+            })
+    }
+
     /// Signs `ixs` with the configured keypair (fee payer) and `extra`, sends, and waits for the
     /// configured commitment. Returns the signature.
     pub fn send(&self, payer: &Keypair, ixs: &[Instruction], extra: &[&Keypair]) -> Result<String> {
         let rpc = self.rpc();
         let mut signers = vec![payer];
         signers.extend_from_slice(extra);
-        let blockhash = rpc
-            .get_latest_blockhash()
-            .with_context(|| format!("cannot reach the cluster at {}", self.url))?;
+        let blockhash = rpc.get_latest_blockhash().map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach the cluster at {}: {}",
+                self.url,
+                rpc_error(&e)
+            )
+        })?;
         let tx =
             Transaction::new_signed_with_payer(ixs, Some(&payer.pubkey()), &signers, blockhash);
         let sig = rpc
             .send_and_confirm_transaction(&tx)
-            .map_err(|e| anyhow::anyhow!("transaction failed: {}", crate::output::rpc_error(&e)))?;
+            .map_err(|e| anyhow::anyhow!("transaction failed: {}", rpc_error(&e)))?;
         Ok(sig.to_string())
     }
 }
@@ -138,7 +178,7 @@ pub fn airdrop(config: &Config, sol: &str) -> Result<()> {
     let rpc = config.rpc();
     let sig = rpc
         .request_airdrop(&me, lamports)
-        .map_err(|e| anyhow::anyhow!("airdrop refused: {}", crate::output::rpc_error(&e)))?;
+        .map_err(|e| anyhow::anyhow!("airdrop refused: {}", rpc_error(&e)))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !rpc.confirm_transaction(&sig)? {
         if Instant::now() > deadline {

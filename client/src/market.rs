@@ -1,7 +1,7 @@
 //! `gpu-market market init|show`.
 
 use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
@@ -86,10 +86,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             Ok(())
         }
         MarketCommand::Show { market } => {
-            let data = config
-                .rpc()
-                .get_account_data(&market)
-                .with_context(|| format!("market {market} not found on {}", config.url))?;
+            let data = config.account_data(&market, "market")?;
             let m = Market::try_deserialize(&mut data.as_slice())
                 .map_err(|_| anyhow::anyhow!("{market} is not a market account"))?;
             print_record(

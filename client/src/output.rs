@@ -54,5 +54,10 @@ pub fn rpc_error(e: &ClientError) -> String {
         }
         return message.clone();
     }
-    e.to_string()
+    match e.kind() {
+        ErrorKind::Reqwest(_) | ErrorKind::Io(_) => {
+            "no answer (is a validator running there?)".to_string()
+        }
+        kind => kind.to_string(),
+    }
 }

@@ -1,7 +1,7 @@
 //! `gpu-market token …`: the few SPL token operations a local cluster needs, so that a
 //! newcomer does not need the separate `spl-token` CLI to try the market.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Subcommand;
 use solana_keypair::Keypair;
 use solana_program_pack::Pack;
@@ -41,10 +41,7 @@ pub fn run(config: &Config, command: TokenCommand) -> Result<()> {
         TokenCommand::CreateMint { decimals } => {
             let payer = config.signer()?;
             let mint = Keypair::new();
-            let rent = config
-                .rpc()
-                .get_minimum_balance_for_rent_exemption(Mint::LEN)
-                .with_context(|| format!("cannot reach the cluster at {}", config.url))?;
+            let rent = config.rent_exempt_minimum(Mint::LEN)?;
             let ixs = [
                 solana_system_interface::instruction::create_account(
                     &payer.pubkey(),
@@ -74,10 +71,7 @@ pub fn run(config: &Config, command: TokenCommand) -> Result<()> {
             let payer = config.signer()?;
             let owner = owner.unwrap_or(payer.pubkey());
             let account = Keypair::new();
-            let rent = config
-                .rpc()
-                .get_minimum_balance_for_rent_exemption(TokenAccount::LEN)
-                .with_context(|| format!("cannot reach the cluster at {}", config.url))?;
+            let rent = config.rent_exempt_minimum(TokenAccount::LEN)?;
             let ixs = [
                 solana_system_interface::instruction::create_account(
                     &payer.pubkey(),
@@ -119,10 +113,7 @@ pub fn run(config: &Config, command: TokenCommand) -> Result<()> {
             print_record(config.output, &[("signature", signature)]);
         }
         TokenCommand::Balance { account } => {
-            let data = config
-                .rpc()
-                .get_account_data(&account)
-                .with_context(|| format!("token account {account} not found on {}", config.url))?;
+            let data = config.account_data(&account, "token account")?;
             let acc = TokenAccount::unpack(&data)
                 .map_err(|_| anyhow::anyhow!("{account} is not a token account"))?;
             print_record(

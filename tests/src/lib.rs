@@ -142,7 +142,7 @@ impl LocalValidator {
         let faucet_port = free_port_pair()?;
         let gossip_port = free_port_pair()?;
         let log = std::fs::File::create(ledger.path().join("validator.log"))?;
-        let child = Command::new("solana-test-validator")
+        let child = Command::new(validator_binary())
             .arg("--ledger")
             .arg(ledger.path().join("ledger"))
             .args(["--reset", "--quiet", "--bind-address", "127.0.0.1"])
@@ -180,6 +180,21 @@ impl Drop for LocalValidator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `$SOLANA_TEST_VALIDATOR`, else the one `scripts/install-validator.sh` built into
+/// `$GPU_MARKET_TOOLS/bin` (default `~/.cache/gpu-market/bin`), else the one on `PATH`.
+fn validator_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SOLANA_TEST_VALIDATOR") {
+        return PathBuf::from(p);
+    }
+    let tools = std::env::var_os("GPU_MARKET_TOOLS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/gpu-market")));
+    tools
+        .map(|t| t.join("bin/solana-test-validator"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("solana-test-validator"))
 }
 
 /// A port `p` such that `p` and `p + 1` are free on loopback for TCP and UDP.
