@@ -19,9 +19,9 @@ pub struct Trace {
     pub arrival_cum_gpu_milli: Vec<u64>,
 }
 
-type Rows = Vec<HashMap<String, String>>;
+pub type Rows = Vec<HashMap<String, String>>;
 
-fn read_csv(path: &Path) -> Result<Rows, String> {
+pub fn read_csv(path: &Path) -> Result<Rows, String> {
     let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().ok_or("empty csv")?.split(',').collect();
@@ -42,7 +42,7 @@ fn read_csv(path: &Path) -> Result<Rows, String> {
     Ok(rows)
 }
 
-fn num<T: std::str::FromStr>(row: &HashMap<String, String>, key: &str) -> Result<T, String> {
+pub fn num<T: std::str::FromStr>(row: &HashMap<String, String>, key: &str) -> Result<T, String> {
     let v = row
         .get(key)
         .ok_or_else(|| format!("missing column {key}"))?;

@@ -6,11 +6,13 @@
 //! 1 000 milli and no node past its CPU or memory.
 
 mod cluster;
+mod explain;
 mod frag;
 mod policy;
 mod types;
 
 pub use cluster::{Cluster, ClusterError};
+pub use explain::{explain, refusal, Explanation, Refusal};
 pub use frag::{sigmoid_score, FragModel, TypicalPod};
 pub use policy::{BestFit, Fgd, FgdCpuSink, Policy, Random};
 pub use types::{
