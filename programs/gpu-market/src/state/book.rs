@@ -1,0 +1,1055 @@
+//! The bid book: an ordered, size-pinned set of bid keys stored zero-copy in one account.
+//!
+//! Like OpenBook v2's order book it is a crit-bit tree in fixed node arrays, so the account never
+//! grows and no operation allocates. Unlike OpenBook, inner nodes carry only their crit bit and two
+//! children (the djb layout): leaves and inner nodes live in separate arrays, which keeps a
+//! 4,096-entry book at 272 KiB instead of twice the leaf size per entry.
+//!
+//! Entries are ranked by [`BookKey`]: higher `score` first, then lower `seq` (earlier placement).
+//! The tree is keyed on the 128 bits `!score ‖ seq`, so ascending bit order is rank order and an
+//! in-order walk yields the best bid first.
+//!
+//! Every operation walks one root-to-leaf path. Crit bits strictly grow down a path, so a path has
+//! at most 128 inner nodes whatever the keys are; with real keys it is about log2(len) deep. No
+//! recursion, no heap, no floats, no 128-bit arithmetic: the code stays inside the SBF limits.
+
+use anchor_lang::__private::bytemuck::{Pod, Zeroable};
+use anchor_lang::prelude::*;
+use core::cmp::Ordering;
+use core::mem::size_of;
+
+/// Most entries one book holds. Inner nodes need one fewer, the array keeps the same length.
+pub const BOOK_CAPACITY: usize = 4096;
+/// `BidBook::kind` of a market's queue book (bids waiting for any machine).
+pub const BOOK_KIND_QUEUE: u8 = 1;
+/// `BidBook::kind` of one machine's spot book.
+pub const BOOK_KIND_SPOT: u8 = 2;
+/// The empty handle: no root, no next free node.
+pub const BOOK_NIL: u32 = u32::MAX;
+/// Set in a handle that names a leaf; clear in one that names an inner node.
+const LEAF_BIT: u32 = 1 << 31;
+/// Bits in a key, and so the deepest a path can be (crit bits strictly grow down it).
+const KEY_BITS: usize = 128;
+
+/// Bytes of `BidBook`, pinned below.
+pub const BID_BOOK_SIZE: usize = 278_656;
+/// Bytes of the account: the 8-byte discriminator and the book. Pass it to `create_account`.
+pub const BID_BOOK_SPACE: usize = 8 + BID_BOOK_SIZE;
+
+/// Why a book operation failed. The program maps it to its own error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BookError {
+    /// The book already holds `BOOK_CAPACITY` entries.
+    Full,
+    /// An entry with the same key is already in the book.
+    Duplicate,
+    /// No entry has the key.
+    NotFound,
+}
+
+/// The rank of a bid. Its `Ord` is book order: `a < b` means `a` is served before `b`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BookKey {
+    /// Higher first. 0..=10000 from the score formula plus aging; any `u64` works.
+    pub score: u64,
+    /// Placement order, lower first among equal scores. Unique per book makes keys unique.
+    pub seq: u64,
+}
+
+impl BookKey {
+    pub const fn new(score: u64, seq: u64) -> Self {
+        Self { score, seq }
+    }
+
+    /// Bit `i` (0 = most significant) of the tree key `!score ‖ seq`, as a child index.
+    #[inline(always)]
+    fn bit(&self, i: u32) -> usize {
+        if i < 64 {
+            ((!self.score >> (63 - i)) & 1) as usize
+        } else {
+            ((self.seq >> (127 - i)) & 1) as usize
+        }
+    }
+
+    /// The first bit where the two tree keys differ, or `None` when the keys are equal.
+    /// (`!a ^ !b == a ^ b`, so the score half needs no negation.)
+    #[inline(always)]
+    fn crit_bit(&self, other: &BookKey) -> Option<u32> {
+        let hi = self.score ^ other.score;
+        if hi != 0 {
+            return Some(leading_zeros(hi));
+        }
+        let lo = self.seq ^ other.seq;
+        if lo != 0 {
+            return Some(64 + leading_zeros(lo));
+        }
+        None
+    }
+}
+
+impl Ord for BookKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.score.cmp(&self.score).then(self.seq.cmp(&other.seq))
+    }
+}
+
+impl PartialOrd for BookKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// `x.leading_zeros()` for `x != 0`, written as a binary search so the SBF build does not depend
+/// on how LLVM lowers `ctlz` (the BPF target has no instruction for it).
+#[inline(always)]
+fn leading_zeros(mut x: u64) -> u32 {
+    let mut n = 0;
+    if x >> 32 == 0 {
+        n += 32;
+        x <<= 32;
+    }
+    if x >> 48 == 0 {
+        n += 16;
+        x <<= 16;
+    }
+    if x >> 56 == 0 {
+        n += 8;
+        x <<= 8;
+    }
+    if x >> 60 == 0 {
+        n += 4;
+        x <<= 4;
+    }
+    if x >> 62 == 0 {
+        n += 2;
+        x <<= 2;
+    }
+    if x >> 63 == 0 {
+        n += 1;
+    }
+    n
+}
+
+/// One entry: a bid account and its rank.
+#[zero_copy(unsafe)]
+#[repr(C)]
+#[derive(Debug, PartialEq, Eq)]
+pub struct BookLeaf {
+    /// The bid account this entry stands for.
+    pub bid: Pubkey,
+    pub score: u64,
+    pub seq: u64,
+    /// Free for the program (e.g. GPUs requested) so a scan need not load the bid account.
+    pub payload: u32,
+    /// The next free leaf while this one is free; 0 while it is in the tree.
+    pub next_free: u32,
+}
+
+impl BookLeaf {
+    pub fn key(&self) -> BookKey {
+        BookKey::new(self.score, self.seq)
+    }
+}
+
+/// A branch: leaves under `children[0]` have bit `crit_bit` clear, under `children[1]` set, and all
+/// agree on the bits above it.
+#[zero_copy(unsafe)]
+#[repr(C)]
+#[derive(Debug, PartialEq, Eq)]
+pub struct BookInner {
+    /// Handles: leaf index | `LEAF_BIT`, or inner index. `children[0]` links the free list.
+    pub children: [u32; 2],
+    /// 0..128, counted from the most significant bit of `!score ‖ seq`.
+    pub crit_bit: u32,
+}
+
+// SAFETY: both are `repr(C)`, made only of integers and `Pubkey` (itself Pod), and have no padding
+// (sizes pinned below equal the sums of their fields), so every bit pattern is a valid value.
+unsafe impl Zeroable for BookLeaf {}
+unsafe impl Pod for BookLeaf {}
+unsafe impl Zeroable for BookInner {}
+unsafe impl Pod for BookInner {}
+
+const _: () = assert!(size_of::<BookLeaf>() == 32 + 8 + 8 + 4 + 4);
+const _: () = assert!(size_of::<BookInner>() == 4 + 4 + 4);
+
+/// A bid book account: the queue book of a market or the spot book of one machine.
+///
+/// Too big for a CPI `create_account` (10 KiB limit), so it is not a PDA: the client creates it
+/// with `BID_BOOK_SPACE` bytes owned by the program, and the program initialises it through an
+/// `AccountLoader` with the `zero` constraint and [`BidBook::init`]. Its identity is therefore in
+/// its header (`market`, `kind`, `machine`), which the program must check on every use.
+///
+/// `zero_copy(unsafe)` only because the safe form derives `::bytemuck::Pod`, which needs
+/// `bytemuck` as a direct dependency; `repr(C)` is explicit and the layout is pinned.
+#[account(zero_copy(unsafe))]
+#[repr(C)]
+pub struct BidBook {
+    pub market: Pubkey,
+    /// The machine of a spot book; default for a queue book.
+    pub machine: Pubkey,
+    /// `BOOK_KIND_QUEUE` or `BOOK_KIND_SPOT`; 0 until initialised.
+    pub kind: u8,
+    pub _pad0: [u8; 3],
+    /// Entries in the tree.
+    pub len: u32,
+    /// Handle of the root, `BOOK_NIL` when empty.
+    pub root: u32,
+    /// Leaves ever handed out; slots from here on were never used.
+    pub leaf_bump: u32,
+    pub leaf_free_head: u32,
+    pub leaf_free_len: u32,
+    pub inner_bump: u32,
+    pub inner_free_head: u32,
+    pub inner_free_len: u32,
+    pub _reserved: [u8; 28],
+    pub leaves: [BookLeaf; BOOK_CAPACITY],
+    pub inners: [BookInner; BOOK_CAPACITY],
+}
+
+const _: () = assert!(
+    size_of::<BidBook>()
+        == 32
+            + 32
+            + 1
+            + 3
+            + 4 * 8
+            + 28
+            + BOOK_CAPACITY * (size_of::<BookLeaf>() + size_of::<BookInner>())
+);
+const _: () = assert!(size_of::<BidBook>() == BID_BOOK_SIZE);
+const _: () = assert!(core::mem::offset_of!(BidBook, leaves) == 128);
+const _: () = assert!(BOOK_CAPACITY < LEAF_BIT as usize);
+
+#[inline(always)]
+fn is_leaf(h: u32) -> bool {
+    h & LEAF_BIT != 0
+}
+
+#[inline(always)]
+fn index(h: u32) -> usize {
+    (h & !LEAF_BIT) as usize
+}
+
+impl BidBook {
+    /// Sets up a freshly created (all-zero) account as an empty book. O(1).
+    pub fn init(&mut self, market: Pubkey, kind: u8, machine: Pubkey) {
+        self.market = market;
+        self.machine = machine;
+        self.kind = kind;
+        self.len = 0;
+        self.root = BOOK_NIL;
+        self.leaf_bump = 0;
+        self.leaf_free_head = BOOK_NIL;
+        self.leaf_free_len = 0;
+        self.inner_bump = 0;
+        self.inner_free_head = BOOK_NIL;
+        self.inner_free_len = 0;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.len as usize >= BOOK_CAPACITY
+    }
+
+    /// Adds an entry. Touches one root-to-leaf path, twice.
+    pub fn insert(
+        &mut self,
+        key: BookKey,
+        bid: Pubkey,
+        payload: u32,
+    ) -> core::result::Result<(), BookError> {
+        if self.is_full() {
+            return Err(BookError::Full);
+        }
+        if self.root == BOOK_NIL {
+            let leaf = self.alloc_leaf(key, bid, payload);
+            self.root = leaf;
+            self.len = 1;
+            return Ok(());
+        }
+        // The leaf the new key would meet: it shares the longest prefix with the key of all leaves.
+        let near = self.leaves[index(self.descend(key))].key();
+        let crit = key.crit_bit(&near).ok_or(BookError::Duplicate)?;
+        // Walk again to the first node that branches below `crit`: the new inner node goes there.
+        let mut parent = BOOK_NIL;
+        let mut dir = 0;
+        let mut h = self.root;
+        while !is_leaf(h) {
+            let node = &self.inners[h as usize];
+            if node.crit_bit > crit {
+                break;
+            }
+            parent = h;
+            dir = key.bit(node.crit_bit);
+            h = node.children[dir];
+        }
+        let leaf = self.alloc_leaf(key, bid, payload);
+        let mut children = [h, h];
+        children[key.bit(crit)] = leaf;
+        let inner = self.alloc_inner(children, crit);
+        if parent == BOOK_NIL {
+            self.root = inner;
+        } else {
+            self.inners[parent as usize].children[dir] = inner;
+        }
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Removes the entry with `key` (a filled or cancelled bid) and returns it.
+    pub fn remove(&mut self, key: BookKey) -> core::result::Result<BookLeaf, BookError> {
+        if self.root == BOOK_NIL {
+            return Err(BookError::NotFound);
+        }
+        let (mut grand, mut grand_dir) = (BOOK_NIL, 0);
+        let (mut parent, mut dir) = (BOOK_NIL, 0);
+        let mut h = self.root;
+        while !is_leaf(h) {
+            let node = &self.inners[h as usize];
+            (grand, grand_dir) = (parent, dir);
+            parent = h;
+            dir = key.bit(node.crit_bit);
+            h = node.children[dir];
+        }
+        let removed = self.leaves[index(h)];
+        if removed.key() != key {
+            return Err(BookError::NotFound);
+        }
+        if parent == BOOK_NIL {
+            self.root = BOOK_NIL;
+        } else {
+            // The parent goes too: its other child takes its place.
+            let sibling = self.inners[parent as usize].children[1 - dir];
+            if grand == BOOK_NIL {
+                self.root = sibling;
+            } else {
+                self.inners[grand as usize].children[grand_dir] = sibling;
+            }
+            self.free_inner(parent);
+        }
+        self.free_leaf(h);
+        self.len -= 1;
+        Ok(removed)
+    }
+
+    /// Removes and returns the best entry.
+    pub fn pop_best(&mut self) -> Option<BookLeaf> {
+        let key = self.best()?.key();
+        self.remove(key).ok()
+    }
+
+    /// The entry served first: highest score, then earliest placement.
+    pub fn best(&self) -> Option<&BookLeaf> {
+        self.edge(0)
+    }
+
+    /// The entry served last.
+    pub fn worst(&self) -> Option<&BookLeaf> {
+        self.edge(1)
+    }
+
+    pub fn get(&self, key: BookKey) -> Option<&BookLeaf> {
+        if self.root == BOOK_NIL {
+            return None;
+        }
+        let leaf = &self.leaves[index(self.descend(key))];
+        (leaf.key() == key).then_some(leaf)
+    }
+
+    pub fn contains(&self, key: BookKey) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Changes the payload of an entry in place (its rank is unchanged).
+    pub fn set_payload(
+        &mut self,
+        key: BookKey,
+        payload: u32,
+    ) -> core::result::Result<(), BookError> {
+        if self.root == BOOK_NIL {
+            return Err(BookError::NotFound);
+        }
+        let i = index(self.descend(key));
+        let leaf = &mut self.leaves[i];
+        if leaf.key() != key {
+            return Err(BookError::NotFound);
+        }
+        leaf.payload = payload;
+        Ok(())
+    }
+
+    /// The entries, best first, without allocating. Amortised O(1) nodes per step.
+    pub fn iter(&self) -> BookIter<'_> {
+        let mut stack = [BOOK_NIL; KEY_BITS];
+        let mut top = 0;
+        if self.root != BOOK_NIL {
+            stack[0] = self.root;
+            top = 1;
+        }
+        BookIter {
+            book: self,
+            stack,
+            top,
+            remaining: self.len as usize,
+        }
+    }
+
+    /// Handle of the leaf reached by following `key`'s bits from the (non-empty) root.
+    #[inline(always)]
+    fn descend(&self, key: BookKey) -> u32 {
+        let mut h = self.root;
+        while !is_leaf(h) {
+            let node = &self.inners[h as usize];
+            h = node.children[key.bit(node.crit_bit)];
+        }
+        h
+    }
+
+    fn edge(&self, dir: usize) -> Option<&BookLeaf> {
+        if self.root == BOOK_NIL {
+            return None;
+        }
+        let mut h = self.root;
+        while !is_leaf(h) {
+            h = self.inners[h as usize].children[dir];
+        }
+        Some(&self.leaves[index(h)])
+    }
+
+    /// Takes a free leaf (the caller checked `len < BOOK_CAPACITY`) and returns its handle.
+    fn alloc_leaf(&mut self, key: BookKey, bid: Pubkey, payload: u32) -> u32 {
+        let i = if self.leaf_free_head != BOOK_NIL {
+            let i = self.leaf_free_head;
+            self.leaf_free_head = self.leaves[i as usize].next_free;
+            self.leaf_free_len -= 1;
+            i
+        } else {
+            let i = self.leaf_bump;
+            self.leaf_bump += 1;
+            i
+        };
+        self.leaves[i as usize] = BookLeaf {
+            bid,
+            score: key.score,
+            seq: key.seq,
+            payload,
+            next_free: 0,
+        };
+        i | LEAF_BIT
+    }
+
+    fn alloc_inner(&mut self, children: [u32; 2], crit_bit: u32) -> u32 {
+        let i = if self.inner_free_head != BOOK_NIL {
+            let i = self.inner_free_head;
+            self.inner_free_head = self.inners[i as usize].children[0];
+            self.inner_free_len -= 1;
+            i
+        } else {
+            let i = self.inner_bump;
+            self.inner_bump += 1;
+            i
+        };
+        self.inners[i as usize] = BookInner { children, crit_bit };
+        i
+    }
+
+    fn free_leaf(&mut self, h: u32) {
+        let i = index(h);
+        self.leaves[i] = BookLeaf::zeroed();
+        self.leaves[i].next_free = self.leaf_free_head;
+        self.leaf_free_head = i as u32;
+        self.leaf_free_len += 1;
+    }
+
+    fn free_inner(&mut self, i: u32) {
+        self.inners[i as usize] = BookInner {
+            children: [self.inner_free_head, BOOK_NIL],
+            crit_bit: 0,
+        };
+        self.inner_free_head = i;
+        self.inner_free_len += 1;
+    }
+}
+
+/// In-order walk of a book, best first. Holds at most one pending subtree per inner node on the
+/// current path, so 128 slots (512 bytes of stack) always suffice.
+pub struct BookIter<'a> {
+    book: &'a BidBook,
+    stack: [u32; KEY_BITS],
+    top: usize,
+    remaining: usize,
+}
+
+impl<'a> Iterator for BookIter<'a> {
+    type Item = &'a BookLeaf;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.top == 0 {
+            return None;
+        }
+        self.top -= 1;
+        let mut h = self.stack[self.top];
+        while !is_leaf(h) {
+            let node = &self.book.inners[h as usize];
+            self.stack[self.top] = node.children[1];
+            self.top += 1;
+            h = node.children[0];
+        }
+        self.remaining -= 1;
+        Some(&self.book.leaves[index(h)])
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for BookIter<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cmp::Reverse;
+    use std::collections::btree_map::Entry;
+    use std::collections::{BTreeMap, HashSet};
+
+    /// xorshift64*: deterministic and dependency-free.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// A zeroed book on the heap (it is 272 KiB, too big for a test thread's stack to copy around).
+    fn new_book() -> Box<BidBook> {
+        let layout = std::alloc::Layout::new::<BidBook>();
+        // SAFETY: `BidBook` is `Zeroable`, so all-zero memory of its layout is a valid value, and
+        // the pointer comes from the global allocator with that layout, as `Box` requires.
+        let mut book = unsafe {
+            let p = std::alloc::alloc_zeroed(layout).cast::<BidBook>();
+            assert!(!p.is_null());
+            Box::from_raw(p)
+        };
+        book.init(Pubkey::new_unique(), BOOK_KIND_QUEUE, Pubkey::default());
+        book
+    }
+
+    fn bid_of(key: BookKey) -> Pubkey {
+        let mut b = [0u8; 32];
+        b[..8].copy_from_slice(&key.score.to_le_bytes());
+        b[8..16].copy_from_slice(&key.seq.to_le_bytes());
+        Pubkey::new_from_array(b)
+    }
+
+    fn keys(book: &BidBook) -> Vec<BookKey> {
+        book.iter().map(BookLeaf::key).collect()
+    }
+
+    /// Walks the whole tree and both free lists; panics on any broken invariant. Returns the
+    /// deepest path (inner nodes from root to a leaf).
+    fn check(book: &BidBook) -> usize {
+        let mut leaves_seen = HashSet::new();
+        let mut inners_seen = HashSet::new();
+        let mut max_depth = 0;
+        if book.root != BOOK_NIL {
+            // (handle, depth, crit bit of the parent)
+            let mut stack = vec![(book.root, 0usize, None::<u32>)];
+            while let Some((h, depth, parent_crit)) = stack.pop() {
+                if is_leaf(h) {
+                    let i = index(h);
+                    assert!(i < book.leaf_bump as usize);
+                    assert!(leaves_seen.insert(i), "leaf {i} reached twice");
+                    let leaf = &book.leaves[i];
+                    assert_eq!(leaf.next_free, 0);
+                    max_depth = max_depth.max(depth);
+                } else {
+                    let i = h as usize;
+                    assert!(i < book.inner_bump as usize);
+                    assert!(inners_seen.insert(i), "inner {i} reached twice");
+                    let node = &book.inners[i];
+                    assert!(node.crit_bit < 128);
+                    if let Some(parent_crit) = parent_crit {
+                        assert!(
+                            node.crit_bit > parent_crit,
+                            "crit bits must grow down a path"
+                        );
+                    }
+                    // All leaves below agree above the crit bit and split on it: the subtree's
+                    // first and last keys differ first there.
+                    let first = edge_from(book, node.children[0], 0).key();
+                    let last = edge_from(book, node.children[1], 1).key();
+                    assert_eq!(first.crit_bit(&last), Some(node.crit_bit));
+                    assert_eq!((first.bit(node.crit_bit), last.bit(node.crit_bit)), (0, 1));
+                    for child in node.children {
+                        stack.push((child, depth + 1, Some(node.crit_bit)));
+                    }
+                }
+            }
+            // Each leaf is found by following its own bits.
+            for &i in &leaves_seen {
+                let key = book.leaves[i].key();
+                assert_eq!(index(book.descend(key)), i);
+            }
+        }
+        assert_eq!(leaves_seen.len(), book.len as usize);
+        assert_eq!(inners_seen.len(), (book.len as usize).saturating_sub(1));
+        // Free lists: exactly the used-once slots that are not in the tree.
+        let mut free = HashSet::new();
+        let mut h = book.leaf_free_head;
+        while h != BOOK_NIL {
+            assert!(!leaves_seen.contains(&(h as usize)));
+            assert!(free.insert(h as usize), "leaf free list loops");
+            h = book.leaves[h as usize].next_free;
+        }
+        assert_eq!(free.len(), book.leaf_free_len as usize);
+        assert_eq!(free.len() + leaves_seen.len(), book.leaf_bump as usize);
+        let mut free = HashSet::new();
+        let mut h = book.inner_free_head;
+        while h != BOOK_NIL {
+            assert!(!inners_seen.contains(&(h as usize)));
+            assert!(free.insert(h as usize), "inner free list loops");
+            h = book.inners[h as usize].children[0];
+        }
+        assert_eq!(free.len(), book.inner_free_len as usize);
+        assert_eq!(free.len() + inners_seen.len(), book.inner_bump as usize);
+        // Order: strictly ascending in book order, and the iterator's count is exact.
+        let ks = keys(book);
+        assert_eq!(ks.len(), book.len());
+        assert!(ks.windows(2).all(|w| w[0] < w[1]));
+        max_depth
+    }
+
+    fn edge_from(book: &BidBook, mut h: u32, dir: usize) -> &BookLeaf {
+        while !is_leaf(h) {
+            h = book.inners[h as usize].children[dir];
+        }
+        &book.leaves[index(h)]
+    }
+
+    fn insert(book: &mut BidBook, key: BookKey) -> core::result::Result<(), BookError> {
+        book.insert(key, bid_of(key), key.seq as u32)
+    }
+
+    #[test]
+    fn layout_is_pinned() {
+        assert_eq!(size_of::<BidBook>(), BID_BOOK_SIZE);
+        assert_eq!(BID_BOOK_SPACE, 278_664);
+        assert_eq!(core::mem::align_of::<BidBook>(), 8);
+        assert_eq!(core::mem::offset_of!(BidBook, kind), 64);
+        assert_eq!(core::mem::offset_of!(BidBook, len), 68);
+        assert_eq!(
+            core::mem::offset_of!(BidBook, inners),
+            128 + 56 * BOOK_CAPACITY
+        );
+        assert_eq!(BidBook::DISCRIMINATOR.len(), 8);
+    }
+
+    #[test]
+    fn leading_zeros_matches_std() {
+        let mut rng = Rng(7);
+        for s in 0..64 {
+            let x = 1u64 << s;
+            assert_eq!(leading_zeros(x), x.leading_zeros());
+            assert_eq!(leading_zeros(x | (x - 1)), x.leading_zeros());
+        }
+        for _ in 0..10_000 {
+            let x = rng.next() >> rng.below(64);
+            if x != 0 {
+                assert_eq!(leading_zeros(x), x.leading_zeros());
+            }
+        }
+    }
+
+    #[test]
+    fn key_order_is_rank_order() {
+        assert!(BookKey::new(10, 5) < BookKey::new(9, 0));
+        assert!(BookKey::new(10, 5) < BookKey::new(10, 6));
+        assert!(BookKey::new(u64::MAX, u64::MAX) < BookKey::new(0, 0));
+        // The bit encoding agrees with `Ord`: the first differing bit decides.
+        let mut rng = Rng(11);
+        for _ in 0..10_000 {
+            let a = BookKey::new(rng.below(4), rng.below(4));
+            let b = BookKey::new(rng.below(4), rng.below(4));
+            match a.crit_bit(&b) {
+                None => assert_eq!(a, b),
+                Some(c) => assert_eq!(a < b, a.bit(c) == 0),
+            }
+        }
+    }
+
+    #[test]
+    fn empty_book() {
+        let mut book = new_book();
+        assert!(book.is_empty());
+        assert_eq!(book.best(), None);
+        assert_eq!(book.worst(), None);
+        assert_eq!(book.iter().next(), None);
+        assert_eq!(book.get(BookKey::new(1, 1)), None);
+        assert_eq!(book.remove(BookKey::new(1, 1)), Err(BookError::NotFound));
+        assert_eq!(
+            book.set_payload(BookKey::new(1, 1), 3),
+            Err(BookError::NotFound)
+        );
+        assert_eq!(book.pop_best(), None);
+        check(&book);
+    }
+
+    #[test]
+    fn iterates_best_first() {
+        let mut book = new_book();
+        let placed = [
+            (5000, 1),
+            (10_000, 2),
+            (5000, 3),
+            (0, 4),
+            (10_000, 5),
+            (7500, 6),
+            (5000, 0),
+        ];
+        for (score, seq) in placed {
+            insert(&mut book, BookKey::new(score, seq)).unwrap();
+        }
+        let expected: Vec<BookKey> = [
+            (10_000, 2),
+            (10_000, 5),
+            (7500, 6),
+            (5000, 0),
+            (5000, 1),
+            (5000, 3),
+            (0, 4),
+        ]
+        .into_iter()
+        .map(|(s, q)| BookKey::new(s, q))
+        .collect();
+        assert_eq!(keys(&book), expected);
+        assert_eq!(book.iter().len(), 7);
+        assert_eq!(book.best().unwrap().key(), BookKey::new(10_000, 2));
+        assert_eq!(book.worst().unwrap().key(), BookKey::new(0, 4));
+        let leaf = book.get(BookKey::new(7500, 6)).unwrap();
+        assert_eq!((leaf.bid, leaf.payload), (bid_of(BookKey::new(7500, 6)), 6));
+        check(&book);
+        let mut popped = Vec::new();
+        while let Some(leaf) = book.pop_best() {
+            popped.push(leaf.key());
+        }
+        assert_eq!(popped, expected);
+        check(&book);
+    }
+
+    #[test]
+    fn duplicate_is_rejected_and_changes_nothing() {
+        let mut book = new_book();
+        insert(&mut book, BookKey::new(100, 1)).unwrap();
+        assert_eq!(
+            insert(&mut book, BookKey::new(100, 1)),
+            Err(BookError::Duplicate)
+        );
+        insert(&mut book, BookKey::new(100, 2)).unwrap();
+        insert(&mut book, BookKey::new(50, 1)).unwrap();
+        let before = keys(&book);
+        for (s, q) in [(100, 1), (100, 2), (50, 1)] {
+            assert_eq!(
+                book.insert(BookKey::new(s, q), Pubkey::new_unique(), 9),
+                Err(BookError::Duplicate)
+            );
+        }
+        assert_eq!(keys(&book), before);
+        assert_eq!(book.get(BookKey::new(100, 2)).unwrap().payload, 2);
+        check(&book);
+    }
+
+    #[test]
+    fn missing_key_is_not_found_and_changes_nothing() {
+        let mut book = new_book();
+        for seq in 0..10 {
+            insert(&mut book, BookKey::new(seq % 3, seq)).unwrap();
+        }
+        let before = keys(&book);
+        // Same score or same seq as a present key, but not both.
+        for (s, q) in [
+            (0, 1),
+            (1, 0),
+            (2, 10),
+            (3, 3),
+            (u64::MAX, 0),
+            (0, u64::MAX),
+        ] {
+            assert_eq!(book.remove(BookKey::new(s, q)), Err(BookError::NotFound));
+            assert_eq!(book.get(BookKey::new(s, q)), None);
+            assert_eq!(
+                book.set_payload(BookKey::new(s, q), 1),
+                Err(BookError::NotFound)
+            );
+        }
+        assert_eq!(keys(&book), before);
+        let removed = book.remove(BookKey::new(1, 4)).unwrap();
+        assert_eq!(
+            (removed.bid, removed.payload),
+            (bid_of(BookKey::new(1, 4)), 4)
+        );
+        assert_eq!(book.remove(BookKey::new(1, 4)), Err(BookError::NotFound));
+        check(&book);
+    }
+
+    #[test]
+    fn set_payload_keeps_rank() {
+        let mut book = new_book();
+        for seq in 0..20 {
+            insert(&mut book, BookKey::new(seq % 4, seq)).unwrap();
+        }
+        let before = keys(&book);
+        book.set_payload(BookKey::new(2, 6), 77).unwrap();
+        assert_eq!(book.get(BookKey::new(2, 6)).unwrap().payload, 77);
+        assert_eq!(keys(&book), before);
+    }
+
+    #[test]
+    fn fills_to_capacity_then_full_and_empties_onto_free_lists() {
+        let mut book = new_book();
+        let mut rng = Rng(0x5eed);
+        let mut model = BTreeMap::new();
+        // Scores like the real ones: 0..=10000 plus some aging; seq is a placement counter.
+        for seq in 0..BOOK_CAPACITY as u64 {
+            let key = BookKey::new(rng.below(10_500), seq);
+            insert(&mut book, key).unwrap();
+            model.insert(key, ());
+        }
+        assert!(book.is_full());
+        assert_eq!(book.len(), BOOK_CAPACITY);
+        let depth = check(&book);
+        assert!(
+            depth <= 40,
+            "depth {depth} for {BOOK_CAPACITY} realistic keys"
+        );
+        assert_eq!(keys(&book), model.keys().copied().collect::<Vec<_>>());
+        assert_eq!(
+            insert(&mut book, BookKey::new(1, u64::MAX)),
+            Err(BookError::Full)
+        );
+        // Full wins over Duplicate: the cheaper check comes first.
+        let first = *model.keys().next().unwrap();
+        assert_eq!(insert(&mut book, first), Err(BookError::Full));
+        // One out, one in.
+        book.remove(first).unwrap();
+        insert(&mut book, BookKey::new(20_000, u64::MAX)).unwrap();
+        assert_eq!(book.best().unwrap().key(), BookKey::new(20_000, u64::MAX));
+        assert_eq!(insert(&mut book, first), Err(BookError::Full));
+        book.remove(BookKey::new(20_000, u64::MAX)).unwrap();
+        model.remove(&first);
+        // Remove the rest in random order.
+        let mut rest: Vec<BookKey> = model.keys().copied().collect();
+        for i in (1..rest.len()).rev() {
+            rest.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        for (n, key) in rest.iter().enumerate() {
+            assert_eq!(book.remove(*key).unwrap().key(), *key);
+            if n % 512 == 0 {
+                check(&book);
+            }
+        }
+        assert!(book.is_empty());
+        assert_eq!(book.root, BOOK_NIL);
+        assert_eq!(book.best(), None);
+        check(&book);
+        // Every slot ever used is back on its free list.
+        assert_eq!(book.leaf_bump as usize, BOOK_CAPACITY);
+        assert_eq!(book.leaf_free_len, book.leaf_bump);
+        assert_eq!(book.inner_bump as usize, BOOK_CAPACITY - 1);
+        assert_eq!(book.inner_free_len, book.inner_bump);
+        // And they are reused: filling again hands out no fresh slot.
+        for seq in 0..BOOK_CAPACITY as u64 {
+            insert(&mut book, BookKey::new(rng.below(3), seq)).unwrap();
+        }
+        assert_eq!(book.leaf_bump as usize, BOOK_CAPACITY);
+        assert_eq!((book.leaf_free_len, book.inner_free_len), (0, 0));
+        assert_eq!(
+            insert(&mut book, BookKey::new(0, u64::MAX)),
+            Err(BookError::Full)
+        );
+        check(&book);
+    }
+
+    #[test]
+    fn deepest_possible_tree() {
+        // Keys whose tree keys are 0 and every single bit: a chain of 128 inner nodes.
+        let mut book = new_book();
+        let mut expected = vec![BookKey::new(u64::MAX, 0)];
+        for i in 0..64 {
+            expected.push(BookKey::new(u64::MAX, 1 << i));
+            expected.push(BookKey::new(!(1u64 << i), 0));
+        }
+        for key in expected.iter().rev() {
+            insert(&mut book, *key).unwrap();
+        }
+        assert_eq!(check(&book), 128);
+        expected.sort();
+        assert_eq!(keys(&book), expected);
+        assert_eq!(book.worst().unwrap().key(), BookKey::new(!(1u64 << 63), 0));
+        for key in &expected {
+            book.remove(*key).unwrap();
+        }
+        assert!(book.is_empty());
+        check(&book);
+    }
+
+    /// Random inserts, removes, payload updates and pops against a `BTreeMap`, with keys from
+    /// ranges small enough that duplicates and misses are common, plus the extremes.
+    fn random_ops(seed: u64, ops: usize, score_range: u64, seq_range: u64) {
+        let mut book = new_book();
+        let mut model: BTreeMap<(Reverse<u64>, u64), (Pubkey, u32)> = BTreeMap::new();
+        let mut rng = Rng(seed);
+        let pick = |rng: &mut Rng| {
+            let score = match rng.below(16) {
+                0 => u64::MAX,
+                1 => 0,
+                _ => rng.below(score_range),
+            };
+            let seq = match rng.below(16) {
+                0 => u64::MAX,
+                1 => 0,
+                _ => rng.below(seq_range),
+            };
+            BookKey::new(score, seq)
+        };
+        for op in 0..ops {
+            let key = pick(&mut rng);
+            let mk = (Reverse(key.score), key.seq);
+            match rng.below(10) {
+                0..=4 => {
+                    let bid = Pubkey::new_unique();
+                    let payload = rng.next() as u32;
+                    let got = book.insert(key, bid, payload);
+                    let want = if model.len() == BOOK_CAPACITY {
+                        Err(BookError::Full)
+                    } else if let Entry::Vacant(slot) = model.entry(mk) {
+                        slot.insert((bid, payload));
+                        Ok(())
+                    } else {
+                        Err(BookError::Duplicate)
+                    };
+                    assert_eq!(got, want, "op {op}: insert {key:?}");
+                }
+                5..=7 => {
+                    let got = book.remove(key).map(|l| (l.bid, l.payload));
+                    let want = model.remove(&mk).ok_or(BookError::NotFound);
+                    assert_eq!(got, want, "op {op}: remove {key:?}");
+                }
+                8 => {
+                    let payload = rng.next() as u32;
+                    let got = book.set_payload(key, payload);
+                    let want = match model.get_mut(&mk) {
+                        Some(v) => {
+                            v.1 = payload;
+                            Ok(())
+                        }
+                        None => Err(BookError::NotFound),
+                    };
+                    assert_eq!(got, want, "op {op}: set_payload {key:?}");
+                }
+                _ => {
+                    let got = book
+                        .pop_best()
+                        .map(|l| ((Reverse(l.score), l.seq), (l.bid, l.payload)));
+                    let want = model.pop_first();
+                    assert_eq!(got, want, "op {op}: pop_best");
+                }
+            }
+            assert_eq!(book.len(), model.len());
+            let to_leaf = |(k, v): (&(Reverse<u64>, u64), &(Pubkey, u32))| (k.0 .0, k.1, v.0, v.1);
+            assert_eq!(
+                book.best().map(|l| (l.score, l.seq, l.bid, l.payload)),
+                model.iter().next().map(to_leaf)
+            );
+            assert_eq!(
+                book.worst().map(|l| (l.score, l.seq, l.bid, l.payload)),
+                model.iter().next_back().map(to_leaf)
+            );
+            assert_eq!(
+                book.get(key).map(|l| (l.bid, l.payload)),
+                model.get(&mk).copied()
+            );
+            if op % 97 == 0 {
+                let got: Vec<_> = book
+                    .iter()
+                    .map(|l| (l.score, l.seq, l.bid, l.payload))
+                    .collect();
+                let want: Vec<_> = model.iter().map(to_leaf).collect();
+                assert_eq!(got, want, "op {op}: iteration");
+                check(&book);
+            }
+        }
+        check(&book);
+        // Drain in random order through `remove`; the book ends empty with every slot free.
+        let mut rest: Vec<BookKey> = model.keys().map(|k| BookKey::new(k.0 .0, k.1)).collect();
+        for i in (1..rest.len()).rev() {
+            rest.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        for key in rest {
+            book.remove(key).unwrap();
+        }
+        assert!(book.is_empty());
+        assert_eq!(book.leaf_free_len, book.leaf_bump);
+        assert_eq!(book.inner_free_len, book.inner_bump);
+        check(&book);
+    }
+
+    #[test]
+    fn random_ops_dense_keys() {
+        random_ops(1, 20_000, 8, 64);
+    }
+
+    #[test]
+    fn random_ops_realistic_keys() {
+        random_ops(2, 20_000, 10_500, 3_000);
+    }
+
+    #[test]
+    fn random_ops_wide_keys() {
+        random_ops(3, 20_000, u64::MAX, u64::MAX);
+    }
+
+    #[test]
+    fn random_ops_near_capacity() {
+        // Mostly inserts into a small key space larger than the capacity: exercises `Full`.
+        let mut book = new_book();
+        let mut model = BTreeMap::new();
+        let mut rng = Rng(4);
+        for op in 0..30_000 {
+            let key = BookKey::new(rng.below(4), rng.below(6_000));
+            if rng.below(8) < 7 {
+                let want = if model.len() == BOOK_CAPACITY {
+                    Err(BookError::Full)
+                } else if let Entry::Vacant(slot) = model.entry(key) {
+                    slot.insert(());
+                    Ok(())
+                } else {
+                    Err(BookError::Duplicate)
+                };
+                assert_eq!(insert(&mut book, key), want, "op {op}");
+            } else {
+                let want = model.remove(&key).map(|_| key).ok_or(BookError::NotFound);
+                assert_eq!(book.remove(key).map(|l| l.key()), want, "op {op}");
+            }
+        }
+        assert!(book.is_full());
+        assert_eq!(keys(&book), model.keys().copied().collect::<Vec<_>>());
+        check(&book);
+    }
+}
