@@ -97,3 +97,60 @@ impl ClientInstruction for Stake<'_> {
         vec![self.owner]
     }
 }
+
+pub struct RequestUnstake<'a> {
+    pub owner: &'a Keypair,
+    pub market: Pubkey,
+    pub amount: u64,
+}
+
+impl ClientInstruction for RequestUnstake<'_> {
+    const NAME: &'static str = "request_unstake";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::RequestUnstake {
+                owner: self.owner.pubkey(),
+                market: self.market,
+                stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+            },
+            gpu_market::instruction::RequestUnstake {
+                amount: self.amount,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+pub struct WithdrawStake<'a> {
+    pub owner: &'a Keypair,
+    pub market: Pubkey,
+    pub stake_mint: Pubkey,
+    pub owner_tokens: Pubkey,
+}
+
+impl ClientInstruction for WithdrawStake<'_> {
+    const NAME: &'static str = "withdraw_stake";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::WithdrawStake {
+                owner: self.owner.pubkey(),
+                market: self.market,
+                stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+                stake_mint: self.stake_mint,
+                owner_tokens: self.owner_tokens,
+                stake_vault: pda::stake_vault(&self.market).0,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::WithdrawStake {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}

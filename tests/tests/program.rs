@@ -216,6 +216,116 @@ fn bad_stakes_are_rejected_and_move_nothing() {
     assert_eq!(m.total_staked, 0);
 }
 
+/// A staked user (1,000 tokens, 600 staked) in a fresh market.
+fn staked_user() -> (MarketFixture, Keypair, Pubkey) {
+    let mut f = market_fixture();
+    let (user, tokens) = f.ctx.funded_user(&f.mint, 1_000);
+    f.ctx
+        .run(&Stake {
+            owner: &user,
+            market: f.market,
+            stake_mint: f.mint,
+            owner_tokens: tokens,
+            amount: 600,
+        })
+        .expect("stake");
+    (f, user, tokens)
+}
+
+#[test]
+fn unstake_stops_counting_at_once_and_pays_out_after_the_cooldown() {
+    let (mut f, user, tokens) = staked_user();
+    let stake_key = pda::stake(&f.market, &user.pubkey()).0;
+    let vault = pda::stake_vault(&f.market).0;
+    let unstake = |amount| RequestUnstake {
+        owner: &user,
+        market: f.market,
+        amount,
+    };
+    f.ctx.run(&unstake(200)).expect("request_unstake");
+    let requested_at = f.ctx.now();
+    let s: StakeAccount = f.ctx.account(&stake_key);
+    assert_eq!((s.amount, s.pending_unstake), (400, 200));
+    assert_eq!(s.unlocks_at, requested_at + 3_600);
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!((m.total_staked, m.total_pending_unstake), (400, 200));
+
+    let withdraw = WithdrawStake {
+        owner: &user,
+        market: f.market,
+        stake_mint: f.mint,
+        owner_tokens: tokens,
+    };
+    // One second early: refused, nothing moves.
+    f.ctx.advance_time(3_599);
+    let err = f.ctx.run(&withdraw).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::CooldownNotOver));
+    assert_eq!(f.ctx.token_balance(&vault), 600);
+
+    // A second request restarts the cooldown for everything pending.
+    f.ctx.run(&unstake(100)).expect("second request");
+    f.ctx.advance_time(1);
+    let err = f.ctx.run(&withdraw).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::CooldownNotOver));
+
+    f.ctx.advance_time(3_600);
+    f.ctx.run(&withdraw).expect("withdraw_stake");
+    assert_eq!(f.ctx.token_balance(&tokens), 400 + 300);
+    assert_eq!(f.ctx.token_balance(&vault), 300);
+    let s: StakeAccount = f.ctx.account(&stake_key);
+    assert_eq!((s.amount, s.pending_unstake, s.unlocks_at), (300, 0, 0));
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!((m.total_staked, m.total_pending_unstake), (300, 0));
+}
+
+#[test]
+fn bad_unstakes_and_withdrawals_are_rejected_and_move_nothing() {
+    let (mut f, user, tokens) = staked_user();
+    let (thief, thief_tokens) = f.ctx.funded_user(&f.mint, 0);
+    let vault = pda::stake_vault(&f.market).0;
+    let stake_key = pda::stake(&f.market, &user.pubkey()).0;
+
+    let unstake = |owner, amount| RequestUnstake {
+        owner,
+        market: f.market,
+        amount,
+    };
+    let err = f.ctx.run(&unstake(&user, 0)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ZeroAmount));
+    let err = f.ctx.run(&unstake(&user, 601)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::InsufficientStake));
+    // The thief has no stake account of its own; naming the victim's is a seeds violation.
+    let mut steal = unstake(&thief, 100).instruction();
+    steal.accounts[2].pubkey = stake_key;
+    let err = f.ctx.send(&[steal], &[&thief]).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        anchor_code(AnchorErrorCode::ConstraintSeeds)
+    );
+
+    let withdraw = |owner, owner_tokens| WithdrawStake {
+        owner,
+        market: f.market,
+        stake_mint: f.mint,
+        owner_tokens,
+    };
+    let err = f.ctx.run(&withdraw(&user, tokens)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NothingToWithdraw));
+    f.ctx.run(&unstake(&user, 100)).expect("request_unstake");
+    f.ctx.advance_time(3_600);
+    // Paying out to somebody else's token account.
+    let err = f.ctx.run(&withdraw(&user, thief_tokens)).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        anchor_code(AnchorErrorCode::ConstraintTokenOwner)
+    );
+
+    assert_eq!(f.ctx.token_balance(&vault), 600);
+    assert_eq!(f.ctx.token_balance(&thief_tokens), 0);
+    let s: StakeAccount = f.ctx.account(&stake_key);
+    assert_eq!((s.amount, s.pending_unstake), (500, 100));
+}
+
 /// Compute units of each instruction on the SBF build, printed as a table (the test runner is
 /// configured to show this test's output). The bounds are regression guards a little above what
 /// the SBF build measures today; a change that costs more must say so here.
@@ -232,12 +342,34 @@ fn compute_units_per_instruction() {
     };
     let first = f.ctx.run(&stake).unwrap().compute_units_consumed;
     let again = f.ctx.run(&stake).unwrap().compute_units_consumed;
+    f.ctx
+        .run(&RequestUnstake {
+            owner: &user,
+            market: f.market,
+            amount: 5,
+        })
+        .unwrap();
+    f.ctx.advance_time(3_600);
+    f.ctx
+        .run(&WithdrawStake {
+            owner: &user,
+            market: f.market,
+            stake_mint: f.mint,
+            owner_tokens: tokens,
+        })
+        .unwrap();
 
     println!("| instruction | compute units |");
     println!("|---|---|");
     println!("| init_market | {} |", f.ctx.compute_units["init_market"]);
     println!("| stake (first, creates the stake account) | {first} |");
     println!("| stake (top-up) | {again} |");
+    let unstake = f.ctx.compute_units["request_unstake"];
+    let withdraw = f.ctx.compute_units["withdraw_stake"];
+    println!("| request_unstake | {unstake} |");
+    println!("| withdraw_stake | {withdraw} |");
+    assert!(unstake <= 10_000, "request_unstake: {unstake} CU");
+    assert!(withdraw <= 16_000, "withdraw_stake: {withdraw} CU");
     let init = f.ctx.compute_units["init_market"];
     assert!(init <= 32_000, "init_market: {init} CU");
     assert!(first <= 16_000, "first stake: {first} CU");

@@ -11,6 +11,12 @@ pub enum MarketError {
     InvalidFee,
     #[msg("the amount must be greater than zero")]
     ZeroAmount,
+    #[msg("the stake is smaller than the amount asked back")]
+    InsufficientStake,
+    #[msg("nothing is waiting to be withdrawn")]
+    NothingToWithdraw,
+    #[msg("the unstake cooldown is not over")]
+    CooldownNotOver,
     #[msg("arithmetic overflow")]
     Overflow,
     #[msg("division by zero")]

@@ -15,3 +15,18 @@ pub struct Staked {
     pub amount: u64,
     pub total: u64,
 }
+
+#[event]
+pub struct UnstakeRequested {
+    pub market: Pubkey,
+    pub owner: Pubkey,
+    pub amount: u64,
+    pub unlocks_at: i64,
+}
+
+#[event]
+pub struct StakeWithdrawn {
+    pub market: Pubkey,
+    pub owner: Pubkey,
+    pub amount: u64,
+}

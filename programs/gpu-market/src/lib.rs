@@ -32,4 +32,14 @@ pub mod gpu_market {
     pub fn stake(ctx: Context<Stake>, amount: u64) -> Result<()> {
         Stake::stake(ctx, amount)
     }
+
+    /// Stops `amount` of the signer's stake counting in scores and starts the unstake cooldown.
+    pub fn request_unstake(ctx: Context<RequestUnstake>, amount: u64) -> Result<()> {
+        RequestUnstake::request_unstake(ctx, amount)
+    }
+
+    /// Pays out the signer's unstaked tokens once the cooldown is over.
+    pub fn withdraw_stake(ctx: Context<WithdrawStake>) -> Result<()> {
+        WithdrawStake::withdraw_stake(ctx)
+    }
 }

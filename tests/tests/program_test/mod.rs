@@ -125,6 +125,17 @@ impl TestContext {
         Ok(meta)
     }
 
+    /// Moves the cluster clock forward by `secs` seconds.
+    pub fn advance_time(&mut self, secs: i64) {
+        let mut clock: solana_clock::Clock = self.svm.get_sysvar();
+        clock.unix_timestamp += secs;
+        self.svm.set_sysvar(&clock);
+    }
+
+    pub fn now(&self) -> i64 {
+        self.svm.get_sysvar::<solana_clock::Clock>().unix_timestamp
+    }
+
     pub fn create_mint(&mut self, decimals: u8) -> Pubkey {
         let mint = Keypair::new();
         let rent = self.svm.minimum_balance_for_rent_exemption(Mint::LEN);

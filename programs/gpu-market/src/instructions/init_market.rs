@@ -100,6 +100,7 @@ impl InitMarket<'_> {
             weight_urgency_bps: weights.urgency_bps,
             weight_complexity_bps: weights.complexity_bps,
             total_staked: 0,
+            total_pending_unstake: 0,
             bump: ctx.bumps.market,
             stake_vault_bump: ctx.bumps.stake_vault,
             payment_vault_bump: ctx.bumps.payment_vault,

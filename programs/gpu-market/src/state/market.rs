@@ -2,6 +2,7 @@ use anchor_lang::prelude::*;
 use gpu_market_core::score::Weights;
 
 use crate::errors::MarketError;
+use crate::state::seeds;
 
 /// A market: who runs it, which tokens it uses, and the rules of its auction.
 #[account]
@@ -24,12 +25,21 @@ pub struct Market {
     pub weight_complexity_bps: u16,
     /// Tokens staked (and not asked back) in this market.
     pub total_staked: u64,
+    /// Tokens asked back and still in the stake vault, waiting for their cooldown.
+    pub total_pending_unstake: u64,
     pub bump: u8,
     pub stake_vault_bump: u8,
     pub payment_vault_bump: u8,
 }
 
 impl Market {
+    /// Signs a CPI as the market PDA, which owns the vaults.
+    pub fn with_signer<T>(&self, f: impl FnOnce(&[&[&[u8]]]) -> T) -> T {
+        let id = self.id.to_le_bytes();
+        let bump = [self.bump];
+        f(&[&[seeds::MARKET, self.authority.as_ref(), &id, &bump]])
+    }
+
     pub fn weights(&self) -> Weights {
         Weights {
             stake_bps: self.weight_stake_bps,

@@ -1,5 +1,7 @@
 use anchor_lang::prelude::*;
 
+use crate::errors::MarketError;
+
 /// One owner's stake in one market.
 #[account]
 #[derive(InitSpace, Debug)]
@@ -8,5 +10,37 @@ pub struct StakeAccount {
     pub owner: Pubkey,
     /// Tokens that count in the owner's bid scores.
     pub amount: u64,
+    /// Tokens asked back: they no longer count, and can be withdrawn from `unlocks_at` on.
+    pub pending_unstake: u64,
+    /// Unix time from which `pending_unstake` can be withdrawn (0 when nothing is pending).
+    pub unlocks_at: i64,
     pub bump: u8,
+}
+
+impl StakeAccount {
+    /// Moves `amount` from counting stake to the cooldown; a new request restarts the cooldown
+    /// for everything pending, so a cooldown can never be shortened by splitting requests.
+    pub fn request_unstake(&mut self, amount: u64, now: i64, cooldown_secs: u32) -> Result<()> {
+        require!(amount > 0, MarketError::ZeroAmount);
+        require!(amount <= self.amount, MarketError::InsufficientStake);
+        self.amount -= amount;
+        self.pending_unstake = self
+            .pending_unstake
+            .checked_add(amount)
+            .ok_or(MarketError::Overflow)?;
+        self.unlocks_at = now
+            .checked_add(cooldown_secs as i64)
+            .ok_or(MarketError::Overflow)?;
+        Ok(())
+    }
+
+    /// Takes everything whose cooldown has passed; returns the amount to pay out.
+    pub fn withdraw(&mut self, now: i64) -> Result<u64> {
+        require!(self.pending_unstake > 0, MarketError::NothingToWithdraw);
+        require!(now >= self.unlocks_at, MarketError::CooldownNotOver);
+        let amount = self.pending_unstake;
+        self.pending_unstake = 0;
+        self.unlocks_at = 0;
+        Ok(amount)
+    }
 }
