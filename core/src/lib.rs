@@ -13,6 +13,7 @@ pub mod amount;
 pub mod colocate;
 pub mod forecast;
 pub mod math;
+pub mod overclock;
 pub mod parallelism;
 pub mod placement;
 pub mod pricing;

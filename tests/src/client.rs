@@ -3,6 +3,7 @@
 use anchor_lang::{InstructionData, ToAccountMetas};
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
+use gpu_market::state::{MachineStatus, MachineTerms};
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -152,5 +153,116 @@ impl ClientInstruction for WithdrawStake<'_> {
 
     fn signers(&self) -> Vec<&Keypair> {
         vec![self.owner]
+    }
+}
+
+pub struct RegisterMachine<'a> {
+    pub owner: &'a Keypair,
+    pub market: Pubkey,
+    pub id: u64,
+    pub terms: MachineTerms,
+}
+
+impl RegisterMachine<'_> {
+    pub fn machine(&self) -> Pubkey {
+        pda::machine(&self.market, &self.owner.pubkey(), self.id).0
+    }
+}
+
+impl ClientInstruction for RegisterMachine<'_> {
+    const NAME: &'static str = "register_machine";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::RegisterMachine {
+                owner: self.owner.pubkey(),
+                market: self.market,
+                machine: self.machine(),
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::RegisterMachine {
+                id: self.id,
+                terms: self.terms.clone(),
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+pub struct UpdateMachine<'a> {
+    pub owner: &'a Keypair,
+    pub machine: Pubkey,
+    pub terms: MachineTerms,
+}
+
+impl ClientInstruction for UpdateMachine<'_> {
+    const NAME: &'static str = "update_machine";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::UpdateMachine {
+                owner: self.owner.pubkey(),
+                machine: self.machine,
+            },
+            gpu_market::instruction::UpdateMachine {
+                terms: self.terms.clone(),
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+pub struct SetMachineStatus<'a> {
+    pub owner: &'a Keypair,
+    pub machine: Pubkey,
+    pub status: MachineStatus,
+}
+
+impl ClientInstruction for SetMachineStatus<'_> {
+    const NAME: &'static str = "set_machine_status";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::UpdateMachine {
+                owner: self.owner.pubkey(),
+                machine: self.machine,
+            },
+            gpu_market::instruction::SetMachineStatus {
+                status: self.status,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+pub struct Heartbeat<'a> {
+    pub agent: &'a Keypair,
+    pub machine: Pubkey,
+}
+
+impl ClientInstruction for Heartbeat<'_> {
+    const NAME: &'static str = "heartbeat";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::Heartbeat {
+                agent: self.agent.pubkey(),
+                machine: self.machine,
+            },
+            gpu_market::instruction::Heartbeat {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.agent]
     }
 }

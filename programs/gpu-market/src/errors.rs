@@ -17,6 +17,18 @@ pub enum MarketError {
     NothingToWithdraw,
     #[msg("the unstake cooldown is not over")]
     CooldownNotOver,
+    #[msg("a machine has 1 to 16 GPUs")]
+    BadGpuCount,
+    #[msg("a GPU's memory must be at least 1 GiB")]
+    BadGpuMemory,
+    #[msg("an overclock range has its minimum above its maximum, or a zero power limit")]
+    BadOverclockRange,
+    #[msg("a machine advertises at most 8 cached images")]
+    TooManyCachedImages,
+    #[msg("the machine is retired")]
+    MachineRetired,
+    #[msg("the signer is not the machine's agent key")]
+    WrongAgent,
     #[msg("arithmetic overflow")]
     Overflow,
     #[msg("division by zero")]

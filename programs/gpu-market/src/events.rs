@@ -1,5 +1,7 @@
 use anchor_lang::prelude::*;
 
+use crate::state::MachineStatus;
+
 #[event]
 pub struct MarketInitialized {
     pub market: Pubkey,
@@ -29,4 +31,33 @@ pub struct StakeWithdrawn {
     pub market: Pubkey,
     pub owner: Pubkey,
     pub amount: u64,
+}
+
+#[event]
+pub struct MachineRegistered {
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub owner: Pubkey,
+    pub agent: Pubkey,
+    pub gpu_count: u8,
+}
+
+#[event]
+pub struct MachineUpdated {
+    pub machine: Pubkey,
+    pub agent: Pubkey,
+    pub gpu_count: u8,
+}
+
+#[event]
+pub struct MachineStatusChanged {
+    pub machine: Pubkey,
+    pub old: MachineStatus,
+    pub new: MachineStatus,
+}
+
+#[event]
+pub struct MachineHeartbeat {
+    pub machine: Pubkey,
+    pub at: i64,
 }

@@ -16,6 +16,7 @@ pub mod pda;
 pub mod state;
 
 use instructions::*;
+use state::{MachineStatus, MachineTerms};
 
 declare_id!("CVRX28QjAjZhbuQ1YaXk9sSwYx6QmfB7qmxrEguYqZAV");
 
@@ -41,5 +42,30 @@ pub mod gpu_market {
     /// Pays out the signer's unstaked tokens once the cooldown is over.
     pub fn withdraw_stake(ctx: Context<WithdrawStake>) -> Result<()> {
         WithdrawStake::withdraw_stake(ctx)
+    }
+
+    /// Registers a host's machine: its agent key, GPUs with their allowed overclock ranges and
+    /// topology, price floor, electricity cost and cached images.
+    pub fn register_machine(
+        ctx: Context<RegisterMachine>,
+        id: u64,
+        terms: MachineTerms,
+    ) -> Result<()> {
+        RegisterMachine::register_machine(ctx, id, terms)
+    }
+
+    /// Replaces a machine's declared terms (owner only).
+    pub fn update_machine(ctx: Context<UpdateMachine>, terms: MachineTerms) -> Result<()> {
+        UpdateMachine::update_machine(ctx, terms)
+    }
+
+    /// Pauses, resumes or retires a machine (owner only; retiring is final).
+    pub fn set_machine_status(ctx: Context<UpdateMachine>, status: MachineStatus) -> Result<()> {
+        UpdateMachine::set_machine_status(ctx, status)
+    }
+
+    /// The agent's liveness signal.
+    pub fn heartbeat(ctx: Context<Heartbeat>) -> Result<()> {
+        Heartbeat::heartbeat(ctx)
     }
 }

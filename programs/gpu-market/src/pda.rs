@@ -21,3 +21,15 @@ pub fn payment_vault(market: &Pubkey) -> (Pubkey, u8) {
 pub fn stake(market: &Pubkey, owner: &Pubkey) -> (Pubkey, u8) {
     Pubkey::find_program_address(&[seeds::STAKE, market.as_ref(), owner.as_ref()], &ID)
 }
+
+pub fn machine(market: &Pubkey, owner: &Pubkey, id: u64) -> (Pubkey, u8) {
+    Pubkey::find_program_address(
+        &[
+            seeds::MACHINE,
+            market.as_ref(),
+            owner.as_ref(),
+            &id.to_le_bytes(),
+        ],
+        &ID,
+    )
+}

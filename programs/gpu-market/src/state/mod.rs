@@ -1,8 +1,10 @@
 pub mod book;
+pub mod machine;
 pub mod market;
 pub mod seeds;
 pub mod stake;
 
 pub use book::*;
+pub use machine::*;
 pub use market::*;
 pub use stake::*;

@@ -1,0 +1,118 @@
+use anchor_lang::prelude::*;
+
+use crate::errors::MarketError;
+use crate::events::{MachineHeartbeat, MachineRegistered, MachineStatusChanged, MachineUpdated};
+use crate::state::{seeds, Machine, MachineStatus, MachineTerms, Market};
+
+#[derive(Accounts)]
+#[instruction(id: u64)]
+pub struct RegisterMachine<'info> {
+    #[account(mut)]
+    pub owner: Signer<'info>,
+
+    pub market: Account<'info, Market>,
+
+    #[account(
+        init,
+        payer = owner,
+        space = 8 + Machine::INIT_SPACE,
+        seeds = [seeds::MACHINE, market.key().as_ref(), owner.key().as_ref(), &id.to_le_bytes()],
+        bump,
+    )]
+    pub machine: Account<'info, Machine>,
+
+    pub system_program: Program<'info, System>,
+}
+
+impl RegisterMachine<'_> {
+    pub fn register_machine(ctx: Context<Self>, id: u64, terms: MachineTerms) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let machine = &mut ctx.accounts.machine;
+        machine.market = ctx.accounts.market.key();
+        machine.owner = ctx.accounts.owner.key();
+        machine.id = id;
+        machine.status = MachineStatus::Active;
+        machine.registered_at = now;
+        machine.last_heartbeat = now;
+        machine.bump = ctx.bumps.machine;
+        machine.apply_terms(&terms)?;
+        emit!(MachineRegistered {
+            market: machine.market,
+            machine: machine.key(),
+            owner: machine.owner,
+            agent: machine.agent,
+            gpu_count: machine.gpu_count,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct UpdateMachine<'info> {
+    pub owner: Signer<'info>,
+
+    #[account(
+        mut,
+        seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
+        bump = machine.bump,
+        has_one = owner,
+    )]
+    pub machine: Account<'info, Machine>,
+}
+
+impl UpdateMachine<'_> {
+    pub fn update_machine(ctx: Context<Self>, terms: MachineTerms) -> Result<()> {
+        let machine = &mut ctx.accounts.machine;
+        require!(
+            machine.status != MachineStatus::Retired,
+            MarketError::MachineRetired
+        );
+        machine.apply_terms(&terms)?;
+        emit!(MachineUpdated {
+            machine: machine.key(),
+            agent: machine.agent,
+            gpu_count: machine.gpu_count,
+        });
+        Ok(())
+    }
+
+    pub fn set_machine_status(ctx: Context<Self>, status: MachineStatus) -> Result<()> {
+        let machine = &mut ctx.accounts.machine;
+        require!(
+            machine.status != MachineStatus::Retired,
+            MarketError::MachineRetired
+        );
+        let old = machine.status;
+        machine.status = status;
+        emit!(MachineStatusChanged {
+            machine: machine.key(),
+            old,
+            new: status,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct Heartbeat<'info> {
+    pub agent: Signer<'info>,
+
+    #[account(mut, has_one = agent @ MarketError::WrongAgent)]
+    pub machine: Account<'info, Machine>,
+}
+
+impl Heartbeat<'_> {
+    pub fn heartbeat(ctx: Context<Self>) -> Result<()> {
+        let machine = &mut ctx.accounts.machine;
+        require!(
+            machine.status != MachineStatus::Retired,
+            MarketError::MachineRetired
+        );
+        machine.last_heartbeat = Clock::get()?.unix_timestamp;
+        emit!(MachineHeartbeat {
+            machine: machine.key(),
+            at: machine.last_heartbeat,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! Host machines: register, update, pause/resume/retire, heartbeat, on the SBF build in LiteSVM.
+
+mod program_test;
+
+use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
+use gpu_market::errors::MarketError;
+use gpu_market::instructions::InitMarketArgs;
+use gpu_market::state::{GpuSpec, Machine, MachineStatus, MachineTerms};
+use program_test::*;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+fn code(e: MarketError) -> Option<u32> {
+    Some(ERROR_CODE_OFFSET + e as u32)
+}
+
+/// An RTX 4090-like GPU: 24 GiB, 150..450 W, locks and offsets allowed.
+fn gpu(class: u8, group: u8) -> GpuSpec {
+    GpuSpec {
+        class,
+        topology_group: group,
+        memory_gib: 24,
+        power_w: [150, 450],
+        core_lock_mhz: [210, 2_520],
+        mem_lock_mhz: [405, 10_501],
+        core_offset_mhz: [-200, 200],
+        mem_offset_mhz: [0, 1_500],
+    }
+}
+
+fn terms(agent: Pubkey, gpus: Vec<GpuSpec>) -> MachineTerms {
+    let mut region = [0u8; 16];
+    region[..10].copy_from_slice(b"eu-central");
+    MachineTerms {
+        agent,
+        region,
+        gpus,
+        price_floor_per_gpu_hour: 400_000,
+        electricity_cost_per_kwh: 150_000,
+        cached_images: vec![[7u8; 32]],
+    }
+}
+
+struct Fixture {
+    ctx: TestContext,
+    market: Pubkey,
+    host: Keypair,
+    agent: Keypair,
+}
+
+fn fixture() -> Fixture {
+    let mut ctx = TestContext::new();
+    let authority = ctx.wallet(10);
+    let mint = ctx.create_mint(6);
+    let treasury = ctx.create_token_account(&mint, &authority.pubkey());
+    let init = InitMarket {
+        authority: &authority,
+        stake_mint: mint,
+        payment_mint: mint,
+        treasury,
+        args: InitMarketArgs {
+            id: 1,
+            billing_interval_secs: 60,
+            protocol_fee_bps: 250,
+            unstake_cooldown_secs: 3_600,
+            weights_bps: None,
+        },
+    };
+    let market = init.market();
+    ctx.run(&init).expect("init_market");
+    let host = ctx.wallet(10);
+    let agent = ctx.wallet(1);
+    Fixture {
+        ctx,
+        market,
+        host,
+        agent,
+    }
+}
+
+fn register(f: &mut Fixture, id: u64, gpus: Vec<GpuSpec>) -> Result<Pubkey, Failure> {
+    let r = RegisterMachine {
+        owner: &f.host,
+        market: f.market,
+        id,
+        terms: terms(f.agent.pubkey(), gpus),
+    };
+    let machine = r.machine();
+    f.ctx.run(&r).map(|_| machine)
+}
+
+#[test]
+fn register_machine_records_gpus_ranges_and_topology() {
+    let mut f = fixture();
+    let gpus: Vec<GpuSpec> = (0..8).map(|i| gpu(1, i / 4)).collect();
+    let key = register(&mut f, 0, gpus.clone()).expect("register_machine");
+    let m: Machine = f.ctx.account(&key);
+    assert_eq!(
+        (m.owner, m.agent, m.market),
+        (f.host.pubkey(), f.agent.pubkey(), f.market)
+    );
+    assert_eq!(m.gpus(), gpus.as_slice());
+    assert_eq!(m.status, MachineStatus::Active);
+    assert_eq!(m.cached_image_count, 1);
+    assert_eq!(m.price_floor_per_gpu_hour, 400_000);
+    assert_eq!(&m.region[..10], b"eu-central");
+    assert_eq!(
+        m.bump,
+        gpu_market::pda::machine(&f.market, &f.host.pubkey(), 0).1
+    );
+}
+
+#[test]
+fn bad_machines_are_rejected_and_create_nothing() {
+    let mut f = fixture();
+    let zero_memory = GpuSpec {
+        memory_gib: 0,
+        ..gpu(0, 0)
+    };
+    let power_inverted = GpuSpec {
+        power_w: [500, 450],
+        ..gpu(0, 0)
+    };
+    let offset_inverted = GpuSpec {
+        core_offset_mhz: [100, -100],
+        ..gpu(0, 0)
+    };
+    let cases: Vec<(Vec<GpuSpec>, MarketError)> = vec![
+        (vec![], MarketError::BadGpuCount),
+        (vec![gpu(0, 0); 17], MarketError::BadGpuCount),
+        (vec![zero_memory], MarketError::BadGpuMemory),
+        (
+            vec![gpu(0, 0), power_inverted],
+            MarketError::BadOverclockRange,
+        ),
+        (vec![offset_inverted], MarketError::BadOverclockRange),
+    ];
+    for (i, (gpus, expected)) in cases.into_iter().enumerate() {
+        let id = 100 + i as u64;
+        let err = register(&mut f, id, gpus).unwrap_err();
+        assert_eq!(
+            err.custom_code(),
+            code(expected),
+            "case {i}: {:?}",
+            err.logs
+        );
+        let key = gpu_market::pda::machine(&f.market, &f.host.pubkey(), id).0;
+        assert!(!f.ctx.account_exists(&key));
+    }
+    let mut too_many_images = terms(f.agent.pubkey(), vec![gpu(0, 0)]);
+    too_many_images.cached_images = vec![[1; 32]; 9];
+    let err = f
+        .ctx
+        .run(&RegisterMachine {
+            owner: &f.host,
+            market: f.market,
+            id: 200,
+            terms: too_many_images,
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::TooManyCachedImages));
+}
+
+#[test]
+fn only_the_owner_updates_and_a_retired_machine_stays_retired() {
+    let mut f = fixture();
+    let key = register(&mut f, 0, vec![gpu(0, 0)]).unwrap();
+    let new_agent = Keypair::new();
+    let update = |owner, gpus| UpdateMachine {
+        owner,
+        machine: key,
+        terms: terms(new_agent.pubkey(), gpus),
+    };
+    f.ctx
+        .run(&update(&f.host, vec![gpu(2, 0), gpu(2, 0)]))
+        .expect("update_machine");
+    let m: Machine = f.ctx.account(&key);
+    assert_eq!((m.gpu_count, m.agent), (2, new_agent.pubkey()));
+
+    // Somebody else: the machine's address does not derive from their key.
+    let thief = f.ctx.wallet(1);
+    let err = f.ctx.run(&update(&thief, vec![gpu(0, 0)])).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintSeeds as u32)
+    );
+    let err = f
+        .ctx
+        .run(&SetMachineStatus {
+            owner: &thief,
+            machine: key,
+            status: MachineStatus::Retired,
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintSeeds as u32)
+    );
+    // A bad update leaves the old terms.
+    let err = f.ctx.run(&update(&f.host, vec![])).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BadGpuCount));
+    assert_eq!(f.ctx.account::<Machine>(&key).gpu_count, 2);
+
+    for status in [
+        MachineStatus::Paused,
+        MachineStatus::Active,
+        MachineStatus::Retired,
+    ] {
+        f.ctx
+            .run(&SetMachineStatus {
+                owner: &f.host,
+                machine: key,
+                status,
+            })
+            .expect("set_machine_status");
+        assert_eq!(f.ctx.account::<Machine>(&key).status, status);
+    }
+    let err = f
+        .ctx
+        .run(&SetMachineStatus {
+            owner: &f.host,
+            machine: key,
+            status: MachineStatus::Active,
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::MachineRetired));
+    let err = f.ctx.run(&update(&f.host, vec![gpu(0, 0)])).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::MachineRetired));
+}
+
+#[test]
+fn heartbeats_come_from_the_agent_key_only() {
+    let mut f = fixture();
+    let key = register(&mut f, 0, vec![gpu(0, 0)]).unwrap();
+    let registered = f.ctx.account::<Machine>(&key).last_heartbeat;
+    f.ctx.advance_time(90);
+    f.ctx
+        .run(&Heartbeat {
+            agent: &f.agent,
+            machine: key,
+        })
+        .expect("heartbeat");
+    assert_eq!(
+        f.ctx.account::<Machine>(&key).last_heartbeat,
+        registered + 90
+    );
+    let err = f
+        .ctx
+        .run(&Heartbeat {
+            agent: &f.host,
+            machine: key,
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::WrongAgent));
+}
+
+#[test]
+fn compute_units_of_machine_instructions() {
+    let mut f = fixture();
+    let key = register(&mut f, 0, (0..16).map(|i| gpu(0, i / 8)).collect()).unwrap();
+    f.ctx
+        .run(&UpdateMachine {
+            owner: &f.host,
+            machine: key,
+            terms: terms(f.agent.pubkey(), (0..16).map(|i| gpu(1, i / 8)).collect()),
+        })
+        .unwrap();
+    f.ctx
+        .run(&SetMachineStatus {
+            owner: &f.host,
+            machine: key,
+            status: MachineStatus::Paused,
+        })
+        .unwrap();
+    f.ctx
+        .run(&Heartbeat {
+            agent: &f.agent,
+            machine: key,
+        })
+        .unwrap();
+    let space = 8 + <Machine as anchor_lang::Space>::INIT_SPACE;
+    println!("| instruction (16 GPUs) | compute units |");
+    println!("|---|---|");
+    for name in [
+        "register_machine",
+        "update_machine",
+        "set_machine_status",
+        "heartbeat",
+    ] {
+        println!("| {name} | {} |", f.ctx.compute_units[name]);
+    }
+    println!(
+        "machine account: {space} bytes, rent {} lamports",
+        f.ctx.svm.minimum_balance_for_rent_exemption(space)
+    );
+    assert!(f.ctx.compute_units["register_machine"] <= 25_000);
+    assert!(f.ctx.compute_units["heartbeat"] <= 14_000);
+}
