@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
-use gpu_market::state::Market;
+use gpu_market::state::{Market, MarketParams};
 use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -70,10 +70,11 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                 data: gpu_market::instruction::InitMarket {
                     args: InitMarketArgs {
                         id,
-                        billing_interval_secs,
-                        protocol_fee_bps,
-                        unstake_cooldown_secs,
-                        weights_bps: None,
+                        params: MarketParams::recommended(
+                            billing_interval_secs,
+                            protocol_fee_bps,
+                            unstake_cooldown_secs,
+                        ),
                     },
                 }
                 .data(),
@@ -100,15 +101,27 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                     ("stake_vault", m.stake_vault.to_string()),
                     ("payment_vault", m.payment_vault.to_string()),
                     ("treasury", m.treasury.to_string()),
-                    ("billing_interval_secs", m.billing_interval_secs.to_string()),
-                    ("protocol_fee_bps", m.protocol_fee_bps.to_string()),
-                    ("unstake_cooldown_secs", m.unstake_cooldown_secs.to_string()),
+                    (
+                        "billing_interval_secs",
+                        m.params.billing_interval_secs.to_string(),
+                    ),
+                    ("protocol_fee_bps", m.params.protocol_fee_bps.to_string()),
+                    (
+                        "unstake_cooldown_secs",
+                        m.params.unstake_cooldown_secs.to_string(),
+                    ),
                     (
                         "score_weights_bps",
                         format!(
                             "stake {} / urgency {} / complexity {}",
-                            m.weight_stake_bps, m.weight_urgency_bps, m.weight_complexity_bps
+                            m.params.weights_bps[0],
+                            m.params.weights_bps[1],
+                            m.params.weights_bps[2]
                         ),
+                    ),
+                    (
+                        "base_price_per_gpu_hour",
+                        m.params.base_price_per_gpu_hour.to_string(),
                     ),
                     ("total_staked", m.total_staked.to_string()),
                 ],

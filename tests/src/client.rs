@@ -3,7 +3,7 @@
 use anchor_lang::{InstructionData, ToAccountMetas};
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
-use gpu_market::state::{MachineStatus, MachineTerms};
+use gpu_market::state::{MachineStatus, MachineTerms, MarketParams};
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -264,5 +264,31 @@ impl ClientInstruction for Heartbeat<'_> {
 
     fn signers(&self) -> Vec<&Keypair> {
         vec![self.agent]
+    }
+}
+
+pub struct UpdateMarket<'a> {
+    pub authority: &'a Keypair,
+    pub market: Pubkey,
+    pub params: MarketParams,
+}
+
+impl ClientInstruction for UpdateMarket<'_> {
+    const NAME: &'static str = "update_market";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::UpdateMarket {
+                authority: self.authority.pubkey(),
+                market: self.market,
+            },
+            gpu_market::instruction::UpdateMarket {
+                params: self.params,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.authority]
     }
 }

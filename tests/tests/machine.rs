@@ -5,6 +5,7 @@ mod program_test;
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::InitMarketArgs;
+use gpu_market::state::MarketParams;
 use gpu_market::state::{GpuSpec, Machine, MachineStatus, MachineTerms};
 use program_test::*;
 use solana_keypair::Keypair;
@@ -61,10 +62,7 @@ fn fixture() -> Fixture {
         treasury,
         args: InitMarketArgs {
             id: 1,
-            billing_interval_secs: 60,
-            protocol_fee_bps: 250,
-            unstake_cooldown_secs: 3_600,
-            weights_bps: None,
+            params: MarketParams::recommended(60, 250, 3_600),
         },
     };
     let market = init.market();

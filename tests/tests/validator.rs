@@ -8,6 +8,7 @@ use futures_util::StreamExt;
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
 use gpu_market::state::Market;
+use gpu_market::state::MarketParams;
 use gpu_market_tests::client::{ClientInstruction, InitMarket, Stake};
 use gpu_market_tests::Cluster;
 use solana_account_decoder_client_types::UiAccountEncoding;
@@ -102,10 +103,7 @@ async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
         treasury: tokens,
         args: InitMarketArgs {
             id,
-            billing_interval_secs: 60,
-            protocol_fee_bps: 100,
-            unstake_cooldown_secs: 600,
-            weights_bps: None,
+            params: MarketParams::recommended(60, 100, 600),
         },
     };
     send(&rpc, payer, &[init.instruction()], &[]).await;

@@ -9,6 +9,16 @@ pub enum MarketError {
     InvalidBillingInterval,
     #[msg("the protocol fee must be at most 10000 bps")]
     InvalidFee,
+    #[msg("the score bounds must be greater than zero")]
+    InvalidScoreBounds,
+    #[msg("the anti-monopoly cap must be between 1 and 10000 bps")]
+    InvalidClientCap,
+    #[msg("pricing needs a base price above zero, seasonal factors above zero and smoothing of at most 10000 bps")]
+    InvalidPricing,
+    #[msg("the GPU class is not in the market's table")]
+    UnknownGpuClass,
+    #[msg("only the market's authority may do this")]
+    NotMarketAuthority,
     #[msg("the amount must be greater than zero")]
     ZeroAmount,
     #[msg("the stake is smaller than the amount asked back")]

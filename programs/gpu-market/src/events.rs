@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 
-use crate::state::MachineStatus;
+use crate::state::{MachineStatus, MarketParams};
 
 #[event]
 pub struct MarketInitialized {
@@ -8,6 +8,13 @@ pub struct MarketInitialized {
     pub authority: Pubkey,
     pub stake_mint: Pubkey,
     pub payment_mint: Pubkey,
+}
+
+#[event]
+pub struct MarketUpdated {
+    pub market: Pubkey,
+    pub old: MarketParams,
+    pub new: MarketParams,
 }
 
 #[event]

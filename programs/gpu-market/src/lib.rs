@@ -16,7 +16,7 @@ pub mod pda;
 pub mod state;
 
 use instructions::*;
-use state::{MachineStatus, MachineTerms};
+use state::{MachineStatus, MachineTerms, MarketParams};
 
 declare_id!("CVRX28QjAjZhbuQ1YaXk9sSwYx6QmfB7qmxrEguYqZAV");
 
@@ -27,6 +27,11 @@ pub mod gpu_market {
     /// Creates a market and its stake and payment vaults (token accounts owned by PDAs).
     pub fn init_market(ctx: Context<InitMarket>, args: InitMarketArgs) -> Result<()> {
         InitMarket::init_market(ctx, args)
+    }
+
+    /// Replaces the market's parameters (authority only).
+    pub fn update_market(ctx: Context<UpdateMarket>, params: MarketParams) -> Result<()> {
+        UpdateMarket::update_market(ctx, params)
     }
 
     /// Locks `amount` stake tokens of the signer in the market's stake vault.

@@ -1,19 +1,13 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
-use gpu_market_core::score::Weights;
 
-use crate::errors::MarketError;
-use crate::events::MarketInitialized;
-use crate::state::{seeds, Market};
+use crate::events::{MarketInitialized, MarketUpdated};
+use crate::state::{seeds, Market, MarketParams};
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct InitMarketArgs {
     pub id: u64,
-    pub billing_interval_secs: u32,
-    pub protocol_fee_bps: u16,
-    pub unstake_cooldown_secs: u32,
-    /// `None` takes the defaults: stake 4000, urgency 3000, complexity 3000.
-    pub weights_bps: Option<[u16; 3]>,
+    pub params: MarketParams,
 }
 
 #[derive(Accounts)]
@@ -63,27 +57,11 @@ pub struct InitMarket<'info> {
 
 impl InitMarket<'_> {
     fn validate(&self, args: &InitMarketArgs) -> Result<()> {
-        require!(
-            args.billing_interval_secs > 0,
-            MarketError::InvalidBillingInterval
-        );
-        require!(
-            args.protocol_fee_bps as u64 <= gpu_market_core::BPS,
-            MarketError::InvalidFee
-        );
-        Ok(())
+        args.params.validate()
     }
 
     #[access_control(ctx.accounts.validate(&args))]
     pub fn init_market(ctx: Context<Self>, args: InitMarketArgs) -> Result<()> {
-        let weights = match args.weights_bps {
-            Some([stake_bps, urgency_bps, complexity_bps]) => Weights {
-                stake_bps,
-                urgency_bps,
-                complexity_bps,
-            },
-            None => Weights::DEFAULT,
-        };
         let market = &mut ctx.accounts.market;
         market.set_inner(Market {
             authority: ctx.accounts.authority.key(),
@@ -93,14 +71,11 @@ impl InitMarket<'_> {
             stake_vault: ctx.accounts.stake_vault.key(),
             payment_vault: ctx.accounts.payment_vault.key(),
             treasury: ctx.accounts.treasury.key(),
-            billing_interval_secs: args.billing_interval_secs,
-            protocol_fee_bps: args.protocol_fee_bps,
-            unstake_cooldown_secs: args.unstake_cooldown_secs,
-            weight_stake_bps: weights.stake_bps,
-            weight_urgency_bps: weights.urgency_bps,
-            weight_complexity_bps: weights.complexity_bps,
+            params: args.params,
+            demand_bps: 0,
             total_staked: 0,
             total_pending_unstake: 0,
+            created_at: Clock::get()?.unix_timestamp,
             bump: ctx.bumps.market,
             stake_vault_bump: ctx.bumps.stake_vault,
             payment_vault_bump: ctx.bumps.payment_vault,
@@ -111,6 +86,30 @@ impl InitMarket<'_> {
             authority: market.authority,
             stake_mint: market.stake_mint,
             payment_mint: market.payment_mint,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct UpdateMarket<'info> {
+    pub authority: Signer<'info>,
+
+    #[account(mut, has_one = authority @ crate::errors::MarketError::NotMarketAuthority)]
+    pub market: Account<'info, Market>,
+}
+
+impl UpdateMarket<'_> {
+    /// Replaces the market's parameters; the event carries the old and the new values.
+    pub fn update_market(ctx: Context<Self>, params: MarketParams) -> Result<()> {
+        let market = &mut ctx.accounts.market;
+        let old = market.params;
+        market.params = params;
+        market.invariant()?;
+        emit!(MarketUpdated {
+            market: market.key(),
+            old,
+            new: params,
         });
         Ok(())
     }

@@ -71,7 +71,6 @@ impl Stake<'_> {
             .total_staked
             .checked_add(amount)
             .ok_or(MarketError::Overflow)?;
-        market.invariant()?;
         emit!(Staked {
             market: market.key(),
             owner: stake.owner,

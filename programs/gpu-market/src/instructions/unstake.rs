@@ -28,7 +28,7 @@ impl RequestUnstake<'_> {
         let now = Clock::get()?.unix_timestamp;
         let market = &mut ctx.accounts.market;
         let stake = &mut ctx.accounts.stake;
-        stake.request_unstake(amount, now, market.unstake_cooldown_secs)?;
+        stake.request_unstake(amount, now, market.params.unstake_cooldown_secs)?;
         market.total_staked = market
             .total_staked
             .checked_sub(amount)
@@ -37,7 +37,6 @@ impl RequestUnstake<'_> {
             .total_pending_unstake
             .checked_add(amount)
             .ok_or(MarketError::Overflow)?;
-        market.invariant()?;
         emit!(UnstakeRequested {
             market: market.key(),
             owner: stake.owner,
@@ -102,7 +101,6 @@ impl WithdrawStake<'_> {
             .total_pending_unstake
             .checked_sub(amount)
             .ok_or(MarketError::Overflow)?;
-        market.invariant()?;
         emit!(StakeWithdrawn {
             market: market.key(),
             owner: ctx.accounts.stake.owner,

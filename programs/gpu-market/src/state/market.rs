@@ -1,8 +1,101 @@
 use anchor_lang::prelude::*;
+use gpu_market_core::pricing;
 use gpu_market_core::score::Weights;
 
 use crate::errors::MarketError;
 use crate::state::seeds;
+
+/// GPU classes a market prices (index = `GpuSpec::class`).
+pub const GPU_CLASSES: usize = 8;
+
+/// The rules of a market's auction: set at `init_market`, changed by `update_market`.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+pub struct MarketParams {
+    pub billing_interval_secs: u32,
+    pub protocol_fee_bps: u16,
+    pub unstake_cooldown_secs: u32,
+    /// Score weights: stake, urgency, complexity; they add up to 10 000.
+    pub weights_bps: [u16; 3],
+    /// The stake at which the stake input S saturates.
+    pub stake_bound: u64,
+    /// GPUs × GiB × seconds at which the complexity input C saturates.
+    pub resource_bound_gib_secs: u64,
+    /// Score a waiting bid gains per billing interval, so no bid starves.
+    pub aging_per_interval: u16,
+    /// Anti-monopoly cap: the most of the market's GPUs one client may hold, in bps.
+    pub max_client_share_bps: u16,
+    /// Base of the dynamic reserve price, per GPU-hour, in payment-token base units.
+    pub base_price_per_gpu_hour: u64,
+    /// Capability factor of each GPU class, added to 1 (bps).
+    pub capability_bps: [u16; GPU_CLASSES],
+    /// Seasonal factor of each UTC hour of the cluster clock (bps; 10 000 = neutral).
+    pub seasonal_bps: [u16; 24],
+    /// Weight of the newest sample in the smoothed demand (bps).
+    pub demand_smoothing_bps: u16,
+    /// The most the demand factor may add (bps).
+    pub demand_cap_bps: u16,
+}
+
+impl MarketParams {
+    /// Reasonable defaults around the given interval, fee and cooldown: the Neurolov weights,
+    /// neutral seasons, no capability premium, demand smoothed at 20 % per sample, capped at +100 %.
+    pub fn recommended(
+        billing_interval_secs: u32,
+        protocol_fee_bps: u16,
+        unstake_cooldown_secs: u32,
+    ) -> Self {
+        let w = Weights::DEFAULT;
+        MarketParams {
+            billing_interval_secs,
+            protocol_fee_bps,
+            unstake_cooldown_secs,
+            weights_bps: [w.stake_bps, w.urgency_bps, w.complexity_bps],
+            stake_bound: 1_000_000_000,
+            resource_bound_gib_secs: 8 * 80 * 86_400,
+            aging_per_interval: 10,
+            max_client_share_bps: 5_000,
+            base_price_per_gpu_hour: 1_000_000,
+            capability_bps: [0; GPU_CLASSES],
+            seasonal_bps: [10_000; 24],
+            demand_smoothing_bps: 2_000,
+            demand_cap_bps: 10_000,
+        }
+    }
+
+    pub fn weights(&self) -> Weights {
+        Weights {
+            stake_bps: self.weights_bps[0],
+            urgency_bps: self.weights_bps[1],
+            complexity_bps: self.weights_bps[2],
+        }
+    }
+
+    /// Every rule a market's parameters must keep; each failure is its own typed error.
+    pub fn validate(&self) -> Result<()> {
+        let bps = gpu_market_core::BPS;
+        require!(self.weights().is_valid(), MarketError::InvalidWeights);
+        require!(
+            self.billing_interval_secs > 0,
+            MarketError::InvalidBillingInterval
+        );
+        require!(self.protocol_fee_bps as u64 <= bps, MarketError::InvalidFee);
+        require!(
+            self.stake_bound > 0 && self.resource_bound_gib_secs > 0,
+            MarketError::InvalidScoreBounds
+        );
+        require!(
+            self.max_client_share_bps > 0 && self.max_client_share_bps as u64 <= bps,
+            MarketError::InvalidClientCap
+        );
+        require!(
+            self.base_price_per_gpu_hour > 0
+                && self.seasonal_bps.iter().all(|&s| s > 0)
+                && self.demand_smoothing_bps as u64 <= bps,
+            MarketError::InvalidPricing
+        );
+        Ok(())
+    }
+}
 
 /// A market: who runs it, which tokens it uses, and the rules of its auction.
 #[account]
@@ -17,16 +110,14 @@ pub struct Market {
     pub payment_vault: Pubkey,
     /// Token account of the payment mint that receives the protocol fee.
     pub treasury: Pubkey,
-    pub billing_interval_secs: u32,
-    pub protocol_fee_bps: u16,
-    pub unstake_cooldown_secs: u32,
-    pub weight_stake_bps: u16,
-    pub weight_urgency_bps: u16,
-    pub weight_complexity_bps: u16,
+    pub params: MarketParams,
+    /// Smoothed demand factor (bps), fed by the allocation rounds.
+    pub demand_bps: u64,
     /// Tokens staked (and not asked back) in this market.
     pub total_staked: u64,
     /// Tokens asked back and still in the stake vault, waiting for their cooldown.
     pub total_pending_unstake: u64,
+    pub created_at: i64,
     pub bump: u8,
     pub stake_vault_bump: u8,
     pub payment_vault_bump: u8,
@@ -40,25 +131,29 @@ impl Market {
         f(&[&[seeds::MARKET, self.authority.as_ref(), &id, &bump]])
     }
 
-    pub fn weights(&self) -> Weights {
-        Weights {
-            stake_bps: self.weight_stake_bps,
-            urgency_bps: self.weight_urgency_bps,
-            complexity_bps: self.weight_complexity_bps,
-        }
+    /// The dynamic reserve price per GPU-hour of GPU `class` at `unix_time`:
+    /// Base × (1 + Demand) × (1 + Capability) × Seasonal, computed by the core crate.
+    pub fn reserve_price(&self, class: u8, unix_time: i64) -> Result<u64> {
+        let p = &self.params;
+        let capability = *p
+            .capability_bps
+            .get(class as usize)
+            .ok_or(MarketError::UnknownGpuClass)?;
+        let hour = unix_time.rem_euclid(86_400) / 3_600;
+        let seasonal = p.seasonal_bps[hour as usize];
+        let demand = self.demand_bps.min(p.demand_cap_bps as u64);
+        pricing::reserve_price(
+            p.base_price_per_gpu_hour,
+            demand,
+            capability as u64,
+            seasonal as u64,
+        )
+        .map_err(|e| error!(MarketError::from(e)))
     }
 
-    /// Holds after every instruction that changes the market.
+    /// Holds after every instruction that changes the market's parameters (the totals are
+    /// kept by checked arithmetic in the instructions that move tokens).
     pub fn invariant(&self) -> Result<()> {
-        require!(self.weights().is_valid(), MarketError::InvalidWeights);
-        require!(
-            self.billing_interval_secs > 0,
-            MarketError::InvalidBillingInterval
-        );
-        require!(
-            self.protocol_fee_bps as u64 <= gpu_market_core::BPS,
-            MarketError::InvalidFee
-        );
-        Ok(())
+        self.params.validate()
     }
 }
