@@ -38,9 +38,9 @@ use crate::philly::{self, Job, Workload};
 const TIERS: usize = 4;
 /// Deadline = arrival + `DEADLINE_SLACK` × run time.
 const DEADLINE_SLACK: f64 = 2.0;
-const GIB_PER_GPU: u128 = 16;
+const GIB_PER_GPU: u64 = 16;
 /// C saturates at one 8-GPU node for a day.
-const RESOURCE_BOUND: u128 = 8 * GIB_PER_GPU * 86_400;
+const RESOURCE_BOUND: u64 = 8 * GIB_PER_GPU * 86_400;
 /// Aging is counted per billing interval.
 const INTERVAL_S: f64 = 3_600.0;
 /// Aging per interval (bps).
@@ -87,7 +87,7 @@ impl Policy {
                     stake_bound: (TIERS - 1) as u64,
                     duration_secs: duration,
                     time_left_secs: (deadline - now).max(0.0) as u64,
-                    resource_gib_secs: job.gpus as u128 * GIB_PER_GPU * duration as u128,
+                    resource_gib_secs: job.gpus as u64 * GIB_PER_GPU * duration,
                     resource_bound: RESOURCE_BOUND,
                 };
                 let waited = ((now - job.arrival) / INTERVAL_S) as u64;

@@ -38,7 +38,7 @@ pub fn main() -> Result<(), String> {
                 stake_bound: 50_000,
                 duration_secs: 3_600 + (i & 0xff),
                 time_left_secs: 7_200 + (i & 0xfff),
-                resource_gib_secs: (i as u128 & 0xfffff) * 80,
+                resource_gib_secs: (i & 0xfffff) * 80,
                 resource_bound: 8 * 80 * 86_400,
             };
             aged_score(base_score(Weights::DEFAULT, &inputs), 10, i & 0x3f)

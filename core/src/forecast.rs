@@ -96,9 +96,9 @@ impl HourlyForecast {
     }
 }
 
-/// `a × b ÷ d` in 128 bits, saturating at `u64::MAX`.
+/// `a × b ÷ d`, saturating at `u64::MAX`.
 fn mul_div(a: u64, b: u64, d: u64) -> u64 {
-    (a as u128 * b as u128 / d as u128).min(u64::MAX as u128) as u64
+    crate::math::mul_div_floor(a, b, d).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

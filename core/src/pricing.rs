@@ -1,6 +1,6 @@
 //! The dynamic reserve price: `Base × (1 + Demand) × (1 + Capability) × Seasonal` per GPU-hour.
 
-use crate::math::{apply_bps, normalise_bps, MathError, BPS};
+use crate::math::{apply_bps, mul_div_floor, normalise_bps, MathError, BPS};
 
 /// Demand in bps from GPUs wanted by waiting bids against GPUs offered by active machines,
 /// capped at `cap_bps`. With nothing offered, demand is at its cap as soon as anything is wanted.
@@ -11,14 +11,20 @@ pub fn demand_bps(requested_gpus: u64, offered_gpus: u64, cap_bps: u64) -> u64 {
     if offered_gpus == 0 {
         return cap_bps;
     }
-    let ratio = (requested_gpus as u128 * BPS as u128 / offered_gpus as u128).min(u64::MAX as u128);
-    (ratio as u64).min(cap_bps)
+    mul_div_floor(requested_gpus, BPS, offered_gpus)
+        .unwrap_or(u64::MAX)
+        .min(cap_bps)
 }
 
 /// Exponential smoothing in bps: `prev + alpha·(sample − prev)`.
 pub fn smooth_bps(prev: u64, sample: u64, alpha_bps: u64) -> u64 {
-    let alpha = alpha_bps.min(BPS) as u128;
-    ((prev as u128 * (BPS as u128 - alpha) + sample as u128 * alpha) / BPS as u128) as u64
+    // prev + alpha·(sample − prev), on whichever side sample lies; never leaves [prev, sample].
+    let alpha = alpha_bps.min(BPS);
+    if sample >= prev {
+        prev + mul_div_floor(sample - prev, alpha, BPS).unwrap_or(0)
+    } else {
+        prev - mul_div_floor(prev - sample, alpha, BPS).unwrap_or(0)
+    }
 }
 
 /// Reserve price per GPU-hour in token base units, rounded down after every factor.

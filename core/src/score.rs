@@ -39,9 +39,9 @@ pub struct Inputs {
     /// Seconds from now until the bid's deadline (0 once it has passed).
     pub time_left_secs: u64,
     /// GPUs × GiB per GPU × seconds.
-    pub resource_gib_secs: u128,
+    pub resource_gib_secs: u64,
     /// The resource volume at which C saturates.
-    pub resource_bound: u128,
+    pub resource_bound: u64,
 }
 
 /// Urgency in bps: requested duration over time left. A bid that must start now to finish before
@@ -54,17 +54,8 @@ pub fn urgency_bps(duration_secs: u64, time_left_secs: u64) -> u64 {
 }
 
 /// Complexity in bps, normalised against the market's bound.
-pub fn complexity_bps(resource_gib_secs: u128, bound: u128) -> u64 {
-    if bound == 0 {
-        return 0;
-    }
-    let v = resource_gib_secs.min(bound);
-    // v <= bound: the quotient is at most BPS. Scale the divisor down first when the product
-    // could overflow 128 bits (bounds beyond 2^114 are not realistic, but stay correct).
-    match v.checked_mul(BPS as u128) {
-        Some(p) => (p / bound) as u64,
-        None => (v / (bound / BPS as u128).max(1)).min(BPS as u128) as u64,
-    }
+pub fn complexity_bps(resource_gib_secs: u64, bound: u64) -> u64 {
+    normalise_bps(resource_gib_secs, bound)
 }
 
 /// The weighted score on 0..=10 000 (rounded down).
@@ -81,6 +72,16 @@ pub fn base_score(w: Weights, i: &Inputs) -> u64 {
 pub fn aged_score(base: u64, aging_per_interval: u64, intervals_waited: u64) -> u64 {
     base.saturating_add(aging_per_interval.saturating_mul(intervals_waited))
         .min(BPS)
+}
+
+/// The key a bid is ranked by in a book that never re-sorts: `base + aging × (2³² − 1 − placed)`,
+/// where `placed` is the billing interval in which the bid was placed. At any later interval `t`,
+/// `base + aging × (t − placed)` (the uncapped aged score) differs from this key by the same
+/// amount for every bid, so ordering by the key is ordering by aged score: earlier bids gain
+/// `aging` per interval waited relative to newer ones, and none starves.
+pub fn rank_key(base: u64, aging_per_interval: u64, placed_interval: u64) -> u64 {
+    let remaining = (u32::MAX as u64).saturating_sub(placed_interval);
+    base.saturating_add(aging_per_interval.saturating_mul(remaining))
 }
 
 #[cfg(test)]
@@ -128,7 +129,20 @@ mod tests {
 
     proptest! {
         #[test]
-        fn score_is_bounded(stake: u64, sb: u64, d: u64, t: u64, r: u128, rb: u128) {
+        fn rank_keys_order_bids_as_their_aged_scores_do(
+            b1 in 0u64..=10_000, b2 in 0u64..=10_000, aging in 0u64..=1_000,
+            p1 in 0u64..1_000_000, p2 in 0u64..1_000_000, later in 0u64..1_000_000,
+        ) {
+            let now = p1.max(p2) + later;
+            let aged = |b: u64, p: u64| b + aging * (now - p);
+            prop_assert_eq!(
+                rank_key(b1, aging, p1).cmp(&rank_key(b2, aging, p2)),
+                aged(b1, p1).cmp(&aged(b2, p2))
+            );
+        }
+
+        #[test]
+        fn score_is_bounded(stake: u64, sb: u64, d: u64, t: u64, r: u64, rb: u64) {
             let i = Inputs { stake, stake_bound: sb, duration_secs: d, time_left_secs: t, resource_gib_secs: r, resource_bound: rb };
             prop_assert!(base_score(Weights::DEFAULT, &i) <= BPS);
         }
@@ -148,9 +162,9 @@ mod tests {
         }
 
         #[test]
-        fn score_is_monotone_in_resources(a: u128, b: u128) {
+        fn score_is_monotone_in_resources(a: u64, b: u64) {
             let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-            let bound = u128::MAX / 3;
+            let bound = u64::MAX / 3;
             let s = |r| base_score(Weights::DEFAULT, &Inputs { resource_gib_secs: r, resource_bound: bound, ..inputs() });
             prop_assert!(s(lo) <= s(hi));
         }

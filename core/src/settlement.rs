@@ -1,6 +1,6 @@
 //! Escrow and payment arithmetic.
 
-use crate::math::{apply_bps, mul_div_floor, MathError};
+use crate::math::{apply_bps, mul_div_ceil, mul_div_floor, MathError};
 
 pub const SECS_PER_HOUR: u64 = 3_600;
 pub const SECS_PER_DAY: u64 = 86_400;
@@ -37,13 +37,10 @@ pub fn escrow_for(
     gpus: u64,
     max_duration_secs: u64,
 ) -> Result<u64, MathError> {
-    let whole = (price as u128)
-        .checked_mul(max_duration_secs as u128)
-        .and_then(|v| v.checked_mul(gpus as u128))
+    let gpu_secs = gpus
+        .checked_mul(max_duration_secs)
         .ok_or(MathError::Overflow)?;
-    let unit_secs = unit.secs() as u128;
-    let ceil = whole / unit_secs + u128::from(whole % unit_secs != 0);
-    u64::try_from(ceil).map_err(|_| MathError::Overflow)
+    mul_div_ceil(price, gpu_secs, unit.secs())
 }
 
 /// One settlement step: the gross payment for `elapsed` proven seconds, never more than what is

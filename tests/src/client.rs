@@ -1,9 +1,9 @@
 //! One client struct per program instruction: it knows its accounts, its data and its signers.
 
 use anchor_lang::{InstructionData, ToAccountMetas};
-use gpu_market::instructions::InitMarketArgs;
+use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
 use gpu_market::pda;
-use gpu_market::state::{MachineStatus, MachineTerms, MarketParams};
+use gpu_market::state::{MachineStatus, MachineTerms, MarketParams, BID_BOOK_SPACE};
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -290,5 +290,163 @@ impl ClientInstruction for UpdateMarket<'_> {
 
     fn signers(&self) -> Vec<&Keypair> {
         vec![self.authority]
+    }
+}
+
+/// Instructions that create a book account (272 KiB, so created by the system program in the
+/// same transaction) and open it as a market's queue book or a machine's spot book.
+pub fn open_book_instructions(
+    payer: &Pubkey,
+    book: &Pubkey,
+    rent_lamports: u64,
+    open: Instruction,
+) -> [Instruction; 2] {
+    [
+        solana_system_interface::instruction::create_account(
+            payer,
+            book,
+            rent_lamports,
+            BID_BOOK_SPACE as u64,
+            &gpu_market::ID,
+        ),
+        open,
+    ]
+}
+
+pub fn init_queue_book(authority: &Pubkey, market: &Pubkey, book: &Pubkey) -> Instruction {
+    ix(
+        gpu_market::accounts::InitQueueBook {
+            authority: *authority,
+            market: *market,
+            book: *book,
+        },
+        gpu_market::instruction::InitQueueBook {},
+    )
+}
+
+pub fn init_spot_book(owner: &Pubkey, machine: &Pubkey, book: &Pubkey) -> Instruction {
+    ix(
+        gpu_market::accounts::InitSpotBook {
+            owner: *owner,
+            machine: *machine,
+            book: *book,
+        },
+        gpu_market::instruction::InitSpotBook {},
+    )
+}
+
+pub struct PlaceBid<'a> {
+    pub client: &'a Keypair,
+    pub market: Pubkey,
+    pub book: Pubkey,
+    pub machine: Option<Pubkey>,
+    /// Pass the client's stake account (when it has one).
+    pub with_stake: bool,
+    pub payment_mint: Pubkey,
+    pub client_tokens: Pubkey,
+    pub args: PlaceBidArgs,
+}
+
+impl PlaceBid<'_> {
+    pub fn bid(&self) -> Pubkey {
+        pda::bid(&self.market, &self.client.pubkey(), self.args.nonce).0
+    }
+}
+
+impl ClientInstruction for PlaceBid<'_> {
+    const NAME: &'static str = "place_bid";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::PlaceBid {
+                client: self.client.pubkey(),
+                market: self.market,
+                bid: self.bid(),
+                book: self.book,
+                machine: self.machine,
+                stake: self
+                    .with_stake
+                    .then(|| pda::stake(&self.market, &self.client.pubkey()).0),
+                payment_mint: self.payment_mint,
+                client_tokens: self.client_tokens,
+                payment_vault: pda::payment_vault(&self.market).0,
+                token_program: spl_token_interface::ID,
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::PlaceBid {
+                args: self.args.clone(),
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.client]
+    }
+}
+
+pub struct TopUpBid<'a> {
+    pub client: &'a Keypair,
+    pub market: Pubkey,
+    pub bid: Pubkey,
+    pub payment_mint: Pubkey,
+    pub client_tokens: Pubkey,
+    pub amount: u64,
+}
+
+impl ClientInstruction for TopUpBid<'_> {
+    const NAME: &'static str = "top_up_bid";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::TopUpBid {
+                client: self.client.pubkey(),
+                market: self.market,
+                bid: self.bid,
+                payment_mint: self.payment_mint,
+                client_tokens: self.client_tokens,
+                payment_vault: pda::payment_vault(&self.market).0,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::TopUpBid {
+                amount: self.amount,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.client]
+    }
+}
+
+pub struct CancelBid<'a> {
+    pub client: &'a Keypair,
+    pub market: Pubkey,
+    pub bid: Pubkey,
+    pub book: Pubkey,
+    pub payment_mint: Pubkey,
+    pub client_tokens: Pubkey,
+}
+
+impl ClientInstruction for CancelBid<'_> {
+    const NAME: &'static str = "cancel_bid";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CancelBid {
+                client: self.client.pubkey(),
+                market: self.market,
+                bid: self.bid,
+                book: self.book,
+                payment_mint: self.payment_mint,
+                client_tokens: self.client_tokens,
+                payment_vault: pda::payment_vault(&self.market).0,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::CancelBid {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.client]
     }
 }

@@ -39,10 +39,46 @@ pub enum MarketError {
     MachineRetired,
     #[msg("the signer is not the machine's agent key")]
     WrongAgent,
+    #[msg("the book is full")]
+    BookFull,
+    #[msg("the bid is already in the book")]
+    BookDuplicate,
+    #[msg("the bid is not in the book")]
+    BookNotFound,
+    #[msg("the book account does not belong to this market or machine")]
+    WrongBook,
+    #[msg("the book is already open")]
+    BookAlreadyOpen,
+    #[msg("a bid accepts at least one GPU class of the market")]
+    NoGpuClass,
+    #[msg("the deadline leaves less time than the bid's duration")]
+    DeadlineTooSoon,
+    #[msg("the power limit is mandatory")]
+    PowerLimitMissing,
+    #[msg("no GPU of the machine allows the bid's overclock terms")]
+    OverclockOutOfRange,
+    #[msg("the machine is not active")]
+    MachineNotActive,
+    #[msg("the image reference is longer than 48 bytes")]
+    ImageRefTooLong,
+    #[msg("the bid is running; end its lease instead")]
+    BidRunning,
+    #[msg("the stake account is not the bidder's stake in this market")]
+    WrongStakeAccount,
     #[msg("arithmetic overflow")]
     Overflow,
     #[msg("division by zero")]
     DivisionByZero,
+}
+
+impl From<crate::state::BookError> for MarketError {
+    fn from(e: crate::state::BookError) -> Self {
+        match e {
+            crate::state::BookError::Full => MarketError::BookFull,
+            crate::state::BookError::Duplicate => MarketError::BookDuplicate,
+            crate::state::BookError::NotFound => MarketError::BookNotFound,
+        }
+    }
 }
 
 impl From<MathError> for MarketError {

@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 
-use crate::state::{MachineStatus, MarketParams};
+use crate::state::{BidKind, MachineStatus, MarketParams};
 
 #[event]
 pub struct MarketInitialized {
@@ -67,4 +67,27 @@ pub struct MachineStatusChanged {
 pub struct MachineHeartbeat {
     pub machine: Pubkey,
     pub at: i64,
+}
+
+#[event]
+pub struct BidPlaced {
+    pub market: Pubkey,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    pub kind: BidKind,
+    pub score: u64,
+    pub escrow: u64,
+}
+
+#[event]
+pub struct BidToppedUp {
+    pub bid: Pubkey,
+    pub amount: u64,
+    pub escrow: u64,
+}
+
+#[event]
+pub struct BidCancelled {
+    pub bid: Pubkey,
+    pub refund: u64,
 }

@@ -49,6 +49,32 @@ pub mod gpu_market {
         WithdrawStake::withdraw_stake(ctx)
     }
 
+    /// Opens the market's queue book on an account the client created (authority only).
+    pub fn init_queue_book(ctx: Context<InitQueueBook>) -> Result<()> {
+        InitQueueBook::init_queue_book(ctx)
+    }
+
+    /// Opens a machine's spot book on an account the client created (machine owner only).
+    pub fn init_spot_book(ctx: Context<InitSpotBook>) -> Result<()> {
+        InitSpotBook::init_spot_book(ctx)
+    }
+
+    /// Places a queue or spot bid: locks price × duration in escrow, scores it from the
+    /// bidder's stake, deadline and requested resources, and inserts it in its book.
+    pub fn place_bid(ctx: Context<PlaceBid>, args: PlaceBidArgs) -> Result<()> {
+        PlaceBid::place_bid(ctx, args)
+    }
+
+    /// Adds tokens to a bid's escrow.
+    pub fn top_up_bid(ctx: Context<TopUpBid>, amount: u64) -> Result<()> {
+        TopUpBid::top_up_bid(ctx, amount)
+    }
+
+    /// Cancels a waiting bid: out of its book, escrow refunded in full, account closed.
+    pub fn cancel_bid(ctx: Context<CancelBid>) -> Result<()> {
+        CancelBid::cancel_bid(ctx)
+    }
+
     /// Registers a host's machine: its agent key, GPUs with their allowed overclock ranges and
     /// topology, price floor, electricity cost and cached images.
     pub fn register_machine(

@@ -33,3 +33,15 @@ pub fn machine(market: &Pubkey, owner: &Pubkey, id: u64) -> (Pubkey, u8) {
         &ID,
     )
 }
+
+pub fn bid(market: &Pubkey, client: &Pubkey, nonce: u64) -> (Pubkey, u8) {
+    Pubkey::find_program_address(
+        &[
+            seeds::BID,
+            market.as_ref(),
+            client.as_ref(),
+            &nonce.to_le_bytes(),
+        ],
+        &ID,
+    )
+}

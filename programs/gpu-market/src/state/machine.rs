@@ -97,6 +97,8 @@ pub struct Machine {
     pub electricity_cost_per_kwh: u64,
     pub cached_image_count: u8,
     pub cached_images: [[u8; 32]; MAX_CACHED_IMAGES],
+    /// The machine's spot book (a `BidBook` account), set by `init_spot_book`.
+    pub spot_book: Pubkey,
     pub registered_at: i64,
     pub last_heartbeat: i64,
     pub bump: u8,

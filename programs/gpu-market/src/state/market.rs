@@ -113,6 +113,12 @@ pub struct Market {
     pub params: MarketParams,
     /// Smoothed demand factor (bps), fed by the allocation rounds.
     pub demand_bps: u64,
+    /// The market's queue book (a `BidBook` account), set by `init_queue_book`.
+    pub queue_book: Pubkey,
+    /// The next bid's placement number.
+    pub next_bid_seq: u64,
+    /// Tokens held in the payment vault as bid escrow.
+    pub total_escrow: u64,
     /// Tokens staked (and not asked back) in this market.
     pub total_staked: u64,
     /// Tokens asked back and still in the stake vault, waiting for their cooldown.
@@ -149,6 +155,12 @@ impl Market {
             seasonal as u64,
         )
         .map_err(|e| error!(MarketError::from(e)))
+    }
+
+    /// The billing interval `unix_time` falls in, counted from the market's creation.
+    pub fn interval_at(&self, unix_time: i64) -> u64 {
+        (unix_time.saturating_sub(self.created_at).max(0) as u64)
+            / self.params.billing_interval_secs as u64
     }
 
     /// Holds after every instruction that changes the market's parameters (the totals are

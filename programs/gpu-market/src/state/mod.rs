@@ -1,9 +1,11 @@
+pub mod bid;
 pub mod book;
 pub mod machine;
 pub mod market;
 pub mod seeds;
 pub mod stake;
 
+pub use bid::*;
 pub use book::*;
 pub use machine::*;
 pub use market::*;

@@ -4,4 +4,5 @@ pub const MARKET: &[u8] = b"market";
 pub const STAKE_VAULT: &[u8] = b"stake_vault";
 pub const PAYMENT_VAULT: &[u8] = b"payment_vault";
 pub const STAKE: &[u8] = b"stake";
+pub const BID: &[u8] = b"bid";
 pub const MACHINE: &[u8] = b"machine";

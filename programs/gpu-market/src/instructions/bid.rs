@@ -1,0 +1,365 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use gpu_market_core::score::{self, Inputs};
+use gpu_market_core::settlement::{escrow_for, PriceUnit};
+
+use crate::errors::MarketError;
+use crate::events::{BidCancelled, BidPlaced, BidToppedUp};
+use crate::state::{
+    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Machine, MachineStatus, Market,
+    OverclockTerms, StakeAccount, GPU_CLASSES, IMAGE_REF_LEN, MAX_GPUS,
+};
+
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
+pub struct PlaceBidArgs {
+    /// Chosen by the client so one client can hold several bids.
+    pub nonce: u64,
+    pub kind: BidKind,
+    pub image_ref: String,
+    pub image_digest: [u8; 32],
+    pub env_hash: [u8; 32],
+    pub gpu_count: u8,
+    pub gib_per_gpu: u16,
+    pub accepted_classes: u8,
+    pub overclock: OverclockTerms,
+    pub price: u64,
+    pub max_duration_secs: u32,
+    pub deadline: i64,
+}
+
+impl PlaceBidArgs {
+    fn unit(&self) -> PriceUnit {
+        match self.kind {
+            BidKind::Queue => PriceUnit::PerGpuHour,
+            BidKind::Spot => PriceUnit::PerGpuDay,
+        }
+    }
+}
+
+#[derive(Accounts)]
+#[instruction(args: PlaceBidArgs)]
+pub struct PlaceBid<'info> {
+    #[account(mut)]
+    pub client: Signer<'info>,
+
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(
+        init,
+        payer = client,
+        space = 8 + Bid::INIT_SPACE,
+        seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &args.nonce.to_le_bytes()],
+        bump,
+    )]
+    pub bid: Box<Account<'info, Bid>>,
+
+    /// The queue book of the market, or the spot book of `machine`.
+    #[account(mut)]
+    pub book: AccountLoader<'info, BidBook>,
+
+    /// The target of a spot bid; absent for a queue bid.
+    #[account(has_one = market)]
+    pub machine: Option<Box<Account<'info, Machine>>>,
+
+    /// The client's stake; absent when the client has none (S = 0).
+    #[account(
+        seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
+        bump = stake.bump,
+    )]
+    pub stake: Option<Account<'info, StakeAccount>>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+
+    #[account(mut, token::mint = payment_mint, token::authority = client)]
+    pub client_tokens: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+    pub system_program: Program<'info, System>,
+}
+
+impl PlaceBid<'_> {
+    fn validate(&self, args: &PlaceBidArgs, now: i64) -> Result<()> {
+        require!(
+            (1..=MAX_GPUS).contains(&(args.gpu_count as usize)),
+            MarketError::BadGpuCount
+        );
+        require!(args.gib_per_gpu > 0, MarketError::BadGpuMemory);
+        require!(args.accepted_classes != 0, MarketError::NoGpuClass);
+        require!(args.price > 0, MarketError::ZeroAmount);
+        require!(args.max_duration_secs > 0, MarketError::ZeroAmount);
+        require!(
+            args.image_ref.len() <= IMAGE_REF_LEN,
+            MarketError::ImageRefTooLong
+        );
+        require!(
+            args.overclock.power_limit_w > 0,
+            MarketError::PowerLimitMissing
+        );
+        let latest_start = args
+            .deadline
+            .checked_sub(args.max_duration_secs as i64)
+            .ok_or(MarketError::Overflow)?;
+        require!(latest_start >= now, MarketError::DeadlineTooSoon);
+        match (args.kind, &self.machine) {
+            (BidKind::Queue, None) => {
+                require_keys_eq!(
+                    self.book.key(),
+                    self.market.queue_book,
+                    MarketError::WrongBook
+                )
+            }
+            (BidKind::Spot, Some(machine)) => {
+                require!(
+                    machine.status == MachineStatus::Active,
+                    MarketError::MachineNotActive
+                );
+                require_keys_eq!(self.book.key(), machine.spot_book, MarketError::WrongBook);
+                // Enough GPUs of an accepted class with the memory must allow the terms.
+                let settings = args.overclock.settings();
+                let fitting = machine
+                    .gpus()
+                    .iter()
+                    .filter(|g| {
+                        (g.class as usize) < GPU_CLASSES
+                            && args.accepted_classes & (1 << g.class) != 0
+                            && g.memory_gib >= args.gib_per_gpu
+                            && g.limits().check(&settings).is_ok()
+                    })
+                    .count();
+                require!(
+                    fitting >= args.gpu_count as usize,
+                    MarketError::OverclockOutOfRange
+                );
+            }
+            _ => return err!(MarketError::WrongBook),
+        }
+        Ok(())
+    }
+
+    pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        ctx.accounts.validate(&args, now)?;
+        let escrow = escrow_for(
+            args.price,
+            args.unit(),
+            args.gpu_count as u64,
+            args.max_duration_secs as u64,
+        )
+        .map_err(MarketError::from)?;
+
+        let market = &mut ctx.accounts.market;
+        let p = &market.params;
+        let inputs = Inputs {
+            stake: ctx.accounts.stake.as_ref().map_or(0, |s| s.amount),
+            stake_bound: p.stake_bound,
+            duration_secs: args.max_duration_secs as u64,
+            time_left_secs: (args.deadline - now) as u64,
+            // At most 16 × 65 535 × (2³² − 1) < 2⁶⁴: no overflow.
+            resource_gib_secs: args.gpu_count as u64
+                * args.gib_per_gpu as u64
+                * args.max_duration_secs as u64,
+            resource_bound: p.resource_bound_gib_secs,
+        };
+        let base = score::base_score(p.weights(), &inputs);
+        let key = score::rank_key(base, p.aging_per_interval as u64, market.interval_at(now));
+        let seq = market.next_bid_seq;
+        ctx.accounts
+            .book
+            .load_mut()?
+            .insert(
+                BookKey::new(key, seq),
+                ctx.accounts.bid.key(),
+                args.gpu_count as u32,
+            )
+            .map_err(MarketError::from)?;
+        market.next_bid_seq = seq.checked_add(1).ok_or(MarketError::Overflow)?;
+        market.total_escrow = market
+            .total_escrow
+            .checked_add(escrow)
+            .ok_or(MarketError::Overflow)?;
+
+        token::transfer_checked(
+            CpiContext::new(
+                ctx.accounts.token_program.key(),
+                TransferChecked {
+                    from: ctx.accounts.client_tokens.to_account_info(),
+                    mint: ctx.accounts.payment_mint.to_account_info(),
+                    to: ctx.accounts.payment_vault.to_account_info(),
+                    authority: ctx.accounts.client.to_account_info(),
+                },
+            ),
+            escrow,
+            ctx.accounts.payment_mint.decimals,
+        )?;
+
+        let mut image_ref = [0u8; IMAGE_REF_LEN];
+        image_ref[..args.image_ref.len()].copy_from_slice(args.image_ref.as_bytes());
+        let bid = &mut ctx.accounts.bid;
+        bid.set_inner(Bid {
+            market: market.key(),
+            client: ctx.accounts.client.key(),
+            machine: ctx
+                .accounts
+                .machine
+                .as_ref()
+                .map_or(Pubkey::default(), |m| m.key()),
+            image_digest: args.image_digest,
+            env_hash: args.env_hash,
+            image_ref,
+            kind: args.kind,
+            status: BidStatus::Open,
+            gpu_count: args.gpu_count,
+            gib_per_gpu: args.gib_per_gpu,
+            accepted_classes: args.accepted_classes,
+            overclock: args.overclock,
+            price: args.price,
+            max_duration_secs: args.max_duration_secs,
+            deadline: args.deadline,
+            escrow,
+            score: base,
+            book_key: key,
+            seq,
+            placed_at: now,
+            bump: ctx.bumps.bid,
+        });
+        emit!(BidPlaced {
+            market: market.key(),
+            bid: bid.key(),
+            client: bid.client,
+            kind: bid.kind,
+            score: base,
+            escrow,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct TopUpBid<'info> {
+    pub client: Signer<'info>,
+
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(mut, has_one = client, has_one = market)]
+    pub bid: Box<Account<'info, Bid>>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+
+    #[account(mut, token::mint = payment_mint, token::authority = client)]
+    pub client_tokens: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl TopUpBid<'_> {
+    /// Adds `amount` to the bid's escrow (more runway at the same price).
+    pub fn top_up_bid(ctx: Context<Self>, amount: u64) -> Result<()> {
+        require!(amount > 0, MarketError::ZeroAmount);
+        let bid = &mut ctx.accounts.bid;
+        bid.escrow = bid
+            .escrow
+            .checked_add(amount)
+            .ok_or(MarketError::Overflow)?;
+        let market = &mut ctx.accounts.market;
+        market.total_escrow = market
+            .total_escrow
+            .checked_add(amount)
+            .ok_or(MarketError::Overflow)?;
+        token::transfer_checked(
+            CpiContext::new(
+                ctx.accounts.token_program.key(),
+                TransferChecked {
+                    from: ctx.accounts.client_tokens.to_account_info(),
+                    mint: ctx.accounts.payment_mint.to_account_info(),
+                    to: ctx.accounts.payment_vault.to_account_info(),
+                    authority: ctx.accounts.client.to_account_info(),
+                },
+            ),
+            amount,
+            ctx.accounts.payment_mint.decimals,
+        )?;
+        emit!(BidToppedUp {
+            bid: bid.key(),
+            amount,
+            escrow: bid.escrow,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct CancelBid<'info> {
+    #[account(mut)]
+    pub client: Signer<'info>,
+
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(mut, has_one = client, has_one = market, close = client)]
+    pub bid: Box<Account<'info, Bid>>,
+
+    /// The book the bid waits in.
+    #[account(mut)]
+    pub book: AccountLoader<'info, BidBook>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+
+    #[account(mut, token::mint = payment_mint, token::authority = client)]
+    pub client_tokens: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl CancelBid<'_> {
+    /// Takes a waiting bid out of its book and refunds its escrow in full.
+    pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
+        let bid = &ctx.accounts.bid;
+        require!(bid.status == BidStatus::Open, MarketError::BidRunning);
+        let leaf = ctx
+            .accounts
+            .book
+            .load_mut()?
+            .remove(BookKey::new(bid.book_key, bid.seq))
+            .map_err(MarketError::from)?;
+        // The key found a leaf: it must be this bid's (else the whole transaction rolls back).
+        require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
+        let refund = bid.escrow;
+        let market = &mut ctx.accounts.market;
+        market.total_escrow = market
+            .total_escrow
+            .checked_sub(refund)
+            .ok_or(MarketError::Overflow)?;
+        market.with_signer(|signer| {
+            token::transfer_checked(
+                CpiContext::new_with_signer(
+                    ctx.accounts.token_program.key(),
+                    TransferChecked {
+                        from: ctx.accounts.payment_vault.to_account_info(),
+                        mint: ctx.accounts.payment_mint.to_account_info(),
+                        to: ctx.accounts.client_tokens.to_account_info(),
+                        authority: market.to_account_info(),
+                    },
+                    signer,
+                ),
+                refund,
+                ctx.accounts.payment_mint.decimals,
+            )
+        })?;
+        emit!(BidCancelled {
+            bid: bid.key(),
+            refund,
+        });
+        Ok(())
+    }
+}

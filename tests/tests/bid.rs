@@ -1,0 +1,570 @@
+//! Bids with escrow: place (queue and spot), score order and aging in the book, top up,
+//! cancel, and every bad input, on the SBF build in LiteSVM.
+
+mod program_test;
+
+use anchor_lang::__private::bytemuck;
+use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
+use gpu_market::errors::MarketError;
+use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
+use gpu_market::pda;
+use gpu_market::state::{
+    Bid, BidBook, BidKind, BidStatus, GpuSpec, Machine, MachineStatus, MachineTerms, Market,
+    MarketParams, OverclockTerms, BID_BOOK_SPACE,
+};
+use program_test::*;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+fn code(e: MarketError) -> Option<u32> {
+    Some(ERROR_CODE_OFFSET + e as u32)
+}
+
+const TOKEN: u64 = 1_000_000; // 6 decimals
+
+#[derive(Clone, Copy)]
+struct Keys {
+    mint: Pubkey,
+    market: Pubkey,
+    queue_book: Pubkey,
+}
+
+struct Fixture {
+    ctx: TestContext,
+    mint: Pubkey,
+    market: Pubkey,
+    queue_book: Pubkey,
+    keys: Keys,
+}
+
+/// A market with its queue book open; one token for stake and payment.
+fn fixture() -> Fixture {
+    let mut ctx = TestContext::new();
+    let authority = ctx.wallet(10);
+    let mint = ctx.create_mint(6);
+    let treasury = ctx.create_token_account(&mint, &authority.pubkey());
+    let mut params = MarketParams::recommended(60, 250, 3_600);
+    params.stake_bound = 1_000 * TOKEN;
+    let init = InitMarket {
+        authority: &authority,
+        stake_mint: mint,
+        payment_mint: mint,
+        treasury,
+        args: InitMarketArgs { id: 1, params },
+    };
+    let market = init.market();
+    ctx.run(&init).expect("init_market");
+    let book = Keypair::new();
+    let rent = ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
+    let ixs = open_book_instructions(
+        &ctx.payer.pubkey(),
+        &book.pubkey(),
+        rent,
+        init_queue_book(&authority.pubkey(), &market, &book.pubkey()),
+    );
+    ctx.send(&ixs, &[&authority, &book])
+        .expect("init_queue_book");
+    let keys = Keys {
+        mint,
+        market,
+        queue_book: book.pubkey(),
+    };
+    Fixture {
+        ctx,
+        mint,
+        market,
+        queue_book: book.pubkey(),
+        keys,
+    }
+}
+
+struct Client {
+    key: Keypair,
+    tokens: Pubkey,
+}
+
+/// A client holding `balance` tokens, `staked` of them staked.
+fn client(f: &mut Fixture, balance: u64, staked: u64) -> Client {
+    let (key, tokens) = f.ctx.funded_user(&f.mint, balance);
+    if staked > 0 {
+        f.ctx
+            .run(&Stake {
+                owner: &key,
+                market: f.market,
+                stake_mint: f.mint,
+                owner_tokens: tokens,
+                amount: staked,
+            })
+            .expect("stake");
+    }
+    Client { key, tokens }
+}
+
+fn args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
+    PlaceBidArgs {
+        nonce,
+        kind: BidKind::Queue,
+        image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
+        image_digest: [9; 32],
+        env_hash: [3; 32],
+        gpu_count: 2,
+        gib_per_gpu: 16,
+        accepted_classes: 0b11,
+        overclock: OverclockTerms {
+            power_limit_w: 300,
+            ..Default::default()
+        },
+        price: 2 * TOKEN, // per GPU-hour
+        max_duration_secs: 3_600,
+        deadline: f.ctx.now() + 4 * 3_600,
+    }
+}
+
+fn place<'a>(f: Keys, c: &'a Client, a: PlaceBidArgs) -> PlaceBid<'a> {
+    PlaceBid {
+        client: &c.key,
+        market: f.market,
+        book: f.queue_book,
+        machine: None,
+        with_stake: true,
+        payment_mint: f.mint,
+        client_tokens: c.tokens,
+        args: a,
+    }
+}
+
+/// The bids of a book, best first.
+fn book_order(ctx: &TestContext, book: &Pubkey) -> Vec<Pubkey> {
+    let data = ctx.svm.get_account(book).unwrap().data;
+    let mut aligned = vec![0u64; (data.len() - 8).div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..data.len() - 8].copy_from_slice(&data[8..]);
+    let book: &BidBook =
+        bytemuck::from_bytes(&bytemuck::cast_slice(&aligned)[..std::mem::size_of::<BidBook>()]);
+    book.iter().map(|leaf| leaf.bid).collect()
+}
+
+#[test]
+fn place_bid_locks_the_escrow_and_enters_the_book() {
+    let mut f = fixture();
+    let c = client(&mut f, 100 * TOKEN, 10 * TOKEN);
+    let vault = pda::payment_vault(&f.market).0;
+    let p = place(f.keys, &c, args(&f, 1));
+    f.ctx.run(&p).expect("place_bid");
+    let bid: Bid = f.ctx.account(&p.bid());
+    // 2 GPUs × 1 hour × 2 tokens per GPU-hour.
+    assert_eq!(bid.escrow, 4 * TOKEN);
+    assert_eq!(
+        f.ctx.token_balance(&c.tokens),
+        100 * TOKEN - 10 * TOKEN - 4 * TOKEN
+    );
+    assert_eq!(f.ctx.token_balance(&vault), 4 * TOKEN);
+    assert_eq!(
+        (bid.client, bid.market, bid.status),
+        (c.key.pubkey(), f.market, BidStatus::Open)
+    );
+    assert_eq!(
+        &bid.image_ref[..40],
+        b"127.0.0.1:5000/gpu-market/busybox:latest"
+    );
+    assert_eq!(f.ctx.account::<Market>(&f.market).total_escrow, 4 * TOKEN);
+    assert_eq!(book_order(&f.ctx, &f.queue_book), vec![p.bid()]);
+    // S = 10/1000 of the bound → 100 bps; U = 1 h / 4 h → 2500 bps; C = 2×16×3600 / (8×80×86400).
+    let c_bps = 2 * 16 * 3_600 * 10_000 / (8 * 80 * 86_400);
+    assert_eq!(
+        bid.score,
+        (4_000 * 100 + 3_000 * 2_500 + 3_000 * c_bps) / 10_000
+    );
+}
+
+#[test]
+fn the_book_ranks_by_score_and_ages_waiting_bids() {
+    let mut f = fixture();
+    let whale = client(&mut f, 2_000 * TOKEN, 1_000 * TOKEN);
+    let minnow = client(&mut f, 100 * TOKEN, 0);
+    let middle = client(&mut f, 600 * TOKEN, 500 * TOKEN);
+    let low = PlaceBid {
+        with_stake: false,
+        ..place(f.keys, &minnow, args(&f, 1))
+    };
+    f.ctx.run(&low).unwrap();
+    let high = place(f.keys, &whale, args(&f, 1));
+    f.ctx.run(&high).unwrap();
+    let mid = place(f.keys, &middle, args(&f, 1));
+    f.ctx.run(&mid).unwrap();
+    assert_eq!(
+        book_order(&f.ctx, &f.queue_book),
+        vec![high.bid(), mid.bid(), low.bid()]
+    );
+
+    // The same whale bid placed much later ranks below the minnow's: every interval waited is
+    // worth `aging_per_interval` (10) points; the whale's lead is 40 % of 10 000 = 4 000 points,
+    // so 401 intervals of waiting put the minnow first.
+    f.ctx.advance_time(401 * 60);
+    let mut later = args(&f, 2);
+    later.deadline = f.ctx.now() + 4 * 3_600;
+    let late_whale = place(f.keys, &whale, later);
+    f.ctx.run(&late_whale).unwrap();
+    let order = book_order(&f.ctx, &f.queue_book);
+    assert_eq!(order.len(), 4);
+    let pos = |k: Pubkey| order.iter().position(|&b| b == k).unwrap();
+    assert!(
+        pos(low.bid()) < pos(late_whale.bid()),
+        "aging lifted the waiting bid: {order:?}"
+    );
+}
+
+#[test]
+fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
+    let mut f = fixture();
+    let c = client(&mut f, 100 * TOKEN, 0);
+    let vault = pda::payment_vault(&f.market).0;
+    let mut a = args(&f, 7);
+    a.kind = BidKind::Queue;
+    let p = PlaceBid {
+        with_stake: false,
+        ..place(f.keys, &c, a)
+    };
+    f.ctx.run(&p).unwrap();
+    f.ctx
+        .run(&TopUpBid {
+            client: &c.key,
+            market: f.market,
+            bid: p.bid(),
+            payment_mint: f.mint,
+            client_tokens: c.tokens,
+            amount: TOKEN,
+        })
+        .expect("top_up_bid");
+    assert_eq!(f.ctx.account::<Bid>(&p.bid()).escrow, 5 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&vault), 5 * TOKEN);
+
+    let lamports_before = f.ctx.svm.get_balance(&c.key.pubkey()).unwrap();
+    f.ctx
+        .run(&CancelBid {
+            client: &c.key,
+            market: f.market,
+            bid: p.bid(),
+            book: f.queue_book,
+            payment_mint: f.mint,
+            client_tokens: c.tokens,
+        })
+        .expect("cancel_bid");
+    assert_eq!(f.ctx.token_balance(&c.tokens), 100 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&vault), 0);
+    assert!(!f.ctx.account_exists(&p.bid()), "the bid account is closed");
+    assert!(
+        f.ctx.svm.get_balance(&c.key.pubkey()).unwrap() > lamports_before,
+        "rent returned"
+    );
+    assert!(book_order(&f.ctx, &f.queue_book).is_empty());
+    assert_eq!(f.ctx.account::<Market>(&f.market).total_escrow, 0);
+}
+
+/// A registered machine with an open spot book: 4 GPUs of class 0, 24 GiB, 150..450 W.
+fn machine_with_spot_book(f: &mut Fixture) -> (Keypair, Pubkey, Pubkey) {
+    let host = f.ctx.wallet(10);
+    let gpu = GpuSpec {
+        class: 0,
+        topology_group: 0,
+        memory_gib: 24,
+        power_w: [150, 450],
+        core_lock_mhz: [210, 2_520],
+        mem_lock_mhz: [0, 0],
+        core_offset_mhz: [-200, 200],
+        mem_offset_mhz: [0, 1_500],
+    };
+    let r = RegisterMachine {
+        owner: &host,
+        market: f.market,
+        id: 0,
+        terms: MachineTerms {
+            agent: host.pubkey(),
+            region: [0; 16],
+            gpus: vec![gpu; 4],
+            price_floor_per_gpu_hour: TOKEN,
+            electricity_cost_per_kwh: TOKEN / 10,
+            cached_images: vec![],
+        },
+    };
+    let machine = r.machine();
+    f.ctx.run(&r).unwrap();
+    let book = Keypair::new();
+    let rent = f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
+    let ixs = open_book_instructions(
+        &f.ctx.payer.pubkey(),
+        &book.pubkey(),
+        rent,
+        init_spot_book(&host.pubkey(), &machine, &book.pubkey()),
+    );
+    f.ctx.send(&ixs, &[&host, &book]).expect("init_spot_book");
+    assert_eq!(f.ctx.account::<Machine>(&machine).spot_book, book.pubkey());
+    (host, machine, book.pubkey())
+}
+
+fn spot_args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
+    PlaceBidArgs {
+        kind: BidKind::Spot,
+        accepted_classes: 0b1,
+        price: 30 * TOKEN, // per GPU-day
+        ..args(f, nonce)
+    }
+}
+
+#[test]
+fn spot_bids_go_to_the_machines_book_within_its_ranges() {
+    let mut f = fixture();
+    let (host, machine, spot_book) = machine_with_spot_book(&mut f);
+    let c = client(&mut f, 100 * TOKEN, 0);
+    let spot = |a| PlaceBid {
+        book: spot_book,
+        machine: Some(machine),
+        with_stake: false,
+        ..place(f.keys, &c, a)
+    };
+    let ok = spot(spot_args(&f, 1));
+    f.ctx.run(&ok).expect("spot place_bid");
+    // 2 GPUs × 1 h at 30 tokens per GPU-day = 2.5 tokens.
+    assert_eq!(f.ctx.account::<Bid>(&ok.bid()).escrow, 2_500_000);
+    assert_eq!(book_order(&f.ctx, &spot_book), vec![ok.bid()]);
+    assert!(book_order(&f.ctx, &f.queue_book).is_empty());
+
+    let mut too_hot = spot_args(&f, 2);
+    too_hot.overclock.power_limit_w = 500;
+    let err = f.ctx.run(&spot(too_hot)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
+    let mut mem_lock = spot_args(&f, 3);
+    mem_lock.overclock.mem_lock_mhz = 9_000; // the host allows no memory lock
+    let err = f.ctx.run(&spot(mem_lock)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
+    let mut too_many = spot_args(&f, 4);
+    too_many.gpu_count = 5;
+    let err = f.ctx.run(&spot(too_many)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
+    // A spot bid naming the market's queue book.
+    let err = f
+        .ctx
+        .run(&PlaceBid {
+            book: f.queue_book,
+            ..spot(spot_args(&f, 5))
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::WrongBook));
+    f.ctx
+        .run(&SetMachineStatus {
+            owner: &host,
+            machine,
+            status: MachineStatus::Paused,
+        })
+        .unwrap();
+    let err = f.ctx.run(&spot(spot_args(&f, 6))).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::MachineNotActive));
+    assert_eq!(f.ctx.token_balance(&c.tokens), 100 * TOKEN - 2_500_000);
+}
+
+#[test]
+fn bad_bids_are_rejected_and_move_nothing() {
+    let mut f = fixture();
+    let c = client(&mut f, 10 * TOKEN, TOKEN);
+    let other = client(&mut f, 10 * TOKEN, 0);
+    let vault = pda::payment_vault(&f.market).0;
+    let base = args(&f, 1);
+    let cases: Vec<(PlaceBidArgs, Option<u32>)> = vec![
+        (
+            PlaceBidArgs {
+                gpu_count: 0,
+                ..base.clone()
+            },
+            code(MarketError::BadGpuCount),
+        ),
+        (
+            PlaceBidArgs {
+                gpu_count: 17,
+                ..base.clone()
+            },
+            code(MarketError::BadGpuCount),
+        ),
+        (
+            PlaceBidArgs {
+                gib_per_gpu: 0,
+                ..base.clone()
+            },
+            code(MarketError::BadGpuMemory),
+        ),
+        (
+            PlaceBidArgs {
+                accepted_classes: 0,
+                ..base.clone()
+            },
+            code(MarketError::NoGpuClass),
+        ),
+        (
+            PlaceBidArgs {
+                price: 0,
+                ..base.clone()
+            },
+            code(MarketError::ZeroAmount),
+        ),
+        (
+            PlaceBidArgs {
+                max_duration_secs: 0,
+                ..base.clone()
+            },
+            code(MarketError::ZeroAmount),
+        ),
+        (
+            PlaceBidArgs {
+                deadline: f.ctx.now() + 3_599,
+                ..base.clone()
+            },
+            code(MarketError::DeadlineTooSoon),
+        ),
+        (
+            PlaceBidArgs {
+                overclock: OverclockTerms::default(),
+                ..base.clone()
+            },
+            code(MarketError::PowerLimitMissing),
+        ),
+        (
+            PlaceBidArgs {
+                image_ref: "r".repeat(49),
+                ..base.clone()
+            },
+            code(MarketError::ImageRefTooLong),
+        ),
+        (
+            PlaceBidArgs {
+                price: u64::MAX,
+                ..base.clone()
+            },
+            code(MarketError::Overflow),
+        ),
+        // 10 GPUs × 1 h × 2 tokens = 20 tokens: more than the client holds.
+        (
+            PlaceBidArgs {
+                gpu_count: 10,
+                ..base.clone()
+            },
+            Some(1),
+        ),
+    ];
+    for (i, (a, expected)) in cases.into_iter().enumerate() {
+        let p = place(f.keys, &c, a);
+        let err = f.ctx.run(&p).unwrap_err();
+        assert_eq!(err.custom_code(), expected, "case {i}: {:?}", err.logs);
+        assert!(!f.ctx.account_exists(&p.bid()));
+    }
+    // A queue bid naming another account as the book.
+    let err = f
+        .ctx
+        .run(&PlaceBid {
+            book: Pubkey::new_unique(),
+            ..place(f.keys, &c, base.clone())
+        })
+        .unwrap_err();
+    assert!(err.custom_code().is_some());
+    // Somebody else's stake account.
+    let mut stolen = place(f.keys, &other, base.clone()).instruction();
+    stolen.accounts[5].pubkey = pda::stake(&f.market, &c.key.pubkey()).0;
+    let err = f.ctx.send(&[stolen], &[&other.key]).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintSeeds as u32)
+    );
+    assert_eq!(f.ctx.token_balance(&vault), 0);
+    assert_eq!(f.ctx.token_balance(&c.tokens), 9 * TOKEN);
+
+    // A real bid, then: top-up of zero, top-up and cancel by somebody else.
+    let p = place(f.keys, &c, base);
+    f.ctx.run(&p).unwrap();
+    fn top_up<'a>(f: Keys, bid: Pubkey, who: &'a Client, amount: u64) -> TopUpBid<'a> {
+        TopUpBid {
+            client: &who.key,
+            market: f.market,
+            bid,
+            payment_mint: f.mint,
+            client_tokens: who.tokens,
+            amount,
+        }
+    }
+    let err = f.ctx.run(&top_up(f.keys, p.bid(), &c, 0)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ZeroAmount));
+    let err = f
+        .ctx
+        .run(&top_up(f.keys, p.bid(), &other, TOKEN))
+        .unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintHasOne as u32)
+    );
+    let err = f
+        .ctx
+        .run(&CancelBid {
+            client: &other.key,
+            market: f.market,
+            bid: p.bid(),
+            book: f.queue_book,
+            payment_mint: f.mint,
+            client_tokens: other.tokens,
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintHasOne as u32)
+    );
+    assert_eq!(f.ctx.token_balance(&vault), 4 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&other.tokens), 10 * TOKEN);
+    assert_eq!(f.ctx.account::<Bid>(&p.bid()).escrow, 4 * TOKEN);
+}
+
+#[test]
+fn compute_units_and_sizes_of_bids() {
+    let mut f = fixture();
+    let c = client(&mut f, 1_000 * TOKEN, 10 * TOKEN);
+    // A book with 100 bids in it, then the measured one.
+    for nonce in 0..100 {
+        f.ctx.run(&place(f.keys, &c, args(&f, nonce))).unwrap();
+    }
+    let p = place(f.keys, &c, args(&f, 1_000));
+    f.ctx.run(&p).unwrap();
+    f.ctx
+        .run(&TopUpBid {
+            client: &c.key,
+            market: f.market,
+            bid: p.bid(),
+            payment_mint: f.mint,
+            client_tokens: c.tokens,
+            amount: 1,
+        })
+        .unwrap();
+    f.ctx
+        .run(&CancelBid {
+            client: &c.key,
+            market: f.market,
+            bid: p.bid(),
+            book: f.queue_book,
+            payment_mint: f.mint,
+            client_tokens: c.tokens,
+        })
+        .unwrap();
+    let bid_space = 8 + <Bid as anchor_lang::Space>::INIT_SPACE;
+    println!("| instruction (book of 100 bids) | compute units |");
+    println!("|---|---|");
+    for name in ["place_bid", "top_up_bid", "cancel_bid"] {
+        println!("| {name} | {} |", f.ctx.compute_units[name]);
+    }
+    println!(
+        "bid account: {bid_space} bytes, rent {} lamports",
+        f.ctx.svm.minimum_balance_for_rent_exemption(bid_space)
+    );
+    println!(
+        "book account: {BID_BOOK_SPACE} bytes, rent {} lamports",
+        f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE)
+    );
+    assert!(bid_space <= 300, "bid account: {bid_space} bytes");
+    assert!(
+        f.ctx.compute_units["place_bid"] <= 25_000,
+        "the issue's target"
+    );
+}
