@@ -423,6 +423,8 @@ pub struct CancelBid<'a> {
     pub market: Pubkey,
     pub bid: Pubkey,
     pub book: Pubkey,
+    /// Pass the client's stake account (required when the bid was scored with it).
+    pub with_stake: bool,
     pub payment_mint: Pubkey,
     pub client_tokens: Pubkey,
 }
@@ -437,6 +439,9 @@ impl ClientInstruction for CancelBid<'_> {
                 market: self.market,
                 bid: self.bid,
                 book: self.book,
+                stake: self
+                    .with_stake
+                    .then(|| pda::stake(&self.market, &self.client.pubkey()).0),
                 payment_mint: self.payment_mint,
                 client_tokens: self.client_tokens,
                 payment_vault: pda::payment_vault(&self.market).0,

@@ -246,6 +246,7 @@ fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
             market: f.market,
             bid: p.bid(),
             book: f.queue_book,
+            with_stake: false,
             payment_mint: f.mint,
             client_tokens: c.tokens,
         })
@@ -259,6 +260,36 @@ fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
     );
     assert!(book_order(&f.ctx, &f.queue_book).is_empty());
     assert_eq!(f.ctx.account::<Market>(&f.market).total_escrow, 0);
+}
+
+#[test]
+fn stake_that_ranks_a_waiting_bid_cannot_be_asked_back() {
+    let mut f = fixture();
+    let c = client(&mut f, 100 * TOKEN, 50 * TOKEN);
+    let p = place(f.keys, &c, args(&f, 1));
+    f.ctx.run(&p).unwrap();
+    let unstake = RequestUnstake {
+        owner: &c.key,
+        market: f.market,
+        amount: 50 * TOKEN,
+    };
+    let err = f.ctx.run(&unstake).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::StakeLockedByBids));
+    let cancel = |with_stake| CancelBid {
+        client: &c.key,
+        market: f.market,
+        bid: p.bid(),
+        book: f.queue_book,
+        with_stake,
+        payment_mint: f.mint,
+        client_tokens: c.tokens,
+    };
+    let err = f.ctx.run(&cancel(false)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::StakeAccountRequired));
+    f.ctx.run(&cancel(true)).expect("cancel_bid");
+    f.ctx
+        .run(&unstake)
+        .expect("request_unstake once no bid waits");
 }
 
 /// A registered machine with an open spot book: 4 GPUs of class 0, 24 GiB, 150..450 W.
@@ -505,6 +536,7 @@ fn bad_bids_are_rejected_and_move_nothing() {
             market: f.market,
             bid: p.bid(),
             book: f.queue_book,
+            with_stake: false,
             payment_mint: f.mint,
             client_tokens: other.tokens,
         })
@@ -544,6 +576,7 @@ fn compute_units_and_sizes_of_bids() {
             market: f.market,
             bid: p.bid(),
             book: f.queue_book,
+            with_stake: true,
             payment_mint: f.mint,
             client_tokens: c.tokens,
         })

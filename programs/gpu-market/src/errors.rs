@@ -65,6 +65,10 @@ pub enum MarketError {
     BidRunning,
     #[msg("the stake account is not the bidder's stake in this market")]
     WrongStakeAccount,
+    #[msg("the stake ranks waiting bids: cancel them (or let them run) before unstaking")]
+    StakeLockedByBids,
+    #[msg("the bid was scored with the client's stake: pass the stake account")]
+    StakeAccountRequired,
     #[msg("arithmetic overflow")]
     Overflow,
     #[msg("division by zero")]

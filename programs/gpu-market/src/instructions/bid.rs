@@ -64,6 +64,7 @@ pub struct PlaceBid<'info> {
 
     /// The client's stake; absent when the client has none (S = 0).
     #[account(
+        mut,
         seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
         bump = stake.bump,
     )]
@@ -165,6 +166,12 @@ impl PlaceBid<'_> {
             resource_bound: p.resource_bound_gib_secs,
         };
         let base = score::base_score(p.weights(), &inputs);
+        if let Some(stake) = ctx.accounts.stake.as_mut() {
+            stake.open_bids = stake
+                .open_bids
+                .checked_add(1)
+                .ok_or(MarketError::Overflow)?;
+        }
         let key = score::rank_key(base, p.aging_per_interval as u64, market.interval_at(now));
         let seq = market.next_bid_seq;
         ctx.accounts
@@ -224,6 +231,7 @@ impl PlaceBid<'_> {
             book_key: key,
             seq,
             placed_at: now,
+            used_stake: ctx.accounts.stake.is_some(),
             bump: ctx.bumps.bid,
         });
         emit!(BidPlaced {
@@ -310,6 +318,14 @@ pub struct CancelBid<'info> {
     #[account(mut)]
     pub book: AccountLoader<'info, BidBook>,
 
+    /// The client's stake, when the bid was scored with it (it is unlocked by one bid).
+    #[account(
+        mut,
+        seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
+        bump = stake.bump,
+    )]
+    pub stake: Option<Account<'info, StakeAccount>>,
+
     pub payment_mint: Box<Account<'info, Mint>>,
 
     #[account(mut, token::mint = payment_mint, token::authority = client)]
@@ -326,6 +342,17 @@ impl CancelBid<'_> {
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
         let bid = &ctx.accounts.bid;
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
+        if bid.used_stake {
+            let stake = ctx
+                .accounts
+                .stake
+                .as_mut()
+                .ok_or(MarketError::StakeAccountRequired)?;
+            stake.open_bids = stake
+                .open_bids
+                .checked_sub(1)
+                .ok_or(MarketError::Overflow)?;
+        }
         let leaf = ctx
             .accounts
             .book

@@ -79,5 +79,7 @@ pub struct Bid {
     /// Placement order in the market; with `book_key` it locates the bid in its book.
     pub seq: u64,
     pub placed_at: i64,
+    /// Whether the score used the client's stake (which stays locked while the bid waits).
+    pub used_stake: bool,
     pub bump: u8,
 }

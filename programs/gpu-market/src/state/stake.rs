@@ -14,6 +14,9 @@ pub struct StakeAccount {
     pub pending_unstake: u64,
     /// Unix time from which `pending_unstake` can be withdrawn (0 when nothing is pending).
     pub unlocks_at: i64,
+    /// Waiting bids whose score was computed from this stake. While any waits, the stake cannot
+    /// be asked back: a score cannot be bought with stake that leaves right after.
+    pub open_bids: u32,
     pub bump: u8,
 }
 
@@ -22,6 +25,7 @@ impl StakeAccount {
     /// for everything pending, so a cooldown can never be shortened by splitting requests.
     pub fn request_unstake(&mut self, amount: u64, now: i64, cooldown_secs: u32) -> Result<()> {
         require!(amount > 0, MarketError::ZeroAmount);
+        require!(self.open_bids == 0, MarketError::StakeLockedByBids);
         require!(amount <= self.amount, MarketError::InsufficientStake);
         self.amount -= amount;
         self.pending_unstake = self
