@@ -292,6 +292,51 @@ fn stake_that_ranks_a_waiting_bid_cannot_be_asked_back() {
         .expect("request_unstake once no bid waits");
 }
 
+#[test]
+fn a_full_book_rejects_the_next_bid_and_moves_nothing() {
+    let mut f = fixture();
+    let c = client(&mut f, 100_000 * TOKEN, 0);
+    // 4,096 bid accounts of rent.
+    f.ctx.svm.airdrop(&c.key.pubkey(), 20 * SOL).unwrap();
+    let mut a = args(&f, 0);
+    a.gpu_count = 1;
+    a.price = 1;
+    a.max_duration_secs = 3_600;
+    for nonce in 0..gpu_market::state::BOOK_CAPACITY as u64 {
+        let p = PlaceBid {
+            with_stake: false,
+            ..place(f.keys, &c, PlaceBidArgs { nonce, ..a.clone() })
+        };
+        f.ctx
+            .run(&p)
+            .unwrap_or_else(|e| panic!("bid {nonce}: {:?}", e.err));
+    }
+    let vault = pda::payment_vault(&f.market).0;
+    let before = (f.ctx.token_balance(&vault), f.ctx.token_balance(&c.tokens));
+    let p = PlaceBid {
+        with_stake: false,
+        ..place(
+            f.keys,
+            &c,
+            PlaceBidArgs {
+                nonce: 1 << 40,
+                ..a
+            },
+        )
+    };
+    let err = f.ctx.run(&p).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BookFull));
+    assert!(!f.ctx.account_exists(&p.bid()));
+    assert_eq!(
+        (f.ctx.token_balance(&vault), f.ctx.token_balance(&c.tokens)),
+        before
+    );
+    assert_eq!(
+        book_order(&f.ctx, &f.queue_book).len(),
+        gpu_market::state::BOOK_CAPACITY
+    );
+}
+
 /// A registered machine with an open spot book: 4 GPUs of class 0, 24 GiB, 150..450 W.
 fn machine_with_spot_book(f: &mut Fixture) -> (Keypair, Pubkey, Pubkey) {
     let host = f.ctx.wallet(10);

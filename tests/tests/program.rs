@@ -481,6 +481,16 @@ fn compute_units_per_instruction() {
         .unwrap();
     let update = f.ctx.compute_units["update_market"];
     println!("| update_market | {update} |");
+    for (name, space) in [
+        ("market", 8 + <Market as anchor_lang::Space>::INIT_SPACE),
+        (
+            "stake",
+            8 + <StakeAccount as anchor_lang::Space>::INIT_SPACE,
+        ),
+    ] {
+        let rent = f.ctx.svm.minimum_balance_for_rent_exemption(space);
+        println!("{name} account: {space} bytes, rent {rent} lamports");
+    }
     assert!(update <= 20_000, "update_market: {update} CU");
     let init = f.ctx.compute_units["init_market"];
     assert!(init <= 34_000, "init_market: {init} CU");
