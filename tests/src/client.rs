@@ -65,6 +65,31 @@ impl ClientInstruction for InitMarket<'_> {
     }
 }
 
+pub struct OpenStake<'a> {
+    pub owner: &'a Keypair,
+    pub market: Pubkey,
+}
+
+impl ClientInstruction for OpenStake<'_> {
+    const NAME: &'static str = "open_stake";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::OpenStake {
+                owner: self.owner.pubkey(),
+                market: self.market,
+                stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::OpenStake {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
 pub struct Stake<'a> {
     pub owner: &'a Keypair,
     pub market: Pubkey,
@@ -86,7 +111,6 @@ impl ClientInstruction for Stake<'_> {
                 owner_tokens: self.owner_tokens,
                 stake_vault: pda::stake_vault(&self.market).0,
                 token_program: spl_token_interface::ID,
-                system_program: solana_system_interface::program::ID,
             },
             gpu_market::instruction::Stake {
                 amount: self.amount,

@@ -89,6 +89,12 @@ fn client(f: &mut Fixture, balance: u64, staked: u64) -> Client {
     let (key, tokens) = f.ctx.funded_user(&f.mint, balance);
     if staked > 0 {
         f.ctx
+            .run(&OpenStake {
+                owner: &key,
+                market: f.market,
+            })
+            .expect("open_stake");
+        f.ctx
             .run(&Stake {
                 owner: &key,
                 market: f.market,

@@ -111,9 +111,12 @@ impl World {
             init_queue_book(&authority.pubkey(), &market, &book.pubkey()),
         );
         ctx.send(&ixs, &[&authority, &book]).unwrap();
-        let wallets = (0..WALLETS)
+        let wallets: Vec<(Keypair, Pubkey)> = (0..WALLETS)
             .map(|_| ctx.funded_user(&mint, START))
             .collect();
+        for (k, _) in &wallets {
+            ctx.run(&OpenStake { owner: k, market }).unwrap();
+        }
         World {
             ctx,
             mint,

@@ -128,6 +128,7 @@ fn bad_machines_are_rejected_and_create_nothing() {
         (vec![], MarketError::BadGpuCount),
         (vec![gpu(0, 0); 17], MarketError::BadGpuCount),
         (vec![zero_memory], MarketError::BadGpuMemory),
+        (vec![gpu(8, 0)], MarketError::UnknownGpuClass),
         (
             vec![gpu(0, 0), power_inverted],
             MarketError::BadOverclockRange,

@@ -155,6 +155,12 @@ fn stake_moves_tokens_into_the_vault_pda_by_cpi() {
     let mut f = market_fixture();
     let (user, tokens) = f.ctx.funded_user(&f.mint, 1_000);
     let vault = pda::stake_vault(&f.market).0;
+    f.ctx
+        .run(&OpenStake {
+            owner: &user,
+            market: f.market,
+        })
+        .expect("open_stake");
     for amount in [400, 100] {
         f.ctx
             .run(&Stake {
@@ -218,6 +224,14 @@ fn bad_stakes_are_rejected_and_move_nothing() {
     f.ctx.mint_to(&other_mint, &other_tokens, 1_000);
     let (thief, _) = f.ctx.funded_user(&f.mint, 0);
     let vault = pda::stake_vault(&f.market).0;
+    for who in [&user, &thief] {
+        f.ctx
+            .run(&OpenStake {
+                owner: who,
+                market: f.market,
+            })
+            .expect("open_stake");
+    }
 
     let base = |owner, owner_tokens, amount| Stake {
         owner,
@@ -258,9 +272,8 @@ fn bad_stakes_are_rejected_and_move_nothing() {
     assert_eq!(f.ctx.token_balance(&other_tokens), 1_000);
     assert_eq!(f.ctx.token_balance(&decoy), 0);
     assert_eq!(f.ctx.token_balance(&vault), 0);
-    assert!(!f
-        .ctx
-        .account_exists(&pda::stake(&f.market, &user.pubkey()).0));
+    let s: StakeAccount = f.ctx.account(&pda::stake(&f.market, &user.pubkey()).0);
+    assert_eq!(s.amount, 0);
     let m: Market = f.ctx.account(&f.market);
     assert_eq!(m.total_staked, 0);
 }
@@ -322,6 +335,12 @@ fn update_market_is_the_authoritys_and_keeps_every_rule() {
 fn staked_user() -> (MarketFixture, Keypair, Pubkey) {
     let mut f = market_fixture();
     let (user, tokens) = f.ctx.funded_user(&f.mint, 1_000);
+    f.ctx
+        .run(&OpenStake {
+            owner: &user,
+            market: f.market,
+        })
+        .expect("open_stake");
     f.ctx
         .run(&Stake {
             owner: &user,
@@ -442,6 +461,12 @@ fn compute_units_per_instruction() {
         owner_tokens: tokens,
         amount: 10,
     };
+    f.ctx
+        .run(&OpenStake {
+            owner: &user,
+            market: f.market,
+        })
+        .unwrap();
     let first = f.ctx.run(&stake).unwrap().compute_units_consumed;
     let again = f.ctx.run(&stake).unwrap().compute_units_consumed;
     f.ctx
@@ -464,8 +489,9 @@ fn compute_units_per_instruction() {
     println!("| instruction | compute units |");
     println!("|---|---|");
     println!("| init_market | {} |", f.ctx.compute_units["init_market"]);
-    println!("| stake (first, creates the stake account) | {first} |");
-    println!("| stake (top-up) | {again} |");
+    let open = f.ctx.compute_units["open_stake"];
+    println!("| open_stake (creates the stake account) | {open} |");
+    println!("| stake | {first} |");
     let unstake = f.ctx.compute_units["request_unstake"];
     let withdraw = f.ctx.compute_units["withdraw_stake"];
     println!("| request_unstake | {unstake} |");
@@ -494,7 +520,13 @@ fn compute_units_per_instruction() {
     assert!(update <= 20_000, "update_market: {update} CU");
     let init = f.ctx.compute_units["init_market"];
     assert!(init <= 34_000, "init_market: {init} CU");
-    assert!(first <= 17_500, "first stake: {first} CU");
-    assert!(again < first, "a top-up creates nothing: {again} CU");
-    assert!(again <= 15_000, "stake (issue target 15k): {again} CU");
+    assert_eq!(
+        first, again,
+        "stake costs the same every time: no bump search"
+    );
+    assert!(
+        first <= 15_000,
+        "stake (the issue's target is 15k): {first} CU"
+    );
+    assert!(open <= 20_000, "open_stake: {open} CU");
 }

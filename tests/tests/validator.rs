@@ -9,7 +9,7 @@ use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
 use gpu_market::state::Market;
 use gpu_market::state::MarketParams;
-use gpu_market_tests::client::{ClientInstruction, InitMarket, Stake};
+use gpu_market_tests::client::{ClientInstruction, InitMarket, OpenStake, Stake};
 use gpu_market_tests::Cluster;
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -131,7 +131,11 @@ async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
         owner_tokens: tokens,
         amount: 250_000,
     };
-    send(&rpc, payer, &[stake.instruction()], &[]).await;
+    let open = OpenStake {
+        owner: payer,
+        market,
+    };
+    send(&rpc, payer, &[open.instruction(), stake.instruction()], &[]).await;
 
     let update = tokio::time::timeout(Duration::from_secs(30), updates.next())
         .await

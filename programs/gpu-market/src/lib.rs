@@ -34,6 +34,11 @@ pub mod gpu_market {
         UpdateMarket::update_market(ctx, params)
     }
 
+    /// Creates the signer's stake account in a market (once; its bump is stored).
+    pub fn open_stake(ctx: Context<OpenStake>) -> Result<()> {
+        OpenStake::open_stake(ctx)
+    }
+
     /// Locks `amount` stake tokens of the signer in the market's stake vault.
     pub fn stake(ctx: Context<Stake>, amount: u64) -> Result<()> {
         Stake::stake(ctx, amount)

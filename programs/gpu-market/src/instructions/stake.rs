@@ -6,6 +6,36 @@ use crate::events::Staked;
 use crate::state::{seeds, Market, StakeAccount};
 
 #[derive(Accounts)]
+pub struct OpenStake<'info> {
+    #[account(mut)]
+    pub owner: Signer<'info>,
+
+    pub market: Account<'info, Market>,
+
+    /// Created once per (market, owner); its bump is searched here, once, and stored.
+    #[account(
+        init,
+        payer = owner,
+        space = 8 + StakeAccount::INIT_SPACE,
+        seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
+        bump,
+    )]
+    pub stake: Account<'info, StakeAccount>,
+
+    pub system_program: Program<'info, System>,
+}
+
+impl OpenStake<'_> {
+    pub fn open_stake(ctx: Context<Self>) -> Result<()> {
+        let stake = &mut ctx.accounts.stake;
+        stake.market = ctx.accounts.market.key();
+        stake.owner = ctx.accounts.owner.key();
+        stake.bump = ctx.bumps.stake;
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
 pub struct Stake<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
@@ -14,11 +44,9 @@ pub struct Stake<'info> {
     pub market: Account<'info, Market>,
 
     #[account(
-        init_if_needed,
-        payer = owner,
-        space = 8 + StakeAccount::INIT_SPACE,
+        mut,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
-        bump,
+        bump = stake.bump,
     )]
     pub stake: Account<'info, StakeAccount>,
 
@@ -31,7 +59,6 @@ pub struct Stake<'info> {
     pub stake_vault: Account<'info, TokenAccount>,
 
     pub token_program: Program<'info, Token>,
-    pub system_program: Program<'info, System>,
 }
 
 impl Stake<'_> {
@@ -57,11 +84,6 @@ impl Stake<'_> {
         )?;
 
         let stake = &mut ctx.accounts.stake;
-        if stake.owner == Pubkey::default() {
-            stake.market = ctx.accounts.market.key();
-            stake.owner = ctx.accounts.owner.key();
-            stake.bump = ctx.bumps.stake;
-        }
         stake.amount = stake
             .amount
             .checked_add(amount)

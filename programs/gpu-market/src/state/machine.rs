@@ -114,6 +114,10 @@ impl Machine {
             MarketError::TooManyCachedImages
         );
         for gpu in &terms.gpus {
+            require!(
+                (gpu.class as usize) < crate::state::GPU_CLASSES,
+                MarketError::UnknownGpuClass
+            );
             require!(gpu.memory_gib > 0, MarketError::BadGpuMemory);
             gpu.limits()
                 .validate()
