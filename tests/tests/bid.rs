@@ -6,7 +6,7 @@ mod program_test;
 use anchor_lang::__private::bytemuck;
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;
-use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidBook, BidKind, BidStatus, GpuSpec, Machine, MachineStatus, MachineTerms, Market,
@@ -41,40 +41,20 @@ struct Fixture {
 /// A market with its queue book open; one token for stake and payment.
 fn fixture() -> Fixture {
     let mut ctx = TestContext::new();
-    let authority = ctx.wallet(10);
-    let mint = ctx.create_mint(6);
-    let treasury = ctx.create_token_account(&mint, &authority.pubkey());
     let mut params = MarketParams::recommended(60, 250, 3_600);
     params.stake_bound = 1_000 * TOKEN;
-    let init = InitMarket {
-        authority: &authority,
-        stake_mint: mint,
-        payment_mint: mint,
-        treasury,
-        args: InitMarketArgs { id: 1, params },
-    };
-    let market = init.market();
-    ctx.run(&init).expect("init_market");
-    let book = Keypair::new();
-    let rent = ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
-    let ixs = open_book_instructions(
-        &ctx.payer.pubkey(),
-        &book.pubkey(),
-        rent,
-        init_queue_book(&authority.pubkey(), &market, &book.pubkey()),
-    );
-    ctx.send(&ixs, &[&authority, &book])
-        .expect("init_queue_book");
+    let (authority, mint, market) = ctx.create_market(1, params);
+    let queue_book = ctx.open_queue_book(&authority, market);
     let keys = Keys {
         mint,
         market,
-        queue_book: book.pubkey(),
+        queue_book,
     };
     Fixture {
         ctx,
         mint,
         market,
-        queue_book: book.pubkey(),
+        queue_book,
         keys,
     }
 }

@@ -9,11 +9,9 @@ mod program_test;
 
 use std::collections::BTreeMap;
 
-use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
-use gpu_market::state::{
-    Bid, BidKind, Market, MarketParams, OverclockTerms, StakeAccount, BID_BOOK_SPACE,
-};
+use gpu_market::state::{Bid, BidKind, Market, MarketParams, OverclockTerms, StakeAccount};
 use program_test::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -88,29 +86,10 @@ struct World {
 impl World {
     fn new() -> World {
         let mut ctx = TestContext::new();
-        let authority = ctx.wallet(10);
-        let mint = ctx.create_mint(6);
-        let treasury = ctx.create_token_account(&mint, &authority.pubkey());
         let mut params = MarketParams::recommended(60, 250, 600);
         params.stake_bound = START;
-        let init = InitMarket {
-            authority: &authority,
-            stake_mint: mint,
-            payment_mint: mint,
-            treasury,
-            args: InitMarketArgs { id: 0, params },
-        };
-        let market = init.market();
-        ctx.run(&init).unwrap();
-        let book = Keypair::new();
-        let rent = ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
-        let ixs = open_book_instructions(
-            &ctx.payer.pubkey(),
-            &book.pubkey(),
-            rent,
-            init_queue_book(&authority.pubkey(), &market, &book.pubkey()),
-        );
-        ctx.send(&ixs, &[&authority, &book]).unwrap();
+        let (authority, mint, market) = ctx.create_market(0, params);
+        let book = ctx.open_queue_book(&authority, market);
         let wallets: Vec<(Keypair, Pubkey)> = (0..WALLETS)
             .map(|_| ctx.funded_user(&mint, START))
             .collect();
@@ -121,7 +100,7 @@ impl World {
             ctx,
             mint,
             market,
-            book: book.pubkey(),
+            book,
             wallets,
             bids: vec![Vec::new(); WALLETS],
             next_nonce: 0,

@@ -4,7 +4,6 @@ mod program_test;
 
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;
-use gpu_market::instructions::InitMarketArgs;
 use gpu_market::state::MarketParams;
 use gpu_market::state::{GpuSpec, Machine, MachineStatus, MachineTerms};
 use program_test::*;
@@ -52,21 +51,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let mut ctx = TestContext::new();
-    let authority = ctx.wallet(10);
-    let mint = ctx.create_mint(6);
-    let treasury = ctx.create_token_account(&mint, &authority.pubkey());
-    let init = InitMarket {
-        authority: &authority,
-        stake_mint: mint,
-        payment_mint: mint,
-        treasury,
-        args: InitMarketArgs {
-            id: 1,
-            params: MarketParams::recommended(60, 250, 3_600),
-        },
-    };
-    let market = init.market();
-    ctx.run(&init).expect("init_market");
+    let (_, _, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
     let host = ctx.wallet(10);
     let agent = ctx.wallet(1);
     Fixture {

@@ -125,6 +125,44 @@ impl TestContext {
         Ok(meta)
     }
 
+    /// A market whose stake and payment token is one new mint (6 decimals), its treasury owned
+    /// by a new authority. Returns the authority, the mint and the market.
+    pub fn create_market(
+        &mut self,
+        id: u64,
+        params: gpu_market::state::MarketParams,
+    ) -> (Keypair, Pubkey, Pubkey) {
+        let authority = self.wallet(10);
+        let mint = self.create_mint(6);
+        let treasury = self.create_token_account(&mint, &authority.pubkey());
+        let init = InitMarket {
+            authority: &authority,
+            stake_mint: mint,
+            payment_mint: mint,
+            treasury,
+            args: gpu_market::instructions::InitMarketArgs { id, params },
+        };
+        let market = init.market();
+        self.run(&init).expect("init_market");
+        (authority, mint, market)
+    }
+
+    /// Creates a book account and opens it as `market`'s queue book; returns its address.
+    pub fn open_queue_book(&mut self, authority: &Keypair, market: Pubkey) -> Pubkey {
+        let book = Keypair::new();
+        let space = gpu_market::state::BID_BOOK_SPACE;
+        let rent = self.svm.minimum_balance_for_rent_exemption(space);
+        let ixs = open_book_instructions(
+            &self.payer.pubkey(),
+            &book.pubkey(),
+            rent,
+            init_queue_book(&authority.pubkey(), &market, &book.pubkey()),
+        );
+        self.send(&ixs, &[authority, &book])
+            .expect("init_queue_book");
+        book.pubkey()
+    }
+
     /// Moves the cluster clock forward by `secs` seconds.
     pub fn advance_time(&mut self, secs: i64) {
         let mut clock: solana_clock::Clock = self.svm.get_sysvar();
