@@ -13,6 +13,7 @@ pub mod amount;
 pub mod colocate;
 pub mod forecast;
 pub mod lease;
+pub mod matching;
 pub mod math;
 pub mod overclock;
 pub mod parallelism;
