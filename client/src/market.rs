@@ -28,6 +28,10 @@ pub enum MarketCommand {
         /// Token account (of the payment mint) that receives protocol fees.
         #[arg(long)]
         treasury: Pubkey,
+        /// Token account (of the stake mint) that receives slashed host stake; defaults to the
+        /// treasury (which must then be of the stake mint too).
+        #[arg(long)]
+        stake_treasury: Option<Pubkey>,
         #[arg(long, default_value_t = 60)]
         billing_interval_secs: u32,
         #[arg(long, default_value_t = 250)]
@@ -46,6 +50,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             stake_mint,
             payment_mint,
             treasury,
+            stake_treasury,
             billing_interval_secs,
             protocol_fee_bps,
             unstake_cooldown_secs,
@@ -63,6 +68,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                     stake_vault: pda::stake_vault(&market).0,
                     payment_vault: pda::payment_vault(&market).0,
                     treasury,
+                    stake_treasury: stake_treasury.unwrap_or(treasury),
                     token_program: spl_token_interface::ID,
                     system_program: solana_system_interface::program::ID,
                 }

@@ -1,9 +1,10 @@
 //! One client struct per program instruction: it knows its accounts, its data and its signers.
 
 use anchor_lang::{InstructionData, ToAccountMetas};
-use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
+use gpu_market::instructions::{AllocateArgs, InitMarketArgs, PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{MachineStatus, MachineTerms, MarketParams, BID_BOOK_SPACE};
+use solana_instruction::AccountMeta;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -28,6 +29,7 @@ pub struct InitMarket<'a> {
     pub stake_mint: Pubkey,
     pub payment_mint: Pubkey,
     pub treasury: Pubkey,
+    pub stake_treasury: Pubkey,
     pub args: InitMarketArgs,
 }
 
@@ -51,6 +53,7 @@ impl ClientInstruction for InitMarket<'_> {
                 stake_vault: pda::stake_vault(&market).0,
                 payment_vault: pda::payment_vault(&market).0,
                 treasury: self.treasury,
+                stake_treasury: self.stake_treasury,
                 token_program: spl_token_interface::ID,
                 system_program: solana_system_interface::program::ID,
             },
@@ -201,6 +204,7 @@ impl ClientInstruction for RegisterMachine<'_> {
             gpu_market::accounts::RegisterMachine {
                 owner: self.owner.pubkey(),
                 market: self.market,
+                owner_stake: pda::stake(&self.market, &self.owner.pubkey()).0,
                 machine: self.machine(),
                 system_program: solana_system_interface::program::ID,
             },
@@ -218,6 +222,7 @@ impl ClientInstruction for RegisterMachine<'_> {
 
 pub struct UpdateMachine<'a> {
     pub owner: &'a Keypair,
+    pub market: Pubkey,
     pub machine: Pubkey,
     pub terms: MachineTerms,
 }
@@ -230,6 +235,7 @@ impl ClientInstruction for UpdateMachine<'_> {
             gpu_market::accounts::UpdateMachine {
                 owner: self.owner.pubkey(),
                 machine: self.machine,
+                market: self.market,
             },
             gpu_market::instruction::UpdateMachine {
                 terms: self.terms.clone(),
@@ -244,6 +250,7 @@ impl ClientInstruction for UpdateMachine<'_> {
 
 pub struct SetMachineStatus<'a> {
     pub owner: &'a Keypair,
+    pub market: Pubkey,
     pub machine: Pubkey,
     pub status: MachineStatus,
 }
@@ -256,6 +263,7 @@ impl ClientInstruction for SetMachineStatus<'_> {
             gpu_market::accounts::UpdateMachine {
                 owner: self.owner.pubkey(),
                 machine: self.machine,
+                market: self.market,
             },
             gpu_market::instruction::SetMachineStatus {
                 status: self.status,
@@ -364,8 +372,6 @@ pub struct PlaceBid<'a> {
     pub market: Pubkey,
     pub book: Pubkey,
     pub machine: Option<Pubkey>,
-    /// Pass the client's stake account (when it has one).
-    pub with_stake: bool,
     pub payment_mint: Pubkey,
     pub client_tokens: Pubkey,
     pub args: PlaceBidArgs,
@@ -388,9 +394,7 @@ impl ClientInstruction for PlaceBid<'_> {
                 bid: self.bid(),
                 book: self.book,
                 machine: self.machine,
-                stake: self
-                    .with_stake
-                    .then(|| pda::stake(&self.market, &self.client.pubkey()).0),
+                stake: pda::stake(&self.market, &self.client.pubkey()).0,
                 payment_mint: self.payment_mint,
                 client_tokens: self.client_tokens,
                 payment_vault: pda::payment_vault(&self.market).0,
@@ -447,8 +451,6 @@ pub struct CancelBid<'a> {
     pub market: Pubkey,
     pub bid: Pubkey,
     pub book: Pubkey,
-    /// Pass the client's stake account (required when the bid was scored with it).
-    pub with_stake: bool,
     pub payment_mint: Pubkey,
     pub client_tokens: Pubkey,
 }
@@ -463,9 +465,7 @@ impl ClientInstruction for CancelBid<'_> {
                 market: self.market,
                 bid: self.bid,
                 book: self.book,
-                stake: self
-                    .with_stake
-                    .then(|| pda::stake(&self.market, &self.client.pubkey()).0),
+                stake: pda::stake(&self.market, &self.client.pubkey()).0,
                 payment_mint: self.payment_mint,
                 client_tokens: self.client_tokens,
                 payment_vault: pda::payment_vault(&self.market).0,
@@ -477,5 +477,212 @@ impl ClientInstruction for CancelBid<'_> {
 
     fn signers(&self) -> Vec<&Keypair> {
         vec![self.client]
+    }
+}
+
+pub struct Allocate<'a> {
+    pub agent: &'a Keypair,
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub book: Pubkey,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    pub gpus: Vec<u8>,
+    /// The bids ranked above `bid`, best first, with their clients: (bid, client).
+    pub better: Vec<(Pubkey, Pubkey)>,
+}
+
+impl Allocate<'_> {
+    pub fn lease(&self) -> Pubkey {
+        pda::lease(&self.bid).0
+    }
+}
+
+impl ClientInstruction for Allocate<'_> {
+    const NAME: &'static str = "allocate";
+
+    fn instruction(&self) -> Instruction {
+        let mut i = ix(
+            gpu_market::accounts::Allocate {
+                agent: self.agent.pubkey(),
+                market: self.market,
+                machine: self.machine,
+                book: self.book,
+                bid: self.bid,
+                lease: self.lease(),
+                client_stake: pda::stake(&self.market, &self.client).0,
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::Allocate {
+                args: AllocateArgs {
+                    gpus: self.gpus.clone(),
+                },
+            },
+        );
+        for (bid, client) in &self.better {
+            i.accounts.push(AccountMeta::new_readonly(*bid, false));
+            i.accounts.push(AccountMeta::new_readonly(
+                pda::stake(&self.market, client).0,
+                false,
+            ));
+        }
+        i
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.agent]
+    }
+}
+
+pub struct Preempt<'a> {
+    pub agent: &'a Keypair,
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub lease: Pubkey,
+    pub lease_bid: Pubkey,
+    pub challenger: Pubkey,
+    pub challenger_client: Pubkey,
+}
+
+impl ClientInstruction for Preempt<'_> {
+    const NAME: &'static str = "preempt";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::Preempt {
+                agent: self.agent.pubkey(),
+                market: self.market,
+                machine: self.machine,
+                lease: self.lease,
+                lease_bid: self.lease_bid,
+                challenger: self.challenger,
+                challenger_stake: pda::stake(&self.market, &self.challenger_client).0,
+            },
+            gpu_market::instruction::Preempt {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.agent]
+    }
+}
+
+pub struct SubmitUsage<'a> {
+    pub agent: &'a Keypair,
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub lease: Pubkey,
+    pub bid: Pubkey,
+    pub payment_mint: Pubkey,
+    pub treasury: Pubkey,
+    pub host_tokens: Pubkey,
+    pub args: SubmitUsageArgs,
+}
+
+impl ClientInstruction for SubmitUsage<'_> {
+    const NAME: &'static str = "submit_usage";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::SubmitUsage {
+                agent: self.agent.pubkey(),
+                market: self.market,
+                machine: self.machine,
+                lease: self.lease,
+                bid: self.bid,
+                payment_mint: self.payment_mint,
+                payment_vault: pda::payment_vault(&self.market).0,
+                treasury: self.treasury,
+                host_tokens: self.host_tokens,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::SubmitUsage {
+                args: self.args.clone(),
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.agent]
+    }
+}
+
+/// `end_lease` (or, with `reclaim`, `reclaim_escrow`): the final settlement of a lease.
+pub struct CloseLease<'a> {
+    pub signer: &'a Keypair,
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub lease: Pubkey,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    pub agent: Pubkey,
+    /// The machine's spot book, for a preempted spot bid that goes back into it.
+    pub spot_book: Option<Pubkey>,
+    pub payment_mint: Pubkey,
+    pub client_tokens: Pubkey,
+    pub reclaim: bool,
+}
+
+impl ClientInstruction for CloseLease<'_> {
+    const NAME: &'static str = "end_lease";
+
+    fn instruction(&self) -> Instruction {
+        let accounts = gpu_market::accounts::CloseLease {
+            signer: self.signer.pubkey(),
+            market: self.market,
+            machine: self.machine,
+            lease: self.lease,
+            bid: self.bid,
+            client_stake: pda::stake(&self.market, &self.client).0,
+            spot_book: self.spot_book,
+            client_tokens: self.client_tokens,
+            client: self.client,
+            agent: self.agent,
+            payment_mint: self.payment_mint,
+            payment_vault: pda::payment_vault(&self.market).0,
+            token_program: spl_token_interface::ID,
+        };
+        if self.reclaim {
+            ix(accounts, gpu_market::instruction::ReclaimEscrow {})
+        } else {
+            ix(accounts, gpu_market::instruction::EndLease {})
+        }
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.signer]
+    }
+}
+
+pub struct Slash<'a> {
+    pub signer: &'a Keypair,
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub host: Pubkey,
+    pub stake_mint: Pubkey,
+    pub stake_treasury: Pubkey,
+}
+
+impl ClientInstruction for Slash<'_> {
+    const NAME: &'static str = "slash";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::Slash {
+                signer: self.signer.pubkey(),
+                market: self.market,
+                machine: self.machine,
+                host_stake: pda::stake(&self.market, &self.host).0,
+                stake_mint: self.stake_mint,
+                stake_vault: pda::stake_vault(&self.market).0,
+                stake_treasury: self.stake_treasury,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::Slash {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.signer]
     }
 }

@@ -3,14 +3,13 @@
 
 mod program_test;
 
-use anchor_lang::__private::bytemuck;
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidBook, BidKind, BidStatus, GpuSpec, Machine, MachineStatus, MachineTerms, Market,
-    MarketParams, OverclockTerms, BID_BOOK_SPACE,
+    Bid, BidKind, BidStatus, GpuSpec, Machine, MachineStatus, MachineTerms, Market, MarketParams,
+    OverclockTerms, BID_BOOK_SPACE,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -67,13 +66,13 @@ struct Client {
 /// A client holding `balance` tokens, `staked` of them staked.
 fn client(f: &mut Fixture, balance: u64, staked: u64) -> Client {
     let (key, tokens) = f.ctx.funded_user(&f.mint, balance);
+    f.ctx
+        .run(&OpenStake {
+            owner: &key,
+            market: f.market,
+        })
+        .expect("open_stake");
     if staked > 0 {
-        f.ctx
-            .run(&OpenStake {
-                owner: &key,
-                market: f.market,
-            })
-            .expect("open_stake");
         f.ctx
             .run(&Stake {
                 owner: &key,
@@ -97,10 +96,10 @@ fn args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
         gpu_count: 2,
         gib_per_gpu: 16,
         accepted_classes: 0b11,
-        overclock: OverclockTerms {
+        overclock: vec![OverclockTerms {
             power_limit_w: 300,
             ..Default::default()
-        },
+        }],
         price: 2 * TOKEN, // per GPU-hour
         max_duration_secs: 3_600,
         deadline: f.ctx.now() + 4 * 3_600,
@@ -113,21 +112,10 @@ fn place<'a>(f: Keys, c: &'a Client, a: PlaceBidArgs) -> PlaceBid<'a> {
         market: f.market,
         book: f.queue_book,
         machine: None,
-        with_stake: true,
         payment_mint: f.mint,
         client_tokens: c.tokens,
         args: a,
     }
-}
-
-/// The bids of a book, best first.
-fn book_order(ctx: &TestContext, book: &Pubkey) -> Vec<Pubkey> {
-    let data = ctx.svm.get_account(book).unwrap().data;
-    let mut aligned = vec![0u64; (data.len() - 8).div_ceil(8)];
-    bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..data.len() - 8].copy_from_slice(&data[8..]);
-    let book: &BidBook =
-        bytemuck::from_bytes(&bytemuck::cast_slice(&aligned)[..std::mem::size_of::<BidBook>()]);
-    book.iter().map(|leaf| leaf.bid).collect()
 }
 
 #[test]
@@ -140,6 +128,10 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     let bid: Bid = f.ctx.account(&p.bid());
     // 2 GPUs × 1 hour × 2 tokens per GPU-hour.
     assert_eq!(bid.escrow, 4 * TOKEN);
+    // One set of terms for both GPUs: the account holds one entry and stays under 300 bytes.
+    let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
+    assert_eq!((size, bid.overclock.len()), (Bid::space(1), 1));
+    assert!(size <= 300);
     assert_eq!(
         f.ctx.token_balance(&c.tokens),
         100 * TOKEN - 10 * TOKEN - 4 * TOKEN
@@ -170,7 +162,6 @@ fn the_book_ranks_by_score_and_ages_waiting_bids() {
     let minnow = client(&mut f, 100 * TOKEN, 0);
     let middle = client(&mut f, 600 * TOKEN, 500 * TOKEN);
     let low = PlaceBid {
-        with_stake: false,
         ..place(f.keys, &minnow, args(&f, 1))
     };
     f.ctx.run(&low).unwrap();
@@ -208,7 +199,6 @@ fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
     let mut a = args(&f, 7);
     a.kind = BidKind::Queue;
     let p = PlaceBid {
-        with_stake: false,
         ..place(f.keys, &c, a)
     };
     f.ctx.run(&p).unwrap();
@@ -232,7 +222,6 @@ fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
             market: f.market,
             bid: p.bid(),
             book: f.queue_book,
-            with_stake: false,
             payment_mint: f.mint,
             client_tokens: c.tokens,
         })
@@ -261,18 +250,15 @@ fn stake_that_ranks_a_waiting_bid_cannot_be_asked_back() {
     };
     let err = f.ctx.run(&unstake).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::StakeLockedByBids));
-    let cancel = |with_stake| CancelBid {
+    let cancel = CancelBid {
         client: &c.key,
         market: f.market,
         bid: p.bid(),
         book: f.queue_book,
-        with_stake,
         payment_mint: f.mint,
         client_tokens: c.tokens,
     };
-    let err = f.ctx.run(&cancel(false)).unwrap_err();
-    assert_eq!(err.custom_code(), code(MarketError::StakeAccountRequired));
-    f.ctx.run(&cancel(true)).expect("cancel_bid");
+    f.ctx.run(&cancel).expect("cancel_bid");
     f.ctx
         .run(&unstake)
         .expect("request_unstake once no bid waits");
@@ -290,7 +276,6 @@ fn a_full_book_rejects_the_next_bid_and_moves_nothing() {
     a.max_duration_secs = 3_600;
     for nonce in 0..gpu_market::state::BOOK_CAPACITY as u64 {
         let p = PlaceBid {
-            with_stake: false,
             ..place(f.keys, &c, PlaceBidArgs { nonce, ..a.clone() })
         };
         f.ctx
@@ -300,7 +285,6 @@ fn a_full_book_rejects_the_next_bid_and_moves_nothing() {
     let vault = pda::payment_vault(&f.market).0;
     let before = (f.ctx.token_balance(&vault), f.ctx.token_balance(&c.tokens));
     let p = PlaceBid {
-        with_stake: false,
         ..place(
             f.keys,
             &c,
@@ -326,7 +310,14 @@ fn a_full_book_rejects_the_next_bid_and_moves_nothing() {
 /// A registered machine with an open spot book: 4 GPUs of class 0, 24 GiB, 150..450 W.
 fn machine_with_spot_book(f: &mut Fixture) -> (Keypair, Pubkey, Pubkey) {
     let host = f.ctx.wallet(10);
+    f.ctx
+        .run(&OpenStake {
+            owner: &host,
+            market: f.market,
+        })
+        .expect("open_stake");
     let gpu = GpuSpec {
+        uuid: [0; 16],
         class: 0,
         topology_group: 0,
         memory_gib: 24,
@@ -343,7 +334,12 @@ fn machine_with_spot_book(f: &mut Fixture) -> (Keypair, Pubkey, Pubkey) {
         terms: MachineTerms {
             agent: host.pubkey(),
             region: [0; 16],
-            gpus: vec![gpu; 4],
+            gpus: (1..=4)
+                .map(|i| GpuSpec {
+                    uuid: [i; 16],
+                    ..gpu
+                })
+                .collect(),
             price_floor_per_gpu_hour: TOKEN,
             electricity_cost_per_kwh: TOKEN / 10,
             cached_images: vec![],
@@ -381,7 +377,6 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
     let spot = |a| PlaceBid {
         book: spot_book,
         machine: Some(machine),
-        with_stake: false,
         ..place(f.keys, &c, a)
     };
     let ok = spot(spot_args(&f, 1));
@@ -392,11 +387,11 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
     assert!(book_order(&f.ctx, &f.queue_book).is_empty());
 
     let mut too_hot = spot_args(&f, 2);
-    too_hot.overclock.power_limit_w = 500;
+    too_hot.overclock[0].power_limit_w = 500;
     let err = f.ctx.run(&spot(too_hot)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
     let mut mem_lock = spot_args(&f, 3);
-    mem_lock.overclock.mem_lock_mhz = 9_000; // the host allows no memory lock
+    mem_lock.overclock[0].mem_lock_mhz = 9_000; // the host allows no memory lock
     let err = f.ctx.run(&spot(mem_lock)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
     let mut too_many = spot_args(&f, 4);
@@ -415,6 +410,7 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
     f.ctx
         .run(&SetMachineStatus {
             owner: &host,
+            market: f.market,
             machine,
             status: MachineStatus::Paused,
         })
@@ -483,10 +479,18 @@ fn bad_bids_are_rejected_and_move_nothing() {
         ),
         (
             PlaceBidArgs {
-                overclock: OverclockTerms::default(),
+                overclock: vec![OverclockTerms::default()],
                 ..base.clone()
             },
             code(MarketError::PowerLimitMissing),
+        ),
+        // Two GPUs with three sets of terms: neither one for all nor one per GPU.
+        (
+            PlaceBidArgs {
+                overclock: vec![base.overclock[0]; 3],
+                ..base.clone()
+            },
+            code(MarketError::BadOverclockCount),
         ),
         (
             PlaceBidArgs {
@@ -567,7 +571,6 @@ fn bad_bids_are_rejected_and_move_nothing() {
             market: f.market,
             bid: p.bid(),
             book: f.queue_book,
-            with_stake: false,
             payment_mint: f.mint,
             client_tokens: other.tokens,
         })
@@ -607,20 +610,20 @@ fn compute_units_and_sizes_of_bids() {
             market: f.market,
             bid: p.bid(),
             book: f.queue_book,
-            with_stake: true,
             payment_mint: f.mint,
             client_tokens: c.tokens,
         })
         .unwrap();
-    let bid_space = 8 + <Bid as anchor_lang::Space>::INIT_SPACE;
+    let bid_space = Bid::space(1);
     println!("| instruction (book of 100 bids) | compute units |");
     println!("|---|---|");
     for name in ["place_bid", "top_up_bid", "cancel_bid"] {
         println!("| {name} | {} |", f.ctx.compute_units[name]);
     }
     println!(
-        "bid account: {bid_space} bytes, rent {} lamports",
-        f.ctx.svm.minimum_balance_for_rent_exemption(bid_space)
+        "bid account: {bid_space} bytes with one set of overclock terms (rent {} lamports), {} bytes with 16",
+        f.ctx.svm.minimum_balance_for_rent_exemption(bid_space),
+        Bid::space(16)
     );
     println!(
         "book account: {BID_BOOK_SPACE} bytes, rent {} lamports",

@@ -41,7 +41,6 @@ enum Op {
         gpus: u8,
         hours: u32,
         price: u64,
-        with_stake: bool,
     },
     TopUp {
         w: usize,
@@ -51,7 +50,6 @@ enum Op {
     Cancel {
         w: usize,
         bid: usize,
-        with_stake: bool,
     },
     Wait {
         secs: i64,
@@ -64,10 +62,10 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Stake { w, amount }),
         2 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Unstake { w, amount }),
         1 => w.clone().prop_map(|w| Op::Withdraw { w }),
-        4 => (w.clone(), 0u8..4, 0u32..3, 0u64..60_000, any::<bool>())
-            .prop_map(|(w, gpus, hours, price, with_stake)| Op::Place { w, gpus, hours, price, with_stake }),
+        4 => (w.clone(), 0u8..4, 0u32..3, 0u64..60_000)
+            .prop_map(|(w, gpus, hours, price)| Op::Place { w, gpus, hours, price }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
-        2 => (w.clone(), 0usize..4, any::<bool>()).prop_map(|(w, bid, with_stake)| Op::Cancel { w, bid, with_stake }),
+        2 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::Cancel { w, bid }),
         1 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
     ]
 }
@@ -140,7 +138,6 @@ impl World {
                 gpus,
                 hours,
                 price,
-                with_stake,
             } => {
                 self.next_nonce += 1;
                 let (k, t) = &self.wallets[w];
@@ -149,7 +146,6 @@ impl World {
                     market,
                     book,
                     machine: None,
-                    with_stake,
                     payment_mint: mint,
                     client_tokens: *t,
                     args: PlaceBidArgs {
@@ -161,10 +157,10 @@ impl World {
                         gpu_count: gpus,
                         gib_per_gpu: 8,
                         accepted_classes: 1,
-                        overclock: OverclockTerms {
+                        overclock: vec![OverclockTerms {
                             power_limit_w: 250,
                             ..Default::default()
-                        },
+                        }],
                         price,
                         max_duration_secs: hours * 3_600,
                         deadline: now + 3 * 3_600,
@@ -191,7 +187,7 @@ impl World {
                     amount,
                 })
             }
-            Op::Cancel { w, bid, with_stake } => {
+            Op::Cancel { w, bid } => {
                 let Some(&bid) = self.bids[w].get(bid) else {
                     return false;
                 };
@@ -201,7 +197,6 @@ impl World {
                     market,
                     bid,
                     book,
-                    with_stake,
                     payment_mint: mint,
                     client_tokens: *t,
                 })

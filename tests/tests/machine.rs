@@ -18,6 +18,7 @@ fn code(e: MarketError) -> Option<u32> {
 /// An RTX 4090-like GPU: 24 GiB, 150..450 W, locks and offsets allowed.
 fn gpu(class: u8, group: u8) -> GpuSpec {
     GpuSpec {
+        uuid: [0; 16],
         class,
         topology_group: group,
         memory_gib: 24,
@@ -29,7 +30,11 @@ fn gpu(class: u8, group: u8) -> GpuSpec {
     }
 }
 
-fn terms(agent: Pubkey, gpus: Vec<GpuSpec>) -> MachineTerms {
+/// Terms with `gpus`, each given its own UUID.
+fn terms(agent: Pubkey, mut gpus: Vec<GpuSpec>) -> MachineTerms {
+    for (i, g) in gpus.iter_mut().enumerate() {
+        g.uuid = [i as u8 + 1; 16];
+    }
     let mut region = [0u8; 16];
     region[..10].copy_from_slice(b"eu-central");
     MachineTerms {
@@ -54,6 +59,11 @@ fn fixture() -> Fixture {
     let (_, _, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
     let host = ctx.wallet(10);
     let agent = ctx.wallet(1);
+    ctx.run(&OpenStake {
+        owner: &host,
+        market,
+    })
+    .expect("open_stake");
     Fixture {
         ctx,
         market,
@@ -153,6 +163,7 @@ fn only_the_owner_updates_and_a_retired_machine_stays_retired() {
     let new_agent = Keypair::new();
     let update = |owner, gpus| UpdateMachine {
         owner,
+        market: f.market,
         machine: key,
         terms: terms(new_agent.pubkey(), gpus),
     };
@@ -173,6 +184,7 @@ fn only_the_owner_updates_and_a_retired_machine_stays_retired() {
         .ctx
         .run(&SetMachineStatus {
             owner: &thief,
+            market: f.market,
             machine: key,
             status: MachineStatus::Retired,
         })
@@ -194,6 +206,7 @@ fn only_the_owner_updates_and_a_retired_machine_stays_retired() {
         f.ctx
             .run(&SetMachineStatus {
                 owner: &f.host,
+                market: f.market,
                 machine: key,
                 status,
             })
@@ -204,6 +217,7 @@ fn only_the_owner_updates_and_a_retired_machine_stays_retired() {
         .ctx
         .run(&SetMachineStatus {
             owner: &f.host,
+            market: f.market,
             machine: key,
             status: MachineStatus::Active,
         })
@@ -246,6 +260,7 @@ fn compute_units_of_machine_instructions() {
     f.ctx
         .run(&UpdateMachine {
             owner: &f.host,
+            market: f.market,
             machine: key,
             terms: terms(f.agent.pubkey(), (0..16).map(|i| gpu(1, i / 8)).collect()),
         })
@@ -253,6 +268,7 @@ fn compute_units_of_machine_instructions() {
     f.ctx
         .run(&SetMachineStatus {
             owner: &f.host,
+            market: f.market,
             machine: key,
             status: MachineStatus::Paused,
         })
@@ -278,6 +294,7 @@ fn compute_units_of_machine_instructions() {
         "machine account: {space} bytes, rent {} lamports",
         f.ctx.svm.minimum_balance_for_rent_exemption(space)
     );
-    assert!(f.ctx.compute_units["register_machine"] <= 25_000);
-    assert!(f.ctx.compute_units["heartbeat"] <= 14_000);
+    // Budgets with headroom over the measured figures (Borsh accounts; see BENCHMARKS.md).
+    assert!(f.ctx.compute_units["register_machine"] <= 35_000);
+    assert!(f.ctx.compute_units["heartbeat"] <= 16_000);
 }

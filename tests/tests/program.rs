@@ -122,6 +122,7 @@ fn market_fixture() -> MarketFixture {
         stake_mint: mint,
         payment_mint: mint,
         treasury,
+        stake_treasury: treasury,
         args: default_args(1),
     };
     let market = init.market();
@@ -201,6 +202,7 @@ fn bad_market_parameters_are_rejected_and_create_nothing() {
             stake_mint: mint,
             payment_mint: mint,
             treasury,
+            stake_treasury: treasury,
             args,
         };
         let market = init.market();

@@ -101,6 +101,7 @@ async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
         stake_mint: mint,
         payment_mint: mint,
         treasury: tokens,
+        stake_treasury: tokens,
         args: InitMarketArgs {
             id,
             params: MarketParams::recommended(60, 100, 600),

@@ -67,8 +67,56 @@ pub enum MarketError {
     WrongStakeAccount,
     #[msg("the stake ranks waiting bids: cancel them (or let them run) before unstaking")]
     StakeLockedByBids,
-    #[msg("the bid was scored with the client's stake: pass the stake account")]
-    StakeAccountRequired,
+    #[msg("idle and silence windows and the slash evidence must be at least 1; utilisation and slash shares at most 10000 bps")]
+    InvalidEnforcement,
+    #[msg("two GPUs of the machine have the same UUID")]
+    DuplicateGpu,
+    #[msg("the GPU index is not one of the machine's GPUs")]
+    UnknownGpu,
+    #[msg("a bid gives one set of overclock terms, or one per GPU")]
+    BadOverclockCount,
+    #[msg("a chosen GPU cannot serve the bid (class, free memory, overclock range or price)")]
+    GpuCannotServe,
+    #[msg("the bid fits inside one topology group: choose GPUs of one group")]
+    TopologySplit,
+    #[msg("the client would hold more than the market's anti-monopoly cap")]
+    ClientCapReached,
+    #[msg("the bid's deadline has passed")]
+    DeadlinePassed,
+    #[msg("pass every bid ranked above the chosen one, in book order, with its client's stake")]
+    CandidatesMissing,
+    #[msg("a bid ranked above the chosen one is feasible on this machine")]
+    BetterBidFeasible,
+    #[msg("the bid does not fit this machine now")]
+    BidNotFeasible,
+    #[msg("only a spot lease can be preempted")]
+    NotSpotLease,
+    #[msg("the lease is already stopping")]
+    LeaseStopping,
+    #[msg("the challenger does not pay the host more than the running spot bid")]
+    NotBetterBid,
+    #[msg("the proof's interval is not after the last proven one")]
+    StaleInterval,
+    #[msg("the proof does not chain to the lease's last proof")]
+    BadProofChain,
+    #[msg("the proof's interval has not ended yet")]
+    IntervalNotOver,
+    #[msg("the lease had stopped before the proof's interval")]
+    IntervalAfterStop,
+    #[msg("a proof gives one peak power per GPU of the lease")]
+    BadProofGpuCount,
+    #[msg("only the lease's client or host may end it before all of its time is proven")]
+    NotLeaseParty,
+    #[msg("the host has not been silent long enough to reclaim the escrow")]
+    HostNotSilent,
+    #[msg("the lease's time is fully proven: end it instead")]
+    NothingToReclaim,
+    #[msg("not enough missed intervals or power violations to slash")]
+    NoSlashingEvidence,
+    #[msg("the host's stake in the market is below the minimum to register a machine")]
+    HostStakeTooLow,
+    #[msg("the machine has running leases")]
+    MachineBusy,
     #[msg("arithmetic overflow")]
     Overflow,
     #[msg("division by zero")]

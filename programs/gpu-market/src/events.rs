@@ -91,3 +91,64 @@ pub struct BidCancelled {
     pub bid: Pubkey,
     pub refund: u64,
 }
+
+#[event]
+pub struct LeaseStarted {
+    pub lease: Pubkey,
+    pub machine: Pubkey,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    pub kind: BidKind,
+    pub gpus: Vec<u8>,
+    pub started_at: i64,
+    pub ends_at: i64,
+}
+
+#[event]
+pub struct SpotPreempted {
+    pub lease: Pubkey,
+    /// The bid that takes the GPUs.
+    pub by: Pubkey,
+    pub stop_at: i64,
+}
+
+#[event]
+pub struct UsageProven {
+    pub lease: Pubkey,
+    pub interval: u32,
+    pub paid_to_host: u64,
+    pub fee: u64,
+    pub escrow_left: u64,
+    pub power_violation: bool,
+    pub proof_hash: [u8; 32],
+}
+
+#[event]
+pub struct LeaseIdle {
+    pub lease: Pubkey,
+    pub intervals: u16,
+}
+
+#[event]
+pub struct LeaseStopping {
+    pub lease: Pubkey,
+    pub stop_at: i64,
+    pub proven_until: i64,
+}
+
+#[event]
+pub struct LeaseEnded {
+    pub lease: Pubkey,
+    pub paid: u64,
+    pub refund: u64,
+    /// A preempted spot bid went back to its book with its remaining escrow.
+    pub requeued: bool,
+    pub idle: bool,
+}
+
+#[event]
+pub struct HostSlashed {
+    pub machine: Pubkey,
+    pub owner: Pubkey,
+    pub amount: u64,
+}

@@ -100,6 +100,40 @@ pub mod gpu_market {
         UpdateMachine::set_machine_status(ctx, status)
     }
 
+    /// Starts the best feasible bid on the machine (signed by its agent): the program checks that
+    /// no bid ranked above it fits (they are passed as remaining accounts), that the chosen GPUs
+    /// serve it and stay in one topology group when they can, and creates the lease.
+    pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {
+        Allocate::allocate(ctx, args)
+    }
+
+    /// Stops a spot lease for a bid that outranks it: a queue bid at once, a more profitable
+    /// spot bid at the end of the current billing interval.
+    pub fn preempt(ctx: Context<Preempt>) -> Result<()> {
+        Preempt::preempt(ctx)
+    }
+
+    /// One hash-chained usage proof for one billing interval of a lease; pays the host for the
+    /// proven time out of escrow.
+    pub fn submit_usage(ctx: Context<SubmitUsage>, args: SubmitUsageArgs) -> Result<()> {
+        SubmitUsage::submit_usage(ctx, args)
+    }
+
+    /// Stops a lease (client or host) and settles it once its time is proven.
+    pub fn end_lease(ctx: Context<CloseLease>) -> Result<()> {
+        CloseLease::end_lease(ctx)
+    }
+
+    /// The client takes back the escrow of a lease whose host went silent.
+    pub fn reclaim_escrow(ctx: Context<CloseLease>) -> Result<()> {
+        CloseLease::reclaim_escrow(ctx)
+    }
+
+    /// Slashes a host's stake on the evidence its machine has gathered (anyone may call).
+    pub fn slash(ctx: Context<Slash>) -> Result<()> {
+        Slash::slash(ctx)
+    }
+
     /// The agent's liveness signal.
     pub fn heartbeat(ctx: Context<Heartbeat>) -> Result<()> {
         Heartbeat::heartbeat(ctx)

@@ -45,3 +45,7 @@ pub fn bid(market: &Pubkey, client: &Pubkey, nonce: u64) -> (Pubkey, u8) {
         &ID,
     )
 }
+
+pub fn lease(bid: &Pubkey) -> (Pubkey, u8) {
+    Pubkey::find_program_address(&[seeds::LEASE, bid.as_ref()], &ID)
+}

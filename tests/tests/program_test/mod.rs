@@ -135,11 +135,13 @@ impl TestContext {
         let authority = self.wallet(10);
         let mint = self.create_mint(6);
         let treasury = self.create_token_account(&mint, &authority.pubkey());
+        let stake_treasury = self.create_token_account(&mint, &authority.pubkey());
         let init = InitMarket {
             authority: &authority,
             stake_mint: mint,
             payment_mint: mint,
             treasury,
+            stake_treasury,
             args: gpu_market::instructions::InitMarketArgs { id, params },
         };
         let market = init.market();
@@ -262,4 +264,17 @@ impl TestContext {
             .get_account(address)
             .is_some_and(|a| a.lamports > 0)
     }
+}
+
+/// The bids of a book, best first.
+pub fn book_order(ctx: &TestContext, book: &Pubkey) -> Vec<Pubkey> {
+    let data = ctx.svm.get_account(book).unwrap().data;
+    let mut aligned = vec![0u64; (data.len() - 8).div_ceil(8)];
+    anchor_lang::__private::bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..data.len() - 8]
+        .copy_from_slice(&data[8..]);
+    let book: &gpu_market::state::BidBook = anchor_lang::__private::bytemuck::from_bytes(
+        &anchor_lang::__private::bytemuck::cast_slice(&aligned)
+            [..std::mem::size_of::<gpu_market::state::BidBook>()],
+    );
+    book.iter().map(|leaf| leaf.bid).collect()
 }

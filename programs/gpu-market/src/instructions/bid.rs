@@ -1,13 +1,14 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use gpu_market_core::matching;
 use gpu_market_core::score::{self, Inputs};
-use gpu_market_core::settlement::{escrow_for, PriceUnit};
+use gpu_market_core::settlement::escrow_for;
 
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidToppedUp};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Machine, MachineStatus, Market,
-    OverclockTerms, StakeAccount, GPU_CLASSES, IMAGE_REF_LEN, MAX_GPUS,
+    OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -21,19 +22,11 @@ pub struct PlaceBidArgs {
     pub gpu_count: u8,
     pub gib_per_gpu: u16,
     pub accepted_classes: u8,
-    pub overclock: OverclockTerms,
+    /// One entry per GPU, or one entry for every GPU. The power limit is mandatory in each.
+    pub overclock: Vec<OverclockTerms>,
     pub price: u64,
     pub max_duration_secs: u32,
     pub deadline: i64,
-}
-
-impl PlaceBidArgs {
-    fn unit(&self) -> PriceUnit {
-        match self.kind {
-            BidKind::Queue => PriceUnit::PerGpuHour,
-            BidKind::Spot => PriceUnit::PerGpuDay,
-        }
-    }
 }
 
 #[derive(Accounts)]
@@ -48,7 +41,7 @@ pub struct PlaceBid<'info> {
     #[account(
         init,
         payer = client,
-        space = 8 + Bid::INIT_SPACE,
+        space = Bid::space(args.overclock.len()),
         seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &args.nonce.to_le_bytes()],
         bump,
     )]
@@ -62,13 +55,14 @@ pub struct PlaceBid<'info> {
     #[account(has_one = market)]
     pub machine: Option<Box<Account<'info, Machine>>>,
 
-    /// The client's stake; absent when the client has none (S = 0).
+    /// The client's stake account (opened with `open_stake`; its amount may be zero): S of
+    /// the score, and the client's GPU count for the anti-monopoly cap.
     #[account(
         mut,
         seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
         bump = stake.bump,
     )]
-    pub stake: Option<Account<'info, StakeAccount>>,
+    pub stake: Box<Account<'info, StakeAccount>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
@@ -96,8 +90,13 @@ impl PlaceBid<'_> {
             args.image_ref.len() <= IMAGE_REF_LEN,
             MarketError::ImageRefTooLong
         );
+        let terms = args.overclock.len();
         require!(
-            args.overclock.power_limit_w > 0,
+            terms == 1 || terms == args.gpu_count as usize,
+            MarketError::BadOverclockCount
+        );
+        require!(
+            args.overclock.iter().all(|t| t.power_limit_w > 0),
             MarketError::PowerLimitMissing
         );
         let latest_start = args
@@ -119,20 +118,24 @@ impl PlaceBid<'_> {
                     MarketError::MachineNotActive
                 );
                 require_keys_eq!(self.book.key(), machine.spot_book, MarketError::WrongBook);
-                // Enough GPUs of an accepted class with the memory must allow the terms.
-                let settings = args.overclock.settings();
-                let fitting = machine
-                    .gpus()
-                    .iter()
-                    .filter(|g| {
-                        (g.class as usize) < GPU_CLASSES
-                            && args.accepted_classes & (1 << g.class) != 0
-                            && g.memory_gib >= args.gib_per_gpu
-                            && g.limits().check(&settings).is_ok()
-                    })
-                    .count();
+                // Some assignment of the machine's GPUs (of an accepted class, with the memory)
+                // must allow each GPU's terms, ignoring what runs there now.
+                let mut compat = vec![0u16; args.gpu_count as usize];
+                for (g, gpu) in machine.gpus().iter().enumerate() {
+                    if args.accepted_classes & (1 << gpu.class) == 0
+                        || gpu.memory_gib < args.gib_per_gpu
+                    {
+                        continue;
+                    }
+                    for (i, mask) in compat.iter_mut().enumerate() {
+                        let t = args.overclock[if terms == 1 { 0 } else { i }];
+                        if gpu.limits().check(&t.settings()).is_ok() {
+                            *mask |= 1 << g;
+                        }
+                    }
+                }
                 require!(
-                    fitting >= args.gpu_count as usize,
+                    matching::assign(&compat).is_some(),
                     MarketError::OverclockOutOfRange
                 );
             }
@@ -146,7 +149,7 @@ impl PlaceBid<'_> {
         ctx.accounts.validate(&args, now)?;
         let escrow = escrow_for(
             args.price,
-            args.unit(),
+            args.kind.unit(),
             args.gpu_count as u64,
             args.max_duration_secs as u64,
         )
@@ -155,7 +158,7 @@ impl PlaceBid<'_> {
         let market = &mut ctx.accounts.market;
         let p = &market.params;
         let inputs = Inputs {
-            stake: ctx.accounts.stake.as_ref().map_or(0, |s| s.amount),
+            stake: ctx.accounts.stake.amount,
             stake_bound: p.stake_bound,
             duration_secs: args.max_duration_secs as u64,
             time_left_secs: (args.deadline - now) as u64,
@@ -166,42 +169,15 @@ impl PlaceBid<'_> {
             resource_bound: p.resource_bound_gib_secs,
         };
         let base = score::base_score(p.weights(), &inputs);
-        if let Some(stake) = ctx.accounts.stake.as_mut() {
-            stake.open_bids = stake
-                .open_bids
-                .checked_add(1)
-                .ok_or(MarketError::Overflow)?;
-        }
-        let key = score::rank_key(base, p.aging_per_interval as u64, market.interval_at(now));
-        let seq = market.next_bid_seq;
-        ctx.accounts
-            .book
-            .load_mut()?
-            .insert(
-                BookKey::new(key, seq),
-                ctx.accounts.bid.key(),
-                args.gpu_count as u32,
-            )
-            .map_err(MarketError::from)?;
-        market.next_bid_seq = seq.checked_add(1).ok_or(MarketError::Overflow)?;
-        market.total_escrow = market
-            .total_escrow
-            .checked_add(escrow)
+        let stake = &mut ctx.accounts.stake;
+        stake.open_bids = stake
+            .open_bids
+            .checked_add(1)
             .ok_or(MarketError::Overflow)?;
-
-        token::transfer_checked(
-            CpiContext::new(
-                ctx.accounts.token_program.key(),
-                TransferChecked {
-                    from: ctx.accounts.client_tokens.to_account_info(),
-                    mint: ctx.accounts.payment_mint.to_account_info(),
-                    to: ctx.accounts.payment_vault.to_account_info(),
-                    authority: ctx.accounts.client.to_account_info(),
-                },
-            ),
-            escrow,
-            ctx.accounts.payment_mint.decimals,
-        )?;
+        let rank = score::rank_key(base, p.aging_per_interval as u64, market.interval_at(now));
+        if args.kind == BidKind::Queue {
+            market.add_waiting(args.gpu_count as i64)?;
+        }
 
         let mut image_ref = [0u8; IMAGE_REF_LEN];
         image_ref[..args.image_ref.len()].copy_from_slice(args.image_ref.as_bytes());
@@ -228,12 +204,38 @@ impl PlaceBid<'_> {
             deadline: args.deadline,
             escrow,
             score: base,
-            book_key: key,
-            seq,
+            book_key: 0,
+            seq: 0,
             placed_at: now,
-            used_stake: ctx.accounts.stake.is_some(),
             bump: ctx.bumps.bid,
         });
+        // Queue bids rank by score (with aging); spot bids by the host's profit (GigaSPOT).
+        let key = match &ctx.accounts.machine {
+            Some(machine) => bid.spot_profit(machine)?,
+            None => rank,
+        };
+        let bid_key = bid.key();
+        market.enqueue(bid_key, bid, &mut *ctx.accounts.book.load_mut()?, key)?;
+        market.total_escrow = market
+            .total_escrow
+            .checked_add(escrow)
+            .ok_or(MarketError::Overflow)?;
+
+        token::transfer_checked(
+            CpiContext::new(
+                ctx.accounts.token_program.key(),
+                TransferChecked {
+                    from: ctx.accounts.client_tokens.to_account_info(),
+                    mint: ctx.accounts.payment_mint.to_account_info(),
+                    to: ctx.accounts.payment_vault.to_account_info(),
+                    authority: ctx.accounts.client.to_account_info(),
+                },
+            ),
+            escrow,
+            ctx.accounts.payment_mint.decimals,
+        )?;
+
+        let bid = &ctx.accounts.bid;
         emit!(BidPlaced {
             market: market.key(),
             bid: bid.key(),
@@ -318,13 +320,13 @@ pub struct CancelBid<'info> {
     #[account(mut)]
     pub book: AccountLoader<'info, BidBook>,
 
-    /// The client's stake, when the bid was scored with it (it is unlocked by one bid).
+    /// The client's stake (unlocked by one waiting bid).
     #[account(
         mut,
         seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
         bump = stake.bump,
     )]
-    pub stake: Option<Account<'info, StakeAccount>>,
+    pub stake: Box<Account<'info, StakeAccount>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
@@ -342,17 +344,11 @@ impl CancelBid<'_> {
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
         let bid = &ctx.accounts.bid;
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
-        if bid.used_stake {
-            let stake = ctx
-                .accounts
-                .stake
-                .as_mut()
-                .ok_or(MarketError::StakeAccountRequired)?;
-            stake.open_bids = stake
-                .open_bids
-                .checked_sub(1)
-                .ok_or(MarketError::Overflow)?;
-        }
+        let stake = &mut ctx.accounts.stake;
+        stake.open_bids = stake
+            .open_bids
+            .checked_sub(1)
+            .ok_or(MarketError::Overflow)?;
         let leaf = ctx
             .accounts
             .book
@@ -363,6 +359,9 @@ impl CancelBid<'_> {
         require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
         let refund = bid.escrow;
         let market = &mut ctx.accounts.market;
+        if bid.kind == BidKind::Queue {
+            market.add_waiting(-(bid.gpu_count as i64))?;
+        }
         market.total_escrow = market
             .total_escrow
             .checked_sub(refund)

@@ -23,10 +23,10 @@ pub struct InitMarket<'info> {
         seeds = [seeds::MARKET, authority.key().as_ref(), &args.id.to_le_bytes()],
         bump,
     )]
-    pub market: Account<'info, Market>,
+    pub market: Box<Account<'info, Market>>,
 
-    pub stake_mint: Account<'info, Mint>,
-    pub payment_mint: Account<'info, Mint>,
+    pub stake_mint: Box<Account<'info, Mint>>,
+    pub payment_mint: Box<Account<'info, Mint>>,
 
     #[account(
         init,
@@ -36,7 +36,7 @@ pub struct InitMarket<'info> {
         token::mint = stake_mint,
         token::authority = market,
     )]
-    pub stake_vault: Account<'info, TokenAccount>,
+    pub stake_vault: Box<Account<'info, TokenAccount>>,
 
     #[account(
         init,
@@ -46,10 +46,14 @@ pub struct InitMarket<'info> {
         token::mint = payment_mint,
         token::authority = market,
     )]
-    pub payment_vault: Account<'info, TokenAccount>,
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     #[account(token::mint = payment_mint)]
-    pub treasury: Account<'info, TokenAccount>,
+    pub treasury: Box<Account<'info, TokenAccount>>,
+
+    /// Receives slashed host stake.
+    #[account(token::mint = stake_mint)]
+    pub stake_treasury: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,
     pub system_program: Program<'info, System>,
@@ -71,9 +75,12 @@ impl InitMarket<'_> {
             stake_vault: ctx.accounts.stake_vault.key(),
             payment_vault: ctx.accounts.payment_vault.key(),
             treasury: ctx.accounts.treasury.key(),
+            stake_treasury: ctx.accounts.stake_treasury.key(),
             params: args.params,
             demand_bps: 0,
             queue_book: Pubkey::default(),
+            gpus_offered: 0,
+            gpus_waiting: 0,
             next_bid_seq: 0,
             total_escrow: 0,
             total_staked: 0,
@@ -99,7 +106,7 @@ pub struct UpdateMarket<'info> {
     pub authority: Signer<'info>,
 
     #[account(mut, has_one = authority @ crate::errors::MarketError::NotMarketAuthority)]
-    pub market: Account<'info, Market>,
+    pub market: Box<Account<'info, Market>>,
 }
 
 impl UpdateMarket<'_> {

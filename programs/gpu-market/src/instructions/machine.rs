@@ -2,7 +2,7 @@ use anchor_lang::prelude::*;
 
 use crate::errors::MarketError;
 use crate::events::{MachineHeartbeat, MachineRegistered, MachineStatusChanged, MachineUpdated};
-use crate::state::{seeds, Machine, MachineStatus, MachineTerms, Market};
+use crate::state::{seeds, Machine, MachineStatus, MachineTerms, Market, StakeAccount};
 
 #[derive(Accounts)]
 #[instruction(id: u64)]
@@ -10,7 +10,16 @@ pub struct RegisterMachine<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    pub market: Account<'info, Market>,
+    #[account(mut)]
+    pub market: Box<Account<'info, Market>>,
+
+    /// The host's stake: slashable evidence needs something to slash.
+    #[account(
+        seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
+        bump = owner_stake.bump,
+        constraint = owner_stake.amount >= market.params.min_host_stake @ MarketError::HostStakeTooLow,
+    )]
+    pub owner_stake: Box<Account<'info, StakeAccount>>,
 
     #[account(
         init,
@@ -19,7 +28,7 @@ pub struct RegisterMachine<'info> {
         seeds = [seeds::MACHINE, market.key().as_ref(), owner.key().as_ref(), &id.to_le_bytes()],
         bump,
     )]
-    pub machine: Account<'info, Machine>,
+    pub machine: Box<Account<'info, Machine>>,
 
     pub system_program: Program<'info, System>,
 }
@@ -36,6 +45,7 @@ impl RegisterMachine<'_> {
         machine.last_heartbeat = now;
         machine.bump = ctx.bumps.machine;
         machine.apply_terms(&terms)?;
+        ctx.accounts.market.add_offered(machine.offered())?;
         emit!(MachineRegistered {
             market: machine.market,
             machine: machine.key(),
@@ -56,8 +66,13 @@ pub struct UpdateMachine<'info> {
         seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
         bump = machine.bump,
         has_one = owner,
+        has_one = market,
     )]
-    pub machine: Account<'info, Machine>,
+    pub machine: Box<Account<'info, Machine>>,
+
+    /// Counts the GPUs its active machines offer.
+    #[account(mut)]
+    pub market: Box<Account<'info, Market>>,
 }
 
 impl UpdateMachine<'_> {
@@ -67,7 +82,13 @@ impl UpdateMachine<'_> {
             machine.status != MachineStatus::Retired,
             MarketError::MachineRetired
         );
+        // GPUs under running leases cannot change under them.
+        require!(machine.leases == 0, MarketError::MachineBusy);
+        let before = machine.offered();
         machine.apply_terms(&terms)?;
+        ctx.accounts
+            .market
+            .add_offered(machine.offered() - before)?;
         emit!(MachineUpdated {
             machine: machine.key(),
             agent: machine.agent,
@@ -83,7 +104,11 @@ impl UpdateMachine<'_> {
             MarketError::MachineRetired
         );
         let old = machine.status;
+        let before = machine.offered();
         machine.status = status;
+        ctx.accounts
+            .market
+            .add_offered(machine.offered() - before)?;
         emit!(MachineStatusChanged {
             machine: machine.key(),
             old,
@@ -98,7 +123,7 @@ pub struct Heartbeat<'info> {
     pub agent: Signer<'info>,
 
     #[account(mut, has_one = agent @ MarketError::WrongAgent)]
-    pub machine: Account<'info, Machine>,
+    pub machine: Box<Account<'info, Machine>>,
 }
 
 impl Heartbeat<'_> {

@@ -1,13 +1,19 @@
+pub mod allocate;
 pub mod bid;
 pub mod book;
 pub mod init_market;
+pub mod lease;
 pub mod machine;
+pub mod slash;
 pub mod stake;
 pub mod unstake;
 
+pub use allocate::*;
 pub use bid::*;
 pub use book::*;
 pub use init_market::*;
+pub use lease::*;
 pub use machine::*;
+pub use slash::*;
 pub use stake::*;
 pub use unstake::*;

@@ -1,5 +1,10 @@
 use anchor_lang::prelude::*;
+use gpu_market_core::lease;
 use gpu_market_core::overclock::Settings;
+use gpu_market_core::settlement::PriceUnit;
+
+use crate::errors::MarketError;
+use crate::state::{Machine, Market, MAX_GPUS};
 
 /// Bytes of a bid's image reference (`registry/repository:tag`), zero-padded.
 pub const IMAGE_REF_LEN: usize = 48;
@@ -47,7 +52,7 @@ impl OverclockTerms {
     }
 }
 
-/// A client's bid with its escrow. The overclock terms apply to each GPU of the bid.
+/// A client's bid with its escrow.
 #[account]
 #[derive(InitSpace, Debug)]
 pub struct Bid {
@@ -66,7 +71,10 @@ pub struct Bid {
     pub gib_per_gpu: u16,
     /// Bit `c` set: GPU class `c` is accepted.
     pub accepted_classes: u8,
-    pub overclock: OverclockTerms,
+    /// One entry per GPU of the bid, or a single entry that applies to each of its GPUs (the
+    /// account is sized by the entries it holds: 297 bytes with one).
+    #[max_len(16)]
+    pub overclock: Vec<OverclockTerms>,
     /// Per GPU-hour (queue) or per GPU-day (spot), in payment-token base units.
     pub price: u64,
     pub max_duration_secs: u32,
@@ -79,7 +87,67 @@ pub struct Bid {
     /// Placement order in the market; with `book_key` it locates the bid in its book.
     pub seq: u64,
     pub placed_at: i64,
-    /// Whether the score used the client's stake (which stays locked while the bid waits).
-    pub used_stake: bool,
     pub bump: u8,
+}
+
+impl Bid {
+    /// Account size with `terms` overclock entries.
+    pub const fn space(terms: usize) -> usize {
+        8 + Self::INIT_SPACE - (MAX_GPUS - terms) * OverclockTerms::INIT_SPACE
+    }
+
+    /// The overclock terms of the bid's GPU `i`.
+    pub fn terms_of(&self, i: usize) -> OverclockTerms {
+        self.overclock[if self.overclock.len() == 1 { 0 } else { i }]
+    }
+
+    /// The agreed power limit of each of the bid's GPUs, in its GPU order.
+    pub fn power_limits(&self) -> Vec<u16> {
+        (0..self.gpu_count as usize)
+            .map(|i| self.terms_of(i).power_limit_w)
+            .collect()
+    }
+
+    pub fn unit(&self) -> PriceUnit {
+        self.kind.unit()
+    }
+
+    /// Whether the price meets the host's floor and, for a queue bid, the market's reserve price
+    /// for GPU class `class` now. Spot bids (per GPU-day) meet the floor × 24.
+    pub fn pays_enough(
+        &self,
+        class: u8,
+        machine: &Machine,
+        market: &Market,
+        now: i64,
+    ) -> Result<bool> {
+        Ok(match self.kind {
+            BidKind::Queue => {
+                self.price >= machine.price_floor_per_gpu_hour
+                    && self.price >= market.reserve_price(class, now)?
+            }
+            BidKind::Spot => self.price >= machine.price_floor_per_gpu_hour.saturating_mul(24),
+        })
+    }
+
+    /// The book key of a spot bid on `machine`: the host's profit per day (GigaSPOT).
+    pub fn spot_profit(&self, machine: &Machine) -> Result<u64> {
+        let watts: u64 = self.power_limits().iter().map(|&w| w as u64).sum();
+        lease::spot_profit_per_day(
+            self.price,
+            self.gpu_count as u64,
+            watts,
+            machine.electricity_cost_per_kwh,
+        )
+        .map_err(|e| error!(MarketError::from(e)))
+    }
+}
+
+impl BidKind {
+    pub fn unit(self) -> PriceUnit {
+        match self {
+            BidKind::Queue => PriceUnit::PerGpuHour,
+            BidKind::Spot => PriceUnit::PerGpuDay,
+        }
+    }
 }

@@ -2,6 +2,7 @@ use anchor_lang::prelude::*;
 use gpu_market_core::overclock::{GpuLimits, Range};
 
 use crate::errors::MarketError;
+use crate::state::{Bid, Market};
 
 /// Most GPUs one machine offers.
 pub const MAX_GPUS: usize = 16;
@@ -23,6 +24,8 @@ pub enum MachineStatus {
     AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace,
 )]
 pub struct GpuSpec {
+    /// The GPU's UUID as NVML reports it (128 bits); unique within a machine.
+    pub uuid: [u8; 16],
     /// Index into the market's GPU class table (e.g. 0 = H100, 1 = A100, …).
     pub class: u8,
     /// GPUs in one NVLink island or under one PCIe switch share a group.
@@ -101,6 +104,19 @@ pub struct Machine {
     pub spot_book: Pubkey,
     pub registered_at: i64,
     pub last_heartbeat: i64,
+    /// GiB of each GPU held by running leases.
+    pub used_gib: [u16; MAX_GPUS],
+    /// Bit `g`: GPU `g` is held by a spot lease (queue bids may preempt it).
+    pub spot_gpus: u16,
+    /// Leases running on the machine.
+    pub leases: u16,
+    /// Billing intervals of its leases it never proved (host silence), ever.
+    pub missed_intervals: u32,
+    /// Proofs whose peak power exceeded the agreed limit, ever.
+    pub violations: u32,
+    /// Evidence not yet used by a slash.
+    pub unslashed_missed: u32,
+    pub unslashed_violations: u32,
     pub bump: u8,
 }
 
@@ -113,7 +129,11 @@ impl Machine {
             terms.cached_images.len() <= MAX_CACHED_IMAGES,
             MarketError::TooManyCachedImages
         );
-        for gpu in &terms.gpus {
+        for (i, gpu) in terms.gpus.iter().enumerate() {
+            require!(
+                terms.gpus[..i].iter().all(|g| g.uuid != gpu.uuid),
+                MarketError::DuplicateGpu
+            );
             require!(
                 (gpu.class as usize) < crate::state::GPU_CLASSES,
                 MarketError::UnknownGpuClass
@@ -138,5 +158,125 @@ impl Machine {
 
     pub fn gpus(&self) -> &[GpuSpec] {
         &self.gpus[..self.gpu_count as usize]
+    }
+
+    /// Free GiB of GPU `g`, counting GiB in `freed` GPUs as free too (a lease about to end).
+    fn free_gib(&self, g: usize, freed: &Freed) -> u16 {
+        let used = self.used_gib[g].saturating_sub(freed.gib_on(g));
+        self.gpus[g].memory_gib.saturating_sub(used)
+    }
+
+    /// For each of `bid`'s GPUs, the mask of this machine's GPUs that can serve it now: accepted
+    /// class, enough free GiB, its overclock terms inside the GPU's ranges, and a price at or
+    /// above the host's floor and (queue bids) the market's reserve price for the GPU's class.
+    /// GPUs held by spot leases count as taken unless `freed` frees them.
+    pub fn compat(&self, bid: &Bid, market: &Market, now: i64, freed: &Freed) -> Result<Vec<u16>> {
+        let n = bid.gpu_count as usize;
+        let mut out = vec![0u16; n];
+        for (g, gpu) in self.gpus().iter().enumerate() {
+            if bid.accepted_classes & (1 << gpu.class) == 0
+                || self.free_gib(g, freed) < bid.gib_per_gpu
+                || !bid.pays_enough(gpu.class, self, market, now)?
+            {
+                continue;
+            }
+            let limits = gpu.limits();
+            for (i, mask) in out.iter_mut().enumerate() {
+                if limits.check(&bid.terms_of(i).settings()).is_ok() {
+                    *mask |= 1 << g;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Holds `gib` on each of `gpus` for a lease (of kind spot when `spot`).
+    pub fn take(&mut self, gpus: &[u8], gib: u16, spot: bool) -> Result<()> {
+        for &g in gpus {
+            let used = &mut self.used_gib[g as usize];
+            *used = used.checked_add(gib).ok_or(MarketError::Overflow)?;
+            if spot {
+                self.spot_gpus |= 1 << g;
+            }
+        }
+        self.leases = self.leases.checked_add(1).ok_or(MarketError::Overflow)?;
+        Ok(())
+    }
+
+    /// Frees what `take` held.
+    pub fn release(&mut self, gpus: &[u8], gib: u16, spot: bool) -> Result<()> {
+        for &g in gpus {
+            let used = &mut self.used_gib[g as usize];
+            *used = used.checked_sub(gib).ok_or(MarketError::Overflow)?;
+            if spot {
+                self.spot_gpus &= !(1 << g);
+            }
+        }
+        self.leases = self.leases.checked_sub(1).ok_or(MarketError::Overflow)?;
+        Ok(())
+    }
+
+    /// Bit mask of the GPUs in each topology group that occurs on the machine.
+    pub fn topology_groups(&self) -> Vec<u16> {
+        let mut groups: Vec<(u8, u16)> = Vec::new();
+        for (g, gpu) in self.gpus().iter().enumerate() {
+            match groups.iter_mut().find(|(t, _)| *t == gpu.topology_group) {
+                Some((_, mask)) => *mask |= 1 << g,
+                None => groups.push((gpu.topology_group, 1 << g)),
+            }
+        }
+        groups.into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// Records `missed` unproven intervals as evidence of silence.
+    pub fn record_missed(&mut self, missed: u32) -> Result<()> {
+        self.missed_intervals = self
+            .missed_intervals
+            .checked_add(missed)
+            .ok_or(MarketError::Overflow)?;
+        self.unslashed_missed = self
+            .unslashed_missed
+            .checked_add(missed)
+            .ok_or(MarketError::Overflow)?;
+        Ok(())
+    }
+
+    /// Records a proof with power-limit violations.
+    pub fn record_violation(&mut self) -> Result<()> {
+        self.violations = self
+            .violations
+            .checked_add(1)
+            .ok_or(MarketError::Overflow)?;
+        self.unslashed_violations = self
+            .unslashed_violations
+            .checked_add(1)
+            .ok_or(MarketError::Overflow)?;
+        Ok(())
+    }
+
+    /// GPUs this machine offers to the market (its count while active, else none).
+    pub fn offered(&self) -> i64 {
+        if self.status == MachineStatus::Active {
+            self.gpu_count as i64
+        } else {
+            0
+        }
+    }
+}
+
+/// GPUs that a check may treat as free: those of a lease that is about to end.
+#[derive(Default)]
+pub struct Freed {
+    pub gpus: u16,
+    pub gib: u16,
+}
+
+impl Freed {
+    fn gib_on(&self, g: usize) -> u16 {
+        if self.gpus & (1 << g) != 0 {
+            self.gib
+        } else {
+            0
+        }
     }
 }

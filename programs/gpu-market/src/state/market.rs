@@ -3,7 +3,7 @@ use gpu_market_core::pricing;
 use gpu_market_core::score::Weights;
 
 use crate::errors::MarketError;
-use crate::state::seeds;
+use crate::state::{seeds, Bid, BidBook, BookKey};
 
 /// GPU classes a market prices (index = `GpuSpec::class`).
 pub const GPU_CLASSES: usize = 8;
@@ -34,6 +34,18 @@ pub struct MarketParams {
     pub demand_smoothing_bps: u16,
     /// The most the demand factor may add (bps).
     pub demand_cap_bps: u16,
+    /// A usage proof below this average utilisation (bps) counts towards the idle flag.
+    pub idle_utilisation_bps: u16,
+    /// Consecutive low-utilisation proofs that flag a lease idle.
+    pub idle_intervals: u16,
+    /// Billing intervals without a proof after which the client may reclaim the escrow.
+    pub silence_intervals: u16,
+    /// Missed intervals, or power-limit violations, that let anyone slash a host once.
+    pub slash_evidence: u16,
+    /// Share of the host's stake one slash takes to the stake treasury (bps).
+    pub slash_bps: u16,
+    /// Stake a host needs in the market to register a machine.
+    pub min_host_stake: u64,
 }
 
 impl MarketParams {
@@ -59,6 +71,12 @@ impl MarketParams {
             seasonal_bps: [10_000; 24],
             demand_smoothing_bps: 2_000,
             demand_cap_bps: 10_000,
+            idle_utilisation_bps: 1_000,
+            idle_intervals: 3,
+            silence_intervals: 3,
+            slash_evidence: 3,
+            slash_bps: 1_000,
+            min_host_stake: 0,
         }
     }
 
@@ -93,6 +111,14 @@ impl MarketParams {
                 && self.demand_smoothing_bps as u64 <= bps,
             MarketError::InvalidPricing
         );
+        require!(
+            self.idle_intervals > 0
+                && self.silence_intervals > 0
+                && self.slash_evidence > 0
+                && self.idle_utilisation_bps as u64 <= bps
+                && self.slash_bps as u64 <= bps,
+            MarketError::InvalidEnforcement
+        );
         Ok(())
     }
 }
@@ -110,11 +136,17 @@ pub struct Market {
     pub payment_vault: Pubkey,
     /// Token account of the payment mint that receives the protocol fee.
     pub treasury: Pubkey,
+    /// Token account of the stake mint that receives slashed host stake.
+    pub stake_treasury: Pubkey,
     pub params: MarketParams,
     /// Smoothed demand factor (bps), fed by the allocation rounds.
     pub demand_bps: u64,
     /// The market's queue book (a `BidBook` account), set by `init_queue_book`.
     pub queue_book: Pubkey,
+    /// GPUs of active machines (the supply side of the demand factor and the cap's base).
+    pub gpus_offered: u64,
+    /// GPUs asked for by waiting queue bids (the demand side).
+    pub gpus_waiting: u64,
     /// The next bid's placement number.
     pub next_bid_seq: u64,
     /// Tokens held in the payment vault as bid escrow.
@@ -145,7 +177,8 @@ impl Market {
             .capability_bps
             .get(class as usize)
             .ok_or(MarketError::UnknownGpuClass)?;
-        let hour = unix_time.rem_euclid(86_400) / 3_600;
+        // Unsigned: the SBF target has no signed division (and the clock is after 1970).
+        let hour = (unix_time.max(0) as u64 % 86_400) / 3_600;
         let seasonal = p.seasonal_bps[hour as usize];
         let demand = self.demand_bps.min(p.demand_cap_bps as u64);
         pricing::reserve_price(
@@ -155,6 +188,58 @@ impl Market {
             seasonal as u64,
         )
         .map_err(|e| error!(MarketError::from(e)))
+    }
+
+    /// Puts `bid` in `book` at rank `key` with the market's next placement number.
+    pub fn enqueue(
+        &mut self,
+        bid_key: Pubkey,
+        bid: &mut Bid,
+        book: &mut BidBook,
+        key: u64,
+    ) -> Result<()> {
+        let seq = self.next_bid_seq;
+        book.insert(BookKey::new(key, seq), bid_key, bid.gpu_count as u32)
+            .map_err(MarketError::from)?;
+        self.next_bid_seq = seq.checked_add(1).ok_or(MarketError::Overflow)?;
+        bid.book_key = key;
+        bid.seq = seq;
+        Ok(())
+    }
+
+    /// Feeds one demand sample (waiting vs offered GPUs) into the smoothed demand factor.
+    pub fn sample_demand(&mut self) {
+        let p = &self.params;
+        let sample = pricing::demand_bps(
+            self.gpus_waiting,
+            self.gpus_offered,
+            p.demand_cap_bps as u64,
+        );
+        self.demand_bps =
+            pricing::smooth_bps(self.demand_bps, sample, p.demand_smoothing_bps as u64);
+    }
+
+    /// Adds (or, negative, removes) GPUs waiting in the queue book.
+    pub fn add_waiting(&mut self, gpus: i64) -> Result<()> {
+        self.gpus_waiting = add_signed(self.gpus_waiting, gpus)?;
+        Ok(())
+    }
+
+    /// Adds (or, negative, removes) GPUs offered by active machines.
+    pub fn add_offered(&mut self, gpus: i64) -> Result<()> {
+        self.gpus_offered = add_signed(self.gpus_offered, gpus)?;
+        Ok(())
+    }
+
+    /// Whether a client holding `held` GPUs may take `more` under the anti-monopoly cap.
+    pub fn within_client_cap(&self, held: u64, more: u64) -> bool {
+        let after = held
+            .saturating_add(more)
+            .saturating_mul(gpu_market_core::BPS);
+        after
+            <= self
+                .gpus_offered
+                .saturating_mul(self.params.max_client_share_bps as u64)
     }
 
     /// The billing interval `unix_time` falls in, counted from the market's creation.
@@ -168,4 +253,13 @@ impl Market {
     pub fn invariant(&self) -> Result<()> {
         self.params.validate()
     }
+}
+
+fn add_signed(value: u64, delta: i64) -> Result<u64> {
+    let out = if delta >= 0 {
+        value.checked_add(delta as u64)
+    } else {
+        value.checked_sub(delta.unsigned_abs())
+    };
+    out.ok_or_else(|| error!(MarketError::Overflow))
 }

@@ -6,3 +6,4 @@ pub const PAYMENT_VAULT: &[u8] = b"payment_vault";
 pub const STAKE: &[u8] = b"stake";
 pub const BID: &[u8] = b"bid";
 pub const MACHINE: &[u8] = b"machine";
+pub const LEASE: &[u8] = b"lease";

@@ -17,6 +17,8 @@ pub struct StakeAccount {
     /// Waiting bids whose score was computed from this stake. While any waits, the stake cannot
     /// be asked back: a score cannot be bought with stake that leaves right after.
     pub open_bids: u32,
+    /// GPUs the owner holds in running leases (for the anti-monopoly cap).
+    pub gpus_held: u32,
     pub bump: u8,
 }
 
@@ -36,6 +38,22 @@ impl StakeAccount {
             .checked_add(cooldown_secs as i64)
             .ok_or(MarketError::Overflow)?;
         Ok(())
+    }
+
+    /// Takes `bps` of everything staked (counting first, then pending) as a slash; returns the
+    /// amounts taken from each.
+    pub fn slash(&mut self, bps: u16) -> Result<(u64, u64)> {
+        let total = self
+            .amount
+            .checked_add(self.pending_unstake)
+            .ok_or(MarketError::Overflow)?;
+        let take =
+            gpu_market_core::math::apply_bps(total, bps as u64).map_err(MarketError::from)?;
+        let from_amount = take.min(self.amount);
+        let from_pending = take - from_amount;
+        self.amount -= from_amount;
+        self.pending_unstake -= from_pending;
+        Ok((from_amount, from_pending))
     }
 
     /// Takes everything whose cooldown has passed; returns the amount to pay out.

@@ -1,0 +1,465 @@
+use anchor_lang::prelude::*;
+use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use gpu_market_core::lease::{self as lease_math, UsageProof};
+use gpu_market_core::settlement::payout;
+
+use crate::errors::MarketError;
+use crate::events::{LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven};
+use crate::instructions::allocate::feasible;
+use crate::state::{
+    seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
+};
+
+/// Moves `amount` of the payment vault to `to`, signed by the market.
+fn pay_out<'info>(
+    market: &Market,
+    market_info: AccountInfo<'info>,
+    vault: AccountInfo<'info>,
+    mint: &Account<'info, Mint>,
+    to: AccountInfo<'info>,
+    token_program: &Program<'info, Token>,
+    amount: u64,
+) -> Result<()> {
+    if amount == 0 {
+        return Ok(());
+    }
+    market.with_signer(|signer| {
+        token::transfer_checked(
+            CpiContext::new_with_signer(
+                token_program.key(),
+                TransferChecked {
+                    from: vault,
+                    mint: mint.to_account_info(),
+                    to,
+                    authority: market_info,
+                },
+                signer,
+            ),
+            amount,
+            mint.decimals,
+        )
+    })
+}
+
+#[derive(Accounts)]
+pub struct Preempt<'info> {
+    pub agent: Signer<'info>,
+
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(has_one = market, has_one = agent @ MarketError::WrongAgent)]
+    pub machine: Box<Account<'info, Machine>>,
+
+    #[account(mut, has_one = machine)]
+    pub lease: Box<Account<'info, Lease>>,
+
+    #[account(address = lease.bid)]
+    pub lease_bid: Box<Account<'info, Bid>>,
+
+    /// The waiting bid that wants the lease's GPUs.
+    #[account(has_one = market)]
+    pub challenger: Box<Account<'info, Bid>>,
+
+    /// The challenger's client stake (for the anti-monopoly cap).
+    #[account(
+        seeds = [seeds::STAKE, market.key().as_ref(), challenger.client.as_ref()],
+        bump = challenger_stake.bump,
+    )]
+    pub challenger_stake: Box<Account<'info, StakeAccount>>,
+}
+
+impl Preempt<'_> {
+    /// Stops a spot lease for a bid that outranks it: a queue bid stops it now (queue leases
+    /// outrank spot leases), a spot bid that pays the host more stops it at the end of the
+    /// current billing interval, never before. The challenger must fit the GPUs it frees.
+    pub fn preempt(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let a = &ctx.accounts;
+        let lease = &a.lease;
+        require!(lease.kind == BidKind::Spot, MarketError::NotSpotLease);
+        require!(
+            lease.stop_at == Lease::NOT_STOPPED,
+            MarketError::LeaseStopping
+        );
+        let freed = Freed {
+            gpus: lease.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
+            gib: lease.gib_per_gpu,
+        };
+        require!(
+            feasible(
+                &a.challenger,
+                a.challenger_stake.gpus_held as u64,
+                &a.machine,
+                &a.market,
+                now,
+                &freed
+            )?,
+            MarketError::BidNotFeasible
+        );
+        let stop = match a.challenger.kind {
+            BidKind::Queue => now,
+            BidKind::Spot => {
+                require_keys_eq!(
+                    a.challenger.machine,
+                    a.machine.key(),
+                    MarketError::WrongBook
+                );
+                require!(
+                    a.challenger.spot_profit(&a.machine)? > a.lease_bid.spot_profit(&a.machine)?,
+                    MarketError::NotBetterBid
+                );
+                let interval = a.market.params.billing_interval_secs;
+                let k = lease_math::interval_index(lease.started_at, interval, now);
+                lease
+                    .started_at
+                    .checked_add((k as i64 + 1) * interval as i64)
+                    .ok_or(MarketError::Overflow)?
+            }
+        };
+        let challenger = a.challenger.key();
+        let lease = &mut ctx.accounts.lease;
+        lease.request_stop(stop);
+        lease.preempted = true;
+        emit!(SpotPreempted {
+            lease: lease.key(),
+            by: challenger,
+            stop_at: lease.stop_at,
+        });
+        Ok(())
+    }
+}
+
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
+pub struct SubmitUsageArgs {
+    pub interval: u32,
+    pub gpu_seconds: u64,
+    pub energy_j: u64,
+    pub avg_utilisation_bps: u16,
+    /// Peak power of each of the lease's GPUs, in W, in the bid's GPU order.
+    pub peak_power_w: Vec<u16>,
+    pub exit_code: Option<i32>,
+    /// The lease's current `proof_hash`: the proof extends that chain.
+    pub prev_hash: [u8; 32],
+}
+
+impl SubmitUsageArgs {
+    pub fn proof(&self) -> UsageProof {
+        UsageProof {
+            interval: self.interval,
+            gpu_seconds: self.gpu_seconds,
+            energy_j: self.energy_j,
+            avg_utilisation_bps: self.avg_utilisation_bps,
+            peak_power_w: self.peak_power_w.clone(),
+            exit_code: self.exit_code,
+        }
+    }
+}
+
+#[derive(Accounts)]
+pub struct SubmitUsage<'info> {
+    pub agent: Signer<'info>,
+
+    #[account(mut, has_one = payment_mint, has_one = payment_vault, has_one = treasury)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(mut, has_one = market, has_one = agent @ MarketError::WrongAgent)]
+    pub machine: Box<Account<'info, Machine>>,
+
+    #[account(mut, has_one = machine)]
+    pub lease: Box<Account<'info, Lease>>,
+
+    #[account(mut, address = lease.bid)]
+    pub bid: Box<Account<'info, Bid>>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub treasury: Box<Account<'info, TokenAccount>>,
+
+    /// Where the host is paid: a payment-token account of the machine's owner.
+    #[account(mut, token::mint = payment_mint, token::authority = machine.owner)]
+    pub host_tokens: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl SubmitUsage<'_> {
+    /// One signed usage proof for one billing interval: pays price × proven time out of escrow
+    /// (fee to the treasury), never past the clock, the lease's end or the escrow.
+    pub fn submit_usage(ctx: Context<Self>, args: SubmitUsageArgs) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let a = &mut *ctx.accounts;
+        let lease = &mut a.lease;
+        require!(
+            args.interval >= lease.next_interval,
+            MarketError::StaleInterval
+        );
+        require!(
+            args.prev_hash == lease.proof_hash,
+            MarketError::BadProofChain
+        );
+        require!(
+            args.peak_power_w.len() == lease.gpu_count as usize,
+            MarketError::BadProofGpuCount
+        );
+        let params = a.market.params;
+        let (from, to) = lease_math::interval_window(
+            lease.started_at,
+            params.billing_interval_secs,
+            args.interval,
+            lease.stop(),
+        )
+        .ok_or(MarketError::IntervalAfterStop)?;
+        require!(to <= now, MarketError::IntervalNotOver);
+
+        // Skipped intervals are never paid, and count as the host's silence.
+        let missed = args.interval - lease.next_interval;
+        if missed > 0 {
+            a.machine.record_missed(missed)?;
+        }
+        let gpus = lease.gpu_count as u64;
+        let secs = lease_math::payable_secs((to - from) as u64, args.gpu_seconds, gpus);
+        let bid = &mut a.bid;
+        let pay = payout(
+            lease.price,
+            bid.unit(),
+            gpus,
+            secs,
+            bid.escrow,
+            params.protocol_fee_bps as u64,
+        )
+        .map_err(MarketError::from)?;
+        let gross = pay.to_host + pay.fee;
+        bid.escrow = pay.escrow_left;
+        a.market.total_escrow = a
+            .market
+            .total_escrow
+            .checked_sub(gross)
+            .ok_or(MarketError::Overflow)?;
+
+        let proof = args.proof();
+        let preimage = proof.chain_preimage(&lease.key().to_bytes(), &lease.proof_hash);
+        lease.proof_hash = solana_sha256_hasher::hash(&preimage).to_bytes();
+        lease.next_interval = args.interval.checked_add(1).ok_or(MarketError::Overflow)?;
+        lease.proven_until = to;
+        lease.paid = lease.paid.checked_add(gross).ok_or(MarketError::Overflow)?;
+        lease.gpu_seconds = lease.gpu_seconds.saturating_add(args.gpu_seconds);
+        lease.energy_j = lease.energy_j.saturating_add(args.energy_j);
+        let violated = proof
+            .power_violations(&lease.power_limits_w)
+            .next()
+            .is_some();
+        if violated {
+            lease.violations = lease
+                .violations
+                .checked_add(1)
+                .ok_or(MarketError::Overflow)?;
+            a.machine.record_violation()?;
+        }
+        lease.idle_streak = lease_math::idle_streak(
+            lease.idle_streak,
+            args.avg_utilisation_bps,
+            params.idle_utilisation_bps,
+        );
+        if !lease.idle && lease.idle_streak >= params.idle_intervals {
+            lease.idle = true;
+            emit!(LeaseIdle {
+                lease: lease.key(),
+                intervals: lease.idle_streak,
+            });
+        }
+        // An exited container or an empty escrow ends the lease at this window.
+        if args.exit_code.is_some() || bid.escrow == 0 {
+            lease.request_stop(to);
+        }
+        emit!(UsageProven {
+            lease: lease.key(),
+            interval: args.interval,
+            paid_to_host: pay.to_host,
+            fee: pay.fee,
+            escrow_left: pay.escrow_left,
+            power_violation: violated,
+            proof_hash: lease.proof_hash,
+        });
+
+        let market_info = a.market.to_account_info();
+        pay_out(
+            &a.market,
+            market_info.clone(),
+            a.payment_vault.to_account_info(),
+            &a.payment_mint,
+            a.host_tokens.to_account_info(),
+            &a.token_program,
+            pay.to_host,
+        )?;
+        pay_out(
+            &a.market,
+            market_info,
+            a.payment_vault.to_account_info(),
+            &a.payment_mint,
+            a.treasury.to_account_info(),
+            &a.token_program,
+            pay.fee,
+        )
+    }
+}
+
+/// Accounts of `end_lease` and `reclaim_escrow`: everything the final settlement touches.
+#[derive(Accounts)]
+pub struct CloseLease<'info> {
+    pub signer: Signer<'info>,
+
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(mut, address = lease.machine)]
+    pub machine: Box<Account<'info, Machine>>,
+
+    #[account(mut, has_one = market)]
+    pub lease: Box<Account<'info, Lease>>,
+
+    #[account(mut, address = lease.bid)]
+    pub bid: Box<Account<'info, Bid>>,
+
+    #[account(
+        mut,
+        seeds = [seeds::STAKE, market.key().as_ref(), lease.client.as_ref()],
+        bump = client_stake.bump,
+    )]
+    pub client_stake: Box<Account<'info, StakeAccount>>,
+
+    /// The machine's spot book: a preempted spot bid goes back into it.
+    #[account(mut, address = machine.spot_book @ MarketError::WrongBook)]
+    pub spot_book: Option<AccountLoader<'info, BidBook>>,
+
+    /// The client's payment-token account: the unspent escrow is refunded here.
+    #[account(mut, token::mint = payment_mint, token::authority = lease.client)]
+    pub client_tokens: Box<Account<'info, TokenAccount>>,
+
+    /// Gets the bid account's rent back when the bid closes.
+    /// CHECK: only receives lamports; its address is the lease's client.
+    #[account(mut, address = lease.client)]
+    pub client: UncheckedAccount<'info>,
+
+    /// Gets the lease account's rent back (the agent paid it).
+    /// CHECK: only receives lamports; its address is the machine's agent.
+    #[account(mut, address = machine.agent)]
+    pub agent: UncheckedAccount<'info>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl CloseLease<'_> {
+    fn is_party(&self) -> bool {
+        let s = self.signer.key();
+        s == self.lease.client || s == self.machine.owner || s == self.machine.agent
+    }
+
+    /// Stops the lease (client or host, at once) and settles it once every payable second is
+    /// proven: GPUs freed, the unspent escrow refunded, or a preempted spot bid put back in its
+    /// book with what is left of its escrow. Anyone may settle an expired, preempted or empty
+    /// lease whose time is proven.
+    pub fn end_lease(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        if ctx.accounts.is_party() {
+            ctx.accounts.lease.request_stop(now);
+        }
+        let lease = &ctx.accounts.lease;
+        if !lease.fully_proven() {
+            require!(ctx.accounts.is_party(), MarketError::NotLeaseParty);
+            emit!(LeaseStopping {
+                lease: lease.key(),
+                stop_at: lease.stop(),
+                proven_until: lease.proven_until,
+            });
+            return Ok(());
+        }
+        ctx.accounts.settle()
+    }
+
+    /// The client takes back the escrow of a lease whose host sent no proof for
+    /// `silence_intervals` billing intervals: the unproven time is not paid, and it counts
+    /// against the machine as missed intervals.
+    pub fn reclaim_escrow(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let a = &mut *ctx.accounts;
+        require_keys_eq!(a.signer.key(), a.lease.client, MarketError::NotLeaseParty);
+        let lease = &mut a.lease;
+        require!(!lease.fully_proven(), MarketError::NothingToReclaim);
+        let interval = a.market.params.billing_interval_secs as i64;
+        let silence = interval * a.market.params.silence_intervals as i64;
+        require!(
+            now >= lease.proven_until.saturating_add(silence),
+            MarketError::HostNotSilent
+        );
+        let unproven = (lease.stop().min(now) - lease.proven_until).max(0) as u64;
+        let missed = unproven.div_ceil(interval as u64);
+        a.machine.record_missed(missed as u32)?;
+        lease.stop_at = lease.proven_until;
+        lease.preempted = false;
+        a.settle()
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        let lease = &self.lease;
+        let spot = lease.kind == BidKind::Spot;
+        self.machine
+            .release(lease.gpus(), lease.gib_per_gpu, spot)?;
+        let stake = &mut self.client_stake;
+        stake.gpus_held = stake
+            .gpus_held
+            .checked_sub(lease.gpu_count as u32)
+            .ok_or(MarketError::Overflow)?;
+        let bid = &mut self.bid;
+        let requeue = lease.preempted && bid.escrow > 0;
+        let refund = if requeue { 0 } else { bid.escrow };
+        if requeue {
+            // Back in the machine's spot book, ranked by its profit, with its remaining escrow.
+            let book = self.spot_book.as_ref().ok_or(MarketError::WrongBook)?;
+            let key = bid.spot_profit(&self.machine)?;
+            bid.status = BidStatus::Open;
+            let bid_key = bid.key();
+            self.market
+                .enqueue(bid_key, bid, &mut *book.load_mut()?, key)?;
+            stake.open_bids = stake
+                .open_bids
+                .checked_add(1)
+                .ok_or(MarketError::Overflow)?;
+        } else {
+            self.market.total_escrow = self
+                .market
+                .total_escrow
+                .checked_sub(refund)
+                .ok_or(MarketError::Overflow)?;
+            bid.escrow = 0;
+        }
+        emit!(LeaseEnded {
+            lease: lease.key(),
+            paid: lease.paid,
+            refund,
+            requeued: requeue,
+            idle: lease.idle,
+        });
+        pay_out(
+            &self.market,
+            self.market.to_account_info(),
+            self.payment_vault.to_account_info(),
+            &self.payment_mint,
+            self.client_tokens.to_account_info(),
+            &self.token_program,
+            refund,
+        )?;
+        if !requeue {
+            self.bid.close(self.client.to_account_info())?;
+        }
+        self.lease.close(self.agent.to_account_info())
+    }
+}

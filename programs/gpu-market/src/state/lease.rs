@@ -1,0 +1,68 @@
+use anchor_lang::prelude::*;
+
+use crate::state::{BidKind, MAX_GPUS};
+
+/// A bid running on a machine: created by `allocate`, paid by `submit_usage`, closed by
+/// `end_lease` or `reclaim_escrow`. The bid keeps the escrow; the lease keeps the proofs.
+#[account]
+#[derive(InitSpace, Debug)]
+pub struct Lease {
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    pub kind: BidKind,
+    pub gpu_count: u8,
+    /// The machine's GPU serving each of the bid's GPUs (first `gpu_count` entries).
+    pub gpus: [u8; MAX_GPUS],
+    pub gib_per_gpu: u16,
+    /// The agreed power limit of each GPU, in W, in the bid's GPU order.
+    pub power_limits_w: [u16; MAX_GPUS],
+    /// The bid's price, in its unit (per GPU-hour for queue leases, per GPU-day for spot).
+    pub price: u64,
+    pub started_at: i64,
+    /// Start + the bid's maximum duration, capped at its deadline.
+    pub ends_at: i64,
+    /// When the lease was told to stop (`i64::MAX` while it was not): no time after it is paid.
+    pub stop_at: i64,
+    /// The next proof's interval index; proofs only ever move it forward.
+    pub next_interval: u32,
+    /// The end of the last proven window: time up to here is paid.
+    pub proven_until: i64,
+    /// sha256 of the last proof's chain preimage (zero before the first proof).
+    pub proof_hash: [u8; 32],
+    /// Gross amount paid out of escrow (host + fee).
+    pub paid: u64,
+    pub gpu_seconds: u64,
+    pub energy_j: u64,
+    pub idle_streak: u16,
+    /// Set once `idle_intervals` consecutive proofs showed low utilisation.
+    pub idle: bool,
+    pub violations: u32,
+    /// A spot lease stopped by a better bid: its bid goes back to the book when it ends.
+    pub preempted: bool,
+    pub bump: u8,
+}
+
+impl Lease {
+    pub const NOT_STOPPED: i64 = i64::MAX;
+
+    pub fn gpus(&self) -> &[u8] {
+        &self.gpus[..self.gpu_count as usize]
+    }
+
+    /// The time after which nothing more is owed: its end, or when it was told to stop.
+    pub fn stop(&self) -> i64 {
+        self.ends_at.min(self.stop_at)
+    }
+
+    /// Whether every payable second has been proven.
+    pub fn fully_proven(&self) -> bool {
+        self.proven_until >= self.stop()
+    }
+
+    /// Asks the lease to stop at `at` (never later than an earlier request).
+    pub fn request_stop(&mut self, at: i64) {
+        self.stop_at = self.stop_at.min(at.max(self.proven_until));
+    }
+}
