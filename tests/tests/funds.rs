@@ -1,7 +1,9 @@
-//! The funds property: random sequences of stake / unstake / withdraw / place / top-up / cancel
-//! over several wallets, through the SBF program in LiteSVM. After every step the vaults hold
-//! exactly the escrows and stakes the market records, every wallet's tokens plus what it has
-//! locked equal what it started with, and a rejected step moves nothing.
+//! The funds property: random sequences of stake / unstake / withdraw / place / top-up / cancel /
+//! allocate / submit_usage / end_lease / reclaim_escrow / slash over several wallets and one
+//! host machine, through the SBF program in LiteSVM. After every step the vaults hold exactly
+//! the escrows and stakes the market records, every wallet's tokens plus what it has locked plus
+//! what it has paid for proven time equal what it started with, the host and the treasury hold
+//! no more than price × proven time, and a rejected step moves nothing.
 //!
 //! `GPU_MARKET_FUNDS_CASES` sets the number of sequences (default 500; 10000 for a long run).
 
@@ -9,9 +11,14 @@ mod program_test;
 
 use std::collections::BTreeMap;
 
-use gpu_market::instructions::PlaceBidArgs;
+use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
-use gpu_market::state::{Bid, BidKind, Market, MarketParams, OverclockTerms, StakeAccount};
+use gpu_market::state::{
+    Bid, BidKind, GpuSpec, Lease, Machine, MachineTerms, Market, MarketParams, OverclockTerms,
+    StakeAccount,
+};
+use gpu_market_core::lease::interval_window;
+use gpu_market_core::settlement::{cost, PriceUnit};
 use program_test::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -54,6 +61,26 @@ enum Op {
     Wait {
         secs: i64,
     },
+    /// The agent starts the waiting bid at `pick` in the book, showing the ones above it.
+    Allocate {
+        pick: usize,
+    },
+    /// The agent proves the next interval (+ `gap`) of a running lease.
+    Prove {
+        lease: usize,
+        gap: u32,
+        gpu_secs_pct: u64,
+        exit: bool,
+    },
+    /// The client (0), the agent (1) or a stranger (2) ends a lease.
+    End {
+        lease: usize,
+        who: u8,
+    },
+    Reclaim {
+        lease: usize,
+    },
+    Slash,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -66,7 +93,14 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(w, gpus, hours, price)| Op::Place { w, gpus, hours, price }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
         2 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::Cancel { w, bid }),
+        2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
         1 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
+        4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
+        6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1))
+            .prop_map(|(lease, gap, gpu_secs_pct, exit)| Op::Prove { lease, gap, gpu_secs_pct, exit }),
+        1 => (0usize..3, 0u8..3).prop_map(|(lease, who)| Op::End { lease, who }),
+        1 => (0usize..3).prop_map(|lease| Op::Reclaim { lease }),
+        1 => Just(Op::Slash),
     ]
 }
 
@@ -79,13 +113,30 @@ struct World {
     /// Bids each wallet placed (some since cancelled), in order.
     bids: Vec<Vec<Pubkey>>,
     next_nonce: u64,
+    host: Keypair,
+    host_tokens: Pubkey,
+    agent: Keypair,
+    machine: Pubkey,
+    treasury: Pubkey,
+    stake_treasury: Pubkey,
+    /// Leases started (some since settled), with their client's wallet index.
+    leases: Vec<(Pubkey, usize)>,
+    /// Gross paid out of each wallet's escrows for proven time.
+    paid: Vec<u64>,
+    /// Σ price × proven window over every accepted proof: what hosts may at most have earned.
+    earn_bound: u64,
 }
+
+const HOST_STAKE: u64 = 100_000;
 
 impl World {
     fn new() -> World {
         let mut ctx = TestContext::new();
         let mut params = MarketParams::recommended(60, 250, 600);
         params.stake_bound = START;
+        params.base_price_per_gpu_hour = 1;
+        params.slash_evidence = 1;
+        params.max_client_share_bps = 10_000;
         let (authority, mint, market) = ctx.create_market(0, params);
         let book = ctx.open_queue_book(&authority, market);
         let wallets: Vec<(Keypair, Pubkey)> = (0..WALLETS)
@@ -94,6 +145,50 @@ impl World {
         for (k, _) in &wallets {
             ctx.run(&OpenStake { owner: k, market }).unwrap();
         }
+        let m: Market = ctx.account(&market);
+        let (host, host_tokens) = ctx.funded_user(&mint, HOST_STAKE);
+        ctx.run(&OpenStake {
+            owner: &host,
+            market,
+        })
+        .unwrap();
+        ctx.run(&Stake {
+            owner: &host,
+            market,
+            stake_mint: mint,
+            owner_tokens: host_tokens,
+            amount: HOST_STAKE,
+        })
+        .unwrap();
+        let agent = ctx.wallet(10);
+        let gpus = (0..4u8)
+            .map(|i| GpuSpec {
+                uuid: [i + 1; 16],
+                class: 0,
+                topology_group: i / 2,
+                memory_gib: 24,
+                power_w: [100, 400],
+                core_lock_mhz: [0, 0],
+                mem_lock_mhz: [0, 0],
+                core_offset_mhz: [0, 0],
+                mem_offset_mhz: [0, 0],
+            })
+            .collect();
+        let r = RegisterMachine {
+            owner: &host,
+            market,
+            id: 0,
+            terms: MachineTerms {
+                agent: agent.pubkey(),
+                region: [0; 16],
+                gpus,
+                price_floor_per_gpu_hour: 0,
+                electricity_cost_per_kwh: 0,
+                cached_images: vec![],
+            },
+        };
+        let machine = r.machine();
+        ctx.run(&r).unwrap();
         World {
             ctx,
             mint,
@@ -102,6 +197,15 @@ impl World {
             wallets,
             bids: vec![Vec::new(); WALLETS],
             next_nonce: 0,
+            host,
+            host_tokens,
+            agent,
+            machine,
+            treasury: m.treasury,
+            stake_treasury: m.stake_treasury,
+            leases: Vec::new(),
+            paid: vec![0; WALLETS],
+            earn_bound: 0,
         }
     }
 
@@ -205,8 +309,143 @@ impl World {
                 self.ctx.advance_time(secs);
                 return true;
             }
+            Op::Allocate { pick } => return self.allocate(pick),
+            Op::Prove {
+                lease,
+                gap,
+                gpu_secs_pct,
+                exit,
+            } => return self.prove(lease, gap, gpu_secs_pct, exit),
+            Op::End { lease, who } => return self.close(lease, Some(who)),
+            Op::Reclaim { lease } => return self.close(lease, None),
+            Op::Slash => self.ctx.run(&Slash {
+                signer: &self.wallets[0].0,
+                market,
+                machine: self.machine,
+                host: self.host.pubkey(),
+                stake_mint: mint,
+                stake_treasury: self.stake_treasury,
+            }),
         };
         result.is_ok()
+    }
+
+    fn live_lease(&self, pick: usize) -> Option<(Pubkey, usize)> {
+        let live: Vec<_> = self
+            .leases
+            .iter()
+            .filter(|(l, _)| self.ctx.account_exists(l))
+            .collect();
+        (!live.is_empty()).then(|| *live[pick % live.len()])
+    }
+
+    fn allocate(&mut self, pick: usize) -> bool {
+        let order = book_order(&self.ctx, &self.book);
+        if order.is_empty() {
+            return false;
+        }
+        let i = pick % order.len();
+        let bid: Bid = self.ctx.account(&order[i]);
+        let m: Machine = self.ctx.account(&self.machine);
+        // The first GPUs with room, as an agent would choose them.
+        let gpus: Vec<u8> = (0..4u8)
+            .filter(|&g| 24 - m.used_gib[g as usize] >= bid.gib_per_gpu)
+            .take(bid.gpu_count as usize)
+            .collect();
+        let a = Allocate {
+            agent: &self.agent,
+            market: self.market,
+            machine: self.machine,
+            book: self.book,
+            bid: order[i],
+            client: bid.client,
+            gpus,
+            better: order[..i]
+                .iter()
+                .map(|k| (*k, self.ctx.account::<Bid>(k).client))
+                .collect(),
+        };
+        let lease = a.lease();
+        let ok = self.ctx.run(&a).is_ok();
+        if ok {
+            let w = self
+                .wallets
+                .iter()
+                .position(|(k, _)| k.pubkey() == bid.client)
+                .unwrap();
+            self.leases.push((lease, w));
+        }
+        ok
+    }
+
+    fn prove(&mut self, pick: usize, gap: u32, pct: u64, exit: bool) -> bool {
+        let Some((lease, w)) = self.live_lease(pick) else {
+            return false;
+        };
+        let l: Lease = self.ctx.account(&lease);
+        let interval = l.next_interval + gap;
+        let n = l.gpu_count as u64;
+        let args = SubmitUsageArgs {
+            interval,
+            gpu_seconds: 60 * n * pct / 100,
+            energy_j: 1_000,
+            avg_utilisation_bps: 5_000,
+            peak_power_w: vec![200; l.gpu_count as usize],
+            exit_code: exit.then_some(0),
+            prev_hash: l.proof_hash,
+        };
+        let ok = self
+            .ctx
+            .run(&SubmitUsage {
+                agent: &self.agent,
+                market: self.market,
+                machine: self.machine,
+                lease,
+                bid: l.bid,
+                payment_mint: self.mint,
+                treasury: self.treasury,
+                host_tokens: self.host_tokens,
+                args,
+            })
+            .is_ok();
+        if ok {
+            let after: Lease = self.ctx.account(&lease);
+            self.paid[w] += after.paid - l.paid;
+            let (from, to) =
+                interval_window(l.started_at, 60, interval, l.stop()).expect("an accepted window");
+            self.earn_bound += cost(l.price, PriceUnit::PerGpuHour, n, (to - from) as u64).unwrap();
+        }
+        ok
+    }
+
+    /// `end_lease` by the client, the agent or a stranger, or (`who == None`) the client's
+    /// `reclaim_escrow`.
+    fn close(&mut self, pick: usize, who: Option<u8>) -> bool {
+        let Some((lease, w)) = self.live_lease(pick) else {
+            return false;
+        };
+        let l: Lease = self.ctx.account(&lease);
+        let stranger = Keypair::new();
+        let signer = match who {
+            Some(1) => &self.agent,
+            Some(2) => &stranger,
+            _ => &self.wallets[w].0,
+        };
+        self.ctx
+            .run(&CloseLease {
+                signer,
+                market: self.market,
+                machine: self.machine,
+                lease,
+                bid: l.bid,
+                client: l.client,
+                agent: self.agent.pubkey(),
+                spot_book: None,
+                payment_mint: self.mint,
+                client_tokens: self.wallets[w].1,
+                reclaim: who.is_none(),
+            })
+            .is_ok()
     }
 
     /// Every token of the mint that the market or a wallet holds, by holder.
@@ -220,6 +459,16 @@ impl World {
             "payment_vault".into(),
             self.ctx.token_balance(&pda::payment_vault(&self.market).0),
         );
+        s.insert("host".into(), self.ctx.token_balance(&self.host_tokens));
+        s.insert("treasury".into(), self.ctx.token_balance(&self.treasury));
+        s.insert(
+            "stake_treasury".into(),
+            self.ctx.token_balance(&self.stake_treasury),
+        );
+        let host_stake: StakeAccount = self
+            .ctx
+            .account(&pda::stake(&self.market, &self.host.pubkey()).0);
+        s.insert("host_stake".into(), host_stake.amount);
         for (i, (k, t)) in self.wallets.iter().enumerate() {
             s.insert(format!("wallet{i}"), self.ctx.token_balance(t));
             let stake = pda::stake(&self.market, &k.pubkey()).0;
@@ -264,9 +513,20 @@ impl World {
             let total = get(format!("wallet{i}"))
                 + get(format!("stake{i}"))
                 + get(format!("pending{i}"))
-                + locked;
+                + locked
+                + self.paid[i];
             prop_assert_eq!(total, START, "wallet {} holds what it put in, no more", i);
         }
+        // Hosts (and the fee) earn exactly what wallets paid, and never more than proven time.
+        let earned = snap["host"] + snap["treasury"];
+        prop_assert_eq!(earned, self.paid.iter().sum::<u64>());
+        prop_assert!(
+            earned <= self.earn_bound,
+            "{} > {}",
+            earned,
+            self.earn_bound
+        );
+        prop_assert_eq!(snap["host_stake"] + snap["stake_treasury"], HOST_STAKE);
         Ok(())
     }
 }
@@ -284,12 +544,24 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     });
     let steps = std::sync::atomic::AtomicUsize::new(0);
     let succeeded = std::sync::atomic::AtomicUsize::new(0);
+    let by_op = std::sync::Mutex::new(BTreeMap::<String, (usize, usize)>::new());
     let result = runner.run(&proptest::collection::vec(op(), STEPS), |ops| {
         let mut world = World::new();
         let mut before = world.snapshot();
         world.check(&before)?;
         for op in &ops {
             let ok = world.apply(op);
+            let name = format!("{op:?}");
+            let name = name
+                .split([' ', '{'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let mut counts = by_op.lock().unwrap();
+            let entry = counts.entry(name).or_default();
+            entry.0 += 1;
+            entry.1 += ok as usize;
+            drop(counts);
             let after = world.snapshot();
             if ok {
                 succeeded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -308,6 +580,9 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
         "funds property: {cases} sequences, {steps} steps ({accepted} accepted, {} rejected), invariants held after every step",
         steps - accepted
     );
+    for (op, (tried, ok)) in by_op.into_inner().unwrap() {
+        println!("  {op:<9} {tried:>6} tried {ok:>6} accepted");
+    }
     if let Err(e) = result {
         panic!("{e}");
     }

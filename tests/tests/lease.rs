@@ -930,3 +930,73 @@ fn a_lease_of_another_machine_or_a_wrong_agent_is_refused() {
         Some(AnchorErrorCode::ConstraintHasOne as u32)
     );
 }
+
+#[test]
+fn compute_units_of_lease_instructions() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    // Three bids above the chosen one that do not fit (class 7), shown to allocate.
+    let mut above = Vec::new();
+    for _ in 0..3 {
+        let rich = f.client(600 * TOKEN, 500 * TOKEN);
+        let mut a = f.queue_args(1, 8);
+        a.accepted_classes = 1 << 7;
+        above.push(f.place(&rich, a));
+    }
+    let a = f.queue_args(2, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0, 1], &above).unwrap();
+    f.ctx.advance_time(INTERVAL);
+    prove(&mut f, lease, 0);
+    let client_key = c.key.insecure_clone();
+    f.close(&client_key, lease, c.tokens, false).unwrap();
+    let end_lease = f.ctx.compute_units["end_lease"];
+    // A silent host: reclaim and slash; then a spot lease preempted by a richer spot bid.
+    let a = f.queue_args(1, 8);
+    let quiet = f.place(&c, a);
+    let quiet_lease = f.allocate(quiet, &[0], &above).unwrap();
+    f.ctx.advance_time(4 * INTERVAL);
+    f.close(&client_key, quiet_lease, c.tokens, true).unwrap();
+    let stranger = f.ctx.wallet(1);
+    f.ctx
+        .run(&Slash {
+            signer: &stranger,
+            market: f.market,
+            machine: f.machine,
+            host: f.host.key.pubkey(),
+            stake_mint: f.mint,
+            stake_treasury: f.stake_treasury,
+        })
+        .unwrap();
+    let a = f.spot_args(30 * TOKEN);
+    let spot = f.place(&c, a);
+    let spot_lease = f.allocate(spot, &[0, 1, 2, 3], &[]).unwrap();
+    let a = f.spot_args(40 * TOKEN);
+    let richer = f.place(&c, a);
+    f.ctx
+        .run(&Preempt {
+            agent: &f.agent,
+            market: f.market,
+            machine: f.machine,
+            lease: spot_lease,
+            lease_bid: spot,
+            challenger: richer,
+            challenger_client: c.key.pubkey(),
+        })
+        .unwrap();
+    let lease_space = 8 + <Lease as anchor_lang::Space>::INIT_SPACE;
+    println!("| instruction | compute units |");
+    println!("|---|---|");
+    let cu = &f.ctx.compute_units;
+    println!("| allocate (3 bids shown above) | {} |", cu["allocate"]);
+    println!("| submit_usage | {} |", cu["submit_usage"]);
+    println!("| end_lease (settle, refund) | {end_lease} |");
+    println!("| preempt | {} |", cu["preempt"]);
+    println!("| reclaim_escrow | {} |", cu["end_lease"]);
+    println!("| slash | {} |", cu["slash"]);
+    println!(
+        "lease account: {lease_space} bytes, rent {} lamports",
+        f.ctx.svm.minimum_balance_for_rent_exemption(lease_space)
+    );
+    assert!(f.ctx.compute_units["submit_usage"] <= 60_000);
+}
