@@ -10,5 +10,6 @@ pub mod docker;
 pub mod env;
 pub mod gpu;
 pub mod metrics;
+pub mod reconcile;
 pub mod runtime;
 pub mod state;
