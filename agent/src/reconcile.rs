@@ -181,7 +181,9 @@ pub fn plan(o: &Observed) -> Vec<Action> {
                         id: c.id.clone(),
                     }),
                     Some(_) => {}
-                    None if o.draining => {
+                    // Never started (a drain, or a pull that failed until the stop): prove
+                    // the windows empty so the lease can end.
+                    None if o.draining || view.is_some_and(|v| o.now >= v.stop()) => {
                         actions.push(Action::Finish {
                             lease,
                             exit_code: EXIT_CONTAINER_LOST,
@@ -1593,6 +1595,55 @@ mod tests {
         assert!(!actions
             .iter()
             .any(|a| matches!(a, Action::Allocate { bid, .. } if *bid == other.key)));
+    }
+
+    #[test]
+    fn a_lease_that_never_started_before_its_stop_is_proven_empty_and_ended() {
+        let h_lease = LeaseView {
+            key: Key([9; 32]),
+            bid: Key([8; 32]),
+            client: Key([7; 32]),
+            kind: BidKind::Queue,
+            price: 1,
+            gpu_indices: vec![0],
+            gib_per_gpu: 80,
+            settings: vec![power(250)],
+            image_ref: "r/i:1".into(),
+            image_digest: [0; 32],
+            env_hash: [0; 32],
+            started_at: T0 - 120,
+            ends_at: T0 - 10,
+            stop_at: None,
+            interval_secs: INTERVAL,
+            next_interval: 0,
+            proof_hash: [0; 32],
+        };
+        let mut local = AgentState::default();
+        local.leases.insert(
+            h_lease.key,
+            LeaseRecord::new(&h_lease, &[Sample::default()]),
+        );
+        let chain = ChainObserved {
+            machine: machine(&[0], vec![0]),
+            leases: vec![h_lease.clone()],
+            bids: Vec::new(),
+        };
+        let mut o = observed(Some(chain), local.clone());
+        o.heartbeat_due = false;
+        assert_eq!(
+            plan(&o),
+            vec![
+                Action::Finish {
+                    lease: h_lease.key,
+                    exit_code: EXIT_CONTAINER_LOST
+                },
+                Action::Submit { lease: h_lease.key }
+            ]
+        );
+        let record = local.leases.get_mut(&h_lease.key).unwrap();
+        record.close_final(T0, &[Sample::default()], EXIT_CONTAINER_LOST);
+        let gpu_seconds: Vec<u64> = record.pending.iter().map(|p| p.gpu_seconds).collect();
+        assert_eq!(gpu_seconds, vec![0, 0], "both windows, nothing used");
     }
 
     #[test]
