@@ -1,54 +1,26 @@
 //! The container runtime on a real Docker engine, through bollard.
 
 use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
 
+use async_trait::async_trait;
+use bollard::auth::DockerCredentials;
 use bollard::errors::Error as BollardError;
 use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptions, CreateImageOptions, LogsOptions, RemoveContainerOptions,
-    StartContainerOptions, WaitContainerOptions,
+    CreateContainerOptions, CreateImageOptions, InspectContainerOptions, LogsOptions,
+    RemoveContainerOptions, StartContainerOptions, StopContainerOptions, WaitContainerOptions,
 };
 use bollard::Docker;
 use futures_util::{StreamExt, TryStreamExt};
+use tokio::io::AsyncWriteExt;
 
-/// Label carried by every container the agent starts, so a restart can find its own.
-pub const LABEL_MANAGED: &str = "io.gpu-market.managed";
-
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error("cannot reach the Docker engine at {socket}: {source}")]
-    Connect {
-        socket: String,
-        source: BollardError,
-    },
-    #[error("pulling {image} failed: {source}")]
-    Pull { image: String, source: BollardError },
-    #[error("the engine refused container {op}: {source}")]
-    Engine {
-        op: &'static str,
-        source: BollardError,
-    },
-    #[error("image reference {0:?} has no repository")]
-    BadImage(String),
-}
-
-/// What to run: the image, its environment, its limits and the GPUs it may see.
-#[derive(Debug, Clone, Default)]
-pub struct ContainerSpec {
-    pub name: Option<String>,
-    /// `registry/repository:tag` or `registry/repository@sha256:…`.
-    pub image: String,
-    pub cmd: Option<Vec<String>>,
-    /// Environment variables. Never logged: they may carry the client's decrypted secrets.
-    pub env: Vec<(String, String)>,
-    pub labels: HashMap<String, String>,
-    pub memory_bytes: Option<i64>,
-    /// CPU quota in billionths of a CPU.
-    pub nano_cpus: Option<i64>,
-    pub pids_limit: Option<i64>,
-    /// GPU indices (as the NVIDIA runtime numbers them) exposed to the container.
-    pub gpu_indices: Vec<u32>,
-}
+use crate::runtime::{
+    pinned_reference, registry_host, ContainerRuntime, ContainerState, Credentials,
+    ManagedContainer, LABEL_LEASE,
+};
+pub use crate::runtime::{split_reference, ContainerSpec, RuntimeError, LABEL_MANAGED};
 
 /// Output of a finished container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,15 +55,30 @@ impl DockerEngine {
 
     /// Pulls `image` (by tag or digest), returning the number of progress messages seen.
     pub async fn pull(&self, image: &str) -> Result<usize, RuntimeError> {
+        self.pull_with_credentials(image, None).await
+    }
+
+    /// Pulls `image`, authenticating to its registry with `credentials` when given.
+    pub async fn pull_with_credentials(
+        &self,
+        image: &str,
+        credentials: Option<&Credentials>,
+    ) -> Result<usize, RuntimeError> {
         let (repo, reference) = split_reference(image)?;
         let options = CreateImageOptions {
             from_image: Some(repo.to_string()),
             tag: Some(reference.to_string()),
             ..Default::default()
         };
+        let credentials = credentials.map(|c| DockerCredentials {
+            username: Some(c.username.clone()),
+            password: Some(c.password.clone()),
+            serveraddress: Some(registry_host(image).to_string()),
+            ..Default::default()
+        });
         let progress = self
             .docker
-            .create_image(Some(options), None, None)
+            .create_image(Some(options), None, credentials)
             .try_collect::<Vec<_>>()
             .await
             .map_err(|source| RuntimeError::Pull {
@@ -206,14 +193,88 @@ impl DockerEngine {
         self.docker
             .remove_container(id, Some(options))
             .await
-            .map_err(|source| RuntimeError::Engine {
-                op: "remove",
-                source,
-            })
+            .map_err(|source| engine_error("remove", id, source))
+    }
+
+    /// Stops the container: SIGTERM, then SIGKILL after `grace`.
+    pub async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let options = StopContainerOptions {
+            t: Some(grace.as_secs().min(i32::MAX as u64) as i32),
+            signal: None,
+        };
+        match self.docker.stop_container(id, Some(options)).await {
+            // 304: already stopped.
+            Ok(())
+            | Err(BollardError::DockerResponseServerError {
+                status_code: 304, ..
+            }) => Ok(()),
+            Err(source) => Err(engine_error("stop", id, source)),
+        }
+    }
+
+    /// Whether the container still runs, or its exit code.
+    pub async fn state(&self, id: &str) -> Result<ContainerState, RuntimeError> {
+        let inspect = self
+            .docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|source| engine_error("inspect", id, source))?;
+        let state = inspect.state.unwrap_or_default();
+        let finished = state.running != Some(true)
+            && state.restarting != Some(true)
+            && state.paused != Some(true)
+            && state.exit_code.is_some()
+            && state
+                .finished_at
+                .as_deref()
+                .is_some_and(|t| !t.starts_with("0001-"));
+        Ok(if finished {
+            ContainerState::Exited {
+                code: state.exit_code.unwrap_or_default(),
+            }
+        } else {
+            ContainerState::Running
+        })
+    }
+
+    /// Streams everything the container printed so far (stdout and stderr, interleaved) into
+    /// `path`, replacing the file; returns the bytes written.
+    pub async fn save_logs(&self, id: &str, path: &Path) -> Result<u64, RuntimeError> {
+        let io_err = |source| RuntimeError::Logs {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = tokio::fs::File::create(path).await.map_err(io_err)?;
+        let options = LogsOptions {
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        };
+        let mut stream = self.docker.logs(id, Some(options));
+        let mut written = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let bytes = chunk
+                .map_err(|source| engine_error("logs", id, source))?
+                .into_bytes();
+            file.write_all(&bytes).await.map_err(io_err)?;
+            written += bytes.len() as u64;
+        }
+        file.sync_all().await.map_err(io_err)?;
+        Ok(written)
     }
 
     /// The ids of the containers this agent manages, running or not.
     pub async fn managed_containers(&self) -> Result<Vec<String>, RuntimeError> {
+        Ok(self
+            .managed_with_labels()
+            .await?
+            .into_iter()
+            .map(|c| c.id)
+            .collect())
+    }
+
+    /// The containers this agent manages, with the lease each runs for.
+    pub async fn managed_with_labels(&self) -> Result<Vec<ManagedContainer>, RuntimeError> {
         let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_MANAGED}=true")])]);
         let options = bollard::query_parameters::ListContainersOptions {
             all: true,
@@ -225,50 +286,65 @@ impl DockerEngine {
             .list_containers(Some(options))
             .await
             .map_err(|source| RuntimeError::Engine { op: "list", source })?;
-        Ok(list.into_iter().filter_map(|c| c.id).collect())
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let lease = c
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_LEASE))
+                    .and_then(|l| l.parse().ok());
+                c.id.map(|id| ManagedContainer { id, lease })
+            })
+            .collect())
     }
 }
 
-/// Splits `registry/repo:tag` or `registry/repo@sha256:…` into the repository and the tag or
-/// digest (`latest` when neither is given). A registry port is not mistaken for a tag.
-pub fn split_reference(image: &str) -> Result<(&str, &str), RuntimeError> {
-    if let Some((repo, digest)) = image.split_once('@') {
-        return if repo.is_empty() {
-            Err(RuntimeError::BadImage(image.to_string()))
-        } else {
-            Ok((repo, digest))
-        };
+/// A missing container as [`RuntimeError::NoSuchContainer`], anything else as the engine's error.
+fn engine_error(op: &'static str, id: &str, source: BollardError) -> RuntimeError {
+    match source {
+        BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        } => RuntimeError::NoSuchContainer(id.to_string()),
+        source => RuntimeError::Engine { op, source },
     }
-    let last_slash = image.rfind('/').map_or(0, |i| i + 1);
-    let (repo, tag) = match image[last_slash..].rfind(':') {
-        Some(i) => (&image[..last_slash + i], &image[last_slash + i + 1..]),
-        None => (image, "latest"),
-    };
-    if repo.is_empty() || tag.is_empty() {
-        return Err(RuntimeError::BadImage(image.to_string()));
-    }
-    Ok((repo, tag))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+#[async_trait]
+impl ContainerRuntime for DockerEngine {
+    async fn pull(
+        &self,
+        image_ref: &str,
+        digest: &[u8; 32],
+        credentials: Option<&Credentials>,
+    ) -> Result<(), RuntimeError> {
+        let pinned = pinned_reference(image_ref, digest)?;
+        self.pull_with_credentials(&pinned, credentials)
+            .await
+            .map(drop)
+    }
 
-    #[test]
-    fn references_split_into_repository_and_tag_or_digest() {
-        assert_eq!(
-            split_reference("127.0.0.1:5000/gpu-market/busybox:1.0").unwrap(),
-            ("127.0.0.1:5000/gpu-market/busybox", "1.0")
-        );
-        assert_eq!(
-            split_reference("127.0.0.1:5000/busybox").unwrap(),
-            ("127.0.0.1:5000/busybox", "latest")
-        );
-        assert_eq!(
-            split_reference("reg/busybox@sha256:abcd").unwrap(),
-            ("reg/busybox", "sha256:abcd")
-        );
-        assert!(split_reference("busybox:").is_err());
-        assert!(split_reference("@sha256:abcd").is_err());
+    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        DockerEngine::run(self, spec).await
+    }
+
+    async fn state(&self, id: &str) -> Result<ContainerState, RuntimeError> {
+        DockerEngine::state(self, id).await
+    }
+
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        DockerEngine::stop(self, id, grace).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        DockerEngine::remove(self, id).await
+    }
+
+    async fn save_logs(&self, id: &str, path: &Path) -> Result<u64, RuntimeError> {
+        DockerEngine::save_logs(self, id, path).await
+    }
+
+    async fn managed(&self) -> Result<Vec<ManagedContainer>, RuntimeError> {
+        self.managed_with_labels().await
     }
 }

@@ -1,3 +1,15 @@
 //! The host agent: the daemon a host operator runs on each GPU server.
+//!
+//! A reconcile loop ([`reconcile`]) over three backends: the market program ([`chain::Chain`]),
+//! the container engine ([`runtime::ContainerRuntime`]) and the GPUs ([`gpu::GpuBackend`]), each
+//! with a real implementation and one for tests.
 
+pub mod chain;
+pub mod config;
 pub mod docker;
+pub mod env;
+pub mod gpu;
+pub mod metrics;
+pub mod reconcile;
+pub mod runtime;
+pub mod state;

@@ -1,13 +1,23 @@
 //! `gpu-market-agent`: the host operator's daemon.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use gpu_market_agent::chain::Chain;
+use gpu_market_agent::config::{Config, GpuBackendConfig, LogFormat};
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
+use gpu_market_agent::gpu::nvml::NvmlGpu;
+use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
+use gpu_market_agent::gpu::GpuBackend;
+use gpu_market_agent::metrics::{self, Metrics};
+use gpu_market_agent::reconcile::{DrainOutcome, Reconciler, ReconcilerConfig};
 
 #[derive(Parser)]
 #[command(version, about = "The GPU market's host agent")]
 struct Cli {
-    /// The Docker engine's socket.
+    /// The Docker engine's socket (check-engine; `run` takes it from its configuration).
     #[arg(
         long,
         env = "DOCKER_HOST",
@@ -25,6 +35,12 @@ enum Command {
         /// An image reference, e.g. 127.0.0.1:5000/gpu-market/busybox:latest.
         image: String,
     },
+    /// Runs the daemon: watches the market, runs leases, proves usage; drains on SIGTERM.
+    Run {
+        /// The TOML configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -34,6 +50,7 @@ async fn main() -> Result<()> {
         Command::CheckEngine { image } => check_engine(&cli.docker_host, &image)
             .await
             .context("check-engine failed"),
+        Command::Run { config } => run(&config).await,
     }
 }
 
@@ -56,4 +73,94 @@ async fn check_engine(docker_host: &str, image: &str) -> Result<()> {
     println!("container exited with {code}: {}", logs.stdout.trim());
     anyhow::ensure!(code == 0, "the check container exited with {code}");
     Ok(())
+}
+
+async fn run(path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration {}", path.display()))?;
+    let config =
+        Config::parse(&text).with_context(|| format!("in the configuration {}", path.display()))?;
+    init_tracing(config.log_format);
+
+    let gpus: Arc<dyn GpuBackend> = match &config.gpu {
+        GpuBackendConfig::Simulated(list) => {
+            Arc::new(SimulatedGpu::new(list, Arc::new(TokioTime::new())))
+        }
+        GpuBackendConfig::Nvml => Arc::new(NvmlGpu::new()?),
+    };
+    tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");
+    let engine = DockerEngine::connect(&config.engine_socket).await?;
+    tracing::info!(api = %engine.api_version(), "container engine ready");
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating the data folder {}", config.data_dir.display()))?;
+    let chain = connect_chain(&config)?;
+
+    let metrics = Arc::new(Metrics::default());
+    let listener = tokio::net::TcpListener::bind(config.metrics_listen)
+        .await
+        .with_context(|| format!("binding the metrics address {}", config.metrics_listen))?;
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(metrics::serve(listener, metrics.clone(), async {
+        metrics_stopped.await.ok();
+    }));
+
+    let reconciler = Reconciler::new(
+        chain,
+        Arc::new(engine),
+        gpus,
+        ReconcilerConfig {
+            data_dir: config.data_dir.clone(),
+            electricity_cost_per_kwh: config.electricity_cost_per_kwh,
+            heartbeat_interval: config.heartbeat_interval,
+            container: config.container,
+            registries: config.registries.clone(),
+        },
+        metrics,
+    )?;
+    let outcome = reconciler
+        .run(
+            config.billing_poll_interval,
+            config.drain_deadline,
+            shutdown_signal(),
+        )
+        .await;
+    stop_metrics.send(()).ok();
+    server.await.ok();
+    match outcome {
+        DrainOutcome::Drained => Ok(()),
+        DrainOutcome::DeadlinePassed { left } => anyhow::bail!(
+            "the drain deadline passed with {} lease(s) left; the next start finishes them",
+            left.len()
+        ),
+    }
+}
+
+/// The market program behind [`Chain`]. The Solana RPC implementation is not part of this
+/// crate yet, so the daemon refuses to start rather than run against nothing.
+fn connect_chain(config: &Config) -> Result<Arc<dyn Chain>> {
+    anyhow::bail!(
+        "the Solana chain backend is not wired yet (would connect to {} for machine {})",
+        config.rpc_url,
+        config.machine
+    )
+}
+
+/// Completes on SIGTERM (systemd's stop) or SIGINT.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }

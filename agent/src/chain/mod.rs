@@ -1,0 +1,231 @@
+//! What the agent needs from the market program, in the agent's own types.
+//!
+//! The Solana implementation lives elsewhere and translates accounts into these views; the
+//! reconcile loop sees only [`Chain`]. [`fake::FakeChain`] plays the program's rules for tests.
+
+pub mod fake;
+
+use std::fmt;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use gpu_market_core::lease::UsageProof;
+use gpu_market_core::overclock::Settings;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// An account address: 32 bytes, shown in base58 as Solana shows it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Key(pub [u8; 32]);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    #[error("not base58: {0}")]
+    Base58(String),
+    #[error("{0} bytes instead of 32")]
+    Length(usize),
+}
+
+impl FromStr for Key {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bytes = bs58::decode(s)
+            .into_vec()
+            .map_err(|e| KeyError::Base58(e.to_string()))?;
+        let len = bytes.len();
+        bytes.try_into().map(Key).map_err(|_| KeyError::Length(len))
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&bs58::encode(self.0).into_string())
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({self})")
+    }
+}
+
+impl Serialize for Key {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MachineStatus {
+    Active,
+    Paused,
+    Retired,
+}
+
+/// One GPU as the machine account declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuView {
+    pub class: u8,
+    pub memory_gib: u16,
+    pub topology_group: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineView {
+    pub gpus: Vec<GpuView>,
+    /// GiB not yet allocated to a lease, per GPU (GPUs are sold in GiB slices).
+    pub free_gib: Vec<u16>,
+    pub status: MachineStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BidKind {
+    /// Priced per GPU-hour, ranked by score, runs on any matching machine.
+    Queue,
+    /// Priced per GPU-day for one machine; the most profitable one wins each interval.
+    Spot,
+}
+
+/// A lease on this machine: a bid that was allocated GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    pub key: Key,
+    pub bid: Key,
+    pub client: Key,
+    pub kind: BidKind,
+    /// Per GPU-hour (queue) or per GPU-day (spot), in payment-token base units.
+    pub price: u64,
+    /// Machine GPU indices, in the lease's GPU order.
+    pub gpu_indices: Vec<u8>,
+    pub gib_per_gpu: u16,
+    /// The settings of each GPU, in the lease's GPU order.
+    pub settings: Vec<Settings>,
+    pub image_ref: String,
+    pub image_digest: [u8; 32],
+    pub env_hash: [u8; 32],
+    pub started_at: i64,
+    pub ends_at: i64,
+    /// Set when the lease was told to stop early (a spot preemption).
+    pub stop_at: Option<i64>,
+    pub interval_secs: u32,
+    /// The interval index the next proof must carry.
+    pub next_interval: u32,
+    /// The chain hash of the last accepted proof (zeroes before the first).
+    pub proof_hash: [u8; 32],
+}
+
+impl LeaseView {
+    /// When the lease stops: its end, or the earlier stop it was told.
+    pub fn stop(&self) -> i64 {
+        self.stop_at.map_or(self.ends_at, |s| s.min(self.ends_at))
+    }
+}
+
+/// An open bid this machine could take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BidView {
+    pub key: Key,
+    pub client: Key,
+    pub kind: BidKind,
+    pub gpu_count: u8,
+    pub gib_per_gpu: u16,
+    /// Bit `c` set: GPU class `c` is accepted.
+    pub accepted_classes: u8,
+    /// Asked of each GPU.
+    pub settings: Settings,
+    /// Per GPU-hour (queue) or per GPU-day (spot).
+    pub price: u64,
+    pub max_duration_secs: u32,
+    pub image_ref: String,
+    pub image_digest: [u8; 32],
+    pub env_hash: [u8; 32],
+}
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ChainError {
+    /// The cluster could not be reached or did not answer in time; the call may or may not have
+    /// landed. Retry after observing again.
+    #[error("the cluster is unreachable: {0}")]
+    Unavailable(String),
+    /// The program refused the call; retrying the same call fails the same way.
+    #[error("the program refused {op}: {reason}")]
+    Rejected { op: &'static str, reason: String },
+}
+
+impl ChainError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ChainError::Unavailable(_))
+    }
+}
+
+/// The market program as the agent of one machine sees it.
+#[async_trait]
+pub trait Chain: Send + Sync {
+    /// The cluster's clock, unix seconds.
+    async fn now(&self) -> Result<i64, ChainError>;
+    async fn machine(&self) -> Result<MachineView, ChainError>;
+    /// The leases running on this machine.
+    async fn leases(&self) -> Result<Vec<LeaseView>, ChainError>;
+    /// Up to `limit` open bids this machine could take (queue bids and its own spot bids), best
+    /// ranked first.
+    async fn best_open_bids(&self, limit: usize) -> Result<Vec<BidView>, ChainError>;
+    /// Allocates `gpu_indices` of this machine to `bid`; returns the new lease's key.
+    async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError>;
+    /// Schedules a spot lease to stop at its next interval boundary in favour of `better_bid`.
+    async fn rebid(&self, lease: Key, better_bid: Key) -> Result<(), ChainError>;
+    /// Submits the proof of one interval, chained to `prev_hash`; returns the new chain hash.
+    async fn submit_usage(
+        &self,
+        lease: Key,
+        proof: &UsageProof,
+        prev_hash: [u8; 32],
+    ) -> Result<[u8; 32], ChainError>;
+    /// Ends a lease whose last interval is proven.
+    async fn end_lease(&self, lease: Key) -> Result<(), ChainError>;
+    async fn heartbeat(&self) -> Result<(), ChainError>;
+}
+
+/// The chain hash of `proof` following `prev_hash`: sha256 of the core's preimage.
+pub fn proof_hash(lease: &Key, proof: &UsageProof, prev_hash: &[u8; 32]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(proof.chain_preimage(&lease.0, prev_hash)).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_base58_and_json() {
+        let k = Key([7; 32]);
+        let s = k.to_string();
+        assert_eq!(s.parse::<Key>().unwrap(), k);
+        let json = serde_json::to_string(&k).unwrap();
+        assert_eq!(json, format!("\"{s}\""));
+        assert_eq!(serde_json::from_str::<Key>(&json).unwrap(), k);
+        assert!(matches!("abc".parse::<Key>(), Err(KeyError::Length(_))));
+        assert!(matches!("0OIl".parse::<Key>(), Err(KeyError::Base58(_))));
+    }
+
+    #[test]
+    fn the_proof_hash_binds_the_previous_hash() {
+        let p = UsageProof {
+            interval: 0,
+            gpu_seconds: 60,
+            energy_j: 100,
+            avg_utilisation_bps: 5_000,
+            peak_power_w: vec![300],
+            exit_code: None,
+        };
+        let a = proof_hash(&Key([1; 32]), &p, &[0; 32]);
+        assert_ne!(a, proof_hash(&Key([1; 32]), &p, &[1; 32]));
+        assert_ne!(a, proof_hash(&Key([2; 32]), &p, &[0; 32]));
+        assert_eq!(a, proof_hash(&Key([1; 32]), &p, &[0; 32]));
+    }
+}

@@ -1,0 +1,95 @@
+//! The GPUs of the machine: enumerate them, apply a lease's settings, read back what took,
+//! restore the host defaults and sample power, energy and utilisation.
+//!
+//! [`nvml::NvmlGpu`] drives real NVIDIA GPUs; [`simulated::SimulatedGpu`] models them for tests
+//! and for machines without NVIDIA GPUs.
+
+pub mod nvml;
+pub mod simulated;
+
+use gpu_market_core::overclock::{GpuLimits, OverclockError, Settings};
+
+/// One GPU as the backend sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub uuid: [u8; 16],
+    pub name: String,
+    pub memory_mib: u64,
+    /// The power range and the clock ranges the GPU supports.
+    pub limits: GpuLimits,
+    pub default_power_w: u16,
+}
+
+impl GpuInfo {
+    /// The host defaults [`GpuBackend::reset`] restores.
+    pub fn defaults(&self) -> Settings {
+        Settings {
+            power_limit_w: self.default_power_w,
+            ..Settings::default()
+        }
+    }
+}
+
+/// One reading of a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sample {
+    pub power_mw: u32,
+    /// Energy since the driver loaded, in mJ; never goes down.
+    pub energy_mj: u64,
+    pub utilisation_pct: u8,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no GPU with index {0}")]
+    NoSuchGpu(u32),
+    #[error("GPU {index}: {source}")]
+    OutOfRange { index: u32, source: OverclockError },
+    #[error("GPU {index}: {what} is not supported by this GPU or driver")]
+    Unsupported { index: u32, what: &'static str },
+    #[error("GPU {index}: settings did not take: asked {asked:?}, applied {applied:?}")]
+    DidNotTake {
+        index: u32,
+        asked: Settings,
+        applied: Settings,
+    },
+    #[error("the NVIDIA management library is not available ({0}); is the NVIDIA driver installed? Use gpu.backend = \"simulated\" on machines without NVIDIA GPUs")]
+    NoDriver(String),
+    #[error("NVML call {call} failed on GPU {index}: {message}")]
+    Nvml {
+        index: u32,
+        call: &'static str,
+        message: String,
+    },
+}
+
+/// The machine's GPUs. Calls are synchronous: each is one driver call or a few.
+pub trait GpuBackend: Send + Sync {
+    fn gpus(&self) -> Vec<GpuInfo>;
+    /// Applies every term of `settings`; terms left `None` are restored to the default.
+    fn apply(&self, index: u32, settings: &Settings) -> Result<(), GpuError>;
+    /// What is actually applied now.
+    fn read_back(&self, index: u32) -> Result<Settings, GpuError>;
+    /// Restores the host defaults: the default power limit, no locks, no offsets.
+    fn reset(&self, index: u32) -> Result<(), GpuError>;
+    fn sample(&self, index: u32) -> Result<Sample, GpuError>;
+}
+
+/// Applies `settings`, reads them back, and fails unless every term took.
+pub fn apply_and_verify(
+    backend: &dyn GpuBackend,
+    index: u32,
+    settings: &Settings,
+) -> Result<(), GpuError> {
+    backend.apply(index, settings)?;
+    let applied = backend.read_back(index)?;
+    if applied != *settings {
+        return Err(GpuError::DidNotTake {
+            index,
+            asked: *settings,
+            applied,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! Real NVIDIA GPUs through NVML (libnvidia-ml.so, loaded at run time).
+//!
+//! Power limits, clock locks and clock offsets are set through NVML; the power limit and the
+//! offsets are read back from the driver. NVML has no call that reads a clock lock back, so
+//! [`NvmlGpu::read_back`] reports the locks NVML last acknowledged through this backend (a lock
+//! is `None` after a reset or when it was never set).
+
+use std::ffi::OsStr;
+use std::sync::Mutex;
+
+use gpu_market_core::overclock::{GpuLimits, Range, Settings};
+use nvml_wrapper::enum_wrappers::device::{Clock, PerformanceState};
+use nvml_wrapper::enums::device::GpuLockedClocksSetting;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+
+use super::{GpuBackend, GpuError, GpuInfo, Sample};
+
+/// The library NVML is loaded from unless told otherwise.
+pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+pub struct NvmlGpu {
+    nvml: Nvml,
+    infos: Vec<GpuInfo>,
+    /// The `(core, memory)` clock locks NVML acknowledged, per GPU.
+    locks: Mutex<Vec<(Option<u16>, Option<u16>)>>,
+}
+
+impl NvmlGpu {
+    /// Loads NVML from the driver's usual library and enumerates the GPUs.
+    pub fn new() -> Result<Self, GpuError> {
+        Self::with_library(OsStr::new(NVML_LIBRARY))
+    }
+
+    /// Loads NVML from `library` and enumerates the GPUs.
+    pub fn with_library(library: &OsStr) -> Result<Self, GpuError> {
+        let nvml = Nvml::builder()
+            .lib_path(library)
+            .init()
+            .map_err(|e| match e {
+                NvmlError::LibloadingError(e) => {
+                    GpuError::NoDriver(format!("cannot load {}: {e}", library.to_string_lossy()))
+                }
+                other => GpuError::NoDriver(other.to_string()),
+            })?;
+        let count = nvml.device_count().map_err(nvml_err(0, "device_count"))?;
+        let infos = (0..count)
+            .map(|i| describe(&nvml, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let locks = Mutex::new(vec![(None, None); infos.len()]);
+        Ok(NvmlGpu { nvml, infos, locks })
+    }
+
+    fn device(&self, index: u32) -> Result<Device<'_>, GpuError> {
+        if index as usize >= self.infos.len() {
+            return Err(GpuError::NoSuchGpu(index));
+        }
+        self.nvml
+            .device_by_index(index)
+            .map_err(nvml_err(index, "device_by_index"))
+    }
+
+    fn info(&self, index: u32) -> Result<&GpuInfo, GpuError> {
+        self.infos
+            .get(index as usize)
+            .ok_or(GpuError::NoSuchGpu(index))
+    }
+}
+
+fn nvml_err(index: u32, call: &'static str) -> impl Fn(NvmlError) -> GpuError {
+    move |e| match e {
+        NvmlError::NotSupported => GpuError::Unsupported { index, what: call },
+        other => GpuError::Nvml {
+            index,
+            call,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// NotSupported as `None`, other errors as errors.
+fn optional<T>(r: Result<T, NvmlError>) -> Result<Option<T>, NvmlError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(NvmlError::NotSupported) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, GpuError> {
+    let d = nvml
+        .device_by_index(index)
+        .map_err(nvml_err(index, "device_by_index"))?;
+    let err = |call| nvml_err(index, call);
+    let uuid_text = d.uuid().map_err(err("uuid"))?;
+    let uuid = parse_uuid(&uuid_text).ok_or_else(|| GpuError::Nvml {
+        index,
+        call: "uuid",
+        message: format!("unexpected UUID {uuid_text:?}"),
+    })?;
+    let power = d
+        .power_management_limit_constraints()
+        .map_err(err("power_management_limit_constraints"))?;
+    let default_mw = d
+        .power_management_limit_default()
+        .map_err(err("power_management_limit_default"))?;
+    let mem_clocks = optional(d.supported_memory_clocks())
+        .map_err(err("supported_memory_clocks"))?
+        .unwrap_or_default();
+    let core_clocks = match mem_clocks.iter().max() {
+        Some(&max_mem) => optional(d.supported_graphics_clocks(max_mem))
+            .map_err(err("supported_graphics_clocks"))?
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let offsets = |clock| -> Result<Range<i16>, GpuError> {
+        Ok(optional(d.clock_offset(clock, PerformanceState::Zero))
+            .map_err(err("clock_offset"))?
+            .map_or(Range { min: 0, max: 0 }, |o| Range {
+                min: clamp_i16(o.min_clock_offset_mhz),
+                max: clamp_i16(o.max_clock_offset_mhz),
+            }))
+    };
+    Ok(GpuInfo {
+        index,
+        uuid,
+        name: d.name().map_err(err("name"))?,
+        memory_mib: d.memory_info().map_err(err("memory_info"))?.total >> 20,
+        limits: GpuLimits {
+            power_w: Range {
+                min: mw_to_w(power.min_limit),
+                max: mw_to_w(power.max_limit),
+            },
+            core_lock_mhz: clock_range(&core_clocks),
+            mem_lock_mhz: clock_range(&mem_clocks),
+            core_offset_mhz: offsets(Clock::Graphics)?,
+            mem_offset_mhz: offsets(Clock::Memory)?,
+        },
+        default_power_w: mw_to_w(default_mw),
+    })
+}
+
+fn mw_to_w(mw: u32) -> u16 {
+    ((mw + 500) / 1_000).min(u16::MAX as u32) as u16
+}
+
+fn clamp_i16(v: i32) -> i16 {
+    v.clamp(i16::MIN as i32, i16::MAX as i32) as i16
+}
+
+/// The range spanned by supported clocks; `0..=0` (locks not allowed) when none are listed.
+fn clock_range(clocks: &[u32]) -> Range<u16> {
+    match (clocks.iter().min(), clocks.iter().max()) {
+        (Some(&min), Some(&max)) => Range {
+            min: min.min(u16::MAX as u32) as u16,
+            max: max.min(u16::MAX as u32) as u16,
+        },
+        _ => Range { min: 0, max: 0 },
+    }
+}
+
+/// Sets a clock offset; no offset asked writes zero, unless the GPU has no offsets at all.
+fn set_offset(
+    index: u32,
+    offset: Option<i16>,
+    call: &'static str,
+    set: impl Fn(i32) -> Result<(), NvmlError>,
+) -> Result<(), GpuError> {
+    match offset {
+        Some(mhz) => set(mhz as i32).map_err(nvml_err(index, call)),
+        None => optional(set(0)).map(drop).map_err(nvml_err(index, call)),
+    }
+}
+
+/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (NVML's form) into its 16 bytes.
+pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let hex: String = text
+        .strip_prefix("GPU-")
+        .unwrap_or(text)
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+impl GpuBackend for NvmlGpu {
+    fn gpus(&self) -> Vec<GpuInfo> {
+        self.infos.clone()
+    }
+
+    fn apply(&self, index: u32, settings: &Settings) -> Result<(), GpuError> {
+        let info = self.info(index)?;
+        info.limits
+            .check(settings)
+            .map_err(|source| GpuError::OutOfRange { index, source })?;
+        let mut d = self.device(index)?;
+        let err = |call| nvml_err(index, call);
+        d.set_power_management_limit(settings.power_limit_w as u32 * 1_000)
+            .map_err(err("set_power_management_limit"))?;
+        match settings.core_lock_mhz {
+            Some(mhz) => d
+                .set_gpu_locked_clocks(GpuLockedClocksSetting::Numeric {
+                    min_clock_mhz: mhz as u32,
+                    max_clock_mhz: mhz as u32,
+                })
+                .map_err(err("set_gpu_locked_clocks"))?,
+            // Nothing to undo where the GPU cannot lock clocks at all.
+            None => optional(d.reset_gpu_locked_clocks())
+                .map(drop)
+                .map_err(err("reset_gpu_locked_clocks"))?,
+        }
+        match settings.mem_lock_mhz {
+            Some(mhz) => d
+                .set_mem_locked_clocks(mhz as u32, mhz as u32)
+                .map_err(err("set_mem_locked_clocks"))?,
+            None => optional(d.reset_mem_locked_clocks())
+                .map(drop)
+                .map_err(err("reset_mem_locked_clocks"))?,
+        }
+        self.locks.lock().expect("NVML lock record")[index as usize] =
+            (settings.core_lock_mhz, settings.mem_lock_mhz);
+        set_offset(
+            index,
+            settings.core_offset_mhz,
+            "set_gpc_clock_vf_offset",
+            |v| d.set_gpc_clock_vf_offset(v),
+        )?;
+        set_offset(
+            index,
+            settings.mem_offset_mhz,
+            "set_mem_clock_vf_offset",
+            |v| d.set_mem_clock_vf_offset(v),
+        )?;
+        Ok(())
+    }
+
+    fn read_back(&self, index: u32) -> Result<Settings, GpuError> {
+        let d = self.device(index)?;
+        let err = |call| nvml_err(index, call);
+        let power_mw = d
+            .power_management_limit()
+            .map_err(err("power_management_limit"))?;
+        let offset = |r: Result<i32, NvmlError>, call| -> Result<Option<i16>, GpuError> {
+            Ok(optional(r)
+                .map_err(err(call))?
+                .filter(|&v| v != 0)
+                .map(clamp_i16))
+        };
+        let (core_lock_mhz, mem_lock_mhz) =
+            self.locks.lock().expect("NVML lock record")[index as usize];
+        Ok(Settings {
+            power_limit_w: mw_to_w(power_mw),
+            core_lock_mhz,
+            mem_lock_mhz,
+            core_offset_mhz: offset(d.gpc_clock_vf_offset(), "gpc_clock_vf_offset")?,
+            mem_offset_mhz: offset(d.mem_clock_vf_offset(), "mem_clock_vf_offset")?,
+        })
+    }
+
+    fn reset(&self, index: u32) -> Result<(), GpuError> {
+        let defaults = self.info(index)?.defaults();
+        self.apply(index, &defaults)
+    }
+
+    fn sample(&self, index: u32) -> Result<Sample, GpuError> {
+        let d = self.device(index)?;
+        let err = |call| nvml_err(index, call);
+        Ok(Sample {
+            power_mw: d.power_usage().map_err(err("power_usage"))?,
+            energy_mj: d
+                .total_energy_consumption()
+                .map_err(err("total_energy_consumption"))?,
+            utilisation_pct: d
+                .utilization_rates()
+                .map_err(err("utilization_rates"))?
+                .gpu
+                .min(100) as u8,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_a_clear_error() {
+        let err = NvmlGpu::with_library(OsStr::new("/nonexistent/libnvidia-ml.so.1"))
+            .err()
+            .expect("no such library");
+        assert!(matches!(err, GpuError::NoDriver(_)), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("/nonexistent/libnvidia-ml.so.1"),
+            "{message}"
+        );
+        assert!(message.contains("NVIDIA driver"), "{message}");
+    }
+
+    #[test]
+    fn new_fails_clearly_without_a_driver_and_lists_gpus_with_one() {
+        match NvmlGpu::new() {
+            Err(err) => {
+                assert!(matches!(err, GpuError::NoDriver(_)), "{err}");
+                assert!(err.to_string().contains(NVML_LIBRARY), "{err}");
+            }
+            Ok(gpu) => assert!(!gpu.gpus().is_empty(), "a driver with no GPUs"),
+        }
+    }
+
+    #[test]
+    fn uuids_parse_from_nvml_text() {
+        assert_eq!(
+            parse_uuid("GPU-0123abcd-4567-89ef-0123-456789abcdef"),
+            Some([
+                0x01, 0x23, 0xab, 0xcd, 0x45, 0x67, 0x89, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+                0xcd, 0xef
+            ])
+        );
+        assert_eq!(parse_uuid("GPU-0123"), None);
+        assert_eq!(parse_uuid("GPU-zz23abcd-4567-89ef-0123-456789abcdef"), None);
+    }
+
+    #[test]
+    fn clock_ranges_span_the_supported_clocks() {
+        assert_eq!(
+            clock_range(&[1_410, 210, 1_980]),
+            Range {
+                min: 210,
+                max: 1_980
+            }
+        );
+        assert_eq!(clock_range(&[]), Range { min: 0, max: 0 });
+        assert_eq!(mw_to_w(299_600), 300);
+    }
+}

@@ -1,0 +1,1695 @@
+//! The reconcile loop, in the kube-rs manner: each tick observes the chain, the containers and
+//! the GPUs, [`plan`]s the actions that bring them in line (a pure function), and executes them.
+//!
+//! Crash safety comes from the order of the steps and the state file: a proof is closed and
+//! saved before it is submitted, and dropped once the chain's next interval passes it, so a
+//! kill at any point neither loses a proven interval nor sends one twice; containers are found
+//! again by their lease label, and ones whose lease the chain no longer lists are removed; GPUs
+//! that no lease uses are reset.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_market_core::lease::spot_profit_per_day;
+use gpu_market_core::overclock::Settings;
+use tokio::time::Instant;
+
+use crate::chain::{
+    BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus, MachineView,
+};
+use crate::config::{ContainerLimits, RegistryAuth, RegistryPassword};
+use crate::env::load_env;
+use crate::gpu::{apply_and_verify, GpuBackend, GpuError, GpuInfo, Sample};
+use crate::metrics::Metrics;
+use crate::runtime::{
+    pinned_reference, registry_host, ContainerRuntime, ContainerSpec, ContainerState, Credentials,
+    RuntimeError, LABEL_LEASE,
+};
+use crate::state::{AgentState, LeaseRecord, StateError, StateFile};
+
+/// The exit code a final proof carries when the agent refused a lease because its GPU settings
+/// did not take.
+pub const EXIT_SETTINGS_REFUSED: i32 = -1;
+/// The exit code a final proof carries when the container vanished (removed behind the agent's
+/// back) or never started before a drain.
+pub const EXIT_CONTAINER_LOST: i32 = -2;
+/// How many open bids one tick looks at.
+pub const BIDS_CONSIDERED: usize = 32;
+
+/// Everything one tick decides from.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The cluster's clock (or, while it is unreachable, the last reading advanced locally).
+    pub now: i64,
+    /// `None` while the cluster is unreachable.
+    pub chain: Option<ChainObserved>,
+    pub containers: Vec<ObservedContainer>,
+    pub gpus: Vec<ObservedGpu>,
+    pub local: AgentState,
+    pub draining: bool,
+    pub heartbeat_due: bool,
+    pub electricity_cost_per_kwh: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChainObserved {
+    pub machine: MachineView,
+    pub leases: Vec<LeaseView>,
+    pub bids: Vec<BidView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedContainer {
+    pub id: String,
+    pub lease: Option<Key>,
+    pub state: ContainerState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedGpu {
+    pub index: u32,
+    pub applied: Settings,
+    pub defaults: Settings,
+    pub sample: Sample,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A managed container with no lease the agent knows: stop and remove it.
+    RemoveContainer {
+        id: String,
+    },
+    /// A running container of a lease the agent has no container id for: take it back.
+    Adopt {
+        lease: Key,
+        id: String,
+    },
+    /// Apply the lease's settings (refusing it if they do not take), pull, run.
+    Start {
+        lease: Key,
+    },
+    /// Add this tick's GPU readings to the open interval.
+    Meter {
+        lease: Key,
+    },
+    /// The open interval's window ended: close it into a proof.
+    CloseEnded {
+        lease: Key,
+    },
+    /// The container finished: close the last interval early with its exit code.
+    Finish {
+        lease: Key,
+        exit_code: i32,
+    },
+    /// Stop the container (draining).
+    Stop {
+        lease: Key,
+    },
+    /// Submit the closed proofs the chain has not accepted, oldest first.
+    Submit {
+        lease: Key,
+    },
+    /// Everything is proven: end the lease on chain, then clean up.
+    End {
+        lease: Key,
+    },
+    /// The chain no longer lists the lease: clean up locally.
+    Forget {
+        lease: Key,
+    },
+    /// A more profitable spot bid wants this spot lease's GPUs.
+    Rebid {
+        lease: Key,
+        better_bid: Key,
+    },
+    Allocate {
+        bid: Key,
+        gpu_indices: Vec<u8>,
+    },
+    /// No lease uses this GPU but its settings are not the defaults.
+    ResetGpu {
+        index: u32,
+    },
+    Heartbeat,
+}
+
+/// The actions that bring what was observed in line with what the chain says should run.
+pub fn plan(o: &Observed) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let chain_leases: Option<BTreeMap<Key, &LeaseView>> = o
+        .chain
+        .as_ref()
+        .map(|c| c.leases.iter().map(|l| (l.key, l)).collect());
+    let listed = |k: &Key| chain_leases.as_ref().map(|m| m.contains_key(k));
+    let container_of = |lease: &Key| o.containers.iter().find(|c| c.lease == Some(*lease));
+
+    for c in &o.containers {
+        let stray = match c.lease {
+            None => true,
+            Some(l) => match o.local.leases.get(&l) {
+                // A second container for a lease that already has one.
+                Some(r) => r.container_id.as_ref().is_some_and(|id| *id != c.id),
+                None => listed(&l) == Some(false),
+            },
+        };
+        if stray {
+            actions.push(Action::RemoveContainer { id: c.id.clone() });
+        }
+    }
+
+    for (key, r) in &o.local.leases {
+        let lease = *key;
+        let view = chain_leases.as_ref().map(|m| m.get(key).copied());
+        if view == Some(None) {
+            actions.push(Action::Forget { lease });
+            continue;
+        }
+        let view = view.flatten();
+        let mut closes = false;
+        if r.exit_code.is_none() {
+            let container = r
+                .container_id
+                .as_ref()
+                .and_then(|id| o.containers.iter().find(|c| c.id == *id));
+            match (&r.container_id, container) {
+                (None, _) => match container_of(key) {
+                    Some(c) if o.chain.is_some() => actions.push(Action::Adopt {
+                        lease,
+                        id: c.id.clone(),
+                    }),
+                    Some(_) => {}
+                    // Never started (a drain, or a pull that failed until the stop): prove
+                    // the windows empty so the lease can end.
+                    None if o.draining || view.is_some_and(|v| o.now >= v.stop()) => {
+                        actions.push(Action::Finish {
+                            lease,
+                            exit_code: EXIT_CONTAINER_LOST,
+                        });
+                        closes = true;
+                    }
+                    None => {
+                        if view.is_some_and(|v| o.now < v.stop()) {
+                            actions.push(Action::Start { lease });
+                        }
+                    }
+                },
+                (Some(_), Some(c)) => match c.state {
+                    ContainerState::Running => {
+                        actions.push(Action::Meter { lease });
+                        if window_ended(r, o.now) {
+                            actions.push(Action::CloseEnded { lease });
+                            closes = true;
+                        }
+                        if o.draining {
+                            actions.push(Action::Stop { lease });
+                        }
+                    }
+                    ContainerState::Exited { code } => {
+                        actions.push(Action::Finish {
+                            lease,
+                            exit_code: code.clamp(i32::MIN as i64, i32::MAX as i64) as i32,
+                        });
+                        closes = true;
+                    }
+                },
+                (Some(_), None) => {
+                    actions.push(Action::Finish {
+                        lease,
+                        exit_code: EXIT_CONTAINER_LOST,
+                    });
+                    closes = true;
+                }
+            }
+        } else if window_ended(r, o.now) {
+            // Finished, but the lease's last windows still end (a container that exited after
+            // the stop was decided): close them as they end.
+            actions.push(Action::CloseEnded { lease });
+            closes = true;
+        }
+        let Some(view) = view else { continue };
+        if closes || !r.pending.is_empty() {
+            actions.push(Action::Submit { lease });
+        } else if r.exit_code.is_some() || (o.now >= view.stop() && r.all_closed()) {
+            actions.push(Action::End { lease });
+        }
+    }
+
+    let Some(chain) = &o.chain else {
+        return actions;
+    };
+    for l in &chain.leases {
+        if o.local.leases.contains_key(&l.key) {
+            continue;
+        }
+        match container_of(&l.key) {
+            Some(c) => actions.push(Action::Adopt {
+                lease: l.key,
+                id: c.id.clone(),
+            }),
+            None if !o.draining && o.now < l.stop() => actions.push(Action::Start { lease: l.key }),
+            None => {}
+        }
+    }
+
+    if !o.draining && chain.machine.status == MachineStatus::Active {
+        let mut capacity = Capacity::new(&chain.machine, &chain.leases);
+        let mut taken = BTreeSet::new();
+        for bid in allocation_order(&chain.bids, o.electricity_cost_per_kwh) {
+            if let Some(gpus) = capacity.pick(bid) {
+                capacity.take(bid, &gpus);
+                taken.insert(bid.key);
+                actions.push(Action::Allocate {
+                    bid: bid.key,
+                    gpu_indices: gpus,
+                });
+            }
+        }
+        spot_rule(o, chain, &capacity, &taken, &mut actions);
+    }
+
+    let used: BTreeSet<u32> = chain
+        .leases
+        .iter()
+        .flat_map(|l| l.gpu_indices.iter().map(|&i| i as u32))
+        .chain(
+            o.local
+                .leases
+                .values()
+                .flat_map(|r| r.gpu_indices.iter().map(|&i| i as u32)),
+        )
+        .collect();
+    for g in &o.gpus {
+        if !used.contains(&g.index) && g.applied != g.defaults {
+            actions.push(Action::ResetGpu { index: g.index });
+        }
+    }
+    if o.heartbeat_due {
+        actions.push(Action::Heartbeat);
+    }
+    actions
+}
+
+fn window_ended(r: &LeaseRecord, now: i64) -> bool {
+    gpu_market_core::lease::interval_window(r.started_at, r.interval_secs, r.open_interval, r.stop)
+        .is_some_and(|(_, to)| to <= now)
+}
+
+/// GPU capacity as allocation sees it: free GiB, and the settings already applied to a GPU
+/// another lease uses (a bid may share a GPU only with equal settings).
+#[derive(Debug, Clone)]
+struct Capacity {
+    gpus: Vec<GpuView>,
+    free_gib: Vec<u16>,
+    settings: Vec<Option<Settings>>,
+}
+
+impl Capacity {
+    fn new(machine: &MachineView, leases: &[LeaseView]) -> Self {
+        let mut settings = vec![None; machine.gpus.len()];
+        for l in leases {
+            for (&i, s) in l.gpu_indices.iter().zip(&l.settings) {
+                if let Some(slot) = settings.get_mut(i as usize) {
+                    *slot = Some(*s);
+                }
+            }
+        }
+        Capacity {
+            gpus: machine.gpus.clone(),
+            free_gib: machine.free_gib.clone(),
+            settings,
+        }
+    }
+
+    /// Gives `lease`'s GPUs back, as if it had ended.
+    fn release(&mut self, lease: &LeaseView) {
+        for &i in &lease.gpu_indices {
+            self.free_gib[i as usize] += lease.gib_per_gpu;
+            if self.free_gib[i as usize] == self.gpus[i as usize].memory_gib {
+                self.settings[i as usize] = None;
+            }
+        }
+    }
+
+    fn take(&mut self, bid: &BidView, gpus: &[u8]) {
+        for &i in gpus {
+            self.free_gib[i as usize] -= bid.gib_per_gpu;
+            self.settings[i as usize] = Some(bid.settings);
+        }
+    }
+
+    /// The GPUs `bid` would get: within one topology group when one has room (the group with
+    /// the least room that fits, then the GPUs with the least free GiB that fit), else spread
+    /// over the groups with the most room.
+    fn pick(&self, bid: &BidView) -> Option<Vec<u8>> {
+        let n = bid.gpu_count as usize;
+        if n == 0 {
+            return None;
+        }
+        let eligible: Vec<usize> = (0..self.gpus.len())
+            .filter(|&i| {
+                bid.accepted_classes & (1u8.checked_shl(self.gpus[i].class as u32).unwrap_or(0))
+                    != 0
+                    && self.free_gib[i] >= bid.gib_per_gpu
+                    && self.settings[i].is_none_or(|s| s == bid.settings)
+            })
+            .collect();
+        if eligible.len() < n {
+            return None;
+        }
+        let mut groups: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
+        for &i in &eligible {
+            groups
+                .entry(self.gpus[i].topology_group)
+                .or_default()
+                .push(i);
+        }
+        for members in groups.values_mut() {
+            members.sort_by_key(|&i| (self.free_gib[i], i));
+        }
+        let mut picked: Vec<usize> = match groups
+            .values()
+            .filter(|m| m.len() >= n)
+            .min_by_key(|m| m.len())
+        {
+            Some(group) => group[..n].to_vec(),
+            None => {
+                let mut by_room: Vec<&Vec<usize>> = groups.values().collect();
+                by_room.sort_by_key(|m| std::cmp::Reverse(m.len()));
+                by_room.into_iter().flatten().take(n).copied().collect()
+            }
+        };
+        picked.sort_unstable();
+        Some(picked.into_iter().map(|i| i as u8).collect())
+    }
+}
+
+/// A spot price's profit per day for the host at `power_w` in all (GigaSPOT's rule).
+fn spot_profit(price: u64, gpus: usize, power_w: u64, electricity_cost_per_kwh: u64) -> u64 {
+    spot_profit_per_day(price, gpus as u64, power_w, electricity_cost_per_kwh).unwrap_or(0)
+}
+
+fn bid_profit(b: &BidView, electricity_cost_per_kwh: u64) -> u64 {
+    let n = b.gpu_count as usize;
+    spot_profit(
+        b.price,
+        n,
+        b.settings.power_limit_w as u64 * n as u64,
+        electricity_cost_per_kwh,
+    )
+}
+
+/// The order allocation tries bids in: the chain's ranking, except that the spot bids, in the
+/// places spot bids hold, come most profitable first (the most profitable spot bid wins).
+fn allocation_order(bids: &[BidView], electricity_cost_per_kwh: u64) -> Vec<&BidView> {
+    let mut spot: Vec<&BidView> = bids.iter().filter(|b| b.kind == BidKind::Spot).collect();
+    spot.sort_by_key(|b| std::cmp::Reverse(bid_profit(b, electricity_cost_per_kwh)));
+    let mut spot = spot.into_iter();
+    bids.iter()
+        .map(|b| match b.kind {
+            BidKind::Spot => spot.next().expect("as many spot bids as spot places"),
+            BidKind::Queue => b,
+        })
+        .collect()
+}
+
+/// The spot rule: a running spot lease whose GPUs a more profitable open spot bid could use is
+/// told to stop at its next interval boundary.
+fn spot_rule(
+    o: &Observed,
+    chain: &ChainObserved,
+    capacity: &Capacity,
+    taken: &BTreeSet<Key>,
+    actions: &mut Vec<Action>,
+) {
+    let mut promised = taken.clone();
+    for l in &chain.leases {
+        let running = o
+            .local
+            .leases
+            .get(&l.key)
+            .is_some_and(|r| r.exit_code.is_none() && r.container_id.is_some());
+        if l.kind != BidKind::Spot || l.stop_at.is_some() || !running {
+            continue;
+        }
+        let power: u64 = l.settings.iter().map(|s| s.power_limit_w as u64).sum();
+        let current = spot_profit(
+            l.price,
+            l.gpu_indices.len(),
+            power,
+            o.electricity_cost_per_kwh,
+        );
+        let mut freed = capacity.clone();
+        freed.release(l);
+        let better = chain
+            .bids
+            .iter()
+            .filter(|b| b.kind == BidKind::Spot && !promised.contains(&b.key))
+            .map(|b| (b, bid_profit(b, o.electricity_cost_per_kwh)))
+            .filter(|(b, p)| *p > current && freed.pick(b).is_some())
+            .max_by_key(|(_, p)| *p);
+        if let Some((b, _)) = better {
+            promised.insert(b.key);
+            actions.push(Action::Rebid {
+                lease: l.key,
+                better_bid: b.key,
+            });
+        }
+    }
+}
+
+/// What the reconciler needs besides its three backends.
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    pub data_dir: PathBuf,
+    pub electricity_cost_per_kwh: u64,
+    pub heartbeat_interval: Duration,
+    pub container: ContainerLimits,
+    pub registries: BTreeMap<String, RegistryAuth>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TickError {
+    #[error("the cluster clock has not been read yet: {0}")]
+    NoClock(ChainError),
+    #[error("listing containers: {0}")]
+    Runtime(#[from] RuntimeError),
+    #[error("reading the GPUs: {0}")]
+    Gpu(#[from] GpuError),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ActionError {
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error(transparent)]
+    Env(#[from] crate::env::EnvError),
+    #[error("the registry password file {path}: {source}")]
+    Password {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("lease {0} is not on chain")]
+    NotListed(Key),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+pub struct Reconciler {
+    chain: Arc<dyn Chain>,
+    runtime: Arc<dyn ContainerRuntime>,
+    gpus: Arc<dyn GpuBackend>,
+    gpu_infos: Vec<GpuInfo>,
+    config: ReconcilerConfig,
+    state_file: StateFile,
+    state: AgentState,
+    metrics: Arc<Metrics>,
+    /// The last cluster clock reading and when it was taken.
+    clock: Option<(i64, Instant)>,
+    last_heartbeat: Option<i64>,
+}
+
+impl Reconciler {
+    /// A reconciler that continues from the state file under `config.data_dir`.
+    pub fn new(
+        chain: Arc<dyn Chain>,
+        runtime: Arc<dyn ContainerRuntime>,
+        gpus: Arc<dyn GpuBackend>,
+        config: ReconcilerConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StateError> {
+        let state_file = StateFile::new(&config.data_dir);
+        let state = state_file.load()?;
+        Ok(Reconciler {
+            chain,
+            runtime,
+            gpu_infos: gpus.gpus(),
+            gpus,
+            config,
+            state_file,
+            state,
+            metrics,
+            clock: None,
+            last_heartbeat: None,
+        })
+    }
+
+    pub fn state(&self) -> &AgentState {
+        &self.state
+    }
+
+    /// One observe, plan, execute round; returns the actions it planned.
+    pub async fn tick(&mut self, draining: bool) -> Result<Vec<Action>, TickError> {
+        let observed = self.observe(draining).await?;
+        let actions = plan(&observed);
+        for action in &actions {
+            if let Err(e) = self.execute(action, &observed).await {
+                if let ActionError::State(e) = e {
+                    return Err(TickError::State(e));
+                }
+                tracing::warn!(?action, error = %e, "action failed; retried next tick");
+            }
+        }
+        let running = self
+            .state
+            .leases
+            .values()
+            .filter(|r| r.container_id.is_some() && r.exit_code.is_none())
+            .count();
+        self.metrics
+            .leases_running
+            .store(running as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(actions)
+    }
+
+    fn chain_error(&self, e: &ChainError) {
+        Metrics::inc(&self.metrics.rpc_errors);
+        tracing::warn!(error = %e, "chain call failed");
+    }
+
+    async fn observe(&mut self, draining: bool) -> Result<Observed, TickError> {
+        let chain = self.observe_chain().await;
+        let now = match (&chain, self.clock) {
+            (Ok((now, _)), _) => *now,
+            (Err(_), Some((then, at))) => then + at.elapsed().as_secs() as i64,
+            (Err(e), None) => return Err(TickError::NoClock(e.clone())),
+        };
+        let chain = match chain {
+            Ok((now, view)) => {
+                self.clock = Some((now, Instant::now()));
+                self.follow_stops(&view.leases)?;
+                Some(view)
+            }
+            Err(e) => {
+                self.chain_error(&e);
+                None
+            }
+        };
+        let mut containers = Vec::new();
+        for c in self.runtime.managed().await? {
+            let state = match self.runtime.state(&c.id).await {
+                Ok(s) => s,
+                // Removed between the listing and now.
+                Err(RuntimeError::NoSuchContainer(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            containers.push(ObservedContainer {
+                id: c.id,
+                lease: c.lease,
+                state,
+            });
+        }
+        let mut gpus = Vec::new();
+        for info in &self.gpu_infos {
+            gpus.push(ObservedGpu {
+                index: info.index,
+                applied: self.gpus.read_back(info.index)?,
+                defaults: info.defaults(),
+                sample: self.gpus.sample(info.index)?,
+            });
+        }
+        self.metrics
+            .set_gpus(gpus.iter().map(|g| (g.index, g.sample)).collect());
+        let heartbeat_due = chain.is_some()
+            && self
+                .last_heartbeat
+                .is_none_or(|t| now - t >= self.config.heartbeat_interval.as_secs() as i64);
+        Ok(Observed {
+            now,
+            chain,
+            containers,
+            gpus,
+            local: self.state.clone(),
+            draining,
+            heartbeat_due,
+            electricity_cost_per_kwh: self.config.electricity_cost_per_kwh,
+        })
+    }
+
+    async fn observe_chain(&self) -> Result<(i64, ChainObserved), ChainError> {
+        let now = self.chain.now().await?;
+        let machine = self.chain.machine().await?;
+        let leases = self.chain.leases().await?;
+        let bids = self.chain.best_open_bids(BIDS_CONSIDERED).await?;
+        Ok((
+            now,
+            ChainObserved {
+                machine,
+                leases,
+                bids,
+            },
+        ))
+    }
+
+    /// Takes each lease's stop from the chain (a spot preemption moves it earlier).
+    fn follow_stops(&mut self, leases: &[LeaseView]) -> Result<(), StateError> {
+        let mut changed = false;
+        for l in leases {
+            if let Some(r) = self.state.leases.get_mut(&l.key) {
+                changed |= r.stop != l.stop();
+                r.stop = l.stop();
+            }
+        }
+        if changed {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    fn save(&self) -> Result<(), StateError> {
+        self.state_file.save(&self.state)
+    }
+
+    fn samples(o: &Observed, gpu_indices: &[u8]) -> Vec<Sample> {
+        gpu_indices
+            .iter()
+            .map(|&i| {
+                o.gpus
+                    .iter()
+                    .find(|g| g.index == i as u32)
+                    .map(|g| g.sample)
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    fn view(o: &Observed, lease: Key) -> Result<&LeaseView, ActionError> {
+        o.chain
+            .as_ref()
+            .and_then(|c| c.leases.iter().find(|l| l.key == lease))
+            .ok_or(ActionError::NotListed(lease))
+    }
+
+    fn record(&mut self, lease: Key) -> &mut LeaseRecord {
+        self.state
+            .leases
+            .get_mut(&lease)
+            .expect("the plan names leases the state has")
+    }
+
+    async fn execute(&mut self, action: &Action, o: &Observed) -> Result<(), ActionError> {
+        match action {
+            Action::RemoveContainer { id } => {
+                tracing::info!(container = %id, "removing a container no lease accounts for");
+                self.stop_and_remove(id).await?;
+            }
+            Action::Adopt { lease, id } => {
+                let view = Self::view(o, *lease)?;
+                let samples = Self::samples(o, &view.gpu_indices);
+                let record = self
+                    .state
+                    .leases
+                    .entry(*lease)
+                    .or_insert_with(|| LeaseRecord::new(view, &samples));
+                record.container_id = Some(id.clone());
+                record.running_since.get_or_insert(o.now);
+                self.save()?;
+                tracing::info!(%lease, container = %id, "adopted a running container");
+                if let Err(e) = self.verify_settings(view) {
+                    tracing::warn!(%lease, error = %e, "settings no longer hold; stopping the lease");
+                    self.runtime
+                        .stop(id, self.config.container.stop_grace)
+                        .await?;
+                }
+            }
+            Action::Start { lease } => self.start(*lease, o).await?,
+            Action::Meter { lease } => {
+                let samples = Self::samples(o, &self.record(*lease).gpu_indices.clone());
+                self.record(*lease).record_sample(&samples);
+            }
+            Action::CloseEnded { lease } => {
+                let samples = Self::samples(o, &self.record(*lease).gpu_indices.clone());
+                let closed = self.record(*lease).close_ended(o.now, &samples);
+                self.save()?;
+                tracing::info!(%lease, closed, "closed ended intervals");
+            }
+            Action::Finish { lease, exit_code } => {
+                let samples = Self::samples(o, &self.record(*lease).gpu_indices.clone());
+                self.record(*lease).close_final(o.now, &samples, *exit_code);
+                self.save()?;
+                tracing::info!(%lease, exit_code, "container finished; final proof closed");
+            }
+            Action::Stop { lease } => {
+                if let Some(id) = self.record(*lease).container_id.clone() {
+                    self.runtime
+                        .stop(&id, self.config.container.stop_grace)
+                        .await?;
+                }
+            }
+            Action::Submit { lease } => self.submit(*lease, o).await?,
+            Action::End { lease } => {
+                self.chain
+                    .end_lease(*lease)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%lease, "lease ended");
+                self.clean_up(*lease).await?;
+            }
+            Action::Forget { lease } => {
+                tracing::info!(%lease, "the chain no longer lists the lease; cleaning up");
+                self.clean_up(*lease).await?;
+            }
+            Action::Rebid { lease, better_bid } => {
+                self.chain
+                    .rebid(*lease, *better_bid)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%lease, %better_bid, "spot lease preempted at its next boundary");
+            }
+            Action::Allocate { bid, gpu_indices } => {
+                let lease = self
+                    .chain
+                    .allocate(*bid, gpu_indices)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%bid, %lease, ?gpu_indices, "allocated");
+            }
+            Action::ResetGpu { index } => {
+                self.gpus.reset(*index)?;
+                tracing::info!(gpu = index, "reset a GPU no lease uses");
+            }
+            Action::Heartbeat => {
+                self.chain
+                    .heartbeat()
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                self.last_heartbeat = Some(o.now);
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_settings(&self, view: &LeaseView) -> Result<(), GpuError> {
+        for (&i, s) in view.gpu_indices.iter().zip(&view.settings) {
+            apply_and_verify(self.gpus.as_ref(), i as u32, s)?;
+        }
+        Ok(())
+    }
+
+    async fn start(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
+        let view = Self::view(o, lease)?;
+        let samples = Self::samples(o, &view.gpu_indices);
+        self.state
+            .leases
+            .entry(lease)
+            .or_insert_with(|| LeaseRecord::new(view, &samples));
+        self.save()?;
+        if let Err(e) = self.verify_settings(view) {
+            tracing::warn!(%lease, error = %e, "GPU settings did not take; refusing the lease");
+            self.reset_gpus(lease)?;
+            self.record(lease)
+                .close_final(o.now, &samples, EXIT_SETTINGS_REFUSED);
+            self.save()?;
+            return Ok(());
+        }
+        let env = load_env(&self.config.data_dir, &view.env_hash)?;
+        let credentials = self.credentials(&view.image_ref)?;
+        self.runtime
+            .pull(&view.image_ref, &view.image_digest, credentials.as_ref())
+            .await?;
+        let n = view.gpu_indices.len() as i64;
+        let limits = self.config.container;
+        let spec = ContainerSpec {
+            name: None,
+            image: pinned_reference(&view.image_ref, &view.image_digest)?,
+            cmd: None,
+            env,
+            labels: [(LABEL_LEASE.to_string(), lease.to_string())].into(),
+            memory_bytes: Some((n * limits.memory_mib_per_gpu as i64) << 20),
+            nano_cpus: Some(n * limits.millicpus_per_gpu as i64 * 1_000_000),
+            pids_limit: Some(limits.pids_limit),
+            gpu_indices: view.gpu_indices.iter().map(|&i| i as u32).collect(),
+        };
+        let id = self.runtime.run(&spec).await?;
+        let record = self.record(lease);
+        record.container_id = Some(id.clone());
+        record.running_since = Some(o.now);
+        record.baseline_energy_mj = samples.iter().map(|s| s.energy_mj).collect();
+        self.save()?;
+        tracing::info!(%lease, container = %id, gpus = ?view.gpu_indices, "lease started");
+        Ok(())
+    }
+
+    fn credentials(&self, image_ref: &str) -> Result<Option<Credentials>, ActionError> {
+        let Some(auth) = self.config.registries.get(registry_host(image_ref)) else {
+            return Ok(None);
+        };
+        let password = match &auth.password {
+            RegistryPassword::Inline(p) => p.clone(),
+            RegistryPassword::File(path) => std::fs::read_to_string(path)
+                .map_err(|source| ActionError::Password {
+                    path: path.clone(),
+                    source,
+                })?
+                .trim_end()
+                .to_string(),
+        };
+        Ok(Some(Credentials {
+            username: auth.username.clone(),
+            password,
+        }))
+    }
+
+    async fn submit(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
+        let view = Self::view(o, lease)?;
+        let mut next = view.next_interval;
+        let mut prev = view.proof_hash;
+        // Proofs the chain already has (their answer was lost, or the agent died before saving).
+        let record = self.record(lease);
+        while record.pending.first().is_some_and(|p| p.interval < next) {
+            record.accept_oldest(prev);
+        }
+        self.save()?;
+        while let Some(p) = self.record(lease).pending.first().cloned() {
+            match self.chain.submit_usage(lease, &p.proof(), prev).await {
+                Ok(hash) => {
+                    Metrics::inc(&self.metrics.proofs_sent);
+                    self.record(lease).accept_oldest(hash);
+                    self.save()?;
+                    tracing::info!(%lease, interval = p.interval, window = ?p.window, "proof accepted");
+                    prev = hash;
+                    next += 1;
+                }
+                Err(e) => {
+                    Metrics::inc(&self.metrics.proofs_failed);
+                    self.chain_error(&e);
+                    return Err(e.into());
+                }
+            }
+        }
+        debug_assert!(next >= view.next_interval);
+        Ok(())
+    }
+
+    async fn stop_and_remove(&self, id: &str) -> Result<(), RuntimeError> {
+        match self
+            .runtime
+            .stop(id, self.config.container.stop_grace)
+            .await
+        {
+            Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => {}
+            Err(e) => return Err(e),
+        }
+        match self.runtime.remove(id).await {
+            Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps the container's logs, removes it, resets the lease's GPUs and forgets the lease.
+    async fn clean_up(&mut self, lease: Key) -> Result<(), ActionError> {
+        if let Some(id) = self.record(lease).container_id.clone() {
+            let logs = logs_path(&self.config.data_dir, &lease);
+            let saved = async {
+                tokio::fs::create_dir_all(logs.parent().expect("logs folder"))
+                    .await
+                    .map_err(|source| RuntimeError::Logs {
+                        path: logs.clone(),
+                        source,
+                    })?;
+                self.runtime.save_logs(&id, &logs).await
+            };
+            if let Err(e) = saved.await {
+                tracing::warn!(%lease, error = %e, "could not keep the container's logs");
+            }
+            self.stop_and_remove(&id).await?;
+        }
+        self.reset_gpus(lease)?;
+        self.state.leases.remove(&lease);
+        self.save()?;
+        Ok(())
+    }
+
+    /// Resets the lease's GPUs that no other lease of this agent uses.
+    fn reset_gpus(&self, lease: Key) -> Result<(), GpuError> {
+        let record = &self.state.leases[&lease];
+        for &i in &record.gpu_indices {
+            let shared =
+                self.state.leases.iter().any(|(k, r)| {
+                    *k != lease && r.exit_code.is_none() && r.gpu_indices.contains(&i)
+                });
+            if !shared {
+                self.gpus.reset(i as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ticks every `poll` until `shutdown` completes, then drains within `drain_deadline`:
+    /// containers stopped, final proofs submitted, leases ended, GPUs reset.
+    pub async fn run(
+        mut self,
+        poll: Duration,
+        drain_deadline: Duration,
+        shutdown: impl Future<Output = ()>,
+    ) -> DrainOutcome {
+        let mut ticker = tokio::time::interval(poll);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = ticker.tick() => {
+                    if let Err(e) = self.tick(false).await {
+                        tracing::warn!(error = %e, "tick failed");
+                    }
+                }
+            }
+        }
+        tracing::info!(leases = self.state.leases.len(), "draining");
+        let poll = poll.min(Duration::from_secs(1));
+        let drained = tokio::time::timeout(drain_deadline, async {
+            loop {
+                if let Err(e) = self.tick(true).await {
+                    tracing::warn!(error = %e, "drain tick failed");
+                }
+                if self.state.leases.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(poll).await;
+            }
+        })
+        .await;
+        match drained {
+            Ok(()) => {
+                tracing::info!("drained");
+                DrainOutcome::Drained
+            }
+            Err(_) => {
+                let left: Vec<Key> = self.state.leases.keys().copied().collect();
+                tracing::warn!(
+                    ?left,
+                    "drain deadline passed; the state file keeps the rest"
+                );
+                DrainOutcome::DeadlinePassed { left }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainOutcome {
+    Drained,
+    /// Leases still in the state file; the next start finishes them.
+    DeadlinePassed {
+        left: Vec<Key>,
+    },
+}
+
+/// Where a lease's container logs are kept.
+pub fn logs_path(data_dir: &Path, lease: &Key) -> PathBuf {
+    data_dir.join("logs").join(format!("{lease}.log"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use gpu_market_core::overclock::{GpuLimits, Range};
+    use tempfile::TempDir;
+
+    use super::*;
+    use crate::chain::fake::FakeChain;
+    use crate::chain::proof_hash;
+    use crate::config::SimulatedGpuConfig;
+    use crate::gpu::simulated::{SimulatedGpu, TokioTime};
+    use crate::runtime::recording::{Call, RecordingRuntime, EXIT_SIGTERM};
+
+    const T0: i64 = 1_700_000_000;
+    const INTERVAL: u32 = 60;
+    const POLL: u64 = 5;
+
+    struct Harness {
+        chain: Arc<FakeChain>,
+        runtime: Arc<RecordingRuntime>,
+        gpus: Arc<SimulatedGpu>,
+        metrics: Arc<Metrics>,
+        dir: TempDir,
+    }
+
+    fn gpu_config(topology_group: u8) -> SimulatedGpuConfig {
+        SimulatedGpuConfig {
+            class: 0,
+            memory_gib: 80,
+            topology_group,
+            limits: GpuLimits {
+                power_w: Range { min: 100, max: 400 },
+                core_lock_mhz: Range {
+                    min: 300,
+                    max: 1_800,
+                },
+                mem_lock_mhz: Range { min: 0, max: 0 },
+                core_offset_mhz: Range { min: 0, max: 0 },
+                mem_offset_mhz: Range { min: 0, max: 0 },
+            },
+            default_power_w: 300,
+        }
+    }
+
+    impl Harness {
+        fn new(groups: &[u8]) -> Self {
+            let configs: Vec<_> = groups.iter().map(|&g| gpu_config(g)).collect();
+            let views = configs
+                .iter()
+                .map(|c| GpuView {
+                    class: c.class,
+                    memory_gib: c.memory_gib,
+                    topology_group: c.topology_group,
+                })
+                .collect();
+            Harness {
+                chain: Arc::new(FakeChain::new(views, INTERVAL, T0)),
+                runtime: Arc::new(RecordingRuntime::new()),
+                gpus: Arc::new(SimulatedGpu::new(&configs, Arc::new(TokioTime::new()))),
+                metrics: Arc::new(Metrics::default()),
+                dir: tempfile::tempdir().unwrap(),
+            }
+        }
+
+        /// A reconciler continuing from the state file: a fresh start, or a restart.
+        fn reconciler(&self) -> Reconciler {
+            Reconciler::new(
+                self.chain.clone(),
+                self.runtime.clone(),
+                self.gpus.clone(),
+                ReconcilerConfig {
+                    data_dir: self.dir.path().to_path_buf(),
+                    electricity_cost_per_kwh: 500,
+                    heartbeat_interval: Duration::from_secs(60),
+                    container: ContainerLimits {
+                        memory_mib_per_gpu: 1_024,
+                        millicpus_per_gpu: 2_000,
+                        pids_limit: 512,
+                        stop_grace: Duration::from_secs(10),
+                    },
+                    registries: BTreeMap::new(),
+                },
+                self.metrics.clone(),
+            )
+            .unwrap()
+        }
+
+        fn running(&self) -> Vec<(String, ContainerSpec)> {
+            self.runtime
+                .containers()
+                .into_iter()
+                .filter(|(_, c)| c.state == ContainerState::Running)
+                .map(|(id, c)| (id, c.spec))
+                .collect()
+        }
+
+        fn applied(&self, index: u32) -> Settings {
+            self.gpus.read_back(index).unwrap()
+        }
+    }
+
+    fn power(w: u16) -> Settings {
+        Settings {
+            power_limit_w: w,
+            ..Default::default()
+        }
+    }
+
+    fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: Settings) -> BidView {
+        BidView {
+            key: Key([n; 32]),
+            client: Key([200; 32]),
+            kind,
+            gpu_count,
+            gib_per_gpu: 80,
+            accepted_classes: 1,
+            settings,
+            price,
+            max_duration_secs: 3_600,
+            image_ref: "127.0.0.1:5000/gpu-market/train:v1".into(),
+            image_digest: [n; 32],
+            env_hash: [0; 32],
+        }
+    }
+
+    /// Advances the clock by `secs` in poll steps, ticking after each; returns every action.
+    async fn run_for(r: &mut Reconciler, secs: u64) -> Vec<Action> {
+        let mut all = Vec::new();
+        for _ in 0..secs / POLL {
+            tokio::time::advance(Duration::from_secs(POLL)).await;
+            all.extend(r.tick(false).await.unwrap());
+        }
+        all
+    }
+
+    /// Allocates `b` on a fresh machine and starts it: one tick to allocate, one to start
+    /// (5 s after the lease's start).
+    async fn allocated_and_started(h: &Harness, b: BidView) -> (Reconciler, LeaseView) {
+        h.chain.place_bid(b.clone());
+        let mut r = h.reconciler();
+        r.tick(false).await.unwrap();
+        let lease = h.chain.lease_of_bid(b.key).expect("allocated");
+        run_for(&mut r, POLL).await;
+        assert_eq!(h.running().len(), 1, "started");
+        (r, lease)
+    }
+
+    /// The accepted proofs' intervals, and a check that their hashes chain from zero.
+    fn proven_intervals(h: &Harness, lease: Key) -> Vec<u32> {
+        let mut prev = [0; 32];
+        h.chain
+            .accepted()
+            .into_iter()
+            .filter(|a| a.lease == lease)
+            .map(|a| {
+                assert_eq!(a.hash, proof_hash(&lease, &a.proof, &prev), "hash chain");
+                prev = a.hash;
+                a.proof.interval
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_those_gpus() {
+        // GPU 0 alone in group 0; GPUs 1-3 share group 1.
+        let h = Harness::new(&[0, 1, 1, 1]);
+        let mut b = bid(1, BidKind::Queue, 2, 1_000, power(250));
+        b.env_hash = [0xee; 32];
+        let env = crate::env::env_path(h.dir.path(), &b.env_hash);
+        std::fs::create_dir_all(env.parent().unwrap()).unwrap();
+        std::fs::write(&env, "TOKEN=secret\n").unwrap();
+        h.chain.place_bid(b.clone());
+        let mut r = h.reconciler();
+
+        let actions = r.tick(false).await.unwrap();
+        assert!(
+            actions.contains(&Action::Allocate {
+                bid: b.key,
+                gpu_indices: vec![1, 2]
+            }),
+            "{actions:?}"
+        );
+        assert!(actions.contains(&Action::Heartbeat));
+        let lease = h.chain.lease_of_bid(b.key).unwrap();
+        assert_eq!(lease.gpu_indices, vec![1, 2]);
+
+        let actions = run_for(&mut r, POLL).await;
+        assert!(actions.contains(&Action::Start { lease: lease.key }));
+        let running = h.running();
+        assert_eq!(running.len(), 1);
+        let spec = &running[0].1;
+        assert_eq!(spec.gpu_indices, vec![1, 2]);
+        assert_eq!(spec.labels[LABEL_LEASE], lease.key.to_string());
+        assert_eq!(spec.env, vec![("TOKEN".to_string(), "secret".to_string())]);
+        assert_eq!(spec.memory_bytes, Some((2 * 1_024) << 20));
+        let pinned = format!("127.0.0.1:5000/gpu-market/train@sha256:{}", "01".repeat(32));
+        assert_eq!(spec.image, pinned);
+        assert!(h.runtime.calls().contains(&Call::Pull {
+            reference: pinned,
+            username: None
+        }));
+        assert_eq!(h.applied(1), power(250));
+        assert_eq!(h.applied(2), power(250));
+        assert_eq!(h.applied(0), power(300), "untouched");
+        assert_eq!(
+            h.chain.machine().await.unwrap().free_gib,
+            vec![80, 0, 0, 80]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_proof_per_interval_with_the_lease_windows_and_a_hash_chain() {
+        let h = Harness::new(&[0, 0]);
+        let (mut r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+        h.gpus.set_load(0, 800).unwrap();
+        h.gpus.set_load(1, 800).unwrap();
+        run_for(&mut r, 3 * INTERVAL as u64).await;
+
+        assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+        assert_eq!(h.chain.submit_calls(), 3, "no proof sent twice");
+        let accepted = h.chain.accepted();
+        let start = lease.started_at;
+        for (k, a) in accepted.iter().enumerate() {
+            let from = start + k as i64 * INTERVAL as i64;
+            assert_eq!(a.window, (from, from + INTERVAL as i64));
+            assert_eq!(a.proof.exit_code, None);
+            assert_eq!(a.proof.peak_power_w.len(), 2);
+            assert!(a.proof.energy_j > 0);
+        }
+        // The container started 5 s into the first interval.
+        assert_eq!(accepted[0].proof.gpu_seconds, 2 * 55);
+        assert_eq!(accepted[1].proof.gpu_seconds, 2 * 60);
+        // 80 % load between 50 W idle and the 250 W limit: 210 W; 2 GPUs for 60 s.
+        assert_eq!(accepted[1].proof.avg_utilisation_bps, 8_000);
+        assert_eq!(accepted[1].proof.peak_power_w, vec![210, 210]);
+        let energy = accepted[1].proof.energy_j;
+        assert!(
+            (2 * 210 * 60 - 2 * 210 * 5..=2 * 210 * 60 + 2 * 210 * 5).contains(&energy),
+            "{energy}"
+        );
+        assert_eq!(h.chain.lease(lease.key).unwrap().next_interval, 3);
+        assert_eq!(r.state().leases[&lease.key].last_proven, Some(2));
+        assert_eq!(
+            h.metrics
+                .proofs_sent
+                .load(std::sync::atomic::Ordering::Relaxed),
+            3
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_more_profitable_spot_bid_preempts_a_spot_lease_at_its_next_boundary() {
+        let h = Harness::new(&[0, 0]);
+        let (mut r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Spot, 2, 10_000, power(300))).await;
+        let better = bid(2, BidKind::Spot, 2, 20_000, power(300));
+        let worse = bid(3, BidKind::Spot, 2, 9_000, power(300));
+        h.chain.place_bid(worse.clone());
+        h.chain.place_bid(better.clone());
+
+        let actions = run_for(&mut r, POLL).await;
+        assert!(
+            actions.contains(&Action::Rebid {
+                lease: lease.key,
+                better_bid: better.key
+            }),
+            "{actions:?}"
+        );
+        let boundary = lease.started_at + INTERVAL as i64;
+        assert_eq!(h.chain.rebids(), vec![(lease.key, better.key, boundary)]);
+        run_for(&mut r, 20).await;
+        assert_eq!(h.chain.rebids().len(), 1, "told once");
+
+        // Past the boundary: the last window is proven, the lease ends, the better bid runs.
+        run_for(&mut r, INTERVAL as u64).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+        assert_eq!(h.chain.accepted()[0].window, (lease.started_at, boundary));
+        assert_eq!(h.chain.ended(), vec![lease.key]);
+        let next = h
+            .chain
+            .lease_of_bid(better.key)
+            .expect("the better bid was allocated");
+        let running = h.running();
+        assert_eq!(running.len(), 1);
+        assert_eq!(running[0].1.labels[LABEL_LEASE], next.key.to_string());
+        assert!(h.chain.lease_of_bid(worse.key).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crashed_container_gets_a_final_proof_with_its_exit_code_and_the_lease_ends() {
+        let h = Harness::new(&[0, 0]);
+        let (mut r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+        let gpu = lease.gpu_indices[0] as u32;
+        run_for(&mut r, 70).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+        let (id, _) = h.running().pop().unwrap();
+        h.runtime.exit(&id, 3);
+        let crashed_at = h.chain.clock();
+
+        let actions = run_for(&mut r, POLL).await;
+        assert!(actions.contains(&Action::Finish {
+            lease: lease.key,
+            exit_code: 3
+        }));
+        run_for(&mut r, POLL).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+        let last = h.chain.accepted().pop().unwrap();
+        assert_eq!(last.proof.exit_code, Some(3));
+        let from = lease.started_at + INTERVAL as i64;
+        assert_eq!(last.window, (from, from + INTERVAL as i64));
+        assert_eq!(
+            last.proof.gpu_seconds,
+            (crashed_at + POLL as i64 - from) as u64
+        );
+        assert_eq!(h.chain.ended(), vec![lease.key]);
+        assert!(h.runtime.containers().is_empty(), "container removed");
+        assert!(logs_path(h.dir.path(), &lease.key).exists(), "logs kept");
+        assert_eq!(h.applied(gpu), power(300), "GPU reset");
+        assert!(r.state().leases.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_rpc_outage_loses_no_proof_and_a_lost_answer_duplicates_none() {
+        let h = Harness::new(&[0, 0]);
+        let (mut r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+        run_for(&mut r, 25).await;
+        h.chain.set_outage(true);
+        // Two boundaries pass while the cluster is unreachable.
+        run_for(&mut r, 2 * INTERVAL as u64).await;
+        assert!(proven_intervals(&h, lease.key).is_empty());
+        let pending: Vec<u32> = r.state().leases[&lease.key]
+            .pending
+            .iter()
+            .map(|p| p.interval)
+            .collect();
+        assert_eq!(pending, vec![0, 1], "closed locally on time");
+
+        h.chain.set_outage(false);
+        // The first proof lands but its answer is lost.
+        h.chain.lose_next_response();
+        run_for(&mut r, POLL).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+        run_for(&mut r, POLL).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+        assert_eq!(h.chain.submit_calls(), 2, "proof 0 was not sent again");
+        let windows: Vec<_> = h.chain.accepted().iter().map(|a| a.window).collect();
+        let s = lease.started_at;
+        assert_eq!(windows, vec![(s, s + 60), (s + 60, s + 120)]);
+        assert!(
+            h.metrics
+                .rpc_errors
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0
+        );
+        assert!(
+            h.metrics
+                .proofs_failed
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0
+        );
+        run_for(&mut r, INTERVAL as u64).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_mid_lease_continues_from_the_state_file_without_duplicates_or_orphans() {
+        let h = Harness::new(&[0, 0, 0]);
+        let (mut r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+        let (id, _) = h.running().pop().unwrap();
+        // Boundary 1: the proof lands, its answer is lost, and the agent is killed before
+        // hearing more: the state file still lists the proof as pending.
+        run_for(&mut r, 50).await;
+        h.chain.lose_next_response();
+        run_for(&mut r, POLL).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+        drop(r);
+
+        // While it was down: a container of a lease the chain no longer has, and a GPU left
+        // overclocked by nobody.
+        let orphan = h
+            .runtime
+            .run(&ContainerSpec {
+                labels: [(LABEL_LEASE.to_string(), Key([77; 32]).to_string())].into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        h.gpus.apply(2, &power(390)).unwrap();
+
+        let mut r = h.reconciler();
+        assert_eq!(r.state().leases[&lease.key].pending.len(), 1);
+        run_for(&mut r, 2 * INTERVAL as u64).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+        assert_eq!(h.chain.submit_calls(), 3, "proof 0 was not sent twice");
+        let running = h.running();
+        assert_eq!(running.len(), 1);
+        assert_eq!(
+            running[0].0, id,
+            "the lease's container was kept, not restarted"
+        );
+        assert!(
+            !h.runtime.containers().contains_key(&orphan),
+            "orphan removed"
+        );
+        assert_eq!(h.applied(2), power(300), "stray overclock reset");
+        assert_eq!(
+            h.applied(lease.gpu_indices[0] as u32),
+            power(250),
+            "lease GPU kept"
+        );
+        let runs = h
+            .runtime
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::Run { .. }))
+            .count();
+        assert_eq!(runs, 2, "the lease's run and the orphan's, nothing more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_whose_settings_do_not_take_is_refused_and_ended() {
+        let h = Harness::new(&[0, 1, 1]);
+        h.gpus.stick_power_limit(0).unwrap();
+        let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+        h.chain.place_bid(b.clone());
+        let mut r = h.reconciler();
+        r.tick(false).await.unwrap();
+        let lease = h.chain.lease_of_bid(b.key).unwrap();
+        assert_eq!(lease.gpu_indices, vec![0], "the smallest group that fits");
+        run_for(&mut r, 3 * POLL).await;
+
+        assert!(h.runtime.containers().is_empty(), "nothing ran");
+        assert!(!h
+            .runtime
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::Pull { .. } | Call::Run { .. })));
+        let proofs = h.chain.accepted();
+        assert_eq!(proofs.len(), 1);
+        assert_eq!(proofs[0].proof.exit_code, Some(EXIT_SETTINGS_REFUSED));
+        assert_eq!(proofs[0].proof.gpu_seconds, 0);
+        assert_eq!(proofs[0].proof.energy_j, 0);
+        assert_eq!(h.chain.ended(), vec![lease.key]);
+        assert_eq!(h.applied(0), power(300));
+        assert!(r.state().leases.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sigterm_drains_final_proofs_stopped_containers_and_reset_gpus() {
+        let h = Harness::new(&[0, 0]);
+        let (r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let daemon =
+            tokio::spawn(
+                r.run(Duration::from_secs(POLL), Duration::from_secs(30), async {
+                    stopped.await.ok();
+                }),
+            );
+        tokio::time::sleep(Duration::from_secs(90)).await;
+        stop.send(()).unwrap();
+        assert_eq!(daemon.await.unwrap(), DrainOutcome::Drained);
+
+        assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+        let last = h.chain.accepted().pop().unwrap();
+        assert_eq!(last.proof.exit_code, Some(EXIT_SIGTERM as i32));
+        assert_eq!(h.chain.ended(), vec![lease.key]);
+        assert!(h.runtime.calls().contains(&Call::Stop {
+            id: "container-1".into(),
+            grace: Duration::from_secs(10)
+        }));
+        assert!(h.runtime.containers().is_empty());
+        assert_eq!(h.applied(0), power(300));
+        assert_eq!(h.applied(1), power(300));
+        assert!(StateFile::new(h.dir.path())
+            .load()
+            .unwrap()
+            .leases
+            .is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_during_an_outage_stops_at_the_deadline_and_the_next_start_finishes() {
+        let h = Harness::new(&[0, 0]);
+        let (r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+        h.chain.set_outage(true);
+        let outcome = r
+            .run(Duration::from_secs(POLL), Duration::from_secs(20), async {
+                tokio::time::sleep(Duration::from_secs(30)).await
+            })
+            .await;
+        assert_eq!(
+            outcome,
+            DrainOutcome::DeadlinePassed {
+                left: vec![lease.key]
+            }
+        );
+        assert!(h.running().is_empty(), "the container was stopped anyway");
+        let saved = StateFile::new(h.dir.path()).load().unwrap();
+        assert_eq!(
+            saved.leases[&lease.key].pending[0].exit_code,
+            Some(EXIT_SIGTERM as i32)
+        );
+
+        h.chain.set_outage(false);
+        let mut r = h.reconciler();
+        run_for(&mut r, 2 * POLL).await;
+        assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+        assert_eq!(h.chain.ended(), vec![lease.key]);
+        assert!(r.state().leases.is_empty());
+    }
+
+    fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
+        Observed {
+            now: T0,
+            chain,
+            containers: Vec::new(),
+            gpus: Vec::new(),
+            local,
+            draining: false,
+            heartbeat_due: true,
+            electricity_cost_per_kwh: 500,
+        }
+    }
+
+    fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
+        MachineView {
+            gpus: groups
+                .iter()
+                .map(|&g| GpuView {
+                    class: 0,
+                    memory_gib: 80,
+                    topology_group: g,
+                })
+                .collect(),
+            free_gib,
+            status: MachineStatus::Active,
+        }
+    }
+
+    #[test]
+    fn gpus_are_shared_in_slices_only_with_equal_settings() {
+        let mut running = bid(9, BidKind::Queue, 1, 1, power(250));
+        running.gib_per_gpu = 40;
+        let lease = LeaseView {
+            key: Key([9; 32]),
+            bid: running.key,
+            client: running.client,
+            kind: BidKind::Queue,
+            price: 1,
+            gpu_indices: vec![0],
+            gib_per_gpu: 40,
+            settings: vec![power(250)],
+            image_ref: running.image_ref.clone(),
+            image_digest: [0; 32],
+            env_hash: [0; 32],
+            started_at: T0,
+            ends_at: T0 + 600,
+            stop_at: None,
+            interval_secs: INTERVAL,
+            next_interval: 0,
+            proof_hash: [0; 32],
+        };
+        let mut same = bid(1, BidKind::Queue, 1, 1, power(250));
+        same.gib_per_gpu = 40;
+        let mut other = bid(2, BidKind::Queue, 1, 1, power(200));
+        other.gib_per_gpu = 40;
+        let chain = ChainObserved {
+            machine: machine(&[0], vec![40]),
+            leases: vec![lease],
+            bids: vec![other.clone(), same.clone()],
+        };
+        let actions = plan(&observed(Some(chain), AgentState::default()));
+        assert!(actions.contains(&Action::Allocate {
+            bid: same.key,
+            gpu_indices: vec![0]
+        }));
+        assert!(!actions
+            .iter()
+            .any(|a| matches!(a, Action::Allocate { bid, .. } if *bid == other.key)));
+    }
+
+    #[test]
+    fn a_lease_that_never_started_before_its_stop_is_proven_empty_and_ended() {
+        let h_lease = LeaseView {
+            key: Key([9; 32]),
+            bid: Key([8; 32]),
+            client: Key([7; 32]),
+            kind: BidKind::Queue,
+            price: 1,
+            gpu_indices: vec![0],
+            gib_per_gpu: 80,
+            settings: vec![power(250)],
+            image_ref: "r/i:1".into(),
+            image_digest: [0; 32],
+            env_hash: [0; 32],
+            started_at: T0 - 120,
+            ends_at: T0 - 10,
+            stop_at: None,
+            interval_secs: INTERVAL,
+            next_interval: 0,
+            proof_hash: [0; 32],
+        };
+        let mut local = AgentState::default();
+        local.leases.insert(
+            h_lease.key,
+            LeaseRecord::new(&h_lease, &[Sample::default()]),
+        );
+        let chain = ChainObserved {
+            machine: machine(&[0], vec![0]),
+            leases: vec![h_lease.clone()],
+            bids: Vec::new(),
+        };
+        let mut o = observed(Some(chain), local.clone());
+        o.heartbeat_due = false;
+        assert_eq!(
+            plan(&o),
+            vec![
+                Action::Finish {
+                    lease: h_lease.key,
+                    exit_code: EXIT_CONTAINER_LOST
+                },
+                Action::Submit { lease: h_lease.key }
+            ]
+        );
+        let record = local.leases.get_mut(&h_lease.key).unwrap();
+        record.close_final(T0, &[Sample::default()], EXIT_CONTAINER_LOST);
+        let gpu_seconds: Vec<u64> = record.pending.iter().map(|p| p.gpu_seconds).collect();
+        assert_eq!(gpu_seconds, vec![0, 0], "both windows, nothing used");
+    }
+
+    #[test]
+    fn without_the_cluster_the_plan_touches_nothing_on_chain() {
+        let lease = LeaseView {
+            key: Key([9; 32]),
+            bid: Key([8; 32]),
+            client: Key([7; 32]),
+            kind: BidKind::Queue,
+            price: 1,
+            gpu_indices: vec![0],
+            gib_per_gpu: 80,
+            settings: vec![power(250)],
+            image_ref: "r/i:1".into(),
+            image_digest: [0; 32],
+            env_hash: [0; 32],
+            started_at: T0 - 120,
+            ends_at: T0 + 600,
+            stop_at: None,
+            interval_secs: INTERVAL,
+            next_interval: 0,
+            proof_hash: [0; 32],
+        };
+        let mut record = LeaseRecord::new(&lease, &[Sample::default()]);
+        record.container_id = Some("c".into());
+        let mut local = AgentState::default();
+        local.leases.insert(lease.key, record);
+        let mut o = observed(None, local);
+        o.heartbeat_due = false;
+        o.containers.push(ObservedContainer {
+            id: "c".into(),
+            lease: Some(lease.key),
+            state: ContainerState::Running,
+        });
+        o.containers.push(ObservedContainer {
+            id: "stray".into(),
+            lease: Some(Key([1; 32])),
+            state: ContainerState::Running,
+        });
+        assert_eq!(
+            plan(&o),
+            vec![
+                Action::Meter { lease: lease.key },
+                Action::CloseEnded { lease: lease.key }
+            ],
+            "meters and closes locally; no submit, no orphan removal without the chain's word"
+        );
+    }
+}

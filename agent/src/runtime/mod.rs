@@ -1,0 +1,206 @@
+//! Running a lease's container: the operations the reconcile loop needs from a container engine.
+//!
+//! [`crate::docker::DockerEngine`] implements them on a Docker engine; [`recording::RecordingRuntime`]
+//! records them for tests and lets a test make a container exit.
+
+pub mod recording;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::chain::Key;
+
+/// Label carried by every container the agent starts, so a restart can find its own.
+pub const LABEL_MANAGED: &str = "io.gpu-market.managed";
+/// Label naming the lease (base58) a container runs for.
+pub const LABEL_LEASE: &str = "io.gpu-market.lease";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot reach the Docker engine at {socket}: {source}")]
+    Connect {
+        socket: String,
+        source: bollard::errors::Error,
+    },
+    #[error("pulling {image} failed: {source}")]
+    Pull {
+        image: String,
+        source: bollard::errors::Error,
+    },
+    #[error("the engine refused container {op}: {source}")]
+    Engine {
+        op: &'static str,
+        source: bollard::errors::Error,
+    },
+    #[error("image reference {0:?} has no repository")]
+    BadImage(String),
+    #[error("no container {0}")]
+    NoSuchContainer(String),
+    #[error("writing logs to {path}: {source}")]
+    Logs {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What to run: the image, its environment, its limits and the GPUs it may see.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSpec {
+    pub name: Option<String>,
+    /// `registry/repository:tag` or `registry/repository@sha256:…`.
+    pub image: String,
+    pub cmd: Option<Vec<String>>,
+    /// Environment variables. Never logged: they may carry the client's decrypted secrets.
+    pub env: Vec<(String, String)>,
+    pub labels: HashMap<String, String>,
+    pub memory_bytes: Option<i64>,
+    /// CPU quota in billionths of a CPU.
+    pub nano_cpus: Option<i64>,
+    pub pids_limit: Option<i64>,
+    /// GPU indices (as the NVIDIA runtime numbers them) exposed to the container.
+    pub gpu_indices: Vec<u32>,
+}
+
+/// Registry credentials for one pull.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}, <redacted>)", self.username)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    /// Created, running, paused or restarting: not finished.
+    Running,
+    Exited {
+        code: i64,
+    },
+}
+
+/// A container carrying [`LABEL_MANAGED`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedContainer {
+    pub id: String,
+    /// The lease in its [`LABEL_LEASE`] label, if it has a valid one.
+    pub lease: Option<Key>,
+}
+
+#[async_trait]
+pub trait ContainerRuntime: Send + Sync {
+    /// Pulls `image_ref`'s repository pinned to `digest` (`repo@sha256:…`).
+    async fn pull(
+        &self,
+        image_ref: &str,
+        digest: &[u8; 32],
+        credentials: Option<&Credentials>,
+    ) -> Result<(), RuntimeError>;
+    /// Creates and starts a container; returns its id. The container gets [`LABEL_MANAGED`].
+    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError>;
+    async fn state(&self, id: &str) -> Result<ContainerState, RuntimeError>;
+    /// Sends SIGTERM, then SIGKILL after `grace`; returns once the container has stopped.
+    async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError>;
+    async fn remove(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Writes everything the container printed to `path`; returns the bytes written.
+    async fn save_logs(&self, id: &str, path: &Path) -> Result<u64, RuntimeError>;
+    /// Every container carrying [`LABEL_MANAGED`], running or not.
+    async fn managed(&self) -> Result<Vec<ManagedContainer>, RuntimeError>;
+}
+
+/// The repository of `image_ref` pinned to `digest`: `registry/repo@sha256:<hex>`.
+pub fn pinned_reference(image_ref: &str, digest: &[u8; 32]) -> Result<String, RuntimeError> {
+    let (repo, _) = split_reference(image_ref)?;
+    Ok(format!("{repo}@sha256:{}", hex(digest)))
+}
+
+/// The registry host of an image reference, as Docker decides it: the first path component
+/// when it looks like a host (has a dot or a port, or is `localhost`), else Docker Hub.
+pub fn registry_host(image_ref: &str) -> &str {
+    match image_ref.split_once('/') {
+        Some((first, _)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            first
+        }
+        _ => "docker.io",
+    }
+}
+
+/// Splits `registry/repo:tag` or `registry/repo@sha256:…` into the repository and the tag or
+/// digest (`latest` when neither is given). A registry port is not mistaken for a tag.
+pub fn split_reference(image: &str) -> Result<(&str, &str), RuntimeError> {
+    if let Some((repo, digest)) = image.split_once('@') {
+        return if repo.is_empty() {
+            Err(RuntimeError::BadImage(image.to_string()))
+        } else {
+            Ok((repo, digest))
+        };
+    }
+    let last_slash = image.rfind('/').map_or(0, |i| i + 1);
+    let (repo, tag) = match image[last_slash..].rfind(':') {
+        Some(i) => (&image[..last_slash + i], &image[last_slash + i + 1..]),
+        None => (image, "latest"),
+    };
+    if repo.is_empty() || tag.is_empty() {
+        return Err(RuntimeError::BadImage(image.to_string()));
+    }
+    Ok((repo, tag))
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_split_into_repository_and_tag_or_digest() {
+        assert_eq!(
+            split_reference("127.0.0.1:5000/gpu-market/busybox:1.0").unwrap(),
+            ("127.0.0.1:5000/gpu-market/busybox", "1.0")
+        );
+        assert_eq!(
+            split_reference("127.0.0.1:5000/busybox").unwrap(),
+            ("127.0.0.1:5000/busybox", "latest")
+        );
+        assert_eq!(
+            split_reference("reg/busybox@sha256:abcd").unwrap(),
+            ("reg/busybox", "sha256:abcd")
+        );
+        assert!(split_reference("busybox:").is_err());
+        assert!(split_reference("@sha256:abcd").is_err());
+    }
+
+    #[test]
+    fn pulls_are_pinned_to_the_digest_and_credentials_found_by_host() {
+        let digest = [0xab; 32];
+        assert_eq!(
+            pinned_reference("127.0.0.1:5000/gpu-market/train:v2", &digest).unwrap(),
+            format!("127.0.0.1:5000/gpu-market/train@sha256:{}", "ab".repeat(32))
+        );
+        assert_eq!(
+            registry_host("127.0.0.1:5000/gpu-market/train:v2"),
+            "127.0.0.1:5000"
+        );
+        assert_eq!(registry_host("ghcr.io/org/train"), "ghcr.io");
+        assert_eq!(registry_host("library/busybox"), "docker.io");
+        assert_eq!(registry_host("busybox"), "docker.io");
+        assert!(!format!(
+            "{:?}",
+            Credentials {
+                username: "u".into(),
+                password: "hunter2".into()
+            }
+        )
+        .contains("hunter2"));
+    }
+}
