@@ -88,6 +88,7 @@ fn register_machine_records_gpus_ranges_and_topology() {
     let mut f = fixture();
     let gpus: Vec<GpuSpec> = (0..8).map(|i| gpu(1, i / 4)).collect();
     let key = register(&mut f, 0, gpus.clone()).expect("register_machine");
+    let gpus = terms(f.agent.pubkey(), gpus).gpus; // as sent: each with its UUID
     let m: Machine = f.ctx.account(&key);
     assert_eq!(
         (m.owner, m.agent, m.market),
@@ -154,6 +155,18 @@ fn bad_machines_are_rejected_and_create_nothing() {
         })
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::TooManyCachedImages));
+    // The same physical GPU declared twice (one UUID) would double the machine's capacity.
+    let mut twice = terms(f.agent.pubkey(), vec![gpu(0, 0), gpu(0, 0)]);
+    twice.gpus[1].uuid = twice.gpus[0].uuid;
+    let r = RegisterMachine {
+        owner: &f.host,
+        market: f.market,
+        id: 201,
+        terms: twice,
+    };
+    let err = f.ctx.run(&r).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::DuplicateGpu));
+    assert!(!f.ctx.account_exists(&r.machine()));
 }
 
 #[test]
