@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub mod client;
+pub use gpu_market_sdk as client;
 
 use anyhow::{bail, Context, Result};
 use solana_commitment_config::CommitmentConfig;
