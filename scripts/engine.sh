@@ -15,6 +15,10 @@ ENGINE_DIR="${GPU_MARKET_ENGINE_DIR:-$TOOLS_DIR/engine}"
 REGISTRY="${GPU_MARKET_REGISTRY:-127.0.0.1:5000}"
 SOCK="$ENGINE_DIR/docker.sock"
 TEST_IMAGE="$REGISTRY/gpu-market/busybox:latest"
+# Lease workloads for the agent's tests and the demo (same rootfs, other commands): `worker` keeps
+# a CPU busy at whatever share the container's limit allows, `idler` sleeps; both stop on SIGTERM.
+WORKER_IMAGE="$REGISTRY/gpu-market/worker:latest"
+IDLER_IMAGE="$REGISTRY/gpu-market/idler:latest"
 
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -70,11 +74,11 @@ YML
     die "the registry did not start (log: $ENGINE_DIR/registry.log)"
 }
 
-# The test image, made without internet: a busybox rootfs, imported, pushed to the local registry,
-# and removed locally so that tests pull it for real.
-seed_image() {
-    curl -fsS "http://$REGISTRY/v2/gpu-market/busybox/tags/list" 2>/dev/null | grep -q latest && return 0
-    log "seeding $TEST_IMAGE"
+# The test images, made without internet: a busybox rootfs, imported with each image's command,
+# pushed to the local registry, and removed locally so that tests pull them for real.
+seed_images() {
+    curl -fsS "http://$REGISTRY/v2/gpu-market/idler/tags/list" 2>/dev/null | grep -q latest && return 0
+    log "seeding $TEST_IMAGE, $WORKER_IMAGE, $IDLER_IMAGE"
     local rootfs
     rootfs="$(mktemp -d)"
     mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc"
@@ -84,10 +88,23 @@ seed_image() {
     done
     echo 'root:x:0:0:root:/root:/bin/sh' > "$rootfs/etc/passwd"
     export DOCKER_HOST="unix://$SOCK"
-    tar -C "$rootfs" -c . | docker import -c 'CMD ["/bin/sh"]' - "$TEST_IMAGE" >/dev/null
+    seed() {
+        tar -C "$rootfs" -c . | docker import -c "CMD $2" - "$1" >/dev/null
+        docker push "$1" >/dev/null
+        docker rmi -f "$1" >/dev/null
+    }
+    seed "$TEST_IMAGE" '["/bin/sh"]'
+    seed "$WORKER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; while :; do :; done"]'
+    seed "$IDLER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; while :; do sleep 1; done"]'
     rm -rf "$rootfs"
-    docker push "$TEST_IMAGE" >/dev/null
-    docker rmi -f "$TEST_IMAGE" >/dev/null
+}
+
+# The manifest digest the registry serves for an image reference (what a bid pins).
+digest_of() {
+    local ref="${1#"$REGISTRY"/}"
+    curl -fsSI -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+        "http://$REGISTRY/v2/${ref%%:*}/manifests/${ref##*:}" \
+        | tr -d '\r' | awk -F': ' 'tolower($1) == "docker-content-digest" { print $2 }'
 }
 
 stop_pid() {
@@ -108,7 +125,7 @@ case "${1:-}" in
         mkdir -p "$ENGINE_DIR"
         start_dockerd
         start_registry
-        seed_image
+        seed_images
         log "engine: unix://$SOCK, registry: $REGISTRY, test image: $TEST_IMAGE"
         ;;
     stop)
@@ -122,6 +139,10 @@ case "${1:-}" in
         echo "export DOCKER_HOST=unix://$SOCK"
         echo "export GPU_MARKET_REGISTRY=$REGISTRY"
         echo "export GPU_MARKET_TEST_IMAGE=$TEST_IMAGE"
+        echo "export GPU_MARKET_WORKER_IMAGE=$WORKER_IMAGE"
+        echo "export GPU_MARKET_WORKER_DIGEST=$(digest_of "$WORKER_IMAGE")"
+        echo "export GPU_MARKET_IDLER_IMAGE=$IDLER_IMAGE"
+        echo "export GPU_MARKET_IDLER_DIGEST=$(digest_of "$IDLER_IMAGE")"
         ;;
     *) die "usage: $0 start|stop|status|env" ;;
 esac

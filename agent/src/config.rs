@@ -20,6 +20,9 @@ pub struct Config {
     pub keypair: PathBuf,
     pub market: Key,
     pub machine: Key,
+    /// The payment-token account of the machine's owner that proofs pay; `None`: the owner's
+    /// first such account (by address) that the cluster lists.
+    pub host_token_account: Option<Key>,
     pub commitment: Commitment,
     pub gpu: GpuBackendConfig,
     /// The container engine's socket, `unix:///path`.
@@ -158,6 +161,7 @@ struct Raw {
     keypair: PathBuf,
     market: String,
     machine: String,
+    host_token_account: Option<String>,
     #[serde(default = "default_commitment")]
     commitment: String,
     gpu: RawGpu,
@@ -274,6 +278,11 @@ impl Config {
             keypair: raw.keypair,
             market: key("market", &raw.market)?,
             machine: key("machine", &raw.machine)?,
+            host_token_account: raw
+                .host_token_account
+                .as_deref()
+                .map(|k| key("host_token_account", k))
+                .transpose()?,
             commitment: variant(
                 "commitment",
                 &raw.commitment,
@@ -635,6 +644,22 @@ password_file = "/etc/gpu-market/registry.pass"
             matches!(&e, ConfigError::BadKey { key, .. } if key == "machine"),
             "{e}"
         );
+        let e = with(
+            "commitment = ",
+            "host_token_account = \"xyz0\"\ncommitment = ",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadKey { key, .. } if key == "host_token_account"),
+            "{e}"
+        );
+        let c = with(
+            "commitment = ",
+            &format!("host_token_account = \"{MARKET}\"\ncommitment = "),
+        )
+        .unwrap();
+        assert_eq!(c.host_token_account, Some(MARKET.parse().unwrap()));
+        assert_eq!(Config::parse(&good()).unwrap().host_token_account, None);
         let e = with("127.0.0.1:9464", "localhost").unwrap_err();
         assert!(
             matches!(&e, ConfigError::BadAddress { key, .. } if key == "metrics_listen"),

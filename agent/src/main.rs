@@ -1,18 +1,22 @@
 //! `gpu-market-agent`: the host operator's daemon.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use gpu_market_agent::chain::solana::{watch, SolanaChain};
 use gpu_market_agent::chain::Chain;
-use gpu_market_agent::config::{Config, GpuBackendConfig, LogFormat};
+use gpu_market_agent::config::{Commitment, Config, GpuBackendConfig, LogFormat};
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
 use gpu_market_agent::gpu::nvml::NvmlGpu;
 use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
 use gpu_market_agent::gpu::GpuBackend;
 use gpu_market_agent::metrics::{self, Metrics};
 use gpu_market_agent::reconcile::{DrainOutcome, Reconciler, ReconcilerConfig};
+use solana_commitment_config::CommitmentConfig;
+use tokio::sync::Notify;
 
 #[derive(Parser)]
 #[command(version, about = "The GPU market's host agent")]
@@ -93,7 +97,7 @@ async fn run(path: &Path) -> Result<()> {
     tracing::info!(api = %engine.api_version(), "container engine ready");
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data folder {}", config.data_dir.display()))?;
-    let chain = connect_chain(&config)?;
+    let (chain, wake) = connect_chain(&config)?;
 
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(config.metrics_listen)
@@ -121,6 +125,7 @@ async fn run(path: &Path) -> Result<()> {
         .run(
             config.billing_poll_interval,
             config.drain_deadline,
+            wake,
             shutdown_signal(),
         )
         .await;
@@ -135,14 +140,43 @@ async fn run(path: &Path) -> Result<()> {
     }
 }
 
-/// The market program behind [`Chain`]. The Solana RPC implementation is not part of this
-/// crate yet, so the daemon refuses to start rather than run against nothing.
-fn connect_chain(config: &Config) -> Result<Arc<dyn Chain>> {
-    anyhow::bail!(
-        "the Solana chain backend is not wired yet (would connect to {} for machine {})",
-        config.rpc_url,
-        config.machine
-    )
+/// The market program over JSON-RPC, and the websocket watcher that wakes the loop on every
+/// change to this machine's accounts (the loop's poll is the fallback while it is down).
+fn connect_chain(config: &Config) -> Result<(Arc<dyn Chain>, Arc<Notify>)> {
+    let agent = solana_keypair::read_keypair_file(&config.keypair).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read the agent keypair {}: {e}",
+            config.keypair.display()
+        )
+    })?;
+    let commitment = commitment(config.commitment);
+    let chain = SolanaChain::new(
+        config.rpc_url.clone(),
+        commitment,
+        agent,
+        config.market,
+        config.machine,
+        config.host_token_account,
+    );
+    tracing::info!(agent = %chain.agent(), rpc = %config.rpc_url, "chain client ready");
+    let wake = Arc::new(Notify::new());
+    tokio::spawn(watch(
+        config.ws_url.clone(),
+        commitment,
+        config.market,
+        config.machine,
+        wake.clone(),
+        Arc::new(AtomicBool::new(false)),
+    ));
+    Ok((Arc::new(chain), wake))
+}
+
+fn commitment(c: Commitment) -> CommitmentConfig {
+    match c {
+        Commitment::Processed => CommitmentConfig::processed(),
+        Commitment::Confirmed => CommitmentConfig::confirmed(),
+        Commitment::Finalized => CommitmentConfig::finalized(),
+    }
 }
 
 /// Completes on SIGTERM (systemd's stop) or SIGINT.

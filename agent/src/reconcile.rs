@@ -334,26 +334,32 @@ impl Capacity {
     }
 
     fn take(&mut self, bid: &BidView, gpus: &[u8]) {
-        for &i in gpus {
+        for (&i, s) in gpus.iter().zip(&bid.settings) {
             self.free_gib[i as usize] -= bid.gib_per_gpu;
-            self.settings[i as usize] = Some(bid.settings);
+            self.settings[i as usize] = Some(*s);
         }
     }
 
     /// The GPUs `bid` would get: within one topology group when one has room (the group with
     /// the least room that fits, then the GPUs with the least free GiB that fit), else spread
-    /// over the groups with the most room.
+    /// over the groups with the most room. A GPU is shared only by leases with equal settings,
+    /// so a bid that asks different settings of its GPUs gets unshared ones.
     fn pick(&self, bid: &BidView) -> Option<Vec<u8>> {
         let n = bid.gpu_count as usize;
-        if n == 0 {
+        if n == 0 || bid.settings.len() != n {
             return None;
         }
+        let uniform = bid.uniform_settings();
         let eligible: Vec<usize> = (0..self.gpus.len())
             .filter(|&i| {
                 bid.accepted_classes & (1u8.checked_shl(self.gpus[i].class as u32).unwrap_or(0))
                     != 0
+                    && bid.gpu_mask & (1u16.checked_shl(i as u32).unwrap_or(0)) != 0
                     && self.free_gib[i] >= bid.gib_per_gpu
-                    && self.settings[i].is_none_or(|s| s == bid.settings)
+                    && match self.settings[i] {
+                        None => true,
+                        Some(s) => uniform == Some(s),
+                    }
             })
             .collect();
         if eligible.len() < n {
@@ -392,11 +398,10 @@ fn spot_profit(price: u64, gpus: usize, power_w: u64, electricity_cost_per_kwh: 
 }
 
 fn bid_profit(b: &BidView, electricity_cost_per_kwh: u64) -> u64 {
-    let n = b.gpu_count as usize;
     spot_profit(
         b.price,
-        n,
-        b.settings.power_limit_w as u64 * n as u64,
+        b.gpu_count as usize,
+        b.power_w(),
         electricity_cost_per_kwh,
     )
 }
@@ -943,12 +948,14 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Ticks every `poll` until `shutdown` completes, then drains within `drain_deadline`:
-    /// containers stopped, final proofs submitted, leases ended, GPUs reset.
+    /// Ticks every `poll`, and at once whenever `wake` is notified (a chain event), until
+    /// `shutdown` completes; then drains within `drain_deadline`: containers stopped, final
+    /// proofs submitted, leases ended, GPUs reset.
     pub async fn run(
         mut self,
         poll: Duration,
         drain_deadline: Duration,
+        wake: Arc<tokio::sync::Notify>,
         shutdown: impl Future<Output = ()>,
     ) -> DrainOutcome {
         let mut ticker = tokio::time::interval(poll);
@@ -957,11 +964,11 @@ impl Reconciler {
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                _ = ticker.tick() => {
-                    if let Err(e) = self.tick(false).await {
-                        tracing::warn!(error = %e, "tick failed");
-                    }
-                }
+                _ = ticker.tick() => {}
+                _ = wake.notified() => ticker.reset(),
+            }
+            if let Err(e) = self.tick(false).await {
+                tracing::warn!(error = %e, "tick failed");
             }
         }
         tracing::info!(leases = self.state.leases.len(), "draining");
@@ -1126,7 +1133,8 @@ mod tests {
             gpu_count,
             gib_per_gpu: 80,
             accepted_classes: 1,
-            settings,
+            gpu_mask: u16::MAX,
+            settings: vec![settings; gpu_count as usize],
             price,
             max_duration_secs: 3_600,
             image_ref: "127.0.0.1:5000/gpu-market/train:v1".into(),
@@ -1467,12 +1475,14 @@ mod tests {
         let (r, lease) =
             allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let daemon =
-            tokio::spawn(
-                r.run(Duration::from_secs(POLL), Duration::from_secs(30), async {
-                    stopped.await.ok();
-                }),
-            );
+        let daemon = tokio::spawn(r.run(
+            Duration::from_secs(POLL),
+            Duration::from_secs(30),
+            Default::default(),
+            async {
+                stopped.await.ok();
+            },
+        ));
         tokio::time::sleep(Duration::from_secs(90)).await;
         stop.send(()).unwrap();
         assert_eq!(daemon.await.unwrap(), DrainOutcome::Drained);
@@ -1502,9 +1512,12 @@ mod tests {
             allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
         h.chain.set_outage(true);
         let outcome = r
-            .run(Duration::from_secs(POLL), Duration::from_secs(20), async {
-                tokio::time::sleep(Duration::from_secs(30)).await
-            })
+            .run(
+                Duration::from_secs(POLL),
+                Duration::from_secs(20),
+                Default::default(),
+                async { tokio::time::sleep(Duration::from_secs(30)).await },
+            )
             .await;
         assert_eq!(
             outcome,

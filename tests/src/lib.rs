@@ -11,6 +11,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use gpu_market_sdk as client;
+pub mod live;
+
+use gpu_market_sdk::{token, ClientInstruction};
+use solana_instruction::Instruction;
+use solana_pubkey::Pubkey;
+use solana_signature::Signature;
+use solana_transaction::Transaction;
 
 use anyhow::{bail, Context, Result};
 use solana_commitment_config::CommitmentConfig;
@@ -74,6 +81,87 @@ impl Cluster {
 
     pub fn rpc(&self) -> RpcClient {
         RpcClient::new_with_commitment(self.rpc_url.clone(), CommitmentConfig::confirmed())
+    }
+
+    /// Sends `ixs` paid by the cluster's payer, signed by it and `signers`; waits for
+    /// confirmation.
+    pub async fn send(&self, ixs: &[Instruction], signers: &[&Keypair]) -> Result<Signature> {
+        let mut all = vec![&self.payer];
+        all.extend_from_slice(signers);
+        let rpc = self.rpc();
+        let blockhash = rpc.get_latest_blockhash().await?;
+        let tx =
+            Transaction::new_signed_with_payer(ixs, Some(&self.payer.pubkey()), &all, blockhash);
+        Ok(rpc.send_and_confirm_transaction(&tx).await?)
+    }
+
+    /// Sends one program instruction built by the sdk.
+    pub async fn run<C: ClientInstruction>(&self, c: &C) -> Result<Signature> {
+        self.send(&[c.instruction()], &c.signers())
+            .await
+            .with_context(|| format!("{} failed", C::NAME))
+    }
+
+    /// The cluster's clock, unix seconds.
+    pub async fn now(&self) -> Result<i64> {
+        let data = self
+            .rpc()
+            .get_account_data(&solana_sdk_ids::sysvar::clock::ID)
+            .await?;
+        Ok(bincode::deserialize::<solana_clock::Clock>(&data)?.unix_timestamp)
+    }
+
+    /// A new keypair holding `sol` SOL (from the payer).
+    pub async fn wallet(&self, sol: u64) -> Result<Keypair> {
+        let k = Keypair::new();
+        let ix = solana_system_interface::instruction::transfer(
+            &self.payer.pubkey(),
+            &k.pubkey(),
+            sol * LAMPORTS_PER_SOL,
+        );
+        self.send(&[ix], &[]).await?;
+        Ok(k)
+    }
+
+    /// A new mint with `decimals`, minted by the payer.
+    pub async fn create_mint(&self, decimals: u8) -> Result<Pubkey> {
+        let mint = Keypair::new();
+        let rent = self
+            .rpc()
+            .get_minimum_balance_for_rent_exemption(token::MINT_LEN)
+            .await?;
+        let payer = self.payer.pubkey();
+        let ixs = token::create_mint(&payer, &mint.pubkey(), rent, decimals, &payer);
+        self.send(&ixs, &[&mint]).await?;
+        Ok(mint.pubkey())
+    }
+
+    pub async fn create_token_account(&self, mint: &Pubkey, owner: &Pubkey) -> Result<Pubkey> {
+        let account = Keypair::new();
+        let rent = self
+            .rpc()
+            .get_minimum_balance_for_rent_exemption(token::ACCOUNT_LEN)
+            .await?;
+        let ixs = token::create_account(&self.payer.pubkey(), &account.pubkey(), rent, mint, owner);
+        self.send(&ixs, &[&account]).await?;
+        Ok(account.pubkey())
+    }
+
+    pub async fn mint_to(&self, mint: &Pubkey, to: &Pubkey, amount: u64) -> Result<()> {
+        let ix = token::mint_to(mint, to, &self.payer.pubkey(), amount);
+        self.send(&[ix], &[]).await?;
+        Ok(())
+    }
+
+    pub async fn token_balance(&self, account: &Pubkey) -> Result<u64> {
+        let data = self.rpc().get_account_data(account).await?;
+        token::balance(&data).with_context(|| format!("{account} is not a token account"))
+    }
+
+    /// An Anchor account of the program (discriminator checked).
+    pub async fn account<T: anchor_lang::AccountDeserialize>(&self, address: &Pubkey) -> Result<T> {
+        let data = self.rpc().get_account_data(address).await?;
+        Ok(gpu_market_sdk::accounts::decode(&data, "program")?)
     }
 
     /// Whether this cluster was started by the test (and is therefore private to it).

@@ -13,72 +13,12 @@ use gpu_market_tests::client::{ClientInstruction, InitMarket, OpenStake, Stake};
 use gpu_market_tests::Cluster;
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
-use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_program_pack::Pack;
-use solana_pubkey::Pubkey;
 use solana_pubsub_client::nonblocking::pubsub_client::PubsubClient;
-use solana_rpc_client::nonblocking::rpc_client::RpcClient;
 use solana_rpc_client_api::config::RpcAccountInfoConfig;
 use solana_signer::Signer;
-use solana_transaction::Transaction;
-use spl_token_interface::state::{Account as TokenAccount, Mint};
-
-async fn send(rpc: &RpcClient, payer: &Keypair, ixs: &[Instruction], signers: &[&Keypair]) {
-    let mut all = vec![payer];
-    all.extend_from_slice(signers);
-    let blockhash = rpc.get_latest_blockhash().await.unwrap();
-    let tx = Transaction::new_signed_with_payer(ixs, Some(&payer.pubkey()), &all, blockhash);
-    rpc.send_and_confirm_transaction(&tx)
-        .await
-        .unwrap_or_else(|e| panic!("transaction failed: {e}"));
-}
-
-async fn create_mint_and_tokens(rpc: &RpcClient, payer: &Keypair, amount: u64) -> (Pubkey, Pubkey) {
-    let mint = Keypair::new();
-    let tokens = Keypair::new();
-    let token = spl_token_interface::ID;
-    let sys = solana_system_interface::instruction::create_account;
-    let mint_rent = rpc
-        .get_minimum_balance_for_rent_exemption(Mint::LEN)
-        .await
-        .unwrap();
-    let acc_rent = rpc
-        .get_minimum_balance_for_rent_exemption(TokenAccount::LEN)
-        .await
-        .unwrap();
-    let me = payer.pubkey();
-    let ixs = [
-        sys(&me, &mint.pubkey(), mint_rent, Mint::LEN as u64, &token),
-        spl_token_interface::instruction::initialize_mint2(&token, &mint.pubkey(), &me, None, 6)
-            .unwrap(),
-        sys(
-            &me,
-            &tokens.pubkey(),
-            acc_rent,
-            TokenAccount::LEN as u64,
-            &token,
-        ),
-        spl_token_interface::instruction::initialize_account3(
-            &token,
-            &tokens.pubkey(),
-            &mint.pubkey(),
-            &me,
-        )
-        .unwrap(),
-        spl_token_interface::instruction::mint_to(
-            &token,
-            &mint.pubkey(),
-            &tokens.pubkey(),
-            &me,
-            &[],
-            amount,
-        )
-        .unwrap(),
-    ];
-    send(rpc, payer, &ixs, &[&mint, &tokens]).await;
-    (mint.pubkey(), tokens.pubkey())
-}
+use spl_token_interface::state::Account as TokenAccount;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
@@ -93,7 +33,12 @@ async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
         .expect("program account");
     assert!(program.executable);
 
-    let (mint, tokens) = create_mint_and_tokens(&rpc, payer, 1_000_000).await;
+    let mint = cluster.create_mint(6).await.unwrap();
+    let tokens = cluster
+        .create_token_account(&mint, &payer.pubkey())
+        .await
+        .unwrap();
+    cluster.mint_to(&mint, &tokens, 1_000_000).await.unwrap();
     // A fresh market id, so that a shared cluster (anchor test) can run this test again.
     let id = u64::from_le_bytes(Keypair::new().pubkey().to_bytes()[..8].try_into().unwrap());
     let init = InitMarket {
@@ -107,7 +52,7 @@ async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
             params: MarketParams::recommended(60, 100, 600),
         },
     };
-    send(&rpc, payer, &[init.instruction()], &[]).await;
+    cluster.run(&init).await.unwrap();
     let market = init.market();
     let vault = pda::stake_vault(&market).0;
 
@@ -136,7 +81,12 @@ async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
         owner: payer,
         market,
     };
-    send(&rpc, payer, &[open.instruction(), stake.instruction()], &[]).await;
+    let mut signers = open.signers();
+    signers.extend(stake.signers());
+    cluster
+        .send(&[open.instruction(), stake.instruction()], &signers)
+        .await
+        .unwrap();
 
     let update = tokio::time::timeout(Duration::from_secs(30), updates.next())
         .await

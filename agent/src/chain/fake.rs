@@ -228,7 +228,7 @@ impl Chain for FakeChain {
             price: b.price,
             gpu_indices: gpu_indices.to_vec(),
             gib_per_gpu: b.gib_per_gpu,
-            settings: vec![b.settings; gpu_indices.len()],
+            settings: b.settings.clone(),
             image_ref: b.image_ref,
             image_digest: b.image_digest,
             env_hash: b.env_hash,

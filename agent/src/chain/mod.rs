@@ -1,9 +1,11 @@
 //! What the agent needs from the market program, in the agent's own types.
 //!
-//! The Solana implementation lives elsewhere and translates accounts into these views; the
-//! reconcile loop sees only [`Chain`]. [`fake::FakeChain`] plays the program's rules for tests.
+//! [`solana::SolanaChain`] reads the program's accounts over JSON-RPC and translates them into
+//! these views; the reconcile loop sees only [`Chain`]. [`fake::FakeChain`] plays the program's
+//! rules in memory for unit tests.
 
 pub mod fake;
+pub mod solana;
 
 use std::fmt;
 use std::str::FromStr;
@@ -120,6 +122,19 @@ pub struct LeaseView {
     pub proof_hash: [u8; 32],
 }
 
+impl BidView {
+    /// The one setting asked of every GPU, when the bid asks the same of each.
+    pub fn uniform_settings(&self) -> Option<Settings> {
+        let first = *self.settings.first()?;
+        self.settings.iter().all(|s| *s == first).then_some(first)
+    }
+
+    /// The sum of the power limits asked, in W.
+    pub fn power_w(&self) -> u64 {
+        self.settings.iter().map(|s| s.power_limit_w as u64).sum()
+    }
+}
+
 impl LeaseView {
     /// When the lease stops: its end, or the earlier stop it was told.
     pub fn stop(&self) -> i64 {
@@ -137,8 +152,11 @@ pub struct BidView {
     pub gib_per_gpu: u16,
     /// Bit `c` set: GPU class `c` is accepted.
     pub accepted_classes: u8,
-    /// Asked of each GPU.
-    pub settings: Settings,
+    /// Bit `g` set: the program would accept this machine's GPU `g` for the bid now (overclock
+    /// terms inside the GPU's ranges, price at the host's floor and the class's reserve price).
+    pub gpu_mask: u16,
+    /// The settings asked of each of the bid's GPUs, in the bid's GPU order.
+    pub settings: Vec<Settings>,
     /// Per GPU-hour (queue) or per GPU-day (spot).
     pub price: u64,
     pub max_duration_secs: u32,

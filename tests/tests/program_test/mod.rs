@@ -7,15 +7,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use gpu_market_sdk::token;
 use litesvm::types::{FailedTransactionMetadata, TransactionMetadata};
 use litesvm::LiteSVM;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
-use solana_program_pack::Pack;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
-use spl_token_interface::state::{Account as TokenAccount, Mint};
 
 pub use gpu_market_tests::client::*;
 
@@ -178,24 +177,9 @@ impl TestContext {
 
     pub fn create_mint(&mut self, decimals: u8) -> Pubkey {
         let mint = Keypair::new();
-        let rent = self.svm.minimum_balance_for_rent_exemption(Mint::LEN);
-        let ixs = [
-            solana_system_interface::instruction::create_account(
-                &self.payer.pubkey(),
-                &mint.pubkey(),
-                rent,
-                Mint::LEN as u64,
-                &spl_token_interface::ID,
-            ),
-            spl_token_interface::instruction::initialize_mint2(
-                &spl_token_interface::ID,
-                &mint.pubkey(),
-                &self.payer.pubkey(),
-                None,
-                decimals,
-            )
-            .unwrap(),
-        ];
+        let rent = self.svm.minimum_balance_for_rent_exemption(token::MINT_LEN);
+        let payer = self.payer.pubkey();
+        let ixs = token::create_mint(&payer, &mint.pubkey(), rent, decimals, &payer);
         self.send(&ixs, &[&mint]).expect("create mint");
         mint.pubkey()
     }
@@ -204,37 +188,14 @@ impl TestContext {
         let account = Keypair::new();
         let rent = self
             .svm
-            .minimum_balance_for_rent_exemption(TokenAccount::LEN);
-        let ixs = [
-            solana_system_interface::instruction::create_account(
-                &self.payer.pubkey(),
-                &account.pubkey(),
-                rent,
-                TokenAccount::LEN as u64,
-                &spl_token_interface::ID,
-            ),
-            spl_token_interface::instruction::initialize_account3(
-                &spl_token_interface::ID,
-                &account.pubkey(),
-                mint,
-                owner,
-            )
-            .unwrap(),
-        ];
+            .minimum_balance_for_rent_exemption(token::ACCOUNT_LEN);
+        let ixs = token::create_account(&self.payer.pubkey(), &account.pubkey(), rent, mint, owner);
         self.send(&ixs, &[&account]).expect("create token account");
         account.pubkey()
     }
 
     pub fn mint_to(&mut self, mint: &Pubkey, to: &Pubkey, amount: u64) {
-        let ix = spl_token_interface::instruction::mint_to(
-            &spl_token_interface::ID,
-            mint,
-            to,
-            &self.payer.pubkey(),
-            &[],
-            amount,
-        )
-        .unwrap();
+        let ix = token::mint_to(mint, to, &self.payer.pubkey(), amount);
         self.send(&[ix], &[]).expect("mint to");
     }
 
@@ -250,7 +211,7 @@ impl TestContext {
 
     pub fn token_balance(&self, account: &Pubkey) -> u64 {
         let acc = self.svm.get_account(account).expect("token account exists");
-        TokenAccount::unpack(&acc.data).unwrap().amount
+        token::balance(&acc.data).expect("a token account")
     }
 
     /// An Anchor account of the program, deserialised (discriminator checked).
@@ -268,13 +229,5 @@ impl TestContext {
 
 /// The bids of a book, best first.
 pub fn book_order(ctx: &TestContext, book: &Pubkey) -> Vec<Pubkey> {
-    let data = ctx.svm.get_account(book).unwrap().data;
-    let mut aligned = vec![0u64; (data.len() - 8).div_ceil(8)];
-    anchor_lang::__private::bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..data.len() - 8]
-        .copy_from_slice(&data[8..]);
-    let book: &gpu_market::state::BidBook = anchor_lang::__private::bytemuck::from_bytes(
-        &anchor_lang::__private::bytemuck::cast_slice(&aligned)
-            [..std::mem::size_of::<gpu_market::state::BidBook>()],
-    );
-    book.iter().map(|leaf| leaf.bid).collect()
+    gpu_market_sdk::accounts::book_order(&ctx.svm.get_account(book).unwrap().data).unwrap()
 }

@@ -1,0 +1,239 @@
+//! A market on a real cluster, for end-to-end tests of the agent and the CLI: a mint, a market
+//! with its queue book, a host with stake and a registered machine (with its spot book), clients,
+//! and the program's events read back from the transactions.
+
+use anchor_lang::{AnchorDeserialize, Discriminator};
+use anyhow::{Context, Result};
+use gpu_market::events::UsageProven;
+use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
+use gpu_market::state::{GpuSpec, MachineTerms, Market, MarketParams, BID_BOOK_SPACE};
+use gpu_market_sdk::{
+    init_queue_book, init_spot_book, open_book_instructions, InitMarket, OpenStake, PlaceBid,
+    RegisterMachine, Stake,
+};
+use solana_commitment_config::CommitmentConfig;
+use solana_keypair::Keypair;
+use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
+use solana_rpc_client_api::config::RpcTransactionConfig;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+use solana_transaction_status_client_types::UiTransactionEncoding;
+
+use crate::Cluster;
+
+pub struct Wallet {
+    pub key: Keypair,
+    pub tokens: Pubkey,
+}
+
+pub struct LiveMarket {
+    pub cluster: Cluster,
+    pub mint: Pubkey,
+    pub market: Pubkey,
+    pub queue_book: Pubkey,
+    pub treasury: Pubkey,
+    pub host: Wallet,
+    /// The machine's agent (hot) key, with SOL for fees and lease rent.
+    pub agent: Keypair,
+    pub machine: Pubkey,
+    pub spot_book: Pubkey,
+}
+
+impl LiveMarket {
+    /// A market with `params` on a new cluster, its token a new 6-decimal mint; a host that
+    /// stakes `host_stake` and registers a machine with `gpus` at `price_floor` per GPU-hour
+    /// and `electricity_cost` per kWh.
+    pub async fn start(
+        params: MarketParams,
+        gpus: Vec<GpuSpec>,
+        host_stake: u64,
+        price_floor: u64,
+        electricity_cost: u64,
+    ) -> Result<Self> {
+        let cluster = Cluster::start().await?;
+        let authority = cluster.wallet(10).await?;
+        let mint = cluster.create_mint(6).await?;
+        let treasury = cluster
+            .create_token_account(&mint, &authority.pubkey())
+            .await?;
+        let stake_treasury = cluster
+            .create_token_account(&mint, &authority.pubkey())
+            .await?;
+        let init = InitMarket {
+            authority: &authority,
+            stake_mint: mint,
+            payment_mint: mint,
+            treasury,
+            stake_treasury,
+            args: InitMarketArgs { id: 0, params },
+        };
+        cluster.run(&init).await?;
+        let market = init.market();
+        let queue_book = open_book(&cluster, &authority, |book| {
+            init_queue_book(&authority.pubkey(), &market, book)
+        })
+        .await
+        .context("init_queue_book")?;
+
+        let agent = cluster.wallet(10).await?;
+        let mut live = LiveMarket {
+            cluster,
+            mint,
+            market,
+            queue_book,
+            treasury,
+            host: Wallet {
+                key: Keypair::new(),
+                tokens: Pubkey::default(),
+            },
+            agent,
+            machine: Pubkey::default(),
+            spot_book: Pubkey::default(),
+        };
+        live.host = live.client(host_stake, host_stake).await?;
+        let register = RegisterMachine {
+            owner: &live.host.key,
+            market,
+            id: 0,
+            terms: MachineTerms {
+                agent: live.agent.pubkey(),
+                region: [0; 16],
+                gpus,
+                price_floor_per_gpu_hour: price_floor,
+                electricity_cost_per_kwh: electricity_cost,
+                cached_images: vec![],
+            },
+        };
+        live.cluster.run(&register).await?;
+        live.machine = register.machine();
+        let (owner, machine) = (live.host.key.pubkey(), live.machine);
+        live.spot_book = open_book(&live.cluster, &live.host.key, |book| {
+            init_spot_book(&owner, &machine, book)
+        })
+        .await
+        .context("init_spot_book")?;
+        Ok(live)
+    }
+
+    /// A wallet with SOL, `balance` tokens, and a stake account in the market holding `staked`.
+    pub async fn client(&self, balance: u64, staked: u64) -> Result<Wallet> {
+        let key = self.cluster.wallet(10).await?;
+        let tokens = self
+            .cluster
+            .create_token_account(&self.mint, &key.pubkey())
+            .await?;
+        if balance > 0 {
+            self.cluster.mint_to(&self.mint, &tokens, balance).await?;
+        }
+        self.cluster
+            .run(&OpenStake {
+                owner: &key,
+                market: self.market,
+            })
+            .await?;
+        if staked > 0 {
+            self.cluster
+                .run(&Stake {
+                    owner: &key,
+                    market: self.market,
+                    stake_mint: self.mint,
+                    owner_tokens: tokens,
+                    amount: staked,
+                })
+                .await?;
+        }
+        Ok(Wallet { key, tokens })
+    }
+
+    /// Places a bid (spot bids on this market's machine); returns the bid's address.
+    pub async fn place(&self, client: &Wallet, args: PlaceBidArgs) -> Result<Pubkey> {
+        let spot = args.kind == gpu_market::state::BidKind::Spot;
+        let p = PlaceBid {
+            client: &client.key,
+            market: self.market,
+            book: if spot {
+                self.spot_book
+            } else {
+                self.queue_book
+            },
+            machine: spot.then_some(self.machine),
+            payment_mint: self.mint,
+            client_tokens: client.tokens,
+            args,
+        };
+        self.cluster.run(&p).await?;
+        Ok(p.bid())
+    }
+
+    pub async fn market_state(&self) -> Result<Market> {
+        self.cluster.account(&self.market).await
+    }
+
+    /// The `UsageProven` events of every transaction that touched `lease`, oldest first.
+    pub async fn usage_proofs(&self, lease: &Pubkey) -> Result<Vec<UsageProven>> {
+        let rpc = self.cluster.rpc();
+        let commitment = Some(CommitmentConfig::confirmed());
+        let mut sigs = rpc
+            .get_signatures_for_address_with_config(
+                lease,
+                GetConfirmedSignaturesForAddress2Config {
+                    commitment,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        sigs.reverse();
+        let mut out = Vec::new();
+        for s in sigs.iter().filter(|s| s.err.is_none()) {
+            let tx = rpc
+                .get_transaction_with_config(
+                    &s.signature.parse()?,
+                    RpcTransactionConfig {
+                        encoding: Some(UiTransactionEncoding::Json),
+                        commitment,
+                        max_supported_transaction_version: Some(0),
+                    },
+                )
+                .await?;
+            let logs: Vec<String> = tx
+                .transaction
+                .meta
+                .and_then(|m| Option::from(m.log_messages))
+                .unwrap_or_default();
+            out.extend(events::<UsageProven>(&logs));
+        }
+        Ok(out)
+    }
+}
+
+/// The events of type `E` in a transaction's logs (`Program data:` lines, Anchor's `emit!`).
+pub fn events<E: AnchorDeserialize + Discriminator>(logs: &[String]) -> Vec<E> {
+    use base64::Engine;
+    logs.iter()
+        .filter_map(|l| l.strip_prefix("Program data: "))
+        .filter_map(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .filter(|d| d.starts_with(E::DISCRIMINATOR))
+        .filter_map(|d| E::deserialize(&mut &d[E::DISCRIMINATOR.len()..]).ok())
+        .collect()
+}
+
+/// Creates a bid book account and opens it with the instruction `open` builds for its address.
+async fn open_book(
+    cluster: &Cluster,
+    signer: &Keypair,
+    open: impl FnOnce(&Pubkey) -> solana_instruction::Instruction,
+) -> Result<Pubkey> {
+    let book = Keypair::new();
+    let rent = cluster
+        .rpc()
+        .get_minimum_balance_for_rent_exemption(BID_BOOK_SPACE)
+        .await?;
+    let ixs = open_book_instructions(
+        &cluster.payer.pubkey(),
+        &book.pubkey(),
+        rent,
+        open(&book.pubkey()),
+    );
+    cluster.send(&ixs, &[signer, &book]).await?;
+    Ok(book.pubkey())
+}
