@@ -332,6 +332,25 @@ impl ContainerRuntime for DockerEngine {
         DockerEngine::state(self, id).await
     }
 
+    async fn cpu_usage_ns(&self, id: &str) -> Result<u64, RuntimeError> {
+        let options = bollard::query_parameters::StatsOptions {
+            stream: false,
+            one_shot: true,
+        };
+        let stats = self
+            .docker
+            .stats(id, Some(options))
+            .next()
+            .await
+            .ok_or_else(|| RuntimeError::NoSuchContainer(id.to_string()))?
+            .map_err(|source| engine_error("stats", id, source))?;
+        Ok(stats
+            .cpu_stats
+            .and_then(|c| c.cpu_usage)
+            .and_then(|u| u.total_usage)
+            .unwrap_or(0))
+    }
+
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         DockerEngine::stop(self, id, grace).await
     }

@@ -520,6 +520,8 @@ pub struct Reconciler {
     /// The last cluster clock reading and when it was taken.
     clock: Option<(i64, Instant)>,
     last_heartbeat: Option<i64>,
+    /// Each running lease's last container CPU reading (ns) and when it was taken.
+    cpu_readings: BTreeMap<Key, (u64, Instant)>,
 }
 
 impl Reconciler {
@@ -544,6 +546,7 @@ impl Reconciler {
             metrics,
             clock: None,
             last_heartbeat: None,
+            cpu_readings: BTreeMap::new(),
         })
     }
 
@@ -729,6 +732,7 @@ impl Reconciler {
             Action::Meter { lease } => {
                 let samples = Self::samples(o, &self.record(*lease).gpu_indices.clone());
                 self.record(*lease).record_sample(&samples);
+                self.observe_workload(*lease).await;
             }
             Action::CloseEnded { lease } => {
                 let samples = Self::samples(o, &self.record(*lease).gpu_indices.clone());
@@ -797,6 +801,32 @@ impl Reconciler {
             apply_and_verify(self.gpus.as_ref(), i as u32, s)?;
         }
         Ok(())
+    }
+
+    /// Tells the GPU backend how busy the lease's container keeps its CPU share since the last
+    /// reading (the SIMULATED backend's load; real GPUs ignore it).
+    async fn observe_workload(&mut self, lease: Key) {
+        let record = self.record(lease);
+        let (Some(id), gpus) = (record.container_id.clone(), record.gpu_indices.clone()) else {
+            return;
+        };
+        let Ok(cpu_ns) = self.runtime.cpu_usage_ns(&id).await else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some((last_ns, at)) = self.cpu_readings.insert(lease, (cpu_ns, now)) {
+            let share_ns = (now - at).as_nanos()
+                * gpus.len() as u128
+                * self.config.container.millicpus_per_gpu as u128
+                / 1_000;
+            if share_ns > 0 {
+                let used = cpu_ns.saturating_sub(last_ns) as u128;
+                let permille = (used * 1_000 / share_ns).min(1_000) as u16;
+                for &g in &gpus {
+                    self.gpus.observe_workload(g as u32, permille);
+                }
+            }
+        }
     }
 
     async fn start(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
@@ -911,6 +941,7 @@ impl Reconciler {
 
     /// Keeps the container's logs, removes it, resets the lease's GPUs and forgets the lease.
     async fn clean_up(&mut self, lease: Key) -> Result<(), ActionError> {
+        self.cpu_readings.remove(&lease);
         if let Some(id) = self.record(lease).container_id.clone() {
             let logs = logs_path(&self.config.data_dir, &lease);
             let saved = async {
@@ -1233,8 +1264,9 @@ mod tests {
         let h = Harness::new(&[0, 0]);
         let (mut r, lease) =
             allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
-        h.gpus.set_load(0, 800).unwrap();
-        h.gpus.set_load(1, 800).unwrap();
+        // SIMULATED GPU: the load follows the container's CPU, here 80 % of its 2 × 2 CPUs.
+        let (id, _) = h.running().pop().unwrap();
+        h.runtime.set_cpu_rate(&id, 3_200);
         run_for(&mut r, 3 * INTERVAL as u64).await;
 
         assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
@@ -1267,6 +1299,28 @@ mod tests {
                 .load(std::sync::atomic::Ordering::Relaxed),
             3
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_simulated_load_follows_the_containers_cpu_share() {
+        let h = Harness::new(&[0]);
+        let (mut r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+        let (id, _) = h.running().pop().unwrap();
+        h.runtime.set_cpu_rate(&id, 2_000);
+        run_for(&mut r, 2 * INTERVAL as u64).await;
+        h.runtime.set_cpu_rate(&id, 0);
+        run_for(&mut r, 2 * INTERVAL as u64).await;
+        let proofs: Vec<u16> = h
+            .chain
+            .accepted()
+            .iter()
+            .filter(|a| a.lease == lease.key)
+            .map(|a| a.proof.avg_utilisation_bps)
+            .collect();
+        assert_eq!(proofs.len(), 4);
+        assert_eq!(proofs[1], 10_000, "a container using its whole share: busy");
+        assert_eq!(proofs[3], 0, "a sleeping container: idle");
     }
 
     #[tokio::test(start_paused = true)]

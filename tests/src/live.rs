@@ -13,9 +13,9 @@ use gpu_market_sdk::{
 };
 use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
 use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
 use solana_rpc_client_api::config::RpcTransactionConfig;
-use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 use solana_transaction_status_client_types::UiTransactionEncoding;
 

@@ -74,6 +74,11 @@ pub trait GpuBackend: Send + Sync {
     /// Restores the host defaults: the default power limit, no locks, no offsets.
     fn reset(&self, index: u32) -> Result<(), GpuError>;
     fn sample(&self, index: u32) -> Result<Sample, GpuError>;
+    /// Tells the backend how busy the lease on GPU `index` keeps its container, in thousandths
+    /// of the container's CPU limit. Real GPUs measure their own utilisation and ignore it; the
+    /// SIMULATED backend takes it as the GPU's load, so that a busy workload draws power and an
+    /// idle one looks idle.
+    fn observe_workload(&self, _index: u32, _load_permille: u16) {}
 }
 
 /// Applies `settings`, reads them back, and fails unless every term took.

@@ -135,6 +135,11 @@ fn power_mw(g: &SimState, info: &GpuInfo) -> u32 {
 }
 
 impl GpuBackend for SimulatedGpu {
+    fn observe_workload(&self, index: u32, load_permille: u16) {
+        // An index the backend lacks was refused when the lease started.
+        let _ = self.set_load(index, load_permille);
+    }
+
     fn gpus(&self) -> Vec<GpuInfo> {
         self.infos.clone()
     }

@@ -113,6 +113,8 @@ pub trait ContainerRuntime: Send + Sync {
     async fn save_logs(&self, id: &str, path: &Path) -> Result<u64, RuntimeError>;
     /// Every container carrying [`LABEL_MANAGED`], running or not.
     async fn managed(&self) -> Result<Vec<ManagedContainer>, RuntimeError>;
+    /// CPU time the container has used since it started, in nanoseconds.
+    async fn cpu_usage_ns(&self, id: &str) -> Result<u64, RuntimeError>;
 }
 
 /// The repository of `image_ref` pinned to `digest`: `registry/repo@sha256:<hex>`.

@@ -42,6 +42,16 @@ pub enum Call {
 pub struct FakeContainer {
     pub spec: ContainerSpec,
     pub state: ContainerState,
+    /// CPU time used up to `cpu_since`, and the rate (millicpus) it is used at since.
+    pub cpu_ns: u64,
+    pub cpu_millicpus: u64,
+    pub cpu_since: tokio::time::Instant,
+}
+
+impl FakeContainer {
+    fn cpu_used(&self) -> u64 {
+        self.cpu_ns + (self.cpu_since.elapsed().as_nanos() as u64) * self.cpu_millicpus / 1_000
+    }
 }
 
 #[derive(Default)]
@@ -72,6 +82,18 @@ impl RecordingRuntime {
     /// Containers not yet removed.
     pub fn containers(&self) -> BTreeMap<String, FakeContainer> {
         self.lock().containers.clone()
+    }
+
+    /// From now on container `id` keeps `millicpus` of CPU busy, as its workload would.
+    pub fn set_cpu_rate(&self, id: &str, millicpus: u64) {
+        let mut s = self.lock();
+        let c = s
+            .containers
+            .get_mut(id)
+            .expect("set_cpu_rate: no such container");
+        c.cpu_ns = c.cpu_used();
+        c.cpu_millicpus = millicpus;
+        c.cpu_since = tokio::time::Instant::now();
     }
 
     /// Makes container `id` finish with `code`, as a crash or a normal exit would.
@@ -110,6 +132,9 @@ impl ContainerRuntime for RecordingRuntime {
             FakeContainer {
                 spec,
                 state: ContainerState::Running,
+                cpu_ns: 0,
+                cpu_millicpus: 0,
+                cpu_since: tokio::time::Instant::now(),
             },
         );
         s.calls.push(Call::Run { id: id.clone() });
@@ -172,5 +197,13 @@ impl ContainerRuntime for RecordingRuntime {
                 lease: c.spec.labels.get(LABEL_LEASE).and_then(|l| l.parse().ok()),
             })
             .collect())
+    }
+
+    async fn cpu_usage_ns(&self, id: &str) -> Result<u64, RuntimeError> {
+        self.lock()
+            .containers
+            .get(id)
+            .map(FakeContainer::cpu_used)
+            .ok_or_else(|| RuntimeError::NoSuchContainer(id.to_string()))
     }
 }

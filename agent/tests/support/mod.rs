@@ -1,0 +1,276 @@
+//! What the agent's integration tests and its benchmark share: a market with a machine on a
+//! local validator, the agent binary run as a process with a generated configuration, and the
+//! engine's view of the lease containers.
+#![allow(dead_code)] // each user (test binary, bench) uses a part
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::ListContainersOptions;
+use bollard::Docker;
+use gpu_market::instructions::PlaceBidArgs;
+use gpu_market::state::{BidKind, GpuSpec, MarketParams, OverclockTerms};
+use gpu_market_tests::live::LiveMarket;
+use solana_pubkey::Pubkey;
+
+pub const TOKEN: u64 = 1_000_000;
+pub const INTERVAL: u32 = 4;
+/// Per GPU-hour: 1 000 base units per GPU-second.
+pub const PRICE: u64 = 3_600_000;
+
+/// `n` GPUs of class 0 in one topology group, 24 GiB each.
+pub fn gpus(n: u8) -> Vec<GpuSpec> {
+    (0..n)
+        .map(|i| GpuSpec {
+            uuid: [i + 1; 16],
+            class: 0,
+            topology_group: 0,
+            memory_gib: 24,
+            power_w: [150, 450],
+            core_lock_mhz: [210, 2_520],
+            mem_lock_mhz: [0, 0],
+            core_offset_mhz: [-200, 200],
+            mem_offset_mhz: [0, 1_500],
+        })
+        .collect()
+}
+
+pub fn params() -> MarketParams {
+    let mut p = MarketParams::recommended(INTERVAL, 250, 600);
+    p.base_price_per_gpu_hour = TOKEN / 10;
+    p.min_host_stake = 10 * TOKEN;
+    p
+}
+
+/// A market on a new local validator with a registered machine of `n` GPUs.
+pub async fn live_market(n: u8) -> LiveMarket {
+    LiveMarket::start(params(), gpus(n), 10 * TOKEN, TOKEN / 10, TOKEN / 5)
+        .await
+        .expect("a market with a registered machine on a local validator")
+}
+
+pub fn engine_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start the engine with scripts/engine.sh start and eval \"$(scripts/engine.sh env)\"")
+    })
+}
+
+pub fn worker_image() -> (String, [u8; 32]) {
+    let digest = engine_env("GPU_MARKET_WORKER_DIGEST");
+    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+    let bytes: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    (
+        engine_env("GPU_MARKET_WORKER_IMAGE"),
+        bytes.try_into().unwrap(),
+    )
+}
+
+/// A queue bid for one GPU × 8 GiB at 300 W for `secs`.
+pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
+    let (image_ref, image_digest) = worker_image();
+    PlaceBidArgs {
+        nonce,
+        kind: BidKind::Queue,
+        image_ref,
+        image_digest,
+        env_hash: [0; 32],
+        gpu_count: 1,
+        gib_per_gpu: 8,
+        accepted_classes: 1,
+        overclock: vec![OverclockTerms {
+            power_limit_w: 300,
+            core_lock_mhz: 1_800,
+            ..Default::default()
+        }],
+        price: PRICE,
+        max_duration_secs: secs,
+        deadline: now + 3_600,
+    }
+}
+
+/// One simulated GPU as [`gpus`] declares it on chain (SIMULATED GPU: no hardware here).
+const SIMULATED_GPU: &str = r#"
+[[gpu.simulated]]
+class = 0
+memory_gib = 24
+topology_group = 0
+power_w = [150, 450]
+default_power_w = 350
+core_lock_mhz = [210, 2520]
+core_offset_mhz = [-200, 200]
+mem_offset_mhz = [0, 1500]
+"#;
+
+/// The agent process and its log.
+pub struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    /// Writes the agent's keypair and a configuration for `gpu_count` simulated GPUs (as
+    /// [`gpus`] declares them on chain) into `dir`.
+    pub fn write_config(live: &LiveMarket, dir: &Path, gpu_count: usize) -> PathBuf {
+        let keypair = dir.join("agent.json");
+        solana_keypair::write_keypair_file(&live.agent, &keypair).unwrap();
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let config = format!(
+            r#"
+rpc_url = "{rpc}"
+ws_url = "{ws}"
+keypair = "{keypair}"
+market = "{market}"
+machine = "{machine}"
+commitment = "confirmed"
+electricity_cost_per_kwh = {cost}
+data_dir = "{data}"
+metrics_listen = "{metrics}"
+billing_poll_interval_secs = 1
+heartbeat_interval_secs = 30
+drain_deadline_secs = 20
+engine_socket = "{engine}"
+
+[container]
+memory_mib_per_gpu = 64
+millicpus_per_gpu = 50
+pids_limit = 64
+stop_grace_secs = 2
+
+[gpu]
+backend = "simulated"
+{gpus}"#,
+            rpc = live.cluster.rpc_url,
+            ws = live.cluster.ws_url,
+            keypair = keypair.display(),
+            market = live.market,
+            machine = live.machine,
+            cost = TOKEN / 5,
+            data = dir.join("data").display(),
+            engine = engine_env("DOCKER_HOST"),
+            gpus = SIMULATED_GPU.repeat(gpu_count),
+        );
+        let path = dir.join("agent.toml");
+        std::fs::write(&path, config).unwrap();
+        path
+    }
+
+    pub fn start(config: &Path) -> Agent {
+        let log = config.with_extension(format!(
+            "{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gpu-market-agent"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start the agent");
+        Agent { child, log }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// kill -9: no drain, no cleanup.
+    pub fn kill9(mut self) -> String {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.log()
+    }
+
+    /// SIGTERM, and the exit status of the drain.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let status = self.child.wait().unwrap();
+        (status, self.log())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` every 200 ms until it yields a value; panics with the agent's log after
+/// `secs`.
+pub async fn wait_for<T, F, Fut>(what: &str, secs: u64, agent: &Agent, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {secs} s; agent log:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+pub async fn docker() -> Docker {
+    Docker::connect_with_unix(&engine_env("DOCKER_HOST"), 60, bollard::API_DEFAULT_VERSION)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap()
+}
+
+/// Containers (running or not) labelled with `lease`: (id, running).
+pub async fn containers_of(docker: &Docker, lease: &Pubkey) -> Vec<(String, bool)> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("io.gpu-market.lease={lease}")],
+    )]);
+    docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| {
+            (
+                c.id.unwrap_or_default(),
+                c.state.map(|s| s.to_string()) == Some("running".into()),
+            )
+        })
+        .collect()
+}
+
+pub async fn account_exists(live: &LiveMarket, key: &Pubkey) -> bool {
+    live.cluster
+        .rpc()
+        .get_account_with_commitment(key, solana_commitment_config::CommitmentConfig::confirmed())
+        .await
+        .map(|r| r.value.is_some())
+        .unwrap_or(true)
+}
