@@ -819,11 +819,11 @@ impl Reconciler {
                 * gpus.len() as u128
                 * self.config.container.millicpus_per_gpu as u128
                 / 1_000;
-            if share_ns > 0 {
-                let used = cpu_ns.saturating_sub(last_ns) as u128;
-                let permille = (used * 1_000 / share_ns).min(1_000) as u16;
+            let used = cpu_ns.saturating_sub(last_ns) as u128;
+            if let Some(permille) = (used * 1_000).checked_div(share_ns) {
                 for &g in &gpus {
-                    self.gpus.observe_workload(g as u32, permille);
+                    self.gpus
+                        .observe_workload(g as u32, permille.min(1_000) as u16);
                 }
             }
         }
