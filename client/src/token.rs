@@ -1,7 +1,7 @@
 //! `gpu-market token …`: the few SPL token operations a local cluster needs, so that a
 //! newcomer does not need the separate `spl-token` CLI to try the market.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use solana_keypair::Keypair;
 use solana_program_pack::Pack;
@@ -10,7 +10,8 @@ use solana_signer::Signer;
 use spl_token_interface::state::{Account as TokenAccount, Mint};
 
 use crate::config::Config;
-use crate::output::print_record;
+use crate::output::{print_record, text};
+use crate::parse;
 
 #[derive(Subcommand)]
 pub enum TokenCommand {
@@ -25,13 +26,14 @@ pub enum TokenCommand {
         #[arg(long)]
         owner: Option<Pubkey>,
     },
-    /// Mints AMOUNT base units of MINT into the token account TO (the keypair is the authority).
+    /// Mints AMOUNT (token units) of MINT into the token account TO (the keypair is the
+    /// authority).
     Mint {
         mint: Pubkey,
         to: Pubkey,
-        amount: u64,
+        amount: String,
     },
-    /// Shows a token account's balance in base units.
+    /// Shows a token account's balance in token units.
     Balance { account: Pubkey },
 }
 
@@ -62,8 +64,8 @@ pub fn run(config: &Config, command: TokenCommand) -> Result<()> {
             print_record(
                 config.output,
                 &[
-                    ("mint", mint.pubkey().to_string()),
-                    ("signature", signature),
+                    ("mint", text(mint.pubkey())),
+                    ("signature", text(signature)),
                 ],
             );
         }
@@ -91,15 +93,14 @@ pub fn run(config: &Config, command: TokenCommand) -> Result<()> {
             print_record(
                 config.output,
                 &[
-                    ("account", account.pubkey().to_string()),
-                    ("signature", signature),
+                    ("account", text(account.pubkey())),
+                    ("signature", text(signature)),
                 ],
             );
         }
         TokenCommand::Mint { mint, to, amount } => {
-            if amount == 0 {
-                bail!("the amount must be greater than zero");
-            }
+            let decimals = config.mint_decimals(&mint)?;
+            let amount = parse::positive_amount(&amount, decimals, "amount")?;
             let payer = config.signer()?;
             let ix = spl_token_interface::instruction::mint_to(
                 &token,
@@ -110,7 +111,7 @@ pub fn run(config: &Config, command: TokenCommand) -> Result<()> {
                 amount,
             )?;
             let signature = config.send(&payer, &[ix], &[])?;
-            print_record(config.output, &[("signature", signature)]);
+            print_record(config.output, &[("signature", text(signature))]);
         }
         TokenCommand::Balance { account } => {
             let data = config.account_data(&account, "token account")?;
@@ -119,10 +120,13 @@ pub fn run(config: &Config, command: TokenCommand) -> Result<()> {
             print_record(
                 config.output,
                 &[
-                    ("account", account.to_string()),
-                    ("mint", acc.mint.to_string()),
-                    ("owner", acc.owner.to_string()),
-                    ("amount", acc.amount.to_string()),
+                    ("account", text(account)),
+                    ("mint", text(acc.mint)),
+                    ("owner", text(acc.owner)),
+                    (
+                        "amount",
+                        parse::tokens(acc.amount, config.mint_decimals(&acc.mint)?),
+                    ),
                 ],
             );
         }
