@@ -32,6 +32,8 @@ pub enum BidCommand {
     /// Adds AMOUNT (token units) to a bid's escrow.
     TopUp {
         bid: Pubkey,
+        /// Token units, e.g. 1.5 (negative amounts are refused with a reason).
+        #[arg(allow_hyphen_values = true)]
         amount: String,
         #[arg(long)]
         tokens: Option<Pubkey>,
@@ -83,7 +85,7 @@ pub struct PlaceArgs {
     #[arg(long, required = true, value_name = "TERMS")]
     overclock: Vec<String>,
     /// Price in payment token units: per GPU-hour (queue) or per GPU-day (spot).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     price: String,
     /// Longest run time: seconds, or e.g. 90m, 2h, 1d.
     #[arg(long)]

@@ -197,17 +197,17 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             if terms.gpus.is_none() {
                 bail!("give the machine's GPUs with --gpus FILE");
             }
+            let d = config.mint_decimals(&m.stake_mint)?;
             let stake: StakeAccount = config
                 .fetch(&pda::stake(&market, &owner.pubkey()).0, "stake")
                 .map_err(|_| {
                     anyhow!(
                         "{} has no stake in market {market}: hosts deposit at least {} with `gpu-market stake deposit` first",
                         owner.pubkey(),
-                        gpu_market_core::amount::format(m.params.min_host_stake, config.mint_decimals(&m.stake_mint).unwrap_or(0))
+                        gpu_market_core::amount::format(m.params.min_host_stake, d)
                     )
                 })?;
             if stake.amount < m.params.min_host_stake {
-                let d = config.mint_decimals(&m.stake_mint)?;
                 bail!(
                     "the stake of {} is {}, below the market's minimum of {} for hosts",
                     owner.pubkey(),

@@ -85,12 +85,13 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
-            // clap's first line is the sentence; its usage hint follows on later lines.
+            // clap's sentence on one line, without the usage hint that follows it.
             let rendered = e.to_string();
-            eprintln!(
-                "{}",
-                rendered.lines().next().unwrap_or("error: bad arguments")
-            );
+            let sentence: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .collect();
+            eprintln!("{}", one_line(&sentence.join(" ")));
             return ExitCode::from(2);
         }
     };

@@ -62,7 +62,7 @@ pub struct ParamArgs {
     #[arg(long)]
     unstake_cooldown_secs: Option<u32>,
     /// Score weights STAKE,URGENCY,COMPLEXITY in bps, adding up to 10000 (e.g. 4000,3000,3000).
-    #[arg(long, value_delimiter = ',', num_args = 3)]
+    #[arg(long, value_delimiter = ',')]
     weights_bps: Option<Vec<u16>>,
     /// Stake (token units) at which the stake part of the score saturates.
     #[arg(long)]
@@ -143,7 +143,10 @@ impl ParamArgs {
             slash_bps
         );
         if let Some(w) = &self.weights_bps {
-            p.weights_bps = [w[0], w[1], w[2]];
+            p.weights_bps = w
+                .as_slice()
+                .try_into()
+                .map_err(|_| anyhow!("give three score weights: STAKE,URGENCY,COMPLEXITY"))?;
         }
         if let Some(s) = &self.stake_bound {
             p.stake_bound = parse::amount(s, stake_decimals, "stake bound")?;

@@ -19,6 +19,8 @@ use crate::parse;
 pub enum StakeCommand {
     /// Locks AMOUNT stake tokens (token units) in the market; opens the stake account if needed.
     Deposit {
+        /// Token units, e.g. 1.5 (negative amounts are refused with a reason).
+        #[arg(allow_hyphen_values = true)]
         amount: String,
         #[arg(long)]
         market: Pubkey,
@@ -29,6 +31,8 @@ pub enum StakeCommand {
     /// Asks AMOUNT (token units) back: it stops counting at once and can be withdrawn after
     /// the market's cooldown.
     Unstake {
+        /// Token units, e.g. 1.5 (negative amounts are refused with a reason).
+        #[arg(allow_hyphen_values = true)]
         amount: String,
         #[arg(long)]
         market: Pubkey,

@@ -31,6 +31,8 @@ pub enum TokenCommand {
     Mint {
         mint: Pubkey,
         to: Pubkey,
+        /// Token units, e.g. 1.5 (negative amounts are refused with a reason).
+        #[arg(allow_hyphen_values = true)]
         amount: String,
     },
     /// Shows a token account's balance in token units.
