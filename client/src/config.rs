@@ -3,17 +3,25 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anchor_lang::{AccountDeserialize, Discriminator};
+use anyhow::{anyhow, bail, Result};
 use clap::ValueEnum;
+use gpu_market_sdk::ClientInstruction;
+use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
+use solana_program_pack::Pack;
 use solana_pubkey::Pubkey;
 use solana_rpc_client::rpc_client::RpcClient;
+use solana_rpc_client_api::client_error::Error as ClientError;
+use solana_rpc_client_api::config::{RpcAccountInfoConfig, RpcProgramAccountsConfig};
+use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 use solana_signer::Signer;
 use solana_transaction::Transaction;
+use spl_token_interface::state::{Account as TokenAccount, Mint};
 
-use crate::output::{print_record, rpc_error, OutputFormat};
+use crate::output::{print_record, rpc_error, text, OutputFormat};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Commitment {
@@ -93,40 +101,200 @@ impl Config {
         }
     }
 
+    /// A program account of type `T` (its discriminator checked).
+    pub fn fetch<T: AccountDeserialize>(&self, address: &Pubkey, what: &str) -> Result<T> {
+        let data = self.account_data(address, what)?;
+        T::try_deserialize(&mut data.as_slice())
+            .map_err(|_| anyhow!("{address} is not a {what} account"))
+    }
+
+    /// Several accounts of type `T` at once (missing ones are `None`), in the order asked.
+    pub fn fetch_many<T: AccountDeserialize>(
+        &self,
+        addresses: &[Pubkey],
+    ) -> Result<Vec<Option<T>>> {
+        let rpc = self.rpc();
+        let mut out = Vec::with_capacity(addresses.len());
+        // getMultipleAccounts answers at most 100 keys per call.
+        for chunk in addresses.chunks(100) {
+            let accounts = rpc
+                .get_multiple_accounts_with_commitment(chunk, self.commitment)
+                .map_err(|e| self.unreachable(&e))?
+                .value;
+            out.extend(
+                accounts
+                    .into_iter()
+                    .map(|a| a.and_then(|a| T::try_deserialize(&mut a.data.as_slice()).ok())),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Accounts owned by `program` whose data has each `(offset, bytes)`.
+    pub fn program_accounts(
+        &self,
+        program: &Pubkey,
+        matches: &[(usize, &[u8])],
+        data_size: Option<u64>,
+    ) -> Result<Vec<(Pubkey, Vec<u8>)>> {
+        let mut filters: Vec<RpcFilterType> = matches
+            .iter()
+            .map(|(offset, bytes)| {
+                RpcFilterType::Memcmp(Memcmp::new_base58_encoded(*offset, bytes))
+            })
+            .collect();
+        filters.extend(data_size.map(RpcFilterType::DataSize));
+        let config = RpcProgramAccountsConfig {
+            filters: Some(filters),
+            account_config: RpcAccountInfoConfig {
+                encoding: Some(UiAccountEncoding::Base64),
+                commitment: Some(self.commitment),
+                ..Default::default()
+            },
+            with_context: None,
+            sort_results: Some(true),
+        };
+        let accounts = self
+            .rpc()
+            .get_program_ui_accounts_with_config(program, config)
+            .map_err(|e| self.unreachable(&e))?;
+        Ok(accounts
+            .into_iter()
+            .filter_map(|(key, a)| a.data.decode().map(|d| (key, d)))
+            .collect())
+    }
+
+    /// The market program's accounts of type `T` whose `Pubkey` fields at the given offsets
+    /// (counted after the discriminator) are the given keys.
+    pub fn program_accounts_of<T: AccountDeserialize + Discriminator>(
+        &self,
+        fields: &[(usize, Pubkey)],
+    ) -> Result<Vec<(Pubkey, T)>> {
+        let keys: Vec<[u8; 32]> = fields.iter().map(|(_, k)| k.to_bytes()).collect();
+        let mut matches: Vec<(usize, &[u8])> = vec![(0, T::DISCRIMINATOR)];
+        matches.extend(
+            fields
+                .iter()
+                .zip(&keys)
+                .map(|((offset, _), k)| (T::DISCRIMINATOR.len() + offset, k.as_slice())),
+        );
+        Ok(self
+            .program_accounts(&gpu_market::ID, &matches, None)?
+            .into_iter()
+            .filter_map(|(key, data)| {
+                T::try_deserialize(&mut data.as_slice())
+                    .ok()
+                    .map(|t| (key, t))
+            })
+            .collect())
+    }
+
+    /// The cluster's clock (the `Clock` sysvar's `unix_timestamp`), which the program checks
+    /// deadlines and cooldowns against.
+    pub fn cluster_time(&self) -> Result<i64> {
+        let data = self.account_data(&CLOCK_SYSVAR, "clock sysvar")?;
+        // Clock: slot, epoch_start_timestamp, epoch, leader_schedule_epoch, unix_timestamp.
+        data.get(32..40)
+            .and_then(|b| b.try_into().ok())
+            .map(i64::from_le_bytes)
+            .ok_or_else(|| anyhow!("the cluster's clock sysvar is malformed"))
+    }
+
+    /// A mint's decimals.
+    pub fn mint_decimals(&self, mint: &Pubkey) -> Result<u8> {
+        let data = self.account_data(mint, "mint")?;
+        Ok(Mint::unpack(&data)
+            .map_err(|_| anyhow!("{mint} is not a token mint"))?
+            .decimals)
+    }
+
+    /// `explicit`, checked to be `owner`'s account of `mint`; else `owner`'s account of `mint`
+    /// with the largest balance.
+    pub fn token_account(
+        &self,
+        owner: &Pubkey,
+        mint: &Pubkey,
+        explicit: Option<Pubkey>,
+    ) -> Result<(Pubkey, u64)> {
+        if let Some(account) = explicit {
+            let data = self.account_data(&account, "token account")?;
+            let acc = TokenAccount::unpack(&data)
+                .map_err(|_| anyhow!("{account} is not a token account"))?;
+            if acc.mint != *mint || acc.owner != *owner {
+                bail!("token account {account} is not {owner}'s account of mint {mint}");
+            }
+            return Ok((account, acc.amount));
+        }
+        let found = self.program_accounts(
+            &spl_token_interface::ID,
+            &[(0, mint.as_ref()), (32, owner.as_ref())],
+            Some(TokenAccount::LEN as u64),
+        )?;
+        found
+            .into_iter()
+            .filter_map(|(key, data)| TokenAccount::unpack(&data).ok().map(|a| (key, a.amount)))
+            .max_by_key(|(_, amount)| *amount)
+            .ok_or_else(|| {
+                anyhow!("{owner} has no token account of mint {mint}; create one or pass --tokens")
+            })
+    }
+
     /// Lamports that keep an account of `len` bytes rent-exempt.
     pub fn rent_exempt_minimum(&self, len: usize) -> Result<u64> {
         self.rpc()
             .get_minimum_balance_for_rent_exemption(len)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot reach the cluster at {}: {}",
-                    self.url,
-                    rpc_error(&e)
-                )
-            })
+            .map_err(|e| self.unreachable(&e))
     }
 
-    /// Signs `ixs` with the configured keypair (fee payer) and `extra`, sends, and waits for the
-    /// configured commitment. Returns the signature.
+    fn unreachable(&self, e: &ClientError) -> anyhow::Error {
+        anyhow!("cannot reach the cluster at {}: {}", self.url, rpc_error(e))
+    }
+
+    /// Signs `ixs` with `payer` (fee payer) and `extra`, sends, and waits for the configured
+    /// commitment (with a spinner on a terminal). Returns the signature.
     pub fn send(&self, payer: &Keypair, ixs: &[Instruction], extra: &[&Keypair]) -> Result<String> {
         let rpc = self.rpc();
         let mut signers = vec![payer];
-        signers.extend_from_slice(extra);
-        let blockhash = rpc.get_latest_blockhash().map_err(|e| {
-            anyhow::anyhow!(
-                "cannot reach the cluster at {}: {}",
-                self.url,
-                rpc_error(&e)
-            )
-        })?;
+        for k in extra {
+            if signers.iter().all(|s| s.pubkey() != k.pubkey()) {
+                signers.push(k);
+            }
+        }
+        let blockhash = rpc
+            .get_latest_blockhash()
+            .map_err(|e| self.unreachable(&e))?;
         let tx =
             Transaction::new_signed_with_payer(ixs, Some(&payer.pubkey()), &signers, blockhash);
         let sig = rpc
-            .send_and_confirm_transaction(&tx)
-            .map_err(|e| anyhow::anyhow!("transaction failed: {}", rpc_error(&e)))?;
+            .send_and_confirm_transaction_with_spinner_and_commitment(&tx, self.commitment)
+            .map_err(|e| anyhow!("transaction failed: {}", rpc_error(&e)))?;
         Ok(sig.to_string())
     }
+
+    /// Sends the program instructions `ixs` (their signers included) paid by `payer`.
+    pub fn send_all(&self, payer: &Keypair, ixs: &[&dyn Sendable]) -> Result<String> {
+        let instructions: Vec<Instruction> = ixs.iter().map(|c| c.build()).collect();
+        let signers: Vec<&Keypair> = ixs.iter().flat_map(|c| c.keys()).collect();
+        self.send(payer, &instructions, &signers)
+    }
 }
+
+/// A program instruction from the sdk, as `send_all` takes it (object-safe).
+pub trait Sendable {
+    fn build(&self) -> Instruction;
+    fn keys(&self) -> Vec<&Keypair>;
+}
+
+impl<C: ClientInstruction> Sendable for C {
+    fn build(&self) -> Instruction {
+        self.instruction()
+    }
+    fn keys(&self) -> Vec<&Keypair> {
+        self.signers()
+    }
+}
+
+const CLOCK_SYSVAR: Pubkey = Pubkey::from_str_const("SysvarC1ock11111111111111111111111111111111");
 
 fn expand_home(p: &str) -> PathBuf {
     match p.strip_prefix("~/") {
@@ -144,7 +312,7 @@ pub fn read_keypair(path: &Path) -> Result<Keypair> {
         bail!("keypair file {} does not exist", path.display());
     }
     solana_keypair::read_keypair_file(path)
-        .map_err(|e| anyhow::anyhow!("cannot read a keypair from {}: {e}", path.display()))
+        .map_err(|e| anyhow!("cannot read a keypair from {}: {e}", path.display()))
 }
 
 pub fn keygen(config: &Config, outfile: &str, force: bool) -> Result<()> {
@@ -157,20 +325,20 @@ pub fn keygen(config: &Config, outfile: &str, force: bool) -> Result<()> {
     }
     let kp = Keypair::new();
     solana_keypair::write_keypair_file(&kp, &path)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
     print_record(
         config.output,
         &[
-            ("pubkey", kp.pubkey().to_string()),
-            ("outfile", path.display().to_string()),
+            ("pubkey", text(kp.pubkey())),
+            ("outfile", text(path.display())),
         ],
     );
     Ok(())
 }
 
 pub fn airdrop(config: &Config, sol: &str) -> Result<()> {
-    let lamports = gpu_market_core::amount::parse(sol, 9)
-        .map_err(|e| anyhow::anyhow!("bad SOL amount: {e}"))?;
+    let lamports =
+        gpu_market_core::amount::parse(sol, 9).map_err(|e| anyhow!("bad SOL amount: {e}"))?;
     if lamports == 0 {
         bail!("the airdrop amount must be greater than zero");
     }
@@ -178,7 +346,7 @@ pub fn airdrop(config: &Config, sol: &str) -> Result<()> {
     let rpc = config.rpc();
     let sig = rpc
         .request_airdrop(&me, lamports)
-        .map_err(|e| anyhow::anyhow!("airdrop refused: {}", rpc_error(&e)))?;
+        .map_err(|e| anyhow!("airdrop refused: {}", rpc_error(&e)))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !rpc.confirm_transaction(&sig)? {
         if Instant::now() > deadline {
@@ -190,9 +358,12 @@ pub fn airdrop(config: &Config, sol: &str) -> Result<()> {
     print_record(
         config.output,
         &[
-            ("signature", sig.to_string()),
-            ("pubkey", me.to_string()),
-            ("balance_sol", gpu_market_core::amount::format(balance, 9)),
+            ("signature", text(sig)),
+            ("pubkey", text(me)),
+            (
+                "balance_sol",
+                text(gpu_market_core::amount::format(balance, 9)),
+            ),
         ],
     );
     Ok(())

@@ -1,8 +1,14 @@
 //! `gpu-market`: the command-line client of the GPU market, in the Solana CLI's habits.
 
+mod bid;
 mod config;
+mod host;
+mod lease;
 mod market;
 mod output;
+mod parse;
+mod quote;
+mod stake;
 mod token;
 
 use std::process::ExitCode;
@@ -38,6 +44,20 @@ enum Command {
     /// Markets: create and inspect.
     #[command(subcommand)]
     Market(market::MarketCommand),
+    /// Stake: deposit, ask back, withdraw, inspect.
+    #[command(subcommand)]
+    Stake(stake::StakeCommand),
+    /// Machines: register, update, pause, resume, retire, list.
+    #[command(subcommand)]
+    Host(host::HostCommand),
+    /// Bids: place, top up, cancel, inspect, rank, explain.
+    #[command(subcommand)]
+    Bid(bid::BidCommand),
+    /// The dynamic reserve price per GPU class, now and by hour of day.
+    Quote(quote::QuoteArgs),
+    /// Leases: list, inspect, end.
+    #[command(subcommand)]
+    Lease(lease::LeaseCommand),
     /// SPL token helpers for local clusters (mints, accounts, balances).
     #[command(subcommand)]
     Token(token::TokenCommand),
@@ -57,22 +77,47 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = run(cli);
-    match result {
+    // A bug must still end in one line, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("error: internal error: {}", one_line(&info.to_string()));
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // clap's sentence on one line, without the usage hint that follows it.
+            let rendered = e.to_string();
+            let sentence: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .collect();
+            eprintln!("{}", one_line(&sentence.join(" ")));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One clear sentence, its causes after a colon; no backtrace.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::new(&cli.url, cli.keypair.as_deref(), cli.commitment, cli.output)?;
     match cli.command {
         Command::Market(c) => market::run(&config, c),
+        Command::Stake(c) => stake::run(&config, c),
+        Command::Host(c) => host::run(&config, c),
+        Command::Bid(c) => bid::run(&config, c),
+        Command::Quote(a) => quote::run(&config, a),
+        Command::Lease(c) => lease::run(&config, c),
         Command::Token(c) => token::run(&config, c),
         Command::Keygen { outfile, force } => config::keygen(&config, &outfile, force),
         Command::Airdrop { sol } => config::airdrop(&config, &sol),

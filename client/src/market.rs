@@ -1,21 +1,25 @@
-//! `gpu-market market init|show`.
+//! `gpu-market market init|show|update`.
 
-use anchor_lang::{AccountDeserialize, InstructionData, ToAccountMetas};
-use anyhow::Result;
-use clap::Subcommand;
+use anyhow::{anyhow, bail, Result};
+use clap::{Args, Subcommand};
 use gpu_market::instructions::InitMarketArgs;
-use gpu_market::pda;
-use gpu_market::state::{Market, MarketParams};
-use solana_instruction::Instruction;
+use gpu_market::state::{Market, MarketParams, BID_BOOK_SPACE, GPU_CLASSES};
+use gpu_market_sdk::{
+    init_queue_book, open_book_instructions, ClientInstruction, InitMarket, UpdateMarket,
+};
+use serde_json::{json, Value};
+use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use crate::config::Config;
-use crate::output::print_record;
+use crate::output::{print_record, text, Fields};
+use crate::parse;
 
 #[derive(Subcommand)]
 pub enum MarketCommand {
-    /// Creates a market owned by the keypair, with its stake and payment vaults.
+    /// Creates a market owned by the keypair, with its stake and payment vaults and its queue
+    /// book.
     Init {
         /// Distinguishes several markets of one authority.
         #[arg(long, default_value_t = 0)]
@@ -32,15 +36,137 @@ pub enum MarketCommand {
         /// treasury (which must then be of the stake mint too).
         #[arg(long)]
         stake_treasury: Option<Pubkey>,
-        #[arg(long, default_value_t = 60)]
-        billing_interval_secs: u32,
-        #[arg(long, default_value_t = 250)]
-        protocol_fee_bps: u16,
-        #[arg(long, default_value_t = 86_400)]
-        unstake_cooldown_secs: u32,
+        #[command(flatten)]
+        params: ParamArgs,
     },
-    /// Shows a market.
+    /// Shows a market: its tokens, rules, and the state of its auction.
     Show { market: Pubkey },
+    /// Changes the market's rules (authority only); rules not given stay as they are.
+    Update {
+        market: Pubkey,
+        #[command(flatten)]
+        params: ParamArgs,
+    },
+}
+
+/// Market rules; amounts in token units (stake token for stake, payment token for prices).
+#[derive(Args)]
+pub struct ParamArgs {
+    /// Length of a billing interval [init default: 60].
+    #[arg(long)]
+    billing_interval_secs: Option<u32>,
+    /// Protocol fee on payments, in bps [init default: 250].
+    #[arg(long)]
+    protocol_fee_bps: Option<u16>,
+    /// Wait between asking stake back and withdrawing it [init default: 86400].
+    #[arg(long)]
+    unstake_cooldown_secs: Option<u32>,
+    /// Score weights STAKE,URGENCY,COMPLEXITY in bps, adding up to 10000 (e.g. 4000,3000,3000).
+    #[arg(long, value_delimiter = ',')]
+    weights_bps: Option<Vec<u16>>,
+    /// Stake (token units) at which the stake part of the score saturates.
+    #[arg(long)]
+    stake_bound: Option<String>,
+    /// GPUs × GiB × seconds at which the complexity part of the score saturates.
+    #[arg(long)]
+    resource_bound_gib_secs: Option<u64>,
+    /// Score a waiting bid gains per billing interval.
+    #[arg(long)]
+    aging_per_interval: Option<u16>,
+    /// Most of the market's GPUs one client may hold, in bps.
+    #[arg(long)]
+    max_client_share_bps: Option<u16>,
+    /// Base reserve price per GPU-hour (payment token units).
+    #[arg(long)]
+    base_price: Option<String>,
+    /// Capability premium of a GPU class: CLASS=BPS (repeatable), e.g. 0=2000.
+    #[arg(long = "capability", value_name = "CLASS=BPS")]
+    capability_bps: Vec<String>,
+    /// Seasonal factor of a UTC hour: HOUR=BPS (repeatable; 10000 is neutral), e.g. 18=12000.
+    #[arg(long = "seasonal", value_name = "HOUR=BPS")]
+    seasonal_bps: Vec<String>,
+    #[arg(long)]
+    demand_smoothing_bps: Option<u16>,
+    #[arg(long)]
+    demand_cap_bps: Option<u16>,
+    #[arg(long)]
+    idle_utilisation_bps: Option<u16>,
+    #[arg(long)]
+    idle_intervals: Option<u16>,
+    #[arg(long)]
+    silence_intervals: Option<u16>,
+    #[arg(long)]
+    slash_evidence: Option<u16>,
+    #[arg(long)]
+    slash_bps: Option<u16>,
+    /// Stake (token units) a host needs to register a machine.
+    #[arg(long)]
+    min_host_stake: Option<String>,
+}
+
+/// `INDEX=BPS` with INDEX below `len`.
+fn indexed_bps(s: &str, len: usize, what: &str) -> Result<(usize, u16)> {
+    let bad = || anyhow!("bad {what} {s:?}: expected INDEX=BPS with INDEX below {len}");
+    let (i, v) = s.split_once('=').ok_or_else(bad)?;
+    let i: usize = i.trim().parse().map_err(|_| bad())?;
+    let v: u16 = v.trim().parse().map_err(|_| bad())?;
+    if i >= len {
+        return Err(bad());
+    }
+    Ok((i, v))
+}
+
+impl ParamArgs {
+    /// `params` with every rule given here replaced.
+    fn apply(
+        &self,
+        mut p: MarketParams,
+        stake_decimals: u8,
+        payment_decimals: u8,
+    ) -> Result<MarketParams> {
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = self.$field { p.$field = v; } )* };
+        }
+        set!(
+            billing_interval_secs,
+            protocol_fee_bps,
+            unstake_cooldown_secs,
+            resource_bound_gib_secs,
+            aging_per_interval,
+            max_client_share_bps,
+            demand_smoothing_bps,
+            demand_cap_bps,
+            idle_utilisation_bps,
+            idle_intervals,
+            silence_intervals,
+            slash_evidence,
+            slash_bps
+        );
+        if let Some(w) = &self.weights_bps {
+            p.weights_bps = w
+                .as_slice()
+                .try_into()
+                .map_err(|_| anyhow!("give three score weights: STAKE,URGENCY,COMPLEXITY"))?;
+        }
+        if let Some(s) = &self.stake_bound {
+            p.stake_bound = parse::amount(s, stake_decimals, "stake bound")?;
+        }
+        if let Some(s) = &self.min_host_stake {
+            p.min_host_stake = parse::amount(s, stake_decimals, "minimum host stake")?;
+        }
+        if let Some(s) = &self.base_price {
+            p.base_price_per_gpu_hour = parse::amount(s, payment_decimals, "base price")?;
+        }
+        for c in &self.capability_bps {
+            let (i, v) = indexed_bps(c, GPU_CLASSES, "capability")?;
+            p.capability_bps[i] = v;
+        }
+        for s in &self.seasonal_bps {
+            let (i, v) = indexed_bps(s, 24, "seasonal factor")?;
+            p.seasonal_bps[i] = v;
+        }
+        Ok(p)
+    }
 }
 
 pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
@@ -51,88 +177,134 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             payment_mint,
             treasury,
             stake_treasury,
-            billing_interval_secs,
-            protocol_fee_bps,
-            unstake_cooldown_secs,
+            params,
         } => {
             let authority = config.signer()?;
             let payment_mint = payment_mint.unwrap_or(stake_mint);
-            let (market, _) = pda::market(&authority.pubkey(), id);
-            let ix = Instruction {
-                program_id: gpu_market::ID,
-                accounts: gpu_market::accounts::InitMarket {
-                    authority: authority.pubkey(),
-                    market,
-                    stake_mint,
-                    payment_mint,
-                    stake_vault: pda::stake_vault(&market).0,
-                    payment_vault: pda::payment_vault(&market).0,
-                    treasury,
-                    stake_treasury: stake_treasury.unwrap_or(treasury),
-                    token_program: spl_token_interface::ID,
-                    system_program: solana_system_interface::program::ID,
-                }
-                .to_account_metas(None),
-                data: gpu_market::instruction::InitMarket {
-                    args: InitMarketArgs {
-                        id,
-                        params: MarketParams::recommended(
-                            billing_interval_secs,
-                            protocol_fee_bps,
-                            unstake_cooldown_secs,
-                        ),
-                    },
-                }
-                .data(),
+            let params = params.apply(
+                MarketParams::recommended(60, 250, 86_400),
+                config.mint_decimals(&stake_mint)?,
+                config.mint_decimals(&payment_mint)?,
+            )?;
+            let init = InitMarket {
+                authority: &authority,
+                stake_mint,
+                payment_mint,
+                treasury,
+                stake_treasury: stake_treasury.unwrap_or(treasury),
+                args: InitMarketArgs { id, params },
             };
-            let signature = config.send(&authority, &[ix], &[])?;
-            print_record(
-                config.output,
-                &[("market", market.to_string()), ("signature", signature)],
-            );
-            Ok(())
-        }
-        MarketCommand::Show { market } => {
-            let data = config.account_data(&market, "market")?;
-            let m = Market::try_deserialize(&mut data.as_slice())
-                .map_err(|_| anyhow::anyhow!("{market} is not a market account"))?;
+            let market = init.market();
+            // The queue book is too large for the program to create: the client creates it,
+            // in the same transaction, and the program opens it.
+            let book = Keypair::new();
+            let rent = config.rent_exempt_minimum(BID_BOOK_SPACE)?;
+            let mut ixs = vec![init.instruction()];
+            ixs.extend(open_book_instructions(
+                &authority.pubkey(),
+                &book.pubkey(),
+                rent,
+                init_queue_book(&authority.pubkey(), &market, &book.pubkey()),
+            ));
+            let signature = config.send(&authority, &ixs, &[&book])?;
             print_record(
                 config.output,
                 &[
-                    ("market", market.to_string()),
-                    ("authority", m.authority.to_string()),
-                    ("id", m.id.to_string()),
-                    ("stake_mint", m.stake_mint.to_string()),
-                    ("payment_mint", m.payment_mint.to_string()),
-                    ("stake_vault", m.stake_vault.to_string()),
-                    ("payment_vault", m.payment_vault.to_string()),
-                    ("treasury", m.treasury.to_string()),
-                    (
-                        "billing_interval_secs",
-                        m.params.billing_interval_secs.to_string(),
-                    ),
-                    ("protocol_fee_bps", m.params.protocol_fee_bps.to_string()),
-                    (
-                        "unstake_cooldown_secs",
-                        m.params.unstake_cooldown_secs.to_string(),
-                    ),
-                    (
-                        "score_weights_bps",
-                        format!(
-                            "stake {} / urgency {} / complexity {}",
-                            m.params.weights_bps[0],
-                            m.params.weights_bps[1],
-                            m.params.weights_bps[2]
-                        ),
-                    ),
-                    (
-                        "base_price_per_gpu_hour",
-                        m.params.base_price_per_gpu_hour.to_string(),
-                    ),
-                    ("total_staked", m.total_staked.to_string()),
+                    ("market", text(market)),
+                    ("queue_book", text(book.pubkey())),
+                    ("signature", text(signature)),
                 ],
             );
             Ok(())
         }
+        MarketCommand::Show { market } => {
+            let m: Market = config.fetch(&market, "market")?;
+            print_record(config.output, &market_fields(config, &market, &m)?);
+            Ok(())
+        }
+        MarketCommand::Update { market, params } => {
+            let authority = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            if m.authority != authority.pubkey() {
+                bail!(
+                    "only the market's authority {} may update it; the keypair is {}",
+                    m.authority,
+                    authority.pubkey()
+                );
+            }
+            let new = params.apply(
+                m.params,
+                config.mint_decimals(&m.stake_mint)?,
+                config.mint_decimals(&m.payment_mint)?,
+            )?;
+            if new == m.params {
+                bail!("nothing to change: give at least one rule to update");
+            }
+            let signature = config.send_all(
+                &authority,
+                &[&UpdateMarket {
+                    authority: &authority,
+                    market,
+                    params: new,
+                }],
+            )?;
+            print_record(
+                config.output,
+                &[("market", text(market)), ("signature", text(signature))],
+            );
+            Ok(())
+        }
     }
+}
+
+fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
+    let sd = config.mint_decimals(&m.stake_mint)?;
+    let pd = config.mint_decimals(&m.payment_mint)?;
+    let p = &m.params;
+    Ok(vec![
+        ("market", text(key)),
+        ("authority", text(m.authority)),
+        ("id", m.id.into()),
+        ("stake_mint", text(m.stake_mint)),
+        ("payment_mint", text(m.payment_mint)),
+        ("stake_vault", text(m.stake_vault)),
+        ("payment_vault", text(m.payment_vault)),
+        ("treasury", text(m.treasury)),
+        ("stake_treasury", text(m.stake_treasury)),
+        ("queue_book", text(m.queue_book)),
+        ("billing_interval_secs", p.billing_interval_secs.into()),
+        ("protocol_fee_bps", p.protocol_fee_bps.into()),
+        ("unstake_cooldown_secs", p.unstake_cooldown_secs.into()),
+        (
+            "score_weights_bps",
+            json!({"stake": p.weights_bps[0], "urgency": p.weights_bps[1], "complexity": p.weights_bps[2]}),
+        ),
+        ("stake_bound", parse::tokens(p.stake_bound, sd)),
+        ("resource_bound_gib_secs", p.resource_bound_gib_secs.into()),
+        ("aging_per_interval", p.aging_per_interval.into()),
+        ("max_client_share_bps", p.max_client_share_bps.into()),
+        (
+            "base_price_per_gpu_hour",
+            parse::tokens(p.base_price_per_gpu_hour, pd),
+        ),
+        ("capability_bps", Value::from(p.capability_bps.to_vec())),
+        ("seasonal_bps", Value::from(p.seasonal_bps.to_vec())),
+        ("demand_smoothing_bps", p.demand_smoothing_bps.into()),
+        ("demand_cap_bps", p.demand_cap_bps.into()),
+        ("idle_utilisation_bps", p.idle_utilisation_bps.into()),
+        ("idle_intervals", p.idle_intervals.into()),
+        ("silence_intervals", p.silence_intervals.into()),
+        ("slash_evidence", p.slash_evidence.into()),
+        ("slash_bps", p.slash_bps.into()),
+        ("min_host_stake", parse::tokens(p.min_host_stake, sd)),
+        ("demand_bps", m.demand_bps.into()),
+        ("gpus_offered", m.gpus_offered.into()),
+        ("gpus_waiting", m.gpus_waiting.into()),
+        ("total_staked", parse::tokens(m.total_staked, sd)),
+        (
+            "total_pending_unstake",
+            parse::tokens(m.total_pending_unstake, sd),
+        ),
+        ("total_escrow", parse::tokens(m.total_escrow, pd)),
+    ])
 }

@@ -1,6 +1,7 @@
-//! `--output table|json`.
+//! `--output table|json`: one record, or a list of records, from the same fields.
 
 use clap::ValueEnum;
+use serde_json::{Map, Value};
 use solana_rpc_client_api::client_error::Error as ClientError;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -9,32 +10,101 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Prints one record: aligned `key: value` lines, or one JSON object.
-pub fn print_record(format: OutputFormat, fields: &[(&str, String)]) {
+/// One record's fields, in display order. Amounts are decimal strings in token units (exact);
+/// counts are JSON numbers; nested data (GPUs, score parts) are JSON values.
+pub type Fields = Vec<(&'static str, Value)>;
+
+/// A displayable value as a JSON string (keys, signatures, formatted amounts).
+pub fn text(v: impl std::fmt::Display) -> Value {
+    Value::String(v.to_string())
+}
+
+fn object(fields: &[(&'static str, Value)]) -> Value {
+    Value::Object(
+        fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<Map<_, _>>(),
+    )
+}
+
+/// A value as a table cell: strings bare, everything else as compact JSON.
+fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Prints one record: aligned `key  value` lines, or one JSON object.
+pub fn print_record(format: OutputFormat, fields: &[(&'static str, Value)]) {
     match format {
-        OutputFormat::Json => {
-            let map: serde_json::Map<String, serde_json::Value> = fields
-                .iter()
-                .map(|(k, v)| {
-                    let value = v
-                        .parse::<u64>()
-                        .map(serde_json::Value::from)
-                        .unwrap_or_else(|_| serde_json::Value::from(v.clone()));
-                    (k.to_string(), value)
-                })
-                .collect();
-            println!("{}", serde_json::Value::Object(map));
-        }
+        OutputFormat::Json => println!("{}", object(fields)),
         OutputFormat::Table => {
             let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
             for (k, v) in fields {
-                println!("{k:<width$}  {v}");
+                println!("{k:<width$}  {}", cell(v));
             }
         }
     }
 }
 
-/// The most useful line of an RPC error: the program's log error when there is one.
+/// Prints records with the same keys: a table with a header row (`columns` of each record,
+/// nested values left for JSON), or a JSON array of the full records.
+pub fn print_list(format: OutputFormat, columns: &[&'static str], rows: &[Fields]) {
+    match format {
+        OutputFormat::Json => {
+            let list: Vec<Value> = rows.iter().map(|r| object(r)).collect();
+            println!("{}", Value::Array(list));
+        }
+        OutputFormat::Table => {
+            if rows.is_empty() {
+                println!("(none)");
+                return;
+            }
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    columns
+                        .iter()
+                        .map(|c| {
+                            r.iter()
+                                .find(|(k, _)| k == c)
+                                .map_or_else(|| "-".to_string(), |(_, v)| cell(v))
+                        })
+                        .collect()
+                })
+                .collect();
+            let widths: Vec<usize> = columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    cells
+                        .iter()
+                        .map(|r| r[i].len())
+                        .chain([c.len()])
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect();
+            let line = |values: Vec<&str>| {
+                let parts: Vec<String> = values
+                    .iter()
+                    .zip(&widths)
+                    .map(|(v, w)| format!("{v:<w$}"))
+                    .collect();
+                println!("{}", parts.join("  ").trim_end());
+            };
+            line(columns.to_vec());
+            for r in &cells {
+                line(r.iter().map(String::as_str).collect());
+            }
+        }
+    }
+}
+
+/// The most useful line of an RPC error: the program's own error message when there is one.
 pub fn rpc_error(e: &ClientError) -> String {
     use solana_rpc_client_api::client_error::ErrorKind;
     use solana_rpc_client_api::request::{RpcError, RpcResponseErrorData};
@@ -44,13 +114,18 @@ pub fn rpc_error(e: &ClientError) -> String {
         ..
     }) = e.kind()
     {
-        if let Some(line) = sim
-            .logs
-            .iter()
-            .flatten()
-            .find(|l| l.contains("Error Message:") || l.contains("insufficient"))
+        let logs = sim.logs.iter().flatten();
+        if let Some(msg) = logs
+            .clone()
+            .find_map(|l| l.split_once("Error Message: ").map(|(_, m)| m))
         {
-            return line.clone();
+            return msg.trim_end_matches('.').to_string();
+        }
+        if let Some(line) = logs.clone().find(|l| l.contains("insufficient")) {
+            return line
+                .trim_start_matches("Program log: ")
+                .trim_start_matches("Error: ")
+                .to_string();
         }
         return message.clone();
     }

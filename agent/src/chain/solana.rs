@@ -18,7 +18,8 @@ use gpu_market::state::{
     StakeAccount,
 };
 use gpu_market_core::lease::UsageProof;
-use gpu_market_sdk::accounts::{book_order, decode};
+use gpu_market_sdk::accounts::decode;
+use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::{Allocate, ClientInstruction, CloseLease, Heartbeat, Preempt, SubmitUsage};
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -135,10 +136,12 @@ impl SolanaChain {
         }
         let data = self.raw_accounts(&[*book]).await?.pop().flatten();
         match data {
-            Some(d) => book_order(&d).map_err(|e| ChainError::Rejected {
-                op: "read",
-                reason: format!("{book}: {e}"),
-            }),
+            Some(d) => read_book(&d)
+                .map(|b| b.entries.iter().map(|leaf| leaf.bid).collect())
+                .ok_or_else(|| ChainError::Rejected {
+                    op: "read",
+                    reason: format!("{book} is not an initialised bid book"),
+                }),
             None => Ok(Vec::new()),
         }
     }

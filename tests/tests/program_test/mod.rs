@@ -229,5 +229,10 @@ impl TestContext {
 
 /// The bids of a book, best first.
 pub fn book_order(ctx: &TestContext, book: &Pubkey) -> Vec<Pubkey> {
-    gpu_market_sdk::accounts::book_order(&ctx.svm.get_account(book).unwrap().data).unwrap()
+    gpu_market_sdk::book::read_book(&ctx.svm.get_account(book).unwrap().data)
+        .expect("an initialised book")
+        .entries
+        .iter()
+        .map(|leaf| leaf.bid)
+        .collect()
 }

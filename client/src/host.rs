@@ -1,0 +1,398 @@
+//! `gpu-market host register|update|pause|resume|retire|list|show`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use gpu_market::pda;
+use gpu_market::state::{
+    GpuSpec, Machine, MachineStatus, MachineTerms, Market, StakeAccount, BID_BOOK_SPACE, REGION_LEN,
+};
+use gpu_market_sdk::{
+    init_spot_book, open_book_instructions, ClientInstruction, RegisterMachine, SetMachineStatus,
+    UpdateMachine,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+use crate::config::Config;
+use crate::output::{print_list, print_record, text, Fields};
+use crate::parse;
+
+#[derive(Subcommand)]
+pub enum HostCommand {
+    /// Registers a machine in a market (the keypair is its owner) and opens its spot book.
+    /// The owner needs the market's minimum host stake.
+    Register {
+        #[arg(long)]
+        market: Pubkey,
+        /// Distinguishes several machines of one owner.
+        #[arg(long, default_value_t = 0)]
+        id: u64,
+        #[command(flatten)]
+        terms: TermArgs,
+    },
+    /// Changes a machine's declared terms; terms not given stay as they are.
+    Update {
+        machine: Pubkey,
+        #[command(flatten)]
+        terms: TermArgs,
+    },
+    /// Stops offering a machine (running leases go on).
+    Pause { machine: Pubkey },
+    /// Offers a paused machine again.
+    Resume { machine: Pubkey },
+    /// Retires a machine for good.
+    Retire { machine: Pubkey },
+    /// Lists a market's machines.
+    List {
+        #[arg(long)]
+        market: Pubkey,
+        /// Only this owner's machines.
+        #[arg(long)]
+        owner: Option<Pubkey>,
+    },
+    /// Shows one machine with its GPUs.
+    Show { machine: Pubkey },
+}
+
+#[derive(Args)]
+pub struct TermArgs {
+    /// The machine's GPUs: a TOML or JSON file with a `gpu` list (required to register).
+    #[arg(long, value_name = "FILE")]
+    gpus: Option<PathBuf>,
+    /// The agent's hot key, which signs heartbeats and usage proofs [register default: the
+    /// keypair].
+    #[arg(long)]
+    agent: Option<Pubkey>,
+    /// Free-form region label, at most 16 bytes.
+    #[arg(long)]
+    region: Option<String>,
+    /// The host's floor per GPU-hour, in payment token units [register default: 0].
+    #[arg(long)]
+    price_floor: Option<String>,
+    /// Electricity cost per kWh, in payment token units (spot bids rank by profit after it)
+    /// [register default: 0].
+    #[arg(long)]
+    electricity_cost: Option<String>,
+    /// sha256 digest of an image the machine has cached (repeatable; replaces the list).
+    #[arg(long = "cached-image", value_name = "DIGEST")]
+    cached_images: Vec<String>,
+}
+
+/// One GPU in a GPUs file. Ranges are `[min, max]`; a `[0, 0]` lock range forbids that lock.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuEntry {
+    uuid: String,
+    class: u8,
+    memory_gib: u16,
+    #[serde(default)]
+    topology_group: u8,
+    power_w: [u16; 2],
+    #[serde(default)]
+    core_lock_mhz: [u16; 2],
+    #[serde(default)]
+    mem_lock_mhz: [u16; 2],
+    #[serde(default)]
+    core_offset_mhz: [i16; 2],
+    #[serde(default)]
+    mem_offset_mhz: [i16; 2],
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpusFile {
+    gpu: Vec<GpuEntry>,
+}
+
+/// Reads a GPUs file (`.json` as JSON, anything else as TOML) and checks each GPU's ranges.
+fn read_gpus(path: &Path) -> Result<Vec<GpuSpec>> {
+    let body = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the GPUs file {}", path.display()))?;
+    let file: GpusFile = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&body).map_err(|e| anyhow!("{}", e))
+    } else {
+        toml::from_str(&body).map_err(|e| anyhow!("{}", e.message()))
+    }
+    .with_context(|| format!("the GPUs file {} is not valid", path.display()))?;
+    if file.gpu.is_empty() {
+        bail!("the GPUs file {} lists no GPU", path.display());
+    }
+    file.gpu
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let spec = GpuSpec {
+                uuid: parse::gpu_uuid(&g.uuid)?,
+                class: g.class,
+                topology_group: g.topology_group,
+                memory_gib: g.memory_gib,
+                power_w: g.power_w,
+                core_lock_mhz: g.core_lock_mhz,
+                mem_lock_mhz: g.mem_lock_mhz,
+                core_offset_mhz: g.core_offset_mhz,
+                mem_offset_mhz: g.mem_offset_mhz,
+            };
+            spec.limits().validate().map_err(|e| {
+                anyhow!(
+                    "GPU {i} in {}: {e} (or its power range starts at 0 W)",
+                    path.display()
+                )
+            })?;
+            Ok(spec)
+        })
+        .collect()
+}
+
+impl TermArgs {
+    /// `base` with every term given here replaced.
+    fn apply(&self, mut terms: MachineTerms, payment_decimals: u8) -> Result<MachineTerms> {
+        if let Some(path) = &self.gpus {
+            terms.gpus = read_gpus(path)?;
+        }
+        if let Some(agent) = self.agent {
+            terms.agent = agent;
+        }
+        if let Some(region) = &self.region {
+            terms.region = parse::padded::<REGION_LEN>(region, "region")?;
+        }
+        if let Some(p) = &self.price_floor {
+            terms.price_floor_per_gpu_hour = parse::amount(p, payment_decimals, "price floor")?;
+        }
+        if let Some(c) = &self.electricity_cost {
+            terms.electricity_cost_per_kwh =
+                parse::amount(c, payment_decimals, "electricity cost")?;
+        }
+        if !self.cached_images.is_empty() {
+            terms.cached_images = self
+                .cached_images
+                .iter()
+                .map(|d| parse::digest(d))
+                .collect::<Result<_>>()?;
+        }
+        Ok(terms)
+    }
+}
+
+fn terms_of(m: &Machine) -> MachineTerms {
+    MachineTerms {
+        agent: m.agent,
+        region: m.region,
+        gpus: m.gpus().to_vec(),
+        price_floor_per_gpu_hour: m.price_floor_per_gpu_hour,
+        electricity_cost_per_kwh: m.electricity_cost_per_kwh,
+        cached_images: m.cached_images[..m.cached_image_count as usize].to_vec(),
+    }
+}
+
+pub fn run(config: &Config, command: HostCommand) -> Result<()> {
+    match command {
+        HostCommand::Register { market, id, terms } => {
+            let owner = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            if terms.gpus.is_none() {
+                bail!("give the machine's GPUs with --gpus FILE");
+            }
+            let d = config.mint_decimals(&m.stake_mint)?;
+            let stake: StakeAccount = config
+                .fetch(&pda::stake(&market, &owner.pubkey()).0, "stake")
+                .map_err(|_| {
+                    anyhow!(
+                        "{} has no stake in market {market}: hosts deposit at least {} with `gpu-market stake deposit` first",
+                        owner.pubkey(),
+                        gpu_market_core::amount::format(m.params.min_host_stake, d)
+                    )
+                })?;
+            if stake.amount < m.params.min_host_stake {
+                bail!(
+                    "the stake of {} is {}, below the market's minimum of {} for hosts",
+                    owner.pubkey(),
+                    gpu_market_core::amount::format(stake.amount, d),
+                    gpu_market_core::amount::format(m.params.min_host_stake, d)
+                );
+            }
+            let base = MachineTerms {
+                agent: owner.pubkey(),
+                region: [0; REGION_LEN],
+                gpus: Vec::new(),
+                price_floor_per_gpu_hour: 0,
+                electricity_cost_per_kwh: 0,
+                cached_images: Vec::new(),
+            };
+            let terms = terms.apply(base, config.mint_decimals(&m.payment_mint)?)?;
+            let register = RegisterMachine {
+                owner: &owner,
+                market,
+                id,
+                terms,
+            };
+            let machine = register.machine();
+            let book = Keypair::new();
+            let rent = config.rent_exempt_minimum(BID_BOOK_SPACE)?;
+            let mut ixs = vec![register.instruction()];
+            ixs.extend(open_book_instructions(
+                &owner.pubkey(),
+                &book.pubkey(),
+                rent,
+                init_spot_book(&owner.pubkey(), &machine, &book.pubkey()),
+            ));
+            let signature = config.send(&owner, &ixs, &[&book])?;
+            show(config, &machine, Some(signature))
+        }
+        HostCommand::Update { machine, terms } => {
+            let owner = config.signer()?;
+            let mach = owned_machine(config, &machine, &owner.pubkey())?;
+            let m: Market = config.fetch(&mach.market, "market")?;
+            let new = terms.apply(terms_of(&mach), config.mint_decimals(&m.payment_mint)?)?;
+            if new == terms_of(&mach) {
+                bail!("nothing to change: give at least one term to update");
+            }
+            let signature = config.send_all(
+                &owner,
+                &[&UpdateMachine {
+                    owner: &owner,
+                    market: mach.market,
+                    machine,
+                    terms: new,
+                }],
+            )?;
+            show(config, &machine, Some(signature))
+        }
+        HostCommand::Pause { machine } => set_status(config, machine, MachineStatus::Paused),
+        HostCommand::Resume { machine } => set_status(config, machine, MachineStatus::Active),
+        HostCommand::Retire { machine } => set_status(config, machine, MachineStatus::Retired),
+        HostCommand::List { market, owner } => {
+            let m: Market = config.fetch(&market, "market")?;
+            let decimals = config.mint_decimals(&m.payment_mint)?;
+            let mut filter = vec![(0, market)];
+            filter.extend(owner.map(|o| (32, o)));
+            let rows: Vec<Fields> = config
+                .program_accounts_of::<Machine>(&filter)?
+                .iter()
+                .map(|(key, mach)| machine_fields(key, mach, decimals))
+                .collect();
+            print_list(
+                config.output,
+                &[
+                    "machine",
+                    "owner",
+                    "id",
+                    "status",
+                    "gpu_count",
+                    "price_floor_per_gpu_hour",
+                    "leases",
+                    "last_heartbeat",
+                ],
+                &rows,
+            );
+            Ok(())
+        }
+        HostCommand::Show { machine } => show(config, &machine, None),
+    }
+}
+
+fn owned_machine(config: &Config, machine: &Pubkey, owner: &Pubkey) -> Result<Machine> {
+    let m: Machine = config.fetch(machine, "machine")?;
+    if m.owner != *owner {
+        bail!(
+            "machine {machine} belongs to {}, not to the keypair {owner}",
+            m.owner
+        );
+    }
+    Ok(m)
+}
+
+fn set_status(config: &Config, machine: Pubkey, status: MachineStatus) -> Result<()> {
+    let owner = config.signer()?;
+    let mach = owned_machine(config, &machine, &owner.pubkey())?;
+    if mach.status == status {
+        bail!("machine {machine} is already {}", status_name(status));
+    }
+    let signature = config.send_all(
+        &owner,
+        &[&SetMachineStatus {
+            owner: &owner,
+            market: mach.market,
+            machine,
+            status,
+        }],
+    )?;
+    show(config, &machine, Some(signature))
+}
+
+pub fn status_name(s: MachineStatus) -> &'static str {
+    match s {
+        MachineStatus::Active => "active",
+        MachineStatus::Paused => "paused",
+        MachineStatus::Retired => "retired",
+    }
+}
+
+fn gpu_json(g: &GpuSpec, used_gib: u16) -> Value {
+    json!({
+        "uuid": hex::encode(g.uuid),
+        "class": g.class,
+        "topology_group": g.topology_group,
+        "memory_gib": g.memory_gib,
+        "used_gib": used_gib,
+        "power_w": g.power_w,
+        "core_lock_mhz": g.core_lock_mhz,
+        "mem_lock_mhz": g.mem_lock_mhz,
+        "core_offset_mhz": g.core_offset_mhz,
+        "mem_offset_mhz": g.mem_offset_mhz,
+    })
+}
+
+fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
+    let gpus: Vec<Value> = m
+        .gpus()
+        .iter()
+        .zip(m.used_gib)
+        .map(|(g, used)| gpu_json(g, used))
+        .collect();
+    let images: Vec<Value> = m.cached_images[..m.cached_image_count as usize]
+        .iter()
+        .map(|d| text(hex::encode(d)))
+        .collect();
+    vec![
+        ("machine", text(key)),
+        ("market", text(m.market)),
+        ("owner", text(m.owner)),
+        ("agent", text(m.agent)),
+        ("id", m.id.into()),
+        ("status", text(status_name(m.status))),
+        ("region", text(parse::unpadded(&m.region))),
+        ("gpu_count", m.gpu_count.into()),
+        (
+            "price_floor_per_gpu_hour",
+            parse::tokens(m.price_floor_per_gpu_hour, payment_decimals),
+        ),
+        (
+            "electricity_cost_per_kwh",
+            parse::tokens(m.electricity_cost_per_kwh, payment_decimals),
+        ),
+        ("spot_book", text(m.spot_book)),
+        ("leases", m.leases.into()),
+        ("registered_at", m.registered_at.into()),
+        ("last_heartbeat", m.last_heartbeat.into()),
+        ("missed_intervals", m.missed_intervals.into()),
+        ("violations", m.violations.into()),
+        ("cached_images", Value::Array(images)),
+        ("gpus", Value::Array(gpus)),
+    ]
+}
+
+fn show(config: &Config, machine: &Pubkey, signature: Option<String>) -> Result<()> {
+    let mach: Machine = config.fetch(machine, "machine")?;
+    let m: Market = config.fetch(&mach.market, "market")?;
+    let mut fields = machine_fields(machine, &mach, config.mint_decimals(&m.payment_mint)?);
+    if let Some(sig) = signature {
+        fields.push(("signature", text(sig)));
+    }
+    print_record(config.output, &fields);
+    Ok(())
+}

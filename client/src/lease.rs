@@ -1,0 +1,229 @@
+//! `gpu-market lease list|show|end`.
+
+use anyhow::{anyhow, bail, Result};
+use clap::Subcommand;
+use gpu_market::state::{Bid, BidKind, Lease, Machine, Market};
+use gpu_market_core::math::normalise_bps;
+use gpu_market_core::settlement;
+use gpu_market_sdk::CloseLease;
+use serde_json::Value;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+use crate::config::Config;
+use crate::output::{print_list, print_record, text, Fields};
+use crate::parse;
+
+#[derive(Subcommand)]
+pub enum LeaseCommand {
+    /// Lists a market's leases.
+    List {
+        #[arg(long)]
+        market: Pubkey,
+        /// Only this client's leases.
+        #[arg(long, conflicts_with = "machine")]
+        client: Option<Pubkey>,
+        /// Only leases on this machine.
+        #[arg(long)]
+        machine: Option<Pubkey>,
+    },
+    /// Shows a lease: its proofs, energy, utilisation, idle flag, and what is paid and
+    /// refundable.
+    Show { lease: Pubkey },
+    /// Ends a lease (its client or host): it stops now and settles once the host has proven
+    /// its time; run it again after the last proof to settle.
+    End {
+        lease: Pubkey,
+        /// The client's payment-token account for the refund [default: the client's].
+        #[arg(long)]
+        tokens: Option<Pubkey>,
+    },
+}
+
+pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
+    match command {
+        LeaseCommand::List {
+            market,
+            client,
+            machine,
+        } => {
+            let m: Market = config.fetch(&market, "market")?;
+            let decimals = config.mint_decimals(&m.payment_mint)?;
+            let mut filter = vec![(0, market)];
+            filter.extend(machine.map(|k| (32, k)));
+            filter.extend(client.map(|k| (96, k)));
+            let leases = config.program_accounts_of::<Lease>(&filter)?;
+            let bids =
+                config.fetch_many::<Bid>(&leases.iter().map(|(_, l)| l.bid).collect::<Vec<_>>())?;
+            let now = config.cluster_time()?;
+            let rows: Vec<Fields> = leases
+                .iter()
+                .zip(&bids)
+                .map(|((key, l), b)| lease_fields(key, l, b.as_ref(), &m, decimals, now))
+                .collect::<Result<_>>()?;
+            print_list(
+                config.output,
+                &[
+                    "lease",
+                    "machine",
+                    "client",
+                    "kind",
+                    "gpus",
+                    "started_at",
+                    "ends_at",
+                    "paid",
+                    "refundable",
+                    "idle",
+                ],
+                &rows,
+            );
+            Ok(())
+        }
+        LeaseCommand::Show { lease } => {
+            let l: Lease = config.fetch(&lease, "lease")?;
+            let m: Market = config.fetch(&l.market, "market")?;
+            let b: Option<Bid> = config.fetch(&l.bid, "bid").ok();
+            let fields = lease_fields(
+                &lease,
+                &l,
+                b.as_ref(),
+                &m,
+                config.mint_decimals(&m.payment_mint)?,
+                config.cluster_time()?,
+            )?;
+            print_record(config.output, &fields);
+            Ok(())
+        }
+        LeaseCommand::End { lease, tokens } => {
+            let signer = config.signer()?;
+            let l: Lease = config.fetch(&lease, "lease")?;
+            let m: Market = config.fetch(&l.market, "market")?;
+            let mach: Machine = config.fetch(&l.machine, "machine")?;
+            let me = signer.pubkey();
+            if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
+                bail!(
+                    "only the lease's client {} or its host may end it before its time is proven; the keypair is {me}",
+                    l.client
+                );
+            }
+            let b: Bid = config.fetch(&l.bid, "bid")?;
+            let (client_tokens, _) = config.token_account(&l.client, &m.payment_mint, tokens)?;
+            let signature = config.send_all(
+                &signer,
+                &[&CloseLease {
+                    signer: &signer,
+                    market: l.market,
+                    machine: l.machine,
+                    lease,
+                    bid: l.bid,
+                    client: l.client,
+                    agent: mach.agent,
+                    spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
+                    payment_mint: m.payment_mint,
+                    client_tokens,
+                    reclaim: false,
+                }],
+            )?;
+            let decimals = config.mint_decimals(&m.payment_mint)?;
+            let mut fields: Fields = vec![("lease", text(lease))];
+            match config.fetch::<Lease>(&lease, "lease") {
+                Ok(after) => fields.extend([
+                    ("status", text("stopping")),
+                    ("stop_at", after.stop().into()),
+                    ("proven_until", after.proven_until.into()),
+                    (
+                        "note",
+                        text("the lease settles once the host proves its time up to stop_at: run `lease end` again then"),
+                    ),
+                ]),
+                Err(_) => {
+                    // Settled: the bid's escrow was refunded, or put back in the spot book.
+                    let requeued = config.fetch::<Bid>(&l.bid, "bid").is_ok();
+                    fields.extend([
+                        ("status", text(if requeued { "settled, bid back in its spot book" } else { "settled" })),
+                        ("paid", parse::tokens(l.paid, decimals)),
+                        ("refund", parse::tokens(if requeued { 0 } else { b.escrow }, decimals)),
+                    ]);
+                }
+            }
+            fields.push(("signature", text(signature)));
+            print_record(config.output, &fields);
+            Ok(())
+        }
+    }
+}
+
+fn lease_fields(
+    key: &Pubkey,
+    l: &Lease,
+    bid: Option<&Bid>,
+    m: &Market,
+    decimals: u8,
+    now: i64,
+) -> Result<Fields> {
+    let unit = l.kind.unit();
+    let gpus = l.gpu_count as u64;
+    // Run but not proven yet: it will be paid out of the escrow when the host proves it.
+    let unproven_secs = now.min(l.stop()).saturating_sub(l.proven_until).max(0) as u64;
+    let owed = settlement::cost(l.price, unit, gpus, unproven_secs)
+        .map_err(|e| anyhow!("cannot price the unproven time of lease {key}: {e:?}"))?;
+    let escrow = bid.map_or(0, |b| b.escrow);
+    let proven_secs = l.proven_until.saturating_sub(l.started_at).max(0) as u64;
+    let stopping = l.stop_at != Lease::NOT_STOPPED;
+    Ok(vec![
+        ("lease", text(key)),
+        ("market", text(l.market)),
+        ("machine", text(l.machine)),
+        ("bid", text(l.bid)),
+        ("client", text(l.client)),
+        (
+            "kind",
+            text(match l.kind {
+                BidKind::Queue => "queue",
+                BidKind::Spot => "spot",
+            }),
+        ),
+        ("gpus", Value::from(l.gpus().to_vec())),
+        ("gib_per_gpu", l.gib_per_gpu.into()),
+        (
+            "power_limits_w",
+            Value::from(l.power_limits_w[..l.gpu_count as usize].to_vec()),
+        ),
+        ("price", parse::tokens(l.price, decimals)),
+        ("started_at", l.started_at.into()),
+        ("ends_at", l.ends_at.into()),
+        (
+            "stop_at",
+            if stopping {
+                l.stop_at.into()
+            } else {
+                Value::Null
+            },
+        ),
+        ("preempted", l.preempted.into()),
+        ("proofs_next_interval", l.next_interval.into()),
+        ("proven_until", l.proven_until.into()),
+        ("proof_hash", text(hex::encode(l.proof_hash))),
+        ("gpu_seconds", l.gpu_seconds.into()),
+        (
+            "gpu_time_utilisation_bps",
+            normalise_bps(l.gpu_seconds, gpus.saturating_mul(proven_secs)).into(),
+        ),
+        ("energy_j", l.energy_j.into()),
+        (
+            "energy_kwh",
+            text(gpu_market_core::amount::format(l.energy_j / 3_600, 3)),
+        ),
+        ("idle_streak", l.idle_streak.into()),
+        ("idle", l.idle.into()),
+        ("violations", l.violations.into()),
+        ("paid", parse::tokens(l.paid, decimals)),
+        ("escrow_left", parse::tokens(escrow, decimals)),
+        ("owed_unproven", parse::tokens(owed.min(escrow), decimals)),
+        (
+            "refundable",
+            parse::tokens(escrow.saturating_sub(owed), decimals),
+        ),
+        ("protocol_fee_bps", m.params.protocol_fee_bps.into()),
+    ])
+}

@@ -1,0 +1,245 @@
+//! What people type, checked: token amounts, durations, deadlines, digests, overclock terms.
+//! Every parser returns one clear sentence on bad input.
+
+use anyhow::{anyhow, bail, Result};
+use gpu_market::state::OverclockTerms;
+use serde_json::Value;
+
+/// A token amount in token units (`"1.5"`), exact in base units of a mint with `decimals`.
+/// Refuses negative numbers, more decimals than the mint has, and overflow.
+pub fn amount(s: &str, decimals: u8, what: &str) -> Result<u64> {
+    gpu_market_core::amount::parse(s, decimals).map_err(|e| anyhow!("bad {what} {s:?}: {e}"))
+}
+
+/// Like [`amount`], and above zero.
+pub fn positive_amount(s: &str, decimals: u8, what: &str) -> Result<u64> {
+    let units = amount(s, decimals, what)?;
+    if units == 0 {
+        bail!("the {what} must be greater than zero");
+    }
+    Ok(units)
+}
+
+/// Base units shown in token units.
+pub fn tokens(units: u64, decimals: u8) -> Value {
+    Value::String(gpu_market_core::amount::format(units, decimals))
+}
+
+/// Seconds from `90`, `90s`, `15m`, `2h` or `3d`.
+pub fn duration_secs(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => bail!("bad duration {s:?}: write seconds, or a number with s, m, h or d (e.g. 90m)"),
+    };
+    if digits.is_empty() {
+        bail!("bad duration {s:?}: it has no number");
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| anyhow!("bad duration {s:?}: too large"))
+}
+
+/// A deadline: `+DURATION` from `now`, or an absolute unix time in seconds.
+pub fn deadline(s: &str, now: i64) -> Result<i64> {
+    let t = s.trim();
+    if let Some(rel) = t.strip_prefix('+') {
+        let secs = i64::try_from(duration_secs(rel)?)
+            .map_err(|_| anyhow!("bad deadline {s:?}: too far"))?;
+        return now
+            .checked_add(secs)
+            .ok_or_else(|| anyhow!("bad deadline {s:?}: too far"));
+    }
+    t.parse::<i64>()
+        .map_err(|_| anyhow!("bad deadline {s:?}: write +DURATION (e.g. +6h) or a unix time"))
+}
+
+/// A sha256 digest: 64 hex digits, optionally after `sha256:`.
+pub fn digest(s: &str) -> Result<[u8; 32]> {
+    let hex_part = s.trim().strip_prefix("sha256:").unwrap_or(s.trim());
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(hex_part, &mut out)
+        .map_err(|_| anyhow!("bad digest {s:?}: expected 64 hex digits (sha256)"))?;
+    Ok(out)
+}
+
+/// A GPU UUID in NVML's form (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) or as 32 hex digits.
+pub fn gpu_uuid(s: &str) -> Result<[u8; 16]> {
+    let hex_part: String = s
+        .trim()
+        .strip_prefix("GPU-")
+        .unwrap_or(s.trim())
+        .chars()
+        .filter(|c| *c != '-')
+        .collect();
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(&hex_part, &mut out).map_err(|_| {
+        anyhow!("bad GPU UUID {s:?}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    })?;
+    Ok(out)
+}
+
+/// Overclock terms for one GPU: `power=300[,core-lock=1500][,mem-lock=5000]
+/// [,core-offset=-100][,mem-offset=200]` (W and MHz). The power limit is mandatory.
+pub fn overclock(s: &str) -> Result<OverclockTerms> {
+    let mut terms = OverclockTerms::default();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| anyhow!("bad overclock term {part:?}: expected KEY=VALUE"))?;
+        let bad = || anyhow!("bad overclock value {part:?}: not a number in range");
+        match key.trim() {
+            "power" => terms.power_limit_w = value.trim().parse().map_err(|_| bad())?,
+            "core-lock" => terms.core_lock_mhz = value.trim().parse().map_err(|_| bad())?,
+            "mem-lock" => terms.mem_lock_mhz = value.trim().parse().map_err(|_| bad())?,
+            "core-offset" => terms.core_offset_mhz = value.trim().parse().map_err(|_| bad())?,
+            "mem-offset" => terms.mem_offset_mhz = value.trim().parse().map_err(|_| bad())?,
+            other => bail!(
+                "unknown overclock term {other:?}: use power, core-lock, mem-lock, core-offset, mem-offset"
+            ),
+        }
+    }
+    if terms.power_limit_w == 0 {
+        bail!("the power limit is mandatory: give power=WATTS (above zero) in {s:?}");
+    }
+    Ok(terms)
+}
+
+/// A fixed-size, zero-padded byte field from text (region labels, image references).
+pub fn padded<const N: usize>(s: &str, what: &str) -> Result<[u8; N]> {
+    if s.len() > N {
+        bail!("the {what} {s:?} is longer than {N} bytes");
+    }
+    let mut out = [0u8; N];
+    out[..s.len()].copy_from_slice(s.as_bytes());
+    Ok(out)
+}
+
+/// Text of a zero-padded byte field.
+pub fn unpadded(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn amounts_use_the_mint_decimals_and_refuse_bad_input() {
+        assert_eq!(amount("2.5", 6, "price").unwrap(), 2_500_000);
+        assert_eq!(amount("0", 0, "price").unwrap(), 0);
+        for bad in [
+            "-1",
+            "1.0000001",
+            "1.2.3",
+            "abc",
+            "",
+            "1e3",
+            "18446744073709.551616",
+        ] {
+            let e = amount(bad, 6, "price").unwrap_err().to_string();
+            assert!(e.starts_with("bad price"), "{bad}: {e}");
+        }
+        assert!(amount("1.5", 0, "stake")
+            .unwrap_err()
+            .to_string()
+            .contains("1 decimal places given, the token has 0"));
+        assert_eq!(
+            positive_amount("0.000", 6, "deposit")
+                .unwrap_err()
+                .to_string(),
+            "the deposit must be greater than zero"
+        );
+        assert_eq!(tokens(1_500_000, 6), Value::from("1.5"));
+    }
+
+    #[test]
+    fn durations_and_deadlines() {
+        assert_eq!(duration_secs("90").unwrap(), 90);
+        assert_eq!(duration_secs("15m").unwrap(), 900);
+        assert_eq!(duration_secs("2h").unwrap(), 7_200);
+        assert_eq!(duration_secs("1d").unwrap(), 86_400);
+        for bad in ["", "h", "2w", "-5m", "1.5h", "99999999999999999999d"] {
+            assert!(duration_secs(bad).is_err(), "{bad}");
+        }
+        assert_eq!(deadline("+1h", 1_000).unwrap(), 4_600);
+        assert_eq!(deadline("1700000000", 1_000).unwrap(), 1_700_000_000);
+        assert!(deadline("tomorrow", 0).is_err());
+        assert!(deadline(&format!("+{}", u64::MAX), 0).is_err());
+    }
+
+    #[test]
+    fn digests_uuids_and_padding() {
+        let d = "ab".repeat(32);
+        assert_eq!(digest(&d).unwrap(), [0xab; 32]);
+        assert_eq!(digest(&format!("sha256:{d}")).unwrap(), [0xab; 32]);
+        assert!(digest("abc").is_err());
+        assert_eq!(
+            gpu_uuid("GPU-01234567-89ab-cdef-0123-456789abcdef").unwrap()[..2],
+            [0x01, 0x23]
+        );
+        assert!(gpu_uuid("GPU-0123").is_err());
+        assert_eq!(padded::<4>("eu", "region").unwrap(), *b"eu\0\0");
+        assert!(padded::<2>("eu-1", "region").is_err());
+        assert_eq!(unpadded(b"eu\0\0"), "eu");
+    }
+
+    #[test]
+    fn overclock_terms_need_a_power_limit() {
+        let t = overclock("power=300, core-lock=1500,core-offset=-100").unwrap();
+        assert_eq!(
+            (
+                t.power_limit_w,
+                t.core_lock_mhz,
+                t.core_offset_mhz,
+                t.mem_lock_mhz
+            ),
+            (300, 1500, -100, 0)
+        );
+        assert!(overclock("core-lock=1500")
+            .unwrap_err()
+            .to_string()
+            .contains("mandatory"));
+        assert!(overclock("power=0").is_err());
+        assert!(overclock("power=70000").is_err());
+        assert!(overclock("power=300,turbo=1").is_err());
+        assert!(overclock("power").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn written_amounts_parse_to_their_units(units: u64, decimals in 0u8..=9) {
+            let written = gpu_market_core::amount::format(units, decimals);
+            prop_assert_eq!(amount(&written, decimals, "amount").unwrap(), units);
+            // A minus sign, or one digit more than the mint has, is always refused.
+            let negative = format!("-{written}");
+            prop_assert!(amount(&negative, decimals, "amount").is_err());
+            let too_precise = format!("{}.{}1", units, "0".repeat(decimals as usize));
+            prop_assert!(amount(&too_precise, decimals, "amount").is_err());
+        }
+
+        #[test]
+        fn durations_scale_exactly(n in 0u64..1 << 40) {
+            prop_assert_eq!(duration_secs(&format!("{n}m")).unwrap(), n * 60);
+            prop_assert_eq!(duration_secs(&format!("{n}d")).unwrap(), n * 86_400);
+        }
+
+        #[test]
+        fn overclock_terms_round_trip(p in 1u16.., cl: u16, ml: u16, co: i16, mo: i16) {
+            let s = format!("power={p},core-lock={cl},mem-lock={ml},core-offset={co},mem-offset={mo}");
+            let t = overclock(&s).unwrap();
+            prop_assert_eq!(t, OverclockTerms { power_limit_w: p, core_lock_mhz: cl, mem_lock_mhz: ml, core_offset_mhz: co, mem_offset_mhz: mo });
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! `gpu-market stake deposit|unstake|withdraw|show`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::Subcommand;
+use gpu_market::pda;
+use gpu_market::state::{Market, StakeAccount};
+use gpu_market_sdk::{OpenStake, RequestUnstake, Stake, WithdrawStake};
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+use crate::config::{Config, Sendable};
+use crate::output::{print_record, text};
+use crate::parse;
+
+#[derive(Subcommand)]
+pub enum StakeCommand {
+    /// Locks AMOUNT stake tokens (token units) in the market; opens the stake account if needed.
+    Deposit {
+        /// Token units, e.g. 1.5 (negative amounts are refused with a reason).
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        #[arg(long)]
+        market: Pubkey,
+        /// The stake-token account to pay from [default: the keypair's, largest balance].
+        #[arg(long)]
+        tokens: Option<Pubkey>,
+    },
+    /// Asks AMOUNT (token units) back: it stops counting at once and can be withdrawn after
+    /// the market's cooldown.
+    Unstake {
+        /// Token units, e.g. 1.5 (negative amounts are refused with a reason).
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        #[arg(long)]
+        market: Pubkey,
+    },
+    /// Pays out the stake whose cooldown is over.
+    Withdraw {
+        #[arg(long)]
+        market: Pubkey,
+        #[arg(long)]
+        tokens: Option<Pubkey>,
+        /// Wait for the cooldown to end instead of failing.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Shows a stake account.
+    Show {
+        #[arg(long)]
+        market: Pubkey,
+        /// Whose stake [default: the keypair's].
+        #[arg(long)]
+        owner: Option<Pubkey>,
+    },
+}
+
+pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
+    match command {
+        StakeCommand::Deposit {
+            amount,
+            market,
+            tokens,
+        } => {
+            let owner = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            let decimals = config.mint_decimals(&m.stake_mint)?;
+            let amount = parse::positive_amount(&amount, decimals, "deposit")?;
+            let (owner_tokens, balance) =
+                config.token_account(&owner.pubkey(), &m.stake_mint, tokens)?;
+            if balance < amount {
+                bail!(
+                    "insufficient balance: the deposit is {} but token account {owner_tokens} holds {}",
+                    gpu_market_core::amount::format(amount, decimals),
+                    gpu_market_core::amount::format(balance, decimals)
+                );
+            }
+            let stake_key = pda::stake(&market, &owner.pubkey()).0;
+            let open = OpenStake {
+                owner: &owner,
+                market,
+            };
+            let stake = Stake {
+                owner: &owner,
+                market,
+                stake_mint: m.stake_mint,
+                owner_tokens,
+                amount,
+            };
+            let mut ixs: Vec<&dyn Sendable> = Vec::new();
+            if config.fetch::<StakeAccount>(&stake_key, "stake").is_err() {
+                ixs.push(&open);
+            }
+            ixs.push(&stake);
+            let signature = config.send_all(&owner, &ixs)?;
+            show(config, &market, &owner.pubkey(), Some(signature))
+        }
+        StakeCommand::Unstake { amount, market } => {
+            let owner = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            let amount = parse::positive_amount(
+                &amount,
+                config.mint_decimals(&m.stake_mint)?,
+                "unstake amount",
+            )?;
+            existing_stake(config, &market, &owner.pubkey())?;
+            let signature = config.send_all(
+                &owner,
+                &[&RequestUnstake {
+                    owner: &owner,
+                    market,
+                    amount,
+                }],
+            )?;
+            show(config, &market, &owner.pubkey(), Some(signature))
+        }
+        StakeCommand::Withdraw {
+            market,
+            tokens,
+            wait,
+        } => {
+            let owner = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            let s = existing_stake(config, &market, &owner.pubkey())?;
+            if s.pending_unstake == 0 {
+                bail!(
+                    "nothing is waiting to be withdrawn: ask stake back with `stake unstake` first"
+                );
+            }
+            let (owner_tokens, _) = config.token_account(&owner.pubkey(), &m.stake_mint, tokens)?;
+            if wait {
+                wait_until(config, s.unlocks_at, "the unstake cooldown")?;
+            }
+            let signature = config.send_all(
+                &owner,
+                &[&WithdrawStake {
+                    owner: &owner,
+                    market,
+                    stake_mint: m.stake_mint,
+                    owner_tokens,
+                }],
+            )?;
+            show(config, &market, &owner.pubkey(), Some(signature))
+        }
+        StakeCommand::Show { market, owner } => {
+            let owner = match owner {
+                Some(o) => o,
+                None => config.signer()?.pubkey(),
+            };
+            show(config, &market, &owner, None)
+        }
+    }
+}
+
+fn existing_stake(config: &Config, market: &Pubkey, owner: &Pubkey) -> Result<StakeAccount> {
+    config.fetch::<Market>(market, "market")?;
+    let key = pda::stake(market, owner).0;
+    config.fetch(&key, "stake").map_err(|_| {
+        anyhow::anyhow!(
+            "{owner} has no stake in market {market}: deposit with `gpu-market stake deposit` first"
+        )
+    })
+}
+
+/// Sleeps until the cluster clock reaches `at`, showing the time left on stderr.
+pub fn wait_until(config: &Config, at: i64, what: &str) -> Result<()> {
+    let mut shown = false;
+    loop {
+        let now = config.cluster_time()?;
+        if now >= at {
+            if shown {
+                eprintln!();
+            }
+            return Ok(());
+        }
+        shown = true;
+        eprint!("\rwaiting for {what}: {} s left   ", at - now);
+        std::io::stderr().flush()?;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn show(config: &Config, market: &Pubkey, owner: &Pubkey, signature: Option<String>) -> Result<()> {
+    let m: Market = config.fetch(market, "market")?;
+    let decimals = config.mint_decimals(&m.stake_mint)?;
+    let key = pda::stake(market, owner).0;
+    let s = existing_stake(config, market, owner)?;
+    let mut fields = vec![
+        ("stake", text(key)),
+        ("market", text(market)),
+        ("owner", text(owner)),
+        ("amount", parse::tokens(s.amount, decimals)),
+        (
+            "pending_unstake",
+            parse::tokens(s.pending_unstake, decimals),
+        ),
+        ("unlocks_at", s.unlocks_at.into()),
+        ("open_bids", s.open_bids.into()),
+        ("gpus_held", s.gpus_held.into()),
+    ];
+    if let Some(sig) = signature {
+        fields.push(("signature", text(sig)));
+    }
+    print_record(config.output, &fields);
+    Ok(())
+}

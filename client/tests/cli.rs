@@ -1,0 +1,1214 @@
+//! The `gpu-market` binary against a private solana-test-validator with the program deployed.
+//! Each test is one flow over several verbs (a validator costs seconds and a gigabyte): after
+//! each verb it checks the JSON output and the accounts and token balances on chain, and for
+//! each bad input a non-zero exit, one `error: ...` line, and nothing moved.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anchor_lang::AccountDeserialize;
+use gpu_market::instructions::SubmitUsageArgs;
+use gpu_market::state::{Bid, Lease, Machine, MachineStatus, Market, StakeAccount};
+use gpu_market_sdk::{envelope, Allocate, ClientInstruction, SubmitUsage};
+use gpu_market_tests::Cluster;
+use serde_json::Value;
+use solana_commitment_config::CommitmentConfig;
+use solana_keypair::Keypair;
+use solana_program_pack::Pack;
+use solana_pubkey::Pubkey;
+use solana_rpc_client::rpc_client::RpcClient;
+use solana_signer::Signer;
+use solana_transaction::Transaction;
+use spl_token_interface::state::Account as TokenAccount;
+
+/// A validator, a scratch directory for keypairs and files, and the CLI pointed at both.
+struct T {
+    cluster: Cluster,
+    dir: tempfile::TempDir,
+}
+
+fn pk(v: &Value) -> Pubkey {
+    v.as_str()
+        .unwrap_or_else(|| panic!("not a string: {v}"))
+        .parse()
+        .unwrap()
+}
+
+fn key_of(path: &Path) -> Keypair {
+    solana_keypair::read_keypair_file(path).unwrap()
+}
+
+const DIGEST: &str = "abababababababababababababababababababababababababababababababab";
+
+impl T {
+    fn start() -> Self {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let cluster = rt
+            .block_on(Cluster::start())
+            .expect("start a local validator");
+        T {
+            cluster,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn run(&self, keypair: &Path, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_gpu-market"))
+            .args([
+                "--url",
+                &self.cluster.rpc_url,
+                "--output",
+                "json",
+                "--keypair",
+            ])
+            .arg(keypair)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a verb that must succeed; its JSON output.
+    fn ok(&self, keypair: &Path, args: &[&str]) -> Value {
+        let out = self.run(keypair, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?} failed: {stderr}");
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: output is not JSON ({e}): {:?}", out.stdout))
+    }
+
+    /// Runs a verb that must fail with one clear line; that line.
+    fn fails(&self, keypair: &Path, args: &[&str]) -> String {
+        let out = self.run(keypair, args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} printed output on failure");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: not one line: {stderr:?}");
+        assert!(lines[0].starts_with("error: "), "{args:?}: {stderr:?}");
+        for bad in ["panicked", "backtrace", "RUST_BACKTRACE", "Error {"] {
+            assert!(!stderr.contains(bad), "{args:?}: {stderr:?}");
+        }
+        lines[0].to_string()
+    }
+
+    fn rpc(&self) -> RpcClient {
+        RpcClient::new_with_commitment(self.cluster.rpc_url.clone(), CommitmentConfig::confirmed())
+    }
+
+    fn account<A: AccountDeserialize>(&self, key: &Pubkey) -> A {
+        let data = self.rpc().get_account(key).unwrap().data;
+        A::try_deserialize(&mut data.as_slice()).unwrap()
+    }
+
+    fn exists(&self, key: &Pubkey) -> bool {
+        self.rpc()
+            .get_account_with_commitment(key, CommitmentConfig::confirmed())
+            .unwrap()
+            .value
+            .is_some()
+    }
+
+    fn balance(&self, token_account: &Pubkey) -> u64 {
+        TokenAccount::unpack(&self.rpc().get_account(token_account).unwrap().data)
+            .unwrap()
+            .amount
+    }
+
+    /// A new keypair file with 10 SOL (keygen and airdrop through the CLI).
+    fn wallet(&self, name: &str) -> PathBuf {
+        let path = self.path(&format!("{name}.json"));
+        let out = self.ok(&path, &["keygen", "--outfile", path.to_str().unwrap()]);
+        assert_eq!(pk(&out["pubkey"]), key_of(&path).pubkey());
+        let out = self.ok(&path, &["airdrop", "10"]);
+        assert_eq!(out["balance_sol"], "10");
+        path
+    }
+
+    fn send(&self, payer: &Keypair, ixs: &[&dyn ClientIx]) {
+        let rpc = self.rpc();
+        let instructions: Vec<_> = ixs.iter().map(|i| i.ix()).collect();
+        let mut signers: Vec<&Keypair> = vec![payer];
+        signers.extend(ixs.iter().flat_map(|i| i.keys()));
+        signers.dedup_by_key(|k| k.pubkey());
+        let tx = Transaction::new_signed_with_payer(
+            &instructions,
+            Some(&payer.pubkey()),
+            &signers,
+            rpc.get_latest_blockhash().unwrap(),
+        );
+        rpc.send_and_confirm_transaction(&tx)
+            .unwrap_or_else(|e| panic!("transaction failed: {e}"));
+    }
+
+    fn cluster_time(&self) -> i64 {
+        let rpc = self.rpc();
+        rpc.get_block_time(rpc.get_slot().unwrap()).unwrap()
+    }
+}
+
+trait ClientIx {
+    fn ix(&self) -> solana_instruction::Instruction;
+    fn keys(&self) -> Vec<&Keypair>;
+}
+
+impl<C: ClientInstruction> ClientIx for C {
+    fn ix(&self) -> solana_instruction::Instruction {
+        self.instruction()
+    }
+    fn keys(&self) -> Vec<&Keypair> {
+        self.signers()
+    }
+}
+
+/// A market made through the CLI: its authority (mint authority too), mint and treasury, and
+/// token accounts created and funded for whoever asks.
+struct MarketSetup {
+    authority: PathBuf,
+    mint: Pubkey,
+    treasury: Pubkey,
+    market: Pubkey,
+}
+
+impl MarketSetup {
+    fn new(t: &T, extra: &[&str]) -> Self {
+        let authority = t.wallet("authority");
+        let mint = pk(&t.ok(&authority, &["token", "create-mint", "--decimals", "6"])["mint"]);
+        let m = mint.to_string();
+        let treasury = pk(&t.ok(&authority, &["token", "create-account", &m])["account"]);
+        let mut args = vec!["market", "init", "--stake-mint", &m, "--treasury"];
+        let tr = treasury.to_string();
+        args.push(&tr);
+        args.extend_from_slice(extra);
+        let out = t.ok(&authority, &args);
+        let market = pk(&out["market"]);
+        let on_chain: Market = t.account(&market);
+        assert_eq!(on_chain.queue_book, pk(&out["queue_book"]));
+        assert_eq!(on_chain.authority, key_of(&authority).pubkey());
+        MarketSetup {
+            authority,
+            mint,
+            treasury,
+            market,
+        }
+    }
+
+    /// A token account of the market's mint for `owner`, holding `amount` token units.
+    fn fund(&self, t: &T, owner: &Path, amount: &str) -> Pubkey {
+        let owner = key_of(owner).pubkey().to_string();
+        let m = self.mint.to_string();
+        let account = pk(&t.ok(
+            &self.authority,
+            &["token", "create-account", &m, "--owner", &owner],
+        )["account"]);
+        if amount != "0" {
+            t.ok(
+                &self.authority,
+                &["token", "mint", &m, &account.to_string(), amount],
+            );
+        }
+        account
+    }
+
+    fn m(&self) -> String {
+        self.market.to_string()
+    }
+}
+
+const GPUS_TOML: &str = r#"
+[[gpu]]
+uuid = "GPU-00000000-0000-0000-0000-000000000001"
+class = 0
+memory_gib = 80
+power_w = [100, 400]
+core_lock_mhz = [500, 2000]
+
+[[gpu]]
+uuid = "GPU-00000000-0000-0000-0000-000000000002"
+class = 1
+memory_gib = 40
+topology_group = 1
+power_w = [100, 300]
+"#;
+
+/// `bid place` in `market` for a 40 GiB, one-hour job, with `extra` arguments.
+fn place_args<'a>(market: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "bid",
+        "place",
+        "--market",
+        market,
+        "--image",
+        "registry.example/train:v3",
+        "--image-digest",
+        DIGEST,
+        "--gib-per-gpu",
+        "40",
+        "--duration",
+        "1h",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// A host with stake and a registered machine whose agent key is a separate keypair.
+struct Host {
+    agent: PathBuf,
+    machine: Pubkey,
+    tokens: Pubkey,
+}
+
+fn register_host(t: &T, s: &MarketSetup) -> Host {
+    let owner = t.wallet("host");
+    let agent = t.wallet("agent");
+    let tokens = s.fund(t, &owner, "100");
+    t.ok(&owner, &["stake", "deposit", "10", "--market", &s.m()]);
+    let gpus = t.path("gpus.toml");
+    std::fs::write(&gpus, GPUS_TOML).unwrap();
+    let agent_key = key_of(&agent).pubkey().to_string();
+    let out = t.ok(
+        &owner,
+        &[
+            "host",
+            "register",
+            "--market",
+            &s.m(),
+            "--gpus",
+            gpus.to_str().unwrap(),
+            "--agent",
+            &agent_key,
+            "--price-floor",
+            "0.5",
+            "--region",
+            "eu-west",
+        ],
+    );
+    let machine = pk(&out["machine"]);
+    Host {
+        agent,
+        machine,
+        tokens,
+    }
+}
+
+#[test]
+fn market_and_stake_verbs() {
+    let t = T::start();
+    let s = MarketSetup::new(
+        &t,
+        &["--unstake-cooldown-secs", "3", "--protocol-fee-bps", "100"],
+    );
+    let m = s.m();
+
+    // market show reads back what init wrote.
+    let show = t.ok(&s.authority, &["market", "show", &m]);
+    assert_eq!(show["protocol_fee_bps"], 100);
+    assert_eq!(show["unstake_cooldown_secs"], 3);
+    assert_eq!(show["base_price_per_gpu_hour"], "1");
+    assert_eq!(pk(&show["treasury"]), s.treasury);
+
+    // market update changes only what it is given; amounts in token units.
+    t.ok(
+        &s.authority,
+        &[
+            "market",
+            "update",
+            &m,
+            "--base-price",
+            "2.5",
+            "--min-host-stake",
+            "5",
+            "--seasonal",
+            "18=12000",
+        ],
+    );
+    let on_chain: Market = t.account(&s.market);
+    assert_eq!(on_chain.params.base_price_per_gpu_hour, 2_500_000);
+    assert_eq!(on_chain.params.min_host_stake, 5_000_000);
+    assert_eq!(on_chain.params.seasonal_bps[18], 12_000);
+    assert_eq!(on_chain.params.protocol_fee_bps, 100);
+    let params = on_chain.params;
+
+    // Bad inputs to market verbs: nothing changes.
+    let stranger = t.wallet("stranger");
+    let e = t.fails(
+        &stranger,
+        &["market", "update", &m, "--protocol-fee-bps", "0"],
+    );
+    assert!(e.contains("only the market's authority"), "{e}");
+    let e = t.fails(
+        &s.authority,
+        &["market", "update", &m, "--base-price", "1.2.3"],
+    );
+    assert!(e.contains("bad base price"), "{e}");
+    let e = t.fails(
+        &s.authority,
+        &["market", "update", &m, "--protocol-fee-bps", "20000"],
+    );
+    assert!(
+        e.contains("the protocol fee must be at most 10000 bps"),
+        "{e}"
+    );
+    let e = t.fails(
+        &s.authority,
+        &["market", "update", &m, "--weights-bps", "5000,5000,5000"],
+    );
+    assert!(e.contains("score weights must add up to 10000"), "{e}");
+    let e = t.fails(
+        &t.path("missing.json"),
+        &["market", "update", &m, "--protocol-fee-bps", "0"],
+    );
+    assert!(
+        e.contains("keypair file") && e.contains("does not exist"),
+        "{e}"
+    );
+    let unknown = Pubkey::new_unique().to_string();
+    let e = t.fails(&s.authority, &["market", "show", &unknown]);
+    assert!(
+        e.contains(&format!("market {unknown} does not exist")),
+        "{e}"
+    );
+    let e = t.fails(&s.authority, &["market", "show", "not-a-key"]);
+    assert!(e.contains("invalid value"), "{e}");
+    assert_eq!(t.account::<Market>(&s.market).params, params);
+
+    // stake deposit: opens the account, moves exactly 10.5 tokens.
+    let user = t.wallet("user");
+    let tokens = s.fund(&t, &user, "50");
+    let vault = on_chain.stake_vault;
+    let out = t.ok(&user, &["stake", "deposit", "10.5", "--market", &m]);
+    assert_eq!(out["amount"], "10.5");
+    assert!(out["signature"].is_string());
+    assert_eq!(t.balance(&tokens), 39_500_000);
+    assert_eq!(t.balance(&vault), 10_500_000);
+    let stake_key = pk(&out["stake"]);
+    assert_eq!(t.account::<StakeAccount>(&stake_key).amount, 10_500_000);
+    // A second deposit reuses the account.
+    t.ok(&user, &["stake", "deposit", "0.5", "--market", &m]);
+    assert_eq!(t.account::<StakeAccount>(&stake_key).amount, 11_000_000);
+
+    // Bad deposits: insufficient balance, bad amounts, unknown market, bad keypair. Nothing moves.
+    let before = (t.balance(&tokens), t.balance(&vault));
+    let e = t.fails(&user, &["stake", "deposit", "1000", "--market", &m]);
+    assert!(e.contains("insufficient balance"), "{e}");
+    for (amount, says) in [
+        ("-1", "is not a decimal number"),
+        ("0.0000001", "7 decimal places given, the token has 6"),
+        ("abc", "is not a decimal number"),
+        ("0", "must be greater than zero"),
+        ("99999999999999999999", "too large"),
+    ] {
+        let e = t.fails(&user, &["stake", "deposit", amount, "--market", &m]);
+        assert!(e.contains(says), "{amount}: {e}");
+    }
+    let e = t.fails(&user, &["stake", "deposit", "1", "--market", &unknown]);
+    assert!(e.contains("does not exist"), "{e}");
+    let e = t.fails(
+        &t.path("nope/id.json"),
+        &["stake", "deposit", "1", "--market", &m],
+    );
+    assert!(e.contains("does not exist"), "{e}");
+    assert_eq!((t.balance(&tokens), t.balance(&vault)), before);
+
+    // stake show, unstake more than staked (refused), unstake, withdraw before and after the
+    // cooldown.
+    let show = t.ok(&user, &["stake", "show", "--market", &m]);
+    assert_eq!(show["amount"], "11");
+    let e = t.fails(&user, &["stake", "unstake", "12", "--market", &m]);
+    assert!(
+        e.contains("the stake is smaller than the amount asked back"),
+        "{e}"
+    );
+    let out = t.ok(&user, &["stake", "unstake", "4", "--market", &m]);
+    assert_eq!(out["amount"], "7");
+    assert_eq!(out["pending_unstake"], "4");
+    let e = t.fails(&user, &["stake", "withdraw", "--market", &m]);
+    assert!(e.contains("the unstake cooldown is not over"), "{e}");
+    assert_eq!(t.balance(&tokens), 39_000_000);
+    let out = t.ok(&user, &["stake", "withdraw", "--market", &m, "--wait"]);
+    assert_eq!(out["pending_unstake"], "0");
+    assert_eq!(t.balance(&tokens), 43_000_000);
+    assert_eq!(t.balance(&vault), 7_000_000);
+    let e = t.fails(&user, &["stake", "withdraw", "--market", &m]);
+    assert!(e.contains("nothing is waiting to be withdrawn"), "{e}");
+    let e = t.fails(&stranger, &["stake", "show", "--market", &m]);
+    assert!(e.contains("has no stake in market"), "{e}");
+    assert_eq!(t.account::<Market>(&s.market).total_staked, 7_000_000);
+}
+
+#[test]
+fn host_verbs() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &["--min-host-stake", "5"]);
+    let m = s.m();
+    let owner = t.wallet("host");
+    let agent = Keypair::new().pubkey().to_string();
+    s.fund(&t, &owner, "100");
+    let gpus = t.path("gpus.toml");
+    std::fs::write(&gpus, GPUS_TOML).unwrap();
+    let g = gpus.to_str().unwrap();
+    let register = |kp: &Path| {
+        t.run(
+            kp,
+            &[
+                "host",
+                "register",
+                "--market",
+                &m,
+                "--gpus",
+                g,
+                "--agent",
+                &agent,
+                "--price-floor",
+                "0.25",
+            ],
+        )
+    };
+
+    // No stake, then too little stake: refused, nothing created.
+    let e = t.fails(&owner, &["host", "register", "--market", &m, "--gpus", g]);
+    assert!(
+        e.contains("has no stake in market") && e.contains("at least 5"),
+        "{e}"
+    );
+    t.ok(&owner, &["stake", "deposit", "2", "--market", &m]);
+    let e = t.fails(&owner, &["host", "register", "--market", &m, "--gpus", g]);
+    assert!(e.contains("below the market's minimum of 5"), "{e}");
+    t.ok(&owner, &["stake", "deposit", "3", "--market", &m]);
+
+    // Bad GPU files and bad keypair: refused before anything is sent.
+    let bad = t.path("bad.toml");
+    std::fs::write(&bad, GPUS_TOML.replace("[100, 400]", "[400, 100]")).unwrap();
+    let e = t.fails(
+        &owner,
+        &[
+            "host",
+            "register",
+            "--market",
+            &m,
+            "--gpus",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        e.contains("GPU 0") && e.contains("minimum above its maximum"),
+        "{e}"
+    );
+    std::fs::write(&bad, GPUS_TOML.replace("class = 1", "klass = 1")).unwrap();
+    let e = t.fails(
+        &owner,
+        &[
+            "host",
+            "register",
+            "--market",
+            &m,
+            "--gpus",
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert!(e.contains("is not valid"), "{e}");
+    let e = t.fails(
+        &owner,
+        &[
+            "host",
+            "register",
+            "--market",
+            &m,
+            "--gpus",
+            "/no/such/gpus.toml",
+        ],
+    );
+    assert!(e.contains("cannot read the GPUs file"), "{e}");
+    assert!(!register(&t.path("missing.json")).status.success());
+    let e = t.fails(
+        &owner,
+        &[
+            "host",
+            "register",
+            "--market",
+            &Pubkey::new_unique().to_string(),
+            "--gpus",
+            g,
+        ],
+    );
+    assert!(e.contains("does not exist"), "{e}");
+    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 0);
+
+    // register: machine and spot book on chain, GPUs as declared.
+    let out = register(&owner);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let machine = pk(&out["machine"]);
+    let mc = machine.to_string();
+    let on_chain: Machine = t.account(&machine);
+    assert_eq!(on_chain.gpu_count, 2);
+    assert_eq!(on_chain.gpus[0].power_w, [100, 400]);
+    assert_eq!(on_chain.gpus[0].core_lock_mhz, [500, 2000]);
+    assert_eq!(on_chain.gpus[1].topology_group, 1);
+    assert_eq!(on_chain.gpus[1].uuid[15], 2);
+    assert_eq!(on_chain.agent.to_string(), agent);
+    assert_eq!(on_chain.price_floor_per_gpu_hour, 250_000);
+    assert!(t.exists(&on_chain.spot_book));
+    assert_eq!(pk(&out["spot_book"]), on_chain.spot_book);
+    assert_eq!(out["gpus"][1]["memory_gib"], 40);
+    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 2);
+
+    // A second machine from a JSON GPUs file.
+    let json_gpus = t.path("gpus.json");
+    std::fs::write(
+        &json_gpus,
+        r#"{"gpu": [{"uuid": "0123456789abcdef0123456789abcdef", "class": 2, "memory_gib": 24, "power_w": [150, 450]}]}"#,
+    )
+    .unwrap();
+    let second = t.ok(
+        &owner,
+        &[
+            "host",
+            "register",
+            "--market",
+            &m,
+            "--id",
+            "1",
+            "--gpus",
+            json_gpus.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(second["gpus"][0]["class"], 2);
+    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 3);
+
+    // list, and list by owner.
+    let list = t.ok(&owner, &["host", "list", "--market", &m]);
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    let other = Keypair::new().pubkey().to_string();
+    let list = t.ok(&owner, &["host", "list", "--market", &m, "--owner", &other]);
+    assert_eq!(list.as_array().unwrap().len(), 0);
+
+    // update: new floor and region, GPUs unchanged.
+    let out = t.ok(
+        &owner,
+        &[
+            "host",
+            "update",
+            &mc,
+            "--price-floor",
+            "0.75",
+            "--region",
+            "us-east",
+        ],
+    );
+    assert_eq!(out["price_floor_per_gpu_hour"], "0.75");
+    assert_eq!(out["region"], "us-east");
+    let after: Machine = t.account(&machine);
+    assert_eq!(after.price_floor_per_gpu_hour, 750_000);
+    assert_eq!(after.gpus, on_chain.gpus);
+    let e = t.fails(&owner, &["host", "update", &mc]);
+    assert!(e.contains("nothing to change"), "{e}");
+    let e = t.fails(
+        &owner,
+        &["host", "update", &mc, "--region", "a-region-name-too-long"],
+    );
+    assert!(e.contains("longer than 16 bytes"), "{e}");
+    let stranger = t.wallet("stranger");
+    let e = t.fails(&stranger, &["host", "update", &mc, "--price-floor", "0"]);
+    assert!(e.contains("belongs to"), "{e}");
+    assert_eq!(
+        t.account::<Machine>(&machine).price_floor_per_gpu_hour,
+        750_000
+    );
+
+    // pause, resume, retire; then nothing more.
+    let out = t.ok(&owner, &["host", "pause", &mc]);
+    assert_eq!(out["status"], "paused");
+    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 1);
+    let e = t.fails(&owner, &["host", "pause", &mc]);
+    assert!(e.contains("already paused"), "{e}");
+    t.ok(&owner, &["host", "resume", &mc]);
+    assert_eq!(t.account::<Machine>(&machine).status, MachineStatus::Active);
+    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 3);
+    let e = t.fails(&stranger, &["host", "retire", &mc]);
+    assert!(e.contains("belongs to"), "{e}");
+    t.ok(&owner, &["host", "retire", &mc]);
+    assert_eq!(
+        t.account::<Machine>(&machine).status,
+        MachineStatus::Retired
+    );
+    let e = t.fails(&owner, &["host", "resume", &mc]);
+    assert!(e.contains("the machine is retired"), "{e}");
+    let e = t.fails(&owner, &["host", "update", &mc, "--price-floor", "1"]);
+    assert!(e.contains("the machine is retired"), "{e}");
+    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 1);
+    let list = t.ok(&owner, &["host", "list", "--market", &m]);
+    let statuses: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert!(statuses.contains(&"retired") && statuses.contains(&"active"));
+}
+
+#[test]
+fn bid_verbs() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let m = s.m();
+    let host = register_host(&t, &s);
+    let mc = host.machine.to_string();
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let env = t.path("job.env");
+    std::fs::write(&env, "HF_TOKEN=s3cret\n").unwrap();
+
+    // A queue bid with a sealed environment: 2 tokens escrowed (2 per GPU-hour, 1 GPU, 1 h).
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--env",
+                env.to_str().unwrap(),
+                "--nonce",
+                "1",
+            ],
+        ),
+    );
+    let good = pk(&out["bid"]);
+    assert_eq!(out["escrow"], "2");
+    assert_eq!(out["kind"], "queue");
+    assert_eq!(t.balance(&tokens), 98_000_000);
+    let b: Bid = t.account(&good);
+    assert_eq!(b.escrow, 2_000_000);
+    assert_eq!(b.overclock[0].power_limit_w, 300);
+    // The chain holds the sealed file's hash; the market authority (the default recipient of a
+    // queue bid's environment) can open it, and the file does not hold the secret in clear.
+    let sealed = std::fs::read(out["env_sealed_file"].as_str().unwrap()).unwrap();
+    assert_eq!(b.env_hash, envelope::env_hash(&sealed));
+    assert_eq!(
+        envelope::open(&sealed, &key_of(&s.authority)).unwrap(),
+        b"HF_TOKEN=s3cret\n"
+    );
+    assert!(!String::from_utf8_lossy(&sealed).contains("s3cret"));
+
+    // A queue bid under the reserve price (0.5 < 1 per GPU-hour) is placed, but cannot run.
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "0.5", "--nonce", "2"],
+        ),
+    );
+    let cheap = pk(&out["bid"]);
+    assert_eq!(t.balance(&tokens), 97_500_000);
+
+    // explain: the good bid fits the machine; the cheap one is under the reserve price.
+    let ex = t.ok(&client, &["bid", "explain", &good.to_string()]);
+    assert_eq!(ex["machines_fitting"], 1, "{ex}");
+    assert_eq!(ex["rank"], 1);
+    let ex = t.ok(&client, &["bid", "explain", &cheap.to_string()]);
+    assert_eq!(ex["machines_fitting"], 0, "{ex}");
+    assert_eq!(
+        ex["blocked_by"][0]["constraint"],
+        "price below the market's reserve price"
+    );
+    assert_eq!(ex["blocked_by"][0]["machines"], 1);
+    assert_eq!(ex["reserve"][0]["reserve_price_per_gpu_hour"], "1");
+    assert_eq!(ex["reserve"][0]["bid_beats_it"], false);
+    // A bid that asks for more GPU memory than any GPU has.
+    let out = t.ok(
+        &client,
+        &[
+            "bid",
+            "place",
+            "--market",
+            &m,
+            "--image",
+            "x",
+            "--image-digest",
+            DIGEST,
+            "--gib-per-gpu",
+            "96",
+            "--duration",
+            "60",
+            "--overclock",
+            "power=200",
+            "--price",
+            "1",
+            "--nonce",
+            "3",
+        ],
+    );
+    let big = pk(&out["bid"]);
+    let ex = t.ok(&client, &["bid", "explain", &big.to_string()]);
+    assert_eq!(
+        ex["blocked_by"][0]["constraint"], "too little memory per GPU",
+        "{ex}"
+    );
+
+    // list: best first, with the score's parts; the stored score is what the parts give.
+    let list = t.ok(&client, &["bid", "list", "--market", &m]);
+    let rows = list.as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    let scores: Vec<u64> = rows
+        .iter()
+        .map(|r| r["aged_score"].as_u64().unwrap())
+        .collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["rank"], i as u64 + 1);
+        assert_eq!(r["score"], r["score_parts"]["score_with_stake_now"], "{r}");
+        let b: Bid = t.account(&pk(&r["bid"]));
+        assert_eq!(r["score"], b.score);
+    }
+
+    // A spot bid on the machine (per GPU-day), listed in its spot book with the host's profit.
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--machine",
+                &mc,
+                "--overclock",
+                "power=250,core-lock=1500",
+                "--price",
+                "24",
+                "--nonce",
+                "4",
+            ],
+        ),
+    );
+    let spot = pk(&out["bid"]);
+    assert_eq!(out["kind"], "spot");
+    assert_eq!(out["escrow"], "1"); // 24 per GPU-day for one hour
+    let list = t.ok(&client, &["bid", "list", "--market", &m, "--machine", &mc]);
+    assert_eq!(pk(&list[0]["bid"]), spot);
+    assert_eq!(list[0]["profit_per_day"], "24"); // no electricity cost declared
+    let show = t.ok(&client, &["bid", "show", &spot.to_string()]);
+    assert_eq!(show["rank"], 1);
+    assert_eq!(show["overclock"][0]["core_lock_mhz"], 1500);
+
+    // Bad bids: overclock outside the machine's range, insufficient balance, bad amounts,
+    // missing power limit, unknown market, bad keypair. Nothing moves, no bid is created.
+    let balance = t.balance(&tokens);
+    let spot_book = t.account::<Machine>(&host.machine).spot_book;
+    let book_len = |key: &Pubkey| {
+        gpu_market_sdk::book::read_book(&t.rpc().get_account(key).unwrap().data)
+            .unwrap()
+            .entries
+            .len()
+    };
+    let queue_book = t.account::<Market>(&s.market).queue_book;
+    let books = (book_len(&spot_book), book_len(&queue_book));
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--machine",
+                &mc,
+                "--overclock",
+                "power=500",
+                "--price",
+                "24",
+                "--nonce",
+                "9",
+            ],
+        ),
+    );
+    assert!(
+        e.contains("no GPU of the machine allows the bid's overclock terms"),
+        "{e}"
+    );
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--machine",
+                &mc,
+                "--overclock",
+                "power=250,core-lock=2500",
+                "--price",
+                "24",
+                "--nonce",
+                "9",
+            ],
+        ),
+    );
+    assert!(
+        e.contains("no GPU of the machine allows the bid's overclock terms"),
+        "{e}"
+    );
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "1000",
+                "--nonce",
+                "9",
+            ],
+        ),
+    );
+    assert!(
+        e.contains("insufficient balance") && e.contains("needs 1000"),
+        "{e}"
+    );
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "1.0000001",
+                "--nonce",
+                "9",
+            ],
+        ),
+    );
+    assert!(e.contains("bad price"), "{e}");
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "core-lock=1500",
+                "--price",
+                "1",
+                "--nonce",
+                "9",
+            ],
+        ),
+    );
+    assert!(e.contains("the power limit is mandatory"), "{e}");
+    let e = t.fails(&client, &place_args(&m, &["--price", "1", "--nonce", "9"]));
+    assert!(e.contains("--overclock"), "{e}");
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "2", "--nonce", "1"],
+        ),
+    );
+    assert!(e.contains("already has bid"), "{e}");
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--deadline",
+                "+30m",
+                "--nonce",
+                "9",
+            ],
+        ),
+    );
+    assert!(
+        e.contains("the deadline leaves less time than the bid's duration"),
+        "{e}"
+    );
+    let unknown = Pubkey::new_unique().to_string();
+    let e = t.fails(
+        &client,
+        &[
+            "bid",
+            "place",
+            "--market",
+            &unknown,
+            "--image",
+            "x",
+            "--image-digest",
+            DIGEST,
+            "--gib-per-gpu",
+            "1",
+            "--duration",
+            "60",
+            "--overclock",
+            "power=200",
+            "--price",
+            "1",
+        ],
+    );
+    assert!(
+        e.contains(&format!("market {unknown} does not exist")),
+        "{e}"
+    );
+    let missing = t.path("missing.json");
+    let e = t.fails(
+        &missing,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "2", "--nonce", "9"],
+        ),
+    );
+    assert!(e.contains("keypair file"), "{e}");
+    assert_eq!(t.balance(&tokens), balance);
+    assert_eq!((book_len(&spot_book), book_len(&queue_book)), books);
+    let nine = gpu_market::pda::bid(&s.market, &key_of(&client).pubkey(), 9).0;
+    assert!(!t.exists(&nine));
+
+    // top-up: more escrow at the same price; refused beyond the balance.
+    let out = t.ok(&client, &["bid", "top-up", &good.to_string(), "1.5"]);
+    assert_eq!(out["escrow"], "3.5");
+    assert_eq!(t.balance(&tokens), balance - 1_500_000);
+    let e = t.fails(&client, &["bid", "top-up", &good.to_string(), "500"]);
+    assert!(e.contains("insufficient balance"), "{e}");
+    let e = t.fails(&client, &["bid", "top-up", &good.to_string(), "-2"]);
+    assert!(e.contains("bad top-up"), "{e}");
+    let stranger = t.wallet("stranger");
+    s.fund(&t, &stranger, "10");
+    let e = t.fails(&stranger, &["bid", "top-up", &good.to_string(), "1"]);
+    assert!(e.contains("belongs to"), "{e}");
+    assert_eq!(t.account::<Bid>(&good).escrow, 3_500_000);
+
+    // cancel: full refund, the bid account closed, out of its book.
+    let before = t.balance(&tokens);
+    let out = t.ok(&client, &["bid", "cancel", &cheap.to_string()]);
+    assert_eq!(out["refund"], "0.5");
+    assert_eq!(t.balance(&tokens), before + 500_000);
+    assert!(!t.exists(&cheap));
+    let e = t.fails(&client, &["bid", "show", &cheap.to_string()]);
+    assert!(e.contains("does not exist"), "{e}");
+    let e = t.fails(&stranger, &["bid", "cancel", &good.to_string()]);
+    assert!(e.contains("belongs to"), "{e}");
+    t.ok(&client, &["bid", "cancel", &spot.to_string()]);
+    assert_eq!(book_len(&spot_book), 0);
+    assert_eq!(
+        t.ok(&client, &["bid", "list", "--market", &m])
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn quote_and_lease_verbs() {
+    let t = T::start();
+    let s = MarketSetup::new(
+        &t,
+        &[
+            "--billing-interval-secs",
+            "1",
+            "--seasonal",
+            "3=20000",
+            "--capability",
+            "1=5000",
+        ],
+    );
+    let m = s.m();
+
+    // quote: per class, now and by hour, from the market's own reserve price.
+    let q = t.ok(&s.authority, &["quote", "--market", &m]);
+    let rows = q.as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    assert_eq!(rows[0]["by_hour_utc"][3], "2");
+    assert_eq!(rows[0]["by_hour_utc"][4], "1");
+    assert_eq!(rows[1]["by_hour_utc"][3], "3");
+    assert_eq!(rows[1]["by_hour_utc"][12], "1.5");
+    let market: Market = t.account(&s.market);
+    let now = t.cluster_time();
+    let expect = gpu_market_core::amount::format(market.reserve_price(1, now).unwrap(), 6);
+    assert_eq!(rows[1]["now"], expect.as_str());
+    let q = t.ok(&s.authority, &["quote", "--market", &m, "--class", "1"]);
+    assert_eq!(q.as_array().unwrap().len(), 1);
+    let e = t.fails(&s.authority, &["quote", "--market", &m, "--class", "9"]);
+    assert!(e.contains("GPU class 9"), "{e}");
+    let e = t.fails(
+        &s.authority,
+        &["quote", "--market", &Pubkey::new_unique().to_string()],
+    );
+    assert!(e.contains("does not exist"), "{e}");
+
+    // A lease: a queue bid, started by the machine's agent with the sdk's allocate.
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let out = t.ok(
+        &client,
+        &[
+            "bid",
+            "place",
+            "--market",
+            &m,
+            "--image",
+            "x",
+            "--image-digest",
+            DIGEST,
+            "--gib-per-gpu",
+            "40",
+            "--duration",
+            "1h",
+            "--overclock",
+            "power=250",
+            "--price",
+            "3",
+            "--class",
+            "0",
+        ],
+    );
+    let bid = pk(&out["bid"]);
+    let list = t.ok(&client, &["bid", "list", "--market", &m]);
+    assert_eq!(pk(&list[0]["bid"]), bid); // nothing ranked above it: no `better` bids
+    let agent = key_of(&host.agent);
+    let client_key = key_of(&client).pubkey();
+    let allocate = Allocate {
+        agent: &agent,
+        market: s.market,
+        machine: host.machine,
+        book: market.queue_book,
+        bid,
+        client: client_key,
+        gpus: vec![0],
+        better: vec![],
+    };
+    let lease = allocate.lease();
+    t.send(&agent, &[&allocate]);
+    let ex = t.ok(&client, &["bid", "explain", &bid.to_string()]);
+    assert_eq!(pk(&ex["lease"]), lease);
+
+    let list = t.ok(&client, &["lease", "list", "--market", &m]);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(pk(&list[0]["lease"]), lease);
+    assert_eq!(list[0]["paid"], "0");
+    let other = Keypair::new().pubkey().to_string();
+    let none = t.ok(
+        &client,
+        &["lease", "list", "--market", &m, "--client", &other],
+    );
+    assert_eq!(none.as_array().unwrap().len(), 0);
+    let mine = t.ok(
+        &client,
+        &[
+            "lease",
+            "list",
+            "--market",
+            &m,
+            "--client",
+            &client_key.to_string(),
+        ],
+    );
+    assert_eq!(mine.as_array().unwrap().len(), 1);
+
+    // One usage proof for interval 0 (when it is over): 1 GPU-second, 900 J, 1 % utilisation.
+    let submit = |interval: u32| {
+        let l: Lease = t.account(&lease);
+        let proof = SubmitUsage {
+            agent: &agent,
+            market: s.market,
+            machine: host.machine,
+            lease,
+            bid,
+            payment_mint: s.mint,
+            treasury: s.treasury,
+            host_tokens: host.tokens,
+            args: SubmitUsageArgs {
+                interval,
+                gpu_seconds: 1,
+                energy_j: 900,
+                avg_utilisation_bps: 100,
+                peak_power_w: vec![240],
+                exit_code: None,
+                prev_hash: l.proof_hash,
+            },
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let rpc = t.rpc();
+            let tx = Transaction::new_signed_with_payer(
+                &[proof.instruction()],
+                Some(&agent.pubkey()),
+                &[&agent],
+                rpc.get_latest_blockhash().unwrap(),
+            );
+            match rpc.send_and_confirm_transaction(&tx) {
+                Ok(_) => return,
+                Err(e)
+                    if Instant::now() < deadline
+                        && e.to_string().contains("custom program error") =>
+                {
+                    std::thread::sleep(Duration::from_millis(500)); // the interval is not over yet
+                }
+                Err(e) => panic!("submit_usage: {e}"),
+            }
+        }
+    };
+    submit(0);
+    let show = t.ok(&client, &["lease", "show", &lease.to_string()]);
+    // 3 tokens per GPU-hour for one proven second: 833 base units.
+    assert_eq!(show["paid"], "0.000833", "{show}");
+    assert_eq!(show["energy_j"], 900);
+    assert_eq!(show["energy_kwh"], "0", "{show}"); // 0.25 Wh
+    assert_eq!(show["proofs_next_interval"], 1);
+    assert_eq!(show["gpu_time_utilisation_bps"], 10_000);
+    assert_eq!(show["idle"], false);
+    assert_eq!(show["idle_streak"], 1);
+    let l: Lease = t.account(&lease);
+    assert_eq!(show["proof_hash"], hex::encode(l.proof_hash));
+    let b: Bid = t.account(&bid);
+    assert_eq!(
+        show["escrow_left"],
+        gpu_market_core::amount::format(b.escrow, 6).as_str()
+    );
+
+    // Nobody else may end it; a bad keypair or an unknown lease ends nothing.
+    let stranger = t.wallet("stranger");
+    let e = t.fails(&stranger, &["lease", "end", &lease.to_string()]);
+    assert!(e.contains("only the lease's client"), "{e}");
+    let e = t.fails(
+        &t.path("missing.json"),
+        &["lease", "end", &lease.to_string()],
+    );
+    assert!(e.contains("keypair file"), "{e}");
+    let e = t.fails(
+        &client,
+        &["lease", "end", &Pubkey::new_unique().to_string()],
+    );
+    assert!(e.contains("does not exist"), "{e}");
+    assert_eq!(t.account::<Lease>(&lease).stop_at, Lease::NOT_STOPPED);
+
+    // The client ends it: it stops now, and settles once the host proves up to the stop.
+    let client_before = t.balance(&tokens);
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = t.ok(&client, &["lease", "end", &lease.to_string()]);
+    if out["status"] == "stopping" {
+        let l: Lease = t.account(&lease);
+        assert_ne!(l.stop_at, Lease::NOT_STOPPED);
+        let last = gpu_market_core::lease::interval_index(l.started_at, 1, l.stop() - 1) as u32;
+        submit(last);
+        let out = t.ok(&client, &["lease", "end", &lease.to_string()]);
+        assert_eq!(out["status"], "settled", "{out}");
+    } else {
+        assert_eq!(out["status"], "settled", "{out}");
+    }
+    assert!(!t.exists(&lease) && !t.exists(&bid));
+    // Everything escrowed is either paid (host + fee) or back with the client.
+    let paid = t.balance(&host.tokens) - 90_000_000 + t.balance(&s.treasury);
+    assert_eq!(t.balance(&tokens), client_before + 3_000_000 - paid);
+    assert_eq!(t.balance(&tokens) + paid, 100_000_000);
+    let e = t.fails(&client, &["lease", "show", &lease.to_string()]);
+    assert!(e.contains("does not exist"), "{e}");
+    assert_eq!(t.account::<Machine>(&host.machine).leases, 0);
+}
