@@ -16,6 +16,7 @@ use gpu_market_agent::gpu::GpuBackend;
 use gpu_market_agent::metrics::{self, Metrics};
 use gpu_market_agent::reconcile::{DrainOutcome, Reconciler, ReconcilerConfig};
 use solana_commitment_config::CommitmentConfig;
+use solana_keypair::Keypair;
 use tokio::sync::Notify;
 
 #[derive(Parser)]
@@ -97,7 +98,14 @@ async fn run(path: &Path) -> Result<()> {
     tracing::info!(api = %engine.api_version(), "container engine ready");
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data folder {}", config.data_dir.display()))?;
-    let (chain, wake) = connect_chain(&config)?;
+    let agent_key = solana_keypair::read_keypair_file(&config.keypair).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read the agent keypair {}: {e}",
+            config.keypair.display()
+        )
+    })?;
+    let env_key = Arc::new(agent_key.insecure_clone());
+    let (chain, wake) = connect_chain(&config, agent_key);
 
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(config.metrics_listen)
@@ -118,6 +126,7 @@ async fn run(path: &Path) -> Result<()> {
             heartbeat_interval: config.heartbeat_interval,
             container: config.container,
             registries: config.registries.clone(),
+            env_key,
         },
         metrics,
     )?;
@@ -142,13 +151,7 @@ async fn run(path: &Path) -> Result<()> {
 
 /// The market program over JSON-RPC, and the websocket watcher that wakes the loop on every
 /// change to this machine's accounts (the loop's poll is the fallback while it is down).
-fn connect_chain(config: &Config) -> Result<(Arc<dyn Chain>, Arc<Notify>)> {
-    let agent = solana_keypair::read_keypair_file(&config.keypair).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot read the agent keypair {}: {e}",
-            config.keypair.display()
-        )
-    })?;
+fn connect_chain(config: &Config, agent: Keypair) -> (Arc<dyn Chain>, Arc<Notify>) {
     let commitment = commitment(config.commitment);
     let chain = SolanaChain::new(
         config.rpc_url.clone(),
@@ -168,7 +171,7 @@ fn connect_chain(config: &Config) -> Result<(Arc<dyn Chain>, Arc<Notify>)> {
         wake.clone(),
         Arc::new(AtomicBool::new(false)),
     ));
-    Ok((Arc::new(chain), wake))
+    (Arc::new(chain), wake)
 }
 
 fn commitment(c: Commitment) -> CommitmentConfig {

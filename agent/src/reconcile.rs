@@ -473,6 +473,8 @@ pub struct ReconcilerConfig {
     pub heartbeat_interval: Duration,
     pub container: ContainerLimits,
     pub registries: BTreeMap<String, RegistryAuth>,
+    /// The agent's keypair: sealed lease environments are opened with it.
+    pub env_key: Arc<solana_keypair::Keypair>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -845,7 +847,7 @@ impl Reconciler {
             self.save()?;
             return Ok(());
         }
-        let env = load_env(&self.config.data_dir, &view.env_hash)?;
+        let env = load_env(&self.config.data_dir, &view.env_hash, &self.config.env_key)?;
         let credentials = self.credentials(&view.image_ref)?;
         self.runtime
             .pull(&view.image_ref, &view.image_digest, credentials.as_ref())
@@ -1071,6 +1073,7 @@ mod tests {
         gpus: Arc<SimulatedGpu>,
         metrics: Arc<Metrics>,
         dir: TempDir,
+        env_key: Arc<solana_keypair::Keypair>,
     }
 
     fn gpu_config(topology_group: u8) -> SimulatedGpuConfig {
@@ -1109,6 +1112,7 @@ mod tests {
                 gpus: Arc::new(SimulatedGpu::new(&configs, Arc::new(TokioTime::new()))),
                 metrics: Arc::new(Metrics::default()),
                 dir: tempfile::tempdir().unwrap(),
+                env_key: Arc::new(solana_keypair::Keypair::new()),
             }
         }
 
@@ -1129,6 +1133,7 @@ mod tests {
                         stop_grace: Duration::from_secs(10),
                     },
                     registries: BTreeMap::new(),
+                    env_key: self.env_key.clone(),
                 },
                 self.metrics.clone(),
             )
@@ -1216,10 +1221,7 @@ mod tests {
         // GPU 0 alone in group 0; GPUs 1-3 share group 1.
         let h = Harness::new(&[0, 1, 1, 1]);
         let mut b = bid(1, BidKind::Queue, 2, 1_000, power(250));
-        b.env_hash = [0xee; 32];
-        let env = crate::env::env_path(h.dir.path(), &b.env_hash);
-        std::fs::create_dir_all(env.parent().unwrap()).unwrap();
-        std::fs::write(&env, "TOKEN=secret\n").unwrap();
+        b.env_hash = crate::env::place_sealed(h.dir.path(), "TOKEN=secret\n", &h.env_key);
         h.chain.place_bid(b.clone());
         let mut r = h.reconciler();
 
