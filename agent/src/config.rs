@@ -59,8 +59,9 @@ pub enum LogFormat {
 pub enum GpuBackendConfig {
     /// GPUs modelled in software, for tests and machines without NVIDIA GPUs.
     Simulated(Vec<SimulatedGpuConfig>),
-    /// The NVIDIA driver through libnvidia-ml.so.
-    Nvml,
+    /// The NVIDIA driver through libnvidia-ml.so; `classes` maps the GPU model names NVML
+    /// reports to the market's GPU classes (for `detect`).
+    Nvml { classes: BTreeMap<String, u8> },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +189,9 @@ struct RawGpu {
     backend: String,
     #[serde(default)]
     simulated: Vec<RawSimulatedGpu>,
+    /// NVML: the market class of each GPU model, by the name NVML reports.
+    #[serde(default)]
+    classes: BTreeMap<String, u8>,
 }
 
 #[derive(Deserialize)]
@@ -372,13 +376,19 @@ fn variant<T: Copy>(
 fn gpu(raw: RawGpu) -> Result<GpuBackendConfig, ConfigError> {
     const BACKENDS: &[&str] = &["simulated", "nvml"];
     match raw.backend.as_str() {
-        "nvml" if raw.simulated.is_empty() => Ok(GpuBackendConfig::Nvml),
+        "nvml" if raw.simulated.is_empty() => Ok(GpuBackendConfig::Nvml {
+            classes: raw.classes,
+        }),
         "nvml" => Err(ConfigError::BadGpu {
             key: "gpu.simulated".into(),
             reason: "simulated GPUs are only for backend = \"simulated\"".into(),
         }),
         "simulated" if raw.simulated.is_empty() => Err(ConfigError::Empty {
             key: "gpu.simulated".into(),
+        }),
+        "simulated" if !raw.classes.is_empty() => Err(ConfigError::BadGpu {
+            key: "gpu.classes".into(),
+            reason: "simulated GPUs state their class themselves".into(),
         }),
         "simulated" => raw
             .simulated
@@ -693,16 +703,36 @@ password_file = "/etc/gpu-market/registry.pass"
     }
 
     #[test]
-    fn nvml_needs_no_gpu_list() {
+    fn nvml_needs_no_gpu_list_and_maps_model_names_to_classes() {
         let text = good();
         let start = text.find("[gpu]").unwrap();
         let end = text.find("[registries").unwrap();
-        let text = format!(
-            "{}[gpu]\nbackend = \"nvml\"\n\n{}",
-            &text[..start],
-            &text[end..]
+        let nvml = |gpu: &str| format!("{}{gpu}\n{}", &text[..start], &text[end..]);
+        assert_eq!(
+            Config::parse(&nvml("[gpu]\nbackend = \"nvml\"\n"))
+                .unwrap()
+                .gpu,
+            GpuBackendConfig::Nvml {
+                classes: BTreeMap::new()
+            }
         );
-        assert_eq!(Config::parse(&text).unwrap().gpu, GpuBackendConfig::Nvml);
+        let with_classes =
+            nvml("[gpu]\nbackend = \"nvml\"\n[gpu.classes]\n\"NVIDIA H100 80GB HBM3\" = 0\n");
+        assert_eq!(
+            Config::parse(&with_classes).unwrap().gpu,
+            GpuBackendConfig::Nvml {
+                classes: [("NVIDIA H100 80GB HBM3".to_string(), 0)].into()
+            }
+        );
+        let e = with(
+            "backend = \"simulated\"",
+            "backend = \"simulated\"\nclasses = { x = 1 }",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadGpu { key, .. } if key == "gpu.classes"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod chain;
 pub mod config;
+pub mod detect;
 pub mod docker;
 pub mod env;
 pub mod gpu;

@@ -1,6 +1,7 @@
 //! `gpu-market-agent`: the host operator's daemon.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use clap::{Parser, Subcommand};
 use gpu_market_agent::chain::solana::{watch, SolanaChain};
 use gpu_market_agent::chain::Chain;
 use gpu_market_agent::config::{Commitment, Config, GpuBackendConfig, LogFormat};
+use gpu_market_agent::detect::gpus_file;
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
 use gpu_market_agent::gpu::nvml::NvmlGpu;
 use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
@@ -40,6 +42,13 @@ enum Command {
         /// An image reference, e.g. 127.0.0.1:5000/gpu-market/busybox:latest.
         image: String,
     },
+    /// Prints the GPUs file for the GPUs the configured backend finds, for
+    /// `gpu-market host register --gpus` (or `host update`).
+    Detect {
+        /// The TOML configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Runs the daemon: watches the market, runs leases, proves usage; drains on SIGTERM.
     Run {
         /// The TOML configuration file.
@@ -49,12 +58,31 @@ enum Command {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    match command(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One sentence with its causes, never a backtrace: this is an operator's tool.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn command(cli: Cli) -> Result<()> {
     match cli.command {
         Command::CheckEngine { image } => check_engine(&cli.docker_host, &image)
             .await
             .context("check-engine failed"),
+        Command::Detect { config } => {
+            let config = load_config(&config)?;
+            let classes = match &config.gpu {
+                GpuBackendConfig::Nvml { classes } => classes.clone(),
+                GpuBackendConfig::Simulated(_) => Default::default(),
+            };
+            print!("{}", gpus_file(&gpu_backend(&config)?.gpus(), &classes)?);
+            Ok(())
+        }
         Command::Run { config } => run(&config).await,
     }
 }
@@ -80,19 +108,26 @@ async fn check_engine(docker_host: &str, image: &str) -> Result<()> {
     Ok(())
 }
 
-async fn run(path: &Path) -> Result<()> {
+fn load_config(path: &Path) -> Result<Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the configuration {}", path.display()))?;
-    let config =
-        Config::parse(&text).with_context(|| format!("in the configuration {}", path.display()))?;
-    init_tracing(config.log_format);
+    Config::parse(&text).with_context(|| format!("in the configuration {}", path.display()))
+}
 
-    let gpus: Arc<dyn GpuBackend> = match &config.gpu {
+fn gpu_backend(config: &Config) -> Result<Arc<dyn GpuBackend>> {
+    Ok(match &config.gpu {
         GpuBackendConfig::Simulated(list) => {
             Arc::new(SimulatedGpu::new(list, Arc::new(TokioTime::new())))
         }
-        GpuBackendConfig::Nvml => Arc::new(NvmlGpu::new()?),
-    };
+        GpuBackendConfig::Nvml { .. } => Arc::new(NvmlGpu::new()?),
+    })
+}
+
+async fn run(path: &Path) -> Result<()> {
+    let config = load_config(path)?;
+    init_tracing(config.log_format);
+
+    let gpus = gpu_backend(&config)?;
     tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");
     let engine = DockerEngine::connect(&config.engine_socket).await?;
     tracing::info!(api = %engine.api_version(), "container engine ready");

@@ -8,11 +8,11 @@ use gpu_market::pda;
 use gpu_market::state::{
     GpuSpec, Machine, MachineStatus, MachineTerms, Market, StakeAccount, BID_BOOK_SPACE, REGION_LEN,
 };
+use gpu_market_sdk::gpus::{format_uuid, GpusFile};
 use gpu_market_sdk::{
     init_spot_book, open_book_instructions, ClientInstruction, RegisterMachine, SetMachineStatus,
     UpdateMachine,
 };
-use serde::Deserialize;
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -83,32 +83,6 @@ pub struct TermArgs {
     cached_images: Vec<String>,
 }
 
-/// One GPU in a GPUs file. Ranges are `[min, max]`; a `[0, 0]` lock range forbids that lock.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GpuEntry {
-    uuid: String,
-    class: u8,
-    memory_gib: u16,
-    #[serde(default)]
-    topology_group: u8,
-    power_w: [u16; 2],
-    #[serde(default)]
-    core_lock_mhz: [u16; 2],
-    #[serde(default)]
-    mem_lock_mhz: [u16; 2],
-    #[serde(default)]
-    core_offset_mhz: [i16; 2],
-    #[serde(default)]
-    mem_offset_mhz: [i16; 2],
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GpusFile {
-    gpu: Vec<GpuEntry>,
-}
-
 /// Reads a GPUs file (`.json` as JSON, anything else as TOML) and checks each GPU's ranges.
 fn read_gpus(path: &Path) -> Result<Vec<GpuSpec>> {
     let body = std::fs::read_to_string(path)
@@ -126,17 +100,13 @@ fn read_gpus(path: &Path) -> Result<Vec<GpuSpec>> {
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let spec = GpuSpec {
-                uuid: parse::gpu_uuid(&g.uuid)?,
-                class: g.class,
-                topology_group: g.topology_group,
-                memory_gib: g.memory_gib,
-                power_w: g.power_w,
-                core_lock_mhz: g.core_lock_mhz,
-                mem_lock_mhz: g.mem_lock_mhz,
-                core_offset_mhz: g.core_offset_mhz,
-                mem_offset_mhz: g.mem_offset_mhz,
-            };
+            let spec = g.spec().ok_or_else(|| {
+                anyhow!(
+                    "GPU {i} in {}: bad GPU UUID {:?}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+                    path.display(),
+                    g.uuid
+                )
+            })?;
             spec.limits().validate().map_err(|e| {
                 anyhow!(
                     "GPU {i} in {}: {e} (or its power range starts at 0 W)",
@@ -334,7 +304,7 @@ pub fn status_name(s: MachineStatus) -> &'static str {
 
 fn gpu_json(g: &GpuSpec, used_gib: u16) -> Value {
     json!({
-        "uuid": hex::encode(g.uuid),
+        "uuid": format_uuid(&g.uuid),
         "class": g.class,
         "topology_group": g.topology_group,
         "memory_gib": g.memory_gib,

@@ -72,22 +72,6 @@ pub fn digest(s: &str) -> Result<[u8; 32]> {
     Ok(out)
 }
 
-/// A GPU UUID in NVML's form (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) or as 32 hex digits.
-pub fn gpu_uuid(s: &str) -> Result<[u8; 16]> {
-    let hex_part: String = s
-        .trim()
-        .strip_prefix("GPU-")
-        .unwrap_or(s.trim())
-        .chars()
-        .filter(|c| *c != '-')
-        .collect();
-    let mut out = [0u8; 16];
-    hex::decode_to_slice(&hex_part, &mut out).map_err(|_| {
-        anyhow!("bad GPU UUID {s:?}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
-    })?;
-    Ok(out)
-}
-
 /// Overclock terms for one GPU: `power=300[,core-lock=1500][,mem-lock=5000]
 /// [,core-offset=-100][,mem-offset=200]` (W and MHz). The power limit is mandatory.
 pub fn overclock(s: &str) -> Result<OverclockTerms> {
@@ -185,11 +169,6 @@ mod tests {
         assert_eq!(digest(&d).unwrap(), [0xab; 32]);
         assert_eq!(digest(&format!("sha256:{d}")).unwrap(), [0xab; 32]);
         assert!(digest("abc").is_err());
-        assert_eq!(
-            gpu_uuid("GPU-01234567-89ab-cdef-0123-456789abcdef").unwrap()[..2],
-            [0x01, 0x23]
-        );
-        assert!(gpu_uuid("GPU-0123").is_err());
         assert_eq!(padded::<4>("eu", "region").unwrap(), *b"eu\0\0");
         assert!(padded::<2>("eu-1", "region").is_err());
         assert_eq!(unpadded(b"eu\0\0"), "eu");

@@ -7,6 +7,7 @@
 pub mod accounts;
 pub mod book;
 pub mod envelope;
+pub mod gpus;
 pub mod instructions;
 pub mod token;
 

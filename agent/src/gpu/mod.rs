@@ -19,6 +19,11 @@ pub struct GpuInfo {
     /// The power range and the clock ranges the GPU supports.
     pub limits: GpuLimits,
     pub default_power_w: u16,
+    /// The market's class and the topology group, when the backend knows them: the simulated
+    /// backend from its configuration. NVML knows neither (the market's class table and the
+    /// machine's NVLink islands are the operator's to state).
+    pub class: Option<u8>,
+    pub topology_group: Option<u8>,
 }
 
 impl GpuInfo {

@@ -9,6 +9,7 @@ use std::ffi::OsStr;
 use std::sync::Mutex;
 
 use gpu_market_core::overclock::{GpuLimits, Range, Settings};
+use gpu_market_sdk::gpus::parse_uuid;
 use nvml_wrapper::enum_wrappers::device::{Clock, PerformanceState};
 use nvml_wrapper::enums::device::GpuLockedClocksSetting;
 use nvml_wrapper::error::NvmlError;
@@ -137,6 +138,8 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, GpuError> {
             mem_offset_mhz: offsets(Clock::Memory)?,
         },
         default_power_w: mw_to_w(default_mw),
+        class: None,
+        topology_group: None,
     })
 }
 
@@ -170,24 +173,6 @@ fn set_offset(
         Some(mhz) => set(mhz as i32).map_err(nvml_err(index, call)),
         None => optional(set(0)).map(drop).map_err(nvml_err(index, call)),
     }
-}
-
-/// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (NVML's form) into its 16 bytes.
-pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
-    let hex: String = text
-        .strip_prefix("GPU-")
-        .unwrap_or(text)
-        .chars()
-        .filter(|c| *c != '-')
-        .collect();
-    if hex.len() != 32 || !hex.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
 }
 
 impl GpuBackend for NvmlGpu {
@@ -313,19 +298,6 @@ mod tests {
             }
             Ok(gpu) => assert!(!gpu.gpus().is_empty(), "a driver with no GPUs"),
         }
-    }
-
-    #[test]
-    fn uuids_parse_from_nvml_text() {
-        assert_eq!(
-            parse_uuid("GPU-0123abcd-4567-89ef-0123-456789abcdef"),
-            Some([
-                0x01, 0x23, 0xab, 0xcd, 0x45, 0x67, 0x89, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
-                0xcd, 0xef
-            ])
-        );
-        assert_eq!(parse_uuid("GPU-0123"), None);
-        assert_eq!(parse_uuid("GPU-zz23abcd-4567-89ef-0123-456789abcdef"), None);
     }
 
     #[test]

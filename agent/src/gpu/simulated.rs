@@ -72,6 +72,8 @@ impl SimulatedGpu {
                     memory_mib: g.memory_gib as u64 * 1024,
                     limits: g.limits,
                     default_power_w: g.default_power_w,
+                    class: Some(g.class),
+                    topology_group: Some(g.topology_group),
                 }
             })
             .collect();
