@@ -140,7 +140,7 @@ async fn run(path: &Path) -> Result<()> {
         )
     })?;
     let env_key = Arc::new(agent_key.insecure_clone());
-    let (chain, wake) = connect_chain(&config, agent_key);
+    let (chain, electricity_cost_per_kwh, wake) = connect_chain(&config, agent_key).await;
 
     let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(config.metrics_listen)
@@ -157,7 +157,7 @@ async fn run(path: &Path) -> Result<()> {
         gpus,
         ReconcilerConfig {
             data_dir: config.data_dir.clone(),
-            electricity_cost_per_kwh: config.electricity_cost_per_kwh,
+            electricity_cost_per_kwh,
             heartbeat_interval: config.heartbeat_interval,
             container: config.container,
             registries: config.registries.clone(),
@@ -186,7 +186,9 @@ async fn run(path: &Path) -> Result<()> {
 
 /// The market program over JSON-RPC, and the websocket watcher that wakes the loop on every
 /// change to this machine's accounts (the loop's poll is the fallback while it is down).
-fn connect_chain(config: &Config, agent: Keypair) -> (Arc<dyn Chain>, Arc<Notify>) {
+/// Also the electricity cost the spot rule uses: the machine's on chain (the program ranks spot
+/// bids by it), else, while the cluster cannot be read, the configuration's.
+async fn connect_chain(config: &Config, agent: Keypair) -> (Arc<dyn Chain>, u64, Arc<Notify>) {
     let commitment = commitment(config.commitment);
     let chain = SolanaChain::new(
         config.rpc_url.clone(),
@@ -197,6 +199,22 @@ fn connect_chain(config: &Config, agent: Keypair) -> (Arc<dyn Chain>, Arc<Notify
         config.host_token_account,
     );
     tracing::info!(agent = %chain.agent(), rpc = %config.rpc_url, "chain client ready");
+    let cost = match chain.electricity_cost_per_kwh().await {
+        Ok(on_chain) => {
+            if on_chain != config.electricity_cost_per_kwh {
+                tracing::warn!(
+                    on_chain,
+                    configured = config.electricity_cost_per_kwh,
+                    "the machine declares another electricity cost on chain; the spot rule uses it"
+                );
+            }
+            on_chain
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the machine yet; using the configured electricity cost");
+            config.electricity_cost_per_kwh
+        }
+    };
     let wake = Arc::new(Notify::new());
     tokio::spawn(watch(
         config.ws_url.clone(),
@@ -206,7 +224,7 @@ fn connect_chain(config: &Config, agent: Keypair) -> (Arc<dyn Chain>, Arc<Notify
         wake.clone(),
         Arc::new(AtomicBool::new(false)),
     ));
-    (Arc::new(chain), wake)
+    (Arc::new(chain), cost, wake)
 }
 
 fn commitment(c: Commitment) -> CommitmentConfig {

@@ -93,6 +93,13 @@ impl SolanaChain {
         self.agent.pubkey()
     }
 
+    /// The electricity cost the machine declares on chain (the program ranks spot bids by the
+    /// host's profit after it).
+    pub async fn electricity_cost_per_kwh(&self) -> Result<u64, ChainError> {
+        let m: Machine = self.account(&self.machine, "machine").await?;
+        Ok(m.electricity_cost_per_kwh)
+    }
+
     /// The accounts at `keys`, in order (`None` where there is none).
     async fn raw_accounts(&self, keys: &[Pubkey]) -> Result<Vec<Option<Vec<u8>>>, ChainError> {
         let mut out = Vec::with_capacity(keys.len());
@@ -203,6 +210,30 @@ impl SolanaChain {
             .await?;
         *cached = Some(k);
         Ok(k)
+    }
+
+    /// The lease accounts of this machine.
+    async fn lease_accounts(&self) -> Result<Vec<(Pubkey, Lease)>, ChainError> {
+        let found = self
+            .rpc
+            .get_program_ui_accounts_with_config(
+                &gpu_market::ID,
+                RpcProgramAccountsConfig {
+                    filters: Some(lease_filters(&self.machine)),
+                    account_config: RpcAccountInfoConfig {
+                        encoding: Some(UiAccountEncoding::Base64),
+                        ..Default::default()
+                    },
+                    with_context: None,
+                    sort_results: Some(true),
+                },
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(found
+            .iter()
+            .filter_map(|(k, a)| Some((*k, decode(&a.data.decode()?, "lease").ok()?)))
+            .collect())
     }
 
     fn lease_view(&self, key: Pubkey, l: &Lease, bid: &Bid, interval_secs: u32) -> LeaseView {
@@ -330,26 +361,7 @@ impl Chain for SolanaChain {
 
     async fn leases(&self) -> Result<Vec<LeaseView>, ChainError> {
         let market: Market = self.account(&self.market, "market").await?;
-        let found = self
-            .rpc
-            .get_program_ui_accounts_with_config(
-                &gpu_market::ID,
-                RpcProgramAccountsConfig {
-                    filters: Some(lease_filters(&self.machine)),
-                    account_config: RpcAccountInfoConfig {
-                        encoding: Some(UiAccountEncoding::Base64),
-                        ..Default::default()
-                    },
-                    with_context: None,
-                    sort_results: Some(true),
-                },
-            )
-            .await
-            .map_err(unavailable)?;
-        let leases: Vec<(Pubkey, Lease)> = found
-            .iter()
-            .filter_map(|(k, a)| Some((*k, decode(&a.data.decode()?, "lease").ok()?)))
-            .collect();
+        let leases = self.lease_accounts().await?;
         let bid_keys: Vec<Pubkey> = leases.iter().map(|(_, l)| l.bid).collect();
         let bids = self.bids(&bid_keys).await?;
         Ok(leases
@@ -364,6 +376,18 @@ impl Chain for SolanaChain {
     async fn best_open_bids(&self, limit: usize) -> Result<Vec<BidView>, ChainError> {
         let (market, machine) = self.market_and_machine().await?;
         let now = self.now().await?;
+        // A spot bid that does not fit now may fit the GPUs of a running spot lease it could
+        // preempt: the agent's spot rule needs to see it.
+        let preemptible: Vec<Freed> = self
+            .lease_accounts()
+            .await?
+            .iter()
+            .filter(|(_, l)| l.kind == ProgramBidKind::Spot && l.stop_at == Lease::NOT_STOPPED)
+            .map(|(_, l)| Freed {
+                gpus: l.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
+                gib: l.gib_per_gpu,
+            })
+            .collect();
         let mut out = Vec::new();
         // Queue bids outrank spot bids; within a book, the book's order.
         for book in [market.queue_book, machine.spot_book] {
@@ -380,16 +404,24 @@ impl Chain for SolanaChain {
                     else {
                         continue;
                     };
-                    let freed = Freed::default();
-                    let fits = feasible(b, stake.gpus_held as u64, &machine, &market, now, &freed)
-                        .unwrap_or(false);
-                    if !fits {
+                    let now_free = [Freed::default()];
+                    let frees = match b.kind {
+                        ProgramBidKind::Queue => &now_free[..],
+                        ProgramBidKind::Spot => &preemptible[..],
+                    };
+                    let held = stake.gpus_held as u64;
+                    let mut mask = 0u16;
+                    for freed in now_free.iter().chain(frees) {
+                        if feasible(b, held, &machine, &market, now, freed).unwrap_or(false) {
+                            mask |= machine
+                                .compat(b, &market, now, freed)
+                                .map(|rows| rows.iter().fold(0, |m, r| m | r))
+                                .unwrap_or(0);
+                        }
+                    }
+                    if mask == 0 {
                         continue;
                     }
-                    let mask = machine
-                        .compat(b, &market, now, &freed)
-                        .map(|rows| rows.iter().fold(0, |m, r| m | r))
-                        .unwrap_or(0);
                     out.push(BidView {
                         key: key(k),
                         client: key(&b.client),
