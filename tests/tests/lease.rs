@@ -404,6 +404,50 @@ fn bids_share_one_gpu_by_whole_gib() {
 }
 
 #[test]
+fn a_gpu_is_shared_only_by_leases_that_agree_on_its_overclock_terms() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    let d = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 12);
+    let first = f.place(&c, a);
+    let mut a = f.queue_args(1, 12);
+    a.overclock[0].power_limit_w = 250;
+    let other_power = f.place(&d, a);
+    let a = f.queue_args(1, 12);
+    let same_terms = f.place(&c, a);
+    f.allocate(first, &[0], &[]).expect("GPU 0 at 300 W");
+    assert_eq!(
+        f.ctx.account::<Machine>(&f.machine).gpu_terms[0].power_limit_w,
+        300
+    );
+
+    // The 250 W bid would fit GPU 0's free GiB, but GPU 0 runs at 300 W: refused, nothing moved.
+    let before = f.ctx.account::<Machine>(&f.machine).used_gib;
+    let err = f.allocate(other_power, &[0], &[]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpuCannotServe));
+    assert_eq!(f.ctx.account::<Machine>(&f.machine).used_gib, before);
+    f.allocate(other_power, &[1], &[])
+        .expect("a GPU of its own");
+    f.allocate(same_terms, &[0], &[])
+        .expect("equal terms share GPU 0");
+
+    // Once its leases end, a GPU forgets its terms.
+    assert_eq!(f.ctx.account::<Machine>(&f.machine).used_gib[0], 24);
+    f.ctx.advance_time(INTERVAL as i64);
+    for bid in [first, same_terms] {
+        let lease = pda::lease(&bid).0;
+        let mut last = f.proof(&lease, 0);
+        last.exit_code = Some(0);
+        f.submit(lease, last).expect("the final proof");
+        let client = c.key.insecure_clone();
+        f.close(&client, lease, c.tokens, false).expect("end_lease");
+    }
+    let m: Machine = f.ctx.account(&f.machine);
+    assert_eq!(m.used_gib[0], 0);
+    assert_eq!(m.gpu_terms[0], OverclockTerms::default());
+}
+
+#[test]
 fn multi_gpu_bids_stay_in_one_topology_group_and_gpu_indices_are_checked() {
     let mut f = fixture();
     let c = f.client(100 * TOKEN, 0);

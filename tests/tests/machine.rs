@@ -307,7 +307,8 @@ fn compute_units_of_machine_instructions() {
         "machine account: {space} bytes, rent {} lamports",
         f.ctx.svm.minimum_balance_for_rent_exemption(space)
     );
-    // Budgets with headroom over the measured figures (Borsh accounts; see BENCHMARKS.md).
-    assert!(f.ctx.compute_units["register_machine"] <= 35_000);
-    assert!(f.ctx.compute_units["heartbeat"] <= 16_000);
+    // Budgets with headroom over the measured figures (Borsh accounts: every instruction that
+    // loads the machine pays for its 1,304 bytes; see BENCHMARKS.md).
+    assert!(f.ctx.compute_units["register_machine"] <= 40_000);
+    assert!(f.ctx.compute_units["heartbeat"] <= 21_000);
 }

@@ -173,7 +173,9 @@ impl Allocate<'_> {
         bid.status = BidStatus::Running;
 
         let spot = bid.kind == BidKind::Spot;
-        accounts.machine.take(&args.gpus, bid.gib_per_gpu, spot)?;
+        accounts
+            .machine
+            .take(&args.gpus, bid.gib_per_gpu, spot, |i| bid.terms_of(i))?;
         let stake = &mut accounts.client_stake;
         stake.open_bids = stake
             .open_bids

@@ -44,7 +44,7 @@ pub struct InitSpotBook<'info> {
         bump = machine.bump,
         has_one = owner,
     )]
-    pub machine: Account<'info, Machine>,
+    pub machine: Box<Account<'info, Machine>>,
 
     #[account(zero)]
     pub book: AccountLoader<'info, BidBook>,

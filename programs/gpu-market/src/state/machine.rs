@@ -2,7 +2,7 @@ use anchor_lang::prelude::*;
 use gpu_market_core::overclock::{GpuLimits, Range};
 
 use crate::errors::MarketError;
-use crate::state::{Bid, Market};
+use crate::state::{Bid, Market, OverclockTerms};
 
 /// Most GPUs one machine offers.
 pub const MAX_GPUS: usize = 16;
@@ -106,6 +106,9 @@ pub struct Machine {
     pub last_heartbeat: i64,
     /// GiB of each GPU held by running leases.
     pub used_gib: [u16; MAX_GPUS],
+    /// The overclock terms each GPU runs while leases hold some of it: a GPU has one power
+    /// limit and one set of clocks, so leases share a GPU only when they agree on them.
+    pub gpu_terms: [OverclockTerms; MAX_GPUS],
     /// Bit `g`: GPU `g` is held by a spot lease (queue bids may preempt it).
     pub spot_gpus: u16,
     /// Leases running on the machine.
@@ -167,9 +170,10 @@ impl Machine {
     }
 
     /// For each of `bid`'s GPUs, the mask of this machine's GPUs that can serve it now: accepted
-    /// class, enough free GiB, its overclock terms inside the GPU's ranges, and a price at or
-    /// above the host's floor and (queue bids) the market's reserve price for the GPU's class.
-    /// GPUs held by spot leases count as taken unless `freed` frees them.
+    /// class, enough free GiB, its overclock terms inside the GPU's ranges and equal to the terms
+    /// the GPU already runs for other leases, and a price at or above the host's floor and (queue
+    /// bids) the market's reserve price for the GPU's class. GiB held by a lease in `freed`
+    /// count as free.
     pub fn compat(&self, bid: &Bid, market: &Market, now: i64, freed: &Freed) -> Result<Vec<u16>> {
         let n = bid.gpu_count as usize;
         let mut out = vec![0u16; n];
@@ -181,8 +185,12 @@ impl Machine {
                 continue;
             }
             let limits = gpu.limits();
+            let shared = self.used_gib[g].saturating_sub(freed.gib_on(g)) > 0;
             for (i, mask) in out.iter_mut().enumerate() {
-                if limits.check(&bid.terms_of(i).settings()).is_ok() {
+                let terms = bid.terms_of(i);
+                if limits.check(&terms.settings()).is_ok()
+                    && (!shared || self.gpu_terms[g] == terms)
+                {
                     *mask |= 1 << g;
                 }
             }
@@ -190,10 +198,22 @@ impl Machine {
         Ok(out)
     }
 
-    /// Holds `gib` on each of `gpus` for a lease (of kind spot when `spot`).
-    pub fn take(&mut self, gpus: &[u8], gib: u16, spot: bool) -> Result<()> {
-        for &g in gpus {
+    /// Holds `gib` on each of `gpus` for a lease (of kind spot when `spot`) whose `i`-th GPU
+    /// runs `terms(i)`; a GPU already in use must run the same terms.
+    pub fn take(
+        &mut self,
+        gpus: &[u8],
+        gib: u16,
+        spot: bool,
+        terms: impl Fn(usize) -> OverclockTerms,
+    ) -> Result<()> {
+        for (i, &g) in gpus.iter().enumerate() {
+            let g_terms = &mut self.gpu_terms[g as usize];
             let used = &mut self.used_gib[g as usize];
+            if *used == 0 {
+                *g_terms = terms(i);
+            }
+            require!(*g_terms == terms(i), MarketError::GpuCannotServe);
             *used = used.checked_add(gib).ok_or(MarketError::Overflow)?;
             if spot {
                 self.spot_gpus |= 1 << g;
@@ -208,6 +228,9 @@ impl Machine {
         for &g in gpus {
             let used = &mut self.used_gib[g as usize];
             *used = used.checked_sub(gib).ok_or(MarketError::Overflow)?;
+            if *used == 0 {
+                self.gpu_terms[g as usize] = OverclockTerms::default();
+            }
             if spot {
                 self.spot_gpus &= !(1 << g);
             }
