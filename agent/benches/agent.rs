@@ -40,7 +40,7 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let config = Agent::write_config(&live, dir.path(), LEASES);
     let (image, digest) = worker_image();
-    let engine = DockerEngine::connect(&engine_env("DOCKER_HOST"))
+    let engine = DockerEngine::connect(&engine_env("DOCKER_HOST"), "bench")
         .await
         .unwrap();
     engine

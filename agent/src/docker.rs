@@ -31,11 +31,15 @@ pub struct ContainerLogs {
 
 pub struct DockerEngine {
     docker: Docker,
+    /// The value of [`LABEL_MANAGED`] on the containers this engine handle starts and lists:
+    /// the machine's address, so that agents of several machines can share one engine.
+    scope: String,
 }
 
 impl DockerEngine {
-    /// Connects to the engine at `socket` (`unix:///path`) and negotiates the API version.
-    pub async fn connect(socket: &str) -> Result<Self, RuntimeError> {
+    /// Connects to the engine at `socket` (`unix:///path`) and negotiates the API version; the
+    /// containers it starts and manages are those labelled with `scope` (the machine's address).
+    pub async fn connect(socket: &str, scope: &str) -> Result<Self, RuntimeError> {
         let connect_err = |source| RuntimeError::Connect {
             socket: socket.to_string(),
             source,
@@ -45,7 +49,10 @@ impl DockerEngine {
             .negotiate_version()
             .await
             .map_err(connect_err)?;
-        Ok(DockerEngine { docker })
+        Ok(DockerEngine {
+            docker,
+            scope: scope.to_string(),
+        })
     }
 
     /// The API version agreed with the engine.
@@ -91,7 +98,7 @@ impl DockerEngine {
     /// Creates and starts a container; returns its id.
     pub async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         let mut labels = spec.labels.clone();
-        labels.insert(LABEL_MANAGED.to_string(), "true".to_string());
+        labels.insert(LABEL_MANAGED.to_string(), self.scope.clone());
         let device_requests = (!spec.gpu_indices.is_empty()).then(|| {
             vec![DeviceRequest {
                 driver: Some("nvidia".to_string()),
@@ -275,7 +282,10 @@ impl DockerEngine {
 
     /// The containers this agent manages, with the lease each runs for.
     pub async fn managed_with_labels(&self) -> Result<Vec<ManagedContainer>, RuntimeError> {
-        let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_MANAGED}=true")])]);
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("{LABEL_MANAGED}={}", self.scope)],
+        )]);
         let options = bollard::query_parameters::ListContainersOptions {
             all: true,
             filters: Some(filters),

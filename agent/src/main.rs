@@ -88,7 +88,7 @@ async fn command(cli: Cli) -> Result<()> {
 }
 
 async fn check_engine(docker_host: &str, image: &str) -> Result<()> {
-    let engine = DockerEngine::connect(docker_host).await?;
+    let engine = DockerEngine::connect(docker_host, "check-engine").await?;
     println!("engine API version: {}", engine.api_version());
     let progress = engine.pull(image).await?;
     println!("pulled {image} ({progress} progress messages)");
@@ -129,7 +129,7 @@ async fn run(path: &Path) -> Result<()> {
 
     let gpus = gpu_backend(&config)?;
     tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");
-    let engine = DockerEngine::connect(&config.engine_socket).await?;
+    let engine = DockerEngine::connect(&config.engine_socket, &config.machine.to_string()).await?;
     tracing::info!(api = %engine.api_version(), "container engine ready");
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data folder {}", config.data_dir.display()))?;

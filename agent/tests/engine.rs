@@ -38,7 +38,9 @@ async fn forget_image(host: &str, image: &str) {
 #[tokio::test]
 async fn pulls_from_the_registry_and_runs_with_env_and_limits() {
     let (host, image) = engine_env();
-    let engine = DockerEngine::connect(&host).await.expect("connect");
+    let engine = DockerEngine::connect(&host, "engine-test")
+        .await
+        .expect("connect");
     forget_image(&host, &image).await;
     let progress = engine.pull(&image).await.expect("pull");
     assert!(progress > 0, "a real pull reports progress");
@@ -62,6 +64,11 @@ async fn pulls_from_the_registry_and_runs_with_env_and_limits() {
     };
     let id = engine.run(&spec).await.expect("run");
     assert!(engine.managed_containers().await.unwrap().contains(&id));
+    // The agent of another machine on the same engine does not see it as its own.
+    let other = DockerEngine::connect(&host, "another-machine")
+        .await
+        .expect("connect");
+    assert!(!other.managed_containers().await.unwrap().contains(&id));
     assert_eq!(
         engine.wait(&id).await.unwrap(),
         3,
@@ -81,7 +88,9 @@ async fn pulls_from_the_registry_and_runs_with_env_and_limits() {
 #[tokio::test]
 async fn gpu_device_requests_name_exactly_the_leased_gpus() {
     let (host, image) = engine_env();
-    let engine = DockerEngine::connect(&host).await.expect("connect");
+    let engine = DockerEngine::connect(&host, "engine-test")
+        .await
+        .expect("connect");
     engine.pull(&image).await.expect("pull");
     let spec = ContainerSpec {
         image,
@@ -105,7 +114,9 @@ async fn gpu_device_requests_name_exactly_the_leased_gpus() {
 #[tokio::test]
 async fn pulling_an_unknown_image_is_a_typed_error() {
     let (host, image) = engine_env();
-    let engine = DockerEngine::connect(&host).await.expect("connect");
+    let engine = DockerEngine::connect(&host, "engine-test")
+        .await
+        .expect("connect");
     let missing = format!("{}/no-such-image:1", image.split('/').next().unwrap());
     let err = engine.pull(&missing).await.unwrap_err();
     assert!(

@@ -154,6 +154,10 @@ async fn a_bid_is_allocated_run_on_the_engine_proven_and_paid() {
 
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM drains cleanly; log:\n{log}");
+    assert!(
+        log.contains("websocket subscribed"),
+        "the agent watched the program's accounts over the websocket; log:\n{log}"
+    );
     println!(
         "lease {lease}: {} proofs, host +{}, treasury +{}, client refund {} of escrow {escrow}",
         settled.proofs.len(),
@@ -194,7 +198,12 @@ async fn kill_9_and_restart_lose_and_double_nothing() {
     })
     .await;
     let before: Vec<(String, bool)> = containers_of(&docker, &lease).await;
-    assert_eq!(before.len(), 1, "one container for the lease");
+    assert_eq!(
+        before.len(),
+        1,
+        "one container for the lease: {before:?}; agent log:\n{}",
+        agent.log()
+    );
     let first_log = agent.kill9();
 
     // Restart from the same state file: the container is adopted, not started twice.

@@ -13,7 +13,8 @@ use async_trait::async_trait;
 
 use crate::chain::Key;
 
-/// Label carried by every container the agent starts, so a restart can find its own.
+/// Label carried by every container the agent starts, valued with its machine's address: a
+/// restart finds its own, and agents of other machines on the same engine leave them alone.
 pub const LABEL_MANAGED: &str = "io.gpu-market.managed";
 /// Label naming the lease (base58) a container runs for.
 pub const LABEL_LEASE: &str = "io.gpu-market.lease";
