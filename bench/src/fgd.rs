@@ -28,9 +28,39 @@ struct Run {
     wall_s: f64,
 }
 
-fn run(trace: &Trace, frag: &FragModel, policy: &mut dyn Policy) -> Result<Run, String> {
+/// Tie-break rank permutations tried besides the peer's, to tell a policy's gain from the luck
+/// of its ties.
+const PERMUTATIONS: u64 = 4;
+
+/// Builds a policy in its initial state.
+type MakePolicy = fn(&FragModel) -> Box<dyn Policy>;
+
+/// A seeded permutation of `0..n` (Fisher–Yates on SplitMix64): node ranks for ties.
+fn permuted_ranks(n: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut ranks: Vec<u32> = (0..n as u32).collect();
+    for i in (1..n).rev() {
+        let j = ((next() as u128 * (i as u128 + 1)) >> 64) as usize;
+        ranks.swap(i, j);
+    }
+    ranks
+}
+
+fn run(
+    trace: &Trace,
+    rank: &[u32],
+    frag: &FragModel,
+    policy: &mut dyn Policy,
+) -> Result<Run, String> {
     let mut cluster =
-        Cluster::new(trace.nodes.clone(), trace.rank.clone()).map_err(|e| e.to_string())?;
+        Cluster::new(trace.nodes.clone(), rank.to_vec()).map_err(|e| e.to_string())?;
     let total = cluster.total_gpu_milli();
     let mut records = Vec::with_capacity(trace.arrivals.len());
     let (mut arrived, mut allocated, mut placed, mut failed) = (0u64, 0u64, 0, 0);
@@ -134,7 +164,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
     ];
     let mut runs = Vec::new();
     for p in policies.iter_mut() {
-        runs.push(run(&trace, &frag, p.as_mut())?);
+        runs.push(run(&trace, &trace.rank, &frag, p.as_mut())?);
     }
 
     print!("| policy |");
@@ -159,6 +189,45 @@ pub fn main(traces: &Path) -> Result<(), String> {
             " {:.2} | {} | {} | {:.3} s |",
             r.frag_ratio, r.placed, r.failed, r.wall_s
         );
+    }
+
+    println!(
+        "\nThe same arrivals with the tie-break ranks permuted (seeds 1..={PERMUTATIONS}), GPU \
+         allocation % at 130 % arrived:\n"
+    );
+    print!("| policy |");
+    for s in 1..=PERMUTATIONS {
+        print!(" seed {s} |");
+    }
+    println!(" mean | peer's ranks |");
+    print!("|---|");
+    for _ in 0..=PERMUTATIONS {
+        print!("---:|");
+    }
+    println!("---:|");
+    let last = POINTS.len() - 1;
+    // Fresh policy state for every run.
+    let fragmentation_policies: [MakePolicy; 2] = [
+        |f| Box::new(Fgd::new(f.clone())),
+        |f| Box::new(FgdCpuSink::new(f.clone())),
+    ];
+    for make in fragmentation_policies {
+        let name = make(&frag).name().to_string();
+        print!("| {name} |");
+        let mut sum = 0.0;
+        for seed in 1..=PERMUTATIONS {
+            let rank = permuted_ranks(trace.nodes.len(), seed);
+            let v =
+                run(&trace, &rank, &frag, make(&frag).as_mut())?.curve[last].unwrap_or(f64::NAN);
+            sum += v;
+            print!(" {v:.2} |");
+        }
+        let peer = runs
+            .iter()
+            .find(|r| r.name == name)
+            .and_then(|r| r.curve[last])
+            .unwrap_or(f64::NAN);
+        println!(" {:.2} | {peer:.2} |", sum / PERMUTATIONS as f64);
     }
 
     println!("\nAgainst the peer (seed 42), GPU allocation % at 100 % / 130 % arrived:\n");

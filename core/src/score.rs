@@ -4,7 +4,7 @@
 //! S from the bidder's staked amount, U from the deadline relative to the requested duration, C
 //! from the requested resources (GPUs × GiB per GPU × seconds).
 
-use crate::math::{normalise_bps, BPS};
+use crate::math::{mul_div_floor, normalise_bps, BPS};
 
 /// Weights of the three inputs, in bps; they must add up to 10 000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +84,52 @@ pub fn rank_key(base: u64, aging_per_interval: u64, placed_interval: u64) -> u64
     base.saturating_add(aging_per_interval.saturating_mul(remaining))
 }
 
+/// How a queue that re-ranks its bids at every scheduling event ages them (an off-chain book,
+/// or a simulator): see [`queue_priority`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueAging {
+    /// Added per hour waited, whatever the bid: bounds how long any bid can be kept waiting by
+    /// bids that arrived after it with a higher base score (in particular a higher stake).
+    pub bps_per_hour: u64,
+    /// Added per *requested duration* waited (a bid that has waited as long as it asked to run
+    /// gains this much): short bids age faster, so the queue leans toward shortest-job-first,
+    /// the order that minimises average completion time, without starving long bids.
+    pub bps_per_duration: u64,
+}
+
+impl QueueAging {
+    /// 300 bps per hour (a base score's full range is caught up in 33 h 20 min; the stake
+    /// term's 4 000 bps under the default weights in 13 h 20 min) and the full range per
+    /// requested duration waited.
+    pub const DEFAULT: QueueAging = QueueAging {
+        bps_per_hour: 300,
+        bps_per_duration: BPS,
+    };
+
+    /// The longest head start a bid can get from its base score: once a bid has waited this
+    /// many seconds longer than another bid of the same duration, it ranks above it whatever
+    /// their base scores. `None` when there is no absolute aging (no bound).
+    pub fn head_start_bound_secs(&self) -> Option<u64> {
+        // floor(h·Δ/3600) ≥ BPS + 1 ⇐ Δ ≥ ⌈(BPS + 1)·3600 / h⌉.
+        (self.bps_per_hour > 0).then(|| ((BPS + 1) * 3_600).div_ceil(self.bps_per_hour))
+    }
+}
+
+/// The rank of a waiting bid in a queue that is re-sorted at every event: its base score (0..=
+/// 10 000, e.g. [`base_score`]) plus `bps_per_hour` per hour waited plus `bps_per_duration` per
+/// requested duration waited, rounded down and saturating. Higher runs first.
+///
+/// Unlike [`aged_score`] it is not capped at 10 000: a rank, not a score. The duration term
+/// uses the bid's declared run time, which the market already charges for (a bid that states a
+/// shorter duration than it needs is stopped at its lease's end), so understating it does
+/// not pay. A zero duration counts as one second.
+pub fn queue_priority(base: u64, aging: QueueAging, waited_secs: u64, duration_secs: u64) -> u64 {
+    let per_hour = mul_div_floor(aging.bps_per_hour, waited_secs, 3_600).unwrap_or(u64::MAX);
+    let per_duration = mul_div_floor(aging.bps_per_duration, waited_secs, duration_secs.max(1))
+        .unwrap_or(u64::MAX);
+    base.saturating_add(per_hour).saturating_add(per_duration)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,7 +173,106 @@ mod tests {
         assert_eq!(aged_score(u64::MAX, u64::MAX, u64::MAX), BPS);
     }
 
+    #[test]
+    fn queue_priority_ages_by_hour_and_by_duration() {
+        let a = QueueAging::DEFAULT;
+        assert_eq!(queue_priority(5_000, a, 0, 3_600), 5_000);
+        // One hour waited by a one-hour bid: 300 + 10 000.
+        assert_eq!(queue_priority(5_000, a, 3_600, 3_600), 15_300);
+        // The same hour for a ten-hour bid: 300 + 1 000.
+        assert_eq!(queue_priority(5_000, a, 3_600, 36_000), 6_300);
+        assert_eq!(queue_priority(0, a, 10, 0), 10 * BPS);
+        assert_eq!(queue_priority(u64::MAX, a, u64::MAX, 1), u64::MAX);
+        assert_eq!(a.head_start_bound_secs(), Some(120_012));
+        let none = QueueAging {
+            bps_per_hour: 0,
+            bps_per_duration: BPS,
+        };
+        assert_eq!(none.head_start_bound_secs(), None);
+    }
+
+    /// One GPU; a steady stream of top-stake bids, one arriving every 30 min, each asking for
+    /// 1 h, so the queue never empties. Returns when a zero-stake bid of the same shape, placed
+    /// at time 0, starts (`None`: not within 100 h), with bids ranked by `rank`
+    /// (base score, seconds waited; ties to the earlier bid).
+    fn low_stake_start(rank: impl Fn(u64, u64) -> u64) -> Option<u64> {
+        let base = |stake: u64, time_left: u64| {
+            base_score(
+                Weights::DEFAULT,
+                &Inputs {
+                    stake,
+                    stake_bound: 1_000,
+                    duration_secs: 3_600,
+                    time_left_secs: time_left,
+                    resource_gib_secs: 16 * 3_600,
+                    resource_bound: 8 * 16 * 86_400,
+                },
+            )
+        };
+        // (arrival, stake); the low-stake bid is the only one with stake 0.
+        let mut waiting: Vec<(u64, u64)> = vec![(0, 0)];
+        let mut next_high = 0u64;
+        let mut now = 0u64;
+        while now < 100 * 3_600 {
+            while next_high <= now {
+                waiting.push((next_high, 1_000));
+                next_high += 1_800;
+            }
+            let best = (0..waiting.len()).max_by_key(|&i| {
+                let (arrival, stake) = waiting[i];
+                let deadline = arrival + 7_200;
+                let b = base(stake, deadline.saturating_sub(now));
+                (rank(b, now - arrival), std::cmp::Reverse(arrival))
+            })?;
+            if waiting.remove(best).1 == 0 {
+                return Some(now);
+            }
+            now += 3_600;
+        }
+        None
+    }
+
+    #[test]
+    fn a_low_stake_bid_is_not_starved() {
+        let aging = QueueAging::DEFAULT;
+        let started = low_stake_start(|b, w| queue_priority(b, aging, w, 3_600));
+        // It can be passed only while its base-score deficit is not aged away, and the GPU
+        // frees up once an hour.
+        let bound = aging.head_start_bound_secs().unwrap() + 3_600;
+        assert!(started.is_some_and(|t| t <= bound), "{started:?}");
+        // The capped aging of `aged_score` (10 bps an hour) leaves it waiting past 100 h.
+        assert_eq!(low_stake_start(|b, w| aged_score(b, 10, w / 3_600)), None);
+    }
+
     proptest! {
+        /// Stake buys at most a bounded head start: between two bids of the same duration, the
+        /// one that has waited `head_start_bound_secs` longer ranks higher, whatever their base
+        /// scores.
+        #[test]
+        fn stake_head_start_is_bounded(
+            b1 in 0u64..=10_000, b2 in 0u64..=10_000, per_hour in 1u64..=5_000,
+            per_duration in 0u64..=20_000, waited in 0u64..10_000_000, extra in 0u64..10_000_000,
+            duration in 0u64..10_000_000,
+        ) {
+            let aging = QueueAging { bps_per_hour: per_hour, bps_per_duration: per_duration };
+            let longer = waited + aging.head_start_bound_secs().unwrap() + extra;
+            prop_assert!(queue_priority(b1, aging, longer, duration) > queue_priority(b2, aging, waited, duration));
+        }
+
+        #[test]
+        fn queue_priority_is_monotone(
+            base in 0u64..=10_000, w1 in 0u64..1_000_000_000, w2 in 0u64..1_000_000_000,
+            d1 in 0u64..1_000_000_000, d2 in 0u64..1_000_000_000,
+        ) {
+            let a = QueueAging::DEFAULT;
+            let (lo, hi) = (w1.min(w2), w1.max(w2));
+            prop_assert!(queue_priority(base, a, lo, d1) <= queue_priority(base, a, hi, d1));
+            // The shorter bid ages at least as fast.
+            let (short, long) = (d1.min(d2), d1.max(d2));
+            prop_assert!(queue_priority(base, a, w1, short) >= queue_priority(base, a, w1, long));
+            prop_assert!(queue_priority(base, a, w1, d1) >= base);
+        }
+
         #[test]
         fn rank_keys_order_bids_as_their_aged_scores_do(
             b1 in 0u64..=10_000, b2 in 0u64..=10_000, aging in 0u64..=1_000,
