@@ -228,6 +228,36 @@ impl SolanaChain {
             proof_hash: l.proof_hash,
         }
     }
+
+    /// What each running spot lease of the machine that is not stopping yet would free if a
+    /// richer spot bid preempted it.
+    async fn preemptible_spot_leases(&self) -> Result<Vec<Freed>, ChainError> {
+        let found = self
+            .rpc
+            .get_program_ui_accounts_with_config(
+                &gpu_market::ID,
+                RpcProgramAccountsConfig {
+                    filters: Some(lease_filters(&self.machine)),
+                    account_config: RpcAccountInfoConfig {
+                        encoding: Some(UiAccountEncoding::Base64),
+                        ..Default::default()
+                    },
+                    with_context: None,
+                    sort_results: Some(true),
+                },
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(found
+            .iter()
+            .filter_map(|(_, a)| decode::<Lease>(&a.data.decode()?, "lease").ok())
+            .filter(|l| l.kind == ProgramBidKind::Spot && l.stop_at == Lease::NOT_STOPPED)
+            .map(|l| Freed {
+                gpus: l.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
+                gib: l.gib_per_gpu,
+            })
+            .collect())
+    }
 }
 
 /// The account of type `T` in `data` (read at `address`); a missing or foreign account is a
@@ -365,6 +395,7 @@ impl Chain for SolanaChain {
         let (market, machine) = self.market_and_machine().await?;
         let now = self.now().await?;
         let mut out = Vec::new();
+        let mut preemptible: Option<Vec<Freed>> = None;
         // Queue bids outrank spot bids; within a book, the book's order.
         for book in [market.queue_book, machine.spot_book] {
             let order = self.book(&book).await?;
@@ -380,11 +411,27 @@ impl Chain for SolanaChain {
                     else {
                         continue;
                     };
-                    let freed = Freed::default();
-                    let fits = feasible(b, stake.gpus_held as u64, &machine, &market, now, &freed)
-                        .unwrap_or(false);
-                    if !fits {
-                        continue;
+                    let held = stake.gpus_held as u64;
+                    let fits = |freed: &Freed| {
+                        feasible(b, held, &machine, &market, now, freed).unwrap_or(false)
+                    };
+                    let mut freed = Freed::default();
+                    if !fits(&freed) {
+                        // A spot bid that does not fit now may still take the GPUs of a running
+                        // spot lease it outbids (the spot rule preempts that lease for it).
+                        if b.kind != ProgramBidKind::Spot {
+                            continue;
+                        }
+                        if preemptible.is_none() {
+                            preemptible = Some(self.preemptible_spot_leases().await?);
+                        }
+                        let Some(f) = preemptible.iter().flatten().find(|f| fits(f)) else {
+                            continue;
+                        };
+                        freed = Freed {
+                            gpus: f.gpus,
+                            gib: f.gib,
+                        };
                     }
                     let mask = machine
                         .compat(b, &market, now, &freed)
