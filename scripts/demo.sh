@@ -1,33 +1,93 @@
 #!/usr/bin/env bash
-# The README's demo command. On an embedded local default: the stock solana-test-validator with the
-# program deployed, dockerd and a registry on 127.0.0.1:5000, real SPL tokens. Creates a market,
-# shows it, and checks that the host side can pull and run the demo image from the local registry.
-# Stops everything it started.
+# The README's demo command: the whole market on one machine, in about two minutes.
+#
+# Set-up (skipped when done): Debian packages, solana-test-validator, the program's SBF build,
+# the CLI and the agent. Then the stock solana-test-validator with the program deployed, dockerd
+# and a registry on 127.0.0.1:5000, real SPL tokens, and this story:
+#
+#   a token mint; a market with 5-second billing intervals; a host stakes and registers a machine
+#   with 4 simulated GPUs (2 of class 0 in topology group 0, 2 of class 1 in group 1) and starts
+#   the agent; three clients stake different amounts and bid: alice a 2-GPU queue bid for a busy
+#   worker (with a sealed secret env var), bob a 1-GPU queue bid for a container that idles,
+#   carol a cheap spot bid. The agent allocates them and runs the containers; bob outbids carol's
+#   spot lease, which stops at its interval boundary; bob's idle lease gets flagged; every
+#   interval is proven and paid; at the end a table of balances before and after that adds up to
+#   the mint's supply, checked to the last base unit. Everything started is stopped.
+#
+# Variables: DEMO_RPC_PORT (8899; the websocket is the next port), DEMO_DIR (target/demo),
+# DEMO_SUMMARY (a path: a JSON summary is written there), DEMO_BIN_DIR (a directory that already
+# holds gpu-market and gpu-market-agent: no cargo build), CARGO_TARGET_DIR.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
+DEMO_START=$(date +%s)
 
 RPC_PORT="${DEMO_RPC_PORT:-8899}"
 URL="http://127.0.0.1:$RPC_PORT"
-DEMO_DIR="$REPO_ROOT/target/demo"
-mkdir -p "$DEMO_DIR"
+WS_URL="ws://127.0.0.1:$((RPC_PORT + 1))"
+DEMO_DIR="${DEMO_DIR:-$REPO_ROOT/target/demo}"
+INTERVAL=5
+# 6 decimals: 1 token = 1 000 000 base units.
+DECIMALS=6
 
-apt_install docker.io docker-registry busybox-static curl
+# ---------------------------------------------------------------------------------------------
+# Set-up: each step is a quick no-op once done.
+apt_install docker.io docker-registry busybox-static curl python3
 bash scripts/install-validator.sh
-bash scripts/build-sbf.sh
-log "building the client and the agent"
-cargo build -q -p gpu-market-client -p gpu-market-agent
-CLI="$REPO_ROOT/target/debug/gpu-market"
-AGENT="$REPO_ROOT/target/debug/gpu-market-agent"
+SO="$REPO_ROOT/target/deploy/gpu_market.so"
+if [ -f "$SO" ] && [ -z "$(find programs/gpu-market core/src core/Cargo.toml -newer "$SO" -print -quit)" ]; then
+    log "target/deploy/gpu_market.so is newer than the program's sources: not rebuilding it"
+else
+    bash scripts/build-sbf.sh
+fi
+if [ -n "${DEMO_BIN_DIR:-}" ]; then
+    BIN_DIR="$DEMO_BIN_DIR"
+else
+    log "building the client and the agent"
+    cargo build -q -p gpu-market-client -p gpu-market-agent
+    BIN_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
+fi
+CLI="$BIN_DIR/gpu-market"
+AGENT="$BIN_DIR/gpu-market-agent"
+[ -x "$CLI" ] && [ -x "$AGENT" ] || die "$BIN_DIR must hold gpu-market and gpu-market-agent"
 
+rm -rf "$DEMO_DIR"
+mkdir -p "$DEMO_DIR/wallets" "$DEMO_DIR/agent/data/env" "$DEMO_DIR/facts"
+
+# ---------------------------------------------------------------------------------------------
+# Everything the demo starts is stopped on the way out, whatever happens.
 ENGINE_STARTED=0
 bash scripts/engine.sh status || ENGINE_STARTED=1
 VALIDATOR_PID=""
+AGENT_PID=""
+TAIL_PID=""
+POLLER_PID=""
 cleanup() {
-    [ -n "$VALIDATOR_PID" ] && kill "$VALIDATOR_PID" 2>/dev/null && wait "$VALIDATOR_PID" 2>/dev/null
+    local rc=$?
+    if [ -n "$AGENT_PID" ] && kill -0 "$AGENT_PID" 2>/dev/null; then
+        kill -TERM "$AGENT_PID" 2>/dev/null || true
+        wait "$AGENT_PID" 2>/dev/null || true
+    fi
+    for pid in "$TAIL_PID" "$POLLER_PID"; do
+        if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    done
+    # Containers of this demo's leases that a failed run may have left.
+    if [ -s "$DEMO_DIR/leases" ] && [ -n "${DOCKER_HOST:-}" ]; then
+        while read -r lease; do
+            for id in $(docker ps -aq --filter "label=io.gpu-market.lease=$lease" 2>/dev/null); do
+                docker rm -f "$id" >/dev/null 2>&1 || true
+            done
+        done < <(sort -u "$DEMO_DIR/leases")
+    fi
+    if [ -n "$VALIDATOR_PID" ]; then kill "$VALIDATOR_PID" 2>/dev/null || true; wait "$VALIDATOR_PID" 2>/dev/null || true; fi
     [ "$ENGINE_STARTED" = 1 ] && bash scripts/engine.sh stop
     log "stopped what the demo started"
+    [ "$rc" = 0 ] || printf '\033[1;31mthe demo failed (exit %s); logs in %s\033[0m\n' "$rc" "$DEMO_DIR" >&2
+    exit "$rc"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 bash scripts/engine.sh start
 eval "$(bash scripts/engine.sh env)"
 
@@ -40,29 +100,395 @@ for _ in $(seq 1 240); do
     kill -0 "$VALIDATOR_PID" 2>/dev/null || { cat "$DEMO_DIR/validator.log" >&2; die "the validator did not start"; }
     sleep 0.5
 done
+grep -q '^Program id:' "$DEMO_DIR/validator.log" || die "the validator did not answer within 2 minutes"
 cat "$DEMO_DIR/validator.log"
 
-json() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
-cli() { "$CLI" --url "$URL" --keypair "$DEMO_DIR/authority.json" "$@"; }
+# ---------------------------------------------------------------------------------------------
+# Helpers.
+step() { printf '\n\033[1;32m[%3ss] %s\033[0m\n' "$(( $(date +%s) - DEMO_START ))" "$*"; }
+# cli WALLET ARGS...: the CLI signed by one of the demo's wallets.
+cli() { local who="$1"; shift; "$CLI" --url "$URL" --keypair "$DEMO_DIR/wallets/$who.json" "$@"; }
+# jget FIELD: one field of the JSON object on stdin.
+jget() {
+    python3 -c '
+import json, sys
+text = sys.stdin.read()
+if not text.strip():
+    sys.exit(1)  # the command before said why
+v = json.loads(text)[sys.argv[1]]
+print("" if v is None else v)' "$1"
+}
+# wait_for SECS WHAT CMD...: runs CMD every second until it succeeds.
+wait_for() {
+    local secs="$1" what="$2"; shift 2
+    local deadline=$(( $(date +%s) + secs ))
+    until "$@"; do
+        [ "$(date +%s)" -lt "$deadline" ] || {
+            echo "--- agent log (last 40 lines) ---" >&2; tail -40 "$DEMO_DIR/agent.log" >&2 2>/dev/null || true
+            die "$what: not within $secs s"
+        }
+        sleep 1
+    done
+}
+lease_json() { cli authority --output json lease show "$1" 2>/dev/null; }
+lease_exists() { lease_json "$1" >/dev/null; }
+leases_json() { cli authority --output json lease list --market "$MARKET"; }
+# Prints the demo's lease containers as `docker ps` sees them.
+containers() {
+    docker ps --filter label=io.gpu-market.managed=true \
+        --format '{{.ID}}  {{.Image}}  {{.Status}}  lease={{.Label "io.gpu-market.lease"}}' |
+        grep -F -f "$DEMO_DIR/leases" || echo "(no container)"
+}
+tokens() { python3 -c 'import sys; print(f"{int(sys.argv[1]) / 10**int(sys.argv[2]):.{sys.argv[2]}f}")' "$1" "$DECIMALS"; }
 
-echo
-log "a market authority with SOL for fees"
-"$CLI" keygen --outfile "$DEMO_DIR/authority.json" --force
-cli airdrop 100
+# ---------------------------------------------------------------------------------------------
+step "wallets: a market authority (who also mints the token), a host with its agent's hot key, three clients"
+for w in authority host agent alice bob carol; do
+    "$CLI" keygen --outfile "$DEMO_DIR/wallets/$w.json" --force >/dev/null
+    cli "$w" airdrop 10 >/dev/null
+done
+declare -A KEY
+for w in authority host agent alice bob carol; do
+    KEY[$w]=$(python3 -c '
+import json, sys
+alphabet = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+raw = bytes(json.load(open(sys.argv[1]))[32:])
+n = int.from_bytes(raw, "big"); out = ""
+while n: n, r = divmod(n, 58); out = alphabet[r] + out
+print("1" * (len(raw) - len(raw.lstrip(b"\0"))) + out)' "$DEMO_DIR/wallets/$w.json")
+    printf '  %-9s %s\n' "$w" "${KEY[$w]}"
+done
 
-log "a token for stakes and payments (6 decimals) and a treasury account"
-MINT=$(cli --output json token create-mint --decimals 6 | json mint)
-TREASURY=$(cli --output json token create-account "$MINT" | json account)
-cli token mint "$MINT" "$TREASURY" 1000000000 >/dev/null
-echo "mint $MINT, treasury $TREASURY"
+step "a token for stakes and payments ($DECIMALS decimals), the treasuries, and everyone's token account"
+MINT=$(cli authority --output json token create-mint --decimals "$DECIMALS" | jget mint)
+TREASURY=$(cli authority --output json token create-account "$MINT" | jget account)
+STAKE_TREASURY=$(cli authority --output json token create-account "$MINT" | jget account)
+declare -A TOKENS
+for w in host alice bob carol; do
+    TOKENS[$w]=$(cli "$w" --output json token create-account "$MINT" | jget account)
+done
+cli authority token mint "$MINT" "${TOKENS[host]}" 1000 >/dev/null
+cli authority token mint "$MINT" "${TOKENS[alice]}" 1000 >/dev/null
+cli authority token mint "$MINT" "${TOKENS[bob]}" 500 >/dev/null
+cli authority token mint "$MINT" "${TOKENS[carol]}" 200 >/dev/null
+echo "mint $MINT: host 1000, alice 1000, bob 500, carol 200"
 
-log "creating the market"
-MARKET=$(cli --output json market init --stake-mint "$MINT" --treasury "$TREASURY" \
-    --billing-interval-secs 10 --protocol-fee-bps 250 --unstake-cooldown-secs 60 | json market)
-cli market show "$MARKET"
+step "the market: ${INTERVAL}-second billing intervals, 2.5 % fee, a lease is idle after 2 intervals under 10 % GPU use"
+MARKET=$(cli authority --output json market init --stake-mint "$MINT" --treasury "$TREASURY" \
+    --stake-treasury "$STAKE_TREASURY" --billing-interval-secs "$INTERVAL" --protocol-fee-bps 250 \
+    --unstake-cooldown-secs 60 --base-price 10 --capability 1=2000 --stake-bound 100 \
+    --idle-utilisation-bps 1000 --idle-intervals 2 --min-host-stake 100 | jget market)
+cli authority market show "$MARKET" | grep -E '^(market|billing_interval|protocol_fee|score_weights|base_price|capability|idle|min_host|stake_vault|payment_vault|treasury|stake_treasury) '
+MARKET_JSON=$(cli authority --output json market show "$MARKET")
+STAKE_VAULT=$(jget stake_vault <<<"$MARKET_JSON")
+PAYMENT_VAULT=$(jget payment_vault <<<"$MARKET_JSON")
 
-echo
-log "the host side: pull and run the demo image from the local registry"
-"$AGENT" check-engine "$GPU_MARKET_TEST_IMAGE"
-echo
-log "demo complete: market $MARKET on $URL"
+step "the host stakes 100 and registers a machine: 4 simulated GPUs, 2 × class 0 (24 GiB, group 0) and 2 × class 1 (48 GiB, group 1)"
+cli host stake deposit --market "$MARKET" 100 >/dev/null
+# SIMULATED GPUs: this machine has none; the agent models them (their load is the container's CPU).
+GPU_LINES=(
+    "0 24 0 GPU-de300000-0000-4000-8000-000000000001"
+    "0 24 0 GPU-de300000-0000-4000-8000-000000000002"
+    "1 48 1 GPU-de300000-0000-4000-8000-000000000003"
+    "1 48 1 GPU-de300000-0000-4000-8000-000000000004"
+)
+: > "$DEMO_DIR/gpus.toml"
+: > "$DEMO_DIR/simulated.toml"
+for line in "${GPU_LINES[@]}"; do
+    read -r class gib group uuid <<<"$line"
+    cat >> "$DEMO_DIR/gpus.toml" <<TOML
+[[gpu]]
+uuid = "$uuid"
+class = $class
+memory_gib = $gib
+topology_group = $group
+power_w = [100, 400]
+core_lock_mhz = [210, 2100]
+
+TOML
+    cat >> "$DEMO_DIR/simulated.toml" <<TOML
+[[gpu.simulated]]
+class = $class
+memory_gib = $gib
+topology_group = $group
+power_w = [100, 400]
+default_power_w = 350
+core_lock_mhz = [210, 2100]
+
+TOML
+done
+MACHINE=$(cli host --output json host register --market "$MARKET" --gpus "$DEMO_DIR/gpus.toml" \
+    --agent "${KEY[agent]}" --region demo-1 --electricity-cost 0.5 | jget machine)
+cli authority host show "$MACHINE" | grep -E '^(machine|owner|agent|status|gpu_count|region) '
+
+METRICS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > "$DEMO_DIR/agent/agent.toml" <<TOML
+rpc_url = "$URL"
+ws_url = "$WS_URL"
+keypair = "$DEMO_DIR/wallets/agent.json"
+market = "$MARKET"
+machine = "$MACHINE"
+commitment = "confirmed"
+electricity_cost_per_kwh = 500000
+data_dir = "$DEMO_DIR/agent/data"
+metrics_listen = "127.0.0.1:$METRICS_PORT"
+billing_poll_interval_secs = 1
+heartbeat_interval_secs = 30
+drain_deadline_secs = 30
+engine_socket = "$DOCKER_HOST"
+
+[container]
+memory_mib_per_gpu = 64
+millicpus_per_gpu = 100
+pids_limit = 64
+stop_grace_secs = 2
+
+[gpu]
+backend = "simulated"
+$(cat "$DEMO_DIR/simulated.toml")
+TOML
+echo "agent configuration: $DEMO_DIR/agent/agent.toml"
+
+step "three clients stake different amounts (their bids score by stake, urgency and size)"
+cli alice stake deposit --market "$MARKET" 50 >/dev/null
+cli bob stake deposit --market "$MARKET" 20 >/dev/null
+cli carol stake deposit --market "$MARKET" 5 >/dev/null
+echo "alice 50, bob 20, carol 5"
+
+# ---------------------------------------------------------------------------------------------
+# Balances before any bid: every token account of the mint, and the stakes inside the vault.
+# snapshot NAME: writes $DEMO_DIR/facts/NAME.json.
+snapshot() {
+    local stakes=()
+    for w in host alice bob carol; do
+        stakes+=("$w=$(cli authority --output json stake show --market "$MARKET" --owner "${KEY[$w]}" | python3 -c '
+import json, sys
+from decimal import Decimal
+s = json.load(sys.stdin)
+print(int(Decimal(s["amount"]) * 10**int(sys.argv[1])) + int(Decimal(s["pending_unstake"]) * 10**int(sys.argv[1])))' "$DECIMALS")")
+    done
+    python3 - "$URL" "$MINT" "$DEMO_DIR/facts/$1.json" "${stakes[@]}" <<'PY'
+import json, sys, urllib.request
+url, mint, out, stakes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def rpc(method, params):
+    req = urllib.request.Request(url, json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode(),
+                                 {"content-type": "application/json"})
+    answer = json.load(urllib.request.urlopen(req, timeout=30))
+    if "error" in answer:
+        sys.exit(f"error: {method}: {answer['error']}")
+    return answer["result"]
+token_program = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA"
+accounts = rpc("getProgramAccounts", [token_program, {"encoding": "jsonParsed", "commitment": "confirmed",
+               "filters": [{"dataSize": 165}, {"memcmp": {"offset": 0, "bytes": mint}}]}])
+balances = {a["pubkey"]: int(a["account"]["data"]["parsed"]["info"]["tokenAmount"]["amount"]) for a in accounts}
+supply = int(rpc("getTokenSupply", [mint, {"commitment": "confirmed"}])["value"]["amount"])
+json.dump({"supply": supply, "balances": balances,
+           "stakes": {k: int(v) for k, v in (s.split("=") for s in stakes)}}, open(out, "w"), indent=1)
+PY
+}
+snapshot before
+
+step "bids: alice 2 GPUs of class 0 (busy worker, 36/GPU-hour, 30 s, a sealed secret), bob 1 GPU of class 1 (idle container, 30/GPU-hour, 30 s), carol a spot bid for 1 class-1 GPU (100/GPU-day, 60 s)"
+printf 'DEMO_SECRET=only-the-agent-can-read-this\n' > "$DEMO_DIR/alice.env"
+ALICE_BID_JSON=$(cli alice --output json bid place --market "$MARKET" \
+    --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
+    --gpus 2 --gib-per-gpu 24 --class 0 --overclock power=300,core-lock=1800 --price 36 --duration 30 \
+    --env "$DEMO_DIR/alice.env" --env-to "${KEY[agent]}")
+ALICE_BID=$(jget bid <<<"$ALICE_BID_JSON")
+# The operator hands the sealed file to the machine's agent; only its key opens it.
+ENV_HASH=$(cli authority --output json bid show "$ALICE_BID" | jget env_hash)
+cp "$(jget env_sealed_file <<<"$ALICE_BID_JSON")" "$DEMO_DIR/agent/data/env/$ENV_HASH.sealed"
+echo "alice's env sealed to the agent key, sha256 $ENV_HASH on chain, file in the agent's env/ directory"
+BOB_BID=$(cli bob --output json bid place --market "$MARKET" \
+    --image "$GPU_MARKET_IDLER_IMAGE" --image-digest "$GPU_MARKET_IDLER_DIGEST" \
+    --gpus 1 --gib-per-gpu 48 --class 1 --overclock power=250 --price 30 --duration 30 | jget bid)
+CAROL_BID=$(cli carol --output json bid place --market "$MARKET" --machine "$MACHINE" \
+    --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
+    --gpus 1 --gib-per-gpu 48 --class 1 --overclock power=200 --price 100 --duration 60 | jget bid)
+echo "queue book (best first):"
+cli authority bid list --market "$MARKET"
+echo "machine's spot book (by the host's profit per day):"
+cli authority bid list --market "$MARKET" --machine "$MACHINE"
+
+# ---------------------------------------------------------------------------------------------
+# What the chain says about each lease, recorded every second while it exists (a settled lease's
+# account is closed): $DEMO_DIR/facts/leases/<lease>.json holds its last state, with `ever_idle`.
+mkdir -p "$DEMO_DIR/facts/leases"
+python3 - "$CLI" "$URL" "$DEMO_DIR/wallets/authority.json" "$MARKET" "$DEMO_DIR/facts/leases" "$DEMO_DIR/leases" <<'PY' &
+import json, os, subprocess, sys, time
+cli, url, keypair, market, out, keys = sys.argv[1:]
+while True:
+    r = subprocess.run([cli, "--url", url, "--keypair", keypair, "--output", "json", "lease", "list",
+                        "--market", market], capture_output=True, text=True)
+    if r.returncode == 0:
+        for lease in json.loads(r.stdout):
+            path = os.path.join(out, lease["lease"] + ".json")
+            seen = json.load(open(path)) if os.path.exists(path) else {}
+            lease["ever_idle"] = bool(lease["idle"] or seen.get("ever_idle"))
+            with open(path + ".tmp", "w") as f:
+                json.dump(lease, f)
+            os.replace(path + ".tmp", path)
+            if not seen:
+                with open(keys, "a") as f:
+                    f.write(lease["lease"] + "\n")
+    time.sleep(1)
+PY
+POLLER_PID=$!
+touch "$DEMO_DIR/leases"
+# fact LEASE FIELD: a field of a lease's last recorded state.
+fact() { jget "$2" < "$DEMO_DIR/facts/leases/$1.json"; }
+# lease_of BID: the lease of a bid, once the poller has seen it.
+lease_of() {
+    local f
+    for f in "$DEMO_DIR"/facts/leases/*.json; do
+        [ -e "$f" ] && [ "$(jget bid < "$f")" = "$1" ] && { basename "$f" .json; return 0; }
+    done
+    return 1
+}
+running_containers() { [ "$(containers | grep -c ' Up ')" -ge "$1" ]; }
+leases_seen() { [ "$(wc -l < "$DEMO_DIR/leases")" -ge "$1" ]; }
+preempted() { lease_json "$1" | grep -q '"preempted":true'; }
+lease_field_is() { [ "$(lease_json "$1" | jget "$2")" = "$3" ]; }
+lease_field_ge() { local v; v=$(lease_json "$1" | jget "$2") && [ -n "$v" ] && [ "$v" -ge "$3" ]; }
+in_spot_book() { cli authority --output json bid list --market "$MARKET" --machine "$MACHINE" | grep -q "$1"; }
+no_leases() { [ "$(leases_json)" = "[]" ]; }
+
+step "the host starts its agent (log: $DEMO_DIR/agent.log)"
+RUST_LOG=info NO_COLOR=1 "$AGENT" run --config "$DEMO_DIR/agent/agent.toml" > "$DEMO_DIR/agent.log" 2>&1 &
+AGENT_PID=$!
+tail --pid="$AGENT_PID" -n +1 -F "$DEMO_DIR/agent.log" 2>/dev/null |
+    grep --line-buffered -E 'allocated|lease started|preempted|proof accepted|final proof|lease ended|draining|drained|WARN|ERROR' |
+    sed -u -E 's/^[^ ]+ +//; s/gpu_market_agent(::[a-z_:]+)?: //; s/^/    agent | /' &
+TAIL_PID=$!
+
+wait_for 120 "the three bids allocated" leases_seen 3
+ALICE_LEASE=$(lease_of "$ALICE_BID"); BOB_LEASE=$(lease_of "$BOB_BID"); CAROL_LEASE=$(lease_of "$CAROL_BID")
+step "allocations: the queue book first (alice's 2 GPUs stay in topology group 0), then the spot book"
+cli authority lease list --market "$MARKET"
+wait_for 120 "the three lease containers running" running_containers 3
+step "the containers run, pulled by digest from the local registry, one per lease"
+containers
+ALICE_CONTAINER=$(docker ps -q --filter "label=io.gpu-market.lease=$ALICE_LEASE")
+echo "alice's sealed secret, inside her container: DEMO_SECRET=$(docker exec "$ALICE_CONTAINER" sh -c 'echo "$DEMO_SECRET"')"
+
+step "bob outbids carol's spot lease: a spot bid for 1 class-1 GPU at 400/GPU-day for 20 s"
+BOB_SPOT=$(cli bob --output json bid place --market "$MARKET" --machine "$MACHINE" \
+    --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
+    --gpus 1 --gib-per-gpu 48 --class 1 --overclock power=200 --price 400 --duration 20 | jget bid)
+cli authority bid list --market "$MARKET" --machine "$MACHINE"
+wait_for 60 "carol's spot lease told to stop" preempted "$CAROL_LEASE"
+lease_json "$CAROL_LEASE" > "$DEMO_DIR/facts/preempted.json"
+P_START=$(jget started_at < "$DEMO_DIR/facts/preempted.json")
+P_STOP=$(jget stop_at < "$DEMO_DIR/facts/preempted.json")
+echo "carol's lease $CAROL_LEASE keeps running to the end of its current interval:"
+echo "  started_at $P_START, stop_at $P_STOP = started_at + $(( (P_STOP - P_START) / INTERVAL )) × $INTERVAL s"
+wait_for 120 "bob's spot lease" lease_of "$BOB_SPOT" >/dev/null
+BOB_SPOT_LEASE=$(lease_of "$BOB_SPOT")
+wait_for 60 "bob's spot lease recorded" test -s "$DEMO_DIR/facts/leases/$BOB_SPOT_LEASE.json"
+echo "bob's spot lease $BOB_SPOT_LEASE: started_at $(fact "$BOB_SPOT_LEASE" started_at), after carol's stop_at $P_STOP"
+cli authority lease list --market "$MARKET"
+
+step "carol's bid went back to the spot book with its remaining escrow; she cancels it (full refund)"
+wait_for 120 "carol's bid back in the spot book" in_spot_book "$CAROL_BID"
+cli authority bid list --market "$MARKET" --machine "$MACHINE"
+cli carol bid cancel "$CAROL_BID"
+
+step "usage proofs: one per interval, hash-chained, paying the host out of escrow"
+wait_for 120 "bob's idle lease flagged" lease_field_is "$BOB_LEASE" idle True
+lease_json "$BOB_LEASE" > "$DEMO_DIR/facts/idle.json"
+echo "alice's busy lease:"
+cli authority lease show "$ALICE_LEASE" | grep -E '^(lease|kind|gpus|started_at|proofs_next_interval|proven_until|proof_hash|gpu_seconds|gpu_time_utilisation_bps|energy_kwh|idle|paid|escrow_left) '
+echo "bob's lease, whose container sleeps: flagged idle after 2 intervals under 10 %:"
+cli authority lease show "$BOB_LEASE" | grep -E '^(lease|kind|proofs_next_interval|idle_streak|idle|paid) '
+
+step "waiting until every lease has ended and settled (unspent escrow refunded)"
+wait_for 240 "every lease settled" no_leases
+cli authority bid list --market "$MARKET"
+cli authority bid list --market "$MARKET" --machine "$MACHINE"
+
+step "the host stops its agent (SIGTERM: it drains, nothing is left running)"
+kill -TERM "$AGENT_PID"
+AGENT_RC=0
+wait "$AGENT_PID" || AGENT_RC=$?
+AGENT_PID=""
+[ "$AGENT_RC" = 0 ] || die "the agent exited with $AGENT_RC after SIGTERM"
+containers
+kill "$POLLER_PID" 2>/dev/null || true
+wait "$POLLER_PID" 2>/dev/null || true
+POLLER_PID=""
+snapshot after
+
+step "balances before the first bid and after the last settlement, in tokens"
+python3 - "$DEMO_DIR/facts" "$DECIMALS" "$INTERVAL" "${DEMO_SUMMARY:-}" \
+    "alice=${TOKENS[alice]}" "bob=${TOKENS[bob]}" "carol=${TOKENS[carol]}" "host=${TOKENS[host]}" \
+    "treasury (fees)=$TREASURY" "stake treasury (slashes)=$STAKE_TREASURY" \
+    "stake vault=$STAKE_VAULT" "payment vault (escrow)=$PAYMENT_VAULT" \
+    "@mint=$MINT" "@market=$MARKET" "@carol_lease=$CAROL_LEASE" "@challenger_lease=$BOB_SPOT_LEASE" \
+    "@idle_lease=$BOB_LEASE" "@busy_lease=$ALICE_LEASE" <<'PY'
+import json, os, sys
+facts, decimals, interval, summary_path, pairs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+labels, meta = {}, {}
+for p in pairs:
+    k, v = p.split("=", 1)
+    (meta.__setitem__(k[1:], v) if k.startswith("@") else labels.__setitem__(v, k))
+before = json.load(open(os.path.join(facts, "before.json")))
+after = json.load(open(os.path.join(facts, "after.json")))
+fmt = lambda n: f"{'-' if n < 0 else ''}{abs(n) // 10**decimals}.{abs(n) % 10**decimals:0{decimals}d}"
+accounts = list(labels) + sorted((set(before["balances"]) | set(after["balances"])) - set(labels))
+rows, problems = [], []
+print(f"{'account':<28}{'before':>16}{'after':>16}{'change':>14}")
+for a in accounts:
+    b, c = before["balances"].get(a, 0), after["balances"].get(a, 0)
+    name = labels.get(a, f"other {a[:8]}")
+    rows.append({"label": name, "account": a, "before": b, "after": c})
+    print(f"{name:<28}{fmt(b):>16}{fmt(c):>16}{fmt(c - b):>14}")
+    if name == "stake vault":
+        for who in before["stakes"]:
+            sb, sa = before["stakes"][who], after["stakes"][who]
+            print(f"{'  of which ' + who + ' stake':<28}{fmt(sb):>16}{fmt(sa):>16}{fmt(sa - sb):>14}")
+tb, ta = sum(before["balances"].values()), sum(after["balances"].values())
+print(f"{'total':<28}{fmt(tb):>16}{fmt(ta):>16}{fmt(ta - tb):>14}")
+print(f"{'mint supply':<28}{fmt(before['supply']):>16}{fmt(after['supply']):>16}")
+if not (tb == before["supply"] == ta == after["supply"]):
+    problems.append(f"totals {tb} -> {ta} and supply {before['supply']} -> {after['supply']} differ")
+by_label = {l: a for a, l in labels.items()}
+for snap, name in ((before, "before"), (after, "after")):
+    vault = snap["balances"].get(by_label["stake vault"], 0)
+    if sum(snap["stakes"].values()) != vault:
+        problems.append(f"{name}: the stakes add up to {sum(snap['stakes'].values())}, the stake vault holds {vault}")
+if after["balances"].get(by_label["payment vault (escrow)"], 0) != 0:
+    problems.append("the payment vault still holds escrow after every bid ended")
+
+lease = lambda k: json.load(open(os.path.join(facts, "leases", k + ".json")))
+pre = json.load(open(os.path.join(facts, "preempted.json")))
+challenger = lease(meta["challenger_lease"])
+idle = lease(meta["idle_lease"])
+k, rem = divmod(pre["stop_at"] - pre["started_at"], interval)
+summary = {
+    "mint": meta["mint"], "market": meta["market"], "decimals": decimals, "interval_secs": interval,
+    "supply_before": before["supply"], "supply_after": after["supply"],
+    "total_before": tb, "total_after": ta,
+    "accounts": rows, "stakes_before": before["stakes"], "stakes_after": after["stakes"],
+    "preemption": {
+        "observed": bool(pre["preempted"]), "lease": pre["lease"], "bid": pre["bid"],
+        "started_at": pre["started_at"], "stop_at": pre["stop_at"], "interval_secs": interval,
+        "intervals_run": k, "on_boundary": rem == 0,
+        "last_seen": lease(meta["carol_lease"]),
+        "challenger": {"lease": challenger["lease"], "bid": challenger["bid"],
+                       "started_at": challenger["started_at"],
+                       "proofs": challenger["proofs_next_interval"], "paid": challenger["paid"]},
+    },
+    "busy": {"lease": meta["busy_lease"], "flagged": lease(meta["busy_lease"])["ever_idle"]},
+    "idle": {"lease": idle["lease"], "bid": idle["bid"], "client": idle["client"],
+             "flagged": idle["ever_idle"], "last_seen": idle},
+    "leases": [json.load(open(os.path.join(facts, "leases", f))) for f in sorted(os.listdir(os.path.join(facts, "leases")))],
+    "problems": problems,
+}
+if summary_path:
+    with open(summary_path, "w") as f:
+        json.dump(summary, f, indent=1)
+if problems:
+    sys.exit("error: " + "; ".join(problems))
+print(f"conserved: every base unit of the {fmt(before['supply'])} tokens is accounted for, before and after")
+PY
+step "demo complete: market $MARKET on $URL"
