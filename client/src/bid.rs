@@ -100,7 +100,8 @@ pub struct PlaceArgs {
     /// market authority's key for a queue bid].
     #[arg(long, value_name = "PUBKEY")]
     env_to: Option<Pubkey>,
-    /// Where the sealed environment is written [default: FILE.sealed].
+    /// Where the sealed environment is written [default: FILE with its extension replaced by
+    /// `.sealed`, e.g. alice.env → alice.sealed].
     #[arg(long, value_name = "FILE")]
     env_out: Option<PathBuf>,
     /// Distinguishes the keypair's bids [default: from the clock].
