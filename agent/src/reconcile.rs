@@ -556,18 +556,31 @@ impl Reconciler {
         &self.state
     }
 
-    /// One observe, plan, execute round; returns the actions it planned.
+    /// One observe, plan, execute round; returns the actions it planned. Proof submissions,
+    /// lease ends and the heartbeat (one confirmed transaction each, and never late by much:
+    /// proofs cover windows) run after the rest, so that a new allocation or a lease's start
+    /// does not wait behind them; the leases' proofs go out side by side.
     pub async fn tick(&mut self, draining: bool) -> Result<Vec<Action>, TickError> {
         let observed = self.observe(draining).await?;
         let actions = plan(&observed);
-        for action in &actions {
-            if let Err(e) = self.execute(action, &observed).await {
-                if let ActionError::State(e) = e {
-                    return Err(TickError::State(e));
-                }
-                tracing::warn!(?action, error = %e, "action failed; retried next tick");
-            }
-        }
+        // Proof submissions (all leases side by side), then lease ends and the heartbeat, run
+        // after the rest.
+        let (submits, rest): (Vec<&Action>, Vec<&Action>) = actions
+            .iter()
+            .partition(|a| matches!(a, Action::Submit { .. }));
+        let (later, first): (Vec<&Action>, Vec<&Action>) = rest
+            .into_iter()
+            .partition(|a| matches!(a, Action::End { .. } | Action::Heartbeat));
+        self.execute_all(&first, &observed).await?;
+        let submits: Vec<Key> = submits
+            .iter()
+            .filter_map(|a| match a {
+                Action::Submit { lease } => Some(*lease),
+                _ => None,
+            })
+            .collect();
+        self.submit_all(&submits, &observed).await?;
+        self.execute_all(&later, &observed).await?;
         let running = self
             .state
             .leases
@@ -578,6 +591,20 @@ impl Reconciler {
             .leases_running
             .store(running as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(actions)
+    }
+
+    /// Executes `actions` in order; a failed one is logged and retried next tick, except a
+    /// state-file failure, which ends the tick.
+    async fn execute_all(&mut self, actions: &[&Action], o: &Observed) -> Result<(), TickError> {
+        for &action in actions {
+            if let Err(e) = self.execute(action, o).await {
+                if let ActionError::State(e) = e {
+                    return Err(TickError::State(e));
+                }
+                tracing::warn!(?action, error = %e, "action failed; retried next tick");
+            }
+        }
+        Ok(())
     }
 
     fn chain_error(&self, e: &ChainError) {
@@ -755,7 +782,7 @@ impl Reconciler {
                         .await?;
                 }
             }
-            Action::Submit { lease } => self.submit(*lease, o).await?,
+            Action::Submit { lease } => self.submit_all(&[*lease], o).await?,
             Action::End { lease } => {
                 self.chain
                     .end_lease(*lease)
@@ -895,35 +922,55 @@ impl Reconciler {
         }))
     }
 
-    async fn submit(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
-        let view = Self::view(o, lease)?;
-        let mut next = view.next_interval;
-        let mut prev = view.proof_hash;
-        // Proofs the chain already has (their answer was lost, or the agent died before saving).
-        let record = self.record(lease);
-        while record.pending.first().is_some_and(|p| p.interval < next) {
-            record.accept_oldest(prev);
+    /// Submits the closed proofs of `leases`, oldest first within a lease and the leases side by
+    /// side (each proof is one confirmed transaction: one lease's chain must not wait for
+    /// another's). Proofs the chain already has are dropped first; each accepted proof is saved as
+    /// soon as the round ends. A lease whose submission failed is retried next tick.
+    async fn submit_all(&mut self, leases: &[Key], o: &Observed) -> Result<(), StateError> {
+        let mut jobs = Vec::new();
+        for &lease in leases {
+            let Ok(view) = Self::view(o, lease) else {
+                continue;
+            };
+            let (next, prev) = (view.next_interval, view.proof_hash);
+            // Proofs the chain already has (their answer was lost, or the agent died before
+            // saving).
+            let record = self.record(lease);
+            while record.pending.first().is_some_and(|p| p.interval < next) {
+                record.accept_oldest(prev);
+            }
+            jobs.push((lease, prev, record.pending.clone()));
         }
         self.save()?;
-        while let Some(p) = self.record(lease).pending.first().cloned() {
-            match self.chain.submit_usage(lease, &p.proof(), prev).await {
-                Ok(hash) => {
-                    Metrics::inc(&self.metrics.proofs_sent);
-                    self.record(lease).accept_oldest(hash);
-                    self.save()?;
-                    tracing::info!(%lease, interval = p.interval, window = ?p.window, "proof accepted");
-                    prev = hash;
-                    next += 1;
+        let rounds = jobs.into_iter().map(|(lease, mut prev, pending)| {
+            let chain = self.chain.clone();
+            async move {
+                let mut accepted = Vec::new();
+                for p in pending {
+                    match chain.submit_usage(lease, &p.proof(), prev).await {
+                        Ok(hash) => {
+                            accepted.push((p, hash));
+                            prev = hash;
+                        }
+                        Err(e) => return (lease, accepted, Some(e)),
+                    }
                 }
-                Err(e) => {
-                    Metrics::inc(&self.metrics.proofs_failed);
-                    self.chain_error(&e);
-                    return Err(e.into());
-                }
+                (lease, accepted, None)
+            }
+        });
+        for (lease, accepted, failed) in futures_util::future::join_all(rounds).await {
+            for (p, hash) in accepted {
+                Metrics::inc(&self.metrics.proofs_sent);
+                self.record(lease).accept_oldest(hash);
+                tracing::info!(%lease, interval = p.interval, window = ?p.window, "proof accepted");
+            }
+            if let Some(e) = failed {
+                Metrics::inc(&self.metrics.proofs_failed);
+                self.chain_error(&e);
+                tracing::warn!(%lease, error = %e, "proof submission failed; retried next tick");
             }
         }
-        debug_assert!(next >= view.next_interval);
-        Ok(())
+        self.save()
     }
 
     async fn stop_and_remove(&self, id: &str) -> Result<(), RuntimeError> {

@@ -117,7 +117,7 @@ impl LiveMarket {
 
     /// A wallet with SOL, `balance` tokens, and a stake account in the market holding `staked`.
     pub async fn client(&self, balance: u64, staked: u64) -> Result<Wallet> {
-        let key = self.cluster.wallet(10).await?;
+        let key = self.cluster.wallet(2).await?;
         let tokens = self
             .cluster
             .create_token_account(&self.mint, &key.pubkey())

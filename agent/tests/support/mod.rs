@@ -92,6 +92,19 @@ pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
     }
 }
 
+/// The agent binary: the one cargo built for this test, else `$GPU_MARKET_AGENT_BIN`, else the
+/// workspace's release build (what the benchmark measures).
+fn agent_binary() -> PathBuf {
+    if let Some(built) = option_env!("CARGO_BIN_EXE_gpu-market-agent") {
+        return PathBuf::from(built);
+    }
+    std::env::var_os("GPU_MARKET_AGENT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/gpu-market-agent")
+        })
+}
+
 /// One simulated GPU as [`gpus`] declares it on chain (SIMULATED GPU: no hardware here).
 const SIMULATED_GPU: &str = r#"
 [[gpu.simulated]]
@@ -170,7 +183,7 @@ backend = "simulated"
                 .as_nanos()
         ));
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_gpu-market-agent"))
+        let child = Command::new(agent_binary())
             .args(["run", "--config"])
             .arg(config)
             .env("RUST_LOG", "info")

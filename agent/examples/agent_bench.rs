@@ -2,8 +2,10 @@
 //! SIMULATED GPUs): how long from a bid's placement being confirmed on chain to its container
 //! running (image already cached), and the agent's resident memory idle and with 8 leases.
 //!
-//! `cargo bench -p gpu-market-agent --bench agent` (needs `scripts/engine.sh start` and its env,
-//! and the program's SBF build). Prints a table.
+//! `cargo build --release -p gpu-market-agent && cargo run -p gpu-market-agent --example
+//! agent_bench` (needs `scripts/engine.sh start` and its env, and the program's SBF build). The
+//! agent measured is the release build (`target/release/gpu-market-agent`, or
+//! `$GPU_MARKET_AGENT_BIN`); this harness only drives it. Prints a table.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -84,8 +86,6 @@ async fn main() {
     }
     tokio::time::sleep(Duration::from_secs(2 * INTERVAL as u64)).await;
     let busy = rss_kib(agent.pid());
-    let (status, log) = agent.terminate();
-    assert!(status.success(), "drain failed; log:\n{log}");
 
     let mut sorted = latencies.clone();
     sorted.sort();
@@ -114,5 +114,18 @@ async fn main() {
     println!(
         "latencies: {:?}",
         latencies.iter().map(|d| ms(*d)).collect::<Vec<_>>()
+    );
+    // The leases run for 10 minutes: the drain stops them early, proves what ran and ends them
+    // (or leaves the rest to the next start when its deadline passes).
+    let drain = Instant::now();
+    let (status, _) = agent.terminate();
+    println!(
+        "SIGTERM drain of {LEASES} leases: {} after {:.1} s",
+        if status.success() {
+            "finished"
+        } else {
+            "deadline passed"
+        },
+        drain.elapsed().as_secs_f64()
     );
 }
