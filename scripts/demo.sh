@@ -135,7 +135,7 @@ lease_exists() { lease_json "$1" >/dev/null; }
 leases_json() { cli authority --output json lease list --market "$MARKET"; }
 # Prints the demo's lease containers as `docker ps` sees them.
 containers() {
-    docker ps --filter label=io.gpu-market.managed=true \
+    docker ps --filter "label=io.gpu-market.managed=$MACHINE" \
         --format '{{.ID}}  {{.Image}}  {{.Status}}  lease={{.Label "io.gpu-market.lease"}}' |
         grep -F -f "$DEMO_DIR/leases" || echo "(no container)"
 }
