@@ -20,9 +20,12 @@ stamp "installing solana-test-validator (in the background)"
 bash scripts/install-validator.sh > "$TOOLS_DIR/validator-install.log" 2>&1 &
 VALIDATOR_INSTALL=$!
 ENGINE_STARTED=0
+# Keeps the tests' exit status: nothing here may turn a pass into a failure.
 cleanup() {
+    local rc=$?
     kill "$VALIDATOR_INSTALL" 2>/dev/null || true
-    [ "$ENGINE_STARTED" = 1 ] && bash scripts/engine.sh stop
+    if [ "$ENGINE_STARTED" = 1 ]; then bash scripts/engine.sh stop || true; fi
+    exit "$rc"
 }
 trap cleanup EXIT
 
