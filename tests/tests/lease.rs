@@ -433,7 +433,7 @@ fn a_gpu_is_shared_only_by_leases_that_agree_on_its_overclock_terms() {
 
     // Once its leases end, a GPU forgets its terms.
     assert_eq!(f.ctx.account::<Machine>(&f.machine).used_gib[0], 24);
-    f.ctx.advance_time(INTERVAL as i64);
+    f.ctx.advance_time(INTERVAL);
     for bid in [first, same_terms] {
         let lease = pda::lease(&bid).0;
         let mut last = f.proof(&lease, 0);
