@@ -7,7 +7,7 @@ cd "$REPO_ROOT"
 START=$(date +%s)
 stamp() { log "[$(( $(date +%s) - START ))s] $*"; }
 
-apt_install docker.io docker-registry busybox-static curl clang libclang-dev libudev-dev \
+apt_install docker.io docker-registry busybox-static curl python3 clang libclang-dev libudev-dev \
     protobuf-compiler cmake pkg-config libssl-dev
 if ! cargo nextest --version >/dev/null 2>&1; then
     stamp "installing cargo-nextest"
