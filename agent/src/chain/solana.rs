@@ -519,15 +519,7 @@ impl Chain for SolanaChain {
             payment_mint: market.payment_mint,
             treasury: market.treasury,
             host_tokens: self.host_tokens(&machine, &market).await?,
-            args: SubmitUsageArgs {
-                interval: proof.interval,
-                gpu_seconds: proof.gpu_seconds,
-                energy_j: proof.energy_j,
-                avg_utilisation_bps: proof.avg_utilisation_bps,
-                peak_power_w: proof.peak_power_w.clone(),
-                exit_code: proof.exit_code,
-                prev_hash,
-            },
+            args: SubmitUsageArgs::new(proof, prev_hash),
         };
         self.send(SubmitUsage::NAME, ix.instruction()).await?;
         Ok(proof_hash(&lease, proof, &prev_hash))

@@ -143,6 +143,19 @@ pub struct SubmitUsageArgs {
 }
 
 impl SubmitUsageArgs {
+    /// The arguments that submit `proof`, chained to `prev_hash` (the inverse of [`Self::proof`]).
+    pub fn new(proof: &UsageProof, prev_hash: [u8; 32]) -> Self {
+        SubmitUsageArgs {
+            interval: proof.interval,
+            gpu_seconds: proof.gpu_seconds,
+            energy_j: proof.energy_j,
+            avg_utilisation_bps: proof.avg_utilisation_bps,
+            peak_power_w: proof.peak_power_w.clone(),
+            exit_code: proof.exit_code,
+            prev_hash,
+        }
+    }
+
     pub fn proof(&self) -> UsageProof {
         UsageProof {
             interval: self.interval,
