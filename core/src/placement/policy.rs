@@ -5,7 +5,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::cluster::Cluster;
 use super::frag::{sigmoid_score, FragModel};
-use super::types::{GpuMask, Node, Placement, Pod, MAX_GPUS_PER_NODE};
+use super::plan::{GpuPods, HostNeed, PackingPlan};
+use super::types::{GpuMask, Node, Placement, Pod, MAX_GPUS_PER_NODE, MILLI_PER_GPU};
 
 /// Chooses a node and GPUs for each arriving pod.
 pub trait Policy {
@@ -179,10 +180,16 @@ impl Policy for BestFit {
 /// Every distinct way `pod` can go on a feasible `node`, in GPU-index order, with the
 /// fragmentation decrease (numerator, see [`FragModel`]) it brings.
 ///
-/// A sharing pod is tried on each GPU that fits; GPUs with the same free milli lead to the same
-/// state, so only the first of them is offered. A whole-GPU pod takes the lowest-indexed free
-/// GPUs (fragmentation only depends on how much is left per GPU, not on which GPU).
-fn frag_moves(frag: &FragModel, node: &Node, pod: &Pod, mut offer: impl FnMut(i64, GpuMask)) {
+/// A sharing pod is tried on each GPU that fits, except a GPU `same` as an earlier one (equal
+/// GPUs lead to the same state). A whole-GPU pod takes the lowest-indexed free GPUs
+/// (fragmentation only depends on how much is left per GPU, not on which GPU).
+fn frag_moves(
+    frag: &FragModel,
+    node: &Node,
+    pod: &Pod,
+    same: impl Fn(usize, usize) -> bool,
+    mut offer: impl FnMut(i64, GpuMask),
+) {
     let free = node.gpu_free();
     let before = frag.node_frag(node.cpu_free(), node.model(), free) as i64;
     let cpu_after = node.cpu_free() - pod.cpu_milli();
@@ -191,7 +198,7 @@ fn frag_moves(frag: &FragModel, node: &Node, pod: &Pod, mut offer: impl FnMut(i6
     let after = &mut after[..free.len()];
     if pod.is_sharing() {
         for (g, &f) in free.iter().enumerate() {
-            if f < pod.gpu_milli() || free[..g].contains(&f) {
+            if f < pod.gpu_milli() || (0..g).any(|h| same(h, g)) {
                 continue;
             }
             after[g] = f - pod.gpu_milli();
@@ -212,12 +219,19 @@ fn frag_moves(frag: &FragModel, node: &Node, pod: &Pod, mut offer: impl FnMut(i6
 /// first (lowest GPU index) among equals.
 fn fgd_on_node(frag: &FragModel, node: &Node, pod: &Pod) -> Option<(u8, GpuMask)> {
     let mut here: Option<(u8, GpuMask)> = None;
-    frag_moves(frag, node, pod, |decrease, gpus| {
-        let score = sigmoid_score(decrease, frag.weight());
-        if here.is_none_or(|(s, _)| score > s) {
-            here = Some((score, gpus));
-        }
-    });
+    let free = node.gpu_free();
+    frag_moves(
+        frag,
+        node,
+        pod,
+        |h, g| free[h] == free[g],
+        |decrease, gpus| {
+            let score = sigmoid_score(decrease, frag.weight());
+            if here.is_none_or(|(s, _)| score > s) {
+                here = Some((score, gpus));
+            }
+        },
+    );
     here
 }
 
@@ -254,20 +268,27 @@ impl Policy for Fgd {
     }
 }
 
-/// Ours: FGD for GPU pods, and CPU-only pods sink into the nodes with the least idle GPU.
+/// Ours: FGD steered by a [`PackingPlan`], with host CPU and memory kept for planned partners.
 ///
-/// FGD scores a CPU-only pod by the fragmentation it adds, which is nothing on almost every
-/// node, so the tie-break piles CPU-only pods onto whatever node ranks first, using up CPU that
-/// GPU pods on that node will need later. Here a CPU-only pod goes where the least GPU milli is
-/// idle (ties: the lowest rank), so CPU is spent where there are no GPUs left to strand.
+/// - A sharing pod prefers a GPU that stays *on plan* — its pods remain part of a planned GPU
+///   whose missing partners the node can still host, after the CPU and memory that the other
+///   GPUs' planned partners need are set aside. Among those (or, when there is none, among all
+///   feasible GPUs) FGD's score decides, then the node rank. So a 320 joins a 650 (30 left)
+///   rather than a 470 (210 left), and a GPU is not opened for a partner that could never come.
+/// - A whole-GPU pod goes where FGD puts it.
+/// - A CPU-only pod goes where the most CPU is left over after it and after what the node's
+///   idle GPUs will want (the workload's CPU per GPU), so CPU is spent where GPUs do not need it.
 ///
 /// Decisions are kept in an index: for every request shape seen, the feasible nodes ordered by
 /// (score, rank). A placement changes one node, so only that node's entries are recomputed; a
 /// request then costs one lookup, and a request that fits nowhere is refused in O(1). The index
 /// must see every allocation on the cluster (it does when pods go through [`Cluster::place`]).
 #[derive(Debug, Clone)]
-pub struct FgdCpuSink {
+pub struct Planned {
     frag: FragModel,
+    plan: PackingPlan,
+    /// The sharing pods on each GPU of each node (`None`: off plan), once the node is seen.
+    pods: Vec<[Option<GpuPods>; MAX_GPUS_PER_NODE]>,
     shapes: HashMap<Pod, ShapeIndex>,
 }
 
@@ -279,32 +300,83 @@ struct ShapeIndex {
     entry: Vec<Option<(i64, GpuMask)>>,
 }
 
-impl FgdCpuSink {
-    pub fn new(frag: FragModel) -> FgdCpuSink {
-        FgdCpuSink {
+/// Added to a sharing pod's FGD score (0..=99) when the GPU stays on plan.
+const ON_PLAN: i64 = 100;
+
+impl Planned {
+    pub fn new(frag: FragModel, plan: PackingPlan) -> Planned {
+        Planned {
             frag,
+            plan,
+            pods: Vec::new(),
             shapes: HashMap::new(),
         }
     }
 
-    /// The node's score for `pod` (higher is better) and the GPUs it would use.
-    fn evaluate(frag: &FragModel, node: &Node, pod: &Pod) -> Option<(i64, GpuMask)> {
-        if !node.feasible(pod) {
-            None
-        } else if pod.num_gpu() == 0 {
-            Some((-(node.idle_gpu_milli() as i64), 0))
-        } else {
-            fgd_on_node(frag, node, pod).map(|(s, g)| (s as i64, g))
+    /// Starts tracking the cluster's nodes: GPUs already in use when first seen are off plan.
+    fn track(&mut self, cluster: &Cluster) {
+        for node in &cluster.nodes()[self.pods.len()..] {
+            let mut gpus = [None; MAX_GPUS_PER_NODE];
+            for (g, &free) in node.gpu_free().iter().enumerate() {
+                gpus[g] = (free == MILLI_PER_GPU).then_some(GpuPods::EMPTY);
+            }
+            self.pods.push(gpus);
         }
     }
 
-    fn build(frag: &FragModel, cluster: &Cluster, pod: &Pod) -> ShapeIndex {
+    /// The node's score for `pod` (higher is better) and the GPUs it would use.
+    fn evaluate(
+        frag: &FragModel,
+        plan: &PackingPlan,
+        gpus: &[Option<GpuPods>; MAX_GPUS_PER_NODE],
+        node: &Node,
+        pod: &Pod,
+    ) -> Option<(i64, GpuMask)> {
+        if !node.feasible(pod) {
+            return None;
+        }
+        let cpu_after = node.cpu_free() - pod.cpu_milli();
+        if pod.num_gpu() == 0 {
+            let wanted = plan.cpu_per_gpu() * node.idle_gpu_milli() as u64 / MILLI_PER_GPU as u64;
+            return Some((cpu_after as i64 - wanted as i64, 0));
+        }
+        if !pod.is_sharing() {
+            return fgd_on_node(frag, node, pod).map(|(s, g)| (s as i64, g));
+        }
+        let memory_after = node.memory_free() - pod.memory_mib();
+        let pending = |g: usize| gpus[g].map(|p| plan.pending(&p)).unwrap_or_default();
+        let reserved_all =
+            (0..node.num_gpus() as usize).fold(HostNeed::default(), |a, g| a.plus(pending(g)));
+        let free = node.gpu_free();
+        let mut best: Option<(i64, GpuMask)> = None;
+        frag_moves(
+            frag,
+            node,
+            pod,
+            |h, g| free[h] == free[g] && gpus[h] == gpus[g],
+            |decrease, mask| {
+                let g = mask.trailing_zeros() as usize;
+                let reserved = reserved_all.less(pending(g));
+                let on_plan = gpus[g]
+                    .and_then(|p| p.with(pod.gpu_milli()))
+                    .is_some_and(|p| plan.completes(&p, reserved, cpu_after, memory_after));
+                let key = sigmoid_score(decrease, frag.weight()) as i64
+                    + if on_plan { ON_PLAN } else { 0 };
+                if best.is_none_or(|(k, _)| key > k) {
+                    best = Some((key, mask));
+                }
+            },
+        );
+        best
+    }
+
+    fn build(&self, cluster: &Cluster, pod: &Pod) -> ShapeIndex {
         let mut index = ShapeIndex {
             order: BTreeSet::new(),
             entry: Vec::with_capacity(cluster.nodes().len()),
         };
         for (i, node) in cluster.nodes().iter().enumerate() {
-            let e = Self::evaluate(frag, node, pod);
+            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[i], node, pod);
             if let Some((key, _)) = e {
                 index
                     .order
@@ -316,30 +388,40 @@ impl FgdCpuSink {
     }
 }
 
-impl Policy for FgdCpuSink {
+impl Policy for Planned {
     fn name(&self) -> &str {
-        "FGD+cpu-sink"
+        "FGD+plan"
     }
 
     fn choose(&mut self, cluster: &Cluster, pod: &Pod) -> Option<Placement> {
-        let frag = &self.frag;
-        let index = self
-            .shapes
-            .entry(*pod)
-            .or_insert_with(|| Self::build(frag, cluster, pod));
+        self.track(cluster);
+        if !self.shapes.contains_key(pod) {
+            let index = self.build(cluster, pod);
+            self.shapes.insert(*pod, index);
+        }
+        let index = &self.shapes[pod];
         let &(_, _, node) = index.order.first()?;
         let (_, gpus) = index.entry[node as usize]?;
         Some(at(node as usize, gpus))
     }
 
-    fn placed(&mut self, cluster: &Cluster, _pod: &Pod, at: Placement) {
+    fn placed(&mut self, cluster: &Cluster, pod: &Pod, at: Placement) {
+        self.track(cluster);
         let n = at.node as usize;
+        if pod.is_sharing() {
+            for g in super::types::bits(at.gpus) {
+                let gpu = &mut self.pods[n][g];
+                *gpu = gpu
+                    .and_then(|p| p.with(pod.gpu_milli()))
+                    .filter(|p| self.plan.on_plan(p));
+            }
+        }
         let (node, rank) = (&cluster.nodes()[n], cluster.rank(n));
         for (shape, index) in self.shapes.iter_mut() {
             if let Some((key, _)) = index.entry[n] {
                 index.order.remove(&(Reverse(key), rank, at.node));
             }
-            let e = Self::evaluate(&self.frag, node, shape);
+            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[n], node, shape);
             if let Some((key, _)) = e {
                 index.order.insert((Reverse(key), rank, at.node));
             }
@@ -351,7 +433,7 @@ impl Policy for FgdCpuSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::{ModelId, ModelSet, MILLI_PER_GPU};
+    use crate::placement::{ModelId, ModelSet, PackingPlan, MILLI_PER_GPU};
     use proptest::prelude::*;
 
     fn node_strategy() -> impl Strategy<Value = Node> {
@@ -388,7 +470,7 @@ mod tests {
             Box::new(Random::new(7)),
             Box::new(BestFit::new(64_000, 8_000)),
             Box::new(Fgd::new(frag.clone())),
-            Box::new(FgdCpuSink::new(frag)),
+            Box::new(Planned::new(frag, PackingPlan::from_pods(pods))),
         ]
     }
 
@@ -426,8 +508,8 @@ mod tests {
             }
         }
 
-        /// The indexed policy decides exactly as a full scan would: FGD for GPU pods, the node
-        /// with the least idle GPU milli for CPU-only pods, the lowest rank on ties.
+        /// The indexed policy decides exactly as a full scan of [`Planned::evaluate`] over the
+        /// nodes would (the highest score, then the lowest rank), pod after pod.
         #[test]
         fn the_index_matches_a_scan(
             nodes in prop::collection::vec(node_strategy(), 1..12),
@@ -435,22 +517,19 @@ mod tests {
             ranks in prop::collection::vec(0u32..1_000, 12),
         ) {
             let frag = FragModel::from_pods(&pods, 95);
+            let plan = PackingPlan::from_pods(&pods);
             let rank: Vec<u32> = ranks[..nodes.len()].iter().enumerate().map(|(i, r)| r * 16 + i as u32).collect();
             let mut cluster = Cluster::new(nodes, rank).unwrap();
-            let mut indexed = FgdCpuSink::new(frag.clone());
-            let mut fgd = Fgd::new(frag);
+            let mut indexed = Planned::new(frag, plan);
+            indexed.track(&cluster);
             for pod in &pods {
-                let expect = if pod.num_gpu() == 0 {
-                    let mut best = None;
-                    for (i, n) in cluster.nodes().iter().enumerate() {
-                        if n.feasible(pod) {
-                            offer(&mut best, -(n.idle_gpu_milli() as i64), cluster.rank(i), at(i, 0));
-                        }
+                let mut best = None;
+                for (i, n) in cluster.nodes().iter().enumerate() {
+                    if let Some((key, gpus)) = Planned::evaluate(&indexed.frag, &indexed.plan, &indexed.pods[i], n, pod) {
+                        offer(&mut best, key, cluster.rank(i), at(i, gpus));
                     }
-                    best.map(|b| b.at)
-                } else {
-                    fgd.choose(&cluster, pod)
-                };
+                }
+                let expect = best.map(|b| b.at);
                 let got = cluster.place(&mut indexed, pod).unwrap();
                 prop_assert_eq!(got, expect);
             }
@@ -494,23 +573,95 @@ mod tests {
     }
 
     #[test]
-    fn cpu_only_pods_sink_into_nodes_without_idle_gpus() {
-        let whole = Pod::new(1_000, 1, 1, 1_000, ModelSet::ANY).unwrap();
+    fn cpu_only_pods_go_where_cpu_is_left_after_the_idle_gpus() {
+        // The workload asks 10 CPUs per whole GPU.
+        let whole = Pod::new(10_000, 1, 1, 1_000, ModelSet::ANY).unwrap();
         let cpu = Pod::new(4_000, 1, 0, 0, ModelSet::ANY).unwrap();
-        let frag = FragModel::from_pods(&[whole, cpu], 100);
-        let mut full = Node::new(32_000, 1_000, ModelId(0), 1, 1).unwrap();
-        full.allocate(&whole, 0b1).unwrap();
-        let idle = Node::new(32_000, 1_000, ModelId(0), 1, 1).unwrap();
-        let mut cluster = Cluster::new(vec![idle, full], vec![0, 1]).unwrap();
-        let mut ours = FgdCpuSink::new(frag);
+        let (frag, plan) = (
+            FragModel::from_pods(&[whole, cpu], 100),
+            PackingPlan::from_pods(&[whole, cpu]),
+        );
+        assert_eq!(plan.cpu_per_gpu(), 10_000);
+        // Node 0: 32 CPUs for 2 idle GPUs (12 over); node 1: 24 CPUs for 1 idle GPU (14 over).
+        let lean = Node::new(32_000, 1_000, ModelId(0), 2, 2).unwrap();
+        let rich = Node::new(24_000, 1_000, ModelId(0), 1, 1).unwrap();
+        let mut cluster = Cluster::new(vec![lean, rich], vec![0, 1]).unwrap();
+        let mut ours = Planned::new(frag, plan);
         assert_eq!(
             cluster.place(&mut ours, &cpu),
             Ok(Some(Placement { node: 1, gpus: 0 }))
         );
+        // Node 1 is now at 10 over, node 0 still at 12: the next goes to node 0.
         assert_eq!(
-            cluster.place(&mut ours, &whole),
-            Ok(Some(Placement { node: 0, gpus: 0b1 }))
+            cluster.place(&mut ours, &cpu),
+            Ok(Some(Placement { node: 0, gpus: 0 }))
         );
+        // Both GPU nodes still take their whole-GPU pods.
+        for _ in 0..3 {
+            assert!(matches!(cluster.place(&mut ours, &whole), Ok(Some(_))));
+        }
         assert_eq!(cluster.place(&mut ours, &whole), Ok(None));
+    }
+
+    /// The reference workload: 650s go with 320s, 470s with 470s (each size asks 4 CPUs).
+    fn planned_workload() -> (Pod, Pod, Pod, FragModel, PackingPlan) {
+        let p = |milli| Pod::new(4_000, 1, 1, milli, ModelSet::ANY).unwrap();
+        let (p650, p320, p470) = (p(650), p(320), p(470));
+        let reference = [p650, p320, p650, p320, p470, p470, p470, p470];
+        (
+            p650,
+            p320,
+            p470,
+            FragModel::from_pods(&reference, 100),
+            PackingPlan::from_pods(&reference),
+        )
+    }
+
+    #[test]
+    fn a_sharing_pod_joins_the_gpu_its_plan_completes() {
+        // A workload of 650s, with one 320 and one 470: the plan is (650, 320), (650), (470).
+        let p = |milli| Pod::new(4_000, 1, 1, milli, ModelSet::ANY).unwrap();
+        let (p650, p320, p470) = (p(650), p(320), p(470));
+        let mut reference = vec![p650; 100];
+        reference.extend([p320, p470]);
+        let frag = FragModel::from_pods(&reference, 100);
+        let mut ours = Planned::new(frag.clone(), PackingPlan::from_pods(&reference));
+        let mut fgd = Fgd::new(frag);
+        let node = || Node::new(64_000, 1_000, ModelId(0), 1, 1).unwrap();
+        // Node 0 ranks first.
+        let mut cluster = Cluster::new(vec![node(), node()], vec![0, 1]).unwrap();
+        assert_eq!(cluster.place(&mut ours, &p470).unwrap().unwrap().node, 0);
+        assert_eq!(cluster.place(&mut ours, &p650).unwrap().unwrap().node, 1);
+        // A 320 fits both (530 and 350 free). FGD's two scores fall in one step and the rank
+        // sends it to the 470 (210 left, lost); the plan puts it with the 650 (30 left).
+        assert_eq!(fgd.choose(&cluster, &p320).map(|p| p.node), Some(0));
+        assert_eq!(
+            cluster.place(&mut ours, &p320),
+            Ok(Some(Placement { node: 1, gpus: 1 }))
+        );
+        assert_eq!(cluster.idle_gpu_milli(), 530 + 30);
+    }
+
+    #[test]
+    fn a_gpu_is_not_opened_for_a_partner_the_host_cannot_hold() {
+        let (p650, p320, _, frag, plan) = planned_workload();
+        // Node 0 (first rank): two GPUs but 12 CPUs, i.e. three 4-CPU pods; node 1: one GPU.
+        let small = Node::new(12_000, 1_000, ModelId(0), 2, 2).unwrap();
+        let roomy = Node::new(64_000, 1_000, ModelId(0), 1, 1).unwrap();
+        let mut cluster = Cluster::new(vec![small, roomy], vec![0, 1]).unwrap();
+        let mut ours = Planned::new(frag.clone(), plan);
+        let mut fgd = Fgd::new(frag);
+        assert_eq!(
+            cluster.place(&mut ours, &p650),
+            Ok(Some(Placement { node: 0, gpus: 1 }))
+        );
+        // A second 650 on node 0 would leave 4 CPUs for two planned 320s. FGD sees CPU for
+        // one 320 and ties; the plan keeps node 0's CPU for the first 650's partner.
+        assert_eq!(fgd.choose(&cluster, &p650).map(|p| p.node), Some(0));
+        assert_eq!(cluster.place(&mut ours, &p650).unwrap().unwrap().node, 1);
+        assert_eq!(
+            cluster.place(&mut ours, &p320),
+            Ok(Some(Placement { node: 0, gpus: 1 }))
+        );
     }
 }

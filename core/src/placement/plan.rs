@@ -1,0 +1,314 @@
+//! A packing plan: which sharing pods belong together on one GPU, learned from reference pods.
+//!
+//! Fragmentation scores (FGD and ours) look one placement ahead: a 230-milli pod on a GPU that
+//! holds a 650 leaves 120 milli that almost nothing can use, and FGD cannot tell that from a 320
+//! (30 left) when both land in the same score step. The plan looks to the end of each GPU: the
+//! reference pods' sharing requests are packed best-fit-decreasing onto 1 000-milli GPUs
+//! (the offline packing that knows every size), and each resulting GPU — `(650, 320)`,
+//! `(470, 470)`, `(810, 160)`, … — is a *planned GPU*. Online, a GPU whose pods so far are part
+//! of some planned GPU is *on plan*; a pod is preferably put where the GPU stays on plan.
+//!
+//! A planned completion also needs the host's CPU and memory: the plan records, for each partial
+//! GPU, what the pods still missing would ask of the host (each size's most common request in
+//! the reference pods), so a GPU is only kept open for partners the node can still host.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::types::{Pod, MILLI_PER_GPU};
+
+/// The most sharing pods a planned GPU holds; a GPU with more is off plan.
+pub const MAX_PLANNED_PODS: usize = 8;
+
+/// The sharing pods on one GPU, by size (milli), ascending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct GpuPods {
+    len: u8,
+    sizes: [u16; MAX_PLANNED_PODS],
+}
+
+impl GpuPods {
+    /// No pod yet.
+    pub const EMPTY: GpuPods = GpuPods {
+        len: 0,
+        sizes: [0; MAX_PLANNED_PODS],
+    };
+
+    pub fn sizes(&self) -> &[u16] {
+        &self.sizes[..self.len as usize]
+    }
+
+    /// These pods and one more of `milli`; `None` past [`MAX_PLANNED_PODS`].
+    pub fn with(&self, milli: u16) -> Option<GpuPods> {
+        let n = self.len as usize;
+        if n == MAX_PLANNED_PODS {
+            return None;
+        }
+        let mut next = *self;
+        let at = self.sizes().partition_point(|&s| s <= milli);
+        next.sizes.copy_within(at..n, at + 1);
+        next.sizes[at] = milli;
+        next.len += 1;
+        Some(next)
+    }
+}
+
+/// CPU milli and memory MiB the host must still give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct HostNeed {
+    pub cpu_milli: u64,
+    pub memory_mib: u64,
+}
+
+impl HostNeed {
+    pub fn plus(self, other: HostNeed) -> HostNeed {
+        HostNeed {
+            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+            memory_mib: self.memory_mib.saturating_add(other.memory_mib),
+        }
+    }
+
+    /// This need less `other` (never below zero).
+    pub fn less(self, other: HostNeed) -> HostNeed {
+        HostNeed {
+            cpu_milli: self.cpu_milli.saturating_sub(other.cpu_milli),
+            memory_mib: self.memory_mib.saturating_sub(other.memory_mib),
+        }
+    }
+
+    /// Whether a host with this much CPU and memory free covers the need.
+    pub fn fits(self, cpu_free: u32, memory_free: u32) -> bool {
+        self.cpu_milli <= cpu_free as u64 && self.memory_mib <= memory_free as u64
+    }
+}
+
+/// The planned GPUs of a workload, and the host needs of their completions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackingPlan {
+    /// Every part of every planned GPU → what each of its completions still needs from the
+    /// host (one entry per planned GPU it is part of, cheapest first).
+    completions: HashMap<GpuPods, Vec<HostNeed>>,
+    /// CPU milli the reference GPU pods ask per whole GPU, on average.
+    cpu_per_gpu: u64,
+}
+
+impl PackingPlan {
+    /// Plans from `pods` (FGD's "original" pods: the workload's mix, not the arrival order).
+    pub fn from_pods(pods: &[Pod]) -> PackingPlan {
+        // Each sharing size's most common host request (ties: the larger request).
+        let mut requests: HashMap<u16, HashMap<HostNeed, u32>> = HashMap::new();
+        let (mut gpu_cpu, mut gpu_milli) = (0u64, 0u64);
+        let mut sizes = Vec::new();
+        for p in pods {
+            if p.num_gpu() > 0 {
+                gpu_cpu += p.cpu_milli() as u64;
+                gpu_milli += p.total_gpu_milli() as u64;
+            }
+            if p.is_sharing() {
+                sizes.push(p.gpu_milli());
+                let need = HostNeed {
+                    cpu_milli: p.cpu_milli() as u64,
+                    memory_mib: p.memory_mib() as u64,
+                };
+                *requests
+                    .entry(p.gpu_milli())
+                    .or_default()
+                    .entry(need)
+                    .or_default() += 1;
+            }
+        }
+        let need: HashMap<u16, HostNeed> = requests
+            .into_iter()
+            .filter_map(|(size, counts)| {
+                let common = counts.into_iter().max_by_key(|&(need, n)| (n, need))?;
+                Some((size, common.0))
+            })
+            .collect();
+
+        let mut completions: HashMap<GpuPods, Vec<HostNeed>> = HashMap::new();
+        for gpu in best_fit_decreasing(sizes) {
+            let sizes = gpu.sizes();
+            // Every sub-multiset (by position; equal sizes give equal parts, recorded again).
+            for subset in 0u32..1 << sizes.len() {
+                let (mut part, mut rest) = (GpuPods::EMPTY, HostNeed::default());
+                for (i, &s) in sizes.iter().enumerate() {
+                    if subset >> i & 1 == 1 {
+                        part = part.with(s).unwrap_or(part);
+                    } else {
+                        rest = rest.plus(need[&s]);
+                    }
+                }
+                let needs = completions.entry(part).or_default();
+                if !needs.contains(&rest) {
+                    needs.push(rest);
+                }
+            }
+        }
+        for needs in completions.values_mut() {
+            needs.sort_unstable();
+        }
+        PackingPlan {
+            completions,
+            cpu_per_gpu: (gpu_cpu * MILLI_PER_GPU as u64)
+                .checked_div(gpu_milli)
+                .unwrap_or(0),
+        }
+    }
+
+    /// Whether these pods are part of some planned GPU.
+    pub fn on_plan(&self, pods: &GpuPods) -> bool {
+        self.completions.contains_key(pods)
+    }
+
+    /// What the cheapest completion of a GPU holding `pods` still needs from the host; nothing
+    /// when the GPU is off plan (nothing is kept for it) or empty.
+    pub fn pending(&self, pods: &GpuPods) -> HostNeed {
+        if pods.len == 0 {
+            return HostNeed::default();
+        }
+        self.completions
+            .get(pods)
+            .and_then(|needs| needs.first().copied())
+            .unwrap_or_default()
+    }
+
+    /// Whether a GPU holding `pods` is on plan with a completion that fits in this much host
+    /// CPU and memory once `reserved` (the other GPUs' completions) is set aside.
+    pub fn completes(
+        &self,
+        pods: &GpuPods,
+        reserved: HostNeed,
+        cpu_free: u32,
+        memory_free: u32,
+    ) -> bool {
+        self.completions.get(pods).is_some_and(|needs| {
+            needs
+                .iter()
+                .any(|&n| n.plus(reserved).fits(cpu_free, memory_free))
+        })
+    }
+
+    /// CPU milli the workload's GPU pods ask per whole GPU (what an idle GPU will want).
+    pub fn cpu_per_gpu(&self) -> u64 {
+        self.cpu_per_gpu
+    }
+
+    /// How many distinct partial GPUs the plan knows (for tests and reports).
+    pub fn parts(&self) -> usize {
+        self.completions.len()
+    }
+}
+
+/// Best-fit decreasing onto 1 000-milli GPUs: each size, largest first, goes to the GPU with
+/// the least room that still fits it, or a new GPU.
+fn best_fit_decreasing(mut sizes: Vec<u16>) -> Vec<GpuPods> {
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let mut gpus: Vec<(u16, GpuPods)> = Vec::new();
+    // (room, index) of the GPUs that can take one more pod.
+    let mut open: BTreeSet<(u16, usize)> = BTreeSet::new();
+    for s in sizes {
+        let i = match open.range((s, 0)..).next().copied() {
+            Some(key) => {
+                open.remove(&key);
+                key.1
+            }
+            None => {
+                gpus.push((MILLI_PER_GPU, GpuPods::EMPTY));
+                gpus.len() - 1
+            }
+        };
+        let (room, pods) = &mut gpus[i];
+        // Only GPUs below MAX_PLANNED_PODS are open, so `with` has room.
+        if let Some(next) = pods.with(s) {
+            *pods = next;
+            *room -= s;
+        }
+        if *room > 0 && pods.sizes().len() < MAX_PLANNED_PODS {
+            open.insert((*room, i));
+        }
+    }
+    gpus.into_iter().map(|(_, pods)| pods).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::ModelSet;
+    use proptest::prelude::*;
+
+    fn pod(cpu: u32, memory: u32, milli: u16) -> Pod {
+        Pod::new(cpu, memory, 1, milli, ModelSet::ANY).unwrap()
+    }
+
+    fn gpu(sizes: &[u16]) -> GpuPods {
+        sizes
+            .iter()
+            .fold(GpuPods::EMPTY, |g, &s| g.with(s).unwrap())
+    }
+
+    #[test]
+    fn gpu_pods_keep_their_sizes_sorted_and_bounded() {
+        let g = gpu(&[470, 160, 320, 160]);
+        assert_eq!(g.sizes(), &[160, 160, 320, 470]);
+        assert_eq!(g, gpu(&[320, 160, 470, 160]));
+        let full = gpu(&[10; MAX_PLANNED_PODS]);
+        assert_eq!(full.with(10), None);
+    }
+
+    #[test]
+    fn the_plan_pairs_sizes_best_fit_decreasing_and_prices_the_partners() {
+        // 650s with 320s, 470s with 470s; 320s ask 4 CPUs / 15 GiB, 470s 12 CPUs / 46 GiB.
+        let pods = [
+            pod(12_000, 47_104, 650),
+            pod(4_000, 15_258, 320),
+            pod(12_000, 47_104, 650),
+            pod(4_000, 15_258, 320),
+            pod(12_000, 47_104, 470),
+            pod(12_000, 47_104, 470),
+            pod(8_000, 30_517, 470),
+        ];
+        let plan = PackingPlan::from_pods(&pods);
+        // Planned GPUs: (650, 320) twice, (470, 470), (470): their parts.
+        for part in [&[][..], &[650], &[320], &[320, 650], &[470], &[470, 470]] {
+            assert!(plan.on_plan(&gpu(part)), "{part:?}");
+        }
+        for off in [&[320, 470][..], &[650, 470], &[320, 320], &[470, 470, 470]] {
+            assert!(!plan.on_plan(&gpu(off)), "{off:?}");
+        }
+        assert_eq!(plan.parts(), 6);
+        // A 650 waits for a 320: 4 CPUs and 15,258 MiB.
+        let need_320 = HostNeed {
+            cpu_milli: 4_000,
+            memory_mib: 15_258,
+        };
+        assert_eq!(plan.pending(&gpu(&[650])), need_320);
+        // A 470 may be complete alone or wait for another (the most common 470 request).
+        assert_eq!(plan.pending(&gpu(&[470])), HostNeed::default());
+        assert_eq!(plan.pending(&GpuPods::EMPTY), HostNeed::default());
+        assert_eq!(plan.pending(&gpu(&[320, 470])), HostNeed::default());
+        // A 320 completes a 650 only where the host still has the 320's CPU and memory after
+        // what other GPUs' partners are owed.
+        let with_320 = gpu(&[320]);
+        assert!(plan.completes(&with_320, HostNeed::default(), 12_000, 47_104));
+        assert!(!plan.completes(&with_320, HostNeed::default(), 11_999, 47_104));
+        assert!(!plan.completes(&with_320, need_320, 12_000, 47_104));
+        assert!(!plan.completes(&gpu(&[320, 470]), HostNeed::default(), u32::MAX, u32::MAX));
+        // 7 GPU pods ask 64 CPUs for 3,350 milli: 19,104 CPU milli per whole GPU.
+        assert_eq!(plan.cpu_per_gpu(), 64_000 * 1_000 / 3_350);
+    }
+
+    proptest! {
+        /// Best-fit decreasing places every size exactly once and never past 1 000 milli.
+        #[test]
+        fn best_fit_decreasing_conserves_sizes_and_capacity(sizes in prop::collection::vec(1u16..1_000, 0..300)) {
+            let gpus = best_fit_decreasing(sizes.clone());
+            let mut placed: Vec<u16> = gpus.iter().flat_map(|g| g.sizes().to_vec()).collect();
+            let mut expect = sizes;
+            placed.sort_unstable();
+            expect.sort_unstable();
+            prop_assert_eq!(placed, expect);
+            for g in &gpus {
+                prop_assert!(g.sizes().iter().map(|&s| s as u32).sum::<u32>() <= 1_000);
+            }
+        }
+    }
+}
