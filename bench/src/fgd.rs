@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use gpu_market_core::placement::{BestFit, Cluster, Fgd, FgdCpuSink, FragModel, Policy, Random};
+use gpu_market_core::placement::{
+    BestFit, Cluster, Fgd, FragModel, PackingPlan, Planned, Policy, Random,
+};
 
 use crate::trace::{self, Trace};
 
@@ -32,8 +34,8 @@ struct Run {
 /// of its ties.
 const PERMUTATIONS: u64 = 4;
 
-/// Builds a policy in its initial state.
-type MakePolicy = fn(&FragModel) -> Box<dyn Policy>;
+/// Builds a policy in its initial state from the workload's typical pods and packing plan.
+type MakePolicy = fn(&FragModel, &PackingPlan) -> Box<dyn Policy>;
 
 /// A seeded permutation of `0..n` (Fisher–Yates on SplitMix64): node ranks for ties.
 fn permuted_ranks(n: usize, seed: u64) -> Vec<u32> {
@@ -145,6 +147,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
         }
     }
     let frag = FragModel::from_pods(&trace.original, 95);
+    let plan = PackingPlan::from_pods(&trace.original);
     let total_gpus: u64 = trace.nodes.iter().map(|n| n.num_gpus() as u64).sum();
     println!(
         "openb: {} nodes, {} GPUs, {} original pods ({} typical shapes cover {} of them), {} arrivals\n",
@@ -160,7 +163,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
         Box::new(Random::new(42)),
         Box::new(BestFit::new(128_000, 8_000)),
         Box::new(Fgd::new(frag.clone())),
-        Box::new(FgdCpuSink::new(frag.clone())),
+        Box::new(Planned::new(frag.clone(), plan.clone())),
     ];
     let mut runs = Vec::new();
     for p in policies.iter_mut() {
@@ -208,17 +211,17 @@ pub fn main(traces: &Path) -> Result<(), String> {
     let last = POINTS.len() - 1;
     // Fresh policy state for every run.
     let fragmentation_policies: [MakePolicy; 2] = [
-        |f| Box::new(Fgd::new(f.clone())),
-        |f| Box::new(FgdCpuSink::new(f.clone())),
+        |f, _| Box::new(Fgd::new(f.clone())),
+        |f, p| Box::new(Planned::new(f.clone(), p.clone())),
     ];
     for make in fragmentation_policies {
-        let name = make(&frag).name().to_string();
+        let name = make(&frag, &plan).name().to_string();
         print!("| {name} |");
         let mut sum = 0.0;
         for seed in 1..=PERMUTATIONS {
             let rank = permuted_ranks(trace.nodes.len(), seed);
-            let v =
-                run(&trace, &rank, &frag, make(&frag).as_mut())?.curve[last].unwrap_or(f64::NAN);
+            let v = run(&trace, &rank, &frag, make(&frag, &plan).as_mut())?.curve[last]
+                .unwrap_or(f64::NAN);
             sum += v;
             print!(" {v:.2} |");
         }

@@ -4,7 +4,9 @@
 
 use std::time::Instant;
 
-use gpu_market_core::placement::{Cluster, FgdCpuSink, FragModel, ModelId, ModelSet, Node, Pod};
+use gpu_market_core::placement::{
+    Cluster, FragModel, ModelId, ModelSet, Node, PackingPlan, Planned, Pod,
+};
 
 const NODES: usize = 1_250;
 const REQUESTS: usize = 100_000;
@@ -103,7 +105,7 @@ pub fn main() -> Result<(), String> {
 
     let start = Instant::now();
     let frag = FragModel::from_pods(&pods, 95);
-    let mut policy = FgdCpuSink::new(frag);
+    let mut policy = Planned::new(frag, PackingPlan::from_pods(&pods));
     let setup_s = start.elapsed().as_secs_f64();
 
     let start = Instant::now();
@@ -128,7 +130,7 @@ pub fn main() -> Result<(), String> {
     let kib =
         |v: Option<u64>| v.map_or("?".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
     println!(
-        "| FGD+cpu-sink | {:.0} | {:.0} | {placed} | {refused} | {allocated:.2} | {:.3} s | {:.3} s | {} (before placing: {}) |",
+        "| FGD+plan | {:.0} | {:.0} | {placed} | {refused} | {allocated:.2} | {:.3} s | {:.3} s | {} (before placing: {}) |",
         pods.len() as f64 / wall_s,
         placed as f64 / wall_s,
         setup_s,
