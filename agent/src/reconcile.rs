@@ -1671,28 +1671,39 @@ mod tests {
         }
     }
 
+    /// A queue lease of GPU 0 (80 GiB at 250 W) running over `started_at..ends_at`.
+    fn one_gpu_lease(started_at: i64, ends_at: i64) -> LeaseView {
+        LeaseView {
+            key: Key([9; 32]),
+            bid: Key([8; 32]),
+            client: Key([7; 32]),
+            kind: BidKind::Queue,
+            price: 1,
+            gpu_indices: vec![0],
+            gib_per_gpu: 80,
+            settings: vec![power(250)],
+            image_ref: "r/i:1".into(),
+            image_digest: [0; 32],
+            env_hash: [0; 32],
+            started_at,
+            ends_at,
+            stop_at: None,
+            interval_secs: INTERVAL,
+            next_interval: 0,
+            proof_hash: [0; 32],
+        }
+    }
+
     #[test]
     fn gpus_are_shared_in_slices_only_with_equal_settings() {
         let mut running = bid(9, BidKind::Queue, 1, 1, power(250));
         running.gib_per_gpu = 40;
         let lease = LeaseView {
-            key: Key([9; 32]),
             bid: running.key,
             client: running.client,
-            kind: BidKind::Queue,
-            price: 1,
-            gpu_indices: vec![0],
             gib_per_gpu: 40,
-            settings: vec![power(250)],
             image_ref: running.image_ref.clone(),
-            image_digest: [0; 32],
-            env_hash: [0; 32],
-            started_at: T0,
-            ends_at: T0 + 600,
-            stop_at: None,
-            interval_secs: INTERVAL,
-            next_interval: 0,
-            proof_hash: [0; 32],
+            ..one_gpu_lease(T0, T0 + 600)
         };
         let mut same = bid(1, BidKind::Queue, 1, 1, power(250));
         same.gib_per_gpu = 40;
@@ -1715,25 +1726,7 @@ mod tests {
 
     #[test]
     fn a_lease_that_never_started_before_its_stop_is_proven_empty_and_ended() {
-        let h_lease = LeaseView {
-            key: Key([9; 32]),
-            bid: Key([8; 32]),
-            client: Key([7; 32]),
-            kind: BidKind::Queue,
-            price: 1,
-            gpu_indices: vec![0],
-            gib_per_gpu: 80,
-            settings: vec![power(250)],
-            image_ref: "r/i:1".into(),
-            image_digest: [0; 32],
-            env_hash: [0; 32],
-            started_at: T0 - 120,
-            ends_at: T0 - 10,
-            stop_at: None,
-            interval_secs: INTERVAL,
-            next_interval: 0,
-            proof_hash: [0; 32],
-        };
+        let h_lease = one_gpu_lease(T0 - 120, T0 - 10);
         let mut local = AgentState::default();
         local.leases.insert(
             h_lease.key,
@@ -1764,25 +1757,7 @@ mod tests {
 
     #[test]
     fn without_the_cluster_the_plan_touches_nothing_on_chain() {
-        let lease = LeaseView {
-            key: Key([9; 32]),
-            bid: Key([8; 32]),
-            client: Key([7; 32]),
-            kind: BidKind::Queue,
-            price: 1,
-            gpu_indices: vec![0],
-            gib_per_gpu: 80,
-            settings: vec![power(250)],
-            image_ref: "r/i:1".into(),
-            image_digest: [0; 32],
-            env_hash: [0; 32],
-            started_at: T0 - 120,
-            ends_at: T0 + 600,
-            stop_at: None,
-            interval_secs: INTERVAL,
-            next_interval: 0,
-            proof_hash: [0; 32],
-        };
+        let lease = one_gpu_lease(T0 - 120, T0 + 600);
         let mut record = LeaseRecord::new(&lease, &[Sample::default()]);
         record.container_id = Some("c".into());
         let mut local = AgentState::default();
