@@ -16,7 +16,7 @@ pub use cluster::{Cluster, ClusterError};
 pub use explain::{explain, refusal, Explanation, Refusal};
 pub use frag::{sigmoid_score, FragModel, TypicalPod};
 pub use plan::{GpuPods, HostNeed, PackingPlan, MAX_PLANNED_PODS};
-pub use policy::{BestFit, Fgd, Planned, Policy, Random};
+pub use policy::{BestFit, Fgd, Planned, Policy, Random, SplitMix64};
 pub use types::{
     bits, GpuMask, ModelId, ModelSet, Node, Placement, PlacementError, Pod, SpecError,
     MAX_GPUS_PER_NODE, MILLI_PER_GPU,

@@ -11,6 +11,10 @@
 //! A planned completion also needs the host's CPU and memory: the plan records, for each partial
 //! GPU, what the pods still missing would ask of the host (each size's most common request in
 //! the reference pods), so a GPU is only kept open for partners the node can still host.
+//!
+//! The plan also knows what the workload's GPU pods ask of the host per whole GPU, on average,
+//! and so how much of a node's idle GPU its CPU and memory could still feed: the rest is
+//! *stranded* ([`PackingPlan::stranded`]), idle milli that only unusually light pods could use.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -60,6 +64,14 @@ pub struct HostNeed {
 }
 
 impl HostNeed {
+    /// What `pod` asks of its host.
+    pub fn of(pod: &Pod) -> HostNeed {
+        HostNeed {
+            cpu_milli: pod.cpu_milli() as u64,
+            memory_mib: pod.memory_mib() as u64,
+        }
+    }
+
     pub fn plus(self, other: HostNeed) -> HostNeed {
         HostNeed {
             cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
@@ -87,8 +99,8 @@ pub struct PackingPlan {
     /// Every part of every planned GPU → what each of its completions still needs from the
     /// host (one entry per planned GPU it is part of, cheapest first).
     completions: HashMap<GpuPods, Vec<HostNeed>>,
-    /// CPU milli the reference GPU pods ask per whole GPU, on average.
-    cpu_per_gpu: u64,
+    /// CPU milli and memory MiB the reference GPU pods ask per whole GPU, on average.
+    per_gpu: HostNeed,
 }
 
 impl PackingPlan {
@@ -96,19 +108,16 @@ impl PackingPlan {
     pub fn from_pods(pods: &[Pod]) -> PackingPlan {
         // Each sharing size's most common host request (ties: the larger request).
         let mut requests: HashMap<u16, HashMap<HostNeed, u32>> = HashMap::new();
-        let (mut gpu_cpu, mut gpu_milli) = (0u64, 0u64);
+        let (mut gpu_host, mut gpu_milli) = (HostNeed::default(), 0u64);
         let mut sizes = Vec::new();
         for p in pods {
             if p.num_gpu() > 0 {
-                gpu_cpu += p.cpu_milli() as u64;
+                gpu_host = gpu_host.plus(HostNeed::of(p));
                 gpu_milli += p.total_gpu_milli() as u64;
             }
             if p.is_sharing() {
                 sizes.push(p.gpu_milli());
-                let need = HostNeed {
-                    cpu_milli: p.cpu_milli() as u64,
-                    memory_mib: p.memory_mib() as u64,
-                };
+                let need = HostNeed::of(p);
                 *requests
                     .entry(p.gpu_milli())
                     .or_default()
@@ -148,9 +157,10 @@ impl PackingPlan {
         }
         PackingPlan {
             completions,
-            cpu_per_gpu: (gpu_cpu * MILLI_PER_GPU as u64)
-                .checked_div(gpu_milli)
-                .unwrap_or(0),
+            per_gpu: HostNeed {
+                cpu_milli: per_whole_gpu(gpu_host.cpu_milli, gpu_milli),
+                memory_mib: per_whole_gpu(gpu_host.memory_mib, gpu_milli),
+            },
         }
     }
 
@@ -187,15 +197,38 @@ impl PackingPlan {
         })
     }
 
-    /// CPU milli the workload's GPU pods ask per whole GPU (what an idle GPU will want).
-    pub fn cpu_per_gpu(&self) -> u64 {
-        self.cpu_per_gpu
+    /// CPU milli and memory MiB the workload's GPU pods ask per whole GPU, on average (what an
+    /// idle GPU will want from its host).
+    pub fn per_gpu(&self) -> HostNeed {
+        self.per_gpu
+    }
+
+    /// The idle GPU milli of a node that its free CPU and memory cannot feed at the workload's
+    /// average request per GPU: `max(0, idle − min(cpu_free / cpu per GPU, memory_free /
+    /// memory per GPU))`, in milli-GPU. A resource the workload does not ask for feeds any
+    /// number of GPUs.
+    pub fn stranded(&self, cpu_free: u32, memory_free: u32, idle_gpu_milli: u32) -> u64 {
+        let fed = |free: u32, per_gpu: u64| {
+            (free as u64 * MILLI_PER_GPU as u64)
+                .checked_div(per_gpu)
+                .unwrap_or(u64::MAX)
+        };
+        let fed =
+            fed(cpu_free, self.per_gpu.cpu_milli).min(fed(memory_free, self.per_gpu.memory_mib));
+        (idle_gpu_milli as u64).saturating_sub(fed)
     }
 
     /// How many distinct partial GPUs the plan knows (for tests and reports).
     pub fn parts(&self) -> usize {
         self.completions.len()
     }
+}
+
+/// `total` per 1 000 GPU milli, over `gpu_milli` (0 when there is no GPU milli).
+fn per_whole_gpu(total: u64, gpu_milli: u64) -> u64 {
+    (total * MILLI_PER_GPU as u64)
+        .checked_div(gpu_milli)
+        .unwrap_or(0)
 }
 
 /// Best-fit decreasing onto 1 000-milli GPUs: each size, largest first, goes to the GPU with
@@ -292,11 +325,54 @@ mod tests {
         assert!(!plan.completes(&with_320, HostNeed::default(), 11_999, 47_104));
         assert!(!plan.completes(&with_320, need_320, 12_000, 47_104));
         assert!(!plan.completes(&gpu(&[320, 470]), HostNeed::default(), u32::MAX, u32::MAX));
-        // 7 GPU pods ask 64 CPUs for 3,350 milli: 19,104 CPU milli per whole GPU.
-        assert_eq!(plan.cpu_per_gpu(), 64_000 * 1_000 / 3_350);
+        // 7 GPU pods ask 64 CPUs and 249,449 MiB for 3,350 milli, per whole GPU:
+        let per_gpu = HostNeed {
+            cpu_milli: 64_000 * 1_000 / 3_350,
+            memory_mib: 249_449 * 1_000 / 3_350,
+        };
+        assert_eq!(plan.per_gpu(), per_gpu);
+        assert_eq!(
+            per_gpu,
+            HostNeed {
+                cpu_milli: 19_104,
+                memory_mib: 74_462
+            }
+        );
+    }
+
+    #[test]
+    fn stranded_milli_is_the_idle_gpu_the_host_cannot_feed() {
+        // 10 CPUs and 40 GiB per whole GPU.
+        let whole = Pod::new(10_000, 40_960, 1, 1_000, ModelSet::ANY).unwrap();
+        let plan = PackingPlan::from_pods(&[whole]);
+        assert_eq!(plan.stranded(40_000, 163_840, 4_000), 0);
+        assert_eq!(plan.stranded(80_000, 1_000_000, 4_000), 0);
+        // CPU for 2.5 GPUs: 1.5 GPUs stranded; memory for 1 GPU: 3 stranded.
+        assert_eq!(plan.stranded(25_000, 163_840, 4_000), 1_500);
+        assert_eq!(plan.stranded(80_000, 40_960, 4_000), 3_000);
+        assert_eq!(plan.stranded(0, 0, 650), 650);
+        assert_eq!(plan.stranded(0, 0, 0), 0);
+        // A workload without GPU pods strands nothing.
+        let cpu_only = Pod::new(1_000, 1_024, 0, 0, ModelSet::ANY).unwrap();
+        assert_eq!(PackingPlan::from_pods(&[cpu_only]).stranded(0, 0, 8_000), 0);
     }
 
     proptest! {
+        /// Stranding never exceeds the idle milli, and more free CPU or memory never strands
+        /// more.
+        #[test]
+        fn stranding_is_bounded_and_falls_with_free_host(
+            cpu in 1u32..64_000, memory in 1u32..500_000, milli in 1u16..=1_000, gpus in 1u8..=8,
+            cpu_free in 0u32..200_000, memory_free in 0u32..1_000_000, idle in 0u32..=8_000,
+            more in 0u32..100_000,
+        ) {
+            let plan = PackingPlan::from_pods(&[Pod::new(cpu, memory, if milli < 1_000 { 1 } else { gpus }, milli, ModelSet::ANY).unwrap()]);
+            let s = plan.stranded(cpu_free, memory_free, idle);
+            prop_assert!(s <= idle as u64);
+            prop_assert!(plan.stranded(cpu_free + more, memory_free, idle) <= s);
+            prop_assert!(plan.stranded(cpu_free, memory_free + more, idle) <= s);
+        }
+
         /// Best-fit decreasing places every size exactly once and never past 1 000 milli.
         #[test]
         fn best_fit_decreasing_conserves_sizes_and_capacity(sizes in prop::collection::vec(1u16..1_000, 0..300)) {

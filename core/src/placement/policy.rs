@@ -44,11 +44,16 @@ fn at(node: usize, gpus: GpuMask) -> Placement {
     }
 }
 
-/// SplitMix64: small, seeded, deterministic.
+/// SplitMix64: small, seeded, deterministic randomness (for [`Random`] and the benchmarks'
+/// shuffles).
 #[derive(Debug, Clone)]
-struct SplitMix64(u64);
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -58,7 +63,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in `0..n` (`n > 0`), by 128-bit multiply-shift.
-    fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         ((self.next() as u128 * n as u128) >> 64) as u64
     }
 }
@@ -73,7 +78,7 @@ pub struct Random {
 impl Random {
     pub fn new(seed: u64) -> Random {
         Random {
-            rng: SplitMix64(seed),
+            rng: SplitMix64::new(seed),
         }
     }
 }
@@ -268,19 +273,25 @@ impl Policy for Fgd {
     }
 }
 
-/// Ours: FGD steered by a [`PackingPlan`], with host CPU and memory kept for planned partners.
+/// Ours: FGD steered by a [`PackingPlan`], with host CPU and memory kept for planned partners
+/// and for the idle GPUs.
 ///
 /// - A sharing pod prefers a GPU that stays *on plan* — its pods remain part of a planned GPU
 ///   whose missing partners the node can still host, after the CPU and memory that the other
 ///   GPUs' planned partners need are set aside. Among those (or, when there is none, among all
-///   feasible GPUs) FGD's score decides, then the node rank. So a 320 joins a 650 (30 left)
-///   rather than a 470 (210 left), and a GPU is not opened for a partner that could never come.
-/// - A whole-GPU pod goes where FGD puts it.
+///   feasible GPUs) FGD's score decides. So a 320 joins a 650 (30 left) rather than a 470
+///   (210 left), and a GPU is not opened for a partner that could never come.
+/// - A whole-GPU pod goes where FGD's score is highest.
+/// - Among nodes with the same score (FGD's integer steps tie often), a GPU pod goes where it
+///   strands the least idle GPU: where the node's CPU and memory left can still feed the most of
+///   its idle GPUs at the workload's average request ([`PackingPlan::stranded`]). CPU-hungry pods
+///   so go to nodes rich in CPU per GPU, and light pods use the GPUs of nodes short of CPU or
+///   memory. Then the node rank decides.
 /// - A CPU-only pod goes where the most CPU is left over after it and after what the node's
 ///   idle GPUs will want (the workload's CPU per GPU), so CPU is spent where GPUs do not need it.
 ///
 /// Decisions are kept in an index: for every request shape seen, the feasible nodes ordered by
-/// (score, rank). A placement changes one node, so only that node's entries are recomputed; a
+/// (key, rank). A placement changes one node, so only that node's entries are recomputed; a
 /// request then costs one lookup, and a request that fits nowhere is refused in O(1). The index
 /// must see every allocation on the cluster (it does when pods go through [`Cluster::place`]).
 #[derive(Debug, Clone)]
@@ -292,16 +303,25 @@ pub struct Planned {
     shapes: HashMap<Pod, ShapeIndex>,
 }
 
+/// How good a placement is for [`Planned`]: compared field by field, higher is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    /// A sharing pod's GPU stays on plan.
+    on_plan: bool,
+    /// FGD's score (0..=99) for a GPU pod; for a CPU-only pod, the CPU milli left over after it
+    /// and after what the idle GPUs will want.
+    score: i64,
+    /// Minus the idle GPU milli the placement strands (0 for a CPU-only pod).
+    strands: i64,
+}
+
 /// The feasible nodes for one request shape, best first.
 #[derive(Debug, Clone)]
 struct ShapeIndex {
-    order: BTreeSet<(Reverse<i64>, u32, u32)>,
-    /// Each node's current score and GPUs for this shape (`None`: infeasible).
-    entry: Vec<Option<(i64, GpuMask)>>,
+    order: BTreeSet<(Reverse<Key>, u32, u32)>,
+    /// Each node's current key and GPUs for this shape (`None`: infeasible).
+    entry: Vec<Option<(Key, GpuMask)>>,
 }
-
-/// Added to a sharing pod's FGD score (0..=99) when the GPU stays on plan.
-const ON_PLAN: i64 = 100;
 
 impl Planned {
     pub fn new(frag: FragModel, plan: PackingPlan) -> Planned {
@@ -324,31 +344,59 @@ impl Planned {
         }
     }
 
-    /// The node's score for `pod` (higher is better) and the GPUs it would use.
+    /// The node's key for `pod` and the GPUs it would use.
     fn evaluate(
         frag: &FragModel,
         plan: &PackingPlan,
         gpus: &[Option<GpuPods>; MAX_GPUS_PER_NODE],
         node: &Node,
         pod: &Pod,
-    ) -> Option<(i64, GpuMask)> {
+    ) -> Option<(Key, GpuMask)> {
         if !node.feasible(pod) {
             return None;
         }
         let cpu_after = node.cpu_free() - pod.cpu_milli();
         if pod.num_gpu() == 0 {
-            let wanted = plan.cpu_per_gpu() * node.idle_gpu_milli() as u64 / MILLI_PER_GPU as u64;
-            return Some((cpu_after as i64 - wanted as i64, 0));
-        }
-        if !pod.is_sharing() {
-            return fgd_on_node(frag, node, pod).map(|(s, g)| (s as i64, g));
+            let wanted =
+                plan.per_gpu().cpu_milli * node.idle_gpu_milli() as u64 / MILLI_PER_GPU as u64;
+            let key = Key {
+                on_plan: false,
+                score: cpu_after as i64 - wanted as i64,
+                strands: 0,
+            };
+            return Some((key, 0));
         }
         let memory_after = node.memory_free() - pod.memory_mib();
+        // The idle GPU milli the node's CPU and memory could no longer feed after the pod.
+        let stranded_more = plan.stranded(
+            cpu_after,
+            memory_after,
+            node.idle_gpu_milli() - pod.total_gpu_milli(),
+        ) as i64
+            - plan.stranded(node.cpu_free(), node.memory_free(), node.idle_gpu_milli()) as i64;
+        let key = |on_plan, decrease| Key {
+            on_plan,
+            score: sigmoid_score(decrease, frag.weight()) as i64,
+            strands: -stranded_more,
+        };
+        if !pod.is_sharing() {
+            let mut best = None;
+            frag_moves(
+                frag,
+                node,
+                pod,
+                |_, _| false,
+                |decrease, mask| {
+                    best = Some((key(false, decrease), mask));
+                },
+            );
+            return best;
+        }
         let pending = |g: usize| gpus[g].map(|p| plan.pending(&p)).unwrap_or_default();
         let reserved_all =
             (0..node.num_gpus() as usize).fold(HostNeed::default(), |a, g| a.plus(pending(g)));
         let free = node.gpu_free();
-        let mut best: Option<(i64, GpuMask)> = None;
+        let mut best: Option<(Key, GpuMask)> = None;
         frag_moves(
             frag,
             node,
@@ -360,8 +408,7 @@ impl Planned {
                 let on_plan = gpus[g]
                     .and_then(|p| p.with(pod.gpu_milli()))
                     .is_some_and(|p| plan.completes(&p, reserved, cpu_after, memory_after));
-                let key = sigmoid_score(decrease, frag.weight()) as i64
-                    + if on_plan { ON_PLAN } else { 0 };
+                let key = key(on_plan, decrease);
                 if best.is_none_or(|(k, _)| key > k) {
                     best = Some((key, mask));
                 }
@@ -572,16 +619,21 @@ mod tests {
         );
     }
 
+    /// The typical pods (all shapes) and the packing plan of a reference workload.
+    fn learned(reference: &[Pod]) -> (FragModel, PackingPlan) {
+        (
+            FragModel::from_pods(reference, 100),
+            PackingPlan::from_pods(reference),
+        )
+    }
+
     #[test]
     fn cpu_only_pods_go_where_cpu_is_left_after_the_idle_gpus() {
         // The workload asks 10 CPUs per whole GPU.
         let whole = Pod::new(10_000, 1, 1, 1_000, ModelSet::ANY).unwrap();
         let cpu = Pod::new(4_000, 1, 0, 0, ModelSet::ANY).unwrap();
-        let (frag, plan) = (
-            FragModel::from_pods(&[whole, cpu], 100),
-            PackingPlan::from_pods(&[whole, cpu]),
-        );
-        assert_eq!(plan.cpu_per_gpu(), 10_000);
+        let (frag, plan) = learned(&[whole, cpu]);
+        assert_eq!(plan.per_gpu().cpu_milli, 10_000);
         // Node 0: 32 CPUs for 2 idle GPUs (12 over); node 1: 24 CPUs for 1 idle GPU (14 over).
         let lean = Node::new(32_000, 1_000, ModelId(0), 2, 2).unwrap();
         let rich = Node::new(24_000, 1_000, ModelId(0), 1, 1).unwrap();
@@ -603,18 +655,37 @@ mod tests {
         assert_eq!(cluster.place(&mut ours, &whole), Ok(None));
     }
 
+    #[test]
+    fn gpu_pods_break_fgd_ties_by_the_gpus_they_strand() {
+        // The workload asks 13 CPUs per GPU on average: 24 for heavy pods, 2 for light ones.
+        let heavy = Pod::new(24_000, 1, 1, 1_000, ModelSet::ANY).unwrap();
+        let light = Pod::new(2_000, 1, 1, 1_000, ModelSet::ANY).unwrap();
+        let (frag, plan) = learned(&[heavy, light]);
+        // Lean: 4 GPUs, 12 CPUs each (already 308 milli short of CPU); rich: 2 GPUs, 52 each.
+        let lean = Node::new(48_000, 1_000, ModelId(0), 4, 4).unwrap();
+        let rich = Node::new(104_000, 1_000, ModelId(0), 2, 2).unwrap();
+        assert_eq!(plan.stranded(48_000, 1_000, 4_000), 308);
+        for (rank, first) in [([0, 1], 0), ([1, 0], 1)] {
+            let cluster = Cluster::new(vec![lean.clone(), rich.clone()], rank.to_vec()).unwrap();
+            let mut fgd = Fgd::new(frag.clone());
+            let mut ours = Planned::new(frag.clone(), plan.clone());
+            // Both pods fit either node without crossing a CPU cliff: FGD ties, the rank decides.
+            for pod in [&heavy, &light] {
+                assert_eq!(fgd.choose(&cluster, pod).map(|p| p.node), Some(first));
+            }
+            // The heavy pod would strand 846 more milli on the lean node and nothing on the rich
+            // one; the light pod frees the lean node's stranded 308.
+            assert_eq!(ours.choose(&cluster, &heavy).map(|p| p.node), Some(1));
+            assert_eq!(ours.choose(&cluster, &light).map(|p| p.node), Some(0));
+        }
+    }
+
     /// The reference workload: 650s go with 320s, 470s with 470s (each size asks 4 CPUs).
     fn planned_workload() -> (Pod, Pod, Pod, FragModel, PackingPlan) {
         let p = |milli| Pod::new(4_000, 1, 1, milli, ModelSet::ANY).unwrap();
         let (p650, p320, p470) = (p(650), p(320), p(470));
-        let reference = [p650, p320, p650, p320, p470, p470, p470, p470];
-        (
-            p650,
-            p320,
-            p470,
-            FragModel::from_pods(&reference, 100),
-            PackingPlan::from_pods(&reference),
-        )
+        let (frag, plan) = learned(&[p650, p320, p650, p320, p470, p470, p470, p470]);
+        (p650, p320, p470, frag, plan)
     }
 
     #[test]
@@ -659,9 +730,12 @@ mod tests {
         // one 320 and ties; the plan keeps node 0's CPU for the first 650's partner.
         assert_eq!(fgd.choose(&cluster, &p650).map(|p| p.node), Some(0));
         assert_eq!(cluster.place(&mut ours, &p650).unwrap().unwrap().node, 1);
+        // A 320 completes a 650 on either node. On node 0 it would leave 4 CPUs for the empty
+        // GPU, on node 1 it strands nothing: it joins node 1's 650 (30 milli left there).
         assert_eq!(
             cluster.place(&mut ours, &p320),
-            Ok(Some(Placement { node: 0, gpus: 1 }))
+            Ok(Some(Placement { node: 1, gpus: 1 }))
         );
+        assert_eq!(cluster.idle_gpu_milli(), 1_000 + 350 + 30);
     }
 }
