@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use gpu_market_core::placement::{
-    BestFit, Cluster, Fgd, FragModel, PackingPlan, Planned, Policy, Random,
+    BestFit, Cluster, Fgd, FragModel, PackingPlan, Planned, Pod, Policy, Random, SplitMix64,
 };
 
 use crate::trace::{self, Trace};
@@ -30,33 +30,48 @@ struct Run {
     wall_s: f64,
 }
 
-/// Tie-break rank permutations tried besides the peer's, to tell a policy's gain from the luck
-/// of its ties.
-const PERMUTATIONS: u64 = 4;
+/// Tie-break rank permutations, and other arrival orders, tried besides the peer's: to tell a
+/// policy's gain from the luck of its ties and of one order.
+const VARIANTS: u64 = 4;
 
 /// Builds a policy in its initial state from the workload's typical pods and packing plan.
 type MakePolicy = fn(&FragModel, &PackingPlan) -> Box<dyn Policy>;
 
-/// A seeded permutation of `0..n` (Fisher–Yates on SplitMix64): node ranks for ties.
+/// A seeded permutation of `0..n` (Fisher–Yates): node ranks for ties.
 fn permuted_ranks(n: usize, seed: u64) -> Vec<u32> {
-    let mut state = seed;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = SplitMix64::new(seed);
     let mut ranks: Vec<u32> = (0..n as u32).collect();
     for i in (1..n).rev() {
-        let j = ((next() as u128 * (i as u128 + 1)) >> 64) as usize;
-        ranks.swap(i, j);
+        ranks.swap(i, rng.below(i as u64 + 1) as usize);
     }
     ranks
 }
 
+/// Another arrival order made the way the peer inflates its workload: the original pods
+/// shuffled, then copies drawn at random while the arrived GPU milli stays within 130 % of
+/// `capacity`. Our RNG, not the peer's, so these are new orders, not its seeds 43..51.
+fn resampled_arrivals(original: &[Pod], capacity: u64, seed: u64) -> Vec<Pod> {
+    let mut rng = SplitMix64::new(seed);
+    let mut pods = original.to_vec();
+    for i in (1..pods.len()).rev() {
+        pods.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let limit = capacity * 130 / 100;
+    let mut arrived: u64 = pods.iter().map(|p| p.total_gpu_milli() as u64).sum();
+    while !original.is_empty() {
+        let copy = original[rng.below(original.len() as u64) as usize];
+        arrived += copy.total_gpu_milli() as u64;
+        if arrived > limit {
+            break;
+        }
+        pods.push(copy);
+    }
+    pods
+}
+
 fn run(
     trace: &Trace,
+    arrivals: &[Pod],
     rank: &[u32],
     frag: &FragModel,
     policy: &mut dyn Policy,
@@ -64,10 +79,10 @@ fn run(
     let mut cluster =
         Cluster::new(trace.nodes.clone(), rank.to_vec()).map_err(|e| e.to_string())?;
     let total = cluster.total_gpu_milli();
-    let mut records = Vec::with_capacity(trace.arrivals.len());
+    let mut records = Vec::with_capacity(arrivals.len());
     let (mut arrived, mut allocated, mut placed, mut failed) = (0u64, 0u64, 0, 0);
     let start = Instant::now();
-    for pod in &trace.arrivals {
+    for pod in arrivals {
         arrived += pod.total_gpu_milli() as u64;
         match cluster
             .place(policy, pod)
@@ -167,7 +182,13 @@ pub fn main(traces: &Path) -> Result<(), String> {
     ];
     let mut runs = Vec::new();
     for p in policies.iter_mut() {
-        runs.push(run(&trace, &trace.rank, &frag, p.as_mut())?);
+        runs.push(run(
+            &trace,
+            &trace.arrivals,
+            &trace.rank,
+            &frag,
+            p.as_mut(),
+        )?);
     }
 
     print!("| policy |");
@@ -195,20 +216,38 @@ pub fn main(traces: &Path) -> Result<(), String> {
     }
 
     println!(
-        "\nThe same arrivals with the tie-break ranks permuted (seeds 1..={PERMUTATIONS}), GPU \
-         allocation % at 130 % arrived:\n"
+        "\nGPU allocation % at 130 % arrived with the tie-break ranks permuted (seeds \
+         1..={VARIANTS}), and on other arrival orders made the peer's way (originals shuffled, \
+         then resampled to 130 %; seeds 1..={VARIANTS}, with ranks permuted by seed + 100):\n"
     );
     print!("| policy |");
-    for s in 1..=PERMUTATIONS {
-        print!(" seed {s} |");
+    for s in 1..=VARIANTS {
+        print!(" ranks {s} |");
     }
-    println!(" mean | peer's ranks |");
+    for s in 1..=VARIANTS {
+        print!(" order {s} |");
+    }
+    println!(" mean | peer's order and ranks |");
     print!("|---|");
-    for _ in 0..=PERMUTATIONS {
+    for _ in 0..=2 * VARIANTS {
         print!("---:|");
     }
     println!("---:|");
     let last = POINTS.len() - 1;
+    let capacity: u64 = trace
+        .nodes
+        .iter()
+        .map(|n| n.num_gpus() as u64 * 1_000)
+        .sum();
+    let mut variants: Vec<(Vec<Pod>, Vec<u32>)> = (1..=VARIANTS)
+        .map(|s| (trace.arrivals.clone(), permuted_ranks(trace.nodes.len(), s)))
+        .collect();
+    variants.extend((1..=VARIANTS).map(|s| {
+        (
+            resampled_arrivals(&trace.original, capacity, s),
+            permuted_ranks(trace.nodes.len(), s + 100),
+        )
+    }));
     // Fresh policy state for every run.
     let fragmentation_policies: [MakePolicy; 2] = [
         |f, _| Box::new(Fgd::new(f.clone())),
@@ -218,9 +257,8 @@ pub fn main(traces: &Path) -> Result<(), String> {
         let name = make(&frag, &plan).name().to_string();
         print!("| {name} |");
         let mut sum = 0.0;
-        for seed in 1..=PERMUTATIONS {
-            let rank = permuted_ranks(trace.nodes.len(), seed);
-            let v = run(&trace, &rank, &frag, make(&frag, &plan).as_mut())?.curve[last]
+        for (arrivals, rank) in &variants {
+            let v = run(&trace, arrivals, rank, &frag, make(&frag, &plan).as_mut())?.curve[last]
                 .unwrap_or(f64::NAN);
             sum += v;
             print!(" {v:.2} |");
@@ -230,7 +268,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
             .find(|r| r.name == name)
             .and_then(|r| r.curve[last])
             .unwrap_or(f64::NAN);
-        println!(" {:.2} | {peer:.2} |", sum / PERMUTATIONS as f64);
+        println!(" {:.2} | {peer:.2} |", sum / variants.len() as f64);
     }
 
     println!("\nAgainst the peer (seed 42), GPU allocation % at 100 % / 130 % arrived:\n");
