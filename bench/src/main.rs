@@ -4,6 +4,7 @@
 //! `gpu-market-bench colocate [--traces DIR]`: the interference model on Lucid's pairs.
 //! `gpu-market-bench forecast [--traces DIR]`: the demand forecast on Philly and openb arrivals.
 //! `gpu-market-bench micro`: ns per call of the score, the reserve price and feasibility.
+//! `gpu-market-bench all [--traces DIR]`: every one of the above (throughput first).
 
 mod colocate;
 mod fgd;
@@ -15,11 +16,27 @@ mod philly;
 mod throughput;
 mod trace;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: gpu-market-bench [--traces DIR] fgd | throughput | jct | colocate | forecast | micro";
+    "usage: gpu-market-bench [--traces DIR] fgd | throughput | jct | colocate | forecast | micro | all";
+
+/// Every benchmark, by name, in the order `all` runs them: throughput first, as its memory
+/// figure is the process's peak so far.
+const BENCHMARKS: [&str; 6] = ["throughput", "fgd", "jct", "colocate", "forecast", "micro"];
+
+fn bench(name: &str, traces: &Path) -> Option<Result<(), String>> {
+    Some(match name {
+        "fgd" => fgd::main(traces),
+        "throughput" => throughput::main(),
+        "jct" => jct::main(traces),
+        "colocate" => colocate::main(traces),
+        "forecast" => forecast::main(traces),
+        "micro" => micro::main(),
+        _ => return None,
+    })
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,13 +58,15 @@ fn main() -> ExitCode {
         }
     }
     let result = match command.as_deref() {
-        Some("fgd") => fgd::main(&traces),
-        Some("throughput") => throughput::main(),
-        Some("jct") => jct::main(&traces),
-        Some("colocate") => colocate::main(&traces),
-        Some("forecast") => forecast::main(&traces),
-        Some("micro") => micro::main(),
-        _ => return fail(USAGE),
+        Some("all") => BENCHMARKS.iter().try_for_each(|name| {
+            println!("\n# gpu-market-bench {name}\n");
+            bench(name, &traces).unwrap_or_else(|| Err(format!("no benchmark {name}")))
+        }),
+        Some(name) => match bench(name, &traces) {
+            Some(result) => result,
+            None => return fail(USAGE),
+        },
+        None => return fail(USAGE),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
