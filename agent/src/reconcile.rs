@@ -524,6 +524,59 @@ pub struct Reconciler {
     last_heartbeat: Option<i64>,
     /// Each running lease's last container CPU reading (ns) and when it was taken.
     cpu_readings: BTreeMap<Key, (u64, Instant)>,
+    /// Container CPU readings taken off the tick.
+    cpu_probe: CpuProbe,
+}
+
+/// Reads the CPU use of the leases' containers in the background. The engine answers a stats
+/// request only at its next collection (up to a second); read one lease after the other inside
+/// the tick, they delayed every allocation and start by about half a second per running lease.
+/// The tick hands the probe the containers to read and uses the latest readings it has.
+#[derive(Default)]
+struct CpuProbe {
+    /// Container id → cumulative CPU nanoseconds and when they were read.
+    latest: Arc<std::sync::Mutex<BTreeMap<String, (u64, Instant)>>>,
+    /// The round under way, if any: one at a time.
+    round: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl CpuProbe {
+    /// Starts a round reading `ids` side by side, unless the last one is still under way.
+    fn refresh(&mut self, runtime: &Arc<dyn ContainerRuntime>, ids: Vec<String>) {
+        if ids.is_empty() || self.round.as_ref().is_some_and(|r| !r.is_finished()) {
+            return;
+        }
+        let (runtime, latest) = (runtime.clone(), self.latest.clone());
+        self.round = Some(tokio::spawn(async move {
+            let reads = ids.into_iter().map(|id| {
+                let runtime = runtime.clone();
+                async move { (runtime.cpu_usage_ns(&id).await, id) }
+            });
+            for (read, id) in futures_util::future::join_all(reads).await {
+                if let Ok(ns) = read {
+                    latest
+                        .lock()
+                        .expect("probe lock")
+                        .insert(id, (ns, Instant::now()));
+                }
+            }
+        }));
+    }
+
+    /// The latest reading of container `id`.
+    fn latest(&self, id: &str) -> Option<(u64, Instant)> {
+        self.latest.lock().expect("probe lock").get(id).copied()
+    }
+
+    fn forget(&self, id: &str) {
+        self.latest.lock().expect("probe lock").remove(id);
+    }
+}
+
+impl std::fmt::Debug for CpuProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuProbe").finish_non_exhaustive()
+    }
 }
 
 impl Reconciler {
@@ -549,6 +602,7 @@ impl Reconciler {
             clock: None,
             last_heartbeat: None,
             cpu_readings: BTreeMap::new(),
+            cpu_probe: CpuProbe::default(),
         })
     }
 
@@ -572,6 +626,14 @@ impl Reconciler {
             .into_iter()
             .partition(|a| matches!(a, Action::End { .. } | Action::Heartbeat));
         self.execute_all(&first, &observed).await?;
+        let metered: Vec<String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Meter { lease } => self.state.leases.get(lease)?.container_id.clone(),
+                _ => None,
+            })
+            .collect();
+        self.cpu_probe.refresh(&self.runtime, metered);
         let submits: Vec<Key> = submits
             .iter()
             .filter_map(|a| match a {
@@ -761,7 +823,7 @@ impl Reconciler {
             Action::Meter { lease } => {
                 let samples = Self::samples(o, &self.record(*lease).gpu_indices.clone());
                 self.record(*lease).record_sample(&samples);
-                self.observe_workload(*lease).await;
+                self.observe_workload(*lease);
             }
             Action::CloseEnded { lease } => {
                 let samples = Self::samples(o, &self.record(*lease).gpu_indices.clone());
@@ -832,17 +894,23 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Tells the GPU backend how busy the lease's container keeps its CPU share since the last
-    /// reading (the SIMULATED backend's load; real GPUs ignore it).
-    async fn observe_workload(&mut self, lease: Key) {
+    /// Tells the GPU backend how busy the lease's container kept its CPU share between the
+    /// probe's last two readings (the SIMULATED backend's load; real GPUs ignore it).
+    fn observe_workload(&mut self, lease: Key) {
         let record = self.record(lease);
         let (Some(id), gpus) = (record.container_id.clone(), record.gpu_indices.clone()) else {
             return;
         };
-        let Ok(cpu_ns) = self.runtime.cpu_usage_ns(&id).await else {
+        let Some((cpu_ns, now)) = self.cpu_probe.latest(&id) else {
             return;
         };
-        let now = Instant::now();
+        if self
+            .cpu_readings
+            .get(&lease)
+            .is_some_and(|&(_, at)| at >= now)
+        {
+            return;
+        }
         if let Some((last_ns, at)) = self.cpu_readings.insert(lease, (cpu_ns, now)) {
             let share_ns = (now - at).as_nanos()
                 * gpus.len() as u128
@@ -992,6 +1060,7 @@ impl Reconciler {
     async fn clean_up(&mut self, lease: Key) -> Result<(), ActionError> {
         self.cpu_readings.remove(&lease);
         if let Some(id) = self.record(lease).container_id.clone() {
+            self.cpu_probe.forget(&id);
             let logs = logs_path(&self.config.data_dir, &lease);
             let saved = async {
                 tokio::fs::create_dir_all(logs.parent().expect("logs folder"))
@@ -1351,12 +1420,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_simulated_load_follows_the_containers_cpu_share() {
+    async fn the_simulated_load_follows_the_containers_cpu_share_read_off_the_tick() {
         let h = Harness::new(&[0]);
         let (mut r, lease) =
             allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
         let (id, _) = h.running().pop().unwrap();
         h.runtime.set_cpu_rate(&id, 2_000);
+        // The engine answers a CPU reading only at its next collection, here 3 s away: the
+        // tick meters without waiting for it.
+        h.runtime.set_stats_delay(Duration::from_secs(3));
+        let before = Instant::now();
+        let actions = r.tick(false).await.unwrap();
+        assert!(actions.contains(&Action::Meter { lease: lease.key }));
+        assert!(
+            before.elapsed() < Duration::from_secs(3),
+            "the tick waited for the reading: {:?}",
+            before.elapsed()
+        );
         run_for(&mut r, 2 * INTERVAL as u64).await;
         h.runtime.set_cpu_rate(&id, 0);
         run_for(&mut r, 2 * INTERVAL as u64).await;

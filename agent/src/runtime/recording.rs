@@ -64,6 +64,8 @@ struct Inner {
     calls: Vec<Call>,
     containers: BTreeMap<String, FakeContainer>,
     next_id: u32,
+    /// How long a CPU reading takes to answer (an engine answers at its next collection).
+    stats_delay: std::time::Duration,
 }
 
 impl RecordingRuntime {
@@ -94,6 +96,11 @@ impl RecordingRuntime {
         c.cpu_ns = c.cpu_used();
         c.cpu_millicpus = millicpus;
         c.cpu_since = tokio::time::Instant::now();
+    }
+
+    /// From now on a CPU reading answers only after `delay`, as an engine's stats request does.
+    pub fn set_stats_delay(&self, delay: std::time::Duration) {
+        self.lock().stats_delay = delay;
     }
 
     /// Makes container `id` finish with `code`, as a crash or a normal exit would.
@@ -200,6 +207,8 @@ impl ContainerRuntime for RecordingRuntime {
     }
 
     async fn cpu_usage_ns(&self, id: &str) -> Result<u64, RuntimeError> {
+        let delay = self.lock().stats_delay;
+        tokio::time::sleep(delay).await;
         self.lock()
             .containers
             .get(id)
