@@ -2,7 +2,9 @@
 
 use anchor_lang::__private::bytemuck;
 use anchor_lang::Discriminator;
-use gpu_market::state::{BidBook, BookLeaf};
+use gpu_market::pda;
+use gpu_market::state::{BidBook, BookLeaf, BOOK_KIND_QUEUE};
+use gpu_market_core::fit::{Offer, Unfit};
 use solana_pubkey::Pubkey;
 
 /// A book's header and its entries, best first.
@@ -35,4 +37,55 @@ pub fn read_book(data: &[u8]) -> Option<BookEntries> {
         kind: book.kind,
         entries: book.iter().copied().collect(),
     })
+}
+
+impl BookEntries {
+    /// The remaining accounts `allocate` needs to start `chosen` on the machine behind `offer`
+    /// (built as the program builds it, `Machine::offer`): for each entry the program will find
+    /// fitting (and, where `chosen_within_cap` is false, every entry, as the program then reads
+    /// the whole book), its client's stake in a queue book; and each entry whose summary cannot
+    /// decide, its bid account. Each key once.
+    pub fn allocate_evidence(
+        &self,
+        chosen: &Pubkey,
+        offer: &Offer,
+        chosen_within_cap: bool,
+    ) -> Vec<Pubkey> {
+        let mut out: Vec<Pubkey> = Vec::new();
+        let mut add = |k: Pubkey| {
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        };
+        for leaf in &self.entries {
+            if leaf.bid == *chosen {
+                if chosen_within_cap {
+                    break;
+                }
+                continue;
+            }
+            let fits = match offer.fit(&leaf.summary.need()) {
+                Ok(_) => true,
+                Err(Unfit::Undecided) => {
+                    add(leaf.bid);
+                    true
+                }
+                Err(_) => false,
+            };
+            if fits && self.kind == BOOK_KIND_QUEUE {
+                add(pda::stake(&self.market, &leaf.summary.client).0);
+            }
+        }
+        out
+    }
+
+    /// The entry a new bid ranked at (`score`, `seq`) evicts from a full book, if it outranks
+    /// it; `None` while the book has room (or the bid would not get in).
+    pub fn eviction(&self, score: u64, seq: u64) -> Option<&BookLeaf> {
+        if self.entries.len() < gpu_market::state::BOOK_CAPACITY {
+            return None;
+        }
+        let worst = self.entries.last()?;
+        (gpu_market::state::BookKey::new(score, seq) < worst.key()).then_some(worst)
+    }
 }

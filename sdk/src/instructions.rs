@@ -375,6 +375,17 @@ pub struct PlaceBid<'a> {
     pub payment_mint: Pubkey,
     pub client_tokens: Pubkey,
     pub args: PlaceBidArgs,
+    /// The lowest-ranked entry of a full book, which the bid evicts (`crate::book::eviction`).
+    pub evict: Option<Evict>,
+}
+
+/// A bid a new bid evicts from a full book, and where its refund goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Evict {
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    /// A token account of `client` for the payment mint (the bid's `refund_tokens`).
+    pub tokens: Pubkey,
 }
 
 impl PlaceBid<'_> {
@@ -400,6 +411,14 @@ impl ClientInstruction for PlaceBid<'_> {
                 payment_vault: pda::payment_vault(&self.market).0,
                 token_program: spl_token_interface::ID,
                 system_program: solana_system_interface::program::ID,
+                evicted: self.evict.map(|e| e.bid),
+                evicted_client: self.evict.map(|e| e.client),
+                evicted_tokens: self.evict.map(|e| e.tokens),
+                // The bidder's own stake stands for itself: one account is never passed twice.
+                evicted_stake: self
+                    .evict
+                    .filter(|e| e.client != self.client.pubkey())
+                    .map(|e| pda::stake(&self.market, &e.client).0),
             },
             gpu_market::instruction::PlaceBid {
                 args: self.args.clone(),
@@ -480,6 +499,44 @@ impl ClientInstruction for CancelBid<'_> {
     }
 }
 
+/// Removes a bid whose deadline has passed; anyone may send it.
+pub struct PruneBid<'a> {
+    pub caller: &'a Keypair,
+    pub market: Pubkey,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    pub book: Pubkey,
+    pub payment_mint: Pubkey,
+    /// A token account of the bid's client for the payment mint (the bid's `refund_tokens`).
+    pub client_tokens: Pubkey,
+}
+
+impl ClientInstruction for PruneBid<'_> {
+    const NAME: &'static str = "prune_bid";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::PruneBid {
+                caller: self.caller.pubkey(),
+                market: self.market,
+                bid: self.bid,
+                client: self.client,
+                book: self.book,
+                stake: pda::stake(&self.market, &self.client).0,
+                payment_mint: self.payment_mint,
+                client_tokens: self.client_tokens,
+                payment_vault: pda::payment_vault(&self.market).0,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::PruneBid {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.caller]
+    }
+}
+
 pub struct Allocate<'a> {
     pub agent: &'a Keypair,
     pub market: Pubkey,
@@ -488,8 +545,9 @@ pub struct Allocate<'a> {
     pub bid: Pubkey,
     pub client: Pubkey,
     pub gpus: Vec<u8>,
-    /// The bids ranked above `bid`, best first, with their clients: (bid, client).
-    pub better: Vec<(Pubkey, Pubkey)>,
+    /// What the book cannot show by itself (`crate::book::allocate_evidence`): client stakes
+    /// and undecidable bids. Empty in the common case, whatever the book's depth.
+    pub evidence: Vec<Pubkey>,
 }
 
 impl Allocate<'_> {
@@ -519,13 +577,11 @@ impl ClientInstruction for Allocate<'_> {
                 },
             },
         );
-        for (bid, client) in &self.better {
-            i.accounts.push(AccountMeta::new_readonly(*bid, false));
-            i.accounts.push(AccountMeta::new_readonly(
-                pda::stake(&self.market, client).0,
-                false,
-            ));
-        }
+        i.accounts.extend(
+            self.evidence
+                .iter()
+                .map(|k| AccountMeta::new_readonly(*k, false)),
+        );
         i
     }
 

@@ -83,7 +83,7 @@ pub enum MarketError {
     ClientCapReached,
     #[msg("the bid's deadline has passed")]
     DeadlinePassed,
-    #[msg("pass every bid ranked above the chosen one, in book order, with its client's stake")]
+    #[msg("pass the client stake of each book entry ranked above that fits, and the bid account of each entry its summary cannot decide")]
     CandidatesMissing,
     #[msg("a bid ranked above the chosen one is feasible on this machine")]
     BetterBidFeasible,
@@ -121,6 +121,54 @@ pub enum MarketError {
     Overflow,
     #[msg("division by zero")]
     DivisionByZero,
+    #[msg("too few of the machine's GPUs are of a class the bid accepts")]
+    NoGpuOfClass,
+    #[msg("too few of the machine's GPUs have the memory the bid asks per GPU")]
+    NotEnoughGpuMemory,
+    #[msg("the price is below the host's floor")]
+    PriceBelowFloor,
+    #[msg("the price is below the market's reserve price of the classes the bid accepts")]
+    PriceBelowReserve,
+    #[msg("running leases hold the GPUs the bid needs")]
+    GpusBusy,
+    #[msg("the bid's deadline has not passed")]
+    BidNotExpired,
+    #[msg("the book is full: pass its lowest-ranked bid, that bid's client, token account and stake to evict it")]
+    EvictionMissing,
+    #[msg("the book is full and the bid does not outrank its lowest-ranked entry")]
+    BookFullOfBetterBids,
+}
+
+impl From<gpu_market_core::fit::Unfit> for MarketError {
+    fn from(e: gpu_market_core::fit::Unfit) -> Self {
+        use gpu_market_core::fit::Unfit;
+        match e {
+            Unfit::MachineInactive => MarketError::MachineNotActive,
+            Unfit::Expired => MarketError::DeadlinePassed,
+            Unfit::NoAcceptedClass => MarketError::NoGpuOfClass,
+            Unfit::TooLittleMemory => MarketError::NotEnoughGpuMemory,
+            Unfit::OverclockOutOfRange => MarketError::OverclockOutOfRange,
+            Unfit::PriceBelowFloor => MarketError::PriceBelowFloor,
+            Unfit::PriceBelowReserve => MarketError::PriceBelowReserve,
+            Unfit::Busy => MarketError::GpusBusy,
+            Unfit::Undecided => MarketError::CandidatesMissing,
+        }
+    }
+}
+
+impl From<gpu_market_core::fit::ChoiceError> for MarketError {
+    fn from(e: gpu_market_core::fit::ChoiceError) -> Self {
+        use gpu_market_core::fit::ChoiceError;
+        use gpu_market_core::matching::AssignError;
+        match e {
+            ChoiceError::Unfit(u) => u.into(),
+            ChoiceError::Assign(AssignError::Count) => MarketError::BadGpuCount,
+            ChoiceError::Assign(AssignError::Unknown(_)) => MarketError::UnknownGpu,
+            ChoiceError::Assign(AssignError::Duplicate(_)) => MarketError::DuplicateGpu,
+            ChoiceError::Assign(AssignError::Incompatible(_)) => MarketError::GpuCannotServe,
+            ChoiceError::TopologySplit => MarketError::TopologySplit,
+        }
+    }
 }
 
 impl From<crate::state::BookError> for MarketError {

@@ -86,10 +86,22 @@ pub struct BidToppedUp {
     pub escrow: u64,
 }
 
+/// Why a waiting bid left its book with its escrow refunded.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BidRemoval {
+    /// Its client cancelled it.
+    Cancelled,
+    /// Its deadline had passed; anyone may remove it.
+    Expired,
+    /// A better bid took its place in a full book.
+    Evicted,
+}
+
 #[event]
 pub struct BidCancelled {
     pub bid: Pubkey,
     pub refund: u64,
+    pub reason: BidRemoval,
 }
 
 #[event]

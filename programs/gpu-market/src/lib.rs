@@ -65,7 +65,8 @@ pub mod gpu_market {
     }
 
     /// Places a queue or spot bid: locks price × duration in escrow, scores it from the
-    /// bidder's stake, deadline and requested resources, and inserts it in its book.
+    /// bidder's stake, deadline and requested resources, and inserts it in its book (evicting
+    /// the lowest-ranked entry of a full book, refunded, when it outranks it).
     pub fn place_bid(ctx: Context<PlaceBid>, args: PlaceBidArgs) -> Result<()> {
         PlaceBid::place_bid(ctx, args)
     }
@@ -78,6 +79,12 @@ pub mod gpu_market {
     /// Cancels a waiting bid: out of its book, escrow refunded in full, account closed.
     pub fn cancel_bid(ctx: Context<CancelBid>) -> Result<()> {
         CancelBid::cancel_bid(ctx)
+    }
+
+    /// Removes a bid whose deadline has passed (anyone may call): escrow and rent go back to
+    /// its client.
+    pub fn prune_bid(ctx: Context<PruneBid>) -> Result<()> {
+        PruneBid::prune_bid(ctx)
     }
 
     /// Registers a host's machine: its agent key, GPUs with their allowed overclock ranges and
@@ -100,9 +107,9 @@ pub mod gpu_market {
         UpdateMachine::set_machine_status(ctx, status)
     }
 
-    /// Starts the best feasible bid on the machine (signed by its agent): the program checks that
-    /// no bid ranked above it fits (they are passed as remaining accounts), that the chosen GPUs
-    /// serve it and stay in one topology group when they can, and creates the lease.
+    /// Starts a bid on the machine (signed by its agent): the program checks, from the book's own
+    /// entries, that no bid ranked above it fits the machine and may run first, that the chosen
+    /// GPUs serve it and stay in one topology group when they can, and creates the lease.
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {
         Allocate::allocate(ctx, args)
     }

@@ -1,10 +1,10 @@
 use anchor_lang::prelude::*;
-use gpu_market_core::matching::{self, AssignError};
+use gpu_market_core::fit::{Offer, Unfit};
 
 use crate::errors::MarketError;
 use crate::events::LeaseStarted;
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Lease, Machine, MachineStatus, Market,
+    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, Machine, Market,
     StakeAccount, MAX_GPUS,
 };
 
@@ -14,8 +14,12 @@ pub struct AllocateArgs {
     pub gpus: Vec<u8>,
 }
 
-/// Remaining accounts: every bid ranked above `bid` in `book`, best first, each followed by its
-/// client's stake account. The program checks that none of them fits the machine now.
+/// Remaining accounts, in any order: evidence about book entries ranked above the chosen bid
+/// that fit the machine by their summary. For a queue bid, the stake account of each such
+/// entry's client (the anti-monopoly cap decides whether the entry may run first); and the bid
+/// account of each entry whose summary cannot decide (differing per-GPU overclock terms on GPUs
+/// whose limits differ). Entries that do not fit need nothing, so the transaction's size does not
+/// grow with the number of bids above.
 #[derive(Accounts)]
 pub struct Allocate<'info> {
     /// The machine's agent; pays the lease's rent and gets it back when the lease closes.
@@ -54,34 +58,63 @@ pub struct Allocate<'info> {
     pub system_program: Program<'info, System>,
 }
 
-/// Whether a queue bid's client stays under the anti-monopoly cap with `bid` (spot bids rent
-/// one host's machine in its own auction and are not capped).
-fn under_cap(bid: &Bid, held_by_client: u64, market: &Market) -> bool {
-    bid.kind == BidKind::Spot || market.within_client_cap(held_by_client, bid.gpu_count as u64)
+/// What the remaining accounts of `allocate` prove about book entries.
+struct Evidence {
+    /// (client, GPUs it holds) from each stake account passed.
+    stakes: Vec<(Pubkey, u32)>,
+    bids: Vec<(Pubkey, Bid)>,
 }
 
-/// Whether `bid` could start on `machine` now on some GPUs: deadline, cap and an assignment.
-pub fn feasible(
-    bid: &Bid,
-    held_by_client: u64,
-    machine: &Machine,
-    market: &Market,
-    now: i64,
-    freed: &Freed,
-) -> Result<bool> {
-    Ok(bid.status == BidStatus::Open
-        && now < bid.deadline
-        && under_cap(bid, held_by_client, market)
-        && matching::assign(&machine.compat(bid, market, now, freed)?).is_some())
+impl Evidence {
+    fn read(remaining: &[AccountInfo], market: &Pubkey) -> Result<Self> {
+        let mut stakes = Vec::new();
+        let mut bids = Vec::new();
+        for info in remaining {
+            require_keys_eq!(*info.owner, crate::ID, MarketError::CandidatesMissing);
+            let data = info.try_borrow_data()?;
+            if data.starts_with(StakeAccount::DISCRIMINATOR) {
+                let stake = StakeAccount::try_deserialize(&mut &data[..])?;
+                require_keys_eq!(stake.market, *market, MarketError::WrongStakeAccount);
+                stakes.push((stake.owner, stake.gpus_held));
+            } else if data.starts_with(Bid::DISCRIMINATOR) {
+                bids.push((info.key(), Bid::try_deserialize(&mut &data[..])?));
+            } else {
+                return err!(MarketError::CandidatesMissing);
+            }
+        }
+        Ok(Evidence { stakes, bids })
+    }
+
+    /// Whether the entry's bid fits `offer`: from its summary, or from its account when the
+    /// summary cannot decide.
+    fn fits(&self, offer: &Offer, leaf: &BookLeaf) -> Result<bool> {
+        match offer.fit(&leaf.summary.need()) {
+            Ok(_) => Ok(true),
+            Err(Unfit::Undecided) => {
+                let (_, bid) = self
+                    .bids
+                    .iter()
+                    .find(|(k, _)| *k == leaf.bid)
+                    .ok_or(MarketError::CandidatesMissing)?;
+                Ok(bid.fit(offer).is_ok())
+            }
+            Err(_) => Ok(false),
+        }
+    }
+
+    fn held_by(&self, client: &Pubkey) -> Result<u32> {
+        self.stakes
+            .iter()
+            .find(|(c, _)| c == client)
+            .map(|(_, held)| *held)
+            .ok_or_else(|| error!(MarketError::CandidatesMissing))
+    }
 }
 
 impl Allocate<'_> {
-    fn validate(&self, args: &AllocateArgs, now: i64) -> Result<()> {
+    /// The machine's offer to the bid; checks that the bid fits it on the GPUs chosen.
+    fn validate(&self, args: &AllocateArgs, now: i64) -> Result<Offer> {
         let (machine, bid, market) = (&self.machine, &self.bid, &self.market);
-        require!(
-            machine.status == MachineStatus::Active,
-            MarketError::MachineNotActive
-        );
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
         let book = match bid.kind {
             BidKind::Queue => market.queue_book,
@@ -91,75 +124,67 @@ impl Allocate<'_> {
             }
         };
         require_keys_eq!(self.book.key(), book, MarketError::WrongBook);
-        require!(now < bid.deadline, MarketError::DeadlinePassed);
-        require!(
-            under_cap(bid, self.client_stake.gpus_held as u64, market),
-            MarketError::ClientCapReached
-        );
-        require!(
-            args.gpus.iter().all(|&g| g < machine.gpu_count),
-            MarketError::UnknownGpu
-        );
-        let compat = machine.compat(bid, market, now, &Freed::default())?;
-        matching::check(&compat, &args.gpus).map_err(|e| match e {
-            AssignError::Count => error!(MarketError::BadGpuCount),
-            AssignError::Unknown(_) => error!(MarketError::UnknownGpu),
-            AssignError::Duplicate(_) => error!(MarketError::DuplicateGpu),
-            AssignError::Incompatible(_) => error!(MarketError::GpuCannotServe),
-        })?;
-        // Multi-GPU work stays inside one NVLink/PCIe group whenever it fits in one.
-        let chosen = args.gpus.iter().fold(0u16, |m, &g| m | 1 << g);
-        let groups = machine.topology_groups();
-        if !groups.iter().any(|&grp| chosen & !grp == 0) {
-            let fits_one = groups.iter().any(|&grp| {
-                let within: Vec<u16> = compat.iter().map(|m| m & grp).collect();
-                matching::assign(&within).is_some()
-            });
-            require!(!fits_one, MarketError::TopologySplit);
+        require!(args.gpus.len() <= MAX_GPUS, MarketError::BadGpuCount);
+        let offer = machine.offer(market, bid.kind, now, &Freed::default())?;
+        let settings = bid.settings();
+        offer
+            .check_choice(&bid.need(&settings), &args.gpus)
+            .map_err(MarketError::from)?;
+        Ok(offer)
+    }
+
+    /// The book backs the choice: every entry ranked above the chosen bid that fits the machine
+    /// must give way to it, which only an entry over its client's anti-monopoly cap does while
+    /// the chosen bid is within its own. A chosen bid over the cap runs only when nothing else
+    /// fits: no entry above it, and no entry below it within its client's cap.
+    fn check_book(&self, remaining: &[AccountInfo], offer: &Offer) -> Result<()> {
+        let evidence = Evidence::read(remaining, &self.market.key())?;
+        let queue = self.bid.kind == BidKind::Queue;
+        let chosen = self.bid.key();
+        let held_by = |client: &Pubkey| -> Result<u32> {
+            if *client == self.bid.client {
+                Ok(self.client_stake.gpus_held)
+            } else {
+                evidence.held_by(client)
+            }
+        };
+        let within_cap = |client: &Pubkey, gpus: u8| -> Result<bool> {
+            Ok(!queue
+                || self
+                    .market
+                    .within_client_cap(held_by(client)? as u64, gpus as u64))
+        };
+        let chosen_within = within_cap(&self.bid.client, self.bid.gpu_count)?;
+        let book = self.book.load()?;
+        let mut above = true;
+        for leaf in book.iter() {
+            if leaf.bid == chosen {
+                if chosen_within {
+                    return Ok(());
+                }
+                above = false;
+                continue;
+            }
+            if !evidence.fits(offer, leaf)? {
+                continue;
+            }
+            let within = within_cap(&leaf.summary.client, leaf.summary.gpu_count)?;
+            if above {
+                require!(chosen_within && !within, MarketError::BetterBidFeasible);
+            } else {
+                require!(!within, MarketError::ClientCapReached);
+            }
+        }
+        if above {
+            return err!(MarketError::BookNotFound);
         }
         Ok(())
     }
 
-    /// No bid ranked above the chosen one fits the machine now (the remaining accounts hold
-    /// each of them, in book order, with its client's stake).
-    fn check_better_bids<'a>(&self, remaining: &'a [AccountInfo<'a>], now: i64) -> Result<()> {
-        let book = self.book.load()?;
-        let chosen = self.bid.key();
-        let mut passed = remaining.iter();
-        for leaf in book.iter() {
-            if leaf.bid == chosen {
-                return Ok(());
-            }
-            let (Some(bid_info), Some(stake_info)) = (passed.next(), passed.next()) else {
-                return err!(MarketError::CandidatesMissing);
-            };
-            require_keys_eq!(*bid_info.key, leaf.bid, MarketError::CandidatesMissing);
-            let better: Account<Bid> = Account::try_from(bid_info)?;
-            let stake: Account<StakeAccount> = Account::try_from(stake_info)?;
-            require!(
-                stake.market == self.market.key() && stake.owner == better.client,
-                MarketError::WrongStakeAccount
-            );
-            require!(
-                !feasible(
-                    &better,
-                    stake.gpus_held as u64,
-                    &self.machine,
-                    &self.market,
-                    now,
-                    &Freed::default()
-                )?,
-                MarketError::BetterBidFeasible
-            );
-        }
-        err!(MarketError::BookNotFound)
-    }
-
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        ctx.accounts.validate(&args, now)?;
-        ctx.accounts
-            .check_better_bids(ctx.remaining_accounts, now)?;
+        let offer = ctx.accounts.validate(&args, now)?;
+        ctx.accounts.check_book(ctx.remaining_accounts, &offer)?;
 
         let accounts = ctx.accounts;
         let bid = &mut accounts.bid;

@@ -1,13 +1,14 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
-use gpu_market_core::matching;
+use gpu_market_core::fit::{Need, Terms, Unfit};
 use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::settlement::escrow_for;
 
 use crate::errors::MarketError;
-use crate::events::{BidCancelled, BidPlaced, BidToppedUp};
+use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
+use crate::instructions::pay_out;
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Machine, MachineStatus, Market,
+    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine, MachineStatus, Market,
     OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS,
 };
 
@@ -74,6 +75,23 @@ pub struct PlaceBid<'info> {
 
     pub token_program: Program<'info, Token>,
     pub system_program: Program<'info, System>,
+
+    /// Only when the book is full: its lowest-ranked bid, which the new bid evicts (if it
+    /// outranks it) with a full refund of escrow and rent to that bid's client.
+    #[account(mut, has_one = market)]
+    pub evicted: Option<Box<Account<'info, Bid>>>,
+
+    /// CHECK: must be `evicted.client` (checked in the handler); receives the evicted bid's rent.
+    #[account(mut)]
+    pub evicted_client: Option<UncheckedAccount<'info>>,
+
+    /// A token account of the evicted bid's client for the payment mint: gets its escrow.
+    #[account(mut, token::mint = payment_mint)]
+    pub evicted_tokens: Option<Box<Account<'info, TokenAccount>>>,
+
+    /// The evicted bid's client's stake account; absent when that client is the bidder.
+    #[account(mut)]
+    pub evicted_stake: Option<Box<Account<'info, StakeAccount>>>,
 }
 
 impl PlaceBid<'_> {
@@ -110,7 +128,12 @@ impl PlaceBid<'_> {
                     self.book.key(),
                     self.market.queue_book,
                     MarketError::WrongBook
-                )
+                );
+                // A queue bid no machine may serve at today's prices only clutters the book.
+                require!(
+                    args.price >= self.market.lowest_reserve(args.accepted_classes, now)?,
+                    MarketError::PriceBelowReserve
+                );
             }
             (BidKind::Spot, Some(machine)) => {
                 require!(
@@ -118,30 +141,77 @@ impl PlaceBid<'_> {
                     MarketError::MachineNotActive
                 );
                 require_keys_eq!(self.book.key(), machine.spot_book, MarketError::WrongBook);
-                // Some assignment of the machine's GPUs (of an accepted class, with the memory)
-                // must allow each GPU's terms, ignoring what runs there now.
-                let mut compat = vec![0u16; args.gpu_count as usize];
-                for (g, gpu) in machine.gpus().iter().enumerate() {
-                    if args.accepted_classes & (1 << gpu.class) == 0
-                        || gpu.memory_gib < args.gib_per_gpu
-                    {
-                        continue;
-                    }
-                    for (i, mask) in compat.iter_mut().enumerate() {
-                        let t = args.overclock[if terms == 1 { 0 } else { i }];
-                        if gpu.limits().check(&t.settings()).is_ok() {
-                            *mask |= 1 << g;
-                        }
-                    }
+                // The bid must fit the machine once its running leases are gone: the same fit
+                // rule as `allocate`, on a machine with every GPU free.
+                let idle = Freed {
+                    gpus: u16::MAX,
+                    gib: u16::MAX,
+                };
+                let offer = machine.offer(&self.market, BidKind::Spot, now, &idle)?;
+                let settings: Vec<_> = (0..args.gpu_count as usize)
+                    .map(|i| args.overclock[if terms == 1 { 0 } else { i }].settings())
+                    .collect();
+                let need = Need {
+                    gpu_count: args.gpu_count,
+                    gib_per_gpu: args.gib_per_gpu,
+                    accepted_classes: args.accepted_classes,
+                    price: args.price,
+                    deadline: args.deadline,
+                    terms: Terms::of(&settings),
+                };
+                match offer.fit(&need) {
+                    Ok(_) => {}
+                    Err(Unfit::PriceBelowFloor) => return err!(MarketError::PriceBelowFloor),
+                    Err(_) => return err!(MarketError::OverclockOutOfRange),
                 }
-                require!(
-                    matching::assign(&compat).is_some(),
-                    MarketError::OverclockOutOfRange
-                );
             }
             _ => return err!(MarketError::WrongBook),
         }
         Ok(())
+    }
+
+    /// Makes room in a full book for a bid ranked at `newcomer`: its lowest-ranked entry leaves
+    /// with a full refund, as in an order book; a newcomer that does not outrank it is refused.
+    fn evict_worst(&mut self, newcomer: BookKey) -> Result<()> {
+        let worst = *self.book.load()?.worst().ok_or(MarketError::BookNotFound)?;
+        require!(newcomer < worst.key(), MarketError::BookFullOfBetterBids);
+        let missing = || error!(MarketError::EvictionMissing);
+        let evicted = self.evicted.as_ref().ok_or_else(missing)?;
+        require_keys_eq!(evicted.key(), worst.bid, MarketError::EvictionMissing);
+        let to = self.evicted_client.as_ref().ok_or_else(missing)?;
+        require_keys_eq!(to.key(), evicted.client, MarketError::EvictionMissing);
+        let tokens = self.evicted_tokens.as_ref().ok_or_else(missing)?;
+        require_keys_eq!(tokens.owner, evicted.client, MarketError::EvictionMissing);
+        let stake = if evicted.client == self.client.key() {
+            // One account must not be loaded twice: the bidder's own stake stands for it.
+            require!(self.evicted_stake.is_none(), MarketError::EvictionMissing);
+            &mut self.stake
+        } else {
+            let stake = self.evicted_stake.as_mut().ok_or_else(missing)?;
+            require!(
+                stake.market == self.market.key() && stake.owner == evicted.client,
+                MarketError::WrongStakeAccount
+            );
+            stake
+        };
+        let refund =
+            self.market
+                .take_out(worst.bid, evicted, &mut *self.book.load_mut()?, stake)?;
+        pay_out(
+            &self.market,
+            self.market.to_account_info(),
+            self.payment_vault.to_account_info(),
+            &self.payment_mint,
+            tokens.to_account_info(),
+            &self.token_program,
+            refund,
+        )?;
+        emit!(BidCancelled {
+            bid: worst.bid,
+            refund,
+            reason: BidRemoval::Evicted,
+        });
+        evicted.close(to.to_account_info())
     }
 
     pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs) -> Result<()> {
@@ -203,6 +273,7 @@ impl PlaceBid<'_> {
             max_duration_secs: args.max_duration_secs,
             deadline: args.deadline,
             escrow,
+            refund_tokens: ctx.accounts.client_tokens.key(),
             score: base,
             book_key: 0,
             seq: 0,
@@ -215,6 +286,12 @@ impl PlaceBid<'_> {
             None => rank,
         };
         let bid_key = bid.key();
+        if ctx.accounts.book.load()?.is_full() {
+            let newcomer = BookKey::new(key, market.next_bid_seq);
+            ctx.accounts.evict_worst(newcomer)?;
+        }
+        let market = &mut ctx.accounts.market;
+        let bid = &mut ctx.accounts.bid;
         market.enqueue(bid_key, bid, &mut *ctx.accounts.book.load_mut()?, key)?;
         market.total_escrow = market
             .total_escrow
@@ -236,6 +313,7 @@ impl PlaceBid<'_> {
         )?;
 
         let bid = &ctx.accounts.bid;
+        let market = &ctx.accounts.market;
         emit!(BidPlaced {
             market: market.key(),
             bid: bid.key(),
@@ -342,49 +420,91 @@ pub struct CancelBid<'info> {
 impl CancelBid<'_> {
     /// Takes a waiting bid out of its book and refunds its escrow in full.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
-        let bid = &ctx.accounts.bid;
-        require!(bid.status == BidStatus::Open, MarketError::BidRunning);
-        let stake = &mut ctx.accounts.stake;
-        stake.open_bids = stake
-            .open_bids
-            .checked_sub(1)
-            .ok_or(MarketError::Overflow)?;
-        let leaf = ctx
-            .accounts
-            .book
-            .load_mut()?
-            .remove(BookKey::new(bid.book_key, bid.seq))
-            .map_err(MarketError::from)?;
-        // The key found a leaf: it must be this bid's (else the whole transaction rolls back).
-        require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
-        let refund = bid.escrow;
-        let market = &mut ctx.accounts.market;
-        if bid.kind == BidKind::Queue {
-            market.add_waiting(-(bid.gpu_count as i64))?;
-        }
-        market.total_escrow = market
-            .total_escrow
-            .checked_sub(refund)
-            .ok_or(MarketError::Overflow)?;
-        market.with_signer(|signer| {
-            token::transfer_checked(
-                CpiContext::new_with_signer(
-                    ctx.accounts.token_program.key(),
-                    TransferChecked {
-                        from: ctx.accounts.payment_vault.to_account_info(),
-                        mint: ctx.accounts.payment_mint.to_account_info(),
-                        to: ctx.accounts.client_tokens.to_account_info(),
-                        authority: market.to_account_info(),
-                    },
-                    signer,
-                ),
-                refund,
-                ctx.accounts.payment_mint.decimals,
-            )
-        })?;
-        emit!(BidCancelled {
-            bid: bid.key(),
+        let a = &mut *ctx.accounts;
+        let bid_key = a.bid.key();
+        let refund =
+            a.market
+                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake)?;
+        pay_out(
+            &a.market,
+            a.market.to_account_info(),
+            a.payment_vault.to_account_info(),
+            &a.payment_mint,
+            a.client_tokens.to_account_info(),
+            &a.token_program,
             refund,
+        )?;
+        emit!(BidCancelled {
+            bid: bid_key,
+            refund,
+            reason: BidRemoval::Cancelled,
+        });
+        Ok(())
+    }
+}
+
+/// Anyone may remove a bid whose deadline has passed: it can no longer run, and only clutters
+/// the book. Escrow and rent go back to its client, nowhere else.
+#[derive(Accounts)]
+pub struct PruneBid<'info> {
+    /// Whoever sends it (a keeper, an agent, the client): pays only the fee.
+    pub caller: Signer<'info>,
+
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(mut, has_one = client, has_one = market, close = client)]
+    pub bid: Box<Account<'info, Bid>>,
+
+    /// CHECK: the bid's client (`has_one` above); receives the bid account's rent.
+    #[account(mut)]
+    pub client: UncheckedAccount<'info>,
+
+    /// The book the bid waits in.
+    #[account(mut)]
+    pub book: AccountLoader<'info, BidBook>,
+
+    #[account(
+        mut,
+        seeds = [seeds::STAKE, market.key().as_ref(), bid.client.as_ref()],
+        bump = stake.bump,
+    )]
+    pub stake: Box<Account<'info, StakeAccount>>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+
+    /// A token account of the bid's client for the payment mint: receives the escrow.
+    #[account(mut, token::mint = payment_mint, token::authority = bid.client)]
+    pub client_tokens: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl PruneBid<'_> {
+    pub fn prune_bid(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let a = &mut *ctx.accounts;
+        require!(now >= a.bid.deadline, MarketError::BidNotExpired);
+        let bid_key = a.bid.key();
+        let refund =
+            a.market
+                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake)?;
+        pay_out(
+            &a.market,
+            a.market.to_account_info(),
+            a.payment_vault.to_account_info(),
+            &a.payment_mint,
+            a.client_tokens.to_account_info(),
+            &a.token_program,
+            refund,
+        )?;
+        emit!(BidCancelled {
+            bid: bid_key,
+            refund,
+            reason: BidRemoval::Expired,
         });
         Ok(())
     }

@@ -1,45 +1,14 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 use gpu_market_core::lease::{self as lease_math, UsageProof};
 use gpu_market_core::settlement::payout;
 
 use crate::errors::MarketError;
+use crate::instructions::pay_out;
 use crate::events::{LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven};
-use crate::instructions::allocate::feasible;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
 };
-
-/// Moves `amount` of the payment vault to `to`, signed by the market.
-fn pay_out<'info>(
-    market: &Market,
-    market_info: AccountInfo<'info>,
-    vault: AccountInfo<'info>,
-    mint: &Account<'info, Mint>,
-    to: AccountInfo<'info>,
-    token_program: &Program<'info, Token>,
-    amount: u64,
-) -> Result<()> {
-    if amount == 0 {
-        return Ok(());
-    }
-    market.with_signer(|signer| {
-        token::transfer_checked(
-            CpiContext::new_with_signer(
-                token_program.key(),
-                TransferChecked {
-                    from: vault,
-                    mint: mint.to_account_info(),
-                    to,
-                    authority: market_info,
-                },
-                signer,
-            ),
-            amount,
-            mint.decimals,
-        )
-    })
-}
 
 #[derive(Accounts)]
 pub struct Preempt<'info> {
@@ -85,15 +54,16 @@ impl Preempt<'_> {
             gpus: lease.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
             gib: lease.gib_per_gpu,
         };
-        require!(
-            feasible(
-                &a.challenger,
+        let offer = a.machine.offer(&a.market, a.challenger.kind, now, &freed)?;
+        let within_cap = a.challenger.kind == BidKind::Spot
+            || a.market.within_client_cap(
                 a.challenger_stake.gpus_held as u64,
-                &a.machine,
-                &a.market,
-                now,
-                &freed
-            )?,
+                a.challenger.gpu_count as u64,
+            );
+        require!(
+            a.challenger.status == BidStatus::Open
+                && within_cap
+                && a.challenger.fit(&offer).is_ok(),
             MarketError::BidNotFeasible
         );
         let stop = match a.challenger.kind {

@@ -1,10 +1,12 @@
+use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
+use gpu_market_core::fit::{Choice, Need, Offer, Terms, Unfit};
 use gpu_market_core::lease;
 use gpu_market_core::overclock::Settings;
 use gpu_market_core::settlement::PriceUnit;
 
 use crate::errors::MarketError;
-use crate::state::{Machine, Market, MAX_GPUS};
+use crate::state::{BidSummary, Machine, MAX_GPUS};
 
 /// Bytes of a bid's image reference (`registry/repository:tag`), zero-padded.
 pub const IMAGE_REF_LEN: usize = 48;
@@ -26,10 +28,11 @@ pub enum BidStatus {
 }
 
 /// Overclock terms a bid asks of each of its GPUs. The power limit is mandatory; a lock of 0
-/// means "no lock", an offset of 0 "no offset".
+/// means "no lock", an offset of 0 "no offset". `repr(C)` because book entries hold it zero-copy.
 #[derive(
     AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace,
 )]
+#[repr(C)]
 pub struct OverclockTerms {
     pub power_limit_w: u16,
     pub core_lock_mhz: u16,
@@ -38,7 +41,23 @@ pub struct OverclockTerms {
     pub mem_offset_mhz: i16,
 }
 
+// SAFETY: `repr(C)`, five 2-byte integers, no padding (pinned below): every bit pattern is valid.
+unsafe impl Zeroable for OverclockTerms {}
+unsafe impl Pod for OverclockTerms {}
+const _: () = assert!(core::mem::size_of::<OverclockTerms>() == 10);
+
 impl OverclockTerms {
+    /// The stored form of `s` (an absent lock or offset is 0).
+    pub fn from_settings(s: &Settings) -> Self {
+        OverclockTerms {
+            power_limit_w: s.power_limit_w,
+            core_lock_mhz: s.core_lock_mhz.unwrap_or(0),
+            mem_lock_mhz: s.mem_lock_mhz.unwrap_or(0),
+            core_offset_mhz: s.core_offset_mhz.unwrap_or(0),
+            mem_offset_mhz: s.mem_offset_mhz.unwrap_or(0),
+        }
+    }
+
     pub fn settings(&self) -> Settings {
         let opt_u = |v: u16| (v != 0).then_some(v);
         let opt_i = |v: i16| (v != 0).then_some(v);
@@ -81,6 +100,9 @@ pub struct Bid {
     pub deadline: i64,
     /// Tokens locked in the market's payment vault for this bid.
     pub escrow: u64,
+    /// The client's token account the escrow came from: where a keeper sends a refund (any
+    /// token account of the client for the payment mint is accepted).
+    pub refund_tokens: Pubkey,
     /// The weighted score at placement (0..=10 000) and the book key derived from it.
     pub score: u64,
     pub book_key: u64,
@@ -112,22 +134,53 @@ impl Bid {
         self.kind.unit()
     }
 
-    /// Whether the price meets the host's floor and, for a queue bid, the market's reserve price
-    /// for GPU class `class` now. Spot bids (per GPU-day) meet the floor × 24.
-    pub fn pays_enough(
-        &self,
-        class: u8,
-        machine: &Machine,
-        market: &Market,
-        now: i64,
-    ) -> Result<bool> {
-        Ok(match self.kind {
-            BidKind::Queue => {
-                self.price >= machine.price_floor_per_gpu_hour
-                    && self.price >= market.reserve_price(class, now)?
+    /// The terms of each of the bid's GPUs, in its GPU order.
+    pub fn settings(&self) -> Vec<Settings> {
+        (0..self.gpu_count as usize)
+            .map(|i| self.terms_of(i).settings())
+            .collect()
+    }
+
+    /// What the fit rule needs of the bid; `settings` is [`Bid::settings`].
+    pub fn need<'a>(&self, settings: &'a [Settings]) -> Need<'a> {
+        Need {
+            gpu_count: self.gpu_count,
+            gib_per_gpu: self.gib_per_gpu,
+            accepted_classes: self.accepted_classes,
+            price: self.price,
+            deadline: self.deadline,
+            terms: Terms::of(settings),
+        }
+    }
+
+    /// The GPUs the bid gets on the machine behind `offer`, or why it does not fit there.
+    pub fn fit(&self, offer: &Offer) -> core::result::Result<Choice, Unfit> {
+        let settings = self.settings();
+        offer.fit(&self.need(&settings))
+    }
+
+    /// What its book entry carries, so `allocate` can decide fit without the account.
+    pub fn summary(&self) -> BidSummary {
+        let settings = self.settings();
+        let (lo, hi, mixed) = match Terms::of(&settings) {
+            Terms::Uniform(s) => (s, s, 0),
+            _ => {
+                let (lo, hi) = Terms::range_of(&settings);
+                (lo, hi, 1)
             }
-            BidKind::Spot => self.price >= machine.price_floor_per_gpu_hour.saturating_mul(24),
-        })
+        };
+        BidSummary {
+            client: self.client,
+            price: self.price,
+            deadline: self.deadline,
+            terms_lo: OverclockTerms::from_settings(&lo),
+            terms_hi: OverclockTerms::from_settings(&hi),
+            gib_per_gpu: self.gib_per_gpu,
+            gpu_count: self.gpu_count,
+            accepted_classes: self.accepted_classes,
+            mixed,
+            _reserved: [0; 7],
+        }
     }
 
     /// The book key of a spot bid on `machine`: the host's profit per day (GigaSPOT).

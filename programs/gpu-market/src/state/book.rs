@@ -2,8 +2,9 @@
 //!
 //! Like OpenBook v2's order book it is a crit-bit tree in fixed node arrays, so the account never
 //! grows and no operation allocates. Unlike OpenBook, inner nodes carry only their crit bit and two
-//! children (the djb layout): leaves and inner nodes live in separate arrays, which keeps a
-//! 4,096-entry book at 272 KiB instead of twice the leaf size per entry.
+//! children (the djb layout): leaves and inner nodes live in separate arrays, so a 4,096-entry book
+//! is 592 KiB, of which the inner nodes take 48 KiB. Each leaf carries its bid's [`BidSummary`], so
+//! `allocate` can tell from the book alone whether any bid ranked above the chosen one fits.
 //!
 //! Entries are ranked by [`BookKey`]: higher `score` first, then lower `seq` (earlier placement).
 //! The tree is keyed on the 128 bits `!score ‖ seq`, so ascending bit order is rank order and an
@@ -17,6 +18,9 @@ use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
 use core::cmp::Ordering;
 use core::mem::size_of;
+use gpu_market_core::fit::{Need, Terms};
+
+use crate::state::OverclockTerms;
 
 /// Most entries one book holds. Inner nodes need one fewer, the array keeps the same length.
 pub const BOOK_CAPACITY: usize = 4096;
@@ -32,7 +36,7 @@ const LEAF_BIT: u32 = 1 << 31;
 const KEY_BITS: usize = 128;
 
 /// Bytes of `BidBook`, pinned below.
-pub const BID_BOOK_SIZE: usize = 278_656;
+pub const BID_BOOK_SIZE: usize = 606_336;
 /// Bytes of the account: the 8-byte discriminator and the book. Pass it to `create_account`.
 pub const BID_BOOK_SPACE: usize = 8 + BID_BOOK_SIZE;
 
@@ -130,7 +134,50 @@ fn leading_zeros(mut x: u64) -> u32 {
     n
 }
 
-/// One entry: a bid account and its rank.
+/// What `allocate` needs to know of a waiting bid to tell whether it fits a machine, without
+/// its account: every input of the fit rule, and the client for the anti-monopoly cap.
+#[zero_copy(unsafe)]
+#[repr(C)]
+#[derive(Debug, PartialEq, Eq, Default)]
+pub struct BidSummary {
+    pub client: Pubkey,
+    pub price: u64,
+    pub deadline: i64,
+    /// The bid's overclock terms: equal when every GPU asks the same (`mixed == 0`), else their
+    /// range field by field (see `gpu_market_core::fit::Terms::range_of`).
+    pub terms_lo: OverclockTerms,
+    pub terms_hi: OverclockTerms,
+    pub gib_per_gpu: u16,
+    pub gpu_count: u8,
+    pub accepted_classes: u8,
+    /// 1 when the bid's GPUs ask differing terms.
+    pub mixed: u8,
+    pub _reserved: [u8; 7],
+}
+
+impl BidSummary {
+    /// The fit rule's input; a bid with differing per-GPU terms gives only their range.
+    pub fn need(&self) -> Need<'static> {
+        let lo = self.terms_lo.settings();
+        Need {
+            gpu_count: self.gpu_count,
+            gib_per_gpu: self.gib_per_gpu,
+            accepted_classes: self.accepted_classes,
+            price: self.price,
+            deadline: self.deadline,
+            terms: if self.mixed == 0 {
+                Terms::Uniform(lo)
+            } else {
+                Terms::Range {
+                    lo,
+                    hi: self.terms_hi.settings(),
+                }
+            },
+        }
+    }
+}
+
+/// One entry: a bid account, its rank, and what decides whether it fits a machine.
 #[zero_copy(unsafe)]
 #[repr(C)]
 #[derive(Debug, PartialEq, Eq)]
@@ -139,10 +186,10 @@ pub struct BookLeaf {
     pub bid: Pubkey,
     pub score: u64,
     pub seq: u64,
-    /// Free for the program (e.g. GPUs requested) so a scan need not load the bid account.
-    pub payload: u32,
+    pub summary: BidSummary,
     /// The next free leaf while this one is free; 0 while it is in the tree.
     pub next_free: u32,
+    pub _pad: u32,
 }
 
 impl BookLeaf {
@@ -167,10 +214,13 @@ pub struct BookInner {
 // (sizes pinned below equal the sums of their fields), so every bit pattern is a valid value.
 unsafe impl Zeroable for BookLeaf {}
 unsafe impl Pod for BookLeaf {}
+unsafe impl Zeroable for BidSummary {}
+unsafe impl Pod for BidSummary {}
 unsafe impl Zeroable for BookInner {}
 unsafe impl Pod for BookInner {}
 
-const _: () = assert!(size_of::<BookLeaf>() == 32 + 8 + 8 + 4 + 4);
+const _: () = assert!(size_of::<BidSummary>() == 32 + 8 + 8 + 10 + 10 + 2 + 1 + 1 + 1 + 7);
+const _: () = assert!(size_of::<BookLeaf>() == 32 + 8 + 8 + size_of::<BidSummary>() + 4 + 4);
 const _: () = assert!(size_of::<BookInner>() == 4 + 4 + 4);
 
 /// A bid book account: the queue book of a market or the spot book of one machine.
@@ -264,13 +314,13 @@ impl BidBook {
         &mut self,
         key: BookKey,
         bid: Pubkey,
-        payload: u32,
+        summary: BidSummary,
     ) -> core::result::Result<(), BookError> {
         if self.is_full() {
             return Err(BookError::Full);
         }
         if self.root == BOOK_NIL {
-            let leaf = self.alloc_leaf(key, bid, payload);
+            let leaf = self.alloc_leaf(key, bid, summary);
             self.root = leaf;
             self.len = 1;
             return Ok(());
@@ -291,7 +341,7 @@ impl BidBook {
             dir = key.bit(node.crit_bit);
             h = node.children[dir];
         }
-        let leaf = self.alloc_leaf(key, bid, payload);
+        let leaf = self.alloc_leaf(key, bid, summary);
         let mut children = [h, h];
         children[key.bit(crit)] = leaf;
         let inner = self.alloc_inner(children, crit);
@@ -368,24 +418,6 @@ impl BidBook {
         self.get(key).is_some()
     }
 
-    /// Changes the payload of an entry in place (its rank is unchanged).
-    pub fn set_payload(
-        &mut self,
-        key: BookKey,
-        payload: u32,
-    ) -> core::result::Result<(), BookError> {
-        if self.root == BOOK_NIL {
-            return Err(BookError::NotFound);
-        }
-        let i = index(self.descend(key));
-        let leaf = &mut self.leaves[i];
-        if leaf.key() != key {
-            return Err(BookError::NotFound);
-        }
-        leaf.payload = payload;
-        Ok(())
-    }
-
     /// The entries, best first, without allocating. Amortised O(1) nodes per step.
     pub fn iter(&self) -> BookIter<'_> {
         let mut stack = [BOOK_NIL; KEY_BITS];
@@ -425,7 +457,7 @@ impl BidBook {
     }
 
     /// Takes a free leaf (the caller checked `len < BOOK_CAPACITY`) and returns its handle.
-    fn alloc_leaf(&mut self, key: BookKey, bid: Pubkey, payload: u32) -> u32 {
+    fn alloc_leaf(&mut self, key: BookKey, bid: Pubkey, summary: BidSummary) -> u32 {
         let i = if self.leaf_free_head != BOOK_NIL {
             let i = self.leaf_free_head;
             self.leaf_free_head = self.leaves[i as usize].next_free;
@@ -440,8 +472,9 @@ impl BidBook {
             bid,
             score: key.score,
             seq: key.seq,
-            payload,
+            summary,
             next_free: 0,
+            _pad: 0,
         };
         i | LEAF_BIT
     }
@@ -537,7 +570,7 @@ mod tests {
         }
     }
 
-    /// A zeroed book on the heap (it is 272 KiB, too big for a test thread's stack to copy around).
+    /// A zeroed book on the heap (it is 592 KiB, too big for a test thread's stack to copy around).
     fn new_book() -> Box<BidBook> {
         let layout = std::alloc::Layout::new::<BidBook>();
         // SAFETY: `BidBook` is `Zeroable`, so all-zero memory of its layout is a valid value, and
@@ -643,20 +676,32 @@ mod tests {
         &book.leaves[index(h)]
     }
 
+    /// A summary told apart by its price alone (what the tests check moves with its entry).
+    fn summary(price: u32) -> BidSummary {
+        BidSummary {
+            price: price as u64,
+            ..BidSummary::default()
+        }
+    }
+
+    fn payload(leaf: &BookLeaf) -> u32 {
+        leaf.summary.price as u32
+    }
+
     fn insert(book: &mut BidBook, key: BookKey) -> core::result::Result<(), BookError> {
-        book.insert(key, bid_of(key), key.seq as u32)
+        book.insert(key, bid_of(key), summary(key.seq as u32))
     }
 
     #[test]
     fn layout_is_pinned() {
         assert_eq!(size_of::<BidBook>(), BID_BOOK_SIZE);
-        assert_eq!(BID_BOOK_SPACE, 278_664);
+        assert_eq!(BID_BOOK_SPACE, 606_344);
         assert_eq!(core::mem::align_of::<BidBook>(), 8);
         assert_eq!(core::mem::offset_of!(BidBook, kind), 64);
         assert_eq!(core::mem::offset_of!(BidBook, len), 68);
         assert_eq!(
             core::mem::offset_of!(BidBook, inners),
-            128 + 56 * BOOK_CAPACITY
+            128 + 136 * BOOK_CAPACITY
         );
         assert_eq!(BidBook::DISCRIMINATOR.len(), 8);
     }
@@ -703,10 +748,6 @@ mod tests {
         assert_eq!(book.iter().next(), None);
         assert_eq!(book.get(BookKey::new(1, 1)), None);
         assert_eq!(book.remove(BookKey::new(1, 1)), Err(BookError::NotFound));
-        assert_eq!(
-            book.set_payload(BookKey::new(1, 1), 3),
-            Err(BookError::NotFound)
-        );
         assert_eq!(book.pop_best(), None);
         check(&book);
     }
@@ -743,7 +784,7 @@ mod tests {
         assert_eq!(book.best().unwrap().key(), BookKey::new(10_000, 2));
         assert_eq!(book.worst().unwrap().key(), BookKey::new(0, 4));
         let leaf = book.get(BookKey::new(7500, 6)).unwrap();
-        assert_eq!((leaf.bid, leaf.payload), (bid_of(BookKey::new(7500, 6)), 6));
+        assert_eq!((leaf.bid, payload(leaf)), (bid_of(BookKey::new(7500, 6)), 6));
         check(&book);
         let mut popped = Vec::new();
         while let Some(leaf) = book.pop_best() {
@@ -766,12 +807,12 @@ mod tests {
         let before = keys(&book);
         for (s, q) in [(100, 1), (100, 2), (50, 1)] {
             assert_eq!(
-                book.insert(BookKey::new(s, q), Pubkey::new_unique(), 9),
+                book.insert(BookKey::new(s, q), Pubkey::new_unique(), summary(9)),
                 Err(BookError::Duplicate)
             );
         }
         assert_eq!(keys(&book), before);
-        assert_eq!(book.get(BookKey::new(100, 2)).unwrap().payload, 2);
+        assert_eq!(payload(book.get(BookKey::new(100, 2)).unwrap()), 2);
         check(&book);
     }
 
@@ -793,31 +834,15 @@ mod tests {
         ] {
             assert_eq!(book.remove(BookKey::new(s, q)), Err(BookError::NotFound));
             assert_eq!(book.get(BookKey::new(s, q)), None);
-            assert_eq!(
-                book.set_payload(BookKey::new(s, q), 1),
-                Err(BookError::NotFound)
-            );
         }
         assert_eq!(keys(&book), before);
         let removed = book.remove(BookKey::new(1, 4)).unwrap();
         assert_eq!(
-            (removed.bid, removed.payload),
+            (removed.bid, payload(&removed)),
             (bid_of(BookKey::new(1, 4)), 4)
         );
         assert_eq!(book.remove(BookKey::new(1, 4)), Err(BookError::NotFound));
         check(&book);
-    }
-
-    #[test]
-    fn set_payload_keeps_rank() {
-        let mut book = new_book();
-        for seq in 0..20 {
-            insert(&mut book, BookKey::new(seq % 4, seq)).unwrap();
-        }
-        let before = keys(&book);
-        book.set_payload(BookKey::new(2, 6), 77).unwrap();
-        assert_eq!(book.get(BookKey::new(2, 6)).unwrap().payload, 77);
-        assert_eq!(keys(&book), before);
     }
 
     #[test]
@@ -909,7 +934,7 @@ mod tests {
         check(&book);
     }
 
-    /// Random inserts, removes, payload updates and pops against a `BTreeMap`, with keys from
+    /// Random inserts, removes, look-ups and pops against a `BTreeMap`, with keys from
     /// ranges small enough that duplicates and misses are common, plus the extremes.
     fn random_ops(seed: u64, ops: usize, score_range: u64, seq_range: u64) {
         let mut book = new_book();
@@ -935,7 +960,7 @@ mod tests {
                 0..=4 => {
                     let bid = Pubkey::new_unique();
                     let payload = rng.next() as u32;
-                    let got = book.insert(key, bid, payload);
+                    let got = book.insert(key, bid, summary(payload));
                     let want = if model.len() == BOOK_CAPACITY {
                         Err(BookError::Full)
                     } else if let Entry::Vacant(slot) = model.entry(mk) {
@@ -947,26 +972,18 @@ mod tests {
                     assert_eq!(got, want, "op {op}: insert {key:?}");
                 }
                 5..=7 => {
-                    let got = book.remove(key).map(|l| (l.bid, l.payload));
+                    let got = book.remove(key).map(|l| (l.bid, payload(&l)));
                     let want = model.remove(&mk).ok_or(BookError::NotFound);
                     assert_eq!(got, want, "op {op}: remove {key:?}");
                 }
                 8 => {
-                    let payload = rng.next() as u32;
-                    let got = book.set_payload(key, payload);
-                    let want = match model.get_mut(&mk) {
-                        Some(v) => {
-                            v.1 = payload;
-                            Ok(())
-                        }
-                        None => Err(BookError::NotFound),
-                    };
-                    assert_eq!(got, want, "op {op}: set_payload {key:?}");
+                    let got = book.contains(key);
+                    assert_eq!(got, model.contains_key(&mk), "op {op}: contains {key:?}");
                 }
                 _ => {
                     let got = book
                         .pop_best()
-                        .map(|l| ((Reverse(l.score), l.seq), (l.bid, l.payload)));
+                        .map(|l| ((Reverse(l.score), l.seq), (l.bid, payload(&l))));
                     let want = model.pop_first();
                     assert_eq!(got, want, "op {op}: pop_best");
                 }
@@ -974,21 +991,21 @@ mod tests {
             assert_eq!(book.len(), model.len());
             let to_leaf = |(k, v): (&(Reverse<u64>, u64), &(Pubkey, u32))| (k.0 .0, k.1, v.0, v.1);
             assert_eq!(
-                book.best().map(|l| (l.score, l.seq, l.bid, l.payload)),
+                book.best().map(|l| (l.score, l.seq, l.bid, payload(l))),
                 model.iter().next().map(to_leaf)
             );
             assert_eq!(
-                book.worst().map(|l| (l.score, l.seq, l.bid, l.payload)),
+                book.worst().map(|l| (l.score, l.seq, l.bid, payload(l))),
                 model.iter().next_back().map(to_leaf)
             );
             assert_eq!(
-                book.get(key).map(|l| (l.bid, l.payload)),
+                book.get(key).map(|l| (l.bid, payload(l))),
                 model.get(&mk).copied()
             );
             if op % 97 == 0 {
                 let got: Vec<_> = book
                     .iter()
-                    .map(|l| (l.score, l.seq, l.bid, l.payload))
+                    .map(|l| (l.score, l.seq, l.bid, payload(l)))
                     .collect();
                 let want: Vec<_> = model.iter().map(to_leaf).collect();
                 assert_eq!(got, want, "op {op}: iteration");

@@ -1,8 +1,9 @@
 use anchor_lang::prelude::*;
+use gpu_market_core::fit::{GpuOffer, Offer, GPU_CLASSES};
 use gpu_market_core::overclock::{GpuLimits, Range};
 
 use crate::errors::MarketError;
-use crate::state::{Bid, Market, OverclockTerms};
+use crate::state::{BidKind, Market, OverclockTerms};
 
 /// Most GPUs one machine offers.
 pub const MAX_GPUS: usize = 16;
@@ -163,39 +164,49 @@ impl Machine {
         &self.gpus[..self.gpu_count as usize]
     }
 
-    /// Free GiB of GPU `g`, counting GiB in `freed` GPUs as free too (a lease about to end).
-    fn free_gib(&self, g: usize, freed: &Freed) -> u16 {
-        let used = self.used_gib[g].saturating_sub(freed.gib_on(g));
-        self.gpus[g].memory_gib.saturating_sub(used)
+    /// GiB of GPU `g` that leases hold, not counting a lease in `freed` (about to end).
+    fn used_gib(&self, g: usize, freed: &Freed) -> u16 {
+        self.used_gib[g].saturating_sub(freed.gib_on(g))
     }
 
-    /// For each of `bid`'s GPUs, the mask of this machine's GPUs that can serve it now: accepted
-    /// class, enough free GiB, its overclock terms inside the GPU's ranges and equal to the terms
-    /// the GPU already runs for other leases, and a price at or above the host's floor and (queue
-    /// bids) the market's reserve price for the GPU's class. GiB held by a lease in `freed`
-    /// count as free.
-    pub fn compat(&self, bid: &Bid, market: &Market, now: i64, freed: &Freed) -> Result<Vec<u16>> {
-        let n = bid.gpu_count as usize;
-        let mut out = vec![0u16; n];
-        for (g, gpu) in self.gpus().iter().enumerate() {
-            if bid.accepted_classes & (1 << gpu.class) == 0
-                || self.free_gib(g, freed) < bid.gib_per_gpu
-                || !bid.pays_enough(gpu.class, self, market, now)?
-            {
-                continue;
-            }
-            let limits = gpu.limits();
-            let shared = self.used_gib[g].saturating_sub(freed.gib_on(g)) > 0;
-            for (i, mask) in out.iter_mut().enumerate() {
-                let terms = bid.terms_of(i);
-                if limits.check(&terms.settings()).is_ok()
-                    && (!shared || self.gpu_terms[g] == terms)
-                {
-                    *mask |= 1 << g;
+    /// What the machine offers bids of `kind` at `now`, for the fit rule: each GPU's class,
+    /// group, memory, free GiB and the terms it runs while shared (GiB held by the lease in
+    /// `freed` count as free), the host's floor (per GPU-day for spot bids) and, for queue bids,
+    /// the market's reserve price of each class on the machine.
+    pub fn offer(&self, market: &Market, kind: BidKind, now: i64, freed: &Freed) -> Result<Offer> {
+        let gpus = self
+            .gpus()
+            .iter()
+            .enumerate()
+            .map(|(g, gpu)| {
+                let used = self.used_gib(g, freed);
+                GpuOffer {
+                    class: gpu.class,
+                    topology_group: gpu.topology_group,
+                    memory_gib: gpu.memory_gib,
+                    free_gib: gpu.memory_gib.saturating_sub(used),
+                    limits: gpu.limits(),
+                    running: (used > 0).then(|| self.gpu_terms[g].settings()),
                 }
+            })
+            .collect();
+        let mut reserve = [0u64; GPU_CLASSES];
+        let floor = match kind {
+            BidKind::Queue => {
+                for gpu in self.gpus() {
+                    reserve[gpu.class as usize] = market.reserve_price(gpu.class, now)?;
+                }
+                self.price_floor_per_gpu_hour
             }
-        }
-        Ok(out)
+            BidKind::Spot => self.price_floor_per_gpu_hour.saturating_mul(24),
+        };
+        Ok(Offer::new(
+            gpus,
+            self.status == MachineStatus::Active,
+            now,
+            floor,
+            reserve,
+        ))
     }
 
     /// Holds `gib` on each of `gpus` for a lease (of kind spot when `spot`) whose `i`-th GPU
@@ -237,18 +248,6 @@ impl Machine {
         }
         self.leases = self.leases.checked_sub(1).ok_or(MarketError::Overflow)?;
         Ok(())
-    }
-
-    /// Bit mask of the GPUs in each topology group that occurs on the machine.
-    pub fn topology_groups(&self) -> Vec<u16> {
-        let mut groups: Vec<(u8, u16)> = Vec::new();
-        for (g, gpu) in self.gpus().iter().enumerate() {
-            match groups.iter_mut().find(|(t, _)| *t == gpu.topology_group) {
-                Some((_, mask)) => *mask |= 1 << g,
-                None => groups.push((gpu.topology_group, 1 << g)),
-            }
-        }
-        groups.into_iter().map(|(_, m)| m).collect()
     }
 
     /// Records `missed` unproven intervals as evidence of silence.

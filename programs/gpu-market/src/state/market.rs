@@ -3,10 +3,10 @@ use gpu_market_core::pricing;
 use gpu_market_core::score::Weights;
 
 use crate::errors::MarketError;
-use crate::state::{seeds, Bid, BidBook, BookKey};
+use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccount};
 
 /// GPU classes a market prices (index = `GpuSpec::class`).
-pub const GPU_CLASSES: usize = 8;
+pub use gpu_market_core::fit::GPU_CLASSES;
 
 /// The rules of a market's auction: set at `init_market`, changed by `update_market`.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
@@ -199,12 +199,54 @@ impl Market {
         key: u64,
     ) -> Result<()> {
         let seq = self.next_bid_seq;
-        book.insert(BookKey::new(key, seq), bid_key, bid.gpu_count as u32)
+        book.insert(BookKey::new(key, seq), bid_key, bid.summary())
             .map_err(MarketError::from)?;
         self.next_bid_seq = seq.checked_add(1).ok_or(MarketError::Overflow)?;
         bid.book_key = key;
         bid.seq = seq;
         Ok(())
+    }
+
+    /// Takes a waiting bid out of its book (cancelled, expired or evicted): its stake no longer
+    /// ranks it, its GPUs no longer wait, and its escrow leaves the market's total. Returns the
+    /// escrow, which the caller refunds in full.
+    pub fn take_out(
+        &mut self,
+        bid_key: Pubkey,
+        bid: &Bid,
+        book: &mut BidBook,
+        stake: &mut StakeAccount,
+    ) -> Result<u64> {
+        require!(bid.status == BidStatus::Open, MarketError::BidRunning);
+        let leaf = book
+            .remove(BookKey::new(bid.book_key, bid.seq))
+            .map_err(MarketError::from)?;
+        // The key found a leaf: it must be this bid's (else the whole transaction rolls back).
+        require_keys_eq!(leaf.bid, bid_key, MarketError::WrongBook);
+        stake.open_bids = stake
+            .open_bids
+            .checked_sub(1)
+            .ok_or(MarketError::Overflow)?;
+        if bid.kind == BidKind::Queue {
+            self.add_waiting(-(bid.gpu_count as i64))?;
+        }
+        self.total_escrow = self
+            .total_escrow
+            .checked_sub(bid.escrow)
+            .ok_or(MarketError::Overflow)?;
+        Ok(bid.escrow)
+    }
+
+    /// The lowest reserve price now among the classes `accepted` (a queue bid must pay at least
+    /// that to be served anywhere).
+    pub fn lowest_reserve(&self, accepted: u8, now: i64) -> Result<u64> {
+        let mut lowest = u64::MAX;
+        for c in 0..GPU_CLASSES as u8 {
+            if accepted & (1 << c) != 0 {
+                lowest = lowest.min(self.reserve_price(c, now)?);
+            }
+        }
+        Ok(lowest)
     }
 
     /// Feeds one demand sample (waiting vs offered GPUs) into the smoothed demand factor.
@@ -231,7 +273,9 @@ impl Market {
         Ok(())
     }
 
-    /// Whether a client holding `held` GPUs may take `more` under the anti-monopoly cap.
+    /// Whether a client holding `held` GPUs stays within the anti-monopoly cap when it takes
+    /// `more`. A bid over the cap may still run where no bid within its client's cap fits
+    /// (see `allocate`): the cap shares GPUs out, it never keeps them idle.
     pub fn within_client_cap(&self, held: u64, more: u64) -> bool {
         let after = held
             .saturating_add(more)
