@@ -140,6 +140,12 @@ impl Choice {
     }
 }
 
+/// What the checks leave for choosing: one mask for every GPU of the bid, or one per GPU.
+enum Free {
+    Uniform(u16),
+    Exact([u16; MAX]),
+}
+
 /// Why GPUs an agent named for a bid are refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChoiceError {
@@ -378,9 +384,9 @@ impl Offer {
         out
     }
 
-    /// The GPUs `need` gets on this machine now, within one topology group whenever one can
-    /// serve it; or the first reason it cannot run here.
-    pub fn fit(&self, need: &Need) -> Result<Choice, Unfit> {
+    /// The machine GPUs that can serve `need` once every check has passed, or the first check
+    /// that fails.
+    fn free(&self, need: &Need) -> Result<Free, Unfit> {
         let n = need.gpu_count as u32;
         if !self.active {
             return Err(Unfit::MachineInactive);
@@ -426,8 +432,7 @@ impl Offer {
         match need.terms {
             Terms::Uniform(s) => {
                 let free = unshared | self.running_mask(roomy, |r| *r == s);
-                let free = enough(free, Unfit::Busy)?;
-                Ok(self.choose_uniform(free, need.gpu_count))
+                Ok(Free::Uniform(enough(free, Unfit::Busy)?))
             }
             Terms::PerGpu(terms) => {
                 let mut compat = [0u16; MAX];
@@ -435,19 +440,38 @@ impl Offer {
                     let fits = self.limits_mask(|l| settings_allowed(l, s));
                     compat[i] = (unshared | self.running_mask(roomy, |r| r == s)) & fits;
                 }
-                self.choose_exact(&compat[..terms.len()])
-                    .ok_or(Unfit::Busy)
+                match matching::assign(&compat[..terms.len()]) {
+                    Some(_) => Ok(Free::Exact(compat)),
+                    None => Err(Unfit::Busy),
+                }
             }
             Terms::Range { lo, hi } => {
                 let all = unshared & self.limits_mask(|l| range_within(l, &lo, &hi));
                 if count(all) >= n {
-                    return Ok(self.choose_uniform(all, need.gpu_count));
+                    return Ok(Free::Uniform(all));
                 }
                 let any = (unshared & by_terms)
                     | self.running_mask(roomy, |r| settings_between(r, &lo, &hi));
                 enough(any, Unfit::Busy)?;
                 Err(Unfit::Undecided)
             }
+        }
+    }
+
+    /// Whether `need` can run on this machine now: [`Offer::fit`] without choosing the GPUs
+    /// (what `allocate` asks of every book entry above the chosen bid). Never allocates.
+    pub fn fits(&self, need: &Need) -> Result<(), Unfit> {
+        self.free(need).map(|_| ())
+    }
+
+    /// The GPUs `need` gets on this machine now, within one topology group whenever one can
+    /// serve it; or the first reason it cannot run here.
+    pub fn fit(&self, need: &Need) -> Result<Choice, Unfit> {
+        match self.free(need)? {
+            Free::Uniform(free) => Ok(self.choose_uniform(free, need.gpu_count)),
+            Free::Exact(compat) => self
+                .choose_exact(&compat[..need.gpu_count as usize])
+                .ok_or(Unfit::Busy),
         }
     }
 
@@ -467,9 +491,14 @@ impl Offer {
         match tightest {
             Some(m) => len = push_mask(&mut pool, len, m),
             None => {
-                let mut by_room: Vec<u16> = self.groups.iter().map(|&g| g & free).collect();
-                insertion_sort_by_key(&mut by_room, |&m| core::cmp::Reverse(count(m)));
-                for m in by_room {
+                let mut by_room = [0u16; MAX];
+                let groups = self.groups.len().min(MAX);
+                for (slot, &g) in by_room.iter_mut().zip(&self.groups) {
+                    *slot = g & free;
+                }
+                let by_room = &mut by_room[..groups];
+                insertion_sort_by_key(by_room, |&m| core::cmp::Reverse(count(m)));
+                for &m in by_room.iter() {
                     len = push_mask(&mut pool, len, m);
                 }
             }

@@ -64,7 +64,7 @@ impl BookEntries {
                 }
                 continue;
             }
-            let fits = match offer.fit(&leaf.summary.need()) {
+            let fits = match offer.fits(&leaf.summary.need()) {
                 Ok(_) => true,
                 Err(Unfit::Undecided) => {
                     add(leaf.bid);

@@ -88,15 +88,16 @@ impl Evidence {
     /// Whether the entry's bid fits `offer`: from its summary, or from its account when the
     /// summary cannot decide.
     fn fits(&self, offer: &Offer, leaf: &BookLeaf) -> Result<bool> {
-        match offer.fit(&leaf.summary.need()) {
-            Ok(_) => Ok(true),
+        match offer.fits(&leaf.summary.need()) {
+            Ok(()) => Ok(true),
             Err(Unfit::Undecided) => {
                 let (_, bid) = self
                     .bids
                     .iter()
                     .find(|(k, _)| *k == leaf.bid)
                     .ok_or(MarketError::CandidatesMissing)?;
-                Ok(bid.fit(offer).is_ok())
+                let settings = bid.settings();
+                Ok(offer.fits(&bid.need(&settings)).is_ok())
             }
             Err(_) => Ok(false),
         }
