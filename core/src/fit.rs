@@ -55,6 +55,12 @@ pub struct Offer {
     limits: Vec<(GpuLimits, u16)>,
     /// GPUs some lease holds (their terms are fixed while it runs).
     shared: u16,
+    /// Cheap bounds for [`Offer::fits`]: GPUs with any free GiB, the most free GiB on one GPU,
+    /// the least price any class takes, and the union of every GPU's limits.
+    free_gpus: u32,
+    max_free_gib: u16,
+    min_price: u64,
+    hull: GpuLimits,
     /// Topology groups that occur, as GPU masks.
     groups: Vec<u16>,
 }
@@ -138,6 +144,15 @@ impl Choice {
     pub fn mask(&self) -> u16 {
         self.gpus().iter().fold(0, |m, &g| m | 1 << g)
     }
+}
+
+/// [`Offer::fits`]'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fits {
+    Yes,
+    No,
+    /// Only the bid account can tell (see [`Unfit::Undecided`]).
+    Undecided,
 }
 
 /// What the checks leave for choosing: one mask for every GPU of the bid, or one per GPU.
@@ -296,6 +311,26 @@ impl Offer {
             .iter()
             .enumerate()
             .fold(0u8, |c, (i, &m)| if m != 0 { c | 1 << i } else { c });
+        let present = gpus.iter().take(MAX);
+        let free_gpus = present.clone().filter(|g| g.free_gib > 0).count() as u32;
+        let max_free_gib = present.clone().map(|g| g.free_gib).max().unwrap_or(0);
+        let min_reserve = present
+            .clone()
+            .filter_map(|g| reserve.get(g.class as usize))
+            .min()
+            .copied()
+            .unwrap_or(0);
+        let hull = limits
+            .iter()
+            .map(|(l, _)| *l)
+            .reduce(|a, b| GpuLimits {
+                power_w: hull_of(a.power_w, b.power_w),
+                core_lock_mhz: hull_of(a.core_lock_mhz, b.core_lock_mhz),
+                mem_lock_mhz: hull_of(a.mem_lock_mhz, b.mem_lock_mhz),
+                core_offset_mhz: hull_of(a.core_offset_mhz, b.core_offset_mhz),
+                mem_offset_mhz: hull_of(a.mem_offset_mhz, b.mem_offset_mhz),
+            })
+            .unwrap_or(EMPTY_LIMITS);
         Offer {
             gpus,
             active,
@@ -306,6 +341,10 @@ impl Offer {
             classes,
             limits,
             shared,
+            free_gpus,
+            max_free_gib,
+            min_price: floor.max(min_reserve),
+            hull,
             groups: groups.into_iter().map(|(_, m)| m).collect(),
         }
     }
@@ -459,9 +498,30 @@ impl Offer {
     }
 
     /// Whether `need` can run on this machine now: [`Offer::fit`] without choosing the GPUs
-    /// (what `allocate` asks of every book entry above the chosen bid). Never allocates.
-    pub fn fits(&self, need: &Need) -> Result<(), Unfit> {
-        self.free(need).map(|_| ())
+    /// and without the reason, what `allocate` asks of every book entry above the chosen bid.
+    /// Bounds that hold for the whole machine turn most bids away in a few steps; the rest take
+    /// the full rule. Never allocates.
+    pub fn fits(&self, need: &Need) -> Fits {
+        let within_hull = match need.terms {
+            Terms::Uniform(s) => settings_allowed(&self.hull, &s),
+            Terms::PerGpu(t) => t.iter().all(|s| settings_allowed(&self.hull, s)),
+            Terms::Range { lo, hi } => range_overlaps(&self.hull, &lo, &hi),
+        };
+        let hopeless = !self.active
+            || self.now >= need.deadline
+            || need.gpu_count as u32 > self.free_gpus
+            || need.gib_per_gpu > self.max_free_gib
+            || need.price < self.min_price
+            || need.accepted_classes & self.classes == 0
+            || !within_hull;
+        if hopeless {
+            return Fits::No;
+        }
+        match self.free(need) {
+            Ok(_) => Fits::Yes,
+            Err(Unfit::Undecided) => Fits::Undecided,
+            Err(_) => Fits::No,
+        }
     }
 
     /// The GPUs `need` gets on this machine now, within one topology group whenever one can
@@ -585,6 +645,25 @@ impl Offer {
             *slot = (unshared | self.running_mask(base, |r| *r == s)) & fits;
         }
         out
+    }
+}
+
+/// Limits that allow nothing (a machine without GPUs).
+const EMPTY_LIMITS: GpuLimits = GpuLimits {
+    power_w: crate::overclock::Range { min: 1, max: 0 },
+    core_lock_mhz: crate::overclock::Range { min: 1, max: 0 },
+    mem_lock_mhz: crate::overclock::Range { min: 1, max: 0 },
+    core_offset_mhz: crate::overclock::Range { min: 1, max: 0 },
+    mem_offset_mhz: crate::overclock::Range { min: 1, max: 0 },
+};
+
+fn hull_of<T: Ord + Copy>(
+    a: crate::overclock::Range<T>,
+    b: crate::overclock::Range<T>,
+) -> crate::overclock::Range<T> {
+    crate::overclock::Range {
+        min: a.min.min(b.min),
+        max: a.max.max(b.max),
     }
 }
 
@@ -835,6 +914,14 @@ mod tests {
             if let Ok(choice) = truth {
                 prop_assert_eq!(o.check_choice(&exact, choice.gpus()), Ok(()));
             }
+            // The fast answer agrees with the full rule, on the exact terms and on the range.
+            let fast = |r: Result<Choice, Unfit>| match r {
+                Ok(_) => Fits::Yes,
+                Err(Unfit::Undecided) => Fits::Undecided,
+                Err(_) => Fits::No,
+            };
+            prop_assert_eq!(o.fits(&exact), fast(truth));
+            prop_assert_eq!(o.fits(&summary), fast(o.fit(&summary)));
         }
     }
 }

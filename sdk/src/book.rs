@@ -4,7 +4,7 @@ use anchor_lang::__private::bytemuck;
 use anchor_lang::Discriminator;
 use gpu_market::pda;
 use gpu_market::state::{BidBook, BookLeaf, BOOK_KIND_QUEUE};
-use gpu_market_core::fit::{Offer, Unfit};
+use gpu_market_core::fit::{Fits, Offer};
 use solana_pubkey::Pubkey;
 
 /// A book's header and its entries, best first.
@@ -65,12 +65,12 @@ impl BookEntries {
                 continue;
             }
             let fits = match offer.fits(&leaf.summary.need()) {
-                Ok(_) => true,
-                Err(Unfit::Undecided) => {
+                Fits::Yes => true,
+                Fits::No => false,
+                Fits::Undecided => {
                     add(leaf.bid);
                     true
                 }
-                Err(_) => false,
             };
             if fits && self.kind == BOOK_KIND_QUEUE {
                 add(pda::stake(&self.market, &leaf.summary.client).0);

@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use gpu_market_core::fit::{Offer, Unfit};
+use gpu_market_core::fit::{Fits, Offer};
 
 use crate::errors::MarketError;
 use crate::events::LeaseStarted;
@@ -89,17 +89,17 @@ impl Evidence {
     /// summary cannot decide.
     fn fits(&self, offer: &Offer, leaf: &BookLeaf) -> Result<bool> {
         match offer.fits(&leaf.summary.need()) {
-            Ok(()) => Ok(true),
-            Err(Unfit::Undecided) => {
+            Fits::Yes => Ok(true),
+            Fits::No => Ok(false),
+            Fits::Undecided => {
                 let (_, bid) = self
                     .bids
                     .iter()
                     .find(|(k, _)| *k == leaf.bid)
                     .ok_or(MarketError::CandidatesMissing)?;
                 let settings = bid.settings();
-                Ok(offer.fits(&bid.need(&settings)).is_ok())
+                Ok(offer.fits(&bid.need(&settings)) == Fits::Yes)
             }
-            Err(_) => Ok(false),
         }
     }
 

@@ -193,8 +193,12 @@ impl Machine {
         let mut reserve = [0u64; GPU_CLASSES];
         let floor = match kind {
             BidKind::Queue => {
+                let mut priced = 0u16;
                 for gpu in self.gpus() {
-                    reserve[gpu.class as usize] = market.reserve_price(gpu.class, now)?;
+                    if priced & (1 << gpu.class) == 0 {
+                        reserve[gpu.class as usize] = market.reserve_price(gpu.class, now)?;
+                        priced |= 1 << gpu.class;
+                    }
                 }
                 self.price_floor_per_gpu_hour
             }
