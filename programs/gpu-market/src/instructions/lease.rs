@@ -4,8 +4,8 @@ use gpu_market_core::lease::{self as lease_math, UsageProof};
 use gpu_market_core::settlement::payout;
 
 use crate::errors::MarketError;
-use crate::instructions::pay_out;
 use crate::events::{LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven};
+use crate::instructions::pay_out;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
 };

@@ -53,4 +53,3 @@ pub(crate) fn pay_out<'info>(
         )
     })
 }
-
