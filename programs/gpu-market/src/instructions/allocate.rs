@@ -4,7 +4,8 @@ use gpu_market_core::fit::{Fits, Offer};
 use crate::errors::MarketError;
 use crate::events::LeaseStarted;
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, Machine, Market,
+    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
+    Market,
     StakeAccount, MAX_GPUS,
 };
 
@@ -244,12 +245,14 @@ impl Allocate<'_> {
             proven_until: now,
             proof_hash: [0; 32],
             paid: 0,
+            billed_secs: 0,
             gpu_seconds: 0,
             energy_j: 0,
             idle_streak: 0,
             idle: false,
             violations: 0,
             preempted: false,
+            rules: LeaseRules::of(&market.params),
             bump: ctx.bumps.lease,
         });
         emit!(LeaseStarted {

@@ -1,7 +1,7 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 use gpu_market_core::lease::{self as lease_math, UsageProof};
-use gpu_market_core::settlement::payout;
+use gpu_market_core::settlement::{cost, payout, Billing};
 
 use crate::errors::MarketError;
 use crate::instructions::pay_out;
@@ -78,7 +78,7 @@ impl Preempt<'_> {
                     a.challenger.spot_profit(&a.machine)? > a.lease_bid.spot_profit(&a.machine)?,
                     MarketError::NotBetterBid
                 );
-                let interval = a.market.params.billing_interval_secs;
+                let interval = lease.rules.billing_interval_secs;
                 let k = lease_math::interval_index(lease.started_at, interval, now);
                 lease
                     .started_at
@@ -188,10 +188,10 @@ impl SubmitUsage<'_> {
             args.peak_power_w.len() == lease.gpu_count as usize,
             MarketError::BadProofGpuCount
         );
-        let params = a.market.params;
+        let rules = lease.rules;
         let (from, to) = lease_math::interval_window(
             lease.started_at,
-            params.billing_interval_secs,
+            rules.billing_interval_secs,
             args.interval,
             lease.stop(),
         )
@@ -205,16 +205,20 @@ impl SubmitUsage<'_> {
         }
         let gpus = lease.gpu_count as u64;
         let secs = lease_math::payable_secs((to - from) as u64, args.gpu_seconds, gpus);
+        lease.billed_secs = lease
+            .billed_secs
+            .checked_add(secs)
+            .ok_or(MarketError::Overflow)?;
         let bid = &mut a.bid;
-        let pay = payout(
-            lease.price,
-            bid.unit(),
+        let billing = Billing {
+            price: lease.price,
+            unit: bid.unit(),
             gpus,
-            secs,
-            bid.escrow,
-            params.protocol_fee_bps as u64,
-        )
-        .map_err(MarketError::from)?;
+            billed_secs: lease.billed_secs,
+            paid: lease.paid,
+        };
+        let pay = payout(billing, bid.escrow, rules.protocol_fee_bps as u64)
+            .map_err(MarketError::from)?;
         let gross = pay.to_host + pay.fee;
         bid.escrow = pay.escrow_left;
         a.market.total_escrow = a
@@ -245,9 +249,9 @@ impl SubmitUsage<'_> {
         lease.idle_streak = lease_math::idle_streak(
             lease.idle_streak,
             args.avg_utilisation_bps,
-            params.idle_utilisation_bps,
+            rules.idle_utilisation_bps,
         );
-        if !lease.idle && lease.idle_streak >= params.idle_intervals {
+        if !lease.idle && lease.idle_streak >= rules.idle_intervals {
             lease.idle = true;
             emit!(LeaseIdle {
                 lease: lease.key(),
@@ -365,7 +369,7 @@ impl CloseLease<'_> {
             });
             return Ok(());
         }
-        ctx.accounts.settle()
+        ctx.accounts.settle(now)
     }
 
     /// The client takes back the escrow of a lease whose host sent no proof for
@@ -377,8 +381,8 @@ impl CloseLease<'_> {
         require_keys_eq!(a.signer.key(), a.lease.client, MarketError::NotLeaseParty);
         let lease = &mut a.lease;
         require!(!lease.fully_proven(), MarketError::NothingToReclaim);
-        let interval = a.market.params.billing_interval_secs as i64;
-        let silence = interval * a.market.params.silence_intervals as i64;
+        let interval = lease.rules.billing_interval_secs as i64;
+        let silence = interval * lease.rules.silence_intervals as i64;
         require!(
             now >= lease.proven_until.saturating_add(silence),
             MarketError::HostNotSilent
@@ -388,10 +392,10 @@ impl CloseLease<'_> {
         a.machine.record_missed(missed as u32)?;
         lease.stop_at = lease.proven_until;
         lease.preempted = false;
-        a.settle()
+        a.settle(now)
     }
 
-    fn settle(&mut self) -> Result<()> {
+    fn settle(&mut self, now: i64) -> Result<()> {
         let lease = &self.lease;
         let spot = lease.kind == BidKind::Spot;
         self.machine
@@ -402,11 +406,27 @@ impl CloseLease<'_> {
             .checked_sub(lease.gpu_count as u32)
             .ok_or(MarketError::Overflow)?;
         let bid = &mut self.bid;
-        let requeue = lease.preempted && bid.escrow > 0;
+        // A preempted spot bid goes back to the machine's book only while it can still run an
+        // interval there; settling never waits for room in a book (a full one means a refund).
+        let interval_cost = cost(
+            bid.price,
+            bid.unit(),
+            bid.gpu_count as u64,
+            lease.rules.billing_interval_secs as u64,
+        )
+        .map_err(MarketError::from)?;
+        let book = self
+            .spot_book
+            .as_ref()
+            .filter(|_| lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1));
+        let book = match book {
+            Some(b) if !b.load()?.is_full() => Some(b),
+            _ => None,
+        };
+        let requeue = book.is_some();
         let refund = if requeue { 0 } else { bid.escrow };
-        if requeue {
+        if let Some(book) = book {
             // Back in the machine's spot book, ranked by its profit, with its remaining escrow.
-            let book = self.spot_book.as_ref().ok_or(MarketError::WrongBook)?;
             let key = bid.spot_profit(&self.machine)?;
             bid.status = BidStatus::Open;
             let bid_key = bid.key();

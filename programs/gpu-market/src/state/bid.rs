@@ -114,8 +114,11 @@ pub struct Bid {
 
 impl Bid {
     /// Account size with `terms` overclock entries.
+    /// More than `MAX_GPUS` entries get the largest account (placement then refuses them with
+    /// `BadOverclockCount`, never a panic).
     pub const fn space(terms: usize) -> usize {
-        8 + Self::INIT_SPACE - (MAX_GPUS - terms) * OverclockTerms::INIT_SPACE
+        let unused = MAX_GPUS.saturating_sub(terms);
+        8 + Self::INIT_SPACE - unused * OverclockTerms::INIT_SPACE
     }
 
     /// The overclock terms of the bid's GPU `i`.
