@@ -29,9 +29,20 @@ pub mod gpu_market {
         InitMarket::init_market(ctx, args)
     }
 
-    /// Replaces the market's parameters (authority only).
+    /// Schedules new parameters (authority only, within bounds); they apply after the market's
+    /// notice period. Running leases keep the rules they started with.
     pub fn update_market(ctx: Context<UpdateMarket>, params: MarketParams) -> Result<()> {
         UpdateMarket::update_market(ctx, params)
+    }
+
+    /// Applies scheduled parameters once their notice period is over (anyone may call).
+    pub fn apply_market_update(ctx: Context<ApplyMarketUpdate>) -> Result<()> {
+        ApplyMarketUpdate::apply_market_update(ctx)
+    }
+
+    /// Moves the protocol fees and slashed stake the market holds to its treasuries (anyone).
+    pub fn collect_fees(ctx: Context<CollectFees>) -> Result<()> {
+        CollectFees::collect_fees(ctx)
     }
 
     /// Creates the signer's stake account in a market (once; its bump is stored).

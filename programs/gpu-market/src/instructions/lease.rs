@@ -5,7 +5,10 @@ use gpu_market_core::settlement::{cost, payout, Billing};
 
 use crate::errors::MarketError;
 use crate::instructions::pay_out;
-use crate::events::{LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven};
+use crate::events::{
+    HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven,
+};
+use crate::instructions::slash_share_bps;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
 };
@@ -142,7 +145,7 @@ impl SubmitUsageArgs {
 pub struct SubmitUsage<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault, has_one = treasury)]
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, has_one = market, has_one = agent @ MarketError::WrongAgent)]
@@ -158,9 +161,6 @@ pub struct SubmitUsage<'info> {
 
     #[account(mut)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
-
-    #[account(mut)]
-    pub treasury: Box<Account<'info, TokenAccount>>,
 
     /// Where the host is paid: a payment-token account of the machine's owner.
     #[account(mut, token::mint = payment_mint, token::authority = machine.owner)]
@@ -201,7 +201,7 @@ impl SubmitUsage<'_> {
         // Skipped intervals are never paid, and count as the host's silence.
         let missed = args.interval - lease.next_interval;
         if missed > 0 {
-            a.machine.record_missed(missed)?;
+            a.machine.record_missed(missed, now, &a.market)?;
         }
         let gpus = lease.gpu_count as u64;
         let secs = lease_math::payable_secs((to - from) as u64, args.gpu_seconds, gpus);
@@ -221,10 +221,16 @@ impl SubmitUsage<'_> {
             .map_err(MarketError::from)?;
         let gross = pay.to_host + pay.fee;
         bid.escrow = pay.escrow_left;
-        a.market.total_escrow = a
-            .market
+        let market = &mut a.market;
+        market.total_escrow = market
             .total_escrow
             .checked_sub(gross)
+            .ok_or(MarketError::Overflow)?;
+        // The fee stays in the vault until `collect_fees`: a host is paid whatever becomes of
+        // the treasury account.
+        market.fees_due = market
+            .fees_due
+            .checked_add(pay.fee)
             .ok_or(MarketError::Overflow)?;
 
         let proof = args.proof();
@@ -244,7 +250,7 @@ impl SubmitUsage<'_> {
                 .violations
                 .checked_add(1)
                 .ok_or(MarketError::Overflow)?;
-            a.machine.record_violation()?;
+            a.machine.record_violation(now, &a.market)?;
         }
         lease.idle_streak = lease_math::idle_streak(
             lease.idle_streak,
@@ -272,24 +278,14 @@ impl SubmitUsage<'_> {
             proof_hash: lease.proof_hash,
         });
 
-        let market_info = a.market.to_account_info();
         pay_out(
             &a.market,
-            market_info.clone(),
+            a.market.to_account_info(),
             a.payment_vault.to_account_info(),
             &a.payment_mint,
             a.host_tokens.to_account_info(),
             &a.token_program,
             pay.to_host,
-        )?;
-        pay_out(
-            &a.market,
-            market_info,
-            a.payment_vault.to_account_info(),
-            &a.payment_mint,
-            a.treasury.to_account_info(),
-            &a.token_program,
-            pay.fee,
         )
     }
 }
@@ -321,6 +317,16 @@ pub struct CloseLease<'info> {
     /// The machine's spot book: a preempted spot bid goes back into it.
     #[account(mut, address = machine.spot_book @ MarketError::WrongBook)]
     pub spot_book: Option<AccountLoader<'info, BidBook>>,
+
+    /// The host's stake (the machine owner's), slashed by `reclaim_escrow` for the silence it
+    /// proves; never the client's own stake account.
+    #[account(
+        mut,
+        constraint = host_stake.market == market.key()
+            && host_stake.owner == machine.owner
+            && host_stake.key() != client_stake.key() @ MarketError::HostStakeMissing,
+    )]
+    pub host_stake: Option<Box<Account<'info, StakeAccount>>>,
 
     /// The client's payment-token account: the unspent escrow is refunded here.
     #[account(mut, token::mint = payment_mint, token::authority = lease.client)]
@@ -387,12 +393,55 @@ impl CloseLease<'_> {
             now >= lease.proven_until.saturating_add(silence),
             MarketError::HostNotSilent
         );
+        // The harm is the silence the client had to sit through before it could act: waiting
+        // longer to reclaim does not make it larger.
         let unproven = (lease.stop().min(now) - lease.proven_until).max(0) as u64;
-        let missed = unproven.div_ceil(interval as u64);
-        a.machine.record_missed(missed as u32)?;
+        let missed = unproven
+            .div_ceil(interval as u64)
+            .min(lease.rules.silence_intervals as u64) as u32;
+        a.machine.record_silence(missed)?;
         lease.stop_at = lease.proven_until;
         lease.preempted = false;
+        a.slash_for_silence(missed)?;
         a.settle(now)
+    }
+
+    /// Slashes the host for `missed` silent intervals of this lease, at once and once: the
+    /// market's `slash_bps` per `slash_evidence` intervals of the host's stake; half goes to the
+    /// harmed client's stake, half is kept for the stake treasury. A client renting its own
+    /// machine slashes nothing.
+    fn slash_for_silence(&mut self, missed: u32) -> Result<()> {
+        if self.lease.client == self.machine.owner {
+            return Ok(());
+        }
+        let host = self
+            .host_stake
+            .as_mut()
+            .ok_or(MarketError::HostStakeMissing)?;
+        let p = &self.market.params;
+        let bps = slash_share_bps(p.slash_bps, missed, p.slash_evidence)?;
+        let (from_amount, from_pending) = host.slash(bps)?;
+        let taken = from_amount + from_pending;
+        let to_client = taken / 2;
+        self.market.keep_slashed(from_amount, from_pending)?;
+        let market = &mut self.market;
+        market.slashed_due -= to_client;
+        market.total_staked = market
+            .total_staked
+            .checked_add(to_client)
+            .ok_or(MarketError::Overflow)?;
+        let client = &mut self.client_stake;
+        client.amount = client
+            .amount
+            .checked_add(to_client)
+            .ok_or(MarketError::Overflow)?;
+        emit!(HostSlashed {
+            machine: self.machine.key(),
+            owner: self.machine.owner,
+            amount: taken,
+            to_client,
+        });
+        Ok(())
     }
 
     fn settle(&mut self, now: i64) -> Result<()> {

@@ -48,6 +48,15 @@ pub struct MarketParams {
     pub min_host_stake: u64,
 }
 
+/// Bounds on what a market's authority may set: the parameters can be changed, never bent.
+pub const MAX_BILLING_INTERVAL_SECS: u32 = 3_600;
+pub const MAX_PROTOCOL_FEE_BPS: u16 = 1_000;
+pub const MAX_UNSTAKE_COOLDOWN_SECS: u32 = 30 * 86_400;
+pub const MAX_SLASH_BPS: u16 = 5_000;
+/// A host always has one whole interval after a window ends to prove it before a client may
+/// call it silent.
+pub const MIN_SILENCE_INTERVALS: u16 = 2;
+
 impl MarketParams {
     /// Reasonable defaults around the given interval, fee and cooldown: the Neurolov weights,
     /// neutral seasons, no capability premium, demand smoothed at 20 % per sample, capped at +100 %.
@@ -93,10 +102,17 @@ impl MarketParams {
         let bps = gpu_market_core::BPS;
         require!(self.weights().is_valid(), MarketError::InvalidWeights);
         require!(
-            self.billing_interval_secs > 0,
+            (1..=MAX_BILLING_INTERVAL_SECS).contains(&self.billing_interval_secs),
             MarketError::InvalidBillingInterval
         );
-        require!(self.protocol_fee_bps as u64 <= bps, MarketError::InvalidFee);
+        require!(
+            self.protocol_fee_bps <= MAX_PROTOCOL_FEE_BPS,
+            MarketError::InvalidFee
+        );
+        require!(
+            self.unstake_cooldown_secs <= MAX_UNSTAKE_COOLDOWN_SECS,
+            MarketError::InvalidCooldown
+        );
         require!(
             self.stake_bound > 0 && self.resource_bound_gib_secs > 0,
             MarketError::InvalidScoreBounds
@@ -113,10 +129,10 @@ impl MarketParams {
         );
         require!(
             self.idle_intervals > 0
-                && self.silence_intervals > 0
+                && self.silence_intervals >= MIN_SILENCE_INTERVALS
                 && self.slash_evidence > 0
                 && self.idle_utilisation_bps as u64 <= bps
-                && self.slash_bps as u64 <= bps,
+                && self.slash_bps <= MAX_SLASH_BPS,
             MarketError::InvalidEnforcement
         );
         Ok(())
@@ -156,6 +172,14 @@ pub struct Market {
     /// Tokens asked back and still in the stake vault, waiting for their cooldown.
     pub total_pending_unstake: u64,
     pub created_at: i64,
+    /// Parameters `update_market` scheduled, applied from `pending_at` on (0: none pending).
+    pub pending_params: MarketParams,
+    pub pending_at: i64,
+    /// Protocol fees held in the payment vault until `collect_fees` moves them to the treasury
+    /// (so no payment depends on an account the authority could close or freeze).
+    pub fees_due: u64,
+    /// Slashed host stake held in the stake vault until `collect_fees` moves it.
+    pub slashed_due: u64,
     pub bump: u8,
     pub stake_vault_bump: u8,
     pub payment_vault_bump: u8,
@@ -290,6 +314,46 @@ impl Market {
     pub fn interval_at(&self, unix_time: i64) -> u64 {
         (unix_time.saturating_sub(self.created_at).max(0) as u64)
             / self.params.billing_interval_secs as u64
+    }
+
+    /// How long a parameter change waits before it applies: a staker who disagrees can ask its
+    /// stake back at once and withdraw it before the change lands.
+    pub fn notice_secs(&self) -> i64 {
+        self.params.unstake_cooldown_secs as i64 + self.params.billing_interval_secs as i64
+    }
+
+    /// How long slashing evidence stays usable: the time it takes to gather `slash_evidence`
+    /// intervals of it, plus the unstake cooldown (the time a host needs to leave).
+    pub fn evidence_window_secs(&self) -> i64 {
+        let p = &self.params;
+        p.unstake_cooldown_secs as i64 + p.billing_interval_secs as i64 * p.slash_evidence as i64
+    }
+
+    /// Applies the scheduled parameters if their time has come; whether it did.
+    pub fn apply_due_update(&mut self, now: i64) -> bool {
+        if self.pending_at == 0 || now < self.pending_at {
+            return false;
+        }
+        self.params = self.pending_params;
+        self.pending_at = 0;
+        true
+    }
+
+    /// Moves `amount` of a host's slashed stake into the market's keeping (`slashed_due`).
+    pub fn keep_slashed(&mut self, from_amount: u64, from_pending: u64) -> Result<()> {
+        self.total_staked = self
+            .total_staked
+            .checked_sub(from_amount)
+            .ok_or(MarketError::Overflow)?;
+        self.total_pending_unstake = self
+            .total_pending_unstake
+            .checked_sub(from_pending)
+            .ok_or(MarketError::Overflow)?;
+        self.slashed_due = self
+            .slashed_due
+            .checked_add(from_amount + from_pending)
+            .ok_or(MarketError::Overflow)?;
+        Ok(())
     }
 
     /// Holds after every instruction that changes the market's parameters (the totals are
