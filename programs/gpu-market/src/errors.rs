@@ -143,6 +143,12 @@ pub enum MarketError {
     NoUpdateDue,
     #[msg("the host's stake account is missing, or is the client's own")]
     HostStakeMissing,
+    #[msg("the stake account still holds stake, waiting bids or GPUs")]
+    StakeNotEmpty,
+    #[msg("only a retired machine can be closed")]
+    MachineNotRetired,
+    #[msg("the book still holds bids")]
+    BookNotEmpty,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

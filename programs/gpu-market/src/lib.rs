@@ -152,6 +152,21 @@ pub mod gpu_market {
         Slash::slash(ctx)
     }
 
+    /// Closes the signer's empty stake account; its rent goes back to the owner.
+    pub fn close_stake(ctx: Context<CloseStake>) -> Result<()> {
+        CloseStake::close_stake(ctx)
+    }
+
+    /// Closes a retired machine with no lease, and its empty spot book; rent to the owner.
+    pub fn close_machine(ctx: Context<CloseMachine>) -> Result<()> {
+        CloseMachine::close_machine(ctx)
+    }
+
+    /// Closes the market's empty queue book; rent to the authority.
+    pub fn close_queue_book(ctx: Context<CloseQueueBook>) -> Result<()> {
+        CloseQueueBook::close_queue_book(ctx)
+    }
+
     /// The agent's liveness signal.
     pub fn heartbeat(ctx: Context<Heartbeat>) -> Result<()> {
         Heartbeat::heartbeat(ctx)

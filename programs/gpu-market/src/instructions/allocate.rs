@@ -213,10 +213,10 @@ impl Allocate<'_> {
             .checked_add(n as u32)
             .ok_or(MarketError::Overflow)?;
         let market = &mut accounts.market;
+        market.tick_demand(now);
         if !spot {
             market.add_waiting(-(n as i64))?;
         }
-        market.sample_demand();
 
         let mut gpus = [0u8; MAX_GPUS];
         gpus[..n as usize].copy_from_slice(&args.gpus);

@@ -172,7 +172,7 @@ impl PlaceBid<'_> {
 
     /// Makes room in a full book for a bid ranked at `newcomer`: its lowest-ranked entry leaves
     /// with a full refund, as in an order book; a newcomer that does not outrank it is refused.
-    fn evict_worst(&mut self, newcomer: BookKey) -> Result<()> {
+    fn evict_worst(&mut self, newcomer: BookKey, now: i64) -> Result<()> {
         let worst = *self.book.load()?.worst().ok_or(MarketError::BookNotFound)?;
         require!(newcomer < worst.key(), MarketError::BookFullOfBetterBids);
         let missing = || error!(MarketError::EvictionMissing);
@@ -196,7 +196,7 @@ impl PlaceBid<'_> {
         };
         let refund =
             self.market
-                .take_out(worst.bid, evicted, &mut *self.book.load_mut()?, stake)?;
+                .take_out(worst.bid, evicted, &mut *self.book.load_mut()?, stake, now)?;
         pay_out(
             &self.market,
             self.market.to_account_info(),
@@ -246,6 +246,7 @@ impl PlaceBid<'_> {
             .ok_or(MarketError::Overflow)?;
         let rank = score::rank_key(base, p.aging_per_interval as u64, market.interval_at(now));
         if args.kind == BidKind::Queue {
+            market.tick_demand(now);
             market.add_waiting(args.gpu_count as i64)?;
         }
 
@@ -288,7 +289,7 @@ impl PlaceBid<'_> {
         let bid_key = bid.key();
         if ctx.accounts.book.load()?.is_full() {
             let newcomer = BookKey::new(key, market.next_bid_seq);
-            ctx.accounts.evict_worst(newcomer)?;
+            ctx.accounts.evict_worst(newcomer, now)?;
         }
         let market = &mut ctx.accounts.market;
         let bid = &mut ctx.accounts.bid;
@@ -420,11 +421,12 @@ pub struct CancelBid<'info> {
 impl CancelBid<'_> {
     /// Takes a waiting bid out of its book and refunds its escrow in full.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
         let a = &mut *ctx.accounts;
         let bid_key = a.bid.key();
         let refund =
             a.market
-                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake)?;
+                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, now)?;
         pay_out(
             &a.market,
             a.market.to_account_info(),
@@ -491,7 +493,7 @@ impl PruneBid<'_> {
         let bid_key = a.bid.key();
         let refund =
             a.market
-                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake)?;
+                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, now)?;
         pay_out(
             &a.market,
             a.market.to_account_info(),

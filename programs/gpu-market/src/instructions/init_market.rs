@@ -80,6 +80,7 @@ impl InitMarket<'_> {
             stake_treasury: ctx.accounts.stake_treasury.key(),
             params: args.params,
             demand_bps: 0,
+            demand_interval: 0,
             queue_book: Pubkey::default(),
             gpus_offered: 0,
             gpus_waiting: 0,

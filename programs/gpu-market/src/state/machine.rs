@@ -302,9 +302,10 @@ impl Machine {
         Ok(())
     }
 
-    /// GPUs this machine offers to the market (its count while active, else none).
+    /// GPUs this machine offers to the market: its count until it retires. A pause does not
+    /// move the count, so a host cannot raise the reserve price by pausing machines.
     pub fn offered(&self) -> i64 {
-        if self.status == MachineStatus::Active {
+        if self.status != MachineStatus::Retired {
             self.gpu_count as i64
         } else {
             0

@@ -53,6 +53,8 @@ pub const MAX_BILLING_INTERVAL_SECS: u32 = 3_600;
 pub const MAX_PROTOCOL_FEE_BPS: u16 = 1_000;
 pub const MAX_UNSTAKE_COOLDOWN_SECS: u32 = 30 * 86_400;
 pub const MAX_SLASH_BPS: u16 = 5_000;
+/// Demand samples `tick_demand` catches up at most (smoothing has converged long before).
+pub const MAX_DEMAND_CATCH_UP: u64 = 64;
 /// A host always has one whole interval after a window ends to prove it before a client may
 /// call it silent.
 pub const MIN_SILENCE_INTERVALS: u16 = 2;
@@ -85,7 +87,9 @@ impl MarketParams {
             silence_intervals: 3,
             slash_evidence: 3,
             slash_bps: 1_000,
-            min_host_stake: 0,
+            // What a full 16-GPU machine earns in a day at the base price: a host that fakes
+            // its GPUs risks more than it can take before its clients react.
+            min_host_stake: 1_000_000 * 16 * 24,
         }
     }
 
@@ -155,8 +159,10 @@ pub struct Market {
     /// Token account of the stake mint that receives slashed host stake.
     pub stake_treasury: Pubkey,
     pub params: MarketParams,
-    /// Smoothed demand factor (bps), fed by the allocation rounds.
+    /// Smoothed demand factor (bps), sampled once per billing interval (`tick_demand`).
     pub demand_bps: u64,
+    /// The billing interval of the last demand sample.
+    pub demand_interval: u64,
     /// The market's queue book (a `BidBook` account), set by `init_queue_book`.
     pub queue_book: Pubkey,
     /// GPUs of active machines (the supply side of the demand factor and the cap's base).
@@ -240,7 +246,9 @@ impl Market {
         bid: &Bid,
         book: &mut BidBook,
         stake: &mut StakeAccount,
+        now: i64,
     ) -> Result<u64> {
+        self.tick_demand(now);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
         let leaf = book
             .remove(BookKey::new(bid.book_key, bid.seq))
@@ -273,16 +281,26 @@ impl Market {
         Ok(lowest)
     }
 
-    /// Feeds one demand sample (waiting vs offered GPUs) into the smoothed demand factor.
-    pub fn sample_demand(&mut self) {
+    /// Samples demand on the market's clock: one sample (waiting vs offered GPUs, as they stood
+    /// since the last change) per billing interval that has begun since the last sample, at most
+    /// `MAX_DEMAND_CATCH_UP` of them. Every instruction that changes either count calls it
+    /// first, so the reserve price is the same whoever calls and whenever.
+    pub fn tick_demand(&mut self, now: i64) {
+        let interval = self.interval_at(now);
+        let due = interval
+            .saturating_sub(self.demand_interval)
+            .min(MAX_DEMAND_CATCH_UP);
         let p = &self.params;
         let sample = pricing::demand_bps(
             self.gpus_waiting,
             self.gpus_offered,
             p.demand_cap_bps as u64,
         );
-        self.demand_bps =
-            pricing::smooth_bps(self.demand_bps, sample, p.demand_smoothing_bps as u64);
+        for _ in 0..due {
+            self.demand_bps =
+                pricing::smooth_bps(self.demand_bps, sample, p.demand_smoothing_bps as u64);
+        }
+        self.demand_interval = self.demand_interval.max(interval);
     }
 
     /// Adds (or, negative, removes) GPUs waiting in the queue book.
