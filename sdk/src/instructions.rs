@@ -798,3 +798,79 @@ impl ClientInstruction for CollectFees<'_> {
         vec![self.signer]
     }
 }
+
+/// Closes the signer's empty stake account in `market`.
+pub struct CloseStake<'a> {
+    pub owner: &'a Keypair,
+    pub market: Pubkey,
+}
+
+impl ClientInstruction for CloseStake<'_> {
+    const NAME: &'static str = "close_stake";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CloseStake {
+                owner: self.owner.pubkey(),
+                stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+            },
+            gpu_market::instruction::CloseStake {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+/// Closes a retired machine (and its empty spot book, when it has one).
+pub struct CloseMachine<'a> {
+    pub owner: &'a Keypair,
+    pub machine: Pubkey,
+    pub spot_book: Option<Pubkey>,
+}
+
+impl ClientInstruction for CloseMachine<'_> {
+    const NAME: &'static str = "close_machine";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CloseMachine {
+                owner: self.owner.pubkey(),
+                machine: self.machine,
+                spot_book: self.spot_book,
+            },
+            gpu_market::instruction::CloseMachine {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+/// Closes a market's empty queue book.
+pub struct CloseQueueBook<'a> {
+    pub authority: &'a Keypair,
+    pub market: Pubkey,
+    pub book: Pubkey,
+}
+
+impl ClientInstruction for CloseQueueBook<'_> {
+    const NAME: &'static str = "close_queue_book";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CloseQueueBook {
+                authority: self.authority.pubkey(),
+                market: self.market,
+                book: self.book,
+            },
+            gpu_market::instruction::CloseQueueBook {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.authority]
+    }
+}
