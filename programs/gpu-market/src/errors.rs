@@ -9,7 +9,7 @@ pub enum MarketError {
     InvalidBillingInterval,
     #[msg("the protocol fee must be at most 1000 bps")]
     InvalidFee,
-    #[msg("the score bounds must be greater than zero")]
+    #[msg("the score bounds and the urgency premium share must be greater than zero, the aging cap at most 10000 bps")]
     InvalidScoreBounds,
     #[msg("the anti-monopoly cap must be between 1 and 10000 bps")]
     InvalidClientCap,
@@ -149,6 +149,8 @@ pub enum MarketError {
     MachineNotRetired,
     #[msg("the book still holds bids")]
     BookNotEmpty,
+    #[msg("the deadline lets the bid wait longer than the market's aging cap allows")]
+    DeadlineTooFar,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

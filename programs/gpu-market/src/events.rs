@@ -92,6 +92,7 @@ pub struct BidPlaced {
     pub kind: BidKind,
     pub score: u64,
     pub escrow: u64,
+    pub urgency_premium: u64,
 }
 
 #[event]

@@ -100,6 +100,8 @@ pub struct Bid {
     pub deadline: i64,
     /// Tokens locked in the market's payment vault for this bid.
     pub escrow: u64,
+    /// Paid at placement for urgency (the market's at once; never refunded).
+    pub urgency_premium: u64,
     /// The client's token account the escrow came from: where a keeper sends a refund (any
     /// token account of the client for the payment mint is accepted).
     pub refund_tokens: Pubkey,

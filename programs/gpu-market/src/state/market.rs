@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 use gpu_market_core::pricing;
-use gpu_market_core::score::Weights;
+use gpu_market_core::score::{Inputs, Weights};
 
 use crate::errors::MarketError;
 use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccount};
@@ -18,10 +18,16 @@ pub struct MarketParams {
     pub weights_bps: [u16; 3],
     /// The stake at which the stake input S saturates.
     pub stake_bound: u64,
-    /// GPUs × GiB × seconds at which the complexity input C saturates.
-    pub resource_bound_gib_secs: u64,
+    /// The spend per hour (price × GPUs, payment-token base units) at which the complexity
+    /// input C saturates.
+    pub spend_bound: u64,
+    /// The urgency premium, as a share of the bid's escrow (bps), at which the urgency input U
+    /// saturates.
+    pub urgency_premium_bps: u16,
     /// Score a waiting bid gains per billing interval, so no bid starves.
     pub aging_per_interval: u16,
+    /// The most aging a queue bid can gather (bps): its deadline may leave it no longer to wait.
+    pub aging_cap_bps: u16,
     /// Anti-monopoly cap: the most of the market's GPUs one client may hold, in bps.
     pub max_client_share_bps: u16,
     /// Base of the dynamic reserve price, per GPU-hour, in payment-token base units.
@@ -74,8 +80,11 @@ impl MarketParams {
             unstake_cooldown_secs,
             weights_bps: [w.stake_bps, w.urgency_bps, w.complexity_bps],
             stake_bound: 1_000_000_000,
-            resource_bound_gib_secs: 8 * 80 * 86_400,
+            // A full 16-GPU machine at four times the base price.
+            spend_bound: 16 * 4 * 1_000_000,
+            urgency_premium_bps: 1_000,
             aging_per_interval: 10,
+            aging_cap_bps: 3_000,
             max_client_share_bps: 5_000,
             base_price_per_gpu_hour: 1_000_000,
             capability_bps: [0; GPU_CLASSES],
@@ -91,6 +100,28 @@ impl MarketParams {
             // its GPUs risks more than it can take before its clients react.
             min_host_stake: 1_000_000 * 16 * 24,
         }
+    }
+
+    /// The score inputs of a bid by a client with `stake`: what it pays per hour while running
+    /// (`spend_per_hour`), the escrow it locks and the urgency premium it gives up.
+    pub fn score_inputs(
+        &self,
+        stake: u64,
+        spend_per_hour: u64,
+        escrow: u64,
+        urgency_premium: u64,
+    ) -> Result<Inputs> {
+        let urgency_bound = gpu_market_core::math::apply_bps(escrow, self.urgency_premium_bps as u64)
+            .map_err(MarketError::from)?
+            .max(1);
+        Ok(Inputs {
+            stake,
+            stake_bound: self.stake_bound,
+            urgency_premium,
+            urgency_bound,
+            spend_per_hour,
+            spend_bound: self.spend_bound,
+        })
     }
 
     pub fn weights(&self) -> Weights {
@@ -118,7 +149,10 @@ impl MarketParams {
             MarketError::InvalidCooldown
         );
         require!(
-            self.stake_bound > 0 && self.resource_bound_gib_secs > 0,
+            self.stake_bound > 0
+                && self.spend_bound > 0
+                && self.urgency_premium_bps > 0
+                && self.aging_cap_bps as u64 <= bps,
             MarketError::InvalidScoreBounds
         );
         require!(
