@@ -255,7 +255,11 @@ fn range_overlaps(limits: &GpuLimits, lo: &Settings, hi: &Settings) -> bool {
         && limits.power_w.min <= hi.power_limit_w
         && opt_overlaps(lo.core_lock_mhz, hi.core_lock_mhz, limits.core_lock_mhz)
         && opt_overlaps(lo.mem_lock_mhz, hi.mem_lock_mhz, limits.mem_lock_mhz)
-        && opt_overlaps(lo.core_offset_mhz, hi.core_offset_mhz, limits.core_offset_mhz)
+        && opt_overlaps(
+            lo.core_offset_mhz,
+            hi.core_offset_mhz,
+            limits.core_offset_mhz,
+        )
         && opt_overlaps(lo.mem_offset_mhz, hi.mem_offset_mhz, limits.mem_offset_mhz)
 }
 
@@ -434,7 +438,10 @@ impl Offer {
             return Err(Unfit::Expired);
         }
         let enough = |m: u16, e: Unfit| if count(m) >= n { Ok(m) } else { Err(e) };
-        let by_class = enough(self.class_mask(need.accepted_classes), Unfit::NoAcceptedClass)?;
+        let by_class = enough(
+            self.class_mask(need.accepted_classes),
+            Unfit::NoAcceptedClass,
+        )?;
         let by_memory = enough(
             self.gib_mask(by_class, need.gib_per_gpu, false),
             Unfit::TooLittleMemory,
@@ -570,10 +577,7 @@ impl Offer {
         let mut gpus = [0u8; MAX];
         gpus[..n].copy_from_slice(&pool[..n]);
         insertion_sort_by_key(&mut gpus[..n], |&g| g);
-        Choice {
-            gpus,
-            len: n as u8,
-        }
+        Choice { gpus, len: n as u8 }
     }
 
     /// An assignment for differing per-GPU terms: inside one group when one can take it.
@@ -591,10 +595,7 @@ impl Offer {
                 });
             }
         }
-        matching::assign(compat).map(|gpus| Choice {
-            gpus,
-            len: n as u8,
-        })
+        matching::assign(compat).map(|gpus| Choice { gpus, len: n as u8 })
     }
 
     /// Checks GPUs an agent chose for `need` (which must fit): one per bid GPU, distinct, each
@@ -754,10 +755,25 @@ mod tests {
         let base = need(2, Terms::Uniform(power(300)));
         assert_eq!(o.fit(&base).unwrap().gpus(), &[0, 1]);
         let cases: [(Need, Unfit); 7] = [
-            (Need { deadline: 10, ..base }, Unfit::Expired),
+            (
+                Need {
+                    deadline: 10,
+                    ..base
+                },
+                Unfit::Expired,
+            ),
             (need(3, Terms::Uniform(power(300))), Unfit::NoAcceptedClass),
-            (Need { gib_per_gpu: 81, ..base }, Unfit::TooLittleMemory),
-            (need(2, Terms::Uniform(power(401))), Unfit::OverclockOutOfRange),
+            (
+                Need {
+                    gib_per_gpu: 81,
+                    ..base
+                },
+                Unfit::TooLittleMemory,
+            ),
+            (
+                need(2, Terms::Uniform(power(401))),
+                Unfit::OverclockOutOfRange,
+            ),
             (Need { price: 49, ..base }, Unfit::PriceBelowFloor),
             (
                 Need {
@@ -781,7 +797,10 @@ mod tests {
             assert_eq!(o.fit(&n), Err(want), "{n:?}");
         }
         let paused = Offer::new(vec![gpu(0, 0)], false, 10, 0, [0; GPU_CLASSES]);
-        assert_eq!(paused.fit(&need(1, Terms::Uniform(power(300)))), Err(Unfit::MachineInactive));
+        assert_eq!(
+            paused.fit(&need(1, Terms::Uniform(power(300)))),
+            Err(Unfit::MachineInactive)
+        );
     }
 
     #[test]
@@ -790,10 +809,22 @@ mod tests {
         g0.free_gib = 40;
         g0.running = Some(power(250));
         let o = offer(vec![g0, gpu(0, 0)]);
-        assert_eq!(o.fit(&need(2, Terms::Uniform(power(250)))).unwrap().gpus(), &[0, 1]);
-        assert_eq!(o.fit(&need(2, Terms::Uniform(power(300)))), Err(Unfit::Busy));
-        assert_eq!(o.fit(&need(1, Terms::Uniform(power(300)))).unwrap().gpus(), &[1]);
-        let more = Need { gib_per_gpu: 41, ..need(2, Terms::Uniform(power(250))) };
+        assert_eq!(
+            o.fit(&need(2, Terms::Uniform(power(250)))).unwrap().gpus(),
+            &[0, 1]
+        );
+        assert_eq!(
+            o.fit(&need(2, Terms::Uniform(power(300)))),
+            Err(Unfit::Busy)
+        );
+        assert_eq!(
+            o.fit(&need(1, Terms::Uniform(power(300)))).unwrap().gpus(),
+            &[1]
+        );
+        let more = Need {
+            gib_per_gpu: 41,
+            ..need(2, Terms::Uniform(power(250)))
+        };
         assert_eq!(o.fit(&more), Err(Unfit::Busy));
     }
 
@@ -804,7 +835,10 @@ mod tests {
         // Group 1 has exactly two: the tightest group that fits.
         assert_eq!(o.fit(&two).unwrap().gpus(), &[1, 2]);
         assert_eq!(o.check_choice(&two, &[1, 2]), Ok(()));
-        assert_eq!(o.check_choice(&two, &[0, 1]), Err(ChoiceError::TopologySplit));
+        assert_eq!(
+            o.check_choice(&two, &[0, 1]),
+            Err(ChoiceError::TopologySplit)
+        );
         assert_eq!(
             o.check_choice(&two, &[1, 1]),
             Err(ChoiceError::Assign(AssignError::Duplicate(1)))
@@ -840,9 +874,15 @@ mod tests {
         b.limits = limits((300, 400));
         let o = offer(vec![a, b]);
         assert_eq!(o.fit(&range), Err(Unfit::Undecided));
-        assert_eq!(o.fit(&need(2, Terms::PerGpu(&terms))).unwrap().gpus(), &[0, 1]);
+        assert_eq!(
+            o.fit(&need(2, Terms::PerGpu(&terms))).unwrap().gpus(),
+            &[0, 1]
+        );
         let swapped = [power(350), power(150)];
-        assert_eq!(o.fit(&need(2, Terms::PerGpu(&swapped))).unwrap().gpus(), &[1, 0]);
+        assert_eq!(
+            o.fit(&need(2, Terms::PerGpu(&swapped))).unwrap().gpus(),
+            &[1, 0]
+        );
     }
 
     fn arb_settings() -> impl Strategy<Value = Settings> {

@@ -71,9 +71,18 @@ pub fn base_score(w: Weights, i: &Inputs) -> u64 {
 
 /// The score with aging: every billing interval waited adds `aging_per_interval`, at most
 /// `aging_cap` in all, and never past 10 000.
-pub fn aged_score(base: u64, aging_per_interval: u64, intervals_waited: u64, aging_cap: u64) -> u64 {
-    base.saturating_add(aging_per_interval.saturating_mul(intervals_waited).min(aging_cap))
-        .min(BPS)
+pub fn aged_score(
+    base: u64,
+    aging_per_interval: u64,
+    intervals_waited: u64,
+    aging_cap: u64,
+) -> u64 {
+    base.saturating_add(
+        aging_per_interval
+            .saturating_mul(intervals_waited)
+            .min(aging_cap),
+    )
+    .min(BPS)
 }
 
 /// The longest a queue bid may wait, in billing intervals, so that its aging never passes
@@ -252,7 +261,10 @@ mod tests {
         let bound = aging.head_start_bound_secs().unwrap() + 3_600;
         assert!(started.is_some_and(|t| t <= bound), "{started:?}");
         // The capped aging of `aged_score` (10 bps an hour) leaves it waiting past 100 h.
-        assert_eq!(low_stake_start(|b, w| aged_score(b, 10, w / 3_600, BPS)), None);
+        assert_eq!(
+            low_stake_start(|b, w| aged_score(b, 10, w / 3_600, BPS)),
+            None
+        );
     }
 
     proptest! {

@@ -5,8 +5,7 @@ use crate::errors::MarketError;
 use crate::events::LeaseStarted;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
-    Market,
-    StakeAccount, MAX_GPUS,
+    Market, StakeAccount, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]

@@ -4,10 +4,10 @@ use gpu_market_core::lease::{self as lease_math, UsageProof};
 use gpu_market_core::settlement::{cost, payout, Billing};
 
 use crate::errors::MarketError;
-use crate::instructions::pay_out;
 use crate::events::{
     HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven,
 };
+use crate::instructions::pay_out;
 use crate::instructions::slash_share_bps;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
@@ -464,10 +464,9 @@ impl CloseLease<'_> {
             lease.rules.billing_interval_secs as u64,
         )
         .map_err(MarketError::from)?;
-        let book = self
-            .spot_book
-            .as_ref()
-            .filter(|_| lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1));
+        let book = self.spot_book.as_ref().filter(|_| {
+            lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1)
+        });
         let book = match book {
             Some(b) if !b.load()?.is_full() => Some(b),
             _ => None,

@@ -55,4 +55,3 @@ pub(crate) fn pay_out<'info>(
         )
     })
 }
-

@@ -784,7 +784,10 @@ mod tests {
         assert_eq!(book.best().unwrap().key(), BookKey::new(10_000, 2));
         assert_eq!(book.worst().unwrap().key(), BookKey::new(0, 4));
         let leaf = book.get(BookKey::new(7500, 6)).unwrap();
-        assert_eq!((leaf.bid, payload(leaf)), (bid_of(BookKey::new(7500, 6)), 6));
+        assert_eq!(
+            (leaf.bid, payload(leaf)),
+            (bid_of(BookKey::new(7500, 6)), 6)
+        );
         check(&book);
         let mut popped = Vec::new();
         while let Some(leaf) = book.pop_best() {

@@ -268,7 +268,11 @@ impl Machine {
 
     /// Drops evidence older than the market's window; what is left is current.
     pub fn expire_evidence(&mut self, now: i64, market: &Market) {
-        if now > self.evidence_since.saturating_add(market.evidence_window_secs()) {
+        if now
+            > self
+                .evidence_since
+                .saturating_add(market.evidence_window_secs())
+        {
             self.unslashed_missed = 0;
             self.unslashed_violations = 0;
         }

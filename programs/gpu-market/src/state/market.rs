@@ -111,9 +111,10 @@ impl MarketParams {
         escrow: u64,
         urgency_premium: u64,
     ) -> Result<Inputs> {
-        let urgency_bound = gpu_market_core::math::apply_bps(escrow, self.urgency_premium_bps as u64)
-            .map_err(MarketError::from)?
-            .max(1);
+        let urgency_bound =
+            gpu_market_core::math::apply_bps(escrow, self.urgency_premium_bps as u64)
+                .map_err(MarketError::from)?
+                .max(1);
         Ok(Inputs {
             stake,
             stake_bound: self.stake_bound,
