@@ -151,6 +151,8 @@ pub enum MarketError {
     BookNotEmpty,
     #[msg("the deadline lets the bid wait longer than the market's aging cap allows")]
     DeadlineTooFar,
+    #[msg("a market's mints must have no freeze authority")]
+    MintCanFreeze,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

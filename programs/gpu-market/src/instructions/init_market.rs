@@ -27,7 +27,11 @@ pub struct InitMarket<'info> {
     )]
     pub market: Box<Account<'info, Market>>,
 
+    /// Mints without a freeze authority: nobody can freeze the market's vaults and stop every
+    /// payment and withdrawal.
+    #[account(constraint = stake_mint.freeze_authority.is_none() @ MarketError::MintCanFreeze)]
     pub stake_mint: Box<Account<'info, Mint>>,
+    #[account(constraint = payment_mint.freeze_authority.is_none() @ MarketError::MintCanFreeze)]
     pub payment_mint: Box<Account<'info, Mint>>,
 
     #[account(
