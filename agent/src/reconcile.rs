@@ -18,7 +18,7 @@ use gpu_market_core::overclock::Settings;
 use tokio::time::Instant;
 
 use crate::chain::{
-    BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus, MachineView,
+    BidKind, BidView, Chain, ChainError, Key, LeaseView, MachineStatus, MachineView,
 };
 use crate::config::{ContainerLimits, RegistryAuth, RegistryPassword};
 use crate::env::load_env;
@@ -38,6 +38,8 @@ pub const EXIT_SETTINGS_REFUSED: i32 = -1;
 pub const EXIT_CONTAINER_LOST: i32 = -2;
 /// How many open bids one tick looks at.
 pub const BIDS_CONSIDERED: usize = 32;
+/// How many expired bids one tick prunes at most (side by side, after the proofs).
+pub const PRUNES_PER_TICK: usize = 3;
 
 /// Everything one tick decides from.
 #[derive(Debug, Clone)]
@@ -59,6 +61,8 @@ pub struct ChainObserved {
     pub machine: MachineView,
     pub leases: Vec<LeaseView>,
     pub bids: Vec<BidView>,
+    /// Expired bids in the machine's books.
+    pub expired: Vec<Key>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,9 +129,14 @@ pub enum Action {
         lease: Key,
         better_bid: Key,
     },
+    /// Start `bid` on the GPUs the market's fit rule gave it.
     Allocate {
         bid: Key,
         gpu_indices: Vec<u8>,
+    },
+    /// Remove an expired bid from its book (its client is refunded).
+    Prune {
+        bid: Key,
     },
     /// No lease uses this GPU but its settings are not the defaults.
     ResetGpu {
@@ -255,19 +264,13 @@ pub fn plan(o: &Observed) -> Vec<Action> {
     }
 
     if !o.draining && chain.machine.status == MachineStatus::Active {
-        let mut capacity = Capacity::new(&chain.machine, &chain.leases);
-        let mut taken = BTreeSet::new();
-        for bid in allocation_order(&chain.bids, o.electricity_cost_per_kwh) {
-            if let Some(gpus) = capacity.pick(bid) {
-                capacity.take(bid, &gpus);
-                taken.insert(bid.key);
-                actions.push(Action::Allocate {
-                    bid: bid.key,
-                    gpu_indices: gpus,
-                });
-            }
+        let taken = allocate_fitting(&chain.bids, o.electricity_cost_per_kwh, &mut actions);
+        spot_rule(o, chain, &taken, &mut actions);
+    }
+    if !o.draining {
+        for &bid in chain.expired.iter().take(PRUNES_PER_TICK) {
+            actions.push(Action::Prune { bid });
         }
-        spot_rule(o, chain, &capacity, &taken, &mut actions);
     }
 
     let used: BTreeSet<u32> = chain
@@ -297,99 +300,35 @@ fn window_ended(r: &LeaseRecord, now: i64) -> bool {
         .is_some_and(|(_, to)| to <= now)
 }
 
-/// GPU capacity as allocation sees it: free GiB, and the settings already applied to a GPU
-/// another lease uses (a bid may share a GPU only with equal settings).
-#[derive(Debug, Clone)]
-struct Capacity {
-    gpus: Vec<GpuView>,
-    free_gib: Vec<u16>,
-    settings: Vec<Option<Settings>>,
-}
-
-impl Capacity {
-    fn new(machine: &MachineView, leases: &[LeaseView]) -> Self {
-        let mut settings = vec![None; machine.gpus.len()];
-        for l in leases {
-            for (&i, s) in l.gpu_indices.iter().zip(&l.settings) {
-                if let Some(slot) = settings.get_mut(i as usize) {
-                    *slot = Some(*s);
-                }
-            }
-        }
-        Capacity {
-            gpus: machine.gpus.clone(),
-            free_gib: machine.free_gib.clone(),
-            settings,
-        }
-    }
-
-    /// Gives `lease`'s GPUs back, as if it had ended.
-    fn release(&mut self, lease: &LeaseView) {
-        for &i in &lease.gpu_indices {
-            self.free_gib[i as usize] += lease.gib_per_gpu;
-            if self.free_gib[i as usize] == self.gpus[i as usize].memory_gib {
-                self.settings[i as usize] = None;
-            }
-        }
-    }
-
-    fn take(&mut self, bid: &BidView, gpus: &[u8]) {
-        for (&i, s) in gpus.iter().zip(&bid.settings) {
-            self.free_gib[i as usize] -= bid.gib_per_gpu;
-            self.settings[i as usize] = Some(*s);
-        }
-    }
-
-    /// The GPUs `bid` would get: within one topology group when one has room (the group with
-    /// the least room that fits, then the GPUs with the least free GiB that fit), else spread
-    /// over the groups with the most room. A GPU is shared only by leases with equal settings,
-    /// so a bid that asks different settings of its GPUs gets unshared ones.
-    fn pick(&self, bid: &BidView) -> Option<Vec<u8>> {
-        let n = bid.gpu_count as usize;
-        if n == 0 || bid.settings.len() != n {
-            return None;
-        }
-        let uniform = bid.uniform_settings();
-        let eligible: Vec<usize> = (0..self.gpus.len())
-            .filter(|&i| {
-                bid.accepted_classes & (1u8.checked_shl(self.gpus[i].class as u32).unwrap_or(0))
-                    != 0
-                    && bid.gpu_mask & (1u16.checked_shl(i as u32).unwrap_or(0)) != 0
-                    && self.free_gib[i] >= bid.gib_per_gpu
-                    && match self.settings[i] {
-                        None => true,
-                        Some(s) => uniform == Some(s),
-                    }
-            })
-            .collect();
-        if eligible.len() < n {
-            return None;
-        }
-        let mut groups: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
-        for &i in &eligible {
-            groups
-                .entry(self.gpus[i].topology_group)
-                .or_default()
-                .push(i);
-        }
-        for members in groups.values_mut() {
-            members.sort_by_key(|&i| (self.free_gib[i], i));
-        }
-        let mut picked: Vec<usize> = match groups
-            .values()
-            .filter(|m| m.len() >= n)
-            .min_by_key(|m| m.len())
-        {
-            Some(group) => group[..n].to_vec(),
-            None => {
-                let mut by_room: Vec<&Vec<usize>> = groups.values().collect();
-                by_room.sort_by_key(|m| std::cmp::Reverse(m.len()));
-                by_room.into_iter().flatten().take(n).copied().collect()
-            }
+/// Allocates each bid the fit rule gave GPUs, in [`allocation_order`], on exactly those GPUs;
+/// returns the bids allocated. The fit rule chose each bid's GPUs on the machine as observed, so
+/// once a bid's GPUs overlap those of a bid allocated before it in this tick, it and every bid
+/// after it wait for the next tick, which observes the machine again (the allocation's own
+/// account change wakes it): a bid ranked below must not start before one ranked above that
+/// still fits.
+fn allocate_fitting(
+    bids: &[BidView],
+    electricity_cost_per_kwh: u64,
+    actions: &mut Vec<Action>,
+) -> BTreeSet<Key> {
+    let mut taken = 0u16;
+    let mut allocated = BTreeSet::new();
+    for bid in allocation_order(bids, electricity_cost_per_kwh) {
+        let Some(gpus) = &bid.gpus else {
+            continue;
         };
-        picked.sort_unstable();
-        Some(picked.into_iter().map(|i| i as u8).collect())
+        let mask = gpus.iter().fold(0u16, |m, &g| m | 1 << g);
+        if mask & taken != 0 {
+            break;
+        }
+        taken |= mask;
+        allocated.insert(bid.key);
+        actions.push(Action::Allocate {
+            bid: bid.key,
+            gpu_indices: gpus.clone(),
+        });
     }
+    allocated
 }
 
 /// A spot price's profit per day for the host at `power_w` in all (GigaSPOT's rule).
@@ -420,12 +359,11 @@ fn allocation_order(bids: &[BidView], electricity_cost_per_kwh: u64) -> Vec<&Bid
         .collect()
 }
 
-/// The spot rule: a running spot lease whose GPUs a more profitable open spot bid could use is
-/// told to stop at its next interval boundary.
+/// The spot rule: a running spot lease whose end would let a more profitable open spot bid fit
+/// (by the fit rule) is told to stop at its next interval boundary.
 fn spot_rule(
     o: &Observed,
     chain: &ChainObserved,
-    capacity: &Capacity,
     taken: &BTreeSet<Key>,
     actions: &mut Vec<Action>,
 ) {
@@ -446,14 +384,16 @@ fn spot_rule(
             power,
             o.electricity_cost_per_kwh,
         );
-        let mut freed = capacity.clone();
-        freed.release(l);
         let better = chain
             .bids
             .iter()
-            .filter(|b| b.kind == BidKind::Spot && !promised.contains(&b.key))
+            .filter(|b| {
+                b.kind == BidKind::Spot
+                    && !promised.contains(&b.key)
+                    && b.fits_if_ended.contains(&l.key)
+            })
             .map(|b| (b, bid_profit(b, o.electricity_cost_per_kwh)))
-            .filter(|(b, p)| *p > current && freed.pick(b).is_some())
+            .filter(|(_, p)| *p > current)
             .max_by_key(|(_, p)| *p);
         if let Some((b, _)) = better {
             promised.insert(b.key);
@@ -526,6 +466,9 @@ pub struct Reconciler {
     cpu_readings: BTreeMap<Key, (u64, Instant)>,
     /// Container CPU readings taken off the tick.
     cpu_probe: CpuProbe,
+    /// Expired bids whose pruning was refused (e.g. their client holds no token account for
+    /// the refund): not tried again, so they do not hold up the others.
+    unprunable: BTreeSet<Key>,
 }
 
 /// Reads the CPU use of the leases' containers in the background. The engine answers a stats
@@ -603,6 +546,7 @@ impl Reconciler {
             last_heartbeat: None,
             cpu_readings: BTreeMap::new(),
             cpu_probe: CpuProbe::default(),
+            unprunable: BTreeSet::new(),
         })
     }
 
@@ -611,16 +555,25 @@ impl Reconciler {
     }
 
     /// One observe, plan, execute round; returns the actions it planned. Proof submissions,
-    /// lease ends and the heartbeat (one confirmed transaction each, and never late by much:
-    /// proofs cover windows) run after the rest, so that a new allocation or a lease's start
-    /// does not wait behind them; the leases' proofs go out side by side.
+    /// lease ends, the heartbeat and bid pruning (one confirmed transaction each, and never late
+    /// by much: proofs cover windows) run after the rest, so that a new allocation or a lease's
+    /// start does not wait behind them; the leases' proofs go out side by side, and so do the
+    /// prunes, last.
     pub async fn tick(&mut self, draining: bool) -> Result<Vec<Action>, TickError> {
         let observed = self.observe(draining).await?;
         let actions = plan(&observed);
+        let prunes: Vec<Key> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Prune { bid } => Some(*bid),
+                _ => None,
+            })
+            .collect();
         // Proof submissions (all leases side by side), then lease ends and the heartbeat, run
         // after the rest.
         let (submits, rest): (Vec<&Action>, Vec<&Action>) = actions
             .iter()
+            .filter(|a| !matches!(a, Action::Prune { .. }))
             .partition(|a| matches!(a, Action::Submit { .. }));
         let (later, first): (Vec<&Action>, Vec<&Action>) = rest
             .into_iter()
@@ -643,6 +596,7 @@ impl Reconciler {
             .collect();
         self.submit_all(&submits, &observed).await?;
         self.execute_all(&later, &observed).await?;
+        self.prune_all(&prunes).await;
         let running = self
             .state
             .leases
@@ -671,7 +625,33 @@ impl Reconciler {
 
     fn chain_error(&self, e: &ChainError) {
         Metrics::inc(&self.metrics.rpc_errors);
-        tracing::warn!(error = %e, "chain call failed");
+        if e.is_transient() {
+            tracing::warn!(error = %e, "chain call failed: the cluster did not answer");
+        } else {
+            tracing::warn!(error = %e, "chain call refused");
+        }
+    }
+
+    /// Prunes the expired bids `bids` side by side; one that fails (another keeper may have
+    /// pruned it first) is only logged: the next look at the books tells. One refused is not
+    /// tried again.
+    async fn prune_all(&mut self, bids: &[Key]) {
+        let jobs = bids.iter().map(|&bid| {
+            let chain = self.chain.clone();
+            async move { (bid, chain.prune_bid(bid).await) }
+        });
+        for (bid, result) in futures_util::future::join_all(jobs).await {
+            match result {
+                Ok(()) => tracing::info!(%bid, "pruned an expired bid"),
+                Err(e) => {
+                    self.chain_error(&e);
+                    tracing::warn!(%bid, error = %e, "pruning an expired bid failed");
+                    if !e.is_transient() {
+                        self.unprunable.insert(bid);
+                    }
+                }
+            }
+        }
     }
 
     async fn observe(&mut self, draining: bool) -> Result<Observed, TickError> {
@@ -737,13 +717,18 @@ impl Reconciler {
         let now = self.chain.now().await?;
         let machine = self.chain.machine().await?;
         let leases = self.chain.leases().await?;
-        let bids = self.chain.best_open_bids(BIDS_CONSIDERED).await?;
+        let open = self.chain.best_open_bids(BIDS_CONSIDERED).await?;
         Ok((
             now,
             ChainObserved {
                 machine,
                 leases,
-                bids,
+                bids: open.bids,
+                expired: open
+                    .expired
+                    .into_iter()
+                    .filter(|k| !self.unprunable.contains(k))
+                    .collect(),
             },
         ))
     }
@@ -864,6 +849,7 @@ impl Reconciler {
                     .inspect_err(|e| self.chain_error(e))?;
                 tracing::info!(%lease, %better_bid, "spot lease preempted at its next boundary");
             }
+            Action::Prune { bid } => self.prune_all(&[*bid]).await,
             Action::Allocate { bid, gpu_indices } => {
                 let lease = self
                     .chain
@@ -1174,7 +1160,7 @@ mod tests {
 
     use super::*;
     use crate::chain::fake::FakeChain;
-    use crate::chain::proof_hash;
+    use crate::chain::{proof_hash, GpuView};
     use crate::config::SimulatedGpuConfig;
     use crate::gpu::simulated::{SimulatedGpu, TokioTime};
     use crate::runtime::recording::{Call, RecordingRuntime, EXIT_SIGTERM};
@@ -1213,17 +1199,24 @@ mod tests {
 
     impl Harness {
         fn new(groups: &[u8]) -> Self {
-            let configs: Vec<_> = groups.iter().map(|&g| gpu_config(g)).collect();
-            let views = configs
+            Self::with(groups.iter().map(|&g| gpu_config(g)).collect())
+        }
+
+        /// A machine of the simulated GPUs `configs`, declared on the fake chain as they are.
+        fn with(configs: Vec<SimulatedGpuConfig>) -> Self {
+            let gpus = configs
                 .iter()
-                .map(|c| GpuView {
-                    class: c.class,
-                    memory_gib: c.memory_gib,
-                    topology_group: c.topology_group,
+                .map(|c| {
+                    let view = GpuView {
+                        class: c.class,
+                        memory_gib: c.memory_gib,
+                        topology_group: c.topology_group,
+                    };
+                    (view, c.limits)
                 })
                 .collect();
             Harness {
-                chain: Arc::new(FakeChain::new(views, INTERVAL, T0)),
+                chain: Arc::new(FakeChain::new(gpus, INTERVAL, T0)),
                 runtime: Arc::new(RecordingRuntime::new()),
                 gpus: Arc::new(SimulatedGpu::new(&configs, Arc::new(TokioTime::new()))),
                 metrics: Arc::new(Metrics::default()),
@@ -1285,10 +1278,12 @@ mod tests {
             gpu_count,
             gib_per_gpu: 80,
             accepted_classes: 1,
-            gpu_mask: u16::MAX,
+            gpus: None,
+            fits_if_ended: Vec::new(),
             settings: vec![settings; gpu_count as usize],
             price,
             max_duration_secs: 3_600,
+            deadline: T0 + 86_400,
             image_ref: "127.0.0.1:5000/gpu-market/train:v1".into(),
             image_digest: [n; 32],
             env_hash: [0; 32],
@@ -1774,34 +1769,166 @@ mod tests {
         }
     }
 
-    #[test]
-    fn gpus_are_shared_in_slices_only_with_equal_settings() {
-        let mut running = bid(9, BidKind::Queue, 1, 1, power(250));
+    /// The bids and GPUs of the allocations among `actions`.
+    fn allocations(actions: &[Action]) -> Vec<(Key, Vec<u8>)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Allocate { bid, gpu_indices } => Some((*bid, gpu_indices.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gpus_are_shared_in_slices_only_with_equal_settings() {
+        let h = Harness::new(&[0]);
+        let mut running = bid(9, BidKind::Queue, 1, 1_000, power(250));
         running.gib_per_gpu = 40;
-        let lease = LeaseView {
-            bid: running.key,
-            client: running.client,
-            gib_per_gpu: 40,
-            image_ref: running.image_ref.clone(),
-            ..one_gpu_lease(T0, T0 + 600)
-        };
-        let mut same = bid(1, BidKind::Queue, 1, 1, power(250));
-        same.gib_per_gpu = 40;
-        let mut other = bid(2, BidKind::Queue, 1, 1, power(200));
+        let (mut r, _) = allocated_and_started(&h, running).await;
+        let mut other = bid(2, BidKind::Queue, 1, 1_000, power(200));
         other.gib_per_gpu = 40;
+        let mut same = bid(1, BidKind::Queue, 1, 1_000, power(250));
+        same.gib_per_gpu = 40;
+        h.chain.place_bid(other.clone());
+        h.chain.place_bid(same.clone());
+        let actions = run_for(&mut r, POLL).await;
+        assert_eq!(allocations(&actions), vec![(same.key, vec![0])]);
+        assert!(h.chain.is_open(other.key), "other terms never share a GPU");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bid_with_per_gpu_terms_runs_each_term_on_the_gpu_the_fit_rule_gives_it() {
+        // GPU 0 takes 100-200 W, GPU 1 takes 300-400 W.
+        let mut low = gpu_config(0);
+        low.limits.power_w = Range { min: 100, max: 200 };
+        low.default_power_w = 150;
+        let mut high = gpu_config(0);
+        high.limits.power_w = Range { min: 300, max: 400 };
+        high.default_power_w = 350;
+        let h = Harness::with(vec![low, high]);
+        let mut b = bid(1, BidKind::Queue, 2, 1_000, power(350));
+        b.settings = vec![power(350), power(120)];
+        h.chain.place_bid(b.clone());
+        // The GPUs in index order (what the agent's own copy of the rule proposed) are refused:
+        // 350 W is out of GPU 0's range.
+        let refused = h.chain.allocate(b.key, &[0, 1]).await;
+        assert!(
+            matches!(refused, Err(ChainError::Rejected { .. })),
+            "{refused:?}"
+        );
+        assert!(
+            h.chain.is_open(b.key),
+            "a refused allocation changes nothing"
+        );
+
+        let mut r = h.reconciler();
+        let actions = r.tick(false).await.unwrap();
+        assert_eq!(allocations(&actions), vec![(b.key, vec![1, 0])]);
+        let lease = h.chain.lease_of_bid(b.key).expect("allocated");
+        assert_eq!(lease.gpu_indices, vec![1, 0]);
+        run_for(&mut r, POLL).await;
+        let running = h.running();
+        assert_eq!(running.len(), 1);
+        assert_eq!(running[0].1.gpu_indices, vec![1, 0]);
+        assert_eq!(
+            h.applied(1),
+            power(350),
+            "the bid's GPU 0 terms on machine GPU 1"
+        );
+        assert_eq!(
+            h.applied(0),
+            power(120),
+            "the bid's GPU 1 terms on machine GPU 0"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bids_the_fit_rule_gave_the_same_gpu_are_allocated_one_tick_after_the_other() {
+        let h = Harness::new(&[0, 0]);
+        let a = bid(1, BidKind::Queue, 1, 1_000, power(250));
+        let b = bid(2, BidKind::Queue, 1, 1_000, power(300));
+        h.chain.place_bid(a.clone());
+        h.chain.place_bid(b.clone());
+        let mut r = h.reconciler();
+        // Both are given GPU 0 on the machine as observed: the second waits for the next look.
+        let first = r.tick(false).await.unwrap();
+        assert_eq!(allocations(&first), vec![(a.key, vec![0])]);
+        let second = r.tick(false).await.unwrap();
+        assert_eq!(allocations(&second), vec![(b.key, vec![1])]);
+        assert_eq!(h.chain.lease_of_bid(b.key).unwrap().gpu_indices, vec![1]);
+    }
+
+    #[test]
+    fn the_plan_allocates_the_fit_rules_gpus_until_two_choices_overlap() {
+        let given = |n: u8, gpus: Vec<u8>| BidView {
+            gpus: Some(gpus),
+            ..bid(n, BidKind::Queue, 1, 1, power(250))
+        };
         let chain = ChainObserved {
-            machine: machine(&[0], vec![40]),
-            leases: vec![lease],
-            bids: vec![other.clone(), same.clone()],
+            machine: machine(&[0, 0, 0], vec![80; 3]),
+            leases: Vec::new(),
+            bids: vec![
+                given(1, vec![2]),
+                given(2, vec![0]),
+                given(3, vec![0]),
+                given(4, vec![1]),
+            ],
+            expired: Vec::new(),
         };
         let actions = plan(&observed(Some(chain), AgentState::default()));
-        assert!(actions.contains(&Action::Allocate {
-            bid: same.key,
-            gpu_indices: vec![0]
-        }));
-        assert!(!actions
+        assert_eq!(
+            allocations(&actions),
+            vec![(Key([1; 32]), vec![2]), (Key([2; 32]), vec![0])],
+            "bid 4 must not start before bid 3, which may still fit elsewhere"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expired_bids_are_pruned_a_few_a_tick_without_holding_up_the_proofs() {
+        let h = Harness::new(&[0]);
+        let (mut r, lease) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+        // Five bids whose deadline is the lease's first boundary, and one that lasts; none fits
+        // while the lease holds the GPU.
+        let boundary = lease.started_at + INTERVAL as i64;
+        let expiring: Vec<BidView> = (10..15)
+            .map(|n| BidView {
+                deadline: boundary,
+                ..bid(n, BidKind::Queue, 1, 1_000, power(250))
+            })
+            .collect();
+        let lasting = bid(20, BidKind::Queue, 1, 1_000, power(250));
+        for b in expiring.iter().chain([&lasting]) {
+            h.chain.place_bid(b.clone());
+        }
+        let refused = h.chain.prune_bid(lasting.key).await;
+        assert!(matches!(refused, Err(ChainError::Rejected { .. })));
+
+        run_for(&mut r, (boundary - h.chain.clock()) as u64 - POLL).await;
+        assert!(
+            h.chain.pruned().is_empty(),
+            "nothing pruned before the deadline"
+        );
+        // The boundary: the interval's proof and the first prunes in the same tick.
+        let actions = run_for(&mut r, POLL).await;
+        let prunes: Vec<Key> = actions
             .iter()
-            .any(|a| matches!(a, Action::Allocate { bid, .. } if *bid == other.key)));
+            .filter_map(|a| match a {
+                Action::Prune { bid } => Some(*bid),
+                _ => None,
+            })
+            .collect();
+        let keys: Vec<Key> = expiring.iter().map(|b| b.key).collect();
+        assert_eq!(prunes, keys[..PRUNES_PER_TICK]);
+        assert!(actions.contains(&Action::Submit { lease: lease.key }));
+        assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+        assert_eq!(h.chain.pruned(), keys[..PRUNES_PER_TICK]);
+        run_for(&mut r, POLL).await;
+        assert_eq!(h.chain.pruned(), keys, "the rest on the next tick");
+        assert!(h.chain.is_open(lasting.key));
+        run_for(&mut r, POLL).await;
+        assert_eq!(h.chain.pruned().len(), keys.len(), "each pruned once");
     }
 
     #[test]
@@ -1816,6 +1943,7 @@ mod tests {
             machine: machine(&[0], vec![0]),
             leases: vec![h_lease.clone()],
             bids: Vec::new(),
+            expired: Vec::new(),
         };
         let mut o = observed(Some(chain), local.clone());
         o.heartbeat_due = false;

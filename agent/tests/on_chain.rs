@@ -4,12 +4,25 @@
 //! the agent, its image pulled and run with a GPU device request, its usage proven each billing
 //! interval and paid to the host; a kill -9 in the middle loses and doubles nothing.
 
+use std::time::{Duration, Instant};
+
 use bollard::query_parameters::InspectContainerOptions;
+use futures_util::{StreamExt, TryStreamExt};
 use gpu_market::events::UsageProven;
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease, Machine};
+use gpu_market::state::{Bid, BidKind, BookKey, Freed, Lease, Machine, Market};
+use gpu_market_agent::docker::DockerEngine;
+use gpu_market_agent::runtime::pinned_reference;
+use gpu_market_core::fit::Fits;
+use gpu_market_sdk::book::read_book;
+use gpu_market_sdk::PlaceBid;
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
+use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
+use solana_rpc_client_api::config::RpcTransactionConfig;
+use solana_signer::Signer;
+use solana_transaction_status_client_types::UiTransactionEncoding;
 
 mod support;
 
@@ -232,4 +245,260 @@ async fn kill_9_and_restart_lose_and_double_nothing() {
     assert_eq!(machine.leases, 0);
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM drains cleanly; log:\n{log}");
+}
+
+/// Places `bids` of `client` (each one transaction), `concurrency` at a time; returns their
+/// addresses.
+async fn place_all(live: &LiveMarket, client: &Wallet, bids: Vec<PlaceBidArgs>) -> Vec<Pubkey> {
+    futures_util::stream::iter(bids.into_iter().map(|args| async move {
+        let p = PlaceBid {
+            client: &client.key,
+            market: live.market,
+            book: live.queue_book,
+            machine: None,
+            payment_mint: live.mint,
+            client_tokens: client.tokens,
+            args,
+            evict: None,
+        };
+        live.cluster.run(&p).await.map(|_| p.bid())
+    }))
+    .buffer_unordered(24)
+    .try_collect()
+    .await
+    .expect("every bid placed")
+}
+
+/// Queue bids this 2-GPU class-0 machine of 24 GiB GPUs can never serve, yet priced at the
+/// reserve price of their classes and more, so the program takes them: class-1 bids, bids for
+/// 3 GPUs, bids for 32 GiB per GPU, in turn.
+fn unservable(nonces: std::ops::Range<u64>, secs: u32, deadline: i64) -> Vec<PlaceBidArgs> {
+    nonces
+        .map(|nonce| {
+            let mut b = queue_bid(nonce, secs, deadline - 3_600);
+            b.deadline = deadline;
+            match nonce % 3 {
+                0 => b.accepted_classes = 0b10,
+                1 => b.gpu_count = 3,
+                _ => b.gib_per_gpu = 32,
+            }
+            b
+        })
+        .collect()
+}
+
+/// Issue 14: at least 200 queue bids from several clients that no machine here can serve, ranked
+/// above one that this machine can. The agent allocates the servable bid (the transaction names
+/// none of the bids above: the program proves from the book itself that none fits) and its
+/// container runs within two billing intervals of its placement. Expired bids the agent meets in
+/// the book are pruned and their escrow refunded in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
+    const CLIENTS: u64 = 4;
+    const PER_CLIENT: u64 = 55;
+    let live = live_market(2).await;
+    let docker = docker().await;
+    // The image is in the engine already: the test measures allocation, not a first pull.
+    let (image, digest) = worker_image();
+    DockerEngine::connect(&engine_env("DOCKER_HOST"), "deep-book")
+        .await
+        .unwrap()
+        .pull(&pinned_reference(&image, &digest).unwrap())
+        .await
+        .expect("cache the worker image");
+
+    // Clients with stake rank above the servable bid's client, which has none (and bids later).
+    let now = live.cluster.now().await.unwrap();
+    let clients = futures_util::future::try_join_all(
+        (0..CLIENTS).map(|_| live.client(100 * TOKEN, 50 * TOKEN)),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let unservable_bids: Vec<Pubkey> = futures_util::future::join_all(
+        clients
+            .iter()
+            .map(|c| place_all(&live, c, unservable(0..PER_CLIENT, 20, now + 3_600))),
+    )
+    .await
+    .concat();
+    let placed = unservable_bids.len();
+    println!(
+        "{placed} unservable bids from {CLIENTS} clients placed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // Bids that expire while the agent watches: it prunes them, refunding their client.
+    let expiring_client = live.client(10 * TOKEN, 0).await.unwrap();
+    let before_expiring = live
+        .cluster
+        .token_balance(&expiring_client.tokens)
+        .await
+        .unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let expiring = place_all(&live, &expiring_client, unservable(0..5, 1, now + 6)).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = Agent::write_config(&live, dir.path(), 2);
+    let agent = Agent::start(&config);
+    wait_for("the agent watching", 30, &agent, || async {
+        agent.log().contains("websocket subscribed").then_some(())
+    })
+    .await;
+
+    let client = live.client(10 * TOKEN, 0).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let bid = live
+        .place(&client, queue_bid(1, 3 * INTERVAL, now))
+        .await
+        .unwrap();
+    let placed_at = Instant::now();
+    let lease = pda::lease(&bid).0;
+
+    let running = wait_for("the lease's container running", 30, &agent, || async {
+        containers_of(&docker, &lease)
+            .await
+            .iter()
+            .any(|(_, running)| *running)
+            .then(|| placed_at.elapsed())
+    })
+    .await;
+    let l: Lease = live.cluster.account(&lease).await.unwrap();
+    let cost = allocate_cost(&live, &lease).await;
+
+    // The book still holds every unservable bid, each ranked above the servable one and fitting
+    // nowhere here, not even on an idle machine.
+    let b: Bid = live.cluster.account(&bid).await.unwrap();
+    let market: Market = live.cluster.account(&live.market).await.unwrap();
+    let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
+    let data = live
+        .cluster
+        .rpc()
+        .get_account_data(&live.queue_book)
+        .await
+        .unwrap();
+    let book = read_book(&data).unwrap();
+    assert!(book.entries.iter().all(|leaf| leaf.bid != bid), "allocated");
+    let idle = Freed {
+        gpus: u16::MAX,
+        gib: u16::MAX,
+    };
+    let offer = machine.offer(&market, BidKind::Queue, now, &idle).unwrap();
+    let above: Vec<_> = book
+        .entries
+        .iter()
+        .filter(|leaf| leaf.key() < BookKey::new(b.book_key, b.seq))
+        .collect();
+    for k in &unservable_bids {
+        assert!(
+            above.iter().any(|leaf| leaf.bid == *k),
+            "{k} does not rank above the servable bid"
+        );
+    }
+    for leaf in &above {
+        assert_eq!(offer.fits(&leaf.summary.need()), Fits::No, "{}", leaf.bid);
+    }
+
+    println!(
+        "servable bid below {placed} unservable ones: container running {:.2} s after its \
+         placement (billing interval {INTERVAL} s); allocate: {} bytes, {} CU used of {} asked",
+        running.as_secs_f64(),
+        cost.bytes,
+        cost.units,
+        cost.limit,
+    );
+    assert!(cost.units <= cost.limit as u64);
+    assert!(
+        running <= Duration::from_secs(2 * INTERVAL as u64),
+        "running {running:?} after placement; agent log:\n{}",
+        agent.log()
+    );
+    assert!(l.started_at - now <= 2 * INTERVAL as i64);
+
+    // The expired bids are gone and their client has its escrow back.
+    wait_for("the expired bids pruned", 30, &agent, || async {
+        for b in &expiring {
+            if account_exists(&live, b).await {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    let refunded = live
+        .cluster
+        .token_balance(&expiring_client.tokens)
+        .await
+        .unwrap();
+    assert_eq!(refunded, before_expiring, "every escrow refunded in full");
+
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "SIGTERM drains cleanly; log:\n{log}");
+    assert!(log.contains("pruned an expired bid"), "{log}");
+    assert!(
+        !log.contains("allocate was refused"),
+        "every allocation went through; log:\n{log}"
+    );
+}
+
+/// What the transaction that created `lease` cost.
+async fn allocate_cost(live: &LiveMarket, lease: &Pubkey) -> AllocateCost {
+    let rpc = live.cluster.rpc();
+    let commitment = Some(solana_commitment_config::CommitmentConfig::confirmed());
+    let sigs = rpc
+        .get_signatures_for_address_with_config(
+            lease,
+            GetConfirmedSignaturesForAddress2Config {
+                commitment,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let first = sigs.last().expect("the allocation");
+    let tx = rpc
+        .get_transaction_with_config(
+            &first.signature.parse().unwrap(),
+            RpcTransactionConfig {
+                encoding: Some(UiTransactionEncoding::Base64),
+                commitment,
+                max_supported_transaction_version: Some(0),
+            },
+        )
+        .await
+        .unwrap();
+    let cu: Option<u64> = tx
+        .transaction
+        .meta
+        .and_then(|m| Option::from(m.compute_units_consumed));
+    let raw = tx
+        .transaction
+        .transaction
+        .decode()
+        .expect("a binary transaction");
+    let keys = raw.message.static_account_keys();
+    assert_eq!(keys[0], live.agent.pubkey(), "the agent allocated");
+    // The agent asked for the compute units the allocation needs (SetComputeUnitLimit).
+    let limit = raw
+        .message
+        .instructions()
+        .iter()
+        .find(|i| keys[i.program_id_index as usize] == solana_compute_budget_interface::id())
+        .and_then(|i| match i.data.as_slice() {
+            [2, units @ ..] => Some(u32::from_le_bytes(units.try_into().ok()?)),
+            _ => None,
+        })
+        .expect("a compute-unit limit");
+    AllocateCost {
+        units: cu.expect("compute units consumed"),
+        limit,
+        bytes: bincode::serialize(&raw).unwrap().len(),
+    }
+}
+
+/// What the transaction that allocated a lease cost.
+struct AllocateCost {
+    units: u64,
+    limit: u32,
+    bytes: usize,
 }

@@ -1,24 +1,28 @@
-//! `gpu-market bid place|top-up|cancel|show|list|explain`.
+//! `gpu-market bid place|top-up|cancel|prune|show|list|explain`.
 
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use gpu_market::instructions::{feasible, PlaceBidArgs};
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, Freed, Machine, MachineStatus, Market, StakeAccount, GPU_CLASSES,
-    IMAGE_REF_LEN,
+    Bid, BidKind, BidStatus, Freed, Machine, Market, StakeAccount, GPU_CLASSES, IMAGE_REF_LEN,
 };
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
-use gpu_market_core::{matching, settlement};
+use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::envelope;
-use gpu_market_sdk::{CancelBid, OpenStake, PlaceBid, TopUpBid};
+use gpu_market_sdk::{
+    Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, PruneBid, TopUpBid,
+};
 use serde_json::{json, Value};
+use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
+use solana_transaction::Transaction;
 
 use crate::config::{Config, Sendable};
 use crate::output::{print_list, print_record, text, Fields};
@@ -44,6 +48,18 @@ pub enum BidCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
+    /// Removes a bid whose deadline has passed (anyone may): its escrow goes back in full to the
+    /// token account it came from, its rent to its client.
+    Prune {
+        #[arg(required_unless_present = "all")]
+        bid: Option<Pubkey>,
+        /// Every expired bid of a market's queue book instead, several per transaction.
+        #[arg(long, requires = "market", conflicts_with = "bid")]
+        all: bool,
+        /// The market whose queue book `--all` prunes.
+        #[arg(long, requires = "all")]
+        market: Option<Pubkey>,
+    },
     /// Shows a bid with its rank and score parts.
     Show { bid: Pubkey },
     /// Lists the bids of a market's queue book (or a machine's spot book), best first, with
@@ -55,8 +71,9 @@ pub enum BidCommand {
         #[arg(long)]
         machine: Option<Pubkey>,
     },
-    /// Explains why a bid is not running: which constraint fails on how many machines, and the
-    /// reserve price to beat.
+    /// Explains why a bid is not running: which constraint of the fit rule fails on how many
+    /// machines, the reserve price to beat, and, where it fits, whether the program would
+    /// accept its allocation now.
     Explain { bid: Pubkey },
 }
 
@@ -179,6 +196,11 @@ pub fn run(config: &Config, command: BidCommand) -> Result<()> {
             );
             Ok(())
         }
+        BidCommand::Prune { bid, all, market } => match (bid, market) {
+            (Some(bid), _) => prune(config, &bid),
+            (None, Some(market)) if all => prune_all(config, &market),
+            _ => bail!("give a BID, or --all --market MARKET"),
+        },
         BidCommand::Show { bid } => show(config, &bid, None),
         BidCommand::List { market, machine } => list(config, market, machine),
         BidCommand::Explain { bid } => explain(config, &bid),
@@ -318,6 +340,38 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
         }
         None => None,
     };
+    let stake = config
+        .fetch::<StakeAccount>(&pda::stake(&a.market, &client.pubkey()).0, "stake")
+        .ok();
+    // Where the program will rank the bid: by score (with aging) in the queue book, by the
+    // host's profit in a spot book. A full book needs its lowest-ranked entry to evict.
+    let rank = match &machine {
+        None => {
+            let inputs = score_inputs(
+                &m,
+                stake.as_ref().map_or(0, |s| s.amount),
+                a.gpus,
+                a.gib_per_gpu,
+                duration,
+                deadline.saturating_sub(now),
+            );
+            let p = &m.params;
+            score::rank_key(
+                score::base_score(p.weights(), &inputs),
+                p.aging_per_interval as u64,
+                m.interval_at(now),
+            )
+        }
+        Some((_, mach)) => {
+            let watts: u64 = match overclock.as_slice() {
+                [one] => one.power_limit_w as u64 * a.gpus as u64,
+                each => each.iter().map(|t| t.power_limit_w as u64).sum(),
+            };
+            lease::spot_profit_per_day(price, a.gpus as u64, watts, mach.electricity_cost_per_kwh)
+                .map_err(|_| anyhow!("the bid's profit per day for the host is too large"))?
+        }
+    };
+    let evict = eviction(config, &m, &book, rank)?;
     let nonce = match a.nonce {
         Some(n) => n,
         None => std::time::SystemTime::now()
@@ -350,6 +404,7 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             max_duration_secs: duration,
             deadline,
         },
+        evict,
     };
     let bid = place.bid();
     if config.fetch::<Bid>(&bid, "bid").is_ok() {
@@ -357,10 +412,7 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     }
     // A bid needs the bidder's stake account, even an empty one: open it on the way.
     let mut ixs: Vec<&dyn Sendable> = Vec::new();
-    if config
-        .fetch::<StakeAccount>(&pda::stake(&a.market, &client.pubkey()).0, "stake")
-        .is_err()
-    {
+    if stake.is_none() {
         ixs.push(&open);
     }
     ixs.push(&place);
@@ -375,24 +427,56 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     Ok(())
 }
 
-/// The inputs `place_bid` scored the bid from, with the bidder's stake as it is now.
-fn score_inputs(m: &Market, b: &Bid, stake: u64) -> Inputs {
+/// The inputs `place_bid` scores a bid from: the bidder's stake, what the bid asks, and the
+/// time from placement to its deadline.
+fn score_inputs(
+    m: &Market,
+    stake: u64,
+    gpus: u8,
+    gib_per_gpu: u16,
+    duration_secs: u32,
+    time_left_secs: i64,
+) -> Inputs {
     let p = &m.params;
     Inputs {
         stake,
         stake_bound: p.stake_bound,
-        duration_secs: b.max_duration_secs as u64,
-        time_left_secs: b.deadline.saturating_sub(b.placed_at).max(0) as u64,
-        resource_gib_secs: b.gpu_count as u64 * b.gib_per_gpu as u64 * b.max_duration_secs as u64,
+        duration_secs: duration_secs as u64,
+        time_left_secs: time_left_secs.max(0) as u64,
+        resource_gib_secs: gpus as u64 * gib_per_gpu as u64 * duration_secs as u64,
         resource_bound: p.resource_bound_gib_secs,
     }
+}
+
+/// The entry a new bid ranked at `rank` evicts from `book` (with the token account its refund
+/// goes to), when the book is full and the bid outranks its lowest-ranked entry. A full book
+/// the bid does not outrank gets no accounts: the program refuses the bid with its reason.
+fn eviction(config: &Config, m: &Market, book: &Pubkey, rank: u64) -> Result<Option<Evict>> {
+    let entries = read_book(&config.account_data(book, "book")?)
+        .ok_or_else(|| anyhow!("{book} is not an open bid book"))?;
+    let Some(worst) = entries.eviction(rank, m.next_bid_seq) else {
+        return Ok(None);
+    };
+    let evicted: Bid = config.fetch(&worst.bid, "bid")?;
+    Ok(Some(Evict {
+        bid: worst.bid,
+        client: worst.summary.client,
+        tokens: evicted.refund_tokens,
+    }))
 }
 
 /// The parts of a bid's score (each on 0..=10 000 bps), the weighted score stored at
 /// placement, and the score with the aging it has gathered since.
 fn score_parts(m: &Market, b: &Bid, stake: u64, now: i64) -> Value {
     let p = &m.params;
-    let i = score_inputs(m, b, stake);
+    let i = score_inputs(
+        m,
+        stake,
+        b.gpu_count,
+        b.gib_per_gpu,
+        b.max_duration_secs,
+        b.deadline.saturating_sub(b.placed_at),
+    );
     let waited = m
         .interval_at(now)
         .saturating_sub(m.interval_at(b.placed_at));
@@ -557,78 +641,188 @@ fn list(config: &Config, market: Pubkey, machine: Option<Pubkey>) -> Result<()> 
     Ok(())
 }
 
-/// The first constraint that keeps a bid off a machine, checked from the most basic up; `None`
-/// when the bid fits the machine now.
-fn blocker(
+/// The `prune_bid` of an open bid `key`: its escrow back to the token account it came from.
+fn prune_of<'a>(
+    caller: &'a Keypair,
+    key: Pubkey,
     b: &Bid,
-    stake: &StakeAccount,
-    mach: &Machine,
     m: &Market,
-    now: i64,
-) -> Result<Option<&'static str>> {
-    if mach.status != MachineStatus::Active {
-        return Ok(Some("machine paused or retired"));
+    book: Pubkey,
+) -> PruneBid<'a> {
+    PruneBid {
+        caller,
+        market: b.market,
+        bid: key,
+        client: b.client,
+        book,
+        payment_mint: m.payment_mint,
+        client_tokens: b.refund_tokens,
     }
-    let gpus = mach.gpus();
-    let n = b.gpu_count as usize;
-    let class_ok = |g: &&gpu_market::state::GpuSpec| b.accepted_classes & (1 << g.class) != 0;
-    if gpus.iter().filter(class_ok).count() < n {
-        return Ok(Some("too few GPUs of an accepted class"));
+}
+
+fn prune(config: &Config, key: &Pubkey) -> Result<()> {
+    let caller = config.signer()?;
+    let b: Bid = config.fetch(key, "bid")?;
+    if b.status == BidStatus::Running {
+        bail!(
+            "bid {key} is running as lease {}: it ends with its lease",
+            pda::lease(key).0
+        );
     }
-    if gpus
+    let m: Market = config.fetch(&b.market, "market")?;
+    let book = book_of(config, &b, &m)?;
+    let signature = config.send_all(&caller, &[&prune_of(&caller, *key, &b, &m, book)])?;
+    print_record(
+        config.output,
+        &[
+            ("bid", text(key)),
+            ("client", text(b.client)),
+            (
+                "refund",
+                parse::tokens(b.escrow, config.mint_decimals(&m.payment_mint)?),
+            ),
+            ("refund_to", text(b.refund_tokens)),
+            ("signature", text(signature)),
+        ],
+    );
+    Ok(())
+}
+
+/// The most bytes a transaction may take on the wire (`solana_packet::PACKET_DATA_SIZE`).
+const PACKET_DATA_SIZE: usize = 1232;
+
+/// Prunes every expired bid of the market's queue book, packing as many `prune_bid` as a
+/// transaction holds. A transaction refused (another keeper may have pruned one of its bids
+/// first) is retried bid by bid, and each bid's own outcome is listed.
+fn prune_all(config: &Config, market: &Pubkey) -> Result<()> {
+    let caller = config.signer()?;
+    let m: Market = config.fetch(market, "market")?;
+    let decimals = config.mint_decimals(&m.payment_mint)?;
+    let book = m.queue_book;
+    let entries = read_book(&config.account_data(&book, "book")?)
+        .ok_or_else(|| anyhow!("market {market} has no queue book open"))?;
+    let now = config.cluster_time()?;
+    let keys: Vec<Pubkey> = entries
+        .entries
         .iter()
-        .filter(class_ok)
-        .filter(|g| g.memory_gib >= b.gib_per_gpu)
-        .count()
-        < n
-    {
-        return Ok(Some("too little memory per GPU"));
-    }
-    let by_terms: Vec<u16> = (0..n)
-        .map(|i| {
-            gpus.iter().enumerate().fold(0u16, |mask, (g, gpu)| {
-                let fits = class_ok(&gpu)
-                    && gpu.memory_gib >= b.gib_per_gpu
-                    && gpu.limits().check(&b.terms_of(i).settings()).is_ok();
-                if fits {
-                    mask | 1 << g
-                } else {
-                    mask
-                }
-            })
-        })
+        .filter(|l| now >= l.summary.deadline)
+        .map(|l| l.bid)
         .collect();
-    if matching::assign(&by_terms).is_none() {
-        return Ok(Some("overclock terms outside the GPUs' ranges"));
-    }
-    // Every GPU counted as free: only the price can still fail.
-    let idle = Freed {
-        gpus: u16::MAX,
-        gib: u16::MAX,
+    let bids = config.fetch_many::<Bid>(&keys)?;
+    let expired: Vec<(Pubkey, Bid)> = keys
+        .into_iter()
+        .zip(bids)
+        .filter_map(|(k, b)| b.map(|b| (k, b)))
+        .collect();
+
+    // Batches that fit one transaction each.
+    let fits = |batch: &[(Pubkey, Bid)]| {
+        let ixs: Vec<_> = batch
+            .iter()
+            .map(|(k, b)| prune_of(&caller, *k, b, &m, book).instruction())
+            .collect();
+        let message = Transaction::new_with_payer(&ixs, Some(&caller.pubkey())).message;
+        1 + 64 * message.header.num_required_signatures as usize + message.serialize().len()
+            <= PACKET_DATA_SIZE
     };
-    if matching::assign(&mach.compat(b, m, now, &idle)?).is_none() {
-        // Without a reserve price (a zero base price makes it zero) only the host's floor counts.
-        let mut no_reserve = m.clone();
-        no_reserve.params.base_price_per_gpu_hour = 0;
-        let floor_ok = gpus.iter().any(|g| {
-            b.pays_enough(g.class, mach, &no_reserve, now)
-                .unwrap_or(false)
-        });
-        return Ok(Some(if floor_ok {
-            "price below the market's reserve price"
-        } else {
-            "price below the host's floor"
-        }));
+    let mut batches: Vec<&[(Pubkey, Bid)]> = Vec::new();
+    let mut start = 0;
+    while start < expired.len() {
+        let mut end = start + 1;
+        while end < expired.len() && fits(&expired[start..=end]) {
+            end += 1;
+        }
+        batches.push(&expired[start..end]);
+        start = end;
     }
-    if matching::assign(&mach.compat(b, m, now, &Freed::default())?).is_none() {
-        return Ok(Some("GPUs busy with running leases"));
+
+    let row = |(key, b): &(Pubkey, Bid), outcome: Result<String>| -> Fields {
+        let mut row: Fields = vec![
+            ("bid", text(key)),
+            ("client", text(b.client)),
+            ("refund", parse::tokens(b.escrow, decimals)),
+        ];
+        match outcome {
+            Ok(signature) => row.push(("signature", text(signature))),
+            Err(e) => row.push(("error", text(format!("{e:#}")))),
+        }
+        row
+    };
+    let mut rows = Vec::new();
+    for batch in batches {
+        let prunes: Vec<PruneBid> = batch
+            .iter()
+            .map(|(k, b)| prune_of(&caller, *k, b, &m, book))
+            .collect();
+        let sendable: Vec<&dyn Sendable> = prunes.iter().map(|p| p as &dyn Sendable).collect();
+        match config.send_all(&caller, &sendable) {
+            Ok(signature) => rows.extend(batch.iter().map(|e| row(e, Ok(signature.clone())))),
+            Err(_) if batch.len() > 1 => {
+                for (e, p) in batch.iter().zip(&prunes) {
+                    rows.push(row(e, config.send_all(&caller, &[p])));
+                }
+            }
+            Err(e) => rows.push(row(&batch[0], Err(e))),
+        }
     }
-    if !feasible(b, stake.gpus_held as u64, mach, m, now, &Freed::default())? {
-        return Ok(Some(
-            "the client holds the market's anti-monopoly cap of GPUs",
-        ));
+    print_list(
+        config.output,
+        &["bid", "client", "refund", "signature", "error"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// Compute units a transaction may ask for at most; the agent asks for what a simulation under
+/// this limit used, so the simulation here sees what the agent's would.
+const MAX_COMPUTE_UNITS: u32 = 1_400_000;
+
+/// Why the program would refuse the `allocate` that `mach`'s agent would send now to start bid
+/// `key` from `book` on the GPUs `gpus` (the fit rule's choice), passing `evidence`
+/// (`BookEntries::allocate_evidence`); `None` when it would start the bid.
+fn allocation_refusal(
+    config: &Config,
+    key: &Pubkey,
+    b: &Bid,
+    (machine, mach): (&Pubkey, &Machine),
+    book: &Pubkey,
+    gpus: &[u8],
+    evidence: Vec<Pubkey>,
+) -> Result<Option<String>> {
+    // Only the agent's key may sign it; the simulation checks no signature, so the instruction
+    // is built with a stand-in key and then names the agent.
+    let stand_in = Keypair::new();
+    let mut ix = Allocate {
+        agent: &stand_in,
+        market: b.market,
+        machine: *machine,
+        book: *book,
+        bid: *key,
+        client: b.client,
+        gpus: gpus.to_vec(),
+        evidence,
     }
-    Ok(None)
+    .instruction();
+    for meta in &mut ix.accounts {
+        if meta.pubkey == stand_in.pubkey() {
+            meta.pubkey = mach.agent;
+        }
+    }
+    config.refusal(
+        &mach.agent,
+        &[
+            ComputeBudgetInstruction::set_compute_unit_limit(MAX_COMPUTE_UNITS),
+            ix,
+        ],
+    )
+}
+
+/// Adds one machine to the count of `reason`.
+fn tally(reasons: &mut Vec<(String, u64)>, reason: String) {
+    match reasons.iter_mut().find(|(r, _)| *r == reason) {
+        Some((_, n)) => *n += 1,
+        None => reasons.push((reason, 1)),
+    }
 }
 
 fn explain(config: &Config, bid: &Pubkey) -> Result<()> {
@@ -653,23 +847,48 @@ fn explain(config: &Config, bid: &Pubkey) -> Result<()> {
         BidKind::Spot => vec![(b.machine, config.fetch(&b.machine, "machine")?)],
         BidKind::Queue => config.program_accounts_of::<Machine>(&[(0, b.market)])?,
     };
-    let entries = read_book(&config.account_data(&book_of(config, &b, &m)?, "book")?)
-        .map(|e| e.entries)
-        .unwrap_or_default();
+    let book = book_of(config, &b, &m)?;
+    let entries = read_book(&config.account_data(&book, "book")?)
+        .ok_or_else(|| anyhow!("{book} is not an open bid book"))?;
     let ahead = entries
+        .entries
         .iter()
         .position(|l| l.bid == *bid)
-        .unwrap_or(entries.len());
+        .unwrap_or(entries.entries.len());
+    // Over its client's cap, a queue bid still runs where no bid within its client's cap fits:
+    // the program decides that from the book, so the simulation below tells.
+    let within_cap =
+        b.kind == BidKind::Spot || m.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64);
 
-    let mut reasons: Vec<(&'static str, u64)> = Vec::new();
-    let mut fits = 0u64;
-    for (_, mach) in &machines {
-        match blocker(&b, &stake, mach, &m, now)? {
-            Some(r) => match reasons.iter_mut().find(|(k, _)| *k == r) {
-                Some((_, count)) => *count += 1,
-                None => reasons.push((r, 1)),
-            },
-            None => fits += 1,
+    // The fit rule on each machine; where the bid fits, the allocation its agent would send.
+    let mut reasons: Vec<(String, u64)> = Vec::new();
+    let mut refused: Vec<Value> = Vec::new();
+    let (mut fitting, mut ready) = (0u64, 0u64);
+    for (key, mach) in &machines {
+        let offer = mach
+            .offer(&m, b.kind, now, &Freed::default())
+            .map_err(|e| anyhow!("cannot price machine {key}: {e}"))?;
+        match b.fit(&offer) {
+            Err(unfit) => tally(&mut reasons, unfit.describe().to_string()),
+            Ok(choice) => {
+                fitting += 1;
+                let why = allocation_refusal(
+                    config,
+                    bid,
+                    &b,
+                    (key, mach),
+                    &book,
+                    choice.gpus(),
+                    entries.allocate_evidence(bid, &offer, within_cap),
+                )?;
+                match why {
+                    None => ready += 1,
+                    Some(why) => {
+                        refused.push(json!({"machine": key.to_string(), "error": why}));
+                        tally(&mut reasons, format!("allocation would be refused: {why}"));
+                    }
+                }
+            }
         }
     }
     // The reserve price of each accepted class now (queue bids must pay at least that).
@@ -684,38 +903,47 @@ fn explain(config: &Config, bid: &Pubkey) -> Result<()> {
             }))
         })
         .collect::<Result<_>>()?;
+    let n = machines.len();
+    let blocked = || {
+        reasons
+            .iter()
+            .map(|(r, k)| format!("{r} on {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let summary = if now >= b.deadline {
-        "its deadline has passed: cancel it to get the escrow back".to_string()
-    } else if fits > 0 {
         format!(
-            "it fits {fits} of {} machines now and waits for an agent to start it ({ahead} bids ranked above it)",
-            machines.len()
+            "its deadline has passed: anyone may remove it with `gpu-market bid prune {bid}`, \
+             which refunds its escrow in full"
         )
+    } else if ready > 0 {
+        format!(
+            "it fits {ready} of {n} machines now and waits for an agent to start it ({ahead} bids ranked above it)"
+        )
+    } else if fitting > 0 {
+        format!("it fits {fitting} of {n} machines now, but {}", blocked())
     } else if machines.is_empty() {
         "no machine is registered in the market".to_string()
     } else {
-        let parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} on {n}")).collect();
-        format!(
-            "it fits none of {} machines: {}",
-            machines.len(),
-            parts.join(", ")
-        )
+        format!("it fits none of {n} machines: {}", blocked())
     };
     fields.extend([
         ("status", text("open")),
         ("rank", (ahead as u64 + 1).into()),
         ("bids_ahead", (ahead as u64).into()),
-        ("machines_checked", (machines.len() as u64).into()),
-        ("machines_fitting", fits.into()),
+        ("machines_checked", (n as u64).into()),
+        ("machines_fitting", fitting.into()),
+        ("machines_ready", ready.into()),
         (
             "blocked_by",
             Value::Array(
                 reasons
                     .iter()
-                    .map(|(r, n)| json!({"constraint": r, "machines": n}))
+                    .map(|(r, k)| json!({"constraint": r, "machines": k}))
                     .collect(),
             ),
         ),
+        ("allocation_refused", Value::Array(refused)),
         ("price", parse::tokens(b.price, decimals)),
         ("price_unit", text(price_unit(b.kind))),
         ("reserve", Value::Array(reserve)),

@@ -15,13 +15,16 @@ use solana_program_pack::Pack;
 use solana_pubkey::Pubkey;
 use solana_rpc_client::rpc_client::RpcClient;
 use solana_rpc_client_api::client_error::Error as ClientError;
-use solana_rpc_client_api::config::{RpcAccountInfoConfig, RpcProgramAccountsConfig};
+use solana_rpc_client_api::client_error::ErrorKind;
+use solana_rpc_client_api::config::{
+    RpcAccountInfoConfig, RpcProgramAccountsConfig, RpcSimulateTransactionConfig,
+};
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 use spl_token_interface::state::{Account as TokenAccount, Mint};
 
-use crate::output::{print_record, rpc_error, text, OutputFormat};
+use crate::output::{print_record, program_message, rpc_error, text, OutputFormat};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Commitment {
@@ -269,6 +272,33 @@ impl Config {
             .send_and_confirm_transaction_with_spinner_and_commitment(&tx, self.commitment)
             .map_err(|e| anyhow!("transaction failed: {}", rpc_error(&e)))?;
         Ok(sig.to_string())
+    }
+
+    /// Why the cluster would refuse `ixs` paid by `payer` now, tried unsigned (a simulation
+    /// without signature checks, on the latest blockhash); `None` when it would accept them.
+    /// Only an unreachable cluster is an error.
+    pub fn refusal(&self, payer: &Pubkey, ixs: &[Instruction]) -> Result<Option<String>> {
+        let tx = Transaction::new_with_payer(ixs, Some(payer));
+        let config = RpcSimulateTransactionConfig {
+            sig_verify: false,
+            replace_recent_blockhash: true,
+            commitment: Some(self.commitment),
+            ..Default::default()
+        };
+        match self.rpc().simulate_transaction_with_config(&tx, config) {
+            Ok(response) => {
+                let sim = response.value;
+                Ok(sim.err.map(|e| {
+                    program_message(sim.logs.as_deref().unwrap_or_default())
+                        .unwrap_or_else(|| e.to_string())
+                }))
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::Reqwest(_) | ErrorKind::Io(_)) => {
+                Err(self.unreachable(&e))
+            }
+            // Refused before it runs (e.g. a transaction too large): still a refusal.
+            Err(e) => Ok(Some(rpc_error(&e))),
+        }
     }
 
     /// Sends the program instructions `ixs` (their signers included) paid by `payer`.

@@ -114,20 +114,8 @@ pub fn rpc_error(e: &ClientError) -> String {
         ..
     }) = e.kind()
     {
-        let logs = sim.logs.iter().flatten();
-        if let Some(msg) = logs
-            .clone()
-            .find_map(|l| l.split_once("Error Message: ").map(|(_, m)| m))
-        {
-            return msg.trim_end_matches('.').to_string();
-        }
-        if let Some(line) = logs.clone().find(|l| l.contains("insufficient")) {
-            return line
-                .trim_start_matches("Program log: ")
-                .trim_start_matches("Error: ")
-                .to_string();
-        }
-        return message.clone();
+        return program_message(sim.logs.as_deref().unwrap_or_default())
+            .unwrap_or_else(|| message.clone());
     }
     match e.kind() {
         ErrorKind::Reqwest(_) | ErrorKind::Io(_) => {
@@ -135,4 +123,22 @@ pub fn rpc_error(e: &ClientError) -> String {
         }
         kind => kind.to_string(),
     }
+}
+
+/// The program's own reason in a transaction's logs (an Anchor error's message, or a token
+/// program's "insufficient" line); `None` when the logs hold neither.
+pub fn program_message(logs: &[String]) -> Option<String> {
+    if let Some(msg) = logs
+        .iter()
+        .find_map(|l| l.split_once("Error Message: ").map(|(_, m)| m))
+    {
+        return Some(msg.trim_end_matches('.').to_string());
+    }
+    logs.iter()
+        .find(|l| l.contains("insufficient"))
+        .map(|line| {
+            line.trim_start_matches("Program log: ")
+                .trim_start_matches("Error: ")
+                .to_string()
+        })
 }

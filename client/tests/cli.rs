@@ -701,30 +701,151 @@ fn bid_verbs() {
     );
     assert!(!String::from_utf8_lossy(&sealed).contains("s3cret"));
 
-    // A queue bid under the reserve price (0.5 < 1 per GPU-hour) is placed, but cannot run.
-    let out = t.ok(
+    // A queue bid under the reserve price (0.5 < 1 per GPU-hour) could never run: refused at
+    // placement with the program's reason, nothing moved, no bid created.
+    let queue_book = t.account::<Market>(&s.market).queue_book;
+    let book_len = |key: &Pubkey| {
+        gpu_market_sdk::book::read_book(&t.rpc().get_account(key).unwrap().data)
+            .unwrap()
+            .entries
+            .len()
+    };
+    let vault = t.account::<Market>(&s.market).payment_vault;
+    let before = (t.balance(&tokens), t.balance(&vault), book_len(&queue_book));
+    let e = t.fails(
         &client,
         &place_args(
             &m,
             &["--overclock", "power=300", "--price", "0.5", "--nonce", "2"],
         ),
     );
-    let cheap = pk(&out["bid"]);
-    assert_eq!(t.balance(&tokens), 97_500_000);
+    assert!(
+        e.contains("the price is below the market's reserve price"),
+        "{e}"
+    );
+    assert_eq!(
+        (t.balance(&tokens), t.balance(&vault), book_len(&queue_book)),
+        before
+    );
+    assert!(!t.exists(&gpu_market::pda::bid(&s.market, &key_of(&client).pubkey(), 2).0));
 
-    // explain: the good bid fits the machine; the cheap one is under the reserve price.
+    // explain, from the one fit rule: the good bid fits the machine, and the simulated
+    // allocation of its agent passes.
     let ex = t.ok(&client, &["bid", "explain", &good.to_string()]);
     assert_eq!(ex["machines_fitting"], 1, "{ex}");
+    assert_eq!(ex["machines_ready"], 1, "{ex}");
     assert_eq!(ex["rank"], 1);
-    let ex = t.ok(&client, &["bid", "explain", &cheap.to_string()]);
+    assert_eq!(ex["allocation_refused"], serde_json::json!([]), "{ex}");
+    assert!(
+        ex["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("it fits 1 of 1 machines now and waits for an agent"),
+        "{ex}"
+    );
+    assert_eq!(ex["reserve"][0]["reserve_price_per_gpu_hour"], "1");
+    assert_eq!(ex["reserve"][0]["bid_beats_it"], true);
+
+    // A less urgent copy (a later deadline ranks it below) fits too, but the program would
+    // refuse its allocation while the better-ranked bid fits the same GPUs: explain says so
+    // rather than "waits for an agent".
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--deadline",
+                "+3h",
+                "--nonce",
+                "5",
+            ],
+        ),
+    );
+    let twin = pk(&out["bid"]);
+    let ex = t.ok(&client, &["bid", "explain", &twin.to_string()]);
+    assert_eq!(ex["rank"], 2, "{ex}");
+    assert_eq!(ex["machines_fitting"], 1, "{ex}");
+    assert_eq!(ex["machines_ready"], 0, "{ex}");
+    let refusal = "a bid ranked above the chosen one is feasible on this machine";
+    assert_eq!(pk(&ex["allocation_refused"][0]["machine"]), host.machine);
+    assert_eq!(ex["allocation_refused"][0]["error"], refusal, "{ex}");
+    assert_eq!(
+        ex["summary"],
+        format!("it fits 1 of 1 machines now, but allocation would be refused: {refusal} on 1")
+    );
+    t.ok(&client, &["bid", "cancel", &twin.to_string()]);
+
+    // A bid for a class the machine does not have.
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--class",
+                "2",
+                "--nonce",
+                "6",
+            ],
+        ),
+    );
+    let ex = t.ok(&client, &["bid", "explain", out["bid"].as_str().unwrap()]);
     assert_eq!(ex["machines_fitting"], 0, "{ex}");
     assert_eq!(
-        ex["blocked_by"][0]["constraint"],
-        "price below the market's reserve price"
+        ex["blocked_by"][0]["constraint"], "too few GPUs of an accepted class",
+        "{ex}"
     );
     assert_eq!(ex["blocked_by"][0]["machines"], 1);
-    assert_eq!(ex["reserve"][0]["reserve_price_per_gpu_hour"], "1");
+    assert_eq!(
+        ex["summary"],
+        "it fits none of 1 machines: too few GPUs of an accepted class on 1"
+    );
+    t.ok(&client, &["bid", "cancel", out["bid"].as_str().unwrap()]);
+
+    // With the reserve price lowered to 0.1, bids at 0.3 and 0.6 are placed; 0.3 is below the
+    // host's floor (0.5). Back at 1, the 0.6 bid is above the floor but below the reserve.
+    t.ok(
+        &s.authority,
+        &["market", "update", &m, "--base-price", "0.1"],
+    );
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "0.3", "--nonce", "2"],
+        ),
+    );
+    let cheap = pk(&out["bid"]);
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "0.6", "--nonce", "7"],
+        ),
+    );
+    let under_reserve = pk(&out["bid"]);
+    let ex = t.ok(&client, &["bid", "explain", &cheap.to_string()]);
+    assert_eq!(
+        ex["blocked_by"][0]["constraint"], "price below the host's floor",
+        "{ex}"
+    );
+    t.ok(&s.authority, &["market", "update", &m, "--base-price", "1"]);
+    let ex = t.ok(&client, &["bid", "explain", &under_reserve.to_string()]);
+    assert_eq!(
+        ex["blocked_by"][0]["constraint"], "price below the market's reserve price",
+        "{ex}"
+    );
     assert_eq!(ex["reserve"][0]["bid_beats_it"], false);
+    t.ok(&client, &["bid", "cancel", &under_reserve.to_string()]);
+    assert_eq!(t.balance(&tokens), 97_700_000); // 2 (good) + 0.3 (cheap) escrowed
+
     // A bid that asks for more GPU memory than any GPU has.
     let out = t.ok(
         &client,
@@ -803,13 +924,6 @@ fn bid_verbs() {
     // missing power limit, unknown market, bad keypair. Nothing moves, no bid is created.
     let balance = t.balance(&tokens);
     let spot_book = t.account::<Machine>(&host.machine).spot_book;
-    let book_len = |key: &Pubkey| {
-        gpu_market_sdk::book::read_book(&t.rpc().get_account(key).unwrap().data)
-            .unwrap()
-            .entries
-            .len()
-    };
-    let queue_book = t.account::<Market>(&s.market).queue_book;
     let books = (book_len(&spot_book), book_len(&queue_book));
     for overclock in ["power=500", "power=250,core-lock=2500"] {
         let e = t.fails(
@@ -968,8 +1082,8 @@ fn bid_verbs() {
     // cancel: full refund, the bid account closed, out of its book.
     let before = t.balance(&tokens);
     let out = t.ok(&client, &["bid", "cancel", &cheap.to_string()]);
-    assert_eq!(out["refund"], "0.5");
-    assert_eq!(t.balance(&tokens), before + 500_000);
+    assert_eq!(out["refund"], "0.3");
+    assert_eq!(t.balance(&tokens), before + 300_000);
     assert!(!t.exists(&cheap));
     let e = t.fails(&client, &["bid", "show", &cheap.to_string()]);
     assert!(e.contains("does not exist"), "{e}");
@@ -984,6 +1098,140 @@ fn bid_verbs() {
             .len(),
         2
     );
+}
+
+#[test]
+fn bid_prune() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let m = s.m();
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let keeper = t.wallet("keeper");
+    let vault = t.account::<Market>(&s.market).payment_vault;
+    let queue_book = t.account::<Market>(&s.market).queue_book;
+    let book_len = || {
+        gpu_market_sdk::book::read_book(&t.rpc().get_account(&queue_book).unwrap().data)
+            .unwrap()
+            .entries
+            .len()
+    };
+
+    // Three bids that expire in 30 s (for 2 s of work at 36 per GPU-hour: 0.02 escrowed
+    // each), and one that waits for an hour.
+    let short = |nonce: &'static str| {
+        let out = t.ok(
+            &client,
+            &[
+                "bid",
+                "place",
+                "--market",
+                &m,
+                "--image",
+                "x",
+                "--image-digest",
+                DIGEST,
+                "--gib-per-gpu",
+                "8",
+                "--duration",
+                "2",
+                "--deadline",
+                "+30s",
+                "--overclock",
+                "power=200",
+                "--price",
+                "36",
+                "--nonce",
+                nonce,
+            ],
+        );
+        assert_eq!(out["escrow"], "0.02");
+        pk(&out["bid"])
+    };
+    let first = short("1");
+    let second = short("2");
+    let third = short("4");
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=200", "--price", "2", "--nonce", "3"],
+        ),
+    );
+    let lasting = pk(&out["bid"]);
+    assert_eq!(t.balance(&tokens), 100_000_000 - 3 * 20_000 - 2_000_000);
+
+    // Before its deadline nobody may prune it: refused by the program, nothing moved.
+    let before = (t.balance(&tokens), t.balance(&vault), book_len());
+    let e = t.fails(&keeper, &["bid", "prune", &first.to_string()]);
+    assert!(e.contains("the bid's deadline has not passed"), "{e}");
+    let unknown = Pubkey::new_unique().to_string();
+    let e = t.fails(&keeper, &["bid", "prune", &unknown]);
+    assert!(e.contains(&format!("bid {unknown} does not exist")), "{e}");
+    let e = t.fails(&keeper, &["bid", "prune"]);
+    assert!(e.contains("required"), "{e}");
+    assert_eq!((t.balance(&tokens), t.balance(&vault), book_len()), before);
+    assert!(t.exists(&first));
+    let out = t.ok(&keeper, &["bid", "prune", "--all", "--market", &m]);
+    assert_eq!(out, serde_json::json!([])); // nothing has expired yet
+    assert_eq!((t.balance(&tokens), t.balance(&vault), book_len()), before);
+
+    // Once the deadline has passed, anyone may: the escrow goes back to the client's token
+    // account, the bid account's rent to the client, the bid leaves the book.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let rent = t.rpc().get_balance(&first).unwrap();
+    let lamports = t.rpc().get_balance(&key_of(&client).pubkey()).unwrap();
+    let out = loop {
+        let out = t.run(&keeper, &["bid", "prune", &first.to_string()]);
+        if out.status.success() {
+            break serde_json::from_slice::<Value>(&out.stdout).unwrap();
+        }
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.contains("has not passed") && Instant::now() < deadline,
+            "{e}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert_eq!(pk(&out["bid"]), first);
+    assert_eq!(out["refund"], "0.02");
+    assert_eq!(pk(&out["refund_to"]), tokens);
+    assert!(!t.exists(&first));
+    assert_eq!(t.balance(&tokens), before.0 + 20_000);
+    assert_eq!(t.balance(&vault), before.1 - 20_000);
+    assert_eq!(book_len(), before.2 - 1);
+    assert_eq!(
+        t.rpc().get_balance(&key_of(&client).pubkey()).unwrap(),
+        lamports + rent
+    );
+
+    // explain names the way out for an expired bid (the last placed expires a moment after the
+    // first); --all prunes every expired one, and only those, in one transaction here.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ex = t.ok(&client, &["bid", "explain", &third.to_string()]);
+        let summary = ex["summary"].as_str().unwrap();
+        if summary.contains(&format!("gpu-market bid prune {third}")) {
+            assert!(summary.starts_with("its deadline has passed"), "{ex}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{ex}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let out = t.ok(&keeper, &["bid", "prune", "--all", "--market", &m]);
+    let rows = out.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{out}");
+    let pruned: Vec<Pubkey> = rows.iter().map(|r| pk(&r["bid"])).collect();
+    assert!(pruned.contains(&second) && pruned.contains(&third), "{out}");
+    assert!(rows.iter().all(|r| r["refund"] == "0.02"), "{out}");
+    assert!(rows[0]["signature"].is_string(), "{out}");
+    assert_eq!(rows[0]["signature"], rows[1]["signature"], "{out}");
+    assert!(!t.exists(&second) && !t.exists(&third) && t.exists(&lasting));
+    assert_eq!(t.balance(&tokens), before.0 + 60_000);
+    assert_eq!(t.balance(&vault), 2_000_000);
+    assert_eq!(book_len(), 1);
+    let e = t.fails(&keeper, &["bid", "prune", &second.to_string()]);
+    assert!(e.contains("does not exist"), "{e}");
 }
 
 #[test]
@@ -1053,7 +1301,7 @@ fn quote_and_lease_verbs() {
     );
     let bid = pk(&out["bid"]);
     let list = t.ok(&client, &["bid", "list", "--market", &m]);
-    assert_eq!(pk(&list[0]["bid"]), bid); // nothing ranked above it: no `better` bids
+    assert_eq!(pk(&list[0]["bid"]), bid); // nothing ranked above it: no evidence to pass
     let agent = key_of(&host.agent);
     let client_key = key_of(&client).pubkey();
     let allocate = Allocate {
@@ -1064,7 +1312,7 @@ fn quote_and_lease_verbs() {
         bid,
         client: client_key,
         gpus: vec![0],
-        better: vec![],
+        evidence: vec![],
     };
     let lease = allocate.lease();
     t.send(&agent, &[&allocate]);

@@ -58,9 +58,20 @@ pub struct Offer {
     /// Cheap bounds for [`Offer::fits`]: GPUs with any free GiB, the most free GiB on one GPU,
     /// the least price any class takes, and the union of every GPU's limits.
     free_gpus: u32,
-    max_free_gib: u16,
+    /// Free GiB of each GPU, most first.
+    free_desc: [u16; MAX],
     min_price: u64,
     hull: GpuLimits,
+    /// Per GPU, for [`Offer::fits`]'s tight loop: its class, free GiB, index into `limits`,
+    /// and 0 while unshared or 1 + index into `running` of the terms it runs.
+    class_of: [u8; MAX],
+    free_of: [u16; MAX],
+    limits_of: [u8; MAX],
+    running_of: [u8; MAX],
+    /// The distinct terms shared GPUs run.
+    running: Vec<Settings>,
+    /// The least price each class takes: the floor, or its reserve price when higher.
+    class_price: [u64; GPU_CLASSES],
     /// Topology groups that occur, as GPU masks.
     groups: Vec<u16>,
 }
@@ -315,9 +326,40 @@ impl Offer {
             .iter()
             .enumerate()
             .fold(0u8, |c, (i, &m)| if m != 0 { c | 1 << i } else { c });
+        let mut class_of = [0u8; MAX];
+        let mut free_of = [0u16; MAX];
+        let mut limits_of = [0u8; MAX];
+        let mut running_of = [0u8; MAX];
+        let mut running: Vec<Settings> = Vec::new();
+        for (g, gpu) in gpus.iter().enumerate().take(MAX) {
+            class_of[g] = gpu.class;
+            free_of[g] = gpu.free_gib;
+            limits_of[g] = limits
+                .iter()
+                .position(|(l, _)| *l == gpu.limits)
+                .unwrap_or(0) as u8;
+            if let Some(r) = gpu.running {
+                let i = match running.iter().position(|x| *x == r) {
+                    Some(i) => i,
+                    None => {
+                        running.push(r);
+                        running.len() - 1
+                    }
+                };
+                running_of[g] = i as u8 + 1;
+            }
+        }
+        let mut class_price = [u64::MAX; GPU_CLASSES];
+        for (c, p) in class_price.iter_mut().enumerate() {
+            *p = floor.max(reserve[c]);
+        }
         let present = gpus.iter().take(MAX);
         let free_gpus = present.clone().filter(|g| g.free_gib > 0).count() as u32;
-        let max_free_gib = present.clone().map(|g| g.free_gib).max().unwrap_or(0);
+        let mut free_desc = [0u16; MAX];
+        for (slot, g) in free_desc.iter_mut().zip(present.clone()) {
+            *slot = g.free_gib;
+        }
+        insertion_sort_by_key(&mut free_desc, |&f| core::cmp::Reverse(f));
         let min_reserve = present
             .clone()
             .filter_map(|g| reserve.get(g.class as usize))
@@ -346,9 +388,15 @@ impl Offer {
             limits,
             shared,
             free_gpus,
-            max_free_gib,
+            free_desc,
             min_price: floor.max(min_reserve),
             hull,
+            class_of,
+            free_of,
+            limits_of,
+            running_of,
+            running,
+            class_price,
             groups: groups.into_iter().map(|(_, m)| m).collect(),
         }
     }
@@ -504,6 +552,27 @@ impl Offer {
         }
     }
 
+    /// Bounds over the whole machine that rule a bid out without looking at its overclock
+    /// terms: a few comparisons, so a caller holding a bid's numbers (a book entry) can skip
+    /// the rest. `false` does not mean the bid fits.
+    pub fn rules_out(
+        &self,
+        gpu_count: u8,
+        gib_per_gpu: u16,
+        accepted_classes: u8,
+        price: u64,
+        deadline: i64,
+    ) -> bool {
+        let n = gpu_count as usize;
+        !self.active
+            || self.now >= deadline
+            || n as u32 > self.free_gpus
+            || price < self.min_price
+            || accepted_classes & self.classes == 0
+            // The n-th most free GPU must have the GiB (n ≤ free GPUs ≤ 16 here).
+            || (n > 0 && self.free_desc[n - 1] < gib_per_gpu)
+    }
+
     /// Whether `need` can run on this machine now: [`Offer::fit`] without choosing the GPUs
     /// and without the reason, what `allocate` asks of every book entry above the chosen bid.
     /// Bounds that hold for the whole machine turn most bids away in a few steps; the rest take
@@ -514,20 +583,66 @@ impl Offer {
             Terms::PerGpu(t) => t.iter().all(|s| settings_allowed(&self.hull, s)),
             Terms::Range { lo, hi } => range_overlaps(&self.hull, &lo, &hi),
         };
-        let hopeless = !self.active
-            || self.now >= need.deadline
-            || need.gpu_count as u32 > self.free_gpus
-            || need.gib_per_gpu > self.max_free_gib
-            || need.price < self.min_price
-            || need.accepted_classes & self.classes == 0
-            || !within_hull;
+        let hopeless = self.rules_out(
+            need.gpu_count,
+            need.gib_per_gpu,
+            need.accepted_classes,
+            need.price,
+            need.deadline,
+        ) || !within_hull;
         if hopeless {
             return Fits::No;
+        }
+        if let Terms::Uniform(s) = need.terms {
+            return self.fits_uniform(need, &s);
         }
         match self.free(need) {
             Ok(_) => Fits::Yes,
             Err(Unfit::Undecided) => Fits::Undecided,
             Err(_) => Fits::No,
+        }
+    }
+
+    /// [`Offer::fits`] for the same terms on every GPU, the common case, in one tight pass
+    /// over the GPUs: the count of GPUs of an accepted class whose price the bid meets, with the
+    /// free GiB, whose limits allow the terms and that are unshared or already run them. The
+    /// same answer as the staged rule of [`Offer::fit`] (a property test checks it).
+    fn fits_uniform(&self, need: &Need, s: &Settings) -> Fits {
+        let mut limits_ok = 0u32;
+        for (i, (l, _)) in self.limits.iter().enumerate() {
+            if settings_allowed(l, s) {
+                limits_ok |= 1 << i;
+            }
+        }
+        if limits_ok == 0 {
+            return Fits::No;
+        }
+        let running = match self.running.iter().position(|r| r == s) {
+            Some(i) => i as u8 + 1,
+            None => 0,
+        };
+        let mut classes = 0u8;
+        for (c, &p) in self.class_price.iter().enumerate() {
+            if need.price >= p {
+                classes |= 1 << c;
+            }
+        }
+        classes &= need.accepted_classes;
+        let mut count = 0u32;
+        for g in 0..self.gpus.len().min(MAX) {
+            let r = self.running_of[g];
+            if (classes as u32) & 1u32.checked_shl(self.class_of[g] as u32).unwrap_or(0) != 0
+                && self.free_of[g] >= need.gib_per_gpu
+                && limits_ok & (1 << self.limits_of[g]) != 0
+                && (r == 0 || r == running)
+            {
+                count += 1;
+            }
+        }
+        if count >= need.gpu_count as u32 {
+            Fits::Yes
+        } else {
+            Fits::No
         }
     }
 
@@ -601,7 +716,7 @@ impl Offer {
     /// Checks GPUs an agent chose for `need` (which must fit): one per bid GPU, distinct, each
     /// able to serve its bid GPU, and inside one topology group whenever one could serve it.
     pub fn check_choice(&self, need: &Need, chosen: &[u8]) -> Result<(), ChoiceError> {
-        self.fit(need).map_err(ChoiceError::Unfit)?;
+        self.free(need).map_err(ChoiceError::Unfit)?;
         let n = need.gpu_count as usize;
         let compat = self.exact_compat(need);
         let compat = &compat[..n];
@@ -611,7 +726,12 @@ impl Offer {
         matching::check(compat, chosen).map_err(ChoiceError::Assign)?;
         let picked = chosen.iter().fold(0u16, |m, &g| m | 1 << g);
         if !self.groups.iter().any(|&grp| picked & !grp == 0) {
+            let uniform = matches!(need.terms, Terms::Uniform(_));
             let one_group_fits = self.groups.iter().any(|&grp| {
+                if uniform {
+                    // Every bid GPU has the same mask: enough GPUs of it in the group suffice.
+                    return count(compat[0] & grp) as usize >= n;
+                }
                 let mut within = [0u16; MAX];
                 for (w, &c) in within.iter_mut().zip(compat) {
                     *w = c & grp;

@@ -398,6 +398,7 @@ impl ClientInstruction for PlaceBid<'_> {
     const NAME: &'static str = "place_bid";
 
     fn instruction(&self) -> Instruction {
+        let other = self.evict.filter(|e| e.client != self.client.pubkey());
         ix(
             gpu_market::accounts::PlaceBid {
                 client: self.client.pubkey(),
@@ -412,13 +413,11 @@ impl ClientInstruction for PlaceBid<'_> {
                 token_program: spl_token_interface::ID,
                 system_program: solana_system_interface::program::ID,
                 evicted: self.evict.map(|e| e.bid),
-                evicted_client: self.evict.map(|e| e.client),
-                evicted_tokens: self.evict.map(|e| e.tokens),
-                // The bidder's own stake stands for itself: one account is never passed twice.
-                evicted_stake: self
-                    .evict
-                    .filter(|e| e.client != self.client.pubkey())
-                    .map(|e| pda::stake(&self.market, &e.client).0),
+                // A bidder evicting its own entry: its own accounts stand for the evicted
+                // client's (one account is never passed twice).
+                evicted_client: other.map(|e| e.client),
+                evicted_tokens: other.map(|e| e.tokens),
+                evicted_stake: other.map(|e| pda::stake(&self.market, &e.client).0),
             },
             gpu_market::instruction::PlaceBid {
                 args: self.args.clone(),

@@ -160,6 +160,7 @@ impl LiveMarket {
             payment_mint: self.mint,
             client_tokens: client.tokens,
             args,
+            evict: None,
         };
         self.cluster.run(&p).await?;
         Ok(p.bid())

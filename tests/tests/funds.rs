@@ -1,9 +1,11 @@
-//! The funds property: random sequences of stake / unstake / withdraw / place / top-up / cancel /
-//! allocate / submit_usage / end_lease / reclaim_escrow / slash over several wallets and one
-//! host machine, through the SBF program in LiteSVM. After every step the vaults hold exactly
-//! the escrows and stakes the market records, every wallet's tokens plus what it has locked plus
-//! what it has paid for proven time equal what it started with, the host and the treasury hold
-//! no more than price × proven time, and a rejected step moves nothing.
+//! The funds property: random sequences of stake / unstake / withdraw / place (evicting the
+//! lowest-ranked bid of a full book) / top-up / cancel / prune_bid / allocate / submit_usage /
+//! end_lease / reclaim_escrow / slash over several wallets and one host machine, through the SBF
+//! program in LiteSVM. Some sequences start from a full book (a filler wallet's cheap bids). After
+//! every step the vaults hold exactly the escrows and stakes the market records, every wallet's
+//! tokens plus what it has locked plus what it has paid for proven time equal what it started
+//! with, the host and the treasury hold no more than price × proven time, and a rejected step
+//! moves nothing (tokens, escrows, stakes, open bids, the book's length).
 //!
 //! `GPU_MARKET_FUNDS_CASES` sets the number of sequences (default 500; 10000 for a long run).
 
@@ -11,11 +13,12 @@ mod program_test;
 
 use std::collections::BTreeMap;
 
+use anchor_lang::AccountDeserialize;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, GpuSpec, Lease, Machine, MachineTerms, Market, MarketParams, OverclockTerms,
-    StakeAccount,
+    Bid, BidKind, GpuSpec, Lease, MachineTerms, Market, MarketParams, OverclockTerms, StakeAccount,
+    BOOK_CAPACITY,
 };
 use gpu_market_core::lease::interval_window;
 use gpu_market_core::settlement::{cost, PriceUnit};
@@ -26,7 +29,11 @@ use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
+/// Wallets the random steps act for; a full book's filler wallet comes after them.
 const WALLETS: usize = 4;
+/// Bids of the filler wallet in a world that starts with a full book (one short of full, so the
+/// first placement fills it and the next ones evict).
+const FILLERS: usize = BOOK_CAPACITY - 1;
 const START: u64 = 1_000_000;
 const STEPS: std::ops::Range<usize> = 20..32;
 
@@ -43,11 +50,15 @@ enum Op {
     Withdraw {
         w: usize,
     },
+    /// A queue bid that may start up to `slack` seconds after its latest start; `evict`:
+    /// name the lowest-ranked bid of a full book to evict.
     Place {
         w: usize,
         gpus: u8,
-        hours: u32,
+        minutes: u32,
         price: u64,
+        slack: i64,
+        evict: bool,
     },
     TopUp {
         w: usize,
@@ -57,6 +68,11 @@ enum Op {
     Cancel {
         w: usize,
         bid: usize,
+    },
+    /// A stranger removes the bid at `pick` of every wallet's bids (waiting or running) by
+    /// deadline, soonest first (refused before its deadline, or while it runs).
+    Prune {
+        pick: usize,
     },
     Wait {
         secs: i64,
@@ -89,12 +105,13 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Stake { w, amount }),
         2 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Unstake { w, amount }),
         1 => w.clone().prop_map(|w| Op::Withdraw { w }),
-        4 => (w.clone(), 0u8..4, 0u32..3, 0u64..60_000)
-            .prop_map(|(w, gpus, hours, price)| Op::Place { w, gpus, hours, price }),
+        4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, 0i64..1_800, proptest::bool::weighted(0.9))
+            .prop_map(|(w, gpus, minutes, price, slack, evict)| Op::Place { w, gpus, minutes, price, slack, evict }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
         2 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::Cancel { w, bid }),
+        2 => prop_oneof![2 => Just(0usize), 1 => 0usize..8].prop_map(|pick| Op::Prune { pick }),
         2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
-        1 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
+        2 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
         4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
         6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1))
             .prop_map(|(lease, gap, gpu_secs_pct, exit)| Op::Prove { lease, gap, gpu_secs_pct, exit }),
@@ -109,9 +126,12 @@ struct World {
     mint: Pubkey,
     market: Pubkey,
     book: Pubkey,
+    /// The wallets the steps act for, then the filler wallet.
     wallets: Vec<(Keypair, Pubkey)>,
-    /// Bids each wallet placed (some since cancelled), in order.
+    /// Bids each wallet placed (some since removed), in order.
     bids: Vec<Vec<Pubkey>>,
+    /// Placements that evicted a bid.
+    evictions: usize,
     next_nonce: u64,
     host: Keypair,
     host_tokens: Pubkey,
@@ -130,7 +150,8 @@ struct World {
 const HOST_STAKE: u64 = 100_000;
 
 impl World {
-    fn new() -> World {
+    /// A world whose book starts full of the filler wallet's bids (`full`) or empty.
+    fn new(full: bool) -> World {
         let mut ctx = TestContext::new();
         let mut params = MarketParams::recommended(60, 250, 600);
         params.stake_bound = START;
@@ -139,7 +160,7 @@ impl World {
         params.max_client_share_bps = 10_000;
         let (authority, mint, market) = ctx.create_market(0, params);
         let book = ctx.open_queue_book(&authority, market);
-        let wallets: Vec<(Keypair, Pubkey)> = (0..WALLETS)
+        let wallets: Vec<(Keypair, Pubkey)> = (0..=WALLETS)
             .map(|_| ctx.funded_user(&mint, START))
             .collect();
         for (k, _) in &wallets {
@@ -189,13 +210,14 @@ impl World {
         };
         let machine = r.machine();
         ctx.run(&r).unwrap();
-        World {
+        let mut world = World {
             ctx,
             mint,
             market,
             book,
             wallets,
-            bids: vec![Vec::new(); WALLETS],
+            bids: vec![Vec::new(); WALLETS + 1],
+            evictions: 0,
             next_nonce: 0,
             host,
             host_tokens,
@@ -204,14 +226,113 @@ impl World {
             treasury: m.treasury,
             stake_treasury: m.stake_treasury,
             leases: Vec::new(),
-            paid: vec![0; WALLETS],
+            paid: vec![0; WALLETS + 1],
             earn_bound: 0,
+        };
+        if full {
+            world.fill();
         }
+        world
+    }
+
+    /// The filler wallet's bids: 1 GPU × 1 GiB for a minute at 60 per GPU-hour (escrow 1), due
+    /// in 30 days. Their score is the lowest any bid gets, so every valid step bid outranks them.
+    fn fill(&mut self) {
+        let filler = WALLETS;
+        self.ctx
+            .svm
+            .airdrop(&self.wallets[filler].0.pubkey(), 15 * SOL)
+            .unwrap();
+        let deadline = self.ctx.now() + 30 * 86_400;
+        for _ in 0..FILLERS {
+            let args = PlaceBidArgs {
+                gpu_count: 1,
+                gib_per_gpu: 1,
+                price: 60,
+                max_duration_secs: 60,
+                deadline,
+                ..self.bid_args(0, 0, 0, 0)
+            };
+            assert!(self.place(filler, args, false), "filler bid");
+        }
+    }
+
+    fn fork(&self) -> World {
+        World {
+            ctx: self.ctx.fork(),
+            wallets: self
+                .wallets
+                .iter()
+                .map(|(k, t)| (k.insecure_clone(), *t))
+                .collect(),
+            bids: self.bids.clone(),
+            host: self.host.insecure_clone(),
+            agent: self.agent.insecure_clone(),
+            leases: self.leases.clone(),
+            paid: self.paid.clone(),
+            ..*self
+        }
+    }
+
+    /// A queue bid of the next nonce for class 0, 8 GiB per GPU at 250 W, for `minutes`, to start
+    /// at the latest `slack` seconds from now.
+    fn bid_args(&mut self, gpus: u8, minutes: u32, price: u64, slack: i64) -> PlaceBidArgs {
+        self.next_nonce += 1;
+        let duration = minutes * 60;
+        PlaceBidArgs {
+            nonce: self.next_nonce,
+            kind: BidKind::Queue,
+            image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
+            image_digest: [1; 32],
+            env_hash: [2; 32],
+            gpu_count: gpus,
+            gib_per_gpu: 8,
+            accepted_classes: 1,
+            overclock: vec![OverclockTerms {
+                power_limit_w: 250,
+                ..Default::default()
+            }],
+            price,
+            max_duration_secs: duration,
+            deadline: self.ctx.now() + duration as i64 + slack,
+        }
+    }
+
+    /// Places a bid for wallet `w`, naming the bid it evicts when the book is full and `evict`.
+    fn place(&mut self, w: usize, args: PlaceBidArgs, evict: bool) -> bool {
+        let evicted = if evict {
+            self.ctx.eviction(&self.book)
+        } else {
+            None
+        };
+        let (k, t) = &self.wallets[w];
+        let p = PlaceBid {
+            client: k,
+            market: self.market,
+            book: self.book,
+            machine: None,
+            payment_mint: self.mint,
+            client_tokens: *t,
+            args,
+            evict: evicted,
+        };
+        let bid = p.bid();
+        let ok = self.ctx.run(&p).is_ok();
+        if ok {
+            self.bids[w].push(bid);
+            if let Some(e) = evicted {
+                assert!(
+                    !self.ctx.account_exists(&e.bid),
+                    "the evicted bid is closed"
+                );
+                self.evictions += 1;
+            }
+        }
+        ok
     }
 
     fn apply(&mut self, op: &Op) -> bool {
         let (mint, market, book) = (self.mint, self.market, self.book);
-        let now = self.ctx.now();
         let result = match *op {
             Op::Stake { w, amount } => {
                 let (k, t) = &self.wallets[w];
@@ -240,42 +361,13 @@ impl World {
             Op::Place {
                 w,
                 gpus,
-                hours,
+                minutes,
                 price,
+                slack,
+                evict,
             } => {
-                self.next_nonce += 1;
-                let (k, t) = &self.wallets[w];
-                let p = PlaceBid {
-                    client: k,
-                    market,
-                    book,
-                    machine: None,
-                    payment_mint: mint,
-                    client_tokens: *t,
-                    args: PlaceBidArgs {
-                        nonce: self.next_nonce,
-                        kind: BidKind::Queue,
-                        image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
-                        image_digest: [1; 32],
-                        env_hash: [2; 32],
-                        gpu_count: gpus,
-                        gib_per_gpu: 8,
-                        accepted_classes: 1,
-                        overclock: vec![OverclockTerms {
-                            power_limit_w: 250,
-                            ..Default::default()
-                        }],
-                        price,
-                        max_duration_secs: hours * 3_600,
-                        deadline: now + 3 * 3_600,
-                    },
-                };
-                let bid = p.bid();
-                let r = self.ctx.run(&p);
-                if r.is_ok() {
-                    self.bids[w].push(bid);
-                }
-                r
+                let args = self.bid_args(gpus, minutes, price, slack);
+                return self.place(w, args, evict);
             }
             Op::TopUp { w, bid, amount } => {
                 let Some(&bid) = self.bids[w].get(bid) else {
@@ -303,6 +395,26 @@ impl World {
                     book,
                     payment_mint: mint,
                     client_tokens: *t,
+                })
+            }
+            Op::Prune { pick } => {
+                let mut live: Vec<(usize, Pubkey)> = (0..WALLETS)
+                    .flat_map(|w| self.bids[w].iter().map(move |b| (w, *b)))
+                    .filter(|(_, b)| self.ctx.account_exists(b))
+                    .collect();
+                live.sort_by_key(|(_, b)| self.ctx.account::<Bid>(b).deadline);
+                let Some(&(w, bid)) = live.get(pick % live.len().max(1)) else {
+                    return false;
+                };
+                let stranger = Keypair::new();
+                self.ctx.run(&PruneBid {
+                    caller: &stranger,
+                    market,
+                    bid,
+                    client: self.wallets[w].0.pubkey(),
+                    book,
+                    payment_mint: mint,
+                    client_tokens: self.wallets[w].1,
                 })
             }
             Op::Wait { secs } => {
@@ -346,27 +458,17 @@ impl World {
         }
         let i = pick % order.len();
         let bid: Bid = self.ctx.account(&order[i]);
-        let m: Machine = self.ctx.account(&self.machine);
-        // The first GPUs with room, as an agent would choose them.
-        let gpus: Vec<u8> = (0..4u8)
-            .filter(|&g| 24 - m.used_gib[g as usize] >= bid.gib_per_gpu)
-            .take(bid.gpu_count as usize)
-            .collect();
-        let a = Allocate {
-            agent: &self.agent,
-            market: self.market,
-            machine: self.machine,
-            book: self.book,
-            bid: order[i],
-            client: bid.client,
-            gpus,
-            better: order[..i]
-                .iter()
-                .map(|k| (*k, self.ctx.account::<Bid>(k).client))
-                .collect(),
-        };
+        // The GPUs the fit rule chooses, as an agent would; none where the bid does not fit
+        // (the program then says why).
+        let gpus = self
+            .ctx
+            .choose(&self.machine, &order[i])
+            .unwrap_or_default();
+        let a = self
+            .ctx
+            .allocation(&self.agent, self.machine, order[i], &gpus);
         let lease = a.lease();
-        let ok = self.ctx.run(&a).is_ok();
+        let ok = self.ctx.allocate(&a).is_ok();
         if ok {
             let w = self
                 .wallets
@@ -460,6 +562,10 @@ impl World {
             self.ctx.token_balance(&pda::payment_vault(&self.market).0),
         );
         s.insert("host".into(), self.ctx.token_balance(&self.host_tokens));
+        s.insert(
+            "book_len".into(),
+            book_order(&self.ctx, &self.book).len() as u64,
+        );
         s.insert("treasury".into(), self.ctx.token_balance(&self.treasury));
         s.insert(
             "stake_treasury".into(),
@@ -476,10 +582,12 @@ impl World {
                 let st: StakeAccount = self.ctx.account(&stake);
                 s.insert(format!("stake{i}"), st.amount);
                 s.insert(format!("pending{i}"), st.pending_unstake);
+                s.insert(format!("open{i}"), st.open_bids as u64);
             }
             for (j, b) in self.bids[i].iter().enumerate() {
-                if self.ctx.account_exists(b) {
-                    s.insert(format!("bid{i}.{j}"), self.ctx.account::<Bid>(b).escrow);
+                if let Some(acc) = self.ctx.svm.get_account(b).filter(|a| a.lamports > 0) {
+                    let bid = Bid::try_deserialize(&mut acc.data.as_slice()).expect("a bid");
+                    s.insert(format!("bid{i}.{j:05}"), bid.escrow);
                 }
             }
         }
@@ -503,11 +611,12 @@ impl World {
             escrows,
             "the vault holds exactly the sum of escrows"
         );
-        for i in 0..WALLETS {
+        for i in 0..self.wallets.len() {
             let get = |k: String| snap.get(&k).copied().unwrap_or(0);
+            let prefix = format!("bid{i}.");
             let locked: u64 = snap
-                .iter()
-                .filter(|(k, _)| k.starts_with(&format!("bid{i}.")))
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(&prefix))
                 .map(|(_, v)| v)
                 .sum();
             let total = get(format!("wallet{i}"))
@@ -544,9 +653,22 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     });
     let steps = std::sync::atomic::AtomicUsize::new(0);
     let succeeded = std::sync::atomic::AtomicUsize::new(0);
+    let evictions = std::sync::atomic::AtomicUsize::new(0);
     let by_op = std::sync::Mutex::new(BTreeMap::<String, (usize, usize)>::new());
-    let result = runner.run(&proptest::collection::vec(op(), STEPS), |ops| {
-        let mut world = World::new();
+    // Built once, copied for each sequence.
+    let empty = World::new(false);
+    let full = World::new(true);
+    let sequences = (
+        // A tenth start full: reading 4,095 more bids after every step is most of their cost.
+        proptest::bool::weighted(0.1),
+        proptest::collection::vec(op(), STEPS),
+    );
+    let result = runner.run(&sequences, |(starts_full, ops)| {
+        let mut world = if starts_full {
+            full.fork()
+        } else {
+            empty.fork()
+        };
         let mut before = world.snapshot();
         world.check(&before)?;
         for op in &ops {
@@ -572,6 +694,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
             steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             before = after;
         }
+        evictions.fetch_add(world.evictions, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     });
     let steps = steps.into_inner();
@@ -580,10 +703,17 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
         "funds property: {cases} sequences, {steps} steps ({accepted} accepted, {} rejected), invariants held after every step",
         steps - accepted
     );
-    for (op, (tried, ok)) in by_op.into_inner().unwrap() {
+    let by_op = by_op.into_inner().unwrap();
+    for (op, (tried, ok)) in &by_op {
         println!("  {op:<9} {tried:>6} tried {ok:>6} accepted");
     }
+    let evictions = evictions.into_inner();
+    println!("  {evictions} placements evicted the lowest-ranked bid of a full book");
     if let Err(e) = result {
         panic!("{e}");
+    }
+    if cases >= 100 {
+        assert!(evictions > 0, "no eviction was exercised");
+        assert!(by_op["Prune"].1 > 0, "no prune was exercised");
     }
 }

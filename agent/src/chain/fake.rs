@@ -1,17 +1,21 @@
 //! A market program in memory, for tests: one machine, its bids and leases, and the rules the
-//! agent must respect (capacity, the proof interval order and hash chain, when a lease may end).
-//! Its clock follows tokio's, so a paused test clock drives it.
+//! agent must respect (the market's fit rule for allocations and preemptions, with no better
+//! bid left waiting; the proof interval order and hash chain; when a lease may end; when a bid
+//! may be pruned). Its clock follows tokio's, so a paused test clock drives it. It has no host
+//! floor, reserve prices or stakes: every price passes and no client is capped.
 
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
+use gpu_market_core::fit::{Fits, GpuOffer, Need, Offer, Terms, GPU_CLASSES};
 use gpu_market_core::lease::{interval_index, interval_window, UsageProof};
+use gpu_market_core::overclock::GpuLimits;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use super::{
     proof_hash, BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus,
-    MachineView,
+    MachineView, OpenBids,
 };
 
 /// A proof the fake accepted.
@@ -32,13 +36,15 @@ struct Inner {
     epoch: Instant,
     base_unix: i64,
     interval_secs: u32,
-    gpus: Vec<GpuView>,
+    gpus: Vec<(GpuView, GpuLimits)>,
     status: MachineStatus,
+    /// Open bids in placement order; see [`Inner::book`] for their rank.
     bids: Vec<BidView>,
     leases: Vec<LeaseView>,
     accepted: Vec<AcceptedProof>,
     ended: Vec<Key>,
     rebids: Vec<(Key, Key, i64)>,
+    pruned: Vec<Key>,
     heartbeats: u32,
     outage: bool,
     lose_next_response: bool,
@@ -46,9 +52,10 @@ struct Inner {
 }
 
 impl FakeChain {
-    /// A machine with `gpus` whose leases are proven every `interval_secs`; the cluster clock
-    /// reads `base_unix` now and advances with tokio's clock.
-    pub fn new(gpus: Vec<GpuView>, interval_secs: u32, base_unix: i64) -> Self {
+    /// A machine with `gpus` (as declared, with their overclock limits) whose leases are proven
+    /// every `interval_secs`; the cluster clock reads `base_unix` now and advances with tokio's
+    /// clock.
+    pub fn new(gpus: Vec<(GpuView, GpuLimits)>, interval_secs: u32, base_unix: i64) -> Self {
         FakeChain {
             inner: Mutex::new(Inner {
                 epoch: Instant::now(),
@@ -61,6 +68,7 @@ impl FakeChain {
                 accepted: Vec::new(),
                 ended: Vec::new(),
                 rebids: Vec::new(),
+                pruned: Vec::new(),
                 heartbeats: 0,
                 outage: false,
                 lose_next_response: false,
@@ -73,9 +81,15 @@ impl FakeChain {
         self.inner.lock().expect("fake chain lock")
     }
 
-    /// Places an open bid; bids are ranked in the order they were placed.
+    /// Places an open bid (ranked as [`Inner::book`] says). What the chain computes for the
+    /// agent (`gpus`, `fits_if_ended`) is ignored.
     pub fn place_bid(&self, bid: BidView) {
         self.lock().bids.push(bid);
+    }
+
+    /// Whether `bid` still waits in its book.
+    pub fn is_open(&self, bid: Key) -> bool {
+        self.lock().bids.iter().any(|b| b.key == bid)
     }
 
     /// While on, every call fails as an unreachable cluster would.
@@ -97,6 +111,10 @@ impl FakeChain {
     /// `(lease, better bid, stop_at)` of each rebid.
     pub fn rebids(&self) -> Vec<(Key, Key, i64)> {
         self.lock().rebids.clone()
+    }
+    /// The bids pruned, in order.
+    pub fn pruned(&self) -> Vec<Key> {
+        self.lock().pruned.clone()
     }
     pub fn heartbeats(&self) -> u32 {
         self.lock().heartbeats
@@ -142,13 +160,73 @@ impl Inner {
     }
 
     fn free_gib(&self) -> Vec<u16> {
-        let mut free: Vec<u16> = self.gpus.iter().map(|g| g.memory_gib).collect();
+        let mut free: Vec<u16> = self.gpus.iter().map(|(g, _)| g.memory_gib).collect();
         for l in &self.leases {
             for &i in &l.gpu_indices {
                 free[i as usize] -= l.gib_per_gpu;
             }
         }
         free
+    }
+
+    /// The machine's offer now, as `Machine::offer` builds it, with the GPUs of the lease
+    /// `ended` (if any) counted free.
+    fn offer(&self, ended: Option<Key>) -> Offer {
+        let gpus = self
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(g, (view, limits))| {
+                let mut free_gib = view.memory_gib;
+                let mut running = None;
+                for l in self.leases.iter().filter(|l| Some(l.key) != ended) {
+                    if let Some(i) = l.gpu_indices.iter().position(|&x| x as usize == g) {
+                        free_gib -= l.gib_per_gpu;
+                        running = Some(l.settings[i]);
+                    }
+                }
+                GpuOffer {
+                    class: view.class,
+                    topology_group: view.topology_group,
+                    memory_gib: view.memory_gib,
+                    free_gib,
+                    limits: *limits,
+                    running,
+                }
+            })
+            .collect();
+        let active = self.status == MachineStatus::Active;
+        Offer::new(gpus, active, self.now(), 0, [0; GPU_CLASSES])
+    }
+
+    /// The open bids of `kind`'s book, best first: queue bids in placement order, spot bids by
+    /// price per day, highest first (the program ranks them by the host's profit, which orders
+    /// them alike for bids asking the same power), then placement order.
+    fn book(&self, kind: BidKind) -> Vec<&BidView> {
+        let mut book: Vec<&BidView> = self.bids.iter().filter(|b| b.kind == kind).collect();
+        if kind == BidKind::Spot {
+            book.sort_by_key(|b| std::cmp::Reverse(b.price));
+        }
+        book
+    }
+
+    /// Running spot leases another spot bid may outbid.
+    fn preemptible(&self) -> impl Iterator<Item = &LeaseView> {
+        self.leases
+            .iter()
+            .filter(|l| l.kind == BidKind::Spot && l.stop_at.is_none())
+    }
+}
+
+/// What the fit rule needs of `bid`.
+fn need(bid: &BidView) -> Need<'_> {
+    Need {
+        gpu_count: bid.gpu_count,
+        gib_per_gpu: bid.gib_per_gpu,
+        accepted_classes: bid.accepted_classes,
+        price: bid.price,
+        deadline: bid.deadline,
+        terms: Terms::of(&bid.settings),
     }
 }
 
@@ -171,7 +249,7 @@ impl Chain for FakeChain {
         let s = self.lock();
         s.reachable()?;
         Ok(MachineView {
-            gpus: s.gpus.clone(),
+            gpus: s.gpus.iter().map(|(g, _)| *g).collect(),
             free_gib: s.free_gib(),
             status: s.status,
         })
@@ -183,10 +261,40 @@ impl Chain for FakeChain {
         Ok(s.leases.clone())
     }
 
-    async fn best_open_bids(&self, limit: usize) -> Result<Vec<BidView>, ChainError> {
+    async fn best_open_bids(&self, limit: usize) -> Result<OpenBids, ChainError> {
         let s = self.lock();
         s.reachable()?;
-        Ok(s.bids.iter().take(limit).cloned().collect())
+        let now = s.now();
+        let offer = s.offer(None);
+        let mut out = OpenBids::default();
+        // Queue bids outrank spot bids.
+        for kind in [BidKind::Queue, BidKind::Spot] {
+            for b in s.book(kind) {
+                if now >= b.deadline {
+                    out.expired.push(b.key);
+                    continue;
+                }
+                let gpus = offer.fit(&need(b)).ok().map(|c| c.gpus().to_vec());
+                let fits_if_ended: Vec<Key> = match (&gpus, kind) {
+                    (None, BidKind::Spot) => s
+                        .preemptible()
+                        .filter(|l| s.offer(Some(l.key)).fit(&need(b)).is_ok())
+                        .map(|l| l.key)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                if gpus.is_some() || !fits_if_ended.is_empty() {
+                    out.bids.push(BidView {
+                        gpus,
+                        fits_if_ended,
+                        ..b.clone()
+                    });
+                }
+            }
+        }
+        out.bids.truncate(limit);
+        out.expired.truncate(limit);
+        Ok(out)
     }
 
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError> {
@@ -198,24 +306,20 @@ impl Chain for FakeChain {
             .position(|b| b.key == bid)
             .ok_or_else(|| rejected("allocate", "the bid is not open"))?;
         let b = s.bids[pos].clone();
-        if gpu_indices.len() != b.gpu_count as usize {
-            return Err(rejected("allocate", "wrong number of GPUs"));
-        }
-        let free = s.free_gib();
-        for (n, &i) in gpu_indices.iter().enumerate() {
-            let gpu = s
-                .gpus
-                .get(i as usize)
-                .ok_or_else(|| rejected("allocate", "no such GPU"))?;
-            if gpu_indices[..n].contains(&i) {
-                return Err(rejected("allocate", "a GPU named twice"));
-            }
-            if b.accepted_classes & (1 << gpu.class) == 0 {
-                return Err(rejected("allocate", "GPU class not accepted"));
-            }
-            if free[i as usize] < b.gib_per_gpu {
-                return Err(rejected("allocate", "not enough free GiB"));
-            }
+        let offer = s.offer(None);
+        offer
+            .check_choice(&need(&b), gpu_indices)
+            .map_err(|e| rejected("allocate", format!("{e:?}")))?;
+        if let Some(better) = s
+            .book(b.kind)
+            .into_iter()
+            .take_while(|o| o.key != bid)
+            .find(|o| offer.fits(&need(o)) == Fits::Yes)
+        {
+            return Err(rejected(
+                "allocate",
+                format!("a better bid fits: {}", better.key),
+            ));
         }
         let now = s.now();
         let key = Key(Sha256::digest([b"lease".as_slice(), &bid.0].concat()).into());
@@ -233,7 +337,7 @@ impl Chain for FakeChain {
             image_digest: b.image_digest,
             env_hash: b.env_hash,
             started_at: now,
-            ends_at: now + b.max_duration_secs as i64,
+            ends_at: (now + b.max_duration_secs as i64).min(b.deadline),
             stop_at: None,
             interval_secs: s.interval_secs,
             next_interval: 0,
@@ -247,12 +351,16 @@ impl Chain for FakeChain {
         let mut s = self.lock();
         s.reachable()?;
         let now = s.now();
-        if !s
+        let challenger = s
             .bids
             .iter()
-            .any(|b| b.key == better_bid && b.kind == BidKind::Spot)
-        {
-            return Err(rejected("rebid", "the better bid is not an open spot bid"));
+            .find(|b| b.key == better_bid && b.kind == BidKind::Spot)
+            .ok_or_else(|| rejected("rebid", "the better bid is not an open spot bid"))?;
+        if s.offer(Some(lease)).fit(&need(challenger)).is_err() {
+            return Err(rejected(
+                "rebid",
+                "the better bid does not fit the lease's GPUs",
+            ));
         }
         let l = s
             .leases
@@ -346,6 +454,23 @@ impl Chain for FakeChain {
         let mut s = self.lock();
         s.reachable()?;
         s.heartbeats += 1;
+        s.answer(())
+    }
+
+    async fn prune_bid(&self, bid: Key) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        let now = s.now();
+        let pos = s
+            .bids
+            .iter()
+            .position(|b| b.key == bid)
+            .ok_or_else(|| rejected("prune_bid", "the bid is not open"))?;
+        if now < s.bids[pos].deadline {
+            return Err(rejected("prune_bid", "the bid has not expired"));
+        }
+        s.bids.remove(pos);
+        s.pruned.push(bid);
         s.answer(())
     }
 }

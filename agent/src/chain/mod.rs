@@ -123,12 +123,6 @@ pub struct LeaseView {
 }
 
 impl BidView {
-    /// The one setting asked of every GPU, when the bid asks the same of each.
-    pub fn uniform_settings(&self) -> Option<Settings> {
-        let first = *self.settings.first()?;
-        self.settings.iter().all(|s| *s == first).then_some(first)
-    }
-
     /// The sum of the power limits asked, in W.
     pub fn power_w(&self) -> u64 {
         self.settings.iter().map(|s| s.power_limit_w as u64).sum()
@@ -152,17 +146,33 @@ pub struct BidView {
     pub gib_per_gpu: u16,
     /// Bit `c` set: GPU class `c` is accepted.
     pub accepted_classes: u8,
-    /// Bit `g` set: the program would accept this machine's GPU `g` for the bid now (overclock
-    /// terms inside the GPU's ranges, price at the host's floor and the class's reserve price).
-    pub gpu_mask: u16,
+    /// The machine GPUs the market's fit rule (`gpu_market_core::fit`) gives the bid on the
+    /// machine as it is now, `gpus[i]` serving the bid's GPU `i`: exactly what `allocate`
+    /// accepts. `None` for a spot bid that fits only once a spot lease it outbids ends.
+    pub gpus: Option<Vec<u8>>,
+    /// For a spot bid that does not fit now: the running spot leases of this machine whose end
+    /// would let it fit (what `preempt` checks).
+    pub fits_if_ended: Vec<Key>,
     /// The settings asked of each of the bid's GPUs, in the bid's GPU order.
     pub settings: Vec<Settings>,
     /// Per GPU-hour (queue) or per GPU-day (spot).
     pub price: u64,
     pub max_duration_secs: u32,
+    /// The bid cannot start at or after this time; from then on anyone may prune it.
+    pub deadline: i64,
     pub image_ref: String,
     pub image_digest: [u8; 32],
     pub env_hash: [u8; 32],
+}
+
+/// What one look at the machine's books finds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenBids {
+    /// Bids the machine may take now, or once a spot lease ends, best ranked first.
+    pub bids: Vec<BidView>,
+    /// Bids in the books whose deadline has passed: anyone may prune them (refunding their
+    /// clients), and they only lengthen the books.
+    pub expired: Vec<Key>,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -171,8 +181,9 @@ pub enum ChainError {
     /// landed. Retry after observing again.
     #[error("the cluster is unreachable: {0}")]
     Unavailable(String),
-    /// The program refused the call; retrying the same call fails the same way.
-    #[error("the program refused {op}: {reason}")]
+    /// The program, or the cluster's checks of the transaction (its size, signatures, fee
+    /// payer), refused the call; retrying the same call fails the same way.
+    #[error("{op} was refused: {reason}")]
     Rejected { op: &'static str, reason: String },
 }
 
@@ -191,8 +202,9 @@ pub trait Chain: Send + Sync {
     /// The leases running on this machine.
     async fn leases(&self) -> Result<Vec<LeaseView>, ChainError>;
     /// Up to `limit` open bids this machine could take (queue bids and its own spot bids), best
-    /// ranked first.
-    async fn best_open_bids(&self, limit: usize) -> Result<Vec<BidView>, ChainError>;
+    /// ranked first, each with the GPUs the fit rule gives it; and up to `limit` expired bids
+    /// of those books.
+    async fn best_open_bids(&self, limit: usize) -> Result<OpenBids, ChainError>;
     /// Allocates `gpu_indices` of this machine to `bid`; returns the new lease's key.
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError>;
     /// Schedules a spot lease to stop at its next interval boundary in favour of `better_bid`.
@@ -207,6 +219,8 @@ pub trait Chain: Send + Sync {
     /// Ends a lease whose last interval is proven.
     async fn end_lease(&self, lease: Key) -> Result<(), ChainError>;
     async fn heartbeat(&self) -> Result<(), ChainError>;
+    /// Removes a bid whose deadline has passed from its book, refunding its client.
+    async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
 }
 
 /// The chain hash of `proof` following `prev_hash`: sha256 of the core's preimage.

@@ -1,35 +1,45 @@
 //! The market program over JSON-RPC ([`SolanaChain`]) and its websocket feed ([`watch`]).
 //!
 //! Accounts are decoded with the program crate's own types and instructions built with the
-//! shared `gpu-market-sdk` builders, never by hand. Which open bid fits this machine is decided
-//! by the program's own `feasible` and `Machine::compat`, run here on the accounts just read, so
-//! the agent asks `allocate` for exactly what the program will accept.
+//! shared `gpu-market-sdk` builders, never by hand. Which open bid fits this machine, and on
+//! which GPUs, is decided by the market's one fit rule (`Machine::offer` + `Bid::fit`), run here
+//! on the accounts just read, so the agent asks `allocate` for exactly what the program accepts;
+//! `allocate`'s evidence is what the sdk says the program needs of the book
+//! (`BookEntries::allocate_evidence`), a few accounts whatever the book's depth.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anchor_lang::{AccountDeserialize, Discriminator};
 use async_trait::async_trait;
 use futures_util::stream::{self, BoxStream, StreamExt};
-use gpu_market::instructions::{feasible, SubmitUsageArgs};
+use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind as ProgramBidKind, Freed, Lease, Machine, MachineStatus as ProgramStatus, Market,
-    StakeAccount,
+    Bid, BidKind as ProgramBidKind, BookLeaf, Freed, Lease, Machine,
+    MachineStatus as ProgramStatus, Market, StakeAccount,
 };
+use gpu_market_core::fit::{Fits, Offer};
 use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
-use gpu_market_sdk::book::read_book;
-use gpu_market_sdk::{Allocate, ClientInstruction, CloseLease, Heartbeat, Preempt, SubmitUsage};
+use gpu_market_sdk::book::{read_book, BookEntries};
+use gpu_market_sdk::{
+    Allocate, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, SubmitUsage,
+};
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
+use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_pubsub_client::nonblocking::pubsub_client::PubsubClient;
 use solana_rpc_client::nonblocking::rpc_client::RpcClient;
-use solana_rpc_client_api::client_error::{Error as ClientError, ErrorKind};
-use solana_rpc_client_api::config::{RpcAccountInfoConfig, RpcProgramAccountsConfig};
+use solana_rpc_client_api::client_error::{Error as ClientError, ErrorKind, TransactionError};
+use solana_rpc_client_api::config::{
+    RpcAccountInfoConfig, RpcProgramAccountsConfig, RpcSimulateTransactionConfig,
+};
+use solana_rpc_client_api::custom_error as code;
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 use solana_rpc_client_api::request::{RpcError, RpcResponseErrorData, TokenAccountsFilter};
 use solana_signer::Signer;
@@ -38,7 +48,7 @@ use tokio::sync::{Mutex, Notify};
 
 use super::{
     proof_hash, BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus,
-    MachineView,
+    MachineView, OpenBids,
 };
 
 /// Offsets of the fields the websocket and `getProgramAccounts` filter on (after the 8-byte
@@ -48,6 +58,8 @@ const BID_MARKET_OFFSET: usize = 8;
 const BID_MACHINE_OFFSET: usize = 8 + 32 + 32;
 /// `getMultipleAccounts` takes at most this many keys.
 const MULTIPLE_ACCOUNTS_MAX: usize = 100;
+/// The most compute units a transaction may ask for.
+const MAX_COMPUTE_UNITS: u32 = 1_400_000;
 
 fn pubkey(k: Key) -> Pubkey {
     Pubkey::new_from_array(k.0)
@@ -108,7 +120,7 @@ impl SolanaChain {
                 .rpc
                 .get_multiple_accounts_with_commitment(chunk, self.rpc.commitment())
                 .await
-                .map_err(unavailable)?
+                .map_err(|e| classify("read", &e))?
                 .value;
             out.extend(got.into_iter().map(|a| a.map(|a| a.data)));
         }
@@ -136,20 +148,14 @@ impl SolanaChain {
         ))
     }
 
-    /// The bids of a book, best first (none for an unset book).
-    async fn book(&self, book: &Pubkey) -> Result<Vec<Pubkey>, ChainError> {
+    /// A book's entries, best first (`None` for an unset or missing book).
+    async fn read_book(&self, book: &Pubkey) -> Result<Option<BookEntries>, ChainError> {
         if *book == Pubkey::default() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        let data = self.raw_accounts(&[*book]).await?.pop().flatten();
-        match data {
-            Some(d) => read_book(&d)
-                .map(|b| b.entries.iter().map(|leaf| leaf.bid).collect())
-                .ok_or_else(|| ChainError::Rejected {
-                    op: "read",
-                    reason: format!("{book} is not an initialised bid book"),
-                }),
-            None => Ok(Vec::new()),
+        match self.raw_accounts(&[*book]).await?.pop().flatten() {
+            Some(d) => book_entries(&d, book).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -164,9 +170,17 @@ impl SolanaChain {
     }
 
     async fn send(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
-        let blockhash = self.rpc.get_latest_blockhash().await.map_err(unavailable)?;
+        self.send_all(op, &[ix]).await
+    }
+
+    async fn send_all(&self, op: &'static str, ixs: &[Instruction]) -> Result<(), ChainError> {
+        let blockhash = self
+            .rpc
+            .get_latest_blockhash()
+            .await
+            .map_err(|e| classify(op, &e))?;
         let tx = Transaction::new_signed_with_payer(
-            &[ix],
+            ixs,
             Some(&self.agent.pubkey()),
             &[&self.agent],
             blockhash,
@@ -176,6 +190,51 @@ impl SolanaChain {
             .await
             .map(|_| ())
             .map_err(|e| classify(op, &e))
+    }
+
+    /// Sends `ix` with the compute-unit limit it needs: a simulation under the most a
+    /// transaction may ask tells the units it uses (and, when the program refuses it, why),
+    /// and the transaction asks that many plus [`compute_margin`]. `allocate` walks the book
+    /// above the chosen bid, so its cost grows with the book's depth, past the default
+    /// 200 000 units per instruction.
+    async fn send_sized(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
+        let blockhash = self
+            .rpc
+            .get_latest_blockhash()
+            .await
+            .map_err(|e| classify(op, &e))?;
+        let probe = Transaction::new_signed_with_payer(
+            &[
+                ComputeBudgetInstruction::set_compute_unit_limit(MAX_COMPUTE_UNITS),
+                ix.clone(),
+            ],
+            Some(&self.agent.pubkey()),
+            &[&self.agent],
+            blockhash,
+        );
+        let sim = self
+            .rpc
+            .simulate_transaction_with_config(
+                &probe,
+                RpcSimulateTransactionConfig {
+                    commitment: Some(self.rpc.commitment()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| classify(op, &e))?
+            .value;
+        if let Some(err) = sim.err {
+            return Err(refusal(op, sim.logs.as_deref(), &err.into()));
+        }
+        let used = sim.units_consumed.unwrap_or(MAX_COMPUTE_UNITS as u64);
+        let units = compute_margin(used);
+        tracing::debug!(op, used, units, "compute budget from the simulation");
+        self.send_all(
+            op,
+            &[ComputeBudgetInstruction::set_compute_unit_limit(units), ix],
+        )
+        .await
     }
 
     /// The first payment-token account (by address) that `owner` holds, for payouts.
@@ -189,7 +248,7 @@ impl SolanaChain {
             .rpc
             .get_token_accounts_by_owner(owner, TokenAccountsFilter::Mint(*mint))
             .await
-            .map_err(unavailable)?
+            .map_err(|e| classify(op, &e))?
             .iter()
             .filter_map(|a| a.pubkey.parse().ok())
             .collect();
@@ -229,11 +288,80 @@ impl SolanaChain {
                 },
             )
             .await
-            .map_err(unavailable)?;
+            .map_err(|e| classify("read", &e))?;
         Ok(found
             .iter()
             .filter_map(|(k, a)| Some((*k, decode(&a.data.decode()?, "lease").ok()?)))
             .collect())
+    }
+
+    /// The bids of `candidates` (one book's entries of `kind` that may fit, best first) that
+    /// the program lets this machine take, at most `limit`: each that fits `now_offer` (with
+    /// the GPUs the fit rule gives it) or one of `if_ended` (a spot lease's end), and in the
+    /// queue book, as the anti-monopoly cap allows ([`CapFilter`]).
+    async fn admissible(
+        &self,
+        market: &Market,
+        kind: ProgramBidKind,
+        candidates: &[&BookLeaf],
+        now_offer: &Offer,
+        if_ended: &[(Pubkey, Offer)],
+        limit: usize,
+    ) -> Result<Vec<BidView>, ChainError> {
+        let queue = kind == ProgramBidKind::Queue;
+        let mut caps = CapFilter::default();
+        let mut spot = Vec::new();
+        for chunk in candidates.chunks(MULTIPLE_ACCOUNTS_MAX / 2) {
+            if caps.listed.len() + spot.len() >= limit {
+                break;
+            }
+            let keys: Vec<Pubkey> = chunk.iter().map(|l| l.bid).collect();
+            let bids = self.bids(&keys).await?;
+            if queue {
+                let mut clients: Vec<Pubkey> = bids
+                    .iter()
+                    .map(|(_, b)| b.client)
+                    .filter(|c| !caps.held.contains_key(c))
+                    .collect();
+                clients.sort();
+                clients.dedup();
+                let stakes: Vec<Pubkey> = clients
+                    .iter()
+                    .map(|c| pda::stake(&self.market, c).0)
+                    .collect();
+                for (client, data) in clients.iter().zip(self.raw_accounts(&stakes).await?) {
+                    if let Some(s) = data.and_then(|d| decode::<StakeAccount>(&d, "stake").ok()) {
+                        caps.held.insert(*client, s.gpus_held as u64);
+                    }
+                }
+            }
+            for (k, b) in &bids {
+                let gpus = b.fit(now_offer).ok().map(|c| c.gpus().to_vec());
+                let fits_if_ended: Vec<Key> = match gpus {
+                    Some(_) => Vec::new(),
+                    None => if_ended
+                        .iter()
+                        .filter(|(_, o)| b.fit(o).is_ok())
+                        .map(|(l, _)| key(l))
+                        .collect(),
+                };
+                if gpus.is_none() && fits_if_ended.is_empty() {
+                    continue;
+                }
+                let view = bid_view(k, b, gpus, fits_if_ended);
+                if queue {
+                    caps.add(view, &b.client, b.gpu_count, |held, more| {
+                        market.within_client_cap(held, more)
+                    });
+                } else {
+                    spot.push(view);
+                }
+                if caps.listed.len() + spot.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(if queue { caps.finish() } else { spot })
     }
 
     fn lease_view(&self, key: Pubkey, l: &Lease, bid: &Bid, interval_secs: u32) -> LeaseView {
@@ -280,6 +408,26 @@ fn kind(k: ProgramBidKind) -> BidKind {
     }
 }
 
+fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>) -> BidView {
+    BidView {
+        key: key(k),
+        client: key(&b.client),
+        kind: kind(b.kind),
+        gpu_count: b.gpu_count,
+        gib_per_gpu: b.gib_per_gpu,
+        accepted_classes: b.accepted_classes,
+        gpus,
+        fits_if_ended,
+        settings: b.settings(),
+        price: b.price,
+        max_duration_secs: b.max_duration_secs,
+        deadline: b.deadline,
+        image_ref: image_ref(b),
+        image_digest: b.image_digest,
+        env_hash: b.env_hash,
+    }
+}
+
 fn image_ref(bid: &Bid) -> String {
     let end = bid
         .image_ref
@@ -289,31 +437,165 @@ fn image_ref(bid: &Bid) -> String {
     String::from_utf8_lossy(&bid.image_ref[..end]).into_owned()
 }
 
-fn unavailable(e: ClientError) -> ChainError {
-    ChainError::Unavailable(e.to_string())
+/// The queue book's anti-monopoly cap as `allocate` applies it, over the bids that fit the
+/// machine, added best first: a bid may run while its client stays within the cap, counting the
+/// GPUs of its bids listed before it (the agent allocates them first); a bid over the cap may
+/// run only where it is the first that fits and no bid within its client's cap fits, so that
+/// the cap never keeps GPUs idle that nobody else is waiting for.
+#[derive(Default)]
+struct CapFilter {
+    /// GPUs each client holds (from its stake account), and will once its listed bids run.
+    held: HashMap<Pubkey, u64>,
+    listed: Vec<BidView>,
+    /// The first bid that fits, where its client is over the cap.
+    first_over_cap: Option<BidView>,
+    /// Whether a bid that fits came before.
+    any: bool,
 }
 
-/// A refusal by the program (or by the runtime's checks of the transaction) is final; anything
-/// else (no answer, a confirmation that timed out) may or may not have landed.
-fn classify(op: &'static str, e: &ClientError) -> ChainError {
-    match e.kind() {
-        ErrorKind::RpcError(RpcError::RpcResponseError {
-            data: RpcResponseErrorData::SendTransactionPreflightFailure(sim),
-            message,
-            ..
-        }) => {
-            let reason = sim
-                .logs
-                .iter()
-                .flatten()
-                .find(|l| l.contains("Error Message:"))
-                .cloned()
-                .unwrap_or_else(|| message.clone());
-            ChainError::Rejected { op, reason }
+impl CapFilter {
+    /// Adds a bid that fits: `view`, of `client`, for `gpus` GPUs; `within(held, more)` is the
+    /// market's cap (`Market::within_client_cap`). A client without a stake account is not
+    /// listed (`allocate` needs it).
+    fn add(&mut self, view: BidView, client: &Pubkey, gpus: u8, within: impl Fn(u64, u64) -> bool) {
+        let first = !std::mem::replace(&mut self.any, true);
+        let Some(held) = self.held.get_mut(client) else {
+            return;
+        };
+        if within(*held, gpus as u64) {
+            *held += gpus as u64;
+            self.listed.push(view);
+        } else if first {
+            self.first_over_cap = Some(view);
         }
-        ErrorKind::TransactionError(t) => ChainError::Rejected {
+    }
+
+    fn finish(self) -> Vec<BidView> {
+        if self.listed.is_empty() {
+            self.first_over_cap.into_iter().collect()
+        } else {
+            self.listed
+        }
+    }
+}
+
+/// The entries of the book account `data` (read at `address`).
+fn book_entries(data: &[u8], address: &Pubkey) -> Result<BookEntries, ChainError> {
+    read_book(data).ok_or_else(|| ChainError::Rejected {
+        op: "read",
+        reason: format!("{address} is not an initialised bid book"),
+    })
+}
+
+/// What `machine` offers bids of `kind` at `now` (`Machine::offer`, as the program builds it).
+fn offer(
+    machine: &Machine,
+    market: &Market,
+    kind: ProgramBidKind,
+    now: i64,
+    freed: &Freed,
+) -> Result<Offer, ChainError> {
+    machine
+        .offer(market, kind, now, freed)
+        .map_err(|e| ChainError::Rejected {
+            op: "read",
+            reason: format!("the machine's offer: {e}"),
+        })
+}
+
+/// The unix time of the clock sysvar's account data.
+fn clock_time(data: Option<&[u8]>) -> Result<i64, ChainError> {
+    let data = data.ok_or_else(|| ChainError::Unavailable("the clock sysvar is missing".into()))?;
+    let clock: solana_clock::Clock = bincode::deserialize(data)
+        .map_err(|e| ChainError::Unavailable(format!("the clock sysvar: {e}")))?;
+    Ok(clock.unix_timestamp)
+}
+
+/// The compute-unit limit for a transaction a simulation found to use `used` units: a quarter
+/// more and 20 000 over that, for bids placed above the chosen one before it lands (each costs
+/// `allocate` a few hundred units), at most [`MAX_COMPUTE_UNITS`].
+fn compute_margin(used: u64) -> u32 {
+    used.saturating_add(used / 4)
+        .saturating_add(20_000)
+        .min(MAX_COMPUTE_UNITS as u64) as u32
+}
+
+/// Errors of a transaction that may pass when sent again (after observing again): it may have
+/// landed, its blockhash expired, or the cluster was too busy to take it.
+fn transient(t: &TransactionError) -> bool {
+    matches!(
+        t,
+        TransactionError::BlockhashNotFound
+            | TransactionError::AlreadyProcessed
+            | TransactionError::AccountInUse
+            | TransactionError::ClusterMaintenance
+            | TransactionError::WouldExceedMaxBlockCostLimit
+            | TransactionError::WouldExceedMaxVoteCostLimit
+            | TransactionError::WouldExceedMaxAccountCostLimit
+            | TransactionError::WouldExceedAccountDataBlockLimit
+            | TransactionError::WouldExceedAccountDataTotalLimit
+            | TransactionError::ProgramExecutionTemporarilyRestricted { .. }
+    )
+}
+
+/// JSON-RPC error codes by which a node refuses a request as it stands: malformed or too large
+/// a transaction, bad signatures, a failed preflight. Every other code (node unhealthy, slot
+/// not reached, ...) is the node's state, not the request's.
+const REFUSAL_CODES: [i64; 8] = [
+    -32600, // invalid request
+    -32601, // method not found
+    -32602, // invalid params: e.g. "VersionedTransaction too large"
+    code::JSON_RPC_SERVER_ERROR_SEND_TRANSACTION_PREFLIGHT_FAILURE,
+    code::JSON_RPC_SERVER_ERROR_TRANSACTION_SIGNATURE_VERIFICATION_FAILURE,
+    code::JSON_RPC_SERVER_ERROR_TRANSACTION_PRECOMPILE_VERIFICATION_FAILURE,
+    code::JSON_RPC_SERVER_ERROR_TRANSACTION_SIGNATURE_LEN_MISMATCH,
+    code::JSON_RPC_SERVER_ERROR_UNSUPPORTED_TRANSACTION_VERSION,
+];
+
+/// A transaction that failed with `t` (its simulation's `logs` where there are some): refused,
+/// with the program's own message when it logged one, unless the failure is [`transient`].
+fn refusal(op: &'static str, logs: Option<&[String]>, t: &TransactionError) -> ChainError {
+    if transient(t) {
+        return ChainError::Unavailable(format!("{op}: {t}"));
+    }
+    let message = logs
+        .into_iter()
+        .flatten()
+        .find_map(|l| l.split_once("Error Message: ").map(|(_, m)| m.to_string()));
+    let reason = match message {
+        Some(m) => format!("{m} ({t})"),
+        None => t.to_string(),
+    };
+    ChainError::Rejected { op, reason }
+}
+
+/// Refused or unreachable: a refusal by the program, by the runtime's checks of the transaction
+/// (size, signatures, fee payer) or by the node's checks of the request is final, with its
+/// reason; anything else (no answer, a timeout, a confirmation that never came, a node behind)
+/// may or may not have landed and is worth retrying after observing again.
+fn classify(op: &'static str, e: &ClientError) -> ChainError {
+    if let Some(t) = e.kind().get_transaction_error() {
+        let logs = match e.kind() {
+            ErrorKind::RpcError(RpcError::RpcResponseError {
+                data: RpcResponseErrorData::SendTransactionPreflightFailure(sim),
+                ..
+            }) => sim.logs.as_deref(),
+            _ => None,
+        };
+        return refusal(op, logs, &t);
+    }
+    match e.kind() {
+        ErrorKind::RpcError(RpcError::RpcResponseError { code, message, .. })
+            if REFUSAL_CODES.contains(code) =>
+        {
+            ChainError::Rejected {
+                op,
+                reason: message.clone(),
+            }
+        }
+        ErrorKind::SigningError(s) => ChainError::Rejected {
             op,
-            reason: t.to_string(),
+            reason: s.to_string(),
         },
         _ => ChainError::Unavailable(e.to_string()),
     }
@@ -326,11 +608,8 @@ impl Chain for SolanaChain {
             .raw_accounts(&[solana_sdk_ids::sysvar::clock::ID])
             .await?
             .pop()
-            .flatten()
-            .ok_or_else(|| ChainError::Unavailable("the clock sysvar is missing".into()))?;
-        let clock: solana_clock::Clock = bincode::deserialize(&data)
-            .map_err(|e| ChainError::Unavailable(format!("the clock sysvar: {e}")))?;
-        Ok(clock.unix_timestamp)
+            .flatten();
+        clock_time(data.as_deref())
     }
 
     async fn machine(&self) -> Result<MachineView, ChainError> {
@@ -373,104 +652,97 @@ impl Chain for SolanaChain {
             .collect())
     }
 
-    async fn best_open_bids(&self, limit: usize) -> Result<Vec<BidView>, ChainError> {
-        let (market, machine) = self.market_and_machine().await?;
-        let now = self.now().await?;
-        // A spot bid that does not fit now may fit the GPUs of a running spot lease it could
-        // preempt: the agent's spot rule needs to see it.
-        let preemptible: Vec<Freed> = self
+    async fn best_open_bids(&self, limit: usize) -> Result<OpenBids, ChainError> {
+        let clock = solana_sdk_ids::sysvar::clock::ID;
+        let got = self
+            .raw_accounts(&[self.market, self.machine, clock])
+            .await?;
+        let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
+        let machine: Machine = decoded(got[1].as_deref(), "machine", &self.machine)?;
+        let now = clock_time(got[2].as_deref())?;
+        // A spot bid that does not fit now may fit once a running spot lease it outbids ends.
+        let spot_leases: Vec<(Pubkey, Freed)> = self
             .lease_accounts()
             .await?
             .iter()
             .filter(|(_, l)| l.kind == ProgramBidKind::Spot && l.stop_at == Lease::NOT_STOPPED)
-            .map(|(_, l)| Freed {
-                gpus: l.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
-                gib: l.gib_per_gpu,
+            .map(|(k, l)| {
+                let gpus = l.gpus().iter().fold(0u16, |m, &g| m | 1 << g);
+                let gib = l.gib_per_gpu;
+                (*k, Freed { gpus, gib })
             })
             .collect();
-        let mut out = Vec::new();
+        let mut out = OpenBids::default();
         // Queue bids outrank spot bids; within a book, the book's order.
-        for book in [market.queue_book, machine.spot_book] {
-            let order = self.book(&book).await?;
-            for chunk in order.chunks(MULTIPLE_ACCOUNTS_MAX / 2) {
-                let bids = self.bids(chunk).await?;
-                let stakes: Vec<Pubkey> = bids
+        for (kind, book) in [
+            (ProgramBidKind::Queue, market.queue_book),
+            (ProgramBidKind::Spot, machine.spot_book),
+        ] {
+            let Some(entries) = self.read_book(&book).await? else {
+                continue;
+            };
+            let now_offer = offer(&machine, &market, kind, now, &Freed::default())?;
+            let if_ended = match kind {
+                ProgramBidKind::Queue => Vec::new(),
+                ProgramBidKind::Spot => spot_leases
                     .iter()
-                    .map(|(_, b)| pda::stake(&self.market, &b.client).0)
-                    .collect();
-                let stakes = self.raw_accounts(&stakes).await?;
-                for ((k, b), stake) in bids.iter().zip(stakes) {
-                    let Some(stake) = stake.and_then(|d| decode::<StakeAccount>(&d, "stake").ok())
-                    else {
-                        continue;
-                    };
-                    let now_free = [Freed::default()];
-                    let frees = match b.kind {
-                        ProgramBidKind::Queue => &now_free[..],
-                        ProgramBidKind::Spot => &preemptible[..],
-                    };
-                    let held = stake.gpus_held as u64;
-                    let mut mask = 0u16;
-                    for freed in now_free.iter().chain(frees) {
-                        if feasible(b, held, &machine, &market, now, freed).unwrap_or(false) {
-                            mask |= machine
-                                .compat(b, &market, now, freed)
-                                .map(|rows| rows.iter().fold(0, |m, r| m | r))
-                                .unwrap_or(0);
-                        }
+                    .map(|(k, f)| Ok((*k, offer(&machine, &market, kind, now, f)?)))
+                    .collect::<Result<Vec<_>, ChainError>>()?,
+            };
+            // The entries' summaries rule out most bids without reading their accounts.
+            let mut candidates = Vec::new();
+            for leaf in &entries.entries {
+                // `prune_bid`'s condition.
+                if now >= leaf.summary.deadline {
+                    if out.expired.len() < limit {
+                        out.expired.push(key(&leaf.bid));
                     }
-                    if mask == 0 {
-                        continue;
-                    }
-                    out.push(BidView {
-                        key: key(k),
-                        client: key(&b.client),
-                        kind: kind(b.kind),
-                        gpu_count: b.gpu_count,
-                        gib_per_gpu: b.gib_per_gpu,
-                        accepted_classes: b.accepted_classes,
-                        gpu_mask: mask,
-                        settings: (0..b.gpu_count as usize)
-                            .map(|i| b.terms_of(i).settings())
-                            .collect(),
-                        price: b.price,
-                        max_duration_secs: b.max_duration_secs,
-                        image_ref: image_ref(b),
-                        image_digest: b.image_digest,
-                        env_hash: b.env_hash,
-                    });
-                    if out.len() >= limit {
-                        return Ok(out);
-                    }
+                    continue;
+                }
+                let need = leaf.summary.need();
+                let may_fit = |o: &Offer| o.fits(&need) != Fits::No;
+                if may_fit(&now_offer) || if_ended.iter().any(|(_, o)| may_fit(o)) {
+                    candidates.push(leaf);
                 }
             }
+            let room = limit.saturating_sub(out.bids.len());
+            let found = self
+                .admissible(&market, kind, &candidates, &now_offer, &if_ended, room)
+                .await?;
+            out.bids.extend(found);
         }
         Ok(out)
     }
 
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError> {
         let bid = pubkey(bid);
-        let (market, machine) = self.market_and_machine().await?;
-        let b: Bid = self.account(&bid, "bid").await?;
+        let clock = solana_sdk_ids::sysvar::clock::ID;
+        let got = self
+            .raw_accounts(&[self.market, self.machine, bid, clock])
+            .await?;
+        let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
+        let machine: Machine = decoded(got[1].as_deref(), "machine", &self.machine)?;
+        let b: Bid = decoded(got[2].as_deref(), "bid", &bid)?;
+        let now = clock_time(got[3].as_deref())?;
         let book = match b.kind {
             ProgramBidKind::Queue => market.queue_book,
             ProgramBidKind::Spot => machine.spot_book,
         };
-        let order = self.book(&book).await?;
-        let Some(rank) = order.iter().position(|k| *k == bid) else {
-            return Err(ChainError::Rejected {
-                op: "allocate",
-                reason: format!("bid {bid} is no longer in its book"),
-            });
+        let stake = pda::stake(&self.market, &b.client).0;
+        let got = self.raw_accounts(&[book, stake]).await?;
+        let entries = match got[0].as_deref() {
+            Some(d) => book_entries(d, &book)?,
+            None => {
+                return Err(ChainError::Rejected {
+                    op: Allocate::NAME,
+                    reason: format!("no bid book at {book}"),
+                })
+            }
         };
-        // The program checks that none of the bids ranked above fits; it reads them (and
-        // their clients' stakes) from the transaction.
-        let better = self.bids(&order[..rank]).await?;
-        if better.len() != rank {
-            return Err(ChainError::Unavailable(
-                "a bid ranked above closed meanwhile; observing again".into(),
-            ));
-        }
+        let stake: StakeAccount = decoded(got[1].as_deref(), "stake", &stake)?;
+        let within_cap = b.kind == ProgramBidKind::Spot
+            || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64);
+        let offer = offer(&machine, &market, b.kind, now, &Freed::default())?;
         let ix = Allocate {
             agent: &self.agent,
             market: self.market,
@@ -479,10 +751,10 @@ impl Chain for SolanaChain {
             bid,
             client: b.client,
             gpus: gpu_indices.to_vec(),
-            better: better.iter().map(|(k, b)| (*k, b.client)).collect(),
+            evidence: entries.allocate_evidence(&bid, &offer, within_cap),
         };
         let lease = ix.lease();
-        self.send(Allocate::NAME, ix.instruction()).await?;
+        self.send_sized(Allocate::NAME, ix.instruction()).await?;
         Ok(key(&lease))
     }
 
@@ -553,6 +825,41 @@ impl Chain for SolanaChain {
             machine: self.machine,
         };
         self.send(Heartbeat::NAME, ix.instruction()).await
+    }
+
+    async fn prune_bid(&self, bid: Key) -> Result<(), ChainError> {
+        let bid = pubkey(bid);
+        let got = self.raw_accounts(&[self.market, self.machine, bid]).await?;
+        let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
+        let machine: Machine = decoded(got[1].as_deref(), "machine", &self.machine)?;
+        let b: Bid = decoded(got[2].as_deref(), "bid", &bid)?;
+        // The escrow goes back where it came from, or, if the client closed that account
+        // since, to another of its accounts for the payment mint.
+        let refund_exists = self
+            .raw_accounts(&[b.refund_tokens])
+            .await?
+            .pop()
+            .flatten()
+            .is_some();
+        let client_tokens = if refund_exists {
+            b.refund_tokens
+        } else {
+            self.token_account_of(&b.client, &market.payment_mint, PruneBid::NAME)
+                .await?
+        };
+        let ix = PruneBid {
+            caller: &self.agent,
+            market: self.market,
+            bid,
+            client: b.client,
+            book: match b.kind {
+                ProgramBidKind::Queue => market.queue_book,
+                ProgramBidKind::Spot => machine.spot_book,
+            },
+            payment_mint: market.payment_mint,
+            client_tokens,
+        };
+        self.send(PruneBid::NAME, ix.instruction()).await
     }
 }
 
@@ -663,4 +970,164 @@ async fn subscribe_all<'a>(
         .map_err(|e| e.to_string())?;
     streams.push(s.map(|_| ()).boxed());
     Ok(stream::select_all(streams).boxed())
+}
+
+#[cfg(test)]
+mod tests {
+    use solana_instruction::error::InstructionError;
+    use solana_rpc_client_api::response::RpcSimulateTransactionResult;
+
+    use super::*;
+
+    fn response_error(code: i64, message: &str, data: RpcResponseErrorData) -> ClientError {
+        RpcError::RpcResponseError {
+            code,
+            message: message.into(),
+            data,
+        }
+        .into()
+    }
+
+    fn refused(e: &ChainError) -> &str {
+        match e {
+            ChainError::Rejected { op, reason } => {
+                assert_eq!(*op, "allocate");
+                reason
+            }
+            ChainError::Unavailable(e) => panic!("reported as unreachable: {e}"),
+        }
+    }
+
+    /// A preflight that failed with `err` after logging `logs`.
+    fn preflight(err: TransactionError, logs: &[&str]) -> ClientError {
+        let mut sim: RpcSimulateTransactionResult =
+            serde_json::from_value(serde_json::json!({ "logs": logs })).unwrap();
+        sim.err = Some(err.clone().into());
+        response_error(
+            code::JSON_RPC_SERVER_ERROR_SEND_TRANSACTION_PREFLIGHT_FAILURE,
+            &format!("Transaction simulation failed: {err}"),
+            RpcResponseErrorData::SendTransactionPreflightFailure(sim),
+        )
+    }
+
+    #[test]
+    fn a_transaction_too_large_is_refused_with_the_nodes_reason() {
+        let message = "VersionedTransaction too large: 2408 bytes (max: encoded/raw 1644/1232)";
+        let e = response_error(-32602, message, RpcResponseErrorData::Empty);
+        assert_eq!(refused(&classify("allocate", &e)), message);
+    }
+
+    #[test]
+    fn a_program_error_is_refused_with_the_programs_message() {
+        let err = TransactionError::InstructionError(1, InstructionError::Custom(6041));
+        let e = preflight(
+            err.clone(),
+            &[
+                "Program log: Instruction: Allocate",
+                "Program log: AnchorError occurred. Error Code: GpusBusy. Error Number: 6041. \
+                 Error Message: The GPUs are busy with running leases.",
+            ],
+        );
+        assert_eq!(
+            refused(&classify("allocate", &e)),
+            format!("The GPUs are busy with running leases. ({err})")
+        );
+        // Landed and failed (no preflight): refused, with the runtime's words.
+        let e = ClientError::from(err.clone());
+        assert_eq!(refused(&classify("allocate", &e)), err.to_string());
+        let e = ClientError::from(TransactionError::InsufficientFundsForFee);
+        assert_eq!(
+            refused(&classify("allocate", &e)),
+            "Insufficient funds for fee"
+        );
+    }
+
+    #[test]
+    fn no_answer_a_lost_confirmation_or_a_stale_blockhash_is_unreachable() {
+        let transient = [
+            ClientError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "connection refused",
+            )),
+            RpcError::ForUser("unable to confirm transaction".into()).into(),
+            response_error(
+                code::JSON_RPC_SERVER_ERROR_NODE_UNHEALTHY,
+                "Node is behind by 42 slots",
+                RpcResponseErrorData::NodeUnhealthy {
+                    num_slots_behind: Some(42),
+                },
+            ),
+            preflight(TransactionError::BlockhashNotFound, &[]),
+            ClientError::from(TransactionError::AlreadyProcessed),
+        ];
+        for e in &transient {
+            assert!(
+                classify("allocate", e).is_transient(),
+                "{e} is reported as refused"
+            );
+        }
+    }
+
+    #[test]
+    fn the_compute_limit_is_the_simulation_plus_a_margin_up_to_the_most_allowed() {
+        assert_eq!(compute_margin(40_000), 70_000);
+        assert_eq!(compute_margin(800_000), 1_020_000);
+        assert_eq!(compute_margin(1_200_000), MAX_COMPUTE_UNITS);
+    }
+
+    fn view(n: u8) -> BidView {
+        BidView {
+            key: Key([n; 32]),
+            client: Key::default(),
+            kind: BidKind::Queue,
+            gpu_count: 1,
+            gib_per_gpu: 8,
+            accepted_classes: 1,
+            gpus: Some(vec![0]),
+            fits_if_ended: Vec::new(),
+            settings: Vec::new(),
+            price: 1,
+            max_duration_secs: 60,
+            deadline: 1,
+            image_ref: String::new(),
+            image_digest: [0; 32],
+            env_hash: [0; 32],
+        }
+    }
+
+    #[test]
+    fn the_cap_lists_bids_within_it_and_one_over_it_only_where_nothing_else_fits() {
+        // A market of 2 GPUs with a 50 % cap: a client may hold 1.
+        let within = |held: u64, more: u64| held + more <= 1;
+        let (a, b) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let keys = |v: Vec<BidView>| v.iter().map(|b| b.key.0[0]).collect::<Vec<_>>();
+
+        // A lone client's 2-GPU bid is over the cap, yet nobody else waits: it runs.
+        let mut caps = CapFilter::default();
+        caps.held.insert(a, 0);
+        caps.add(view(1), &a, 2, within);
+        assert_eq!(keys(caps.finish()), vec![1]);
+
+        // A client at the cap gives way to one within it, ranked below.
+        let mut caps = CapFilter::default();
+        caps.held.extend([(a, 1), (b, 0)]);
+        caps.add(view(1), &a, 1, within);
+        caps.add(view(2), &b, 1, within);
+        assert_eq!(keys(caps.finish()), vec![2]);
+
+        // The GPUs of a client's bids listed before count: its second bid waits.
+        let mut caps = CapFilter::default();
+        caps.held.extend([(a, 0), (b, 0)]);
+        caps.add(view(1), &a, 1, within);
+        caps.add(view(2), &a, 1, within);
+        caps.add(view(3), &b, 1, within);
+        assert_eq!(keys(caps.finish()), vec![1, 3]);
+
+        // Over the cap below another bid that fits: never.
+        let mut caps = CapFilter::default();
+        caps.held.extend([(a, 1), (b, 1)]);
+        caps.add(view(1), &a, 1, within);
+        caps.add(view(2), &b, 1, within);
+        assert_eq!(keys(caps.finish()), vec![1]);
+    }
 }

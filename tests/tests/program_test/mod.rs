@@ -7,9 +7,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use gpu_market::state::{Bid, BidKind, Freed, Machine, Market, StakeAccount};
+use gpu_market_core::fit::{Offer, Unfit};
+use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::token;
 use litesvm::types::{FailedTransactionMetadata, TransactionMetadata};
 use litesvm::LiteSVM;
+use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -19,6 +23,11 @@ use solana_transaction::Transaction;
 pub use gpu_market_tests::client::*;
 
 pub const SOL: u64 = 1_000_000_000;
+/// The most compute units one transaction may ask for; the agent asks for up to this much for
+/// `allocate`, which walks the book above the chosen bid.
+pub const MAX_COMPUTE_UNITS: u32 = 1_400_000;
+/// The most bytes a transaction may take on the wire (a packet).
+pub const MAX_TRANSACTION_BYTES: usize = 1_232;
 
 /// The SBF build of the program, made by `scripts/build-sbf.sh`.
 pub fn program_so() -> PathBuf {
@@ -76,6 +85,17 @@ impl TestContext {
         }
     }
 
+    /// A copy of this context: the same chain, payer and wallet seeds, to run from one state
+    /// several times.
+    pub fn fork(&self) -> TestContext {
+        TestContext {
+            svm: self.svm.clone(),
+            payer: self.payer.insecure_clone(),
+            next_wallet: self.next_wallet,
+            compute_units: self.compute_units.clone(),
+        }
+    }
+
     /// A new wallet with `sol` SOL for fees and rent.
     pub fn wallet(&mut self, sol: u64) -> Keypair {
         let mut seed = [0u8; 32];
@@ -86,12 +106,8 @@ impl TestContext {
         k
     }
 
-    /// Sends `ixs` in one transaction paid by the context's payer and signed by `signers`.
-    pub fn send(
-        &mut self,
-        ixs: &[Instruction],
-        signers: &[&Keypair],
-    ) -> Result<TransactionMetadata, Failure> {
+    /// `ixs` in one transaction paid by the context's payer and signed by `signers`.
+    pub fn transaction(&self, ixs: &[Instruction], signers: &[&Keypair]) -> Transaction {
         let mut all: Vec<&Keypair> = vec![&self.payer];
         all.extend(
             signers
@@ -99,12 +115,26 @@ impl TestContext {
                 .copied()
                 .filter(|s| s.pubkey() != self.payer.pubkey()),
         );
-        let tx = Transaction::new_signed_with_payer(
+        Transaction::new_signed_with_payer(
             ixs,
             Some(&self.payer.pubkey()),
             &all,
             self.svm.latest_blockhash(),
-        );
+        )
+    }
+
+    /// Sends `ixs` in one transaction paid by the context's payer and signed by `signers`.
+    pub fn send(
+        &mut self,
+        ixs: &[Instruction],
+        signers: &[&Keypair],
+    ) -> Result<TransactionMetadata, Failure> {
+        let tx = self.transaction(ixs, signers);
+        self.send_transaction(tx)
+    }
+
+    /// Sends a signed transaction.
+    pub fn send_transaction(&mut self, tx: Transaction) -> Result<TransactionMetadata, Failure> {
         let res = self.svm.send_transaction(tx);
         // A fresh blockhash each time, so identical transactions are not rejected as duplicates.
         self.svm.expire_blockhash();
@@ -122,6 +152,107 @@ impl TestContext {
         self.compute_units
             .insert(C::NAME, meta.compute_units_consumed);
         Ok(meta)
+    }
+
+    /// `bid`, `machine`, its market and the machine's offer to the bid now, as the program builds
+    /// it in `allocate`.
+    fn offer_to(&self, machine: &Pubkey, bid: &Pubkey) -> (Bid, Machine, Market, Offer) {
+        let b: Bid = self.account(bid);
+        let m: Machine = self.account(machine);
+        let market: Market = self.account(&m.market);
+        let offer = m
+            .offer(&market, b.kind, self.now(), &Freed::default())
+            .expect("the machine's offer");
+        (b, m, market, offer)
+    }
+
+    /// The `allocate` an agent sends to start `bid` on `machine`'s `gpus`: its evidence is what
+    /// the sdk reads off the book for the machine's offer (`BookEntries::allocate_evidence`).
+    pub fn allocation<'a>(
+        &self,
+        agent: &'a Keypair,
+        machine: Pubkey,
+        bid: Pubkey,
+        gpus: &[u8],
+    ) -> Allocate<'a> {
+        let (b, m, market, offer) = self.offer_to(&machine, &bid);
+        let book = match b.kind {
+            BidKind::Queue => market.queue_book,
+            BidKind::Spot => m.spot_book,
+        };
+        let stake: StakeAccount = self.account(&gpu_market::pda::stake(&m.market, &b.client).0);
+        let within_cap = b.kind == BidKind::Spot
+            || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64);
+        let evidence = read_book(&self.svm.get_account(&book).expect("the book").data)
+            .expect("an initialised book")
+            .allocate_evidence(&bid, &offer, within_cap);
+        Allocate {
+            agent,
+            market: m.market,
+            machine,
+            book,
+            bid,
+            client: b.client,
+            gpus: gpus.to_vec(),
+            evidence,
+        }
+    }
+
+    /// The GPUs of `machine` the fit rule gives `bid` now (as the agent chooses them), or why
+    /// it does not fit.
+    pub fn choose(&self, machine: &Pubkey, bid: &Pubkey) -> Result<Vec<u8>, Unfit> {
+        let (b, _, _, offer) = self.offer_to(machine, bid);
+        b.fit(&offer).map(|c| c.gpus().to_vec())
+    }
+
+    /// What a refused instruction must leave as it was: see [`Ledger`].
+    pub fn ledger(&self, market: &Pubkey, book: &Pubkey, clients: &[(&Keypair, Pubkey)]) -> Ledger {
+        let m: Market = self.account(market);
+        Ledger {
+            vault: self.token_balance(&gpu_market::pda::payment_vault(market).0),
+            total_escrow: m.total_escrow,
+            gpus_waiting: m.gpus_waiting,
+            book_len: book_order(self, book).len(),
+            clients: clients
+                .iter()
+                .map(|(key, tokens)| {
+                    let stake: StakeAccount =
+                        self.account(&gpu_market::pda::stake(market, &key.pubkey()).0);
+                    ClientLedger {
+                        tokens: self.token_balance(tokens),
+                        lamports: self.svm.get_balance(&key.pubkey()).unwrap_or(0),
+                        open_bids: stake.open_bids,
+                        gpus_held: stake.gpus_held,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Sends `allocate` as the agent does, asking for the compute units it may need; records the
+    /// compute units of the instruction itself (not the compute budget's) like
+    /// [`TestContext::run`].
+    pub fn allocate(&mut self, a: &Allocate) -> Result<TransactionMetadata, Failure> {
+        let tx = self.transaction(&allocate_instructions(a), &a.signers());
+        let meta = self.send_transaction(tx)?;
+        self.compute_units
+            .insert(Allocate::NAME, program_units(&meta.logs));
+        Ok(meta)
+    }
+
+    /// The entry a bid placed now in `book` evicts when the book is full: its lowest-ranked
+    /// entry (what the sdk finds for a bid that outranks every entry), with its client and the
+    /// token account its escrow came from. `None` while the book has room. The program refuses
+    /// the bid unless it outranks that entry.
+    pub fn eviction(&self, book: &Pubkey) -> Option<Evict> {
+        let entries = read_book(&self.svm.get_account(book)?.data)?;
+        let worst = entries.eviction(u64::MAX, 0)?;
+        let bid: Bid = self.account(&worst.bid);
+        Some(Evict {
+            bid: worst.bid,
+            client: bid.client,
+            tokens: bid.refund_tokens,
+        })
     }
 
     /// A market whose stake and payment token is one new mint (6 decimals), its treasury owned
@@ -225,6 +356,50 @@ impl TestContext {
             .get_account(address)
             .is_some_and(|a| a.lamports > 0)
     }
+}
+
+/// A market's funds and book, and some of its clients' holdings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ledger {
+    /// The payment vault's tokens.
+    pub vault: u64,
+    pub total_escrow: u64,
+    pub gpus_waiting: u64,
+    pub book_len: usize,
+    pub clients: Vec<ClientLedger>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLedger {
+    pub tokens: u64,
+    pub lamports: u64,
+    pub open_bids: u32,
+    pub gpus_held: u32,
+}
+
+/// `allocate` as the agent sends it: with a compute-unit limit, as deep books need more than
+/// the default 200 000 units.
+pub fn allocate_instructions(a: &Allocate) -> [Instruction; 2] {
+    [
+        ComputeBudgetInstruction::set_compute_unit_limit(MAX_COMPUTE_UNITS),
+        a.instruction(),
+    ]
+}
+
+/// The compute units the market program consumed, from the runtime's log line
+/// `Program <id> consumed <n> of <limit> compute units`.
+pub fn program_units(logs: &[String]) -> u64 {
+    let prefix = format!("Program {} consumed ", gpu_market::ID);
+    logs.iter()
+        .find_map(|l| l.strip_prefix(&prefix)?.split(' ').next()?.parse().ok())
+        .expect("the program's compute units in the logs")
+}
+
+/// Bytes of `tx` on the wire.
+pub fn wire_size(tx: &Transaction) -> usize {
+    bincode::serialize(tx)
+        .expect("a transaction serialises")
+        .len()
 }
 
 /// The bids of a book, best first.

@@ -88,7 +88,17 @@ impl Evidence {
     /// Whether the entry's bid fits `offer`: from its summary, or from its account when the
     /// summary cannot decide.
     fn fits(&self, offer: &Offer, leaf: &BookLeaf) -> Result<bool> {
-        match offer.fits(&leaf.summary.need()) {
+        let s = &leaf.summary;
+        if offer.rules_out(
+            s.gpu_count,
+            s.gib_per_gpu,
+            s.accepted_classes,
+            s.price,
+            s.deadline,
+        ) {
+            return Ok(false);
+        }
+        match offer.fits(&s.need()) {
             Fits::Yes => Ok(true),
             Fits::No => Ok(false),
             Fits::Undecided => {
@@ -141,7 +151,7 @@ impl Allocate<'_> {
     fn check_book(&self, remaining: &[AccountInfo], offer: &Offer) -> Result<()> {
         let evidence = Evidence::read(remaining, &self.market.key())?;
         let queue = self.bid.kind == BidKind::Queue;
-        let chosen = self.bid.key();
+        let (chosen, chosen_seq) = (self.bid.key(), self.bid.seq);
         let held_by = |client: &Pubkey| -> Result<u32> {
             if *client == self.bid.client {
                 Ok(self.client_stake.gpus_held)
@@ -159,7 +169,8 @@ impl Allocate<'_> {
         let book = self.book.load()?;
         let mut above = true;
         for leaf in book.iter() {
-            if leaf.bid == chosen {
+            // Placement numbers are unique in a market: one comparison finds the chosen entry.
+            if leaf.seq == chosen_seq && leaf.bid == chosen {
                 if chosen_within {
                     return Ok(());
                 }

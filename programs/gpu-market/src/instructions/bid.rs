@@ -192,21 +192,28 @@ impl PlaceBid<'_> {
         let missing = || error!(MarketError::EvictionMissing);
         let evicted = self.evicted.as_ref().ok_or_else(missing)?;
         require_keys_eq!(evicted.key(), worst.bid, MarketError::EvictionMissing);
-        let to = self.evicted_client.as_ref().ok_or_else(missing)?;
-        require_keys_eq!(to.key(), evicted.client, MarketError::EvictionMissing);
-        let tokens = self.evicted_tokens.as_ref().ok_or_else(missing)?;
-        require_keys_eq!(tokens.owner, evicted.client, MarketError::EvictionMissing);
-        let stake = if evicted.client == self.client.key() {
-            // One account must not be loaded twice: the bidder's own stake stands for it.
-            require!(self.evicted_stake.is_none(), MarketError::EvictionMissing);
-            &mut self.stake
+        // A bidder outbidding its own entry: its own accounts stand for the evicted client's,
+        // as one account must not be passed twice.
+        let own = evicted.client == self.client.key();
+        let (tokens, stake) = if own {
+            require!(
+                self.evicted_client.is_none()
+                    && self.evicted_tokens.is_none()
+                    && self.evicted_stake.is_none(),
+                MarketError::EvictionMissing
+            );
+            (self.client_tokens.to_account_info(), &mut self.stake)
         } else {
+            let to = self.evicted_client.as_ref().ok_or_else(missing)?;
+            require_keys_eq!(to.key(), evicted.client, MarketError::EvictionMissing);
+            let tokens = self.evicted_tokens.as_ref().ok_or_else(missing)?;
+            require_keys_eq!(tokens.owner, evicted.client, MarketError::EvictionMissing);
             let stake = self.evicted_stake.as_mut().ok_or_else(missing)?;
             require!(
                 stake.market == self.market.key() && stake.owner == evicted.client,
                 MarketError::WrongStakeAccount
             );
-            stake
+            (tokens.to_account_info(), stake)
         };
         let refund =
             self.market
@@ -216,7 +223,7 @@ impl PlaceBid<'_> {
             self.market.to_account_info(),
             self.payment_vault.to_account_info(),
             &self.payment_mint,
-            tokens.to_account_info(),
+            tokens,
             &self.token_program,
             refund,
         )?;
@@ -225,7 +232,21 @@ impl PlaceBid<'_> {
             refund,
             reason: BidRemoval::Evicted,
         });
-        evicted.close(to.to_account_info())
+        Ok(())
+    }
+
+    /// Closes the evicted bid's account, its rent to its client. Last, after every CPI: a CPI
+    /// that carries the receiving account (the bidder's own, when it evicts its own entry) but
+    /// not the closed one would see the lamports moved only halfway.
+    fn close_evicted(&self) -> Result<()> {
+        let Some(evicted) = self.evicted.as_ref() else {
+            return Ok(());
+        };
+        let to = match self.evicted_client.as_ref() {
+            Some(to) => to.to_account_info(),
+            None => self.client.to_account_info(),
+        };
+        evicted.close(to)
     }
 
     pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs) -> Result<()> {
@@ -304,7 +325,8 @@ impl PlaceBid<'_> {
             None => rank,
         };
         let bid_key = bid.key();
-        if ctx.accounts.book.load()?.is_full() {
+        let evicting = ctx.accounts.book.load()?.is_full();
+        if evicting {
             let newcomer = BookKey::new(key, market.next_bid_seq);
             ctx.accounts.evict_worst(newcomer, now)?;
         }
@@ -337,6 +359,9 @@ impl PlaceBid<'_> {
             ctx.accounts.payment_mint.decimals,
         )?;
 
+        if evicting {
+            ctx.accounts.close_evicted()?;
+        }
         let bid = &ctx.accounts.bid;
         let market = &ctx.accounts.market;
         emit!(BidPlaced {

@@ -29,9 +29,8 @@ pub enum BidStatus {
 
 /// Overclock terms a bid asks of each of its GPUs. The power limit is mandatory; a lock of 0
 /// means "no lock", an offset of 0 "no offset". `repr(C)` because book entries hold it zero-copy.
-#[derive(
-    AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace)]
+#[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
 #[repr(C)]
 pub struct OverclockTerms {
     pub power_limit_w: u16,
@@ -45,6 +44,7 @@ pub struct OverclockTerms {
 unsafe impl Zeroable for OverclockTerms {}
 unsafe impl Pod for OverclockTerms {}
 const _: () = assert!(core::mem::size_of::<OverclockTerms>() == 10);
+crate::state::pod_borsh!(OverclockTerms);
 
 impl OverclockTerms {
     /// The stored form of `s` (an absent lock or offset is 0).

@@ -20,10 +20,10 @@ pub enum MachineStatus {
     Retired,
 }
 
-/// One GPU as its host declares it.
-#[derive(
-    AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace,
-)]
+/// One GPU as its host declares it. Plain old data: Borsh reads and writes it as one copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace)]
+#[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
+#[repr(C)]
 pub struct GpuSpec {
     /// The GPU's UUID as NVML reports it (128 bits); unique within a machine.
     pub uuid: [u8; 16],
@@ -41,6 +41,13 @@ pub struct GpuSpec {
     pub core_offset_mhz: [i16; 2],
     pub mem_offset_mhz: [i16; 2],
 }
+
+// SAFETY: `repr(C)`, integers and byte arrays only, no padding (size pinned below): every bit
+// pattern is a valid value.
+unsafe impl anchor_lang::__private::bytemuck::Zeroable for GpuSpec {}
+unsafe impl anchor_lang::__private::bytemuck::Pod for GpuSpec {}
+const _: () = assert!(core::mem::size_of::<GpuSpec>() == 16 + 1 + 1 + 2 + 4 * 5);
+crate::state::pod_borsh!(GpuSpec);
 
 impl GpuSpec {
     pub fn limits(&self) -> GpuLimits {
@@ -331,5 +338,52 @@ impl Freed {
         } else {
             0
         }
+    }
+}
+
+#[cfg(all(test, not(feature = "idl-build")))]
+mod tests {
+    use super::*;
+    use anchor_lang::prelude::borsh;
+
+    /// The one-copy encoding is byte for byte what Borsh writes field by field.
+    #[test]
+    fn pod_borsh_is_the_derived_encoding() {
+        let gpu = GpuSpec {
+            uuid: [7; 16],
+            class: 3,
+            topology_group: 1,
+            memory_gib: 80,
+            power_w: [100, 700],
+            core_lock_mhz: [210, 1_980],
+            mem_lock_mhz: [0, 0],
+            core_offset_mhz: [-200, 300],
+            mem_offset_mhz: [-1, 1_500],
+        };
+        let fields = (
+            gpu.uuid,
+            gpu.class,
+            gpu.topology_group,
+            gpu.memory_gib,
+            gpu.power_w,
+            gpu.core_lock_mhz,
+            gpu.mem_lock_mhz,
+            gpu.core_offset_mhz,
+            gpu.mem_offset_mhz,
+        );
+        let bytes = borsh::to_vec(&gpu).unwrap();
+        assert_eq!(bytes, borsh::to_vec(&fields).unwrap());
+        assert_eq!(borsh::from_slice::<GpuSpec>(&bytes).unwrap(), gpu);
+        let terms = OverclockTerms {
+            power_limit_w: 350,
+            core_lock_mhz: 1_500,
+            mem_lock_mhz: 0,
+            core_offset_mhz: -100,
+            mem_offset_mhz: 200,
+        };
+        let fields = (350u16, 1_500u16, 0u16, -100i16, 200i16);
+        let bytes = borsh::to_vec(&terms).unwrap();
+        assert_eq!(bytes, borsh::to_vec(&fields).unwrap());
+        assert_eq!(borsh::from_slice::<OverclockTerms>(&bytes).unwrap(), terms);
     }
 }

@@ -1,0 +1,512 @@
+//! Allocation proved from the book itself, on the SBF build in LiteSVM: `allocate` walks the
+//! book above the chosen bid and checks each entry with the fit rule on its summary, so a machine
+//! allocates the best bid it can serve below any number of bids it cannot, in a transaction
+//! whose size does not depend on them; evidence (client stakes, bid accounts) only where the
+//! anti-monopoly cap or a summary cannot decide; and the cap never keeps GPUs idle that nobody
+//! else is waiting for. Every refused allocation is checked to move nothing.
+
+mod program_test;
+
+use anchor_lang::error::ERROR_CODE_OFFSET;
+use gpu_market::errors::MarketError;
+use gpu_market::instructions::PlaceBidArgs;
+use gpu_market::pda;
+use gpu_market::state::{
+    BidKind, GpuSpec, Lease, MachineTerms, Market, MarketParams, OverclockTerms, StakeAccount,
+    BOOK_CAPACITY,
+};
+use program_test::*;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+const TOKEN: u64 = 1_000_000;
+
+fn code(e: MarketError) -> Option<u32> {
+    Some(ERROR_CODE_OFFSET + e as u32)
+}
+
+struct Client {
+    key: Keypair,
+    tokens: Pubkey,
+}
+
+struct Fixture {
+    ctx: TestContext,
+    mint: Pubkey,
+    market: Pubkey,
+    queue_book: Pubkey,
+    agent: Keypair,
+    machine: Pubkey,
+    nonce: u64,
+}
+
+/// A class-0 GPU of 24 GiB in topology group 0, allowed 150 W up to `max_power_w`.
+fn gpu(max_power_w: u16) -> GpuSpec {
+    GpuSpec {
+        uuid: [0; 16],
+        class: 0,
+        topology_group: 0,
+        memory_gib: 24,
+        power_w: [150, max_power_w],
+        core_lock_mhz: [210, 2_520],
+        mem_lock_mhz: [0, 0],
+        core_offset_mhz: [-200, 200],
+        mem_offset_mhz: [0, 1_500],
+    }
+}
+
+/// A market (reserve 1 token per GPU-hour, anti-monopoly cap `cap_bps`) with its queue book and
+/// one machine of `gpus`, no host floor.
+fn fixture(mut gpus: Vec<GpuSpec>, cap_bps: u16) -> Fixture {
+    let mut ctx = TestContext::new();
+    let mut params = MarketParams::recommended(60, 250, 3_600);
+    params.stake_bound = 1_000 * TOKEN;
+    params.max_client_share_bps = cap_bps;
+    let (authority, mint, market) = ctx.create_market(1, params);
+    let queue_book = ctx.open_queue_book(&authority, market);
+    let host = ctx.wallet(10);
+    let agent = ctx.wallet(10);
+    ctx.run(&OpenStake {
+        owner: &host,
+        market,
+    })
+    .expect("open_stake");
+    for (i, g) in gpus.iter_mut().enumerate() {
+        g.uuid = [i as u8 + 1; 16];
+    }
+    let r = RegisterMachine {
+        owner: &host,
+        market,
+        id: 0,
+        terms: MachineTerms {
+            agent: agent.pubkey(),
+            region: [0; 16],
+            gpus,
+            price_floor_per_gpu_hour: 0,
+            electricity_cost_per_kwh: 0,
+            cached_images: vec![],
+        },
+    };
+    let machine = r.machine();
+    ctx.run(&r).expect("register_machine");
+    Fixture {
+        ctx,
+        mint,
+        market,
+        queue_book,
+        agent,
+        machine,
+        nonce: 0,
+    }
+}
+
+impl Fixture {
+    /// A client with `balance` tokens, `staked` of them staked (its bids rank by it).
+    fn client(&mut self, balance: u64, staked: u64) -> Client {
+        let (key, tokens) = self.ctx.funded_user(&self.mint, balance);
+        self.ctx
+            .run(&OpenStake {
+                owner: &key,
+                market: self.market,
+            })
+            .expect("open_stake");
+        if staked > 0 {
+            self.ctx
+                .run(&Stake {
+                    owner: &key,
+                    market: self.market,
+                    stake_mint: self.mint,
+                    owner_tokens: tokens,
+                    amount: staked,
+                })
+                .expect("stake");
+        }
+        Client { key, tokens }
+    }
+
+    /// A queue bid for `gpus` GPUs × `gib` GiB of the `classes`, 300 W, 2 tokens per GPU-hour
+    /// (twice the reserve) for 10 minutes, within 4 hours.
+    fn args(&mut self, gpus: u8, gib: u16, classes: u8) -> PlaceBidArgs {
+        self.nonce += 1;
+        PlaceBidArgs {
+            nonce: self.nonce,
+            kind: BidKind::Queue,
+            image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
+            image_digest: [9; 32],
+            env_hash: [3; 32],
+            gpu_count: gpus,
+            gib_per_gpu: gib,
+            accepted_classes: classes,
+            overclock: vec![OverclockTerms {
+                power_limit_w: 300,
+                ..Default::default()
+            }],
+            price: 2 * TOKEN,
+            max_duration_secs: 600,
+            deadline: self.ctx.now() + 4 * 3_600,
+        }
+    }
+
+    fn place(&mut self, c: &Client, args: PlaceBidArgs) -> Pubkey {
+        let p = PlaceBid {
+            client: &c.key,
+            market: self.market,
+            book: self.queue_book,
+            machine: None,
+            payment_mint: self.mint,
+            client_tokens: c.tokens,
+            args,
+            evict: None,
+        };
+        self.ctx
+            .run(&p)
+            .unwrap_or_else(|e| panic!("place_bid: {:?}", e.err));
+        p.bid()
+    }
+
+    /// `allocate` of `bid` onto `gpus`, with the evidence the sdk reads off the book.
+    fn allocation(&self, bid: Pubkey, gpus: &[u8]) -> Allocate<'_> {
+        self.ctx.allocation(&self.agent, self.machine, bid, gpus)
+    }
+
+    fn send(&mut self, a: &Allocate) -> Result<Pubkey, Failure> {
+        self.ctx.allocate(a).map(|_| a.lease())
+    }
+
+    fn allocate(&mut self, bid: Pubkey, gpus: &[u8]) -> Result<Pubkey, Failure> {
+        let agent = self.agent.insecure_clone();
+        let a = self.ctx.allocation(&agent, self.machine, bid, gpus);
+        self.send(&a)
+    }
+
+    fn ledger(&self, clients: &[&Client]) -> Ledger {
+        let clients: Vec<(&Keypair, Pubkey)> = clients.iter().map(|c| (&c.key, c.tokens)).collect();
+        self.ctx.ledger(&self.market, &self.queue_book, &clients)
+    }
+
+    fn position(&self, bid: &Pubkey) -> Option<usize> {
+        book_order(&self.ctx, &self.queue_book)
+            .iter()
+            .position(|b| b == bid)
+    }
+}
+
+/// One allocation measured at a book depth.
+struct Measure {
+    above: usize,
+    /// The instruction's compute units, or why the allocation failed.
+    units: Result<u64, String>,
+    bytes: usize,
+}
+
+/// Allocates `bid` onto `gpus` on a copy of the chain, as the agent sends it, and checks that the
+/// sdk needs no evidence for it; the chain is left as it was. Returns the entries ranked above
+/// the bid, the instruction's compute units and the transaction's size.
+fn measure(f: &mut Fixture, bid: Pubkey, gpus: &[u8]) -> Measure {
+    let a = f.allocation(bid, gpus);
+    assert!(
+        a.evidence.is_empty(),
+        "nothing above fits, nothing to show: {:?}",
+        a.evidence
+    );
+    let tx = f.ctx.transaction(&allocate_instructions(&a), &a.signers());
+    let bytes = wire_size(&tx);
+    let lease = a.lease();
+    let above = f.position(&bid).expect("the bid waits in the book");
+    let saved = f.ctx.svm.clone();
+    let units = match f.ctx.send_transaction(tx) {
+        Ok(meta) => {
+            assert_eq!(f.ctx.account::<Lease>(&lease).bid, bid);
+            Ok(program_units(&meta.logs))
+        }
+        Err(e) => Err(format!("{:?}", e.err)),
+    };
+    f.ctx.svm = saved;
+    Measure {
+        above,
+        units,
+        bytes,
+    }
+}
+
+/// Depths at which `allocate` is measured: entries ranked above the chosen bid.
+const DEPTHS: [usize; 5] = [0, 10, 100, 1_000, BOOK_CAPACITY - 1];
+
+/// Places bids the machine cannot serve (`unservable`) above `servable`, eight clients in turn,
+/// and measures the allocation of `servable` onto `gpus` at each of [`DEPTHS`]; prints the
+/// table and checks the bounds of issue 14: every depth inside the 1.4M compute units of a
+/// transaction, in a transaction of one size well under a packet.
+fn allocate_below_unservable_bids(
+    f: &mut Fixture,
+    variant: &str,
+    servable: Pubkey,
+    gpus: &[u8],
+    unservable: impl Fn(&mut Fixture) -> PlaceBidArgs,
+) -> Vec<u64> {
+    // Staked clients: every bid of theirs ranks above the servable one, placed by a client
+    // without stake.
+    let clients: Vec<Client> = (1..=8)
+        .map(|i| f.client(10_000 * TOKEN, i * TOKEN))
+        .collect();
+    let mut measured = Vec::new();
+    let mut placed = 0;
+    for depth in DEPTHS {
+        while placed < depth {
+            let args = unservable(f);
+            f.place(&clients[placed % clients.len()], args);
+            placed += 1;
+        }
+        measured.push(measure(f, servable, gpus));
+    }
+    eprintln!(
+        "allocate below {variant} (bump of the lease's address: {}):",
+        pda::lease(&servable).1
+    );
+    eprintln!("| entries above | compute units | transaction bytes |");
+    eprintln!("|---|---|---|");
+    for m in &measured {
+        let units = match &m.units {
+            Ok(u) => u.to_string(),
+            Err(e) => format!("failed: {e}"),
+        };
+        eprintln!("| {} | {units} | {} |", m.above, m.bytes);
+    }
+    assert_eq!(
+        measured.iter().map(|m| m.above).collect::<Vec<_>>(),
+        DEPTHS.to_vec()
+    );
+    assert_eq!(book_order(&f.ctx, &f.queue_book).len(), BOOK_CAPACITY);
+    for m in &measured {
+        assert!(m.bytes < MAX_TRANSACTION_BYTES, "{} bytes", m.bytes);
+        assert_eq!(
+            m.bytes, measured[0].bytes,
+            "the transaction does not grow with the book"
+        );
+    }
+    measured
+        .into_iter()
+        .map(|m| {
+            let units = m
+                .units
+                .unwrap_or_else(|e| panic!("allocate below {} entries: {e}", m.above));
+            assert!(
+                units < MAX_COMPUTE_UNITS as u64,
+                "{} above: {units} CU",
+                m.above
+            );
+            units
+        })
+        .collect()
+}
+
+#[test]
+fn a_machine_allocates_below_4095_bids_for_another_class() {
+    let mut f = fixture(vec![gpu(450); 4], 10_000);
+    let c = f.client(100 * TOKEN, 0);
+    let args = f.args(1, 8, 0b1);
+    let servable = f.place(&c, args);
+    let measured = allocate_below_unservable_bids(
+        &mut f,
+        "class-1 bids on a class-0 machine",
+        servable,
+        &[0],
+        |f| f.args(1, 8, 0b10),
+    );
+    assert!(
+        measured[0] <= 40_000,
+        "allocate with nothing above: {} CU",
+        measured[0]
+    );
+    // And for real: the lease starts, the book keeps the 4,095 others.
+    f.allocate(servable, &[0]).expect("allocate");
+    assert_eq!(book_order(&f.ctx, &f.queue_book).len(), BOOK_CAPACITY - 1);
+}
+
+#[test]
+fn a_machine_allocates_below_4095_bids_for_more_gpus_than_it_has() {
+    let mut f = fixture(vec![gpu(450); 4], 10_000);
+    let c = f.client(100 * TOKEN, 0);
+    let args = f.args(1, 8, 0b1);
+    let servable = f.place(&c, args);
+    allocate_below_unservable_bids(
+        &mut f,
+        "8-GPU class-0 bids on a 4-GPU machine",
+        servable,
+        &[0],
+        |f| f.args(8, 8, 0b1),
+    );
+}
+
+#[test]
+fn a_machine_allocates_below_4095_bids_its_busy_gpus_cannot_take() {
+    // A lease holds 16 of the 24 GiB of GPUs 1, 2 and 3: the machine has free GPUs, a GPU with
+    // 16 GiB free, the class and the limits, so each 2-GPU × 16 GiB bid above passes every
+    // whole-machine bound and is turned away only by the full rule (busy GPUs).
+    let mut f = fixture(vec![gpu(450); 4], 10_000);
+    let holder = f.client(100 * TOKEN, 0);
+    let args = f.args(3, 16, 0b1);
+    let held = f.place(&holder, args);
+    f.allocate(held, &[1, 2, 3]).expect("the lease on GPUs 1-3");
+    let c = f.client(100 * TOKEN, 0);
+    let args = f.args(1, 16, 0b1);
+    let servable = f.place(&c, args);
+    allocate_below_unservable_bids(
+        &mut f,
+        "2-GPU × 16 GiB bids on a machine with one such GPU free",
+        servable,
+        &[0],
+        |f| f.args(2, 16, 0b1),
+    );
+}
+
+#[test]
+fn a_lone_client_gets_the_gpus_of_a_small_market() {
+    for gpus in [1u8, 2] {
+        let mut f = fixture(vec![gpu(450); gpus as usize], 5_000);
+        let c = f.client(100 * TOKEN, 0);
+        let args = f.args(gpus, 8, 0b1);
+        let bid = f.place(&c, args);
+        // Half of a 1- or 2-GPU market: the bid is over the cap, and nobody else waits.
+        let m: Market = f.ctx.account(&f.market);
+        assert!(!m.within_client_cap(0, gpus as u64));
+        let all: Vec<u8> = (0..gpus).collect();
+        let lease = f.allocate(bid, &all).expect("the only bid runs");
+        assert_eq!(f.ctx.account::<Lease>(&lease).gpu_count, gpus);
+        let st: StakeAccount = f.ctx.account(&pda::stake(&f.market, &c.key.pubkey()).0);
+        assert_eq!(st.gpus_held, gpus as u32);
+    }
+}
+
+#[test]
+fn the_cap_gives_way_to_other_clients_that_fit() {
+    // 4 GPUs, a cap of 50 %: 2 GPUs per client.
+    let mut f = fixture(vec![gpu(450); 4], 5_000);
+    let a = f.client(200 * TOKEN, 100 * TOKEN);
+    let b = f.client(100 * TOKEN, 0);
+    let args = f.args(2, 8, 0b1);
+    let first = f.place(&a, args);
+    f.allocate(first, &[0, 1]).expect("A's first bid");
+    // A (at the cap) ranks above B (within it); both fit GPU 2.
+    let args = f.args(1, 8, 0b1);
+    let over = f.place(&a, args);
+    let args = f.args(1, 8, 0b1);
+    let within = f.place(&b, args);
+    assert_eq!((f.position(&over), f.position(&within)), (Some(0), Some(1)));
+    let before = f.ledger(&[&a, &b]);
+    let err = f.allocate(over, &[2]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ClientCapReached));
+    assert_eq!(
+        f.ledger(&[&a, &b]),
+        before,
+        "a refused allocation moves nothing"
+    );
+    assert!(!f.ctx.account_exists(&pda::lease(&over).0));
+    // B's bid passes A's, which gives way; the program needs A's stake to know.
+    let agent = f.agent.insecure_clone();
+    let alloc = f.ctx.allocation(&agent, f.machine, within, &[2]);
+    assert_eq!(
+        alloc.evidence,
+        vec![pda::stake(&f.market, &a.key.pubkey()).0]
+    );
+    f.send(&alloc).expect("B within the cap");
+
+    // C, within the cap, ranks above A's bid: allocating A's is refused for C's.
+    let c = f.client(600 * TOKEN, 500 * TOKEN);
+    let args = f.args(1, 8, 0b1);
+    let better = f.place(&c, args);
+    assert_eq!(f.position(&better), Some(0));
+    let before = f.ledger(&[&a, &b, &c]);
+    let err = f.allocate(over, &[3]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BetterBidFeasible));
+    assert_eq!(
+        f.ledger(&[&a, &b, &c]),
+        before,
+        "a refused allocation moves nothing"
+    );
+    f.allocate(better, &[3]).expect("C within the cap");
+    let held = |k: &Client| {
+        f.ctx
+            .account::<StakeAccount>(&pda::stake(&f.market, &k.key.pubkey()).0)
+            .gpus_held
+    };
+    assert_eq!((held(&a), held(&b), held(&c)), (2, 1, 1));
+}
+
+/// Per-GPU terms of a bid.
+fn per_gpu(watts: &[u16]) -> Vec<OverclockTerms> {
+    watts
+        .iter()
+        .map(|&w| OverclockTerms {
+            power_limit_w: w,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// A machine whose GPUs 0 and 1 allow up to 300 W and GPUs 2 and 3 up to 450 W; a staked client
+/// places a bid with per-GPU power limits `watts` (its book entry knows only their range, which
+/// some GPUs allow in full and others in part: undecided), and a client without stake a 1-GPU
+/// bid below it. Returns the fixture, both clients, the per-GPU bid and the one below.
+fn undecided(watts: &[u16]) -> (Fixture, [Client; 2], Pubkey, Pubkey) {
+    let mut f = fixture(vec![gpu(300), gpu(300), gpu(450), gpu(450)], 10_000);
+    let p = f.client(200 * TOKEN, 100 * TOKEN);
+    let q = f.client(100 * TOKEN, 0);
+    let mut args = f.args(watts.len() as u8, 8, 0b1);
+    args.overclock = per_gpu(watts);
+    let mixed = f.place(&p, args);
+    let args = f.args(1, 8, 0b1);
+    let below = f.place(&q, args);
+    assert_eq!((f.position(&mixed), f.position(&below)), (Some(0), Some(1)));
+    (f, [p, q], mixed, below)
+}
+
+#[test]
+fn a_bid_whose_summary_cannot_decide_is_shown_by_its_account() {
+    // 3 GPUs at 400 W are asked, 2 GPUs allow it: the bid above does not fit.
+    let (mut f, [p, q], mixed, below) = undecided(&[400, 400, 400, 300]);
+    let alloc = f.allocation(below, &[0]);
+    assert!(alloc.evidence.contains(&mixed), "{:?}", alloc.evidence);
+    let before = f.ledger(&[&p, &q]);
+    for shown in [vec![], vec![pda::stake(&f.market, &p.key.pubkey()).0]] {
+        let agent = f.agent.insecure_clone();
+        let mut a = f.ctx.allocation(&agent, f.machine, below, &[0]);
+        a.evidence = shown;
+        let err = f.send(&a).unwrap_err();
+        assert_eq!(err.custom_code(), code(MarketError::CandidatesMissing));
+    }
+    assert_eq!(
+        f.ledger(&[&p, &q]),
+        before,
+        "a refused allocation moves nothing"
+    );
+    f.allocate(below, &[0])
+        .expect("the bid account shows the one above does not fit");
+    assert_eq!(f.position(&mixed), Some(0));
+}
+
+#[test]
+fn a_bid_whose_account_shows_it_fits_keeps_its_rank() {
+    // 1 GPU at 400 W and 2 at 300 W: GPU 2 or 3 takes the 400 W one, the bid above fits.
+    let (mut f, [p, q], mixed, below) = undecided(&[300, 400, 300]);
+    let before = f.ledger(&[&p, &q]);
+    let agent = f.agent.insecure_clone();
+    let mut a = f.ctx.allocation(&agent, f.machine, below, &[0]);
+    let evidence = std::mem::take(&mut a.evidence);
+    let err = f.send(&a).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::CandidatesMissing));
+    a.evidence = evidence;
+    let err = f.send(&a).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BetterBidFeasible));
+    assert_eq!(
+        f.ledger(&[&p, &q]),
+        before,
+        "a refused allocation moves nothing"
+    );
+    // The fit rule's choice for it is what the program accepts.
+    let gpus = f.ctx.choose(&f.machine, &mixed).expect("it fits");
+    let lease = f.allocate(mixed, &gpus).expect("the per-GPU bid runs");
+    let l: Lease = f.ctx.account(&lease);
+    assert_eq!(l.power_limits_w[..3], [300, 400, 300]);
+    assert!(l.gpus()[1] >= 2, "the 400 W GPU of the bid: {:?}", l.gpus());
+}
