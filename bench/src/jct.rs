@@ -19,12 +19,11 @@
 //!   by [`aged_score`] of [`base_score`] (ties: arrival order), with EASY backfilling: the best
 //!   bid that does not fit reserves the earliest time enough GPUs free up, and bids behind it
 //!   may start only if they end before then or use GPUs the reservation does not need.
-//!   The score's inputs: S from the tenant's stake tier; U from the requested duration and a
-//!   deadline of arrival + 2 × duration (Philly has no deadlines), so U starts at 0.5 and
-//!   reaches 1 once the job has waited as long as it runs (short jobs become urgent first);
-//!   C = GPUs × 16 GiB × duration against a bound of one 8-GPU node for a day; aging 10 bps per
-//!   hour waited. Run with the default weights (0.4/0.3/0.3), with [`TUNED`] weights, and
-//!   blind to stake (the control for the tier ratio).
+//!   The score's inputs: S from the tenant's stake tier; U from an urgency premium, which no
+//!   Philly job pays (0); C from the spend per hour, GPUs × one price per GPU-hour, against a
+//!   bound of one 8-GPU node; aging 10 bps per hour waited, capped at the market default's
+//!   3 000 bps. Run with the default weights (0.4/0.3/0.3), with [`TUNED`] weights, and blind
+//!   to stake (the control for the tier ratio).
 //! - **market, queue aging** (ours): the same base score and backfilling, but bids ranked by
 //!   [`queue_priority`] with [`QueueAging::DEFAULT`]: + 300 bps per hour waited (bounds the
 //!   head start stake can buy) + 10 000 bps per requested duration waited (short bids age
@@ -41,17 +40,17 @@ use gpu_market_core::score::{aged_score, base_score, queue_priority, Inputs, Que
 use crate::philly::{self, Job, Workload};
 
 const TIERS: usize = 4;
-/// Deadline = arrival + `DEADLINE_SLACK` × run time.
-const DEADLINE_SLACK: f64 = 2.0;
-const GIB_PER_GPU: u64 = 16;
-/// C saturates at one 8-GPU node for a day.
-const RESOURCE_BOUND: u64 = 8 * GIB_PER_GPU * 86_400;
+/// Every job pays the same price per GPU-hour; C saturates at one 8-GPU node.
+const PRICE_PER_GPU_HOUR: u64 = 1_000;
+const SPEND_BOUND: u64 = 8 * PRICE_PER_GPU_HOUR;
+/// The market default's aging cap (bps).
+const AGING_CAP_BPS: u64 = 3_000;
 /// Aging is counted per billing interval.
 const INTERVAL_S: f64 = 3_600.0;
 /// Aging per interval (bps).
 const AGING_BPS: u64 = 10;
 /// Weights for job completion time: stake 0.1, urgency 0.9, no complexity term (C rewards
-/// big, long jobs, which is what raises the average JCT under the default weights).
+/// big jobs, which is what raises the average JCT under the default weights).
 const TUNED: Weights = Weights {
     stake_bps: 1_000,
     urgency_bps: 9_000,
@@ -95,10 +94,11 @@ impl Policy {
             Policy::Srf => -remaining,
             Policy::Market { weights, aging_bps } => {
                 let waited = ((now - job.arrival) / INTERVAL_S) as u64;
-                aged_score(market_score(weights, job, tier, now), aging_bps, waited) as f64
+                let base = market_score(weights, job, tier);
+                aged_score(base, aging_bps, waited, AGING_CAP_BPS) as f64
             }
             Policy::Queue { weights, aging } => {
-                let base = market_score(weights, job, tier, now);
+                let base = market_score(weights, job, tier);
                 let waited = (now - job.arrival) as u64;
                 queue_priority(base, aging, waited, job.work.ceil() as u64) as f64
             }
@@ -116,17 +116,15 @@ impl Policy {
     }
 }
 
-/// The market's base score of a waiting job at `now` (see the module comment for the inputs).
-fn market_score(weights: Weights, job: &Job, tier: usize, now: f64) -> u64 {
-    let duration = job.work.ceil() as u64;
-    let deadline = job.arrival + DEADLINE_SLACK * job.work;
+/// The market's base score of a waiting job (see the module comment for the inputs).
+fn market_score(weights: Weights, job: &Job, tier: usize) -> u64 {
     let inputs = Inputs {
         stake: tier as u64,
         stake_bound: (TIERS - 1) as u64,
-        duration_secs: duration,
-        time_left_secs: (deadline - now).max(0.0) as u64,
-        resource_gib_secs: job.gpus as u64 * GIB_PER_GPU * duration,
-        resource_bound: RESOURCE_BOUND,
+        urgency_premium: 0,
+        urgency_bound: 1,
+        spend_per_hour: job.gpus as u64 * PRICE_PER_GPU_HOUR,
+        spend_bound: SPEND_BOUND,
     };
     base_score(weights, &inputs)
 }

@@ -36,12 +36,12 @@ pub fn main() -> Result<(), String> {
             let inputs = Inputs {
                 stake: i & 0xffff,
                 stake_bound: 50_000,
-                duration_secs: 3_600 + (i & 0xff),
-                time_left_secs: 7_200 + (i & 0xfff),
-                resource_gib_secs: (i & 0xfffff) * 80,
-                resource_bound: 8 * 80 * 86_400,
+                urgency_premium: i & 0xfff,
+                urgency_bound: 4_096,
+                spend_per_hour: (i & 0xfffff) * 80,
+                spend_bound: 8 * 80 * 1_000,
             };
-            aged_score(base_score(Weights::DEFAULT, &inputs), 10, i & 0x3f)
+            aged_score(base_score(Weights::DEFAULT, &inputs), 10, i & 0x3f, 3_000)
         }),
     ));
     rows.push((

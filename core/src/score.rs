@@ -1,8 +1,14 @@
 //! Allocation scoring: `score = w_s·S + w_u·U + w_c·C` on 0..=10 000, plus aging.
 //!
-//! The inputs are derived from facts the program can check, never from self-declared numbers:
-//! S from the bidder's staked amount, U from the deadline relative to the requested duration, C
-//! from the requested resources (GPUs × GiB per GPU × seconds).
+//! Each input costs what it buys, so a bid cannot raise its score without paying for it:
+//! - S, the bidder's stake, locked while any of its bids waits;
+//! - U, urgency, a premium the bid pays at placement and never gets back;
+//! - C, complexity, the rate the bid spends while it runs (price × GPUs per hour): every second
+//!   it runs is paid at that rate. Neither the memory asked nor the duration (whose unused escrow
+//!   is refunded) nor the deadline counts, as they cost nothing.
+//!
+//! Aging lifts waiting bids, capped by the market (`aging_cap_bps`): a queue bid may not wait
+//! longer than the cap takes to reach, so no bid ages past it.
 
 use crate::math::{mul_div_floor, normalise_bps, BPS};
 
@@ -34,44 +40,56 @@ pub struct Inputs {
     pub stake: u64,
     /// The stake at which S saturates.
     pub stake_bound: u64,
-    /// Requested run time in seconds.
-    pub duration_secs: u64,
-    /// Seconds from now until the bid's deadline (0 once it has passed).
-    pub time_left_secs: u64,
-    /// GPUs × GiB per GPU × seconds.
-    pub resource_gib_secs: u64,
-    /// The resource volume at which C saturates.
-    pub resource_bound: u64,
+    /// The premium the bid paid for urgency (not refunded).
+    pub urgency_premium: u64,
+    /// The premium at which U saturates (the market's share of the bid's escrow).
+    pub urgency_bound: u64,
+    /// What the bid spends per hour while it runs: price × GPUs, per hour.
+    pub spend_per_hour: u64,
+    /// The spend per hour at which C saturates.
+    pub spend_bound: u64,
 }
 
-/// Urgency in bps: requested duration over time left. A bid that must start now to finish before
-/// its deadline scores 10 000; one whose deadline is far away scores little.
-pub fn urgency_bps(duration_secs: u64, time_left_secs: u64) -> u64 {
-    if time_left_secs <= duration_secs {
-        return BPS;
-    }
-    normalise_bps(duration_secs, time_left_secs)
+/// Urgency in bps: the premium paid against the premium at which urgency is full.
+pub fn urgency_bps(premium: u64, bound: u64) -> u64 {
+    normalise_bps(premium, bound)
 }
 
-/// Complexity in bps, normalised against the market's bound.
-pub fn complexity_bps(resource_gib_secs: u64, bound: u64) -> u64 {
-    normalise_bps(resource_gib_secs, bound)
+/// Complexity in bps: the spend per hour against the market's bound.
+pub fn complexity_bps(spend_per_hour: u64, bound: u64) -> u64 {
+    normalise_bps(spend_per_hour, bound)
 }
 
 /// The weighted score on 0..=10 000 (rounded down).
 pub fn base_score(w: Weights, i: &Inputs) -> u64 {
     let s = normalise_bps(i.stake, i.stake_bound);
-    let u = urgency_bps(i.duration_secs, i.time_left_secs);
-    let c = complexity_bps(i.resource_gib_secs, i.resource_bound);
+    let u = urgency_bps(i.urgency_premium, i.urgency_bound);
+    let c = complexity_bps(i.spend_per_hour, i.spend_bound);
     // Each term is at most 10 000 × 10 000: the sum fits easily in u64.
     (w.stake_bps as u64 * s + w.urgency_bps as u64 * u + w.complexity_bps as u64 * c) / BPS
 }
 
-/// The score with aging: every billing interval waited adds `aging_per_interval`, capped at
-/// 10 000. Ties are broken by the book in placement order, so a waiting bid is never starved.
-pub fn aged_score(base: u64, aging_per_interval: u64, intervals_waited: u64) -> u64 {
-    base.saturating_add(aging_per_interval.saturating_mul(intervals_waited))
-        .min(BPS)
+/// The score with aging: every billing interval waited adds `aging_per_interval`, at most
+/// `aging_cap` in all, and never past 10 000.
+pub fn aged_score(
+    base: u64,
+    aging_per_interval: u64,
+    intervals_waited: u64,
+    aging_cap: u64,
+) -> u64 {
+    base.saturating_add(
+        aging_per_interval
+            .saturating_mul(intervals_waited)
+            .min(aging_cap),
+    )
+    .min(BPS)
+}
+
+/// The longest a queue bid may wait, in billing intervals, so that its aging never passes
+/// `aging_cap` (a book that never re-sorts cannot stop a bid's aging, so it bounds the wait);
+/// `None` without aging.
+pub fn max_wait_intervals(aging_per_interval: u64, aging_cap: u64) -> Option<u64> {
+    (aging_per_interval > 0).then(|| aging_cap / aging_per_interval)
 }
 
 /// The key a bid is ranked by in a book that never re-sorts: `base + aging × (2³² − 1 − placed)`,
@@ -139,10 +157,10 @@ mod tests {
         Inputs {
             stake: 500,
             stake_bound: 1_000,
-            duration_secs: 3_600,
-            time_left_secs: 7_200,
-            resource_gib_secs: 50,
-            resource_bound: 100,
+            urgency_premium: 50,
+            urgency_bound: 100,
+            spend_per_hour: 50,
+            spend_bound: 100,
         }
     }
 
@@ -152,8 +170,8 @@ mod tests {
         assert_eq!(base_score(Weights::DEFAULT, &inputs()), 5_000);
         let full = Inputs {
             stake: 10_000,
-            time_left_secs: 0,
-            resource_gib_secs: 1_000,
+            urgency_premium: 100,
+            spend_per_hour: 1_000,
             ..inputs()
         };
         assert_eq!(base_score(Weights::DEFAULT, &full), BPS);
@@ -166,11 +184,14 @@ mod tests {
     }
 
     #[test]
-    fn aging_lifts_a_starving_bid_to_the_top() {
-        assert_eq!(aged_score(1_000, 500, 0), 1_000);
-        assert_eq!(aged_score(1_000, 500, 4), 3_000);
-        assert_eq!(aged_score(1_000, 500, 1_000), BPS);
-        assert_eq!(aged_score(u64::MAX, u64::MAX, u64::MAX), BPS);
+    fn aging_lifts_a_waiting_bid_up_to_its_cap() {
+        assert_eq!(aged_score(1_000, 500, 0, BPS), 1_000);
+        assert_eq!(aged_score(1_000, 500, 4, BPS), 3_000);
+        assert_eq!(aged_score(1_000, 500, 1_000, BPS), BPS);
+        assert_eq!(aged_score(1_000, 500, 1_000, 3_000), 4_000);
+        assert_eq!(aged_score(u64::MAX, u64::MAX, u64::MAX, u64::MAX), BPS);
+        assert_eq!(max_wait_intervals(10, 3_000), Some(300));
+        assert_eq!(max_wait_intervals(0, 3_000), None);
     }
 
     #[test]
@@ -196,16 +217,16 @@ mod tests {
     /// at time 0, starts (`None`: not within 100 h), with bids ranked by `rank`
     /// (base score, seconds waited; ties to the earlier bid).
     fn low_stake_start(rank: impl Fn(u64, u64) -> u64) -> Option<u64> {
-        let base = |stake: u64, time_left: u64| {
+        let base = |stake: u64| {
             base_score(
                 Weights::DEFAULT,
                 &Inputs {
                     stake,
                     stake_bound: 1_000,
-                    duration_secs: 3_600,
-                    time_left_secs: time_left,
-                    resource_gib_secs: 16 * 3_600,
-                    resource_bound: 8 * 16 * 86_400,
+                    urgency_premium: 0,
+                    urgency_bound: 1,
+                    spend_per_hour: 1,
+                    spend_bound: 8,
                 },
             )
         };
@@ -220,8 +241,7 @@ mod tests {
             }
             let best = (0..waiting.len()).max_by_key(|&i| {
                 let (arrival, stake) = waiting[i];
-                let deadline = arrival + 7_200;
-                let b = base(stake, deadline.saturating_sub(now));
+                let b = base(stake);
                 (rank(b, now - arrival), std::cmp::Reverse(arrival))
             })?;
             if waiting.remove(best).1 == 0 {
@@ -241,7 +261,10 @@ mod tests {
         let bound = aging.head_start_bound_secs().unwrap() + 3_600;
         assert!(started.is_some_and(|t| t <= bound), "{started:?}");
         // The capped aging of `aged_score` (10 bps an hour) leaves it waiting past 100 h.
-        assert_eq!(low_stake_start(|b, w| aged_score(b, 10, w / 3_600)), None);
+        assert_eq!(
+            low_stake_start(|b, w| aged_score(b, 10, w / 3_600, BPS)),
+            None
+        );
     }
 
     proptest! {
@@ -287,31 +310,26 @@ mod tests {
         }
 
         #[test]
-        fn score_is_bounded(stake: u64, sb: u64, d: u64, t: u64, r: u64, rb: u64) {
-            let i = Inputs { stake, stake_bound: sb, duration_secs: d, time_left_secs: t, resource_gib_secs: r, resource_bound: rb };
+        fn score_is_bounded(stake: u64, sb: u64, p: u64, pb: u64, r: u64, rb: u64) {
+            let i = Inputs { stake, stake_bound: sb, urgency_premium: p, urgency_bound: pb, spend_per_hour: r, spend_bound: rb };
             prop_assert!(base_score(Weights::DEFAULT, &i) <= BPS);
         }
 
+        /// Every input is something the bid pays for, and paying more never lowers the score:
+        /// stake locked, a premium given up, a higher rate spent while running.
         #[test]
-        fn score_is_monotone_in_stake(a: u64, b: u64) {
+        fn score_rises_only_with_what_is_paid(a: u64, b: u64, which in 0usize..3) {
             let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-            let s = |stake| base_score(Weights::DEFAULT, &Inputs { stake, ..inputs() });
-            prop_assert!(s(lo) <= s(hi));
-        }
-
-        #[test]
-        fn score_rises_as_the_deadline_nears(a: u64, b: u64) {
-            let (near, far) = if a <= b { (a, b) } else { (b, a) };
-            let s = |t| base_score(Weights::DEFAULT, &Inputs { time_left_secs: t, ..inputs() });
-            prop_assert!(s(near) >= s(far));
-        }
-
-        #[test]
-        fn score_is_monotone_in_resources(a: u64, b: u64) {
-            let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-            let bound = u64::MAX / 3;
-            let s = |r| base_score(Weights::DEFAULT, &Inputs { resource_gib_secs: r, resource_bound: bound, ..inputs() });
-            prop_assert!(s(lo) <= s(hi));
+            let with = |v: u64| {
+                let mut i = Inputs { stake_bound: u64::MAX / 2, urgency_bound: u64::MAX / 2, spend_bound: u64::MAX / 2, ..inputs() };
+                match which {
+                    0 => i.stake = v,
+                    1 => i.urgency_premium = v,
+                    _ => i.spend_per_hour = v,
+                }
+                base_score(Weights::DEFAULT, &i)
+            };
+            prop_assert!(with(lo) <= with(hi));
         }
     }
 }

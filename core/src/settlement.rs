@@ -43,8 +43,10 @@ pub fn escrow_for(
     mul_div_ceil(price, gpu_secs, unit.secs())
 }
 
-/// One settlement step: the gross payment for `elapsed` proven seconds, never more than what is
-/// left in escrow, split between the host and the protocol's fee.
+/// One settlement step: what is owed for `billed_secs` proven seconds in all, less what was
+/// already `paid`, never more than what is left in escrow, split between the host and the
+/// protocol's fee. Computed on the running total, so rounding never loses a unit: a price too
+/// small to pay one interval still pays once enough intervals add up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Payout {
     pub to_host: u64,
@@ -52,15 +54,21 @@ pub struct Payout {
     pub escrow_left: u64,
 }
 
-pub fn payout(
-    price: u64,
-    unit: PriceUnit,
-    gpus: u64,
-    elapsed_secs: u64,
-    escrow: u64,
-    fee_bps: u64,
-) -> Result<Payout, MathError> {
-    let gross = cost(price, unit, gpus, elapsed_secs)?.min(escrow);
+/// What a lease has been billed so far: its price and the seconds and amount paid until now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Billing {
+    pub price: u64,
+    pub unit: PriceUnit,
+    pub gpus: u64,
+    /// Proven payable seconds in all, including this step's.
+    pub billed_secs: u64,
+    /// Gross amount paid by earlier steps.
+    pub paid: u64,
+}
+
+pub fn payout(b: Billing, escrow: u64, fee_bps: u64) -> Result<Payout, MathError> {
+    let owed = cost(b.price, b.unit, b.gpus, b.billed_secs)?.saturating_sub(b.paid);
+    let gross = owed.min(escrow);
     let fee = apply_bps(gross, fee_bps.min(crate::BPS))?;
     Ok(Payout {
         to_host: gross - fee,
@@ -90,7 +98,7 @@ mod tests {
 
     #[test]
     fn payout_is_capped_by_escrow_and_splits_the_fee() {
-        let p = payout(3_600, PriceUnit::PerGpuHour, 1, 100, 1_000, 250).unwrap();
+        let p = payout(hourly(3_600, 1, 100, 0), 1_000, 250).unwrap();
         assert_eq!(
             p,
             Payout {
@@ -99,7 +107,7 @@ mod tests {
                 escrow_left: 900
             }
         );
-        let p = payout(3_600, PriceUnit::PerGpuHour, 1, 10_000, 1_000, 0).unwrap();
+        let p = payout(hourly(3_600, 1, 10_000, 0), 1_000, 0).unwrap();
         assert_eq!(
             p,
             Payout {
@@ -110,10 +118,38 @@ mod tests {
         );
     }
 
+    fn hourly(price: u64, gpus: u64, billed_secs: u64, paid: u64) -> Billing {
+        Billing {
+            price,
+            unit: PriceUnit::PerGpuHour,
+            gpus,
+            billed_secs,
+            paid,
+        }
+    }
+
+    #[test]
+    fn small_prices_are_carried_not_rounded_away() {
+        // 1 per GPU-day pays nothing for one 60 s interval, and 1 after 1,440 of them.
+        let day = |secs, paid| Billing {
+            price: 1,
+            unit: PriceUnit::PerGpuDay,
+            gpus: 1,
+            billed_secs: secs,
+            paid,
+        };
+        let mut paid = 0;
+        for i in 1..=1_440u64 {
+            let p = payout(day(i * 60, paid), 10, 0).unwrap();
+            paid += p.to_host + p.fee;
+        }
+        assert_eq!(paid, 1);
+    }
+
     proptest! {
         #[test]
         fn payouts_conserve_escrow(price in 0u64..1 << 40, gpus in 1u64..=16, secs in 0u64..1 << 24, escrow: u64, fee in 0u64..=10_000) {
-            let p = payout(price, PriceUnit::PerGpuHour, gpus, secs, escrow, fee).unwrap();
+            let p = payout(hourly(price, gpus, secs, 0), escrow, fee).unwrap();
             prop_assert_eq!(p.to_host as u128 + p.fee as u128 + p.escrow_left as u128, escrow as u128);
         }
 
@@ -121,13 +157,17 @@ mod tests {
         fn interval_payments_never_exceed_the_escrow(price in 0u64..1 << 30, gpus in 1u64..=16, dur in 1u64..1 << 20, steps in proptest::collection::vec(0u64..1 << 16, 1..40)) {
             let mut escrow = escrow_for(price, PriceUnit::PerGpuHour, gpus, dur).unwrap();
             let start = escrow;
-            let mut paid = 0u64;
+            let (mut paid, mut billed) = (0u64, 0u64);
             for s in steps {
-                let p = payout(price, PriceUnit::PerGpuHour, gpus, s, escrow, 0).unwrap();
+                billed += s;
+                let p = payout(hourly(price, gpus, billed, paid), escrow, 0).unwrap();
                 paid += p.to_host;
                 escrow = p.escrow_left;
             }
             prop_assert_eq!(paid + escrow, start);
+            // Nothing is lost to rounding: the total is the cost of the total time (or the escrow).
+            let total = cost(price, PriceUnit::PerGpuHour, gpus, billed).unwrap().min(start);
+            prop_assert_eq!(paid, total);
         }
     }
 }

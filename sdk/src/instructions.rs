@@ -629,7 +629,6 @@ pub struct SubmitUsage<'a> {
     pub lease: Pubkey,
     pub bid: Pubkey,
     pub payment_mint: Pubkey,
-    pub treasury: Pubkey,
     pub host_tokens: Pubkey,
     pub args: SubmitUsageArgs,
 }
@@ -647,7 +646,6 @@ impl ClientInstruction for SubmitUsage<'_> {
                 bid: self.bid,
                 payment_mint: self.payment_mint,
                 payment_vault: pda::payment_vault(&self.market).0,
-                treasury: self.treasury,
                 host_tokens: self.host_tokens,
                 token_program: spl_token_interface::ID,
             },
@@ -671,6 +669,8 @@ pub struct CloseLease<'a> {
     pub bid: Pubkey,
     pub client: Pubkey,
     pub agent: Pubkey,
+    /// The machine's owner: `reclaim_escrow` slashes its stake for the silence it proves.
+    pub host: Pubkey,
     /// The machine's spot book, for a preempted spot bid that goes back into it.
     pub spot_book: Option<Pubkey>,
     pub payment_mint: Pubkey,
@@ -689,6 +689,9 @@ impl ClientInstruction for CloseLease<'_> {
             lease: self.lease,
             bid: self.bid,
             client_stake: pda::stake(&self.market, &self.client).0,
+            // Only a reclaim slashes, and never a client renting its own machine.
+            host_stake: (self.reclaim && self.host != self.client)
+                .then(|| pda::stake(&self.market, &self.host).0),
             spot_book: self.spot_book,
             client_tokens: self.client_tokens,
             client: self.client,
@@ -714,8 +717,6 @@ pub struct Slash<'a> {
     pub market: Pubkey,
     pub machine: Pubkey,
     pub host: Pubkey,
-    pub stake_mint: Pubkey,
-    pub stake_treasury: Pubkey,
 }
 
 impl ClientInstruction for Slash<'_> {
@@ -728,10 +729,6 @@ impl ClientInstruction for Slash<'_> {
                 market: self.market,
                 machine: self.machine,
                 host_stake: pda::stake(&self.market, &self.host).0,
-                stake_mint: self.stake_mint,
-                stake_vault: pda::stake_vault(&self.market).0,
-                stake_treasury: self.stake_treasury,
-                token_program: spl_token_interface::ID,
             },
             gpu_market::instruction::Slash {},
         )
@@ -739,5 +736,140 @@ impl ClientInstruction for Slash<'_> {
 
     fn signers(&self) -> Vec<&Keypair> {
         vec![self.signer]
+    }
+}
+
+/// Applies a market's scheduled parameters once their notice is over; anyone may send it.
+pub struct ApplyMarketUpdate<'a> {
+    pub signer: &'a Keypair,
+    pub market: Pubkey,
+}
+
+impl ClientInstruction for ApplyMarketUpdate<'_> {
+    const NAME: &'static str = "apply_market_update";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::ApplyMarketUpdate {
+                signer: self.signer.pubkey(),
+                market: self.market,
+            },
+            gpu_market::instruction::ApplyMarketUpdate {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.signer]
+    }
+}
+
+/// Moves the fees and slashed stake a market holds to its treasuries; anyone may send it.
+pub struct CollectFees<'a> {
+    pub signer: &'a Keypair,
+    pub market: Pubkey,
+    pub payment_mint: Pubkey,
+    pub stake_mint: Pubkey,
+    pub treasury: Pubkey,
+    pub stake_treasury: Pubkey,
+}
+
+impl ClientInstruction for CollectFees<'_> {
+    const NAME: &'static str = "collect_fees";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CollectFees {
+                signer: self.signer.pubkey(),
+                market: self.market,
+                payment_mint: self.payment_mint,
+                stake_mint: self.stake_mint,
+                payment_vault: pda::payment_vault(&self.market).0,
+                stake_vault: pda::stake_vault(&self.market).0,
+                treasury: self.treasury,
+                stake_treasury: self.stake_treasury,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::CollectFees {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.signer]
+    }
+}
+
+/// Closes the signer's empty stake account in `market`.
+pub struct CloseStake<'a> {
+    pub owner: &'a Keypair,
+    pub market: Pubkey,
+}
+
+impl ClientInstruction for CloseStake<'_> {
+    const NAME: &'static str = "close_stake";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CloseStake {
+                owner: self.owner.pubkey(),
+                stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+            },
+            gpu_market::instruction::CloseStake {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+/// Closes a retired machine (and its empty spot book, when it has one).
+pub struct CloseMachine<'a> {
+    pub owner: &'a Keypair,
+    pub machine: Pubkey,
+    pub spot_book: Option<Pubkey>,
+}
+
+impl ClientInstruction for CloseMachine<'_> {
+    const NAME: &'static str = "close_machine";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CloseMachine {
+                owner: self.owner.pubkey(),
+                machine: self.machine,
+                spot_book: self.spot_book,
+            },
+            gpu_market::instruction::CloseMachine {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.owner]
+    }
+}
+
+/// Closes a market's empty queue book.
+pub struct CloseQueueBook<'a> {
+    pub authority: &'a Keypair,
+    pub market: Pubkey,
+    pub book: Pubkey,
+}
+
+impl ClientInstruction for CloseQueueBook<'_> {
+    const NAME: &'static str = "close_queue_book";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CloseQueueBook {
+                authority: self.authority.pubkey(),
+                market: self.market,
+                book: self.book,
+            },
+            gpu_market::instruction::CloseQueueBook {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.authority]
     }
 }

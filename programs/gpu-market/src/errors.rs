@@ -5,11 +5,11 @@ use gpu_market_core::MathError;
 pub enum MarketError {
     #[msg("score weights must add up to 10000 bps")]
     InvalidWeights,
-    #[msg("the billing interval must be at least one second")]
+    #[msg("the billing interval must be 1 to 3600 seconds")]
     InvalidBillingInterval,
-    #[msg("the protocol fee must be at most 10000 bps")]
+    #[msg("the protocol fee must be at most 1000 bps")]
     InvalidFee,
-    #[msg("the score bounds must be greater than zero")]
+    #[msg("the score bounds and the urgency premium share must be greater than zero, the aging cap at most 10000 bps")]
     InvalidScoreBounds,
     #[msg("the anti-monopoly cap must be between 1 and 10000 bps")]
     InvalidClientCap,
@@ -67,7 +67,7 @@ pub enum MarketError {
     WrongStakeAccount,
     #[msg("the stake ranks waiting bids: cancel them (or let them run) before unstaking")]
     StakeLockedByBids,
-    #[msg("idle and silence windows and the slash evidence must be at least 1; utilisation and slash shares at most 10000 bps")]
+    #[msg("idle windows and the slash evidence must be at least 1, silence at least 2 intervals; utilisation at most 10000 bps, a slash at most 5000 bps")]
     InvalidEnforcement,
     #[msg("two GPUs of the machine have the same UUID")]
     DuplicateGpu,
@@ -137,6 +137,22 @@ pub enum MarketError {
     EvictionMissing,
     #[msg("the book is full and the bid does not outrank its lowest-ranked entry")]
     BookFullOfBetterBids,
+    #[msg("the unstake cooldown must be at most 30 days")]
+    InvalidCooldown,
+    #[msg("no parameter change is scheduled, or its notice period is not over")]
+    NoUpdateDue,
+    #[msg("the host's stake account is missing, or is the client's own")]
+    HostStakeMissing,
+    #[msg("the stake account still holds stake, waiting bids or GPUs")]
+    StakeNotEmpty,
+    #[msg("only a retired machine can be closed")]
+    MachineNotRetired,
+    #[msg("the book still holds bids")]
+    BookNotEmpty,
+    #[msg("the deadline lets the bid wait longer than the market's aging cap allows")]
+    DeadlineTooFar,
+    #[msg("a market's mints must have no freeze authority")]
+    MintCanFreeze,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -15,6 +15,21 @@ pub struct MarketUpdated {
     pub market: Pubkey,
     pub old: MarketParams,
     pub new: MarketParams,
+    /// When `new` applies (after the market's notice period).
+    pub effective_at: i64,
+}
+
+#[event]
+pub struct MarketUpdateApplied {
+    pub market: Pubkey,
+    pub params: MarketParams,
+}
+
+#[event]
+pub struct FeesCollected {
+    pub market: Pubkey,
+    pub fees: u64,
+    pub slashed: u64,
 }
 
 #[event]
@@ -77,6 +92,7 @@ pub struct BidPlaced {
     pub kind: BidKind,
     pub score: u64,
     pub escrow: u64,
+    pub urgency_premium: u64,
 }
 
 #[event]
@@ -163,4 +179,6 @@ pub struct HostSlashed {
     pub machine: Pubkey,
     pub owner: Pubkey,
     pub amount: u64,
+    /// The part paid to the harmed client's stake (the rest is kept for the stake treasury).
+    pub to_client: u64,
 }

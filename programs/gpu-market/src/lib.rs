@@ -29,9 +29,20 @@ pub mod gpu_market {
         InitMarket::init_market(ctx, args)
     }
 
-    /// Replaces the market's parameters (authority only).
+    /// Schedules new parameters (authority only, within bounds); they apply after the market's
+    /// notice period. Running leases keep the rules they started with.
     pub fn update_market(ctx: Context<UpdateMarket>, params: MarketParams) -> Result<()> {
         UpdateMarket::update_market(ctx, params)
+    }
+
+    /// Applies scheduled parameters once their notice period is over (anyone may call).
+    pub fn apply_market_update(ctx: Context<ApplyMarketUpdate>) -> Result<()> {
+        ApplyMarketUpdate::apply_market_update(ctx)
+    }
+
+    /// Moves the protocol fees and slashed stake the market holds to its treasuries (anyone).
+    pub fn collect_fees(ctx: Context<CollectFees>) -> Result<()> {
+        CollectFees::collect_fees(ctx)
     }
 
     /// Creates the signer's stake account in a market (once; its bump is stored).
@@ -139,6 +150,21 @@ pub mod gpu_market {
     /// Slashes a host's stake on the evidence its machine has gathered (anyone may call).
     pub fn slash(ctx: Context<Slash>) -> Result<()> {
         Slash::slash(ctx)
+    }
+
+    /// Closes the signer's empty stake account; its rent goes back to the owner.
+    pub fn close_stake(ctx: Context<CloseStake>) -> Result<()> {
+        CloseStake::close_stake(ctx)
+    }
+
+    /// Closes a retired machine with no lease, and its empty spot book; rent to the owner.
+    pub fn close_machine(ctx: Context<CloseMachine>) -> Result<()> {
+        CloseMachine::close_machine(ctx)
+    }
+
+    /// Closes the market's empty queue book; rent to the authority.
+    pub fn close_queue_book(ctx: Context<CloseQueueBook>) -> Result<()> {
+        CloseQueueBook::close_queue_book(ctx)
     }
 
     /// The agent's liveness signal.

@@ -4,8 +4,8 @@ use gpu_market_core::fit::{Fits, Offer};
 use crate::errors::MarketError;
 use crate::events::LeaseStarted;
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, Machine, Market,
-    StakeAccount, MAX_GPUS,
+    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
+    Market, StakeAccount, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -223,10 +223,10 @@ impl Allocate<'_> {
             .checked_add(n as u32)
             .ok_or(MarketError::Overflow)?;
         let market = &mut accounts.market;
+        market.tick_demand(now);
         if !spot {
             market.add_waiting(-(n as i64))?;
         }
-        market.sample_demand();
 
         let mut gpus = [0u8; MAX_GPUS];
         gpus[..n as usize].copy_from_slice(&args.gpus);
@@ -255,12 +255,14 @@ impl Allocate<'_> {
             proven_until: now,
             proof_hash: [0; 32],
             paid: 0,
+            billed_secs: 0,
             gpu_seconds: 0,
             energy_j: 0,
             idle_streak: 0,
             idle: false,
             violations: 0,
             preempted: false,
+            rules: LeaseRules::of(&market.params),
             bump: ctx.bumps.lease,
         });
         emit!(LeaseStarted {

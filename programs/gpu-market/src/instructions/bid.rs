@@ -1,8 +1,8 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
 use gpu_market_core::fit::{Need, Terms, Unfit};
-use gpu_market_core::score::{self, Inputs};
-use gpu_market_core::settlement::escrow_for;
+use gpu_market_core::score;
+use gpu_market_core::settlement::{cost, escrow_for, SECS_PER_HOUR};
 
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
@@ -28,6 +28,8 @@ pub struct PlaceBidArgs {
     pub price: u64,
     pub max_duration_secs: u32,
     pub deadline: i64,
+    /// Paid at placement and never refunded: it buys urgency (U) in the bid's score.
+    pub urgency_premium: u64,
 }
 
 #[derive(Accounts)]
@@ -122,6 +124,18 @@ impl PlaceBid<'_> {
             .checked_sub(args.max_duration_secs as i64)
             .ok_or(MarketError::Overflow)?;
         require!(latest_start >= now, MarketError::DeadlineTooSoon);
+        // Aging is capped: a queue bid may wait no longer than it takes to reach the cap.
+        let p = &self.market.params;
+        if let (BidKind::Queue, Some(intervals)) = (
+            args.kind,
+            score::max_wait_intervals(p.aging_per_interval as u64, p.aging_cap_bps as u64),
+        ) {
+            let max_wait = intervals.saturating_mul(p.billing_interval_secs as u64);
+            require!(
+                ((latest_start - now) as u64) <= max_wait,
+                MarketError::DeadlineTooFar
+            );
+        }
         match (args.kind, &self.machine) {
             (BidKind::Queue, None) => {
                 require_keys_eq!(
@@ -172,7 +186,7 @@ impl PlaceBid<'_> {
 
     /// Makes room in a full book for a bid ranked at `newcomer`: its lowest-ranked entry leaves
     /// with a full refund, as in an order book; a newcomer that does not outrank it is refused.
-    fn evict_worst(&mut self, newcomer: BookKey) -> Result<()> {
+    fn evict_worst(&mut self, newcomer: BookKey, now: i64) -> Result<()> {
         let worst = *self.book.load()?.worst().ok_or(MarketError::BookNotFound)?;
         require!(newcomer < worst.key(), MarketError::BookFullOfBetterBids);
         let missing = || error!(MarketError::EvictionMissing);
@@ -203,7 +217,7 @@ impl PlaceBid<'_> {
         };
         let refund =
             self.market
-                .take_out(worst.bid, evicted, &mut *self.book.load_mut()?, stake)?;
+                .take_out(worst.bid, evicted, &mut *self.book.load_mut()?, stake, now)?;
         pay_out(
             &self.market,
             self.market.to_account_info(),
@@ -247,18 +261,20 @@ impl PlaceBid<'_> {
         .map_err(MarketError::from)?;
 
         let market = &mut ctx.accounts.market;
+        let spend_per_hour = cost(
+            args.price,
+            args.kind.unit(),
+            args.gpu_count as u64,
+            SECS_PER_HOUR,
+        )
+        .map_err(MarketError::from)?;
         let p = &market.params;
-        let inputs = Inputs {
-            stake: ctx.accounts.stake.amount,
-            stake_bound: p.stake_bound,
-            duration_secs: args.max_duration_secs as u64,
-            time_left_secs: (args.deadline - now) as u64,
-            // At most 16 × 65 535 × (2³² − 1) < 2⁶⁴: no overflow.
-            resource_gib_secs: args.gpu_count as u64
-                * args.gib_per_gpu as u64
-                * args.max_duration_secs as u64,
-            resource_bound: p.resource_bound_gib_secs,
-        };
+        let inputs = p.score_inputs(
+            ctx.accounts.stake.amount,
+            spend_per_hour,
+            escrow,
+            args.urgency_premium,
+        )?;
         let base = score::base_score(p.weights(), &inputs);
         let stake = &mut ctx.accounts.stake;
         stake.open_bids = stake
@@ -267,6 +283,7 @@ impl PlaceBid<'_> {
             .ok_or(MarketError::Overflow)?;
         let rank = score::rank_key(base, p.aging_per_interval as u64, market.interval_at(now));
         if args.kind == BidKind::Queue {
+            market.tick_demand(now);
             market.add_waiting(args.gpu_count as i64)?;
         }
 
@@ -294,6 +311,7 @@ impl PlaceBid<'_> {
             max_duration_secs: args.max_duration_secs,
             deadline: args.deadline,
             escrow,
+            urgency_premium: args.urgency_premium,
             refund_tokens: ctx.accounts.client_tokens.key(),
             score: base,
             book_key: 0,
@@ -310,7 +328,7 @@ impl PlaceBid<'_> {
         let evicting = ctx.accounts.book.load()?.is_full();
         if evicting {
             let newcomer = BookKey::new(key, market.next_bid_seq);
-            ctx.accounts.evict_worst(newcomer)?;
+            ctx.accounts.evict_worst(newcomer, now)?;
         }
         let market = &mut ctx.accounts.market;
         let bid = &mut ctx.accounts.bid;
@@ -318,6 +336,11 @@ impl PlaceBid<'_> {
         market.total_escrow = market
             .total_escrow
             .checked_add(escrow)
+            .ok_or(MarketError::Overflow)?;
+        // The urgency premium is the market's at once: it is what urgency costs.
+        market.fees_due = market
+            .fees_due
+            .checked_add(args.urgency_premium)
             .ok_or(MarketError::Overflow)?;
 
         token::transfer_checked(
@@ -330,7 +353,9 @@ impl PlaceBid<'_> {
                     authority: ctx.accounts.client.to_account_info(),
                 },
             ),
-            escrow,
+            escrow
+                .checked_add(args.urgency_premium)
+                .ok_or(MarketError::Overflow)?,
             ctx.accounts.payment_mint.decimals,
         )?;
 
@@ -346,6 +371,7 @@ impl PlaceBid<'_> {
             kind: bid.kind,
             score: base,
             escrow,
+            urgency_premium: args.urgency_premium,
         });
         Ok(())
     }
@@ -445,11 +471,12 @@ pub struct CancelBid<'info> {
 impl CancelBid<'_> {
     /// Takes a waiting bid out of its book and refunds its escrow in full.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
         let a = &mut *ctx.accounts;
         let bid_key = a.bid.key();
-        let refund = a
-            .market
-            .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake)?;
+        let refund =
+            a.market
+                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, now)?;
         pay_out(
             &a.market,
             a.market.to_account_info(),
@@ -514,9 +541,9 @@ impl PruneBid<'_> {
         let a = &mut *ctx.accounts;
         require!(now >= a.bid.deadline, MarketError::BidNotExpired);
         let bid_key = a.bid.key();
-        let refund = a
-            .market
-            .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake)?;
+        let refund =
+            a.market
+                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, now)?;
         pay_out(
             &a.market,
             a.market.to_account_info(),

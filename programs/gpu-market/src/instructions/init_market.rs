@@ -1,7 +1,9 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
-use crate::events::{MarketInitialized, MarketUpdated};
+use crate::errors::MarketError;
+use crate::events::{FeesCollected, MarketInitialized, MarketUpdateApplied, MarketUpdated};
+use crate::instructions::pay_out;
 use crate::state::{seeds, Market, MarketParams};
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -25,7 +27,11 @@ pub struct InitMarket<'info> {
     )]
     pub market: Box<Account<'info, Market>>,
 
+    /// Mints without a freeze authority: nobody can freeze the market's vaults and stop every
+    /// payment and withdrawal.
+    #[account(constraint = stake_mint.freeze_authority.is_none() @ MarketError::MintCanFreeze)]
     pub stake_mint: Box<Account<'info, Mint>>,
+    #[account(constraint = payment_mint.freeze_authority.is_none() @ MarketError::MintCanFreeze)]
     pub payment_mint: Box<Account<'info, Mint>>,
 
     #[account(
@@ -78,6 +84,7 @@ impl InitMarket<'_> {
             stake_treasury: ctx.accounts.stake_treasury.key(),
             params: args.params,
             demand_bps: 0,
+            demand_interval: 0,
             queue_book: Pubkey::default(),
             gpus_offered: 0,
             gpus_waiting: 0,
@@ -86,6 +93,10 @@ impl InitMarket<'_> {
             total_staked: 0,
             total_pending_unstake: 0,
             created_at: Clock::get()?.unix_timestamp,
+            pending_params: args.params,
+            pending_at: 0,
+            fees_due: 0,
+            slashed_due: 0,
             bump: ctx.bumps.market,
             stake_vault_bump: ctx.bumps.stake_vault,
             payment_vault_bump: ctx.bumps.payment_vault,
@@ -105,21 +116,121 @@ impl InitMarket<'_> {
 pub struct UpdateMarket<'info> {
     pub authority: Signer<'info>,
 
-    #[account(mut, has_one = authority @ crate::errors::MarketError::NotMarketAuthority)]
+    #[account(mut, has_one = authority @ MarketError::NotMarketAuthority)]
     pub market: Box<Account<'info, Market>>,
 }
 
 impl UpdateMarket<'_> {
-    /// Replaces the market's parameters; the event carries the old and the new values.
+    /// Schedules new parameters: they apply after the market's notice period (the event says
+    /// when), so stakers and bidders can leave first. A change already due applies now; a later
+    /// call replaces a change still waiting.
     pub fn update_market(ctx: Context<Self>, params: MarketParams) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        params.validate()?;
         let market = &mut ctx.accounts.market;
-        let old = market.params;
-        market.params = params;
-        market.invariant()?;
+        market.apply_due_update(now);
+        let effective_at = now
+            .checked_add(market.notice_secs())
+            .ok_or(MarketError::Overflow)?;
+        market.pending_params = params;
+        market.pending_at = effective_at;
         emit!(MarketUpdated {
             market: market.key(),
-            old,
+            old: market.params,
             new: params,
+            effective_at,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct ApplyMarketUpdate<'info> {
+    /// Anyone: the change was announced and its notice is over.
+    pub signer: Signer<'info>,
+
+    #[account(mut)]
+    pub market: Box<Account<'info, Market>>,
+}
+
+impl ApplyMarketUpdate<'_> {
+    pub fn apply_market_update(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let market = &mut ctx.accounts.market;
+        require!(market.apply_due_update(now), MarketError::NoUpdateDue);
+        market.invariant()?;
+        emit!(MarketUpdateApplied {
+            market: market.key(),
+            params: market.params,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct CollectFees<'info> {
+    /// Anyone: the tokens can only go to the market's own treasury accounts.
+    pub signer: Signer<'info>,
+
+    #[account(
+        mut,
+        has_one = payment_mint,
+        has_one = stake_mint,
+        has_one = payment_vault,
+        has_one = stake_vault,
+        has_one = treasury,
+        has_one = stake_treasury,
+    )]
+    pub market: Box<Account<'info, Market>>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+    pub stake_mint: Box<Account<'info, Mint>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub stake_vault: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub treasury: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub stake_treasury: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl CollectFees<'_> {
+    /// Moves the protocol fees and the slashed stake the market holds to its treasuries.
+    pub fn collect_fees(ctx: Context<Self>) -> Result<()> {
+        let a = &mut *ctx.accounts;
+        let (fees, slashed) = (a.market.fees_due, a.market.slashed_due);
+        a.market.fees_due = 0;
+        a.market.slashed_due = 0;
+        let market_info = a.market.to_account_info();
+        pay_out(
+            &a.market,
+            market_info.clone(),
+            a.payment_vault.to_account_info(),
+            &a.payment_mint,
+            a.treasury.to_account_info(),
+            &a.token_program,
+            fees,
+        )?;
+        pay_out(
+            &a.market,
+            market_info,
+            a.stake_vault.to_account_info(),
+            &a.stake_mint,
+            a.stake_treasury.to_account_info(),
+            &a.token_program,
+            slashed,
+        )?;
+        emit!(FeesCollected {
+            market: a.market.key(),
+            fees,
+            slashed,
         });
         Ok(())
     }

@@ -1,11 +1,14 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 use gpu_market_core::lease::{self as lease_math, UsageProof};
-use gpu_market_core::settlement::payout;
+use gpu_market_core::settlement::{cost, payout, Billing};
 
 use crate::errors::MarketError;
-use crate::events::{LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven};
+use crate::events::{
+    HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven,
+};
 use crate::instructions::pay_out;
+use crate::instructions::slash_share_bps;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
 };
@@ -78,7 +81,7 @@ impl Preempt<'_> {
                     a.challenger.spot_profit(&a.machine)? > a.lease_bid.spot_profit(&a.machine)?,
                     MarketError::NotBetterBid
                 );
-                let interval = a.market.params.billing_interval_secs;
+                let interval = lease.rules.billing_interval_secs;
                 let k = lease_math::interval_index(lease.started_at, interval, now);
                 lease
                     .started_at
@@ -142,7 +145,7 @@ impl SubmitUsageArgs {
 pub struct SubmitUsage<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault, has_one = treasury)]
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, has_one = market, has_one = agent @ MarketError::WrongAgent)]
@@ -158,9 +161,6 @@ pub struct SubmitUsage<'info> {
 
     #[account(mut)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
-
-    #[account(mut)]
-    pub treasury: Box<Account<'info, TokenAccount>>,
 
     /// Where the host is paid: a payment-token account of the machine's owner.
     #[account(mut, token::mint = payment_mint, token::authority = machine.owner)]
@@ -188,10 +188,10 @@ impl SubmitUsage<'_> {
             args.peak_power_w.len() == lease.gpu_count as usize,
             MarketError::BadProofGpuCount
         );
-        let params = a.market.params;
+        let rules = lease.rules;
         let (from, to) = lease_math::interval_window(
             lease.started_at,
-            params.billing_interval_secs,
+            rules.billing_interval_secs,
             args.interval,
             lease.stop(),
         )
@@ -201,26 +201,36 @@ impl SubmitUsage<'_> {
         // Skipped intervals are never paid, and count as the host's silence.
         let missed = args.interval - lease.next_interval;
         if missed > 0 {
-            a.machine.record_missed(missed)?;
+            a.machine.record_missed(missed, now, &a.market)?;
         }
         let gpus = lease.gpu_count as u64;
         let secs = lease_math::payable_secs((to - from) as u64, args.gpu_seconds, gpus);
+        lease.billed_secs = lease
+            .billed_secs
+            .checked_add(secs)
+            .ok_or(MarketError::Overflow)?;
         let bid = &mut a.bid;
-        let pay = payout(
-            lease.price,
-            bid.unit(),
+        let billing = Billing {
+            price: lease.price,
+            unit: bid.unit(),
             gpus,
-            secs,
-            bid.escrow,
-            params.protocol_fee_bps as u64,
-        )
-        .map_err(MarketError::from)?;
+            billed_secs: lease.billed_secs,
+            paid: lease.paid,
+        };
+        let pay = payout(billing, bid.escrow, rules.protocol_fee_bps as u64)
+            .map_err(MarketError::from)?;
         let gross = pay.to_host + pay.fee;
         bid.escrow = pay.escrow_left;
-        a.market.total_escrow = a
-            .market
+        let market = &mut a.market;
+        market.total_escrow = market
             .total_escrow
             .checked_sub(gross)
+            .ok_or(MarketError::Overflow)?;
+        // The fee stays in the vault until `collect_fees`: a host is paid whatever becomes of
+        // the treasury account.
+        market.fees_due = market
+            .fees_due
+            .checked_add(pay.fee)
             .ok_or(MarketError::Overflow)?;
 
         let proof = args.proof();
@@ -240,14 +250,14 @@ impl SubmitUsage<'_> {
                 .violations
                 .checked_add(1)
                 .ok_or(MarketError::Overflow)?;
-            a.machine.record_violation()?;
+            a.machine.record_violation(now, &a.market)?;
         }
         lease.idle_streak = lease_math::idle_streak(
             lease.idle_streak,
             args.avg_utilisation_bps,
-            params.idle_utilisation_bps,
+            rules.idle_utilisation_bps,
         );
-        if !lease.idle && lease.idle_streak >= params.idle_intervals {
+        if !lease.idle && lease.idle_streak >= rules.idle_intervals {
             lease.idle = true;
             emit!(LeaseIdle {
                 lease: lease.key(),
@@ -268,24 +278,14 @@ impl SubmitUsage<'_> {
             proof_hash: lease.proof_hash,
         });
 
-        let market_info = a.market.to_account_info();
         pay_out(
             &a.market,
-            market_info.clone(),
+            a.market.to_account_info(),
             a.payment_vault.to_account_info(),
             &a.payment_mint,
             a.host_tokens.to_account_info(),
             &a.token_program,
             pay.to_host,
-        )?;
-        pay_out(
-            &a.market,
-            market_info,
-            a.payment_vault.to_account_info(),
-            &a.payment_mint,
-            a.treasury.to_account_info(),
-            &a.token_program,
-            pay.fee,
         )
     }
 }
@@ -317,6 +317,16 @@ pub struct CloseLease<'info> {
     /// The machine's spot book: a preempted spot bid goes back into it.
     #[account(mut, address = machine.spot_book @ MarketError::WrongBook)]
     pub spot_book: Option<AccountLoader<'info, BidBook>>,
+
+    /// The host's stake (the machine owner's), slashed by `reclaim_escrow` for the silence it
+    /// proves; never the client's own stake account.
+    #[account(
+        mut,
+        constraint = host_stake.market == market.key()
+            && host_stake.owner == machine.owner
+            && host_stake.key() != client_stake.key() @ MarketError::HostStakeMissing,
+    )]
+    pub host_stake: Option<Box<Account<'info, StakeAccount>>>,
 
     /// The client's payment-token account: the unspent escrow is refunded here.
     #[account(mut, token::mint = payment_mint, token::authority = lease.client)]
@@ -365,7 +375,7 @@ impl CloseLease<'_> {
             });
             return Ok(());
         }
-        ctx.accounts.settle()
+        ctx.accounts.settle(now)
     }
 
     /// The client takes back the escrow of a lease whose host sent no proof for
@@ -377,21 +387,64 @@ impl CloseLease<'_> {
         require_keys_eq!(a.signer.key(), a.lease.client, MarketError::NotLeaseParty);
         let lease = &mut a.lease;
         require!(!lease.fully_proven(), MarketError::NothingToReclaim);
-        let interval = a.market.params.billing_interval_secs as i64;
-        let silence = interval * a.market.params.silence_intervals as i64;
+        let interval = lease.rules.billing_interval_secs as i64;
+        let silence = interval * lease.rules.silence_intervals as i64;
         require!(
             now >= lease.proven_until.saturating_add(silence),
             MarketError::HostNotSilent
         );
+        // The harm is the silence the client had to sit through before it could act: waiting
+        // longer to reclaim does not make it larger.
         let unproven = (lease.stop().min(now) - lease.proven_until).max(0) as u64;
-        let missed = unproven.div_ceil(interval as u64);
-        a.machine.record_missed(missed as u32)?;
+        let missed = unproven
+            .div_ceil(interval as u64)
+            .min(lease.rules.silence_intervals as u64) as u32;
+        a.machine.record_silence(missed)?;
         lease.stop_at = lease.proven_until;
         lease.preempted = false;
-        a.settle()
+        a.slash_for_silence(missed)?;
+        a.settle(now)
     }
 
-    fn settle(&mut self) -> Result<()> {
+    /// Slashes the host for `missed` silent intervals of this lease, at once and once: the
+    /// market's `slash_bps` per `slash_evidence` intervals of the host's stake; half goes to the
+    /// harmed client's stake, half is kept for the stake treasury. A client renting its own
+    /// machine slashes nothing.
+    fn slash_for_silence(&mut self, missed: u32) -> Result<()> {
+        if self.lease.client == self.machine.owner {
+            return Ok(());
+        }
+        let host = self
+            .host_stake
+            .as_mut()
+            .ok_or(MarketError::HostStakeMissing)?;
+        let p = &self.market.params;
+        let bps = slash_share_bps(p.slash_bps, missed, p.slash_evidence)?;
+        let (from_amount, from_pending) = host.slash(bps)?;
+        let taken = from_amount + from_pending;
+        let to_client = taken / 2;
+        self.market.keep_slashed(from_amount, from_pending)?;
+        let market = &mut self.market;
+        market.slashed_due -= to_client;
+        market.total_staked = market
+            .total_staked
+            .checked_add(to_client)
+            .ok_or(MarketError::Overflow)?;
+        let client = &mut self.client_stake;
+        client.amount = client
+            .amount
+            .checked_add(to_client)
+            .ok_or(MarketError::Overflow)?;
+        emit!(HostSlashed {
+            machine: self.machine.key(),
+            owner: self.machine.owner,
+            amount: taken,
+            to_client,
+        });
+        Ok(())
+    }
+
+    fn settle(&mut self, now: i64) -> Result<()> {
         let lease = &self.lease;
         let spot = lease.kind == BidKind::Spot;
         self.machine
@@ -402,11 +455,26 @@ impl CloseLease<'_> {
             .checked_sub(lease.gpu_count as u32)
             .ok_or(MarketError::Overflow)?;
         let bid = &mut self.bid;
-        let requeue = lease.preempted && bid.escrow > 0;
+        // A preempted spot bid goes back to the machine's book only while it can still run an
+        // interval there; settling never waits for room in a book (a full one means a refund).
+        let interval_cost = cost(
+            bid.price,
+            bid.unit(),
+            bid.gpu_count as u64,
+            lease.rules.billing_interval_secs as u64,
+        )
+        .map_err(MarketError::from)?;
+        let book = self.spot_book.as_ref().filter(|_| {
+            lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1)
+        });
+        let book = match book {
+            Some(b) if !b.load()?.is_full() => Some(b),
+            _ => None,
+        };
+        let requeue = book.is_some();
         let refund = if requeue { 0 } else { bid.escrow };
-        if requeue {
+        if let Some(book) = book {
             // Back in the machine's spot book, ranked by its profit, with its remaining escrow.
-            let book = self.spot_book.as_ref().ok_or(MarketError::WrongBook)?;
             let key = bid.spot_profit(&self.machine)?;
             bid.status = BidStatus::Open;
             let bid_key = bid.key();

@@ -45,6 +45,7 @@ impl RegisterMachine<'_> {
         machine.last_heartbeat = now;
         machine.bump = ctx.bumps.machine;
         machine.apply_terms(&terms)?;
+        ctx.accounts.market.tick_demand(now);
         ctx.accounts.market.add_offered(machine.offered())?;
         emit!(MachineRegistered {
             market: machine.market,
@@ -86,9 +87,9 @@ impl UpdateMachine<'_> {
         require!(machine.leases == 0, MarketError::MachineBusy);
         let before = machine.offered();
         machine.apply_terms(&terms)?;
-        ctx.accounts
-            .market
-            .add_offered(machine.offered() - before)?;
+        let market = &mut ctx.accounts.market;
+        market.tick_demand(Clock::get()?.unix_timestamp);
+        market.add_offered(machine.offered() - before)?;
         emit!(MachineUpdated {
             machine: machine.key(),
             agent: machine.agent,
@@ -106,9 +107,9 @@ impl UpdateMachine<'_> {
         let old = machine.status;
         let before = machine.offered();
         machine.status = status;
-        ctx.accounts
-            .market
-            .add_offered(machine.offered() - before)?;
+        let market = &mut ctx.accounts.market;
+        market.tick_demand(Clock::get()?.unix_timestamp);
+        market.add_offered(machine.offered() - before)?;
         emit!(MachineStatusChanged {
             machine: machine.key(),
             old,

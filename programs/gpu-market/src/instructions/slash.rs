@@ -1,16 +1,27 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
 
 use crate::errors::MarketError;
 use crate::events::HostSlashed;
 use crate::state::{Machine, Market, StakeAccount};
+
+/// The share of a host's stake a slash takes for `units` of evidence: `slash_bps` per
+/// `slash_evidence` units, in proportion, never more than the whole stake.
+pub fn slash_share_bps(slash_bps: u16, units: u32, slash_evidence: u16) -> Result<u16> {
+    let bps = gpu_market_core::math::mul_div_floor(
+        slash_bps as u64,
+        units as u64,
+        slash_evidence.max(1) as u64,
+    )
+    .map_err(MarketError::from)?;
+    Ok(bps.min(gpu_market_core::BPS) as u16)
+}
 
 #[derive(Accounts)]
 pub struct Slash<'info> {
     /// Anyone: slashing follows from the evidence on the machine, not from a decision.
     pub signer: Signer<'info>,
 
-    #[account(mut, has_one = stake_mint, has_one = stake_vault, has_one = stake_treasury)]
+    #[account(mut)]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, has_one = market)]
@@ -22,69 +33,40 @@ pub struct Slash<'info> {
             && host_stake.owner == machine.owner @ MarketError::WrongStakeAccount,
     )]
     pub host_stake: Box<Account<'info, StakeAccount>>,
-
-    pub stake_mint: Box<Account<'info, Mint>>,
-
-    #[account(mut)]
-    pub stake_vault: Box<Account<'info, TokenAccount>>,
-
-    #[account(mut)]
-    pub stake_treasury: Box<Account<'info, TokenAccount>>,
-
-    pub token_program: Program<'info, Token>,
 }
 
 impl Slash<'_> {
-    /// Takes `slash_bps` of the host's stake to the stake treasury once the machine has
-    /// `slash_evidence` missed intervals or power-limit violations not yet used by a slash;
-    /// the evidence is used up.
+    /// Uses up every piece of current evidence on the machine (intervals its proofs skipped,
+    /// proofs over the agreed power limit) in one slash proportionate to it: `slash_bps` of the
+    /// host's stake per `slash_evidence` pieces. Less than `slash_evidence` pieces, or evidence
+    /// older than the market's window, slashes nothing. The stake is kept for the stake
+    /// treasury (`collect_fees`); silence a client proves is slashed by `reclaim_escrow`, with
+    /// half to that client.
     pub fn slash(ctx: Context<Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
         let a = &mut *ctx.accounts;
         let params = a.market.params;
-        let evidence = params.slash_evidence as u32;
         let machine = &mut a.machine;
-        if machine.unslashed_missed >= evidence {
-            machine.unslashed_missed -= evidence;
-        } else if machine.unslashed_violations >= evidence {
-            machine.unslashed_violations -= evidence;
-        } else {
-            return err!(MarketError::NoSlashingEvidence);
-        }
-        let (from_amount, from_pending) = a.host_stake.slash(params.slash_bps)?;
-        let market = &mut a.market;
-        market.total_staked = market
-            .total_staked
-            .checked_sub(from_amount)
+        machine.expire_evidence(now, &a.market);
+        let units = machine
+            .unslashed_missed
+            .checked_add(machine.unslashed_violations)
             .ok_or(MarketError::Overflow)?;
-        market.total_pending_unstake = market
-            .total_pending_unstake
-            .checked_sub(from_pending)
-            .ok_or(MarketError::Overflow)?;
-        let amount = from_amount + from_pending;
+        require!(
+            units >= params.slash_evidence as u32,
+            MarketError::NoSlashingEvidence
+        );
+        machine.unslashed_missed = 0;
+        machine.unslashed_violations = 0;
+        let bps = slash_share_bps(params.slash_bps, units, params.slash_evidence)?;
+        let (from_amount, from_pending) = a.host_stake.slash(bps)?;
+        a.market.keep_slashed(from_amount, from_pending)?;
         emit!(HostSlashed {
             machine: machine.key(),
             owner: machine.owner,
-            amount,
+            amount: from_amount + from_pending,
+            to_client: 0,
         });
-        if amount == 0 {
-            return Ok(());
-        }
-        let market_info = market.to_account_info();
-        market.with_signer(|signer| {
-            token::transfer_checked(
-                CpiContext::new_with_signer(
-                    a.token_program.key(),
-                    TransferChecked {
-                        from: a.stake_vault.to_account_info(),
-                        mint: a.stake_mint.to_account_info(),
-                        to: a.stake_treasury.to_account_info(),
-                        authority: market_info,
-                    },
-                    signer,
-                ),
-                amount,
-                a.stake_mint.decimals,
-            )
-        })
+        Ok(())
     }
 }

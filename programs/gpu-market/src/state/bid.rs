@@ -100,6 +100,8 @@ pub struct Bid {
     pub deadline: i64,
     /// Tokens locked in the market's payment vault for this bid.
     pub escrow: u64,
+    /// Paid at placement for urgency (the market's at once; never refunded).
+    pub urgency_premium: u64,
     /// The client's token account the escrow came from: where a keeper sends a refund (any
     /// token account of the client for the payment mint is accepted).
     pub refund_tokens: Pubkey,
@@ -114,8 +116,11 @@ pub struct Bid {
 
 impl Bid {
     /// Account size with `terms` overclock entries.
+    /// More than `MAX_GPUS` entries get the largest account (placement then refuses them with
+    /// `BadOverclockCount`, never a panic).
     pub const fn space(terms: usize) -> usize {
-        8 + Self::INIT_SPACE - (MAX_GPUS - terms) * OverclockTerms::INIT_SPACE
+        let unused = MAX_GPUS.saturating_sub(terms);
+        8 + Self::INIT_SPACE - unused * OverclockTerms::INIT_SPACE
     }
 
     /// The overclock terms of the bid's GPU `i`.

@@ -1,6 +1,29 @@
 use anchor_lang::prelude::*;
 
-use crate::state::{BidKind, MAX_GPUS};
+use crate::state::{BidKind, MarketParams, MAX_GPUS};
+
+/// The market's rules a lease runs under, copied when it starts: the market's authority can
+/// change the market's parameters, never the terms of a running lease.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+pub struct LeaseRules {
+    pub billing_interval_secs: u32,
+    pub protocol_fee_bps: u16,
+    pub idle_utilisation_bps: u16,
+    pub idle_intervals: u16,
+    pub silence_intervals: u16,
+}
+
+impl LeaseRules {
+    pub fn of(params: &MarketParams) -> Self {
+        LeaseRules {
+            billing_interval_secs: params.billing_interval_secs,
+            protocol_fee_bps: params.protocol_fee_bps,
+            idle_utilisation_bps: params.idle_utilisation_bps,
+            idle_intervals: params.idle_intervals,
+            silence_intervals: params.silence_intervals,
+        }
+    }
+}
 
 /// A bid running on a machine: created by `allocate`, paid by `submit_usage`, closed by
 /// `end_lease` or `reclaim_escrow`. The bid keeps the escrow; the lease keeps the proofs.
@@ -33,6 +56,9 @@ pub struct Lease {
     pub proof_hash: [u8; 32],
     /// Gross amount paid out of escrow (host + fee).
     pub paid: u64,
+    /// Payable seconds proven in all: pay is the cost of this total less `paid`, so no
+    /// interval's rounding is ever lost.
+    pub billed_secs: u64,
     pub gpu_seconds: u64,
     pub energy_j: u64,
     pub idle_streak: u16,
@@ -41,6 +67,8 @@ pub struct Lease {
     pub violations: u32,
     /// A spot lease stopped by a better bid: its bid goes back to the book when it ends.
     pub preempted: bool,
+    /// The market's rules when the lease started.
+    pub rules: LeaseRules,
     pub bump: u8,
 }
 

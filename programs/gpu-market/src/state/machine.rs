@@ -125,9 +125,11 @@ pub struct Machine {
     pub missed_intervals: u32,
     /// Proofs whose peak power exceeded the agreed limit, ever.
     pub violations: u32,
-    /// Evidence not yet used by a slash.
+    /// Evidence not yet used by a slash: skipped intervals and power-limit violations since
+    /// `evidence_since` (evidence older than the market's window expires).
     pub unslashed_missed: u32,
     pub unslashed_violations: u32,
+    pub evidence_since: i64,
     pub bump: u8,
 }
 
@@ -261,12 +263,35 @@ impl Machine {
         Ok(())
     }
 
-    /// Records `missed` unproven intervals as evidence of silence.
-    pub fn record_missed(&mut self, missed: u32) -> Result<()> {
+    /// Counts intervals a client proved silent (`reclaim_escrow`, which slashes for them at
+    /// once): a statistic, not evidence for `slash`.
+    pub fn record_silence(&mut self, missed: u32) -> Result<()> {
         self.missed_intervals = self
             .missed_intervals
             .checked_add(missed)
             .ok_or(MarketError::Overflow)?;
+        Ok(())
+    }
+
+    /// Drops evidence older than the market's window; what is left is current.
+    pub fn expire_evidence(&mut self, now: i64, market: &Market) {
+        if now
+            > self
+                .evidence_since
+                .saturating_add(market.evidence_window_secs())
+        {
+            self.unslashed_missed = 0;
+            self.unslashed_violations = 0;
+        }
+        if self.unslashed_missed == 0 && self.unslashed_violations == 0 {
+            self.evidence_since = now;
+        }
+    }
+
+    /// Records intervals a proof skipped (never paid) as evidence for `slash`.
+    pub fn record_missed(&mut self, missed: u32, now: i64, market: &Market) -> Result<()> {
+        self.record_silence(missed)?;
+        self.expire_evidence(now, market);
         self.unslashed_missed = self
             .unslashed_missed
             .checked_add(missed)
@@ -274,12 +299,13 @@ impl Machine {
         Ok(())
     }
 
-    /// Records a proof with power-limit violations.
-    pub fn record_violation(&mut self) -> Result<()> {
+    /// Records a proof with power-limit violations as evidence for `slash`.
+    pub fn record_violation(&mut self, now: i64, market: &Market) -> Result<()> {
         self.violations = self
             .violations
             .checked_add(1)
             .ok_or(MarketError::Overflow)?;
+        self.expire_evidence(now, market);
         self.unslashed_violations = self
             .unslashed_violations
             .checked_add(1)
@@ -287,9 +313,10 @@ impl Machine {
         Ok(())
     }
 
-    /// GPUs this machine offers to the market (its count while active, else none).
+    /// GPUs this machine offers to the market: its count until it retires. A pause does not
+    /// move the count, so a host cannot raise the reserve price by pausing machines.
     pub fn offered(&self) -> i64 {
-        if self.status == MachineStatus::Active {
+        if self.status != MachineStatus::Retired {
             self.gpu_count as i64
         } else {
             0

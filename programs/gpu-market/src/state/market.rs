@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 use gpu_market_core::pricing;
-use gpu_market_core::score::Weights;
+use gpu_market_core::score::{Inputs, Weights};
 
 use crate::errors::MarketError;
 use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccount};
@@ -18,10 +18,16 @@ pub struct MarketParams {
     pub weights_bps: [u16; 3],
     /// The stake at which the stake input S saturates.
     pub stake_bound: u64,
-    /// GPUs × GiB × seconds at which the complexity input C saturates.
-    pub resource_bound_gib_secs: u64,
+    /// The spend per hour (price × GPUs, payment-token base units) at which the complexity
+    /// input C saturates.
+    pub spend_bound: u64,
+    /// The urgency premium, as a share of the bid's escrow (bps), at which the urgency input U
+    /// saturates.
+    pub urgency_premium_bps: u16,
     /// Score a waiting bid gains per billing interval, so no bid starves.
     pub aging_per_interval: u16,
+    /// The most aging a queue bid can gather (bps): its deadline may leave it no longer to wait.
+    pub aging_cap_bps: u16,
     /// Anti-monopoly cap: the most of the market's GPUs one client may hold, in bps.
     pub max_client_share_bps: u16,
     /// Base of the dynamic reserve price, per GPU-hour, in payment-token base units.
@@ -48,6 +54,17 @@ pub struct MarketParams {
     pub min_host_stake: u64,
 }
 
+/// Bounds on what a market's authority may set: the parameters can be changed, never bent.
+pub const MAX_BILLING_INTERVAL_SECS: u32 = 3_600;
+pub const MAX_PROTOCOL_FEE_BPS: u16 = 1_000;
+pub const MAX_UNSTAKE_COOLDOWN_SECS: u32 = 30 * 86_400;
+pub const MAX_SLASH_BPS: u16 = 5_000;
+/// Demand samples `tick_demand` catches up at most (smoothing has converged long before).
+pub const MAX_DEMAND_CATCH_UP: u64 = 64;
+/// A host always has one whole interval after a window ends to prove it before a client may
+/// call it silent.
+pub const MIN_SILENCE_INTERVALS: u16 = 2;
+
 impl MarketParams {
     /// Reasonable defaults around the given interval, fee and cooldown: the Neurolov weights,
     /// neutral seasons, no capability premium, demand smoothed at 20 % per sample, capped at +100 %.
@@ -63,8 +80,11 @@ impl MarketParams {
             unstake_cooldown_secs,
             weights_bps: [w.stake_bps, w.urgency_bps, w.complexity_bps],
             stake_bound: 1_000_000_000,
-            resource_bound_gib_secs: 8 * 80 * 86_400,
+            // A full 16-GPU machine at four times the base price.
+            spend_bound: 16 * 4 * 1_000_000,
+            urgency_premium_bps: 1_000,
             aging_per_interval: 10,
+            aging_cap_bps: 3_000,
             max_client_share_bps: 5_000,
             base_price_per_gpu_hour: 1_000_000,
             capability_bps: [0; GPU_CLASSES],
@@ -76,8 +96,33 @@ impl MarketParams {
             silence_intervals: 3,
             slash_evidence: 3,
             slash_bps: 1_000,
-            min_host_stake: 0,
+            // What a full 16-GPU machine earns in a day at the base price: a host that fakes
+            // its GPUs risks more than it can take before its clients react.
+            min_host_stake: 1_000_000 * 16 * 24,
         }
+    }
+
+    /// The score inputs of a bid by a client with `stake`: what it pays per hour while running
+    /// (`spend_per_hour`), the escrow it locks and the urgency premium it gives up.
+    pub fn score_inputs(
+        &self,
+        stake: u64,
+        spend_per_hour: u64,
+        escrow: u64,
+        urgency_premium: u64,
+    ) -> Result<Inputs> {
+        let urgency_bound =
+            gpu_market_core::math::apply_bps(escrow, self.urgency_premium_bps as u64)
+                .map_err(MarketError::from)?
+                .max(1);
+        Ok(Inputs {
+            stake,
+            stake_bound: self.stake_bound,
+            urgency_premium,
+            urgency_bound,
+            spend_per_hour,
+            spend_bound: self.spend_bound,
+        })
     }
 
     pub fn weights(&self) -> Weights {
@@ -93,12 +138,22 @@ impl MarketParams {
         let bps = gpu_market_core::BPS;
         require!(self.weights().is_valid(), MarketError::InvalidWeights);
         require!(
-            self.billing_interval_secs > 0,
+            (1..=MAX_BILLING_INTERVAL_SECS).contains(&self.billing_interval_secs),
             MarketError::InvalidBillingInterval
         );
-        require!(self.protocol_fee_bps as u64 <= bps, MarketError::InvalidFee);
         require!(
-            self.stake_bound > 0 && self.resource_bound_gib_secs > 0,
+            self.protocol_fee_bps <= MAX_PROTOCOL_FEE_BPS,
+            MarketError::InvalidFee
+        );
+        require!(
+            self.unstake_cooldown_secs <= MAX_UNSTAKE_COOLDOWN_SECS,
+            MarketError::InvalidCooldown
+        );
+        require!(
+            self.stake_bound > 0
+                && self.spend_bound > 0
+                && self.urgency_premium_bps > 0
+                && self.aging_cap_bps as u64 <= bps,
             MarketError::InvalidScoreBounds
         );
         require!(
@@ -113,10 +168,10 @@ impl MarketParams {
         );
         require!(
             self.idle_intervals > 0
-                && self.silence_intervals > 0
+                && self.silence_intervals >= MIN_SILENCE_INTERVALS
                 && self.slash_evidence > 0
                 && self.idle_utilisation_bps as u64 <= bps
-                && self.slash_bps as u64 <= bps,
+                && self.slash_bps <= MAX_SLASH_BPS,
             MarketError::InvalidEnforcement
         );
         Ok(())
@@ -139,8 +194,10 @@ pub struct Market {
     /// Token account of the stake mint that receives slashed host stake.
     pub stake_treasury: Pubkey,
     pub params: MarketParams,
-    /// Smoothed demand factor (bps), fed by the allocation rounds.
+    /// Smoothed demand factor (bps), sampled once per billing interval (`tick_demand`).
     pub demand_bps: u64,
+    /// The billing interval of the last demand sample.
+    pub demand_interval: u64,
     /// The market's queue book (a `BidBook` account), set by `init_queue_book`.
     pub queue_book: Pubkey,
     /// GPUs of active machines (the supply side of the demand factor and the cap's base).
@@ -156,6 +213,14 @@ pub struct Market {
     /// Tokens asked back and still in the stake vault, waiting for their cooldown.
     pub total_pending_unstake: u64,
     pub created_at: i64,
+    /// Parameters `update_market` scheduled, applied from `pending_at` on (0: none pending).
+    pub pending_params: MarketParams,
+    pub pending_at: i64,
+    /// Protocol fees held in the payment vault until `collect_fees` moves them to the treasury
+    /// (so no payment depends on an account the authority could close or freeze).
+    pub fees_due: u64,
+    /// Slashed host stake held in the stake vault until `collect_fees` moves it.
+    pub slashed_due: u64,
     pub bump: u8,
     pub stake_vault_bump: u8,
     pub payment_vault_bump: u8,
@@ -216,7 +281,9 @@ impl Market {
         bid: &Bid,
         book: &mut BidBook,
         stake: &mut StakeAccount,
+        now: i64,
     ) -> Result<u64> {
+        self.tick_demand(now);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
         let leaf = book
             .remove(BookKey::new(bid.book_key, bid.seq))
@@ -249,16 +316,26 @@ impl Market {
         Ok(lowest)
     }
 
-    /// Feeds one demand sample (waiting vs offered GPUs) into the smoothed demand factor.
-    pub fn sample_demand(&mut self) {
+    /// Samples demand on the market's clock: one sample (waiting vs offered GPUs, as they stood
+    /// since the last change) per billing interval that has begun since the last sample, at most
+    /// `MAX_DEMAND_CATCH_UP` of them. Every instruction that changes either count calls it
+    /// first, so the reserve price is the same whoever calls and whenever.
+    pub fn tick_demand(&mut self, now: i64) {
+        let interval = self.interval_at(now);
+        let due = interval
+            .saturating_sub(self.demand_interval)
+            .min(MAX_DEMAND_CATCH_UP);
         let p = &self.params;
         let sample = pricing::demand_bps(
             self.gpus_waiting,
             self.gpus_offered,
             p.demand_cap_bps as u64,
         );
-        self.demand_bps =
-            pricing::smooth_bps(self.demand_bps, sample, p.demand_smoothing_bps as u64);
+        for _ in 0..due {
+            self.demand_bps =
+                pricing::smooth_bps(self.demand_bps, sample, p.demand_smoothing_bps as u64);
+        }
+        self.demand_interval = self.demand_interval.max(interval);
     }
 
     /// Adds (or, negative, removes) GPUs waiting in the queue book.
@@ -290,6 +367,46 @@ impl Market {
     pub fn interval_at(&self, unix_time: i64) -> u64 {
         (unix_time.saturating_sub(self.created_at).max(0) as u64)
             / self.params.billing_interval_secs as u64
+    }
+
+    /// How long a parameter change waits before it applies: a staker who disagrees can ask its
+    /// stake back at once and withdraw it before the change lands.
+    pub fn notice_secs(&self) -> i64 {
+        self.params.unstake_cooldown_secs as i64 + self.params.billing_interval_secs as i64
+    }
+
+    /// How long slashing evidence stays usable: the time it takes to gather `slash_evidence`
+    /// intervals of it, plus the unstake cooldown (the time a host needs to leave).
+    pub fn evidence_window_secs(&self) -> i64 {
+        let p = &self.params;
+        p.unstake_cooldown_secs as i64 + p.billing_interval_secs as i64 * p.slash_evidence as i64
+    }
+
+    /// Applies the scheduled parameters if their time has come; whether it did.
+    pub fn apply_due_update(&mut self, now: i64) -> bool {
+        if self.pending_at == 0 || now < self.pending_at {
+            return false;
+        }
+        self.params = self.pending_params;
+        self.pending_at = 0;
+        true
+    }
+
+    /// Moves `amount` of a host's slashed stake into the market's keeping (`slashed_due`).
+    pub fn keep_slashed(&mut self, from_amount: u64, from_pending: u64) -> Result<()> {
+        self.total_staked = self
+            .total_staked
+            .checked_sub(from_amount)
+            .ok_or(MarketError::Overflow)?;
+        self.total_pending_unstake = self
+            .total_pending_unstake
+            .checked_sub(from_pending)
+            .ok_or(MarketError::Overflow)?;
+        self.slashed_due = self
+            .slashed_due
+            .checked_add(from_amount + from_pending)
+            .ok_or(MarketError::Overflow)?;
+        Ok(())
     }
 
     /// Holds after every instruction that changes the market's parameters (the totals are

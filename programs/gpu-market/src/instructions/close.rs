@@ -1,0 +1,90 @@
+//! Giving rent back: accounts whose work is over close, and their owners get the lamports.
+
+use anchor_lang::prelude::*;
+
+use crate::errors::MarketError;
+use crate::state::{BidBook, Machine, MachineStatus, Market, StakeAccount};
+
+#[derive(Accounts)]
+pub struct CloseStake<'info> {
+    #[account(mut)]
+    pub owner: Signer<'info>,
+
+    /// Only an empty stake: nothing staked or pending, no waiting bid, no GPU held.
+    #[account(
+        mut,
+        close = owner,
+        has_one = owner,
+        constraint = stake.amount == 0
+            && stake.pending_unstake == 0
+            && stake.open_bids == 0
+            && stake.gpus_held == 0 @ MarketError::StakeNotEmpty,
+    )]
+    pub stake: Box<Account<'info, StakeAccount>>,
+}
+
+impl CloseStake<'_> {
+    pub fn close_stake(_ctx: Context<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct CloseMachine<'info> {
+    #[account(mut)]
+    pub owner: Signer<'info>,
+
+    /// A retired machine with no lease left.
+    #[account(
+        mut,
+        close = owner,
+        has_one = owner,
+        constraint = machine.status == MachineStatus::Retired @ MarketError::MachineNotRetired,
+        constraint = machine.leases == 0 @ MarketError::MachineBusy,
+    )]
+    pub machine: Box<Account<'info, Machine>>,
+
+    /// The machine's spot book, when it has one: it closes with the machine, once empty.
+    #[account(mut, close = owner, address = machine.spot_book @ MarketError::WrongBook)]
+    pub spot_book: Option<AccountLoader<'info, BidBook>>,
+}
+
+impl CloseMachine<'_> {
+    pub fn close_machine(ctx: Context<Self>) -> Result<()> {
+        let a = &ctx.accounts;
+        match &a.spot_book {
+            Some(book) => require!(book.load()?.is_empty(), MarketError::BookNotEmpty),
+            // Its rent would be stranded: the book can only close with its machine.
+            None => require_keys_eq!(
+                a.machine.spot_book,
+                Pubkey::default(),
+                MarketError::WrongBook
+            ),
+        }
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct CloseQueueBook<'info> {
+    #[account(mut)]
+    pub authority: Signer<'info>,
+
+    #[account(mut, has_one = authority @ MarketError::NotMarketAuthority)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(mut, close = authority, address = market.queue_book @ MarketError::WrongBook)]
+    pub book: AccountLoader<'info, BidBook>,
+}
+
+impl CloseQueueBook<'_> {
+    /// Closes the market's empty queue book (a new one can be opened with `init_queue_book`).
+    pub fn close_queue_book(ctx: Context<Self>) -> Result<()> {
+        require!(
+            ctx.accounts.book.load()?.is_empty(),
+            MarketError::BookNotEmpty
+        );
+        ctx.accounts.market.queue_book = Pubkey::default();
+        Ok(())
+    }
+}
