@@ -434,6 +434,34 @@ impl TopUpBid<'_> {
     }
 }
 
+/// Takes the waiting bid of `$a` (accounts with `market`, `bid`, `book`, `stake`,
+/// `payment_vault`, `payment_mint`, `client_tokens`, `token_program`) out of its book and refunds
+/// its escrow in full to the client's token account; the event says why.
+macro_rules! refund_waiting {
+    ($a:expr, $now:expr, $reason:expr) => {{
+        let a = &mut *$a;
+        let bid_key = a.bid.key();
+        let refund =
+            a.market
+                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, $now)?;
+        pay_out(
+            &a.market,
+            a.market.to_account_info(),
+            a.payment_vault.to_account_info(),
+            &a.payment_mint,
+            a.client_tokens.to_account_info(),
+            &a.token_program,
+            refund,
+        )?;
+        emit!(BidCancelled {
+            bid: bid_key,
+            refund,
+            reason: $reason,
+        });
+        Ok(())
+    }};
+}
+
 #[derive(Accounts)]
 pub struct CancelBid<'info> {
     #[account(mut)]
@@ -472,26 +500,7 @@ impl CancelBid<'_> {
     /// Takes a waiting bid out of its book and refunds its escrow in full.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        let a = &mut *ctx.accounts;
-        let bid_key = a.bid.key();
-        let refund =
-            a.market
-                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, now)?;
-        pay_out(
-            &a.market,
-            a.market.to_account_info(),
-            a.payment_vault.to_account_info(),
-            &a.payment_mint,
-            a.client_tokens.to_account_info(),
-            &a.token_program,
-            refund,
-        )?;
-        emit!(BidCancelled {
-            bid: bid_key,
-            refund,
-            reason: BidRemoval::Cancelled,
-        });
-        Ok(())
+        refund_waiting!(ctx.accounts, now, BidRemoval::Cancelled)
     }
 }
 
@@ -538,26 +547,10 @@ pub struct PruneBid<'info> {
 impl PruneBid<'_> {
     pub fn prune_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        let a = &mut *ctx.accounts;
-        require!(now >= a.bid.deadline, MarketError::BidNotExpired);
-        let bid_key = a.bid.key();
-        let refund =
-            a.market
-                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, now)?;
-        pay_out(
-            &a.market,
-            a.market.to_account_info(),
-            a.payment_vault.to_account_info(),
-            &a.payment_mint,
-            a.client_tokens.to_account_info(),
-            &a.token_program,
-            refund,
-        )?;
-        emit!(BidCancelled {
-            bid: bid_key,
-            refund,
-            reason: BidRemoval::Expired,
-        });
-        Ok(())
+        require!(
+            now >= ctx.accounts.bid.deadline,
+            MarketError::BidNotExpired
+        );
+        refund_waiting!(ctx.accounts, now, BidRemoval::Expired)
     }
 }
