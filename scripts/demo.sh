@@ -249,7 +249,7 @@ $(cat "$DEMO_DIR/simulated.toml")
 TOML
 echo "agent configuration: $DEMO_DIR/agent/agent.toml"
 
-step "three clients stake different amounts (their bids score by stake, urgency and size)"
+step "three clients stake different amounts (their bids score by stake, urgency premium and spend per hour)"
 cli alice stake deposit --market "$MARKET" 50 >/dev/null
 cli bob stake deposit --market "$MARKET" 20 >/dev/null
 cli carol stake deposit --market "$MARKET" 5 >/dev/null
@@ -416,6 +416,10 @@ containers
 kill "$POLLER_PID" 2>/dev/null || true
 wait "$POLLER_PID" 2>/dev/null || true
 POLLER_PID=""
+
+step "the market holds its fees (and any slashed stake) until anyone collects them into its treasuries"
+cli authority market show "$MARKET" | grep -E '^(fees_due|slashed_due) '
+cli authority market collect "$MARKET"
 snapshot after
 
 step "balances before the first bid and after the last settlement, in tokens"

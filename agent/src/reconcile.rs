@@ -1415,6 +1415,52 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_market_update_leaves_a_running_lease_on_the_interval_it_started_with() {
+        let h = Harness::new(&[0, 0]);
+        let (mut r, old) =
+            allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+        run_for(&mut r, INTERVAL as u64).await;
+        // The market's interval halves: the running lease keeps 60 s, a new one gets 30 s.
+        h.chain.set_interval(INTERVAL / 2);
+        h.chain
+            .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
+        run_for(&mut r, 3 * INTERVAL as u64).await;
+        let new = h.chain.lease_of_bid(Key([2; 32])).expect("allocated");
+        assert_eq!(new.interval_secs, INTERVAL / 2);
+
+        let windows = |lease: &LeaseView| -> Vec<(i64, i64)> {
+            h.chain
+                .accepted()
+                .into_iter()
+                .filter(|a| a.lease == lease.key)
+                .map(|a| a.window)
+                .collect()
+        };
+        let expected = |lease: &LeaseView, n: usize| -> Vec<(i64, i64)> {
+            let secs = lease.interval_secs as i64;
+            (0..n as i64)
+                .map(|k| {
+                    (
+                        lease.started_at + k * secs,
+                        lease.started_at + (k + 1) * secs,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(proven_intervals(&h, old.key), vec![0, 1, 2, 3]);
+        assert_eq!(
+            windows(&old),
+            expected(&old, 4),
+            "proven every 60 s throughout"
+        );
+        let proven = windows(&new);
+        assert!(proven.len() >= 5, "{proven:?}");
+        assert_eq!(proven, expected(&new, proven.len()), "proven every 30 s");
+        assert_eq!(h.chain.lease(old.key).unwrap().interval_secs, INTERVAL);
+        assert_eq!(r.state().leases[&old.key].interval_secs, INTERVAL);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_simulated_load_follows_the_containers_cpu_share_read_off_the_tick() {
         let h = Harness::new(&[0]);
         let (mut r, lease) =

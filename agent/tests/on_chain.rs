@@ -2,7 +2,8 @@
 //! Docker engine and the registry on 127.0.0.1:5000 (`scripts/engine.sh start`), and the
 //! simulated GPU backend (SIMULATED GPU: this machine has none). A client's bid is allocated by
 //! the agent, its image pulled and run with a GPU device request, its usage proven each billing
-//! interval and paid to the host; a kill -9 in the middle loses and doubles nothing.
+//! interval and paid to the host (the fees held by the market for `collect_fees`); a kill -9 in
+//! the middle loses and doubles nothing.
 
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,8 @@ use support::*;
 struct Settled {
     proofs: Vec<UsageProven>,
     host_delta: u64,
-    treasury_delta: u64,
+    /// The fees the market holds for `collect_fees` (`Market.fees_due`).
+    fees_delta: u64,
     client_delta: u64,
 }
 
@@ -46,8 +48,11 @@ struct Scenario {
     docker: bollard::Docker,
     lease: Pubkey,
     escrow: u64,
-    /// Host, treasury and client token balances after the bid was placed.
+    /// The host's tokens, the market's fees due and the client's tokens after the bid was
+    /// placed.
     before: [u64; 3],
+    /// The treasury's tokens after the bid was placed.
+    treasury: u64,
 }
 
 impl Scenario {
@@ -64,6 +69,7 @@ impl Scenario {
             .unwrap();
         let escrow = live.cluster.account::<Bid>(&bid).await.unwrap().escrow;
         let before = Self::balances(&live, &client).await;
+        let treasury = live.cluster.token_balance(&live.treasury).await.unwrap();
         let scenario = Scenario {
             live,
             client,
@@ -73,6 +79,7 @@ impl Scenario {
             lease: pda::lease(&bid).0,
             escrow,
             before,
+            treasury,
         };
         (scenario, agent)
     }
@@ -81,7 +88,7 @@ impl Scenario {
         let c = &live.cluster;
         [
             c.token_balance(&live.host.tokens).await.unwrap(),
-            c.token_balance(&live.treasury).await.unwrap(),
+            live.market_state().await.unwrap().fees_due,
             c.token_balance(&client.tokens).await.unwrap(),
         ]
     }
@@ -105,15 +112,26 @@ impl Scenario {
     async fn settle_and_check(&self) -> Settled {
         let proofs = self.live.usage_proofs(&self.lease).await.unwrap();
         let after = Self::balances(&self.live, &self.client).await;
-        let [host_delta, treasury_delta, client_delta] =
-            [0, 1, 2].map(|i| after[i] - self.before[i]);
+        let [host_delta, fees_delta, client_delta] = [0, 1, 2].map(|i| after[i] - self.before[i]);
         let to_host: u64 = proofs.iter().map(|p| p.paid_to_host).sum();
         let fees: u64 = proofs.iter().map(|p| p.fee).sum();
         assert_eq!(
             host_delta, to_host,
             "the host receives exactly what the proofs pay"
         );
-        assert_eq!(treasury_delta, fees, "the treasury receives the fees");
+        assert_eq!(
+            fees_delta, fees,
+            "the market holds the fees until collect_fees"
+        );
+        assert_eq!(
+            self.live
+                .cluster
+                .token_balance(&self.live.treasury)
+                .await
+                .unwrap(),
+            self.treasury,
+            "proofs pay nothing to the treasury"
+        );
         assert_eq!(
             client_delta,
             self.escrow - to_host - fees,
@@ -128,7 +146,7 @@ impl Scenario {
         Settled {
             proofs,
             host_delta,
-            treasury_delta,
+            fees_delta,
             client_delta,
         }
     }
@@ -181,7 +199,7 @@ async fn a_bid_is_allocated_run_on_the_engine_proven_and_paid() {
         "a 3-interval lease is proven in at least 3 proofs: {}",
         settled.proofs.len()
     );
-    assert!(settled.host_delta > 0 && settled.treasury_delta > 0);
+    assert!(settled.host_delta > 0 && settled.fees_delta > 0);
     assert!(settled.client_delta < escrow);
     let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
     assert_eq!(machine.leases, 0);
@@ -195,10 +213,10 @@ async fn a_bid_is_allocated_run_on_the_engine_proven_and_paid() {
         "the agent watched the program's accounts over the websocket; log:\n{log}"
     );
     println!(
-        "lease {lease}: {} proofs, host +{}, treasury +{}, client refund {} of escrow {escrow}",
+        "lease {lease}: {} proofs, host +{}, fees due +{}, client refund {} of escrow {escrow}",
         settled.proofs.len(),
         settled.host_delta,
-        settled.treasury_delta,
+        settled.fees_delta,
         settled.client_delta
     );
 }
@@ -271,11 +289,11 @@ async fn place_all(live: &LiveMarket, client: &Wallet, bids: Vec<PlaceBidArgs>) 
 
 /// Queue bids this 2-GPU class-0 machine of 24 GiB GPUs can never serve, yet priced at the
 /// reserve price of their classes and more, so the program takes them: class-1 bids, bids for
-/// 3 GPUs, bids for 32 GiB per GPU, in turn.
+/// 3 GPUs, bids for 32 GiB per GPU, in turn, each until `deadline`.
 fn unservable(nonces: std::ops::Range<u64>, secs: u32, deadline: i64) -> Vec<PlaceBidArgs> {
     nonces
         .map(|nonce| {
-            let mut b = queue_bid(nonce, secs, deadline - 3_600);
+            let mut b = queue_bid(nonce, secs, deadline);
             b.deadline = deadline;
             match nonce % 3 {
                 0 => b.accepted_classes = 0b10,
@@ -322,11 +340,13 @@ async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
     .await
     .unwrap();
     let started = Instant::now();
-    let unservable_bids: Vec<Pubkey> = futures_util::future::join_all(
-        clients
-            .iter()
-            .map(|c| place_all(&live, c, unservable(0..PER_CLIENT, 20, now + 3_600))),
-    )
+    let unservable_bids: Vec<Pubkey> = futures_util::future::join_all(clients.iter().map(|c| {
+        place_all(
+            &live,
+            c,
+            unservable(0..PER_CLIENT, 20, now + QUEUE_WAIT_SECS),
+        )
+    }))
     .await
     .concat();
     let placed = unservable_bids.len();

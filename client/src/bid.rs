@@ -11,6 +11,7 @@ use gpu_market::state::{
 };
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
+use gpu_market_core::settlement::SECS_PER_HOUR;
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::envelope;
@@ -107,9 +108,14 @@ pub struct PlaceArgs {
     /// Longest run time: seconds, or e.g. 90m, 2h, 1d.
     #[arg(long)]
     duration: String,
-    /// Latest end: +DURATION from now or a unix time [default: one hour after the duration].
+    /// Latest end: +DURATION from now or a unix time [default: one hour after the duration,
+    /// or less where the market's aging cap allows a queue bid less time to wait].
     #[arg(long)]
     deadline: Option<String>,
+    /// A premium in payment token units, paid on top of the escrow and never refunded: it buys
+    /// the urgency part of a queue bid's score.
+    #[arg(long, default_value = "0", allow_hyphen_values = true)]
+    urgency_premium: String,
     /// Environment for the container, KEY=VALUE lines; sealed before it leaves this machine.
     #[arg(long, value_name = "FILE")]
     env: Option<PathBuf>,
@@ -275,10 +281,23 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     if duration == 0 {
         bail!("the duration must be greater than zero");
     }
+    let urgency_premium = parse::amount(&a.urgency_premium, decimals, "urgency premium")?;
     let now = config.cluster_time()?;
     let deadline = match &a.deadline {
         Some(d) => parse::deadline(d, now)?,
-        None => now.saturating_add(duration as i64 + 3_600),
+        None => {
+            // An hour to wait, or as long as the aging cap lets a queue bid wait.
+            let p = &m.params;
+            let cap = match kind {
+                BidKind::Queue => {
+                    score::max_wait_intervals(p.aging_per_interval as u64, p.aging_cap_bps as u64)
+                        .map(|n| n.saturating_mul(p.billing_interval_secs as u64))
+                }
+                BidKind::Spot => None,
+            };
+            let wait = cap.map_or(3_600, |c| c.min(3_600)) as i64;
+            now.saturating_add(duration as i64 + wait)
+        }
     };
     if a.image.len() > IMAGE_REF_LEN {
         bail!("the image reference is longer than {IMAGE_REF_LEN} bytes");
@@ -310,12 +329,15 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
         .map_err(|_| anyhow!("the bid's escrow (price × GPUs × duration) is too large"))?;
     let (client_tokens, balance) =
         config.token_account(&client.pubkey(), &m.payment_mint, a.tokens)?;
+    let paid = escrow
+        .checked_add(urgency_premium)
+        .ok_or_else(|| anyhow!("the bid's escrow and urgency premium are too large"))?;
     check_balance(
-        escrow,
+        paid,
         balance,
         decimals,
         &client_tokens,
-        "the bid's escrow",
+        "the bid's escrow and urgency premium",
     )?;
 
     let sealed = match &a.env {
@@ -350,11 +372,11 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             let inputs = score_inputs(
                 &m,
                 stake.as_ref().map_or(0, |s| s.amount),
+                (price, kind),
                 a.gpus,
-                a.gib_per_gpu,
                 duration,
-                deadline.saturating_sub(now),
-            );
+                urgency_premium,
+            )?;
             let p = &m.params;
             score::rank_key(
                 score::base_score(p.weights(), &inputs),
@@ -403,6 +425,7 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             price,
             max_duration_secs: duration,
             deadline,
+            urgency_premium,
         },
         evict,
     };
@@ -422,30 +445,32 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
         fields.push(("env_sealed_file", text(out.display())));
         fields.push(("env_sealed_to", text(recipient)));
     }
+    // What left the wallet: the escrow (refundable) and the premium (not).
+    fields.push(("paid", parse::tokens(paid, decimals)));
     fields.push(("signature", text(signature)));
     print_record(config.output, &fields);
     Ok(())
 }
 
-/// The inputs `place_bid` scores a bid from: the bidder's stake, what the bid asks, and the
-/// time from placement to its deadline.
+/// The inputs `place_bid` scores a bid from, by the program's own `MarketParams::score_inputs`:
+/// the bidder's stake, what the bid spends per hour while running (`price` of `kind` × GPUs),
+/// its escrow at placement and the urgency premium it paid.
 fn score_inputs(
     m: &Market,
     stake: u64,
+    (price, kind): (u64, BidKind),
     gpus: u8,
-    gib_per_gpu: u16,
     duration_secs: u32,
-    time_left_secs: i64,
-) -> Inputs {
-    let p = &m.params;
-    Inputs {
-        stake,
-        stake_bound: p.stake_bound,
-        duration_secs: duration_secs as u64,
-        time_left_secs: time_left_secs.max(0) as u64,
-        resource_gib_secs: gpus as u64 * gib_per_gpu as u64 * duration_secs as u64,
-        resource_bound: p.resource_bound_gib_secs,
-    }
+    urgency_premium: u64,
+) -> Result<Inputs> {
+    let too_large = |_| anyhow!("the bid's spend or escrow is too large");
+    let spend_per_hour =
+        settlement::cost(price, kind.unit(), gpus as u64, SECS_PER_HOUR).map_err(too_large)?;
+    let escrow = settlement::escrow_for(price, kind.unit(), gpus as u64, duration_secs as u64)
+        .map_err(too_large)?;
+    m.params
+        .score_inputs(stake, spend_per_hour, escrow, urgency_premium)
+        .map_err(|e| anyhow!("cannot score the bid: {e}"))
 }
 
 /// The entry a new bid ranked at `rank` evicts from `book` (with the token account its refund
@@ -465,30 +490,37 @@ fn eviction(config: &Config, m: &Market, book: &Pubkey, rank: u64) -> Result<Opt
     }))
 }
 
-/// The parts of a bid's score (each on 0..=10 000 bps), the weighted score stored at
-/// placement, and the score with the aging it has gathered since.
-fn score_parts(m: &Market, b: &Bid, stake: u64, now: i64) -> Value {
+/// The parts of a bid's score (each on 0..=10 000 bps: stake, urgency from the premium it
+/// paid, complexity from what it spends per hour), the weighted score with the client's stake
+/// now, and the score stored at placement with the aging it has gathered since.
+fn score_parts(m: &Market, b: &Bid, stake: u64, now: i64) -> Result<Value> {
     let p = &m.params;
     let i = score_inputs(
         m,
         stake,
+        (b.price, b.kind),
         b.gpu_count,
-        b.gib_per_gpu,
         b.max_duration_secs,
-        b.deadline.saturating_sub(b.placed_at),
-    );
+        b.urgency_premium,
+    )?;
     let waited = m
         .interval_at(now)
         .saturating_sub(m.interval_at(b.placed_at));
-    json!({
+    Ok(json!({
         "stake_bps": normalise_bps(i.stake, i.stake_bound),
-        "urgency_bps": score::urgency_bps(i.duration_secs, i.time_left_secs),
-        "complexity_bps": score::complexity_bps(i.resource_gib_secs, i.resource_bound),
+        "urgency_bps": score::urgency_bps(i.urgency_premium, i.urgency_bound),
+        "complexity_bps": score::complexity_bps(i.spend_per_hour, i.spend_bound),
+        "spend_per_hour": i.spend_per_hour,
         "weights_bps": p.weights_bps,
         "score_with_stake_now": score::base_score(p.weights(), &i),
         "intervals_waited": waited,
-        "aged_score": score::aged_score(b.score, p.aging_per_interval as u64, waited),
-    })
+        "aged_score": score::aged_score(
+            b.score,
+            p.aging_per_interval as u64,
+            waited,
+            p.aging_cap_bps as u64,
+        ),
+    }))
 }
 
 fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> Result<Fields> {
@@ -538,13 +570,17 @@ fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> Result<Fiel
         ("max_duration_secs", b.max_duration_secs.into()),
         ("deadline", b.deadline.into()),
         ("escrow", parse::tokens(b.escrow, decimals)),
+        (
+            "urgency_premium",
+            parse::tokens(b.urgency_premium, decimals),
+        ),
         ("score", b.score.into()),
         ("placed_at", b.placed_at.into()),
     ]);
     if b.status == BidStatus::Open {
         let now = config.cluster_time()?;
         let stake: StakeAccount = config.fetch(&pda::stake(&b.market, &b.client).0, "stake")?;
-        fields.push(("score_parts", score_parts(m, b, stake.amount, now)));
+        fields.push(("score_parts", score_parts(m, b, stake.amount, now)?));
         if let Some(entries) = read_book(&config.account_data(&book_of(config, b, m)?, "book")?) {
             if let Some(i) = entries.entries.iter().position(|l| l.bid == *key) {
                 fields.push(("rank", (i as u64 + 1).into()));
@@ -606,9 +642,13 @@ fn list(config: &Config, market: Pubkey, machine: Option<Pubkey>) -> Result<()> 
             ("gib_per_gpu", b.gib_per_gpu.into()),
             ("price", parse::tokens(b.price, decimals)),
             ("escrow", parse::tokens(b.escrow, decimals)),
+            (
+                "urgency_premium",
+                parse::tokens(b.urgency_premium, decimals),
+            ),
             ("score", b.score.into()),
         ];
-        let parts = score_parts(&m, b, stake, now);
+        let parts = score_parts(&m, b, stake, now)?;
         for k in ["aged_score", "stake_bps", "urgency_bps", "complexity_bps"] {
             row.push((k, parts[k].clone()));
         }
@@ -944,6 +984,7 @@ fn explain(config: &Config, bid: &Pubkey) -> Result<()> {
             ),
         ),
         ("allocation_refused", Value::Array(refused)),
+        ("score_parts", score_parts(&m, &b, stake.amount, now)?),
         ("price", parse::tokens(b.price, decimals)),
         ("price_unit", text(price_unit(b.kind))),
         ("reserve", Value::Array(reserve)),

@@ -1,4 +1,4 @@
-//! `gpu-market host register|update|pause|resume|retire|list|show`.
+//! `gpu-market host register|update|pause|resume|retire|close|list|show`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,10 +8,11 @@ use gpu_market::pda;
 use gpu_market::state::{
     GpuSpec, Machine, MachineStatus, MachineTerms, Market, StakeAccount, BID_BOOK_SPACE, REGION_LEN,
 };
+use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::gpus::{format_uuid, GpusFile};
 use gpu_market_sdk::{
-    init_spot_book, open_book_instructions, ClientInstruction, RegisterMachine, SetMachineStatus,
-    UpdateMachine,
+    init_spot_book, open_book_instructions, ClientInstruction, CloseMachine, RegisterMachine,
+    SetMachineStatus, UpdateMachine,
 };
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
@@ -47,6 +48,9 @@ pub enum HostCommand {
     Resume { machine: Pubkey },
     /// Retires a machine for good.
     Retire { machine: Pubkey },
+    /// Closes a retired machine with no lease left, with its empty spot book, and gives their
+    /// rent back.
+    Close { machine: Pubkey },
     /// Lists a market's machines.
     List {
         #[arg(long)]
@@ -235,6 +239,45 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
         HostCommand::Pause { machine } => set_status(config, machine, MachineStatus::Paused),
         HostCommand::Resume { machine } => set_status(config, machine, MachineStatus::Active),
         HostCommand::Retire { machine } => set_status(config, machine, MachineStatus::Retired),
+        HostCommand::Close { machine } => {
+            let owner = config.signer()?;
+            let mach = owned_machine(config, &machine, &owner.pubkey())?;
+            if mach.status != MachineStatus::Retired {
+                bail!(
+                    "machine {machine} is {}: retire it with `gpu-market host retire {machine}` first",
+                    status_name(mach.status)
+                );
+            }
+            if mach.leases > 0 {
+                bail!(
+                    "machine {machine} still has {} leases: they must end first",
+                    mach.leases
+                );
+            }
+            let spot_book = (mach.spot_book != Pubkey::default()).then_some(mach.spot_book);
+            if let Some(book) = spot_book {
+                let waiting =
+                    read_book(&config.account_data(&book, "book")?).map_or(0, |b| b.entries.len());
+                if waiting > 0 {
+                    bail!(
+                        "the spot book of machine {machine} still holds {waiting} bids: their clients cancel them, or anyone prunes them after their deadlines"
+                    );
+                }
+            }
+            let signature = config.send_all(
+                &owner,
+                &[&CloseMachine {
+                    owner: &owner,
+                    machine,
+                    spot_book,
+                }],
+            )?;
+            let mut fields: Fields = vec![("machine", text(machine))];
+            fields.extend(spot_book.map(|b| ("spot_book", text(b))));
+            fields.extend([("closed", true.into()), ("signature", text(signature))]);
+            print_record(config.output, &fields);
+            Ok(())
+        }
         HostCommand::List { market, owner } => {
             let m: Market = config.fetch(&market, "market")?;
             let decimals = config.mint_decimals(&m.payment_mint)?;

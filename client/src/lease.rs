@@ -118,6 +118,7 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
                     bid: l.bid,
                     client: l.client,
                     agent: mach.agent,
+                    host: mach.owner,
                     spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
                     payment_mint: m.payment_mint,
                     client_tokens,

@@ -1,11 +1,12 @@
-//! `gpu-market market init|show|update`.
+//! `gpu-market market init|show|update|apply|collect`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::state::{Market, MarketParams, BID_BOOK_SPACE, GPU_CLASSES};
 use gpu_market_sdk::{
-    init_queue_book, open_book_instructions, ClientInstruction, InitMarket, UpdateMarket,
+    init_queue_book, open_book_instructions, ApplyMarketUpdate, ClientInstruction, CollectFees,
+    InitMarket, UpdateMarket,
 };
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
@@ -13,7 +14,7 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use crate::config::Config;
-use crate::output::{print_record, text, Fields};
+use crate::output::{object, print_record, text, Fields};
 use crate::parse;
 
 #[derive(Subcommand)]
@@ -41,12 +42,19 @@ pub enum MarketCommand {
     },
     /// Shows a market: its tokens, rules, and the state of its auction.
     Show { market: Pubkey },
-    /// Changes the market's rules (authority only); rules not given stay as they are.
+    /// Schedules a change of the market's rules (authority only); rules not given stay as
+    /// they are (or as already scheduled). The change applies after a notice of the unstake
+    /// cooldown plus one billing interval, with `market apply`.
     Update {
         market: Pubkey,
         #[command(flatten)]
         params: ParamArgs,
     },
+    /// Applies the market's scheduled rules once their notice is over (anyone may).
+    Apply { market: Pubkey },
+    /// Moves the protocol fees and the slashed stake the market holds to its treasuries
+    /// (anyone may).
+    Collect { market: Pubkey },
 }
 
 /// Market rules; amounts in token units (stake token for stake, payment token for prices).
@@ -67,12 +75,21 @@ pub struct ParamArgs {
     /// Stake (token units) at which the stake part of the score saturates.
     #[arg(long)]
     stake_bound: Option<String>,
-    /// GPUs × GiB × seconds at which the complexity part of the score saturates.
+    /// Spend per hour (price × GPUs, payment token units) at which the complexity part of the
+    /// score saturates.
     #[arg(long)]
-    resource_bound_gib_secs: Option<u64>,
+    spend_bound: Option<String>,
+    /// Urgency premium, as a share of a bid's escrow in bps, at which the urgency part of the
+    /// score saturates [init default: 1000].
+    #[arg(long)]
+    urgency_premium_bps: Option<u16>,
     /// Score a waiting bid gains per billing interval.
     #[arg(long)]
     aging_per_interval: Option<u16>,
+    /// Most score a waiting bid gains by aging, in bps [init default: 3000]; a queue bid's
+    /// deadline may let it wait no longer than that takes.
+    #[arg(long)]
+    aging_cap_bps: Option<u16>,
     /// Most of the market's GPUs one client may hold, in bps.
     #[arg(long)]
     max_client_share_bps: Option<u16>,
@@ -131,8 +148,9 @@ impl ParamArgs {
             billing_interval_secs,
             protocol_fee_bps,
             unstake_cooldown_secs,
-            resource_bound_gib_secs,
+            urgency_premium_bps,
             aging_per_interval,
+            aging_cap_bps,
             max_client_share_bps,
             demand_smoothing_bps,
             demand_cap_bps,
@@ -150,6 +168,9 @@ impl ParamArgs {
         }
         if let Some(s) = &self.stake_bound {
             p.stake_bound = parse::amount(s, stake_decimals, "stake bound")?;
+        }
+        if let Some(s) = &self.spend_bound {
+            p.spend_bound = parse::amount(s, payment_decimals, "spend bound")?;
         }
         if let Some(s) = &self.min_host_stake {
             p.min_host_stake = parse::amount(s, stake_decimals, "minimum host stake")?;
@@ -232,12 +253,19 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                     authority.pubkey()
                 );
             }
+            // A change already scheduled is what the new one builds on: rules not given stay
+            // as scheduled.
+            let base = if m.pending_at != 0 {
+                m.pending_params
+            } else {
+                m.params
+            };
             let new = params.apply(
-                m.params,
+                base,
                 config.mint_decimals(&m.stake_mint)?,
                 config.mint_decimals(&m.payment_mint)?,
             )?;
-            if new == m.params {
+            if new == base {
                 bail!("nothing to change: give at least one rule to update");
             }
             let signature = config.send_all(
@@ -248,30 +276,93 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                     params: new,
                 }],
             )?;
+            let effective_at = config.fetch::<Market>(&market, "market")?.pending_at;
             print_record(
                 config.output,
-                &[("market", text(market)), ("signature", text(signature))],
+                &[
+                    ("market", text(market)),
+                    ("effective_at", effective_at.into()),
+                    (
+                        "note",
+                        text(format!(
+                            "the change is scheduled: run `gpu-market market apply {market}` from effective_at on"
+                        )),
+                    ),
+                    ("signature", text(signature)),
+                ],
+            );
+            Ok(())
+        }
+        MarketCommand::Apply { market } => {
+            let signer = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            if m.pending_at == 0 {
+                bail!("market {market} has no change of rules scheduled");
+            }
+            let now = config.cluster_time()?;
+            if now < m.pending_at {
+                bail!(
+                    "the notice of market {market}'s scheduled change is not over: it applies from {} ({} s from now)",
+                    m.pending_at,
+                    m.pending_at - now
+                );
+            }
+            let signature = config.send_all(
+                &signer,
+                &[&ApplyMarketUpdate {
+                    signer: &signer,
+                    market,
+                }],
+            )?;
+            let m: Market = config.fetch(&market, "market")?;
+            let mut fields = market_fields(config, &market, &m)?;
+            fields.push(("signature", text(signature)));
+            print_record(config.output, &fields);
+            Ok(())
+        }
+        MarketCommand::Collect { market } => {
+            let signer = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            if m.fees_due == 0 && m.slashed_due == 0 {
+                bail!("market {market} holds no fees or slashed stake to collect");
+            }
+            let signature = config.send_all(
+                &signer,
+                &[&CollectFees {
+                    signer: &signer,
+                    market,
+                    payment_mint: m.payment_mint,
+                    stake_mint: m.stake_mint,
+                    treasury: m.treasury,
+                    stake_treasury: m.stake_treasury,
+                }],
+            )?;
+            print_record(
+                config.output,
+                &[
+                    ("market", text(market)),
+                    (
+                        "fees",
+                        parse::tokens(m.fees_due, config.mint_decimals(&m.payment_mint)?),
+                    ),
+                    ("treasury", text(m.treasury)),
+                    (
+                        "slashed",
+                        parse::tokens(m.slashed_due, config.mint_decimals(&m.stake_mint)?),
+                    ),
+                    ("stake_treasury", text(m.stake_treasury)),
+                    ("signature", text(signature)),
+                ],
             );
             Ok(())
         }
     }
 }
 
-fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
-    let sd = config.mint_decimals(&m.stake_mint)?;
-    let pd = config.mint_decimals(&m.payment_mint)?;
-    let p = &m.params;
-    Ok(vec![
-        ("market", text(key)),
-        ("authority", text(m.authority)),
-        ("id", m.id.into()),
-        ("stake_mint", text(m.stake_mint)),
-        ("payment_mint", text(m.payment_mint)),
-        ("stake_vault", text(m.stake_vault)),
-        ("payment_vault", text(m.payment_vault)),
-        ("treasury", text(m.treasury)),
-        ("stake_treasury", text(m.stake_treasury)),
-        ("queue_book", text(m.queue_book)),
+/// The rules `p` as shown: amounts in token units (`sd`, `pd`: the stake and payment mints'
+/// decimals).
+fn param_fields(p: &MarketParams, sd: u8, pd: u8) -> Fields {
+    vec![
         ("billing_interval_secs", p.billing_interval_secs.into()),
         ("protocol_fee_bps", p.protocol_fee_bps.into()),
         ("unstake_cooldown_secs", p.unstake_cooldown_secs.into()),
@@ -280,8 +371,10 @@ fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
             json!({"stake": p.weights_bps[0], "urgency": p.weights_bps[1], "complexity": p.weights_bps[2]}),
         ),
         ("stake_bound", parse::tokens(p.stake_bound, sd)),
-        ("resource_bound_gib_secs", p.resource_bound_gib_secs.into()),
+        ("spend_bound", parse::tokens(p.spend_bound, pd)),
+        ("urgency_premium_bps", p.urgency_premium_bps.into()),
         ("aging_per_interval", p.aging_per_interval.into()),
+        ("aging_cap_bps", p.aging_cap_bps.into()),
         ("max_client_share_bps", p.max_client_share_bps.into()),
         (
             "base_price_per_gpu_hour",
@@ -297,6 +390,27 @@ fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
         ("slash_evidence", p.slash_evidence.into()),
         ("slash_bps", p.slash_bps.into()),
         ("min_host_stake", parse::tokens(p.min_host_stake, sd)),
+    ]
+}
+
+fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
+    let sd = config.mint_decimals(&m.stake_mint)?;
+    let pd = config.mint_decimals(&m.payment_mint)?;
+    let mut fields: Fields = vec![
+        ("market", text(key)),
+        ("authority", text(m.authority)),
+        ("id", m.id.into()),
+        ("stake_mint", text(m.stake_mint)),
+        ("payment_mint", text(m.payment_mint)),
+        ("stake_vault", text(m.stake_vault)),
+        ("payment_vault", text(m.payment_vault)),
+        ("treasury", text(m.treasury)),
+        ("stake_treasury", text(m.stake_treasury)),
+        ("queue_book", text(m.queue_book)),
+    ];
+    // The rules in force, each a field of its own.
+    fields.extend(param_fields(&m.params, sd, pd));
+    fields.extend([
         ("demand_bps", m.demand_bps.into()),
         ("gpus_offered", m.gpus_offered.into()),
         ("gpus_waiting", m.gpus_waiting.into()),
@@ -306,5 +420,15 @@ fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
             parse::tokens(m.total_pending_unstake, sd),
         ),
         ("total_escrow", parse::tokens(m.total_escrow, pd)),
-    ])
+        ("fees_due", parse::tokens(m.fees_due, pd)),
+        ("slashed_due", parse::tokens(m.slashed_due, sd)),
+    ]);
+    if m.pending_at != 0 {
+        fields.push((
+            "pending_params",
+            object(&param_fields(&m.pending_params, sd, pd)),
+        ));
+        fields.push(("pending_at", m.pending_at.into()));
+    }
+    Ok(fields)
 }

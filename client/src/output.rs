@@ -19,7 +19,8 @@ pub fn text(v: impl std::fmt::Display) -> Value {
     Value::String(v.to_string())
 }
 
-fn object(fields: &[(&'static str, Value)]) -> Value {
+/// Fields as one JSON object (a nested record).
+pub fn object(fields: &[(&'static str, Value)]) -> Value {
     Value::Object(
         fields
             .iter()

@@ -1,4 +1,4 @@
-//! `gpu-market stake deposit|unstake|withdraw|show`.
+//! `gpu-market stake deposit|unstake|withdraw|show|close`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use clap::Subcommand;
 use gpu_market::pda;
 use gpu_market::state::{Market, StakeAccount};
-use gpu_market_sdk::{OpenStake, RequestUnstake, Stake, WithdrawStake};
+use gpu_market_sdk::{CloseStake, OpenStake, RequestUnstake, Stake, WithdrawStake};
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
@@ -46,6 +46,12 @@ pub enum StakeCommand {
         /// Wait for the cooldown to end instead of failing.
         #[arg(long)]
         wait: bool,
+    },
+    /// Closes the keypair's empty stake account (nothing staked or waiting, no open bid, no
+    /// GPU held) and gives its rent back.
+    Close {
+        #[arg(long)]
+        market: Pubkey,
     },
     /// Shows a stake account.
     Show {
@@ -143,6 +149,43 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
                 }],
             )?;
             show(config, &market, &owner.pubkey(), Some(signature))
+        }
+        StakeCommand::Close { market } => {
+            let owner = config.signer()?;
+            let s = existing_stake(config, &market, &owner.pubkey())?;
+            let m: Market = config.fetch(&market, "market")?;
+            let d = config.mint_decimals(&m.stake_mint)?;
+            let format = |v| gpu_market_core::amount::format(v, d);
+            if s.amount > 0 || s.pending_unstake > 0 {
+                bail!(
+                    "the stake is not empty ({} staked, {} waiting to be withdrawn): unstake and withdraw it first",
+                    format(s.amount),
+                    format(s.pending_unstake)
+                );
+            }
+            if s.open_bids > 0 || s.gpus_held > 0 {
+                bail!(
+                    "the stake still has {} waiting bids and {} GPUs leased: cancel the bids and end the leases first",
+                    s.open_bids,
+                    s.gpus_held
+                );
+            }
+            let signature = config.send_all(
+                &owner,
+                &[&CloseStake {
+                    owner: &owner,
+                    market,
+                }],
+            )?;
+            print_record(
+                config.output,
+                &[
+                    ("stake", text(pda::stake(&market, &owner.pubkey()).0)),
+                    ("closed", true.into()),
+                    ("signature", text(signature)),
+                ],
+            );
+            Ok(())
         }
         StakeCommand::Show { market, owner } => {
             let owner = match owner {

@@ -175,6 +175,7 @@ struct MarketSetup {
 }
 
 impl MarketSetup {
+    /// A market with `extra` rules; hosts need 10 tokens of stake unless `extra` says otherwise.
     fn new(t: &T, extra: &[&str]) -> Self {
         let authority = t.wallet("authority");
         let mint = pk(&t.ok(&authority, &["token", "create-mint", "--decimals", "6"])["mint"]);
@@ -184,6 +185,9 @@ impl MarketSetup {
         let tr = treasury.to_string();
         args.push(&tr);
         args.extend_from_slice(extra);
+        if !extra.contains(&"--min-host-stake") {
+            args.extend(["--min-host-stake", "10"]);
+        }
         let out = t.ok(&authority, &args);
         let market = pk(&out["market"]);
         let on_chain: Market = t.account(&market);
@@ -216,6 +220,40 @@ impl MarketSetup {
 
     fn m(&self) -> String {
         self.market.to_string()
+    }
+
+    /// `market update` with `rules`, then `market apply` (by anyone: `applier`) once the
+    /// notice the update printed is over; the applied market's JSON.
+    fn update(&self, t: &T, applier: &Path, rules: &[&str]) -> Value {
+        let m = self.m();
+        let mut args = vec!["market", "update", m.as_str()];
+        args.extend_from_slice(rules);
+        let out = t.ok(&self.authority, &args);
+        let effective_at = out["effective_at"].as_i64().unwrap();
+        assert_eq!(t.account::<Market>(&self.market).pending_at, effective_at);
+        assert!(
+            out["note"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("gpu-market market apply {m}")),
+            "{out}"
+        );
+        // Before the notice is over `market apply` is refused, and nothing changes.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = t.run(applier, &["market", "apply", &m]);
+            if out.status.success() {
+                let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert!(out.get("pending_at").is_none(), "{out}");
+                assert_eq!(t.account::<Market>(&self.market).pending_at, 0);
+                return out;
+            }
+            let e = String::from_utf8_lossy(&out.stderr);
+            assert!(e.starts_with("error: ") && e.contains("is not over"), "{e}");
+            assert!(Instant::now() < deadline, "the notice never ended: {e}");
+            assert_eq!(t.account::<Market>(&self.market).pending_at, effective_at);
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 }
 
@@ -298,11 +336,26 @@ fn register_host(t: &T, s: &MarketSetup) -> Host {
 #[test]
 fn market_and_stake_verbs() {
     let t = T::start();
+    // A notice of 4 s: the cooldown (3 s) and one billing interval (1 s).
     let s = MarketSetup::new(
         &t,
-        &["--unstake-cooldown-secs", "3", "--protocol-fee-bps", "100"],
+        &[
+            "--unstake-cooldown-secs",
+            "3",
+            "--protocol-fee-bps",
+            "100",
+            "--billing-interval-secs",
+            "1",
+            "--spend-bound",
+            "32",
+            "--urgency-premium-bps",
+            "500",
+            "--aging-cap-bps",
+            "2000",
+        ],
     );
     let m = s.m();
+    let stranger = t.wallet("stranger");
 
     // market show reads back what init wrote.
     let show = t.ok(&s.authority, &["market", "show", &m]);
@@ -310,9 +363,22 @@ fn market_and_stake_verbs() {
     assert_eq!(show["unstake_cooldown_secs"], 3);
     assert_eq!(show["base_price_per_gpu_hour"], "1");
     assert_eq!(pk(&show["treasury"]), s.treasury);
+    assert_eq!(show["spend_bound"], "32");
+    assert_eq!(show["urgency_premium_bps"], 500);
+    assert_eq!(show["aging_cap_bps"], 2000);
+    assert_eq!(show["fees_due"], "0");
+    assert_eq!(show["slashed_due"], "0");
+    assert!(show.get("pending_params").is_none(), "{show}");
+    let on_chain: Market = t.account(&s.market);
+    assert_eq!(on_chain.params.spend_bound, 32_000_000);
 
-    // market update changes only what it is given; amounts in token units.
-    t.ok(
+    // Nothing scheduled: `market apply` is refused.
+    let e = t.fails(&stranger, &["market", "apply", &m]);
+    assert!(e.contains("has no change of rules scheduled"), "{e}");
+
+    // market update schedules only what it is given (amounts in token units); `market show`
+    // shows the rules in force and the scheduled ones with when they apply.
+    let out = t.ok(
         &s.authority,
         &[
             "market",
@@ -326,15 +392,33 @@ fn market_and_stake_verbs() {
             "18=12000",
         ],
     );
+    let effective_at = out["effective_at"].as_i64().unwrap();
+    let on_chain: Market = t.account(&s.market);
+    assert_eq!(on_chain.params.base_price_per_gpu_hour, 1_000_000);
+    assert_eq!(on_chain.pending_at, effective_at);
+    let show = t.ok(&stranger, &["market", "show", &m]);
+    assert_eq!(show["base_price_per_gpu_hour"], "1");
+    assert_eq!(show["pending_params"]["base_price_per_gpu_hour"], "2.5");
+    assert_eq!(show["pending_params"]["min_host_stake"], "5");
+    assert_eq!(show["pending_params"]["protocol_fee_bps"], 100);
+    assert_eq!(show["pending_at"], effective_at);
+    // Before the notice is over: refused, nothing applied.
+    let e = t.fails(&stranger, &["market", "apply", &m]);
+    assert!(e.contains("is not over"), "{e}");
+    assert_eq!(t.account::<Market>(&s.market).params, on_chain.params);
+    // A second update builds on the scheduled one; after its notice anyone applies both.
+    let applied = s.update(&t, &stranger, &["--protocol-fee-bps", "200"]);
+    assert_eq!(applied["base_price_per_gpu_hour"], "2.5");
+    assert_eq!(applied["protocol_fee_bps"], 200);
     let on_chain: Market = t.account(&s.market);
     assert_eq!(on_chain.params.base_price_per_gpu_hour, 2_500_000);
     assert_eq!(on_chain.params.min_host_stake, 5_000_000);
     assert_eq!(on_chain.params.seasonal_bps[18], 12_000);
-    assert_eq!(on_chain.params.protocol_fee_bps, 100);
+    assert_eq!(on_chain.params.protocol_fee_bps, 200);
+    assert_eq!(on_chain.pending_at, 0);
     let params = on_chain.params;
 
     // Bad inputs to market verbs: nothing changes.
-    let stranger = t.wallet("stranger");
     let e = t.fails(
         &stranger,
         &["market", "update", &m, "--protocol-fee-bps", "0"],
@@ -347,10 +431,10 @@ fn market_and_stake_verbs() {
     assert!(e.contains("bad base price"), "{e}");
     let e = t.fails(
         &s.authority,
-        &["market", "update", &m, "--protocol-fee-bps", "20000"],
+        &["market", "update", &m, "--protocol-fee-bps", "2000"],
     );
     assert!(
-        e.contains("the protocol fee must be at most 10000 bps"),
+        e.contains("the protocol fee must be at most 1000 bps"),
         "{e}"
     );
     let e = t.fails(
@@ -438,6 +522,35 @@ fn market_and_stake_verbs() {
     let e = t.fails(&stranger, &["stake", "show", "--market", &m]);
     assert!(e.contains("has no stake in market"), "{e}");
     assert_eq!(t.account::<Market>(&s.market).total_staked, 7_000_000);
+    // `market apply` and `market update` leave a market with nothing scheduled as it was.
+    assert_eq!(t.account::<Market>(&s.market).params, params);
+
+    // stake close: refused while the stake holds tokens (nothing moves); once all of it is
+    // withdrawn, the account closes and its rent goes back to the owner.
+    let e = t.fails(&user, &["stake", "close", "--market", &m]);
+    assert!(e.contains("the stake is not empty (7 staked"), "{e}");
+    assert!(t.exists(&stake_key));
+    t.ok(&user, &["stake", "unstake", "7", "--market", &m]);
+    let e = t.fails(&user, &["stake", "close", "--market", &m]);
+    assert!(e.contains("7 waiting to be withdrawn"), "{e}");
+    t.ok(&user, &["stake", "withdraw", "--market", &m, "--wait"]);
+    assert_eq!(t.balance(&tokens), 50_000_000);
+    let lamports = t.rpc().get_balance(&key_of(&user).pubkey()).unwrap();
+    let rent = t.rpc().get_balance(&stake_key).unwrap();
+    let out = t.ok(&user, &["stake", "close", "--market", &m]);
+    assert_eq!(pk(&out["stake"]), stake_key);
+    assert!(!t.exists(&stake_key));
+    assert_eq!(
+        t.rpc().get_balance(&key_of(&user).pubkey()).unwrap(),
+        lamports + rent - 5_000
+    );
+    let e = t.fails(&user, &["stake", "close", "--market", &m]);
+    assert!(e.contains("has no stake in market"), "{e}");
+    let e = t.fails(&stranger, &["market", "collect", &m]);
+    assert!(
+        e.contains("holds no fees or slashed stake to collect"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -627,7 +740,8 @@ fn host_verbs() {
     // pause, resume, retire; then nothing more.
     let out = t.ok(&owner, &["host", "pause", &mc]);
     assert_eq!(out["status"], "paused");
-    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 1);
+    // A paused machine still counts as offered (pausing cannot move the reserve price).
+    assert_eq!(t.account::<Market>(&s.market).gpus_offered, 3);
     let e = t.fails(&owner, &["host", "pause", &mc]);
     assert!(e.contains("already paused"), "{e}");
     t.ok(&owner, &["host", "resume", &mc]);
@@ -635,6 +749,10 @@ fn host_verbs() {
     assert_eq!(t.account::<Market>(&s.market).gpus_offered, 3);
     let e = t.fails(&stranger, &["host", "retire", &mc]);
     assert!(e.contains("belongs to"), "{e}");
+    // Only a retired machine closes.
+    let e = t.fails(&owner, &["host", "close", &mc]);
+    assert!(e.contains("is active: retire it"), "{e}");
+    assert!(t.exists(&machine));
     t.ok(&owner, &["host", "retire", &mc]);
     assert_eq!(
         t.account::<Machine>(&machine).status,
@@ -653,12 +771,39 @@ fn host_verbs() {
         .map(|r| r["status"].as_str().unwrap())
         .collect();
     assert!(statuses.contains(&"retired") && statuses.contains(&"active"));
+
+    // host close: the retired machine and its empty spot book close; their rent goes back to
+    // the owner. Nobody else may close it.
+    let spot_book = t.account::<Machine>(&machine).spot_book;
+    let e = t.fails(&stranger, &["host", "close", &mc]);
+    assert!(e.contains("belongs to"), "{e}");
+    let rent = t.rpc().get_balance(&machine).unwrap() + t.rpc().get_balance(&spot_book).unwrap();
+    let lamports = t.rpc().get_balance(&key_of(&owner).pubkey()).unwrap();
+    let out = t.ok(&owner, &["host", "close", &mc]);
+    assert_eq!(pk(&out["spot_book"]), spot_book);
+    assert!(!t.exists(&machine) && !t.exists(&spot_book));
+    assert_eq!(
+        t.rpc().get_balance(&key_of(&owner).pubkey()).unwrap(),
+        lamports + rent - 5_000
+    );
+    let e = t.fails(&owner, &["host", "close", &mc]);
+    assert!(e.contains("does not exist"), "{e}");
 }
 
 #[test]
 fn bid_verbs() {
     let t = T::start();
-    let s = MarketSetup::new(&t, &[]);
+    // A notice of 2 s for its rule changes (1 s cooldown, 1 s interval); a queue bid may wait
+    // 300 intervals (the aging cap 3000 at 10 per interval).
+    let s = MarketSetup::new(
+        &t,
+        &[
+            "--unstake-cooldown-secs",
+            "1",
+            "--billing-interval-secs",
+            "1",
+        ],
+    );
     let m = s.m();
     let host = register_host(&t, &s);
     let mc = host.machine.to_string();
@@ -746,7 +891,7 @@ fn bid_verbs() {
     assert_eq!(ex["reserve"][0]["reserve_price_per_gpu_hour"], "1");
     assert_eq!(ex["reserve"][0]["bid_beats_it"], true);
 
-    // A less urgent copy (a later deadline ranks it below) fits too, but the program would
+    // A copy placed later (ranked below) fits too, but the program would
     // refuse its allocation while the better-ranked bid fits the same GPUs: explain says so
     // rather than "waits for an agent".
     let out = t.ok(
@@ -759,7 +904,7 @@ fn bid_verbs() {
                 "--price",
                 "2",
                 "--deadline",
-                "+3h",
+                "+62m",
                 "--nonce",
                 "5",
             ],
@@ -811,10 +956,7 @@ fn bid_verbs() {
 
     // With the reserve price lowered to 0.1, bids at 0.3 and 0.6 are placed; 0.3 is below the
     // host's floor (0.5). Back at 1, the 0.6 bid is above the floor but below the reserve.
-    t.ok(
-        &s.authority,
-        &["market", "update", &m, "--base-price", "0.1"],
-    );
+    s.update(&t, &client, &["--base-price", "0.1"]);
     let out = t.ok(
         &client,
         &place_args(
@@ -836,7 +978,7 @@ fn bid_verbs() {
         ex["blocked_by"][0]["constraint"], "price below the host's floor",
         "{ex}"
     );
-    t.ok(&s.authority, &["market", "update", &m, "--base-price", "1"]);
+    s.update(&t, &client, &["--base-price", "1"]);
     let ex = t.ok(&client, &["bid", "explain", &under_reserve.to_string()]);
     assert_eq!(
         ex["blocked_by"][0]["constraint"], "price below the market's reserve price",
@@ -865,7 +1007,7 @@ fn bid_verbs() {
             "--overclock",
             "power=200",
             "--price",
-            "1",
+            "3",
             "--nonce",
             "3",
         ],
@@ -892,6 +1034,69 @@ fn bid_verbs() {
         let b: Bid = t.account(&pk(&r["bid"]));
         assert_eq!(r["score"], b.score);
     }
+
+    // An urgency premium (0.2: the market's 10 % of the 2-token escrow, at which urgency is
+    // full) ranks a bid above an otherwise identical one placed before it without one. The
+    // premium leaves the wallet with the escrow, is the market's, and is never refunded.
+    let (before, fees) = (t.balance(&tokens), t.account::<Market>(&s.market).fees_due);
+    let plain = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "2", "--nonce", "8"],
+        ),
+    );
+    assert_eq!(plain["urgency_premium"], "0");
+    assert_eq!(plain["paid"], "2");
+    let urgent = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--nonce",
+                "9",
+                "--urgency-premium",
+                "0.2",
+            ],
+        ),
+    );
+    assert_eq!(urgent["escrow"], "2");
+    assert_eq!(urgent["urgency_premium"], "0.2");
+    assert_eq!(urgent["paid"], "2.2");
+    assert_eq!(t.balance(&tokens), before - 4_200_000);
+    assert_eq!(t.account::<Market>(&s.market).fees_due, fees + 200_000);
+    assert_eq!(urgent["score_parts"]["urgency_bps"], 10_000, "{urgent}");
+    assert_eq!(plain["score_parts"]["urgency_bps"], 0, "{plain}");
+    assert_eq!(
+        urgent["score_parts"]["complexity_bps"],
+        plain["score_parts"]["complexity_bps"]
+    );
+    assert_eq!(
+        urgent["score_parts"]["stake_bps"],
+        plain["score_parts"]["stake_bps"]
+    );
+    let (u, p) = (pk(&urgent["bid"]), pk(&plain["bid"]));
+    let list = t.ok(&client, &["bid", "list", "--market", &m]);
+    let rank_of = |key: &Pubkey| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| pk(&r["bid"]) == *key)
+            .unwrap()["rank"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(rank_of(&u) < rank_of(&p), "{list}");
+    let ex = t.ok(&client, &["bid", "explain", &u.to_string()]);
+    assert!(ex["rank"].as_u64().unwrap() < rank_of(&p), "{ex}");
+    for bid in [u, p] {
+        t.ok(&client, &["bid", "cancel", &bid.to_string()]);
+    }
+    assert_eq!(t.balance(&tokens), before - 200_000);
 
     // A spot bid on the machine (per GPU-day), listed in its spot book with the host's profit.
     let out = t.ok(
@@ -1352,7 +1557,6 @@ fn quote_and_lease_verbs() {
             lease,
             bid,
             payment_mint: s.mint,
-            treasury: s.treasury,
             host_tokens: host.tokens,
             args: SubmitUsageArgs {
                 interval,
@@ -1434,6 +1638,33 @@ fn quote_and_lease_verbs() {
         assert_eq!(out["status"], "settled", "{out}");
     }
     assert!(!t.exists(&lease) && !t.exists(&bid));
+    // The fee stays with the market until anyone collects it into the treasury.
+    let fees = t.account::<Market>(&s.market).fees_due;
+    assert!(fees > 0);
+    assert_eq!(t.balance(&s.treasury), 0);
+    let show = t.ok(&stranger, &["market", "show", &m]);
+    assert_eq!(
+        show["fees_due"],
+        gpu_market_core::amount::format(fees, 6).as_str()
+    );
+    let vault = t.account::<Market>(&s.market).payment_vault;
+    let in_vault = t.balance(&vault);
+    let out = t.ok(&stranger, &["market", "collect", &m]);
+    assert_eq!(
+        out["fees"],
+        gpu_market_core::amount::format(fees, 6).as_str()
+    );
+    assert_eq!(pk(&out["treasury"]), s.treasury);
+    assert_eq!(t.balance(&s.treasury), fees);
+    assert_eq!(t.balance(&vault), in_vault - fees);
+    assert_eq!(t.account::<Market>(&s.market).fees_due, 0);
+    // Nothing left: refused, nothing moves.
+    let e = t.fails(&stranger, &["market", "collect", &m]);
+    assert!(
+        e.contains("holds no fees or slashed stake to collect"),
+        "{e}"
+    );
+    assert_eq!(t.balance(&s.treasury), fees);
     // Everything escrowed is either paid (host + fee) or back with the client.
     let paid = t.balance(&host.tokens) - 90_000_000 + t.balance(&s.treasury);
     assert_eq!(t.balance(&tokens), client_before + 3_000_000 - paid);

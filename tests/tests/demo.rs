@@ -149,7 +149,7 @@ fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_the_idle_lease(
     );
     assert!(
         u64_of(&label("treasury (fees)")["after"], "treasury") > 0,
-        "fees reached the treasury"
+        "fees collected into the treasury by `market collect`"
     );
     let stakes: u64 = s["stakes_after"]
         .as_object()

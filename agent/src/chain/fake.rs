@@ -1,8 +1,9 @@
 //! A market program in memory, for tests: one machine, its bids and leases, and the rules the
 //! agent must respect (the market's fit rule for allocations and preemptions, with no better
 //! bid left waiting; the proof interval order and hash chain; when a lease may end; when a bid
-//! may be pruned). Its clock follows tokio's, so a paused test clock drives it. It has no host
-//! floor, reserve prices or stakes: every price passes and no client is capped.
+//! may be pruned; a lease keeps the billing interval it started with when the market changes its).
+//! Its clock follows tokio's, so a paused test clock drives it. It has no host floor, reserve
+//! prices or stakes: every price passes and no client is capped.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -35,6 +36,7 @@ pub struct FakeChain {
 struct Inner {
     epoch: Instant,
     base_unix: i64,
+    /// The market's billing interval now: what a lease allocated now keeps.
     interval_secs: u32,
     gpus: Vec<(GpuView, GpuLimits)>,
     status: MachineStatus,
@@ -85,6 +87,13 @@ impl FakeChain {
     /// agent (`gpus`, `fits_if_ended`) is ignored.
     pub fn place_bid(&self, bid: BidView) {
         self.lock().bids.push(bid);
+    }
+
+    /// The market's billing interval becomes `secs`, as `apply_market_update` sets it: leases
+    /// allocated from now on are proven every `secs`; running leases keep the interval they
+    /// started with (`Lease.rules`).
+    pub fn set_interval(&self, secs: u32) {
+        self.lock().interval_secs = secs;
     }
 
     /// Whether `bid` still waits in its book.

@@ -364,7 +364,9 @@ impl SolanaChain {
         Ok(if queue { caps.finish() } else { spot })
     }
 
-    fn lease_view(&self, key: Pubkey, l: &Lease, bid: &Bid, interval_secs: u32) -> LeaseView {
+    /// The agent's view of lease `l` (of `bid`): its proof windows follow the interval the lease
+    /// started with (`l.rules`), whatever the market's parameters are now.
+    fn lease_view(&self, key: Pubkey, l: &Lease, bid: &Bid) -> LeaseView {
         LeaseView {
             key: self::key(&key),
             bid: self::key(&l.bid),
@@ -382,7 +384,7 @@ impl SolanaChain {
             started_at: l.started_at,
             ends_at: l.ends_at,
             stop_at: (l.stop_at != Lease::NOT_STOPPED).then_some(l.stop_at),
-            interval_secs,
+            interval_secs: l.rules.billing_interval_secs,
             next_interval: l.next_interval,
             proof_hash: l.proof_hash,
         }
@@ -639,7 +641,6 @@ impl Chain for SolanaChain {
     }
 
     async fn leases(&self) -> Result<Vec<LeaseView>, ChainError> {
-        let market: Market = self.account(&self.market, "market").await?;
         let leases = self.lease_accounts().await?;
         let bid_keys: Vec<Pubkey> = leases.iter().map(|(_, l)| l.bid).collect();
         let bids = self.bids(&bid_keys).await?;
@@ -647,7 +648,7 @@ impl Chain for SolanaChain {
             .iter()
             .filter_map(|(k, l)| {
                 let bid = bids.iter().find(|(b, _)| *b == l.bid).map(|(_, b)| b)?;
-                Some(self.lease_view(*k, l, bid, market.params.billing_interval_secs))
+                Some(self.lease_view(*k, l, bid))
             })
             .collect())
     }
@@ -789,7 +790,6 @@ impl Chain for SolanaChain {
             lease: pubkey(lease),
             bid: l.bid,
             payment_mint: market.payment_mint,
-            treasury: market.treasury,
             host_tokens: self.host_tokens(&machine, &market).await?,
             args: SubmitUsageArgs::new(proof, prev_hash),
         };
@@ -810,6 +810,7 @@ impl Chain for SolanaChain {
             lease: pubkey(lease),
             bid: l.bid,
             client: l.client,
+            host: machine.owner,
             agent: machine.agent,
             spot_book: (l.kind == ProgramBidKind::Spot).then_some(machine.spot_book),
             payment_mint: market.payment_mint,

@@ -69,7 +69,12 @@ pub fn worker_image() -> (String, [u8; 32]) {
     )
 }
 
-/// A queue bid for one GPU × 8 GiB at 300 W for `secs`.
+/// How long a test's queue bid may wait to start: well within the aging cap of [`params`]
+/// (`aging_cap_bps / aging_per_interval` = 300 intervals), which bounds a queue bid's deadline.
+pub const QUEUE_WAIT_SECS: i64 = 600;
+
+/// A queue bid for one GPU × 8 GiB at 300 W for `secs`, that may start up to
+/// [`QUEUE_WAIT_SECS`] after `now`.
 pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
     let (image_ref, image_digest) = worker_image();
     PlaceBidArgs {
@@ -88,7 +93,8 @@ pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
         }],
         price: PRICE,
         max_duration_secs: secs,
-        deadline: now + 3_600,
+        deadline: now + QUEUE_WAIT_SECS + secs as i64,
+        urgency_premium: 0,
     }
 }
 

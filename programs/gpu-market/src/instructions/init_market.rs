@@ -195,7 +195,8 @@ pub struct CollectFees<'info> {
     #[account(mut)]
     pub treasury: Box<Account<'info, TokenAccount>>,
 
-    #[account(mut)]
+    /// The treasury itself when both mints are one (`market init`'s default).
+    #[account(mut, dup)]
     pub stake_treasury: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,
