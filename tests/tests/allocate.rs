@@ -57,12 +57,13 @@ fn gpu(max_power_w: u16) -> GpuSpec {
 }
 
 /// A market (reserve 1 token per GPU-hour, anti-monopoly cap `cap_bps`) with its queue book and
-/// one machine of `gpus`, no host floor.
+/// one machine of `gpus`, no host floor and no host stake asked (these tests are about the book).
 fn fixture(mut gpus: Vec<GpuSpec>, cap_bps: u16) -> Fixture {
     let mut ctx = TestContext::new();
     let mut params = MarketParams::recommended(60, 250, 3_600);
     params.stake_bound = 1_000 * TOKEN;
     params.max_client_share_bps = cap_bps;
+    params.min_host_stake = 0;
     let (authority, mint, market) = ctx.create_market(1, params);
     let queue_book = ctx.open_queue_book(&authority, market);
     let host = ctx.wallet(10);
@@ -145,6 +146,7 @@ impl Fixture {
             price: 2 * TOKEN,
             max_duration_secs: 600,
             deadline: self.ctx.now() + 4 * 3_600,
+            urgency_premium: 0,
         }
     }
 

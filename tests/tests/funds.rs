@@ -1,11 +1,15 @@
 //! The funds property: random sequences of stake / unstake / withdraw / place (evicting the
-//! lowest-ranked bid of a full book) / top-up / cancel / prune_bid / allocate / submit_usage /
-//! end_lease / reclaim_escrow / slash over several wallets and one host machine, through the SBF
-//! program in LiteSVM. Some sequences start from a full book (a filler wallet's cheap bids). After
-//! every step the vaults hold exactly the escrows and stakes the market records, every wallet's
-//! tokens plus what it has locked plus what it has paid for proven time equal what it started
-//! with, the host and the treasury hold no more than price × proven time, and a rejected step
-//! moves nothing (tokens, escrows, stakes, open bids, the book's length).
+//! lowest-ranked bid of a full book, some with an urgency premium) / top-up / cancel / prune_bid /
+//! allocate / submit_usage / end_lease / reclaim_escrow (which slashes the host) / slash /
+//! update_market / apply_market_update / collect_fees / close_stake / open_stake /
+//! close_queue_book over several wallets and one host machine, through the SBF program in
+//! LiteSVM. Some sequences start from a full book (a filler wallet's cheap bids). After every step
+//! the payment vault holds exactly the escrows plus the fees due, the stake vault the stakes plus
+//! the slashed stake due; every wallet's tokens plus what it has locked plus what it has paid
+//! for proven time and urgency equal what it started with plus what slashing gave it; the host
+//! and the treasury hold no more than price × proven time (in each lease's own billing windows,
+//! whatever the market's parameters became since); and a rejected step moves nothing (tokens,
+//! escrows, stakes, fees due, open bids, the book's length).
 //!
 //! `GPU_MARKET_FUNDS_CASES` sets the number of sequences (default 500; 10000 for a long run).
 
@@ -58,6 +62,7 @@ enum Op {
         minutes: u32,
         price: u64,
         slack: i64,
+        premium: u64,
         evict: bool,
     },
     TopUp {
@@ -97,6 +102,25 @@ enum Op {
         lease: usize,
     },
     Slash,
+    /// The authority schedules new parameters (some out of bounds, refused).
+    UpdateMarket {
+        interval: u32,
+        fee_bps: u16,
+        slash_bps: u16,
+        silence: u16,
+    },
+    /// Anyone applies the scheduled parameters (refused before their time).
+    ApplyUpdate,
+    CollectFees,
+    /// The wallet closes its stake account (refused unless empty), or opens it again.
+    CloseStake {
+        w: usize,
+    },
+    OpenStake {
+        w: usize,
+    },
+    /// The authority closes the queue book (refused unless empty) and opens a new one.
+    CloseQueueBook,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -105,8 +129,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Stake { w, amount }),
         2 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Unstake { w, amount }),
         1 => w.clone().prop_map(|w| Op::Withdraw { w }),
-        4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, 0i64..1_800, proptest::bool::weighted(0.9))
-            .prop_map(|(w, gpus, minutes, price, slack, evict)| Op::Place { w, gpus, minutes, price, slack, evict }),
+        4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, 0i64..1_800, prop_oneof![3 => Just(0u64), 1 => 0u64..500], proptest::bool::weighted(0.9))
+            .prop_map(|(w, gpus, minutes, price, slack, premium, evict)| Op::Place { w, gpus, minutes, price, slack, premium, evict }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
         2 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::Cancel { w, bid }),
         2 => prop_oneof![2 => Just(0usize), 1 => 0usize..8].prop_map(|pick| Op::Prune { pick }),
@@ -118,11 +142,24 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..3, 0u8..3).prop_map(|(lease, who)| Op::End { lease, who }),
         1 => (0usize..3).prop_map(|lease| Op::Reclaim { lease }),
         1 => Just(Op::Slash),
+        1 => (
+            prop_oneof![Just(30u32), Just(60), Just(120), Just(0)],
+            prop_oneof![Just(0u16), Just(250), Just(1_000), Just(10_000)],
+            prop_oneof![Just(1_000u16), Just(5_000), Just(10_000)],
+            prop_oneof![Just(1u16), Just(2), Just(3)],
+        )
+            .prop_map(|(interval, fee_bps, slash_bps, silence)| Op::UpdateMarket { interval, fee_bps, slash_bps, silence }),
+        1 => Just(Op::ApplyUpdate),
+        1 => Just(Op::CollectFees),
+        1 => w.clone().prop_map(|w| Op::CloseStake { w }),
+        1 => w.clone().prop_map(|w| Op::OpenStake { w }),
+        1 => Just(Op::CloseQueueBook),
     ]
 }
 
 struct World {
     ctx: TestContext,
+    authority: Keypair,
     mint: Pubkey,
     market: Pubkey,
     book: Pubkey,
@@ -145,6 +182,10 @@ struct World {
     paid: Vec<u64>,
     /// Σ price × proven window over every accepted proof: what hosts may at most have earned.
     earn_bound: u64,
+    /// Urgency premiums each wallet paid (never refunded).
+    premiums: Vec<u64>,
+    /// Slashed host stake each wallet's stake received (by reclaiming from a silent host).
+    received: Vec<u64>,
 }
 
 const HOST_STAKE: u64 = 100_000;
@@ -158,6 +199,7 @@ impl World {
         params.base_price_per_gpu_hour = 1;
         params.slash_evidence = 1;
         params.max_client_share_bps = 10_000;
+        params.min_host_stake = HOST_STAKE;
         let (authority, mint, market) = ctx.create_market(0, params);
         let book = ctx.open_queue_book(&authority, market);
         let wallets: Vec<(Keypair, Pubkey)> = (0..=WALLETS)
@@ -212,6 +254,7 @@ impl World {
         ctx.run(&r).unwrap();
         let mut world = World {
             ctx,
+            authority,
             mint,
             market,
             book,
@@ -228,6 +271,8 @@ impl World {
             leases: Vec::new(),
             paid: vec![0; WALLETS + 1],
             earn_bound: 0,
+            premiums: vec![0; WALLETS + 1],
+            received: vec![0; WALLETS + 1],
         };
         if full {
             world.fill();
@@ -236,14 +281,17 @@ impl World {
     }
 
     /// The filler wallet's bids: 1 GPU × 1 GiB for a minute at 60 per GPU-hour (escrow 1), due
-    /// in 30 days. Their score is the lowest any bid gets, so every valid step bid outranks them.
+    /// as late as the aging cap allows. Their score is the lowest any bid gets, so every valid
+    /// step bid outranks them.
     fn fill(&mut self) {
         let filler = WALLETS;
         self.ctx
             .svm
             .airdrop(&self.wallets[filler].0.pubkey(), 15 * SOL)
             .unwrap();
-        let deadline = self.ctx.now() + 30 * 86_400;
+        let p = self.ctx.account::<Market>(&self.market).params;
+        let max_wait = (p.aging_cap_bps / p.aging_per_interval) as i64;
+        let deadline = self.ctx.now() + 60 + max_wait * p.billing_interval_secs as i64;
         for _ in 0..FILLERS {
             let args = PlaceBidArgs {
                 gpu_count: 1,
@@ -251,7 +299,7 @@ impl World {
                 price: 60,
                 max_duration_secs: 60,
                 deadline,
-                ..self.bid_args(0, 0, 0, 0)
+                ..self.bid_args(0, 0, 0, 0, 0)
             };
             assert!(self.place(filler, args, false), "filler bid");
         }
@@ -268,15 +316,25 @@ impl World {
             bids: self.bids.clone(),
             host: self.host.insecure_clone(),
             agent: self.agent.insecure_clone(),
+            authority: self.authority.insecure_clone(),
             leases: self.leases.clone(),
             paid: self.paid.clone(),
+            premiums: self.premiums.clone(),
+            received: self.received.clone(),
             ..*self
         }
     }
 
     /// A queue bid of the next nonce for class 0, 8 GiB per GPU at 250 W, for `minutes`, to start
-    /// at the latest `slack` seconds from now.
-    fn bid_args(&mut self, gpus: u8, minutes: u32, price: u64, slack: i64) -> PlaceBidArgs {
+    /// at the latest `slack` seconds from now, paying `premium` for urgency.
+    fn bid_args(
+        &mut self,
+        gpus: u8,
+        minutes: u32,
+        price: u64,
+        slack: i64,
+        premium: u64,
+    ) -> PlaceBidArgs {
         self.next_nonce += 1;
         let duration = minutes * 60;
         PlaceBidArgs {
@@ -295,6 +353,7 @@ impl World {
             price,
             max_duration_secs: duration,
             deadline: self.ctx.now() + duration as i64 + slack,
+            urgency_premium: premium,
         }
     }
 
@@ -317,9 +376,11 @@ impl World {
             evict: evicted,
         };
         let bid = p.bid();
+        let premium = p.args.urgency_premium;
         let ok = self.ctx.run(&p).is_ok();
         if ok {
             self.bids[w].push(bid);
+            self.premiums[w] += premium;
             if let Some(e) = evicted {
                 assert!(
                     !self.ctx.account_exists(&e.bid),
@@ -364,9 +425,10 @@ impl World {
                 minutes,
                 price,
                 slack,
+                premium,
                 evict,
             } => {
-                let args = self.bid_args(gpus, minutes, price, slack);
+                let args = self.bid_args(gpus, minutes, price, slack, premium);
                 return self.place(w, args, evict);
             }
             Op::TopUp { w, bid, amount } => {
@@ -435,9 +497,57 @@ impl World {
                 market,
                 machine: self.machine,
                 host: self.host.pubkey(),
+            }),
+            Op::UpdateMarket {
+                interval,
+                fee_bps,
+                slash_bps,
+                silence,
+            } => {
+                let mut params = self.ctx.account::<Market>(&market).params;
+                params.billing_interval_secs = interval;
+                params.protocol_fee_bps = fee_bps;
+                params.slash_bps = slash_bps;
+                params.silence_intervals = silence;
+                self.ctx.run(&UpdateMarket {
+                    authority: &self.authority,
+                    market,
+                    params,
+                })
+            }
+            Op::ApplyUpdate => self.ctx.run(&ApplyMarketUpdate {
+                signer: &self.wallets[0].0,
+                market,
+            }),
+            Op::CollectFees => self.ctx.run(&CollectFees {
+                signer: &self.wallets[0].0,
+                market,
+                payment_mint: mint,
                 stake_mint: mint,
+                treasury: self.treasury,
                 stake_treasury: self.stake_treasury,
             }),
+            Op::CloseStake { w } => self.ctx.run(&CloseStake {
+                owner: &self.wallets[w].0,
+                market,
+            }),
+            Op::OpenStake { w } => self.ctx.run(&OpenStake {
+                owner: &self.wallets[w].0,
+                market,
+            }),
+            Op::CloseQueueBook => {
+                let closed = self.ctx.run(&CloseQueueBook {
+                    authority: &self.authority,
+                    market,
+                    book,
+                });
+                if closed.is_ok() {
+                    assert!(!self.ctx.account_exists(&book), "the book is closed");
+                    let authority = self.authority.insecure_clone();
+                    self.book = self.ctx.open_queue_book(&authority, market);
+                }
+                closed
+            }
         };
         result.is_ok()
     }
@@ -487,9 +597,11 @@ impl World {
         let l: Lease = self.ctx.account(&lease);
         let interval = l.next_interval + gap;
         let n = l.gpu_count as u64;
+        // The lease's own interval, whatever the market's is now.
+        let len = l.rules.billing_interval_secs;
         let args = SubmitUsageArgs {
             interval,
-            gpu_seconds: 60 * n * pct / 100,
+            gpu_seconds: len as u64 * n * pct / 100,
             energy_j: 1_000,
             avg_utilisation_bps: 5_000,
             peak_power_w: vec![200; l.gpu_count as usize],
@@ -505,7 +617,6 @@ impl World {
                 lease,
                 bid: l.bid,
                 payment_mint: self.mint,
-                treasury: self.treasury,
                 host_tokens: self.host_tokens,
                 args,
             })
@@ -514,7 +625,7 @@ impl World {
             let after: Lease = self.ctx.account(&lease);
             self.paid[w] += after.paid - l.paid;
             let (from, to) =
-                interval_window(l.started_at, 60, interval, l.stop()).expect("an accepted window");
+                interval_window(l.started_at, len, interval, l.stop()).expect("an accepted window");
             self.earn_bound += cost(l.price, PriceUnit::PerGpuHour, n, (to - from) as u64).unwrap();
         }
         ok
@@ -527,13 +638,16 @@ impl World {
             return false;
         };
         let l: Lease = self.ctx.account(&lease);
+        let client_stake = pda::stake(&self.market, &l.client).0;
+        let staked_before = self.ctx.account::<StakeAccount>(&client_stake).amount;
         let stranger = Keypair::new();
         let signer = match who {
             Some(1) => &self.agent,
             Some(2) => &stranger,
             _ => &self.wallets[w].0,
         };
-        self.ctx
+        let ok = self
+            .ctx
             .run(&CloseLease {
                 signer,
                 market: self.market,
@@ -542,12 +656,19 @@ impl World {
                 bid: l.bid,
                 client: l.client,
                 agent: self.agent.pubkey(),
+                host: self.host.pubkey(),
                 spot_book: None,
                 payment_mint: self.mint,
                 client_tokens: self.wallets[w].1,
                 reclaim: who.is_none(),
             })
-            .is_ok()
+            .is_ok();
+        if ok {
+            // A reclaim gives the client half of what it slashes from the host.
+            self.received[w] +=
+                self.ctx.account::<StakeAccount>(&client_stake).amount - staked_before;
+        }
+        ok
     }
 
     /// Every token of the mint that the market or a wallet holds, by holder.
@@ -567,6 +688,11 @@ impl World {
             book_order(&self.ctx, &self.book).len() as u64,
         );
         s.insert("treasury".into(), self.ctx.token_balance(&self.treasury));
+        let m: Market = self.ctx.account(&self.market);
+        s.insert("fees_due".into(), m.fees_due);
+        s.insert("slashed_due".into(), m.slashed_due);
+        s.insert("total_escrow".into(), m.total_escrow);
+        s.insert("total_staked".into(), m.total_staked);
         s.insert(
             "stake_treasury".into(),
             self.ctx.token_balance(&self.stake_treasury),
@@ -598,9 +724,9 @@ impl World {
         let m: Market = self.ctx.account(&self.market);
         prop_assert_eq!(
             snap["stake_vault"],
-            m.total_staked + m.total_pending_unstake
+            m.total_staked + m.total_pending_unstake + m.slashed_due
         );
-        prop_assert_eq!(snap["payment_vault"], m.total_escrow);
+        prop_assert_eq!(snap["payment_vault"], m.total_escrow + m.fees_due);
         let escrows: u64 = snap
             .iter()
             .filter(|(k, _)| k.starts_with("bid"))
@@ -623,11 +749,20 @@ impl World {
                 + get(format!("stake{i}"))
                 + get(format!("pending{i}"))
                 + locked
-                + self.paid[i];
-            prop_assert_eq!(total, START, "wallet {} holds what it put in, no more", i);
+                + self.paid[i]
+                + self.premiums[i];
+            prop_assert_eq!(
+                total,
+                START + self.received[i],
+                "wallet {} holds what it put in and what slashing gave it, no more",
+                i
+            );
         }
-        // Hosts (and the fee) earn exactly what wallets paid, and never more than proven time.
-        let earned = snap["host"] + snap["treasury"];
+        // Hosts and the fee (collected or due) earn exactly what wallets paid for proven time,
+        // and never more than price × proven time in the leases' own windows; the treasury's
+        // other income is the urgency premiums.
+        let premiums: u64 = self.premiums.iter().sum();
+        let earned = snap["host"] + snap["treasury"] + snap["fees_due"] - premiums;
         prop_assert_eq!(earned, self.paid.iter().sum::<u64>());
         prop_assert!(
             earned <= self.earn_bound,
@@ -635,7 +770,11 @@ impl World {
             earned,
             self.earn_bound
         );
-        prop_assert_eq!(snap["host_stake"] + snap["stake_treasury"], HOST_STAKE);
+        let received: u64 = self.received.iter().sum();
+        prop_assert_eq!(
+            snap["host_stake"] + snap["stake_treasury"] + snap["slashed_due"] + received,
+            HOST_STAKE
+        );
         Ok(())
     }
 }

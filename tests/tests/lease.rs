@@ -9,8 +9,8 @@ use gpu_market::errors::MarketError;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, GpuSpec, Lease, Machine, MachineTerms, Market, MarketParams,
-    OverclockTerms, StakeAccount, BID_BOOK_SPACE,
+    Bid, BidKind, BidStatus, GpuSpec, Lease, Machine, MachineStatus, MachineTerms, Market,
+    MarketParams, OverclockTerms, StakeAccount, BID_BOOK_SPACE,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -31,6 +31,7 @@ struct Wallet {
 
 struct Fixture {
     ctx: TestContext,
+    authority: Keypair,
     mint: Pubkey,
     market: Pubkey,
     queue_book: Pubkey,
@@ -84,6 +85,7 @@ fn fixture() -> Fixture {
     let agent = ctx.wallet(10);
     let mut f = Fixture {
         ctx,
+        authority,
         mint,
         market,
         queue_book,
@@ -191,6 +193,7 @@ impl Fixture {
             price: 2 * TOKEN,
             max_duration_secs: 3_600,
             deadline: self.ctx.now() + 4 * 3_600,
+            urgency_premium: 0,
         }
     }
 
@@ -269,7 +272,6 @@ impl Fixture {
             lease,
             bid: l.bid,
             payment_mint: self.mint,
-            treasury: self.treasury,
             host_tokens: self.host.tokens,
             args,
         };
@@ -298,12 +300,60 @@ impl Fixture {
                 bid: l.bid,
                 client: l.client,
                 agent: self.agent.pubkey(),
+                host: self.host.key.pubkey(),
                 spot_book: Some(self.spot_book),
                 payment_mint: self.mint,
                 client_tokens,
                 reclaim,
             })
             .map(|_| ())
+    }
+
+    /// Schedules `params`, waits out the notice and applies them (anyone may).
+    fn update_market(&mut self, params: MarketParams) {
+        let authority = self.authority.insecure_clone();
+        self.ctx
+            .run(&UpdateMarket {
+                authority: &authority,
+                market: self.market,
+                params,
+            })
+            .expect("update_market");
+        let due = self.ctx.account::<Market>(&self.market).pending_at;
+        self.ctx.advance_time(due - self.ctx.now());
+        let anyone = self.ctx.wallet(1);
+        self.ctx
+            .run(&ApplyMarketUpdate {
+                signer: &anyone,
+                market: self.market,
+            })
+            .expect("apply_market_update");
+    }
+
+    /// What a refused step must leave as it was (tokens, escrows, fees due, stakes).
+    fn ledger(&self, c: &Wallet) -> Ledger {
+        let host = self.host.key.insecure_clone();
+        self.ctx.ledger(
+            &self.market,
+            &self.queue_book,
+            &[(&c.key, c.tokens), (&host, self.host.tokens)],
+        )
+    }
+
+    /// `collect_fees` by a stranger: the fees and slashed stake the market holds go to its
+    /// treasuries.
+    fn collect_fees(&mut self) {
+        let anyone = self.ctx.wallet(1);
+        self.ctx
+            .run(&CollectFees {
+                signer: &anyone,
+                market: self.market,
+                payment_mint: self.mint,
+                stake_mint: self.mint,
+                treasury: self.treasury,
+                stake_treasury: self.stake_treasury,
+            })
+            .expect("collect_fees");
     }
 
     /// Every token balance the market touches, to show that a rejected step moved nothing.
@@ -529,11 +579,13 @@ fn price_below_the_reserve_or_the_host_floor_does_not_run() {
         })
         .unwrap();
 
-    // A bid at exactly today's reserve is placed; an allocation then samples the waiting GPUs,
-    // the demand factor rises and the reserve with it: the bid no longer pays enough.
+    // A bid at exactly today's reserve is placed; at the next billing interval the market samples
+    // the waiting GPUs (on its clock, whoever calls), the demand factor rises and the reserve
+    // with it: the bid no longer pays enough.
     let mut a = f.queue_args(1, 8);
     a.price = TOKEN;
     let edge = f.place(&c, a);
+    f.ctx.advance_time(INTERVAL);
     f.allocate(fair, &[0])
         .expect("at the reserve and the floor");
     let market: Market = f.ctx.account(&f.market);
@@ -751,8 +803,21 @@ fn proofs_pay_per_interval_chain_and_refuse_replays_gaps_and_bad_input() {
     let fee = gross * 250 / 10_000;
     let after = f.balances(&c);
     assert_eq!(after[1] - before[1], gross - fee, "host paid");
-    assert_eq!(after[2] - before[2], fee, "treasury paid");
-    assert_eq!(before[3] - after[3], gross, "out of escrow");
+    // The fee stays in the payment vault, owed to the treasury, until anyone collects it.
+    assert_eq!(after[2], before[2], "the treasury is not touched");
+    assert_eq!(
+        before[3] - after[3],
+        gross - fee,
+        "the host's share leaves the vault"
+    );
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!(m.fees_due, fee);
+    assert_eq!(after[3], m.total_escrow + m.fees_due);
+    f.collect_fees();
+    let collected = f.balances(&c);
+    assert_eq!(collected[2] - before[2], fee, "treasury paid");
+    assert_eq!(before[3] - collected[3], gross, "out of escrow");
+    assert_eq!(f.ctx.account::<Market>(&f.market).fees_due, 0);
     let l: Lease = f.ctx.account(&lease);
     let expected_hash =
         solana_sha256_hasher::hash(&p.proof().chain_preimage(&lease.to_bytes(), &[0; 32]))
@@ -772,8 +837,10 @@ fn proofs_pay_per_interval_chain_and_refuse_replays_gaps_and_bad_input() {
     f.submit(lease, p).expect("interval 2");
     let m: Machine = f.ctx.account(&f.machine);
     assert_eq!((m.missed_intervals, m.violations), (1, 1));
+    // Pay is the cost of all proven time (120 s per GPU), so nothing is lost to rounding per
+    // interval.
     let l: Lease = f.ctx.account(&lease);
-    assert_eq!((l.paid, l.violations), (2 * gross, 1));
+    assert_eq!((l.paid, l.violations), (2 * (2 * TOKEN * 120 / 3_600), 1));
     let err = f.submit(lease, f.proof(&lease, 1)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::StaleInterval));
 }
@@ -797,15 +864,16 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
     let err = f.submit(lease, f.proof(&lease, 2)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::IntervalAfterStop));
     let l: Lease = f.ctx.account(&lease);
-    let per_sec_paid = 2 * TOKEN * 60 / 3_600 + 2 * TOKEN * 30 / 3_600;
-    assert_eq!(l.paid, per_sec_paid);
+    // The cost of the 90 s proven (not 60 s and 30 s rounded down apart: 49 999).
+    assert_eq!(l.paid, 2 * TOKEN * 90 / 3_600);
     assert!(l.paid <= escrow);
     // Anyone settles a lease whose time is fully proven.
     let anyone = f.ctx.wallet(1);
     f.close(&anyone, lease, c.tokens, false).expect("end_lease");
+    f.collect_fees();
     let end = f.balances(&c);
     assert_eq!(end[0] - start[0], escrow - l.paid, "the rest refunded");
-    assert_eq!(end[3], 0, "the vault is empty");
+    assert_eq!(end[3], 0, "the vault is empty once the fees are collected");
     assert_eq!(
         end[0] + (end[1] - start[1]) + (end[2] - start[2]),
         start[0] + escrow,
@@ -826,7 +894,6 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
             lease,
             bid,
             payment_mint: f.mint,
-            treasury: f.treasury,
             host_tokens: f.host.tokens,
             args: SubmitUsageArgs {
                 interval: 3,
@@ -872,7 +939,7 @@ fn the_client_ends_a_lease_and_the_host_proves_up_to_the_stop() {
 }
 
 #[test]
-fn a_silent_host_is_not_paid_the_client_reclaims_and_anyone_slashes() {
+fn a_silent_host_is_not_paid_the_client_reclaims_and_the_host_is_slashed_at_once() {
     let mut f = fixture();
     let c = f.client(100 * TOKEN, 0);
     let a = f.queue_args(1, 8);
@@ -898,31 +965,40 @@ fn a_silent_host_is_not_paid_the_client_reclaims_and_anyone_slashes() {
     let m: Machine = f.ctx.account(&f.machine);
     assert_eq!(m.missed_intervals, 3);
 
-    // Three missed intervals, two make evidence: one slash of 10 % of the host's 100 tokens.
+    // Three silent intervals, 10 % of the stake per two: 15 % of the host's 100 tokens, at
+    // once; half to the client's stake, half kept for the stake treasury.
+    let host_stake: StakeAccount = f
+        .ctx
+        .account(&pda::stake(&f.market, &f.host.key.pubkey()).0);
+    assert_eq!(host_stake.amount, 85 * TOKEN);
+    let client_stake: StakeAccount = f.ctx.account(&pda::stake(&f.market, &c.key.pubkey()).0);
+    assert_eq!(client_stake.amount, 15 * TOKEN / 2);
+    let market: Market = f.ctx.account(&f.market);
+    assert_eq!(market.total_staked, 85 * TOKEN + 15 * TOKEN / 2);
+    assert_eq!(market.slashed_due, 15 * TOKEN / 2);
+    let vault = pda::stake_vault(&f.market).0;
+    assert_eq!(
+        f.ctx.token_balance(&vault),
+        100 * TOKEN,
+        "still in the vault"
+    );
+    assert_eq!(
+        f.ctx.token_balance(&vault),
+        market.total_staked + market.total_pending_unstake + market.slashed_due
+    );
+    // The silence the reclaim proved is used up: `slash` finds no evidence of it.
     let slash = Slash {
         signer: &stranger,
         market: f.market,
         machine: f.machine,
         host: f.host.key.pubkey(),
-        stake_mint: f.mint,
-        stake_treasury: f.stake_treasury,
     };
-    f.ctx.run(&slash).expect("slash");
-    assert_eq!(f.ctx.token_balance(&f.stake_treasury), 10 * TOKEN);
-    let host_stake: StakeAccount = f
-        .ctx
-        .account(&pda::stake(&f.market, &f.host.key.pubkey()).0);
-    assert_eq!(host_stake.amount, 90 * TOKEN);
-    let market: Market = f.ctx.account(&f.market);
-    assert_eq!(market.total_staked, 90 * TOKEN);
-    assert_eq!(
-        f.ctx.token_balance(&pda::stake_vault(&f.market).0),
-        90 * TOKEN
-    );
-    // The evidence is used up: one missed interval is left, two are needed.
     let err = f.ctx.run(&slash).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoSlashingEvidence));
-    assert_eq!(f.ctx.token_balance(&f.stake_treasury), 10 * TOKEN);
+    f.collect_fees();
+    assert_eq!(f.ctx.token_balance(&f.stake_treasury), 15 * TOKEN / 2);
+    assert_eq!(f.ctx.token_balance(&vault), 85 * TOKEN + 15 * TOKEN / 2);
+    assert_eq!(f.ctx.account::<Market>(&f.market).slashed_due, 0);
 }
 
 #[test]
@@ -987,7 +1063,6 @@ fn a_lease_of_another_machine_or_a_wrong_agent_is_refused() {
             lease,
             bid: l.bid,
             payment_mint: f.mint,
-            treasury: f.treasury,
             host_tokens: f.host.tokens,
             args: f.proof(&lease, 0),
         })
@@ -1025,6 +1100,14 @@ fn compute_units_of_lease_instructions() {
     let quiet_lease = f.allocate(quiet, &[0]).unwrap();
     f.ctx.advance_time(4 * INTERVAL);
     f.close(&client_key, quiet_lease, c.tokens, true).unwrap();
+    let reclaim = f.ctx.compute_units["end_lease"];
+    // A proof that skips two intervals: evidence for one slash.
+    let a = f.queue_args(1, 8);
+    let gappy = f.place(&c, a);
+    let gappy_lease = f.allocate(gappy, &[0]).unwrap();
+    f.ctx.advance_time(3 * INTERVAL);
+    prove(&mut f, gappy_lease, 2);
+    f.close(&client_key, gappy_lease, c.tokens, false).unwrap();
     let stranger = f.ctx.wallet(1);
     f.ctx
         .run(&Slash {
@@ -1032,8 +1115,6 @@ fn compute_units_of_lease_instructions() {
             market: f.market,
             machine: f.machine,
             host: f.host.key.pubkey(),
-            stake_mint: f.mint,
-            stake_treasury: f.stake_treasury,
         })
         .unwrap();
     let a = f.spot_args(30 * TOKEN);
@@ -1060,11 +1141,477 @@ fn compute_units_of_lease_instructions() {
     println!("| submit_usage | {} |", cu["submit_usage"]);
     println!("| end_lease (settle, refund) | {end_lease} |");
     println!("| preempt | {} |", cu["preempt"]);
-    println!("| reclaim_escrow | {} |", cu["end_lease"]);
+    println!("| reclaim_escrow (slashes) | {reclaim} |");
     println!("| slash | {} |", cu["slash"]);
     println!(
         "lease account: {lease_space} bytes, rent {} lamports",
         f.ctx.svm.minimum_balance_for_rent_exemption(lease_space)
     );
     assert!(f.ctx.compute_units["submit_usage"] <= 60_000);
+}
+
+#[test]
+fn a_running_lease_keeps_its_interval_and_fee_after_a_market_update() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    let started = f.ctx.account::<Lease>(&lease).started_at;
+    f.ctx.advance_time(2 * INTERVAL);
+    prove(&mut f, lease, 0);
+    prove(&mut f, lease, 1);
+    // The authority halves the interval and quadruples the fee; after the notice it applies.
+    let mut new = params();
+    new.billing_interval_secs = 30;
+    new.protocol_fee_bps = 1_000;
+    f.update_market(new);
+    assert_eq!(f.ctx.account::<Market>(&f.market).params, new);
+    let before: Lease = f.ctx.account(&lease);
+    assert_eq!(
+        (
+            before.rules.billing_interval_secs,
+            before.rules.protocol_fee_bps
+        ),
+        (60, 250)
+    );
+    assert_eq!(before.proven_until, started + 120);
+    // Interval 2 is still the lease's third minute, not its third half-minute: time already paid
+    // cannot be proven again.
+    let ledger = f.ledger(&c);
+    prove(&mut f, lease, 2);
+    let after: Lease = f.ctx.account(&lease);
+    assert_eq!(after.proven_until, started + 180, "never backwards");
+    let gross = after.paid - before.paid;
+    assert_eq!(gross, 2 * TOKEN * 180 / 3_600 - 2 * TOKEN * 120 / 3_600);
+    let fee = gross * 250 / 10_000;
+    let now = f.ledger(&c);
+    assert_eq!(now.fees_due - ledger.fees_due, fee, "the old fee");
+    assert_eq!(
+        now.clients[1].tokens - ledger.clients[1].tokens,
+        gross - fee
+    );
+    let err = f.submit(lease, f.proof(&lease, 2)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::StaleInterval));
+    assert_eq!(f.ledger(&c), now, "a replay moves nothing");
+    // A lease that starts now runs by the new rules (at 30 s intervals the aging cap lets a bid
+    // wait 2.5 h at most).
+    let mut a = f.queue_args(1, 8);
+    a.deadline = f.ctx.now() + 2 * 3_600;
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[1]).unwrap();
+    let l: Lease = f.ctx.account(&lease);
+    assert_eq!(
+        (l.rules.billing_interval_secs, l.rules.protocol_fee_bps),
+        (30, 1_000)
+    );
+}
+
+#[test]
+fn pay_does_not_depend_on_the_treasury_account() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    // The authority closes its (empty) treasury token account.
+    let saved = f.ctx.svm.get_account(&f.treasury).unwrap();
+    let close = spl_token_interface::instruction::close_account(
+        &spl_token_interface::ID,
+        &f.treasury,
+        &f.authority.pubkey(),
+        &f.authority.pubkey(),
+        &[],
+    )
+    .unwrap();
+    let authority = f.authority.insecure_clone();
+    f.ctx.send(&[close], &[&authority]).expect("close_account");
+    assert!(!f.ctx.account_exists(&f.treasury));
+    f.ctx.advance_time(INTERVAL);
+    let before = f.ledger(&c);
+    prove(&mut f, lease, 0);
+    let gross = 2 * TOKEN * 60 / 3_600;
+    let fee = gross * 250 / 10_000;
+    let after = f.ledger(&c);
+    assert_eq!(
+        after.clients[1].tokens - before.clients[1].tokens,
+        gross - fee,
+        "the host is paid"
+    );
+    assert_eq!(after.fees_due, fee);
+    // Collecting into a closed account fails and moves nothing; the fee stays due.
+    let anyone = f.ctx.wallet(1);
+    let collect = CollectFees {
+        signer: &anyone,
+        market: f.market,
+        payment_mint: f.mint,
+        stake_mint: f.mint,
+        treasury: f.treasury,
+        stake_treasury: f.stake_treasury,
+    };
+    f.ctx.run(&collect).unwrap_err();
+    assert_eq!(f.ledger(&c), after);
+    // Once the treasury is back, anyone collects the fee.
+    f.ctx.svm.set_account(f.treasury, saved).unwrap();
+    f.ctx.run(&collect).expect("collect_fees");
+    assert_eq!(f.ctx.token_balance(&f.treasury), fee);
+    let collected = f.ledger(&c);
+    assert_eq!(collected.fees_due, 0);
+    assert_eq!(collected.vault, after.vault - fee);
+    assert_eq!(collected.vault, collected.total_escrow);
+}
+
+/// The host's stake, the client's stake and the market's slashed stake due after the client
+/// reclaims a silent lease `secs` after it started.
+fn reclaim_after(secs: i64) -> (u64, u64, u64) {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(secs);
+    let client_key = c.key.insecure_clone();
+    f.close(&client_key, lease, c.tokens, true)
+        .expect("reclaim_escrow");
+    let l = f.ledger(&c);
+    (l.clients[1].stake, l.clients[0].stake, l.slashed_due)
+}
+
+#[test]
+fn a_late_reclaim_slashes_no_more_than_one_at_the_silence_window() {
+    let on_time = reclaim_after(3 * INTERVAL);
+    let late = reclaim_after(55 * INTERVAL);
+    assert_eq!(late, on_time);
+    // 3 intervals of silence at 10 % per 2: 15 %, half of it to the client.
+    assert_eq!(on_time, (85 * TOKEN, 15 * TOKEN / 2, 15 * TOKEN / 2));
+}
+
+/// A lease whose proof skipped intervals 0 and 1: two missed intervals, the evidence for one
+/// slash of 10 % of the host's stake.
+fn evidence(f: &mut Fixture) {
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(3 * INTERVAL);
+    prove(f, lease, 2);
+    let m: Machine = f.ctx.account(&f.machine);
+    assert_eq!(m.unslashed_missed, 2);
+}
+
+#[test]
+fn evidence_slashes_once_even_twice_in_one_transaction() {
+    let mut f = fixture();
+    evidence(&mut f);
+    let c = f.client(0, 0);
+    let stranger = f.ctx.wallet(1);
+    let slash = Slash {
+        signer: &stranger,
+        market: f.market,
+        machine: f.machine,
+        host: f.host.key.pubkey(),
+    };
+    let before = f.ledger(&c);
+    let err = f
+        .ctx
+        .send(&[slash.instruction(), slash.instruction()], &[&stranger])
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NoSlashingEvidence));
+    assert!(matches!(
+        err.err,
+        solana_transaction_error::TransactionError::InstructionError(1, _)
+    ));
+    assert_eq!(f.ledger(&c), before, "the whole transaction moves nothing");
+    f.ctx.run(&slash).expect("slash once");
+    let after = f.ledger(&c);
+    assert_eq!(after.clients[1].stake, 90 * TOKEN);
+    assert_eq!(after.slashed_due, 10 * TOKEN);
+    assert_eq!(after.stake_vault, before.stake_vault, "kept in the vault");
+    let err = f.ctx.run(&slash).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NoSlashingEvidence));
+    assert_eq!(f.ledger(&c), after);
+}
+
+#[test]
+fn evidence_expires_after_its_window() {
+    let mut f = fixture();
+    evidence(&mut f);
+    let c = f.client(0, 0);
+    // The window: the unstake cooldown (600 s) and two intervals of evidence.
+    f.ctx.advance_time(600 + 2 * INTERVAL + 1);
+    let before = f.ledger(&c);
+    let stranger = f.ctx.wallet(1);
+    let err = f
+        .ctx
+        .run(&Slash {
+            signer: &stranger,
+            market: f.market,
+            machine: f.machine,
+            host: f.host.key.pubkey(),
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NoSlashingEvidence));
+    assert_eq!(f.ledger(&c), before);
+}
+
+#[test]
+fn a_preempted_spot_bid_past_its_deadline_is_refunded_not_requeued() {
+    let mut f = fixture();
+    let low = f.client(100 * TOKEN, 0);
+    let high = f.client(100 * TOKEN, 0);
+    let mut a = f.spot_args(30 * TOKEN);
+    a.deadline = f.ctx.now() + 3_600 + 30;
+    let low_bid = f.place(&low, a);
+    let escrow = f.ctx.account::<Bid>(&low_bid).escrow;
+    let lease = f.allocate(low_bid, &[0, 1, 2, 3]).unwrap();
+    f.ctx.advance_time(20);
+    let a = f.spot_args(40 * TOKEN);
+    let richer = f.place(&high, a);
+    f.ctx
+        .run(&Preempt {
+            agent: &f.agent,
+            market: f.market,
+            machine: f.machine,
+            lease,
+            lease_bid: low_bid,
+            challenger: richer,
+            challenger_client: high.key.pubkey(),
+        })
+        .expect("preempt");
+    f.ctx.advance_time(INTERVAL - 20);
+    prove(&mut f, lease, 0);
+    // Settled after the bid's deadline: it could never start again.
+    f.ctx.advance_time(3_600);
+    let start = f.ctx.token_balance(&low.tokens);
+    let anyone = f.ctx.wallet(1);
+    f.close(&anyone, lease, low.tokens, false)
+        .expect("end_lease");
+    assert!(!f.ctx.account_exists(&lease) && !f.ctx.account_exists(&low_bid));
+    let paid = (30 * TOKEN * 60 / 86_400) * 4;
+    assert_eq!(f.ctx.token_balance(&low.tokens) - start, escrow - paid);
+    assert_eq!(book_order(&f.ctx, &f.spot_book), vec![richer]);
+}
+
+#[test]
+fn pausing_a_machine_leaves_the_gpus_offered() {
+    let mut f = fixture();
+    let owner = f.host.key.insecure_clone();
+    let status = |status| SetMachineStatus {
+        owner: &owner,
+        market: f.market,
+        machine: f.machine,
+        status,
+    };
+    assert_eq!(f.ctx.account::<Market>(&f.market).gpus_offered, 4);
+    f.ctx.run(&status(MachineStatus::Paused)).unwrap();
+    assert_eq!(f.ctx.account::<Market>(&f.market).gpus_offered, 4);
+    f.ctx.run(&status(MachineStatus::Active)).unwrap();
+    f.ctx.run(&status(MachineStatus::Retired)).unwrap();
+    assert_eq!(f.ctx.account::<Market>(&f.market).gpus_offered, 0);
+}
+
+#[test]
+fn demand_is_sampled_on_the_clock_whoever_calls() {
+    // Two identical markets with one queue bid waiting; in one, bids come and go within each
+    // interval, in the other nothing happens. After the same time both have the same demand.
+    let mut quiet = fixture();
+    let mut busy = fixture();
+    let mut clients = Vec::new();
+    for f in [&mut quiet, &mut busy] {
+        let c = f.client(100 * TOKEN, 0);
+        let a = f.queue_args(2, 8);
+        f.place(&c, a);
+        clients.push(c);
+    }
+    let c = &clients[1];
+    for _ in 0..5 {
+        busy.ctx.advance_time(10);
+        let a = busy.queue_args(2, 8);
+        let bid = busy.place(c, a);
+        busy.ctx
+            .run(&CancelBid {
+                client: &c.key,
+                market: busy.market,
+                bid,
+                book: busy.queue_book,
+                payment_mint: busy.mint,
+                client_tokens: c.tokens,
+            })
+            .unwrap();
+        busy.ctx.advance_time(INTERVAL - 10);
+    }
+    quiet.ctx.advance_time(5 * INTERVAL);
+    for (f, c) in [(&mut quiet, &clients[0]), (&mut busy, &clients[1])] {
+        let a = f.queue_args(1, 8);
+        f.place(c, a);
+    }
+    let (q, b): (Market, Market) = (
+        quiet.ctx.account(&quiet.market),
+        busy.ctx.account(&busy.market),
+    );
+    assert!(q.demand_bps > 0);
+    assert_eq!(
+        (q.demand_bps, q.demand_interval),
+        (b.demand_bps, b.demand_interval)
+    );
+}
+
+#[test]
+fn a_spot_price_below_one_unit_per_interval_is_paid_in_the_end() {
+    let mut f = fixture();
+    // No floor: the host takes any price.
+    let owner = f.host.key.insecure_clone();
+    f.ctx
+        .run(&UpdateMachine {
+            owner: &owner,
+            market: f.market,
+            machine: f.machine,
+            terms: MachineTerms {
+                agent: f.agent.pubkey(),
+                region: [0; 16],
+                gpus: gpus(),
+                price_floor_per_gpu_hour: 0,
+                electricity_cost_per_kwh: 0,
+                cached_images: vec![],
+            },
+        })
+        .unwrap();
+    let c = f.client(100 * TOKEN, 0);
+    // 1 per GPU-day for a day on 4 GPUs: 60 s earn 1/1440 of a unit per GPU.
+    let mut a = f.spot_args(1);
+    a.max_duration_secs = 86_400;
+    a.deadline = f.ctx.now() + 2 * 86_400;
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0, 1, 2, 3]).unwrap();
+    let host_before = f.ctx.token_balance(&f.host.tokens);
+    f.ctx.advance_time(86_400);
+    for k in 0..1_440 {
+        prove(&mut f, lease, k);
+    }
+    let l: Lease = f.ctx.account(&lease);
+    assert_eq!(l.paid, 4, "a day's price on 4 GPUs, not 1,440 × 0");
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!(
+        f.ctx.token_balance(&f.host.tokens) - host_before + m.fees_due,
+        4
+    );
+}
+
+#[test]
+fn closing_stakes_machines_and_books_returns_rent_and_refuses_what_is_not_empty() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    // A stake account with a waiting bid, or with stake, does not close.
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let close_stake = CloseStake {
+        owner: &c.key,
+        market: f.market,
+    };
+    let err = f.ctx.run(&close_stake).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::StakeNotEmpty));
+    // The queue book holds the bid: the authority cannot close it; nobody else may try.
+    let authority = f.authority.insecure_clone();
+    let close_book = |authority| CloseQueueBook {
+        authority,
+        market: f.market,
+        book: f.queue_book,
+    };
+    let err = f.ctx.run(&close_book(&authority)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BookNotEmpty));
+    let intruder = f.ctx.wallet(1);
+    let err = f.ctx.run(&close_book(&intruder)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NotMarketAuthority));
+    f.ctx
+        .run(&CancelBid {
+            client: &c.key,
+            market: f.market,
+            bid,
+            book: f.queue_book,
+            payment_mint: f.mint,
+            client_tokens: c.tokens,
+        })
+        .unwrap();
+    let stake = pda::stake(&f.market, &c.key.pubkey()).0;
+    let rent = f.ctx.svm.get_balance(&stake).unwrap();
+    let lamports = f.ctx.svm.get_balance(&c.key.pubkey()).unwrap();
+    f.ctx.run(&close_stake).expect("close_stake");
+    assert!(!f.ctx.account_exists(&stake));
+    assert_eq!(
+        f.ctx.svm.get_balance(&c.key.pubkey()).unwrap(),
+        lamports + rent
+    );
+
+    let rent = f.ctx.svm.get_balance(&f.queue_book).unwrap();
+    let lamports = f.ctx.svm.get_balance(&authority.pubkey()).unwrap();
+    f.ctx
+        .run(&close_book(&authority))
+        .expect("close_queue_book");
+    assert!(!f.ctx.account_exists(&f.queue_book));
+    assert_eq!(
+        f.ctx.svm.get_balance(&authority.pubkey()).unwrap(),
+        lamports + rent
+    );
+    assert_eq!(
+        f.ctx.account::<Market>(&f.market).queue_book,
+        Pubkey::default()
+    );
+
+    // The machine: active, then retired with a lease, then with a spot bid waiting.
+    let owner = f.host.key.insecure_clone();
+    let close_machine = CloseMachine {
+        owner: &owner,
+        machine: f.machine,
+        spot_book: Some(f.spot_book),
+    };
+    let err = f.ctx.run(&close_machine).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::MachineNotRetired));
+    let d = f.client(100 * TOKEN, 0);
+    let a = f.spot_args(30 * TOKEN);
+    let running = f.place(&d, a);
+    let lease = f.allocate(running, &[0, 1, 2, 3]).unwrap();
+    let a = f.spot_args(20 * TOKEN);
+    let waiting = f.place(&d, a);
+    f.ctx
+        .run(&SetMachineStatus {
+            owner: &owner,
+            market: f.market,
+            machine: f.machine,
+            status: MachineStatus::Retired,
+        })
+        .unwrap();
+    let err = f.ctx.run(&close_machine).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::MachineBusy));
+    let d_key = d.key.insecure_clone();
+    f.close(&d_key, lease, d.tokens, false).unwrap();
+    let err = f.ctx.run(&close_machine).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BookNotEmpty));
+    f.ctx
+        .run(&CancelBid {
+            client: &d.key,
+            market: f.market,
+            bid: waiting,
+            book: f.spot_book,
+            payment_mint: f.mint,
+            client_tokens: d.tokens,
+        })
+        .unwrap();
+    // Without its spot book the machine would strand the book's rent.
+    let err = f
+        .ctx
+        .run(&CloseMachine {
+            spot_book: None,
+            ..close_machine
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::WrongBook));
+    let rent =
+        f.ctx.svm.get_balance(&f.machine).unwrap() + f.ctx.svm.get_balance(&f.spot_book).unwrap();
+    let lamports = f.ctx.svm.get_balance(&owner.pubkey()).unwrap();
+    f.ctx.run(&close_machine).expect("close_machine");
+    assert!(!f.ctx.account_exists(&f.machine) && !f.ctx.account_exists(&f.spot_book));
+    assert_eq!(
+        f.ctx.svm.get_balance(&owner.pubkey()).unwrap(),
+        lamports + rent
+    );
 }

@@ -54,16 +54,26 @@ struct Fixture {
     agent: Keypair,
 }
 
+/// A market with the recommended parameters and a host staked exactly their `min_host_stake`.
 fn fixture() -> Fixture {
     let mut ctx = TestContext::new();
-    let (_, _, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
-    let host = ctx.wallet(10);
+    let params = MarketParams::recommended(60, 250, 3_600);
+    let (_, mint, market) = ctx.create_market(1, params);
+    let (host, tokens) = ctx.funded_user(&mint, params.min_host_stake);
     let agent = ctx.wallet(1);
     ctx.run(&OpenStake {
         owner: &host,
         market,
     })
     .expect("open_stake");
+    ctx.run(&Stake {
+        owner: &host,
+        market,
+        stake_mint: mint,
+        owner_tokens: tokens,
+        amount: params.min_host_stake,
+    })
+    .expect("stake");
     Fixture {
         ctx,
         market,
@@ -166,6 +176,23 @@ fn bad_machines_are_rejected_and_create_nothing() {
     };
     let err = f.ctx.run(&r).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::DuplicateGpu));
+    assert!(!f.ctx.account_exists(&r.machine()));
+    // The recommended parameters ask a host for stake: one without it registers nothing.
+    let unstaked = f.ctx.wallet(10);
+    f.ctx
+        .run(&OpenStake {
+            owner: &unstaked,
+            market: f.market,
+        })
+        .unwrap();
+    let r = RegisterMachine {
+        owner: &unstaked,
+        market: f.market,
+        id: 0,
+        terms: terms(f.agent.pubkey(), vec![gpu(0, 0)]),
+    };
+    let err = f.ctx.run(&r).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeTooLow));
     assert!(!f.ctx.account_exists(&r.machine()));
 }
 

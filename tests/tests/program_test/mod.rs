@@ -210,7 +210,11 @@ impl TestContext {
         let m: Market = self.account(market);
         Ledger {
             vault: self.token_balance(&gpu_market::pda::payment_vault(market).0),
+            stake_vault: self.token_balance(&gpu_market::pda::stake_vault(market).0),
             total_escrow: m.total_escrow,
+            fees_due: m.fees_due,
+            slashed_due: m.slashed_due,
+            total_staked: m.total_staked,
             gpus_waiting: m.gpus_waiting,
             book_len: book_order(self, book).len(),
             clients: clients
@@ -221,6 +225,7 @@ impl TestContext {
                     ClientLedger {
                         tokens: self.token_balance(tokens),
                         lamports: self.svm.get_balance(&key.pubkey()).unwrap_or(0),
+                        stake: stake.amount,
                         open_bids: stake.open_bids,
                         gpus_held: stake.gpus_held,
                     }
@@ -363,7 +368,11 @@ impl TestContext {
 pub struct Ledger {
     /// The payment vault's tokens.
     pub vault: u64,
+    pub stake_vault: u64,
     pub total_escrow: u64,
+    pub fees_due: u64,
+    pub slashed_due: u64,
+    pub total_staked: u64,
     pub gpus_waiting: u64,
     pub book_len: usize,
     pub clients: Vec<ClientLedger>,
@@ -373,6 +382,7 @@ pub struct Ledger {
 pub struct ClientLedger {
     pub tokens: u64,
     pub lamports: u64,
+    pub stake: u64,
     pub open_bids: u32,
     pub gpus_held: u32,
 }
