@@ -11,7 +11,6 @@ use gpu_market::state::{
 };
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
-use gpu_market_core::settlement::SECS_PER_HOUR;
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::envelope;
@@ -465,7 +464,7 @@ fn score_inputs(
 ) -> Result<Inputs> {
     let too_large = |_| anyhow!("the bid's spend or escrow is too large");
     let spend_per_hour =
-        settlement::cost(price, kind.unit(), gpus as u64, SECS_PER_HOUR).map_err(too_large)?;
+        settlement::spend_per_hour(price, kind.unit(), gpus as u64).map_err(too_large)?;
     let escrow = settlement::escrow_for(price, kind.unit(), gpus as u64, duration_secs as u64)
         .map_err(too_large)?;
     m.params

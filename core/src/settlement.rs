@@ -29,6 +29,15 @@ pub fn cost(price: u64, unit: PriceUnit, gpus: u64, secs: u64) -> Result<u64, Ma
     per_gpu.checked_mul(gpus).ok_or(MathError::Overflow)
 }
 
+/// What `gpus` GPUs at `price` per GPU per `unit` cost per hour (a bid's spend rate, the
+/// complexity input of its score); an hourly price needs no division.
+pub fn spend_per_hour(price: u64, unit: PriceUnit, gpus: u64) -> Result<u64, MathError> {
+    match unit {
+        PriceUnit::PerGpuHour => price.checked_mul(gpus).ok_or(MathError::Overflow),
+        PriceUnit::PerGpuDay => cost(price, unit, gpus, SECS_PER_HOUR),
+    }
+}
+
 /// The escrow a bid locks: its price for its whole maximum duration. Rounded up to a whole
 /// price unit so that the escrow always covers the full duration's cost.
 pub fn escrow_for(
@@ -147,6 +156,12 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn spend_per_hour_is_the_cost_of_an_hour(price in 0u64..1 << 40, gpus in 1u64..=16, daily: bool) {
+            let unit = if daily { PriceUnit::PerGpuDay } else { PriceUnit::PerGpuHour };
+            prop_assert_eq!(spend_per_hour(price, unit, gpus), cost(price, unit, gpus, SECS_PER_HOUR));
+        }
+
         #[test]
         fn payouts_conserve_escrow(price in 0u64..1 << 40, gpus in 1u64..=16, secs in 0u64..1 << 24, escrow: u64, fee in 0u64..=10_000) {
             let p = payout(hourly(price, gpus, secs, 0), escrow, fee).unwrap();

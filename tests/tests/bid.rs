@@ -422,7 +422,7 @@ fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
     // The book's depth costs little; the bump search of `init` costs the rest.
     for p in units.iter().filter(|p| p.bump == u8::MAX) {
         assert!(
-            p.units <= 30_000,
+            p.units <= 25_000,
             "place_bid into {} entries: {} CU",
             p.book_len,
             p.units
@@ -917,7 +917,7 @@ fn compute_units_and_sizes_of_bids() {
     );
     assert!(bid_space <= 340, "bid account: {bid_space} bytes");
     assert!(
-        f.ctx.compute_units["place_bid"] <= 30_000,
+        f.ctx.compute_units["place_bid"] <= 25_000,
         "25k before bids paid an urgency premium and demand was sampled on the clock"
     );
 }

@@ -2,7 +2,7 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
 use gpu_market_core::fit::{Need, Terms, Unfit};
 use gpu_market_core::score;
-use gpu_market_core::settlement::{cost, escrow_for, SECS_PER_HOUR};
+use gpu_market_core::settlement::{escrow_for, spend_per_hour};
 
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
@@ -261,13 +261,8 @@ impl PlaceBid<'_> {
         .map_err(MarketError::from)?;
 
         let market = &mut ctx.accounts.market;
-        let spend_per_hour = cost(
-            args.price,
-            args.kind.unit(),
-            args.gpu_count as u64,
-            SECS_PER_HOUR,
-        )
-        .map_err(MarketError::from)?;
+        let spend_per_hour = spend_per_hour(args.price, args.kind.unit(), args.gpu_count as u64)
+            .map_err(MarketError::from)?;
         let p = &market.params;
         let inputs = p.score_inputs(
             ctx.accounts.stake.amount,
@@ -441,9 +436,13 @@ macro_rules! refund_waiting {
     ($a:expr, $now:expr, $reason:expr) => {{
         let a = &mut *$a;
         let bid_key = a.bid.key();
-        let refund =
-            a.market
-                .take_out(bid_key, &a.bid, &mut *a.book.load_mut()?, &mut a.stake, $now)?;
+        let refund = a.market.take_out(
+            bid_key,
+            &a.bid,
+            &mut *a.book.load_mut()?,
+            &mut a.stake,
+            $now,
+        )?;
         pay_out(
             &a.market,
             a.market.to_account_info(),
@@ -547,10 +546,7 @@ pub struct PruneBid<'info> {
 impl PruneBid<'_> {
     pub fn prune_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        require!(
-            now >= ctx.accounts.bid.deadline,
-            MarketError::BidNotExpired
-        );
+        require!(now >= ctx.accounts.bid.deadline, MarketError::BidNotExpired);
         refund_waiting!(ctx.accounts, now, BidRemoval::Expired)
     }
 }

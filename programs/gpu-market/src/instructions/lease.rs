@@ -407,7 +407,8 @@ impl CloseLease<'_> {
     }
 
     /// Slashes the host for `missed` silent intervals of this lease, at once and once: the
-    /// market's `slash_bps` per `slash_evidence` intervals of the host's stake; half goes to the
+    /// lease's `slash_bps` per `slash_evidence` intervals of the host's stake (the rules it
+    /// started with); half goes to the
     /// harmed client's stake, half is kept for the stake treasury. A client renting its own
     /// machine slashes nothing.
     fn slash_for_silence(&mut self, missed: u32) -> Result<()> {
@@ -418,8 +419,8 @@ impl CloseLease<'_> {
             .host_stake
             .as_mut()
             .ok_or(MarketError::HostStakeMissing)?;
-        let p = &self.market.params;
-        let bps = slash_share_bps(p.slash_bps, missed, p.slash_evidence)?;
+        let rules = &self.lease.rules;
+        let bps = slash_share_bps(rules.slash_bps, missed, rules.slash_evidence)?;
         let (from_amount, from_pending) = host.slash(bps)?;
         let taken = from_amount + from_pending;
         let to_client = taken / 2;

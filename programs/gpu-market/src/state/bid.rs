@@ -166,20 +166,24 @@ impl Bid {
 
     /// What its book entry carries, so `allocate` can decide fit without the account.
     pub fn summary(&self) -> BidSummary {
-        let settings = self.settings();
-        let (lo, hi, mixed) = match Terms::of(&settings) {
-            Terms::Uniform(s) => (s, s, 0),
+        // The same terms on every GPU (the common case) need no conversion.
+        let (terms_lo, terms_hi, mixed) = match self.overclock.split_first() {
+            Some((first, rest)) if rest.iter().all(|t| t == first) => (*first, *first, 0),
             _ => {
-                let (lo, hi) = Terms::range_of(&settings);
-                (lo, hi, 1)
+                let (lo, hi) = Terms::range_of(&self.settings());
+                (
+                    OverclockTerms::from_settings(&lo),
+                    OverclockTerms::from_settings(&hi),
+                    1,
+                )
             }
         };
         BidSummary {
             client: self.client,
             price: self.price,
             deadline: self.deadline,
-            terms_lo: OverclockTerms::from_settings(&lo),
-            terms_hi: OverclockTerms::from_settings(&hi),
+            terms_lo,
+            terms_hi,
             gib_per_gpu: self.gib_per_gpu,
             gpu_count: self.gpu_count,
             accepted_classes: self.accepted_classes,

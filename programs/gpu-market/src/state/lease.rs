@@ -11,6 +11,9 @@ pub struct LeaseRules {
     pub idle_utilisation_bps: u16,
     pub idle_intervals: u16,
     pub silence_intervals: u16,
+    /// What a slash for this lease's silence takes: `slash_bps` per `slash_evidence` intervals.
+    pub slash_bps: u16,
+    pub slash_evidence: u16,
 }
 
 impl LeaseRules {
@@ -21,6 +24,8 @@ impl LeaseRules {
             idle_utilisation_bps: params.idle_utilisation_bps,
             idle_intervals: params.idle_intervals,
             silence_intervals: params.silence_intervals,
+            slash_bps: params.slash_bps,
+            slash_evidence: params.slash_evidence,
         }
     }
 }

@@ -8,19 +8,65 @@ use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccoun
 /// GPU classes a market prices (index = `GpuSpec::class`).
 pub use gpu_market_core::fit::GPU_CLASSES;
 
-/// The rules of a market's auction: set at `init_market`, changed by `update_market`.
-#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+/// Tables of bps in the market's parameters, Borsh-coded as one copy (see `pod_borsh!`): the
+/// market account holds its parameters twice (in force and scheduled), and every instruction
+/// that loads it pays for their encoding. Index them like the arrays they wrap.
+macro_rules! bps_table {
+    ($name:ident, $len:expr, $what:literal) => {
+        #[doc = $what]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
+        #[repr(transparent)]
+        pub struct $name(pub [u16; $len]);
+
+        // SAFETY: a transparent wrapper of a `u16` array: no padding, every bit pattern valid.
+        unsafe impl anchor_lang::__private::bytemuck::Zeroable for $name {}
+        unsafe impl anchor_lang::__private::bytemuck::Pod for $name {}
+        crate::state::pod_borsh!($name);
+
+        impl anchor_lang::Space for $name {
+            const INIT_SPACE: usize = 2 * $len;
+        }
+
+        impl core::ops::Deref for $name {
+            type Target = [u16; $len];
+            fn deref(&self) -> &Self::Target {
+                &self.0
+            }
+        }
+
+        impl core::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                &mut self.0
+            }
+        }
+    };
+}
+
+bps_table!(ClassBps, GPU_CLASSES, "One value in bps per GPU class.");
+bps_table!(HourBps, 24, "One value in bps per UTC hour.");
+
+/// The rules of a market's auction: set at `init_market`, changed by `update_market`. Plain old
+/// data, widest fields first so that `repr(C)` adds no padding: Borsh reads and writes it as one
+/// copy (the market account holds it twice, in force and scheduled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+#[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
+#[repr(C)]
 pub struct MarketParams {
-    pub billing_interval_secs: u32,
-    pub protocol_fee_bps: u16,
-    pub unstake_cooldown_secs: u32,
-    /// Score weights: stake, urgency, complexity; they add up to 10 000.
-    pub weights_bps: [u16; 3],
     /// The stake at which the stake input S saturates.
     pub stake_bound: u64,
     /// The spend per hour (price × GPUs, payment-token base units) at which the complexity
     /// input C saturates.
     pub spend_bound: u64,
+    /// Base of the dynamic reserve price, per GPU-hour, in payment-token base units.
+    pub base_price_per_gpu_hour: u64,
+    /// Stake a host needs in the market to register a machine.
+    pub min_host_stake: u64,
+    pub billing_interval_secs: u32,
+    pub unstake_cooldown_secs: u32,
+    pub protocol_fee_bps: u16,
+    /// Score weights: stake, urgency, complexity; they add up to 10 000.
+    pub weights_bps: [u16; 3],
     /// The urgency premium, as a share of the bid's escrow (bps), at which the urgency input U
     /// saturates.
     pub urgency_premium_bps: u16,
@@ -30,12 +76,6 @@ pub struct MarketParams {
     pub aging_cap_bps: u16,
     /// Anti-monopoly cap: the most of the market's GPUs one client may hold, in bps.
     pub max_client_share_bps: u16,
-    /// Base of the dynamic reserve price, per GPU-hour, in payment-token base units.
-    pub base_price_per_gpu_hour: u64,
-    /// Capability factor of each GPU class, added to 1 (bps).
-    pub capability_bps: [u16; GPU_CLASSES],
-    /// Seasonal factor of each UTC hour of the cluster clock (bps; 10 000 = neutral).
-    pub seasonal_bps: [u16; 24],
     /// Weight of the newest sample in the smoothed demand (bps).
     pub demand_smoothing_bps: u16,
     /// The most the demand factor may add (bps).
@@ -50,9 +90,22 @@ pub struct MarketParams {
     pub slash_evidence: u16,
     /// Share of the host's stake one slash takes to the stake treasury (bps).
     pub slash_bps: u16,
-    /// Stake a host needs in the market to register a machine.
-    pub min_host_stake: u64,
+    /// Capability factor of each GPU class, added to 1 (bps).
+    pub capability_bps: ClassBps,
+    /// Seasonal factor of each UTC hour of the cluster clock (bps; 10 000 = neutral).
+    pub seasonal_bps: HourBps,
+    /// Zero: keeps the layout free of padding.
+    pub _reserved: [u8; 2],
 }
+
+// SAFETY: `repr(C)`, integers and `u16` tables only, no padding (size pinned below): every bit
+// pattern is a valid value.
+unsafe impl anchor_lang::__private::bytemuck::Zeroable for MarketParams {}
+unsafe impl anchor_lang::__private::bytemuck::Pod for MarketParams {}
+const _: () = assert!(
+    core::mem::size_of::<MarketParams>() == 4 * 8 + 2 * 4 + 15 * 2 + 2 * GPU_CLASSES + 2 * 24 + 2
+);
+crate::state::pod_borsh!(MarketParams);
 
 /// Bounds on what a market's authority may set: the parameters can be changed, never bent.
 pub const MAX_BILLING_INTERVAL_SECS: u32 = 3_600;
@@ -87,8 +140,8 @@ impl MarketParams {
             aging_cap_bps: 3_000,
             max_client_share_bps: 5_000,
             base_price_per_gpu_hour: 1_000_000,
-            capability_bps: [0; GPU_CLASSES],
-            seasonal_bps: [10_000; 24],
+            capability_bps: ClassBps([0; GPU_CLASSES]),
+            seasonal_bps: HourBps([10_000; 24]),
             demand_smoothing_bps: 2_000,
             demand_cap_bps: 10_000,
             idle_utilisation_bps: 1_000,
@@ -99,6 +152,7 @@ impl MarketParams {
             // What a full 16-GPU machine earns in a day at the base price: a host that fakes
             // its GPUs risks more than it can take before its clients react.
             min_host_stake: 1_000_000 * 16 * 24,
+            _reserved: [0; 2],
         }
     }
 
@@ -111,10 +165,14 @@ impl MarketParams {
         escrow: u64,
         urgency_premium: u64,
     ) -> Result<Inputs> {
-        let urgency_bound =
+        // Without a premium U is 0 whatever the bound: skip the division.
+        let urgency_bound = if urgency_premium == 0 {
+            1
+        } else {
             gpu_market_core::math::apply_bps(escrow, self.urgency_premium_bps as u64)
                 .map_err(MarketError::from)?
-                .max(1);
+                .max(1)
+        };
         Ok(Inputs {
             stake,
             stake_bound: self.stake_bound,
@@ -325,6 +383,9 @@ impl Market {
         let due = interval
             .saturating_sub(self.demand_interval)
             .min(MAX_DEMAND_CATCH_UP);
+        if due == 0 {
+            return;
+        }
         let p = &self.params;
         let sample = pricing::demand_bps(
             self.gpus_waiting,
