@@ -55,6 +55,13 @@ impl Cluster {
                 validator: None,
             });
         }
+        // Test binaries run as separate processes, and each validator finds its ports by
+        // probing: two starting side by side could both pick a port the other then binds (a
+        // websocket that never answers). One start at a time, from probing to an answering
+        // RPC, across processes.
+        let start_lock =
+            std::fs::File::create(std::env::temp_dir().join("gpu-market-validator-start.lock"))?;
+        start_lock.lock()?;
         let validator = LocalValidator::spawn(&repo_root().join("target/deploy/gpu_market.so"))?;
         let rpc_url = format!("http://127.0.0.1:{}", validator.rpc_port);
         let ws_url = format!("ws://127.0.0.1:{}", validator.rpc_port + 1);
@@ -65,6 +72,7 @@ impl Cluster {
             validator: Some(validator),
         };
         cluster.wait_ready().await?;
+        drop(start_lock);
         let rpc = cluster.rpc();
         let sig = rpc
             .request_airdrop(&cluster.payer.pubkey(), 100 * LAMPORTS_PER_SOL)

@@ -280,6 +280,67 @@ fn bad_market_parameters_are_rejected_and_create_nothing() {
     );
 }
 
+/// Issue 15: a mint whose freeze authority could freeze the market's vaults (and with them every
+/// payment, refund and withdrawal) is refused, as stake or as payment token; nothing is created.
+#[test]
+fn a_mint_that_can_freeze_the_vaults_is_refused() {
+    let mut ctx = TestContext::new();
+    let authority = ctx.wallet(10);
+    let good = ctx.create_mint(6);
+    let freezable = Keypair::new();
+    let payer = ctx.payer.pubkey();
+    let rent = ctx
+        .svm
+        .minimum_balance_for_rent_exemption(gpu_market_sdk::token::MINT_LEN);
+    let ixs = [
+        solana_system_interface::instruction::create_account(
+            &payer,
+            &freezable.pubkey(),
+            rent,
+            gpu_market_sdk::token::MINT_LEN as u64,
+            &spl_token_interface::ID,
+        ),
+        spl_token_interface::instruction::initialize_mint2(
+            &spl_token_interface::ID,
+            &freezable.pubkey(),
+            &payer,
+            Some(&payer),
+            6,
+        )
+        .unwrap(),
+    ];
+    ctx.send(&ixs, &[&freezable])
+        .expect("a mint with a freeze authority");
+    let lamports_before = ctx.svm.get_balance(&authority.pubkey()).unwrap();
+    for (stake_mint, payment_mint) in [(freezable.pubkey(), good), (good, freezable.pubkey())] {
+        let treasury = ctx.create_token_account(&payment_mint, &authority.pubkey());
+        let stake_treasury = ctx.create_token_account(&stake_mint, &authority.pubkey());
+        let init = InitMarket {
+            authority: &authority,
+            stake_mint,
+            payment_mint,
+            treasury,
+            stake_treasury,
+            args: InitMarketArgs {
+                id: 9,
+                params: params(),
+            },
+        };
+        let err = ctx.run(&init).expect_err("a freezable mint is refused");
+        assert_eq!(
+            err.custom_code(),
+            code(MarketError::MintCanFreeze),
+            "{:?}",
+            err.logs
+        );
+        assert!(!ctx.account_exists(&init.market()));
+    }
+    assert_eq!(
+        ctx.svm.get_balance(&authority.pubkey()).unwrap(),
+        lamports_before
+    );
+}
+
 #[test]
 fn bad_stakes_are_rejected_and_move_nothing() {
     let mut f = market_fixture();
