@@ -10,7 +10,7 @@ use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, BidStatus, GpuSpec, Lease, Machine, MachineStatus, MachineTerms, Market,
-    MarketParams, OverclockTerms, StakeAccount, BID_BOOK_SPACE,
+    MarketParams, OverclockTerms, StakeAccount, BID_BOOK_SPACE, BOOK_CAPACITY,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -1390,6 +1390,53 @@ fn a_preempted_spot_bid_past_its_deadline_is_refunded_not_requeued() {
     let paid = (30 * TOKEN * 60 / 86_400) * 4;
     assert_eq!(f.ctx.token_balance(&low.tokens) - start, escrow - paid);
     assert_eq!(book_order(&f.ctx, &f.spot_book), vec![richer]);
+}
+
+/// Issue 15, finding 5: a preempted spot lease whose book has filled up meanwhile settles with
+/// a refund instead of failing with `BookFull` (which locked escrow, GPUs and rent for good).
+#[test]
+fn a_preempted_spot_bid_is_refunded_when_its_book_is_full() {
+    let mut f = fixture();
+    let low = f.client(100 * TOKEN, 0);
+    let high = f.client(100 * TOKEN, 0);
+    let a = f.spot_args(30 * TOKEN);
+    let low_bid = f.place(&low, a);
+    let escrow = f.ctx.account::<Bid>(&low_bid).escrow;
+    let lease = f.allocate(low_bid, &[0, 1, 2, 3]).unwrap();
+    f.ctx.advance_time(20);
+    let a = f.spot_args(40 * TOKEN);
+    let richer = f.place(&high, a);
+    f.ctx
+        .run(&Preempt {
+            agent: &f.agent,
+            market: f.market,
+            machine: f.machine,
+            lease,
+            lease_bid: low_bid,
+            challenger: richer,
+            challenger_client: high.key.pubkey(),
+        })
+        .expect("preempt");
+    f.ctx.advance_time(INTERVAL - 20);
+    prove(&mut f, lease, 0);
+    // The machine's spot book fills up before the lease settles (the richer bid is in it).
+    let filler = f.client(20_000 * TOKEN, 0);
+    f.ctx.svm.airdrop(&filler.key.pubkey(), 20 * SOL).unwrap();
+    for _ in 1..BOOK_CAPACITY {
+        let a = f.spot_args(13 * TOKEN);
+        f.place(&filler, a);
+    }
+    assert_eq!(book_order(&f.ctx, &f.spot_book).len(), BOOK_CAPACITY);
+    let start = f.ctx.token_balance(&low.tokens);
+    let anyone = f.ctx.wallet(1);
+    f.close(&anyone, lease, low.tokens, false)
+        .expect("end_lease settles whatever the book's room");
+    assert!(!f.ctx.account_exists(&lease) && !f.ctx.account_exists(&low_bid));
+    let paid = (30 * TOKEN * 60 / 86_400) * 4;
+    assert_eq!(f.ctx.token_balance(&low.tokens) - start, escrow - paid);
+    let order = book_order(&f.ctx, &f.spot_book);
+    assert_eq!(order.len(), BOOK_CAPACITY);
+    assert!(!order.contains(&low_bid));
 }
 
 #[test]
