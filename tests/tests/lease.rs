@@ -1354,13 +1354,20 @@ fn evidence_expires_after_its_window() {
     assert_eq!(f.ledger(&c), before);
 }
 
-#[test]
-fn a_preempted_spot_bid_past_its_deadline_is_refunded_not_requeued() {
+/// A spot lease of all 4 GPUs at 30 per GPU-day (its bid's deadline `deadline_in` seconds from
+/// placement, or the default),
+/// preempted by a richer spot bid and proven for its first, last interval. Returns the fixture,
+/// the preempted client, its bid and escrow, the lease and the richer bid.
+fn preempted_spot_lease(
+    deadline_in: Option<i64>,
+) -> (Fixture, Wallet, Pubkey, u64, Pubkey, Pubkey) {
     let mut f = fixture();
     let low = f.client(100 * TOKEN, 0);
     let high = f.client(100 * TOKEN, 0);
     let mut a = f.spot_args(30 * TOKEN);
-    a.deadline = f.ctx.now() + 3_600 + 30;
+    if let Some(secs) = deadline_in {
+        a.deadline = f.ctx.now() + secs;
+    }
     let low_bid = f.place(&low, a);
     let escrow = f.ctx.account::<Bid>(&low_bid).escrow;
     let lease = f.allocate(low_bid, &[0, 1, 2, 3]).unwrap();
@@ -1380,6 +1387,12 @@ fn a_preempted_spot_bid_past_its_deadline_is_refunded_not_requeued() {
         .expect("preempt");
     f.ctx.advance_time(INTERVAL - 20);
     prove(&mut f, lease, 0);
+    (f, low, low_bid, escrow, lease, richer)
+}
+
+#[test]
+fn a_preempted_spot_bid_past_its_deadline_is_refunded_not_requeued() {
+    let (mut f, low, low_bid, escrow, lease, richer) = preempted_spot_lease(Some(3_600 + 30));
     // Settled after the bid's deadline: it could never start again.
     f.ctx.advance_time(3_600);
     let start = f.ctx.token_balance(&low.tokens);
@@ -1396,29 +1409,7 @@ fn a_preempted_spot_bid_past_its_deadline_is_refunded_not_requeued() {
 /// a refund instead of failing with `BookFull` (which locked escrow, GPUs and rent for good).
 #[test]
 fn a_preempted_spot_bid_is_refunded_when_its_book_is_full() {
-    let mut f = fixture();
-    let low = f.client(100 * TOKEN, 0);
-    let high = f.client(100 * TOKEN, 0);
-    let a = f.spot_args(30 * TOKEN);
-    let low_bid = f.place(&low, a);
-    let escrow = f.ctx.account::<Bid>(&low_bid).escrow;
-    let lease = f.allocate(low_bid, &[0, 1, 2, 3]).unwrap();
-    f.ctx.advance_time(20);
-    let a = f.spot_args(40 * TOKEN);
-    let richer = f.place(&high, a);
-    f.ctx
-        .run(&Preempt {
-            agent: &f.agent,
-            market: f.market,
-            machine: f.machine,
-            lease,
-            lease_bid: low_bid,
-            challenger: richer,
-            challenger_client: high.key.pubkey(),
-        })
-        .expect("preempt");
-    f.ctx.advance_time(INTERVAL - 20);
-    prove(&mut f, lease, 0);
+    let (mut f, low, low_bid, escrow, lease, _richer) = preempted_spot_lease(None);
     // The machine's spot book fills up before the lease settles (the richer bid is in it).
     let filler = f.client(20_000 * TOKEN, 0);
     f.ctx.svm.airdrop(&filler.key.pubkey(), 20 * SOL).unwrap();
