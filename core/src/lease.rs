@@ -5,6 +5,45 @@
 use crate::math::{mul_div_floor, MathError};
 use crate::settlement::SECS_PER_DAY;
 
+/// The exit codes a host's agent puts in a lease's final proof when the client's container did
+/// not run to its own exit; a container's own exit codes are 0 or more. One table for the agent
+/// that writes them and the CLI that explains them.
+pub mod exit {
+    /// The GPU settings the lease asked for did not take on the GPUs.
+    pub const SETTINGS_REFUSED: i32 = -1;
+    /// The container vanished (removed behind the agent's back) or never started before a drain.
+    pub const CONTAINER_LOST: i32 = -2;
+    /// The image could not be pulled within the host's time and size budget.
+    pub const IMAGE_UNAVAILABLE: i32 = -3;
+    /// The lease's sealed environment is missing, or cannot be opened or accepted by the host.
+    pub const ENVIRONMENT_UNAVAILABLE: i32 = -4;
+    /// The container engine refused to create or start the container.
+    pub const ENGINE_REFUSED: i32 = -5;
+
+    /// A sentence for a final proof's exit code.
+    pub fn reason(code: i32) -> String {
+        match code {
+            0 => "the container exited successfully".into(),
+            SETTINGS_REFUSED => "the host refused the lease: its GPU settings did not take".into(),
+            CONTAINER_LOST => {
+                "the container was lost (removed, or never started before the host drained)".into()
+            }
+            IMAGE_UNAVAILABLE => "the image could not be pulled within the host's budget".into(),
+            ENVIRONMENT_UNAVAILABLE => {
+                "the sealed environment is missing, unreadable or refused by the host".into()
+            }
+            ENGINE_REFUSED => {
+                "the container engine refused to create or start the container".into()
+            }
+            c if c > 128 && c <= 128 + 64 => {
+                format!("the container was killed by signal {}", c - 128)
+            }
+            c if c > 0 => format!("the container exited with code {c}"),
+            c => format!("the host ended the lease with code {c}"),
+        }
+    }
+}
+
 /// The window `[from, to)` of interval `k` of a lease that started at `start`, clipped at `stop`
 /// (the lease's end, or the time it was told to stop). `None` when the window is empty: the
 /// lease had stopped before interval `k` began.
@@ -171,6 +210,27 @@ mod tests {
         assert_ne!(a, q.chain_preimage(&[1; 32], &[2; 32]));
         assert_ne!(a, p.chain_preimage(&[1; 32], &[3; 32]));
         assert_eq!(p.power_violations(&[300, 300]).collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn every_exit_code_has_its_own_sentence() {
+        use super::exit::*;
+        let codes = [
+            0,
+            SETTINGS_REFUSED,
+            CONTAINER_LOST,
+            IMAGE_UNAVAILABLE,
+            ENVIRONMENT_UNAVAILABLE,
+            ENGINE_REFUSED,
+            3,
+            137,
+            -9,
+        ];
+        let sentences: std::collections::BTreeSet<String> =
+            codes.iter().map(|&c| reason(c)).collect();
+        assert_eq!(sentences.len(), codes.len());
+        assert_eq!(reason(137), "the container was killed by signal 9");
+        assert_eq!(reason(3), "the container exited with code 3");
     }
 
     proptest! {
