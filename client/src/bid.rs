@@ -15,18 +15,19 @@ use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::envelope;
 use gpu_market_sdk::{
-    Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, PruneBid, TopUpBid,
+    Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, TopUpBid,
 };
 use serde_json::{json, Value};
 use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
-use solana_transaction::Transaction;
 
 use crate::config::{Config, Sendable};
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
+
+mod prune;
 
 #[derive(Subcommand)]
 pub enum BidCommand {
@@ -202,8 +203,8 @@ pub fn run(config: &Config, command: BidCommand) -> Result<()> {
             Ok(())
         }
         BidCommand::Prune { bid, all, market } => match (bid, market) {
-            (Some(bid), _) => prune(config, &bid),
-            (None, Some(market)) if all => prune_all(config, &market),
+            (Some(bid), _) => prune::prune(config, &bid),
+            (None, Some(market)) if all => prune::prune_all(config, &market),
             _ => bail!("give a BID, or --all --market MARKET"),
         },
         BidCommand::Show { bid } => show(config, &bid, None),
@@ -485,7 +486,7 @@ fn eviction(config: &Config, m: &Market, book: &Pubkey, rank: u64) -> Result<Opt
     Ok(Some(Evict {
         bid: worst.bid,
         client: worst.summary.client,
-        tokens: evicted.refund_tokens,
+        tokens: refund_accounts(config, [&evicted], m)?[0],
     }))
 }
 
@@ -680,136 +681,17 @@ fn list(config: &Config, market: Pubkey, machine: Option<Pubkey>) -> Result<()> 
     Ok(())
 }
 
-/// The `prune_bid` of an open bid `key`: its escrow back to the token account it came from.
-fn prune_of<'a>(
-    caller: &'a Keypair,
-    key: Pubkey,
-    b: &Bid,
+/// Each bid's `refund_tokens` while it is a live token account of its client, else `None`.
+pub(crate) fn refund_accounts<'a>(
+    config: &Config,
+    bids: impl IntoIterator<Item = &'a Bid>,
     m: &Market,
-    book: Pubkey,
-) -> PruneBid<'a> {
-    PruneBid {
-        caller,
-        market: b.market,
-        bid: key,
-        client: b.client,
-        book,
-        payment_mint: m.payment_mint,
-        client_tokens: b.refund_tokens,
-    }
-}
-
-fn prune(config: &Config, key: &Pubkey) -> Result<()> {
-    let caller = config.signer()?;
-    let b: Bid = config.fetch(key, "bid")?;
-    if b.status == BidStatus::Running {
-        bail!(
-            "bid {key} is running as lease {}: it ends with its lease",
-            pda::lease(key).0
-        );
-    }
-    let m: Market = config.fetch(&b.market, "market")?;
-    let book = book_of(config, &b, &m)?;
-    let signature = config.send_all(&caller, &[&prune_of(&caller, *key, &b, &m, book)])?;
-    print_record(
-        config.output,
-        &[
-            ("bid", text(key)),
-            ("client", text(b.client)),
-            (
-                "refund",
-                parse::tokens(b.escrow, config.mint_decimals(&m.payment_mint)?),
-            ),
-            ("refund_to", text(b.refund_tokens)),
-            ("signature", text(signature)),
-        ],
-    );
-    Ok(())
-}
-
-/// The most bytes a transaction may take on the wire (`solana_packet::PACKET_DATA_SIZE`).
-const PACKET_DATA_SIZE: usize = 1232;
-
-/// Prunes every expired bid of the market's queue book, packing as many `prune_bid` as a
-/// transaction holds. A transaction refused (another keeper may have pruned one of its bids
-/// first) is retried bid by bid, and each bid's own outcome is listed.
-fn prune_all(config: &Config, market: &Pubkey) -> Result<()> {
-    let caller = config.signer()?;
-    let m: Market = config.fetch(market, "market")?;
-    let decimals = config.mint_decimals(&m.payment_mint)?;
-    let book = m.queue_book;
-    let entries = read_book(&config.account_data(&book, "book")?)
-        .ok_or_else(|| anyhow!("market {market} has no queue book open"))?;
-    let now = config.cluster_time()?;
-    let keys: Vec<Pubkey> = entries
-        .entries
-        .iter()
-        .filter(|l| now >= l.summary.deadline)
-        .map(|l| l.bid)
-        .collect();
-    let bids = config.fetch_many::<Bid>(&keys)?;
-    let expired: Vec<(Pubkey, Bid)> = keys
+) -> Result<Vec<Option<Pubkey>>> {
+    let accounts: Vec<(Pubkey, Pubkey)> = bids
         .into_iter()
-        .zip(bids)
-        .filter_map(|(k, b)| b.map(|b| (k, b)))
+        .map(|b| (b.refund_tokens, b.client))
         .collect();
-
-    // Batches that fit one transaction each.
-    let fits = |batch: &[(Pubkey, Bid)]| {
-        let ixs: Vec<_> = batch
-            .iter()
-            .map(|(k, b)| prune_of(&caller, *k, b, &m, book).instruction())
-            .collect();
-        let message = Transaction::new_with_payer(&ixs, Some(&caller.pubkey())).message;
-        1 + 64 * message.header.num_required_signatures as usize + message.serialize().len()
-            <= PACKET_DATA_SIZE
-    };
-    let mut batches: Vec<&[(Pubkey, Bid)]> = Vec::new();
-    let mut start = 0;
-    while start < expired.len() {
-        let mut end = start + 1;
-        while end < expired.len() && fits(&expired[start..=end]) {
-            end += 1;
-        }
-        batches.push(&expired[start..end]);
-        start = end;
-    }
-
-    let row = |(key, b): &(Pubkey, Bid), outcome: Result<String>| -> Fields {
-        let mut row: Fields = vec![
-            ("bid", text(key)),
-            ("client", text(b.client)),
-            ("refund", parse::tokens(b.escrow, decimals)),
-        ];
-        match outcome {
-            Ok(signature) => row.push(("signature", text(signature))),
-            Err(e) => row.push(("error", text(format!("{e:#}")))),
-        }
-        row
-    };
-    let mut rows = Vec::new();
-    for batch in batches {
-        let prunes: Vec<PruneBid> = batch
-            .iter()
-            .map(|(k, b)| prune_of(&caller, *k, b, &m, book))
-            .collect();
-        let sendable: Vec<&dyn Sendable> = prunes.iter().map(|p| p as &dyn Sendable).collect();
-        match config.send_all(&caller, &sendable) {
-            Ok(signature) => rows.extend(batch.iter().map(|e| row(e, Ok(signature.clone())))),
-            Err(_) if batch.len() > 1 => {
-                for (e, p) in batch.iter().zip(&prunes) {
-                    rows.push(row(e, config.send_all(&caller, &[p])));
-                }
-            }
-            Err(e) => rows.push(row(&batch[0], Err(e))),
-        }
-    }
-    print_list(
-        config.output,
-        &["bid", "client", "refund", "signature", "error"],
-        &rows,
-    );
-    Ok(())
+    config.live_token_accounts(&accounts, &m.payment_mint)
 }
 
 /// Compute units a transaction may ask for at most; the agent asks for what a simulation under

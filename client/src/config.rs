@@ -13,15 +13,17 @@ use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_program_pack::Pack;
 use solana_pubkey::Pubkey;
-use solana_rpc_client::rpc_client::RpcClient;
+use solana_rpc_client::rpc_client::{GetConfirmedSignaturesForAddress2Config, RpcClient};
 use solana_rpc_client_api::client_error::Error as ClientError;
 use solana_rpc_client_api::client_error::ErrorKind;
 use solana_rpc_client_api::config::{
     RpcAccountInfoConfig, RpcProgramAccountsConfig, RpcSimulateTransactionConfig,
+    RpcTransactionConfig,
 };
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 use solana_signer::Signer;
 use solana_transaction::Transaction;
+use solana_transaction_status_client_types::UiTransactionEncoding;
 use spl_token_interface::state::{Account as TokenAccount, Mint};
 
 use crate::output::{print_record, program_message, rpc_error, text, OutputFormat};
@@ -84,12 +86,15 @@ impl Config {
 
     /// An account's data; a missing account and an unreachable cluster are told apart.
     pub fn account_data(&self, address: &Pubkey, what: &str) -> Result<Vec<u8>> {
+        self.account_data_if_any(address, what)?
+            .ok_or_else(|| anyhow!("{what} {address} does not exist on {}", self.url))
+    }
+
+    /// An account's data, `None` when there is no account at `address`.
+    pub fn account_data_if_any(&self, address: &Pubkey, what: &str) -> Result<Option<Vec<u8>>> {
         let rpc = self.rpc();
         match rpc.get_account_with_commitment(address, self.commitment) {
-            Ok(response) => match response.value {
-                Some(account) => Ok(account.data),
-                None => bail!("{what} {address} does not exist on {}", self.url),
-            },
+            Ok(response) => Ok(response.value.map(|account| account.data)),
             Err(e) => {
                 // The client folds transport errors into its message: ask once more, plainly.
                 if let Err(e) = rpc.get_version() {
@@ -107,8 +112,18 @@ impl Config {
     /// A program account of type `T` (its discriminator checked).
     pub fn fetch<T: AccountDeserialize>(&self, address: &Pubkey, what: &str) -> Result<T> {
         let data = self.account_data(address, what)?;
-        T::try_deserialize(&mut data.as_slice())
-            .map_err(|_| anyhow!("{address} is not a {what} account"))
+        decode_as(&data, address, what)
+    }
+
+    /// A program account of type `T`, `None` when there is no account at `address`.
+    pub fn fetch_if_any<T: AccountDeserialize>(
+        &self,
+        address: &Pubkey,
+        what: &str,
+    ) -> Result<Option<T>> {
+        self.account_data_if_any(address, what)?
+            .map(|data| decode_as(&data, address, what))
+            .transpose()
     }
 
     /// Several accounts of type `T` at once (missing ones are `None`), in the order asked.
@@ -192,6 +207,58 @@ impl Config {
             .collect())
     }
 
+    /// Reads back the successful transactions that touched `address`, newest first, until
+    /// `found` finds what it looks for in one's logs: that transaction's signature and what it
+    /// found; `None` when no transaction the cluster still has shows it. One
+    /// `getSignaturesForAddress` (its latest 1,000), then one `getTransaction` per transaction
+    /// read.
+    pub fn find_in_history<T>(
+        &self,
+        address: &Pubkey,
+        mut found: impl FnMut(&[String]) -> Option<T>,
+    ) -> Result<Option<(String, T)>> {
+        // History is kept from `confirmed` on.
+        let commitment = Some(if self.commitment == CommitmentConfig::processed() {
+            CommitmentConfig::confirmed()
+        } else {
+            self.commitment
+        });
+        let rpc = self.rpc();
+        let signatures = rpc
+            .get_signatures_for_address_with_config(
+                address,
+                GetConfirmedSignaturesForAddress2Config {
+                    commitment,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| self.unreachable(&e))?;
+        for s in signatures.iter().filter(|s| s.err.is_none()) {
+            let signature = s.signature.parse().map_err(|_| {
+                anyhow!("the cluster returned a malformed signature {}", s.signature)
+            })?;
+            let tx = rpc
+                .get_transaction_with_config(
+                    &signature,
+                    RpcTransactionConfig {
+                        encoding: Some(UiTransactionEncoding::Json),
+                        commitment,
+                        max_supported_transaction_version: Some(0),
+                    },
+                )
+                .map_err(|e| self.unreachable(&e))?;
+            let logs: Vec<String> = tx
+                .transaction
+                .meta
+                .and_then(|m| Option::from(m.log_messages))
+                .unwrap_or_default();
+            if let Some(t) = found(&logs) {
+                return Ok(Some((s.signature.clone(), t)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The cluster's clock (the `Clock` sysvar's `unix_timestamp`), which the program checks
     /// deadlines and cooldowns against.
     pub fn cluster_time(&self) -> Result<i64> {
@@ -219,27 +286,82 @@ impl Config {
         mint: &Pubkey,
         explicit: Option<Pubkey>,
     ) -> Result<(Pubkey, u64)> {
-        if let Some(account) = explicit {
-            let data = self.account_data(&account, "token account")?;
-            let acc = TokenAccount::unpack(&data)
-                .map_err(|_| anyhow!("{account} is not a token account"))?;
-            if acc.mint != *mint || acc.owner != *owner {
-                bail!("token account {account} is not {owner}'s account of mint {mint}");
-            }
-            return Ok((account, acc.amount));
+        match explicit {
+            Some(account) => self.token_account_checked(&account, owner, mint),
+            None => self.largest_token_account(owner, mint)?.ok_or_else(|| {
+                anyhow!("{owner} has no token account of mint {mint}; create one or pass --tokens")
+            }),
         }
+    }
+
+    /// Where a refund to `owner` goes: `explicit`, checked to be `owner`'s account of `mint`;
+    /// else `owner`'s account of `mint` with the largest balance; `None` when it has none (the
+    /// program then keeps the refund in `owner`'s stake account, to claim).
+    pub fn refund_account(
+        &self,
+        owner: &Pubkey,
+        mint: &Pubkey,
+        explicit: Option<Pubkey>,
+    ) -> Result<Option<Pubkey>> {
+        Ok(match explicit {
+            Some(account) => Some(self.token_account_checked(&account, owner, mint)?.0),
+            None => self.largest_token_account(owner, mint)?.map(|(k, _)| k),
+        })
+    }
+
+    fn token_account_checked(
+        &self,
+        account: &Pubkey,
+        owner: &Pubkey,
+        mint: &Pubkey,
+    ) -> Result<(Pubkey, u64)> {
+        let data = self.account_data(account, "token account")?;
+        let acc =
+            TokenAccount::unpack(&data).map_err(|_| anyhow!("{account} is not a token account"))?;
+        if acc.mint != *mint || acc.owner != *owner {
+            bail!("token account {account} is not {owner}'s account of mint {mint}");
+        }
+        Ok((*account, acc.amount))
+    }
+
+    fn largest_token_account(
+        &self,
+        owner: &Pubkey,
+        mint: &Pubkey,
+    ) -> Result<Option<(Pubkey, u64)>> {
         let found = self.program_accounts(
             &spl_token_interface::ID,
             &[(0, mint.as_ref()), (32, owner.as_ref())],
             Some(TokenAccount::LEN as u64),
         )?;
-        found
+        Ok(found
             .into_iter()
             .filter_map(|(key, data)| TokenAccount::unpack(&data).ok().map(|a| (key, a.amount)))
-            .max_by_key(|(_, amount)| *amount)
-            .ok_or_else(|| {
-                anyhow!("{owner} has no token account of mint {mint}; create one or pass --tokens")
-            })
+            .max_by_key(|(_, amount)| *amount))
+    }
+
+    /// Each `(account, owner)` account that is a live token account of its owner for `mint`
+    /// (`gpu_market_sdk::token::is_account_of`), `None` for the others, in order.
+    pub fn live_token_accounts(
+        &self,
+        accounts: &[(Pubkey, Pubkey)],
+        mint: &Pubkey,
+    ) -> Result<Vec<Option<Pubkey>>> {
+        let rpc = self.rpc();
+        let mut out = Vec::with_capacity(accounts.len());
+        // getMultipleAccounts answers at most 100 keys per call.
+        for chunk in accounts.chunks(100) {
+            let keys: Vec<Pubkey> = chunk.iter().map(|(k, _)| *k).collect();
+            let got = rpc
+                .get_multiple_accounts_with_commitment(&keys, self.commitment)
+                .map_err(|e| self.unreachable(&e))?
+                .value;
+            out.extend(chunk.iter().zip(got).map(|((key, owner), a)| {
+                a.filter(|a| gpu_market_sdk::token::is_account_of(&a.owner, &a.data, owner, mint))
+                    .map(|_| *key)
+            }));
+        }
+        Ok(out)
     }
 
     /// Lamports that keep an account of `len` bytes rent-exempt.
@@ -307,6 +429,10 @@ impl Config {
         let signers: Vec<&Keypair> = ixs.iter().flat_map(|c| c.keys()).collect();
         self.send(payer, &instructions, &signers)
     }
+}
+
+fn decode_as<T: AccountDeserialize>(data: &[u8], address: &Pubkey, what: &str) -> Result<T> {
+    T::try_deserialize(&mut &data[..]).map_err(|_| anyhow!("{address} is not a {what} account"))
 }
 
 /// A program instruction from the sdk, as `send_all` takes it (object-safe).

@@ -2,9 +2,12 @@
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
+use gpu_market::events::{LeaseEnded, RefundDue};
 use gpu_market::state::{Bid, BidKind, Lease, Machine, Market};
+use gpu_market_core::lease::exit;
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::settlement;
+use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::CloseLease;
 use serde_json::Value;
 use solana_pubkey::Pubkey;
@@ -27,14 +30,16 @@ pub enum LeaseCommand {
         #[arg(long)]
         machine: Option<Pubkey>,
     },
-    /// Shows a lease: its proofs, energy, utilisation, idle flag, and what is paid and
-    /// refundable.
+    /// Shows a lease: its proofs, energy, utilisation, idle flag, what is paid and refundable,
+    /// and why its container exited once the final proof says so. A settled lease (its account
+    /// closed) is read back from its settlement transaction: what was paid and refunded.
     Show { lease: Pubkey },
     /// Ends a lease (its client or host): it stops now and settles once the host has proven
     /// its time; run it again after the last proof to settle.
     End {
         lease: Pubkey,
-        /// The client's payment-token account for the refund [default: the client's].
+        /// The client's payment-token account for the refund [default: the client's, largest
+        /// balance; with none, the refund waits in the client's stake for `stake claim`].
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
@@ -46,112 +51,132 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
             market,
             client,
             machine,
-        } => {
-            let m: Market = config.fetch(&market, "market")?;
-            let decimals = config.mint_decimals(&m.payment_mint)?;
-            let mut filter = vec![(0, market)];
-            filter.extend(machine.map(|k| (32, k)));
-            filter.extend(client.map(|k| (96, k)));
-            let leases = config.program_accounts_of::<Lease>(&filter)?;
-            let bids =
-                config.fetch_many::<Bid>(&leases.iter().map(|(_, l)| l.bid).collect::<Vec<_>>())?;
-            let now = config.cluster_time()?;
-            let rows: Vec<Fields> = leases
-                .iter()
-                .zip(&bids)
-                .map(|((key, l), b)| lease_fields(key, l, b.as_ref(), &m, decimals, now))
-                .collect::<Result<_>>()?;
-            print_list(
-                config.output,
-                &[
-                    "lease",
-                    "machine",
-                    "client",
-                    "kind",
-                    "gpus",
-                    "started_at",
-                    "ends_at",
-                    "paid",
-                    "refundable",
-                    "idle",
-                ],
-                &rows,
-            );
-            Ok(())
-        }
-        LeaseCommand::Show { lease } => {
-            let l: Lease = config.fetch(&lease, "lease")?;
-            let m: Market = config.fetch(&l.market, "market")?;
-            let b: Option<Bid> = config.fetch(&l.bid, "bid").ok();
-            let fields = lease_fields(
-                &lease,
-                &l,
-                b.as_ref(),
-                &m,
-                config.mint_decimals(&m.payment_mint)?,
-                config.cluster_time()?,
-            )?;
-            print_record(config.output, &fields);
-            Ok(())
-        }
-        LeaseCommand::End { lease, tokens } => {
-            let signer = config.signer()?;
-            let l: Lease = config.fetch(&lease, "lease")?;
-            let m: Market = config.fetch(&l.market, "market")?;
-            let mach: Machine = config.fetch(&l.machine, "machine")?;
-            let me = signer.pubkey();
-            if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
-                bail!(
-                    "only the lease's client {} or its host may end it before its time is proven; the keypair is {me}",
-                    l.client
-                );
-            }
-            let b: Bid = config.fetch(&l.bid, "bid")?;
-            let (client_tokens, _) = config.token_account(&l.client, &m.payment_mint, tokens)?;
-            let signature = config.send_all(
-                &signer,
-                &[&CloseLease {
-                    signer: &signer,
-                    market: l.market,
-                    machine: l.machine,
-                    lease,
-                    bid: l.bid,
-                    client: l.client,
-                    agent: mach.agent,
-                    host: mach.owner,
-                    spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
-                    payment_mint: m.payment_mint,
-                    client_tokens,
-                    reclaim: false,
-                }],
-            )?;
-            let decimals = config.mint_decimals(&m.payment_mint)?;
-            let mut fields: Fields = vec![("lease", text(lease))];
-            match config.fetch::<Lease>(&lease, "lease") {
-                Ok(after) => fields.extend([
-                    ("status", text("stopping")),
-                    ("stop_at", after.stop().into()),
-                    ("proven_until", after.proven_until.into()),
-                    (
-                        "note",
-                        text("the lease settles once the host proves its time up to stop_at: run `lease end` again then"),
-                    ),
-                ]),
-                Err(_) => {
-                    // Settled: the bid's escrow was refunded, or put back in the spot book.
-                    let requeued = config.fetch::<Bid>(&l.bid, "bid").is_ok();
-                    fields.extend([
-                        ("status", text(if requeued { "settled, bid back in its spot book" } else { "settled" })),
-                        ("paid", parse::tokens(l.paid, decimals)),
-                        ("refund", parse::tokens(if requeued { 0 } else { b.escrow }, decimals)),
-                    ]);
-                }
-            }
-            fields.push(("signature", text(signature)));
-            print_record(config.output, &fields);
-            Ok(())
-        }
+        } => list(config, &market, client, machine),
+        LeaseCommand::Show { lease } => show(config, &lease),
+        LeaseCommand::End { lease, tokens } => end(config, lease, tokens),
     }
+}
+
+fn list(
+    config: &Config,
+    market: &Pubkey,
+    client: Option<Pubkey>,
+    machine: Option<Pubkey>,
+) -> Result<()> {
+    let m: Market = config.fetch(market, "market")?;
+    let decimals = config.mint_decimals(&m.payment_mint)?;
+    let mut filter = vec![(0, *market)];
+    filter.extend(machine.map(|k| (32, k)));
+    filter.extend(client.map(|k| (96, k)));
+    let leases = config.program_accounts_of::<Lease>(&filter)?;
+    let bids = config.fetch_many::<Bid>(&leases.iter().map(|(_, l)| l.bid).collect::<Vec<_>>())?;
+    let now = config.cluster_time()?;
+    let rows: Vec<Fields> = leases
+        .iter()
+        .zip(&bids)
+        .map(|((key, l), b)| lease_fields(key, l, b.as_ref(), &m, decimals, now))
+        .collect::<Result<_>>()?;
+    print_list(
+        config.output,
+        &[
+            "lease",
+            "machine",
+            "client",
+            "kind",
+            "gpus",
+            "started_at",
+            "ends_at",
+            "paid",
+            "refundable",
+            "idle",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+fn show(config: &Config, lease: &Pubkey) -> Result<()> {
+    let Some(l) = config.fetch_if_any::<Lease>(lease, "lease")? else {
+        return show_settled(config, lease);
+    };
+    let m: Market = config.fetch(&l.market, "market")?;
+    let b: Option<Bid> = config.fetch(&l.bid, "bid").ok();
+    let fields = lease_fields(
+        lease,
+        &l,
+        b.as_ref(),
+        &m,
+        config.mint_decimals(&m.payment_mint)?,
+        config.cluster_time()?,
+    )?;
+    print_record(config.output, &fields);
+    Ok(())
+}
+
+fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>) -> Result<()> {
+    let signer = config.signer()?;
+    let l: Lease = config.fetch(&lease, "lease")?;
+    let m: Market = config.fetch(&l.market, "market")?;
+    let mach: Machine = config.fetch(&l.machine, "machine")?;
+    let me = signer.pubkey();
+    if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
+        bail!(
+            "only the lease's client {} or its host may end it before its time is proven; the keypair is {me}",
+            l.client
+        );
+    }
+    let b: Bid = config.fetch(&l.bid, "bid")?;
+    // With no token account of the client, the refund waits in its stake (`stake claim`).
+    let client_tokens = config.refund_account(&l.client, &m.payment_mint, tokens)?;
+    let signature = config.send_all(
+        &signer,
+        &[&CloseLease {
+            signer: &signer,
+            market: l.market,
+            machine: l.machine,
+            lease,
+            bid: l.bid,
+            client: l.client,
+            agent: mach.agent,
+            host: mach.owner,
+            spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
+            payment_mint: m.payment_mint,
+            client_tokens,
+            reclaim: false,
+        }],
+    )?;
+    let decimals = config.mint_decimals(&m.payment_mint)?;
+    let mut fields: Fields = match config.fetch_if_any::<Lease>(&lease, "lease")? {
+        Some(after) => vec![
+            ("lease", text(lease)),
+            ("status", text("stopping")),
+            ("stop_at", after.stop().into()),
+            ("proven_until", after.proven_until.into()),
+            (
+                "note",
+                text("the lease settles once the host proves its time up to stop_at: run `lease end` again then"),
+            ),
+        ],
+        None => {
+            // Settled: the bid's escrow was refunded, or put back in the spot book.
+            let requeued = config.fetch_if_any::<Bid>(&l.bid, "bid")?.is_some();
+            let refund = if requeued { 0 } else { b.escrow };
+            let settled = LeaseEnded {
+                lease,
+                market: l.market,
+                client: l.client,
+                paid: l.paid,
+                refund,
+                requeued,
+                idle: l.idle,
+                exit_code: l.exit_code,
+            };
+            settlement_fields(&settled, refund > 0 && client_tokens.is_none(), decimals)
+        }
+    };
+    fields.push(("signature", text(signature)));
+    print_record(config.output, &fields);
+    Ok(())
 }
 
 fn lease_fields(
@@ -226,5 +251,77 @@ fn lease_fields(
             parse::tokens(escrow.saturating_sub(owed), decimals),
         ),
         ("protocol_fee_bps", m.params.protocol_fee_bps.into()),
+        exit_code_field(l.exit_code),
+        exit_reason_field(l.exit_code),
     ])
+}
+
+/// A settled lease, read back from the chain's history: the `LeaseEnded` event of its
+/// settlement, and the `RefundDue` of the same transaction when the refund waits in the
+/// client's stake.
+fn show_settled(config: &Config, lease: &Pubkey) -> Result<()> {
+    let found = config.find_in_history(lease, |logs| {
+        let ended = from_logs::<LeaseEnded>(logs)
+            .into_iter()
+            .find(|e| e.lease == *lease)?;
+        let in_stake = from_logs::<RefundDue>(logs).iter().any(|r| {
+            r.owner == ended.client && r.market == ended.market && r.amount == ended.refund
+        });
+        Some((ended, in_stake))
+    })?;
+    let Some((signature, (ended, in_stake))) = found else {
+        bail!(
+            "lease {lease} does not exist on {}, and no settlement of it is in the cluster's history",
+            config.url
+        );
+    };
+    let m: Market = config.fetch(&ended.market, "market")?;
+    let mut fields = settlement_fields(&ended, in_stake, config.mint_decimals(&m.payment_mint)?);
+    fields.push(("signature", text(signature)));
+    print_record(config.output, &fields);
+    Ok(())
+}
+
+/// What a lease's settlement did, as `lease end` and `lease show` print it.
+fn settlement_fields(e: &LeaseEnded, refund_in_stake: bool, decimals: u8) -> Fields {
+    let status = if e.requeued {
+        "settled, bid back in its spot book"
+    } else {
+        "settled"
+    };
+    let mut fields: Fields = vec![
+        ("lease", text(e.lease)),
+        ("market", text(e.market)),
+        ("client", text(e.client)),
+        ("status", text(status)),
+        ("paid", parse::tokens(e.paid, decimals)),
+        ("refund", parse::tokens(e.refund, decimals)),
+        ("refund_in_stake", refund_in_stake.into()),
+        ("idle", e.idle.into()),
+        exit_code_field(e.exit_code),
+        exit_reason_field(e.exit_code),
+    ];
+    if refund_in_stake {
+        fields.push((
+            "note",
+            text(format!(
+                "the client had no token account for the refund: it waits in the client's stake; claim it with `gpu-market stake claim --market {}`",
+                e.market
+            )),
+        ));
+    }
+    fields
+}
+
+/// The final proof's exit code (null before it).
+fn exit_code_field(code: Option<i32>) -> (&'static str, Value) {
+    ("exit_code", code.map_or(Value::Null, Value::from))
+}
+
+/// Why the container exited, in a sentence (`gpu_market_core::lease::exit::reason`).
+fn exit_reason_field(code: Option<i32>) -> (&'static str, Value) {
+    (
+        "exit_reason",
+        code.map_or(Value::Null, |c| text(exit::reason(c))),
+    )
 }

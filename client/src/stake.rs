@@ -1,4 +1,4 @@
-//! `gpu-market stake deposit|unstake|withdraw|show|close`.
+//! `gpu-market stake deposit|unstake|withdraw|claim|show|close`.
 
 use std::io::Write;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use clap::Subcommand;
 use gpu_market::pda;
 use gpu_market::state::{Market, StakeAccount};
-use gpu_market_sdk::{CloseStake, OpenStake, RequestUnstake, Stake, WithdrawStake};
+use gpu_market_sdk::{ClaimRefunds, CloseStake, OpenStake, RequestUnstake, Stake, WithdrawStake};
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
@@ -47,8 +47,17 @@ pub enum StakeCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// Pays out the refunds the stake account holds (`refunds_due`: escrow refunded while the
+    /// keypair had no token account of the payment mint, e.g. after closing it).
+    Claim {
+        #[arg(long)]
+        market: Pubkey,
+        /// The payment-token account to pay into [default: the keypair's, largest balance].
+        #[arg(long)]
+        tokens: Option<Pubkey>,
+    },
     /// Closes the keypair's empty stake account (nothing staked or waiting, no open bid, no
-    /// GPU held) and gives its rent back.
+    /// GPU held, no refund to claim) and gives its rent back.
     Close {
         #[arg(long)]
         market: Pubkey,
@@ -150,6 +159,7 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
             )?;
             show(config, &market, &owner.pubkey(), Some(signature))
         }
+        StakeCommand::Claim { market, tokens } => claim(config, &market, tokens),
         StakeCommand::Close { market } => {
             let owner = config.signer()?;
             let s = existing_stake(config, &market, &owner.pubkey())?;
@@ -168,6 +178,12 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
                     "the stake still has {} waiting bids and {} GPUs leased: cancel the bids and end the leases first",
                     s.open_bids,
                     s.gpus_held
+                );
+            }
+            if s.refunds_due > 0 {
+                bail!(
+                    "the stake holds {} of refunds: claim them with `gpu-market stake claim --market {market}` first",
+                    gpu_market_core::amount::format(s.refunds_due, config.mint_decimals(&m.payment_mint)?)
                 );
             }
             let signature = config.send_all(
@@ -195,6 +211,40 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
             show(config, &market, &owner, None)
         }
     }
+}
+
+/// Pays the refunds `market`'s stake of the keypair holds into its payment-token account.
+fn claim(config: &Config, market: &Pubkey, tokens: Option<Pubkey>) -> Result<()> {
+    let owner = config.signer()?;
+    let m: Market = config.fetch(market, "market")?;
+    let s = existing_stake(config, market, &owner.pubkey())?;
+    if s.refunds_due == 0 {
+        bail!(
+            "nothing to claim: no refund is due to the stake of {} in market {market}",
+            owner.pubkey()
+        );
+    }
+    let (owner_tokens, _) = config.token_account(&owner.pubkey(), &m.payment_mint, tokens)?;
+    let signature = config.send_all(
+        &owner,
+        &[&ClaimRefunds {
+            owner: &owner,
+            market: *market,
+            payment_mint: m.payment_mint,
+            owner_tokens,
+        }],
+    )?;
+    let decimals = config.mint_decimals(&m.payment_mint)?;
+    print_record(
+        config.output,
+        &[
+            ("stake", text(pda::stake(market, &owner.pubkey()).0)),
+            ("claimed", parse::tokens(s.refunds_due, decimals)),
+            ("to", text(owner_tokens)),
+            ("signature", text(signature)),
+        ],
+    );
+    Ok(())
 }
 
 fn existing_stake(config: &Config, market: &Pubkey, owner: &Pubkey) -> Result<StakeAccount> {
@@ -242,6 +292,10 @@ fn show(config: &Config, market: &Pubkey, owner: &Pubkey, signature: Option<Stri
         ("unlocks_at", s.unlocks_at.into()),
         ("open_bids", s.open_bids.into()),
         ("gpus_held", s.gpus_held.into()),
+        (
+            "refunds_due",
+            parse::tokens(s.refunds_due, config.mint_decimals(&m.payment_mint)?),
+        ),
     ];
     if let Some(sig) = signature {
         fields.push(("signature", text(sig)));

@@ -3,335 +3,19 @@
 //! each verb it checks the JSON output and the accounts and token balances on chain, and for
 //! each bad input a non-zero exit, one `error: ...` line, and nothing moved.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anchor_lang::AccountDeserialize;
+use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::state::{Bid, Lease, Machine, MachineStatus, Market, StakeAccount};
-use gpu_market_sdk::{envelope, Allocate, ClientInstruction, SubmitUsage};
-use gpu_market_tests::Cluster;
+use gpu_market_sdk::{envelope, Allocate, SubmitUsage};
 use serde_json::Value;
-use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
-use solana_program_pack::Pack;
 use solana_pubkey::Pubkey;
-use solana_rpc_client::rpc_client::RpcClient;
 use solana_signer::Signer;
-use solana_transaction::Transaction;
-use spl_token_interface::state::Account as TokenAccount;
-
-/// A validator, a scratch directory for keypairs and files, and the CLI pointed at both.
-struct T {
-    cluster: Cluster,
-    dir: tempfile::TempDir,
-}
-
-fn pk(v: &Value) -> Pubkey {
-    v.as_str()
-        .unwrap_or_else(|| panic!("not a string: {v}"))
-        .parse()
-        .unwrap()
-}
-
-fn key_of(path: &Path) -> Keypair {
-    solana_keypair::read_keypair_file(path).unwrap()
-}
-
-const DIGEST: &str = "abababababababababababababababababababababababababababababababab";
-
-impl T {
-    fn start() -> Self {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let cluster = rt
-            .block_on(Cluster::start())
-            .expect("start a local validator");
-        T {
-            cluster,
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn run(&self, keypair: &Path, args: &[&str]) -> std::process::Output {
-        Command::new(env!("CARGO_BIN_EXE_gpu-market"))
-            .args([
-                "--url",
-                &self.cluster.rpc_url,
-                "--output",
-                "json",
-                "--keypair",
-            ])
-            .arg(keypair)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    /// Runs a verb that must succeed; its JSON output.
-    fn ok(&self, keypair: &Path, args: &[&str]) -> Value {
-        let out = self.run(keypair, args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{args:?} failed: {stderr}");
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{args:?}: output is not JSON ({e}): {:?}", out.stdout))
-    }
-
-    /// Runs a verb that must fail with one clear line; that line.
-    fn fails(&self, keypair: &Path, args: &[&str]) -> String {
-        let out = self.run(keypair, args);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
-        assert!(out.stdout.is_empty(), "{args:?} printed output on failure");
-        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-        assert_eq!(lines.len(), 1, "{args:?}: not one line: {stderr:?}");
-        assert!(lines[0].starts_with("error: "), "{args:?}: {stderr:?}");
-        for bad in ["panicked", "backtrace", "RUST_BACKTRACE", "Error {"] {
-            assert!(!stderr.contains(bad), "{args:?}: {stderr:?}");
-        }
-        lines[0].to_string()
-    }
-
-    fn rpc(&self) -> RpcClient {
-        RpcClient::new_with_commitment(self.cluster.rpc_url.clone(), CommitmentConfig::confirmed())
-    }
-
-    fn account<A: AccountDeserialize>(&self, key: &Pubkey) -> A {
-        let data = self.rpc().get_account(key).unwrap().data;
-        A::try_deserialize(&mut data.as_slice()).unwrap()
-    }
-
-    fn exists(&self, key: &Pubkey) -> bool {
-        self.rpc()
-            .get_account_with_commitment(key, CommitmentConfig::confirmed())
-            .unwrap()
-            .value
-            .is_some()
-    }
-
-    fn balance(&self, token_account: &Pubkey) -> u64 {
-        TokenAccount::unpack(&self.rpc().get_account(token_account).unwrap().data)
-            .unwrap()
-            .amount
-    }
-
-    /// A new keypair file with 10 SOL (keygen and airdrop through the CLI).
-    fn wallet(&self, name: &str) -> PathBuf {
-        let path = self.path(&format!("{name}.json"));
-        let out = self.ok(&path, &["keygen", "--outfile", path.to_str().unwrap()]);
-        assert_eq!(pk(&out["pubkey"]), key_of(&path).pubkey());
-        let out = self.ok(&path, &["airdrop", "10"]);
-        assert_eq!(out["balance_sol"], "10");
-        path
-    }
-
-    fn send(&self, payer: &Keypair, ixs: &[&dyn ClientIx]) {
-        let rpc = self.rpc();
-        let instructions: Vec<_> = ixs.iter().map(|i| i.ix()).collect();
-        let mut signers: Vec<&Keypair> = vec![payer];
-        signers.extend(ixs.iter().flat_map(|i| i.keys()));
-        signers.dedup_by_key(|k| k.pubkey());
-        let tx = Transaction::new_signed_with_payer(
-            &instructions,
-            Some(&payer.pubkey()),
-            &signers,
-            rpc.get_latest_blockhash().unwrap(),
-        );
-        rpc.send_and_confirm_transaction(&tx)
-            .unwrap_or_else(|e| panic!("transaction failed: {e}"));
-    }
-
-    fn cluster_time(&self) -> i64 {
-        let rpc = self.rpc();
-        rpc.get_block_time(rpc.get_slot().unwrap()).unwrap()
-    }
-}
-
-trait ClientIx {
-    fn ix(&self) -> solana_instruction::Instruction;
-    fn keys(&self) -> Vec<&Keypair>;
-}
-
-impl<C: ClientInstruction> ClientIx for C {
-    fn ix(&self) -> solana_instruction::Instruction {
-        self.instruction()
-    }
-    fn keys(&self) -> Vec<&Keypair> {
-        self.signers()
-    }
-}
-
-/// A market made through the CLI: its authority (mint authority too), mint and treasury, and
-/// token accounts created and funded for whoever asks.
-struct MarketSetup {
-    authority: PathBuf,
-    mint: Pubkey,
-    treasury: Pubkey,
-    market: Pubkey,
-}
-
-impl MarketSetup {
-    /// A market with `extra` rules; hosts need 10 tokens of stake unless `extra` says otherwise.
-    fn new(t: &T, extra: &[&str]) -> Self {
-        let authority = t.wallet("authority");
-        let mint = pk(&t.ok(&authority, &["token", "create-mint", "--decimals", "6"])["mint"]);
-        let m = mint.to_string();
-        let treasury = pk(&t.ok(&authority, &["token", "create-account", &m])["account"]);
-        let mut args = vec!["market", "init", "--stake-mint", &m, "--treasury"];
-        let tr = treasury.to_string();
-        args.push(&tr);
-        args.extend_from_slice(extra);
-        if !extra.contains(&"--min-host-stake") {
-            args.extend(["--min-host-stake", "10"]);
-        }
-        let out = t.ok(&authority, &args);
-        let market = pk(&out["market"]);
-        let on_chain: Market = t.account(&market);
-        assert_eq!(on_chain.queue_book, pk(&out["queue_book"]));
-        assert_eq!(on_chain.authority, key_of(&authority).pubkey());
-        MarketSetup {
-            authority,
-            mint,
-            treasury,
-            market,
-        }
-    }
-
-    /// A token account of the market's mint for `owner`, holding `amount` token units.
-    fn fund(&self, t: &T, owner: &Path, amount: &str) -> Pubkey {
-        let owner = key_of(owner).pubkey().to_string();
-        let m = self.mint.to_string();
-        let account = pk(&t.ok(
-            &self.authority,
-            &["token", "create-account", &m, "--owner", &owner],
-        )["account"]);
-        if amount != "0" {
-            t.ok(
-                &self.authority,
-                &["token", "mint", &m, &account.to_string(), amount],
-            );
-        }
-        account
-    }
-
-    fn m(&self) -> String {
-        self.market.to_string()
-    }
-
-    /// `market update` with `rules`, then `market apply` (by anyone: `applier`) once the
-    /// notice the update printed is over; the applied market's JSON.
-    fn update(&self, t: &T, applier: &Path, rules: &[&str]) -> Value {
-        let m = self.m();
-        let mut args = vec!["market", "update", m.as_str()];
-        args.extend_from_slice(rules);
-        let out = t.ok(&self.authority, &args);
-        let effective_at = out["effective_at"].as_i64().unwrap();
-        assert_eq!(t.account::<Market>(&self.market).pending_at, effective_at);
-        assert!(
-            out["note"]
-                .as_str()
-                .unwrap()
-                .contains(&format!("gpu-market market apply {m}")),
-            "{out}"
-        );
-        // Before the notice is over `market apply` is refused, and nothing changes.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = t.run(applier, &["market", "apply", &m]);
-            if out.status.success() {
-                let out: Value = serde_json::from_slice(&out.stdout).unwrap();
-                assert!(out.get("pending_at").is_none(), "{out}");
-                assert_eq!(t.account::<Market>(&self.market).pending_at, 0);
-                return out;
-            }
-            let e = String::from_utf8_lossy(&out.stderr);
-            assert!(e.starts_with("error: ") && e.contains("is not over"), "{e}");
-            assert!(Instant::now() < deadline, "the notice never ended: {e}");
-            assert_eq!(t.account::<Market>(&self.market).pending_at, effective_at);
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
-
-const GPUS_TOML: &str = r#"
-[[gpu]]
-uuid = "GPU-00000000-0000-0000-0000-000000000001"
-class = 0
-memory_gib = 80
-power_w = [100, 400]
-core_lock_mhz = [500, 2000]
-
-[[gpu]]
-uuid = "GPU-00000000-0000-0000-0000-000000000002"
-class = 1
-memory_gib = 40
-topology_group = 1
-power_w = [100, 300]
-"#;
-
-/// `bid place` in `market` for a 40 GiB, one-hour job, with `extra` arguments.
-fn place_args<'a>(market: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "bid",
-        "place",
-        "--market",
-        market,
-        "--image",
-        "registry.example/train:v3",
-        "--image-digest",
-        DIGEST,
-        "--gib-per-gpu",
-        "40",
-        "--duration",
-        "1h",
-    ];
-    args.extend_from_slice(extra);
-    args
-}
-
-/// A host with stake and a registered machine whose agent key is a separate keypair.
-struct Host {
-    agent: PathBuf,
-    machine: Pubkey,
-    tokens: Pubkey,
-}
-
-fn register_host(t: &T, s: &MarketSetup) -> Host {
-    let owner = t.wallet("host");
-    let agent = t.wallet("agent");
-    let tokens = s.fund(t, &owner, "100");
-    t.ok(&owner, &["stake", "deposit", "10", "--market", &s.m()]);
-    let gpus = t.path("gpus.toml");
-    std::fs::write(&gpus, GPUS_TOML).unwrap();
-    let agent_key = key_of(&agent).pubkey().to_string();
-    let out = t.ok(
-        &owner,
-        &[
-            "host",
-            "register",
-            "--market",
-            &s.m(),
-            "--gpus",
-            gpus.to_str().unwrap(),
-            "--agent",
-            &agent_key,
-            "--price-floor",
-            "0.5",
-            "--region",
-            "eu-west",
-        ],
-    );
-    let machine = pk(&out["machine"]);
-    Host {
-        agent,
-        machine,
-        tokens,
-    }
-}
 
 #[test]
 fn market_and_stake_verbs() {
@@ -1568,26 +1252,7 @@ fn quote_and_lease_verbs() {
                 prev_hash: l.proof_hash,
             },
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let rpc = t.rpc();
-            let tx = Transaction::new_signed_with_payer(
-                &[proof.instruction()],
-                Some(&agent.pubkey()),
-                &[&agent],
-                rpc.get_latest_blockhash().unwrap(),
-            );
-            match rpc.send_and_confirm_transaction(&tx) {
-                Ok(_) => return,
-                Err(e)
-                    if Instant::now() < deadline
-                        && e.to_string().contains("custom program error") =>
-                {
-                    std::thread::sleep(Duration::from_millis(500)); // the interval is not over yet
-                }
-                Err(e) => panic!("submit_usage: {e}"),
-            }
-        }
+        t.submit_usage(&proof);
     };
     submit(0);
     let show = t.ok(&client, &["lease", "show", &lease.to_string()]);
@@ -1669,7 +1334,24 @@ fn quote_and_lease_verbs() {
     let paid = t.balance(&host.tokens) - 90_000_000 + t.balance(&s.treasury);
     assert_eq!(t.balance(&tokens), client_before + 3_000_000 - paid);
     assert_eq!(t.balance(&tokens) + paid, 100_000_000);
-    let e = t.fails(&client, &["lease", "show", &lease.to_string()]);
+    // Settled and closed: `lease show` reads the settlement back from the chain's history.
+    let show = t.ok(&client, &["lease", "show", &lease.to_string()]);
+    assert_eq!(show["status"], "settled", "{show}");
+    assert_eq!(
+        show["paid"],
+        gpu_market_core::amount::format(paid, 6).as_str()
+    );
+    assert_eq!(
+        show["refund"],
+        gpu_market_core::amount::format(3_000_000 - paid, 6).as_str()
+    );
+    assert_eq!(show["refund_in_stake"], false);
+    assert_eq!(show["exit_code"], Value::Null);
+    assert_eq!(pk(&show["client"]), client_key);
+    let e = t.fails(
+        &client,
+        &["lease", "show", &Pubkey::new_unique().to_string()],
+    );
     assert!(e.contains("does not exist"), "{e}");
     assert_eq!(t.account::<Machine>(&host.machine).leases, 0);
 }

@@ -19,6 +19,9 @@ pub mod exit {
     pub const ENVIRONMENT_UNAVAILABLE: i32 = -4;
     /// The container engine refused to create or start the container.
     pub const ENGINE_REFUSED: i32 = -5;
+    /// The lease shares a GPU with other leases (its GiB slice is less than the GPU's memory)
+    /// and the host cannot confine it to its slice (no NVIDIA MPS set up on the host).
+    pub const ISOLATION_UNAVAILABLE: i32 = -6;
 
     /// A sentence for a final proof's exit code.
     pub fn reason(code: i32) -> String {
@@ -34,6 +37,9 @@ pub mod exit {
             }
             ENGINE_REFUSED => {
                 "the container engine refused to create or start the container".into()
+            }
+            ISOLATION_UNAVAILABLE => {
+                "the host cannot confine a lease to its slice of a shared GPU".into()
             }
             c if c > 128 && c <= 128 + 64 => {
                 format!("the container was killed by signal {}", c - 128)
@@ -102,7 +108,8 @@ pub struct UsageProof {
     pub energy_j: u64,
     /// Average GPU utilisation over the interval, in bps.
     pub avg_utilisation_bps: u16,
-    /// Peak power of each of the lease's GPUs, in W, in the lease's GPU order.
+    /// Peak power of each of the lease's GPUs, in W, in the lease's GPU order: the highest power
+    /// it sustained in the interval ([`SustainedPeak`]).
     pub peak_power_w: Vec<u16>,
     /// The container's exit status when it ended in this interval.
     pub exit_code: Option<i32>,
@@ -133,14 +140,96 @@ impl UsageProof {
         out
     }
 
-    /// Indices (in the lease's GPU order) whose peak power exceeded its agreed limit.
+    /// Indices (in the lease's GPU order) whose peak power exceeded its agreed limit by more
+    /// than [`POWER_TOLERANCE_BPS`].
     pub fn power_violations<'a>(&'a self, limits_w: &'a [u16]) -> impl Iterator<Item = usize> + 'a {
         self.peak_power_w
             .iter()
             .zip(limits_w)
             .enumerate()
-            .filter(|(_, (peak, limit))| peak > limit)
+            .filter(|(_, (&peak, &limit))| exceeds_power_limit(peak, limit))
             .map(|(i, _)| i)
+    }
+}
+
+/// How far, in bps of the agreed limit, a proof's peak power may exceed that limit before the
+/// proof counts as a power violation: 5 %. A GPU's power controller holds its limit as an
+/// average, so boost transients overshoot it for tens to a few hundred milliseconds, and NVML's
+/// power reading (a ~1 s average on recent GPUs, near-instantaneous on older ones) still shows
+/// part of them; the peak a proof states is already a sustained one ([`SustainedPeak`]), and this
+/// margin absorbs what is left of the transients and the meter's own error, so that only a GPU
+/// run above its limit is slashed.
+pub const POWER_TOLERANCE_BPS: u64 = 500;
+
+/// Whether a peak of `peak_w` breaks a limit of `limit_w`: above it by more than
+/// [`POWER_TOLERANCE_BPS`].
+pub fn exceeds_power_limit(peak_w: u16, limit_w: u16) -> bool {
+    peak_w as u64 * 10_000 > limit_w as u64 * (10_000 + POWER_TOLERANCE_BPS)
+}
+
+/// Consecutive power readings a sustained peak averages. The agent reads its GPUs once per poll,
+/// and polls at least a second apart, so a window spans at least 5 s: longer than any boost
+/// transient.
+pub const SUSTAINED_READINGS: usize = 5;
+
+/// The peak power one GPU sustained over a billing interval, from its readings one at a time:
+/// the highest mean of [`SUSTAINED_READINGS`] consecutive readings ending in the interval, so
+/// that a lone transient among readings at the limit is not taken for the GPU's peak. While the
+/// lease has had fewer readings, the mean of all of them stands in. Constant memory: the last
+/// readings and the peak. The readings carry over from one interval to the next
+/// ([`SustainedPeak::next_interval`]); only the peak restarts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
+pub struct SustainedPeak {
+    /// The last readings in mW, a ring in which `next` is the slot the next reading replaces.
+    recent_mw: [u32; SUSTAINED_READINGS],
+    /// How many slots of `recent_mw` hold a reading (at most [`SUSTAINED_READINGS`]).
+    len: u8,
+    next: u8,
+    /// The highest mean since the interval began; `None` before its first reading.
+    peak_mw: Option<u32>,
+}
+
+impl SustainedPeak {
+    /// Adds one reading, in mW.
+    pub fn record(&mut self, power_mw: u32) {
+        let was_full = self.filled() == SUSTAINED_READINGS;
+        let slot = self.next as usize % SUSTAINED_READINGS;
+        self.recent_mw[slot] = power_mw;
+        self.next = ((slot + 1) % SUSTAINED_READINGS) as u8;
+        self.len = (self.filled() + 1).min(SUSTAINED_READINGS) as u8;
+        let mean = self.mean_mw();
+        self.peak_mw = Some(match self.peak_mw {
+            Some(peak) if was_full => peak.max(mean),
+            // A shorter window (the lease's first readings) stands in only until a full one.
+            _ => mean,
+        });
+    }
+
+    /// The interval's sustained peak in mW; 0 before the interval's first reading.
+    pub fn peak_mw(&self) -> u32 {
+        self.peak_mw.unwrap_or(0)
+    }
+
+    /// Starts the next interval: its peak counts from its own readings on, each averaged with
+    /// the readings before it, which may be the previous interval's.
+    pub fn next_interval(&mut self) {
+        self.peak_mw = None;
+    }
+
+    fn filled(&self) -> usize {
+        (self.len as usize).min(SUSTAINED_READINGS)
+    }
+
+    /// The mean of the readings in the window (floored); 0 when there are none.
+    fn mean_mw(&self) -> u32 {
+        let n = self.filled();
+        let sum: u64 = self.recent_mw[..n].iter().map(|&mw| mw as u64).sum();
+        sum.checked_div(n as u64).unwrap_or(0) as u32
     }
 }
 
@@ -209,7 +298,89 @@ mod tests {
         q.exit_code = None;
         assert_ne!(a, q.chain_preimage(&[1; 32], &[2; 32]));
         assert_ne!(a, p.chain_preimage(&[1; 32], &[3; 32]));
-        assert_eq!(p.power_violations(&[300, 300]).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(p.power_violations(&[300, 295]).collect::<Vec<_>>(), vec![1]);
+    }
+
+    /// The sustained peak of `readings_w` (one interval from the lease's start), in W.
+    fn sustained_w(readings_w: &[u32]) -> u16 {
+        let mut peak = SustainedPeak::default();
+        for &w in readings_w {
+            peak.record(w * 1_000);
+        }
+        (peak.peak_mw() / 1_000) as u16
+    }
+
+    fn violations(peak_w: u16, limit_w: u16) -> Vec<usize> {
+        UsageProof {
+            interval: 0,
+            gpu_seconds: 60,
+            energy_j: 0,
+            avg_utilisation_bps: 10_000,
+            peak_power_w: vec![peak_w],
+            exit_code: None,
+        }
+        .power_violations(&[limit_w])
+        .collect()
+    }
+
+    #[test]
+    fn a_lone_spike_over_the_limit_is_not_a_violation() {
+        let mut readings = vec![300; 10];
+        readings[4] = 360;
+        let peak = sustained_w(&readings);
+        assert_eq!(
+            peak, 312,
+            "the spike averaged with four readings at the limit"
+        );
+        assert!(violations(peak, 300).is_empty());
+    }
+
+    #[test]
+    fn power_sustained_over_the_limit_for_a_window_is_a_violation() {
+        let mut readings = vec![300; 12];
+        readings[3..3 + SUSTAINED_READINGS].fill(330);
+        let peak = sustained_w(&readings);
+        assert_eq!(peak, 330);
+        assert_eq!(violations(peak, 300), vec![0]);
+    }
+
+    #[test]
+    fn the_tolerance_is_five_percent_of_the_limit_inclusive() {
+        assert!(violations(315, 300).is_empty(), "exactly limit × 1.05");
+        assert_eq!(violations(316, 300), vec![0]);
+        assert!(violations(300, 300).is_empty());
+        assert!(!exceeds_power_limit(u16::MAX, u16::MAX));
+        assert!(exceeds_power_limit(1, 0));
+    }
+
+    #[test]
+    fn the_window_carries_over_intervals_and_a_short_lease_averages_what_it_has() {
+        let mut p = SustainedPeak::default();
+        assert_eq!(p.peak_mw(), 0);
+        p.record(360_000);
+        assert_eq!(p.peak_mw(), 360_000, "one reading is all there is");
+        p.record(300_000);
+        assert_eq!(
+            p.peak_mw(),
+            330_000,
+            "the mean of both, not the first alone"
+        );
+        for _ in 0..3 {
+            p.record(300_000);
+        }
+        assert_eq!(
+            p.peak_mw(),
+            312_000,
+            "the first full window replaces the stand-in"
+        );
+        p.next_interval();
+        assert_eq!(p.peak_mw(), 0, "no reading in the new interval yet");
+        p.record(400_000);
+        assert_eq!(
+            p.peak_mw(),
+            (300_000 * 4 + 400_000) / 5,
+            "averaged with the previous interval's last readings"
+        );
     }
 
     #[test]
@@ -222,6 +393,7 @@ mod tests {
             IMAGE_UNAVAILABLE,
             ENVIRONMENT_UNAVAILABLE,
             ENGINE_REFUSED,
+            ISOLATION_UNAVAILABLE,
             3,
             137,
             -9,
@@ -234,6 +406,34 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_sustained_peak_is_the_highest_mean_of_a_full_window(
+            readings in proptest::collection::vec(0u32..2_000_000, 1..40),
+            split in 0usize..40,
+        ) {
+            let n = SUSTAINED_READINGS;
+            let mean = |w: &[u32]| (w.iter().map(|&r| r as u64).sum::<u64>() / w.len() as u64) as u32;
+            // Every window ending at reading i: the last n readings, or all of them before n.
+            let window_mean = |i: usize| mean(&readings[(i + 1).saturating_sub(n)..=i]);
+            let split = split.min(readings.len() - 1);
+            let mut p = SustainedPeak::default();
+            for &r in &readings[..split] {
+                p.record(r);
+            }
+            p.next_interval();
+            for &r in &readings[split..] {
+                p.record(r);
+            }
+            let ends = split..readings.len();
+            let expected = if readings.len() >= n {
+                ends.filter(|&i| i + 1 >= n).map(window_mean).max().unwrap_or_else(|| window_mean(readings.len() - 1))
+            } else {
+                window_mean(readings.len() - 1)
+            };
+            prop_assert_eq!(p.peak_mw(), expected);
+            prop_assert!(p.peak_mw() <= readings[split.saturating_sub(n - 1)..].iter().copied().max().unwrap());
+        }
+
         #[test]
         fn consecutive_windows_tile_the_lease(start in 0i64..1 << 40, len in 1u32..100_000, dur in 1i64..10_000_000) {
             let stop = start + dur;

@@ -1,12 +1,14 @@
 //! Instruction builders for the GPU market program, one struct per instruction, built from the
 //! program crate's own account and argument types (never hand-encoded). The CLI, the host agent
-//! and the tests all build their transactions here. [`accounts`] decodes the program's accounts and
-//! [`book`] a bid book in rank order; [`envelope`] seals a bid's environment to the key that may
-//! read it; [`token`] builds the SPL token accounts around the market.
+//! and the tests all build their transactions here. [`accounts`] decodes the program's accounts,
+//! [`events`] its events in transaction logs, and [`book`] a bid book in rank order;
+//! [`envelope`] seals a bid's environment to the key that may read it; [`token`] builds the SPL
+//! token accounts around the market and tells a live one.
 
 pub mod accounts;
 pub mod book;
 pub mod envelope;
+pub mod events;
 pub mod gpus;
 pub mod instructions;
 pub mod token;

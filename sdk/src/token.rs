@@ -3,7 +3,7 @@
 use solana_instruction::Instruction;
 use solana_program_pack::Pack;
 use solana_pubkey::Pubkey;
-use spl_token_interface::state::{Account, Mint};
+use spl_token_interface::state::{Account, AccountState, Mint};
 
 pub const MINT_LEN: usize = Mint::LEN;
 pub const ACCOUNT_LEN: usize = Account::LEN;
@@ -79,4 +79,49 @@ pub fn mint_to(mint: &Pubkey, to: &Pubkey, authority: &Pubkey, amount: u64) -> I
 /// The balance of a token account's data.
 pub fn balance(data: &[u8]) -> Option<u64> {
     Account::unpack(data).ok().map(|a| a.amount)
+}
+
+/// Whether an account (its owning program and data) is a live token account of `owner` for
+/// `mint` that can receive tokens: what the program accepts as a client's refund account.
+/// A closed account (no data), another program's account or a frozen one is not.
+pub fn is_account_of(program: &Pubkey, data: &[u8], owner: &Pubkey, mint: &Pubkey) -> bool {
+    *program == spl_token_interface::ID
+        && Account::unpack(data).is_ok_and(|a| {
+            a.owner == *owner && a.mint == *mint && a.state == AccountState::Initialized
+        })
+}
+
+/// Moves `amount` base units of `mint` (with `decimals`) from `from` to `to`, signed by
+/// `from`'s owner.
+pub fn transfer(
+    from: &Pubkey,
+    mint: &Pubkey,
+    to: &Pubkey,
+    owner: &Pubkey,
+    amount: u64,
+    decimals: u8,
+) -> Instruction {
+    spl_token_interface::instruction::transfer_checked(
+        &spl_token_interface::ID,
+        from,
+        mint,
+        to,
+        owner,
+        &[],
+        amount,
+        decimals,
+    )
+    .expect("the SPL token program id is the token program's")
+}
+
+/// Closes the empty token account `account`, its rent to `to`, signed by its owner.
+pub fn close_account(account: &Pubkey, to: &Pubkey, owner: &Pubkey) -> Instruction {
+    spl_token_interface::instruction::close_account(
+        &spl_token_interface::ID,
+        account,
+        to,
+        owner,
+        &[],
+    )
+    .expect("the SPL token program id is the token program's")
 }

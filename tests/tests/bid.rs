@@ -347,7 +347,7 @@ fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
         evict: Some(Evict {
             bid: second_worst,
             client: filler.key.pubkey(),
-            tokens: filler.tokens,
+            tokens: Some(filler.tokens),
         }),
         ..place(f.keys, &staked, args(&f, 1))
     };
@@ -454,7 +454,7 @@ fn a_client_outbids_its_own_worst_entry_of_a_full_book() {
         Some(Evict {
             bid: worst,
             client: filler.key.pubkey(),
-            tokens: filler.tokens
+            tokens: Some(filler.tokens)
         })
     );
     f.ctx
@@ -481,6 +481,70 @@ fn a_client_outbids_its_own_worst_entry_of_a_full_book() {
 }
 
 #[test]
+fn a_full_books_worst_bid_is_evicted_even_after_its_client_closed_its_token_account() {
+    let mut f = fixture();
+    let filler = client(&mut f, 10_000 * TOKEN, 0);
+    f.ctx.svm.airdrop(&filler.key.pubkey(), 20 * SOL).unwrap();
+    fill_book(&mut f, &filler);
+    // The filler empties and closes the token account its escrows came from.
+    let elsewhere = f.ctx.create_token_account(&f.mint, &filler.key.pubkey());
+    let owner = filler.key.pubkey();
+    let balance = f.ctx.token_balance(&filler.tokens);
+    let ixs = [
+        gpu_market_sdk::token::transfer(&filler.tokens, &f.mint, &elsewhere, &owner, balance, 6),
+        gpu_market_sdk::token::close_account(&filler.tokens, &owner, &owner),
+    ];
+    f.ctx.send(&ixs, &[&filler.key]).unwrap();
+    let staked = client(&mut f, 100 * TOKEN, 50 * TOKEN);
+    let everyone = [(&filler.key, elsewhere), (&staked.key, staked.tokens)];
+    let worst = *book_order(&f.ctx, &f.queue_book).last().unwrap();
+    let worst_escrow = f.ctx.account::<Bid>(&worst).escrow;
+    let evict = |tokens| {
+        Some(Evict {
+            bid: worst,
+            client: owner,
+            tokens,
+        })
+    };
+    let before = f.ctx.ledger(&f.market, &f.queue_book, &everyone);
+
+    // Its closed account cannot be named; without one, the better bid evicts the worst.
+    let named = PlaceBid {
+        evict: evict(Some(filler.tokens)),
+        ..place(f.keys, &staked, args(&f, 1))
+    };
+    let err = f.ctx.run(&named).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::AccountNotInitialized as u32)
+    );
+    assert_eq!(f.ctx.ledger(&f.market, &f.queue_book, &everyone), before);
+    let better = PlaceBid {
+        evict: evict(None),
+        ..place(f.keys, &staked, args(&f, 1))
+    };
+    f.ctx
+        .run(&better)
+        .unwrap_or_else(|e| panic!("eviction without the evicted client's account: {e:?}"));
+    assert!(!f.ctx.account_exists(&worst));
+    let placed: Bid = f.ctx.account(&better.bid());
+    let after = f.ctx.ledger(&f.market, &f.queue_book, &everyone);
+    assert_eq!(after.clients[0].refunds_due, worst_escrow);
+    assert_eq!(after.clients[0].open_bids, before.clients[0].open_bids - 1);
+    assert_eq!(after.clients[0].tokens, before.clients[0].tokens);
+    assert_eq!(after.refunds_due, before.refunds_due + worst_escrow);
+    assert_eq!(
+        after.total_escrow,
+        before.total_escrow - worst_escrow + placed.escrow
+    );
+    assert_eq!(
+        after.vault,
+        after.total_escrow + after.fees_due + after.refunds_due
+    );
+    assert_eq!(after.book_len, BOOK_CAPACITY);
+}
+
+#[test]
 fn anyone_prunes_an_expired_bid_and_the_client_gets_everything_back() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 0);
@@ -498,7 +562,7 @@ fn anyone_prunes_an_expired_bid_and_the_client_gets_everything_back() {
         client: c.key.pubkey(),
         book: f.queue_book,
         payment_mint: f.mint,
-        client_tokens: tokens,
+        client_tokens: Some(tokens),
     };
     let everyone = [&c, &stranger];
 

@@ -2,11 +2,14 @@
 //! lowest-ranked bid of a full book, some with an urgency premium) / top-up / cancel / prune_bid /
 //! allocate / submit_usage / end_lease / reclaim_escrow (which slashes the host) / slash /
 //! update_market / apply_market_update / collect_fees / close_stake / open_stake /
-//! close_queue_book over several wallets and one host machine, through the SBF program in
-//! LiteSVM. Some sequences start from a full book (a filler wallet's cheap bids). After every step
-//! the payment vault holds exactly the escrows plus the fees due, the stake vault the stakes plus
-//! the slashed stake due; every wallet's tokens plus what it has locked plus what it has paid
-//! for proven time and urgency equal what it started with plus what slashing gave it; the host
+//! close_queue_book / claim_refunds over several wallets and one host machine, through the SBF
+//! program in LiteSVM; some prunes and settlements pass no client token account, so the refund
+//! waits in the client's stake (`refunds_due`). Some sequences start from a full book (a filler
+//! wallet's cheap bids). After every step the payment vault holds exactly the escrows plus the
+//! fees due plus the refunds due (the sum of the stakes' `refunds_due`), the stake vault the
+//! stakes plus the slashed stake due; every wallet's tokens plus what it has locked or is owed
+//! plus what it has paid for proven time and urgency equal what it started with plus what
+//! slashing gave it; the host
 //! and the treasury hold no more than price × proven time (in each lease's own billing windows,
 //! whatever the market's parameters became since); and a rejected step moves nothing (tokens,
 //! escrows, stakes, fees due, open bids, the book's length).
@@ -75,9 +78,11 @@ enum Op {
         bid: usize,
     },
     /// A stranger removes the bid at `pick` of every wallet's bids (waiting or running) by
-    /// deadline, soonest first (refused before its deadline, or while it runs).
+    /// deadline, soonest first (refused before its deadline, or while it runs); `to_stake`:
+    /// passing no token account of the client.
     Prune {
         pick: usize,
+        to_stake: bool,
     },
     Wait {
         secs: i64,
@@ -93,13 +98,21 @@ enum Op {
         gpu_secs_pct: u64,
         exit: bool,
     },
-    /// The client (0), the agent (1) or a stranger (2) ends a lease.
+    /// The client (0), the agent (1) or a stranger (2) ends a lease; `to_stake`: passing no
+    /// token account of the client.
     End {
         lease: usize,
         who: u8,
+        to_stake: bool,
     },
     Reclaim {
         lease: usize,
+        to_stake: bool,
+    },
+    /// The wallet at `pick` of those whose stake holds refunds claims them; with none, wallet
+    /// `pick` claims (refused: nothing is due).
+    Claim {
+        pick: usize,
     },
     Slash,
     /// The authority schedules new parameters (some out of bounds, refused).
@@ -133,14 +146,18 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(w, gpus, minutes, price, slack, premium, evict)| Op::Place { w, gpus, minutes, price, slack, premium, evict }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
         2 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::Cancel { w, bid }),
-        2 => prop_oneof![2 => Just(0usize), 1 => 0usize..8].prop_map(|pick| Op::Prune { pick }),
+        2 => (prop_oneof![2 => Just(0usize), 1 => 0usize..8], proptest::bool::weighted(0.5))
+            .prop_map(|(pick, to_stake)| Op::Prune { pick, to_stake }),
         2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
         2 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
         4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
         6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1))
             .prop_map(|(lease, gap, gpu_secs_pct, exit)| Op::Prove { lease, gap, gpu_secs_pct, exit }),
-        1 => (0usize..3, 0u8..3).prop_map(|(lease, who)| Op::End { lease, who }),
-        1 => (0usize..3).prop_map(|lease| Op::Reclaim { lease }),
+        1 => (0usize..3, 0u8..3, proptest::bool::weighted(0.5))
+            .prop_map(|(lease, who, to_stake)| Op::End { lease, who, to_stake }),
+        1 => (0usize..3, proptest::bool::weighted(0.5))
+            .prop_map(|(lease, to_stake)| Op::Reclaim { lease, to_stake }),
+        2 => w.clone().prop_map(|pick| Op::Claim { pick }),
         1 => Just(Op::Slash),
         1 => (
             prop_oneof![Just(30u32), Just(60), Just(120), Just(0)],
@@ -459,7 +476,7 @@ impl World {
                     client_tokens: *t,
                 })
             }
-            Op::Prune { pick } => {
+            Op::Prune { pick, to_stake } => {
                 let mut live: Vec<(usize, Pubkey)> = (0..WALLETS)
                     .flat_map(|w| self.bids[w].iter().map(move |b| (w, *b)))
                     .filter(|(_, b)| self.ctx.account_exists(b))
@@ -476,7 +493,7 @@ impl World {
                     client: self.wallets[w].0.pubkey(),
                     book,
                     payment_mint: mint,
-                    client_tokens: self.wallets[w].1,
+                    client_tokens: (!to_stake).then_some(self.wallets[w].1),
                 })
             }
             Op::Wait { secs } => {
@@ -490,8 +507,29 @@ impl World {
                 gpu_secs_pct,
                 exit,
             } => return self.prove(lease, gap, gpu_secs_pct, exit),
-            Op::End { lease, who } => return self.close(lease, Some(who)),
-            Op::Reclaim { lease } => return self.close(lease, None),
+            Op::End {
+                lease,
+                who,
+                to_stake,
+            } => return self.close(lease, Some(who), to_stake),
+            Op::Reclaim { lease, to_stake } => return self.close(lease, None, to_stake),
+            Op::Claim { pick } => {
+                let owed: Vec<usize> = (0..WALLETS)
+                    .filter(|&w| {
+                        let stake = pda::stake(&market, &self.wallets[w].0.pubkey()).0;
+                        self.ctx.account_exists(&stake)
+                            && self.ctx.account::<StakeAccount>(&stake).refunds_due > 0
+                    })
+                    .collect();
+                let w = owed.get(pick % owed.len().max(1)).copied().unwrap_or(pick);
+                let (k, t) = &self.wallets[w];
+                self.ctx.run(&ClaimRefunds {
+                    owner: k,
+                    market,
+                    payment_mint: mint,
+                    owner_tokens: *t,
+                })
+            }
             Op::Slash => self.ctx.run(&Slash {
                 signer: &self.wallets[0].0,
                 market,
@@ -632,8 +670,8 @@ impl World {
     }
 
     /// `end_lease` by the client, the agent or a stranger, or (`who == None`) the client's
-    /// `reclaim_escrow`.
-    fn close(&mut self, pick: usize, who: Option<u8>) -> bool {
+    /// `reclaim_escrow`; `to_stake`: with no token account of the client.
+    fn close(&mut self, pick: usize, who: Option<u8>, to_stake: bool) -> bool {
         let Some((lease, w)) = self.live_lease(pick) else {
             return false;
         };
@@ -659,7 +697,7 @@ impl World {
                 host: self.host.pubkey(),
                 spot_book: None,
                 payment_mint: self.mint,
-                client_tokens: self.wallets[w].1,
+                client_tokens: (!to_stake).then_some(self.wallets[w].1),
                 reclaim: who.is_none(),
             })
             .is_ok();
@@ -692,6 +730,7 @@ impl World {
         s.insert("fees_due".into(), m.fees_due);
         s.insert("slashed_due".into(), m.slashed_due);
         s.insert("total_escrow".into(), m.total_escrow);
+        s.insert("refunds_due".into(), m.refunds_due);
         s.insert("total_staked".into(), m.total_staked);
         s.insert(
             "stake_treasury".into(),
@@ -709,6 +748,7 @@ impl World {
                 s.insert(format!("stake{i}"), st.amount);
                 s.insert(format!("pending{i}"), st.pending_unstake);
                 s.insert(format!("open{i}"), st.open_bids as u64);
+                s.insert(format!("refunds{i}"), st.refunds_due);
             }
             for (j, b) in self.bids[i].iter().enumerate() {
                 if let Some(acc) = self.ctx.svm.get_account(b).filter(|a| a.lamports > 0) {
@@ -726,7 +766,18 @@ impl World {
             snap["stake_vault"],
             m.total_staked + m.total_pending_unstake + m.slashed_due
         );
-        prop_assert_eq!(snap["payment_vault"], m.total_escrow + m.fees_due);
+        prop_assert_eq!(
+            snap["payment_vault"],
+            m.total_escrow + m.fees_due + m.refunds_due
+        );
+        let owed: u64 = (0..self.wallets.len())
+            .filter_map(|i| snap.get(&format!("refunds{i}")))
+            .sum();
+        prop_assert_eq!(
+            m.refunds_due,
+            owed,
+            "the market owes exactly what the stakes are owed"
+        );
         let escrows: u64 = snap
             .iter()
             .filter(|(k, _)| k.starts_with("bid"))
@@ -748,6 +799,7 @@ impl World {
             let total = get(format!("wallet{i}"))
                 + get(format!("stake{i}"))
                 + get(format!("pending{i}"))
+                + get(format!("refunds{i}"))
                 + locked
                 + self.paid[i]
                 + self.premiums[i];
@@ -854,5 +906,6 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     if cases >= 100 {
         assert!(evictions > 0, "no eviction was exercised");
         assert!(by_op["Prune"].1 > 0, "no prune was exercised");
+        assert!(by_op["Claim"].1 > 0, "no refund was claimed");
     }
 }

@@ -8,7 +8,7 @@ use gpu_market::events::MarketUpdated;
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
 use gpu_market::state::{Market, MarketParams, StakeAccount};
-use gpu_market_tests::live::events;
+use gpu_market_sdk::events::from_logs;
 use program_test::*;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -454,7 +454,7 @@ fn update_market_is_the_authoritys_keeps_every_rule_and_applies_after_notice() {
     // The change is announced, with when it applies: after the cooldown and one interval, so a
     // staker who disagrees can ask its stake back and withdraw it first.
     let effective_at = f.ctx.now() + 3_600 + 60;
-    let events = events::<MarketUpdated>(&meta.logs);
+    let events = from_logs::<MarketUpdated>(&meta.logs);
     assert_eq!(events.len(), 1);
     assert_eq!(
         (events[0].old, events[0].new, events[0].effective_at),

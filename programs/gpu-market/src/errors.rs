@@ -153,6 +153,10 @@ pub enum MarketError {
     DeadlineTooFar,
     #[msg("a market's mints must have no freeze authority")]
     MintCanFreeze,
+    #[msg("no refund is due to this stake account")]
+    NothingToClaim,
+    #[msg("the stake account holds refunds due: claim them (claim_refunds) before closing it")]
+    RefundsDue,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

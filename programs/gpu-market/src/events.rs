@@ -149,6 +149,8 @@ pub struct UsageProven {
     pub escrow_left: u64,
     pub power_violation: bool,
     pub proof_hash: [u8; 32],
+    /// The container's exit code in a final proof (`gpu_market_core::lease::exit`).
+    pub exit_code: Option<i32>,
 }
 
 #[event]
@@ -167,11 +169,34 @@ pub struct LeaseStopping {
 #[event]
 pub struct LeaseEnded {
     pub lease: Pubkey,
+    pub market: Pubkey,
+    pub client: Pubkey,
     pub paid: u64,
     pub refund: u64,
     /// A preempted spot bid went back to its book with its remaining escrow.
     pub requeued: bool,
     pub idle: bool,
+    /// The final proof's exit code, if one came (`gpu_market_core::lease::exit` says why a
+    /// container did not run).
+    pub exit_code: Option<i32>,
+}
+
+/// A refund kept in the payment vault for its client, who passed no token account for it (or
+/// had closed it): the client's stake account owes it (`refunds_due`) until `claim_refunds`.
+#[event]
+pub struct RefundDue {
+    pub market: Pubkey,
+    pub owner: Pubkey,
+    pub amount: u64,
+    /// Everything the stake account owes its owner now.
+    pub refunds_due: u64,
+}
+
+#[event]
+pub struct RefundsClaimed {
+    pub market: Pubkey,
+    pub owner: Pubkey,
+    pub amount: u64,
 }
 
 #[event]

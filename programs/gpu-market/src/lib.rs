@@ -152,7 +152,14 @@ pub mod gpu_market {
         Slash::slash(ctx)
     }
 
-    /// Closes the signer's empty stake account; its rent goes back to the owner.
+    /// Pays the signer the refunds its stake account holds (escrow refunded while no token
+    /// account of it was given, e.g. one it had closed).
+    pub fn claim_refunds(ctx: Context<ClaimRefunds>) -> Result<()> {
+        ClaimRefunds::claim_refunds(ctx)
+    }
+
+    /// Closes the signer's empty stake account (no refund left to claim); its rent goes back to
+    /// the owner.
     pub fn close_stake(ctx: Context<CloseStake>) -> Result<()> {
         CloseStake::close_stake(ctx)
     }

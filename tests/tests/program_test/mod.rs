@@ -31,8 +31,7 @@ pub const MAX_TRANSACTION_BYTES: usize = 1_232;
 
 /// The SBF build of the program, made by `scripts/build-sbf.sh`.
 pub fn program_so() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let so = root.join("target/deploy/gpu_market.so");
+    let so = gpu_market_tests::program_so();
     assert!(
         so.exists(),
         "{} is missing: run scripts/build-sbf.sh first (the README's test command does)",
@@ -214,6 +213,7 @@ impl TestContext {
             total_escrow: m.total_escrow,
             fees_due: m.fees_due,
             slashed_due: m.slashed_due,
+            refunds_due: m.refunds_due,
             total_staked: m.total_staked,
             gpus_waiting: m.gpus_waiting,
             book_len: book_order(self, book).len(),
@@ -228,6 +228,7 @@ impl TestContext {
                         stake: stake.amount,
                         open_bids: stake.open_bids,
                         gpus_held: stake.gpus_held,
+                        refunds_due: stake.refunds_due,
                     }
                 })
                 .collect(),
@@ -256,7 +257,7 @@ impl TestContext {
         Some(Evict {
             bid: worst.bid,
             client: bid.client,
-            tokens: bid.refund_tokens,
+            tokens: Some(bid.refund_tokens),
         })
     }
 
@@ -372,6 +373,7 @@ pub struct Ledger {
     pub total_escrow: u64,
     pub fees_due: u64,
     pub slashed_due: u64,
+    pub refunds_due: u64,
     pub total_staked: u64,
     pub gpus_waiting: u64,
     pub book_len: usize,
@@ -385,6 +387,7 @@ pub struct ClientLedger {
     pub stake: u64,
     pub open_bids: u32,
     pub gpus_held: u32,
+    pub refunds_due: u64,
 }
 
 /// `allocate` as the agent sends it: with a compute-unit limit, as deep books need more than

@@ -264,6 +264,7 @@ impl Allocate<'_> {
             preempted: false,
             rules: LeaseRules::of(&market.params),
             bump: ctx.bumps.lease,
+            exit_code: None,
         });
         emit!(LeaseStarted {
             lease: lease.key(),

@@ -6,7 +6,7 @@ use gpu_market_core::settlement::{escrow_for, spend_per_hour};
 
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
-use crate::instructions::pay_out;
+use crate::instructions::refund_escrow;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine, MachineStatus, Market,
     OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS,
@@ -88,6 +88,8 @@ pub struct PlaceBid<'info> {
     pub evicted_client: Option<UncheckedAccount<'info>>,
 
     /// A token account of the evicted bid's client for the payment mint: gets its escrow.
+    /// Absent (that client may have closed it), the escrow is owed by its stake account
+    /// (`refunds_due`): no client can make its bid unevictable.
     #[account(mut, token::mint = payment_mint)]
     pub evicted_tokens: Option<Box<Account<'info, TokenAccount>>>,
 
@@ -202,28 +204,33 @@ impl PlaceBid<'_> {
                     && self.evicted_stake.is_none(),
                 MarketError::EvictionMissing
             );
-            (self.client_tokens.to_account_info(), &mut self.stake)
+            (Some(self.client_tokens.to_account_info()), &mut self.stake)
         } else {
             let to = self.evicted_client.as_ref().ok_or_else(missing)?;
             require_keys_eq!(to.key(), evicted.client, MarketError::EvictionMissing);
-            let tokens = self.evicted_tokens.as_ref().ok_or_else(missing)?;
-            require_keys_eq!(tokens.owner, evicted.client, MarketError::EvictionMissing);
+            let tokens = match self.evicted_tokens.as_ref() {
+                Some(tokens) => {
+                    require_keys_eq!(tokens.owner, evicted.client, MarketError::EvictionMissing);
+                    Some(tokens.to_account_info())
+                }
+                None => None,
+            };
             let stake = self.evicted_stake.as_mut().ok_or_else(missing)?;
             require!(
                 stake.market == self.market.key() && stake.owner == evicted.client,
                 MarketError::WrongStakeAccount
             );
-            (tokens.to_account_info(), stake)
+            (tokens, stake)
         };
         let refund =
             self.market
                 .take_out(worst.bid, evicted, &mut *self.book.load_mut()?, stake, now)?;
-        pay_out(
-            &self.market,
-            self.market.to_account_info(),
+        refund_escrow(
+            &mut self.market,
+            stake,
+            tokens,
             self.payment_vault.to_account_info(),
             &self.payment_mint,
-            tokens,
             &self.token_program,
             refund,
         )?;
@@ -430,10 +437,12 @@ impl TopUpBid<'_> {
 }
 
 /// Takes the waiting bid of `$a` (accounts with `market`, `bid`, `book`, `stake`,
-/// `payment_vault`, `payment_mint`, `client_tokens`, `token_program`) out of its book and refunds
-/// its escrow in full to the client's token account; the event says why.
+/// `payment_vault`, `payment_mint`, `token_program`) out of its book and refunds its escrow in
+/// full to `$to`, a token account of the client (or, absent, to its stake's `refunds_due`); the
+/// event says why.
 macro_rules! refund_waiting {
-    ($a:expr, $now:expr, $reason:expr) => {{
+    ($a:expr, $now:expr, $reason:expr, $to:expr) => {{
+        let to = $to;
         let a = &mut *$a;
         let bid_key = a.bid.key();
         let refund = a.market.take_out(
@@ -443,12 +452,12 @@ macro_rules! refund_waiting {
             &mut a.stake,
             $now,
         )?;
-        pay_out(
-            &a.market,
-            a.market.to_account_info(),
+        refund_escrow(
+            &mut a.market,
+            &mut a.stake,
+            to,
             a.payment_vault.to_account_info(),
             &a.payment_mint,
-            a.client_tokens.to_account_info(),
             &a.token_program,
             refund,
         )?;
@@ -499,7 +508,8 @@ impl CancelBid<'_> {
     /// Takes a waiting bid out of its book and refunds its escrow in full.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        refund_waiting!(ctx.accounts, now, BidRemoval::Cancelled)
+        let to = ctx.accounts.client_tokens.to_account_info();
+        refund_waiting!(ctx.accounts, now, BidRemoval::Cancelled, Some(to))
     }
 }
 
@@ -533,9 +543,11 @@ pub struct PruneBid<'info> {
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
-    /// A token account of the bid's client for the payment mint: receives the escrow.
+    /// A token account of the bid's client for the payment mint: receives the escrow. Absent
+    /// (its client may have closed it), the escrow is owed by the client's stake account
+    /// (`refunds_due`): no client can make its expired bid unprunable.
     #[account(mut, token::mint = payment_mint, token::authority = bid.client)]
-    pub client_tokens: Box<Account<'info, TokenAccount>>,
+    pub client_tokens: Option<Box<Account<'info, TokenAccount>>>,
 
     #[account(mut)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
@@ -547,6 +559,11 @@ impl PruneBid<'_> {
     pub fn prune_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         require!(now >= ctx.accounts.bid.deadline, MarketError::BidNotExpired);
-        refund_waiting!(ctx.accounts, now, BidRemoval::Expired)
+        let to = ctx
+            .accounts
+            .client_tokens
+            .as_ref()
+            .map(|t| t.to_account_info());
+        refund_waiting!(ctx.accounts, now, BidRemoval::Expired, to)
     }
 }

@@ -10,7 +10,8 @@ pub struct CloseStake<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    /// Only an empty stake: nothing staked or pending, no waiting bid, no GPU held.
+    /// Only an empty stake: nothing staked or pending, no waiting bid, no GPU held, and no
+    /// refund left to claim (closing would strand it in the vault: claim it first).
     #[account(
         mut,
         close = owner,
@@ -19,6 +20,7 @@ pub struct CloseStake<'info> {
             && stake.pending_unstake == 0
             && stake.open_bids == 0
             && stake.gpus_held == 0 @ MarketError::StakeNotEmpty,
+        constraint = stake.refunds_due == 0 @ MarketError::RefundsDue,
     )]
     pub stake: Box<Account<'info, StakeAccount>>,
 }

@@ -97,6 +97,7 @@ impl InitMarket<'_> {
             pending_at: 0,
             fees_due: 0,
             slashed_due: 0,
+            refunds_due: 0,
             bump: ctx.bumps.market,
             stake_vault_bump: ctx.bumps.stake_vault,
             payment_vault_bump: ctx.bumps.payment_vault,

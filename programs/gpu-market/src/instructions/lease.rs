@@ -7,8 +7,7 @@ use crate::errors::MarketError;
 use crate::events::{
     HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven,
 };
-use crate::instructions::pay_out;
-use crate::instructions::slash_share_bps;
+use crate::instructions::{pay_out, refund_escrow, slash_share_bps};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
 };
@@ -189,13 +188,23 @@ impl SubmitUsage<'_> {
             MarketError::BadProofGpuCount
         );
         let rules = lease.rules;
+        // A final proof (the container exited) ends the lease now: its window is clipped at the
+        // clock instead of waiting for the interval's end, so a lease whose container could not
+        // run is refunded at once.
+        let stop = match args.exit_code {
+            Some(_) => lease.stop().min(now),
+            None => lease.stop(),
+        };
         let (from, to) = lease_math::interval_window(
             lease.started_at,
             rules.billing_interval_secs,
             args.interval,
-            lease.stop(),
+            stop,
         )
-        .ok_or(MarketError::IntervalAfterStop)?;
+        .ok_or(match args.exit_code {
+            Some(_) if now < lease.stop() => MarketError::IntervalNotOver,
+            _ => MarketError::IntervalAfterStop,
+        })?;
         require!(to <= now, MarketError::IntervalNotOver);
 
         // Skipped intervals are never paid, and count as the host's silence.
@@ -264,7 +273,11 @@ impl SubmitUsage<'_> {
                 intervals: lease.idle_streak,
             });
         }
-        // An exited container or an empty escrow ends the lease at this window.
+        // An exited container or an empty escrow ends the lease at this window; the exit code
+        // stays with the lease, for its client to read why.
+        if args.exit_code.is_some() {
+            lease.exit_code = args.exit_code;
+        }
         if args.exit_code.is_some() || bid.escrow == 0 {
             lease.request_stop(to);
         }
@@ -276,6 +289,7 @@ impl SubmitUsage<'_> {
             escrow_left: pay.escrow_left,
             power_violation: violated,
             proof_hash: lease.proof_hash,
+            exit_code: args.exit_code,
         });
 
         pay_out(
@@ -328,9 +342,11 @@ pub struct CloseLease<'info> {
     )]
     pub host_stake: Option<Box<Account<'info, StakeAccount>>>,
 
-    /// The client's payment-token account: the unspent escrow is refunded here.
+    /// A payment-token account of the client for the unspent escrow. Absent (its client may
+    /// have closed it), the refund stays in the vault, owed by the client's stake account
+    /// (`refunds_due`, taken with `claim_refunds`): no client can keep a lease from settling.
     #[account(mut, token::mint = payment_mint, token::authority = lease.client)]
-    pub client_tokens: Box<Account<'info, TokenAccount>>,
+    pub client_tokens: Option<Box<Account<'info, TokenAccount>>>,
 
     /// Gets the bid account's rent back when the bid closes.
     /// CHECK: only receives lamports; its address is the lease's client.
@@ -495,17 +511,20 @@ impl CloseLease<'_> {
         }
         emit!(LeaseEnded {
             lease: lease.key(),
+            market: lease.market,
+            client: lease.client,
             paid: lease.paid,
             refund,
             requeued: requeue,
             idle: lease.idle,
+            exit_code: lease.exit_code,
         });
-        pay_out(
-            &self.market,
-            self.market.to_account_info(),
+        refund_escrow(
+            &mut self.market,
+            stake,
+            self.client_tokens.as_ref().map(|t| t.to_account_info()),
             self.payment_vault.to_account_info(),
             &self.payment_mint,
-            self.client_tokens.to_account_info(),
             &self.token_program,
             refund,
         )?;

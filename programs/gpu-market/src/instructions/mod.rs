@@ -1,7 +1,8 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TransferChecked};
 
-use crate::state::Market;
+use crate::events::RefundDue;
+use crate::state::{Market, StakeAccount};
 
 pub mod allocate;
 pub mod bid;
@@ -54,4 +55,35 @@ pub(crate) fn pay_out<'info>(
             mint.decimals,
         )
     })
+}
+
+/// Refunds `amount` of escrow (already out of `total_escrow`) to the client of `stake`: into
+/// `to`, a token account of the client, when one is given; otherwise it stays in the payment
+/// vault, owed by the client's stake account (`refunds_due`) until `claim_refunds`. So no
+/// refund, and nothing that refunds (settling a lease, pruning or evicting a bid), depends on
+/// a token account its client could close.
+pub(crate) fn refund_escrow<'info>(
+    market: &mut Account<'info, Market>,
+    stake: &mut Account<'info, StakeAccount>,
+    to: Option<AccountInfo<'info>>,
+    vault: AccountInfo<'info>,
+    mint: &Account<'info, Mint>,
+    token_program: &Program<'info, Token>,
+    amount: u64,
+) -> Result<()> {
+    if let Some(to) = to {
+        let market_info = market.to_account_info();
+        return pay_out(market, market_info, vault, mint, to, token_program, amount);
+    }
+    if amount == 0 {
+        return Ok(());
+    }
+    market.owe_refund(stake, amount)?;
+    emit!(RefundDue {
+        market: market.key(),
+        owner: stake.owner,
+        amount,
+        refunds_due: stake.refunds_due,
+    });
+    Ok(())
 }

@@ -2,7 +2,8 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
 
 use crate::errors::MarketError;
-use crate::events::Staked;
+use crate::events::{RefundsClaimed, Staked};
+use crate::instructions::pay_out;
 use crate::state::{seeds, Market, StakeAccount};
 
 #[derive(Accounts)]
@@ -98,6 +99,58 @@ impl Stake<'_> {
             owner: stake.owner,
             amount,
             total: stake.amount,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
+pub struct ClaimRefunds<'info> {
+    pub owner: Signer<'info>,
+
+    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(
+        mut,
+        seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
+        bump = stake.bump,
+        has_one = owner,
+        has_one = market,
+    )]
+    pub stake: Box<Account<'info, StakeAccount>>,
+
+    pub payment_mint: Box<Account<'info, Mint>>,
+
+    /// A payment-token account of the owner: receives every refund due.
+    #[account(mut, token::mint = payment_mint, token::authority = owner)]
+    pub owner_tokens: Box<Account<'info, TokenAccount>>,
+
+    #[account(mut)]
+    pub payment_vault: Box<Account<'info, TokenAccount>>,
+
+    pub token_program: Program<'info, Token>,
+}
+
+impl ClaimRefunds<'_> {
+    /// Pays the owner every refund its stake account holds (`refunds_due`): escrow refunded
+    /// while no token account of the owner was given.
+    pub fn claim_refunds(ctx: Context<Self>) -> Result<()> {
+        let a = &mut *ctx.accounts;
+        let amount = a.market.take_refunds(&mut a.stake)?;
+        pay_out(
+            &a.market,
+            a.market.to_account_info(),
+            a.payment_vault.to_account_info(),
+            &a.payment_mint,
+            a.owner_tokens.to_account_info(),
+            &a.token_program,
+            amount,
+        )?;
+        emit!(RefundsClaimed {
+            market: a.market.key(),
+            owner: a.owner.key(),
+            amount,
         });
         Ok(())
     }

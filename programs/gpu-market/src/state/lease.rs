@@ -75,6 +75,10 @@ pub struct Lease {
     /// The market's rules when the lease started.
     pub rules: LeaseRules,
     pub bump: u8,
+    /// The exit code of the final proof, once one arrived: the container's own (0 or more), or
+    /// one of `gpu_market_core::lease::exit`'s when it did not run to its own exit. Last, as
+    /// its encoded size varies.
+    pub exit_code: Option<i32>,
 }
 
 impl Lease {

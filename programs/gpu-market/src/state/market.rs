@@ -279,6 +279,9 @@ pub struct Market {
     pub fees_due: u64,
     /// Slashed host stake held in the stake vault until `collect_fees` moves it.
     pub slashed_due: u64,
+    /// Refunds held in the payment vault for clients to claim (the sum of their stake accounts'
+    /// `refunds_due`): no longer escrow, not yet paid out.
+    pub refunds_due: u64,
     pub bump: u8,
     pub stake_vault_bump: u8,
     pub payment_vault_bump: u8,
@@ -468,6 +471,32 @@ impl Market {
             .checked_add(from_amount + from_pending)
             .ok_or(MarketError::Overflow)?;
         Ok(())
+    }
+
+    /// Owes `amount` of refunded escrow to the client of `stake`, held in the payment vault
+    /// until it claims it (the caller has taken it out of `total_escrow`).
+    pub fn owe_refund(&mut self, stake: &mut StakeAccount, amount: u64) -> Result<()> {
+        self.refunds_due = self
+            .refunds_due
+            .checked_add(amount)
+            .ok_or(MarketError::Overflow)?;
+        stake.refunds_due = stake
+            .refunds_due
+            .checked_add(amount)
+            .ok_or(MarketError::Overflow)?;
+        Ok(())
+    }
+
+    /// Takes every refund owed to the client of `stake`; returns the amount to pay out.
+    pub fn take_refunds(&mut self, stake: &mut StakeAccount) -> Result<u64> {
+        let amount = stake.refunds_due;
+        require!(amount > 0, MarketError::NothingToClaim);
+        self.refunds_due = self
+            .refunds_due
+            .checked_sub(amount)
+            .ok_or(MarketError::Overflow)?;
+        stake.refunds_due = 0;
+        Ok(amount)
     }
 
     /// Holds after every instruction that changes the market's parameters (the totals are

@@ -4,7 +4,7 @@ use crate::errors::MarketError;
 
 /// One owner's stake in one market.
 #[account]
-#[derive(InitSpace, Debug)]
+#[derive(InitSpace, Debug, PartialEq, Eq)]
 pub struct StakeAccount {
     pub market: Pubkey,
     pub owner: Pubkey,
@@ -19,6 +19,10 @@ pub struct StakeAccount {
     pub open_bids: u32,
     /// GPUs the owner holds in running leases (for the anti-monopoly cap).
     pub gpus_held: u32,
+    /// Escrow refunded to the owner but held in the market's payment vault, because no token
+    /// account of the owner was given when the refund was made (it may have closed it): the
+    /// owner takes it with `claim_refunds`. Payment-token base units.
+    pub refunds_due: u64,
     pub bump: u8,
 }
 

@@ -1,0 +1,389 @@
+//! The market of the lease tests: one host with a 4-GPU machine (and its spot book), clients,
+//! bids, allocations, proofs and settlements, on the SBF build in LiteSVM. Shared by the test
+//! binaries of a lease's rules (`lease.rs`) and of its refunds (`refunds.rs`).
+
+#![allow(dead_code)] // each test binary uses a different part of the fixture
+
+use anchor_lang::error::ERROR_CODE_OFFSET;
+use gpu_market::errors::MarketError;
+use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
+use gpu_market::pda;
+use gpu_market::state::{
+    BidKind, GpuSpec, Lease, MachineTerms, Market, MarketParams, OverclockTerms, BID_BOOK_SPACE,
+};
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+use crate::program_test::*;
+
+pub const TOKEN: u64 = 1_000_000;
+pub const INTERVAL: i64 = 60;
+
+pub fn code(e: MarketError) -> Option<u32> {
+    Some(ERROR_CODE_OFFSET + e as u32)
+}
+
+pub struct Wallet {
+    pub key: Keypair,
+    pub tokens: Pubkey,
+}
+
+pub struct Fixture {
+    pub ctx: TestContext,
+    pub authority: Keypair,
+    pub mint: Pubkey,
+    pub market: Pubkey,
+    pub queue_book: Pubkey,
+    pub treasury: Pubkey,
+    pub stake_treasury: Pubkey,
+    pub host: Wallet,
+    pub agent: Keypair,
+    pub machine: Pubkey,
+    pub spot_book: Pubkey,
+    pub nonce: u64,
+}
+
+/// 4 GPUs: 0 and 1 (class 0) in topology group 0, 2 and 3 (class 1) in group 1; 24 GiB each,
+/// 150..450 W; floor 0.5 token per GPU-hour; electricity 0.2 token per kWh.
+pub fn gpus() -> Vec<GpuSpec> {
+    (0..4u8)
+        .map(|i| GpuSpec {
+            uuid: [i + 1; 16],
+            class: i / 2,
+            topology_group: i / 2,
+            memory_gib: 24,
+            power_w: [150, 450],
+            core_lock_mhz: [210, 2_520],
+            mem_lock_mhz: [0, 0],
+            core_offset_mhz: [-200, 200],
+            mem_offset_mhz: [0, 1_500],
+        })
+        .collect()
+}
+
+pub fn params() -> MarketParams {
+    let mut p = MarketParams::recommended(INTERVAL as u32, 250, 600);
+    p.stake_bound = 1_000 * TOKEN;
+    p.base_price_per_gpu_hour = TOKEN;
+    p.max_client_share_bps = 5_000;
+    p.idle_intervals = 2;
+    p.silence_intervals = 3;
+    p.slash_evidence = 2;
+    p.slash_bps = 1_000;
+    p.min_host_stake = 10 * TOKEN;
+    p
+}
+
+pub fn fixture() -> Fixture {
+    let mut ctx = TestContext::new();
+    let (authority, mint, market) = ctx.create_market(1, params());
+    let queue_book = ctx.open_queue_book(&authority, market);
+    let m: Market = ctx.account(&market);
+    let (key, tokens) = ctx.funded_user(&mint, 100 * TOKEN);
+    let host = Wallet { key, tokens };
+    let agent = ctx.wallet(10);
+    let mut f = Fixture {
+        ctx,
+        authority,
+        mint,
+        market,
+        queue_book,
+        treasury: m.treasury,
+        stake_treasury: m.stake_treasury,
+        host,
+        agent,
+        machine: Pubkey::default(),
+        spot_book: Pubkey::default(),
+        nonce: 0,
+    };
+    f.open_and_stake(0, 100 * TOKEN);
+    let r = RegisterMachine {
+        owner: &f.host.key,
+        market,
+        id: 0,
+        terms: MachineTerms {
+            agent: f.agent.pubkey(),
+            region: [0; 16],
+            gpus: gpus(),
+            price_floor_per_gpu_hour: TOKEN / 2,
+            electricity_cost_per_kwh: TOKEN / 5,
+            cached_images: vec![],
+        },
+    };
+    f.machine = r.machine();
+    f.ctx.run(&r).expect("register_machine");
+    let book = Keypair::new();
+    let rent = f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
+    let ixs = open_book_instructions(
+        &f.ctx.payer.pubkey(),
+        &book.pubkey(),
+        rent,
+        init_spot_book(&f.host.key.pubkey(), &f.machine, &book.pubkey()),
+    );
+    f.ctx
+        .send(&ixs, &[&f.host.key, &book])
+        .expect("init_spot_book");
+    f.spot_book = book.pubkey();
+    f
+}
+
+impl Fixture {
+    /// Opens the stake account of the host (`who == 0`) and stakes `amount`.
+    pub fn open_and_stake(&mut self, who: usize, amount: u64) {
+        assert_eq!(who, 0);
+        let (key, tokens) = (&self.host.key, self.host.tokens);
+        self.ctx
+            .run(&OpenStake {
+                owner: key,
+                market: self.market,
+            })
+            .unwrap();
+        self.ctx
+            .run(&Stake {
+                owner: key,
+                market: self.market,
+                stake_mint: self.mint,
+                owner_tokens: tokens,
+                amount,
+            })
+            .unwrap();
+    }
+
+    /// A client with `balance` tokens, `staked` of them staked.
+    pub fn client(&mut self, balance: u64, staked: u64) -> Wallet {
+        let (key, tokens) = self.ctx.funded_user(&self.mint, balance);
+        self.ctx
+            .run(&OpenStake {
+                owner: &key,
+                market: self.market,
+            })
+            .unwrap();
+        if staked > 0 {
+            self.ctx
+                .run(&Stake {
+                    owner: &key,
+                    market: self.market,
+                    stake_mint: self.mint,
+                    owner_tokens: tokens,
+                    amount: staked,
+                })
+                .unwrap();
+        }
+        Wallet { key, tokens }
+    }
+
+    /// A queue bid: `gpus` GPUs × `gib` GiB of class 0 or 1 at 300 W, 2 tokens per GPU-hour,
+    /// for one hour.
+    pub fn queue_args(&mut self, gpus: u8, gib: u16) -> PlaceBidArgs {
+        self.nonce += 1;
+        PlaceBidArgs {
+            nonce: self.nonce,
+            kind: BidKind::Queue,
+            image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
+            image_digest: [9; 32],
+            env_hash: [3; 32],
+            gpu_count: gpus,
+            gib_per_gpu: gib,
+            accepted_classes: 0b11,
+            overclock: vec![OverclockTerms {
+                power_limit_w: 300,
+                ..Default::default()
+            }],
+            price: 2 * TOKEN,
+            max_duration_secs: 3_600,
+            deadline: self.ctx.now() + 4 * 3_600,
+            urgency_premium: 0,
+        }
+    }
+
+    /// A spot bid on the machine: all 4 GPUs, `per_day` per GPU-day, one hour.
+    pub fn spot_args(&mut self, per_day: u64) -> PlaceBidArgs {
+        PlaceBidArgs {
+            kind: BidKind::Spot,
+            gpu_count: 4,
+            gib_per_gpu: 24,
+            price: per_day,
+            ..self.queue_args(4, 24)
+        }
+    }
+
+    pub fn place(&mut self, c: &Wallet, args: PlaceBidArgs) -> Pubkey {
+        let spot = args.kind == BidKind::Spot;
+        let p = PlaceBid {
+            client: &c.key,
+            market: self.market,
+            book: if spot {
+                self.spot_book
+            } else {
+                self.queue_book
+            },
+            machine: spot.then_some(self.machine),
+            payment_mint: self.mint,
+            client_tokens: c.tokens,
+            args,
+            evict: None,
+        };
+        self.ctx.run(&p).expect("place_bid");
+        p.bid()
+    }
+
+    /// `allocate` of `bid` on the fixture's machine by `agent`, with the evidence the sdk reads off
+    /// the book.
+    pub fn allocate_ix<'a>(&self, agent: &'a Keypair, bid: Pubkey, gpus: &[u8]) -> Allocate<'a> {
+        self.ctx.allocation(agent, self.machine, bid, gpus)
+    }
+
+    pub fn send_allocate(&mut self, a: &Allocate) -> Result<Pubkey, Failure> {
+        self.ctx.allocate(a).map(|_| a.lease())
+    }
+
+    pub fn allocate(&mut self, bid: Pubkey, gpus: &[u8]) -> Result<Pubkey, Failure> {
+        let agent = self.agent.insecure_clone();
+        let a = self.allocate_ix(&agent, bid, gpus);
+        self.send_allocate(&a)
+    }
+
+    /// The proof of `interval` of `lease`, chained to its last proof, with full GPU time.
+    pub fn proof(&self, lease: &Pubkey, interval: u32) -> SubmitUsageArgs {
+        let l: Lease = self.ctx.account(lease);
+        SubmitUsageArgs {
+            interval,
+            gpu_seconds: INTERVAL as u64 * l.gpu_count as u64,
+            energy_j: 300 * INTERVAL as u64 * l.gpu_count as u64,
+            avg_utilisation_bps: 9_000,
+            peak_power_w: vec![290; l.gpu_count as usize],
+            exit_code: None,
+            prev_hash: l.proof_hash,
+        }
+    }
+
+    pub fn submit_with(
+        &mut self,
+        agent: &Keypair,
+        lease: Pubkey,
+        args: SubmitUsageArgs,
+    ) -> Result<(), Failure> {
+        let l: Lease = self.ctx.account(&lease);
+        let s = SubmitUsage {
+            agent,
+            market: self.market,
+            machine: l.machine,
+            lease,
+            bid: l.bid,
+            payment_mint: self.mint,
+            host_tokens: self.host.tokens,
+            args,
+        };
+        self.ctx.run(&s).map(|_| ())
+    }
+
+    pub fn submit(&mut self, lease: Pubkey, args: SubmitUsageArgs) -> Result<(), Failure> {
+        let agent = self.agent.insecure_clone();
+        self.submit_with(&agent, lease, args)
+    }
+
+    /// `end_lease` (or `reclaim_escrow`) of `lease` signed by `signer`, refunding to
+    /// `client_tokens`.
+    pub fn close(
+        &mut self,
+        signer: &Keypair,
+        lease: Pubkey,
+        client_tokens: Pubkey,
+        reclaim: bool,
+    ) -> Result<(), Failure> {
+        self.close_with(signer, lease, Some(client_tokens), reclaim)
+    }
+
+    /// [`Fixture::close`] passing `client_tokens` as given: `None` leaves the refund owed by the
+    /// client's stake account.
+    pub fn close_with(
+        &mut self,
+        signer: &Keypair,
+        lease: Pubkey,
+        client_tokens: Option<Pubkey>,
+        reclaim: bool,
+    ) -> Result<(), Failure> {
+        let l: Lease = self.ctx.account(&lease);
+        self.ctx
+            .run(&CloseLease {
+                signer,
+                market: self.market,
+                machine: l.machine,
+                lease,
+                bid: l.bid,
+                client: l.client,
+                agent: self.agent.pubkey(),
+                host: self.host.key.pubkey(),
+                spot_book: Some(self.spot_book),
+                payment_mint: self.mint,
+                client_tokens,
+                reclaim,
+            })
+            .map(|_| ())
+    }
+
+    /// Schedules `params`, waits out the notice and applies them (anyone may).
+    pub fn update_market(&mut self, params: MarketParams) {
+        let authority = self.authority.insecure_clone();
+        self.ctx
+            .run(&UpdateMarket {
+                authority: &authority,
+                market: self.market,
+                params,
+            })
+            .expect("update_market");
+        let due = self.ctx.account::<Market>(&self.market).pending_at;
+        self.ctx.advance_time(due - self.ctx.now());
+        let anyone = self.ctx.wallet(1);
+        self.ctx
+            .run(&ApplyMarketUpdate {
+                signer: &anyone,
+                market: self.market,
+            })
+            .expect("apply_market_update");
+    }
+
+    /// What a refused step must leave as it was (tokens, escrows, fees due, stakes).
+    pub fn ledger(&self, c: &Wallet) -> Ledger {
+        let host = self.host.key.insecure_clone();
+        self.ctx.ledger(
+            &self.market,
+            &self.queue_book,
+            &[(&c.key, c.tokens), (&host, self.host.tokens)],
+        )
+    }
+
+    /// `collect_fees` by a stranger: the fees and slashed stake the market holds go to its
+    /// treasuries.
+    pub fn collect_fees(&mut self) {
+        let anyone = self.ctx.wallet(1);
+        self.ctx
+            .run(&CollectFees {
+                signer: &anyone,
+                market: self.market,
+                payment_mint: self.mint,
+                stake_mint: self.mint,
+                treasury: self.treasury,
+                stake_treasury: self.stake_treasury,
+            })
+            .expect("collect_fees");
+    }
+
+    /// Every token balance the market touches, to show that a rejected step moved nothing.
+    pub fn balances(&self, c: &Wallet) -> [u64; 5] {
+        [
+            self.ctx.token_balance(&c.tokens),
+            self.ctx.token_balance(&self.host.tokens),
+            self.ctx.token_balance(&self.treasury),
+            self.ctx.token_balance(&pda::payment_vault(&self.market).0),
+            self.ctx.token_balance(&pda::stake_vault(&self.market).0),
+        ]
+    }
+}
+
+/// Runs `lease` through interval `k` with a full proof.
+pub fn prove(f: &mut Fixture, lease: Pubkey, k: u32) {
+    let p = f.proof(&lease, k);
+    f.submit(lease, p).expect("submit_usage");
+}
