@@ -4,6 +4,8 @@
 //! `Cluster::start` uses the cluster in `ANCHOR_PROVIDER_URL` (with the wallet in `ANCHOR_WALLET`)
 //! when it is set, as under `anchor test`; otherwise it starts the stock `solana-test-validator`
 //! on free loopback ports with the program's SBF build deployed, and stops it when dropped.
+//! `Cluster::in_process` is the same program in LiteSVM behind an in-process JSON-RPC node
+//! ([`svm_rpc::SvmRpc`]): every client of the cluster talks JSON-RPC to it as to a validator.
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub use gpu_market_sdk as client;
 pub mod live;
+pub mod svm_rpc;
 
 use gpu_market_sdk::{token, ClientInstruction};
 use solana_instruction::Instruction;
@@ -32,12 +35,19 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The program's SBF build, made by `scripts/build-sbf.sh`.
+pub fn program_so() -> PathBuf {
+    repo_root().join("target/deploy/gpu_market.so")
+}
+
 pub struct Cluster {
     pub rpc_url: String,
     pub ws_url: String,
     /// A funded key to pay fees and rent.
     pub payer: Keypair,
     validator: Option<LocalValidator>,
+    /// The in-process node, for a cluster in LiteSVM.
+    svm: Option<svm_rpc::SvmRpc>,
 }
 
 impl Cluster {
@@ -53,6 +63,7 @@ impl Cluster {
                 ws_url,
                 payer,
                 validator: None,
+                svm: None,
             });
         }
         // Test binaries run as separate processes, and each validator finds its ports by
@@ -62,7 +73,7 @@ impl Cluster {
         let start_lock =
             std::fs::File::create(std::env::temp_dir().join("gpu-market-validator-start.lock"))?;
         start_lock.lock()?;
-        let validator = LocalValidator::spawn(&repo_root().join("target/deploy/gpu_market.so"))?;
+        let validator = LocalValidator::spawn(&program_so())?;
         let rpc_url = format!("http://127.0.0.1:{}", validator.rpc_port);
         let ws_url = format!("ws://127.0.0.1:{}", validator.rpc_port + 1);
         let mut cluster = Cluster {
@@ -70,6 +81,7 @@ impl Cluster {
             ws_url,
             payer: Keypair::new(),
             validator: Some(validator),
+            svm: None,
         };
         cluster.wait_ready().await?;
         drop(start_lock);
@@ -87,8 +99,32 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// The program in LiteSVM behind an in-process JSON-RPC node (no websocket), with a funded
+    /// payer. Its clock moves only when the test moves it (`svm().advance_clock`).
+    pub fn in_process() -> Result<Self> {
+        let svm = svm_rpc::SvmRpc::start()?;
+        let payer = Keypair::new();
+        svm.airdrop(&payer.pubkey(), 100 * LAMPORTS_PER_SOL)?;
+        Ok(Cluster {
+            rpc_url: solana_rpc_client::rpc_sender::RpcSender::url(&svm),
+            ws_url: String::new(),
+            payer,
+            validator: None,
+            svm: Some(svm),
+        })
+    }
+
+    /// The in-process node of a cluster in LiteSVM.
+    pub fn svm(&self) -> Option<&svm_rpc::SvmRpc> {
+        self.svm.as_ref()
+    }
+
     pub fn rpc(&self) -> RpcClient {
-        RpcClient::new_with_commitment(self.rpc_url.clone(), CommitmentConfig::confirmed())
+        let commitment = CommitmentConfig::confirmed();
+        match &self.svm {
+            Some(svm) => svm.client(commitment),
+            None => RpcClient::new_with_commitment(self.rpc_url.clone(), commitment),
+        }
     }
 
     /// Sends `ixs` paid by the cluster's payer, signed by it and `signers`; waits for
@@ -174,7 +210,7 @@ impl Cluster {
 
     /// Whether this cluster was started by the test (and is therefore private to it).
     pub fn is_local(&self) -> bool {
-        self.validator.is_some()
+        self.validator.is_some() || self.svm.is_some()
     }
 
     async fn wait_ready(&mut self) -> Result<()> {

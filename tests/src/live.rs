@@ -2,11 +2,11 @@
 //! with its queue book, a host with stake and a registered machine (with its spot book), clients,
 //! and the program's events read back from the transactions.
 
-use anchor_lang::{AnchorDeserialize, Discriminator};
 use anyhow::{Context, Result};
 use gpu_market::events::UsageProven;
 use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
 use gpu_market::state::{GpuSpec, MachineTerms, Market, MarketParams, BID_BOOK_SPACE};
+use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::{
     init_queue_book, init_spot_book, open_book_instructions, InitMarket, OpenStake, PlaceBid,
     RegisterMachine, Stake,
@@ -51,6 +51,26 @@ impl LiveMarket {
         electricity_cost: u64,
     ) -> Result<Self> {
         let cluster = Cluster::start().await?;
+        Self::open(
+            cluster,
+            params,
+            gpus,
+            host_stake,
+            price_floor,
+            electricity_cost,
+        )
+        .await
+    }
+
+    /// The market of [`LiveMarket::start`] on `cluster`.
+    pub async fn open(
+        cluster: Cluster,
+        params: MarketParams,
+        gpus: Vec<GpuSpec>,
+        host_stake: u64,
+        price_floor: u64,
+        electricity_cost: u64,
+    ) -> Result<Self> {
         let authority = cluster.wallet(10).await?;
         let mint = cluster.create_mint(6).await?;
         let treasury = cluster
@@ -201,21 +221,10 @@ impl LiveMarket {
                 .meta
                 .and_then(|m| Option::from(m.log_messages))
                 .unwrap_or_default();
-            out.extend(events::<UsageProven>(&logs));
+            out.extend(from_logs::<UsageProven>(&logs));
         }
         Ok(out)
     }
-}
-
-/// The events of type `E` in a transaction's logs (`Program data:` lines, Anchor's `emit!`).
-pub fn events<E: AnchorDeserialize + Discriminator>(logs: &[String]) -> Vec<E> {
-    use base64::Engine;
-    logs.iter()
-        .filter_map(|l| l.strip_prefix("Program data: "))
-        .filter_map(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-        .filter(|d| d.starts_with(E::DISCRIMINATOR))
-        .filter_map(|d| E::deserialize(&mut &d[E::DISCRIMINATOR.len()..]).ok())
-        .collect()
 }
 
 /// Creates a bid book account and opens it with the instruction `open` builds for its address.

@@ -1,15 +1,24 @@
 //! A market program in memory, for tests: one machine, its bids and leases, and the rules the
 //! agent must respect (the market's fit rule for allocations and preemptions, with no better
-//! bid left waiting; the proof interval order and hash chain; when a lease may end; when a bid
-//! may be pruned; a lease keeps the billing interval it started with when the market changes its).
+//! bid left waiting; spot bids ranked by the host's profit; the proof interval order, windows
+//! and hash chain; when a lease stops and when it settles; when a bid may be pruned; a lease
+//! keeps the billing interval it started with when the market changes its).
+//!
+//! These rules are checked against the program's, not only written down: the scenario list
+//! `agent/tests/scenarios.rs` runs each scenario against this fake and against the agent's
+//! `SolanaChain` over the program's SBF build in LiteSVM, asserting the same outcomes. A rule
+//! changed here or in the program without the other fails there; a rule the list does not
+//! exercise is a rule to add to it before relying on it here.
+//!
 //! Its clock follows tokio's, so a paused test clock drives it. It has no host floor, reserve
-//! prices or stakes: every price passes and no client is capped.
+//! prices, stakes or escrow: every price passes, no client is capped, and a preempted spot bid
+//! always has escrow left to go back to its book (which never fills).
 
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use gpu_market_core::fit::{Fits, GpuOffer, Need, Offer, Terms, GPU_CLASSES};
-use gpu_market_core::lease::{interval_index, interval_window, UsageProof};
+use gpu_market_core::lease::{interval_index, interval_window, spot_profit_per_day, UsageProof};
 use gpu_market_core::overclock::GpuLimits;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -38,18 +47,26 @@ struct Inner {
     base_unix: i64,
     /// The market's billing interval now: what a lease allocated now keeps.
     interval_secs: u32,
+    /// What the machine's owner declares electricity costs, per kWh.
+    electricity_cost_per_kwh: u64,
     gpus: Vec<(GpuView, GpuLimits)>,
     status: MachineStatus,
     /// Open bids in placement order; see [`Inner::book`] for their rank.
     bids: Vec<BidView>,
+    /// The bids that became leases, as they were placed.
+    taken: Vec<BidView>,
     leases: Vec<LeaseView>,
+    /// Leases stopped by a preemption: their bids go back to their books when they settle.
+    preempted: Vec<Key>,
     accepted: Vec<AcceptedProof>,
     ended: Vec<Key>,
-    rebids: Vec<(Key, Key, i64)>,
+    preemptions: Vec<(Key, Key, i64)>,
     pruned: Vec<Key>,
     heartbeats: u32,
     outage: bool,
-    lose_next_response: bool,
+    /// Leases the listing omits, as a lagging node's would, though they run.
+    hidden: Vec<Key>,
+    lose_next_proof_answer: bool,
     submit_calls: u32,
 }
 
@@ -63,17 +80,21 @@ impl FakeChain {
                 epoch: Instant::now(),
                 base_unix,
                 interval_secs,
+                electricity_cost_per_kwh: 0,
                 gpus,
                 status: MachineStatus::Active,
                 bids: Vec::new(),
+                taken: Vec::new(),
                 leases: Vec::new(),
+                preempted: Vec::new(),
                 accepted: Vec::new(),
                 ended: Vec::new(),
-                rebids: Vec::new(),
+                preemptions: Vec::new(),
                 pruned: Vec::new(),
                 heartbeats: 0,
                 outage: false,
-                lose_next_response: false,
+                hidden: Vec::new(),
+                lose_next_proof_answer: false,
                 submit_calls: 0,
             }),
         }
@@ -96,6 +117,12 @@ impl FakeChain {
         self.lock().interval_secs = secs;
     }
 
+    /// The machine's electricity cost per kWh (0 until set), as its owner declares it: the
+    /// program ranks spot bids by the host's profit after it.
+    pub fn set_electricity_cost(&self, per_kwh: u64) {
+        self.lock().electricity_cost_per_kwh = per_kwh;
+    }
+
     /// Whether `bid` still waits in its book.
     pub fn is_open(&self, bid: Key) -> bool {
         self.lock().bids.iter().any(|b| b.key == bid)
@@ -106,9 +133,19 @@ impl FakeChain {
         self.lock().outage = on;
     }
 
-    /// The next state-changing call lands but its answer is lost (reported as unreachable).
-    pub fn lose_next_response(&self) {
-        self.lock().lose_next_response = true;
+    /// From now on the lease listing omits `lease` (`true`), as a lagging RPC node's or one that
+    /// fails to decode it would, or shows it again (`false`).
+    pub fn hide_lease(&self, lease: Key, hidden: bool) {
+        let mut s = self.lock();
+        s.hidden.retain(|k| *k != lease);
+        if hidden {
+            s.hidden.push(lease);
+        }
+    }
+
+    /// The next proof lands but its answer is lost (reported as unreachable).
+    pub fn lose_next_proof_answer(&self) {
+        self.lock().lose_next_proof_answer = true;
     }
 
     pub fn accepted(&self) -> Vec<AcceptedProof> {
@@ -117,9 +154,9 @@ impl FakeChain {
     pub fn ended(&self) -> Vec<Key> {
         self.lock().ended.clone()
     }
-    /// `(lease, better bid, stop_at)` of each rebid.
-    pub fn rebids(&self) -> Vec<(Key, Key, i64)> {
-        self.lock().rebids.clone()
+    /// `(lease, better bid, stop_at)` of each preemption.
+    pub fn preemptions(&self) -> Vec<(Key, Key, i64)> {
+        self.lock().preemptions.clone()
     }
     /// The bids pruned, in order.
     pub fn pruned(&self) -> Vec<Key> {
@@ -157,9 +194,9 @@ impl Inner {
         }
     }
 
-    /// The answer to a state-changing call that landed.
-    fn answer<T>(&mut self, v: T) -> Result<T, ChainError> {
-        if std::mem::take(&mut self.lose_next_response) {
+    /// The answer to a proof that landed.
+    fn proof_answer<T>(&mut self, v: T) -> Result<T, ChainError> {
+        if std::mem::take(&mut self.lose_next_proof_answer) {
             Err(ChainError::Unavailable(
                 "timed out waiting for confirmation (fake)".into(),
             ))
@@ -209,14 +246,55 @@ impl Inner {
     }
 
     /// The open bids of `kind`'s book, best first: queue bids in placement order, spot bids by
-    /// price per day, highest first (the program ranks them by the host's profit, which orders
-    /// them alike for bids asking the same power), then placement order.
+    /// the host's profit ([`Inner::profit`]), highest first, then placement order.
     fn book(&self, kind: BidKind) -> Vec<&BidView> {
         let mut book: Vec<&BidView> = self.bids.iter().filter(|b| b.kind == kind).collect();
         if kind == BidKind::Spot {
-            book.sort_by_key(|b| std::cmp::Reverse(b.price));
+            book.sort_by_key(|b| std::cmp::Reverse(self.profit(b)));
         }
         book
+    }
+
+    /// A spot bid's profit per day for the host after electricity, as `Bid::spot_profit`.
+    fn profit(&self, b: &BidView) -> u64 {
+        spot_profit_per_day(
+            b.price,
+            b.gpu_count as u64,
+            b.power_w(),
+            self.electricity_cost_per_kwh,
+        )
+        .unwrap_or(0)
+    }
+
+    /// The end of `l`'s last proven window (its start before the first proof).
+    fn proven_until(&self, l: &LeaseView) -> i64 {
+        self.accepted
+            .iter()
+            .rev()
+            .find(|a| a.lease == l.key)
+            .map_or(l.started_at, |a| a.window.1)
+    }
+
+    fn lease_pos(&self, lease: Key) -> Result<usize, ChainError> {
+        self.leases
+            .iter()
+            .position(|l| l.key == lease)
+            .ok_or_else(|| missing("lease", lease))
+    }
+
+    /// Settles `pos`, a lease whose time is all proven: its GPUs are free, and the bid of a
+    /// preempted one goes back to its book while it may still start (any other closes).
+    fn settle(&mut self, pos: usize, now: i64) {
+        let l = self.leases.remove(pos);
+        let preempted = self.preempted.contains(&l.key);
+        if let Some(i) = self.taken.iter().position(|b| b.key == l.bid) {
+            let bid = self.taken.remove(i);
+            if preempted && now < bid.deadline {
+                self.bids.push(bid);
+            }
+        }
+        self.preempted.retain(|k| *k != l.key);
+        self.ended.push(l.key);
     }
 
     /// Running spot leases another spot bid may outbid.
@@ -246,6 +324,18 @@ fn rejected(op: &'static str, reason: impl Into<String>) -> ChainError {
     }
 }
 
+/// A call on an account that is gone: refused by the read before it, as `SolanaChain` reads.
+fn missing(what: &str, key: Key) -> ChainError {
+    rejected("read", format!("no {what} account at {key}"))
+}
+
+/// Asks `l` to stop at `at`, never later than an earlier request nor before `proven_until`
+/// (`Lease::request_stop`).
+fn request_stop(l: &mut LeaseView, at: i64, proven_until: i64) {
+    let at = at.max(proven_until);
+    l.stop_at = Some(l.stop_at.map_or(at, |s| s.min(at)));
+}
+
 #[async_trait]
 impl Chain for FakeChain {
     async fn now(&self) -> Result<i64, ChainError> {
@@ -267,7 +357,21 @@ impl Chain for FakeChain {
     async fn leases(&self) -> Result<Vec<LeaseView>, ChainError> {
         let s = self.lock();
         s.reachable()?;
-        Ok(s.leases.clone())
+        Ok(s.leases
+            .iter()
+            .filter(|l| !s.hidden.contains(&l.key))
+            .cloned()
+            .collect())
+    }
+
+    async fn closed_leases(&self, leases: &[Key]) -> Result<Vec<Key>, ChainError> {
+        let s = self.lock();
+        s.reachable()?;
+        Ok(leases
+            .iter()
+            .filter(|k| !s.leases.iter().any(|l| l.key == **k))
+            .copied()
+            .collect())
     }
 
     async fn best_open_bids(&self, limit: usize) -> Result<OpenBids, ChainError> {
@@ -309,11 +413,12 @@ impl Chain for FakeChain {
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError> {
         let mut s = self.lock();
         s.reachable()?;
-        let pos = s
-            .bids
-            .iter()
-            .position(|b| b.key == bid)
-            .ok_or_else(|| rejected("allocate", "the bid is not open"))?;
+        let Some(pos) = s.bids.iter().position(|b| b.key == bid) else {
+            return Err(match s.taken.iter().any(|b| b.key == bid) {
+                true => rejected("allocate", "the bid is running"),
+                false => missing("bid", bid),
+            });
+        };
         let b = s.bids[pos].clone();
         let offer = s.offer(None);
         offer
@@ -342,7 +447,7 @@ impl Chain for FakeChain {
             gpu_indices: gpu_indices.to_vec(),
             gib_per_gpu: b.gib_per_gpu,
             settings: b.settings.clone(),
-            image_ref: b.image_ref,
+            image_ref: b.image_ref.clone(),
             image_digest: b.image_digest,
             env_hash: b.env_hash,
             started_at: now,
@@ -352,40 +457,60 @@ impl Chain for FakeChain {
             next_interval: 0,
             proof_hash: [0; 32],
         };
+        s.taken.push(b);
         s.leases.push(lease);
-        s.answer(key)
+        Ok(key)
     }
 
-    async fn rebid(&self, lease: Key, better_bid: Key) -> Result<(), ChainError> {
+    /// A spot bid that pays the host more stops the spot lease at its next interval boundary;
+    /// a queue bid (queue leases outrank spot leases) stops it now. Either must fit the GPUs
+    /// the lease frees.
+    async fn preempt(&self, lease: Key, better_bid: Key) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.reachable()?;
         let now = s.now();
-        let challenger = s
-            .bids
-            .iter()
-            .find(|b| b.key == better_bid && b.kind == BidKind::Spot)
-            .ok_or_else(|| rejected("rebid", "the better bid is not an open spot bid"))?;
-        if s.offer(Some(lease)).fit(&need(challenger)).is_err() {
+        let pos = s.lease_pos(lease)?;
+        let challenger = match s.bids.iter().find(|b| b.key == better_bid) {
+            Some(b) => b.clone(),
+            None if s.taken.iter().any(|b| b.key == better_bid) => {
+                return Err(rejected("preempt", "the better bid is running"))
+            }
+            None => return Err(missing("bid", better_bid)),
+        };
+        let l = &s.leases[pos];
+        if l.kind != BidKind::Spot {
+            return Err(rejected("preempt", "not a spot lease"));
+        }
+        if l.stop_at.is_some() {
+            return Err(rejected("preempt", "the lease is already stopping"));
+        }
+        if s.offer(Some(lease)).fit(&need(&challenger)).is_err() {
             return Err(rejected(
-                "rebid",
+                "preempt",
                 "the better bid does not fit the lease's GPUs",
             ));
         }
-        let l = s
-            .leases
-            .iter_mut()
-            .find(|l| l.key == lease)
-            .ok_or_else(|| rejected("rebid", "no such lease"))?;
-        if l.kind != BidKind::Spot || l.stop_at.is_some() {
-            return Err(rejected("rebid", "not a running spot lease"));
-        }
-        let next = interval_index(l.started_at, l.interval_secs, now) + 1;
-        let stop_at = l.started_at + next as i64 * l.interval_secs as i64;
-        l.stop_at = Some(stop_at);
-        s.rebids.push((lease, better_bid, stop_at));
-        s.answer(())
+        let stop_at = match challenger.kind {
+            BidKind::Queue => now,
+            BidKind::Spot => {
+                let running = s.taken.iter().find(|b| b.key == l.bid);
+                if running.is_some_and(|r| s.profit(&challenger) <= s.profit(r)) {
+                    return Err(rejected("preempt", "the bid does not pay the host more"));
+                }
+                let next = interval_index(l.started_at, l.interval_secs, now) + 1;
+                l.started_at + next as i64 * l.interval_secs as i64
+            }
+        };
+        let proven = s.proven_until(l);
+        request_stop(&mut s.leases[pos], stop_at, proven);
+        s.preempted.push(lease);
+        s.preemptions.push((lease, better_bid, stop_at));
+        Ok(())
     }
 
+    /// Intervals may be skipped (never paid), never proven twice or out of order. A proof
+    /// waits for its window's end, except a final one (with an exit code): its window is
+    /// clipped at the clock. A final proof stops the lease at its window's end.
     async fn submit_usage(
         &self,
         lease: Key,
@@ -396,16 +521,13 @@ impl Chain for FakeChain {
         s.submit_calls += 1;
         s.reachable()?;
         let now = s.now();
-        let l = s
-            .leases
-            .iter_mut()
-            .find(|l| l.key == lease)
-            .ok_or_else(|| rejected("submit_usage", "no such lease"))?;
-        if proof.interval != l.next_interval {
+        let pos = s.lease_pos(lease)?;
+        let l = &s.leases[pos];
+        if proof.interval < l.next_interval {
             return Err(rejected(
                 "submit_usage",
                 format!(
-                    "interval {} is not the next ({})",
+                    "interval {} is behind the next ({})",
                     proof.interval, l.next_interval
                 ),
             ));
@@ -416,70 +538,71 @@ impl Chain for FakeChain {
         if proof.peak_power_w.len() != l.gpu_indices.len() {
             return Err(rejected("submit_usage", "one peak power per GPU"));
         }
-        let window = interval_window(l.started_at, l.interval_secs, proof.interval, l.stop())
-            .ok_or_else(|| rejected("submit_usage", "the interval is past the lease's stop"))?;
-        if window.1 > now && proof.exit_code.is_none() {
+        let stop = match proof.exit_code {
+            Some(_) => l.stop().min(now),
+            None => l.stop(),
+        };
+        let window = interval_window(l.started_at, l.interval_secs, proof.interval, stop)
+            .ok_or_else(|| match proof.exit_code {
+                Some(_) if now < l.stop() => rejected("submit_usage", "the interval has not ended"),
+                _ => rejected("submit_usage", "the interval is past the lease's stop"),
+            })?;
+        if window.1 > now {
             return Err(rejected("submit_usage", "the interval has not ended"));
         }
         let hash = proof_hash(&lease, proof, &prev_hash);
-        l.next_interval += 1;
+        let l = &mut s.leases[pos];
+        l.next_interval = proof.interval + 1;
         l.proof_hash = hash;
+        if proof.exit_code.is_some() {
+            request_stop(l, window.1, window.1);
+        }
         s.accepted.push(AcceptedProof {
             lease,
             proof: proof.clone(),
             window,
             hash,
         });
-        s.answer(hash)
+        s.proof_answer(hash)
     }
 
+    /// The agent is a party to the lease: it stops now, and settles once every payable second
+    /// is proven (at once, when it is).
     async fn end_lease(&self, lease: Key) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.reachable()?;
         let now = s.now();
-        let pos = s
-            .leases
-            .iter()
-            .position(|l| l.key == lease)
-            .ok_or_else(|| rejected("end_lease", "no such lease"))?;
-        let l = &s.leases[pos];
-        let exited = s
-            .accepted
-            .iter()
-            .rev()
-            .find(|a| a.lease == lease)
-            .is_some_and(|a| a.proof.exit_code.is_some());
-        let all_proven = now >= l.stop()
-            && interval_window(l.started_at, l.interval_secs, l.next_interval, l.stop()).is_none();
-        if !exited && !all_proven {
-            return Err(rejected("end_lease", "the lease still has unproven time"));
+        let pos = s.lease_pos(lease)?;
+        let proven = s.proven_until(&s.leases[pos]);
+        request_stop(&mut s.leases[pos], now, proven);
+        if proven >= s.leases[pos].stop() {
+            s.settle(pos, now);
         }
-        s.leases.remove(pos);
-        s.ended.push(lease);
-        s.answer(())
+        Ok(())
     }
 
     async fn heartbeat(&self) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.reachable()?;
         s.heartbeats += 1;
-        s.answer(())
+        Ok(())
     }
 
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.reachable()?;
         let now = s.now();
-        let pos = s
-            .bids
-            .iter()
-            .position(|b| b.key == bid)
-            .ok_or_else(|| rejected("prune_bid", "the bid is not open"))?;
+        let Some(pos) = s.bids.iter().position(|b| b.key == bid) else {
+            return Err(match s.taken.iter().any(|b| b.key == bid) {
+                true => rejected("prune_bid", "the bid is running"),
+                false => missing("bid", bid),
+            });
+        };
         if now < s.bids[pos].deadline {
             return Err(rejected("prune_bid", "the bid has not expired"));
         }
         s.bids.remove(pos);
         s.pruned.push(bid);
-        s.answer(())
+        Ok(())
     }
 }

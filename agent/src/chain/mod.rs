@@ -5,7 +5,9 @@
 //! rules in memory for unit tests.
 
 pub mod fake;
+pub mod fees;
 pub mod solana;
+pub mod watch;
 
 use std::fmt;
 use std::str::FromStr;
@@ -201,26 +203,42 @@ pub trait Chain: Send + Sync {
     async fn machine(&self) -> Result<MachineView, ChainError>;
     /// The leases running on this machine.
     async fn leases(&self) -> Result<Vec<LeaseView>, ChainError>;
+    /// Which of `leases` the chain shows closed (settled): their accounts are gone at a
+    /// commitment no fork can undo. A lease a listing omitted is gone only when this says so: a
+    /// lagging node, or an account that fails to decode, is not a closed lease.
+    async fn closed_leases(&self, leases: &[Key]) -> Result<Vec<Key>, ChainError>;
     /// Up to `limit` open bids this machine could take (queue bids and its own spot bids), best
     /// ranked first, each with the GPUs the fit rule gives it; and up to `limit` expired bids
     /// of those books.
     async fn best_open_bids(&self, limit: usize) -> Result<OpenBids, ChainError>;
     /// Allocates `gpu_indices` of this machine to `bid`; returns the new lease's key.
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError>;
-    /// Schedules a spot lease to stop at its next interval boundary in favour of `better_bid`.
-    async fn rebid(&self, lease: Key, better_bid: Key) -> Result<(), ChainError>;
+    /// Stops a spot lease in favour of `better_bid`, which must fit the GPUs it frees: at the
+    /// lease's next interval boundary for a spot bid that pays the host more, at once for a
+    /// queue bid.
+    async fn preempt(&self, lease: Key, better_bid: Key) -> Result<(), ChainError>;
     /// Submits the proof of one interval, chained to `prev_hash`; returns the new chain hash.
+    /// Intervals may be skipped (never paid), never proven twice or out of order. A proof waits
+    /// for its window's end, except a final one (with an exit code): its window is clipped at
+    /// the cluster clock, and the lease stops at the window's end.
     async fn submit_usage(
         &self,
         lease: Key,
         proof: &UsageProof,
         prev_hash: [u8; 32],
     ) -> Result<[u8; 32], ChainError>;
-    /// Ends a lease whose last interval is proven.
+    /// Ends a lease: the agent is a party to it, so it stops at the cluster clock (if it runs
+    /// on), and settles (closes) once every payable second up to its stop is proven: at once
+    /// when it is, else at a later call after the last proofs.
     async fn end_lease(&self, lease: Key) -> Result<(), ChainError>;
     async fn heartbeat(&self) -> Result<(), ChainError>;
     /// Removes a bid whose deadline has passed from its book, refunding its client.
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
+    /// JSON-RPC requests sent so far (what a public RPC provider counts); 0 for a chain that is
+    /// not reached over JSON-RPC.
+    fn requests_sent(&self) -> u64 {
+        0
+    }
 }
 
 /// The chain hash of `proof` following `prev_hash`: sha256 of the core's preimage.

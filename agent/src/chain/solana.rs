@@ -1,4 +1,4 @@
-//! The market program over JSON-RPC ([`SolanaChain`]) and its websocket feed ([`watch`]).
+//! The market program over JSON-RPC ([`SolanaChain`]); its websocket feed is [`super::watch`].
 //!
 //! Accounts are decoded with the program crate's own types and instructions built with the
 //! shared `gpu-market-sdk` builders, never by hand. Which open bid fits this machine, and on
@@ -8,12 +8,10 @@
 //! (`BookEntries::allocate_evidence`), a few accounts whatever the book's depth.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anchor_lang::{AccountDeserialize, Discriminator};
 use async_trait::async_trait;
-use futures_util::stream::{self, BoxStream, StreamExt};
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
 use gpu_market::state::{
@@ -33,7 +31,6 @@ use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
-use solana_pubsub_client::nonblocking::pubsub_client::PubsubClient;
 use solana_rpc_client::nonblocking::rpc_client::RpcClient;
 use solana_rpc_client_api::client_error::{Error as ClientError, ErrorKind, TransactionError};
 use solana_rpc_client_api::config::{
@@ -44,24 +41,22 @@ use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 use solana_rpc_client_api::request::{RpcError, RpcResponseErrorData, TokenAccountsFilter};
 use solana_signer::Signer;
 use solana_transaction::Transaction;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Mutex;
 
 use super::{
     proof_hash, BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus,
     MachineView, OpenBids,
 };
 
-/// Offsets of the fields the websocket and `getProgramAccounts` filter on (after the 8-byte
-/// discriminator): `Lease.machine`, `Bid.market` and `Bid.machine`.
+/// The offset of `Lease.machine`, which the websocket and `getProgramAccounts` filter on
+/// (after the 8-byte discriminator).
 const LEASE_MACHINE_OFFSET: usize = 8 + 32;
-const BID_MARKET_OFFSET: usize = 8;
-const BID_MACHINE_OFFSET: usize = 8 + 32 + 32;
 /// `getMultipleAccounts` takes at most this many keys.
 const MULTIPLE_ACCOUNTS_MAX: usize = 100;
 /// The most compute units a transaction may ask for.
 const MAX_COMPUTE_UNITS: u32 = 1_400_000;
 
-fn pubkey(k: Key) -> Pubkey {
+pub(super) fn pubkey(k: Key) -> Pubkey {
     Pubkey::new_from_array(k.0)
 }
 
@@ -77,7 +72,15 @@ pub struct SolanaChain {
     machine: Pubkey,
     /// The owner's payment-token account that proofs pay: configured, or found once.
     host_tokens: Mutex<Option<Pubkey>>,
+    /// The most a transaction offers per compute unit, in micro-lamports (0: no priority fee).
+    max_priority_fee: u64,
+    /// The last price chosen and when: recent fees are read at most every
+    /// [`PRICE_REFRESH`], not once per transaction.
+    price: Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
 }
+
+/// How long a chosen priority price is reused.
+const PRICE_REFRESH: Duration = Duration::from_secs(10);
 
 impl SolanaChain {
     pub fn new(
@@ -88,17 +91,60 @@ impl SolanaChain {
         machine: Key,
         host_tokens: Option<Key>,
     ) -> Self {
+        let rpc = RpcClient::new_with_timeout_and_commitment(
+            rpc_url,
+            Duration::from_secs(30),
+            commitment,
+        );
+        Self::with_client(rpc, agent, market, machine, host_tokens)
+    }
+
+    /// The chain over `rpc`, a client of any transport (the tests' in-process node over
+    /// LiteSVM is one), at the client's commitment.
+    pub fn with_client(
+        rpc: RpcClient,
+        agent: Keypair,
+        market: Key,
+        machine: Key,
+        host_tokens: Option<Key>,
+    ) -> Self {
         SolanaChain {
-            rpc: RpcClient::new_with_timeout_and_commitment(
-                rpc_url,
-                Duration::from_secs(30),
-                commitment,
-            ),
+            rpc,
             agent,
             market: pubkey(market),
             machine: pubkey(machine),
             host_tokens: Mutex::new(host_tokens.map(pubkey)),
+            max_priority_fee: 0,
+            price: Mutex::new(None),
         }
+    }
+
+    /// Offers a priority fee on each transaction from the cluster's recent fees, up to
+    /// `micro_lamports` per compute unit (0: none).
+    pub fn with_priority_fee_cap(mut self, micro_lamports: u64) -> Self {
+        self.max_priority_fee = micro_lamports;
+        self
+    }
+
+    /// The compute-unit price to offer for `ixs`: recent fees, capped, reused for a while.
+    async fn priority_price(&self, ixs: &[Instruction]) -> Option<u64> {
+        if self.max_priority_fee == 0 {
+            return None;
+        }
+        let mut cached = self.price.lock().await;
+        if let Some((at, price)) = *cached {
+            if at.elapsed() < PRICE_REFRESH {
+                return price;
+            }
+        }
+        let price = super::fees::priority_price(&self.rpc, ixs, self.max_priority_fee)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %crate::redact::redact_urls(&e.to_string()), "no recent priority fees; sending without");
+                None
+            });
+        *cached = Some((tokio::time::Instant::now(), price));
+        price
     }
 
     pub fn agent(&self) -> Pubkey {
@@ -174,6 +220,8 @@ impl SolanaChain {
     }
 
     async fn send_all(&self, op: &'static str, ixs: &[Instruction]) -> Result<(), ChainError> {
+        let price = self.priority_price(ixs).await;
+        let ixs = &super::fees::with_price(price, ixs)[..];
         let blockhash = self
             .rpc
             .get_latest_blockhash()
@@ -257,6 +305,28 @@ impl SolanaChain {
             op,
             reason: format!("{owner} holds no token account of the payment mint {mint}"),
         })
+    }
+
+    /// `account` when it is a live token account of `owner` for `mint` (one
+    /// `getMultipleAccounts`), `None` when it is closed or no longer one.
+    async fn live_token_account(
+        &self,
+        account: &Pubkey,
+        owner: &Pubkey,
+        mint: &Pubkey,
+    ) -> Result<Option<Pubkey>, ChainError> {
+        let keys = std::slice::from_ref(account);
+        let got = self
+            .rpc
+            .get_multiple_accounts_with_commitment(keys, self.rpc.commitment())
+            .await
+            .map_err(|e| classify("read", &e))?
+            .value;
+        let live = got
+            .into_iter()
+            .flatten()
+            .any(|a| gpu_market_sdk::token::is_account_of(&a.owner, &a.data, owner, mint));
+        Ok(live.then_some(*account))
     }
 
     async fn host_tokens(&self, machine: &Machine, market: &Market) -> Result<Pubkey, ChainError> {
@@ -599,7 +669,8 @@ fn classify(op: &'static str, e: &ClientError) -> ChainError {
             op,
             reason: s.to_string(),
         },
-        _ => ChainError::Unavailable(e.to_string()),
+        // Transport errors carry the URL, and an RPC provider's key with it.
+        _ => ChainError::Unavailable(crate::redact::redact_urls(&e.to_string())),
     }
 }
 
@@ -650,6 +721,17 @@ impl Chain for SolanaChain {
                 let bid = bids.iter().find(|(b, _)| *b == l.bid).map(|(_, b)| b)?;
                 Some(self.lease_view(*k, l, bid))
             })
+            .collect())
+    }
+
+    async fn closed_leases(&self, leases: &[Key]) -> Result<Vec<Key>, ChainError> {
+        let keys: Vec<Pubkey> = leases.iter().copied().map(pubkey).collect();
+        let got = self.raw_accounts(&keys).await?;
+        Ok(leases
+            .iter()
+            .zip(got)
+            .filter(|(_, data)| data.is_none())
+            .map(|(k, _)| *k)
             .collect())
     }
 
@@ -759,7 +841,7 @@ impl Chain for SolanaChain {
         Ok(key(&lease))
     }
 
-    async fn rebid(&self, lease: Key, better_bid: Key) -> Result<(), ChainError> {
+    async fn preempt(&self, lease: Key, better_bid: Key) -> Result<(), ChainError> {
         let lease = pubkey(lease);
         let l: Lease = self.account(&lease, "lease").await?;
         let challenger: Bid = self.account(&pubkey(better_bid), "bid").await?;
@@ -800,8 +882,11 @@ impl Chain for SolanaChain {
     async fn end_lease(&self, lease: Key) -> Result<(), ChainError> {
         let (market, machine) = self.market_and_machine().await?;
         let l: Lease = self.account(&pubkey(lease), "lease").await?;
+        let b: Bid = self.account(&l.bid, "bid").await?;
+        // The refund goes where the escrow came from while that account lives; else it waits
+        // in the client's stake: a client who closed its account cannot keep the GPUs held.
         let client_tokens = self
-            .token_account_of(&l.client, &market.payment_mint, "end_lease")
+            .live_token_account(&b.refund_tokens, &l.client, &market.payment_mint)
             .await?;
         let ix = CloseLease {
             signer: &self.agent,
@@ -820,6 +905,10 @@ impl Chain for SolanaChain {
         self.send(CloseLease::NAME, ix.instruction()).await
     }
 
+    fn requests_sent(&self) -> u64 {
+        self.rpc.get_transport_stats().request_count as u64
+    }
+
     async fn heartbeat(&self) -> Result<(), ChainError> {
         let ix = Heartbeat {
             agent: &self.agent,
@@ -834,20 +923,11 @@ impl Chain for SolanaChain {
         let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
         let machine: Machine = decoded(got[1].as_deref(), "machine", &self.machine)?;
         let b: Bid = decoded(got[2].as_deref(), "bid", &bid)?;
-        // The escrow goes back where it came from, or, if the client closed that account
-        // since, to another of its accounts for the payment mint.
-        let refund_exists = self
-            .raw_accounts(&[b.refund_tokens])
-            .await?
-            .pop()
-            .flatten()
-            .is_some();
-        let client_tokens = if refund_exists {
-            b.refund_tokens
-        } else {
-            self.token_account_of(&b.client, &market.payment_mint, PruneBid::NAME)
-                .await?
-        };
+        // The escrow goes back where it came from while that account lives; else it waits in
+        // the client's stake: a client who closed its account cannot keep its bid in the book.
+        let client_tokens = self
+            .live_token_account(&b.refund_tokens, &b.client, &market.payment_mint)
+            .await?;
         let ix = PruneBid {
             caller: &self.agent,
             market: self.market,
@@ -864,7 +944,8 @@ impl Chain for SolanaChain {
     }
 }
 
-fn lease_filters(machine: &Pubkey) -> Vec<RpcFilterType> {
+/// The filters that select the lease accounts of `machine`.
+pub(super) fn lease_filters(machine: &Pubkey) -> Vec<RpcFilterType> {
     vec![
         RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, Lease::DISCRIMINATOR.to_vec())),
         RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
@@ -872,105 +953,6 @@ fn lease_filters(machine: &Pubkey) -> Vec<RpcFilterType> {
             machine.to_bytes().to_vec(),
         )),
     ]
-}
-
-/// The program-account subscriptions that concern one machine: its leases, the spot bids on
-/// it, and the market's queue bids (machine field unset).
-fn subscriptions(market: &Pubkey, machine: &Pubkey) -> Vec<Vec<RpcFilterType>> {
-    let bid = || RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, Bid::DISCRIMINATOR.to_vec()));
-    vec![
-        lease_filters(machine),
-        vec![
-            bid(),
-            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
-                BID_MACHINE_OFFSET,
-                machine.to_bytes().to_vec(),
-            )),
-        ],
-        vec![
-            bid(),
-            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
-                BID_MARKET_OFFSET,
-                market.to_bytes().to_vec(),
-            )),
-            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(BID_MACHINE_OFFSET, vec![0; 32])),
-        ],
-    ]
-}
-
-/// Watches the program's accounts of `machine` over the websocket and wakes `wake` on every
-/// change: its leases, the bids it could take, and the machine itself. Reconnects with backoff
-/// (1 s doubling to 30 s) when the socket fails; the reconcile loop's own poll is the fallback
-/// meanwhile. Runs until dropped.
-pub async fn watch(
-    ws_url: String,
-    commitment: CommitmentConfig,
-    market: Key,
-    machine: Key,
-    wake: Arc<Notify>,
-    connected: Arc<std::sync::atomic::AtomicBool>,
-) {
-    let (market, machine) = (pubkey(market), pubkey(machine));
-    let mut backoff = Duration::from_secs(1);
-    loop {
-        match PubsubClient::new(ws_url.as_str()).await {
-            Ok(client) => {
-                match subscribe_all(&client, commitment, &market, &machine).await {
-                    Ok(mut events) => {
-                        tracing::info!(%ws_url, "websocket subscribed");
-                        connected.store(true, std::sync::atomic::Ordering::Relaxed);
-                        backoff = Duration::from_secs(1);
-                        // A change may have happened while (re)connecting.
-                        wake.notify_one();
-                        while events.next().await.is_some() {
-                            wake.notify_one();
-                        }
-                        tracing::warn!("websocket subscription ended; reconnecting");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "websocket subscribe failed"),
-                }
-                connected.store(false, std::sync::atomic::Ordering::Relaxed);
-            }
-            Err(e) => tracing::warn!(%ws_url, error = %e, "websocket connect failed"),
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(30));
-    }
-}
-
-async fn subscribe_all<'a>(
-    client: &'a PubsubClient,
-    commitment: CommitmentConfig,
-    market: &Pubkey,
-    machine: &Pubkey,
-) -> Result<BoxStream<'a, ()>, String> {
-    let account_config = RpcAccountInfoConfig {
-        encoding: Some(UiAccountEncoding::Base64),
-        commitment: Some(commitment),
-        ..Default::default()
-    };
-    let mut streams: Vec<BoxStream<'a, ()>> = Vec::new();
-    for filters in subscriptions(market, machine) {
-        let (s, _unsubscribe) = client
-            .program_subscribe(
-                &gpu_market::ID,
-                Some(RpcProgramAccountsConfig {
-                    filters: Some(filters),
-                    account_config: account_config.clone(),
-                    with_context: None,
-                    sort_results: None,
-                }),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        streams.push(s.map(|_| ()).boxed());
-    }
-    let (s, _unsubscribe) = client
-        .account_subscribe(machine, Some(account_config))
-        .await
-        .map_err(|e| e.to_string())?;
-    streams.push(s.map(|_| ()).boxed());
-    Ok(stream::select_all(streams).boxed())
 }
 
 #[cfg(test)]

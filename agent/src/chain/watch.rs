@@ -1,0 +1,417 @@
+//! The websocket feed of the market program's accounts that concern one machine ([`watch`]):
+//! every change wakes the reconcile loop, so that it acts at once instead of at its next poll.
+//!
+//! A websocket can die without closing: a node that stops sending, or a connection a middlebox
+//! dropped, leaves the client waiting forever (the pubsub client pings but never checks for the
+//! pong). So the watcher also subscribes to slot updates, which a live node sends several times
+//! a second: a feed with no notification of any kind for [`WatchConfig::silence`] is presumed
+//! dead, dropped and subscribed anew, with backoff. Each notification and each subscription the
+//! node confirms is reported to [`Health::ws_alive`](crate::metrics::Health::ws_alive) for
+//! `/healthz`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anchor_lang::Discriminator;
+use futures_util::stream::{self, BoxStream, Stream, StreamExt};
+use gpu_market::state::Bid;
+use solana_account_decoder_client_types::UiAccountEncoding;
+use solana_commitment_config::CommitmentConfig;
+use solana_pubkey::Pubkey;
+use solana_pubsub_client::nonblocking::pubsub_client::PubsubClient;
+use solana_rpc_client_api::config::{RpcAccountInfoConfig, RpcProgramAccountsConfig};
+use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
+use tokio::sync::Notify;
+
+use super::solana::{lease_filters, pubkey};
+use super::Key;
+use crate::metrics::{unix_now, Metrics};
+use crate::redact::{redact_urls, SecretUrl};
+
+/// Offsets of the `Bid` fields the subscriptions filter on (after the 8-byte discriminator).
+const BID_MARKET_OFFSET: usize = 8;
+const BID_MACHINE_OFFSET: usize = 8 + 32 + 32;
+/// The wait before subscribing again after a feed that delivered, and the most it grows to
+/// (doubling) while attempts fail or deliver nothing.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What to watch, where, and how long a silence means the feed is dead.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    pub ws_url: SecretUrl,
+    pub commitment: CommitmentConfig,
+    pub market: Key,
+    pub machine: Key,
+    /// The longest the feed may go without any notification (slot updates included) before it
+    /// is dropped and subscribed anew; also the bound on connecting and on each subscription.
+    pub silence: Duration,
+}
+
+/// A notification of the feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// One of the watched accounts changed.
+    Change,
+    /// The node reached a new slot: the feed is alive.
+    Slot,
+}
+
+/// Why [`follow`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// No notification for the silence bound.
+    Silent,
+    /// The node or the connection closed the feed.
+    Closed,
+}
+
+/// Passes each event of `events` to `on_event` until the feed closes or stays silent for
+/// `silence`; returns why, and how many events came.
+pub async fn follow<S: Stream<Item = Event> + Unpin>(
+    events: &mut S,
+    silence: Duration,
+    mut on_event: impl FnMut(Event),
+) -> (End, u64) {
+    let mut seen = 0;
+    loop {
+        match tokio::time::timeout(silence, events.next()).await {
+            Ok(Some(e)) => {
+                seen += 1;
+                on_event(e);
+            }
+            Ok(None) => return (End::Closed, seen),
+            Err(_) => return (End::Silent, seen),
+        }
+    }
+}
+
+/// Watches the program's accounts of the configured machine and wakes `wake` on every change:
+/// its leases, the bids it could take, and the machine itself. Subscribes anew, with backoff
+/// (1 s doubling to 30 s while attempts deliver nothing), whenever the feed fails or goes
+/// silent; the reconcile loop's own poll is the fallback meanwhile. Runs until dropped.
+pub async fn watch(config: WatchConfig, wake: Arc<Notify>, metrics: Arc<Metrics>) {
+    let mut backoff = FIRST_BACKOFF;
+    let mut subscribed_before = false;
+    loop {
+        if let Some(fed) = session(&config, &wake, &metrics, subscribed_before).await {
+            subscribed_before = true;
+            if fed {
+                backoff = FIRST_BACKOFF;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One connection: subscribes (`again`: not for the first time) and follows the feed until it
+/// fails or goes silent. `None` when it could not subscribe; else whether any notification
+/// came.
+async fn session(c: &WatchConfig, wake: &Notify, metrics: &Metrics, again: bool) -> Option<bool> {
+    let url = &c.ws_url;
+    let client = match tokio::time::timeout(c.silence, PubsubClient::new(url.expose())).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => {
+            let error = redact_urls(&e.to_string());
+            tracing::warn!(%url, %error, "websocket connect failed");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(%url, "websocket connect timed out");
+            return None;
+        }
+    };
+    let (market, machine) = (pubkey(c.market), pubkey(c.machine));
+    let subscribed = tokio::time::timeout(
+        c.silence,
+        subscribe_all(&client, c.commitment, &market, &machine),
+    )
+    .await;
+    let mut events = match subscribed {
+        Ok(Ok(events)) => events,
+        Ok(Err(e)) => {
+            let error = redact_urls(&e);
+            tracing::warn!(%url, %error, "websocket subscribe failed");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!(%url, "websocket subscribe timed out");
+            return None;
+        }
+    };
+    tracing::info!(%url, "websocket subscribed");
+    metrics.health().ws_alive(unix_now());
+    if again {
+        metrics.ws_resubscribed();
+    }
+    // A change may have happened while (re)connecting.
+    wake.notify_one();
+    let (end, seen) = follow(&mut events, c.silence, |e| {
+        metrics.health().ws_alive(unix_now());
+        if e == Event::Change {
+            wake.notify_one();
+        }
+    })
+    .await;
+    match end {
+        End::Silent => tracing::warn!(
+            silence_secs = c.silence.as_secs_f64(),
+            "websocket feed silent; subscribing anew"
+        ),
+        End::Closed => tracing::warn!("websocket subscription ended; subscribing anew"),
+    }
+    Some(seen > 0)
+}
+
+/// The program-account subscriptions that concern one machine: its leases, the spot bids on
+/// it, and the market's queue bids (machine field unset).
+fn subscriptions(market: &Pubkey, machine: &Pubkey) -> Vec<Vec<RpcFilterType>> {
+    let bid = || RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, Bid::DISCRIMINATOR.to_vec()));
+    vec![
+        lease_filters(machine),
+        vec![
+            bid(),
+            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
+                BID_MACHINE_OFFSET,
+                machine.to_bytes().to_vec(),
+            )),
+        ],
+        vec![
+            bid(),
+            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
+                BID_MARKET_OFFSET,
+                market.to_bytes().to_vec(),
+            )),
+            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(BID_MACHINE_OFFSET, vec![0; 32])),
+        ],
+    ]
+}
+
+/// Every subscription of one machine's feed, merged: its program accounts and the machine
+/// account ([`Event::Change`]), and slot updates ([`Event::Slot`]).
+async fn subscribe_all<'a>(
+    client: &'a PubsubClient,
+    commitment: CommitmentConfig,
+    market: &Pubkey,
+    machine: &Pubkey,
+) -> Result<BoxStream<'a, Event>, String> {
+    let account_config = RpcAccountInfoConfig {
+        encoding: Some(UiAccountEncoding::Base64),
+        commitment: Some(commitment),
+        ..Default::default()
+    };
+    let mut streams: Vec<BoxStream<'a, Event>> = Vec::new();
+    for filters in subscriptions(market, machine) {
+        let (s, _unsubscribe) = client
+            .program_subscribe(
+                &gpu_market::ID,
+                Some(RpcProgramAccountsConfig {
+                    filters: Some(filters),
+                    account_config: account_config.clone(),
+                    with_context: None,
+                    sort_results: None,
+                }),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        streams.push(s.map(|_| Event::Change).boxed());
+    }
+    let (s, _unsubscribe) = client
+        .account_subscribe(machine, Some(account_config))
+        .await
+        .map_err(|e| e.to_string())?;
+    streams.push(s.map(|_| Event::Change).boxed());
+    let (s, _unsubscribe) = client.slot_subscribe().await.map_err(|e| e.to_string())?;
+    streams.push(s.map(|_| Event::Slot).boxed());
+    Ok(stream::select_all(streams).boxed())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures_util::SinkExt;
+    use serde_json::{json, Value};
+    use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
+    use tokio_tungstenite::tungstenite::Message;
+
+    use super::*;
+    use crate::metrics::HealthLimits;
+
+    fn channel_stream(rx: mpsc::UnboundedReceiver<Event>) -> impl Stream<Item = Event> + Unpin {
+        Box::pin(stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|e| (e, rx))
+        }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_feed_silent_for_the_bound_is_given_up_and_changes_wake() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut events = channel_stream(rx);
+        let started = tokio::time::Instant::now();
+        let feeder = tokio::spawn(async move {
+            tx.send(Event::Change).unwrap();
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            tx.send(Event::Slot).unwrap();
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            tx.send(Event::Slot).unwrap();
+            // Then silence, the sender kept open: a connection that died without closing.
+            tokio::time::sleep(Duration::from_secs(3_600)).await;
+            drop(tx);
+        });
+        let mut seen = Vec::new();
+        let (end, count) = follow(&mut events, Duration::from_secs(1), |e| seen.push(e)).await;
+        assert_eq!(end, End::Silent);
+        assert_eq!(count, 3);
+        assert_eq!(seen, vec![Event::Change, Event::Slot, Event::Slot]);
+        // Each event restarted the bound: 0.9 + 0.9 + 1.
+        assert_eq!(started.elapsed(), Duration::from_millis(2_800));
+        feeder.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_feed_ends_at_once() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(Event::Slot).unwrap();
+        drop(tx);
+        let (end, count) = follow(&mut channel_stream(rx), Duration::from_secs(1), |_| {}).await;
+        assert_eq!((end, count), (End::Closed, 1));
+    }
+
+    /// How a fake node treats one connection.
+    #[derive(Clone, Copy)]
+    enum Node {
+        /// Confirms every subscription, sends one slot and one account notification, then
+        /// neither reads nor writes again with the connection left open.
+        GoesSilent,
+        /// Confirms every subscription and sends a slot notification every 100 ms.
+        Live,
+    }
+
+    /// A websocket server speaking the Solana pubsub protocol, enough for [`watch`]: connection
+    /// `i` behaves as `nodes[i]` (the last one for any after).
+    async fn fake_node(listener: TcpListener, nodes: Vec<Node>, connections: Arc<AtomicUsize>) {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let i = connections.fetch_add(1, Ordering::SeqCst);
+            let node = nodes[i.min(nodes.len() - 1)];
+            tokio::spawn(async move {
+                let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+                let mut account_sid = None;
+                let mut slot_sid = None;
+                // The watcher subscribes 3 program feeds, the machine account, the slots.
+                for _ in 0..5 {
+                    let Some(Ok(Message::Text(text))) = ws.next().await else {
+                        return;
+                    };
+                    let request: Value = serde_json::from_str(&text).unwrap();
+                    let id = request["id"].as_u64().unwrap();
+                    match request["method"].as_str().unwrap() {
+                        "accountSubscribe" => account_sid = Some(id),
+                        "slotSubscribe" => slot_sid = Some(id),
+                        _ => {}
+                    }
+                    let reply = json!({"jsonrpc": "2.0", "result": id, "id": id});
+                    ws.send(Message::text(reply.to_string())).await.unwrap();
+                }
+                let slot = |n: u64| {
+                    let params = json!({
+                        "result": {"slot": n, "parent": n - 1, "root": n - 1},
+                        "subscription": slot_sid.unwrap(),
+                    });
+                    Message::text(
+                        json!({"jsonrpc": "2.0", "method": "slotNotification", "params": params})
+                            .to_string(),
+                    )
+                };
+                match node {
+                    Node::GoesSilent => {
+                        ws.send(slot(10)).await.unwrap();
+                        let account = json!({
+                            "context": {"slot": 11},
+                            "value": {
+                                "lamports": 1, "data": ["", "base64"],
+                                "owner": "11111111111111111111111111111111",
+                                "executable": false, "rentEpoch": 0, "space": 0,
+                            },
+                        });
+                        let params =
+                            json!({"result": account, "subscription": account_sid.unwrap()});
+                        let note = json!({
+                            "jsonrpc": "2.0", "method": "accountNotification", "params": params,
+                        });
+                        ws.send(Message::text(note.to_string())).await.unwrap();
+                        // Hold the connection open, unread and unwritten.
+                        std::future::pending::<()>().await;
+                    }
+                    Node::Live => {
+                        for n in 20.. {
+                            if ws.send(slot(n)).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn a_feed_that_goes_silent_is_subscribed_anew_and_reported_alive_again() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ws_url = format!("ws://{}/?api-key=s3cret", listener.local_addr().unwrap());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let node = tokio::spawn(fake_node(
+            listener,
+            vec![Node::GoesSilent, Node::Live],
+            connections.clone(),
+        ));
+        let metrics = Arc::new(Metrics::new(HealthLimits {
+            websocket_silence: Duration::from_secs(1),
+            ..HealthLimits::default()
+        }));
+        let wake = Arc::new(Notify::new());
+        let watcher = tokio::spawn(watch(
+            WatchConfig {
+                ws_url: SecretUrl::new(ws_url),
+                commitment: CommitmentConfig::confirmed(),
+                market: Key([1; 32]),
+                machine: Key([2; 32]),
+                silence: Duration::from_millis(400),
+            },
+            wake.clone(),
+            metrics.clone(),
+        ));
+        tokio::time::timeout(Duration::from_secs(5), wake.notified())
+            .await
+            .expect("the subscription wakes the loop");
+        assert!(metrics.health().snapshot().ws_alive.is_some());
+        // The first node goes silent; the watcher gives up on it after 0.4 s and, 1 s later,
+        // subscribes to the second, which stays live.
+        let resubscribed = async {
+            while !metrics
+                .render(unix_now())
+                .contains("\ngpu_market_agent_websocket_resubscriptions_total 1\n")
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), resubscribed)
+            .await
+            .expect("the silent feed is replaced");
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            2,
+            "the live feed is kept"
+        );
+        metrics.health().engine_reachable(true);
+        assert!(metrics.health().assess(unix_now()).websocket.ok);
+        watcher.abort();
+        node.abort();
+    }
+}

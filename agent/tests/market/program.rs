@@ -1,0 +1,116 @@
+//! The real parts: the agent's `SolanaChain` talking JSON-RPC to the program's SBF build in
+//! LiteSVM ([`gpu_market_tests::svm_rpc::SvmRpc`]); the market, the host's stake, its machine
+//! and the clients' bids are made with the sdk's builders, as on a validator.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gpu_market::instructions::PlaceBidArgs;
+use gpu_market::state::{BidKind as ProgramBidKind, MarketParams};
+use gpu_market_agent::chain::solana::SolanaChain;
+use gpu_market_agent::chain::{BidKind, Chain, Key};
+use gpu_market_tests::live::LiveMarket;
+use gpu_market_tests::Cluster;
+use solana_commitment_config::CommitmentConfig;
+
+use super::{
+    machine_gpus, BidSpec, MarketUnderTest, ELECTRICITY_COST, IMAGE, IMAGE_DIGEST, INTERVAL, T0,
+    TOKEN,
+};
+
+/// What a client holds before it bids: enough for any scenario's escrow.
+const CLIENT_TOKENS: u64 = 1_000 * TOKEN;
+/// The host's stake (the market's minimum, as in the on-chain tests).
+const HOST_STAKE: u64 = 10 * TOKEN;
+/// The machine's price floor, per GPU-hour.
+const PRICE_FLOOR: u64 = TOKEN / 10;
+
+/// The agent's on-chain tests' market, billed every [`INTERVAL`].
+fn params() -> MarketParams {
+    let mut p = crate::support::params();
+    p.billing_interval_secs = INTERVAL;
+    p
+}
+
+pub struct ProgramMarket {
+    live: LiveMarket,
+    chain: Arc<SolanaChain>,
+    nonce: AtomicU64,
+}
+
+impl ProgramMarket {
+    /// The program in LiteSVM, its clock at [`T0`], with a market and the scenarios' machine.
+    pub async fn start() -> Self {
+        let cluster = Cluster::in_process().expect("the program in LiteSVM");
+        cluster.svm().expect("in process").set_clock(T0);
+        let live = LiveMarket::open(
+            cluster,
+            params(),
+            machine_gpus(),
+            HOST_STAKE,
+            PRICE_FLOOR,
+            ELECTRICITY_COST,
+        )
+        .await
+        .expect("a market with a registered machine");
+        let chain = SolanaChain::with_client(
+            live.cluster
+                .svm()
+                .expect("in process")
+                .client(CommitmentConfig::confirmed()),
+            live.agent.insecure_clone(),
+            Key(live.market.to_bytes()),
+            Key(live.machine.to_bytes()),
+            None,
+        );
+        ProgramMarket {
+            live,
+            chain: Arc::new(chain),
+            nonce: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl MarketUnderTest for ProgramMarket {
+    fn chain(&self) -> Arc<dyn Chain> {
+        self.chain.clone()
+    }
+
+    async fn place_bid(&self, spec: &BidSpec) -> Key {
+        let client = self
+            .live
+            .client(CLIENT_TOKENS, 0)
+            .await
+            .expect("a funded client with a stake account");
+        let now = self.live.cluster.now().await.expect("the clock");
+        let args = PlaceBidArgs {
+            nonce: self.nonce.fetch_add(1, Ordering::Relaxed),
+            kind: match spec.kind {
+                BidKind::Queue => ProgramBidKind::Queue,
+                BidKind::Spot => ProgramBidKind::Spot,
+            },
+            image_ref: IMAGE.into(),
+            image_digest: IMAGE_DIGEST,
+            env_hash: [0; 32],
+            gpu_count: spec.gpu_count,
+            gib_per_gpu: spec.gib_per_gpu,
+            accepted_classes: 1,
+            overclock: vec![spec.overclock()],
+            price: spec.price,
+            max_duration_secs: spec.max_duration_secs,
+            deadline: spec.deadline(now),
+            urgency_premium: 0,
+        };
+        let bid = self.live.place(&client, args).await.expect("place_bid");
+        Key(bid.to_bytes())
+    }
+
+    async fn advance(&self, secs: u64) {
+        tokio::time::advance(Duration::from_secs(secs)).await;
+        let svm = self.live.cluster.svm().expect("in process");
+        svm.advance_clock(secs as i64);
+    }
+}

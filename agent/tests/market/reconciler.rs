@@ -1,0 +1,104 @@
+//! The agent's reconcile loop on a market under test: the `Reconciler` over the market's chain,
+//! the recording container runtime and simulated GPUs as the machine declares them (SIMULATED
+//! GPU: no hardware here), ticked on the paused clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_market_agent::config::{ContainerLimits, ImageBudget, SimulatedGpuConfig};
+use gpu_market_agent::gpu::isolation::Mps;
+use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
+use gpu_market_agent::metrics::Metrics;
+use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig};
+use gpu_market_agent::runtime::recording::RecordingRuntime;
+use tempfile::TempDir;
+
+use super::{machine_gpus, MarketUnderTest, ELECTRICITY_COST};
+
+/// How often the loop ticks, in seconds.
+pub const POLL: u64 = 5;
+
+/// A reconciler of the market's machine, and what it runs containers on.
+pub struct Agent {
+    pub reconciler: Reconciler,
+    pub runtime: Arc<RecordingRuntime>,
+    _dir: TempDir,
+}
+
+impl Agent {
+    pub fn start(m: &impl MarketUnderTest) -> Agent {
+        let configs: Vec<SimulatedGpuConfig> = machine_gpus()
+            .iter()
+            .map(|g| SimulatedGpuConfig {
+                class: g.class,
+                memory_gib: g.memory_gib,
+                topology_group: g.topology_group,
+                limits: g.limits(),
+                default_power_w: 350,
+            })
+            .collect();
+        let gpus = Arc::new(SimulatedGpu::new(&configs, Arc::new(TokioTime::new())));
+        let runtime = Arc::new(RecordingRuntime::new());
+        let dir = tempfile::tempdir().expect("a data directory");
+        let config = ReconcilerConfig {
+            data_dir: dir.path().to_path_buf(),
+            electricity_cost_per_kwh: ELECTRICITY_COST,
+            heartbeat_interval: Duration::from_secs(60),
+            container: ContainerLimits {
+                memory_mib_per_gpu: 1_024,
+                millicpus_per_gpu: 2_000,
+                pids_limit: 512,
+                stop_grace: Duration::from_secs(10),
+                sandbox: Default::default(),
+            },
+            images: ImageBudget {
+                pull_timeout: Duration::from_secs(60),
+                max_image_bytes: 1 << 30,
+            },
+            registries: BTreeMap::new(),
+            env_key: Arc::new(solana_keypair::Keypair::new()),
+            // SIMULATED: the GPUs are shared in slices; nothing reads these folders.
+            mps: Some(Mps {
+                pipe_dir: "/run/nvidia-mps/pipe".into(),
+                shm_dir: "/run/nvidia-mps/shm".into(),
+            }),
+        };
+        let reconciler = Reconciler::new(
+            m.chain(),
+            runtime.clone(),
+            gpus,
+            config,
+            Arc::new(Metrics::default()),
+        )
+        .expect("a reconciler with an empty state file");
+        Agent {
+            reconciler,
+            runtime,
+            _dir: dir,
+        }
+    }
+
+    /// Ticks every [`POLL`] seconds for `secs`, moving the market's clocks; after each tick the
+    /// container jobs it started run (up to 50 ms of real time for the file work they hand to
+    /// blocking threads, the runtime kept busy meanwhile so that the paused clock does not jump).
+    pub async fn run_for(&mut self, m: &impl MarketUnderTest, secs: u64) {
+        for _ in 0..secs / POLL {
+            m.advance(POLL).await;
+            self.reconciler.tick(false).await.expect("tick");
+            for _ in 0..50 {
+                tokio::task::yield_now().await;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// How many of the runtime's containers are running.
+    pub fn running(&self) -> usize {
+        self.runtime
+            .containers()
+            .values()
+            .filter(|c| c.state == gpu_market_agent::runtime::ContainerState::Running)
+            .count()
+    }
+}

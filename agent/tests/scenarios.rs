@@ -1,0 +1,372 @@
+//! One list of scenarios, run against the in-memory `FakeChain` (`fake::…`) and against the
+//! agent's real `SolanaChain` over JSON-RPC to the program's SBF build in LiteSVM
+//! (`program::…`), asserting the same outcomes: what each `Chain` call is refused or accepted,
+//! the refusal's kind (`ChainError` variant and the operation that refused), and who ends a
+//! lease when. A rule the fake plays differently from the program fails here, on one side:
+//! the fake's rules are checked by this list, not only written down.
+//!
+//! The program side needs `target/deploy/gpu_market.so` (`scripts/build-sbf.sh`; the README's
+//! test command builds it first).
+
+mod market;
+mod support;
+
+use std::fmt::Debug;
+
+use gpu_market_agent::chain::{proof_hash, BidView, ChainError, Key, LeaseView};
+use gpu_market_core::lease::UsageProof;
+use market::program::ProgramMarket;
+use market::reconciler::{Agent, POLL};
+use market::{BidSpec, FakeMarket, MarketUnderTest, INTERVAL, TOKEN};
+
+/// How many open bids a look at the books asks for.
+const LIMIT: usize = 32;
+const SECS: u64 = INTERVAL as u64;
+
+/// `scenarios!(a, b, …)`: the tests `fake::a` and `program::a`, … each running the scenario
+/// `a` on a fresh market of that kind, on a paused tokio clock.
+macro_rules! scenarios {
+    ($($scenario:ident),* $(,)?) => {
+        /// The scenarios against the in-memory fake.
+        mod fake {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $scenario() {
+                    super::$scenario(&super::FakeMarket::start()).await;
+                }
+            )*
+        }
+        /// The scenarios against the program, through the agent's `SolanaChain`.
+        mod program {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $scenario() {
+                    super::$scenario(&super::ProgramMarket::start().await).await;
+                }
+            )*
+        }
+    };
+}
+
+scenarios!(
+    a_lease_is_proven_each_interval_and_ends_after_its_stop,
+    a_proof_before_its_window_ends_is_refused,
+    a_final_proof_before_its_window_ends_stops_the_lease_at_the_clock,
+    a_skipped_interval_is_passed_over_and_never_proven_later,
+    ending_a_lease_with_unproven_time_stops_it_and_settles_once_proven,
+    a_bid_is_pruned_only_once_its_deadline_passed,
+    a_lower_ranked_bid_waits_while_a_better_one_fits,
+    a_better_spot_bid_preempts_a_spot_lease_at_its_next_boundary,
+    a_queue_bid_preempts_a_spot_lease_at_once,
+    the_reconciler_runs_a_lease_from_allocation_to_settlement,
+);
+
+/// The bid as the books show it to the machine, if it is open and may run here.
+async fn open_bid(m: &impl MarketUnderTest, bid: Key) -> Option<BidView> {
+    let books = m.chain().best_open_bids(LIMIT).await.expect("the books");
+    books.bids.into_iter().find(|b| b.key == bid)
+}
+
+/// Allocates `bid` on the GPUs the fit rule gives it; returns the lease.
+async fn allocate(m: &impl MarketUnderTest, bid: Key) -> Key {
+    let view = open_bid(m, bid).await.expect("the bid is open");
+    let gpus = view.gpus.expect("the bid fits the machine now");
+    m.chain().allocate(bid, &gpus).await.expect("allocate")
+}
+
+async fn lease(m: &impl MarketUnderTest, key: Key) -> LeaseView {
+    let leases = m.chain().leases().await.expect("the leases");
+    leases
+        .into_iter()
+        .find(|l| l.key == key)
+        .expect("the lease is listed")
+}
+
+/// The proof of `interval` of `l`: every GPU busy the whole interval, below its power limit.
+fn proof(l: &LeaseView, interval: u32, exit_code: Option<i32>) -> UsageProof {
+    let gpus = l.gpu_indices.len();
+    UsageProof {
+        interval,
+        gpu_seconds: SECS * gpus as u64,
+        energy_j: 250 * SECS * gpus as u64,
+        avg_utilisation_bps: 9_000,
+        peak_power_w: vec![250; gpus],
+        exit_code,
+    }
+}
+
+/// Submits the proof of `interval` chained to the lease's last; once accepted, the lease shows
+/// the new chain hash (the one `proof_hash` computes) and the next interval after it.
+async fn prove(
+    m: &impl MarketUnderTest,
+    key: Key,
+    interval: u32,
+    exit_code: Option<i32>,
+) -> Result<[u8; 32], ChainError> {
+    let l = lease(m, key).await;
+    let p = proof(&l, interval, exit_code);
+    let got = m.chain().submit_usage(key, &p, l.proof_hash).await;
+    if let Ok(hash) = got {
+        assert_eq!(hash, proof_hash(&key, &p, &l.proof_hash));
+        let after = lease(m, key).await;
+        assert_eq!(
+            (after.proof_hash, after.next_interval),
+            (hash, interval + 1)
+        );
+    }
+    got
+}
+
+/// `got` is a refusal of `op` (not an outage, nor another operation's refusal).
+#[track_caller]
+fn assert_refused<T: Debug>(got: Result<T, ChainError>, op: &str) {
+    match got {
+        Err(ChainError::Rejected { op: o, .. }) if o == op => {}
+        other => panic!("expected {op} to be refused, got {other:?}"),
+    }
+}
+
+async fn closed(m: &impl MarketUnderTest, key: Key) -> bool {
+    let got = m
+        .chain()
+        .closed_leases(&[key])
+        .await
+        .expect("closed_leases");
+    assert!(got.is_empty() || got == [key], "{got:?}");
+    !got.is_empty()
+}
+
+async fn free_gib(m: &impl MarketUnderTest) -> Vec<u16> {
+    m.chain().machine().await.expect("the machine").free_gib
+}
+
+/// Allocated, proven interval by interval as each ends, and ended after its stop: the GPUs are
+/// free again and `closed_leases` reports it settled.
+async fn a_lease_is_proven_each_interval_and_ends_after_its_stop(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let start = chain.now().await.unwrap();
+    let bid = m.place_bid(&BidSpec::queue(1, 3)).await;
+    let key = allocate(m, bid).await;
+    let l = lease(m, key).await;
+    assert_eq!(
+        (l.bid, l.started_at, l.ends_at, l.stop_at, l.interval_secs),
+        (bid, start, start + 3 * SECS as i64, None, INTERVAL)
+    );
+    assert_eq!((l.next_interval, l.proof_hash), (0, [0; 32]));
+    assert!(open_bid(m, bid).await.is_none(), "the bid left its book");
+    assert_eq!(free_gib(m).await.iter().sum::<u16>(), 48 - 8);
+    for k in 0..3 {
+        m.advance(SECS).await;
+        prove(m, key, k, None)
+            .await
+            .expect("the proof of an ended interval");
+    }
+    // Nothing after the stop.
+    m.advance(SECS).await;
+    assert_refused(prove(m, key, 3, None).await, "submit_usage");
+    assert!(!closed(m, key).await, "a running lease is not closed");
+    assert_refused(chain.prune_bid(bid).await, "prune_bid");
+    chain.heartbeat().await.expect("heartbeat");
+    chain.end_lease(key).await.expect("end_lease");
+    assert!(closed(m, key).await);
+    assert!(chain.leases().await.unwrap().is_empty());
+    assert_eq!(free_gib(m).await, vec![24, 24]);
+    // The bid closed with its lease.
+    assert_refused(chain.allocate(bid, &[0]).await, "read");
+    assert_refused(chain.end_lease(key).await, "read");
+}
+
+/// A proof without an exit code waits for its interval's end.
+async fn a_proof_before_its_window_ends_is_refused(m: &impl MarketUnderTest) {
+    let bid = m.place_bid(&BidSpec::queue(1, 3)).await;
+    let key = allocate(m, bid).await;
+    m.advance(SECS / 2).await;
+    assert_refused(prove(m, key, 0, None).await, "submit_usage");
+    assert_eq!(lease(m, key).await.next_interval, 0);
+    m.advance(SECS / 2).await;
+    prove(m, key, 0, None).await.expect("the interval ended");
+}
+
+/// A final proof (the container exited) before its window ends is accepted with the window
+/// clipped at the cluster clock; the lease stops there and may be ended at once.
+async fn a_final_proof_before_its_window_ends_stops_the_lease_at_the_clock(
+    m: &impl MarketUnderTest,
+) {
+    let chain = m.chain();
+    let bid = m.place_bid(&BidSpec::queue(1, 3)).await;
+    let key = allocate(m, bid).await;
+    m.advance(20).await;
+    let now = chain.now().await.unwrap();
+    prove(m, key, 0, Some(0))
+        .await
+        .expect("a final proof before its window ends");
+    let l = lease(m, key).await;
+    assert_eq!((l.stop_at, l.stop()), (Some(now), now));
+    assert_refused(prove(m, key, 1, None).await, "submit_usage");
+    chain.end_lease(key).await.expect("end_lease");
+    assert!(closed(m, key).await);
+}
+
+/// A proof may skip intervals (they are never paid); an interval passed over cannot be proven
+/// afterwards.
+async fn a_skipped_interval_is_passed_over_and_never_proven_later(m: &impl MarketUnderTest) {
+    let bid = m.place_bid(&BidSpec::queue(1, 3)).await;
+    let key = allocate(m, bid).await;
+    m.advance(2 * SECS).await;
+    prove(m, key, 1, None)
+        .await
+        .expect("a proof skipping interval 0");
+    assert_refused(prove(m, key, 0, None).await, "submit_usage");
+    m.advance(SECS).await;
+    prove(m, key, 2, None).await.expect("the last interval");
+    m.chain().end_lease(key).await.expect("end_lease");
+    assert!(closed(m, key).await);
+}
+
+/// The agent is a party to its leases: ending one with time still unproven stops it at the
+/// clock (it stays open), and a second end settles it once the proofs reach the stop.
+async fn ending_a_lease_with_unproven_time_stops_it_and_settles_once_proven(
+    m: &impl MarketUnderTest,
+) {
+    let chain = m.chain();
+    let bid = m.place_bid(&BidSpec::queue(1, 3)).await;
+    let key = allocate(m, bid).await;
+    m.advance(SECS + SECS / 2).await;
+    let now = chain.now().await.unwrap();
+    chain.end_lease(key).await.expect("a party stops the lease");
+    assert!(!closed(m, key).await, "unproven time: stopped, not settled");
+    assert_eq!(lease(m, key).await.stop(), now);
+    prove(m, key, 0, None).await.expect("interval 0");
+    prove(m, key, 1, None)
+        .await
+        .expect("interval 1, up to the stop");
+    assert_refused(prove(m, key, 2, None).await, "submit_usage");
+    chain.end_lease(key).await.expect("end_lease");
+    assert!(closed(m, key).await);
+}
+
+/// Pruning is refused before a bid's deadline; from the deadline the books list the bid as
+/// expired and pruning removes it.
+async fn a_bid_is_pruned_only_once_its_deadline_passed(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let spec = BidSpec::queue(1, 1);
+    let bid = m.place_bid(&spec).await;
+    assert_refused(chain.prune_bid(bid).await, "prune_bid");
+    assert!(open_bid(m, bid).await.is_some());
+    m.advance(spec.wait_secs as u64 + SECS).await;
+    let books = chain.best_open_bids(LIMIT).await.unwrap();
+    assert_eq!(books.expired, vec![bid]);
+    assert!(books.bids.iter().all(|b| b.key != bid));
+    chain.prune_bid(bid).await.expect("prune_bid");
+    let books = chain.best_open_bids(LIMIT).await.unwrap();
+    assert!(books.expired.is_empty() && books.bids.is_empty());
+    // Gone: the second prune finds no bid to read.
+    assert_refused(chain.prune_bid(bid).await, "read");
+}
+
+/// Queue bids of equal rank run in placement order: the later one is refused while the earlier
+/// one fits.
+async fn a_lower_ranked_bid_waits_while_a_better_one_fits(m: &impl MarketUnderTest) {
+    let first = m.place_bid(&BidSpec::queue(1, 2)).await;
+    let second = m.place_bid(&BidSpec::queue(1, 2)).await;
+    let books = m.chain().best_open_bids(LIMIT).await.unwrap();
+    let order: Vec<Key> = books.bids.iter().map(|b| b.key).collect();
+    assert_eq!(order, vec![first, second]);
+    let gpus = books.bids[1].gpus.clone().expect("it fits");
+    assert_refused(m.chain().allocate(second, &gpus).await, "allocate");
+    allocate(m, first).await;
+    allocate(m, second).await;
+}
+
+/// A spot bid that pays the host more, and fits the GPUs of a running spot lease, stops it at
+/// the lease's next interval boundary (a worse one may not); the lease is proven up to there
+/// and settles, its bid back in the book behind the better one.
+async fn a_better_spot_bid_preempts_a_spot_lease_at_its_next_boundary(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let running = m.place_bid(&BidSpec::spot(2, 5, 10 * TOKEN)).await;
+    let key = allocate(m, running).await;
+    let started = lease(m, key).await.started_at;
+    m.advance(SECS / 2).await;
+    let worse = m.place_bid(&BidSpec::spot(2, 5, 5 * TOKEN)).await;
+    let better = m.place_bid(&BidSpec::spot(2, 5, 20 * TOKEN)).await;
+    let books = chain.best_open_bids(LIMIT).await.unwrap();
+    let listed: Vec<(Key, Option<Vec<u8>>, Vec<Key>)> = books
+        .bids
+        .iter()
+        .map(|b| (b.key, b.gpus.clone(), b.fits_if_ended.clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![(better, None, vec![key]), (worse, None, vec![key])],
+        "the most profitable first, each fitting once the lease ends"
+    );
+    assert_refused(chain.preempt(key, worse).await, "preempt");
+    chain.preempt(key, better).await.expect("preempt");
+    assert_eq!(lease(m, key).await.stop_at, Some(started + SECS as i64));
+    assert_refused(chain.preempt(key, better).await, "preempt");
+    m.advance(SECS / 2).await;
+    prove(m, key, 0, None)
+        .await
+        .expect("the interval up to the stop");
+    assert_refused(prove(m, key, 1, None).await, "submit_usage");
+    chain.end_lease(key).await.expect("end_lease");
+    assert!(closed(m, key).await);
+    let books = chain.best_open_bids(LIMIT).await.unwrap();
+    let order: Vec<Key> = books.bids.iter().map(|b| b.key).collect();
+    assert_eq!(
+        order,
+        vec![better, running, worse],
+        "the preempted bid waits again"
+    );
+    allocate(m, better).await;
+}
+
+/// A queue bid outranks every spot lease: the spot lease whose GPUs it fits stops at once.
+async fn a_queue_bid_preempts_a_spot_lease_at_once(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let spot = m.place_bid(&BidSpec::spot(2, 5, 10 * TOKEN)).await;
+    let key = allocate(m, spot).await;
+    m.advance(SECS + 10).await;
+    let now = chain.now().await.unwrap();
+    let queue = m.place_bid(&BidSpec::queue(1, 2)).await;
+    let view = open_bid(m, queue).await;
+    assert!(
+        view.is_none(),
+        "the books list a queue bid only where it fits now"
+    );
+    chain.preempt(key, queue).await.expect("preempt");
+    assert_eq!(lease(m, key).await.stop(), now);
+    prove(m, key, 0, None).await.expect("interval 0");
+    prove(m, key, 1, None)
+        .await
+        .expect("interval 1, up to the stop");
+    chain.end_lease(key).await.expect("end_lease");
+    assert!(closed(m, key).await);
+    allocate(m, queue).await;
+}
+
+/// The agent's reconcile loop end to end: it allocates the bid, starts its container, proves
+/// each interval as it ends, and ends the lease after its stop; the lease settles, the GPUs
+/// are free and nothing runs.
+async fn the_reconciler_runs_a_lease_from_allocation_to_settlement(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let bid = m.place_bid(&BidSpec::queue(1, 2)).await;
+    let mut agent = Agent::start(m);
+    agent.run_for(m, POLL).await;
+    let leases = chain.leases().await.unwrap();
+    assert_eq!(leases.len(), 1, "allocated");
+    let l = leases[0].clone();
+    assert_eq!(l.bid, bid);
+    agent.run_for(m, POLL).await;
+    assert_eq!(agent.running(), 1, "started");
+    // The first window ends one interval after the start; the next tick proves it.
+    agent.run_for(m, SECS + POLL).await;
+    assert_eq!(lease(m, l.key).await.next_interval, 1, "interval 0 proven");
+    agent.run_for(m, SECS + 2 * POLL).await;
+    assert!(closed(m, l.key).await, "settled after its stop");
+    assert!(chain.leases().await.unwrap().is_empty());
+    assert_eq!(free_gib(m).await, vec![24, 24]);
+    agent.run_for(m, 2 * POLL).await;
+    assert_eq!(agent.running(), 0, "the container stopped");
+    assert!(agent.reconciler.state().leases.is_empty(), "forgotten");
+}
