@@ -12,11 +12,18 @@ use gpu_market_core::overclock::{GpuLimits, OverclockError, Range};
 use serde::Deserialize;
 
 use crate::chain::Key;
+use crate::gpu::isolation::Mps;
+use crate::metrics::health::{
+    HealthLimits, DEFAULT_PROOF_STALENESS_SECS, DEFAULT_WEBSOCKET_SILENCE_SECS,
+};
+use crate::redact::{redact_url, SecretUrl};
+use crate::runtime::Sandbox;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    pub rpc_url: String,
-    pub ws_url: String,
+    /// May carry the provider's API key: shown redacted.
+    pub rpc_url: SecretUrl,
+    pub ws_url: SecretUrl,
     pub keypair: PathBuf,
     pub market: Key,
     pub machine: Key,
@@ -24,12 +31,20 @@ pub struct Config {
     /// first such account (by address) that the cluster lists.
     pub host_token_account: Option<Key>,
     pub commitment: Commitment,
+    /// The most compute-unit price, in micro-lamports, a transaction offers as its priority
+    /// fee (`chain::fees`); 0 offers none.
+    pub max_priority_fee_micro_lamports: u64,
     pub gpu: GpuBackendConfig,
+    /// The host's NVIDIA MPS daemon (`[gpu] mps_pipe_dir` and `mps_shm_dir`), which confines
+    /// leases that share a GPU to their slices; `None`: such leases are refused.
+    pub mps: Option<Mps>,
     /// The container engine's socket, `unix:///path`.
     pub engine_socket: String,
     pub container: ContainerLimits,
     /// Credentials per registry host (`ghcr.io`, `127.0.0.1:5000`).
     pub registries: BTreeMap<String, RegistryAuth>,
+    /// What a lease's image may cost to get.
+    pub images: ImageBudget,
     /// The host's electricity cost per kWh in payment-token base units (the spot rule uses it).
     pub electricity_cost_per_kwh: u64,
     pub data_dir: PathBuf,
@@ -40,11 +55,15 @@ pub struct Config {
     /// How long a SIGTERM drain may take before the agent exits anyway.
     pub drain_deadline: Duration,
     pub log_format: LogFormat,
+    /// When `/healthz` reports the agent unhealthy.
+    pub health: HealthLimits,
 }
 
+/// The commitment of every read and confirmation. Not `processed`: the agent decides from its
+/// reads that a lease is gone or a proof landed, and must not act on a fork that can be undone
+/// ([`ConfigError::ProcessedCommitment`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Commitment {
-    Processed,
     Confirmed,
     Finalized,
 }
@@ -82,6 +101,87 @@ pub struct ContainerLimits {
     pub pids_limit: i64,
     /// How long a stopping container gets between SIGTERM and SIGKILL.
     pub stop_grace: Duration,
+    /// Where each container may write and how much it may log.
+    pub sandbox: Sandbox,
+}
+
+/// What the host has for its containers: its CPUs and its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCapacity {
+    pub cpus: u64,
+    pub memory_bytes: u64,
+}
+
+impl HostCapacity {
+    /// This host's: the CPUs this process may use (`available_parallelism`, which honours CPU
+    /// affinity and cgroup quotas) and `MemTotal` of `/proc/meminfo`.
+    pub fn this_host() -> Result<Self, ConfigError> {
+        let unknown =
+            |what: &'static str, reason: String| ConfigError::HostUnknown { what, reason };
+        let cpus = std::thread::available_parallelism()
+            .map_err(|e| unknown("CPU count", e.to_string()))?
+            .get() as u64;
+        let meminfo = std::fs::read_to_string("/proc/meminfo")
+            .map_err(|e| unknown("memory", format!("/proc/meminfo: {e}")))?;
+        let memory_bytes = mem_total_bytes(&meminfo)
+            .ok_or_else(|| unknown("memory", "/proc/meminfo has no MemTotal line".into()))?;
+        Ok(HostCapacity { cpus, memory_bytes })
+    }
+}
+
+/// `MemTotal` of a `/proc/meminfo` text, in bytes (the file counts in kB, meaning KiB).
+fn mem_total_bytes(meminfo: &str) -> Option<u64> {
+    meminfo.lines().find_map(|l| {
+        let rest = l.strip_prefix("MemTotal:")?.trim();
+        let kib = rest
+            .strip_suffix("kB")
+            .unwrap_or(rest)
+            .trim()
+            .parse::<u64>()
+            .ok()?;
+        kib.checked_mul(1024)
+    })
+}
+
+impl ContainerLimits {
+    /// Checks that the containers of leases on all `gpus` GPUs of the machine at once fit
+    /// `host`: their CPUs and their memory together at most the host's. The GPU count is known
+    /// once the GPU backend is up, so this runs after [`Config::parse`].
+    pub fn check_host(&self, gpus: usize, host: HostCapacity) -> Result<(), ConfigError> {
+        let gpus_u = gpus as u64;
+        let cpu_need = self.millicpus_per_gpu.saturating_mul(gpus_u);
+        let cpu_have = host.cpus.saturating_mul(1_000);
+        if cpu_need > cpu_have {
+            return Err(ConfigError::OverHost {
+                key: "container.millicpus_per_gpu".into(),
+                gpus,
+                need: cpu_need,
+                have: cpu_have,
+                unit: "millicpus",
+            });
+        }
+        let mem_need = self.memory_mib_per_gpu.saturating_mul(gpus_u);
+        let mem_have = host.memory_bytes >> 20;
+        if mem_need > mem_have {
+            return Err(ConfigError::OverHost {
+                key: "container.memory_mib_per_gpu".into(),
+                gpus,
+                need: mem_need,
+                have: mem_have,
+                unit: "MiB",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// How long a lease's start may spend getting its image (and its sealed environment), and how
+/// big the image may be. A lease whose image cannot be had within it ends with a final proof
+/// and its client is refunded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageBudget {
+    pub pull_timeout: Duration,
+    pub max_image_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +239,25 @@ pub enum ConfigError {
     BadGpu { key: String, reason: String },
     #[error("{key}: {reason}")]
     BadRegistry { key: String, reason: String },
+    /// The limits of containers on every GPU of the machine add up to more than the host has.
+    #[error(
+        "{key}: containers on all {gpus} GPUs would get {need} {unit}, more than the host's {have}"
+    )]
+    OverHost {
+        key: String,
+        gpus: usize,
+        need: u64,
+        have: u64,
+        unit: &'static str,
+    },
+    #[error("cannot read the host's {what}: {reason}")]
+    HostUnknown { what: &'static str, reason: String },
+    #[error(
+        "{key}: \"processed\" is refused: the agent decides from what it reads that a lease is \
+         gone or a proof landed, and a processed read can show a fork that is later undone; use \
+         \"confirmed\" or \"finalized\""
+    )]
+    ProcessedCommitment { key: String },
 }
 
 fn default_engine_socket() -> String {
@@ -153,6 +272,9 @@ fn default_log_format() -> String {
 fn default_commitment() -> String {
     "confirmed".to_string()
 }
+fn default_max_priority_fee() -> u64 {
+    100_000
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -165,6 +287,8 @@ struct Raw {
     host_token_account: Option<String>,
     #[serde(default = "default_commitment")]
     commitment: String,
+    #[serde(default = "default_max_priority_fee")]
+    max_priority_fee_micro_lamports: u64,
     gpu: RawGpu,
     #[serde(default = "default_engine_socket")]
     engine_socket: String,
@@ -172,6 +296,8 @@ struct Raw {
     container: RawContainer,
     #[serde(default)]
     registries: BTreeMap<String, RawRegistry>,
+    #[serde(default)]
+    images: RawImages,
     electricity_cost_per_kwh: u64,
     data_dir: PathBuf,
     metrics_listen: String,
@@ -181,6 +307,24 @@ struct Raw {
     drain_deadline_secs: u64,
     #[serde(default = "default_log_format")]
     log_format: String,
+    #[serde(default)]
+    health: RawHealth,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawHealth {
+    proof_staleness_secs: u64,
+    websocket_silence_secs: u64,
+}
+
+impl Default for RawHealth {
+    fn default() -> Self {
+        RawHealth {
+            proof_staleness_secs: DEFAULT_PROOF_STALENESS_SECS,
+            websocket_silence_secs: DEFAULT_WEBSOCKET_SILENCE_SECS,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -192,6 +336,9 @@ struct RawGpu {
     /// NVML: the market class of each GPU model, by the name NVML reports.
     #[serde(default)]
     classes: BTreeMap<String, u8>,
+    /// The NVIDIA MPS control daemon's pipe folder and its `/dev/shm`, both or neither.
+    mps_pipe_dir: Option<PathBuf>,
+    mps_shm_dir: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -219,15 +366,44 @@ struct RawContainer {
     millicpus_per_gpu: u64,
     pids_limit: i64,
     stop_grace_secs: u64,
+    read_only_root: bool,
+    tmp_mib: u64,
+    scratch_mib: u64,
+    writable_layer_mib: u64,
+    log_max_mib: u64,
+    log_max_files: u32,
 }
 
 impl Default for RawContainer {
     fn default() -> Self {
+        let sandbox = Sandbox::default();
         RawContainer {
             memory_mib_per_gpu: 16 * 1024,
             millicpus_per_gpu: 4_000,
             pids_limit: 4_096,
             stop_grace_secs: 10,
+            read_only_root: sandbox.read_only_root,
+            tmp_mib: sandbox.tmp_bytes >> 20,
+            scratch_mib: sandbox.scratch_bytes >> 20,
+            writable_layer_mib: sandbox.writable_layer_bytes >> 20,
+            log_max_mib: sandbox.log_max_bytes >> 20,
+            log_max_files: sandbox.log_max_files,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawImages {
+    pull_timeout_secs: u64,
+    max_image_mib: u64,
+}
+
+impl Default for RawImages {
+    fn default() -> Self {
+        RawImages {
+            pull_timeout_secs: 600,
+            max_image_mib: 50 * 1024,
         }
     }
 }
@@ -244,8 +420,13 @@ impl Config {
     /// Parses and checks a configuration file's text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let raw: Raw = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        let rpc_url = url("rpc_url", raw.rpc_url, &["http://", "https://"])?;
-        let ws_url = url("ws_url", raw.ws_url, &["ws://", "wss://"])?;
+        let rpc_url = SecretUrl::new(url("rpc_url", raw.rpc_url, &["http://", "https://"])?);
+        let ws_url = SecretUrl::new(url("ws_url", raw.ws_url, &["ws://", "wss://"])?);
+        if raw.commitment == "processed" {
+            return Err(ConfigError::ProcessedCommitment {
+                key: "commitment".into(),
+            });
+        }
         if raw.keypair.as_os_str().is_empty() {
             return Err(ConfigError::Empty {
                 key: "keypair".into(),
@@ -275,6 +456,14 @@ impl Config {
             millicpus_per_gpu: nonzero("container.millicpus_per_gpu", c.millicpus_per_gpu)?,
             pids_limit: c.pids_limit,
             stop_grace: Duration::from_secs(c.stop_grace_secs),
+            sandbox: Sandbox {
+                read_only_root: c.read_only_root,
+                tmp_bytes: mib("container.tmp_mib", c.tmp_mib)?,
+                scratch_bytes: mib("container.scratch_mib", c.scratch_mib)?,
+                writable_layer_bytes: mib("container.writable_layer_mib", c.writable_layer_mib)?,
+                log_max_bytes: mib("container.log_max_mib", c.log_max_mib)?,
+                log_max_files: nonzero("container.log_max_files", c.log_max_files as u64)? as u32,
+            },
         };
         Ok(Config {
             rpc_url,
@@ -290,17 +479,23 @@ impl Config {
             commitment: variant(
                 "commitment",
                 &raw.commitment,
-                &["processed", "confirmed", "finalized"],
-                &[
-                    Commitment::Processed,
-                    Commitment::Confirmed,
-                    Commitment::Finalized,
-                ],
+                &["confirmed", "finalized"],
+                &[Commitment::Confirmed, Commitment::Finalized],
             )?,
+            max_priority_fee_micro_lamports: raw.max_priority_fee_micro_lamports,
+            mps: mps(&raw.gpu)?,
             gpu: gpu(raw.gpu)?,
             engine_socket,
             container,
             registries: registries(raw.registries)?,
+            images: ImageBudget {
+                pull_timeout: Duration::from_secs(nonzero(
+                    "images.pull_timeout_secs",
+                    raw.images.pull_timeout_secs,
+                )?),
+                max_image_bytes: nonzero("images.max_image_mib", raw.images.max_image_mib)?
+                    .saturating_mul(1 << 20),
+            },
             electricity_cost_per_kwh: raw.electricity_cost_per_kwh,
             data_dir: raw.data_dir,
             metrics_listen,
@@ -322,6 +517,16 @@ impl Config {
                 &["text", "json"],
                 &[LogFormat::Text, LogFormat::Json],
             )?,
+            health: HealthLimits {
+                proof_staleness: Duration::from_secs(nonzero(
+                    "health.proof_staleness_secs",
+                    raw.health.proof_staleness_secs,
+                )?),
+                websocket_silence: Duration::from_secs(nonzero(
+                    "health.websocket_silence_secs",
+                    raw.health.websocket_silence_secs,
+                )?),
+            },
         })
     }
 }
@@ -331,7 +536,8 @@ fn url(key: &str, value: String, schemes: &'static [&'static str]) -> Result<Str
         Some(s) if value.len() > s.len() => Ok(value),
         _ => Err(ConfigError::BadUrlScheme {
             key: key.into(),
-            value,
+            // A mistyped scheme does not make the key in the URL less secret.
+            value: redact_url(&value),
             expected: schemes,
         }),
     }
@@ -343,6 +549,11 @@ fn nonzero(key: &str, v: u64) -> Result<u64, ConfigError> {
     } else {
         Ok(v)
     }
+}
+
+/// A non-zero size in MiB, in bytes.
+fn mib(key: &str, v: u64) -> Result<u64, ConfigError> {
+    Ok(nonzero(key, v)?.saturating_mul(1 << 20))
 }
 
 fn key(name: &str, value: &str) -> Result<Key, ConfigError> {
@@ -401,6 +612,34 @@ fn gpu(raw: RawGpu) -> Result<GpuBackendConfig, ConfigError> {
             key: "gpu.backend".into(),
             value: other.into(),
             expected: BACKENDS,
+        }),
+    }
+}
+
+fn mps(raw: &RawGpu) -> Result<Option<Mps>, ConfigError> {
+    let dir = |key: &str, path: &PathBuf| -> Result<PathBuf, ConfigError> {
+        if path.is_absolute() {
+            Ok(path.clone())
+        } else {
+            Err(ConfigError::BadGpu {
+                key: format!("gpu.{key}"),
+                reason: format!("{} is not an absolute path", path.display()),
+            })
+        }
+    };
+    match (&raw.mps_pipe_dir, &raw.mps_shm_dir) {
+        (None, None) => Ok(None),
+        (Some(pipe), Some(shm)) => Ok(Some(Mps {
+            pipe_dir: dir("mps_pipe_dir", pipe)?,
+            shm_dir: dir("mps_shm_dir", shm)?,
+        })),
+        (Some(_), None) | (None, Some(_)) => Err(ConfigError::BadGpu {
+            key: if raw.mps_pipe_dir.is_some() {
+                "gpu.mps_shm_dir".into()
+            } else {
+                "gpu.mps_pipe_dir".into()
+            },
+            reason: "MPS clients need both the daemon's pipe folder and its shared memory".into(),
         }),
     }
 }
@@ -736,8 +975,200 @@ password_file = "/etc/gpu-market/registry.pass"
     }
 
     #[test]
+    fn mps_takes_both_folders_as_absolute_paths_or_none() {
+        assert_eq!(Config::parse(&good()).unwrap().mps, None);
+        let c = with(
+            "backend = \"simulated\"",
+            "backend = \"simulated\"\nmps_pipe_dir = \"/run/nvidia-mps/pipe\"\n\
+             mps_shm_dir = \"/run/nvidia-mps/shm\"",
+        )
+        .unwrap();
+        assert_eq!(
+            c.mps,
+            Some(Mps {
+                pipe_dir: "/run/nvidia-mps/pipe".into(),
+                shm_dir: "/run/nvidia-mps/shm".into(),
+            })
+        );
+        let e = with(
+            "backend = \"simulated\"",
+            "backend = \"simulated\"\nmps_pipe_dir = \"/run/nvidia-mps/pipe\"",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadGpu { key, .. } if key == "gpu.mps_shm_dir"),
+            "{e}"
+        );
+        let e = with(
+            "backend = \"simulated\"",
+            "backend = \"simulated\"\nmps_pipe_dir = \"nvidia-mps\"\nmps_shm_dir = \"/x\"",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadGpu { key, .. } if key == "gpu.mps_pipe_dir"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn containers_are_sandboxed_by_default_and_the_sandbox_is_configurable() {
+        let c = Config::parse(&good()).unwrap();
+        assert_eq!(c.container.sandbox, Sandbox::default());
+        assert!(
+            c.container.sandbox.read_only_root,
+            "read-only root by default"
+        );
+        let c = with(
+            "[gpu]",
+            "[container]\nread_only_root = false\ntmp_mib = 64\nscratch_mib = 2048\n\
+             writable_layer_mib = 4096\nlog_max_mib = 8\nlog_max_files = 3\n[gpu]",
+        )
+        .unwrap();
+        assert_eq!(
+            c.container.sandbox,
+            Sandbox {
+                read_only_root: false,
+                tmp_bytes: 64 << 20,
+                scratch_bytes: 2048 << 20,
+                writable_layer_bytes: 4096 << 20,
+                log_max_bytes: 8 << 20,
+                log_max_files: 3,
+            }
+        );
+        for key in [
+            "tmp_mib",
+            "scratch_mib",
+            "writable_layer_mib",
+            "log_max_mib",
+            "log_max_files",
+        ] {
+            assert_eq!(
+                with("[gpu]", &format!("[container]\n{key} = 0\n[gpu]")).unwrap_err(),
+                ConfigError::Zero {
+                    key: format!("container.{key}")
+                }
+            );
+        }
+    }
+
+    fn limits(millicpus_per_gpu: u64, memory_mib_per_gpu: u64) -> ContainerLimits {
+        ContainerLimits {
+            memory_mib_per_gpu,
+            millicpus_per_gpu,
+            pids_limit: 1,
+            stop_grace: Duration::ZERO,
+            sandbox: Sandbox::default(),
+        }
+    }
+
+    const HOST: HostCapacity = HostCapacity {
+        cpus: 32,
+        memory_bytes: 256 << 30,
+    };
+
+    #[test]
+    fn container_cpus_on_every_gpu_must_fit_the_hosts_cpus() {
+        assert_eq!(limits(4_000, 1).check_host(8, HOST), Ok(()), "exactly 32");
+        assert_eq!(
+            limits(4_001, 1).check_host(8, HOST).unwrap_err(),
+            ConfigError::OverHost {
+                key: "container.millicpus_per_gpu".into(),
+                gpus: 8,
+                need: 32_008,
+                have: 32_000,
+                unit: "millicpus",
+            }
+        );
+        assert_eq!(limits(u64::MAX, 1).check_host(0, HOST), Ok(()), "no GPUs");
+    }
+
+    #[test]
+    fn container_memory_on_every_gpu_must_fit_the_hosts_memory() {
+        assert_eq!(
+            limits(1, 32 * 1024).check_host(8, HOST),
+            Ok(()),
+            "exactly 256 GiB"
+        );
+        let e = limits(1, 32 * 1024 + 1).check_host(8, HOST).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::OverHost { key, need: 262_152, have: 262_144, .. } if key == "container.memory_mib_per_gpu"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with("container.memory_mib_per_gpu: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_hosts_memory_is_memtotal() {
+        let meminfo = "MemTotal:       24576000 kB\nMemFree:        20000000 kB\n";
+        assert_eq!(mem_total_bytes(meminfo), Some(24_576_000 * 1024));
+        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
+        let this = HostCapacity::this_host().unwrap();
+        assert!(this.cpus >= 1 && this.memory_bytes > 0, "{this:?}");
+    }
+
+    #[test]
     fn inline_passwords_are_not_printed() {
         let p = RegistryPassword::Inline("hunter2".into());
         assert!(!format!("{p:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn urls_with_keys_are_not_printed() {
+        let secret = "https://rpc.example/?api-key=s3cret";
+        let c = with("http://127.0.0.1:8899", secret).unwrap();
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert_eq!(c.rpc_url.expose(), secret);
+        let e = with(
+            "http://127.0.0.1:8899",
+            "htps://rpc.example/?api-key=s3cret",
+        )
+        .unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn processed_commitment_is_refused_with_its_reason() {
+        let e = with("\"finalized\"", "\"processed\"").unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::ProcessedCommitment {
+                key: "commitment".into()
+            }
+        );
+        assert!(e.to_string().contains("fork"), "{e}");
+        let c = with("\"finalized\"", "\"confirmed\"").unwrap();
+        assert_eq!(c.commitment, Commitment::Confirmed);
+    }
+
+    #[test]
+    fn health_bounds_and_the_priority_fee_cap_have_defaults_and_are_checked() {
+        let c = Config::parse(&good()).unwrap();
+        assert_eq!(c.health, HealthLimits::default());
+        assert_eq!(c.max_priority_fee_micro_lamports, 100_000);
+        let c = with(
+            "log_format",
+            "max_priority_fee_micro_lamports = 0\nlog_format",
+        )
+        .unwrap();
+        assert_eq!(c.max_priority_fee_micro_lamports, 0, "0 offers no fee");
+        let health = "[health]\nproof_staleness_secs = 120\nwebsocket_silence_secs = 10\n\n[gpu]";
+        let c = with("[gpu]", health).unwrap();
+        assert_eq!(
+            c.health,
+            HealthLimits {
+                proof_staleness: Duration::from_secs(120),
+                websocket_silence: Duration::from_secs(10),
+            }
+        );
+        let e = with("[gpu]", "[health]\nwebsocket_silence_secs = 0\n\n[gpu]").unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::Zero {
+                key: "health.websocket_silence_secs".into()
+            }
+        );
     }
 }

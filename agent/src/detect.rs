@@ -38,7 +38,7 @@ pub fn gpus_file(gpus: &[GpuInfo], classes: &BTreeMap<String, u8>) -> Result<Str
             Ok(GpuEntry {
                 uuid: format_uuid(&g.uuid),
                 class,
-                memory_gib: (g.memory_mib / 1024).min(u16::MAX as u64) as u16,
+                memory_gib: g.memory_gib(),
                 topology_group: g.topology_group.unwrap_or(0),
                 power_w: [l.power_w.min, l.power_w.max],
                 core_lock_mhz: [l.core_lock_mhz.min, l.core_lock_mhz.max],

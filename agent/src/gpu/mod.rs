@@ -2,8 +2,15 @@
 //! restore the host defaults and sample power, energy and utilisation.
 //!
 //! [`nvml::NvmlGpu`] drives real NVIDIA GPUs; [`simulated::SimulatedGpu`] models them for tests
-//! and for machines without NVIDIA GPUs.
+//! and for machines without NVIDIA GPUs. [`locks::RecordedLocks`] wraps either and keeps the
+//! clock locks it set in a file, since the driver cannot tell them afterwards.
+//!
+//! Leases may share a GPU in GiB slices: [`isolation`] confines each to its slice (NVIDIA MPS),
+//! and [`attribution`] splits a shared GPU's readings among its leases by their processes' use.
 
+pub mod attribution;
+pub mod isolation;
+pub mod locks;
 pub mod nvml;
 pub mod simulated;
 
@@ -27,6 +34,12 @@ pub struct GpuInfo {
 }
 
 impl GpuInfo {
+    /// The GPU's memory in whole GiB, as the machine declares it on chain (`detect`): the unit
+    /// leases take slices of.
+    pub fn memory_gib(&self) -> u16 {
+        (self.memory_mib / 1024).min(u16::MAX as u64) as u16
+    }
+
     /// The host defaults [`GpuBackend::reset`] restores.
     pub fn defaults(&self) -> Settings {
         Settings {
@@ -43,6 +56,18 @@ pub struct Sample {
     /// Energy since the driver loaded, in mJ; never goes down.
     pub energy_mj: u64,
     pub utilisation_pct: u8,
+}
+
+/// One compute process on a GPU, as the driver lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessUse {
+    /// In the host's PID namespace (the container engine lists a container's processes so).
+    pub pid: u32,
+    /// GPU memory the process holds, in bytes (0 where the driver does not tell).
+    pub memory_bytes: u64,
+    /// The share of the GPU's SMs the process kept busy lately, in percent; `None` where the
+    /// driver keeps no per-process utilisation.
+    pub sm_util_pct: Option<u8>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +92,11 @@ pub enum GpuError {
         call: &'static str,
         message: String,
     },
+    #[error("the clock lock record {path}: {reason}")]
+    LockRecord {
+        path: std::path::PathBuf,
+        reason: String,
+    },
 }
 
 /// The machine's GPUs. Calls are synchronous: each is one driver call or a few.
@@ -79,6 +109,9 @@ pub trait GpuBackend: Send + Sync {
     /// Restores the host defaults: the default power limit, no locks, no offsets.
     fn reset(&self, index: u32) -> Result<(), GpuError>;
     fn sample(&self, index: u32) -> Result<Sample, GpuError>;
+    /// The compute processes on GPU `index` (the NVML per-process view): what splits a shared
+    /// GPU's readings among its leases ([`attribution`]).
+    fn processes(&self, index: u32) -> Result<Vec<ProcessUse>, GpuError>;
     /// Tells the backend how busy the lease on GPU `index` keeps its container, in thousandths
     /// of the container's CPU limit. Real GPUs measure their own utilisation and ignore it; the
     /// SIMULATED backend takes it as the GPU's load, so that a busy workload draws power and an

@@ -2,9 +2,11 @@
 //!
 //! Power limits, clock locks and clock offsets are set through NVML; the power limit and the
 //! offsets are read back from the driver. NVML has no call that reads a clock lock back, so
-//! [`NvmlGpu::read_back`] reports the locks NVML last acknowledged through this backend (a lock
-//! is `None` after a reset or when it was never set).
+//! [`NvmlGpu::read_back`] reports no lock: run it wrapped in
+//! [`RecordedLocks`](super::locks::RecordedLocks), which records the locks it sets on disk and
+//! reports them, across restarts of the agent too.
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::sync::Mutex;
 
@@ -12,10 +14,12 @@ use gpu_market_core::overclock::{GpuLimits, Range, Settings};
 use gpu_market_sdk::gpus::parse_uuid;
 use nvml_wrapper::enum_wrappers::device::{Clock, PerformanceState};
 use nvml_wrapper::enums::device::GpuLockedClocksSetting;
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
 use nvml_wrapper::{Device, Nvml};
 
-use super::{GpuBackend, GpuError, GpuInfo, Sample};
+use super::{GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
 
 /// The library NVML is loaded from unless told otherwise.
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -23,8 +27,9 @@ pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 pub struct NvmlGpu {
     nvml: Nvml,
     infos: Vec<GpuInfo>,
-    /// The `(core, memory)` clock locks NVML acknowledged, per GPU.
-    locks: Mutex<Vec<(Option<u16>, Option<u16>)>>,
+    /// Per GPU, the timestamp (µs) of the newest per-process utilisation sample read: the next
+    /// read asks for the samples since.
+    utilisation_seen: Mutex<BTreeMap<u32, u64>>,
 }
 
 impl NvmlGpu {
@@ -48,8 +53,11 @@ impl NvmlGpu {
         let infos = (0..count)
             .map(|i| describe(&nvml, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let locks = Mutex::new(vec![(None, None); infos.len()]);
-        Ok(NvmlGpu { nvml, infos, locks })
+        Ok(NvmlGpu {
+            nvml,
+            infos,
+            utilisation_seen: Mutex::new(BTreeMap::new()),
+        })
     }
 
     fn device(&self, index: u32) -> Result<Device<'_>, GpuError> {
@@ -77,6 +85,39 @@ fn nvml_err(index: u32, call: &'static str) -> impl Fn(NvmlError) -> GpuError {
             message: other.to_string(),
         },
     }
+}
+
+/// A GPU's processes from NVML's lists (`listed`: its compute processes and its MPS clients, a
+/// process possibly in both) and its per-process utilisation `samples` since the last read
+/// (`None` where the GPU keeps none). NVML gives samples only for processes that were busy, so
+/// a listed process without one was idle.
+fn merge_processes(
+    listed: &[ProcessInfo],
+    samples: Option<&[ProcessUtilizationSample]>,
+) -> Vec<ProcessUse> {
+    let mut by_pid: BTreeMap<u32, ProcessUse> = BTreeMap::new();
+    for p in listed {
+        let memory_bytes = match p.used_gpu_memory {
+            UsedGpuMemory::Used(bytes) => bytes,
+            UsedGpuMemory::Unavailable => 0,
+        };
+        let entry = by_pid.entry(p.pid).or_insert(ProcessUse {
+            pid: p.pid,
+            memory_bytes: 0,
+            sm_util_pct: None,
+        });
+        entry.memory_bytes = entry.memory_bytes.max(memory_bytes);
+    }
+    if let Some(samples) = samples {
+        for p in by_pid.values_mut() {
+            let latest = samples
+                .iter()
+                .filter(|s| s.pid == p.pid)
+                .max_by_key(|s| s.timestamp);
+            p.sm_util_pct = Some(latest.map_or(0, |s| s.sm_util.min(100) as u8));
+        }
+    }
+    by_pid.into_values().collect()
 }
 
 /// NotSupported as `None`, other errors as errors.
@@ -209,8 +250,6 @@ impl GpuBackend for NvmlGpu {
                 .map(drop)
                 .map_err(err("reset_mem_locked_clocks"))?,
         }
-        self.locks.lock().expect("NVML lock record")[index as usize] =
-            (settings.core_lock_mhz, settings.mem_lock_mhz);
         set_offset(
             index,
             settings.core_offset_mhz,
@@ -238,12 +277,11 @@ impl GpuBackend for NvmlGpu {
                 .filter(|&v| v != 0)
                 .map(clamp_i16))
         };
-        let (core_lock_mhz, mem_lock_mhz) =
-            self.locks.lock().expect("NVML lock record")[index as usize];
         Ok(Settings {
             power_limit_w: mw_to_w(power_mw),
-            core_lock_mhz,
-            mem_lock_mhz,
+            // Unknowable through NVML; see the module.
+            core_lock_mhz: None,
+            mem_lock_mhz: None,
             core_offset_mhz: offset(d.gpc_clock_vf_offset(), "gpc_clock_vf_offset")?,
             mem_offset_mhz: offset(d.mem_clock_vf_offset(), "mem_clock_vf_offset")?,
         })
@@ -268,6 +306,41 @@ impl GpuBackend for NvmlGpu {
                 .gpu
                 .min(100) as u8,
         })
+    }
+
+    fn processes(&self, index: u32) -> Result<Vec<ProcessUse>, GpuError> {
+        let d = self.device(index)?;
+        let err = |call| nvml_err(index, call);
+        let mut listed = d
+            .running_compute_processes()
+            .map_err(err("running_compute_processes"))?;
+        // MPS clients (Volta and later) are listed apart from the MPS server; older drivers have
+        // no such call.
+        match d.mps_running_compute_processes() {
+            Ok(clients) => listed.extend(clients),
+            Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => {}
+            Err(e) => return Err(err("mps_running_compute_processes")(e)),
+        }
+        let since = self
+            .utilisation_seen
+            .lock()
+            .expect("utilisation timestamps")
+            .get(&index)
+            .copied();
+        let samples = match d.process_utilization_stats(since) {
+            Ok(samples) => Some(samples),
+            // No process was busy since the last read.
+            Err(NvmlError::NotFound) => Some(Vec::new()),
+            Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => None,
+            Err(e) => return Err(err("process_utilization_stats")(e)),
+        };
+        if let Some(newest) = samples.iter().flatten().map(|s| s.timestamp).max() {
+            self.utilisation_seen
+                .lock()
+                .expect("utilisation timestamps")
+                .insert(index, newest);
+        }
+        Ok(merge_processes(&listed, samples.as_deref()))
     }
 }
 
@@ -298,6 +371,65 @@ mod tests {
             }
             Ok(gpu) => assert!(!gpu.gpus().is_empty(), "a driver with no GPUs"),
         }
+    }
+
+    fn listed(pid: u32, bytes: Option<u64>) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            used_gpu_memory: bytes.map_or(UsedGpuMemory::Unavailable, UsedGpuMemory::Used),
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        }
+    }
+
+    fn utilisation(pid: u32, timestamp: u64, sm_util: u32) -> ProcessUtilizationSample {
+        ProcessUtilizationSample {
+            pid,
+            timestamp,
+            sm_util,
+            mem_util: 0,
+            enc_util: 0,
+            dec_util: 0,
+        }
+    }
+
+    #[test]
+    fn processes_merge_the_compute_and_mps_lists_with_the_latest_utilisation() {
+        // 7 is the MPS server (compute list), 8 and 9 its clients (MPS list); 9 also appears in
+        // the compute list, as on some drivers.
+        let procs = [
+            listed(7, Some(300 << 20)),
+            listed(9, None),
+            listed(8, Some(40 << 30)),
+            listed(9, Some(20 << 30)),
+        ];
+        let samples = [
+            utilisation(8, 10, 30),
+            utilisation(8, 20, 60),
+            utilisation(9, 15, 250),
+        ];
+        assert_eq!(
+            merge_processes(&procs, Some(&samples)),
+            vec![
+                ProcessUse {
+                    pid: 7,
+                    memory_bytes: 300 << 20,
+                    sm_util_pct: Some(0)
+                },
+                ProcessUse {
+                    pid: 8,
+                    memory_bytes: 40 << 30,
+                    sm_util_pct: Some(60)
+                },
+                ProcessUse {
+                    pid: 9,
+                    memory_bytes: 20 << 30,
+                    sm_util_pct: Some(100)
+                },
+            ]
+        );
+        let unknown = merge_processes(&procs, None);
+        assert!(unknown.iter().all(|p| p.sm_util_pct.is_none()));
     }
 
     #[test]

@@ -2,12 +2,21 @@
 //! GPUs. The model is deterministic: a GPU draws half its minimum power limit when idle and
 //! scales up to its applied power limit with the load a test (or the operator) sets; energy is
 //! that power integrated over a time source passed in, so a paused test clock drives it.
+//!
+//! Co-tenancy is modelled too: a test starts CUDA processes of containers on a GPU
+//! ([`SimulatedGpu::start_process`]), each holding memory and keeping a share of the SMs busy.
+//! While a GPU has processes, its load is theirs together, and [`GpuBackend::processes`] lists
+//! them as NVML would. An MPS client (a process whose environment names the MPS pipe folder, as
+//! `super::isolation` gives leases on shared GPUs) is refused an allocation past its pinned
+//! device memory limit, as the MPS server refuses it; any process is refused one past the GPU's
+//! free memory.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gpu_market_core::overclock::Settings;
 
-use super::{GpuBackend, GpuError, GpuInfo, Sample};
+use super::isolation::{mps_client, pinned_limit_mib};
+use super::{GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
 use crate::config::SimulatedGpuConfig;
 
 /// Milliseconds from some fixed start; never goes back.
@@ -54,6 +63,56 @@ struct SimState {
     last_ms: u64,
     /// A fault for tests: power limit changes are acknowledged but do not take.
     power_limit_stuck: bool,
+    /// NVML's blindness: clock locks take but reads do not show them.
+    locks_hidden: bool,
+    /// A fault for tests: reads fail as a driver call that errors (`GPU is lost`, a timeout).
+    reads_fail: bool,
+    /// A fault for tests: the next readings show this much more power than the limit allows
+    /// (a boost transient), in mW, for this many readings.
+    overshoot: (u32, u32),
+    /// The CUDA processes on the GPU.
+    processes: Vec<SimProcess>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SimProcess {
+    pid: u32,
+    memory_mib: u64,
+    load_permille: u16,
+}
+
+/// A CUDA process of a container, as it starts on a SIMULATED GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct CudaProcess<'a> {
+    /// In the host's PID namespace.
+    pub pid: u32,
+    /// Its container's environment.
+    pub env: &'a [(String, String)],
+    /// The device ordinal the GPU has in its container.
+    pub ordinal: usize,
+    /// The device memory it allocates.
+    pub memory_mib: u64,
+    /// The share of the GPU's SMs it keeps busy, in thousandths.
+    pub load_permille: u16,
+}
+
+/// Why a SIMULATED GPU refused a process's allocation (`cudaErrorMemoryAllocation`).
+#[derive(Debug, thiserror::Error)]
+pub enum AllocationError {
+    #[error("GPU {index}: {asked_mib} MiB is over the {limit_mib} MiB the MPS server pinned for this client (SIMULATED)")]
+    OverPinnedLimit {
+        index: u32,
+        asked_mib: u64,
+        limit_mib: u64,
+    },
+    #[error("GPU {index}: out of memory: {asked_mib} MiB asked, {free_mib} MiB free (SIMULATED)")]
+    OutOfMemory {
+        index: u32,
+        asked_mib: u64,
+        free_mib: u64,
+    },
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
 }
 
 impl SimulatedGpu {
@@ -85,6 +144,10 @@ impl SimulatedGpu {
                 energy_uj: 0,
                 last_ms: now,
                 power_limit_stuck: false,
+                locks_hidden: false,
+                reads_fail: false,
+                overshoot: (0, 0),
+                processes: Vec::new(),
             })
             .collect();
         SimulatedGpu {
@@ -105,8 +168,86 @@ impl SimulatedGpu {
         self.with(index, |g, _| g.power_limit_stuck = true)
     }
 
+    /// Makes every read of GPU `index` fail (`true`), as NVML calls on a GPU that fell off the
+    /// bus or timed out do, or work again (`false`).
+    pub fn fail_reads(&self, index: u32, fail: bool) -> Result<(), GpuError> {
+        self.with(index, |g, _| g.reads_fail = fail)
+    }
+
+    /// Makes the next `readings` samples of GPU `index` show `extra_mw` above what its limit
+    /// allows, as a boost transient does on real GPUs.
+    pub fn overshoot(&self, index: u32, extra_mw: u32, readings: u32) -> Result<(), GpuError> {
+        self.with(index, |g, _| g.overshoot = (extra_mw, readings))
+    }
+
+    /// Makes GPU `index`'s clock locks invisible to [`GpuBackend::read_back`] while they still
+    /// take, as on NVIDIA GPUs, where NVML has no call that reads a lock back.
+    pub fn hide_clock_locks(&self, index: u32) -> Result<(), GpuError> {
+        self.with(index, |g, _| g.locks_hidden = true)
+    }
+
+    /// SIMULATED: process `p` allocates its memory on GPU `index` and keeps its share of the SMs
+    /// busy from now on; refused (holding nothing) past its MPS pinned limit or the GPU's free
+    /// memory. See the module.
+    pub fn start_process(&self, index: u32, p: CudaProcess<'_>) -> Result<(), AllocationError> {
+        self.with(index, |g, info| {
+            if mps_client(p.env) {
+                if let Some(limit_mib) = pinned_limit_mib(p.env, p.ordinal) {
+                    if p.memory_mib > limit_mib {
+                        return Err(AllocationError::OverPinnedLimit {
+                            index,
+                            asked_mib: p.memory_mib,
+                            limit_mib,
+                        });
+                    }
+                }
+            }
+            let used: u64 = g.processes.iter().map(|q| q.memory_mib).sum();
+            let free_mib = info.memory_mib.saturating_sub(used);
+            if p.memory_mib > free_mib {
+                return Err(AllocationError::OutOfMemory {
+                    index,
+                    asked_mib: p.memory_mib,
+                    free_mib,
+                });
+            }
+            g.processes.push(SimProcess {
+                pid: p.pid,
+                memory_mib: p.memory_mib,
+                load_permille: p.load_permille.min(1_000),
+            });
+            Ok(())
+        })?
+    }
+
+    /// SIMULATED: process `pid` exits, on every GPU it ran on.
+    pub fn end_process(&self, pid: u32) {
+        for index in 0..self.infos.len() as u32 {
+            let _ = self.with(index, |g, _| g.processes.retain(|p| p.pid != pid));
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Vec<SimState>> {
         self.state.lock().expect("simulated GPU lock")
+    }
+
+    /// A read of GPU `index` through `f`, failing as NVML's `call` would while reads fail.
+    fn read<T>(
+        &self,
+        index: u32,
+        call: &'static str,
+        f: impl FnOnce(&mut SimState, &GpuInfo) -> T,
+    ) -> Result<T, GpuError> {
+        self.with(index, |g, info| {
+            if g.reads_fail {
+                return Err(GpuError::Nvml {
+                    index,
+                    call,
+                    message: "GPU is lost (simulated)".into(),
+                });
+            }
+            Ok(f(g, info))
+        })?
     }
 
     /// Runs `f` on GPU `index` after integrating its energy up to now.
@@ -130,10 +271,23 @@ impl SimulatedGpu {
     }
 }
 
+/// The GPU's load in thousandths: its processes' together while it has any, else the load set.
+fn load_permille(g: &SimState) -> u32 {
+    if g.processes.is_empty() {
+        g.load_permille as u32
+    } else {
+        g.processes
+            .iter()
+            .map(|p| p.load_permille as u32)
+            .sum::<u32>()
+            .min(1_000)
+    }
+}
+
 fn power_mw(g: &SimState, info: &GpuInfo) -> u32 {
     let idle = info.limits.power_w.min as u32 * 500;
     let limit = (g.applied.power_limit_w as u32 * 1_000).max(idle);
-    idle + (limit - idle) * g.load_permille as u32 / 1_000
+    idle + (limit - idle) * load_permille(g) / 1_000
 }
 
 impl GpuBackend for SimulatedGpu {
@@ -168,7 +322,13 @@ impl GpuBackend for SimulatedGpu {
     }
 
     fn read_back(&self, index: u32) -> Result<Settings, GpuError> {
-        self.with(index, |g, _| g.applied)
+        self.read(index, "nvmlDeviceGetPowerManagementLimit", |g, _| {
+            Settings {
+                core_lock_mhz: g.applied.core_lock_mhz.filter(|_| !g.locks_hidden),
+                mem_lock_mhz: g.applied.mem_lock_mhz.filter(|_| !g.locks_hidden),
+                ..g.applied
+            }
+        })
     }
 
     fn reset(&self, index: u32) -> Result<(), GpuError> {
@@ -176,10 +336,32 @@ impl GpuBackend for SimulatedGpu {
     }
 
     fn sample(&self, index: u32) -> Result<Sample, GpuError> {
-        self.with(index, |g, info| Sample {
-            power_mw: power_mw(g, info),
-            energy_mj: g.energy_uj / 1_000,
-            utilisation_pct: (g.load_permille / 10) as u8,
+        self.read(index, "nvmlDeviceGetPowerUsage", |g, info| {
+            let extra = match &mut g.overshoot {
+                (mw, n) if *n > 0 => {
+                    *n -= 1;
+                    *mw
+                }
+                _ => 0,
+            };
+            Sample {
+                power_mw: power_mw(g, info) + extra,
+                energy_mj: g.energy_uj / 1_000,
+                utilisation_pct: (load_permille(g) / 10) as u8,
+            }
+        })
+    }
+
+    fn processes(&self, index: u32) -> Result<Vec<ProcessUse>, GpuError> {
+        self.read(index, "nvmlDeviceGetComputeRunningProcesses", |g, _| {
+            g.processes
+                .iter()
+                .map(|p| ProcessUse {
+                    pid: p.pid,
+                    memory_bytes: p.memory_mib << 20,
+                    sm_util_pct: Some((p.load_permille / 10) as u8),
+                })
+                .collect()
         })
     }
 }
@@ -260,6 +442,90 @@ mod tests {
         assert_eq!(s.energy_mj, 3_500_000 + 2_000_000);
         // GPU 1 stayed idle throughout.
         assert_eq!(gpu.sample(1).unwrap().energy_mj, 1_500_000);
+    }
+
+    fn process(pid: u32, env: &[(String, String)], gib: u64, permille: u16) -> CudaProcess<'_> {
+        CudaProcess {
+            pid,
+            env,
+            ordinal: 0,
+            memory_mib: gib * 1024,
+            load_permille: permille,
+        }
+    }
+
+    #[test]
+    fn co_tenants_processes_drive_the_gpu_and_mps_pins_each_client_to_its_limit() {
+        let (time, gpu) = two_gpus();
+        let mps_40g = vec![
+            (
+                "CUDA_MPS_PIPE_DIRECTORY".to_string(),
+                "/run/mps".to_string(),
+            ),
+            (
+                "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".to_string(),
+                "0=40G".to_string(),
+            ),
+        ];
+        gpu.start_process(0, process(11, &mps_40g, 30, 750))
+            .unwrap();
+        gpu.start_process(0, process(22, &mps_40g, 40, 250))
+            .unwrap();
+        let err = gpu
+            .start_process(0, process(33, &mps_40g, 60, 100))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AllocationError::OverPinnedLimit {
+                    index: 0,
+                    asked_mib: 61_440,
+                    limit_mib: 40_960
+                }
+            ),
+            "{err}"
+        );
+        // Without MPS nothing pins a process: only the GPU's free memory (80 - 70 GiB) bounds it.
+        let err = gpu.start_process(0, process(44, &[], 11, 0)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AllocationError::OutOfMemory {
+                    free_mib: 10_240,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        gpu.set_load(0, 0).unwrap();
+        time.advance_secs(10);
+        let s = gpu.sample(0).unwrap();
+        assert_eq!(
+            s.utilisation_pct, 100,
+            "the processes' load, not the load set"
+        );
+        assert_eq!(s.power_mw, 300_000);
+        let procs = gpu.processes(0).unwrap();
+        assert_eq!(
+            procs,
+            vec![
+                ProcessUse {
+                    pid: 11,
+                    memory_bytes: 30 << 30,
+                    sm_util_pct: Some(75)
+                },
+                ProcessUse {
+                    pid: 22,
+                    memory_bytes: 40 << 30,
+                    sm_util_pct: Some(25)
+                },
+            ]
+        );
+        gpu.end_process(11);
+        assert_eq!(gpu.sample(0).unwrap().utilisation_pct, 25);
+        assert!(gpu.processes(1).unwrap().is_empty());
+        gpu.fail_reads(0, true).unwrap();
+        assert!(gpu.processes(0).is_err());
     }
 
     #[test]

@@ -1,0 +1,292 @@
+//! Confining a lease to its slice of a shared GPU, the way the field does it: NVIDIA MPS with a
+//! pinned device memory limit per client (as NVIDIA's Kubernetes device plugin shares GPUs).
+//!
+//! The market sells GPUs in GiB slices: a lease whose `gib_per_gpu` is less than a GPU's memory
+//! shares that GPU with other leases. Without confinement each co-tenant sees, and may fill, the
+//! whole GPU. With the host's MPS control daemon running (`nvidia-cuda-mps-control -d`, its pipe
+//! folder and its `/dev/shm` given to the agent as [`Mps`]), such a lease's container becomes an
+//! MPS client: it gets the daemon's pipe folder (at the same path) and shared memory (at
+//! `/dev/shm`) mounted, and the MPS variables set by the agent after the lease's own environment
+//! (which may not set them: `crate::env` refuses [`MPS_ENV_PREFIX`]):
+//! - [`PINNED_DEVICE_MEM_LIMIT`]: its GiB on each of its GPUs, by device ordinal as the container
+//!   sees them (the NVIDIA runtime numbers a container's GPUs from 0). The MPS server fails an
+//!   allocation past it, whatever the client asks.
+//! - [`ACTIVE_THREAD_PERCENTAGE`]: the share of the SMs its slice is of the GPU's memory (at
+//!   least 1 %), so that one client cannot take all the compute either.
+//!
+//! A lease that has its GPUs whole gets none of this. A host without MPS refuses a lease that
+//! shares a GPU ([`IsolationError::NoMps`]): its slice would be bookkeeping only.
+
+use std::path::PathBuf;
+
+use super::GpuInfo;
+use crate::runtime::BindMount;
+
+/// Every MPS variable starts with it; a lease's environment may set none.
+pub const MPS_ENV_PREFIX: &str = "CUDA_MPS_";
+/// The folder of the MPS control daemon's pipes, where a client finds its server.
+pub const PIPE_DIRECTORY: &str = "CUDA_MPS_PIPE_DIRECTORY";
+/// A client's device memory limit per device ordinal: `0=40G,1=40G`.
+pub const PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+/// The share of the SMs a client's contexts may use, in percent.
+pub const ACTIVE_THREAD_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+/// Where a client container sees the MPS daemon's shared memory.
+pub const CLIENT_SHM_DIR: &str = "/dev/shm";
+
+/// The host's NVIDIA MPS control daemon, as the operator runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mps {
+    /// The daemon's `CUDA_MPS_PIPE_DIRECTORY`: mounted into client containers at the same path.
+    pub pipe_dir: PathBuf,
+    /// The tmpfs the daemon has as its `/dev/shm` (MPS clients and server share memory through
+    /// it): mounted into client containers at `/dev/shm`.
+    pub shm_dir: PathBuf,
+}
+
+/// What a lease's container gets to confine it to its slices; nothing for a lease that has its
+/// GPUs whole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Isolation {
+    /// The machine GPUs the lease shares (its slice is less than their memory).
+    pub shared: Vec<u8>,
+    /// Set after the lease's own environment.
+    pub env: Vec<(String, String)>,
+    pub binds: Vec<BindMount>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IsolationError {
+    #[error(
+        "the lease takes {gib_per_gpu} GiB of GPU(s) {shared:?}, which other leases may share, and \
+         this host has no NVIDIA MPS to confine it to that (gpu.mps_pipe_dir is not set)"
+    )]
+    NoMps { gib_per_gpu: u16, shared: Vec<u8> },
+    #[error("the lease names GPU {0}, which this machine does not have")]
+    NoSuchGpu(u8),
+}
+
+/// What the container of a lease of `gib_per_gpu` GiB on the machine GPUs `gpu_indices` (in the
+/// lease's order, which is the container's device order) gets, on a machine of GPUs `gpus`
+/// with the MPS daemon `mps`, if any.
+pub fn isolation(
+    gpu_indices: &[u8],
+    gib_per_gpu: u16,
+    gpus: &[GpuInfo],
+    mps: Option<&Mps>,
+) -> Result<Isolation, IsolationError> {
+    let memory_gib = memory_gib(gpu_indices, gpus)?;
+    let shared = shared_gpus(gpu_indices, gib_per_gpu, gpus)?;
+    if shared.is_empty() {
+        return Ok(Isolation::default());
+    }
+    let Some(mps) = mps else {
+        return Err(IsolationError::NoMps {
+            gib_per_gpu,
+            shared,
+        });
+    };
+    let limits: Vec<String> = (0..gpu_indices.len())
+        .map(|ordinal| format!("{ordinal}={gib_per_gpu}G"))
+        .collect();
+    // One percentage for all the client's devices: the smallest of its slices'.
+    let percent = memory_gib
+        .iter()
+        .map(|&memory| (gib_per_gpu as u32 * 100 / memory.max(1) as u32).clamp(1, 100))
+        .min()
+        .unwrap_or(100);
+    let pipe = mps.pipe_dir.to_string_lossy().into_owned();
+    Ok(Isolation {
+        shared,
+        env: vec![
+            (PIPE_DIRECTORY.to_string(), pipe),
+            (PINNED_DEVICE_MEM_LIMIT.to_string(), limits.join(",")),
+            (ACTIVE_THREAD_PERCENTAGE.to_string(), percent.to_string()),
+        ],
+        binds: vec![
+            BindMount {
+                host: mps.pipe_dir.clone(),
+                container: mps.pipe_dir.clone(),
+            },
+            BindMount {
+                host: mps.shm_dir.clone(),
+                container: PathBuf::from(CLIENT_SHM_DIR),
+            },
+        ],
+    })
+}
+
+/// The GPUs among `gpu_indices` that a lease of `gib_per_gpu` GiB shares with other leases: those
+/// whose memory is more than its slice.
+pub fn shared_gpus(
+    gpu_indices: &[u8],
+    gib_per_gpu: u16,
+    gpus: &[GpuInfo],
+) -> Result<Vec<u8>, IsolationError> {
+    Ok(gpu_indices
+        .iter()
+        .zip(memory_gib(gpu_indices, gpus)?)
+        .filter(|&(_, memory)| gib_per_gpu < memory)
+        .map(|(&i, _)| i)
+        .collect())
+}
+
+/// The memory of each of `gpu_indices`, in GiB.
+fn memory_gib(gpu_indices: &[u8], gpus: &[GpuInfo]) -> Result<Vec<u16>, IsolationError> {
+    gpu_indices
+        .iter()
+        .map(|&i| {
+            gpus.iter()
+                .find(|g| g.index == i as u32)
+                .map(GpuInfo::memory_gib)
+                .ok_or(IsolationError::NoSuchGpu(i))
+        })
+        .collect()
+}
+
+/// Whether a process with environment `env` is an MPS client (its CUDA contexts go through the
+/// MPS server).
+pub fn mps_client(env: &[(String, String)]) -> bool {
+    env.iter().any(|(k, _)| k == PIPE_DIRECTORY)
+}
+
+/// The pinned device memory limit, in MiB, that an MPS client with environment `env` has on its
+/// device `ordinal`, as the MPS server reads [`PINNED_DEVICE_MEM_LIMIT`] (`G` and `M` suffixes);
+/// `None` when it has none.
+pub fn pinned_limit_mib(env: &[(String, String)], ordinal: usize) -> Option<u64> {
+    let (_, value) = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == PINNED_DEVICE_MEM_LIMIT)?;
+    value.split(',').find_map(|entry| {
+        let (device, limit) = entry.trim().split_once('=')?;
+        if device.trim().parse::<usize>().ok()? != ordinal {
+            return None;
+        }
+        let limit = limit.trim().trim_end_matches('B');
+        let (number, mib_per_unit) = match limit.strip_suffix('G') {
+            Some(n) => (n, 1024),
+            None => (limit.strip_suffix('M')?, 1),
+        };
+        number.parse::<u64>().ok()?.checked_mul(mib_per_unit)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use gpu_market_core::overclock::{GpuLimits, Range};
+
+    use super::*;
+
+    fn gpu(index: u32, memory_gib: u64) -> GpuInfo {
+        GpuInfo {
+            index,
+            uuid: [index as u8; 16],
+            name: "test".into(),
+            // As NVML reports an 80 GB part: a little over 80 GiB.
+            memory_mib: memory_gib * 1024 + 100,
+            limits: GpuLimits {
+                power_w: Range { min: 100, max: 400 },
+                core_lock_mhz: Range { min: 0, max: 0 },
+                mem_lock_mhz: Range { min: 0, max: 0 },
+                core_offset_mhz: Range { min: 0, max: 0 },
+                mem_offset_mhz: Range { min: 0, max: 0 },
+            },
+            default_power_w: 300,
+            class: None,
+            topology_group: None,
+        }
+    }
+
+    fn mps() -> Mps {
+        Mps {
+            pipe_dir: "/run/nvidia-mps/pipe".into(),
+            shm_dir: "/run/nvidia-mps/shm".into(),
+        }
+    }
+
+    fn env(i: &Isolation, key: &str) -> Option<String> {
+        i.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn a_lease_with_whole_gpus_gets_nothing_with_or_without_mps() {
+        let gpus = [gpu(0, 80), gpu(1, 80)];
+        for m in [None, Some(&mps())] {
+            assert_eq!(isolation(&[1, 0], 80, &gpus, m), Ok(Isolation::default()));
+        }
+    }
+
+    #[test]
+    fn a_slice_becomes_an_mps_client_pinned_to_its_gib_on_every_container_ordinal() {
+        let gpus = [gpu(0, 80), gpu(1, 80), gpu(2, 80)];
+        let i = isolation(&[2, 0], 20, &gpus, Some(&mps())).unwrap();
+        assert_eq!(i.shared, vec![2, 0]);
+        assert_eq!(
+            env(&i, PIPE_DIRECTORY).as_deref(),
+            Some("/run/nvidia-mps/pipe")
+        );
+        assert_eq!(
+            env(&i, PINNED_DEVICE_MEM_LIMIT).as_deref(),
+            Some("0=20G,1=20G"),
+            "container ordinals, not machine indices"
+        );
+        assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("25"));
+        assert_eq!(
+            i.binds,
+            vec![
+                BindMount {
+                    host: "/run/nvidia-mps/pipe".into(),
+                    container: "/run/nvidia-mps/pipe".into()
+                },
+                BindMount {
+                    host: "/run/nvidia-mps/shm".into(),
+                    container: "/dev/shm".into()
+                },
+            ]
+        );
+        assert!(i.env.iter().all(|(k, _)| k.starts_with(MPS_ENV_PREFIX)));
+        assert!(mps_client(&i.env));
+        assert_eq!(pinned_limit_mib(&i.env, 1), Some(20 * 1024));
+        assert_eq!(pinned_limit_mib(&i.env, 2), None, "no such ordinal");
+    }
+
+    #[test]
+    fn the_thread_percentage_is_the_smallest_slice_and_at_least_one() {
+        let gpus = [gpu(0, 80), gpu(1, 40)];
+        let i = isolation(&[0, 1], 40, &gpus, Some(&mps())).unwrap();
+        assert_eq!(i.shared, vec![0], "GPU 1 is the lease's whole");
+        assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("50"));
+        let i = isolation(&[0], 0, &gpus, Some(&mps())).unwrap();
+        assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("1"));
+        let i = isolation(&[0], 1, &[gpu(0, 141)], Some(&mps())).unwrap();
+        assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn a_slice_without_mps_is_refused_and_unknown_gpus_are_named() {
+        let gpus = [gpu(0, 80), gpu(1, 80)];
+        let err = isolation(&[1], 40, &gpus, None).unwrap_err();
+        assert_eq!(
+            err,
+            IsolationError::NoMps {
+                gib_per_gpu: 40,
+                shared: vec![1]
+            }
+        );
+        assert!(err.to_string().contains("mps_pipe_dir"), "{err}");
+        assert_eq!(
+            isolation(&[0, 7], 80, &gpus, None),
+            Err(IsolationError::NoSuchGpu(7))
+        );
+    }
+
+    #[test]
+    fn pinned_limits_are_read_as_the_mps_server_reads_them() {
+        let env = |v: &str| vec![(PINNED_DEVICE_MEM_LIMIT.to_string(), v.to_string())];
+        assert_eq!(pinned_limit_mib(&env("0=1G, 1=512M"), 1), Some(512));
+        assert_eq!(pinned_limit_mib(&env("0=2GB"), 0), Some(2048));
+        assert_eq!(pinned_limit_mib(&env("0=2T"), 0), None);
+        assert_eq!(pinned_limit_mib(&[], 0), None);
+        assert!(!mps_client(&env("0=1G")));
+    }
+}
