@@ -2,15 +2,20 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::auth::DockerCredentials;
 use bollard::errors::Error as BollardError;
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, ContainerTopResponse, DeviceRequest, HostConfig,
+    HostConfigLogConfig, Mount, MountType,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, LogsOptions,
-    RemoveContainerOptions, StartContainerOptions, StopContainerOptions, WaitContainerOptions,
+    RemoveContainerOptions, StartContainerOptions, StopContainerOptions, TopOptions,
+    WaitContainerOptions,
 };
 use bollard::Docker;
 use futures_util::{StreamExt, TryStreamExt};
@@ -20,7 +25,13 @@ use crate::runtime::{
     pinned_reference, registry_host, ContainerRuntime, ContainerState, Credentials,
     ManagedContainer, LABEL_LEASE,
 };
-pub use crate::runtime::{split_reference, ContainerSpec, RuntimeError, LABEL_MANAGED};
+pub use crate::runtime::{
+    split_reference, ContainerSpec, RuntimeError, Sandbox, LABEL_MANAGED, SCRATCH_DIR, TMP_DIR,
+};
+
+/// The log driver of every container: it rotates by size and keeps its files compressed, and
+/// the engine still serves the logs (`save_logs`).
+pub const LOG_DRIVER: &str = "local";
 
 /// Output of a finished container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +45,9 @@ pub struct DockerEngine {
     /// The value of [`LABEL_MANAGED`] on the containers this engine handle starts and lists:
     /// the machine's address, so that agents of several machines can share one engine.
     scope: String,
+    /// Set once the storage driver has refused a size cap on a writable layer: containers with a
+    /// writable root are created without one from then on.
+    no_layer_cap: AtomicBool,
 }
 
 impl DockerEngine {
@@ -52,6 +66,7 @@ impl DockerEngine {
         Ok(DockerEngine {
             docker,
             scope: scope.to_string(),
+            no_layer_cap: AtomicBool::new(false),
         })
     }
 
@@ -62,14 +77,17 @@ impl DockerEngine {
 
     /// Pulls `image` (by tag or digest), returning the number of progress messages seen.
     pub async fn pull(&self, image: &str) -> Result<usize, RuntimeError> {
-        self.pull_with_credentials(image, None).await
+        self.pull_with_credentials(image, None, u64::MAX).await
     }
 
-    /// Pulls `image`, authenticating to its registry with `credentials` when given.
+    /// Pulls `image`, authenticating to its registry with `credentials` when given; gives up
+    /// (dropping the request, which cancels the pull) once its layers add up to more than
+    /// `max_bytes`. Returns the number of progress messages.
     pub async fn pull_with_credentials(
         &self,
         image: &str,
         credentials: Option<&Credentials>,
+        max_bytes: u64,
     ) -> Result<usize, RuntimeError> {
         let (repo, reference) = split_reference(image)?;
         let options = CreateImageOptions {
@@ -83,65 +101,72 @@ impl DockerEngine {
             serveraddress: Some(registry_host(image).to_string()),
             ..Default::default()
         });
-        let progress = self
-            .docker
-            .create_image(Some(options), None, credentials)
-            .try_collect::<Vec<_>>()
-            .await
-            .map_err(|source| RuntimeError::Pull {
+        let mut stream = self.docker.create_image(Some(options), None, credentials);
+        let mut layers: HashMap<String, u64> = HashMap::new();
+        let mut messages = 0;
+        while let Some(info) = stream.next().await {
+            let info = info.map_err(|source| RuntimeError::Pull {
                 image: image.to_string(),
                 source,
             })?;
-        Ok(progress.len())
+            messages += 1;
+            let total = info.progress_detail.and_then(|p| p.total).unwrap_or(0);
+            if let (Some(id), true) = (info.id, total > 0) {
+                layers.insert(id, total.max(0) as u64);
+                let bytes: u64 = layers.values().sum();
+                if bytes > max_bytes {
+                    return Err(RuntimeError::ImageTooLarge {
+                        image: image.to_string(),
+                        bytes,
+                        max_bytes,
+                    });
+                }
+            }
+        }
+        Ok(messages)
     }
 
-    /// Creates and starts a container; returns its id.
+    /// Creates and starts a container; returns its id. It runs without network, without
+    /// capabilities or privilege gain, and confined by `spec.sandbox`.
     pub async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
-        let mut labels = spec.labels.clone();
-        labels.insert(LABEL_MANAGED.to_string(), self.scope.clone());
-        let device_requests = (!spec.gpu_indices.is_empty()).then(|| {
-            vec![DeviceRequest {
-                driver: Some("nvidia".to_string()),
-                device_ids: Some(spec.gpu_indices.iter().map(u32::to_string).collect()),
-                capabilities: Some(vec![vec!["gpu".to_string()]]),
-                ..Default::default()
-            }]
-        });
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            cmd: spec.cmd.clone(),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(labels),
-            host_config: Some(HostConfig {
-                memory: spec.memory_bytes,
-                nano_cpus: spec.nano_cpus,
-                pids_limit: spec.pids_limit,
-                network_mode: Some("none".to_string()),
-                device_requests,
-                ..Default::default()
-            }),
-            ..Default::default()
+        let create_error = |source| RuntimeError::Engine {
+            op: "create",
+            source,
         };
-        let options = CreateContainerOptions {
-            name: spec.name.clone(),
-            ..Default::default()
+        let cap_layer = !spec.sandbox.read_only_root && !self.no_layer_cap.load(Ordering::Relaxed);
+        let id = match self.create(spec, cap_layer).await {
+            // Most storage drivers cannot cap a layer (overlay2 only on xfs with `pquota`): the
+            // engine refuses the container, which then runs without the cap.
+            Err(BollardError::DockerResponseServerError { message, .. }) if cap_layer => {
+                let id = self.create(spec, false).await.map_err(create_error)?;
+                self.no_layer_cap.store(true, Ordering::Relaxed);
+                tracing::warn!(
+                    engine = %message,
+                    "the storage driver cannot cap a container's writable layer; containers with a \
+                     writable root run without the cap"
+                );
+                id
+            }
+            created => created.map_err(create_error)?,
         };
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|source| RuntimeError::Engine {
-                op: "create",
-                source,
-            })?;
         self.docker
-            .start_container(&created.id, None::<StartContainerOptions>)
+            .start_container(&id, None::<StartContainerOptions>)
             .await
             .map_err(|source| RuntimeError::Engine {
                 op: "start",
                 source,
             })?;
-        Ok(created.id)
+        Ok(id)
+    }
+
+    /// Creates the container of `spec`, with its writable layer capped when `cap_layer`.
+    async fn create(&self, spec: &ContainerSpec, cap_layer: bool) -> Result<String, BollardError> {
+        let options = CreateContainerOptions {
+            name: spec.name.clone(),
+            ..Default::default()
+        };
+        let body = create_body(spec, &self.scope, cap_layer);
+        Ok(self.docker.create_container(Some(options), body).await?.id)
     }
 
     /// Waits for the container to stop and returns its exit code.
@@ -239,6 +264,8 @@ impl DockerEngine {
             ContainerState::Exited {
                 code: state.exit_code.unwrap_or_default(),
             }
+        } else if state.status == Some(ContainerStateStatusEnum::CREATED) {
+            ContainerState::Created
         } else {
             ContainerState::Running
         })
@@ -310,6 +337,83 @@ impl DockerEngine {
     }
 }
 
+/// What the engine is asked to create for `spec`, labelled as managed by `scope`: the container
+/// without network, without capabilities or privilege gain, confined by `spec.sandbox`, with its
+/// writable layer capped when `cap_layer`, and `spec.binds` mounted read-write (bind mounts whose
+/// host folder must exist).
+fn create_body(spec: &ContainerSpec, scope: &str, cap_layer: bool) -> ContainerCreateBody {
+    let mut labels = spec.labels.clone();
+    labels.insert(LABEL_MANAGED.to_string(), scope.to_string());
+    let device_requests = (!spec.gpu_indices.is_empty()).then(|| {
+        vec![DeviceRequest {
+            driver: Some("nvidia".to_string()),
+            device_ids: Some(spec.gpu_indices.iter().map(u32::to_string).collect()),
+            capabilities: Some(vec![vec!["gpu".to_string()]]),
+            ..Default::default()
+        }]
+    });
+    let mounts = (!spec.binds.is_empty()).then(|| {
+        spec.binds
+            .iter()
+            .map(|b| Mount {
+                typ: Some(MountType::BIND),
+                source: Some(b.host.to_string_lossy().into_owned()),
+                target: Some(b.container.to_string_lossy().into_owned()),
+                read_only: Some(false),
+                ..Default::default()
+            })
+            .collect()
+    });
+    let sandbox = &spec.sandbox;
+    // Executable: PyTorch and Triton compile kernels into temporary files and load them.
+    let tmpfs = |bytes: u64| format!("rw,exec,nosuid,nodev,size={bytes},mode=1777");
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        cmd: spec.cmd.clone(),
+        env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            memory: spec.memory_bytes,
+            nano_cpus: spec.nano_cpus,
+            pids_limit: spec.pids_limit,
+            network_mode: Some("none".to_string()),
+            device_requests,
+            mounts,
+            cap_drop: Some(vec!["ALL".to_string()]),
+            security_opt: Some(vec!["no-new-privileges".to_string()]),
+            readonly_rootfs: Some(sandbox.read_only_root),
+            tmpfs: Some(HashMap::from([
+                (TMP_DIR.to_string(), tmpfs(sandbox.tmp_bytes)),
+                (SCRATCH_DIR.to_string(), tmpfs(sandbox.scratch_bytes)),
+            ])),
+            storage_opt: cap_layer.then(|| {
+                HashMap::from([("size".to_string(), sandbox.writable_layer_bytes.to_string())])
+            }),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some(LOG_DRIVER.to_string()),
+                config: Some(HashMap::from([
+                    ("max-size".to_string(), sandbox.log_max_bytes.to_string()),
+                    ("max-file".to_string(), sandbox.log_max_files.to_string()),
+                ])),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The PIDs in an engine's `top` answer (the `PID` column of its `ps` table).
+fn top_pids(top: &ContainerTopResponse) -> Vec<u32> {
+    let Some(column) = top.titles.iter().flatten().position(|t| t.trim() == "PID") else {
+        return Vec::new();
+    };
+    top.processes
+        .iter()
+        .flatten()
+        .filter_map(|row| row.get(column)?.trim().parse().ok())
+        .collect()
+}
+
 /// A missing container as [`RuntimeError::NoSuchContainer`], anything else as the engine's error.
 fn engine_error(op: &'static str, id: &str, source: BollardError) -> RuntimeError {
     match source {
@@ -327,9 +431,10 @@ impl ContainerRuntime for DockerEngine {
         image_ref: &str,
         digest: &[u8; 32],
         credentials: Option<&Credentials>,
+        max_bytes: u64,
     ) -> Result<(), RuntimeError> {
         let pinned = pinned_reference(image_ref, digest)?;
-        self.pull_with_credentials(&pinned, credentials)
+        self.pull_with_credentials(&pinned, credentials, max_bytes)
             .await
             .map(drop)
     }
@@ -361,6 +466,17 @@ impl ContainerRuntime for DockerEngine {
             .unwrap_or(0))
     }
 
+    async fn pids(&self, id: &str) -> Result<Vec<u32>, RuntimeError> {
+        match self.docker.top_processes(id, None::<TopOptions>).await {
+            Ok(top) => Ok(top_pids(&top)),
+            // 409: the container is not running.
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(Vec::new()),
+            Err(source) => Err(engine_error("top", id, source)),
+        }
+    }
+
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         DockerEngine::stop(self, id, grace).await
     }
@@ -375,5 +491,60 @@ impl ContainerRuntime for DockerEngine {
 
     async fn managed(&self) -> Result<Vec<ManagedContainer>, RuntimeError> {
         self.managed_with_labels().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::BindMount;
+
+    #[test]
+    fn binds_become_read_write_bind_mounts_and_the_hardening_stays() {
+        let spec = ContainerSpec {
+            image: "r/i@sha256:00".into(),
+            gpu_indices: vec![3],
+            binds: vec![BindMount {
+                host: "/run/nvidia-mps/shm".into(),
+                container: "/dev/shm".into(),
+            }],
+            ..Default::default()
+        };
+        let body = create_body(&spec, "machine", false);
+        let host = body.host_config.expect("a host config");
+        assert_eq!(
+            host.mounts,
+            Some(vec![Mount {
+                typ: Some(MountType::BIND),
+                source: Some("/run/nvidia-mps/shm".into()),
+                target: Some("/dev/shm".into()),
+                read_only: Some(false),
+                ..Default::default()
+            }])
+        );
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
+        assert!(
+            host.binds.is_none(),
+            "no -v style binds: they create missing folders"
+        );
+        assert_eq!(body.labels.unwrap()[LABEL_MANAGED], "machine");
+        let plain = create_body(&ContainerSpec::default(), "machine", false);
+        assert_eq!(plain.host_config.unwrap().mounts, None);
+    }
+
+    #[test]
+    fn top_answers_give_the_pid_column() {
+        let row = |cells: &[&str]| cells.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        let top = ContainerTopResponse {
+            titles: Some(row(&["UID", "PID", "PPID", "CMD"])),
+            processes: Some(vec![
+                row(&["root", "4242", "4200", "python train.py"]),
+                row(&["root", "4250", "4242", "python -c worker"]),
+            ]),
+        };
+        assert_eq!(top_pids(&top), vec![4242, 4250]);
+        assert!(top_pids(&ContainerTopResponse::default()).is_empty());
     }
 }

@@ -1,7 +1,7 @@
 //! The container runtime against the real Docker engine and the local registry started by
 //! `scripts/engine.sh start` (the README's test command starts them).
 
-use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
+use gpu_market_agent::docker::{ContainerSpec, DockerEngine, Sandbox, LOG_DRIVER};
 
 fn engine_env() -> (String, String) {
     let host = std::env::var("DOCKER_HOST").expect(
@@ -123,4 +123,199 @@ async fn pulling_an_unknown_image_is_a_typed_error() {
         matches!(err, gpu_market_agent::docker::RuntimeError::Pull { .. }),
         "{err}"
     );
+}
+
+async fn inspect(host: &str, id: &str) -> bollard::models::ContainerInspectResponse {
+    bollard::Docker::connect_with_unix(host, 60, bollard::API_DEFAULT_VERSION)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap()
+        .inspect_container(
+            id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap()
+}
+
+/// Runs `script` under `sandbox`; returns the container's host config and its output.
+async fn run_sandboxed(sandbox: Sandbox, script: &str) -> (bollard::models::HostConfig, String) {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "engine-test")
+        .await
+        .expect("connect");
+    engine.pull(&image).await.expect("pull");
+    let spec = ContainerSpec {
+        image,
+        cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        memory_bytes: Some(256 << 20),
+        pids_limit: Some(32),
+        sandbox,
+        ..Default::default()
+    };
+    let id = engine.run(&spec).await.expect("run");
+    assert_eq!(
+        engine.wait(&id).await.unwrap(),
+        0,
+        "{:?}",
+        engine.logs(&id).await
+    );
+    let host_config = inspect(&host, &id).await.host_config.unwrap();
+    let logs = engine.logs(&id).await.unwrap();
+    engine.remove(&id).await.unwrap();
+    (host_config, logs.stdout + &logs.stderr)
+}
+
+#[tokio::test]
+async fn containers_run_without_capabilities_on_a_read_only_root_with_bounded_tmpfs_and_logs() {
+    let sandbox = Sandbox {
+        tmp_bytes: 4 << 20,
+        scratch_bytes: 8 << 20,
+        log_max_bytes: 1 << 20,
+        log_max_files: 2,
+        ..Sandbox::default()
+    };
+    assert!(sandbox.read_only_root, "the default");
+    let (hc, out) = run_sandboxed(
+        sandbox,
+        "touch /escape 2>/dev/null && echo root-writable || echo root-read-only; \
+         echo x > /tmp/f && echo tmp-writable; \
+         echo x > /workspace/f && echo scratch-writable; \
+         dd if=/dev/zero of=/tmp/big bs=1M count=8 2>/dev/null || echo tmp-full; \
+         dd if=/dev/zero of=/workspace/big bs=1M count=16 2>/dev/null || echo scratch-full; \
+         grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status",
+    )
+    .await;
+    for line in [
+        "root-read-only",
+        "tmp-writable",
+        "scratch-writable",
+        "tmp-full",
+        "scratch-full",
+        "CapEff:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "NoNewPrivs:\t1",
+    ] {
+        assert!(
+            out.lines().any(|l| l == line),
+            "{line:?} missing from {out}"
+        );
+    }
+    assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+    assert!(
+        hc.security_opt
+            .as_ref()
+            .is_some_and(|o| o.iter().any(|o| o.starts_with("no-new-privileges"))),
+        "{:?}",
+        hc.security_opt
+    );
+    assert_eq!(hc.readonly_rootfs, Some(true));
+    let log = hc.log_config.unwrap();
+    assert_eq!(log.typ.as_deref(), Some(LOG_DRIVER));
+    let log = log.config.unwrap();
+    assert_eq!(log["max-size"], (1u64 << 20).to_string());
+    assert_eq!(log["max-file"], "2");
+    let tmpfs = hc.tmpfs.unwrap();
+    assert!(
+        tmpfs["/tmp"].contains(&format!("size={}", 4u64 << 20)),
+        "{tmpfs:?}"
+    );
+    assert!(
+        tmpfs["/workspace"].contains(&format!("size={}", 8u64 << 20)),
+        "{tmpfs:?}"
+    );
+    assert_eq!(hc.storage_opt, None, "nothing to cap on a read-only root");
+}
+
+#[tokio::test]
+async fn a_writable_root_runs_even_where_the_storage_driver_cannot_cap_it() {
+    let sandbox = Sandbox {
+        read_only_root: false,
+        writable_layer_bytes: 64 << 20,
+        ..Sandbox::default()
+    };
+    let (hc, out) = run_sandboxed(
+        sandbox,
+        "touch /written && echo root-writable; grep '^CapEff:' /proc/self/status",
+    )
+    .await;
+    assert!(out.lines().any(|l| l == "root-writable"), "{out}");
+    assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
+    assert_eq!(hc.readonly_rootfs, Some(false));
+    assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+    // Capped where the driver can (btrfs, zfs, overlay2 on xfs with pquota), else not at all:
+    // the engine refused the capped container, and the agent ran it without the cap.
+    let (host, _) = engine_env();
+    let info = bollard::Docker::connect_with_unix(&host, 60, bollard::API_DEFAULT_VERSION)
+        .unwrap()
+        .info()
+        .await
+        .unwrap();
+    let backing = info
+        .driver_status
+        .unwrap_or_default()
+        .into_iter()
+        .find(|kv| kv.first().is_some_and(|k| k == "Backing Filesystem"))
+        .and_then(|kv| kv.get(1).cloned());
+    if info.driver.as_deref() == Some("overlay2") && backing.as_deref() != Some("xfs") {
+        assert_eq!(
+            hc.storage_opt, None,
+            "overlay2 on {backing:?} cannot cap a layer"
+        );
+    } else if let Some(opts) = hc.storage_opt {
+        assert_eq!(opts["size"], (64u64 << 20).to_string());
+    }
+}
+
+#[tokio::test]
+async fn an_image_over_the_size_limit_is_refused_before_it_is_whole() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "engine-test-size")
+        .await
+        .expect("connect");
+    forget_image(&host, &image).await;
+    let err = engine
+        .pull_with_credentials(&image, None, 1)
+        .await
+        .expect_err("a 1-byte limit");
+    assert!(
+        matches!(
+            err,
+            gpu_market_agent::runtime::RuntimeError::ImageTooLarge { max_bytes: 1, .. }
+        ),
+        "{err}"
+    );
+    engine.pull(&image).await.expect("within no limit");
+}
+
+#[tokio::test]
+async fn a_container_created_but_not_started_is_not_running() {
+    use gpu_market_agent::runtime::ContainerState;
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "engine-test-created")
+        .await
+        .expect("connect");
+    engine.pull(&image).await.expect("pull");
+    let docker = bollard::Docker::connect_with_unix(&host, 60, bollard::API_DEFAULT_VERSION)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+    let created = docker
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            bollard::models::ContainerCreateBody {
+                image: Some(image.clone()),
+                cmd: Some(vec!["true".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create");
+    assert_eq!(
+        engine.state(&created.id).await.unwrap(),
+        ContainerState::Created
+    );
+    engine.remove(&created.id).await.expect("remove");
 }

@@ -36,6 +36,12 @@ pub enum RuntimeError {
         op: &'static str,
         source: bollard::errors::Error,
     },
+    #[error("{image} is {bytes} bytes or more, over the host's limit of {max_bytes}")]
+    ImageTooLarge {
+        image: String,
+        bytes: u64,
+        max_bytes: u64,
+    },
     #[error("image reference {0:?} has no repository")]
     BadImage(String),
     #[error("no container {0}")]
@@ -63,6 +69,61 @@ pub struct ContainerSpec {
     pub pids_limit: Option<i64>,
     /// GPU indices (as the NVIDIA runtime numbers them) exposed to the container.
     pub gpu_indices: Vec<u32>,
+    /// Host folders mounted read-write into the container (the NVIDIA MPS folders of a lease on
+    /// a shared GPU); none by default.
+    pub binds: Vec<BindMount>,
+    /// Where the container may write and how much it may log; hardened by default.
+    pub sandbox: Sandbox,
+}
+
+/// A host folder mounted read-write into a container. The folder must exist: the engine refuses
+/// the container otherwise, rather than create an empty one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    pub host: PathBuf,
+    /// Where the container sees it; an absolute path.
+    pub container: PathBuf,
+}
+
+/// The tmpfs every container gets for temporary files.
+pub const TMP_DIR: &str = "/tmp";
+/// The tmpfs every container gets as its writable scratch directory.
+pub const SCRATCH_DIR: &str = "/workspace";
+
+/// How a container is confined beyond its CPU, memory and process limits. Whatever it says,
+/// every container also runs with every Linux capability dropped and with `no-new-privileges`
+/// (no setuid or file-capability gain), and has size-limited tmpfs mounts at [`TMP_DIR`] and
+/// [`SCRATCH_DIR`] (counted against its memory limit, as tmpfs pages are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sandbox {
+    /// Mounts the image's root filesystem read-only: the container writes only to its tmpfs
+    /// mounts (and `/dev/shm`). Off for images that must write elsewhere.
+    pub read_only_root: bool,
+    /// The size of the tmpfs at [`TMP_DIR`], in bytes.
+    pub tmp_bytes: u64,
+    /// The size of the tmpfs at [`SCRATCH_DIR`], in bytes.
+    pub scratch_bytes: u64,
+    /// With a writable root only: the cap on the container's writable layer, in bytes, where the
+    /// engine's storage driver supports one (btrfs, zfs, overlay2 on xfs mounted with `pquota`);
+    /// elsewhere the container runs without it.
+    pub writable_layer_bytes: u64,
+    /// The container's log (the engine's `local` driver) rotates at this size, in bytes …
+    pub log_max_bytes: u64,
+    /// … keeping this many files: the oldest output goes first.
+    pub log_max_files: u32,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox {
+            read_only_root: true,
+            tmp_bytes: 1 << 30,
+            scratch_bytes: 4 << 30,
+            writable_layer_bytes: 10 << 30,
+            log_max_bytes: 20 << 20,
+            log_max_files: 5,
+        }
+    }
 }
 
 /// Registry credentials for one pull.
@@ -80,7 +141,9 @@ impl std::fmt::Debug for Credentials {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContainerState {
-    /// Created, running, paused or restarting: not finished.
+    /// Created but never started: not running, and nothing to bill.
+    Created,
+    /// Running, paused or restarting: not finished.
     Running,
     Exited {
         code: i64,
@@ -97,12 +160,14 @@ pub struct ManagedContainer {
 
 #[async_trait]
 pub trait ContainerRuntime: Send + Sync {
-    /// Pulls `image_ref`'s repository pinned to `digest` (`repo@sha256:…`).
+    /// Pulls `image_ref`'s repository pinned to `digest` (`repo@sha256:…`), refusing an image
+    /// whose layers add up to more than `max_bytes`.
     async fn pull(
         &self,
         image_ref: &str,
         digest: &[u8; 32],
         credentials: Option<&Credentials>,
+        max_bytes: u64,
     ) -> Result<(), RuntimeError>;
     /// Creates and starts a container; returns its id. The container gets [`LABEL_MANAGED`].
     async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError>;
@@ -116,6 +181,9 @@ pub trait ContainerRuntime: Send + Sync {
     async fn managed(&self) -> Result<Vec<ManagedContainer>, RuntimeError>;
     /// CPU time the container has used since it started, in nanoseconds.
     async fn cpu_usage_ns(&self, id: &str) -> Result<u64, RuntimeError>;
+    /// The host PIDs of the container's processes (none once it stopped): what maps the GPUs'
+    /// processes to leases.
+    async fn pids(&self, id: &str) -> Result<Vec<u32>, RuntimeError>;
 }
 
 /// The repository of `image_ref` pinned to `digest`: `registry/repo@sha256:<hex>`.

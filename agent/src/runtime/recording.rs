@@ -46,6 +46,8 @@ pub struct FakeContainer {
     pub cpu_ns: u64,
     pub cpu_millicpus: u64,
     pub cpu_since: tokio::time::Instant,
+    /// The host PIDs of its processes ([`RecordingRuntime::spawn_process`]).
+    pub pids: Vec<u32>,
 }
 
 impl FakeContainer {
@@ -64,8 +66,28 @@ struct Inner {
     calls: Vec<Call>,
     containers: BTreeMap<String, FakeContainer>,
     next_id: u32,
+    next_pid: u32,
     /// How long a CPU reading takes to answer (an engine answers at its next collection).
     stats_delay: std::time::Duration,
+    /// Faults a test injects.
+    faults: Faults,
+}
+
+/// Faults [`RecordingRuntime`] plays on request, as a real engine or registry shows them.
+#[derive(Default)]
+struct Faults {
+    /// Image references (as leases name them) whose pull never finishes.
+    stalled_pulls: Vec<String>,
+    /// Image references whose pull the registry refuses.
+    refused_pulls: Vec<String>,
+    /// How long every pull takes.
+    pull_delay: Duration,
+    /// The size of each image, by reference (0 when not given).
+    image_bytes: BTreeMap<String, u64>,
+    /// Every call fails as against an engine that does not answer.
+    engine_down: bool,
+    /// The engine refuses to create containers, with this message.
+    refused_runs: Option<String>,
 }
 
 impl RecordingRuntime {
@@ -98,9 +120,75 @@ impl RecordingRuntime {
         c.cpu_since = tokio::time::Instant::now();
     }
 
+    /// A new process in container `id`; returns its host PID.
+    pub fn spawn_process(&self, id: &str) -> u32 {
+        let mut s = self.lock();
+        s.next_pid += 1;
+        let pid = 10_000 + s.next_pid;
+        s.containers
+            .get_mut(id)
+            .expect("spawn_process: no such container")
+            .pids
+            .push(pid);
+        pid
+    }
+
     /// From now on a CPU reading answers only after `delay`, as an engine's stats request does.
     pub fn set_stats_delay(&self, delay: std::time::Duration) {
         self.lock().stats_delay = delay;
+    }
+
+    /// From now on pulls of `image_ref` never finish (a registry that stalls).
+    pub fn stall_pulls(&self, image_ref: &str) {
+        self.lock().faults.stalled_pulls.push(image_ref.to_string());
+    }
+
+    /// From now on every pull takes `delay` (a big image, a slow registry).
+    pub fn delay_pulls(&self, delay: Duration) {
+        self.lock().faults.pull_delay = delay;
+    }
+
+    /// Image `image_ref` is `bytes` big.
+    pub fn set_image_size(&self, image_ref: &str, bytes: u64) {
+        self.lock()
+            .faults
+            .image_bytes
+            .insert(image_ref.to_string(), bytes);
+    }
+
+    /// From now on pulls of `image_ref` fail (an image the registry does not have).
+    pub fn refuse_pulls(&self, image_ref: &str) {
+        self.lock().faults.refused_pulls.push(image_ref.to_string());
+    }
+
+    /// The engine stops answering (`true`) or comes back (`false`); its containers keep running
+    /// meanwhile, as with Docker's live-restore.
+    pub fn set_engine_down(&self, down: bool) {
+        self.lock().faults.engine_down = down;
+    }
+
+    /// From now on the engine refuses to create containers (e.g. more CPUs than the host has).
+    pub fn refuse_runs(&self, message: &str) {
+        self.lock().faults.refused_runs = Some(message.to_string());
+    }
+
+    /// A container for `spec` that was created but never started (an agent killed between the
+    /// two steps); returns its id.
+    pub fn create_only(&self, spec: &ContainerSpec) -> String {
+        let mut s = self.lock();
+        let id = s.insert(spec);
+        s.containers.get_mut(&id).expect("just inserted").state = ContainerState::Created;
+        id
+    }
+
+    fn reachable(&self) -> Result<(), RuntimeError> {
+        if self.lock().faults.engine_down {
+            return Err(RuntimeError::Connect {
+                socket: "recording".into(),
+                source: bollard::errors::Error::RequestTimeoutError,
+            });
+        }
+        Ok(())
     }
 
     /// Makes container `id` finish with `code`, as a crash or a normal exit would.
@@ -111,30 +199,15 @@ impl RecordingRuntime {
     }
 }
 
-#[async_trait]
-impl ContainerRuntime for RecordingRuntime {
-    async fn pull(
-        &self,
-        image_ref: &str,
-        digest: &[u8; 32],
-        credentials: Option<&Credentials>,
-    ) -> Result<(), RuntimeError> {
-        let reference = super::pinned_reference(image_ref, digest)?;
-        self.lock().calls.push(Call::Pull {
-            reference,
-            username: credentials.map(|c| c.username.clone()),
-        });
-        Ok(())
-    }
-
-    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
-        let mut s = self.lock();
-        s.next_id += 1;
-        let id = format!("container-{}", s.next_id);
+impl Inner {
+    /// A new running container for `spec`, labelled as the engine labels the agent's.
+    fn insert(&mut self, spec: &ContainerSpec) -> String {
+        self.next_id += 1;
+        let id = format!("container-{}", self.next_id);
         let mut spec = spec.clone();
         spec.labels
             .insert(LABEL_MANAGED.to_string(), "true".to_string());
-        s.containers.insert(
+        self.containers.insert(
             id.clone(),
             FakeContainer {
                 spec,
@@ -142,13 +215,80 @@ impl ContainerRuntime for RecordingRuntime {
                 cpu_ns: 0,
                 cpu_millicpus: 0,
                 cpu_since: tokio::time::Instant::now(),
+                pids: Vec::new(),
             },
         );
+        id
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for RecordingRuntime {
+    async fn pull(
+        &self,
+        image_ref: &str,
+        digest: &[u8; 32],
+        credentials: Option<&Credentials>,
+        max_bytes: u64,
+    ) -> Result<(), RuntimeError> {
+        self.reachable()?;
+        let reference = super::pinned_reference(image_ref, digest)?;
+        let (stalled, refused, bytes, delay) = {
+            let mut s = self.lock();
+            s.calls.push(Call::Pull {
+                reference: reference.clone(),
+                username: credentials.map(|c| c.username.clone()),
+            });
+            let f = &s.faults;
+            (
+                f.stalled_pulls.iter().any(|i| i == image_ref),
+                f.refused_pulls.iter().any(|i| i == image_ref),
+                f.image_bytes.get(image_ref).copied().unwrap_or(0),
+                f.pull_delay,
+            )
+        };
+        tokio::time::sleep(delay).await;
+        if bytes > max_bytes {
+            return Err(RuntimeError::ImageTooLarge {
+                image: reference,
+                bytes,
+                max_bytes,
+            });
+        }
+        if stalled {
+            std::future::pending::<()>().await;
+        }
+        if refused {
+            return Err(RuntimeError::Pull {
+                image: reference,
+                source: bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404,
+                    message: "manifest unknown".into(),
+                },
+            });
+        }
+        Ok(())
+    }
+
+    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        self.reachable()?;
+        let mut s = self.lock();
+        if let Some(message) = s.faults.refused_runs.clone() {
+            return Err(RuntimeError::Engine {
+                op: "create",
+                source: bollard::errors::Error::DockerResponseServerError {
+                    status_code: 400,
+                    message,
+                },
+            });
+        }
+        let id = s.insert(spec);
         s.calls.push(Call::Run { id: id.clone() });
         Ok(id)
     }
 
     async fn state(&self, id: &str) -> Result<ContainerState, RuntimeError> {
+        self.reachable()?;
         self.lock()
             .containers
             .get(id)
@@ -157,6 +297,7 @@ impl ContainerRuntime for RecordingRuntime {
     }
 
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        self.reachable()?;
         let mut s = self.lock();
         s.calls.push(Call::Stop {
             id: id.to_string(),
@@ -173,6 +314,7 @@ impl ContainerRuntime for RecordingRuntime {
     }
 
     async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        self.reachable()?;
         let mut s = self.lock();
         s.calls.push(Call::Remove { id: id.to_string() });
         s.containers
@@ -182,6 +324,7 @@ impl ContainerRuntime for RecordingRuntime {
     }
 
     async fn save_logs(&self, id: &str, path: &Path) -> Result<u64, RuntimeError> {
+        self.reachable()?;
         let text = format!("logs of {id}\n");
         self.lock().calls.push(Call::SaveLogs {
             id: id.to_string(),
@@ -195,6 +338,7 @@ impl ContainerRuntime for RecordingRuntime {
     }
 
     async fn managed(&self) -> Result<Vec<ManagedContainer>, RuntimeError> {
+        self.reachable()?;
         Ok(self
             .lock()
             .containers
@@ -207,6 +351,7 @@ impl ContainerRuntime for RecordingRuntime {
     }
 
     async fn cpu_usage_ns(&self, id: &str) -> Result<u64, RuntimeError> {
+        self.reachable()?;
         let delay = self.lock().stats_delay;
         tokio::time::sleep(delay).await;
         self.lock()
@@ -214,5 +359,18 @@ impl ContainerRuntime for RecordingRuntime {
             .get(id)
             .map(FakeContainer::cpu_used)
             .ok_or_else(|| RuntimeError::NoSuchContainer(id.to_string()))
+    }
+
+    async fn pids(&self, id: &str) -> Result<Vec<u32>, RuntimeError> {
+        self.reachable()?;
+        let s = self.lock();
+        let c = s
+            .containers
+            .get(id)
+            .ok_or_else(|| RuntimeError::NoSuchContainer(id.to_string()))?;
+        Ok(match c.state {
+            ContainerState::Running => c.pids.clone(),
+            _ => Vec::new(),
+        })
     }
 }
