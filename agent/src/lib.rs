@@ -6,11 +6,13 @@
 
 pub mod chain;
 pub mod config;
+pub mod control;
 pub mod detect;
 pub mod docker;
 pub mod env;
 pub mod gpu;
 pub mod metrics;
 pub mod reconcile;
+pub mod redact;
 pub mod runtime;
 pub mod state;

@@ -2,21 +2,25 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use gpu_market_agent::chain::solana::{watch, SolanaChain};
+use gpu_market_agent::chain::solana::SolanaChain;
+use gpu_market_agent::chain::watch::{watch, WatchConfig};
 use gpu_market_agent::chain::Chain;
-use gpu_market_agent::config::{Commitment, Config, GpuBackendConfig, LogFormat};
+use gpu_market_agent::config::{Commitment, Config, GpuBackendConfig, HostCapacity, LogFormat};
+use gpu_market_agent::control::{DrainControl, DrainReport};
 use gpu_market_agent::detect::gpus_file;
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
+use gpu_market_agent::gpu::locks::RecordedLocks;
 use gpu_market_agent::gpu::nvml::NvmlGpu;
 use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
 use gpu_market_agent::gpu::GpuBackend;
-use gpu_market_agent::metrics::{self, Metrics};
-use gpu_market_agent::reconcile::{DrainOutcome, Reconciler, ReconcilerConfig};
+use gpu_market_agent::metrics::{self, Metrics, ServerLimits};
+use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig, RunOutcome};
+use gpu_market_agent::redact::RedactingWriter;
 use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
 use tokio::sync::Notify;
@@ -49,9 +53,18 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Runs the daemon: watches the market, runs leases, proves usage; drains on SIGTERM.
+    /// Runs the daemon: watches the market, runs leases, proves usage. SIGTERM stops it and
+    /// leaves the leases running (a restart or an upgrade takes them back); `drain` ends them.
     Run {
         /// The TOML configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Drains the running daemon of this configuration: it takes no more bids, stops every
+    /// lease's container, sends the final proofs, ends the leases, resets the GPUs and exits.
+    /// Waits for it and says how it ended.
+    Drain {
+        /// The TOML configuration file of the daemon.
         #[arg(long)]
         config: PathBuf,
     },
@@ -84,6 +97,7 @@ async fn command(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Run { config } => run(&config).await,
+        Command::Drain { config } => drain(&load_config(&config)?).await,
     }
 }
 
@@ -127,12 +141,23 @@ async fn run(path: &Path) -> Result<()> {
     let config = load_config(path)?;
     init_tracing(config.log_format);
 
-    let gpus = gpu_backend(&config)?;
-    tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");
-    let engine = DockerEngine::connect(&config.engine_socket, &config.machine.to_string()).await?;
-    tracing::info!(api = %engine.api_version(), "container engine ready");
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating the data folder {}", config.data_dir.display()))?;
+    // The clock locks a crashed run left are in the record; the loop's first tick resets the
+    // GPUs no lease uses.
+    let gpus: Arc<dyn GpuBackend> = Arc::new(RecordedLocks::open(
+        gpu_backend(&config)?,
+        &config.data_dir,
+    )?);
+    tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");
+    config
+        .container
+        .check_host(gpus.gpus().len(), HostCapacity::this_host()?)
+        .with_context(|| format!("in the configuration {}", path.display()))?;
+    let metrics = Arc::new(Metrics::new(config.health));
+    let engine = DockerEngine::connect(&config.engine_socket, &config.machine.to_string()).await?;
+    metrics.health().engine_reachable(true);
+    tracing::info!(api = %engine.api_version(), "container engine ready");
     let agent_key = solana_keypair::read_keypair_file(&config.keypair).map_err(|e| {
         anyhow::anyhow!(
             "cannot read the agent keypair {}: {e}",
@@ -140,16 +165,21 @@ async fn run(path: &Path) -> Result<()> {
         )
     })?;
     let env_key = Arc::new(agent_key.insecure_clone());
-    let (chain, electricity_cost_per_kwh, wake) = connect_chain(&config, agent_key).await;
+    let (chain, electricity_cost_per_kwh, wake) =
+        connect_chain(&config, agent_key, metrics.clone()).await;
 
-    let metrics = Arc::new(Metrics::default());
     let listener = tokio::net::TcpListener::bind(config.metrics_listen)
         .await
         .with_context(|| format!("binding the metrics address {}", config.metrics_listen))?;
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(metrics::serve(listener, metrics.clone(), async {
-        metrics_stopped.await.ok();
-    }));
+    let server = tokio::spawn(metrics::serve(
+        listener,
+        metrics.clone(),
+        ServerLimits::default(),
+        async {
+            metrics_stopped.await.ok();
+        },
+    ));
 
     let reconciler = Reconciler::new(
         chain,
@@ -160,27 +190,85 @@ async fn run(path: &Path) -> Result<()> {
             electricity_cost_per_kwh,
             heartbeat_interval: config.heartbeat_interval,
             container: config.container,
+            images: config.images,
             registries: config.registries.clone(),
             env_key,
+            mps: config.mps.clone(),
         },
         metrics,
     )?;
+    let control = DrainControl::new(&config.data_dir);
     let outcome = reconciler
         .run(
             config.billing_poll_interval,
             config.drain_deadline,
             wake,
             shutdown_signal(),
+            control.requested(),
         )
         .await;
     stop_metrics.send(()).ok();
     server.await.ok();
-    match outcome {
-        DrainOutcome::Drained => Ok(()),
-        DrainOutcome::DeadlinePassed { left } => anyhow::bail!(
-            "the drain deadline passed with {} lease(s) left; the next start finishes them",
-            left.len()
-        ),
+    let report = match outcome {
+        RunOutcome::Stopped { .. } => return Ok(()),
+        RunOutcome::Drained => DrainReport {
+            drained: true,
+            left: Vec::new(),
+        },
+        RunOutcome::DeadlinePassed { left } => DrainReport {
+            drained: false,
+            left: left.iter().map(ToString::to_string).collect(),
+        },
+    };
+    control
+        .finish(&report)
+        .context("writing the drain's result")?;
+    anyhow::ensure!(
+        report.drained,
+        "the drain deadline passed with {} lease(s) left; the next start finishes them",
+        report.left.len()
+    );
+    Ok(())
+}
+
+/// `drain`: asks the daemon of `config` to drain through its data folder, and waits for it.
+async fn drain(config: &Config) -> Result<()> {
+    let control = DrainControl::new(&config.data_dir);
+    control
+        .request()
+        .with_context(|| format!("writing a drain request into {}", config.data_dir.display()))?;
+    let took = config.billing_poll_interval + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + took;
+    while !control.accepted() && control.result()?.is_none() {
+        if tokio::time::Instant::now() > deadline {
+            control.withdraw()?;
+            anyhow::bail!(
+                "no agent took the drain request within {} s: is `gpu-market-agent run` running with data_dir {}?",
+                took.as_secs(),
+                config.data_dir.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("draining: no new bids; stopping the leases' containers, proving and ending them");
+    let deadline = tokio::time::Instant::now() + config.drain_deadline + Duration::from_secs(60);
+    loop {
+        if let Some(report) = control.result()? {
+            if report.drained {
+                println!("drained: every lease ended; the agent exited");
+                return Ok(());
+            }
+            anyhow::bail!(
+                "the drain deadline passed with {} lease(s) left ({}); the next start finishes them",
+                report.left.len(),
+                report.left.join(", ")
+            );
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the agent did not finish draining in time; see its log"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -188,16 +276,23 @@ async fn run(path: &Path) -> Result<()> {
 /// change to this machine's accounts (the loop's poll is the fallback while it is down).
 /// Also the electricity cost the spot rule uses: the machine's on chain (the program ranks spot
 /// bids by it), else, while the cluster cannot be read, the configuration's.
-async fn connect_chain(config: &Config, agent: Keypair) -> (Arc<dyn Chain>, u64, Arc<Notify>) {
+/// The watcher reports its feed's liveness to `metrics`.
+async fn connect_chain(
+    config: &Config,
+    agent: Keypair,
+    metrics: Arc<Metrics>,
+) -> (Arc<dyn Chain>, u64, Arc<Notify>) {
     let commitment = commitment(config.commitment);
     let chain = SolanaChain::new(
-        config.rpc_url.clone(),
+        config.rpc_url.expose().to_string(),
         commitment,
         agent,
         config.market,
         config.machine,
         config.host_token_account,
-    );
+    )
+    .with_priority_fee_cap(config.max_priority_fee_micro_lamports);
+    // `SecretUrl` shows the URL redacted: its API key stays out of the log.
     tracing::info!(agent = %chain.agent(), rpc = %config.rpc_url, "chain client ready");
     let cost = match chain.electricity_cost_per_kwh().await {
         Ok(on_chain) => {
@@ -217,19 +312,21 @@ async fn connect_chain(config: &Config, agent: Keypair) -> (Arc<dyn Chain>, u64,
     };
     let wake = Arc::new(Notify::new());
     tokio::spawn(watch(
-        config.ws_url.clone(),
-        commitment,
-        config.market,
-        config.machine,
+        WatchConfig {
+            ws_url: config.ws_url.clone(),
+            commitment,
+            market: config.market,
+            machine: config.machine,
+            silence: config.health.websocket_silence,
+        },
         wake.clone(),
-        Arc::new(AtomicBool::new(false)),
+        metrics,
     ));
     (Arc::new(chain), cost, wake)
 }
 
 fn commitment(c: Commitment) -> CommitmentConfig {
     match c {
-        Commitment::Processed => CommitmentConfig::processed(),
         Commitment::Confirmed => CommitmentConfig::confirmed(),
         Commitment::Finalized => CommitmentConfig::finalized(),
     }
@@ -240,15 +337,19 @@ async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("installing the SIGTERM handler");
     tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: draining"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+        _ = term.recv() => tracing::info!("SIGTERM: stopping; the leases keep running"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping; the leases keep running"),
     }
 }
 
+/// Logs to stdout, every URL in every line redacted (API keys live in RPC URLs, and libraries
+/// put URLs in their errors and debug lines).
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(RedactingWriter(std::io::stdout));
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

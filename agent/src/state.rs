@@ -10,8 +10,8 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use gpu_market_core::lease::{interval_window, UsageProof};
-use serde::{Deserialize, Serialize};
+use gpu_market_core::lease::{interval_window, SustainedPeak, UsageProof};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::chain::{Key, LeaseView};
 use crate::gpu::Sample;
@@ -35,11 +35,30 @@ pub struct LeaseRecord {
     pub running_since: Option<i64>,
     /// The interval being metered.
     pub open_interval: u32,
-    /// Each GPU's energy counter when the open interval's metering began, in mJ.
+    /// Each GPU's energy counter when the open interval's metering began, in mJ: the GPU's own,
+    /// or on a GPU the lease shares, the one in [`Self::attributed_energy_mj`].
     pub baseline_energy_mj: Vec<u64>,
+    /// On each GPU the lease shares with other leases (by machine index): the energy attributed
+    /// to it so far, in mJ (`crate::gpu::attribution`), which it is metered by instead of the
+    /// GPU's counter. Empty for a lease with its GPUs whole, and in state files written before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributed_energy_mj: BTreeMap<u8, u64>,
     pub utilisation_sum_pct: u64,
     pub samples: u32,
-    pub peak_power_mw: Vec<u32>,
+    /// Each GPU's sustained peak power in the open interval, with the readings it averages.
+    /// Absent from state files written before it: each GPU's then starts empty.
+    #[serde(default)]
+    pub sustained_peaks: Vec<SustainedPeak>,
+    /// `peak_power_mw`, the instantaneous peaks that agents before [`Self::sustained_peaks`]
+    /// kept: accepted so that their state files still load, and dropped (the open interval's
+    /// peak counts from the upgrade on).
+    #[serde(
+        default,
+        rename = "peak_power_mw",
+        skip_serializing,
+        deserialize_with = "ignore"
+    )]
+    pub legacy_peak_power_mw: (),
     /// Closed intervals not yet accepted on chain, oldest first.
     pub pending: Vec<ProofRecord>,
     /// The last interval the chain accepted, and the chain hash it left.
@@ -88,13 +107,39 @@ impl LeaseRecord {
             running_since: None,
             open_interval: lease.next_interval,
             baseline_energy_mj: samples.iter().map(|s| s.energy_mj).collect(),
+            attributed_energy_mj: BTreeMap::new(),
             utilisation_sum_pct: 0,
             samples: 0,
-            peak_power_mw: vec![0; lease.gpu_indices.len()],
+            sustained_peaks: vec![SustainedPeak::default(); lease.gpu_indices.len()],
+            legacy_peak_power_mw: (),
             pending: Vec::new(),
             last_proven: lease.next_interval.checked_sub(1),
             proof_hash: lease.proof_hash,
             exit_code: None,
+        }
+    }
+
+    /// Meters the GPUs `shared` (machine indices), which the lease shares with other leases, by
+    /// the energy attributed to it from now on ([`Self::attribute_energy`]), from zero. GPUs it
+    /// is metered so already keep their count.
+    pub fn meter_shared(&mut self, shared: &[u8]) {
+        for &gpu in shared {
+            if self.attributed_energy_mj.contains_key(&gpu) {
+                continue;
+            }
+            self.attributed_energy_mj.insert(gpu, 0);
+            if let Some(i) = self.gpu_indices.iter().position(|&g| g == gpu) {
+                if let Some(baseline) = self.baseline_energy_mj.get_mut(i) {
+                    *baseline = 0;
+                }
+            }
+        }
+    }
+
+    /// Adds `mj` to the energy attributed to the lease on the shared GPU `gpu`.
+    pub fn attribute_energy(&mut self, gpu: u8, mj: u64) {
+        if let Some(count) = self.attributed_energy_mj.get_mut(&gpu) {
+            *count = count.saturating_add(mj);
         }
     }
 
@@ -107,7 +152,9 @@ impl LeaseRecord {
         self.window(self.open_interval).is_none()
     }
 
-    /// Adds one reading of the lease's GPUs (in the lease's GPU order).
+    /// Adds one reading of the lease's GPUs (in the lease's GPU order). The power goes into each
+    /// GPU's [`SustainedPeak`]: a proof states the highest power sustained over a window of
+    /// readings, not the highest single reading.
     pub fn record_sample(&mut self, samples: &[Sample]) {
         if samples.is_empty() {
             return;
@@ -115,8 +162,12 @@ impl LeaseRecord {
         let util: u64 = samples.iter().map(|s| s.utilisation_pct as u64).sum();
         self.utilisation_sum_pct += util / samples.len() as u64;
         self.samples += 1;
-        for (peak, s) in self.peak_power_mw.iter_mut().zip(samples) {
-            *peak = (*peak).max(s.power_mw);
+        if self.sustained_peaks.len() < samples.len() {
+            self.sustained_peaks
+                .resize(samples.len(), SustainedPeak::default());
+        }
+        for (peak, s) in self.sustained_peaks.iter_mut().zip(samples) {
+            peak.record(s.power_mw);
         }
     }
 
@@ -196,10 +247,14 @@ impl LeaseRecord {
             gpu_seconds: self.gpu_seconds(window.0, window.1),
             energy_j,
             avg_utilisation_bps,
-            peak_power_w: self
-                .peak_power_mw
-                .iter()
-                .map(|mw| (mw / 1_000).min(u16::MAX as u32) as u16)
+            peak_power_w: (0..self.gpu_indices.len())
+                .map(|i| {
+                    let mw = self
+                        .sustained_peaks
+                        .get(i)
+                        .map_or(0, SustainedPeak::peak_mw);
+                    (mw / 1_000).min(u16::MAX as u32) as u16
+                })
                 .collect(),
             exit_code,
         });
@@ -210,7 +265,9 @@ impl LeaseRecord {
         self.baseline_energy_mj = samples.iter().map(|s| s.energy_mj).collect();
         self.utilisation_sum_pct = 0;
         self.samples = 0;
-        self.peak_power_mw = vec![0; self.gpu_indices.len()];
+        for peak in &mut self.sustained_peaks {
+            peak.next_interval();
+        }
     }
 
     /// The chain accepted the oldest pending proof, leaving `hash`.
@@ -219,6 +276,11 @@ impl LeaseRecord {
         self.last_proven = Some(proof.interval);
         self.proof_hash = hash;
     }
+}
+
+/// Reads and drops any value.
+fn ignore<'de, D: Deserializer<'de>>(d: D) -> Result<(), D::Error> {
+    serde::de::IgnoredAny::deserialize(d).map(drop)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -266,16 +328,8 @@ impl StateFile {
 
     /// Replaces the saved state with `state`, atomically and durably.
     pub fn save(&self, state: &AgentState) -> Result<(), StateError> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let tmp = self.path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(state).expect("the state serialises");
-        let mut file = fs::File::create(&tmp).map_err(|e| self.io(e))?;
-        file.write_all(&bytes).map_err(|e| self.io(e))?;
-        file.sync_all().map_err(|e| self.io(e))?;
-        fs::rename(&tmp, &self.path).map_err(|e| self.io(e))?;
-        fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| self.io(e))
+        write_durably(&self.path, &bytes).map_err(|e| self.io(e))
     }
 
     fn io(&self, source: std::io::Error) -> StateError {
@@ -284,6 +338,21 @@ impl StateFile {
             source,
         }
     }
+}
+
+/// Replaces the file at `path` with `bytes`, atomically (a temporary file beside it, renamed over
+/// it) and durably (both fsynced, and the folder): after a crash the file holds either the old
+/// bytes or the new, whole.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file = fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)?;
+    fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 #[cfg(test)]
@@ -344,13 +413,86 @@ mod tests {
                 gpu_seconds: 200,
                 energy_j: 200,
                 avg_utilisation_bps: 7_500,
-                peak_power_w: vec![300, 300],
+                peak_power_w: vec![250, 250],
                 exit_code: None,
             }]
         );
         assert_eq!(r.open_interval, 1);
         assert_eq!(r.baseline_energy_mj, vec![100_000, 100_000]);
         assert_eq!(r.close_ended(1_150, &samples(150_000, 0, 0)), 0);
+    }
+
+    #[test]
+    fn a_lone_power_spike_is_not_the_proofs_peak_and_the_window_outlives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path());
+        let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
+        r.running_since = Some(1_000);
+        let watts = [300, 300, 300, 300, 360, 300, 300, 300, 300, 300];
+        for (i, w) in watts.iter().enumerate() {
+            r.record_sample(&samples(0, w * 1_000, 100));
+            if i == 5 {
+                // The agent restarts mid-interval: the readings so far come back from the file.
+                let mut state = AgentState::default();
+                state.leases.insert(Key([9; 32]), r);
+                file.save(&state).unwrap();
+                r = file.load().unwrap().leases.remove(&Key([9; 32])).unwrap();
+            }
+        }
+        r.close_ended(1_100, &samples(0, 0, 0));
+        let proof = r.pending[0].proof();
+        assert_eq!(proof.peak_power_w, vec![312, 312], "(4 × 300 + 360) / 5");
+        assert_eq!(proof.power_violations(&[300, 300]).count(), 0);
+
+        // Sustained above the limit for a window: the next interval's proof shows it.
+        for _ in 0..gpu_market_core::lease::SUSTAINED_READINGS {
+            r.record_sample(&samples(0, 330_000, 100));
+        }
+        r.close_ended(1_200, &samples(0, 0, 0));
+        let proof = r.pending[1].proof();
+        assert_eq!(proof.peak_power_w, vec![330, 330]);
+        assert_eq!(proof.power_violations(&[300, 300]).count(), 2);
+    }
+
+    #[test]
+    fn state_files_written_with_instantaneous_peaks_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path());
+        let mut state = AgentState::default();
+        state
+            .leases
+            .insert(Key([9; 32]), LeaseRecord::new(&lease(0), &samples(0, 0, 0)));
+        file.save(&state).unwrap();
+        // The file as an agent before sustained peaks wrote it.
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&fs::read(file.path()).unwrap()).unwrap();
+        let record = json["leases"]
+            .as_object_mut()
+            .unwrap()
+            .values_mut()
+            .next()
+            .unwrap();
+        let record = record.as_object_mut().unwrap();
+        assert!(record.remove("sustained_peaks").is_some());
+        assert!(
+            !record.contains_key("peak_power_mw"),
+            "not written any more"
+        );
+        record.insert("peak_power_mw".into(), serde_json::json!([360_000, 0]));
+        fs::write(file.path(), serde_json::to_vec(&json).unwrap()).unwrap();
+
+        let mut r = file.load().unwrap().leases.remove(&Key([9; 32])).unwrap();
+        assert!(r.sustained_peaks.is_empty());
+        r.running_since = Some(1_000);
+        r.close_ended(1_100, &samples(0, 0, 0));
+        assert_eq!(
+            r.pending[0].peak_power_w,
+            vec![0, 0],
+            "one peak per GPU, none read"
+        );
+        r.record_sample(&samples(0, 250_000, 100));
+        r.close_ended(1_200, &samples(0, 0, 0));
+        assert_eq!(r.pending[1].peak_power_w, vec![250, 250]);
     }
 
     #[test]
@@ -389,6 +531,53 @@ mod tests {
         r.close_final(1_010, &samples(9_000, 0, 0), -1);
         assert_eq!(r.pending[0].gpu_seconds, 0);
         assert_eq!(r.pending[0].energy_j, 0);
+    }
+
+    #[test]
+    fn a_shared_gpu_is_metered_by_the_energy_attributed_and_old_files_load_without_it() {
+        let mut r = LeaseRecord::new(&lease(0), &samples(5_000_000, 0, 0));
+        r.meter_shared(&[1]);
+        assert_eq!(r.baseline_energy_mj, vec![5_000_000, 0]);
+        r.running_since = Some(1_000);
+        r.attribute_energy(1, 3_000_000);
+        r.attribute_energy(0, 1_000_000);
+        assert_eq!(
+            r.attributed_energy_mj,
+            [(1, 3_000_000)].into(),
+            "GPU 0 is whole"
+        );
+        r.meter_shared(&[1]);
+        assert_eq!(r.attributed_energy_mj[&1], 3_000_000, "kept");
+        // GPU 0 by its counter (+2 000 J), GPU 1 by the energy attributed (+3 000 J).
+        let now = vec![
+            Sample {
+                energy_mj: 7_000_000,
+                ..Default::default()
+            },
+            Sample {
+                energy_mj: 3_000_000,
+                ..Default::default()
+            },
+        ];
+        r.close_ended(1_100, &now);
+        assert_eq!(r.pending[0].energy_j, 5_000);
+        assert_eq!(r.baseline_energy_mj, vec![7_000_000, 3_000_000]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path());
+        let mut state = AgentState::default();
+        state.leases.insert(Key([9; 32]), r);
+        state
+            .leases
+            .insert(Key([8; 32]), LeaseRecord::new(&lease(0), &samples(0, 0, 0)));
+        file.save(&state).unwrap();
+        assert_eq!(file.load().unwrap(), state);
+        let text = fs::read_to_string(file.path()).unwrap();
+        assert_eq!(
+            text.matches("attributed_energy_mj").count(),
+            1,
+            "written only where a GPU is shared, as files before it have none"
+        );
     }
 
     #[test]

@@ -1,0 +1,470 @@
+//! Carrying out a plan: the quick steps in the tick, chain transactions side by side where they
+//! are independent, and container work handed to jobs beside the loop.
+
+use gpu_market_core::lease::exit;
+
+use super::jobs::{self, StartJob};
+use super::plan::{Action, Observed};
+use super::{logs_path, ActionError, Reconciler, TickError};
+use crate::chain::{ChainError, Key, LeaseView};
+use crate::config::RegistryPassword;
+use crate::gpu::isolation::{isolation, shared_gpus};
+use crate::gpu::{apply_and_verify, GpuError, Sample};
+use crate::runtime::{pinned_reference, registry_host, ContainerSpec, Credentials, LABEL_LEASE};
+use crate::state::{LeaseRecord, StateError};
+
+impl Reconciler {
+    /// Executes `actions`: proofs (all leases side by side), lease ends, the heartbeat and
+    /// prunes after the rest.
+    pub(super) async fn execute_plan(
+        &mut self,
+        actions: &[Action],
+        o: &Observed,
+    ) -> Result<(), TickError> {
+        let (later, first): (Vec<&Action>, Vec<&Action>) = actions.iter().partition(|a| {
+            matches!(
+                a,
+                Action::Submit { .. }
+                    | Action::End { .. }
+                    | Action::Heartbeat
+                    | Action::Prune { .. }
+            )
+        });
+        self.execute_all(&first, o).await?;
+        let metered: Vec<String> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Meter { lease } => self.state.leases.get(lease)?.container_id.clone(),
+                _ => None,
+            })
+            .collect();
+        self.cpu_probe.refresh(&self.runtime, metered);
+        let submits: Vec<Key> = later
+            .iter()
+            .filter_map(|a| match a {
+                Action::Submit { lease } => Some(*lease),
+                _ => None,
+            })
+            .collect();
+        self.submit_all(&submits, o)?;
+        let ends: Vec<&Action> = later
+            .iter()
+            .copied()
+            .filter(|a| matches!(a, Action::End { .. } | Action::Heartbeat))
+            .collect();
+        self.execute_all(&ends, o).await?;
+        let prunes: Vec<Key> = later
+            .iter()
+            .filter_map(|a| match a {
+                Action::Prune { bid } => Some(*bid),
+                _ => None,
+            })
+            .collect();
+        self.prune_all(&prunes).await;
+        Ok(())
+    }
+
+    /// Executes `actions` in order; a failed one is logged and planned again next tick, except
+    /// a state-file failure, which ends the tick.
+    async fn execute_all(&mut self, actions: &[&Action], o: &Observed) -> Result<(), TickError> {
+        for &action in actions {
+            if let Err(e) = self.execute(action, o).await {
+                if let ActionError::State(e) = e {
+                    return Err(TickError::State(e));
+                }
+                tracing::warn!(?action, error = %e, "action failed; planned again next tick");
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn chain_error(&self, e: &ChainError) {
+        self.metrics.rpc_error(e.is_transient());
+        if e.is_transient() {
+            tracing::warn!(error = %e, "chain call failed: the cluster did not answer");
+        } else {
+            tracing::warn!(error = %e, "chain call refused");
+        }
+    }
+
+    fn view(o: &Observed, lease: Key) -> Result<&LeaseView, ActionError> {
+        o.chain
+            .as_ref()
+            .and_then(|c| c.leases.iter().find(|l| l.key == lease))
+            .ok_or(ActionError::NotListed(lease))
+    }
+
+    fn samples(o: &Observed, gpu_indices: &[u8]) -> Vec<Sample> {
+        gpu_indices
+            .iter()
+            .map(|&i| {
+                o.gpus
+                    .iter()
+                    .find(|g| g.index == i as u32)
+                    .map(|g| g.sample)
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    pub(super) fn record(&mut self, lease: Key) -> &mut LeaseRecord {
+        self.state
+            .leases
+            .get_mut(&lease)
+            .expect("the plan names leases the state has")
+    }
+
+    async fn execute(&mut self, action: &Action, o: &Observed) -> Result<(), ActionError> {
+        let grace = self.config.container.stop_grace;
+        match action {
+            Action::RemoveContainer { id } => self.jobs.remove_stray(&self.runtime, id, grace),
+            Action::Adopt { lease, id } => self.adopt(*lease, id, o).await?,
+            Action::Start { lease } => self.start(*lease, o)?,
+            Action::Meter { lease } => {
+                let samples = self.lease_samples(*lease);
+                self.record(*lease).record_sample(&samples);
+                self.observe_workload(*lease);
+            }
+            Action::CloseEnded { lease } => {
+                let samples = self.lease_samples(*lease);
+                let closed = self.record(*lease).close_ended(o.now, &samples);
+                self.save()?;
+                tracing::info!(%lease, closed, "closed ended intervals");
+            }
+            Action::Finish { lease, exit_code } => {
+                let samples = self.lease_samples(*lease);
+                self.record(*lease).close_final(o.now, &samples, *exit_code);
+                self.save()?;
+                self.metrics.lease_ended(*exit_code);
+                tracing::info!(%lease, exit_code, "container finished; final proof closed");
+            }
+            Action::Stop { lease } => {
+                if let Some(id) = self.record(*lease).container_id.clone() {
+                    tracing::info!(%lease, container = %id, "stopping the container: its lease stops");
+                    let runtime = self.runtime.clone();
+                    self.jobs.spawn_for(*lease, jobs::stop(runtime, id, grace));
+                }
+            }
+            Action::Submit { lease } => self.submit_all(&[*lease], o)?,
+            Action::End { lease } => {
+                self.chain
+                    .end_lease(*lease)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%lease, "lease ended");
+                self.clean_up(*lease)?;
+            }
+            Action::Forget { lease } => {
+                tracing::info!(%lease, "the chain shows the lease closed; cleaning up");
+                self.clean_up(*lease)?;
+            }
+            Action::Preempt { lease, better_bid } => {
+                self.chain
+                    .preempt(*lease, *better_bid)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%lease, %better_bid, "spot lease preempted at its next boundary");
+            }
+            Action::Prune { bid } => self.prune_all(&[*bid]).await,
+            Action::Allocate { bid, gpu_indices } => {
+                let lease = self
+                    .chain
+                    .allocate(*bid, gpu_indices)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%bid, %lease, ?gpu_indices, "allocated");
+            }
+            Action::ResetGpu { index } => {
+                self.gpus.reset(*index)?;
+                tracing::info!(gpu = index, "reset a GPU no lease uses");
+            }
+            Action::Heartbeat => {
+                self.chain
+                    .heartbeat()
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                self.last_heartbeat = Some(o.now);
+            }
+        }
+        Ok(())
+    }
+
+    async fn adopt(&mut self, lease: Key, id: &str, o: &Observed) -> Result<(), ActionError> {
+        let view = Self::view(o, lease)?;
+        let samples = Self::samples(o, &view.gpu_indices);
+        let record = self
+            .state
+            .leases
+            .entry(lease)
+            .or_insert_with(|| LeaseRecord::new(view, &samples));
+        if let Ok(shared) = shared_gpus(&view.gpu_indices, view.gib_per_gpu, &self.gpu_infos) {
+            record.meter_shared(&shared);
+        }
+        record.container_id = Some(id.to_string());
+        record.running_since.get_or_insert(o.now);
+        self.save()?;
+        tracing::info!(%lease, container = %id, "adopted a running container");
+        if let Err(e) = self.verify_settings(view) {
+            tracing::warn!(%lease, error = %e, "settings no longer hold; stopping the lease");
+            let runtime = self.runtime.clone();
+            let grace = self.config.container.stop_grace;
+            self.jobs
+                .spawn_for(lease, jobs::stop(runtime, id.to_string(), grace));
+        }
+        Ok(())
+    }
+
+    fn verify_settings(&self, view: &LeaseView) -> Result<(), GpuError> {
+        for (&i, s) in view.gpu_indices.iter().zip(&view.settings) {
+            apply_and_verify(self.gpus.as_ref(), i as u32, s)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the GPU backend how busy the lease's container kept its CPU share between the
+    /// probe's last two readings (the SIMULATED backend's load; real GPUs ignore it).
+    fn observe_workload(&mut self, lease: Key) {
+        let record = self.record(lease);
+        let (Some(id), gpus) = (record.container_id.clone(), record.gpu_indices.clone()) else {
+            return;
+        };
+        let Some((cpu_ns, now)) = self.cpu_probe.latest(&id) else {
+            return;
+        };
+        if self
+            .cpu_readings
+            .get(&lease)
+            .is_some_and(|&(_, at)| at >= now)
+        {
+            return;
+        }
+        if let Some((last_ns, at)) = self.cpu_readings.insert(lease, (cpu_ns, now)) {
+            let share_ns = (now - at).as_nanos()
+                * gpus.len() as u128
+                * self.config.container.millicpus_per_gpu as u128
+                / 1_000;
+            let used = cpu_ns.saturating_sub(last_ns) as u128;
+            if let Some(permille) = (used * 1_000).checked_div(share_ns) {
+                for &g in &gpus {
+                    self.gpus
+                        .observe_workload(g as u32, permille.min(1_000) as u16);
+                }
+            }
+        }
+    }
+
+    /// Applies the lease's GPU settings (refusing the lease when they do not take, or when it
+    /// shares a GPU that the host cannot confine it on), then hands the environment, the pull
+    /// and the container's start to a job beside the loop.
+    fn start(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
+        let view = Self::view(o, lease)?;
+        let samples = Self::samples(o, &view.gpu_indices);
+        self.state
+            .leases
+            .entry(lease)
+            .or_insert_with(|| LeaseRecord::new(view, &samples));
+        self.save()?;
+        if let Err(e) = self.verify_settings(view) {
+            tracing::warn!(%lease, error = %e, "GPU settings did not take; refusing the lease");
+            return Ok(self.refuse(lease, exit::SETTINGS_REFUSED)?);
+        }
+        let isolation = match isolation(
+            &view.gpu_indices,
+            view.gib_per_gpu,
+            &self.gpu_infos,
+            self.config.mps.as_ref(),
+        ) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(%lease, error = %e, "refusing the lease");
+                return Ok(self.refuse(lease, exit::ISOLATION_UNAVAILABLE)?);
+            }
+        };
+        self.record(lease).meter_shared(&isolation.shared);
+        let credentials = match self.credentials(&view.image_ref) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(%lease, error = %e, "the registry credentials cannot be read; refusing the lease");
+                return Ok(self.refuse(lease, exit::IMAGE_UNAVAILABLE)?);
+            }
+        };
+        let n = view.gpu_indices.len() as i64;
+        let limits = self.config.container;
+        let spec = ContainerSpec {
+            name: None,
+            image: pinned_reference(&view.image_ref, &view.image_digest)?,
+            cmd: None,
+            env: isolation.env,
+            labels: [(LABEL_LEASE.to_string(), lease.to_string())].into(),
+            memory_bytes: Some((n * limits.memory_mib_per_gpu as i64) << 20),
+            nano_cpus: Some(n * limits.millicpus_per_gpu as i64 * 1_000_000),
+            pids_limit: Some(limits.pids_limit),
+            gpu_indices: view.gpu_indices.iter().map(|&i| i as u32).collect(),
+            binds: isolation.binds,
+            sandbox: limits.sandbox,
+        };
+        let job = StartJob {
+            runtime: self.runtime.clone(),
+            image_ref: view.image_ref.clone(),
+            digest: view.image_digest,
+            credentials,
+            budget: self.config.images,
+            data_dir: self.config.data_dir.clone(),
+            env_hash: view.env_hash,
+            env_key: self.config.env_key.clone(),
+            spec,
+        };
+        tracing::info!(%lease, image = %view.image_ref, "starting the lease's container");
+        self.jobs.spawn_for(lease, jobs::start(job));
+        Ok(())
+    }
+
+    /// The lease cannot run: its GPUs go back to their defaults and its final proof, with
+    /// nothing used, carries `exit_code`.
+    pub(super) fn refuse(&mut self, lease: Key, exit_code: i32) -> Result<(), StateError> {
+        if let Err(e) = self.reset_gpus(lease) {
+            tracing::warn!(%lease, error = %e, "resetting the lease's GPUs failed");
+        }
+        let now = self.chain_now().unwrap_or(self.record(lease).started_at);
+        let samples = self.lease_samples(lease);
+        self.record(lease).close_final(now, &samples, exit_code);
+        self.metrics.lease_ended(exit_code);
+        if exit_code == exit::IMAGE_UNAVAILABLE {
+            self.metrics.pull_failed();
+        }
+        self.save()
+    }
+
+    fn credentials(&self, image_ref: &str) -> Result<Option<Credentials>, std::io::Error> {
+        let Some(auth) = self.config.registries.get(registry_host(image_ref)) else {
+            return Ok(None);
+        };
+        let password = match &auth.password {
+            RegistryPassword::Inline(p) => p.clone(),
+            RegistryPassword::File(path) => std::fs::read_to_string(path)?.trim_end().to_string(),
+        };
+        Ok(Some(Credentials {
+            username: auth.username.clone(),
+            password,
+        }))
+    }
+
+    /// Hands the closed proofs of `leases` to the senders (one round per lease at a time, the
+    /// leases side by side). Proofs the chain already has are dropped first (their answer was
+    /// lost, or the agent died before saving).
+    pub(super) fn submit_all(&mut self, leases: &[Key], o: &Observed) -> Result<(), StateError> {
+        for &lease in leases {
+            if self.senders.is_sending(&lease) {
+                continue;
+            }
+            let Ok(view) = Self::view(o, lease) else {
+                continue;
+            };
+            let (next, prev) = (view.next_interval, view.proof_hash);
+            let chain = self.chain.clone();
+            let record = self.record(lease);
+            while record.pending.first().is_some_and(|p| p.interval < next) {
+                record.accept_oldest(prev);
+            }
+            let pending = record.pending.clone();
+            if !pending.is_empty() {
+                self.senders.submit(chain, lease, prev, pending);
+            }
+        }
+        self.save()
+    }
+
+    /// Takes the rounds of submissions that ended: each accepted proof is saved.
+    pub(super) async fn take_finished_sends(&mut self) -> Result<(), StateError> {
+        let rounds = self.senders.finished().await;
+        if rounds.is_empty() {
+            return Ok(());
+        }
+        for (lease, round) in rounds {
+            if !self.state.leases.contains_key(&lease) {
+                continue;
+            }
+            for (p, hash) in round.accepted {
+                self.metrics.proof_accepted(crate::metrics::unix_now());
+                let record = self.record(lease);
+                if record
+                    .pending
+                    .first()
+                    .is_some_and(|q| q.interval == p.interval)
+                {
+                    record.accept_oldest(hash);
+                }
+                tracing::info!(%lease, interval = p.interval, window = ?p.window, "proof accepted");
+            }
+            if let Some(e) = round.failed {
+                self.metrics.proof_failed();
+                self.chain_error(&e);
+                tracing::warn!(%lease, error = %e, "proof submission failed; sent again later");
+            }
+        }
+        self.save()
+    }
+
+    /// Prunes the expired bids `bids` side by side; one that fails (another keeper may have
+    /// pruned it first) is only logged: the next look at the books tells. One refused is not
+    /// tried again.
+    async fn prune_all(&mut self, bids: &[Key]) {
+        let jobs = bids.iter().map(|&bid| {
+            let chain = self.chain.clone();
+            async move { (bid, chain.prune_bid(bid).await) }
+        });
+        for (bid, result) in futures_util::future::join_all(jobs).await {
+            match result {
+                Ok(()) => tracing::info!(%bid, "pruned an expired bid"),
+                Err(e) => {
+                    self.chain_error(&e);
+                    tracing::warn!(%bid, error = %e, "pruning an expired bid failed");
+                    if !e.is_transient() {
+                        self.unprunable.insert(bid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands the lease's container (its logs kept) to a clean-up job; the lease is forgotten
+    /// when it is done, or at once when it has no container.
+    fn clean_up(&mut self, lease: Key) -> Result<(), StateError> {
+        self.cpu_readings.remove(&lease);
+        match self.record(lease).container_id.clone() {
+            Some(id) => {
+                self.cpu_probe.forget(&id);
+                let logs = logs_path(&self.config.data_dir, &lease);
+                let (runtime, grace) = (self.runtime.clone(), self.config.container.stop_grace);
+                self.jobs
+                    .spawn_for(lease, jobs::clean_up(runtime, id, logs, grace));
+                Ok(())
+            }
+            None => self.forget(lease),
+        }
+    }
+
+    /// Resets the lease's GPUs that no other lease uses and forgets the lease.
+    pub(super) fn forget(&mut self, lease: Key) -> Result<(), StateError> {
+        if let Err(e) = self.reset_gpus(lease) {
+            tracing::warn!(%lease, error = %e, "resetting the lease's GPUs failed");
+        }
+        self.state.leases.remove(&lease);
+        self.save()
+    }
+
+    /// Resets the lease's GPUs that no other lease of this agent uses.
+    fn reset_gpus(&self, lease: Key) -> Result<(), GpuError> {
+        let record = &self.state.leases[&lease];
+        for &i in &record.gpu_indices {
+            let shared =
+                self.state.leases.iter().any(|(k, r)| {
+                    *k != lease && r.exit_code.is_none() && r.gpu_indices.contains(&i)
+                });
+            if !shared {
+                self.gpus.reset(i as u32)?;
+            }
+        }
+        Ok(())
+    }
+}

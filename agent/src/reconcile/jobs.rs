@@ -1,0 +1,314 @@
+//! Container work that can take long — opening the environment, pulling the image, creating and
+//! starting the container, stopping it, keeping its logs and removing it — runs beside the
+//! reconcile loop, one job per lease at a time (as a kube-rs controller hands each object to its
+//! own reconcile). The loop never waits for a registry or an engine: it starts jobs, and each
+//! tick takes the results of the ones that finished.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_market_core::lease::exit;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::chain::Key;
+use crate::config::ImageBudget;
+use crate::env::{load_env, EnvError};
+use crate::runtime::{ContainerRuntime, ContainerSpec, Credentials, RuntimeError};
+
+/// How a job ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The lease's container runs: `id`, started at `at`, its image had in `pulled_in`.
+    Started {
+        id: String,
+        at: Instant,
+        pulled_in: Duration,
+    },
+    /// The lease cannot run; its final proof carries `exit_code` (one of core's `exit` codes)
+    /// and its client is refunded the unused escrow.
+    Refused { exit_code: i32, reason: String },
+    /// The container was stopped.
+    Stopped,
+    /// The container's logs were kept and the container removed.
+    CleanedUp,
+    /// A stop or clean-up failed (the engine did not answer): planned again next tick.
+    Failed(RuntimeError),
+}
+
+/// What starting one lease's container takes.
+pub struct StartJob {
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub image_ref: String,
+    pub digest: [u8; 32],
+    pub credentials: Option<Credentials>,
+    pub budget: ImageBudget,
+    pub data_dir: PathBuf,
+    pub env_hash: [u8; 32],
+    pub env_key: Arc<solana_keypair::Keypair>,
+    /// The container to run. Its environment holds the host's variables (a shared GPU's MPS
+    /// settings), which the lease's own go before and cannot override.
+    pub spec: ContainerSpec,
+}
+
+/// The jobs under way: per lease, and per stray container being removed.
+#[derive(Default)]
+pub struct Jobs {
+    leases: BTreeMap<Key, JoinHandle<Outcome>>,
+    strays: BTreeMap<String, JoinHandle<Outcome>>,
+    /// Notified as each lease job finishes: the loop takes its result at once rather than at
+    /// its next poll.
+    done: Arc<Notify>,
+}
+
+impl Jobs {
+    /// Leases with a job under way.
+    pub fn busy(&self) -> BTreeSet<Key> {
+        self.leases.keys().copied().collect()
+    }
+
+    /// Runs `job` for `lease` beside the loop, unless one already runs for it.
+    pub fn spawn_for(
+        &mut self,
+        lease: Key,
+        job: impl std::future::Future<Output = Outcome> + Send + 'static,
+    ) {
+        let done = self.done.clone();
+        self.leases.entry(lease).or_insert_with(|| {
+            tokio::spawn(async move {
+                let outcome = job.await;
+                done.notify_one();
+                outcome
+            })
+        });
+    }
+
+    /// Whether a lease job has finished and waits to be taken.
+    #[cfg(test)]
+    pub fn any_finished(&self) -> bool {
+        self.leases.values().any(|h| h.is_finished())
+    }
+
+    /// Whether every job has finished.
+    #[cfg(test)]
+    pub fn all_finished(&self) -> bool {
+        self.leases
+            .values()
+            .chain(self.strays.values())
+            .all(|h| h.is_finished())
+    }
+
+    /// Completes when a lease job has finished since the last call.
+    pub async fn one_finished(&self) {
+        self.done.notified().await
+    }
+
+    /// Stops and removes the stray container `id` beside the loop, unless that already runs.
+    pub fn remove_stray(&mut self, runtime: &Arc<dyn ContainerRuntime>, id: &str, grace: Duration) {
+        let runtime = runtime.clone();
+        let owned = id.to_string();
+        self.strays.entry(id.to_string()).or_insert_with(|| {
+            tokio::spawn(async move {
+                match stop_and_remove(runtime.as_ref(), &owned, grace).await {
+                    Ok(()) => Outcome::CleanedUp,
+                    Err(e) => Outcome::Failed(e),
+                }
+            })
+        });
+    }
+
+    /// The outcomes of the lease jobs that finished since the last call (stray removals are
+    /// only logged).
+    pub async fn finished(&mut self) -> Vec<(Key, Outcome)> {
+        let done: Vec<Key> = self
+            .leases
+            .iter()
+            .filter(|(_, h)| h.is_finished())
+            .map(|(k, _)| *k)
+            .collect();
+        let mut out = Vec::with_capacity(done.len());
+        for key in done {
+            let handle = self.leases.remove(&key).expect("listed above");
+            out.push((key, joined(handle.await)));
+        }
+        let strays: Vec<String> = self
+            .strays
+            .iter()
+            .filter(|(_, h)| h.is_finished())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in strays {
+            let handle = self.strays.remove(&id).expect("listed above");
+            match joined(handle.await) {
+                Outcome::Failed(e) => {
+                    tracing::warn!(container = %id, error = %e, "removing a stray container failed")
+                }
+                _ => tracing::info!(container = %id, "removed a container no lease accounts for"),
+            }
+        }
+        out
+    }
+}
+
+fn joined(r: Result<Outcome, tokio::task::JoinError>) -> Outcome {
+    r.unwrap_or_else(|e| Outcome::Refused {
+        exit_code: exit::ENGINE_REFUSED,
+        reason: format!("the start task failed: {e}"),
+    })
+}
+
+/// Opens the environment, pulls the image within the budget, creates and starts the container.
+/// Waits for a missing environment file or a registry that does not answer, with backoff, up to
+/// the budget's pull timeout; everything that cannot get better refuses the lease at once.
+pub async fn start(job: StartJob) -> Outcome {
+    let began = Instant::now();
+    let env = match prepare(&job, began + job.budget.pull_timeout).await {
+        Ok(env) => env,
+        Err(refusal) => return refusal,
+    };
+    let pulled_in = began.elapsed();
+    let mut spec = job.spec;
+    let host = std::mem::take(&mut spec.env);
+    spec.env = env
+        .into_iter()
+        .filter(|(key, _)| !host.iter().any(|(k, _)| k == key))
+        .collect();
+    spec.env.extend(host);
+    match job.runtime.run(&spec).await {
+        Ok(id) => Outcome::Started {
+            id,
+            at: Instant::now(),
+            pulled_in,
+        },
+        Err(e) => refused(exit::ENGINE_REFUSED, e.to_string()),
+    }
+}
+
+fn refused(exit_code: i32, reason: String) -> Outcome {
+    Outcome::Refused { exit_code, reason }
+}
+
+/// The environment, once the image is pulled, both by `deadline`; each retried with backoff
+/// while it may get better.
+async fn prepare(job: &StartJob, deadline: Instant) -> Result<Vec<(String, String)>, Outcome> {
+    let budget = job.budget.pull_timeout.as_secs();
+    let mut backoff = Duration::from_millis(500);
+    let (mut env, mut pulled) = (None, false);
+    loop {
+        if env.is_none() {
+            env = match load_env(&job.data_dir, &job.env_hash, &job.env_key) {
+                Ok(env) => Some(env),
+                // The sealed environment may still be on its way to the host.
+                Err(EnvError::Read { .. }) => None,
+                Err(e) => return Err(refused(exit::ENVIRONMENT_UNAVAILABLE, e.to_string())),
+            };
+        }
+        if !pulled {
+            let pull = job.runtime.pull(
+                &job.image_ref,
+                &job.digest,
+                job.credentials.as_ref(),
+                job.budget.max_image_bytes,
+            );
+            match tokio::time::timeout_at(deadline, pull).await {
+                Ok(Ok(())) => pulled = true,
+                Ok(Err(e)) if !may_get_better(&e) => {
+                    return Err(refused(exit::IMAGE_UNAVAILABLE, e.to_string()))
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(image = %job.image_ref, error = %e, "pull failed; retrying")
+                }
+                Err(_) => {
+                    return Err(refused(
+                        exit::IMAGE_UNAVAILABLE,
+                        format!("{} was not pulled within {budget} s", job.image_ref),
+                    ))
+                }
+            }
+        }
+        if pulled && env.is_some() {
+            return Ok(env.unwrap_or_default());
+        }
+        if Instant::now() + backoff > deadline {
+            return Err(if pulled {
+                refused(
+                    exit::ENVIRONMENT_UNAVAILABLE,
+                    format!("the sealed environment did not arrive within {budget} s"),
+                )
+            } else {
+                refused(
+                    exit::IMAGE_UNAVAILABLE,
+                    format!("{} was not pulled within {budget} s", job.image_ref),
+                )
+            });
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(15));
+    }
+}
+
+/// Whether a failed pull may succeed if tried again: the engine or registry did not answer,
+/// or answered with a server error. A reference that names no image, one the registry does not
+/// have or will not give, and one over the size limit do not get better.
+fn may_get_better(e: &RuntimeError) -> bool {
+    use bollard::errors::Error as B;
+    match e {
+        RuntimeError::Connect { .. } => true,
+        RuntimeError::Pull { source, .. } | RuntimeError::Engine { source, .. } => match source {
+            B::DockerResponseServerError { status_code, .. } => *status_code >= 500,
+            _ => true,
+        },
+        _ => false,
+    }
+}
+
+/// Stops the container (SIGTERM, SIGKILL after `grace`).
+pub async fn stop(runtime: Arc<dyn ContainerRuntime>, id: String, grace: Duration) -> Outcome {
+    match runtime.stop(&id, grace).await {
+        Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => Outcome::Stopped,
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+/// Keeps the container's logs at `logs`, then stops and removes it.
+pub async fn clean_up(
+    runtime: Arc<dyn ContainerRuntime>,
+    id: String,
+    logs: PathBuf,
+    grace: Duration,
+) -> Outcome {
+    let saved = async {
+        tokio::fs::create_dir_all(logs.parent().expect("logs folder"))
+            .await
+            .map_err(|source| RuntimeError::Logs {
+                path: logs.clone(),
+                source,
+            })?;
+        runtime.save_logs(&id, &logs).await
+    };
+    if let Err(e) = saved.await {
+        tracing::warn!(container = %id, error = %e, "could not keep the container's logs");
+    }
+    match stop_and_remove(runtime.as_ref(), &id, grace).await {
+        Ok(()) => Outcome::CleanedUp,
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+async fn stop_and_remove(
+    runtime: &dyn ContainerRuntime,
+    id: &str,
+    grace: Duration,
+) -> Result<(), RuntimeError> {
+    match runtime.stop(id, grace).await {
+        Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => {}
+        Err(e) => return Err(e),
+    }
+    match runtime.remove(id).await {
+        Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

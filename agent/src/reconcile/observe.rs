@@ -1,0 +1,224 @@
+//! One look at the three backends, each of which may fail alone, and the results of the
+//! container jobs that finished since the last look.
+
+use std::collections::BTreeSet;
+
+use gpu_market_core::lease::exit;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::jobs::Outcome;
+use super::plan::{ChainObserved, Observed, ObservedContainer, ObservedGpu};
+use super::{chain_time, Reconciler, TickError, BIDS_CONSIDERED};
+use crate::chain::{ChainError, Key, LeaseView};
+use crate::runtime::RuntimeError;
+use crate::state::StateError;
+
+impl Reconciler {
+    pub(super) async fn observe(&mut self, draining: bool) -> Result<Observed, TickError> {
+        let containers = self.observe_containers().await;
+        self.metrics.health().engine_reachable(containers.is_ok());
+        let containers = match containers {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, "the container engine does not answer; proofs go on");
+                None
+            }
+        };
+        // The leases the agent knows of: its records and its containers' labels.
+        let known: BTreeSet<Key> = self
+            .state
+            .leases
+            .keys()
+            .copied()
+            .chain(containers.iter().flatten().filter_map(|c| c.lease))
+            .collect();
+        let chain = self.observe_chain(&known).await;
+        let now = match (&chain, self.clock) {
+            (Ok((now, _)), _) => *now,
+            (Err(_), Some((then, at))) => chain_time(then, at, Instant::now()),
+            (Err(e), None) => return Err(TickError::NoClock(e.clone())),
+        };
+        let chain = match chain {
+            Ok((now, view)) => {
+                self.clock = Some((now, Instant::now()));
+                self.follow_stops(&view.leases)?;
+                Some(view)
+            }
+            Err(e) => {
+                self.chain_error(&e);
+                None
+            }
+        };
+        let gpus = self.observe_gpus();
+        self.split_shared_gpus(containers.is_some()).await;
+        let heartbeat_due = chain.is_some()
+            && self
+                .last_heartbeat
+                .is_none_or(|t| now - t >= self.config.heartbeat_interval.as_secs() as i64);
+        Ok(Observed {
+            now,
+            chain,
+            containers,
+            gpus,
+            local: self.state.clone(),
+            busy: self.jobs.busy(),
+            draining,
+            heartbeat_due,
+            electricity_cost_per_kwh: self.config.electricity_cost_per_kwh,
+        })
+    }
+
+    async fn observe_containers(&self) -> Result<Vec<ObservedContainer>, RuntimeError> {
+        let mut containers = Vec::new();
+        for c in self.runtime.managed().await? {
+            let state = match self.runtime.state(&c.id).await {
+                Ok(s) => s,
+                // Removed between the listing and now.
+                Err(RuntimeError::NoSuchContainer(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            containers.push(ObservedContainer {
+                id: c.id,
+                lease: c.lease,
+                state,
+            });
+        }
+        Ok(containers)
+    }
+
+    /// Every GPU's settings and reading; a GPU that cannot be read keeps its last reading (its
+    /// leases are metered with it) and is left alone this tick.
+    fn observe_gpus(&mut self) -> Vec<ObservedGpu> {
+        let mut gpus = Vec::with_capacity(self.gpu_infos.len());
+        for info in &self.gpu_infos {
+            let applied = self
+                .gpus
+                .read_back(info.index)
+                .inspect_err(|e| tracing::warn!(gpu = info.index, error = %e, "reading the GPU's settings failed"))
+                .ok();
+            let sample = match self.gpus.sample(info.index) {
+                Ok(s) => {
+                    self.last_samples.insert(info.index, s);
+                    s
+                }
+                Err(e) => {
+                    tracing::warn!(gpu = info.index, error = %e, "reading the GPU failed; metering with its last reading");
+                    self.last_samples
+                        .get(&info.index)
+                        .copied()
+                        .unwrap_or_default()
+                }
+            };
+            gpus.push(ObservedGpu {
+                index: info.index,
+                applied,
+                defaults: info.defaults(),
+                sample,
+            });
+        }
+        self.metrics
+            .set_gpus(gpus.iter().map(|g| (g.index, g.sample)).collect());
+        gpus
+    }
+
+    async fn observe_chain(
+        &self,
+        known: &BTreeSet<Key>,
+    ) -> Result<(i64, ChainObserved), ChainError> {
+        let now = self.chain.now().await?;
+        let machine = self.chain.machine().await?;
+        let leases = self.chain.leases().await?;
+        let open = self.chain.best_open_bids(BIDS_CONSIDERED).await?;
+        // A lease the agent knows that the listing omits is gone only if the chain shows its
+        // account closed; a failed check decides nothing.
+        let unlisted: Vec<Key> = known
+            .iter()
+            .filter(|k| !leases.iter().any(|l| l.key == **k))
+            .copied()
+            .collect();
+        let closed: BTreeSet<Key> = if unlisted.is_empty() {
+            BTreeSet::new()
+        } else {
+            match self.chain.closed_leases(&unlisted).await {
+                Ok(closed) => closed.into_iter().collect(),
+                Err(e) => {
+                    self.chain_error(&e);
+                    BTreeSet::new()
+                }
+            }
+        };
+        Ok((
+            now,
+            ChainObserved {
+                machine,
+                leases,
+                closed,
+                bids: open.bids,
+                expired: open
+                    .expired
+                    .into_iter()
+                    .filter(|k| !self.unprunable.contains(k))
+                    .collect(),
+            },
+        ))
+    }
+
+    /// Takes each lease's stop from the chain (a spot preemption moves it earlier).
+    fn follow_stops(&mut self, leases: &[LeaseView]) -> Result<(), StateError> {
+        let mut changed = false;
+        for l in leases {
+            if let Some(r) = self.state.leases.get_mut(&l.key) {
+                changed |= r.stop != l.stop();
+                r.stop = l.stop();
+            }
+        }
+        if changed {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Applies the results of the container jobs that finished: a started container is
+    /// recorded (billing starts when it started), a lease that cannot run gets its final proof,
+    /// a cleaned-up lease is forgotten.
+    pub(super) async fn take_finished_jobs(&mut self) -> Result<(), StateError> {
+        for (lease, outcome) in self.jobs.finished().await {
+            if !self.state.leases.contains_key(&lease) {
+                continue;
+            }
+            match outcome {
+                Outcome::Started { id, at, pulled_in } => {
+                    self.metrics.observe_pull(pulled_in);
+                    let started = self.clock.map(|(then, read)| chain_time(then, read, at));
+                    let baseline = self.lease_samples(lease);
+                    let record = self.record(lease);
+                    record.container_id = Some(id.clone());
+                    record.running_since = started.or(Some(record.started_at));
+                    record.baseline_energy_mj = baseline.iter().map(|s| s.energy_mj).collect();
+                    let allocated = record.started_at;
+                    if let Some(t) = started {
+                        self.metrics
+                            .observe_start(Duration::from_secs((t - allocated).max(0) as u64));
+                    }
+                    tracing::info!(%lease, container = %id, ?pulled_in, "lease started");
+                }
+                Outcome::Refused { exit_code, reason } => {
+                    tracing::warn!(%lease, exit_code, %reason, "{}; ending the lease", exit::reason(exit_code));
+                    self.refuse(lease, exit_code)?;
+                }
+                Outcome::Stopped => tracing::info!(%lease, "container stopped"),
+                Outcome::CleanedUp => {
+                    self.forget(lease)?;
+                    continue;
+                }
+                Outcome::Failed(e) => {
+                    tracing::warn!(%lease, error = %e, "container work failed; planned again");
+                }
+            }
+            self.save()?;
+        }
+        Ok(())
+    }
+}

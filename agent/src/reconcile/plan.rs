@@ -1,0 +1,461 @@
+//! What one tick observed, and [`plan`]: the pure function from it to the actions that bring the
+//! machine in line with what the chain says should run. The plan never waits: slow container
+//! work it asks for runs beside the loop (see `jobs`), and a lease with such work in flight is
+//! left alone until it is done.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpu_market_core::lease::{exit, interval_window, spot_profit_per_day};
+use gpu_market_core::overclock::Settings;
+
+use crate::chain::{BidKind, BidView, Key, LeaseView, MachineStatus, MachineView};
+use crate::gpu::Sample;
+use crate::runtime::ContainerState;
+use crate::state::{AgentState, LeaseRecord};
+
+/// How many expired bids one tick prunes at most (side by side, after the proofs).
+pub const PRUNES_PER_TICK: usize = 3;
+
+/// Everything one tick decides from.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The cluster's clock (or, while it is unreachable, the last reading advanced locally).
+    pub now: i64,
+    /// `None` while the cluster is unreachable.
+    pub chain: Option<ChainObserved>,
+    /// `None` while the container engine is unreachable.
+    pub containers: Option<Vec<ObservedContainer>>,
+    pub gpus: Vec<ObservedGpu>,
+    pub local: AgentState,
+    /// Leases with container work (a start, a stop, a clean-up) under way beside the loop.
+    pub busy: BTreeSet<Key>,
+    pub draining: bool,
+    pub heartbeat_due: bool,
+    pub electricity_cost_per_kwh: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChainObserved {
+    pub machine: MachineView,
+    pub leases: Vec<LeaseView>,
+    /// Leases the agent knows that the chain shows closed. A lease merely missing from the
+    /// listing (a lagging node, an account that failed to decode) is not here, and not gone.
+    pub closed: BTreeSet<Key>,
+    pub bids: Vec<BidView>,
+    /// Expired bids in the machine's books.
+    pub expired: Vec<Key>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedContainer {
+    pub id: String,
+    pub lease: Option<Key>,
+    pub state: ContainerState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedGpu {
+    pub index: u32,
+    /// `None` when the read-back failed this tick.
+    pub applied: Option<Settings>,
+    pub defaults: Settings,
+    /// The latest good reading (a failed read keeps the one before).
+    pub sample: Sample,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A managed container no lease accounts for: stop and remove it (beside the loop).
+    RemoveContainer {
+        id: String,
+    },
+    /// A running container of a lease the agent has no container id for: take it back.
+    Adopt {
+        lease: Key,
+        id: String,
+    },
+    /// Apply the lease's settings (refusing it if they do not take), then open its environment,
+    /// pull and run beside the loop.
+    Start {
+        lease: Key,
+    },
+    /// Add this tick's GPU readings to the open interval.
+    Meter {
+        lease: Key,
+    },
+    /// The open interval's window ended: close it into a proof.
+    CloseEnded {
+        lease: Key,
+    },
+    /// The container finished (or could not run): close the last interval early with
+    /// `exit_code`.
+    Finish {
+        lease: Key,
+        exit_code: i32,
+    },
+    /// Stop the container (its lease's stop time came, or the agent drains), beside the loop.
+    Stop {
+        lease: Key,
+    },
+    /// Submit the closed proofs the chain has not accepted, oldest first.
+    Submit {
+        lease: Key,
+    },
+    /// Everything is proven: end the lease on chain, then clean up.
+    End {
+        lease: Key,
+    },
+    /// The chain shows the lease closed: clean up locally.
+    Forget {
+        lease: Key,
+    },
+    /// A more profitable spot bid wants this spot lease's GPUs: stop it at its next boundary.
+    Preempt {
+        lease: Key,
+        better_bid: Key,
+    },
+    /// Start `bid` on the GPUs the market's fit rule gave it.
+    Allocate {
+        bid: Key,
+        gpu_indices: Vec<u8>,
+    },
+    /// Remove an expired bid from its book (its client is refunded).
+    Prune {
+        bid: Key,
+    },
+    /// No lease uses this GPU but its settings are not the defaults.
+    ResetGpu {
+        index: u32,
+    },
+    Heartbeat,
+}
+
+/// The actions that bring what was observed in line with what the chain says should run: a
+/// composition of one planner per concern.
+pub fn plan(o: &Observed) -> Vec<Action> {
+    let mut p = Planner::new(o);
+    p.stray_containers();
+    for (key, r) in &o.local.leases {
+        p.local_lease(*key, r);
+    }
+    if let Some(chain) = &o.chain {
+        p.new_leases(chain);
+        if !o.draining && chain.machine.status == MachineStatus::Active {
+            let taken = p.allocate_fitting(chain);
+            p.spot_rule(chain, &taken);
+        }
+        if !o.draining {
+            p.prune(chain);
+        }
+        p.reset_gpus(chain);
+        if o.heartbeat_due {
+            p.actions.push(Action::Heartbeat);
+        }
+    }
+    p.actions
+}
+
+struct Planner<'a> {
+    o: &'a Observed,
+    listed: Option<BTreeMap<Key, &'a LeaseView>>,
+    actions: Vec<Action>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(o: &'a Observed) -> Self {
+        let listed = o
+            .chain
+            .as_ref()
+            .map(|c| c.leases.iter().map(|l| (l.key, l)).collect());
+        Planner {
+            o,
+            listed,
+            actions: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, a: Action) {
+        self.actions.push(a);
+    }
+
+    fn container_of(&self, lease: &Key) -> Option<&'a ObservedContainer> {
+        self.o
+            .containers
+            .as_ref()?
+            .iter()
+            .find(|c| c.lease == Some(*lease))
+    }
+
+    fn closed(&self, lease: &Key) -> bool {
+        self.o
+            .chain
+            .as_ref()
+            .is_some_and(|c| c.closed.contains(lease))
+    }
+
+    /// Managed containers no lease accounts for: no lease label, a second container for a lease
+    /// that has one, a container of a lease the chain shows closed, or one created but never
+    /// started for a lease that has no container yet (a start cut short).
+    fn stray_containers(&mut self) {
+        let Some(containers) = &self.o.containers else {
+            return;
+        };
+        for c in containers {
+            let stray = match c.lease {
+                None => true,
+                Some(l) if self.o.busy.contains(&l) => false,
+                Some(l) => match self.o.local.leases.get(&l) {
+                    Some(r) => match &r.container_id {
+                        Some(id) => *id != c.id,
+                        None => c.state == ContainerState::Created,
+                    },
+                    None => self.closed(&l) || c.state == ContainerState::Created,
+                },
+            };
+            if stray {
+                self.push(Action::RemoveContainer { id: c.id.clone() });
+            }
+        }
+    }
+
+    /// One lease the agent runs or ran: its container, its metering, its proofs, its end.
+    fn local_lease(&mut self, lease: Key, r: &LeaseRecord) {
+        if self.closed(&lease) {
+            if !self.o.busy.contains(&lease) {
+                self.push(Action::Forget { lease });
+            }
+            return;
+        }
+        // `None` while the cluster is unreachable or its listing omitted the lease: the work
+        // that needs no chain goes on.
+        let view = self.listed.as_ref().and_then(|m| m.get(&lease).copied());
+        let mut closes = false;
+        if self.o.busy.contains(&lease) {
+            // A start or stop under way: the interval's windows still close as they end.
+            if r.running_since.is_some() || r.exit_code.is_some() {
+                closes = self.close_ended(lease, r);
+            }
+        } else if r.exit_code.is_none() {
+            closes = self.container(lease, r, view);
+        } else {
+            // Finished, but the lease's last windows still end (a container that exited after
+            // the stop was decided): close them as they end.
+            closes = self.close_ended(lease, r);
+        }
+        let Some(view) = view else { return };
+        if closes || !r.pending.is_empty() {
+            self.push(Action::Submit { lease });
+        } else if !self.o.busy.contains(&lease)
+            && (r.exit_code.is_some() || (self.o.now >= view.stop() && r.all_closed()))
+        {
+            self.push(Action::End { lease });
+        }
+    }
+
+    fn close_ended(&mut self, lease: Key, r: &LeaseRecord) -> bool {
+        let ended = window_ended(r, self.o.now);
+        if ended {
+            self.push(Action::CloseEnded { lease });
+        }
+        ended
+    }
+
+    /// A lease whose container has not finished; returns whether an interval closes.
+    fn container(&mut self, lease: Key, r: &LeaseRecord, view: Option<&LeaseView>) -> bool {
+        let stopped = self.o.now >= r.stop;
+        let Some(containers) = &self.o.containers else {
+            // The engine does not answer: a running lease is metered and proven all the same.
+            if r.container_id.is_some() {
+                self.push(Action::Meter { lease });
+                return self.close_ended(lease, r);
+            }
+            return false;
+        };
+        let Some(id) = &r.container_id else {
+            return match self.container_of(&lease) {
+                Some(c) if c.state == ContainerState::Running && view.is_some() => {
+                    self.push(Action::Adopt {
+                        lease,
+                        id: c.id.clone(),
+                    });
+                    false
+                }
+                // Never started (a drain, or a stop that came first): prove the windows empty
+                // so the lease can end.
+                _ if self.o.draining || stopped => self.finish(lease, exit::CONTAINER_LOST),
+                Some(_) => false,
+                None => {
+                    if view.is_some() {
+                        self.push(Action::Start { lease });
+                    }
+                    false
+                }
+            };
+        };
+        match containers.iter().find(|c| c.id == *id).map(|c| c.state) {
+            Some(ContainerState::Running) => {
+                self.push(Action::Meter { lease });
+                if self.o.draining || stopped {
+                    // Whatever becomes of the chain transactions, the container does not
+                    // outlive its lease.
+                    self.push(Action::Stop { lease });
+                }
+                self.close_ended(lease, r)
+            }
+            Some(ContainerState::Created) => false,
+            Some(ContainerState::Exited { code }) => {
+                self.finish(lease, code.clamp(i32::MIN as i64, i32::MAX as i64) as i32)
+            }
+            None => self.finish(lease, exit::CONTAINER_LOST),
+        }
+    }
+
+    fn finish(&mut self, lease: Key, exit_code: i32) -> bool {
+        self.push(Action::Finish { lease, exit_code });
+        true
+    }
+
+    /// Leases the chain lists that the agent has no record of: take back their containers, or
+    /// start them.
+    fn new_leases(&mut self, chain: &ChainObserved) {
+        for l in &chain.leases {
+            if self.o.local.leases.contains_key(&l.key) || self.o.busy.contains(&l.key) {
+                continue;
+            }
+            match self.container_of(&l.key) {
+                Some(c) if c.state == ContainerState::Running => self.push(Action::Adopt {
+                    lease: l.key,
+                    id: c.id.clone(),
+                }),
+                Some(_) => {}
+                None if self.o.containers.is_some()
+                    && !self.o.draining
+                    && self.o.now < l.stop() =>
+                {
+                    self.push(Action::Start { lease: l.key })
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Allocates each bid the fit rule gave GPUs, in [`allocation_order`], on exactly those
+    /// GPUs; returns the bids allocated. The fit rule chose each bid's GPUs on the machine as
+    /// observed, so once a bid's GPUs overlap those of a bid allocated before it in this tick,
+    /// it and every bid after it wait for the next tick, which observes the machine again: a bid
+    /// ranked below must not start before one ranked above that still fits.
+    fn allocate_fitting(&mut self, chain: &ChainObserved) -> BTreeSet<Key> {
+        let mut taken = 0u16;
+        let mut allocated = BTreeSet::new();
+        for bid in allocation_order(&chain.bids, self.o.electricity_cost_per_kwh) {
+            let Some(gpus) = &bid.gpus else {
+                continue;
+            };
+            let mask = gpus.iter().fold(0u16, |m, &g| m | 1 << g);
+            if mask & taken != 0 {
+                break;
+            }
+            taken |= mask;
+            allocated.insert(bid.key);
+            self.push(Action::Allocate {
+                bid: bid.key,
+                gpu_indices: gpus.clone(),
+            });
+        }
+        allocated
+    }
+
+    /// The spot rule: a running spot lease whose end would let a more profitable open spot bid
+    /// fit (by the fit rule) is told to stop at its next interval boundary.
+    fn spot_rule(&mut self, chain: &ChainObserved, taken: &BTreeSet<Key>) {
+        let cost = self.o.electricity_cost_per_kwh;
+        let mut promised = taken.clone();
+        for l in &chain.leases {
+            let running = self
+                .o
+                .local
+                .leases
+                .get(&l.key)
+                .is_some_and(|r| r.exit_code.is_none() && r.container_id.is_some());
+            if l.kind != BidKind::Spot || l.stop_at.is_some() || !running {
+                continue;
+            }
+            let power: u64 = l.settings.iter().map(|s| s.power_limit_w as u64).sum();
+            let current = spot_profit(l.price, l.gpu_indices.len(), power, cost);
+            let better = chain
+                .bids
+                .iter()
+                .filter(|b| {
+                    b.kind == BidKind::Spot
+                        && !promised.contains(&b.key)
+                        && b.fits_if_ended.contains(&l.key)
+                })
+                .map(|b| (b, bid_profit(b, cost)))
+                .filter(|(_, p)| *p > current)
+                .max_by_key(|(_, p)| *p);
+            if let Some((b, _)) = better {
+                promised.insert(b.key);
+                self.push(Action::Preempt {
+                    lease: l.key,
+                    better_bid: b.key,
+                });
+            }
+        }
+    }
+
+    fn prune(&mut self, chain: &ChainObserved) {
+        for &bid in chain.expired.iter().take(PRUNES_PER_TICK) {
+            self.push(Action::Prune { bid });
+        }
+    }
+
+    /// GPUs no lease uses whose settings are not the defaults.
+    fn reset_gpus(&mut self, chain: &ChainObserved) {
+        let used: BTreeSet<u32> = chain
+            .leases
+            .iter()
+            .map(|l| &l.gpu_indices)
+            .chain(self.o.local.leases.values().map(|r| &r.gpu_indices))
+            .flatten()
+            .map(|&i| i as u32)
+            .collect();
+        for g in &self.o.gpus {
+            if !used.contains(&g.index) && g.applied.is_some_and(|a| a != g.defaults) {
+                self.push(Action::ResetGpu { index: g.index });
+            }
+        }
+    }
+}
+
+fn window_ended(r: &LeaseRecord, now: i64) -> bool {
+    interval_window(r.started_at, r.interval_secs, r.open_interval, r.stop)
+        .is_some_and(|(_, to)| to <= now)
+}
+
+/// A spot price's profit per day for the host at `power_w` in all (GigaSPOT's rule).
+fn spot_profit(price: u64, gpus: usize, power_w: u64, electricity_cost_per_kwh: u64) -> u64 {
+    spot_profit_per_day(price, gpus as u64, power_w, electricity_cost_per_kwh).unwrap_or(0)
+}
+
+fn bid_profit(b: &BidView, electricity_cost_per_kwh: u64) -> u64 {
+    spot_profit(
+        b.price,
+        b.gpu_count as usize,
+        b.power_w(),
+        electricity_cost_per_kwh,
+    )
+}
+
+/// The order allocation tries bids in: the chain's ranking, except that the spot bids, in the
+/// places spot bids hold, come most profitable first (the most profitable spot bid wins).
+fn allocation_order(bids: &[BidView], electricity_cost_per_kwh: u64) -> Vec<&BidView> {
+    let mut spot: Vec<&BidView> = bids.iter().filter(|b| b.kind == BidKind::Spot).collect();
+    spot.sort_by_key(|b| std::cmp::Reverse(bid_profit(b, electricity_cost_per_kwh)));
+    let mut spot = spot.into_iter();
+    bids.iter()
+        .map(|b| match b.kind {
+            BidKind::Spot => spot.next().expect("as many spot bids as spot places"),
+            BidKind::Queue => b,
+        })
+        .collect()
+}

@@ -1,0 +1,227 @@
+//! One bad bid, a slow registry, an engine or a GPU that stops answering, a lagging RPC node:
+//! each hurts only what it must.
+
+use super::*;
+
+/// A second bid, on its own image, for the GPU next to the first lease's.
+fn other_bid(n: u8, image: &str) -> BidView {
+    let mut b = bid(n, BidKind::Queue, 1, 1_000, power(250));
+    b.image_ref = image.into();
+    b
+}
+
+const STALLED: &str = "127.0.0.1:5000/gpu-market/huge:v1";
+
+/// The leases' final proofs: (interval, exit code, GPU-seconds).
+fn final_proof(h: &Harness, lease: Key) -> Option<(u32, Option<i32>, u64)> {
+    h.chain
+        .accepted()
+        .into_iter()
+        .filter(|a| a.lease == lease && a.proof.exit_code.is_some())
+        .map(|a| (a.proof.interval, a.proof.exit_code, a.proof.gpu_seconds))
+        .next_back()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_that_never_finishes_delays_no_other_leases_proofs_and_ends_its_own_lease() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, a) = allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    h.runtime.stall_pulls(STALLED);
+    let b = other_bid(2, STALLED);
+    h.chain.place_bid(b.clone());
+    // Before the fix the tick awaited the pull and never came back.
+    let stalled = async {
+        run_for(&mut r, POLL).await;
+        let b_lease = h.chain.lease_of_bid(b.key).expect("allocated").key;
+        run_for(&mut r, 2 * INTERVAL as u64 - POLL).await;
+        b_lease
+    };
+    let b_lease = tokio::time::timeout(Duration::from_secs(600), stalled)
+        .await
+        .expect("the loop waited for a pull");
+    assert_eq!(proven_intervals(&h, a.key), vec![0, 1], "A proven on time");
+    // B's image could not be had within the 30 s budget: its lease ended with nothing used.
+    assert_eq!(
+        final_proof(&h, b_lease),
+        Some((0, Some(exit::IMAGE_UNAVAILABLE), 0))
+    );
+    assert!(h.chain.ended().contains(&b_lease));
+    assert_eq!(h.running().len(), 1, "only A runs");
+    assert!(!r.state().leases.contains_key(&b_lease));
+}
+
+/// Places one bid the runtime cannot start and returns its lease once the agent gave up on it,
+/// with the seconds that took.
+async fn refused_lease(h: &Harness, b: BidView) -> (Key, i64) {
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    r.tick(false).await.unwrap();
+    let lease = h.chain.lease_of_bid(b.key).expect("allocated");
+    let from = h.chain.clock();
+    while !h.chain.ended().contains(&lease.key) {
+        assert!(
+            h.chain.clock() - from < 2 * PULL_TIMEOUT as i64,
+            "never ended"
+        );
+        run_for(&mut r, POLL).await;
+    }
+    let took = h.chain.clock() - from;
+    assert!(h.running().is_empty());
+    assert_eq!(
+        h.applied(lease.gpu_indices[0] as u32),
+        power(300),
+        "GPU reset"
+    );
+    run_for(&mut r, POLL).await;
+    assert!(r.state().leases.is_empty());
+    (lease.key, took)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_image_the_registry_does_not_have_ends_the_lease_at_once_with_its_reason() {
+    let h = Harness::new(&[0]);
+    h.runtime.refuse_pulls(STALLED);
+    let (lease, took) = refused_lease(&h, other_bid(1, STALLED)).await;
+    assert_eq!(
+        final_proof(&h, lease),
+        Some((0, Some(exit::IMAGE_UNAVAILABLE), 0))
+    );
+    assert!(took <= 2 * POLL as i64, "{took} s: a 404 is not retried");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_environment_that_never_arrives_ends_the_lease_within_the_budget() {
+    let h = Harness::new(&[0]);
+    let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    b.env_hash = [9; 32];
+    let (lease, took) = refused_lease(&h, b).await;
+    assert_eq!(
+        final_proof(&h, lease),
+        Some((0, Some(exit::ENVIRONMENT_UNAVAILABLE), 0))
+    );
+    assert!(took <= (PULL_TIMEOUT + 2 * POLL) as i64, "{took} s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_the_engine_refuses_ends_the_lease_at_once() {
+    let h = Harness::new(&[0]);
+    h.runtime.refuse_runs("range of CPUs is from 0.01 to 2.00");
+    let (lease, took) = refused_lease(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    assert_eq!(
+        final_proof(&h, lease),
+        Some((0, Some(exit::ENGINE_REFUSED), 0))
+    );
+    assert!(took <= 2 * POLL as i64, "{took} s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_stops_at_its_leases_stop_whatever_the_chain_does() {
+    let h = Harness::new(&[0]);
+    let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    b.max_duration_secs = 120;
+    let (mut r, lease) = allocated_and_started(&h, b).await;
+    run_for(&mut r, 100).await;
+    // The cluster stops answering before the lease's end: no proof or end can land.
+    h.chain.set_outage(true);
+    run_for(&mut r, 40).await;
+    assert!(h.running().is_empty(), "the container outlived its lease");
+    assert!(h
+        .runtime
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::Stop { .. })));
+    assert!(h.chain.ended().is_empty());
+    // Back: the last proofs go out and the lease ends.
+    h.chain.set_outage(false);
+    run_for(&mut r, 2 * POLL).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+    assert_eq!(h.chain.ended(), vec![lease.key]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_the_listing_omits_keeps_its_container_and_its_proofs() {
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let (id, _) = h.running().pop().unwrap();
+    // A lagging node leaves the lease out for two intervals.
+    h.chain.hide_lease(lease.key, true);
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert_eq!(
+        h.running().pop().map(|(i, _)| i),
+        Some(id.clone()),
+        "not killed"
+    );
+    assert!(!h
+        .runtime
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::Stop { .. } | Call::Remove { .. })));
+    assert_eq!(r.state().leases[&lease.key].pending.len(), 2, "proofs kept");
+    h.chain.hide_lease(lease.key, false);
+    run_for(&mut r, POLL).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_engine_outage_does_not_stop_the_proofs() {
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    h.runtime.set_engine_down(true);
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+    h.runtime.set_engine_down(false);
+    run_for(&mut r, INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+    assert_eq!(h.running().len(), 1, "the container ran on (live-restore)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gpu_that_cannot_be_read_does_not_stop_any_leases_proofs() {
+    let h = Harness::new(&[0, 1]);
+    let (mut r, a) = allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    h.chain
+        .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
+    run_for(&mut r, POLL).await;
+    let b = h.chain.lease_of_bid(Key([2; 32])).expect("allocated");
+    h.gpus.fail_reads(a.gpu_indices[0] as u32, true).unwrap();
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, a.key), vec![0, 1]);
+    assert!(proven_intervals(&h, b.key).len() >= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_created_but_never_started_is_replaced_and_billing_starts_at_its_start() {
+    let h = Harness::new(&[0]);
+    let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    r.tick(false).await.unwrap();
+    let lease = h.chain.lease_of_bid(b.key).unwrap();
+    // An agent killed between creating and starting the container left this behind.
+    let created = h.runtime.create_only(&ContainerSpec {
+        labels: [(LABEL_LEASE.to_string(), lease.key.to_string())].into(),
+        ..Default::default()
+    });
+    // The image takes 20 s to pull.
+    h.runtime.delay_pulls(Duration::from_secs(20));
+    run_for(&mut r, INTERVAL as u64 + POLL).await;
+    assert!(!h.runtime.containers().contains_key(&created), "removed");
+    assert_eq!(h.running().len(), 1, "started afresh");
+    let first = &h.chain.accepted()[0];
+    // The leftover removed one poll after allocation, the start planned the poll after, the
+    // container running 20 s later: 30 of the first 60 s are billed, not the pull.
+    assert_eq!(first.proof.gpu_seconds, 60 - 2 * POLL - 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_image_over_the_size_limit_is_refused() {
+    let h = Harness::new(&[0]);
+    h.runtime.set_image_size(STALLED, 2 << 30);
+    let (lease, _) = refused_lease(&h, other_bid(1, STALLED)).await;
+    assert_eq!(
+        final_proof(&h, lease),
+        Some((0, Some(exit::IMAGE_UNAVAILABLE), 0))
+    );
+}

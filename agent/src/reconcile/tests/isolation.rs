@@ -1,0 +1,210 @@
+//! Leases that share a GPU in GiB slices: each is confined to its slice (NVIDIA MPS, modelled by
+//! the SIMULATED GPU) and billed its part of the GPU, not the whole.
+
+use gpu_market_core::lease::UsageProof;
+
+use super::*;
+use crate::gpu::isolation::{ACTIVE_THREAD_PERCENTAGE, PINNED_DEVICE_MEM_LIMIT, PIPE_DIRECTORY};
+use crate::gpu::simulated::{AllocationError, CudaProcess};
+use crate::runtime::BindMount;
+
+/// A bid for `gib` GiB of one GPU at 250 W.
+fn slice(n: u8, gib: u16) -> BidView {
+    BidView {
+        gib_per_gpu: gib,
+        ..bid(n, BidKind::Queue, 1, 1_000, power(250))
+    }
+}
+
+/// SIMULATED: a process of container `id` allocates `gib` GiB on the container's first GPU and
+/// keeps `permille` of its SMs busy; returns its PID, or the allocation's refusal.
+fn launch(h: &Harness, id: &str, gib: u64, permille: u16) -> Result<u32, AllocationError> {
+    let spec = h.runtime.containers()[id].spec.clone();
+    let pid = h.runtime.spawn_process(id);
+    h.gpus.start_process(
+        spec.gpu_indices[0],
+        CudaProcess {
+            pid,
+            env: &spec.env,
+            ordinal: 0,
+            memory_mib: gib * 1024,
+            load_permille: permille,
+        },
+    )?;
+    Ok(pid)
+}
+
+/// Two leases of 40 GiB each on the one 80 GiB GPU of `h`, both running; the first's client
+/// environment sets `TOKEN`.
+async fn two_tenants(h: &Harness) -> (Reconciler, [(LeaseView, String); 2]) {
+    let mut a = slice(1, 40);
+    a.env_hash = crate::env::place_sealed(h.dir.path(), "TOKEN=secret\n", &h.env_key);
+    let b = slice(2, 40);
+    h.chain.place_bid(a.clone());
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    run_for(&mut r, 3 * POLL).await;
+    let running = h.running();
+    assert_eq!(running.len(), 2, "both slices run");
+    let tenant = |bid: &BidView| {
+        let lease = h.chain.lease_of_bid(bid.key).expect("allocated");
+        assert_eq!(lease.gpu_indices, vec![0]);
+        let (id, _) = running
+            .iter()
+            .find(|(_, s)| s.labels[LABEL_LEASE] == lease.key.to_string())
+            .expect("its container")
+            .clone();
+        (lease, id)
+    };
+    (r, [tenant(&a), tenant(&b)])
+}
+
+#[tokio::test(start_paused = true)]
+async fn slices_of_one_gpu_run_as_mps_clients_pinned_to_their_gib() {
+    let h = Harness::new(&[0]);
+    let (_r, [(_, a), (_, b)]) = two_tenants(&h).await;
+    let containers = h.runtime.containers();
+    for (id, client_env) in [(&a, vec![("TOKEN", "secret")]), (&b, vec![])] {
+        let spec = &containers[id].spec;
+        let mut expected: Vec<(String, String)> = client_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        // The agent's after the client's.
+        expected.extend([
+            (
+                PIPE_DIRECTORY.to_string(),
+                "/run/nvidia-mps/pipe".to_string(),
+            ),
+            (PINNED_DEVICE_MEM_LIMIT.to_string(), "0=40G".to_string()),
+            (ACTIVE_THREAD_PERCENTAGE.to_string(), "50".to_string()),
+        ]);
+        assert_eq!(spec.env, expected);
+        assert_eq!(
+            spec.binds,
+            vec![
+                BindMount {
+                    host: "/run/nvidia-mps/pipe".into(),
+                    container: "/run/nvidia-mps/pipe".into(),
+                },
+                BindMount {
+                    host: "/run/nvidia-mps/shm".into(),
+                    container: "/dev/shm".into(),
+                },
+            ]
+        );
+    }
+    launch(&h, &a, 30, 500).expect("within A's 40 GiB");
+    // B tries to take 60 GiB, which only 80 − 30 GiB free would allow without MPS.
+    let refused = launch(&h, &b, 60, 500).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            AllocationError::OverPinnedLimit {
+                index: 0,
+                asked_mib: 61_440,
+                limit_mib: 40_960
+            }
+        ),
+        "{refused}"
+    );
+    launch(&h, &b, 40, 500).expect("B's own 40 GiB");
+}
+
+#[tokio::test(start_paused = true)]
+async fn co_tenants_are_billed_their_part_of_the_gpu_which_adds_up_to_the_whole() {
+    let h = Harness::new(&[0]);
+    let (mut r, [(a, a_id), (b, b_id)]) = two_tenants(&h).await;
+    let (attributed_before, gpu_before) = attributed_and_used(&h, &r);
+    // A keeps 75 % of the SMs busy, B 25 %: the GPU runs flat out at its 250 W limit.
+    launch(&h, &a_id, 30, 750).unwrap();
+    launch(&h, &b_id, 20, 250).unwrap();
+    let busy_from = h.chain.clock() + POLL as i64;
+    run_for(&mut r, 4 * INTERVAL as u64).await;
+
+    // The windows each lease proved wholly after both were busy (one tick later: the tick the
+    // processes appeared splits the idle reading before them).
+    let proofs = |lease: &LeaseView| -> Vec<UsageProof> {
+        h.chain
+            .accepted()
+            .into_iter()
+            .filter(|p| p.lease == lease.key && p.window.0 >= busy_from)
+            .map(|p| p.proof)
+            .collect()
+    };
+    let (pa, pb) = (proofs(&a), proofs(&b));
+    assert!(pa.len() >= 2 && pb.len() >= 2, "{pa:?} {pb:?}");
+    for (p, q) in pa.iter().zip(&pb) {
+        assert_eq!(p.avg_utilisation_bps, 7_500, "A: {p:?}");
+        assert_eq!(q.avg_utilisation_bps, 2_500, "B: {q:?}");
+        assert_eq!(p.energy_j, 11_250, "75 % of 250 W for 60 s");
+        assert_eq!(q.energy_j, 3_750, "25 % of 250 W for 60 s");
+        assert_eq!(
+            p.energy_j + q.energy_j,
+            250 * INTERVAL as u64,
+            "the GPU's energy over a window, no more"
+        );
+        assert_eq!(p.peak_power_w, vec![187]);
+        assert_eq!(q.peak_power_w, vec![62]);
+        assert_eq!(p.gpu_seconds, INTERVAL as u64, "time is each lease's own");
+    }
+    // Since both shared it, the energy attributed to them adds up to what the GPU's counter
+    // shows it used, to the millijoule.
+    let (attributed_after, gpu_after) = attributed_and_used(&h, &r);
+    assert_eq!(attributed_after - attributed_before, gpu_after - gpu_before);
+}
+
+/// The energy attributed to the leases on GPU 0 and the GPU's counter, in mJ.
+fn attributed_and_used(h: &Harness, r: &Reconciler) -> (u64, u64) {
+    let attributed = r
+        .state()
+        .leases
+        .values()
+        .map(|l| l.attributed_energy_mj[&0])
+        .sum();
+    (attributed, h.gpus.sample(0).unwrap().energy_mj)
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_mps_a_shared_lease_is_refused_and_refunded_while_a_whole_one_runs() {
+    let mut h = Harness::new(&[0, 0]);
+    h.mps = None;
+    let whole = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    let shared = slice(2, 40);
+    h.chain.place_bid(whole.clone());
+    h.chain.place_bid(shared.clone());
+    let mut r = h.reconciler();
+    run_for(&mut r, 4 * POLL).await;
+
+    let whole = h.chain.lease_of_bid(whole.key).expect("allocated");
+    assert!(h.chain.lease_of_bid(shared.key).is_none(), "closed");
+    let ended = h.chain.ended();
+    assert_eq!(
+        ended.len(),
+        1,
+        "the shared lease ended, the whole one runs on"
+    );
+    let shared = ended[0];
+    assert_ne!(shared, whole.key);
+    let running = h.running();
+    assert_eq!(running.len(), 1, "only the whole GPU's lease runs");
+    assert_eq!(running[0].1.labels[LABEL_LEASE], whole.key.to_string());
+    assert!(running[0].1.binds.is_empty() && running[0].1.env.is_empty());
+    let finals: Vec<_> = h
+        .chain
+        .accepted()
+        .into_iter()
+        .filter(|p| p.lease == shared)
+        .collect();
+    assert_eq!(finals.len(), 1);
+    assert_eq!(finals[0].proof.exit_code, Some(exit::ISOLATION_UNAVAILABLE));
+    assert_eq!(finals[0].proof.gpu_seconds, 0, "nothing used: refunded");
+    assert_eq!(finals[0].proof.energy_j, 0);
+    assert!(!h.runtime.calls().iter().any(
+        |c| matches!(c, Call::Pull { reference, .. } if reference.contains(&"02".repeat(32)))
+    ));
+    assert!(h
+        .metrics
+        .render(0)
+        .contains("gpu_market_agent_leases_ended_total{reason=\"isolation_unavailable\"} 1"));
+}

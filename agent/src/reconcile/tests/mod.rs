@@ -1,0 +1,963 @@
+use std::time::Duration;
+
+use gpu_market_core::lease::exit;
+use gpu_market_core::overclock::{GpuLimits, Range};
+use tempfile::TempDir;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use gpu_market_core::overclock::Settings;
+use tokio::time::Instant;
+
+use super::*;
+use crate::chain::fake::FakeChain;
+use crate::chain::{proof_hash, GpuView};
+use crate::chain::{BidKind, BidView, Chain, LeaseView, MachineStatus, MachineView};
+use crate::config::{ContainerLimits, ImageBudget, SimulatedGpuConfig};
+use crate::gpu::isolation::Mps;
+use crate::gpu::simulated::{SimulatedGpu, TokioTime};
+use crate::gpu::{GpuBackend, Sample};
+use crate::runtime::recording::{Call, RecordingRuntime, EXIT_SIGTERM};
+use crate::runtime::{ContainerSpec, ContainerState, LABEL_LEASE};
+use crate::state::{LeaseRecord, StateFile};
+
+const T0: i64 = 1_700_000_000;
+const INTERVAL: u32 = 60;
+const POLL: u64 = 5;
+const PULL_TIMEOUT: u64 = 30;
+
+struct Harness {
+    chain: Arc<FakeChain>,
+    runtime: Arc<RecordingRuntime>,
+    gpus: Arc<SimulatedGpu>,
+    metrics: Arc<Metrics>,
+    dir: TempDir,
+    env_key: Arc<solana_keypair::Keypair>,
+    /// The host's MPS daemon: there by default, so that leases may share GPUs.
+    mps: Option<Mps>,
+}
+
+fn gpu_config(topology_group: u8) -> SimulatedGpuConfig {
+    SimulatedGpuConfig {
+        class: 0,
+        memory_gib: 80,
+        topology_group,
+        limits: GpuLimits {
+            power_w: Range { min: 100, max: 400 },
+            core_lock_mhz: Range {
+                min: 300,
+                max: 1_800,
+            },
+            mem_lock_mhz: Range { min: 0, max: 0 },
+            core_offset_mhz: Range { min: 0, max: 0 },
+            mem_offset_mhz: Range { min: 0, max: 0 },
+        },
+        default_power_w: 300,
+    }
+}
+
+impl Harness {
+    fn new(groups: &[u8]) -> Self {
+        Self::with(groups.iter().map(|&g| gpu_config(g)).collect())
+    }
+
+    /// A machine of the simulated GPUs `configs`, declared on the fake chain as they are.
+    fn with(configs: Vec<SimulatedGpuConfig>) -> Self {
+        let gpus = configs
+            .iter()
+            .map(|c| {
+                let view = GpuView {
+                    class: c.class,
+                    memory_gib: c.memory_gib,
+                    topology_group: c.topology_group,
+                };
+                (view, c.limits)
+            })
+            .collect();
+        Harness {
+            chain: Arc::new(FakeChain::new(gpus, INTERVAL, T0)),
+            runtime: Arc::new(RecordingRuntime::new()),
+            gpus: Arc::new(SimulatedGpu::new(&configs, Arc::new(TokioTime::new()))),
+            metrics: Arc::new(Metrics::default()),
+            dir: tempfile::tempdir().unwrap(),
+            env_key: Arc::new(solana_keypair::Keypair::new()),
+            mps: Some(Mps {
+                pipe_dir: "/run/nvidia-mps/pipe".into(),
+                shm_dir: "/run/nvidia-mps/shm".into(),
+            }),
+        }
+    }
+
+    /// A reconciler continuing from the state file: a fresh start, or a restart.
+    fn reconciler(&self) -> Reconciler {
+        Reconciler::new(
+            self.chain.clone(),
+            self.runtime.clone(),
+            self.gpus.clone(),
+            ReconcilerConfig {
+                data_dir: self.dir.path().to_path_buf(),
+                electricity_cost_per_kwh: 500,
+                heartbeat_interval: Duration::from_secs(60),
+                container: ContainerLimits {
+                    memory_mib_per_gpu: 1_024,
+                    millicpus_per_gpu: 2_000,
+                    pids_limit: 512,
+                    stop_grace: Duration::from_secs(10),
+                    sandbox: Default::default(),
+                },
+                images: ImageBudget {
+                    pull_timeout: Duration::from_secs(PULL_TIMEOUT),
+                    max_image_bytes: 1 << 30,
+                },
+                registries: BTreeMap::new(),
+                env_key: self.env_key.clone(),
+                mps: self.mps.clone(),
+            },
+            self.metrics.clone(),
+        )
+        .unwrap()
+    }
+
+    fn running(&self) -> Vec<(String, ContainerSpec)> {
+        self.runtime
+            .containers()
+            .into_iter()
+            .filter(|(_, c)| c.state == ContainerState::Running)
+            .map(|(id, c)| (id, c.spec))
+            .collect()
+    }
+
+    fn applied(&self, index: u32) -> Settings {
+        self.gpus.read_back(index).unwrap()
+    }
+}
+
+fn power(w: u16) -> Settings {
+    Settings {
+        power_limit_w: w,
+        ..Default::default()
+    }
+}
+
+fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: Settings) -> BidView {
+    BidView {
+        key: Key([n; 32]),
+        client: Key([200; 32]),
+        kind,
+        gpu_count,
+        gib_per_gpu: 80,
+        accepted_classes: 1,
+        gpus: None,
+        fits_if_ended: Vec::new(),
+        settings: vec![settings; gpu_count as usize],
+        price,
+        max_duration_secs: 3_600,
+        deadline: T0 + 86_400,
+        image_ref: "127.0.0.1:5000/gpu-market/train:v1".into(),
+        image_digest: [n; 32],
+        env_hash: [0; 32],
+    }
+}
+
+/// Advances the clock by `secs` in poll steps, ticking after each; returns every action. As
+/// the daemon's loop does, a container job that finishes wakes another tick at once.
+async fn run_for(r: &mut Reconciler, secs: u64) -> Vec<Action> {
+    let mut all = Vec::new();
+    for _ in 0..secs / POLL {
+        tokio::time::advance(Duration::from_secs(POLL)).await;
+        all.extend(r.tick(false).await.unwrap());
+        all.extend(settle(r).await);
+    }
+    all
+}
+
+/// Lets the container jobs under way run (a few milliseconds of real time for the file work
+/// they hand to blocking threads; a job that stalls stays under way), ticking again while one
+/// has finished.
+async fn settle(r: &mut Reconciler) -> Vec<Action> {
+    let mut all = Vec::new();
+    loop {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+            if r.jobs.all_finished() && r.senders.all_finished() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !(r.jobs.any_finished() || r.senders.any_finished()) {
+            return all;
+        }
+        all.extend(r.tick(false).await.unwrap());
+    }
+}
+
+async fn allocated_and_started(h: &Harness, b: BidView) -> (Reconciler, LeaseView) {
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    r.tick(false).await.unwrap();
+    let lease = h.chain.lease_of_bid(b.key).expect("allocated");
+    run_for(&mut r, POLL).await;
+    assert_eq!(h.running().len(), 1, "started");
+    (r, lease)
+}
+
+/// The accepted proofs' intervals, and a check that their hashes chain from zero.
+fn proven_intervals(h: &Harness, lease: Key) -> Vec<u32> {
+    let mut prev = [0; 32];
+    h.chain
+        .accepted()
+        .into_iter()
+        .filter(|a| a.lease == lease)
+        .map(|a| {
+            assert_eq!(a.hash, proof_hash(&lease, &a.proof, &prev), "hash chain");
+            prev = a.hash;
+            a.proof.interval
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_those_gpus() {
+    // GPU 0 alone in group 0; GPUs 1-3 share group 1.
+    let h = Harness::new(&[0, 1, 1, 1]);
+    let mut b = bid(1, BidKind::Queue, 2, 1_000, power(250));
+    b.env_hash = crate::env::place_sealed(h.dir.path(), "TOKEN=secret\n", &h.env_key);
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+
+    let actions = r.tick(false).await.unwrap();
+    assert!(
+        actions.contains(&Action::Allocate {
+            bid: b.key,
+            gpu_indices: vec![1, 2]
+        }),
+        "{actions:?}"
+    );
+    assert!(actions.contains(&Action::Heartbeat));
+    let lease = h.chain.lease_of_bid(b.key).unwrap();
+    assert_eq!(lease.gpu_indices, vec![1, 2]);
+
+    let actions = run_for(&mut r, POLL).await;
+    assert!(actions.contains(&Action::Start { lease: lease.key }));
+    let running = h.running();
+    assert_eq!(running.len(), 1);
+    let spec = &running[0].1;
+    assert_eq!(spec.gpu_indices, vec![1, 2]);
+    assert_eq!(spec.labels[LABEL_LEASE], lease.key.to_string());
+    assert_eq!(spec.env, vec![("TOKEN".to_string(), "secret".to_string())]);
+    assert_eq!(spec.memory_bytes, Some((2 * 1_024) << 20));
+    let pinned = format!("127.0.0.1:5000/gpu-market/train@sha256:{}", "01".repeat(32));
+    assert_eq!(spec.image, pinned);
+    assert!(h.runtime.calls().contains(&Call::Pull {
+        reference: pinned,
+        username: None
+    }));
+    assert_eq!(h.applied(1), power(250));
+    assert_eq!(h.applied(2), power(250));
+    assert_eq!(h.applied(0), power(300), "untouched");
+    assert_eq!(
+        h.chain.machine().await.unwrap().free_gib,
+        vec![80, 0, 0, 80]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_proof_per_interval_with_the_lease_windows_and_a_hash_chain() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+    // SIMULATED GPU: the load follows the container's CPU, here 80 % of its 2 × 2 CPUs.
+    let (id, _) = h.running().pop().unwrap();
+    h.runtime.set_cpu_rate(&id, 3_200);
+    run_for(&mut r, 3 * INTERVAL as u64).await;
+
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+    assert_eq!(h.chain.submit_calls(), 3, "no proof sent twice");
+    let accepted = h.chain.accepted();
+    let start = lease.started_at;
+    for (k, a) in accepted.iter().enumerate() {
+        let from = start + k as i64 * INTERVAL as i64;
+        assert_eq!(a.window, (from, from + INTERVAL as i64));
+        assert_eq!(a.proof.exit_code, None);
+        assert_eq!(a.proof.peak_power_w.len(), 2);
+        assert!(a.proof.energy_j > 0);
+    }
+    // The container started 5 s into the first interval.
+    assert_eq!(accepted[0].proof.gpu_seconds, 2 * 55);
+    assert_eq!(accepted[1].proof.gpu_seconds, 2 * 60);
+    // 80 % load between 50 W idle and the 250 W limit: 210 W; 2 GPUs for 60 s.
+    assert_eq!(accepted[1].proof.avg_utilisation_bps, 8_000);
+    assert_eq!(accepted[1].proof.peak_power_w, vec![210, 210]);
+    let energy = accepted[1].proof.energy_j;
+    assert!(
+        (2 * 210 * 60 - 2 * 210 * 5..=2 * 210 * 60 + 2 * 210 * 5).contains(&energy),
+        "{energy}"
+    );
+    assert_eq!(h.chain.lease(lease.key).unwrap().next_interval, 3);
+    assert_eq!(r.state().leases[&lease.key].last_proven, Some(2));
+    assert_eq!(h.metrics.proofs_accepted(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_market_update_leaves_a_running_lease_on_the_interval_it_started_with() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, old) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    run_for(&mut r, INTERVAL as u64).await;
+    // The market's interval halves: the running lease keeps 60 s, a new one gets 30 s.
+    h.chain.set_interval(INTERVAL / 2);
+    h.chain
+        .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
+    run_for(&mut r, 3 * INTERVAL as u64).await;
+    let new = h.chain.lease_of_bid(Key([2; 32])).expect("allocated");
+    assert_eq!(new.interval_secs, INTERVAL / 2);
+
+    let windows = |lease: &LeaseView| -> Vec<(i64, i64)> {
+        h.chain
+            .accepted()
+            .into_iter()
+            .filter(|a| a.lease == lease.key)
+            .map(|a| a.window)
+            .collect()
+    };
+    let expected = |lease: &LeaseView, n: usize| -> Vec<(i64, i64)> {
+        let secs = lease.interval_secs as i64;
+        (0..n as i64)
+            .map(|k| {
+                (
+                    lease.started_at + k * secs,
+                    lease.started_at + (k + 1) * secs,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(proven_intervals(&h, old.key), vec![0, 1, 2, 3]);
+    assert_eq!(
+        windows(&old),
+        expected(&old, 4),
+        "proven every 60 s throughout"
+    );
+    let proven = windows(&new);
+    assert!(proven.len() >= 5, "{proven:?}");
+    assert_eq!(proven, expected(&new, proven.len()), "proven every 30 s");
+    assert_eq!(h.chain.lease(old.key).unwrap().interval_secs, INTERVAL);
+    assert_eq!(r.state().leases[&old.key].interval_secs, INTERVAL);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_simulated_load_follows_the_containers_cpu_share_read_off_the_tick() {
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let (id, _) = h.running().pop().unwrap();
+    h.runtime.set_cpu_rate(&id, 2_000);
+    // The engine answers a CPU reading only at its next collection, here 3 s away: the
+    // tick meters without waiting for it.
+    h.runtime.set_stats_delay(Duration::from_secs(3));
+    let before = Instant::now();
+    let actions = r.tick(false).await.unwrap();
+    assert!(actions.contains(&Action::Meter { lease: lease.key }));
+    assert!(
+        before.elapsed() < Duration::from_secs(3),
+        "the tick waited for the reading: {:?}",
+        before.elapsed()
+    );
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.runtime.set_cpu_rate(&id, 0);
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    let proofs: Vec<u16> = h
+        .chain
+        .accepted()
+        .iter()
+        .filter(|a| a.lease == lease.key)
+        .map(|a| a.proof.avg_utilisation_bps)
+        .collect();
+    assert_eq!(proofs.len(), 4);
+    assert_eq!(proofs[1], 10_000, "a container using its whole share: busy");
+    assert_eq!(proofs[3], 0, "a sleeping container: idle");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_more_profitable_spot_bid_preempts_a_spot_lease_at_its_next_boundary() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Spot, 2, 10_000, power(300))).await;
+    let better = bid(2, BidKind::Spot, 2, 20_000, power(300));
+    let worse = bid(3, BidKind::Spot, 2, 9_000, power(300));
+    h.chain.place_bid(worse.clone());
+    h.chain.place_bid(better.clone());
+
+    let actions = run_for(&mut r, POLL).await;
+    assert!(
+        actions.contains(&Action::Preempt {
+            lease: lease.key,
+            better_bid: better.key
+        }),
+        "{actions:?}"
+    );
+    let boundary = lease.started_at + INTERVAL as i64;
+    assert_eq!(
+        h.chain.preemptions(),
+        vec![(lease.key, better.key, boundary)]
+    );
+    run_for(&mut r, 20).await;
+    assert_eq!(h.chain.preemptions().len(), 1, "told once");
+
+    // Past the boundary: the last window is proven, the lease ends, the better bid runs.
+    run_for(&mut r, INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+    assert_eq!(h.chain.accepted()[0].window, (lease.started_at, boundary));
+    assert_eq!(h.chain.ended(), vec![lease.key]);
+    let next = h
+        .chain
+        .lease_of_bid(better.key)
+        .expect("the better bid was allocated");
+    let running = h.running();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].1.labels[LABEL_LEASE], next.key.to_string());
+    assert!(h.chain.lease_of_bid(worse.key).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_container_gets_a_final_proof_with_its_exit_code_and_the_lease_ends() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let gpu = lease.gpu_indices[0] as u32;
+    run_for(&mut r, 70).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+    let (id, _) = h.running().pop().unwrap();
+    h.runtime.exit(&id, 3);
+    let crashed_at = h.chain.clock();
+
+    let actions = run_for(&mut r, POLL).await;
+    assert!(actions.contains(&Action::Finish {
+        lease: lease.key,
+        exit_code: 3
+    }));
+    run_for(&mut r, POLL).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+    let last = h.chain.accepted().pop().unwrap();
+    assert_eq!(last.proof.exit_code, Some(3));
+    let from = lease.started_at + INTERVAL as i64;
+    // The final proof ends the lease at the clock (the program clips its window).
+    assert_eq!(last.window, (from, crashed_at + POLL as i64));
+    assert_eq!(
+        last.proof.gpu_seconds,
+        (crashed_at + POLL as i64 - from) as u64
+    );
+    assert_eq!(h.chain.ended(), vec![lease.key]);
+    assert!(h.runtime.containers().is_empty(), "container removed");
+    assert!(logs_path(h.dir.path(), &lease.key).exists(), "logs kept");
+    assert_eq!(h.applied(gpu), power(300), "GPU reset");
+    assert!(r.state().leases.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_rpc_outage_loses_no_proof_and_a_lost_answer_duplicates_none() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+    run_for(&mut r, 25).await;
+    h.chain.set_outage(true);
+    // Two boundaries pass while the cluster is unreachable.
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert!(proven_intervals(&h, lease.key).is_empty());
+    let pending: Vec<u32> = r.state().leases[&lease.key]
+        .pending
+        .iter()
+        .map(|p| p.interval)
+        .collect();
+    assert_eq!(pending, vec![0, 1], "closed locally on time");
+
+    h.chain.set_outage(false);
+    // The first proof lands but its answer is lost: the next look at the chain drops it, and
+    // the second goes out, each sent once.
+    h.chain.lose_next_proof_answer();
+    run_for(&mut r, POLL).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+    assert_eq!(h.chain.submit_calls(), 2, "no proof sent twice");
+    assert_eq!(h.chain.submit_calls(), 2, "proof 0 was not sent again");
+    let windows: Vec<_> = h.chain.accepted().iter().map(|a| a.window).collect();
+    let s = lease.started_at;
+    assert_eq!(windows, vec![(s, s + 60), (s + 60, s + 120)]);
+    assert!(
+        h.metrics
+            .rpc_errors_of(crate::metrics::RpcErrorKind::Unavailable)
+            > 0
+    );
+    assert!(h.metrics.proofs_failed() > 0);
+    run_for(&mut r, INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_mid_lease_continues_from_the_state_file_without_duplicates_or_orphans() {
+    let h = Harness::new(&[0, 0, 0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let (id, _) = h.running().pop().unwrap();
+    // Boundary 1: the proof lands, its answer is lost, and the agent is killed before
+    // hearing more: the state file still lists the proof as pending.
+    run_for(&mut r, 50).await;
+    h.chain.lose_next_proof_answer();
+    tokio::time::advance(Duration::from_secs(POLL)).await;
+    r.tick(false).await.unwrap();
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+    drop(r);
+
+    // While it was down: a container of a lease the chain no longer has, and a GPU left
+    // overclocked by nobody.
+    let orphan = h
+        .runtime
+        .run(&ContainerSpec {
+            labels: [(LABEL_LEASE.to_string(), Key([77; 32]).to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    h.gpus.apply(2, &power(390)).unwrap();
+
+    let mut r = h.reconciler();
+    assert_eq!(r.state().leases[&lease.key].pending.len(), 1);
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+    assert_eq!(h.chain.submit_calls(), 3, "proof 0 was not sent twice");
+    let running = h.running();
+    assert_eq!(running.len(), 1);
+    assert_eq!(
+        running[0].0, id,
+        "the lease's container was kept, not restarted"
+    );
+    assert!(
+        !h.runtime.containers().contains_key(&orphan),
+        "orphan removed"
+    );
+    assert_eq!(h.applied(2), power(300), "stray overclock reset");
+    assert_eq!(
+        h.applied(lease.gpu_indices[0] as u32),
+        power(250),
+        "lease GPU kept"
+    );
+    let runs = h
+        .runtime
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Run { .. }))
+        .count();
+    assert_eq!(runs, 2, "the lease's run and the orphan's, nothing more");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_settings_do_not_take_is_refused_and_ended() {
+    let h = Harness::new(&[0, 1, 1]);
+    h.gpus.stick_power_limit(0).unwrap();
+    let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    r.tick(false).await.unwrap();
+    let lease = h.chain.lease_of_bid(b.key).unwrap();
+    assert_eq!(lease.gpu_indices, vec![0], "the smallest group that fits");
+    run_for(&mut r, 3 * POLL).await;
+
+    assert!(h.runtime.containers().is_empty(), "nothing ran");
+    assert!(!h
+        .runtime
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::Pull { .. } | Call::Run { .. })));
+    let proofs = h.chain.accepted();
+    assert_eq!(proofs.len(), 1);
+    assert_eq!(proofs[0].proof.exit_code, Some(exit::SETTINGS_REFUSED));
+    assert_eq!(proofs[0].proof.gpu_seconds, 0);
+    assert_eq!(proofs[0].proof.energy_j, 0);
+    assert_eq!(h.chain.ended(), vec![lease.key]);
+    assert_eq!(h.applied(0), power(300));
+    assert!(r.state().leases.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sigterm_leaves_the_leases_running_and_the_restarted_agent_proves_them_on() {
+    let h = Harness::new(&[0, 0]);
+    let (r, lease) = allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(r.run(
+        Duration::from_secs(POLL),
+        Duration::from_secs(30),
+        Default::default(),
+        async {
+            stopped.await.ok();
+        },
+        std::future::pending(),
+    ));
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    stop.send(()).unwrap();
+    assert_eq!(daemon.await.unwrap(), RunOutcome::Stopped { running: 1 });
+    let (id, _) = h.running().pop().expect("the container still runs");
+    assert!(h.chain.ended().is_empty(), "the lease was not ended");
+    assert_eq!(h.applied(0), power(250), "its settings hold");
+
+    // An upgrade later, the new agent takes the lease back and proves it on.
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let mut r = h.reconciler();
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+    assert_eq!(h.running().pop().map(|(i, _)| i), Some(id), "not restarted");
+    assert!(!h
+        .runtime
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::Stop { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_stops_the_containers_sends_final_proofs_ends_the_leases_and_resets_gpus() {
+    let h = Harness::new(&[0, 0]);
+    let (r, lease) = allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+    let daemon = tokio::spawn(r.run(
+        Duration::from_secs(POLL),
+        Duration::from_secs(30),
+        Default::default(),
+        std::future::pending(),
+        tokio::time::sleep(Duration::from_secs(90)),
+    ));
+    assert_eq!(daemon.await.unwrap(), RunOutcome::Drained);
+
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
+    let last = h.chain.accepted().pop().unwrap();
+    assert_eq!(last.proof.exit_code, Some(EXIT_SIGTERM as i32));
+    assert_eq!(h.chain.ended(), vec![lease.key]);
+    assert!(h.runtime.calls().contains(&Call::Stop {
+        id: "container-1".into(),
+        grace: Duration::from_secs(10)
+    }));
+    assert!(h.runtime.containers().is_empty());
+    assert_eq!(h.applied(0), power(300));
+    assert_eq!(h.applied(1), power(300));
+    assert!(StateFile::new(h.dir.path())
+        .load()
+        .unwrap()
+        .leases
+        .is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_during_an_outage_stops_at_the_deadline_and_the_next_start_finishes() {
+    let h = Harness::new(&[0, 0]);
+    let (r, lease) = allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    h.chain.set_outage(true);
+    let outcome = r
+        .run(
+            Duration::from_secs(POLL),
+            Duration::from_secs(20),
+            Default::default(),
+            std::future::pending(),
+            tokio::time::sleep(Duration::from_secs(30)),
+        )
+        .await;
+    assert_eq!(
+        outcome,
+        RunOutcome::DeadlinePassed {
+            left: vec![lease.key]
+        }
+    );
+    assert!(h.running().is_empty(), "the container was stopped anyway");
+    let saved = StateFile::new(h.dir.path()).load().unwrap();
+    assert_eq!(
+        saved.leases[&lease.key].pending[0].exit_code,
+        Some(EXIT_SIGTERM as i32)
+    );
+
+    h.chain.set_outage(false);
+    let mut r = h.reconciler();
+    run_for(&mut r, 2 * POLL).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+    assert_eq!(h.chain.ended(), vec![lease.key]);
+    assert!(r.state().leases.is_empty());
+}
+
+fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
+    Observed {
+        now: T0,
+        chain,
+        containers: Some(Vec::new()),
+        gpus: Vec::new(),
+        local,
+        busy: BTreeSet::new(),
+        draining: false,
+        heartbeat_due: true,
+        electricity_cost_per_kwh: 500,
+    }
+}
+
+fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
+    MachineView {
+        gpus: groups
+            .iter()
+            .map(|&g| GpuView {
+                class: 0,
+                memory_gib: 80,
+                topology_group: g,
+            })
+            .collect(),
+        free_gib,
+        status: MachineStatus::Active,
+    }
+}
+
+/// A queue lease of GPU 0 (80 GiB at 250 W) running over `started_at..ends_at`.
+fn one_gpu_lease(started_at: i64, ends_at: i64) -> LeaseView {
+    LeaseView {
+        key: Key([9; 32]),
+        bid: Key([8; 32]),
+        client: Key([7; 32]),
+        kind: BidKind::Queue,
+        price: 1,
+        gpu_indices: vec![0],
+        gib_per_gpu: 80,
+        settings: vec![power(250)],
+        image_ref: "r/i:1".into(),
+        image_digest: [0; 32],
+        env_hash: [0; 32],
+        started_at,
+        ends_at,
+        stop_at: None,
+        interval_secs: INTERVAL,
+        next_interval: 0,
+        proof_hash: [0; 32],
+    }
+}
+
+/// The bids and GPUs of the allocations among `actions`.
+fn allocations(actions: &[Action]) -> Vec<(Key, Vec<u8>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Allocate { bid, gpu_indices } => Some((*bid, gpu_indices.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn gpus_are_shared_in_slices_only_with_equal_settings() {
+    let h = Harness::new(&[0]);
+    let mut running = bid(9, BidKind::Queue, 1, 1_000, power(250));
+    running.gib_per_gpu = 40;
+    let (mut r, _) = allocated_and_started(&h, running).await;
+    let mut other = bid(2, BidKind::Queue, 1, 1_000, power(200));
+    other.gib_per_gpu = 40;
+    let mut same = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    same.gib_per_gpu = 40;
+    h.chain.place_bid(other.clone());
+    h.chain.place_bid(same.clone());
+    let actions = run_for(&mut r, POLL).await;
+    assert_eq!(allocations(&actions), vec![(same.key, vec![0])]);
+    assert!(h.chain.is_open(other.key), "other terms never share a GPU");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bid_with_per_gpu_terms_runs_each_term_on_the_gpu_the_fit_rule_gives_it() {
+    // GPU 0 takes 100-200 W, GPU 1 takes 300-400 W.
+    let mut low = gpu_config(0);
+    low.limits.power_w = Range { min: 100, max: 200 };
+    low.default_power_w = 150;
+    let mut high = gpu_config(0);
+    high.limits.power_w = Range { min: 300, max: 400 };
+    high.default_power_w = 350;
+    let h = Harness::with(vec![low, high]);
+    let mut b = bid(1, BidKind::Queue, 2, 1_000, power(350));
+    b.settings = vec![power(350), power(120)];
+    h.chain.place_bid(b.clone());
+    // The GPUs in index order (what the agent's own copy of the rule proposed) are refused:
+    // 350 W is out of GPU 0's range.
+    let refused = h.chain.allocate(b.key, &[0, 1]).await;
+    assert!(
+        matches!(refused, Err(ChainError::Rejected { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        h.chain.is_open(b.key),
+        "a refused allocation changes nothing"
+    );
+
+    let mut r = h.reconciler();
+    let actions = r.tick(false).await.unwrap();
+    assert_eq!(allocations(&actions), vec![(b.key, vec![1, 0])]);
+    let lease = h.chain.lease_of_bid(b.key).expect("allocated");
+    assert_eq!(lease.gpu_indices, vec![1, 0]);
+    run_for(&mut r, POLL).await;
+    let running = h.running();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].1.gpu_indices, vec![1, 0]);
+    assert_eq!(
+        h.applied(1),
+        power(350),
+        "the bid's GPU 0 terms on machine GPU 1"
+    );
+    assert_eq!(
+        h.applied(0),
+        power(120),
+        "the bid's GPU 1 terms on machine GPU 0"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bids_the_fit_rule_gave_the_same_gpu_are_allocated_one_tick_after_the_other() {
+    let h = Harness::new(&[0, 0]);
+    let a = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    let b = bid(2, BidKind::Queue, 1, 1_000, power(300));
+    h.chain.place_bid(a.clone());
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    // Both are given GPU 0 on the machine as observed: the second waits for the next look.
+    let first = r.tick(false).await.unwrap();
+    assert_eq!(allocations(&first), vec![(a.key, vec![0])]);
+    let second = r.tick(false).await.unwrap();
+    assert_eq!(allocations(&second), vec![(b.key, vec![1])]);
+    assert_eq!(h.chain.lease_of_bid(b.key).unwrap().gpu_indices, vec![1]);
+}
+
+#[test]
+fn the_plan_allocates_the_fit_rules_gpus_until_two_choices_overlap() {
+    let given = |n: u8, gpus: Vec<u8>| BidView {
+        gpus: Some(gpus),
+        ..bid(n, BidKind::Queue, 1, 1, power(250))
+    };
+    let chain = ChainObserved {
+        machine: machine(&[0, 0, 0], vec![80; 3]),
+        leases: Vec::new(),
+        closed: BTreeSet::new(),
+        bids: vec![
+            given(1, vec![2]),
+            given(2, vec![0]),
+            given(3, vec![0]),
+            given(4, vec![1]),
+        ],
+        expired: Vec::new(),
+    };
+    let actions = plan(&observed(Some(chain), AgentState::default()));
+    assert_eq!(
+        allocations(&actions),
+        vec![(Key([1; 32]), vec![2]), (Key([2; 32]), vec![0])],
+        "bid 4 must not start before bid 3, which may still fit elsewhere"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_bids_are_pruned_a_few_a_tick_without_holding_up_the_proofs() {
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    // Five bids whose deadline is the lease's first boundary, and one that lasts; none fits
+    // while the lease holds the GPU.
+    let boundary = lease.started_at + INTERVAL as i64;
+    let expiring: Vec<BidView> = (10..15)
+        .map(|n| BidView {
+            deadline: boundary,
+            ..bid(n, BidKind::Queue, 1, 1_000, power(250))
+        })
+        .collect();
+    let lasting = bid(20, BidKind::Queue, 1, 1_000, power(250));
+    for b in expiring.iter().chain([&lasting]) {
+        h.chain.place_bid(b.clone());
+    }
+    let refused = h.chain.prune_bid(lasting.key).await;
+    assert!(matches!(refused, Err(ChainError::Rejected { .. })));
+
+    run_for(&mut r, (boundary - h.chain.clock()) as u64 - POLL).await;
+    assert!(
+        h.chain.pruned().is_empty(),
+        "nothing pruned before the deadline"
+    );
+    // The boundary: the interval's proof and the first prunes in the same tick.
+    tokio::time::advance(Duration::from_secs(POLL)).await;
+    let actions = r.tick(false).await.unwrap();
+    let prunes: Vec<Key> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Prune { bid } => Some(*bid),
+            _ => None,
+        })
+        .collect();
+    let keys: Vec<Key> = expiring.iter().map(|b| b.key).collect();
+    assert_eq!(prunes, keys[..PRUNES_PER_TICK]);
+    assert!(actions.contains(&Action::Submit { lease: lease.key }));
+    assert_eq!(h.chain.pruned(), keys[..PRUNES_PER_TICK]);
+    // The proof, sent beside the loop, wakes the next tick: it prunes the rest.
+    settle(&mut r).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0]);
+    assert_eq!(h.chain.pruned(), keys, "the rest on the next tick");
+    assert!(h.chain.is_open(lasting.key));
+    run_for(&mut r, POLL).await;
+    assert_eq!(h.chain.pruned().len(), keys.len(), "each pruned once");
+}
+
+#[test]
+fn a_lease_that_never_started_before_its_stop_is_proven_empty_and_ended() {
+    let h_lease = one_gpu_lease(T0 - 120, T0 - 10);
+    let mut local = AgentState::default();
+    local.leases.insert(
+        h_lease.key,
+        LeaseRecord::new(&h_lease, &[Sample::default()]),
+    );
+    let chain = ChainObserved {
+        machine: machine(&[0], vec![0]),
+        leases: vec![h_lease.clone()],
+        closed: BTreeSet::new(),
+        bids: Vec::new(),
+        expired: Vec::new(),
+    };
+    let mut o = observed(Some(chain), local.clone());
+    o.heartbeat_due = false;
+    assert_eq!(
+        plan(&o),
+        vec![
+            Action::Finish {
+                lease: h_lease.key,
+                exit_code: exit::CONTAINER_LOST
+            },
+            Action::Submit { lease: h_lease.key }
+        ]
+    );
+    let record = local.leases.get_mut(&h_lease.key).unwrap();
+    record.close_final(T0, &[Sample::default()], exit::CONTAINER_LOST);
+    let gpu_seconds: Vec<u64> = record.pending.iter().map(|p| p.gpu_seconds).collect();
+    assert_eq!(gpu_seconds, vec![0, 0], "both windows, nothing used");
+}
+
+#[test]
+fn without_the_cluster_the_plan_touches_nothing_on_chain() {
+    let lease = one_gpu_lease(T0 - 120, T0 + 600);
+    let mut record = LeaseRecord::new(&lease, &[Sample::default()]);
+    record.container_id = Some("c".into());
+    let mut local = AgentState::default();
+    local.leases.insert(lease.key, record);
+    let mut o = observed(None, local);
+    o.heartbeat_due = false;
+    o.containers.as_mut().unwrap().push(ObservedContainer {
+        id: "c".into(),
+        lease: Some(lease.key),
+        state: ContainerState::Running,
+    });
+    o.containers.as_mut().unwrap().push(ObservedContainer {
+        id: "stray".into(),
+        lease: Some(Key([1; 32])),
+        state: ContainerState::Running,
+    });
+    assert_eq!(
+        plan(&o),
+        vec![
+            Action::Meter { lease: lease.key },
+            Action::CloseEnded { lease: lease.key }
+        ],
+        "meters and closes locally; no submit, no orphan removal without the chain's word"
+    );
+}
+
+mod faults;
+mod isolation;
