@@ -406,12 +406,12 @@ wait_for 240 "every lease settled" no_leases
 cli authority bid list --market "$MARKET"
 cli authority bid list --market "$MARKET" --machine "$MACHINE"
 
-step "the host stops its agent (SIGTERM: it drains, nothing is left running)"
-kill -TERM "$AGENT_PID"
+step "the host drains its agent (gpu-market-agent drain: nothing is left running; SIGTERM alone would leave leases running for a restart)"
+"$AGENT" drain --config "$DEMO_DIR/agent/agent.toml" || die "the drain failed"
 AGENT_RC=0
 wait "$AGENT_PID" || AGENT_RC=$?
 AGENT_PID=""
-[ "$AGENT_RC" = 0 ] || die "the agent exited with $AGENT_RC after SIGTERM"
+[ "$AGENT_RC" = 0 ] || die "the agent exited with $AGENT_RC after draining"
 containers
 kill "$POLLER_PID" 2>/dev/null || true
 wait "$POLLER_PID" 2>/dev/null || true

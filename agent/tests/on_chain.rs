@@ -8,16 +8,13 @@
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::InspectContainerOptions;
-use futures_util::{StreamExt, TryStreamExt};
 use gpu_market::events::UsageProven;
-use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{Bid, BidKind, BookKey, Freed, Lease, Machine, Market};
 use gpu_market_agent::docker::DockerEngine;
 use gpu_market_agent::runtime::pinned_reference;
 use gpu_market_core::fit::Fits;
 use gpu_market_sdk::book::read_book;
-use gpu_market_sdk::PlaceBid;
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
 use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
@@ -207,7 +204,7 @@ async fn a_bid_is_allocated_run_on_the_engine_proven_and_paid() {
     assert_eq!(machine.violations, 0);
 
     let (status, log) = agent.terminate();
-    assert!(status.success(), "SIGTERM drains cleanly; log:\n{log}");
+    assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
     assert!(
         log.contains("websocket subscribed"),
         "the agent watched the program's accounts over the websocket; log:\n{log}"
@@ -262,47 +259,7 @@ async fn kill_9_and_restart_lose_and_double_nothing() {
     assert_eq!(machine.missed_intervals, 0, "no interval lost to the kill");
     assert_eq!(machine.leases, 0);
     let (status, log) = agent.terminate();
-    assert!(status.success(), "SIGTERM drains cleanly; log:\n{log}");
-}
-
-/// Places `bids` of `client` (each one transaction), `concurrency` at a time; returns their
-/// addresses.
-async fn place_all(live: &LiveMarket, client: &Wallet, bids: Vec<PlaceBidArgs>) -> Vec<Pubkey> {
-    futures_util::stream::iter(bids.into_iter().map(|args| async move {
-        let p = PlaceBid {
-            client: &client.key,
-            market: live.market,
-            book: live.queue_book,
-            machine: None,
-            payment_mint: live.mint,
-            client_tokens: client.tokens,
-            args,
-            evict: None,
-        };
-        live.cluster.run(&p).await.map(|_| p.bid())
-    }))
-    .buffer_unordered(24)
-    .try_collect()
-    .await
-    .expect("every bid placed")
-}
-
-/// Queue bids this 2-GPU class-0 machine of 24 GiB GPUs can never serve, yet priced at the
-/// reserve price of their classes and more, so the program takes them: class-1 bids, bids for
-/// 3 GPUs, bids for 32 GiB per GPU, in turn, each until `deadline`.
-fn unservable(nonces: std::ops::Range<u64>, secs: u32, deadline: i64) -> Vec<PlaceBidArgs> {
-    nonces
-        .map(|nonce| {
-            let mut b = queue_bid(nonce, secs, deadline);
-            b.deadline = deadline;
-            match nonce % 3 {
-                0 => b.accepted_classes = 0b10,
-                1 => b.gpu_count = 3,
-                _ => b.gib_per_gpu = 32,
-            }
-            b
-        })
-        .collect()
+    assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
 }
 
 /// Issue 14: at least 200 queue bids from several clients that no machine here can serve, ranked
@@ -344,7 +301,7 @@ async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
         place_all(
             &live,
             c,
-            unservable(0..PER_CLIENT, 20, now + QUEUE_WAIT_SECS),
+            unservable(0..PER_CLIENT, 20, now + QUEUE_WAIT_SECS, 2),
         )
     }))
     .await
@@ -363,7 +320,7 @@ async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
         .await
         .unwrap();
     let now = live.cluster.now().await.unwrap();
-    let expiring = place_all(&live, &expiring_client, unservable(0..5, 1, now + 6)).await;
+    let expiring = place_all(&live, &expiring_client, unservable(0..5, 1, now + 6, 2)).await;
 
     let dir = tempfile::tempdir().unwrap();
     let config = Agent::write_config(&live, dir.path(), 2);
@@ -459,8 +416,20 @@ async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
         .unwrap();
     assert_eq!(refunded, before_expiring, "every escrow refunded in full");
 
-    let (status, log) = agent.terminate();
-    assert!(status.success(), "SIGTERM drains cleanly; log:\n{log}");
+    // The operator drains the host: the running lease is stopped, proven and ended.
+    let (verb, status, log) = agent.drain(&config);
+    let said = String::from_utf8_lossy(&verb.stdout);
+    assert!(
+        verb.status.success() && said.contains("drained"),
+        "drain: {said}{}\nagent log:\n{log}",
+        String::from_utf8_lossy(&verb.stderr)
+    );
+    assert!(
+        status.success(),
+        "the drained agent exits cleanly; log:\n{log}"
+    );
+    assert!(!account_exists(&live, &lease).await, "the lease ended");
+    assert!(containers_of(&docker, &lease).await.is_empty());
     assert!(log.contains("pruned an expired bid"), "{log}");
     assert!(
         !log.contains("allocate was refused"),
@@ -528,4 +497,80 @@ struct AllocateCost {
     units: u64,
     limit: u32,
     bytes: usize,
+}
+
+/// A registry that accepts connections and never answers: a pull from it stalls.
+fn stalling_registry() -> (u16, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for conn in listener.incoming().take(64) {
+            open.push(conn);
+        }
+    });
+    (port, held)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
+    let (s, agent) = Scenario::start(8).await;
+    let (live, docker, lease) = (&s.live, &s.docker, s.lease);
+    wait_for("A's container running", 60, &agent, || async {
+        containers_of(docker, &lease)
+            .await
+            .into_iter()
+            .any(|(_, running)| running)
+            .then_some(())
+    })
+    .await;
+
+    // B's image lives on a registry that never answers.
+    let (port, _registry) = stalling_registry();
+    let client = live.client(10 * TOKEN, 0).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let mut args = queue_bid(2, 2 * INTERVAL, now);
+    args.image_ref = format!("127.0.0.1:{port}/stalled/worker:1");
+    let bid = live.place(&client, args).await.unwrap();
+    let before = live.cluster.token_balance(&client.tokens).await.unwrap();
+    let escrow = live.cluster.account::<Bid>(&bid).await.unwrap().escrow;
+    let b_lease = pda::lease(&bid).0;
+    wait_for("B allocated", 30, &agent, || async {
+        account_exists(live, &b_lease).await.then_some(())
+    })
+    .await;
+
+    // While B's pull stalls (the agent's budget is 15 s), A is proven interval after interval.
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(14);
+    while tokio::time::Instant::now() < until {
+        let l: Lease = live.cluster.account(&lease).await.unwrap();
+        let now = live.cluster.now().await.unwrap();
+        assert!(
+            now - l.proven_until <= 2 * INTERVAL as i64 + 2,
+            "A's proofs fell behind: proven until {}, now {now}; agent log:\n{}",
+            l.proven_until,
+            agent.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    // B ends with nothing used: its client has all of its escrow back.
+    wait_for("B ended and refunded", 40, &agent, || async {
+        (!account_exists(live, &b_lease).await).then_some(())
+    })
+    .await;
+    let after = live.cluster.token_balance(&client.tokens).await.unwrap();
+    assert_eq!(after - before, escrow, "B refunded in full");
+    assert!(containers_of(docker, &b_lease).await.is_empty());
+
+    s.wait_settled(&agent, 60).await;
+    let settled = s.settle_and_check().await;
+    assert!(settled.proofs.len() >= 8);
+    let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
+    assert_eq!(
+        machine.missed_intervals, 0,
+        "no interval of A went unproven"
+    );
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
+    assert!(log.contains("was not pulled within 15 s"), "{log}");
 }

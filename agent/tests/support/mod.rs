@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 
 use bollard::query_parameters::ListContainersOptions;
 use bollard::Docker;
+use futures_util::{StreamExt, TryStreamExt};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{BidKind, GpuSpec, MarketParams, OverclockTerms};
-use gpu_market_tests::live::LiveMarket;
+use gpu_market_sdk::PlaceBid;
+use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
 
 pub const TOKEN: u64 = 1_000_000;
@@ -140,6 +142,11 @@ impl Agent {
             .unwrap()
             .local_addr()
             .unwrap();
+        // The engine mounts these into shared leases' containers: they must exist.
+        let mps = dir.join("mps");
+        for sub in ["pipe", "shm"] {
+            std::fs::create_dir_all(mps.join(sub)).unwrap();
+        }
         let config = format!(
             r#"
 rpc_url = "{rpc}"
@@ -156,6 +163,9 @@ heartbeat_interval_secs = 30
 drain_deadline_secs = 20
 engine_socket = "{engine}"
 
+[images]
+pull_timeout_secs = 15
+
 [container]
 memory_mib_per_gpu = 64
 millicpus_per_gpu = 50
@@ -164,6 +174,10 @@ stop_grace_secs = 2
 
 [gpu]
 backend = "simulated"
+# The tests' bids take 8 GiB slices: shared GPUs need MPS. SIMULATED: no MPS daemon runs, the
+# lease containers only get these folders mounted and the MPS variables set.
+mps_pipe_dir = "{mps}/pipe"
+mps_shm_dir = "{mps}/shm"
 {gpus}"#,
             rpc = live.cluster.rpc_url,
             ws = live.cluster.ws_url,
@@ -174,6 +188,7 @@ backend = "simulated"
             data = dir.join("data").display(),
             engine = engine_env("DOCKER_HOST"),
             gpus = SIMULATED_GPU.repeat(gpu_count),
+            mps = mps.display(),
         );
         let path = dir.join("agent.toml");
         std::fs::write(&path, config).unwrap();
@@ -216,7 +231,32 @@ backend = "simulated"
         self.log()
     }
 
-    /// SIGTERM, and the exit status of the drain.
+    /// The address of the agent's `/metrics` and `/healthz`, from its configuration.
+    pub fn metrics_address(config: &Path) -> String {
+        let text = std::fs::read_to_string(config).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("metrics_listen = "))
+            .expect("metrics_listen in the configuration")
+            .trim_matches('"')
+            .to_string()
+    }
+
+    /// `gpu-market-agent drain` with the agent's configuration: its output and status, then
+    /// the agent's own exit status and log.
+    pub fn drain(
+        mut self,
+        config: &Path,
+    ) -> (std::process::Output, std::process::ExitStatus, String) {
+        let verb = Command::new(agent_binary())
+            .args(["drain", "--config"])
+            .arg(config)
+            .output()
+            .expect("run gpu-market-agent drain");
+        let status = self.child.wait().unwrap();
+        (verb, status, self.log())
+    }
+
+    /// SIGTERM (the agent stops; its leases keep running), and its exit status.
     pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
@@ -292,4 +332,49 @@ pub async fn account_exists(live: &LiveMarket, key: &Pubkey) -> bool {
         .await
         .map(|r| r.value.is_some())
         .unwrap_or(true)
+}
+
+/// Places `bids` of `client` (each one transaction), `concurrency` at a time; returns their
+/// addresses.
+pub async fn place_all(live: &LiveMarket, client: &Wallet, bids: Vec<PlaceBidArgs>) -> Vec<Pubkey> {
+    futures_util::stream::iter(bids.into_iter().map(|args| async move {
+        let p = PlaceBid {
+            client: &client.key,
+            market: live.market,
+            book: live.queue_book,
+            machine: None,
+            payment_mint: live.mint,
+            client_tokens: client.tokens,
+            args,
+            evict: None,
+        };
+        live.cluster.run(&p).await.map(|_| p.bid())
+    }))
+    .buffer_unordered(24)
+    .try_collect()
+    .await
+    .expect("every bid placed")
+}
+
+/// Queue bids a class-0 machine of `machine_gpus` 24 GiB GPUs can never serve, yet priced at
+/// the reserve price of their classes and more, so the program takes them: class-1 bids, bids
+/// for one GPU more than it has, bids for 32 GiB per GPU, in turn, each until `deadline`.
+pub fn unservable(
+    nonces: std::ops::Range<u64>,
+    secs: u32,
+    deadline: i64,
+    machine_gpus: u8,
+) -> Vec<PlaceBidArgs> {
+    nonces
+        .map(|nonce| {
+            let mut b = queue_bid(nonce, secs, deadline);
+            b.deadline = deadline;
+            match nonce % 3 {
+                0 => b.accepted_classes = 0b10,
+                1 => b.gpu_count = machine_gpus + 1,
+                _ => b.gib_per_gpu = 32,
+            }
+            b
+        })
+        .collect()
 }
