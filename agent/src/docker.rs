@@ -123,6 +123,26 @@ impl DockerEngine {
                 }
             }
         }
+        // Layers already in the store report no sizes while pulling: the image as stored
+        // answers for them.
+        if max_bytes < u64::MAX {
+            let stored =
+                self.docker
+                    .inspect_image(image)
+                    .await
+                    .map_err(|source| RuntimeError::Pull {
+                        image: image.to_string(),
+                        source,
+                    })?;
+            let bytes = stored.size.unwrap_or(0).max(0) as u64;
+            if bytes > max_bytes {
+                return Err(RuntimeError::ImageTooLarge {
+                    image: image.to_string(),
+                    bytes,
+                    max_bytes,
+                });
+            }
+        }
         Ok(messages)
     }
 
