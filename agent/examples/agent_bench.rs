@@ -94,8 +94,9 @@ async fn main() {
         let bids = unservable(0..book as u64, 600, now + QUEUE_WAIT_SECS, GPUS);
         place_all(&live, &staked, bids).await;
     }
+    // Eight clients (the validator's faucet funds no more), each with up to 8 leases.
     let mut clients = Vec::new();
-    for _ in 0..leases {
+    for _ in 0..leases.min(8) {
         clients.push(live.client(100 * TOKEN, 0).await.unwrap());
     }
 
@@ -106,7 +107,7 @@ async fn main() {
 
     let docker = docker().await;
     let mut latencies = Vec::new();
-    for (i, client) in clients.iter().enumerate() {
+    for (i, client) in clients.iter().cycle().take(leases).enumerate() {
         let now = live.cluster.now().await.unwrap();
         let mut args = queue_bid(book as u64 + i as u64 + 1, 600, now);
         args.gib_per_gpu = gib;
@@ -161,6 +162,18 @@ async fn main() {
         "latencies: {:?}",
         latencies.iter().map(|d| ms(*d)).collect::<Vec<_>>()
     );
+    // Where the time goes: the agent's own timestamps for the steps of each start.
+    for line in agent.log().lines().filter(|l| {
+        [
+            "allocated",
+            "starting the lease's container",
+            "lease started",
+        ]
+        .iter()
+        .any(|step| l.contains(step))
+    }) {
+        println!("agent: {line}");
+    }
     // The leases run for 10 minutes: the operator's drain stops them early, proves what ran
     // and ends them (or leaves the rest to the next start when its deadline passes).
     let drain = Instant::now();

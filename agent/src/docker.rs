@@ -454,6 +454,19 @@ impl ContainerRuntime for DockerEngine {
         max_bytes: u64,
     ) -> Result<(), RuntimeError> {
         let pinned = pinned_reference(image_ref, digest)?;
+        // Pinned to its digest, an image already in the store is the one asked for: no round
+        // trip to the registry.
+        if let Ok(stored) = self.docker.inspect_image(&pinned).await {
+            let bytes = stored.size.unwrap_or(0).max(0) as u64;
+            if bytes > max_bytes {
+                return Err(RuntimeError::ImageTooLarge {
+                    image: pinned,
+                    bytes,
+                    max_bytes,
+                });
+            }
+            return Ok(());
+        }
         self.pull_with_credentials(&pinned, credentials, max_bytes)
             .await
             .map(drop)

@@ -79,6 +79,9 @@ pub struct SolanaChain {
     price: Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
 }
 
+/// How often a sent transaction's status is looked at until it is confirmed.
+const CONFIRM_POLL: Duration = Duration::from_millis(100);
+
 /// How long a chosen priority price is reused.
 const PRICE_REFRESH: Duration = Duration::from_secs(10);
 
@@ -233,11 +236,42 @@ impl SolanaChain {
             &[&self.agent],
             blockhash,
         );
-        self.rpc
-            .send_and_confirm_transaction(&tx)
+        self.send_and_confirm(&tx)
             .await
-            .map(|_| ())
             .map_err(|e| classify(op, &e))
+    }
+
+    /// Sends `tx` (after the node's preflight) and learns of its confirmation at the client's
+    /// commitment from a short poll of its status, every [`CONFIRM_POLL`], until its blockhash
+    /// expires. The client library's own loop waits half a second between looks, and a second
+    /// request each time: a transaction confirmed in one slot waited up to a slot more.
+    async fn send_and_confirm(&self, tx: &Transaction) -> Result<(), ClientError> {
+        let signature = self.rpc.send_transaction(tx).await?;
+        for look in 1u32.. {
+            match self
+                .rpc
+                .get_signature_status_with_commitment(&signature, self.rpc.commitment())
+                .await?
+            {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => return Err(e.into()),
+                None => {}
+            }
+            // About every two seconds: has the transaction's blockhash expired?
+            if look.is_multiple_of(20)
+                && !self
+                    .rpc
+                    .is_blockhash_valid(&tx.message.recent_blockhash, CommitmentConfig::processed())
+                    .await?
+            {
+                break;
+            }
+            tokio::time::sleep(CONFIRM_POLL).await;
+        }
+        Err(RpcError::ForUser(
+            "unable to confirm the transaction before its blockhash expired".to_string(),
+        )
+        .into())
     }
 
     /// Sends `ix` with the compute-unit limit it needs: a simulation under the most a
