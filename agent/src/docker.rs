@@ -126,24 +126,35 @@ impl DockerEngine {
         // Layers already in the store report no sizes while pulling: the image as stored
         // answers for them.
         if max_bytes < u64::MAX {
-            let stored =
-                self.docker
-                    .inspect_image(image)
-                    .await
-                    .map_err(|source| RuntimeError::Pull {
-                        image: image.to_string(),
-                        source,
-                    })?;
-            let bytes = stored.size.unwrap_or(0).max(0) as u64;
-            if bytes > max_bytes {
-                return Err(RuntimeError::ImageTooLarge {
-                    image: image.to_string(),
-                    bytes,
-                    max_bytes,
-                });
-            }
+            let stored = self.stored_within(image, max_bytes).await?;
+            stored.map_err(|source| RuntimeError::Pull {
+                image: image.to_string(),
+                source,
+            })?;
         }
         Ok(messages)
+    }
+
+    /// Whether `image` is in the store (the engine's error when not), refusing one bigger than
+    /// `max_bytes`.
+    async fn stored_within(
+        &self,
+        image: &str,
+        max_bytes: u64,
+    ) -> Result<Result<(), BollardError>, RuntimeError> {
+        let stored = match self.docker.inspect_image(image).await {
+            Ok(stored) => stored,
+            Err(e) => return Ok(Err(e)),
+        };
+        let bytes = stored.size.unwrap_or(0).max(0) as u64;
+        if bytes > max_bytes {
+            return Err(RuntimeError::ImageTooLarge {
+                image: image.to_string(),
+                bytes,
+                max_bytes,
+            });
+        }
+        Ok(Ok(()))
     }
 
     /// Creates and starts a container; returns its id. It runs without network, without
@@ -456,15 +467,7 @@ impl ContainerRuntime for DockerEngine {
         let pinned = pinned_reference(image_ref, digest)?;
         // Pinned to its digest, an image already in the store is the one asked for: no round
         // trip to the registry.
-        if let Ok(stored) = self.docker.inspect_image(&pinned).await {
-            let bytes = stored.size.unwrap_or(0).max(0) as u64;
-            if bytes > max_bytes {
-                return Err(RuntimeError::ImageTooLarge {
-                    image: pinned,
-                    bytes,
-                    max_bytes,
-                });
-            }
+        if self.stored_within(&pinned, max_bytes).await?.is_ok() {
             return Ok(());
         }
         self.pull_with_credentials(&pinned, credentials, max_bytes)
