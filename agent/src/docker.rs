@@ -157,15 +157,15 @@ impl DockerEngine {
         Ok(Ok(()))
     }
 
-    /// Creates and starts a container; returns its id. It runs without network, without
+    /// Creates a container, not started; returns its id. It will run without network, without
     /// capabilities or privilege gain, and confined by `spec.sandbox`.
-    pub async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+    async fn create_container(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         let create_error = |source| RuntimeError::Engine {
             op: "create",
             source,
         };
         let cap_layer = !spec.sandbox.read_only_root && !self.no_layer_cap.load(Ordering::Relaxed);
-        let id = match self.create(spec, cap_layer).await {
+        Ok(match self.create(spec, cap_layer).await {
             // Most storage drivers cannot cap a layer (overlay2 only on xfs with `pquota`): the
             // engine refuses the container, which then runs without the cap.
             Err(BollardError::DockerResponseServerError { message, .. }) if cap_layer => {
@@ -179,15 +179,14 @@ impl DockerEngine {
                 id
             }
             created => created.map_err(create_error)?,
-        };
+        })
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         self.docker
-            .start_container(&id, None::<StartContainerOptions>)
+            .start_container(id, None::<StartContainerOptions>)
             .await
-            .map_err(|source| RuntimeError::Engine {
-                op: "start",
-                source,
-            })?;
-        Ok(id)
+            .map_err(|source| engine_error("start", id, source))
     }
 
     /// Creates the container of `spec`, with its writable layer capped when `cap_layer`.
@@ -475,8 +474,12 @@ impl ContainerRuntime for DockerEngine {
             .map(drop)
     }
 
-    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
-        DockerEngine::run(self, spec).await
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        self.create_container(spec).await
+    }
+
+    async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        self.start_container(id).await
     }
 
     async fn state(&self, id: &str) -> Result<ContainerState, RuntimeError> {

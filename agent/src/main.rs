@@ -21,6 +21,7 @@ use gpu_market_agent::gpu::GpuBackend;
 use gpu_market_agent::metrics::{self, Metrics, ServerLimits};
 use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig, RunOutcome};
 use gpu_market_agent::redact::RedactingWriter;
+use gpu_market_agent::runtime::ContainerRuntime;
 use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
 use tokio::sync::Notify;

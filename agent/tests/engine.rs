@@ -2,6 +2,7 @@
 //! `scripts/engine.sh start` (the README's test command starts them).
 
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine, Sandbox, LOG_DRIVER};
+use gpu_market_agent::runtime::ContainerRuntime;
 
 fn engine_env() -> (String, String) {
     let host = std::env::var("DOCKER_HOST").expect(

@@ -15,6 +15,7 @@
 //! always has escrow left to go back to its book (which never fills).
 
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use gpu_market_core::fit::{Fits, GpuOffer, Need, Offer, Terms, GPU_CLASSES};
@@ -67,6 +68,10 @@ struct Inner {
     /// Leases the listing omits, as a lagging node's would, though they run.
     hidden: Vec<Key>,
     lose_next_proof_answer: bool,
+    /// How long an `allocate` takes to confirm.
+    allocate_latency: Duration,
+    /// The next `allocate` is refused (as when another host took the bid first).
+    refuse_next_allocate: bool,
     submit_calls: u32,
 }
 
@@ -95,6 +100,8 @@ impl FakeChain {
                 outage: false,
                 hidden: Vec::new(),
                 lose_next_proof_answer: false,
+                allocate_latency: Duration::ZERO,
+                refuse_next_allocate: false,
                 submit_calls: 0,
             }),
         }
@@ -146,6 +153,17 @@ impl FakeChain {
     /// The next proof lands but its answer is lost (reported as unreachable).
     pub fn lose_next_proof_answer(&self) {
         self.lock().lose_next_proof_answer = true;
+    }
+
+    /// From now on an `allocate` confirms `latency` after it is sent (a cluster's slot).
+    pub fn set_allocate_latency(&self, latency: Duration) {
+        self.lock().allocate_latency = latency;
+    }
+
+    /// The next `allocate` is refused once it would have confirmed, as when another host's
+    /// took the bid first.
+    pub fn refuse_next_allocate(&self) {
+        self.lock().refuse_next_allocate = true;
     }
 
     pub fn accepted(&self) -> Vec<AcceptedProof> {
@@ -338,6 +356,10 @@ fn request_stop(l: &mut LeaseView, at: i64, proven_until: i64) {
 
 #[async_trait]
 impl Chain for FakeChain {
+    fn lease_key(&self, bid: Key) -> Key {
+        Key(Sha256::digest([b"lease".as_slice(), &bid.0].concat()).into())
+    }
+
     async fn now(&self) -> Result<i64, ChainError> {
         let s = self.lock();
         s.reachable()?;
@@ -411,8 +433,13 @@ impl Chain for FakeChain {
     }
 
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError> {
+        let latency = self.lock().allocate_latency;
+        tokio::time::sleep(latency).await;
         let mut s = self.lock();
         s.reachable()?;
+        if std::mem::take(&mut s.refuse_next_allocate) {
+            return Err(rejected("allocate", "the bid is running"));
+        }
         let Some(pos) = s.bids.iter().position(|b| b.key == bid) else {
             return Err(match s.taken.iter().any(|b| b.key == bid) {
                 true => rejected("allocate", "the bid is running"),
@@ -436,7 +463,7 @@ impl Chain for FakeChain {
             ));
         }
         let now = s.now();
-        let key = Key(Sha256::digest([b"lease".as_slice(), &bid.0].concat()).into());
+        let key = self.lease_key(bid);
         s.bids.remove(pos);
         let lease = LeaseView {
             key,

@@ -124,7 +124,23 @@ pub struct LeaseView {
     pub proof_hash: [u8; 32],
 }
 
+/// What a bid or lease runs: its image and its sealed environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload<'a> {
+    pub image_ref: &'a str,
+    pub image_digest: &'a [u8; 32],
+    pub env_hash: &'a [u8; 32],
+}
+
 impl BidView {
+    pub fn workload(&self) -> Workload<'_> {
+        Workload {
+            image_ref: &self.image_ref,
+            image_digest: &self.image_digest,
+            env_hash: &self.env_hash,
+        }
+    }
+
     /// The sum of the power limits asked, in W.
     pub fn power_w(&self) -> u64 {
         self.settings.iter().map(|s| s.power_limit_w as u64).sum()
@@ -132,6 +148,14 @@ impl BidView {
 }
 
 impl LeaseView {
+    pub fn workload(&self) -> Workload<'_> {
+        Workload {
+            image_ref: &self.image_ref,
+            image_digest: &self.image_digest,
+            env_hash: &self.env_hash,
+        }
+    }
+
     /// When the lease stops: its end, or the earlier stop it was told.
     pub fn stop(&self) -> i64 {
         self.stop_at.map_or(self.ends_at, |s| s.min(self.ends_at))
@@ -211,7 +235,11 @@ pub trait Chain: Send + Sync {
     /// ranked first, each with the GPUs the fit rule gives it; and up to `limit` expired bids
     /// of those books.
     async fn best_open_bids(&self, limit: usize) -> Result<OpenBids, ChainError>;
-    /// Allocates `gpu_indices` of this machine to `bid`; returns the new lease's key.
+    /// The key the lease of `bid` gets once allocated: known before `allocate` is sent, so that
+    /// its container can be made ready while it confirms.
+    fn lease_key(&self, bid: Key) -> Key;
+    /// Allocates `gpu_indices` of this machine to `bid`; returns the new lease's key (its
+    /// [`lease_key`](Self::lease_key)).
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError>;
     /// Stops a spot lease in favour of `better_bid`, which must fit the GPUs it frees: at the
     /// lease's next interval boundary for a spot bid that pays the host more, at once for a

@@ -943,6 +943,10 @@ impl Chain for SolanaChain {
         self.rpc.get_transport_stats().request_count as u64
     }
 
+    fn lease_key(&self, bid: Key) -> Key {
+        key(&pda::lease(&pubkey(bid)).0)
+    }
+
     async fn heartbeat(&self) -> Result<(), ChainError> {
         let ix = Heartbeat {
             agent: &self.agent,

@@ -5,10 +5,11 @@ use gpu_market_core::lease::exit;
 
 use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
+use super::ready::Readied;
 use super::{logs_path, ActionError, Reconciler, TickError};
-use crate::chain::{ChainError, Key, LeaseView};
+use crate::chain::{ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
-use crate::gpu::isolation::{isolation, shared_gpus};
+use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
 use crate::gpu::{apply_and_verify, GpuError, Sample};
 use crate::runtime::{pinned_reference, registry_host, ContainerSpec, Credentials, LABEL_LEASE};
 use crate::state::{LeaseRecord, StateError};
@@ -167,11 +168,17 @@ impl Reconciler {
             }
             Action::Prune { bid } => self.prune_all(&[*bid]).await,
             Action::Allocate { bid, gpu_indices } => {
+                if let Some(b) = o.chain.iter().flat_map(|c| &c.bids).find(|b| b.key == *bid) {
+                    self.ready(b, gpu_indices);
+                }
                 let lease = self
                     .chain
                     .allocate(*bid, gpu_indices)
                     .await
-                    .inspect_err(|e| self.chain_error(e))?;
+                    .inspect_err(|e| {
+                        self.chain_error(e);
+                        self.abandon(*bid);
+                    })?;
                 tracing::info!(%bid, %lease, ?gpu_indices, "allocated");
             }
             Action::ResetGpu { index } => {
@@ -254,8 +261,10 @@ impl Reconciler {
     }
 
     /// Applies the lease's GPU settings (refusing the lease when they do not take, or when it
-    /// shares a GPU that the host cannot confine it on), then hands the environment, the pull
-    /// and the container's start to a job beside the loop.
+    /// shares a GPU that the host cannot confine it on), then hands the container's start to a
+    /// job beside the loop: of the container readied while `allocate` confirmed, or from the
+    /// beginning (environment, pull, create) when there is none. A readied container of a
+    /// refused lease is left to the plan, which removes it as a stray.
     fn start(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
         let view = Self::view(o, lease)?;
         let samples = Self::samples(o, &view.gpu_indices);
@@ -264,6 +273,7 @@ impl Reconciler {
             .entry(lease)
             .or_insert_with(|| LeaseRecord::new(view, &samples));
         self.save()?;
+        let readied = self.take_readied(lease, &view.gpu_indices);
         if let Err(e) = self.verify_settings(view) {
             tracing::warn!(%lease, error = %e, "GPU settings did not take; refusing the lease");
             return Ok(self.refuse(lease, exit::SETTINGS_REFUSED)?);
@@ -281,6 +291,19 @@ impl Reconciler {
             }
         };
         self.record(lease).meter_shared(&isolation.shared);
+        match readied {
+            Readied::Container(p) => {
+                tracing::info!(%lease, container = %p.id, "starting the lease's readied container");
+                let runtime = self.runtime.clone();
+                self.jobs.spawn_for(lease, jobs::start_prepared(runtime, p));
+                return Ok(());
+            }
+            Readied::Refused(r) => {
+                tracing::warn!(%lease, exit_code = r.exit_code, reason = %r.reason, "{}; ending the lease", exit::reason(r.exit_code));
+                return Ok(self.refuse(lease, r.exit_code)?);
+            }
+            Readied::Nothing => {}
+        }
         let credentials = match self.credentials(&view.image_ref) {
             Ok(c) => c,
             Err(e) => {
@@ -288,35 +311,54 @@ impl Reconciler {
                 return Ok(self.refuse(lease, exit::IMAGE_UNAVAILABLE)?);
             }
         };
-        let n = view.gpu_indices.len() as i64;
+        let job = self.start_job(
+            lease,
+            view.workload(),
+            &view.gpu_indices,
+            isolation,
+            credentials,
+        )?;
+        tracing::info!(%lease, image = %view.image_ref, "starting the lease's container");
+        self.jobs.spawn_for(lease, jobs::start(job));
+        Ok(())
+    }
+
+    /// What starting `lease`'s container on `gpu_indices` takes: its image, environment,
+    /// limits, and the confinement `isolation` gives it.
+    pub(super) fn start_job(
+        &self,
+        lease: Key,
+        workload: Workload<'_>,
+        gpu_indices: &[u8],
+        isolation: Isolation,
+        credentials: Option<Credentials>,
+    ) -> Result<StartJob, ActionError> {
+        let n = gpu_indices.len() as i64;
         let limits = self.config.container;
         let spec = ContainerSpec {
             name: None,
-            image: pinned_reference(&view.image_ref, &view.image_digest)?,
+            image: pinned_reference(workload.image_ref, workload.image_digest)?,
             cmd: None,
             env: isolation.env,
             labels: [(LABEL_LEASE.to_string(), lease.to_string())].into(),
             memory_bytes: Some((n * limits.memory_mib_per_gpu as i64) << 20),
             nano_cpus: Some(n * limits.millicpus_per_gpu as i64 * 1_000_000),
             pids_limit: Some(limits.pids_limit),
-            gpu_indices: view.gpu_indices.iter().map(|&i| i as u32).collect(),
+            gpu_indices: gpu_indices.iter().map(|&i| i as u32).collect(),
             binds: isolation.binds,
             sandbox: limits.sandbox,
         };
-        let job = StartJob {
+        Ok(StartJob {
             runtime: self.runtime.clone(),
-            image_ref: view.image_ref.clone(),
-            digest: view.image_digest,
+            image_ref: workload.image_ref.to_string(),
+            digest: *workload.image_digest,
             credentials,
             budget: self.config.images,
             data_dir: self.config.data_dir.clone(),
-            env_hash: view.env_hash,
+            env_hash: *workload.env_hash,
             env_key: self.config.env_key.clone(),
             spec,
-        };
-        tracing::info!(%lease, image = %view.image_ref, "starting the lease's container");
-        self.jobs.spawn_for(lease, jobs::start(job));
-        Ok(())
+        })
     }
 
     /// The lease cannot run: its GPUs go back to their defaults and its final proof, with
@@ -335,7 +377,10 @@ impl Reconciler {
         self.save()
     }
 
-    fn credentials(&self, image_ref: &str) -> Result<Option<Credentials>, std::io::Error> {
+    pub(super) fn credentials(
+        &self,
+        image_ref: &str,
+    ) -> Result<Option<Credentials>, std::io::Error> {
         let Some(auth) = self.config.registries.get(registry_host(image_ref)) else {
             return Ok(None);
         };

@@ -28,6 +28,8 @@ pub enum Outcome {
         at: Instant,
         pulled_in: Duration,
     },
+    /// The lease's container is created, not started: what `allocate` confirming starts.
+    Prepared(Prepared),
     /// The lease cannot run; its final proof carries `exit_code` (one of core's `exit` codes)
     /// and its client is refunded the unused escrow.
     Refused { exit_code: i32, reason: String },
@@ -37,6 +39,14 @@ pub enum Outcome {
     CleanedUp,
     /// A stop or clean-up failed (the engine did not answer): planned again next tick.
     Failed(RuntimeError),
+}
+
+/// A lease's container, created while its `allocate` confirmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub id: String,
+    /// How long the environment and the image took.
+    pub pulled_in: Duration,
 }
 
 /// What starting one lease's container takes.
@@ -164,6 +174,16 @@ fn joined(r: Result<Outcome, tokio::task::JoinError>) -> Outcome {
 /// Waits for a missing environment file or a registry that does not answer, with backoff, up to
 /// the budget's pull timeout; everything that cannot get better refuses the lease at once.
 pub async fn start(job: StartJob) -> Outcome {
+    let runtime = job.runtime.clone();
+    match create(job).await {
+        Outcome::Prepared(p) => start_prepared(runtime, p).await,
+        refused => refused,
+    }
+}
+
+/// What [`start`] does up to the container's start: run while `allocate` confirms, so that
+/// only the start is left once it has.
+pub async fn create(job: StartJob) -> Outcome {
     let began = Instant::now();
     let env = match prepare(&job, began + job.budget.pull_timeout).await {
         Ok(env) => env,
@@ -177,11 +197,19 @@ pub async fn start(job: StartJob) -> Outcome {
         .filter(|(key, _)| !host.iter().any(|(k, _)| k == key))
         .collect();
     spec.env.extend(host);
-    match job.runtime.run(&spec).await {
-        Ok(id) => Outcome::Started {
-            id,
+    match job.runtime.create(&spec).await {
+        Ok(id) => Outcome::Prepared(Prepared { id, pulled_in }),
+        Err(e) => refused(exit::ENGINE_REFUSED, e.to_string()),
+    }
+}
+
+/// Starts a container [`create`] made.
+pub async fn start_prepared(runtime: Arc<dyn ContainerRuntime>, p: Prepared) -> Outcome {
+    match runtime.start(&p.id).await {
+        Ok(()) => Outcome::Started {
+            id: p.id,
             at: Instant::now(),
-            pulled_in,
+            pulled_in: p.pulled_in,
         },
         Err(e) => refused(exit::ENGINE_REFUSED, e.to_string()),
     }

@@ -17,6 +17,7 @@ mod jobs;
 mod observe;
 mod plan;
 mod probe;
+mod ready;
 mod senders;
 mod tenancy;
 
@@ -97,6 +98,8 @@ pub struct Reconciler {
     cpu_readings: BTreeMap<Key, (u64, Instant)>,
     cpu_probe: probe::CpuProbe,
     jobs: jobs::Jobs,
+    /// Containers readied while their lease's `allocate` confirms, by lease.
+    readied: BTreeMap<Key, ready::Ready>,
     senders: senders::Senders,
     /// How the shared GPUs' readings were split among their leases.
     tenancy: tenancy::Tenancy,
@@ -149,6 +152,7 @@ impl Reconciler {
             cpu_readings: BTreeMap::new(),
             cpu_probe: probe::CpuProbe::default(),
             jobs: jobs::Jobs::default(),
+            readied: BTreeMap::new(),
             senders: senders::Senders::default(),
             tenancy: tenancy::Tenancy::default(),
             unprunable: BTreeSet::new(),

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::jobs::Outcome;
 use super::plan::{ChainObserved, Observed, ObservedContainer, ObservedGpu};
+use super::ready::Refusal;
 use super::{chain_time, Reconciler, TickError, BIDS_CONSIDERED};
 use crate::chain::{ChainError, Key, LeaseView};
 use crate::runtime::RuntimeError;
@@ -64,6 +65,7 @@ impl Reconciler {
             gpus,
             local: self.state.clone(),
             busy: self.jobs.busy(),
+            readied: self.readied_containers(),
             draining,
             heartbeat_due,
             electricity_cost_per_kwh: self.config.electricity_cost_per_kwh,
@@ -186,6 +188,12 @@ impl Reconciler {
     pub(super) async fn take_finished_jobs(&mut self) -> Result<(), StateError> {
         for (lease, outcome) in self.jobs.finished().await {
             if !self.state.leases.contains_key(&lease) {
+                let readied = match outcome {
+                    Outcome::Prepared(p) => Ok(p),
+                    Outcome::Refused { exit_code, reason } => Err(Refusal { exit_code, reason }),
+                    _ => continue,
+                };
+                self.readied_job_ended(lease, readied);
                 continue;
             }
             match outcome {
@@ -207,6 +215,10 @@ impl Reconciler {
                 Outcome::Refused { exit_code, reason } => {
                     tracing::warn!(%lease, exit_code, %reason, "{}; ending the lease", exit::reason(exit_code));
                     self.refuse(lease, exit_code)?;
+                }
+                Outcome::Prepared(p) => {
+                    // Not planned: a lease on record is started in one go.
+                    self.readied_job_ended(lease, Ok(p));
                 }
                 Outcome::Stopped => tracing::info!(%lease, "container stopped"),
                 Outcome::CleanedUp => {

@@ -29,6 +29,9 @@ pub struct Observed {
     pub local: AgentState,
     /// Leases with container work (a start, a stop, a clean-up) under way beside the loop.
     pub busy: BTreeSet<Key>,
+    /// Containers created while their lease's `allocate` confirmed, by lease: not started
+    /// until the lease is on chain.
+    pub readied: BTreeMap<Key, String>,
     pub draining: bool,
     pub heartbeat_due: bool,
     pub electricity_cost_per_kwh: u64,
@@ -195,7 +198,8 @@ impl<'a> Planner<'a> {
 
     /// Managed containers no lease accounts for: no lease label, a second container for a lease
     /// that has one, a container of a lease the chain shows closed, or one created but never
-    /// started for a lease that has no container yet (a start cut short).
+    /// started for a lease that has no container yet (a start cut short) and that was not
+    /// readied for a lease whose `allocate` is under way.
     fn stray_containers(&mut self) {
         let Some(containers) = &self.o.containers else {
             return;
@@ -209,6 +213,7 @@ impl<'a> Planner<'a> {
                         Some(id) => *id != c.id,
                         None => c.state == ContainerState::Created,
                     },
+                    None if self.o.readied.get(&l) == Some(&c.id) => self.closed(&l),
                     None => self.closed(&l) || c.state == ContainerState::Created,
                 },
             };
@@ -327,14 +332,11 @@ impl<'a> Planner<'a> {
                     lease: l.key,
                     id: c.id.clone(),
                 }),
-                Some(_) => {}
-                None if self.o.containers.is_some()
-                    && !self.o.draining
-                    && self.o.now < l.stop() =>
-                {
+                Some(c) if self.o.readied.get(&l.key) != Some(&c.id) => {}
+                _ if self.o.containers.is_some() && !self.o.draining && self.o.now < l.stop() => {
                     self.push(Action::Start { lease: l.key })
                 }
-                None => {}
+                _ => {}
             }
         }
     }

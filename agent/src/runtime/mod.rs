@@ -169,8 +169,17 @@ pub trait ContainerRuntime: Send + Sync {
         credentials: Option<&Credentials>,
         max_bytes: u64,
     ) -> Result<(), RuntimeError>;
-    /// Creates and starts a container; returns its id. The container gets [`LABEL_MANAGED`].
-    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError>;
+    /// Creates a container without starting it; returns its id. The container gets
+    /// [`LABEL_MANAGED`].
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError>;
+    /// Starts a container [`create`](Self::create) made.
+    async fn start(&self, id: &str) -> Result<(), RuntimeError>;
+    /// Creates and starts a container; returns its id.
+    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        let id = self.create(spec).await?;
+        self.start(&id).await?;
+        Ok(id)
+    }
     async fn state(&self, id: &str) -> Result<ContainerState, RuntimeError>;
     /// Sends SIGTERM, then SIGKILL after `grace`; returns once the container has stopped.
     async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError>;

@@ -22,7 +22,10 @@ pub enum Call {
         reference: String,
         username: Option<String>,
     },
-    Run {
+    Create {
+        id: String,
+    },
+    Start {
         id: String,
     },
     Stop {
@@ -87,7 +90,7 @@ struct Faults {
     /// Every call fails as against an engine that does not answer.
     engine_down: bool,
     /// The engine refuses to create containers, with this message.
-    refused_runs: Option<String>,
+    refused_creates: Option<String>,
 }
 
 impl RecordingRuntime {
@@ -168,17 +171,8 @@ impl RecordingRuntime {
     }
 
     /// From now on the engine refuses to create containers (e.g. more CPUs than the host has).
-    pub fn refuse_runs(&self, message: &str) {
-        self.lock().faults.refused_runs = Some(message.to_string());
-    }
-
-    /// A container for `spec` that was created but never started (an agent killed between the
-    /// two steps); returns its id.
-    pub fn create_only(&self, spec: &ContainerSpec) -> String {
-        let mut s = self.lock();
-        let id = s.insert(spec);
-        s.containers.get_mut(&id).expect("just inserted").state = ContainerState::Created;
-        id
+    pub fn refuse_creates(&self, message: &str) {
+        self.lock().faults.refused_creates = Some(message.to_string());
     }
 
     fn reachable(&self) -> Result<(), RuntimeError> {
@@ -200,7 +194,8 @@ impl RecordingRuntime {
 }
 
 impl Inner {
-    /// A new running container for `spec`, labelled as the engine labels the agent's.
+    /// A new container for `spec`, created but not started, labelled as the engine labels the
+    /// agent's.
     fn insert(&mut self, spec: &ContainerSpec) -> String {
         self.next_id += 1;
         let id = format!("container-{}", self.next_id);
@@ -211,7 +206,7 @@ impl Inner {
             id.clone(),
             FakeContainer {
                 spec,
-                state: ContainerState::Running,
+                state: ContainerState::Created,
                 cpu_ns: 0,
                 cpu_millicpus: 0,
                 cpu_since: tokio::time::Instant::now(),
@@ -270,10 +265,10 @@ impl ContainerRuntime for RecordingRuntime {
         Ok(())
     }
 
-    async fn run(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+    async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         self.reachable()?;
         let mut s = self.lock();
-        if let Some(message) = s.faults.refused_runs.clone() {
+        if let Some(message) = s.faults.refused_creates.clone() {
             return Err(RuntimeError::Engine {
                 op: "create",
                 source: bollard::errors::Error::DockerResponseServerError {
@@ -283,8 +278,23 @@ impl ContainerRuntime for RecordingRuntime {
             });
         }
         let id = s.insert(spec);
-        s.calls.push(Call::Run { id: id.clone() });
+        s.calls.push(Call::Create { id: id.clone() });
         Ok(id)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        self.reachable()?;
+        let mut s = self.lock();
+        let c = s
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NoSuchContainer(id.to_string()))?;
+        if c.state == ContainerState::Created {
+            c.state = ContainerState::Running;
+            c.cpu_since = tokio::time::Instant::now();
+        }
+        s.calls.push(Call::Start { id: id.to_string() });
+        Ok(())
     }
 
     async fn state(&self, id: &str) -> Result<ContainerState, RuntimeError> {

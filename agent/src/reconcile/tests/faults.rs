@@ -105,7 +105,8 @@ async fn an_environment_that_never_arrives_ends_the_lease_within_the_budget() {
 #[tokio::test(start_paused = true)]
 async fn a_container_the_engine_refuses_ends_the_lease_at_once() {
     let h = Harness::new(&[0]);
-    h.runtime.refuse_runs("range of CPUs is from 0.01 to 2.00");
+    h.runtime
+        .refuse_creates("range of CPUs is from 0.01 to 2.00");
     let (lease, took) = refused_lease(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     assert_eq!(
         final_proof(&h, lease),
@@ -200,10 +201,14 @@ async fn a_container_created_but_never_started_is_replaced_and_billing_starts_at
     r.tick(false).await.unwrap();
     let lease = h.chain.lease_of_bid(b.key).unwrap();
     // An agent killed between creating and starting the container left this behind.
-    let created = h.runtime.create_only(&ContainerSpec {
-        labels: [(LABEL_LEASE.to_string(), lease.key.to_string())].into(),
-        ..Default::default()
-    });
+    let created = h
+        .runtime
+        .create(&ContainerSpec {
+            labels: [(LABEL_LEASE.to_string(), lease.key.to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     // The image takes 20 s to pull.
     h.runtime.delay_pulls(Duration::from_secs(20));
     run_for(&mut r, INTERVAL as u64 + POLL).await;

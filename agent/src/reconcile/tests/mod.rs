@@ -547,7 +547,7 @@ async fn a_restart_mid_lease_continues_from_the_state_file_without_duplicates_or
         .runtime
         .calls()
         .iter()
-        .filter(|c| matches!(c, Call::Run { .. }))
+        .filter(|c| matches!(c, Call::Start { .. }))
         .count();
     assert_eq!(runs, 2, "the lease's run and the orphan's, nothing more");
 }
@@ -564,12 +564,17 @@ async fn a_lease_whose_settings_do_not_take_is_refused_and_ended() {
     assert_eq!(lease.gpu_indices, vec![0], "the smallest group that fits");
     run_for(&mut r, 3 * POLL).await;
 
-    assert!(h.runtime.containers().is_empty(), "nothing ran");
-    assert!(!h
-        .runtime
-        .calls()
-        .iter()
-        .any(|c| matches!(c, Call::Pull { .. } | Call::Run { .. })));
+    assert!(
+        h.runtime.containers().is_empty(),
+        "the container readied while allocate confirmed is removed"
+    );
+    assert!(
+        !h.runtime
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::Start { .. })),
+        "nothing ran"
+    );
     let proofs = h.chain.accepted();
     assert_eq!(proofs.len(), 1);
     assert_eq!(proofs[0].proof.exit_code, Some(exit::SETTINGS_REFUSED));
@@ -688,6 +693,7 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         gpus: Vec::new(),
         local,
         busy: BTreeSet::new(),
+        readied: BTreeMap::new(),
         draining: false,
         heartbeat_due: true,
         electricity_cost_per_kwh: 500,
@@ -961,3 +967,4 @@ fn without_the_cluster_the_plan_touches_nothing_on_chain() {
 
 mod faults;
 mod isolation;
+mod ready;
