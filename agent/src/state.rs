@@ -208,19 +208,27 @@ impl LeaseRecord {
     }
 
     /// Closes the open interval early, at `now`, with the container's exit code: the lease's
-    /// final proof. Intervals that ended before are closed first.
+    /// final proof. Intervals that ended before are closed first; when the last of them ended
+    /// too (the lease is past its stop), its proof, if not sent yet, carries the exit code.
     pub fn close_final(&mut self, now: i64, samples: &[Sample], exit_code: i32) {
         self.close_ended(now, samples);
         self.exit_code = Some(exit_code);
-        if let Some((from, to)) = self.window(self.open_interval) {
-            let energy = self.energy_since_baseline_j(samples);
-            self.push_proof(
-                self.open_interval,
-                (from, to.min(now.max(from))),
-                energy,
-                Some(exit_code),
-            );
-            self.restart_metering(self.open_interval + 1, samples);
+        match self.window(self.open_interval) {
+            Some((from, to)) => {
+                let energy = self.energy_since_baseline_j(samples);
+                self.push_proof(
+                    self.open_interval,
+                    (from, to.min(now.max(from))),
+                    energy,
+                    Some(exit_code),
+                );
+                self.restart_metering(self.open_interval + 1, samples);
+            }
+            None => {
+                if let Some(last) = self.pending.last_mut() {
+                    last.exit_code.get_or_insert(exit_code);
+                }
+            }
         }
     }
 

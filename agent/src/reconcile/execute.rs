@@ -5,7 +5,7 @@ use gpu_market_core::lease::exit;
 
 use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
-use super::ready::Readied;
+use super::ready::{Readied, Refusal};
 use super::{logs_path, ActionError, Reconciler, TickError};
 use crate::chain::{ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
@@ -274,6 +274,14 @@ impl Reconciler {
             .or_insert_with(|| LeaseRecord::new(view, &samples));
         self.save()?;
         let readied = self.take_readied(lease, &view.gpu_indices);
+        if o.now >= view.stop() {
+            // Too late to run (its readying outlasted it, or the agent was away): the plan
+            // proves it empty and ends it.
+            if let Readied::Refused(r) = readied {
+                return Ok(self.refuse_with(lease, r)?);
+            }
+            return Ok(());
+        }
         if let Err(e) = self.verify_settings(view) {
             tracing::warn!(%lease, error = %e, "GPU settings did not take; refusing the lease");
             return Ok(self.refuse(lease, exit::SETTINGS_REFUSED)?);
@@ -298,10 +306,7 @@ impl Reconciler {
                 self.jobs.spawn_for(lease, jobs::start_prepared(runtime, p));
                 return Ok(());
             }
-            Readied::Refused(r) => {
-                tracing::warn!(%lease, exit_code = r.exit_code, reason = %r.reason, "{}; ending the lease", exit::reason(r.exit_code));
-                return Ok(self.refuse(lease, r.exit_code)?);
-            }
+            Readied::Refused(r) => return Ok(self.refuse_with(lease, r)?),
             Readied::Nothing => {}
         }
         let credentials = match self.credentials(&view.image_ref) {
@@ -359,6 +364,12 @@ impl Reconciler {
             env_key: self.config.env_key.clone(),
             spec,
         })
+    }
+
+    /// The lease cannot run, for the reason `r` gives (logged).
+    pub(super) fn refuse_with(&mut self, lease: Key, r: Refusal) -> Result<(), StateError> {
+        tracing::warn!(%lease, exit_code = r.exit_code, reason = %r.reason, "{}; ending the lease", exit::reason(r.exit_code));
+        self.refuse(lease, r.exit_code)
     }
 
     /// The lease cannot run: its GPUs go back to their defaults and its final proof, with

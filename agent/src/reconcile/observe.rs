@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use gpu_market_core::lease::exit;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -213,8 +212,7 @@ impl Reconciler {
                     tracing::info!(%lease, container = %id, ?pulled_in, "lease started");
                 }
                 Outcome::Refused { exit_code, reason } => {
-                    tracing::warn!(%lease, exit_code, %reason, "{}; ending the lease", exit::reason(exit_code));
-                    self.refuse(lease, exit_code)?;
+                    self.refuse_with(lease, Refusal { exit_code, reason })?;
                 }
                 Outcome::Prepared(p) => {
                     // Not planned: a lease on record is started in one go.

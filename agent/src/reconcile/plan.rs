@@ -321,7 +321,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Leases the chain lists that the agent has no record of: take back their containers, or
-    /// start them.
+    /// start them (record them, once past their stop).
     fn new_leases(&mut self, chain: &ChainObserved) {
         for l in &chain.leases {
             if self.o.local.leases.contains_key(&l.key) || self.o.busy.contains(&l.key) {
@@ -333,7 +333,9 @@ impl<'a> Planner<'a> {
                     id: c.id.clone(),
                 }),
                 Some(c) if self.o.readied.get(&l.key) != Some(&c.id) => {}
-                _ if self.o.containers.is_some() && !self.o.draining && self.o.now < l.stop() => {
+                // Past its stop too: the start then only records the lease, which is proven
+                // (empty, or with why it could not run) and ended.
+                _ if self.o.containers.is_some() && !self.o.draining => {
                     self.push(Action::Start { lease: l.key })
                 }
                 _ => {}

@@ -50,6 +50,22 @@ async fn a_pull_that_never_finishes_delays_no_other_leases_proofs_and_ends_its_o
     assert!(!r.state().leases.contains_key(&b_lease));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_lease_whose_image_is_still_pulling_at_its_stop_is_ended_with_the_reason() {
+    let h = Harness::new(&[0]);
+    h.runtime.stall_pulls(STALLED);
+    let mut b = other_bid(1, STALLED);
+    // Stops before the 30 s pull budget runs out.
+    b.max_duration_secs = 20;
+    let (lease, _) = refused_lease(&h, b).await;
+    // Before the fix the lease, unrecorded while its container was readied, was never started
+    // once past its stop, nor proven, nor ended.
+    assert_eq!(
+        final_proof(&h, lease),
+        Some((0, Some(exit::IMAGE_UNAVAILABLE), 0))
+    );
+}
+
 /// Places one bid the runtime cannot start and returns its lease once the agent gave up on it,
 /// with the seconds that took.
 async fn refused_lease(h: &Harness, b: BidView) -> (Key, i64) {
