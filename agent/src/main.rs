@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use gpu_market_agent::chain::mirror::Mirror;
 use gpu_market_agent::chain::solana::SolanaChain;
 use gpu_market_agent::chain::watch::{watch, WatchConfig};
 use gpu_market_agent::chain::Chain;
@@ -293,6 +294,8 @@ async fn connect_chain(
         config.host_token_account,
     )
     .with_priority_fee_cap(config.max_priority_fee_micro_lamports);
+    let mirror = Arc::new(Mirror::new());
+    let chain = chain.with_mirror(mirror.clone());
     // `SecretUrl` shows the URL redacted: its API key stays out of the log.
     tracing::info!(agent = %chain.agent(), rpc = %config.rpc_url, "chain client ready");
     let cost = match chain.electricity_cost_per_kwh().await {
@@ -311,6 +314,10 @@ async fn connect_chain(
             config.electricity_cost_per_kwh
         }
     };
+    let books = chain.books().await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read the books yet; they are read from the RPC node each tick");
+        Vec::new()
+    });
     let wake = Arc::new(Notify::new());
     tokio::spawn(watch(
         WatchConfig {
@@ -318,9 +325,11 @@ async fn connect_chain(
             commitment,
             market: config.market,
             machine: config.machine,
+            books,
             silence: config.health.websocket_silence,
         },
         wake.clone(),
+        mirror,
         metrics,
     ));
     (Arc::new(chain), cost, wake)

@@ -6,6 +6,7 @@
 
 pub mod fake;
 pub mod fees;
+pub mod mirror;
 pub mod solana;
 pub mod watch;
 

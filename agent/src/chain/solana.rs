@@ -8,6 +8,7 @@
 //! (`BookEntries::allocate_evidence`), a few accounts whatever the book's depth.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anchor_lang::{AccountDeserialize, Discriminator};
@@ -38,11 +39,15 @@ use solana_rpc_client_api::config::{
 };
 use solana_rpc_client_api::custom_error as code;
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
-use solana_rpc_client_api::request::{RpcError, RpcResponseErrorData, TokenAccountsFilter};
+use solana_rpc_client_api::request::{
+    RpcError, RpcRequest, RpcResponseErrorData, TokenAccountsFilter,
+};
+use solana_rpc_client_api::response::{OptionalContext, RpcKeyedAccount};
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 use tokio::sync::Mutex;
 
+use super::mirror::Mirror;
 use super::{
     proof_hash, BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus,
     MachineView, OpenBids,
@@ -77,6 +82,8 @@ pub struct SolanaChain {
     /// The last price chosen and when: recent fees are read at most every
     /// [`PRICE_REFRESH`], not once per transaction.
     price: Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
+    /// The accounts the websocket feed keeps current: read there first.
+    mirror: Option<Arc<Mirror>>,
 }
 
 /// How often a sent transaction's status is looked at until it is confirmed.
@@ -119,7 +126,25 @@ impl SolanaChain {
             host_tokens: Mutex::new(host_tokens.map(pubkey)),
             max_priority_fee: 0,
             price: Mutex::new(None),
+            mirror: None,
         }
+    }
+
+    /// Reads the accounts `mirror` keeps current (fed by `watch`) from it rather than from the
+    /// RPC node, while the feed is subscribed.
+    pub fn with_mirror(mut self, mirror: Arc<Mirror>) -> Self {
+        self.mirror = Some(mirror);
+        self
+    }
+
+    /// The market's queue book and the machine's spot book (those that are set).
+    pub async fn books(&self) -> Result<Vec<Key>, ChainError> {
+        let (market, machine) = self.market_and_machine().await?;
+        Ok([market.queue_book, machine.spot_book]
+            .into_iter()
+            .filter(|b| *b != Pubkey::default())
+            .map(|b| key(&b))
+            .collect())
     }
 
     /// Offers a priority fee on each transaction from the cluster's recent fees, up to
@@ -161,17 +186,42 @@ impl SolanaChain {
         Ok(m.electricity_cost_per_kwh)
     }
 
-    /// The accounts at `keys`, in order (`None` where there is none).
+    /// The accounts at `keys`, in order (`None` where there is none): from the mirror where
+    /// it is current, the rest from the RPC node.
     async fn raw_accounts(&self, keys: &[Pubkey]) -> Result<Vec<Option<Vec<u8>>>, ChainError> {
+        let Some(mirror) = &self.mirror else {
+            return self.rpc_accounts(keys).await;
+        };
+        let found = mirror.get(keys);
+        if found.missing.is_empty() {
+            return Ok(found.accounts.into_iter().map(Option::flatten).collect());
+        }
+        let mut read = self.rpc_accounts(&found.missing).await?.into_iter();
+        Ok(found
+            .accounts
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| read.next().flatten()))
+            .collect())
+    }
+
+    /// The accounts at `keys` as the RPC node has them; those the mirror follows are kept
+    /// there.
+    async fn rpc_accounts(&self, keys: &[Pubkey]) -> Result<Vec<Option<Vec<u8>>>, ChainError> {
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(MULTIPLE_ACCOUNTS_MAX) {
             let got = self
                 .rpc
                 .get_multiple_accounts_with_commitment(chunk, self.rpc.commitment())
                 .await
-                .map_err(|e| classify("read", &e))?
-                .value;
-            out.extend(got.into_iter().map(|a| a.map(|a| a.data)));
+                .map_err(|e| classify("read", &e))?;
+            let slot = got.context.slot;
+            for (k, a) in chunk.iter().zip(got.value) {
+                let data = a.map(|a| a.data);
+                if let Some(m) = &self.mirror {
+                    m.answered(*k, slot, data.as_deref());
+                }
+                out.push(data);
+            }
         }
         Ok(out)
     }
@@ -375,28 +425,51 @@ impl SolanaChain {
         Ok(k)
     }
 
-    /// The lease accounts of this machine.
+    /// The lease accounts of this machine: from the mirror when it knows them all, else from
+    /// a scan by the RPC node (which the mirror then keeps).
     async fn lease_accounts(&self) -> Result<Vec<(Pubkey, Lease)>, ChainError> {
-        let found = self
+        let found = match self.mirror.as_ref().and_then(|m| m.leases()) {
+            Some(found) => found,
+            None => self.scan_leases().await?,
+        };
+        Ok(found
+            .iter()
+            .filter_map(|(k, data)| Some((*k, decode(data, "lease").ok()?)))
+            .collect())
+    }
+
+    async fn scan_leases(&self) -> Result<Vec<(Pubkey, Vec<u8>)>, ChainError> {
+        let config = RpcProgramAccountsConfig {
+            filters: Some(lease_filters(&self.machine)),
+            account_config: RpcAccountInfoConfig {
+                encoding: Some(UiAccountEncoding::Base64),
+                commitment: Some(self.rpc.commitment()),
+                ..Default::default()
+            },
+            with_context: Some(true),
+            sort_results: Some(true),
+        };
+        let answer = self
             .rpc
-            .get_program_ui_accounts_with_config(
-                &gpu_market::ID,
-                RpcProgramAccountsConfig {
-                    filters: Some(lease_filters(&self.machine)),
-                    account_config: RpcAccountInfoConfig {
-                        encoding: Some(UiAccountEncoding::Base64),
-                        ..Default::default()
-                    },
-                    with_context: None,
-                    sort_results: Some(true),
-                },
+            .send::<OptionalContext<Vec<RpcKeyedAccount>>>(
+                RpcRequest::GetProgramAccounts,
+                serde_json::json!([gpu_market::ID.to_string(), config]),
             )
             .await
             .map_err(|e| classify("read", &e))?;
-        Ok(found
-            .iter()
-            .filter_map(|(k, a)| Some((*k, decode(&a.data.decode()?, "lease").ok()?)))
-            .collect())
+        let (slot, accounts) = match answer {
+            OptionalContext::Context(r) => (r.context.slot, r.value),
+            // A node that gives no slot: the notifications since take precedence.
+            OptionalContext::NoContext(v) => (0, v),
+        };
+        let found: Vec<(Pubkey, Vec<u8>)> = accounts
+            .into_iter()
+            .filter_map(|a| Some((a.pubkey.parse().ok()?, a.account.data.decode()?)))
+            .collect();
+        if let Some(m) = &self.mirror {
+            m.scanned_leases(slot, &found);
+        }
+        Ok(found)
     }
 
     /// The bids of `candidates` (one book's entries of `kind` that may fit, best first) that
@@ -760,7 +833,8 @@ impl Chain for SolanaChain {
 
     async fn closed_leases(&self, leases: &[Key]) -> Result<Vec<Key>, ChainError> {
         let keys: Vec<Pubkey> = leases.iter().copied().map(pubkey).collect();
-        let got = self.raw_accounts(&keys).await?;
+        // What decides that a lease is gone comes from the node, never from memory.
+        let got = self.rpc_accounts(&keys).await?;
         Ok(leases
             .iter()
             .zip(got)

@@ -1,21 +1,25 @@
 //! The websocket feed of the market program's accounts that concern one machine ([`watch`]):
-//! every change wakes the reconcile loop, so that it acts at once instead of at its next poll.
+//! every change wakes the reconcile loop, so that it acts at once instead of at its next poll,
+//! and every notification's account data goes to the [`Mirror`] the chain client reads from
+//! instead of asking the RPC node again.
 //!
 //! A websocket can die without closing: a node that stops sending, or a connection a middlebox
 //! dropped, leaves the client waiting forever (the pubsub client pings but never checks for the
-//! pong). So the watcher also subscribes to slot updates, which a live node sends several times
+//! pong). So the watcher also follows the clock sysvar, which a live node changes several times
 //! a second: a feed with no notification of any kind for [`WatchConfig::silence`] is presumed
-//! dead, dropped and subscribed anew, with backoff. Each notification and each subscription the
-//! node confirms is reported to [`Health::ws_alive`](crate::metrics::Health::ws_alive) for
-//! `/healthz`.
+//! dead, dropped (with the mirror) and subscribed anew, with backoff. Each notification and each
+//! subscription the node confirms is reported to
+//! [`Health::ws_alive`](crate::metrics::Health::ws_alive) for `/healthz`.
 
+use std::collections::BTreeSet;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anchor_lang::Discriminator;
 use futures_util::stream::{self, BoxStream, Stream, StreamExt};
 use gpu_market::state::Bid;
-use solana_account_decoder_client_types::UiAccountEncoding;
+use solana_account_decoder_client_types::{UiAccount, UiAccountEncoding};
 use solana_commitment_config::CommitmentConfig;
 use solana_pubkey::Pubkey;
 use solana_pubsub_client::nonblocking::pubsub_client::PubsubClient;
@@ -23,6 +27,7 @@ use solana_rpc_client_api::config::{RpcAccountInfoConfig, RpcProgramAccountsConf
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 use tokio::sync::Notify;
 
+use super::mirror::Mirror;
 use super::solana::{lease_filters, pubkey};
 use super::Key;
 use crate::metrics::{unix_now, Metrics};
@@ -43,6 +48,8 @@ pub struct WatchConfig {
     pub commitment: CommitmentConfig,
     pub market: Key,
     pub machine: Key,
+    /// The market's queue book and the machine's spot book, followed account by account.
+    pub books: Vec<Key>,
     /// The longest the feed may go without any notification (slot updates included) before it
     /// is dropped and subscribed anew; also the bound on connecting and on each subscription.
     pub silence: Duration,
@@ -53,7 +60,7 @@ pub struct WatchConfig {
 pub enum Event {
     /// One of the watched accounts changed.
     Change,
-    /// The node reached a new slot: the feed is alive.
+    /// The cluster's clock moved (a new slot): the feed is alive.
     Slot,
 }
 
@@ -86,15 +93,23 @@ pub async fn follow<S: Stream<Item = Event> + Unpin>(
     }
 }
 
-/// Watches the program's accounts of the configured machine and wakes `wake` on every change:
-/// its leases, the bids it could take, and the machine itself. Subscribes anew, with backoff
-/// (1 s doubling to 30 s while attempts deliver nothing), whenever the feed fails or goes
-/// silent; the reconcile loop's own poll is the fallback meanwhile. Runs until dropped.
-pub async fn watch(config: WatchConfig, wake: Arc<Notify>, metrics: Arc<Metrics>) {
+/// Watches the program's accounts of the configured machine, keeps them in `mirror` and wakes
+/// `wake` on every change: its leases, the bids it could take, the machine, the market and the
+/// books. Subscribes anew, with backoff (1 s doubling to 30 s while attempts deliver nothing),
+/// whenever the feed fails or goes silent; meanwhile the chain client reads from the RPC node
+/// and the reconcile loop's own poll is the fallback. Runs until dropped.
+pub async fn watch(
+    config: WatchConfig,
+    wake: Arc<Notify>,
+    mirror: Arc<Mirror>,
+    metrics: Arc<Metrics>,
+) {
     let mut backoff = FIRST_BACKOFF;
     let mut subscribed_before = false;
     loop {
-        if let Some(fed) = session(&config, &wake, &metrics, subscribed_before).await {
+        let fed = session(&config, &wake, &mirror, &metrics, subscribed_before).await;
+        mirror.dropped();
+        if let Some(fed) = fed {
             subscribed_before = true;
             if fed {
                 backoff = FIRST_BACKOFF;
@@ -108,7 +123,13 @@ pub async fn watch(config: WatchConfig, wake: Arc<Notify>, metrics: Arc<Metrics>
 /// One connection: subscribes (`again`: not for the first time) and follows the feed until it
 /// fails or goes silent. `None` when it could not subscribe; else whether any notification
 /// came.
-async fn session(c: &WatchConfig, wake: &Notify, metrics: &Metrics, again: bool) -> Option<bool> {
+async fn session(
+    c: &WatchConfig,
+    wake: &Notify,
+    mirror: &Arc<Mirror>,
+    metrics: &Metrics,
+    again: bool,
+) -> Option<bool> {
     let url = &c.ws_url;
     let client = match tokio::time::timeout(c.silence, PubsubClient::new(url.expose())).await {
         Ok(Ok(client)) => client,
@@ -123,9 +144,11 @@ async fn session(c: &WatchConfig, wake: &Notify, metrics: &Metrics, again: bool)
         }
     };
     let (market, machine) = (pubkey(c.market), pubkey(c.machine));
+    let mut watched: BTreeSet<Pubkey> = c.books.iter().copied().map(pubkey).collect();
+    watched.extend([market, machine, solana_sdk_ids::sysvar::clock::ID]);
     let subscribed = tokio::time::timeout(
         c.silence,
-        subscribe_all(&client, c.commitment, &market, &machine),
+        subscribe_all(&client, c.commitment, &watched, &market, &machine, mirror),
     )
     .await;
     let mut events = match subscribed {
@@ -140,6 +163,12 @@ async fn session(c: &WatchConfig, wake: &Notify, metrics: &Metrics, again: bool)
             return None;
         }
     };
+    mirror.subscribed(
+        machine,
+        watched,
+        subscriptions(&market, &machine),
+        lease_filters(&machine),
+    );
     tracing::info!(%url, "websocket subscribed");
     metrics.health().ws_alive(unix_now());
     if again {
@@ -188,13 +217,16 @@ fn subscriptions(market: &Pubkey, machine: &Pubkey) -> Vec<Vec<RpcFilterType>> {
     ]
 }
 
-/// Every subscription of one machine's feed, merged: its program accounts and the machine
-/// account ([`Event::Change`]), and slot updates ([`Event::Slot`]).
+/// Every subscription of one machine's feed, merged, each notification's account put in
+/// `mirror`: its program accounts and the `watched` accounts ([`Event::Change`]; the clock's
+/// [`Event::Slot`]).
 async fn subscribe_all<'a>(
     client: &'a PubsubClient,
     commitment: CommitmentConfig,
+    watched: &BTreeSet<Pubkey>,
     market: &Pubkey,
     machine: &Pubkey,
+    mirror: &Arc<Mirror>,
 ) -> Result<BoxStream<'a, Event>, String> {
     let account_config = RpcAccountInfoConfig {
         encoding: Some(UiAccountEncoding::Base64),
@@ -215,16 +247,48 @@ async fn subscribe_all<'a>(
             )
             .await
             .map_err(|e| e.to_string())?;
-        streams.push(s.map(|_| Event::Change).boxed());
+        let mirror = mirror.clone();
+        streams.push(
+            s.map(move |r| {
+                let key = Pubkey::from_str(&r.value.pubkey);
+                if let (Ok(key), Some(data)) = (key, account_data(&r.value.account)) {
+                    mirror.notified(key, r.context.slot, data);
+                }
+                Event::Change
+            })
+            .boxed(),
+        );
     }
-    let (s, _unsubscribe) = client
-        .account_subscribe(machine, Some(account_config))
-        .await
-        .map_err(|e| e.to_string())?;
-    streams.push(s.map(|_| Event::Change).boxed());
-    let (s, _unsubscribe) = client.slot_subscribe().await.map_err(|e| e.to_string())?;
-    streams.push(s.map(|_| Event::Slot).boxed());
+    for &key in watched {
+        let (s, _unsubscribe) = client
+            .account_subscribe(&key, Some(account_config.clone()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mirror = mirror.clone();
+        let event = match key == solana_sdk_ids::sysvar::clock::ID {
+            true => Event::Slot,
+            false => Event::Change,
+        };
+        streams.push(
+            s.map(move |r| {
+                if let Some(data) = account_data(&r.value) {
+                    mirror.notified(key, r.context.slot, data);
+                }
+                event
+            })
+            .boxed(),
+        );
+    }
     Ok(stream::select_all(streams).boxed())
+}
+
+/// A notified account's data (`None` once it is closed: no lamports left); `None` when it
+/// cannot be decoded.
+fn account_data(account: &UiAccount) -> Option<Option<Vec<u8>>> {
+    match account.lamports {
+        0 => Some(None),
+        _ => account.data.decode().map(Some),
+    }
 }
 
 #[cfg(test)]
@@ -299,50 +363,45 @@ mod tests {
             let node = nodes[i.min(nodes.len() - 1)];
             tokio::spawn(async move {
                 let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-                let mut account_sid = None;
-                let mut slot_sid = None;
-                // The watcher subscribes 3 program feeds, the machine account, the slots.
-                for _ in 0..5 {
+                let clock = solana_sdk_ids::sysvar::clock::ID.to_string();
+                let (mut clock_sid, mut account_sid) = (None, None);
+                // The watcher subscribes 3 program feeds and 3 accounts: the market, the
+                // machine and the clock (the test names no books).
+                for _ in 0..6 {
                     let Some(Ok(Message::Text(text))) = ws.next().await else {
                         return;
                     };
                     let request: Value = serde_json::from_str(&text).unwrap();
                     let id = request["id"].as_u64().unwrap();
-                    match request["method"].as_str().unwrap() {
-                        "accountSubscribe" => account_sid = Some(id),
-                        "slotSubscribe" => slot_sid = Some(id),
-                        _ => {}
+                    if request["method"] == "accountSubscribe" {
+                        match request["params"][0] == clock.as_str() {
+                            true => clock_sid = Some(id),
+                            false => account_sid = Some(id),
+                        }
                     }
                     let reply = json!({"jsonrpc": "2.0", "result": id, "id": id});
                     ws.send(Message::text(reply.to_string())).await.unwrap();
                 }
-                let slot = |n: u64| {
-                    let params = json!({
-                        "result": {"slot": n, "parent": n - 1, "root": n - 1},
-                        "subscription": slot_sid.unwrap(),
+                let account = |sid: u64, slot: u64| {
+                    let value = json!({
+                        "context": {"slot": slot},
+                        "value": {
+                            "lamports": 1, "data": ["AQ==", "base64"],
+                            "owner": "11111111111111111111111111111111",
+                            "executable": false, "rentEpoch": 0, "space": 1,
+                        },
                     });
+                    let params = json!({"result": value, "subscription": sid});
                     Message::text(
-                        json!({"jsonrpc": "2.0", "method": "slotNotification", "params": params})
+                        json!({"jsonrpc": "2.0", "method": "accountNotification", "params": params})
                             .to_string(),
                     )
                 };
+                let slot = |n: u64| account(clock_sid.unwrap(), n);
                 match node {
                     Node::GoesSilent => {
                         ws.send(slot(10)).await.unwrap();
-                        let account = json!({
-                            "context": {"slot": 11},
-                            "value": {
-                                "lamports": 1, "data": ["", "base64"],
-                                "owner": "11111111111111111111111111111111",
-                                "executable": false, "rentEpoch": 0, "space": 0,
-                            },
-                        });
-                        let params =
-                            json!({"result": account, "subscription": account_sid.unwrap()});
-                        let note = json!({
-                            "jsonrpc": "2.0", "method": "accountNotification", "params": params,
-                        });
-                        ws.send(Message::text(note.to_string())).await.unwrap();
+                        ws.send(account(account_sid.unwrap(), 11)).await.unwrap();
                         // Hold the connection open, unread and unwritten.
                         std::future::pending::<()>().await;
                     }
@@ -374,21 +433,34 @@ mod tests {
             ..HealthLimits::default()
         }));
         let wake = Arc::new(Notify::new());
+        let mirror = Arc::new(Mirror::new());
         let watcher = tokio::spawn(watch(
             WatchConfig {
                 ws_url: SecretUrl::new(ws_url),
                 commitment: CommitmentConfig::confirmed(),
                 market: Key([1; 32]),
                 machine: Key([2; 32]),
+                books: Vec::new(),
                 silence: Duration::from_millis(400),
             },
             wake.clone(),
+            mirror.clone(),
             metrics.clone(),
         ));
         tokio::time::timeout(Duration::from_secs(5), wake.notified())
             .await
             .expect("the subscription wakes the loop");
         assert!(metrics.health().snapshot().ws_alive.is_some());
+        // The first node's notifications land in the mirror: the machine account as notified.
+        let machine = pubkey(Key([2; 32]));
+        let kept = async {
+            while mirror.get(&[machine]).accounts != vec![Some(Some(vec![1]))] {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), kept)
+            .await
+            .expect("the notified machine account is kept");
         // The first node goes silent; the watcher gives up on it after 0.4 s and, 1 s later,
         // subscribes to the second, which stays live.
         let resubscribed = async {
@@ -411,6 +483,11 @@ mod tests {
         );
         metrics.health().engine_reachable(true);
         assert!(metrics.health().assess(unix_now()).websocket.ok);
+        // Nothing of the silent feed's is served: the second node never sent the machine.
+        assert!(mirror.is_live());
+        assert_eq!(mirror.get(&[machine]).missing, vec![machine]);
+        let clock = solana_sdk_ids::sysvar::clock::ID;
+        assert!(mirror.get(&[clock]).missing.is_empty(), "the clock follows");
         watcher.abort();
         node.abort();
     }

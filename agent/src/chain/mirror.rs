@@ -1,0 +1,315 @@
+//! The accounts one machine's agent reads, kept up to date from the websocket's notifications
+//! (`watch`), so that a tick reads memory instead of asking the RPC node for every account
+//! again: a public RPC node will not serve `getProgramAccounts` to every host every second.
+//!
+//! What is kept: the accounts the feed watches one by one (the clock, the market, the machine,
+//! the books) and the program accounts its subscriptions match (this machine's leases, the bids
+//! it may take), each with the slot it was seen at; an older answer never replaces a newer one.
+//! A program subscription does not tell when an account closes (it is no longer the program's),
+//! so the list of the machine's leases is scanned again whenever the machine account changes,
+//! which every allocation and every settlement does. Everything is dropped when the feed
+//! drops: until it is subscribed again, reads go to the RPC node as they would without it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use solana_pubkey::Pubkey;
+use solana_rpc_client_api::filter::RpcFilterType;
+
+/// An account's data, `None` once it is known closed, as of `slot`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    slot: u64,
+    data: Option<Vec<u8>>,
+}
+
+#[derive(Default)]
+pub struct Mirror {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Whether the feed is subscribed: only then is anything here current.
+    live: bool,
+    /// The accounts the feed watches one by one.
+    watched: BTreeSet<Pubkey>,
+    /// The program subscriptions' filters: an account one of them matches is kept current.
+    subscriptions: Vec<Vec<RpcFilterType>>,
+    /// The machine account: its change may mean a lease closed.
+    machine: Pubkey,
+    accounts: HashMap<Pubkey, Seen>,
+    /// The machine's lease accounts as of `slot`, unless a change since calls for a new scan.
+    leases: Option<(u64, BTreeSet<Pubkey>)>,
+    /// The filters that match a lease of the machine.
+    lease_filters: Vec<RpcFilterType>,
+}
+
+/// What a read found in the mirror: each key's data where the mirror is current for it, and
+/// the keys it is not (to be read from the RPC node).
+pub struct Found {
+    pub accounts: Vec<Option<Option<Vec<u8>>>>,
+    pub missing: Vec<Pubkey>,
+}
+
+impl Mirror {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("mirror lock")
+    }
+
+    /// The feed (re)subscribed: nothing from before is current, and from now on `watched` and
+    /// the accounts `subscriptions` match are followed; `lease_filters` match the machine's
+    /// leases.
+    pub fn subscribed(
+        &self,
+        machine: Pubkey,
+        watched: BTreeSet<Pubkey>,
+        subscriptions: Vec<Vec<RpcFilterType>>,
+        lease_filters: Vec<RpcFilterType>,
+    ) {
+        *self.lock() = Inner {
+            live: true,
+            watched,
+            subscriptions,
+            machine,
+            accounts: HashMap::new(),
+            leases: None,
+            lease_filters,
+        };
+    }
+
+    /// The feed dropped: reads go to the RPC node until it is subscribed again.
+    pub fn dropped(&self) {
+        *self.lock() = Inner::default();
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.lock().live
+    }
+
+    /// A notification: `key` holds `data` (`None`: closed) as of `slot`.
+    pub fn notified(&self, key: Pubkey, slot: u64, data: Option<Vec<u8>>) {
+        let mut s = self.lock();
+        if !s.live {
+            return;
+        }
+        if key == s.machine {
+            s.leases = None;
+        }
+        let is_lease = data
+            .as_deref()
+            .is_some_and(|d| matches(&s.lease_filters, d));
+        if let (true, Some((_, leases))) = (is_lease, s.leases.as_mut()) {
+            leases.insert(key);
+        }
+        s.put(key, slot, data);
+    }
+
+    /// The accounts at `keys`, where the mirror has them.
+    pub fn get(&self, keys: &[Pubkey]) -> Found {
+        let s = self.lock();
+        let mut found = Found {
+            accounts: Vec::with_capacity(keys.len()),
+            missing: Vec::new(),
+        };
+        for key in keys {
+            let seen = s.live.then(|| s.accounts.get(key)).flatten();
+            if seen.is_none() {
+                found.missing.push(*key);
+            }
+            found.accounts.push(seen.map(|a| a.data.clone()));
+        }
+        found
+    }
+
+    /// What the RPC node answered for `key` as of `slot`: kept when the feed follows it (or
+    /// followed it: a closed account's entry says so from now on).
+    pub fn answered(&self, key: Pubkey, slot: u64, data: Option<&[u8]>) {
+        let mut s = self.lock();
+        let followed = s.watched.contains(&key)
+            || s.accounts.contains_key(&key)
+            || data.is_some_and(|d| s.subscriptions.iter().any(|f| matches(f, d)));
+        if s.live && followed {
+            s.put(key, slot, data.map(<[u8]>::to_vec));
+        }
+    }
+
+    /// The machine's lease accounts, if the mirror knows them all.
+    pub fn leases(&self) -> Option<Vec<(Pubkey, Vec<u8>)>> {
+        let s = self.lock();
+        let (_, keys) = s.leases.as_ref().filter(|_| s.live)?;
+        Some(
+            keys.iter()
+                .filter_map(|k| Some((*k, s.accounts.get(k)?.data.clone()?)))
+                .collect(),
+        )
+    }
+
+    /// A scan of the machine's leases as of `slot` found `found`: with the leases notified
+    /// since, they are the machine's leases; one kept from before that the scan did not find
+    /// has closed.
+    pub fn scanned_leases(&self, slot: u64, found: &[(Pubkey, Vec<u8>)]) {
+        let mut s = self.lock();
+        if !s.live {
+            return;
+        }
+        let keys: BTreeSet<Pubkey> = found.iter().map(|(k, _)| *k).collect();
+        let lease_filters = s.lease_filters.clone();
+        let closed: Vec<Pubkey> = s
+            .accounts
+            .iter()
+            .filter(|(k, a)| {
+                a.slot <= slot
+                    && !keys.contains(k)
+                    && a.data
+                        .as_deref()
+                        .is_some_and(|d| matches(&lease_filters, d))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in closed {
+            s.put(key, slot, None);
+        }
+        for (key, data) in found {
+            s.put(*key, slot, Some(data.clone()));
+        }
+        let leases = s
+            .accounts
+            .iter()
+            .filter(|(_, a)| {
+                a.data
+                    .as_deref()
+                    .is_some_and(|d| matches(&lease_filters, d))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        s.leases = Some((slot, leases));
+    }
+}
+
+impl Inner {
+    fn put(&mut self, key: Pubkey, slot: u64, data: Option<Vec<u8>>) {
+        match self.accounts.get(&key) {
+            Some(seen) if seen.slot > slot => {}
+            _ => {
+                self.accounts.insert(key, Seen { slot, data });
+            }
+        }
+    }
+}
+
+/// Whether `data` passes every filter (the node's rule for a program subscription).
+fn matches(filters: &[RpcFilterType], data: &[u8]) -> bool {
+    filters.iter().all(|f| match f {
+        RpcFilterType::DataSize(size) => data.len() as u64 == *size,
+        RpcFilterType::Memcmp(m) => m.bytes_match(data),
+        RpcFilterType::TokenAccountState => false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use solana_rpc_client_api::filter::Memcmp;
+
+    use super::*;
+
+    const LEASE: u8 = 7;
+
+    fn lease_filters(machine: &Pubkey) -> Vec<RpcFilterType> {
+        vec![
+            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, vec![LEASE])),
+            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(1, machine.to_bytes().to_vec())),
+        ]
+    }
+
+    fn lease_data(machine: &Pubkey, n: u8) -> Vec<u8> {
+        let mut d = vec![LEASE];
+        d.extend(machine.to_bytes());
+        d.push(n);
+        d
+    }
+
+    fn live() -> (Mirror, Pubkey, Pubkey) {
+        let (machine, clock) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let m = Mirror::new();
+        m.subscribed(
+            machine,
+            [machine, clock].into(),
+            vec![lease_filters(&machine)],
+            lease_filters(&machine),
+        );
+        (m, machine, clock)
+    }
+
+    #[test]
+    fn only_followed_accounts_are_kept_and_an_older_answer_never_replaces_a_newer_one() {
+        let (m, machine, clock) = live();
+        let stranger = Pubkey::new_unique();
+        m.answered(clock, 10, Some(&[1]));
+        m.answered(stranger, 10, Some(&[1]));
+        let found = m.get(&[clock, stranger]);
+        assert_eq!(found.accounts, vec![Some(Some(vec![1])), None]);
+        assert_eq!(
+            found.missing,
+            vec![stranger],
+            "not followed: read from the node"
+        );
+
+        m.notified(clock, 12, Some(vec![2]));
+        m.answered(clock, 11, Some(&[9]));
+        assert_eq!(m.get(&[clock]).accounts, vec![Some(Some(vec![2]))]);
+        // A lease of the machine is followed by the program subscription.
+        let lease = Pubkey::new_unique();
+        m.answered(lease, 12, Some(&lease_data(&machine, 1)));
+        assert!(m.get(&[lease]).missing.is_empty());
+    }
+
+    #[test]
+    fn the_lease_list_is_scanned_again_after_the_machine_changes() {
+        let (m, machine, _) = live();
+        assert!(m.leases().is_none(), "not scanned yet");
+        let (a, b, c) = (
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+        );
+        // B is notified (created) after the scan's slot: it is one of the machine's leases.
+        m.notified(b, 21, Some(lease_data(&machine, 2)));
+        m.scanned_leases(20, &[(a, lease_data(&machine, 1))]);
+        let keys: Vec<Pubkey> = m.leases().unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys.len(), 2);
+        assert!(keys.contains(&a) && keys.contains(&b));
+        // A new lease notified while the list is known joins it.
+        m.notified(c, 22, Some(lease_data(&machine, 3)));
+        assert_eq!(m.leases().unwrap().len(), 3);
+        // A settlement changes the machine (the closed lease itself is not notified).
+        m.notified(machine, 23, Some(vec![0]));
+        assert!(m.leases().is_none(), "scan again");
+        // The scan no longer finds A: it is closed, listed no more and read as closed.
+        m.scanned_leases(
+            23,
+            &[(b, lease_data(&machine, 2)), (c, lease_data(&machine, 3))],
+        );
+        assert_eq!(m.leases().unwrap().len(), 2);
+        assert_eq!(m.get(&[a]).accounts, vec![Some(None)]);
+    }
+
+    #[test]
+    fn nothing_is_served_once_the_feed_drops() {
+        let (m, _, clock) = live();
+        m.notified(clock, 5, Some(vec![1]));
+        m.dropped();
+        assert!(!m.is_live());
+        assert_eq!(m.get(&[clock]).missing, vec![clock]);
+        m.notified(clock, 6, Some(vec![2]));
+        assert_eq!(
+            m.get(&[clock]).missing,
+            vec![clock],
+            "not kept while dropped"
+        );
+    }
+}
