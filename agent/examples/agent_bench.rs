@@ -14,12 +14,16 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bollard::query_parameters::EventsOptions;
+use futures_util::StreamExt;
 use gpu_market::pda;
 use gpu_market_agent::docker::DockerEngine;
-use gpu_market_agent::runtime::pinned_reference;
+use gpu_market_agent::runtime::{pinned_reference, LABEL_LEASE};
 use support::*;
 
 /// The machine's GPUs, 24 GiB each.
@@ -66,6 +70,39 @@ async fn rpc_per_minute(metrics: &str, secs: u64) -> f64 {
     (rpc_requests(metrics) - before) as f64 * 60.0 / secs as f64
 }
 
+fn unix_nanos(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64
+}
+
+/// The engine's start time (Unix ns) of each lease's container, by lease, as its events come.
+fn container_starts(docker: bollard::Docker) -> Arc<Mutex<HashMap<String, i64>>> {
+    let started = Arc::new(Mutex::new(HashMap::new()));
+    let filters = HashMap::from([
+        ("type".to_string(), vec!["container".to_string()]),
+        ("event".to_string(), vec!["start".to_string()]),
+    ]);
+    // From a second before: a start while the stream connects is not missed.
+    let since = (unix_nanos(SystemTime::now()) / 1_000_000_000 - 1).to_string();
+    let options = EventsOptions {
+        since: Some(since),
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let into = started.clone();
+    tokio::spawn(async move {
+        let mut events = docker.events(Some(options));
+        while let Some(Ok(e)) = events.next().await {
+            let lease = e
+                .actor
+                .and_then(|a| a.attributes?.get(LABEL_LEASE).cloned());
+            if let (Some(lease), Some(at)) = (lease, e.time_nano) {
+                into.lock().unwrap().entry(lease).or_insert(at);
+            }
+        }
+    });
+    started
+}
+
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
@@ -105,28 +142,30 @@ async fn main() {
     let idle = rss_kib(agent.pid());
     let idle_rpc = rpc_per_minute(&metrics, 30).await;
 
-    let docker = docker().await;
+    // When each lease's container started, by the engine's own clock: its `start` events,
+    // which cost the engine nothing (polling its container list would slow its starts).
+    let started = container_starts(docker().await);
     let mut latencies = Vec::new();
     for (i, client) in clients.iter().cycle().take(leases).enumerate() {
         let now = live.cluster.now().await.unwrap();
         let mut args = queue_bid(book as u64 + i as u64 + 1, 600, now);
         args.gib_per_gpu = gib;
         let bid = live.place(client, args).await.unwrap();
+        let confirmed = unix_nanos(SystemTime::now());
         let placed = Instant::now();
-        let lease = pda::lease(&bid).0;
-        while !containers_of(&docker, &lease)
-            .await
-            .iter()
-            .any(|(_, running)| *running)
-        {
+        let lease = pda::lease(&bid).0.to_string();
+        let at = loop {
+            if let Some(&at) = started.lock().unwrap().get(&lease) {
+                break at;
+            }
             assert!(
                 placed.elapsed() < Duration::from_secs(60),
                 "lease {i} not running within 60 s; agent log:\n{}",
                 agent.log()
             );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        latencies.push(placed.elapsed());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        latencies.push(Duration::from_nanos((at - confirmed).max(0) as u64));
     }
     let busy_rpc = rpc_per_minute(&metrics, 30).await;
     let busy = rss_kib(agent.pid());
