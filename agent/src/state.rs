@@ -377,7 +377,7 @@ mod tests {
             price: 1,
             gpu_indices: vec![0, 1],
             gib_per_gpu: 80,
-            settings: vec![Default::default(); 2],
+            overclock: vec![Default::default(); 2],
             image_ref: "r/i:1".into(),
             image_digest: [0; 32],
             env_hash: [0; 32],

@@ -16,7 +16,7 @@
 //! bid account. That takes per-GPU terms that differ *and* GPUs whose limits differ, so it is rare.
 
 use crate::matching::{self, AssignError, MAX};
-use crate::overclock::{GpuLimits, Settings};
+use crate::overclock::{GpuLimits, OverclockTerms};
 
 /// GPU classes a market prices (bit `c` of a bid's `accepted_classes`).
 pub const GPU_CLASSES: usize = 8;
@@ -33,7 +33,7 @@ pub struct GpuOffer {
     pub free_gib: u16,
     pub limits: GpuLimits,
     /// The terms the GPU runs for the leases that hold some of it; `None` while none does.
-    pub running: Option<Settings>,
+    pub running: Option<OverclockTerms>,
 }
 
 /// A machine's GPUs and prices at one moment, with the masks every check reuses.
@@ -69,7 +69,7 @@ pub struct Offer {
     limits_of: [u8; MAX],
     running_of: [u8; MAX],
     /// The distinct terms shared GPUs run.
-    running: Vec<Settings>,
+    running: Vec<OverclockTerms>,
     /// The least price each class takes: the floor, or its reserve price when higher.
     class_price: [u64; GPU_CLASSES],
     /// Topology groups that occur, as GPU masks.
@@ -92,11 +92,14 @@ pub struct Need<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Terms<'a> {
     /// The same terms on each of the bid's GPUs.
-    Uniform(Settings),
+    Uniform(OverclockTerms),
     /// One entry per GPU of the bid, in its GPU order.
-    PerGpu(&'a [Settings]),
+    PerGpu(&'a [OverclockTerms]),
     /// Only the range of differing per-GPU terms is known (see [`Terms::range_of`]).
-    Range { lo: Settings, hi: Settings },
+    Range {
+        lo: OverclockTerms,
+        hi: OverclockTerms,
+    },
 }
 
 /// Why a bid cannot run on a machine now; the first stage that fails, most basic first.
@@ -214,18 +217,18 @@ fn opt_between<T: PartialOrd + Copy>(v: Option<T>, lo: Option<T>, hi: Option<T>)
 impl Terms<'_> {
     /// The range of `terms` field by field (`None`, "not asked", below every value): what a
     /// book entry stores for per-GPU terms that differ.
-    pub fn range_of(terms: &[Settings]) -> (Settings, Settings) {
+    pub fn range_of(terms: &[OverclockTerms]) -> (OverclockTerms, OverclockTerms) {
         let first = terms.first().copied().unwrap_or_default();
         terms.iter().fold((first, first), |(lo, hi), t| {
             (
-                Settings {
+                OverclockTerms {
                     power_limit_w: lo.power_limit_w.min(t.power_limit_w),
                     core_lock_mhz: lo.core_lock_mhz.min(t.core_lock_mhz),
                     mem_lock_mhz: lo.mem_lock_mhz.min(t.mem_lock_mhz),
                     core_offset_mhz: lo.core_offset_mhz.min(t.core_offset_mhz),
                     mem_offset_mhz: lo.mem_offset_mhz.min(t.mem_offset_mhz),
                 },
-                Settings {
+                OverclockTerms {
                     power_limit_w: hi.power_limit_w.max(t.power_limit_w),
                     core_lock_mhz: hi.core_lock_mhz.max(t.core_lock_mhz),
                     mem_lock_mhz: hi.mem_lock_mhz.max(t.mem_lock_mhz),
@@ -237,7 +240,7 @@ impl Terms<'_> {
     }
 
     /// `Uniform` when every entry is the same, else `PerGpu`.
-    pub fn of(terms: &[Settings]) -> Terms<'_> {
+    pub fn of(terms: &[OverclockTerms]) -> Terms<'_> {
         match terms {
             [first, rest @ ..] if rest.iter().all(|t| t == first) => Terms::Uniform(*first),
             _ => Terms::PerGpu(terms),
@@ -246,7 +249,7 @@ impl Terms<'_> {
 }
 
 /// Every GPU allowed by `limits` accepts every value of `lo..=hi`.
-fn range_within(limits: &GpuLimits, lo: &Settings, hi: &Settings) -> bool {
+fn range_within(limits: &GpuLimits, lo: &OverclockTerms, hi: &OverclockTerms) -> bool {
     // A field asked on some GPUs and not on others has an unknown least asked value.
     fn known<T>(lo: Option<T>, hi: Option<T>) -> bool {
         lo.is_some() || hi.is_none()
@@ -261,7 +264,7 @@ fn range_within(limits: &GpuLimits, lo: &Settings, hi: &Settings) -> bool {
 
 /// Some value of `lo..=hi` could be allowed by `limits`, field by field (necessary, not
 /// sufficient, for one of the bid's GPUs to fit).
-fn range_overlaps(limits: &GpuLimits, lo: &Settings, hi: &Settings) -> bool {
+fn range_overlaps(limits: &GpuLimits, lo: &OverclockTerms, hi: &OverclockTerms) -> bool {
     lo.power_limit_w <= limits.power_w.max
         && limits.power_w.min <= hi.power_limit_w
         && opt_overlaps(lo.core_lock_mhz, hi.core_lock_mhz, limits.core_lock_mhz)
@@ -274,7 +277,7 @@ fn range_overlaps(limits: &GpuLimits, lo: &Settings, hi: &Settings) -> bool {
         && opt_overlaps(lo.mem_offset_mhz, hi.mem_offset_mhz, limits.mem_offset_mhz)
 }
 
-fn settings_between(s: &Settings, lo: &Settings, hi: &Settings) -> bool {
+fn settings_between(s: &OverclockTerms, lo: &OverclockTerms, hi: &OverclockTerms) -> bool {
     lo.power_limit_w <= s.power_limit_w
         && s.power_limit_w <= hi.power_limit_w
         && opt_between(s.core_lock_mhz, lo.core_lock_mhz, hi.core_lock_mhz)
@@ -284,7 +287,7 @@ fn settings_between(s: &Settings, lo: &Settings, hi: &Settings) -> bool {
 }
 
 /// Whether `s` fits `limits`, with `None` lowest for the optional fields.
-fn settings_allowed(limits: &GpuLimits, s: &Settings) -> bool {
+fn settings_allowed(limits: &GpuLimits, s: &OverclockTerms) -> bool {
     limits.power_w.contains(s.power_limit_w)
         && opt_in(s.core_lock_mhz, limits.core_lock_mhz)
         && opt_in(s.mem_lock_mhz, limits.mem_lock_mhz)
@@ -330,7 +333,7 @@ impl Offer {
         let mut free_of = [0u16; MAX];
         let mut limits_of = [0u8; MAX];
         let mut running_of = [0u8; MAX];
-        let mut running: Vec<Settings> = Vec::new();
+        let mut running: Vec<OverclockTerms> = Vec::new();
         for (g, gpu) in gpus.iter().enumerate().take(MAX) {
             class_of[g] = gpu.class;
             free_of[g] = gpu.free_gib;
@@ -462,7 +465,7 @@ impl Offer {
     }
 
     /// Shared GPUs among `among` whose running terms pass `ok`.
-    fn running_mask(&self, among: u16, ok: impl Fn(&Settings) -> bool) -> u16 {
+    fn running_mask(&self, among: u16, ok: impl Fn(&OverclockTerms) -> bool) -> u16 {
         let mut out = 0;
         let mut rest = among & self.shared;
         while rest != 0 {
@@ -607,7 +610,7 @@ impl Offer {
     /// over the GPUs: the count of GPUs of an accepted class whose price the bid meets, with the
     /// free GiB, whose limits allow the terms and that are unshared or already run them. The
     /// same answer as the staged rule of [`Offer::fit`] (a property test checks it).
-    fn fits_uniform(&self, need: &Need, s: &Settings) -> Fits {
+    fn fits_uniform(&self, need: &Need, s: &OverclockTerms) -> Fits {
         let mut limits_ok = 0u32;
         for (i, (l, _)) in self.limits.iter().enumerate() {
             if settings_allowed(l, s) {
@@ -845,10 +848,10 @@ mod tests {
         }
     }
 
-    fn power(w: u16) -> Settings {
-        Settings {
+    fn power(w: u16) -> OverclockTerms {
+        OverclockTerms {
             power_limit_w: w,
-            ..Settings::default()
+            ..OverclockTerms::default()
         }
     }
 
@@ -1005,13 +1008,13 @@ mod tests {
         );
     }
 
-    fn arb_settings() -> impl Strategy<Value = Settings> {
+    fn arb_settings() -> impl Strategy<Value = OverclockTerms> {
         (
             prop_oneof![Just(90u16), Just(150), Just(250), Just(350), Just(450)],
             prop_oneof![Just(None), Just(Some(150u16)), Just(Some(1_500))],
             prop_oneof![Just(None), Just(Some(-150i16)), Just(Some(50))],
         )
-            .prop_map(|(p, cl, co)| Settings {
+            .prop_map(|(p, cl, co)| OverclockTerms {
                 power_limit_w: p,
                 core_lock_mhz: cl,
                 mem_lock_mhz: None,

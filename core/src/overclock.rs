@@ -32,7 +32,7 @@ pub struct GpuLimits {
 
 /// What a bid asks of one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Settings {
+pub struct OverclockTerms {
     pub power_limit_w: u16,
     pub core_lock_mhz: Option<u16>,
     pub mem_lock_mhz: Option<u16>,
@@ -82,7 +82,7 @@ impl GpuLimits {
     }
 
     /// Whether `s` can be applied on this GPU; the first offending term otherwise.
-    pub fn check(&self, s: &Settings) -> Result<(), OverclockError> {
+    pub fn check(&self, s: &OverclockTerms) -> Result<(), OverclockError> {
         fn opt<T: PartialOrd + Copy>(
             v: Option<T>,
             r: Range<T>,
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn settings_inside_every_range_pass() {
-        let s = Settings {
+        let s = OverclockTerms {
             power_limit_w: 280,
             core_lock_mhz: Some(1_800),
             mem_lock_mhz: None,
@@ -154,48 +154,48 @@ mod tests {
 
     #[test]
     fn the_first_term_out_of_range_is_named() {
-        let base = Settings {
+        let base = OverclockTerms {
             power_limit_w: 300,
             ..Default::default()
         };
         let l = rtx4090();
         assert_eq!(
-            l.check(&Settings {
+            l.check(&OverclockTerms {
                 power_limit_w: 451,
                 ..base
             }),
             Err(OverclockError::PowerLimit)
         );
         assert_eq!(
-            l.check(&Settings {
+            l.check(&OverclockTerms {
                 power_limit_w: 0,
                 ..base
             }),
             Err(OverclockError::PowerLimit)
         );
         assert_eq!(
-            l.check(&Settings {
+            l.check(&OverclockTerms {
                 core_lock_mhz: Some(3_000),
                 ..base
             }),
             Err(OverclockError::CoreLock)
         );
         assert_eq!(
-            l.check(&Settings {
+            l.check(&OverclockTerms {
                 mem_lock_mhz: Some(1),
                 ..base
             }),
             Err(OverclockError::MemLock)
         );
         assert_eq!(
-            l.check(&Settings {
+            l.check(&OverclockTerms {
                 core_offset_mhz: Some(-201),
                 ..base
             }),
             Err(OverclockError::CoreOffset)
         );
         assert_eq!(
-            l.check(&Settings {
+            l.check(&OverclockTerms {
                 mem_offset_mhz: Some(-1),
                 ..base
             }),
@@ -207,7 +207,7 @@ mod tests {
             ..l
         };
         assert_eq!(
-            no_locks.check(&Settings {
+            no_locks.check(&OverclockTerms {
                 core_lock_mhz: Some(1_000),
                 ..base
             }),
@@ -249,7 +249,7 @@ mod tests {
         #[test]
         fn a_passing_power_limit_is_inside_the_declared_range(min in 1u16..1000, span in 0u16..1000, p: u16) {
             let l = GpuLimits { power_w: Range { min, max: min.saturating_add(span) }, ..rtx4090() };
-            let ok = l.check(&Settings { power_limit_w: p, ..Default::default() }).is_ok();
+            let ok = l.check(&OverclockTerms { power_limit_w: p, ..Default::default() }).is_ok();
             prop_assert_eq!(ok, p >= l.power_w.min && p <= l.power_w.max);
         }
     }

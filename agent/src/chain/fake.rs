@@ -246,7 +246,7 @@ impl Inner {
                 for l in self.leases.iter().filter(|l| Some(l.key) != ended) {
                     if let Some(i) = l.gpu_indices.iter().position(|&x| x as usize == g) {
                         free_gib -= l.gib_per_gpu;
-                        running = Some(l.settings[i]);
+                        running = Some(l.overclock[i]);
                     }
                 }
                 GpuOffer {
@@ -331,7 +331,7 @@ fn need(bid: &BidView) -> Need<'_> {
         accepted_classes: bid.accepted_classes,
         price: bid.price,
         deadline: bid.deadline,
-        terms: Terms::of(&bid.settings),
+        terms: Terms::of(&bid.overclock),
     }
 }
 
@@ -473,7 +473,7 @@ impl Chain for FakeChain {
             price: b.price,
             gpu_indices: gpu_indices.to_vec(),
             gib_per_gpu: b.gib_per_gpu,
-            settings: b.settings.clone(),
+            overclock: b.overclock.clone(),
             image_ref: b.image_ref.clone(),
             image_digest: b.image_digest,
             env_hash: b.env_hash,

@@ -15,7 +15,7 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use gpu_market_core::lease::UsageProof;
-use gpu_market_core::overclock::Settings;
+use gpu_market_core::overclock::OverclockTerms;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// An account address: 32 bytes, shown in base58 as Solana shows it.
@@ -110,7 +110,7 @@ pub struct LeaseView {
     pub gpu_indices: Vec<u8>,
     pub gib_per_gpu: u16,
     /// The settings of each GPU, in the lease's GPU order.
-    pub settings: Vec<Settings>,
+    pub overclock: Vec<OverclockTerms>,
     pub image_ref: String,
     pub image_digest: [u8; 32],
     pub env_hash: [u8; 32],
@@ -144,7 +144,7 @@ impl BidView {
 
     /// The sum of the power limits asked, in W.
     pub fn power_w(&self) -> u64 {
-        self.settings.iter().map(|s| s.power_limit_w as u64).sum()
+        self.overclock.iter().map(|s| s.power_limit_w as u64).sum()
     }
 }
 
@@ -181,7 +181,7 @@ pub struct BidView {
     /// would let it fit (what `preempt` checks).
     pub fits_if_ended: Vec<Key>,
     /// The settings asked of each of the bid's GPUs, in the bid's GPU order.
-    pub settings: Vec<Settings>,
+    pub overclock: Vec<OverclockTerms>,
     /// Per GPU-hour (queue) or per GPU-day (spot).
     pub price: u64,
     pub max_duration_secs: u32,

@@ -552,8 +552,8 @@ impl SolanaChain {
             price: l.price,
             gpu_indices: l.gpus().to_vec(),
             gib_per_gpu: l.gib_per_gpu,
-            settings: (0..l.gpu_count as usize)
-                .map(|i| bid.terms_of(i).settings())
+            overclock: (0..l.gpu_count as usize)
+                .map(|i| bid.terms_of(i).to_core())
                 .collect(),
             image_ref: image_ref(bid),
             image_digest: bid.image_digest,
@@ -597,7 +597,7 @@ fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>)
         accepted_classes: b.accepted_classes,
         gpus,
         fits_if_ended,
-        settings: b.settings(),
+        overclock: b.overclock_per_gpu(),
         price: b.price,
         max_duration_secs: b.max_duration_secs,
         deadline: b.deadline,
@@ -1180,7 +1180,7 @@ mod tests {
             accepted_classes: 1,
             gpus: Some(vec![0]),
             fits_if_ended: Vec::new(),
-            settings: Vec::new(),
+            overclock: Vec::new(),
             price: 1,
             max_duration_secs: 60,
             deadline: 1,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::sync::Mutex;
 
-use gpu_market_core::overclock::{GpuLimits, Range, Settings};
+use gpu_market_core::overclock::{GpuLimits, OverclockTerms, Range};
 use gpu_market_sdk::gpus::parse_uuid;
 use nvml_wrapper::enum_wrappers::device::{Clock, PerformanceState};
 use nvml_wrapper::enums::device::GpuLockedClocksSetting;
@@ -221,7 +221,7 @@ impl GpuBackend for NvmlGpu {
         self.infos.clone()
     }
 
-    fn apply(&self, index: u32, settings: &Settings) -> Result<(), GpuError> {
+    fn apply(&self, index: u32, settings: &OverclockTerms) -> Result<(), GpuError> {
         let info = self.info(index)?;
         info.limits
             .check(settings)
@@ -265,7 +265,7 @@ impl GpuBackend for NvmlGpu {
         Ok(())
     }
 
-    fn read_back(&self, index: u32) -> Result<Settings, GpuError> {
+    fn read_back(&self, index: u32) -> Result<OverclockTerms, GpuError> {
         let d = self.device(index)?;
         let err = |call| nvml_err(index, call);
         let power_mw = d
@@ -277,7 +277,7 @@ impl GpuBackend for NvmlGpu {
                 .filter(|&v| v != 0)
                 .map(clamp_i16))
         };
-        Ok(Settings {
+        Ok(OverclockTerms {
             power_limit_w: mw_to_w(power_mw),
             // Unknowable through NVML; see the module.
             core_lock_mhz: None,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_market_core::lease::{exit, interval_window, spot_profit_per_day};
-use gpu_market_core::overclock::Settings;
+use gpu_market_core::overclock::OverclockTerms;
 
 use crate::chain::{BidKind, BidView, Key, LeaseView, MachineStatus, MachineView};
 use crate::gpu::Sample;
@@ -60,8 +60,8 @@ pub struct ObservedContainer {
 pub struct ObservedGpu {
     pub index: u32,
     /// `None` when the read-back failed this tick.
-    pub applied: Option<Settings>,
-    pub defaults: Settings,
+    pub applied: Option<OverclockTerms>,
+    pub defaults: OverclockTerms,
     /// The latest good reading (a failed read keeps the one before).
     pub sample: Sample,
 }
@@ -384,7 +384,7 @@ impl<'a> Planner<'a> {
             if l.kind != BidKind::Spot || l.stop_at.is_some() || !running {
                 continue;
             }
-            let power: u64 = l.settings.iter().map(|s| s.power_limit_w as u64).sum();
+            let power: u64 = l.overclock.iter().map(|s| s.power_limit_w as u64).sum();
             let current = spot_profit(l.price, l.gpu_indices.len(), power, cost);
             let better = chain
                 .bids

@@ -107,8 +107,8 @@ impl Evidence {
                     .iter()
                     .find(|(k, _)| *k == leaf.bid)
                     .ok_or(MarketError::CandidatesMissing)?;
-                let settings = bid.settings();
-                Ok(offer.fits(&bid.need(&settings)) == Fits::Yes)
+                let overclock = bid.overclock_per_gpu();
+                Ok(offer.fits(&bid.need(&overclock)) == Fits::Yes)
             }
         }
     }
@@ -137,9 +137,9 @@ impl Allocate<'_> {
         require_keys_eq!(self.book.key(), book, MarketError::WrongBook);
         require!(args.gpus.len() <= MAX_GPUS, MarketError::BadGpuCount);
         let offer = machine.offer(market, bid.kind, now, &Freed::default())?;
-        let settings = bid.settings();
+        let overclock = bid.overclock_per_gpu();
         offer
-            .check_choice(&bid.need(&settings), &args.gpus)
+            .check_choice(&bid.need(&overclock), &args.gpus)
             .map_err(MarketError::from)?;
         Ok(offer)
     }

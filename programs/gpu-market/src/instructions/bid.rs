@@ -165,7 +165,7 @@ impl PlaceBid<'_> {
                 };
                 let offer = machine.offer(&self.market, BidKind::Spot, now, &idle)?;
                 let settings: Vec<_> = (0..args.gpu_count as usize)
-                    .map(|i| args.overclock[if terms == 1 { 0 } else { i }].settings())
+                    .map(|i| args.overclock[if terms == 1 { 0 } else { i }].to_core())
                     .collect();
                 let need = Need {
                     gpu_count: args.gpu_count,

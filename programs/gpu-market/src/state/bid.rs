@@ -2,7 +2,7 @@ use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
 use gpu_market_core::fit::{Choice, Need, Offer, Terms, Unfit};
 use gpu_market_core::lease;
-use gpu_market_core::overclock::Settings;
+use gpu_market_core::overclock;
 use gpu_market_core::settlement::PriceUnit;
 
 use crate::errors::MarketError;
@@ -48,7 +48,7 @@ crate::state::pod_borsh!(OverclockTerms);
 
 impl OverclockTerms {
     /// The stored form of `s` (an absent lock or offset is 0).
-    pub fn from_settings(s: &Settings) -> Self {
+    pub fn from_core(s: &overclock::OverclockTerms) -> Self {
         OverclockTerms {
             power_limit_w: s.power_limit_w,
             core_lock_mhz: s.core_lock_mhz.unwrap_or(0),
@@ -58,10 +58,10 @@ impl OverclockTerms {
         }
     }
 
-    pub fn settings(&self) -> Settings {
+    pub fn to_core(&self) -> overclock::OverclockTerms {
         let opt_u = |v: u16| (v != 0).then_some(v);
         let opt_i = |v: i16| (v != 0).then_some(v);
-        Settings {
+        overclock::OverclockTerms {
             power_limit_w: self.power_limit_w,
             core_lock_mhz: opt_u(self.core_lock_mhz),
             mem_lock_mhz: opt_u(self.mem_lock_mhz),
@@ -140,28 +140,28 @@ impl Bid {
     }
 
     /// The terms of each of the bid's GPUs, in its GPU order.
-    pub fn settings(&self) -> Vec<Settings> {
+    pub fn overclock_per_gpu(&self) -> Vec<overclock::OverclockTerms> {
         (0..self.gpu_count as usize)
-            .map(|i| self.terms_of(i).settings())
+            .map(|i| self.terms_of(i).to_core())
             .collect()
     }
 
-    /// What the fit rule needs of the bid; `settings` is [`Bid::settings`].
-    pub fn need<'a>(&self, settings: &'a [Settings]) -> Need<'a> {
+    /// What the fit rule needs of the bid; `overclock` is [`Bid::overclock_per_gpu`].
+    pub fn need<'a>(&self, overclock: &'a [overclock::OverclockTerms]) -> Need<'a> {
         Need {
             gpu_count: self.gpu_count,
             gib_per_gpu: self.gib_per_gpu,
             accepted_classes: self.accepted_classes,
             price: self.price,
             deadline: self.deadline,
-            terms: Terms::of(settings),
+            terms: Terms::of(overclock),
         }
     }
 
     /// The GPUs the bid gets on the machine behind `offer`, or why it does not fit there.
     pub fn fit(&self, offer: &Offer) -> core::result::Result<Choice, Unfit> {
-        let settings = self.settings();
-        offer.fit(&self.need(&settings))
+        let overclock = self.overclock_per_gpu();
+        offer.fit(&self.need(&overclock))
     }
 
     /// What its book entry carries, so `allocate` can decide fit without the account.
@@ -170,10 +170,10 @@ impl Bid {
         let (terms_lo, terms_hi, mixed) = match self.overclock.split_first() {
             Some((first, rest)) if rest.iter().all(|t| t == first) => (*first, *first, 0),
             _ => {
-                let (lo, hi) = Terms::range_of(&self.settings());
+                let (lo, hi) = Terms::range_of(&self.overclock_per_gpu());
                 (
-                    OverclockTerms::from_settings(&lo),
-                    OverclockTerms::from_settings(&hi),
+                    OverclockTerms::from_core(&lo),
+                    OverclockTerms::from_core(&hi),
                     1,
                 )
             }

@@ -158,7 +158,7 @@ pub struct BidSummary {
 impl BidSummary {
     /// The fit rule's input; a bid with differing per-GPU terms gives only their range.
     pub fn need(&self) -> Need<'static> {
-        let lo = self.terms_lo.settings();
+        let lo = self.terms_lo.to_core();
         Need {
             gpu_count: self.gpu_count,
             gib_per_gpu: self.gib_per_gpu,
@@ -170,7 +170,7 @@ impl BidSummary {
             } else {
                 Terms::Range {
                     lo,
-                    hi: self.terms_hi.settings(),
+                    hi: self.terms_hi.to_core(),
                 }
             },
         }

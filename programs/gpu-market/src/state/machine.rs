@@ -195,7 +195,7 @@ impl Machine {
                     memory_gib: gpu.memory_gib,
                     free_gib: gpu.memory_gib.saturating_sub(used),
                     limits: gpu.limits(),
-                    running: (used > 0).then(|| self.gpu_terms[g].settings()),
+                    running: (used > 0).then(|| self.gpu_terms[g].to_core()),
                 }
             })
             .collect();
