@@ -203,13 +203,9 @@ async fn main() {
     );
     // Where the time goes: the agent's own timestamps for the steps of each start.
     for line in agent.log().lines().filter(|l| {
-        [
-            "allocated",
-            "starting the lease's container",
-            "lease started",
-        ]
-        .iter()
-        .any(|step| l.contains(step))
+        ["allocated", "starting the lease's", "lease started"]
+            .iter()
+            .any(|step| l.contains(step))
     }) {
         println!("agent: {line}");
     }

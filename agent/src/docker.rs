@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use bollard::auth::DockerCredentials;
 use bollard::errors::Error as BollardError;
 use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, ContainerTopResponse, DeviceRequest, HostConfig,
-    HostConfigLogConfig, Mount, MountType,
+    ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum, ContainerTopResponse,
+    DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountType,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, LogsOptions,
@@ -361,7 +361,16 @@ impl DockerEngine {
                     .as_ref()
                     .and_then(|l| l.get(LABEL_LEASE))
                     .and_then(|l| l.parse().ok());
-                c.id.map(|id| ManagedContainer { id, lease })
+                let listed = match c.state {
+                    Some(ContainerSummaryStateEnum::CREATED) => Some(ContainerState::Created),
+                    Some(
+                        ContainerSummaryStateEnum::RUNNING
+                        | ContainerSummaryStateEnum::PAUSED
+                        | ContainerSummaryStateEnum::RESTARTING,
+                    ) => Some(ContainerState::Running),
+                    _ => None,
+                };
+                c.id.map(|id| ManagedContainer { id, lease, listed })
             })
             .collect())
     }

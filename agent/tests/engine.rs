@@ -292,32 +292,41 @@ async fn an_image_over_the_size_limit_is_refused_fetched_or_stored() {
 }
 
 #[tokio::test]
-async fn a_container_created_but_not_started_is_not_running() {
+async fn the_listing_and_the_inspection_agree_on_created_running_and_exited() {
     use gpu_market_agent::runtime::ContainerState;
     let (host, image) = engine_env();
     let engine = DockerEngine::connect(&host, "engine-test-created")
         .await
         .expect("connect");
     engine.pull(&image).await.expect("pull");
-    let docker = bollard::Docker::connect_with_unix(&host, 60, bollard::API_DEFAULT_VERSION)
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap();
-    let created = docker
-        .create_container(
-            None::<bollard::query_parameters::CreateContainerOptions>,
-            bollard::models::ContainerCreateBody {
-                image: Some(image.clone()),
-                cmd: Some(vec!["true".into()]),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("create");
+    let spec = ContainerSpec {
+        image,
+        cmd: Some(vec!["sleep".into(), "2".into()]),
+        ..Default::default()
+    };
+    let id = engine.create(&spec).await.expect("create");
+    let listed = || async {
+        engine
+            .managed()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|c| c.id == id)
+            .expect("listed")
+            .listed
+    };
+    // Created but not started: not running, and nothing to bill.
+    assert_eq!(engine.state(&id).await.unwrap(), ContainerState::Created);
+    assert_eq!(listed().await, Some(ContainerState::Created));
+    engine.start(&id).await.expect("start");
+    assert_eq!(engine.state(&id).await.unwrap(), ContainerState::Running);
+    assert_eq!(listed().await, Some(ContainerState::Running));
+    assert_eq!(engine.wait(&id).await.unwrap(), 0);
+    // Only the inspection tells the exit code.
     assert_eq!(
-        engine.state(&created.id).await.unwrap(),
-        ContainerState::Created
+        engine.state(&id).await.unwrap(),
+        ContainerState::Exited { code: 0 }
     );
-    engine.remove(&created.id).await.expect("remove");
+    assert_eq!(listed().await, None);
+    engine.remove(&id).await.expect("remove");
 }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use gpu_market_core::overclock::Settings;
+use gpu_market_core::overclock::OverclockTerms;
 use gpu_market_sdk::gpus::format_uuid;
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +36,7 @@ pub struct Locks {
 }
 
 impl Locks {
-    fn of(s: &Settings) -> Self {
+    fn of(s: &OverclockTerms) -> Self {
         Locks {
             core_mhz: s.core_lock_mhz,
             mem_mhz: s.mem_lock_mhz,
@@ -134,7 +134,7 @@ impl GpuBackend for RecordedLocks {
         self.inner.gpus()
     }
 
-    fn apply(&self, index: u32, settings: &Settings) -> Result<(), GpuError> {
+    fn apply(&self, index: u32, settings: &OverclockTerms) -> Result<(), GpuError> {
         let asked = Locks::of(settings);
         self.record(index, self.recorded(index)?.or(asked))?;
         self.inner.apply(index, settings)?;
@@ -142,10 +142,10 @@ impl GpuBackend for RecordedLocks {
     }
 
     /// The backend's reading, with the recorded locks where it shows none.
-    fn read_back(&self, index: u32) -> Result<Settings, GpuError> {
+    fn read_back(&self, index: u32) -> Result<OverclockTerms, GpuError> {
         let read = self.inner.read_back(index)?;
         let recorded = self.recorded(index)?;
-        Ok(Settings {
+        Ok(OverclockTerms {
             core_lock_mhz: read.core_lock_mhz.or(recorded.core_mhz),
             mem_lock_mhz: read.mem_lock_mhz.or(recorded.mem_mhz),
             ..read
@@ -167,6 +167,10 @@ impl GpuBackend for RecordedLocks {
 
     fn observe_workload(&self, index: u32, load_permille: u16) {
         self.inner.observe_workload(index, load_permille)
+    }
+
+    fn follows_workload(&self) -> bool {
+        self.inner.follows_workload()
     }
 }
 
@@ -213,12 +217,12 @@ mod tests {
         gpus
     }
 
-    fn locked() -> Settings {
-        Settings {
+    fn locked() -> OverclockTerms {
+        OverclockTerms {
             power_limit_w: 250,
             core_lock_mhz: Some(1_500),
             mem_lock_mhz: Some(2_000),
-            ..Settings::default()
+            ..OverclockTerms::default()
         }
     }
 
@@ -232,7 +236,7 @@ mod tests {
         assert_ne!(read, defaults, "the power limit shows");
         gpus.apply(
             0,
-            &Settings {
+            &OverclockTerms {
                 power_limit_w: 300,
                 ..locked()
             },
@@ -249,7 +253,7 @@ mod tests {
     fn a_lock_left_by_a_crashed_agent_is_seen_after_a_restart_and_reset_clears_it() {
         let dir = tempfile::tempdir().unwrap();
         let gpus = blind_gpus();
-        let asked = Settings {
+        let asked = OverclockTerms {
             power_limit_w: 300,
             ..locked()
         };
@@ -281,14 +285,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let gpus = RecordedLocks::open(blind_gpus(), dir.path()).unwrap();
         apply_and_verify(&gpus, 0, &locked()).unwrap();
-        let core_only = Settings {
+        let core_only = OverclockTerms {
             mem_lock_mhz: None,
             ..locked()
         };
         apply_and_verify(&gpus, 0, &core_only).unwrap();
         assert_eq!(gpus.recorded(0).unwrap().mem_mhz, None);
         // Refused by the driver: the memory lock asked may or may not have taken.
-        let refused = Settings {
+        let refused = OverclockTerms {
             power_limit_w: 999,
             ..locked()
         };

@@ -14,7 +14,7 @@ pub mod locks;
 pub mod nvml;
 pub mod simulated;
 
-use gpu_market_core::overclock::{GpuLimits, OverclockError, Settings};
+use gpu_market_core::overclock::{GpuLimits, OverclockError, OverclockTerms};
 
 /// One GPU as the backend sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,10 +41,10 @@ impl GpuInfo {
     }
 
     /// The host defaults [`GpuBackend::reset`] restores.
-    pub fn defaults(&self) -> Settings {
-        Settings {
+    pub fn defaults(&self) -> OverclockTerms {
+        OverclockTerms {
             power_limit_w: self.default_power_w,
-            ..Settings::default()
+            ..OverclockTerms::default()
         }
     }
 }
@@ -81,8 +81,8 @@ pub enum GpuError {
     #[error("GPU {index}: settings did not take: asked {asked:?}, applied {applied:?}")]
     DidNotTake {
         index: u32,
-        asked: Settings,
-        applied: Settings,
+        asked: OverclockTerms,
+        applied: OverclockTerms,
     },
     #[error("the NVIDIA management library is not available ({0}); is the NVIDIA driver installed? Use gpu.backend = \"simulated\" on machines without NVIDIA GPUs")]
     NoDriver(String),
@@ -103,9 +103,9 @@ pub enum GpuError {
 pub trait GpuBackend: Send + Sync {
     fn gpus(&self) -> Vec<GpuInfo>;
     /// Applies every term of `settings`; terms left `None` are restored to the default.
-    fn apply(&self, index: u32, settings: &Settings) -> Result<(), GpuError>;
+    fn apply(&self, index: u32, settings: &OverclockTerms) -> Result<(), GpuError>;
     /// What is actually applied now.
-    fn read_back(&self, index: u32) -> Result<Settings, GpuError>;
+    fn read_back(&self, index: u32) -> Result<OverclockTerms, GpuError>;
     /// Restores the host defaults: the default power limit, no locks, no offsets.
     fn reset(&self, index: u32) -> Result<(), GpuError>;
     fn sample(&self, index: u32) -> Result<Sample, GpuError>;
@@ -117,13 +117,18 @@ pub trait GpuBackend: Send + Sync {
     /// SIMULATED backend takes it as the GPU's load, so that a busy workload draws power and an
     /// idle one looks idle.
     fn observe_workload(&self, _index: u32, _load_permille: u16) {}
+    /// Whether [`observe_workload`](Self::observe_workload) is heeded: only then are the
+    /// containers' CPU readings taken.
+    fn follows_workload(&self) -> bool {
+        false
+    }
 }
 
 /// Applies `settings`, reads them back, and fails unless every term took.
 pub fn apply_and_verify(
     backend: &dyn GpuBackend,
     index: u32,
-    settings: &Settings,
+    settings: &OverclockTerms,
 ) -> Result<(), GpuError> {
     backend.apply(index, settings)?;
     let applied = backend.read_back(index)?;

@@ -13,7 +13,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gpu_market_core::overclock::Settings;
+use gpu_market_core::overclock::OverclockTerms;
 
 use super::isolation::{mps_client, pinned_limit_mib};
 use super::{GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
@@ -56,7 +56,7 @@ pub struct SimulatedGpu {
 }
 
 struct SimState {
-    applied: Settings,
+    applied: OverclockTerms,
     /// Load in thousandths.
     load_permille: u16,
     energy_uj: u64,
@@ -296,11 +296,15 @@ impl GpuBackend for SimulatedGpu {
         let _ = self.set_load(index, load_permille);
     }
 
+    fn follows_workload(&self) -> bool {
+        true
+    }
+
     fn gpus(&self) -> Vec<GpuInfo> {
         self.infos.clone()
     }
 
-    fn apply(&self, index: u32, settings: &Settings) -> Result<(), GpuError> {
+    fn apply(&self, index: u32, settings: &OverclockTerms) -> Result<(), GpuError> {
         let info = self
             .infos
             .get(index as usize)
@@ -314,16 +318,16 @@ impl GpuBackend for SimulatedGpu {
             } else {
                 settings.power_limit_w
             };
-            g.applied = Settings {
+            g.applied = OverclockTerms {
                 power_limit_w,
                 ..*settings
             };
         })
     }
 
-    fn read_back(&self, index: u32) -> Result<Settings, GpuError> {
+    fn read_back(&self, index: u32) -> Result<OverclockTerms, GpuError> {
         self.read(index, "nvmlDeviceGetPowerManagementLimit", |g, _| {
-            Settings {
+            OverclockTerms {
                 core_lock_mhz: g.applied.core_lock_mhz.filter(|_| !g.locks_hidden),
                 mem_lock_mhz: g.applied.mem_lock_mhz.filter(|_| !g.locks_hidden),
                 ..g.applied
@@ -430,7 +434,7 @@ mod tests {
         apply_and_verify(
             &gpu,
             0,
-            &Settings {
+            &OverclockTerms {
                 power_limit_w: 200,
                 ..Default::default()
             },
@@ -534,7 +538,7 @@ mod tests {
         let err = gpu
             .apply(
                 0,
-                &Settings {
+                &OverclockTerms {
                     power_limit_w: 450,
                     ..Default::default()
                 },
@@ -550,7 +554,7 @@ mod tests {
         let err = gpu
             .apply(
                 0,
-                &Settings {
+                &OverclockTerms {
                     power_limit_w: 250,
                     mem_lock_mhz: Some(5_000),
                     ..Default::default()
@@ -571,7 +575,7 @@ mod tests {
     #[test]
     fn a_stuck_power_limit_is_caught_by_the_read_back_and_reset_restores_defaults() {
         let (_, gpu) = two_gpus();
-        let asked = Settings {
+        let asked = OverclockTerms {
             power_limit_w: 250,
             core_lock_mhz: Some(1_500),
             core_offset_mhz: Some(-50),

@@ -39,7 +39,9 @@ impl Reconciler {
                 _ => None,
             })
             .collect();
-        self.cpu_probe.refresh(&self.runtime, metered);
+        if self.gpus.follows_workload() {
+            self.cpu_probe.refresh(&self.runtime, metered);
+        }
         let submits: Vec<Key> = later
             .iter()
             .filter_map(|a| match a {
@@ -222,7 +224,7 @@ impl Reconciler {
     }
 
     fn verify_settings(&self, view: &LeaseView) -> Result<(), GpuError> {
-        for (&i, s) in view.gpu_indices.iter().zip(&view.settings) {
+        for (&i, s) in view.gpu_indices.iter().zip(&view.overclock) {
             apply_and_verify(self.gpus.as_ref(), i as u32, s)?;
         }
         Ok(())

@@ -73,12 +73,16 @@ impl Reconciler {
 
     async fn observe_containers(&self) -> Result<Vec<ObservedContainer>, RuntimeError> {
         let mut containers = Vec::new();
+        // One listing; only a container that stopped is looked at for its exit code.
         for c in self.runtime.managed().await? {
-            let state = match self.runtime.state(&c.id).await {
-                Ok(s) => s,
-                // Removed between the listing and now.
-                Err(RuntimeError::NoSuchContainer(_)) => continue,
-                Err(e) => return Err(e),
+            let state = match c.listed {
+                Some(state) => state,
+                None => match self.runtime.state(&c.id).await {
+                    Ok(s) => s,
+                    // Removed between the listing and now.
+                    Err(RuntimeError::NoSuchContainer(_)) => continue,
+                    Err(e) => return Err(e),
+                },
             };
             containers.push(ObservedContainer {
                 id: c.id,

@@ -18,6 +18,13 @@ pub struct Tenancy {
     split_to_mj: BTreeMap<u8, u64>,
     /// Each running lease's part of the latest readings of the GPUs it shares.
     parts: BTreeMap<(Key, u8), Part>,
+    /// The host PIDs of each tenant container, as last asked of the engine: asked again only
+    /// when a GPU shows a process none of its tenants is known to run (asking every container
+    /// every tick costs the engine more than the starts it must serve).
+    pids: BTreeMap<String, Vec<u32>>,
+    /// Per GPU, the processes on it that no tenant ran when their PIDs were last asked (an
+    /// MPS server, the host's own): they do not make the PIDs be asked again.
+    strangers: BTreeMap<u8, Vec<u32>>,
 }
 
 impl Reconciler {
@@ -40,7 +47,12 @@ impl Reconciler {
             .split_to_mj
             .retain(|gpu, _| tenants.contains_key(gpu));
         self.tenancy.parts.clear();
-        let mut pids: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let tenant_ids: std::collections::BTreeSet<&String> =
+            tenants.values().flatten().map(|(_, id)| id).collect();
+        let mut pids = std::mem::take(&mut self.tenancy.pids);
+        pids.retain(|id, _| tenant_ids.contains(id));
+        let mut strangers = std::mem::take(&mut self.tenancy.strangers);
+        strangers.retain(|gpu, _| tenants.contains_key(gpu));
         for (gpu, leases) in tenants {
             let sample = self
                 .last_samples
@@ -53,7 +65,8 @@ impl Reconciler {
                 .insert(gpu, sample.energy_mj)
                 .map_or(0, |before| sample.energy_mj.saturating_sub(before));
             let uses = if leases.len() > 1 && engine_answers {
-                self.uses(gpu, &leases, &mut pids).await
+                self.uses(gpu, &leases, &mut pids, strangers.entry(gpu).or_default())
+                    .await
             } else {
                 vec![TenantUse::default(); leases.len()]
             };
@@ -64,15 +77,20 @@ impl Reconciler {
                 self.tenancy.parts.insert((*lease, gpu), part);
             }
         }
+        self.tenancy.pids = pids;
+        self.tenancy.strangers = strangers;
     }
 
-    /// What each of `leases` (with their containers) uses of GPU `gpu`; `pids` caches the
-    /// containers' PIDs for this tick. What cannot be read counts as nothing used.
+    /// What each of `leases` (with their containers) uses of GPU `gpu`; `pids` keeps the
+    /// containers' PIDs, asked of the engine only for a container not known yet or when the
+    /// GPU runs a process that no tenant is known to run. What cannot be read counts as nothing
+    /// used.
     async fn uses(
         &self,
         gpu: u8,
         leases: &[(Key, String)],
         pids: &mut BTreeMap<String, Vec<u32>>,
+        strangers: &mut Vec<u32>,
     ) -> Vec<TenantUse> {
         let processes = match self.gpus.processes(gpu as u32) {
             Ok(p) => p,
@@ -81,17 +99,35 @@ impl Reconciler {
                 Vec::new()
             }
         };
+        let known = |pids: &BTreeMap<String, Vec<u32>>, pid: u32| {
+            leases
+                .iter()
+                .any(|(_, id)| pids.get(id).is_some_and(|p| p.contains(&pid)))
+        };
+        if processes
+            .iter()
+            .any(|p| !known(pids, p.pid) && !strangers.contains(&p.pid))
+        {
+            for (_, id) in leases {
+                pids.remove(id);
+            }
+        }
         let mut tenant_pids = Vec::with_capacity(leases.len());
         for (lease, id) in leases {
-            if !pids.contains_key(id) {
+            if !pids.contains_key(id) && !processes.is_empty() {
                 let listed = self.runtime.pids(id).await.unwrap_or_else(|e| {
                     tracing::warn!(%lease, container = %id, error = %e, "listing the container's processes failed");
                     Vec::new()
                 });
                 pids.insert(id.clone(), listed);
             }
-            tenant_pids.push(pids[id].clone());
+            tenant_pids.push(pids.get(id).cloned().unwrap_or_default());
         }
+        *strangers = processes
+            .iter()
+            .map(|p| p.pid)
+            .filter(|&pid| !known(pids, pid))
+            .collect();
         tenant_uses(&processes, &tenant_pids)
     }
 

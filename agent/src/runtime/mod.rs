@@ -156,6 +156,9 @@ pub struct ManagedContainer {
     pub id: String,
     /// The lease in its [`LABEL_LEASE`] label, if it has a valid one.
     pub lease: Option<Key>,
+    /// Its state where the listing tells it (created, or running); `None` where only
+    /// [`ContainerRuntime::state`] does (an exit code).
+    pub listed: Option<ContainerState>,
 }
 
 #[async_trait]
@@ -186,7 +189,7 @@ pub trait ContainerRuntime: Send + Sync {
     async fn remove(&self, id: &str) -> Result<(), RuntimeError>;
     /// Writes everything the container printed to `path`; returns the bytes written.
     async fn save_logs(&self, id: &str, path: &Path) -> Result<u64, RuntimeError>;
-    /// Every container carrying [`LABEL_MANAGED`], running or not.
+    /// Every container carrying [`LABEL_MANAGED`], running or not: one request, however many.
     async fn managed(&self) -> Result<Vec<ManagedContainer>, RuntimeError>;
     /// CPU time the container has used since it started, in nanoseconds.
     async fn cpu_usage_ns(&self, id: &str) -> Result<u64, RuntimeError>;

@@ -39,6 +39,9 @@ pub enum Call {
         id: String,
         path: PathBuf,
     },
+    Pids {
+        id: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -356,6 +359,10 @@ impl ContainerRuntime for RecordingRuntime {
             .map(|(id, c)| ManagedContainer {
                 id: id.clone(),
                 lease: c.spec.labels.get(LABEL_LEASE).and_then(|l| l.parse().ok()),
+                listed: match c.state {
+                    ContainerState::Exited { .. } => None,
+                    listed => Some(listed),
+                },
             })
             .collect())
     }
@@ -373,7 +380,8 @@ impl ContainerRuntime for RecordingRuntime {
 
     async fn pids(&self, id: &str) -> Result<Vec<u32>, RuntimeError> {
         self.reachable()?;
-        let s = self.lock();
+        let mut s = self.lock();
+        s.calls.push(Call::Pids { id: id.to_string() });
         let c = s
             .containers
             .get(id)

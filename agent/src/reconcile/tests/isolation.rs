@@ -152,6 +152,15 @@ async fn co_tenants_are_billed_their_part_of_the_gpu_which_adds_up_to_the_whole(
     // shows it used, to the millijoule.
     let (attributed_after, gpu_after) = attributed_and_used(&h, &r);
     assert_eq!(attributed_after - attributed_before, gpu_after - gpu_before);
+    // The containers' PIDs were asked of the engine once each, when the processes appeared,
+    // not at each of the 48 ticks since.
+    let asked = h
+        .runtime
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, Call::Pids { .. }))
+        .count();
+    assert_eq!(asked, 2);
 }
 
 /// The energy attributed to the leases on GPU 0 and the GPU's counter, in mJ.

@@ -7,7 +7,7 @@ use tempfile::TempDir;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gpu_market_core::overclock::Settings;
+use gpu_market_core::overclock::OverclockTerms;
 use tokio::time::Instant;
 
 use super::*;
@@ -128,19 +128,19 @@ impl Harness {
             .collect()
     }
 
-    fn applied(&self, index: u32) -> Settings {
+    fn applied(&self, index: u32) -> OverclockTerms {
         self.gpus.read_back(index).unwrap()
     }
 }
 
-fn power(w: u16) -> Settings {
-    Settings {
+fn power(w: u16) -> OverclockTerms {
+    OverclockTerms {
         power_limit_w: w,
         ..Default::default()
     }
 }
 
-fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: Settings) -> BidView {
+fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms) -> BidView {
     BidView {
         key: Key([n; 32]),
         client: Key([200; 32]),
@@ -150,7 +150,7 @@ fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: Settings) -> B
         accepted_classes: 1,
         gpus: None,
         fits_if_ended: Vec::new(),
-        settings: vec![settings; gpu_count as usize],
+        overclock: vec![settings; gpu_count as usize],
         price,
         max_duration_secs: 3_600,
         deadline: T0 + 86_400,
@@ -725,7 +725,7 @@ fn one_gpu_lease(started_at: i64, ends_at: i64) -> LeaseView {
         price: 1,
         gpu_indices: vec![0],
         gib_per_gpu: 80,
-        settings: vec![power(250)],
+        overclock: vec![power(250)],
         image_ref: "r/i:1".into(),
         image_digest: [0; 32],
         env_hash: [0; 32],
@@ -777,7 +777,7 @@ async fn a_bid_with_per_gpu_terms_runs_each_term_on_the_gpu_the_fit_rule_gives_i
     high.default_power_w = 350;
     let h = Harness::with(vec![low, high]);
     let mut b = bid(1, BidKind::Queue, 2, 1_000, power(350));
-    b.settings = vec![power(350), power(120)];
+    b.overclock = vec![power(350), power(120)];
     h.chain.place_bid(b.clone());
     // The GPUs in index order (what the agent's own copy of the rule proposed) are refused:
     // 350 W is out of GPU 0's range.
