@@ -2,9 +2,14 @@
 //! registry; SIMULATED GPUs): how long from a bid's placement being confirmed on chain to its
 //! container running (image already cached) while `AGENT_BENCH_LEASES` leases (8 by default;
 //! 64 share the 8 GPUs in 3-GiB slices) run, with `AGENT_BENCH_BOOK` unservable bids (0 by
-//! default; e.g. 4096) ranked above them in the queue book; the agent's resident memory idle and
+//! default; at most 4,088: the book holds 4,096, and the leases' own bids, from clients without
+//! stake, must find room) ranked above them in the queue book; the agent's resident memory idle and
 //! with every lease; the JSON-RPC requests it sends per minute idle and busy (its
-//! `gpu_market_agent_rpc_requests_total`); and the `drain` of every lease.
+//! `gpu_market_agent_rpc_requests_total`); and the `drain` of every lease. The leases run the
+//! `worker` image, which keeps its CPU share busy (the simulated GPUs' load follows it), or with
+//! `AGENT_BENCH_WORKLOAD=idler` the `idler` image, which sleeps: 64 busy workers at their share
+//! ask for more CPU than a 2-core machine has. Each GPU's CPU share is the tests' 0.05 CPU, or
+//! `AGENT_BENCH_MILLICPUS` thousandths of a CPU.
 //!
 //! `cargo build --release -p gpu-market-agent && cargo run --release -p gpu-market-agent
 //! --example agent_bench` (needs `scripts/engine.sh start` and its env, and the program's SBF
@@ -24,6 +29,7 @@ use futures_util::StreamExt;
 use gpu_market::pda;
 use gpu_market_agent::docker::DockerEngine;
 use gpu_market_agent::runtime::{pinned_reference, LABEL_LEASE};
+use solana_signer::Signer;
 use support::*;
 
 /// The machine's GPUs, 24 GiB each.
@@ -116,19 +122,40 @@ async fn main() {
     let live = live_market(GPUS).await;
     let dir = tempfile::tempdir().unwrap();
     let config = Agent::write_config(&live, dir.path(), GPUS as usize);
+    // The tests' configuration gives each GPU 0.05 CPU, which also throttles the runtime's own
+    // set-up inside a starting container (about 0.3 s more per start); a host gives whole CPUs.
+    let millicpus = env_number("AGENT_BENCH_MILLICPUS", 50);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace(
+        "millicpus_per_gpu = 50\n",
+        &format!("millicpus_per_gpu = {millicpus}\n"),
+    );
+    std::fs::write(&config, text).unwrap();
     let metrics = Agent::metrics_address(&config);
-    let (image, digest) = worker_image();
+    let workload = std::env::var("AGENT_BENCH_WORKLOAD").unwrap_or_else(|_| "worker".into());
+    let (image, digest) = seeded_image(&workload.to_uppercase());
     let engine = DockerEngine::connect(&engine_env("DOCKER_HOST"), "bench")
         .await
         .unwrap();
     engine
         .pull(&pinned_reference(&image, &digest).unwrap())
         .await
-        .expect("cache the worker image");
+        .expect("cache the workload's image");
     let now = live.cluster.now().await.unwrap();
     if book > 0 {
-        let staked = live.client(1_000 * TOKEN, 500 * TOKEN).await.unwrap();
-        let bids = unservable(0..book as u64, 600, now + QUEUE_WAIT_SECS, GPUS);
+        // Tokens for every bid's escrow, SOL for every bid account's rent (about 3.3 mSOL).
+        let staked = live
+            .client((1_000 + 5 * book as u64) * TOKEN, 500 * TOKEN)
+            .await
+            .unwrap();
+        let rent_sol = (book as u64 * 3_300_000).div_ceil(1_000_000_000);
+        live.cluster
+            .fund(&staked.key.pubkey(), rent_sol)
+            .await
+            .unwrap();
+        // Short bids: placing thousands takes minutes, and a deadline must leave a bid its
+        // duration.
+        let bids = unservable(0..book as u64, 60, now + QUEUE_WAIT_SECS, GPUS);
         place_all(&live, &staked, bids).await;
     }
     // Eight clients (the validator's faucet funds no more), each with up to 8 leases.
@@ -150,6 +177,7 @@ async fn main() {
         let now = live.cluster.now().await.unwrap();
         let mut args = queue_bid(book as u64 + i as u64 + 1, 600, now);
         args.gib_per_gpu = gib;
+        (args.image_ref, args.image_digest) = (image.clone(), digest);
         let bid = live.place(client, args).await.unwrap();
         let confirmed = unix_nanos(SystemTime::now());
         let placed = Instant::now();
@@ -174,7 +202,9 @@ async fn main() {
     sorted.sort();
     let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
     let mib = |kib: u64| kib as f64 / 1024.0;
-    println!("| measure ({leases} leases, {book} unservable bids above) | value | goal |");
+    println!(
+        "| measure ({leases} leases running {workload} at {millicpus} millicpus per GPU, {book} unservable bids above) | value | goal |"
+    );
     println!("|---|---|---|");
     println!(
         "| bid confirmed → container running, p50 (image cached) | {} | ≤ 0.8 s |",

@@ -158,13 +158,18 @@ impl Cluster {
     /// A new keypair holding `sol` SOL (from the payer).
     pub async fn wallet(&self, sol: u64) -> Result<Keypair> {
         let k = Keypair::new();
+        self.fund(&k.pubkey(), sol).await?;
+        Ok(k)
+    }
+
+    /// Gives `to` `sol` SOL more (from the payer).
+    pub async fn fund(&self, to: &Pubkey, sol: u64) -> Result<()> {
         let ix = solana_system_interface::instruction::transfer(
             &self.payer.pubkey(),
-            &k.pubkey(),
+            to,
             sol * LAMPORTS_PER_SOL,
         );
-        self.send(&[ix], &[]).await?;
-        Ok(k)
+        self.send(&[ix], &[]).await.map(drop)
     }
 
     /// A new mint with `decimals`, minted by the payer.

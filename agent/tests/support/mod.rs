@@ -59,14 +59,20 @@ pub fn engine_env(name: &str) -> String {
     })
 }
 
+/// The `worker` image (keeps its CPU share busy), pinned: reference and digest.
 pub fn worker_image() -> (String, [u8; 32]) {
-    let digest = engine_env("GPU_MARKET_WORKER_DIGEST");
+    seeded_image("WORKER")
+}
+
+/// The seeded image `GPU_MARKET_<name>_IMAGE` (`WORKER`, `IDLER`), pinned.
+pub fn seeded_image(name: &str) -> (String, [u8; 32]) {
+    let digest = engine_env(&format!("GPU_MARKET_{name}_DIGEST"));
     let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
     let bytes: Vec<u8> = (0..32)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
         .collect();
     (
-        engine_env("GPU_MARKET_WORKER_IMAGE"),
+        engine_env(&format!("GPU_MARKET_{name}_IMAGE")),
         bytes.try_into().unwrap(),
     )
 }
