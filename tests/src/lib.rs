@@ -230,12 +230,18 @@ impl Cluster {
                     );
                 }
             }
-            if rpc.get_health().await.is_ok() && rpc.get_slot().await.is_ok_and(|s| s > 0) {
+            // The websocket too: a validator whose pubsub port could not be bound answers RPC
+            // but never notifies.
+            let ws_port = self.validator.as_ref().map(|v| v.rpc_port + 1);
+            let ws_up =
+                ws_port.is_none_or(|p| std::net::TcpStream::connect(("127.0.0.1", p)).is_ok());
+            if ws_up && rpc.get_health().await.is_ok() && rpc.get_slot().await.is_ok_and(|s| s > 0)
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 bail!(
-                    "solana-test-validator did not answer on {} within 120 s",
+                    "solana-test-validator did not answer on {} (and its websocket) within 120 s",
                     self.rpc_url
                 );
             }
@@ -275,9 +281,9 @@ impl LocalValidator {
             );
         }
         let ledger = tempfile::tempdir()?;
-        let rpc_port = free_port_pair()?;
-        let faucet_port = free_port_pair()?;
-        let gossip_port = free_port_pair()?;
+        // RPC, its websocket (RPC + 1), the faucet, gossip, and the 64 dynamic ports.
+        let base = free_port_block(VALIDATOR_PORTS)?;
+        let (rpc_port, faucet_port, gossip_port) = (base, base + 2, base + 4);
         let log = std::fs::File::create(ledger.path().join("validator.log"))?;
         let child = Command::new(validator_binary())
             .arg("--ledger")
@@ -335,26 +341,37 @@ fn validator_binary() -> PathBuf {
 }
 
 /// A port `p` such that `p` and `p + 1` are free on loopback for TCP and UDP.
-fn free_port_pair() -> Result<u16> {
-    for _ in 0..200 {
-        let p = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if p >= 60_000 {
-            continue;
-        }
-        let free = |port: u16| {
-            TcpListener::bind(("127.0.0.1", port)).is_ok()
-                && UdpSocket::bind(("127.0.0.1", port)).is_ok()
-        };
-        if free(p) && free(p + 1) {
-            return Ok(p);
+/// How many consecutive ports a validator takes: see [`LocalValidator::spawn`].
+const VALIDATOR_PORTS: u16 = 6 + 64 + 1;
+
+/// The first of `len` consecutive loopback ports, free for TCP and UDP, below the kernel's
+/// ephemeral range (32768–60999 by default): no outgoing connection of any test can take one of
+/// them between this probe and the validator's bind (a port above 32768 could be, and a validator
+/// that cannot bind its websocket answers RPC but never notifies). Blocks are tried from an
+/// offset of the process id, so test processes start apart.
+fn free_port_block(len: u16) -> Result<u16> {
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let free = |port: u16| {
+        TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+    };
+    let first = std::process::id() % (SPAN / len as u32);
+    for i in 0..SPAN / len as u32 {
+        let base = (LOW + ((first + i) % (SPAN / len as u32)) * len as u32) as u16;
+        if (base..base + len).all(free) {
+            return Ok(base);
         }
     }
-    bail!("no free pair of loopback ports found")
+    bail!(
+        "no block of {len} free loopback ports between {LOW} and {}",
+        LOW + SPAN
+    )
 }
 
-/// A 64-port range above `base` for the validator's TPU, TVU and repair sockets.
+/// The validator's dynamic ports (TPU, TVU, repair): 64 after its gossip port, inside its block.
 fn dynamic_range(base: u16) -> String {
-    let start = base.saturating_add(2).min(65_000);
+    let start = base + 2;
     format!("{start}-{}", start + 64)
 }
 
