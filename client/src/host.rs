@@ -181,12 +181,18 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                         gpu_market_core::amount::format(m.params.min_host_stake, d)
                     )
                 })?;
-            if stake.amount < m.params.min_host_stake {
+            let needed = m
+                .params
+                .min_host_stake
+                .saturating_mul(stake.machines as u64 + 1);
+            if stake.amount < needed {
                 bail!(
-                    "the stake of {} is {}, below the market's minimum of {} for hosts",
+                    "the stake of {} is {}, below the {} its machines need: the market's minimum of {} for each of {} machines",
                     owner.pubkey(),
                     gpu_market_core::amount::format(stake.amount, d),
-                    gpu_market_core::amount::format(m.params.min_host_stake, d)
+                    gpu_market_core::amount::format(needed, d),
+                    gpu_market_core::amount::format(m.params.min_host_stake, d),
+                    stake.machines + 1
                 );
             }
             let base = MachineTerms {
@@ -268,6 +274,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                 &owner,
                 &[&CloseMachine {
                     owner: &owner,
+                    market: mach.market,
                     machine,
                     spot_book,
                 }],

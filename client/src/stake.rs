@@ -120,7 +120,19 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
                 config.mint_decimals(&m.stake_mint)?,
                 "unstake amount",
             )?;
-            existing_stake(config, &market, &owner.pubkey())?;
+            let s = existing_stake(config, &market, &owner.pubkey())?;
+            let bonded = s.bonded(m.params.min_host_stake)?;
+            if s.machines > 0 && amount > s.amount.saturating_sub(bonded) {
+                let d = config.mint_decimals(&m.stake_mint)?;
+                let format = |v| gpu_market_core::amount::format(v, d);
+                bail!(
+                    "{} of the stake backs your {} machines ({} each) and stays until they are closed: at most {} can be unstaked now",
+                    format(bonded),
+                    s.machines,
+                    format(m.params.min_host_stake),
+                    format(s.amount.saturating_sub(bonded))
+                );
+            }
             let signature = config.send_all(
                 &owner,
                 &[&RequestUnstake {
@@ -171,6 +183,12 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
                     "the stake is not empty ({} staked, {} waiting to be withdrawn): unstake and withdraw it first",
                     format(s.amount),
                     format(s.pending_unstake)
+                );
+            }
+            if s.machines > 0 {
+                bail!(
+                    "the stake backs {} registered machines: close them with `gpu-market host close` first",
+                    s.machines
                 );
             }
             if s.open_bids > 0 || s.gpus_held > 0 {
@@ -292,6 +310,11 @@ fn show(config: &Config, market: &Pubkey, owner: &Pubkey, signature: Option<Stri
         ("unlocks_at", s.unlocks_at.into()),
         ("open_bids", s.open_bids.into()),
         ("gpus_held", s.gpus_held.into()),
+        ("machines", s.machines.into()),
+        (
+            "bonded",
+            parse::tokens(s.bonded(m.params.min_host_stake)?, decimals),
+        ),
         (
             "refunds_due",
             parse::tokens(s.refunds_due, config.mint_decimals(&m.payment_mint)?),

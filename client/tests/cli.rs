@@ -274,7 +274,10 @@ fn host_verbs() {
     );
     t.ok(&owner, &["stake", "deposit", "2", "--market", &m]);
     let e = t.fails(&owner, &["host", "register", "--market", &m, "--gpus", g]);
-    assert!(e.contains("below the market's minimum of 5"), "{e}");
+    assert!(
+        e.contains("the market's minimum of 5 for each of 1 machines"),
+        "{e}"
+    );
     t.ok(&owner, &["stake", "deposit", "3", "--market", &m]);
 
     // Bad GPU files and bad keypair: refused before anything is sent.
@@ -358,13 +361,34 @@ fn host_verbs() {
     assert_eq!(out["gpus"][1]["memory_gib"], 40);
     assert_eq!(t.account::<Market>(&s.market).gpus_offered, 2);
 
-    // A second machine from a JSON GPUs file.
+    // The machine bonds the 5 staked: none of it can be asked back while it is registered.
+    let shown = t.ok(&owner, &["stake", "show", "--market", &m]);
+    assert_eq!(
+        (shown["machines"].as_u64(), shown["bonded"].as_str()),
+        (Some(1), Some("5"))
+    );
+    let e = t.fails(&owner, &["stake", "unstake", "1", "--market", &m]);
+    assert!(
+        e.contains("backs your 1 machines") && e.contains("at most 0 can be unstaked"),
+        "{e}"
+    );
+
+    // A second machine from a JSON GPUs file: it needs 5 more.
     let json_gpus = t.path("gpus.json");
     std::fs::write(
         &json_gpus,
         r#"{"gpu": [{"uuid": "0123456789abcdef0123456789abcdef", "class": 2, "memory_gib": 24, "power_w": [150, 450]}]}"#,
     )
     .unwrap();
+    let json = json_gpus.to_str().unwrap();
+    let e = t.fails(
+        &owner,
+        &[
+            "host", "register", "--market", &m, "--id", "1", "--gpus", json,
+        ],
+    );
+    assert!(e.contains("below the 10 its machines need"), "{e}");
+    t.ok(&owner, &["stake", "deposit", "5", "--market", &m]);
     let second = t.ok(
         &owner,
         &[
@@ -472,6 +496,14 @@ fn host_verbs() {
     );
     let e = t.fails(&owner, &["host", "close", &mc]);
     assert!(e.contains("does not exist"), "{e}");
+    // Closing it released its bond: 5 of the 10 can be asked back, not more.
+    let out = t.ok(&owner, &["stake", "unstake", "5", "--market", &m]);
+    assert_eq!(
+        (out["machines"].as_u64(), out["amount"].as_str()),
+        (Some(1), Some("5"))
+    );
+    let e = t.fails(&owner, &["stake", "unstake", "1", "--market", &m]);
+    assert!(e.contains("backs your 1 machines"), "{e}");
 }
 
 #[test]

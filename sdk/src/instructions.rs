@@ -662,6 +662,7 @@ impl ClientInstruction for CloseStake<'_> {
 /// Closes a retired machine (and its empty spot book, when it has one).
 pub struct CloseMachine<'a> {
     pub owner: &'a Keypair,
+    pub market: Pubkey,
     pub machine: Pubkey,
     pub spot_book: Option<Pubkey>,
 }
@@ -675,6 +676,7 @@ impl ClientInstruction for CloseMachine<'_> {
                 owner: self.owner.pubkey(),
                 machine: self.machine,
                 spot_book: self.spot_book,
+                owner_stake: pda::stake(&self.market, &self.owner.pubkey()).0,
             },
             gpu_market::instruction::CloseMachine {},
         )

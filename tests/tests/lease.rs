@@ -1285,6 +1285,7 @@ fn closing_stakes_machines_and_books_returns_rent_and_refuses_what_is_not_empty(
     let owner = f.host.key.insecure_clone();
     let close_machine = CloseMachine {
         owner: &owner,
+        market: f.market,
         machine: f.machine,
         spot_book: Some(f.spot_book),
     };

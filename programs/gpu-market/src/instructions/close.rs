@@ -3,15 +3,16 @@
 use anchor_lang::prelude::*;
 
 use crate::errors::MarketError;
-use crate::state::{BidBook, Machine, MachineStatus, Market, StakeAccount};
+use crate::state::{seeds, BidBook, Machine, MachineStatus, Market, StakeAccount};
 
 #[derive(Accounts)]
 pub struct CloseStake<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    /// Only an empty stake: nothing staked or pending, no waiting bid, no GPU held, and no
-    /// refund left to claim (closing would strand it in the vault: claim it first).
+    /// Only an empty stake: nothing staked or pending, no waiting bid, no GPU held, no machine
+    /// registered, and no refund left to claim (closing would strand it in the vault: claim it
+    /// first).
     #[account(
         mut,
         close = owner,
@@ -19,7 +20,8 @@ pub struct CloseStake<'info> {
         constraint = stake.amount == 0
             && stake.pending_unstake == 0
             && stake.open_bids == 0
-            && stake.gpus_held == 0 @ MarketError::StakeNotEmpty,
+            && stake.gpus_held == 0
+            && stake.machines == 0 @ MarketError::StakeNotEmpty,
         constraint = stake.refunds_due == 0 @ MarketError::RefundsDue,
     )]
     pub stake: Box<Account<'info, StakeAccount>>,
@@ -49,10 +51,20 @@ pub struct CloseMachine<'info> {
     /// The machine's spot book, when it has one: it closes with the machine, once empty.
     #[account(mut, close = owner, address = machine.spot_book @ MarketError::WrongBook)]
     pub spot_book: Option<AccountLoader<'info, BidBook>>,
+
+    /// The owner's stake: the machine's bond is released.
+    #[account(
+        mut,
+        seeds = [seeds::STAKE, machine.market.as_ref(), owner.key().as_ref()],
+        bump = owner_stake.bump,
+    )]
+    pub owner_stake: Box<Account<'info, StakeAccount>>,
 }
 
 impl CloseMachine<'_> {
     pub fn close_machine(ctx: Context<Self>) -> Result<()> {
+        let stake = &mut ctx.accounts.owner_stake;
+        stake.machines = stake.machines.saturating_sub(1);
         let a = &ctx.accounts;
         match &a.spot_book {
             Some(book) => require!(book.load()?.is_empty(), MarketError::BookNotEmpty),

@@ -13,11 +13,12 @@ pub struct RegisterMachine<'info> {
     #[account(mut)]
     pub market: Box<Account<'info, Market>>,
 
-    /// The host's stake: slashable evidence needs something to slash.
+    /// The host's stake: slashable evidence needs something to slash. Each machine bonds
+    /// `min_host_stake` of it until the machine is closed.
     #[account(
+        mut,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
         bump = owner_stake.bump,
-        constraint = owner_stake.amount >= market.params.min_host_stake @ MarketError::HostStakeTooLow,
     )]
     pub owner_stake: Box<Account<'info, StakeAccount>>,
 
@@ -36,6 +37,12 @@ pub struct RegisterMachine<'info> {
 impl RegisterMachine<'_> {
     pub fn register_machine(ctx: Context<Self>, id: u64, terms: MachineTerms) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
+        let stake = &mut ctx.accounts.owner_stake;
+        stake.machines = stake.machines.checked_add(1).ok_or(MarketError::Overflow)?;
+        require!(
+            stake.amount >= stake.bonded(ctx.accounts.market.params.min_host_stake)?,
+            MarketError::HostStakeTooLow
+        );
         let machine = &mut ctx.accounts.machine;
         machine.market = ctx.accounts.market.key();
         machine.owner = ctx.accounts.owner.key();

@@ -28,7 +28,12 @@ impl RequestUnstake<'_> {
         let now = Clock::get()?.unix_timestamp;
         let market = &mut ctx.accounts.market;
         let stake = &mut ctx.accounts.stake;
-        stake.request_unstake(amount, now, market.params.unstake_cooldown_secs)?;
+        stake.request_unstake(
+            amount,
+            now,
+            market.params.unstake_cooldown_secs,
+            market.params.min_host_stake,
+        )?;
         market.total_staked = market
             .total_staked
             .checked_sub(amount)

@@ -19,6 +19,10 @@ pub struct StakeAccount {
     pub open_bids: u32,
     /// GPUs the owner holds in running leases (for the anti-monopoly cap).
     pub gpus_held: u32,
+    /// Machines the owner has registered in the market. Each bonds the market's
+    /// `min_host_stake` of the counting stake until it is closed (which its leases must all have
+    /// settled for): a host cannot take back the stake its leases could be slashed from.
+    pub machines: u32,
     /// Escrow refunded to the owner but held in the market's payment vault, because no token
     /// account of the owner was given when the refund was made (it may have closed it): the
     /// owner takes it with `claim_refunds`. Payment-token base units.
@@ -28,11 +32,22 @@ pub struct StakeAccount {
 
 impl StakeAccount {
     /// Moves `amount` from counting stake to the cooldown; a new request restarts the cooldown
-    /// for everything pending, so a cooldown can never be shortened by splitting requests.
-    pub fn request_unstake(&mut self, amount: u64, now: i64, cooldown_secs: u32) -> Result<()> {
+    /// for everything pending, so a cooldown can never be shortened by splitting requests. What
+    /// the owner's machines bond (`min_host_stake` each) stays.
+    pub fn request_unstake(
+        &mut self,
+        amount: u64,
+        now: i64,
+        cooldown_secs: u32,
+        min_host_stake: u64,
+    ) -> Result<()> {
         require!(amount > 0, MarketError::ZeroAmount);
         require!(self.open_bids == 0, MarketError::StakeLockedByBids);
         require!(amount <= self.amount, MarketError::InsufficientStake);
+        require!(
+            self.amount - amount >= self.bonded(min_host_stake)?,
+            MarketError::HostStakeBonded
+        );
         self.amount -= amount;
         self.pending_unstake = self
             .pending_unstake
@@ -42,6 +57,13 @@ impl StakeAccount {
             .checked_add(cooldown_secs as i64)
             .ok_or(MarketError::Overflow)?;
         Ok(())
+    }
+
+    /// The counting stake the owner's machines bond: `min_host_stake` each.
+    pub fn bonded(&self, min_host_stake: u64) -> Result<u64> {
+        Ok(min_host_stake
+            .checked_mul(self.machines as u64)
+            .ok_or(MarketError::Overflow)?)
     }
 
     /// Takes `bps` of everything staked (counting first, then pending) as a slash; returns the

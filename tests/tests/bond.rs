@@ -1,0 +1,159 @@
+//! A host's stake backs its machines: each registered machine bonds the market's
+//! `min_host_stake` of it until the machine is closed (which its leases must all have settled
+//! for), so the stake a silent host is slashed from cannot have left. On the SBF build in
+//! LiteSVM; every refused step is checked to move nothing.
+
+mod lease_fixture;
+mod program_test;
+
+use gpu_market::errors::MarketError;
+use gpu_market::pda;
+use gpu_market::state::{Machine, MachineStatus, MachineTerms, StakeAccount};
+use gpu_market_sdk::{
+    CloseMachine, RegisterMachine, RequestUnstake, SetMachineStatus, Slash, Stake, WithdrawStake,
+};
+use lease_fixture::*;
+use program_test::*;
+use solana_signer::Signer;
+
+/// The host asks `amount` of its stake back.
+fn unstake(f: &mut Fixture, amount: u64) -> Result<(), Failure> {
+    let owner = f.host.key.insecure_clone();
+    f.ctx
+        .run(&RequestUnstake {
+            owner: &owner,
+            market: f.market,
+            amount,
+        })
+        .map(drop)
+}
+
+fn host_stake(f: &Fixture) -> StakeAccount {
+    f.ctx
+        .account(&pda::stake(&f.market, &f.host.key.pubkey()).0)
+}
+
+#[test]
+fn a_host_cannot_take_back_the_stake_a_silent_lease_is_slashed_from() {
+    let mut f = fixture();
+    // The host staked 100; its machine bonds min_host_stake = 10.
+    assert_eq!(host_stake(&f).machines, 1);
+    let c = f.client(100 * TOKEN, 0);
+    let before = f.ledger(&c);
+    // Before the bond, all 100 could be asked back and withdrawn while the machine ran leases.
+    let err = unstake(&mut f, 100 * TOKEN).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeBonded));
+    let err = unstake(&mut f, 91 * TOKEN).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeBonded));
+    assert_eq!(f.ledger(&c), before, "a refused unstake moves nothing");
+    assert_eq!(host_stake(&f).amount, 100 * TOKEN);
+
+    // What is not bonded leaves, after the cooldown.
+    unstake(&mut f, 90 * TOKEN).expect("request_unstake");
+    f.ctx.advance_time(600);
+    f.ctx
+        .run(&WithdrawStake {
+            owner: &f.host.key,
+            market: f.market,
+            stake_mint: f.mint,
+            owner_tokens: f.host.tokens,
+        })
+        .expect("withdraw_stake");
+    assert_eq!(host_stake(&f).amount, 10 * TOKEN);
+
+    // A lease whose host then goes silent for two intervals: the slash finds the bond.
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(3 * INTERVAL);
+    prove(&mut f, lease, 2);
+    let stranger = f.ctx.wallet(1);
+    f.ctx
+        .run(&Slash {
+            signer: &stranger,
+            market: f.market,
+            machine: f.machine,
+            host: f.host.key.pubkey(),
+        })
+        .expect("slash");
+    let after = f.ledger(&c);
+    assert_eq!(after.slashed_due, TOKEN, "10 % of the bonded 10");
+    assert_eq!(host_stake(&f).amount, 9 * TOKEN);
+    // Below its bond now, the stake can be topped up but not asked back.
+    let err = unstake(&mut f, TOKEN).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeBonded));
+}
+
+#[test]
+fn each_machine_bonds_its_part_and_closing_it_releases_it() {
+    let mut f = fixture();
+    let terms = || MachineTerms {
+        agent: f.agent.pubkey(),
+        region: [0; 16],
+        gpus: gpus(),
+        price_floor_per_gpu_hour: TOKEN / 2,
+        electricity_cost_per_kwh: TOKEN / 5,
+        cached_images: vec![],
+    };
+    let host = f.host.key.insecure_clone();
+    let second = RegisterMachine {
+        owner: &host,
+        market: f.market,
+        id: 1,
+        terms: terms(),
+    };
+    // 100 staked, 90 asked back and withdrawn: the 10 left bond the first machine, none is left
+    // for a second.
+    unstake(&mut f, 90 * TOKEN).expect("request_unstake");
+    f.ctx.advance_time(600);
+    f.ctx
+        .run(&WithdrawStake {
+            owner: &host,
+            market: f.market,
+            stake_mint: f.mint,
+            owner_tokens: f.host.tokens,
+        })
+        .expect("withdraw_stake");
+    let err = f.ctx.run(&second).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeTooLow));
+    assert_eq!(host_stake(&f).machines, 1, "nothing changed");
+    f.ctx
+        .run(&Stake {
+            owner: &f.host.key,
+            market: f.market,
+            stake_mint: f.mint,
+            owner_tokens: f.host.tokens,
+            amount: 10 * TOKEN,
+        })
+        .expect("stake");
+    f.ctx.run(&second).expect("a second machine, bonded");
+    let s = host_stake(&f);
+    assert_eq!((s.machines, s.amount), (2, 20 * TOKEN));
+    let err = unstake(&mut f, TOKEN).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeBonded));
+
+    // Retired and closed (no lease ever ran on it), the second machine releases its 10.
+    let machine = second.machine();
+    f.ctx
+        .run(&SetMachineStatus {
+            owner: &f.host.key,
+            market: f.market,
+            machine,
+            status: MachineStatus::Retired,
+        })
+        .unwrap();
+    let m: Machine = f.ctx.account(&machine);
+    assert_eq!(m.leases, 0);
+    f.ctx
+        .run(&CloseMachine {
+            owner: &f.host.key,
+            market: f.market,
+            machine,
+            spot_book: None,
+        })
+        .expect("close_machine");
+    assert_eq!(host_stake(&f).machines, 1);
+    unstake(&mut f, 10 * TOKEN).expect("the released part can be asked back");
+    let err = unstake(&mut f, TOKEN).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeBonded));
+}
