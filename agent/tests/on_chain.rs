@@ -196,7 +196,13 @@ async fn a_bid_is_allocated_run_on_the_engine_proven_and_paid() {
         "a 3-interval lease is proven in at least 3 proofs: {}",
         settled.proofs.len()
     );
-    assert!(settled.host_delta > 0 && settled.fees_delta > 0);
+    assert!(
+        settled.host_delta > 0 && settled.fees_delta > 0,
+        "host paid {}, fees {}; agent log:\n{}",
+        settled.host_delta,
+        settled.fees_delta,
+        agent.log()
+    );
     assert!(settled.client_delta < escrow);
     let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
     assert_eq!(machine.leases, 0);

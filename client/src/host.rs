@@ -1,4 +1,4 @@
-//! `gpu-market host register|update|pause|resume|retire|close|list|show`.
+//! `gpu-market host register|update|pause|resume|retire|close|slash|list|show`.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,7 @@ use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::gpus::{format_uuid, GpusFile};
 use gpu_market_sdk::{
     init_spot_book, open_book_instructions, ClientInstruction, CloseMachine, RegisterMachine,
-    SetMachineStatus, UpdateMachine,
+    SetMachineStatus, Slash, UpdateMachine,
 };
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
@@ -51,6 +51,10 @@ pub enum HostCommand {
     /// Closes a retired machine with no lease left, with its empty spot book, and gives their
     /// rent back.
     Close { machine: Pubkey },
+    /// Slashes a machine's host on the evidence its own proofs left (intervals they skipped,
+    /// power-limit violations): anyone may, once there is enough; the slashed stake goes to the
+    /// stake treasury.
+    Slash { machine: Pubkey },
     /// Lists a market's machines.
     List {
         #[arg(long)]
@@ -312,6 +316,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             Ok(())
         }
         HostCommand::Show { machine } => show(config, &machine, None),
+        HostCommand::Slash { machine } => slash(config, machine),
     }
 }
 
@@ -404,6 +409,53 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ("cached_images", Value::Array(images)),
         ("gpus", Value::Array(gpus)),
     ]
+}
+
+/// `host slash`: refused before anything is sent when the machine's current evidence is short.
+fn slash(config: &Config, machine: Pubkey) -> Result<()> {
+    let signer = config.signer()?;
+    let mut mach: Machine = config.fetch(&machine, "machine")?;
+    let m: Market = config.fetch(&mach.market, "market")?;
+    mach.expire_evidence(config.cluster_time()?, &m);
+    let evidence = mach.unslashed_missed + mach.unslashed_violations;
+    let needed = m.params.slash_evidence as u32;
+    if evidence < needed.max(1) {
+        bail!(
+            "no slashing evidence against machine {machine}: {} skipped intervals and {} power-limit violations are current, the market slashes from {needed}",
+            mach.unslashed_missed,
+            mach.unslashed_violations
+        );
+    }
+    let stake = pda::stake(&mach.market, &mach.owner).0;
+    let before: StakeAccount = config.fetch(&stake, "stake")?;
+    let signature = config.send_all(
+        &signer,
+        &[&Slash {
+            signer: &signer,
+            market: mach.market,
+            machine,
+            host: mach.owner,
+        }],
+    )?;
+    let after: StakeAccount = config.fetch(&stake, "stake")?;
+    let d = config.mint_decimals(&m.stake_mint)?;
+    let taken = (before.amount + before.pending_unstake) - (after.amount + after.pending_unstake);
+    print_record(
+        config.output,
+        &[
+            ("machine", text(machine)),
+            ("host", text(mach.owner)),
+            ("skipped_intervals", mach.unslashed_missed.into()),
+            ("power_violations", mach.unslashed_violations.into()),
+            ("slashed", parse::tokens(taken, d)),
+            (
+                "host_stake_left",
+                parse::tokens(after.amount + after.pending_unstake, d),
+            ),
+            ("signature", text(signature)),
+        ],
+    );
+    Ok(())
 }
 
 fn show(config: &Config, machine: &Pubkey, signature: Option<String>) -> Result<()> {

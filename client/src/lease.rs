@@ -1,4 +1,4 @@
-//! `gpu-market lease list|show|end`.
+//! `gpu-market lease list|show|end|reclaim`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
@@ -43,6 +43,15 @@ pub enum LeaseCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
+    /// Takes back the escrow of a lease whose host has sent no proof for the market's silence
+    /// window (its client only): the lease settles at once, its unproven time is not paid, and
+    /// the host is slashed for the silence, half of it to the client's stake.
+    Reclaim {
+        lease: Pubkey,
+        /// As for `end`.
+        #[arg(long)]
+        tokens: Option<Pubkey>,
+    },
 }
 
 pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
@@ -53,7 +62,8 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
             machine,
         } => list(config, &market, client, machine),
         LeaseCommand::Show { lease } => show(config, &lease),
-        LeaseCommand::End { lease, tokens } => end(config, lease, tokens),
+        LeaseCommand::End { lease, tokens } => end(config, lease, tokens, false),
+        LeaseCommand::Reclaim { lease, tokens } => end(config, lease, tokens, true),
     }
 }
 
@@ -113,13 +123,17 @@ fn show(config: &Config, lease: &Pubkey) -> Result<()> {
     Ok(())
 }
 
-fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>) -> Result<()> {
+/// `lease end`, or with `reclaim` `lease reclaim`: refused before anything is sent when the
+/// program would refuse.
+fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) -> Result<()> {
     let signer = config.signer()?;
     let l: Lease = config.fetch(&lease, "lease")?;
     let m: Market = config.fetch(&l.market, "market")?;
     let mach: Machine = config.fetch(&l.machine, "machine")?;
     let me = signer.pubkey();
-    if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
+    if reclaim {
+        check_reclaim(config, &lease, &l, &me)?;
+    } else if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
         bail!(
             "only the lease's client {} or its host may end it before its time is proven; the keypair is {me}",
             l.client
@@ -142,7 +156,7 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>) -> Result<()> {
             spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
             payment_mint: m.payment_mint,
             client_tokens,
-            reclaim: false,
+            reclaim,
         }],
     )?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
@@ -176,6 +190,31 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>) -> Result<()> {
     };
     fields.push(("signature", text(signature)));
     print_record(config.output, &fields);
+    Ok(())
+}
+
+/// Whether the program would let `me` reclaim lease `l`'s escrow now.
+fn check_reclaim(config: &Config, key: &Pubkey, l: &Lease, me: &Pubkey) -> Result<()> {
+    if *me != l.client {
+        bail!(
+            "only the lease's client {} may reclaim its escrow; the keypair is {me}",
+            l.client
+        );
+    }
+    if l.fully_proven() {
+        bail!("lease {key} is proven up to its stop: end it with `gpu-market lease end {key}`");
+    }
+    let silent_from = l
+        .proven_until
+        .saturating_add(l.rules.billing_interval_secs as i64 * l.rules.silence_intervals as i64);
+    let now = config.cluster_time()?;
+    if now < silent_from {
+        bail!(
+            "the host has proven lease {key} up to {}: it counts as silent from {silent_from}, in {} s",
+            l.proven_until,
+            silent_from - now
+        );
+    }
     Ok(())
 }
 
