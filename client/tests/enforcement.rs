@@ -50,6 +50,30 @@ fn leased(t: &T, s: &MarketSetup, host: &Host, client: &std::path::Path, nonce: 
     lease
 }
 
+/// The host's agent proves interval `k` of `lease` in full (1 GPU at 250 W for 2 s).
+fn prove(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32) {
+    let l: Lease = t.account(&lease);
+    let agent = key_of(&host.agent);
+    t.submit_usage(&SubmitUsage {
+        agent: &agent,
+        market: s.market,
+        machine: host.machine,
+        lease,
+        bid: l.bid,
+        payment_mint: s.mint,
+        host_tokens: host.tokens,
+        args: SubmitUsageArgs {
+            interval: k,
+            gpu_seconds: 2,
+            energy_j: 500,
+            avg_utilisation_bps: 10_000,
+            peak_power_w: vec![250],
+            exit_code: None,
+            prev_hash: l.proof_hash,
+        },
+    });
+}
+
 fn host_stake(t: &T, s: &MarketSetup, host: &Host) -> StakeAccount {
     let m: Machine = t.account(&host.machine);
     t.account(&pda::stake(&s.market, &m.owner).0)
@@ -70,14 +94,14 @@ fn wait_until(t: &T, at: i64) {
 #[test]
 fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
     let t = T::start();
-    // 2 s intervals; silent after 3 of them; 2 pieces of evidence slash 10 %.
+    // 2 s intervals; silent after 5 of them; 2 pieces of evidence slash 10 %.
     let s = MarketSetup::new(
         &t,
         &[
             "--billing-interval-secs",
             "2",
             "--silence-intervals",
-            "3",
+            "5",
             "--slash-evidence",
             "2",
             "--slash-bps",
@@ -90,20 +114,27 @@ fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
     let stranger = t.wallet("stranger");
     s.fund(&t, &stranger, "1");
 
-    // A lease whose host never proves: reclaimable once silent, by its client only.
+    // A lease whose host proves its first interval, then nothing: reclaimable once silent for
+    // the window (10 s), by its client only.
     let lease = leased(&t, &s, &host, &client, "1");
     let l = lease.to_string();
-    let l_on_chain: Lease = t.account(&lease);
     let e = t.fails(&stranger, &["lease", "reclaim", &l]);
     assert!(e.contains("only the lease's client"), "{e}");
-    // The silence window (6 s) has not passed yet right after allocation.
+    let first: Lease = t.account(&lease);
+    wait_until(&t, first.started_at + 3);
+    prove(&t, &s, &host, lease, 0);
+    let proven: Lease = t.account(&lease);
     let e = t.fails(&client, &["lease", "reclaim", &l]);
     assert!(e.contains("counts as silent from"), "{e}");
     assert!(t.exists(&lease), "nothing sent");
     let stake_before = host_stake(&t, &s, &host);
-    wait_until(&t, l_on_chain.proven_until + 7);
+    wait_until(&t, proven.proven_until + 11);
     let out = t.ok(&client, &["lease", "reclaim", &l]);
-    assert_eq!(out["refund"], "3", "{out}");
+    let refund: f64 = out["refund"].as_str().unwrap().parse().unwrap();
+    assert!(
+        refund > 2.99 && refund < 3.0,
+        "the escrow less the proven interval: {out}"
+    );
     assert!(!t.exists(&lease), "settled at once");
     let stake_after = host_stake(&t, &s, &host);
     assert!(
@@ -121,25 +152,7 @@ fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
     assert!(e.contains("no slashing evidence"), "{e}");
     let l_on_chain: Lease = t.account(&lease);
     wait_until(&t, l_on_chain.started_at + 7);
-    let agent = key_of(&host.agent);
-    t.submit_usage(&SubmitUsage {
-        agent: &agent,
-        market: s.market,
-        machine: host.machine,
-        lease,
-        bid: l_on_chain.bid,
-        payment_mint: s.mint,
-        host_tokens: host.tokens,
-        args: SubmitUsageArgs {
-            interval: 2,
-            gpu_seconds: 2,
-            energy_j: 500,
-            avg_utilisation_bps: 10_000,
-            peak_power_w: vec![250],
-            exit_code: None,
-            prev_hash: l_on_chain.proof_hash,
-        },
-    });
+    prove(&t, &s, &host, lease, 2);
     let before = host_stake(&t, &s, &host);
     let out: Value = t.ok(&stranger, &["host", "slash", &m]);
     assert_eq!(out["skipped_intervals"], 2, "{out}");
