@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::state::{Bid, Lease, Machine, MachineStatus, Market, StakeAccount};
-use gpu_market_sdk::{envelope, Allocate, SubmitUsage};
+use gpu_market_sdk::{envelope, SubmitUsage};
 use serde_json::Value;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -1225,18 +1225,7 @@ fn quote_and_lease_verbs() {
     assert_eq!(pk(&list[0]["bid"]), bid); // nothing ranked above it: no evidence to pass
     let agent = key_of(&host.agent);
     let client_key = key_of(&client).pubkey();
-    let allocate = Allocate {
-        agent: &agent,
-        market: s.market,
-        machine: host.machine,
-        book: market.queue_book,
-        bid,
-        client: client_key,
-        gpus: vec![0],
-        evidence: vec![],
-    };
-    let lease = allocate.lease();
-    t.send(&agent, &[&allocate]);
+    let lease = allocate_as_agent(&t, &s, &host, bid, client_key);
     let ex = t.ok(&client, &["bid", "explain", &bid.to_string()]);
     assert_eq!(pk(&ex["lease"]), lease);
 

@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
-use gpu_market::state::{Lease, Machine, Market, StakeAccount};
-use gpu_market_sdk::{Allocate, SubmitUsage};
+use gpu_market::state::{Lease, Machine, StakeAccount};
+use gpu_market_sdk::SubmitUsage;
 use serde_json::Value;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -32,22 +32,7 @@ fn leased(t: &T, s: &MarketSetup, host: &Host, client: &std::path::Path, nonce: 
             ],
         ),
     );
-    let bid = pk(&out["bid"]);
-    let market: Market = t.account(&s.market);
-    let agent = key_of(&host.agent);
-    let allocate = Allocate {
-        agent: &agent,
-        market: s.market,
-        machine: host.machine,
-        book: market.queue_book,
-        bid,
-        client: key_of(client).pubkey(),
-        gpus: vec![0],
-        evidence: vec![],
-    };
-    let lease = allocate.lease();
-    t.send(&agent, &[&allocate]);
-    lease
+    allocate_as_agent(t, s, host, pk(&out["bid"]), key_of(client).pubkey())
 }
 
 /// The host's agent proves interval `k` of `lease` in full (1 GPU at 250 W for 2 s).

@@ -10,7 +10,7 @@ use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::state::{Lease, Machine, Market, StakeAccount};
 use gpu_market_core::lease::exit;
-use gpu_market_sdk::{token, Allocate, SubmitUsage};
+use gpu_market_sdk::{token, SubmitUsage};
 use serde_json::Value;
 use solana_signer::Signer;
 
@@ -32,20 +32,8 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
         ),
     );
     let bid = pk(&out["bid"]);
-    let market: Market = t.account(&s.market);
     let agent = key_of(&host.agent);
-    let allocate = Allocate {
-        agent: &agent,
-        market: s.market,
-        machine: host.machine,
-        book: market.queue_book,
-        bid,
-        client: client_key.pubkey(),
-        gpus: vec![0],
-        evidence: vec![],
-    };
-    let lease = allocate.lease();
-    t.send(&agent, &[&allocate]);
+    let lease = allocate_as_agent(&t, &s, &host, bid, client_key.pubkey());
 
     // The host could not pull the image: its final proof, for interval 0, has no GPU time.
     let l: Lease = t.account(&lease);
@@ -119,7 +107,7 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
     assert!(e.contains("stake claim"), "{e}");
     let e = t.fails(&client, &["stake", "claim", "--market", &m]);
     assert!(e.contains("has no token account"), "{e}");
-    let vault = market.payment_vault;
+    let vault = t.account::<Market>(&s.market).payment_vault;
     let in_vault = t.balance(&vault);
 
     // A new token account, and the claim pays exactly the refund into it.

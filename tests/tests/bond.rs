@@ -8,9 +8,9 @@ mod program_test;
 
 use gpu_market::errors::MarketError;
 use gpu_market::pda;
-use gpu_market::state::{Machine, MachineStatus, MachineTerms, StakeAccount};
+use gpu_market::state::{Machine, MachineStatus, StakeAccount};
 use gpu_market_sdk::{
-    CloseMachine, RegisterMachine, RequestUnstake, SetMachineStatus, Slash, Stake, WithdrawStake,
+    CloseMachine, RegisterMachine, RequestUnstake, SetMachineStatus, Stake, WithdrawStake,
 };
 use lease_fixture::*;
 use program_test::*;
@@ -67,15 +67,7 @@ fn a_host_cannot_take_back_the_stake_a_silent_lease_is_slashed_from() {
     let lease = f.allocate(bid, &[0]).unwrap();
     f.ctx.advance_time(3 * INTERVAL);
     prove(&mut f, lease, 2);
-    let stranger = f.ctx.wallet(1);
-    f.ctx
-        .run(&Slash {
-            signer: &stranger,
-            market: f.market,
-            machine: f.machine,
-            host: f.host.key.pubkey(),
-        })
-        .expect("slash");
+    slash_by_stranger(&mut f).expect("slash");
     let after = f.ledger(&c);
     assert_eq!(after.slashed_due, TOKEN, "10 % of the bonded 10");
     assert_eq!(host_stake(&f).amount, 9 * TOKEN);
@@ -87,20 +79,12 @@ fn a_host_cannot_take_back_the_stake_a_silent_lease_is_slashed_from() {
 #[test]
 fn each_machine_bonds_its_part_and_closing_it_releases_it() {
     let mut f = fixture();
-    let terms = || MachineTerms {
-        agent: f.agent.pubkey(),
-        region: [0; 16],
-        gpus: gpus(),
-        price_floor_per_gpu_hour: TOKEN / 2,
-        electricity_cost_per_kwh: TOKEN / 5,
-        cached_images: vec![],
-    };
     let host = f.host.key.insecure_clone();
     let second = RegisterMachine {
         owner: &host,
         market: f.market,
         id: 1,
-        terms: terms(),
+        terms: machine_terms(&f.agent.pubkey()),
     };
     // 100 staked, 90 asked back and withdrawn: the 10 left bond the first machine, none is left
     // for a second.

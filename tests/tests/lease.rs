@@ -794,15 +794,7 @@ fn compute_units_of_lease_instructions() {
     f.ctx.advance_time(3 * INTERVAL);
     prove(&mut f, gappy_lease, 2);
     f.close(&client_key, gappy_lease, c.tokens, false).unwrap();
-    let stranger = f.ctx.wallet(1);
-    f.ctx
-        .run(&Slash {
-            signer: &stranger,
-            market: f.market,
-            machine: f.machine,
-            host: f.host.key.pubkey(),
-        })
-        .unwrap();
+    slash_by_stranger(&mut f).unwrap();
     let a = f.spot_args(30 * TOKEN);
     let spot = f.place(&c, a);
     let spot_lease = f.allocate(spot, &[0, 1, 2, 3]).unwrap();

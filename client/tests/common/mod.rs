@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anchor_lang::AccountDeserialize;
 use gpu_market::state::Market;
-use gpu_market_sdk::{ClientInstruction, SubmitUsage};
+use gpu_market_sdk::{Allocate, ClientInstruction, SubmitUsage};
 use gpu_market_tests::Cluster;
 use serde_json::Value;
 use solana_commitment_config::CommitmentConfig;
@@ -334,6 +334,31 @@ pub struct Host {
     pub agent: PathBuf,
     pub machine: Pubkey,
     pub tokens: Pubkey,
+}
+
+/// The host's agent starts queue bid `bid` of `client` on GPU 0, with no bid ranked above it to
+/// show; returns the lease.
+pub fn allocate_as_agent(
+    t: &T,
+    s: &MarketSetup,
+    host: &Host,
+    bid: Pubkey,
+    client: Pubkey,
+) -> Pubkey {
+    let market: Market = t.account(&s.market);
+    let agent = key_of(&host.agent);
+    let allocate = Allocate {
+        agent: &agent,
+        market: s.market,
+        machine: host.machine,
+        book: market.queue_book,
+        bid,
+        client,
+        gpus: vec![0],
+        evidence: vec![],
+    };
+    t.send(&agent, &[&allocate]);
+    allocate.lease()
 }
 
 pub fn register_host(t: &T, s: &MarketSetup) -> Host {

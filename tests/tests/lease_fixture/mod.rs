@@ -62,6 +62,18 @@ pub fn gpus() -> Vec<GpuSpec> {
         .collect()
 }
 
+/// The fixture machine's terms: [`gpus`], run by `agent`.
+pub fn machine_terms(agent: &Pubkey) -> MachineTerms {
+    MachineTerms {
+        agent: *agent,
+        region: [0; 16],
+        gpus: gpus(),
+        price_floor_per_gpu_hour: TOKEN / 2,
+        electricity_cost_per_kwh: TOKEN / 5,
+        cached_images: vec![],
+    }
+}
+
 pub fn params() -> MarketParams {
     let mut p = MarketParams::recommended(INTERVAL as u32, 250, 600);
     p.stake_bound = 1_000 * TOKEN;
@@ -102,14 +114,7 @@ pub fn fixture() -> Fixture {
         owner: &f.host.key,
         market,
         id: 0,
-        terms: MachineTerms {
-            agent: f.agent.pubkey(),
-            region: [0; 16],
-            gpus: gpus(),
-            price_floor_per_gpu_hour: TOKEN / 2,
-            electricity_cost_per_kwh: TOKEN / 5,
-            cached_images: vec![],
-        },
+        terms: machine_terms(&f.agent.pubkey()),
     };
     f.machine = r.machine();
     f.ctx.run(&r).expect("register_machine");
@@ -380,6 +385,19 @@ impl Fixture {
             self.ctx.token_balance(&pda::stake_vault(&self.market).0),
         ]
     }
+}
+
+/// A stranger slashes the fixture machine's host on the evidence its proofs left.
+pub fn slash_by_stranger(f: &mut Fixture) -> Result<(), Failure> {
+    let stranger = f.ctx.wallet(1);
+    f.ctx
+        .run(&Slash {
+            signer: &stranger,
+            market: f.market,
+            machine: f.machine,
+            host: f.host.key.pubkey(),
+        })
+        .map(drop)
 }
 
 /// Runs `lease` through interval `k` with a full proof.
