@@ -165,11 +165,14 @@ impl DockerEngine {
             source,
         };
         let cap_layer = !spec.sandbox.read_only_root && !self.no_layer_cap.load(Ordering::Relaxed);
-        Ok(match self.create(spec, cap_layer).await {
+        Ok(match self.create_with_cap(spec, cap_layer).await {
             // Most storage drivers cannot cap a layer (overlay2 only on xfs with `pquota`): the
             // engine refuses the container, which then runs without the cap.
             Err(BollardError::DockerResponseServerError { message, .. }) if cap_layer => {
-                let id = self.create(spec, false).await.map_err(create_error)?;
+                let id = self
+                    .create_with_cap(spec, false)
+                    .await
+                    .map_err(create_error)?;
                 self.no_layer_cap.store(true, Ordering::Relaxed);
                 tracing::warn!(
                     engine = %message,
@@ -190,7 +193,11 @@ impl DockerEngine {
     }
 
     /// Creates the container of `spec`, with its writable layer capped when `cap_layer`.
-    async fn create(&self, spec: &ContainerSpec, cap_layer: bool) -> Result<String, BollardError> {
+    async fn create_with_cap(
+        &self,
+        spec: &ContainerSpec,
+        cap_layer: bool,
+    ) -> Result<String, BollardError> {
         let options = CreateContainerOptions {
             name: spec.name.clone(),
             ..Default::default()
