@@ -8,11 +8,12 @@
 #   a token mint; a market with 5-second billing intervals; a host stakes and registers a machine
 #   with 4 simulated GPUs (2 of class 0 in topology group 0, 2 of class 1 in group 1) and starts
 #   the agent; three clients stake different amounts and bid: alice a 2-GPU queue bid for a busy
-#   worker (with a sealed secret env var), bob a 1-GPU queue bid for a container that idles,
-#   carol a cheap spot bid. The agent allocates them and runs the containers; bob outbids carol's
-#   spot lease, which stops at its interval boundary; bob's idle lease gets flagged; every
-#   interval is proven and paid; at the end a table of balances before and after that adds up to
-#   the mint's supply, checked to the last base unit. Everything started is stopped.
+#   worker (with a secret env var, sealed on chain to the agent), bob a 1-GPU queue bid for a
+#   container that idles, carol a cheap spot bid. The agent allocates them and runs the
+#   containers; bob outbids carol's spot lease, which stops at its interval boundary; bob's idle
+#   lease gets flagged; every interval is proven and paid; a keeper removes a bid that expired;
+#   at the end a table of balances before and after that adds up to the mint's supply, checked
+#   to the last base unit. Everything started is stopped.
 #
 # Variables: DEMO_RPC_PORT (8899; the websocket is the next port), DEMO_DIR (target/demo),
 # DEMO_SUMMARY (a path: a JSON summary is written there), DEMO_BIN_DIR (a directory that already
@@ -51,7 +52,7 @@ AGENT="$BIN_DIR/gpu-market-agent"
 [ -x "$CLI" ] && [ -x "$AGENT" ] || die "$BIN_DIR must hold gpu-market and gpu-market-agent"
 
 rm -rf "$DEMO_DIR"
-mkdir -p "$DEMO_DIR/wallets" "$DEMO_DIR/agent/data/env" "$DEMO_DIR/facts"
+mkdir -p "$DEMO_DIR/wallets" "$DEMO_DIR/agent/data" "$DEMO_DIR/facts"
 
 # ---------------------------------------------------------------------------------------------
 # Everything the demo starts is stopped on the way out, whatever happens.
@@ -173,11 +174,11 @@ cli authority token mint "$MINT" "${TOKENS[bob]}" 500 >/dev/null
 cli authority token mint "$MINT" "${TOKENS[carol]}" 200 >/dev/null
 echo "mint $MINT: host 1000, alice 1000, bob 500, carol 200"
 
-step "the market: ${INTERVAL}-second billing intervals, 2.5 % fee, a lease is idle after 2 intervals under 10 % GPU use"
+step "the market: ${INTERVAL}-second billing intervals, 2.5 % fee, a lease is flagged idle after 2 intervals under 10 % GPU use and ended after 4"
 MARKET=$(cli authority --output json market init --stake-mint "$MINT" --treasury "$TREASURY" \
     --stake-treasury "$STAKE_TREASURY" --billing-interval-secs "$INTERVAL" --protocol-fee-bps 250 \
     --unstake-cooldown-secs 60 --base-price 10 --capability 1=2000 --stake-bound 100 \
-    --idle-utilisation-bps 1000 --idle-intervals 2 --min-host-stake 100 | jget market)
+    --idle-utilisation-bps 1000 --idle-intervals 2 --idle-end-intervals 4 --min-host-stake 100 | jget market)
 cli authority market show "$MARKET" | grep -E '^(market|billing_interval|protocol_fee|score_weights|base_price|capability|idle|min_host|stake_vault|payment_vault|treasury|stake_treasury) '
 MARKET_JSON=$(cli authority --output json market show "$MARKET")
 STAKE_VAULT=$(jget stake_vault <<<"$MARKET_JSON")
@@ -293,12 +294,11 @@ printf 'DEMO_SECRET=only-the-agent-can-read-this\n' > "$DEMO_DIR/alice.env"
 ALICE_BID_JSON=$(cli alice --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
     --gpus 2 --gib-per-gpu 24 --class 0 --overclock power=300,core-lock=1800 --price 36 --duration 30 \
-    --env "$DEMO_DIR/alice.env" --env-to "${KEY[agent]}")
+    --env "$DEMO_DIR/alice.env")
 ALICE_BID=$(jget bid <<<"$ALICE_BID_JSON")
-# The operator hands the sealed file to the machine's agent; only its key opens it.
-ENV_HASH=$(cli authority --output json bid show "$ALICE_BID" | jget env_hash)
-cp "$(jget env_sealed_file <<<"$ALICE_BID_JSON")" "$DEMO_DIR/agent/data/env/$ENV_HASH.sealed"
-echo "alice's env sealed to the agent key, sha256 $ENV_HASH on chain, file in the agent's env/ directory"
+# A queue bid may run on any machine that fits it: the CLI sealed the environment to each such
+# machine's agent key and stored the copies on chain; nobody hands a file to anyone.
+echo "alice's environment, sealed on chain to the agent key of each machine that can run her queue bid: $(jget env_sealed_to <<<"$ALICE_BID_JSON")"
 BOB_BID=$(cli bob --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_IDLER_IMAGE" --image-digest "$GPU_MARKET_IDLER_DIGEST" \
     --gpus 1 --gib-per-gpu 48 --class 1 --overclock power=250 --price 30 --duration 30 | jget bid)
@@ -403,6 +403,9 @@ cli authority lease show "$BOB_LEASE" | grep -E '^(lease|kind|proofs_next_interv
 
 step "waiting until every lease has ended and settled (unspent escrow refunded)"
 wait_for 240 "every lease settled" no_leases
+echo "bob's idle lease, ended by the market's idle rule after 4 idle intervals (of its 6):"
+cli authority --output json lease show "$BOB_LEASE" > "$DEMO_DIR/facts/idle_end.json"
+cli authority lease show "$BOB_LEASE" | grep -E '^(lease|status|paid|refund|exit_code|exit_reason) '
 cli authority bid list --market "$MARKET"
 cli authority bid list --market "$MARKET" --machine "$MACHINE"
 
@@ -416,6 +419,15 @@ containers
 kill "$POLLER_PID" 2>/dev/null || true
 wait "$POLLER_PID" 2>/dev/null || true
 POLLER_PID=""
+
+step "anyone may run the keeper: carol's bid for a 200 GiB GPU, which no machine has, expires; the keeper removes it (escrow back in full) and closes the sealed environments of ended bids (rent back to their clients)"
+EXPIRING_BID=$(cli carol --output json bid place --market "$MARKET" \
+    --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
+    --gpus 1 --gib-per-gpu 200 --overclock power=200 --price 30 --duration 3 --deadline +4 | jget bid)
+bid_expired() { cli authority --output json bid explain "$EXPIRING_BID" | grep -q "its deadline has passed"; }
+wait_for 30 "carol's bid expired" bid_expired
+cli authority keeper --market "$MARKET" --once
+cli authority bid show "$EXPIRING_BID" >/dev/null 2>&1 && die "the keeper left the expired bid $EXPIRING_BID"
 
 step "the market holds its fees (and any slashed stake) until anyone collects them into its treasuries"
 cli authority market show "$MARKET" | grep -E '^(fees_due|slashed_due) '
@@ -484,7 +496,8 @@ summary = {
     },
     "busy": {"lease": meta["busy_lease"], "flagged": lease(meta["busy_lease"])["ever_idle"]},
     "idle": {"lease": idle["lease"], "bid": idle["bid"], "client": idle["client"],
-             "flagged": idle["ever_idle"], "last_seen": idle},
+             "flagged": idle["ever_idle"], "last_seen": idle,
+             "settled": json.load(open(os.path.join(facts, "idle_end.json")))},
     "leases": [json.load(open(os.path.join(facts, "leases", f))) for f in sorted(os.listdir(os.path.join(facts, "leases")))],
     "problems": problems,
 }

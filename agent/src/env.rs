@@ -1,48 +1,32 @@
-//! A lease's environment. On chain there is only the hash of the client's sealed environment
-//! (`gpu_market_sdk::envelope`: encrypted to this machine's agent key, or to the key the client
-//! named); the sealed bytes reach the host off chain and are placed in
-//! `<data_dir>/env/<hex of the env hash>.sealed`. The agent checks the hash, opens the envelope
-//! with its own keypair, and reads one `KEY=VALUE` a line (`#` starts a comment).
-//! Values are secrets: no error or log line here carries one.
+//! A lease's environment. The bid stores the hash of the client's environment
+//! (`gpu_market_sdk::envelope::Environment`); the client stores a copy sealed to this machine's
+//! agent key on chain (`seal_env`), which the agent reads ([`Chain::sealed_env`]), opens with
+//! its own keypair, checks against the bid's hash, and reads one `KEY=VALUE` a line (`#` starts
+//! a comment). Nobody copies a file. Values are secrets: no error or log line here carries one.
 //!
 //! Keys must be environment variable names, and some are the host's: those that steer the
 //! dynamic loader, the NVIDIA container toolkit or NVIDIA MPS ([`reserved_key`]). An environment
 //! with such a key is refused whole, naming the key.
 
-use std::path::{Path, PathBuf};
-
 use gpu_market_sdk::envelope::{self, EnvelopeError};
 use solana_keypair::Keypair;
 
+use crate::chain::{Chain, Key};
 use crate::gpu::isolation::MPS_ENV_PREFIX;
-use crate::runtime::hex;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
-    #[error("the sealed environment {path} cannot be read: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the sealed environment {path} is not the one the bid names (its hash differs)")]
-    HashMismatch { path: PathBuf },
-    #[error("the sealed environment {path} cannot be opened: {source}")]
-    Open {
-        path: PathBuf,
-        source: EnvelopeError,
-    },
-    #[error("{path} line {line}: expected KEY=VALUE with a non-empty KEY")]
-    Syntax { path: PathBuf, line: usize },
+    /// Not for this key, altered, or not the environment the bid names.
+    #[error("the sealed environment of bid {bid} cannot be used: {source}")]
+    Open { bid: Key, source: EnvelopeError },
+    #[error("the environment of bid {bid}, line {line}: expected KEY=VALUE with a non-empty KEY")]
+    Syntax { bid: Key, line: usize },
     /// The key is not a name: not letters, digits and `_`, or starting with a digit. (A stray
     /// line may be a secret: the key is not repeated.)
-    #[error("{path} line {line}: the key is not an environment variable name (letters, digits and _, not starting with a digit)")]
-    BadName { path: PathBuf, line: usize },
-    #[error("{path} line {line}: {key} is reserved to the host: it steers the dynamic loader, the NVIDIA container toolkit or NVIDIA MPS")]
-    ReservedKey {
-        path: PathBuf,
-        line: usize,
-        key: String,
-    },
+    #[error("the environment of bid {bid}, line {line}: the key is not an environment variable name (letters, digits and _, not starting with a digit)")]
+    BadName { bid: Key, line: usize },
+    #[error("the environment of bid {bid}, line {line}: {key} is reserved to the host: it steers the dynamic loader, the NVIDIA container toolkit or NVIDIA MPS")]
+    ReservedKey { bid: Key, line: usize, key: String },
 }
 
 /// Prefixes of the keys a lease's environment may not set, compared regardless of case:
@@ -81,68 +65,57 @@ pub fn valid_name(key: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Where the sealed environment with hash `env_hash` is expected.
-pub fn env_path(data_dir: &Path, env_hash: &[u8; 32]) -> PathBuf {
-    data_dir
-        .join("env")
-        .join(format!("{}.sealed", hex(env_hash)))
-}
-
-/// The variables of the environment with hash `env_hash`, opened with `key`; none for the
-/// all-zero hash (a lease without an environment).
-pub fn load_env(
-    data_dir: &Path,
+/// The variables of `bid`'s environment (hash `env_hash`) as the chain holds it sealed to
+/// `key`: none for the all-zero hash (a bid without an environment); `Ok(None)` while its copy
+/// is not on chain (the client may still be storing it) or the chain did not answer.
+pub async fn fetch_env(
+    chain: &dyn Chain,
+    bid: Key,
     env_hash: &[u8; 32],
     key: &Keypair,
-) -> Result<Vec<(String, String)>, EnvError> {
+) -> Result<Option<Vec<(String, String)>>, EnvError> {
     if *env_hash == [0; 32] {
-        return Ok(Vec::new());
+        return Ok(Some(Vec::new()));
     }
-    let path = env_path(data_dir, env_hash);
-    let sealed = std::fs::read(&path).map_err(|source| EnvError::Read {
-        path: path.clone(),
-        source,
-    })?;
-    if envelope::env_hash(&sealed) != *env_hash {
-        return Err(EnvError::HashMismatch { path });
+    match chain.sealed_env(bid).await {
+        Ok(Some(sealed)) => open_env(&sealed, env_hash, key, bid).map(Some),
+        Ok(None) => Ok(None),
+        Err(e) => {
+            tracing::debug!(%bid, error = %e, "the sealed environment cannot be read yet");
+            Ok(None)
+        }
     }
-    let plain = envelope::open(&sealed, key).map_err(|source| EnvError::Open {
-        path: path.clone(),
-        source,
-    })?;
-    parse_env(&String::from_utf8_lossy(&plain), &path)
 }
 
-/// Seals `text` to `key`'s public key and places it where [`load_env`] looks; returns its hash
-/// (what a bid would carry). For tests and for operators placing an environment by hand.
-pub fn place_sealed(data_dir: &Path, text: &str, recipient: &Keypair) -> [u8; 32] {
-    use solana_signer::Signer;
-    let sealed = envelope::seal(text.as_bytes(), &recipient.pubkey())
-        .expect("an ed25519 keypair's public key is a curve point");
-    let hash = envelope::env_hash(&sealed);
-    let path = env_path(data_dir, &hash);
-    std::fs::create_dir_all(path.parent().expect("env folder")).expect("create the env folder");
-    std::fs::write(&path, sealed).expect("write the sealed environment");
-    hash
+/// The variables of a copy sealed to `key`, checked against the bid's `env_hash`.
+pub fn open_env(
+    sealed: &[u8],
+    env_hash: &[u8; 32],
+    key: &Keypair,
+    bid: Key,
+) -> Result<Vec<(String, String)>, EnvError> {
+    let plain = envelope::open_env(sealed, key, env_hash)
+        .map_err(|source| EnvError::Open { bid, source })?;
+    parse_env(&String::from_utf8_lossy(&plain), bid)
 }
 
-/// The `KEY=VALUE` lines of `text` (the environment at `path`); the first bad line refused.
-fn parse_env(text: &str, path: &Path) -> Result<Vec<(String, String)>, EnvError> {
+/// The `KEY=VALUE` lines of `text` (the environment of `bid`); the first bad line refused.
+fn parse_env(text: &str, bid: Key) -> Result<Vec<(String, String)>, EnvError> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
         .map(|(i, l)| {
-            let (path, line) = (path.to_path_buf(), i + 1);
+            let line = i + 1;
             let (key, value) = match l.split_once('=') {
                 Some((k, v)) if !k.trim().is_empty() => (k.trim(), v),
-                _ => return Err(EnvError::Syntax { path, line }),
+                _ => return Err(EnvError::Syntax { bid, line }),
             };
             if !valid_name(key) {
-                return Err(EnvError::BadName { path, line });
+                return Err(EnvError::BadName { bid, line });
             }
             if reserved_key(key) {
                 return Err(EnvError::ReservedKey {
-                    path,
+                    bid,
                     line,
                     key: key.to_string(),
                 });
@@ -156,48 +129,65 @@ fn parse_env(text: &str, path: &Path) -> Result<Vec<(String, String)>, EnvError>
 mod tests {
     use super::*;
 
-    #[test]
-    fn sealed_envs_are_found_by_hash_opened_with_the_agent_key_and_errors_hide_values() {
-        let dir = tempfile::tempdir().unwrap();
-        let agent = Keypair::new();
-        assert!(load_env(dir.path(), &[0; 32], &agent).unwrap().is_empty());
-        let err = load_env(dir.path(), &[0xcd; 32], &agent).unwrap_err();
-        assert!(err.to_string().contains(&"cd".repeat(32)), "{err}");
+    use gpu_market_sdk::envelope::Environment;
+    use solana_signer::Signer;
 
-        let hash = place_sealed(
-            dir.path(),
-            "# comment\nTOKEN=s3cret=x\n\nMODE = fast\n",
-            &agent,
-        );
+    /// `text` sealed to `agent` as a client stores it: the bid's hash and the copy.
+    fn sealed(text: &str, agent: &Keypair) -> ([u8; 32], Vec<u8>) {
+        let env = Environment::new(text.as_bytes(), &Keypair::new());
+        (env.hash(), env.seal_to(&agent.pubkey()).unwrap())
+    }
+
+    #[test]
+    fn a_sealed_env_opens_with_the_agent_key_against_the_bids_hash_and_errors_hide_values() {
+        let agent = Keypair::new();
+        let bid = Key([5; 32]);
+        let (hash, copy) = sealed("# comment\nTOKEN=s3cret=x\n\nMODE = fast\n", &agent);
         assert_eq!(
-            load_env(dir.path(), &hash, &agent).unwrap(),
+            open_env(&copy, &hash, &agent, bid).unwrap(),
             vec![
                 ("TOKEN".to_string(), "s3cret=x".to_string()),
                 ("MODE".to_string(), " fast".to_string())
             ]
         );
         // Another key cannot open it, and the error says so without the value.
-        let err = load_env(dir.path(), &hash, &Keypair::new()).unwrap_err();
-        assert!(matches!(err, EnvError::Open { .. }), "{err}");
+        let err = open_env(&copy, &hash, &Keypair::new(), bid).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EnvError::Open {
+                    source: EnvelopeError::CannotOpen,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(!err.to_string().contains("s3cret"));
-        // A file swapped under the hash is refused.
-        let other = place_sealed(dir.path(), "TOKEN=other\n", &agent);
-        std::fs::copy(env_path(dir.path(), &other), env_path(dir.path(), &hash)).unwrap();
-        let err = load_env(dir.path(), &hash, &agent).unwrap_err();
-        assert!(matches!(err, EnvError::HashMismatch { .. }), "{err}");
+        // A copy of another environment is refused under the bid's hash.
+        let (_, other) = sealed("TOKEN=other\n", &agent);
+        let err = open_env(&other, &hash, &agent, bid).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                EnvError::Open {
+                    source: EnvelopeError::NotTheBids,
+                    ..
+                }
+            ),
+            "{err}"
+        );
 
-        let bad = place_sealed(dir.path(), "TOKEN=s3cret\nnot a pair s3cret\n", &agent);
-        let err = load_env(dir.path(), &bad, &agent).unwrap_err();
+        let (bad, copy) = sealed("TOKEN=s3cret\nnot a pair s3cret\n", &agent);
+        let err = open_env(&copy, &bad, &agent, bid).unwrap_err();
         assert!(matches!(err, EnvError::Syntax { line: 2, .. }));
         assert!(!err.to_string().contains("s3cret"));
     }
 
-    /// The error `load_env` gives for an environment of `text`.
+    /// The error `open_env` gives for an environment of `text`.
     fn refusal(text: &str) -> EnvError {
-        let dir = tempfile::tempdir().unwrap();
         let agent = Keypair::new();
-        let hash = place_sealed(dir.path(), text, &agent);
-        load_env(dir.path(), &hash, &agent).unwrap_err()
+        let (hash, copy) = sealed(text, &agent);
+        open_env(&copy, &hash, &agent, Key([5; 32])).unwrap_err()
     }
 
     fn assert_reserved(text: &str, expected_key: &str) {
@@ -278,11 +268,10 @@ mod tests {
         ] {
             assert!(valid_name(key) && !reserved_key(key), "{key}");
         }
-        let dir = tempfile::tempdir().unwrap();
         let agent = Keypair::new();
-        let hash = place_sealed(dir.path(), "CUDA_VISIBLE_DEVICES=1\n", &agent);
+        let (hash, copy) = sealed("CUDA_VISIBLE_DEVICES=1\n", &agent);
         assert_eq!(
-            load_env(dir.path(), &hash, &agent).unwrap(),
+            open_env(&copy, &hash, &agent, Key([5; 32])).unwrap(),
             vec![("CUDA_VISIBLE_DEVICES".to_string(), "1".to_string())]
         );
     }

@@ -8,13 +8,15 @@
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::InspectContainerOptions;
-use gpu_market::events::UsageProven;
+use gpu_market::events::{SpotPreempted, UsageProven};
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
-use gpu_market::state::{Bid, BidKind, BookKey, Freed, Lease, Machine, Market};
+use gpu_market::state::{Bid, BidKind, BidStatus, BookKey, Freed, Lease, Machine, Market};
 use gpu_market_agent::docker::DockerEngine;
 use gpu_market_agent::runtime::pinned_reference;
 use gpu_market_core::fit::Fits;
 use gpu_market_sdk::book::read_book;
+use gpu_market_sdk::events::from_logs;
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
 use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
@@ -579,4 +581,149 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
     assert!(log.contains("was not pulled within 15 s"), "{log}");
+}
+
+/// A spot bid on the machine for `gpu_count` whole GPUs (24 GiB) at 300 W, 10 tokens per
+/// GPU-day, for `secs`.
+fn spot_bid(nonce: u64, gpu_count: u8, secs: u32, now: i64) -> PlaceBidArgs {
+    PlaceBidArgs {
+        kind: BidKind::Spot,
+        gpu_count,
+        gib_per_gpu: 24,
+        price: 10 * TOKEN,
+        ..queue_bid(nonce, secs, now)
+    }
+}
+
+/// The `SpotPreempted` events of the transactions that touched `lease`, each with the block
+/// time of its transaction (the clock the program read).
+async fn preemptions(live: &LiveMarket, lease: &Pubkey) -> Vec<(SpotPreempted, Option<i64>)> {
+    let rpc = live.cluster.rpc();
+    let commitment = Some(solana_commitment_config::CommitmentConfig::confirmed());
+    let sigs = rpc
+        .get_signatures_for_address_with_config(
+            lease,
+            GetConfirmedSignaturesForAddress2Config {
+                commitment,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for s in sigs.iter().filter(|s| s.err.is_none()) {
+        let tx = rpc
+            .get_transaction_with_config(
+                &s.signature.parse().unwrap(),
+                RpcTransactionConfig {
+                    encoding: Some(UiTransactionEncoding::Json),
+                    commitment,
+                    max_supported_transaction_version: Some(0),
+                },
+            )
+            .await
+            .unwrap();
+        let logs: Vec<String> = tx
+            .transaction
+            .meta
+            .and_then(|m| Option::from(m.log_messages))
+            .unwrap_or_default();
+        let time = tx.block_time;
+        out.extend(
+            from_logs::<SpotPreempted>(&logs)
+                .into_iter()
+                .map(|e| (e, time)),
+        );
+    }
+    out
+}
+
+/// Issue 18 item 4: a queue bid preempts a spot lease, sent by the agent. A spot lease runs on
+/// both GPUs; a queue bid that fits only once it ends is placed; the agent sends `preempt`,
+/// which stops the spot lease at once (at the cluster clock, not at its next boundary); the
+/// spot lease is proven up to its stop and settled, its bid back in the machine's spot book, and
+/// the queue bid is allocated on one of the GPUs it freed and its container runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_bid_preempts_a_running_spot_lease_and_runs() {
+    let live = live_market(2).await;
+    let docker = docker().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = Agent::write_config(&live, dir.path(), 2);
+    let agent = Agent::start(&config);
+    let running = |lease: Pubkey| {
+        let docker = &docker;
+        async move {
+            containers_of(docker, &lease)
+                .await
+                .iter()
+                .any(|(_, running)| *running)
+                .then_some(())
+        }
+    };
+
+    // Long enough that neither lease ends, nor the spot bid runs again, while the test looks.
+    let secs = 40 * INTERVAL;
+    let spot_client = live.client(10 * TOKEN, 0).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let spot = live
+        .place(&spot_client, spot_bid(1, 2, secs, now))
+        .await
+        .unwrap();
+    let spot_lease = pda::lease(&spot).0;
+    wait_for("the spot lease's container running", 60, &agent, || {
+        running(spot_lease)
+    })
+    .await;
+    let before: Lease = live.cluster.account(&spot_lease).await.unwrap();
+    assert_eq!(before.gpus().len(), 2);
+
+    let client = live.client(10 * TOKEN, 0).await.unwrap();
+    let placed_at = live.cluster.now().await.unwrap();
+    let queue = live
+        .place(&client, queue_bid(2, secs, placed_at))
+        .await
+        .unwrap();
+    let queue_lease = pda::lease(&queue).0;
+    let l: Lease = wait_for("the queue bid's lease", 60, &agent, || async {
+        live.cluster.account::<Lease>(&queue_lease).await.ok()
+    })
+    .await;
+    wait_for("the queue bid's container running", 60, &agent, || {
+        running(queue_lease)
+    })
+    .await;
+    assert!(
+        before.gpus().contains(&l.gpus[0]),
+        "on a GPU the spot lease freed"
+    );
+
+    // The spot lease: preempted once, for the queue bid, at the clock of that transaction.
+    let events = preemptions(&live, &spot_lease).await;
+    assert_eq!(events.len(), 1, "preemptions; agent log:\n{}", agent.log());
+    let (event, block_time) = &events[0];
+    assert_eq!((event.lease, event.by), (spot_lease, queue));
+    assert_eq!(Some(event.stop_at), *block_time, "stopped at once");
+    assert!(placed_at <= event.stop_at && event.stop_at <= l.started_at);
+    assert!(event.stop_at < before.ends_at);
+    // Proven up to its stop and settled; its bid waits in the spot book again.
+    assert!(!account_exists(&live, &spot_lease).await, "settled");
+    assert!(containers_of(&docker, &spot_lease).await.is_empty());
+    let b: Bid = live.cluster.account(&spot).await.unwrap();
+    assert_eq!(
+        b.status,
+        BidStatus::Open,
+        "the preempted bid is back in its book"
+    );
+    let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
+    assert_eq!(machine.leases, 1, "only the queue bid's lease");
+    assert_eq!(machine.missed_intervals, 0, "no interval went unproven");
+
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
+    assert!(log.contains("spot lease preempted at once"), "{log}");
+    println!(
+        "spot lease {spot_lease} preempted at {} for queue bid {queue} (placed at {placed_at}); \
+         its lease {queue_lease} started at {} on GPU {}",
+        event.stop_at, l.started_at, l.gpus[0]
+    );
 }

@@ -59,6 +59,7 @@ scenarios!(
     a_better_spot_bid_preempts_a_spot_lease_at_its_next_boundary,
     a_queue_bid_preempts_a_spot_lease_at_once,
     the_reconciler_runs_a_lease_from_allocation_to_settlement,
+    the_reconciler_preempts_a_running_spot_lease_for_a_queue_bid,
 );
 
 /// The bid as the books show it to the machine, if it is open and may run here.
@@ -321,7 +322,9 @@ async fn a_better_spot_bid_preempts_a_spot_lease_at_its_next_boundary(m: &impl M
     allocate(m, better).await;
 }
 
-/// A queue bid outranks every spot lease: the spot lease whose GPUs it fits stops at once.
+/// A queue bid outranks every spot lease: the books list a queue bid that fits only once a
+/// running spot lease ends with that lease, and `preempt` stops the lease at once (not at its
+/// next boundary); the queue bid runs once it settles.
 async fn a_queue_bid_preempts_a_spot_lease_at_once(m: &impl MarketUnderTest) {
     let chain = m.chain();
     let spot = m.place_bid(&BidSpec::spot(2, 5, 10 * TOKEN)).await;
@@ -329,10 +332,11 @@ async fn a_queue_bid_preempts_a_spot_lease_at_once(m: &impl MarketUnderTest) {
     m.advance(SECS + 10).await;
     let now = chain.now().await.unwrap();
     let queue = m.place_bid(&BidSpec::queue(1, 2)).await;
-    let view = open_bid(m, queue).await;
-    assert!(
-        view.is_none(),
-        "the books list a queue bid only where it fits now"
+    let view = open_bid(m, queue).await.expect("the queue bid is listed");
+    assert_eq!(
+        (view.gpus, view.fits_if_ended),
+        (None, vec![key]),
+        "it fits once the spot lease ends"
     );
     chain.preempt(key, queue).await.expect("preempt");
     assert_eq!(lease(m, key).await.stop(), now);
@@ -369,4 +373,48 @@ async fn the_reconciler_runs_a_lease_from_allocation_to_settlement(m: &impl Mark
     agent.run_for(m, 2 * POLL).await;
     assert_eq!(agent.running(), 0, "the container stopped");
     assert!(agent.reconciler.state().leases.is_empty(), "forgotten");
+}
+
+/// A queue bid preempts a running spot lease, sent by the agent: its reconcile loop runs a spot
+/// lease on both GPUs; a queue bid that fits only once that lease ends is placed; the agent
+/// sends `preempt`, which stops the lease at once; the lease is proven up to its stop and
+/// settles, and the queue bid is allocated and its container runs.
+async fn the_reconciler_preempts_a_running_spot_lease_for_a_queue_bid(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let spot = m.place_bid(&BidSpec::spot(2, 5, 10 * TOKEN)).await;
+    let mut agent = Agent::start(m);
+    agent.run_for(m, 2 * POLL).await;
+    let leases = chain.leases().await.unwrap();
+    assert_eq!(leases.len(), 1, "the spot bid allocated");
+    let spot_lease = leases[0].key;
+    assert_eq!(leases[0].bid, spot);
+    assert_eq!(agent.running(), 1, "started");
+    agent.run_for(m, SECS).await;
+
+    let queue = m.place_bid(&BidSpec::queue(1, 2)).await;
+    agent.run_for(m, POLL).await;
+    let now = chain.now().await.unwrap();
+    let l = lease(m, spot_lease).await;
+    assert_eq!(l.stop(), now, "preempted at once, not at its next boundary");
+    assert!(l.stop() < l.ends_at);
+
+    agent.run_for(m, 4 * POLL).await;
+    assert!(closed(m, spot_lease).await, "the spot lease settled");
+    let leases = chain.leases().await.unwrap();
+    let bids: Vec<Key> = leases.iter().map(|l| l.bid).collect();
+    assert_eq!(bids, vec![queue], "the queue bid allocated");
+    let queue_lease = leases[0].key.to_string();
+    agent.run_for(m, POLL).await;
+    let running: Vec<String> = agent
+        .runtime
+        .containers()
+        .into_values()
+        .filter(|c| c.state == gpu_market_agent::runtime::ContainerState::Running)
+        .map(|c| c.spec.labels[gpu_market_agent::runtime::LABEL_LEASE].clone())
+        .collect();
+    assert_eq!(
+        running,
+        vec![queue_lease],
+        "only the queue bid's container runs"
+    );
 }

@@ -1,8 +1,8 @@
-//! `gpu-market bid place|top-up|cancel|prune|show|list|explain`.
+//! `gpu-market bid place|top-up|cancel|prune|seal|show|list|explain`.
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
@@ -13,7 +13,6 @@ use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
-use gpu_market_sdk::envelope;
 use gpu_market_sdk::{
     Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, TopUpBid,
 };
@@ -27,6 +26,7 @@ use crate::config::{Config, Sendable};
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
+mod env;
 mod prune;
 
 #[derive(Subcommand)]
@@ -60,6 +60,17 @@ pub enum BidCommand {
         /// The market whose queue book `--all` prunes.
         #[arg(long, requires = "all")]
         market: Option<Pubkey>,
+    },
+    /// Seals a bid's environment to more machines (by default every machine that may run it
+    /// and has no copy yet): e.g. machines registered after the bid was placed.
+    Seal {
+        bid: Pubkey,
+        /// The environment file the bid was placed with.
+        #[arg(long, value_name = "FILE")]
+        env: PathBuf,
+        /// Only this machine (repeatable).
+        #[arg(long = "machine", value_name = "MACHINE")]
+        machines: Vec<Pubkey>,
     },
     /// Shows a bid with its rank and score parts.
     Show { bid: Pubkey },
@@ -116,17 +127,10 @@ pub struct PlaceArgs {
     /// the urgency part of a queue bid's score.
     #[arg(long, default_value = "0", allow_hyphen_values = true)]
     urgency_premium: String,
-    /// Environment for the container, KEY=VALUE lines; sealed before it leaves this machine.
+    /// Environment for the container, KEY=VALUE lines: sealed on this machine to each machine
+    /// that may run the bid and stored on chain; only that machine's agent can open it.
     #[arg(long, value_name = "FILE")]
     env: Option<PathBuf>,
-    /// Who may read the environment [default: the machine's agent key for a spot bid, the
-    /// market authority's key for a queue bid].
-    #[arg(long, value_name = "PUBKEY")]
-    env_to: Option<Pubkey>,
-    /// Where the sealed environment is written [default: FILE with its extension replaced by
-    /// `.sealed`, e.g. alice.env → alice.sealed].
-    #[arg(long, value_name = "FILE")]
-    env_out: Option<PathBuf>,
     /// Distinguishes the keypair's bids [default: from the clock].
     #[arg(long)]
     nonce: Option<u64>,
@@ -207,6 +211,7 @@ pub fn run(config: &Config, command: BidCommand) -> Result<()> {
             (None, Some(market)) if all => prune::prune_all(config, &market),
             _ => bail!("give a BID, or --all --market MARKET"),
         },
+        BidCommand::Seal { bid, env, machines } => env::seal(config, &bid, &env, &machines),
         BidCommand::Show { bid } => show(config, &bid, None),
         BidCommand::List { market, machine } => list(config, market, machine),
         BidCommand::Explain { bid } => explain(config, &bid),
@@ -340,28 +345,11 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
         "the bid's escrow and urgency premium",
     )?;
 
-    let sealed = match &a.env {
-        Some(path) => {
-            let recipient = match (a.env_to, &machine) {
-                (Some(k), _) => k,
-                (None, Some((_, mach))) => mach.agent,
-                (None, None) => m.authority,
-            };
-            let plain = std::fs::read(path)
-                .with_context(|| format!("cannot read the environment file {}", path.display()))?;
-            let sealed = envelope::seal(&plain, &recipient)
-                .map_err(|e| anyhow!("cannot seal the environment to {recipient}: {e}"))?;
-            let out = a
-                .env_out
-                .clone()
-                .unwrap_or_else(|| path.with_extension("sealed"));
-            std::fs::write(&out, &sealed).with_context(|| {
-                format!("cannot write the sealed environment {}", out.display())
-            })?;
-            Some((envelope::env_hash(&sealed), out, recipient))
-        }
-        None => None,
-    };
+    let env = a
+        .env
+        .as_deref()
+        .map(|path| env::read_env(path, &client))
+        .transpose()?;
     let stake = config
         .fetch::<StakeAccount>(&pda::stake(&a.market, &client.pubkey()).0, "stake")
         .ok();
@@ -417,7 +405,7 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             kind,
             image_ref: a.image.clone(),
             image_digest,
-            env_hash: sealed.as_ref().map_or([0; 32], |(h, _, _)| *h),
+            env_hash: env.as_ref().map_or([0; 32], |e| e.hash()),
             gpu_count: a.gpus,
             gib_per_gpu: a.gib_per_gpu,
             accepted_classes,
@@ -440,10 +428,11 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     }
     ixs.push(&place);
     let signature = config.send_all(&client, &ixs)?;
-    let mut fields = bid_fields(config, &bid, &config.fetch(&bid, "bid")?, &m)?;
-    if let Some((_, out, recipient)) = sealed {
-        fields.push(("env_sealed_file", text(out.display())));
-        fields.push(("env_sealed_to", text(recipient)));
+    let placed: Bid = config.fetch(&bid, "bid")?;
+    let mut fields = bid_fields(config, &bid, &placed, &m)?;
+    if let Some(env) = &env {
+        let machines = env::seal_new_bid(config, &client, (&bid, &placed), &m, env)?;
+        fields.push(("env_sealed_to", env::machines_value(&machines)));
     }
     // What left the wallet: the escrow (refundable) and the premium (not).
     fields.push(("paid", parse::tokens(paid, decimals)));

@@ -29,6 +29,11 @@ pub enum LeaseCommand {
         /// Only leases on this machine.
         #[arg(long)]
         machine: Option<Pubkey>,
+        /// Only leases idle now (their last `idle_intervals` proofs or more under the idle
+        /// threshold): the market's idle rule ends them after `idle_end_intervals` such proofs,
+        /// unless their GPUs get busy first.
+        #[arg(long)]
+        idle: bool,
     },
     /// Shows a lease: its proofs, energy, utilisation, idle flag, what is paid and refundable,
     /// and why its container exited once the final proof says so. A settled lease (its account
@@ -44,8 +49,9 @@ pub enum LeaseCommand {
         tokens: Option<Pubkey>,
     },
     /// Takes back the escrow of a lease whose host has sent no proof for the market's silence
-    /// window (its client only): the lease settles at once, its unproven time is not paid, and
-    /// the host is slashed for the silence, half of it to the client's stake.
+    /// window (anyone may: the escrow can only go back to the client): the lease settles at
+    /// once, its unproven time is not paid, and the host is slashed for the silence, half of it
+    /// to the client's stake.
     Reclaim {
         lease: Pubkey,
         /// As for `end`.
@@ -60,7 +66,8 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
             market,
             client,
             machine,
-        } => list(config, &market, client, machine),
+            idle,
+        } => list(config, &market, client, machine, idle),
         LeaseCommand::Show { lease } => show(config, &lease),
         LeaseCommand::End { lease, tokens } => end(config, lease, tokens, false),
         LeaseCommand::Reclaim { lease, tokens } => end(config, lease, tokens, true),
@@ -72,13 +79,15 @@ fn list(
     market: &Pubkey,
     client: Option<Pubkey>,
     machine: Option<Pubkey>,
+    idle: bool,
 ) -> Result<()> {
     let m: Market = config.fetch(market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let mut filter = vec![(0, *market)];
     filter.extend(machine.map(|k| (32, k)));
     filter.extend(client.map(|k| (96, k)));
-    let leases = config.program_accounts_of::<Lease>(&filter)?;
+    let mut leases = config.program_accounts_of::<Lease>(&filter)?;
+    leases.retain(|(_, l)| !idle || l.idle_streak >= l.rules.idle_intervals);
     let bids = config.fetch_many::<Bid>(&leases.iter().map(|(_, l)| l.bid).collect::<Vec<_>>())?;
     let now = config.cluster_time()?;
     let rows: Vec<Fields> = leases
@@ -132,7 +141,7 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
     let mach: Machine = config.fetch(&l.machine, "machine")?;
     let me = signer.pubkey();
     if reclaim {
-        check_reclaim(config, &lease, &l, &me)?;
+        check_reclaim(config, &lease, &l)?;
     } else if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
         bail!(
             "only the lease's client {} or its host may end it before its time is proven; the keypair is {me}",
@@ -193,22 +202,15 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
     Ok(())
 }
 
-/// Whether the program would let `me` reclaim lease `l`'s escrow now.
-fn check_reclaim(config: &Config, key: &Pubkey, l: &Lease, me: &Pubkey) -> Result<()> {
-    if *me != l.client {
-        bail!(
-            "only the lease's client {} may reclaim its escrow; the keypair is {me}",
-            l.client
-        );
-    }
+/// Whether the program would reclaim lease `l`'s escrow now (anyone may send it: the refund
+/// goes to the client whoever signs).
+fn check_reclaim(config: &Config, key: &Pubkey, l: &Lease) -> Result<()> {
     if l.fully_proven() {
         bail!("lease {key} is proven up to its stop: end it with `gpu-market lease end {key}`");
     }
-    let silent_from = l
-        .proven_until
-        .saturating_add(l.rules.billing_interval_secs as i64 * l.rules.silence_intervals as i64);
     let now = config.cluster_time()?;
-    if now < silent_from {
+    if !l.reclaimable(now) {
+        let silent_from = l.silent_from();
         bail!(
             "the host has proven lease {key} up to {}: it counts as silent from {silent_from}, in {} s",
             l.proven_until,

@@ -3,6 +3,7 @@
 mod bid;
 mod config;
 mod host;
+mod keeper;
 mod lease;
 mod market;
 mod output;
@@ -58,6 +59,9 @@ enum Command {
     /// Leases: list, inspect, end.
     #[command(subcommand)]
     Lease(lease::LeaseCommand),
+    /// Keeps a market's rules moving (anyone may run it): removes expired bids, settles proven
+    /// leases, reclaims silent hosts' escrow for their clients, slashes on evidence.
+    Keeper(keeper::KeeperArgs),
     /// SPL token helpers for local clusters (mints, accounts, balances).
     #[command(subcommand)]
     Token(token::TokenCommand),
@@ -118,6 +122,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bid(c) => bid::run(&config, c),
         Command::Quote(a) => quote::run(&config, a),
         Command::Lease(c) => lease::run(&config, c),
+        Command::Keeper(a) => keeper::run(&config, a),
         Command::Token(c) => token::run(&config, c),
         Command::Keygen { outfile, force } => config::keygen(&config, &outfile, force),
         Command::Airdrop { sol } => config::airdrop(&config, &sol),

@@ -3,7 +3,7 @@
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use gpu_market::instructions::InitMarketArgs;
-use gpu_market::state::{Market, MarketParams, BID_BOOK_SPACE, GPU_CLASSES};
+use gpu_market::state::{Market, MarketParams, StakeAccount, BID_BOOK_SPACE, GPU_CLASSES};
 use gpu_market_sdk::{
     init_queue_book, open_book_instructions, ApplyMarketUpdate, ClientInstruction, CollectFees,
     InitMarket, UpdateMarket,
@@ -14,7 +14,7 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use crate::config::Config;
-use crate::output::{object, print_record, text, Fields};
+use crate::output::{object, print_list, print_record, text, Fields};
 use crate::parse;
 
 #[derive(Subcommand)]
@@ -55,6 +55,15 @@ pub enum MarketCommand {
     /// Moves the protocol fees and the slashed stake the market holds to its treasuries
     /// (anyone may).
     Collect { market: Pubkey },
+    /// Lists the market's stake accounts whose owners have not acted for a while (no stake,
+    /// bid, lease end or claim signed), quietest first: what they still hold in the market
+    /// (stake, waiting bids, refunds due), for the authority to remind them.
+    Inactive {
+        market: Pubkey,
+        /// How long without activity: seconds, or e.g. 90m, 12h, 30d.
+        #[arg(long = "for", default_value = "30d", value_name = "DURATION")]
+        quiet_for: String,
+    },
 }
 
 /// Market rules; amounts in token units (stake token for stake, payment token for prices).
@@ -108,8 +117,13 @@ pub struct ParamArgs {
     demand_cap_bps: Option<u16>,
     #[arg(long)]
     idle_utilisation_bps: Option<u16>,
+    /// Consecutive idle proofs that flag a lease idle (the client's warning).
     #[arg(long)]
     idle_intervals: Option<u16>,
+    /// Consecutive idle proofs after which the market ends a lease, its unused escrow refunded
+    /// (0: never; more than --idle-intervals otherwise).
+    #[arg(long)]
+    idle_end_intervals: Option<u16>,
     #[arg(long)]
     silence_intervals: Option<u16>,
     #[arg(long)]
@@ -156,6 +170,7 @@ impl ParamArgs {
             demand_cap_bps,
             idle_utilisation_bps,
             idle_intervals,
+            idle_end_intervals,
             silence_intervals,
             slash_evidence,
             slash_bps
@@ -320,6 +335,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             print_record(config.output, &fields);
             Ok(())
         }
+        MarketCommand::Inactive { market, quiet_for } => inactive(config, &market, &quiet_for),
         MarketCommand::Collect { market } => {
             let signer = config.signer()?;
             let m: Market = config.fetch(&market, "market")?;
@@ -386,6 +402,7 @@ fn param_fields(p: &MarketParams, sd: u8, pd: u8) -> Fields {
         ("demand_cap_bps", p.demand_cap_bps.into()),
         ("idle_utilisation_bps", p.idle_utilisation_bps.into()),
         ("idle_intervals", p.idle_intervals.into()),
+        ("idle_end_intervals", p.idle_end_intervals.into()),
         ("silence_intervals", p.silence_intervals.into()),
         ("slash_evidence", p.slash_evidence.into()),
         ("slash_bps", p.slash_bps.into()),
@@ -431,4 +448,56 @@ fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
         fields.push(("pending_at", m.pending_at.into()));
     }
     Ok(fields)
+}
+
+/// `market inactive MARKET --for DURATION`.
+fn inactive(config: &Config, market: &Pubkey, quiet_for: &str) -> Result<()> {
+    let m: Market = config.fetch(market, "market")?;
+    let quiet = parse::duration_secs(quiet_for)? as i64;
+    let now = config.cluster_time()?;
+    let (sd, pd) = (
+        config.mint_decimals(&m.stake_mint)?,
+        config.mint_decimals(&m.payment_mint)?,
+    );
+    let mut stakes: Vec<(Pubkey, StakeAccount)> = config
+        .program_accounts_of::<StakeAccount>(&[(0, *market)])?
+        .into_iter()
+        .filter(|(_, s)| now.saturating_sub(s.last_active) >= quiet)
+        .collect();
+    stakes.sort_by_key(|(_, s)| s.last_active);
+    let rows: Vec<Fields> = stakes
+        .iter()
+        .map(|(key, s)| {
+            vec![
+                ("owner", text(s.owner)),
+                ("stake_account", text(key)),
+                ("last_active", s.last_active.into()),
+                ("quiet_secs", now.saturating_sub(s.last_active).into()),
+                (
+                    "stake",
+                    parse::tokens(s.amount.saturating_add(s.pending_unstake), sd),
+                ),
+                ("open_bids", s.open_bids.into()),
+                ("gpus_held", s.gpus_held.into()),
+                ("machines", s.machines.into()),
+                ("refunds_due", parse::tokens(s.refunds_due, pd)),
+            ]
+        })
+        .collect();
+    print_list(
+        config.output,
+        &[
+            "owner",
+            "stake_account",
+            "last_active",
+            "quiet_secs",
+            "stake",
+            "open_bids",
+            "gpus_held",
+            "machines",
+            "refunds_due",
+        ],
+        &rows,
+    );
+    Ok(())
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::state::{Bid, Lease, Machine, MachineStatus, Market, StakeAccount};
-use gpu_market_sdk::{envelope, SubmitUsage};
+use gpu_market_sdk::SubmitUsage;
 use serde_json::Value;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -525,24 +525,12 @@ fn bid_verbs() {
     let mc = host.machine.to_string();
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");
-    let env = t.path("job.env");
-    std::fs::write(&env, "HF_TOKEN=s3cret\n").unwrap();
-
-    // A queue bid with a sealed environment: 2 tokens escrowed (2 per GPU-hour, 1 GPU, 1 h).
+    // A queue bid: 2 tokens escrowed (2 per GPU-hour, 1 GPU, 1 h).
     let out = t.ok(
         &client,
         &place_args(
             &m,
-            &[
-                "--overclock",
-                "power=300",
-                "--price",
-                "2",
-                "--env",
-                env.to_str().unwrap(),
-                "--nonce",
-                "1",
-            ],
+            &["--overclock", "power=300", "--price", "2", "--nonce", "1"],
         ),
     );
     let good = pk(&out["bid"]);
@@ -552,16 +540,6 @@ fn bid_verbs() {
     let b: Bid = t.account(&good);
     assert_eq!(b.escrow, 2_000_000);
     assert_eq!(b.overclock[0].power_limit_w, 300);
-    // The chain holds the sealed file's hash; the market authority (the default recipient of a
-    // queue bid's environment) can open it, and the file does not hold the secret in clear.
-    let sealed = std::fs::read(out["env_sealed_file"].as_str().unwrap()).unwrap();
-    assert_eq!(b.env_hash, envelope::env_hash(&sealed));
-    assert_eq!(
-        envelope::open(&sealed, &key_of(&s.authority)).unwrap(),
-        b"HF_TOKEN=s3cret\n"
-    );
-    assert!(!String::from_utf8_lossy(&sealed).contains("s3cret"));
-
     // A queue bid under the reserve price (0.5 < 1 per GPU-hour) could never run: refused at
     // placement with the program's reason, nothing moved, no bid created.
     let queue_book = t.account::<Market>(&s.market).queue_book;

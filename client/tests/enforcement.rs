@@ -6,75 +6,9 @@
 mod common;
 
 use common::*;
-use gpu_market::instructions::SubmitUsageArgs;
-use gpu_market::pda;
-use gpu_market::state::{Lease, Machine, StakeAccount};
-use gpu_market_sdk::SubmitUsage;
+use gpu_market::state::Lease;
 use serde_json::Value;
-use solana_pubkey::Pubkey;
 use solana_signer::Signer;
-
-/// A 1-GPU queue bid of `client`, allocated by the host's agent; returns the lease.
-fn leased(t: &T, s: &MarketSetup, host: &Host, client: &std::path::Path, nonce: &str) -> Pubkey {
-    let out = t.ok(
-        client,
-        &place_args(
-            &s.m(),
-            &[
-                "--overclock",
-                "power=250",
-                "--price",
-                "3",
-                "--class",
-                "0",
-                "--nonce",
-                nonce,
-            ],
-        ),
-    );
-    allocate_as_agent(t, s, host, pk(&out["bid"]), key_of(client).pubkey())
-}
-
-/// The host's agent proves interval `k` of `lease` in full (1 GPU at 250 W for 2 s).
-fn prove(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32) {
-    let l: Lease = t.account(&lease);
-    let agent = key_of(&host.agent);
-    t.submit_usage(&SubmitUsage {
-        agent: &agent,
-        market: s.market,
-        machine: host.machine,
-        lease,
-        bid: l.bid,
-        payment_mint: s.mint,
-        host_tokens: host.tokens,
-        args: SubmitUsageArgs {
-            interval: k,
-            gpu_seconds: 2,
-            energy_j: 500,
-            avg_utilisation_bps: 10_000,
-            peak_power_w: vec![250],
-            exit_code: None,
-            prev_hash: l.proof_hash,
-        },
-    });
-}
-
-fn host_stake(t: &T, s: &MarketSetup, host: &Host) -> StakeAccount {
-    let m: Machine = t.account(&host.machine);
-    t.account(&pda::stake(&s.market, &m.owner).0)
-}
-
-/// Waits until the cluster's clock reads `at` or later.
-fn wait_until(t: &T, at: i64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while t.cluster_time() < at {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the cluster's clock stands still"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
-}
 
 #[test]
 fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
@@ -100,11 +34,11 @@ fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
     s.fund(&t, &stranger, "1");
 
     // A lease whose host proves its first interval, then nothing: reclaimable once silent for
-    // the window (10 s), by its client only.
+    // the window (10 s), by anyone: the escrow can only go back to the client.
     let lease = leased(&t, &s, &host, &client, "1");
     let l = lease.to_string();
     let e = t.fails(&stranger, &["lease", "reclaim", &l]);
-    assert!(e.contains("only the lease's client"), "{e}");
+    assert!(e.contains("counts as silent from"), "{e}");
     let first: Lease = t.account(&lease);
     wait_until(&t, first.started_at + 3);
     prove(&t, &s, &host, lease, 0);
@@ -154,4 +88,74 @@ fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
         after,
         "a refused slash moves nothing"
     );
+}
+
+#[test]
+fn idle_leases_are_listed_then_ended_by_the_idle_rule_and_quiet_clients_are_shown() {
+    let t = T::start();
+    // 2 s intervals; flagged idle after 1 proof under 10 %, ended after 2.
+    let s = MarketSetup::new(
+        &t,
+        &[
+            "--billing-interval-secs",
+            "2",
+            "--idle-utilisation-bps",
+            "1000",
+            "--idle-intervals",
+            "1",
+            "--idle-end-intervals",
+            "2",
+        ],
+    );
+    let m = s.m();
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    s.fund(&t, &client, "100");
+    let lease = leased(&t, &s, &host, &client, "1");
+    let l = lease.to_string();
+    let idle_list = || t.ok(&client, &["lease", "list", "--market", &m, "--idle"]);
+    assert_eq!(idle_list(), serde_json::json!([]), "not idle yet");
+
+    let started: Lease = t.account(&lease);
+    wait_until(&t, started.started_at + 2);
+    prove_with_use(&t, &s, &host, lease, 0, 500);
+    let listed = idle_list();
+    assert_eq!(listed[0]["lease"], l, "{listed}");
+    assert_eq!(
+        t.account::<Lease>(&lease).stop(),
+        started.ends_at,
+        "warned only"
+    );
+    wait_until(&t, started.started_at + 4);
+    prove_with_use(&t, &s, &host, lease, 1, 500);
+    let ended: Lease = t.account(&lease);
+    assert_eq!(
+        ended.stop(),
+        started.started_at + 4,
+        "ended with its second idle window"
+    );
+    // Proven to its stop: anyone settles it, the unused escrow back to the client.
+    let stranger = t.wallet("stranger");
+    let out = t.ok(&stranger, &["lease", "end", &l]);
+    assert_eq!(out["status"], "settled", "{out}");
+    assert_eq!(out["exit_code"], gpu_market_core::lease::exit::IDLE_ENDED);
+    assert!(
+        out["exit_reason"].as_str().unwrap().contains("idle rule"),
+        "{out}"
+    );
+
+    // Every stake account acted within the hour; the client's is the latest (its bid).
+    let quiet = t.ok(&stranger, &["market", "inactive", &m, "--for", "1h"]);
+    assert_eq!(quiet, serde_json::json!([]));
+    let all = t.ok(&stranger, &["market", "inactive", &m, "--for", "0"]);
+    let owners: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["owner"].as_str().unwrap())
+        .collect();
+    let client_key = key_of(&client).pubkey().to_string();
+    assert_eq!(owners.last(), Some(&client_key.as_str()), "{all}");
+    let e = t.fails(&stranger, &["market", "inactive", &m, "--for", "soon"]);
+    assert!(e.contains("bad duration"), "{e}");
 }

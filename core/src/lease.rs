@@ -22,6 +22,9 @@ pub mod exit {
     /// The lease shares a GPU with other leases (its GiB slice is less than the GPU's memory)
     /// and the host cannot confine it to its slice (no NVIDIA MPS set up on the host).
     pub const ISOLATION_UNAVAILABLE: i32 = -6;
+    /// Set by the program, not the host: the market's idle rule ended the lease after its GPUs
+    /// stayed under the idle threshold for `idle_end_intervals` proofs in a row.
+    pub const IDLE_ENDED: i32 = -7;
 
     /// A sentence for a final proof's exit code.
     pub fn reason(code: i32) -> String {
@@ -40,6 +43,9 @@ pub mod exit {
             }
             ISOLATION_UNAVAILABLE => {
                 "the host cannot confine a lease to its slice of a shared GPU".into()
+            }
+            IDLE_ENDED => {
+                "the market's idle rule ended the lease: its GPUs stayed idle for the intervals the rule allows".into()
             }
             c if c > 128 && c <= 128 + 64 => {
                 format!("the container was killed by signal {}", c - 128)

@@ -1,6 +1,8 @@
 //! Sealed environments: a bid's environment encrypted to one Solana key, so that only the holder
-//! of that key (a machine's agent, or whoever the client names) can read it. The chain stores
-//! only [`env_hash`] of the sealed bytes; the sealed file travels off chain.
+//! of that key (a machine's agent) can read it. The bid stores [`Environment::hash`]; the
+//! client stores one sealed copy per machine that may run the bid on chain (`seal_env`), and
+//! the agent opens the copy sealed to its key with [`open_env`], which checks it against the
+//! bid's hash.
 //!
 //! The recipient's ed25519 public key is mapped to its X25519 (Montgomery) form, as libsodium's
 //! `crypto_sign_ed25519_pk_to_curve25519` does; the sender adds a fresh ephemeral X25519 key, and
@@ -30,6 +32,8 @@ pub enum EnvelopeError {
     NotSealed,
     /// Wrong key, or the bytes were changed.
     CannotOpen,
+    /// It opens, but it is not the environment the bid names (its hash differs).
+    NotTheBids,
 }
 
 impl core::fmt::Display for EnvelopeError {
@@ -40,15 +44,63 @@ impl core::fmt::Display for EnvelopeError {
             EnvelopeError::CannotOpen => {
                 "the sealed environment is not for this key, or was altered"
             }
+            EnvelopeError::NotTheBids => {
+                "the sealed environment is not the one the bid names (its hash differs)"
+            }
         })
     }
 }
 
 impl std::error::Error for EnvelopeError {}
 
-/// The hash a bid stores for a sealed environment (sha256 of the sealed bytes).
-pub fn env_hash(sealed: &[u8]) -> [u8; 32] {
-    Sha256::digest(sealed).into()
+const SALT_LEN: usize = 32;
+const SALT_LABEL: &[u8] = b"gpu-market env salt v1";
+
+/// An environment (`KEY=VALUE` lines) as a bid carries it: a salt, then the text. The bid stores
+/// sha256 of both ([`Environment::hash`]), so a host can check that what it opened is what the
+/// client placed, and the salt keeps a guessable environment from being found from its hash.
+/// The salt is derived from the client's key and the text, so the client can seal the same
+/// environment to more machines later (same hash) from its keypair and its file alone.
+pub struct Environment {
+    salted: Vec<u8>,
+}
+
+impl Environment {
+    pub fn new(text: &[u8], client: &Keypair) -> Self {
+        let salt = Sha256::new()
+            .chain_update(SALT_LABEL)
+            .chain_update(client.secret_bytes())
+            .chain_update(text)
+            .finalize();
+        let mut salted = Vec::with_capacity(SALT_LEN + text.len());
+        salted.extend_from_slice(&salt);
+        salted.extend_from_slice(text);
+        Self { salted }
+    }
+
+    /// What the bid stores (`env_hash`).
+    pub fn hash(&self) -> [u8; 32] {
+        Sha256::digest(&self.salted).into()
+    }
+
+    /// The copy for `recipient` (a machine's agent key).
+    pub fn seal_to(&self, recipient: &Pubkey) -> Result<Vec<u8>, EnvelopeError> {
+        seal(&self.salted, recipient)
+    }
+}
+
+/// The environment text of a copy sealed to `recipient`, checked against the bid's
+/// `env_hash`.
+pub fn open_env(
+    sealed: &[u8],
+    recipient: &Keypair,
+    env_hash: &[u8; 32],
+) -> Result<Vec<u8>, EnvelopeError> {
+    let salted = open(sealed, recipient)?;
+    if salted.len() < SALT_LEN || <[u8; 32]>::from(Sha256::digest(&salted)) != *env_hash {
+        return Err(EnvelopeError::NotTheBids);
+    }
+    Ok(salted[SALT_LEN..].to_vec())
 }
 
 fn cipher(
@@ -122,9 +174,9 @@ mod tests {
         assert!(sealed.starts_with(MAGIC));
         assert!(!sealed.windows(6).any(|w| w == b"s3cret"));
         assert_eq!(open(&sealed, &agent).unwrap(), env);
-        // A fresh ephemeral key each time: same plaintext, different bytes and hash.
+        // A fresh ephemeral key each time: same plaintext, different bytes.
         let again = seal(env, &agent.pubkey()).unwrap();
-        assert_ne!(env_hash(&sealed), env_hash(&again));
+        assert_ne!(sealed, again);
         assert_eq!(
             open(&sealed, &Keypair::new()),
             Err(EnvelopeError::CannotOpen)
@@ -150,6 +202,40 @@ mod tests {
         assert_eq!(
             seal(b"x", &Pubkey::new_from_array(bytes)),
             Err(EnvelopeError::BadRecipient)
+        );
+    }
+
+    #[test]
+    fn an_environment_opens_for_each_machine_with_the_bids_hash_only() {
+        let client = Keypair::new();
+        let (a, b) = (Keypair::new(), Keypair::new());
+        let env = Environment::new(b"HF_TOKEN=s3cret\n", &client);
+        // The same file and keypair give the same hash: the client can add machines later.
+        assert_eq!(
+            Environment::new(b"HF_TOKEN=s3cret\n", &client).hash(),
+            env.hash()
+        );
+        // Another client's salt differs: the hash does not give a guessable value away.
+        assert_ne!(
+            Environment::new(b"HF_TOKEN=s3cret\n", &Keypair::new()).hash(),
+            env.hash()
+        );
+        for agent in [&a, &b] {
+            let sealed = env.seal_to(&agent.pubkey()).unwrap();
+            assert_eq!(
+                open_env(&sealed, agent, &env.hash()).unwrap(),
+                b"HF_TOKEN=s3cret\n"
+            );
+        }
+        let other = Environment::new(b"HF_TOKEN=other\n", &client);
+        let sealed = other.seal_to(&a.pubkey()).unwrap();
+        assert_eq!(
+            open_env(&sealed, &a, &env.hash()),
+            Err(EnvelopeError::NotTheBids)
+        );
+        assert_eq!(
+            open_env(&sealed, &b, &other.hash()),
+            Err(EnvelopeError::CannotOpen)
         );
     }
 }

@@ -712,3 +712,66 @@ impl ClientInstruction for CloseQueueBook<'_> {
         vec![self.authority]
     }
 }
+
+/// Stores a bid's environment sealed to one machine's agent key (see
+/// `gpu_market_sdk::envelope::Environment`); the bid's client signs and pays the rent.
+pub struct SealEnv<'a> {
+    pub client: &'a Keypair,
+    pub bid: Pubkey,
+    pub recipient: Pubkey,
+    pub sealed: Vec<u8>,
+}
+
+impl ClientInstruction for SealEnv<'_> {
+    const NAME: &'static str = "seal_env";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::SealEnv {
+                client: self.client.pubkey(),
+                bid: self.bid,
+                sealed_env: pda::sealed_env(&self.bid, &self.recipient).0,
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::SealEnv {
+                args: gpu_market::instructions::SealEnvArgs {
+                    recipient: self.recipient,
+                    sealed: self.sealed.clone(),
+                },
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.client]
+    }
+}
+
+/// Closes a sealed environment, its rent to the bid's client: the client at any time, anyone
+/// once the bid is closed.
+pub struct CloseSealedEnv<'a> {
+    pub signer: &'a Keypair,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    pub recipient: Pubkey,
+}
+
+impl ClientInstruction for CloseSealedEnv<'_> {
+    const NAME: &'static str = "close_sealed_env";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::CloseSealedEnv {
+                signer: self.signer.pubkey(),
+                sealed_env: pda::sealed_env(&self.bid, &self.recipient).0,
+                bid: self.bid,
+                client: self.client,
+            },
+            gpu_market::instruction::CloseSealedEnv {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&Keypair> {
+        vec![self.signer]
+    }
+}

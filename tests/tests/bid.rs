@@ -9,7 +9,7 @@ use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, BidStatus, GpuSpec, Machine, MachineStatus, MachineTerms, Market, MarketParams,
-    OverclockTerms, BID_BOOK_SPACE, BOOK_CAPACITY,
+    OverclockTerms, StakeAccount, BID_BOOK_SPACE, BOOK_CAPACITY,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -589,7 +589,18 @@ fn anyone_prunes_an_expired_bid_and_the_client_gets_everything_back() {
         before,
         "a refused prune moves nothing"
     );
+    let stake = pda::stake(&f.market, &c.key.pubkey()).0;
+    let active = f.ctx.account::<StakeAccount>(&stake).last_active;
+    assert_eq!(
+        active, bid.placed_at,
+        "placing the bid was the client's last act"
+    );
     f.ctx.run(&prune(c.tokens)).expect("prune_bid");
+    assert_eq!(
+        f.ctx.account::<StakeAccount>(&stake).last_active,
+        active,
+        "a stranger's prune is not the client's activity"
+    );
     let after = ledger(&f, &everyone);
     let was = before.clients[0];
     assert_eq!(

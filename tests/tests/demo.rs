@@ -2,7 +2,8 @@
 //! the engine and the registry of `scripts/engine.sh`, the real CLI and agent binaries. Checks,
 //! from the JSON summary it writes and independently of the script's own check, that the token
 //! is conserved to the last base unit, that a spot lease was preempted at an interval boundary
-//! and its challenger ran after it, and that the idle container's lease was flagged idle.
+//! and its challenger ran after it, and that the idle container's lease was flagged idle, then
+//! ended by the market's idle rule.
 //!
 //! Needs what `scripts/test.sh` provides: the engine's variables (`eval "$(scripts/engine.sh
 //! env)"`), `target/deploy/gpu_market.so`, solana-test-validator, and the workspace's binaries
@@ -59,7 +60,7 @@ fn i64_of(v: &Value, what: &str) -> i64 {
 }
 
 #[test]
-fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_the_idle_lease() {
+fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_and_ends_the_idle_lease() {
     for var in [
         "DOCKER_HOST",
         "GPU_MARKET_WORKER_DIGEST",
@@ -195,6 +196,15 @@ fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_the_idle_lease(
         s["leases"]
     );
     assert_eq!(idle["last_seen"]["idle"], true, "{idle}");
+    // Then ended by the market's idle rule (4 idle intervals of its 6), the rest refunded.
+    let settled = &idle["settled"];
+    assert_eq!(settled["status"], "settled", "{settled}");
+    assert_eq!(
+        settled["exit_code"],
+        gpu_market_core::lease::exit::IDLE_ENDED,
+        "{settled}"
+    );
+    assert_ne!(settled["refund"], "0", "{settled}");
     assert_eq!(
         s["busy"]["flagged"], false,
         "the busy worker's lease is not flagged idle; leases: {:#}",

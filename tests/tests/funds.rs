@@ -105,9 +105,23 @@ enum Op {
         who: u8,
         to_stake: bool,
     },
+    /// The client (0) or a stranger (2) reclaims a lease's escrow.
     Reclaim {
         lease: usize,
+        who: u8,
         to_stake: bool,
+    },
+    /// The client of wallet `w`'s bid at `bid` seals its environment to the agent; moves no
+    /// token.
+    SealEnv {
+        w: usize,
+        bid: usize,
+    },
+    /// A stranger (refused while the bid lives) or the client closes that sealed environment.
+    CloseEnv {
+        w: usize,
+        bid: usize,
+        by_client: bool,
     },
     /// The wallet at `pick` of those whose stake holds refunds claims them; with none, wallet
     /// `pick` claims (refused: nothing is due).
@@ -155,8 +169,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lease, gap, gpu_secs_pct, exit)| Op::Prove { lease, gap, gpu_secs_pct, exit }),
         1 => (0usize..3, 0u8..3, proptest::bool::weighted(0.5))
             .prop_map(|(lease, who, to_stake)| Op::End { lease, who, to_stake }),
-        1 => (0usize..3, proptest::bool::weighted(0.5))
-            .prop_map(|(lease, to_stake)| Op::Reclaim { lease, to_stake }),
+        1 => (0usize..3, prop_oneof![Just(0u8), Just(2u8)], proptest::bool::weighted(0.5))
+            .prop_map(|(lease, who, to_stake)| Op::Reclaim { lease, who, to_stake }),
+        1 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::SealEnv { w, bid }),
+        1 => (w.clone(), 0usize..4, proptest::bool::weighted(0.5))
+            .prop_map(|(w, bid, by_client)| Op::CloseEnv { w, bid, by_client }),
         2 => w.clone().prop_map(|pick| Op::Claim { pick }),
         1 => Just(Op::Slash),
         1 => (
@@ -511,8 +528,45 @@ impl World {
                 lease,
                 who,
                 to_stake,
-            } => return self.close(lease, Some(who), to_stake),
-            Op::Reclaim { lease, to_stake } => return self.close(lease, None, to_stake),
+            } => return self.close(lease, who, false, to_stake),
+            Op::Reclaim {
+                lease,
+                who,
+                to_stake,
+            } => return self.close(lease, who, true, to_stake),
+            Op::SealEnv { w, bid } => {
+                let Some(&bid) = self.bids[w].get(bid) else {
+                    return false;
+                };
+                self.ctx.run(&SealEnv {
+                    client: &self.wallets[w].0,
+                    bid,
+                    recipient: self.agent.pubkey(),
+                    sealed: vec![7; 100],
+                })
+            }
+            Op::CloseEnv { w, bid, by_client } => {
+                let Some(&bid) = self.bids[w].get(bid) else {
+                    return false;
+                };
+                let stranger = Keypair::new();
+                let client = self.wallets[w].0.pubkey();
+                let live = self.ctx.account_exists(&bid);
+                let closed = self.ctx.run(&CloseSealedEnv {
+                    signer: if by_client {
+                        &self.wallets[w].0
+                    } else {
+                        &stranger
+                    },
+                    bid,
+                    client,
+                    recipient: self.agent.pubkey(),
+                });
+                if closed.is_ok() {
+                    assert!(by_client || !live, "a stranger closed a live bid's copy");
+                }
+                closed
+            }
             Op::Claim { pick } => {
                 let owed: Vec<usize> = (0..WALLETS)
                     .filter(|&w| {
@@ -669,9 +723,9 @@ impl World {
         ok
     }
 
-    /// `end_lease` by the client, the agent or a stranger, or (`who == None`) the client's
-    /// `reclaim_escrow`; `to_stake`: with no token account of the client.
-    fn close(&mut self, pick: usize, who: Option<u8>, to_stake: bool) -> bool {
+    /// `end_lease` or (`reclaim`) `reclaim_escrow` by the client (0), the agent (1) or a
+    /// stranger (2); `to_stake`: with no token account of the client.
+    fn close(&mut self, pick: usize, who: u8, reclaim: bool, to_stake: bool) -> bool {
         let Some((lease, w)) = self.live_lease(pick) else {
             return false;
         };
@@ -680,8 +734,8 @@ impl World {
         let staked_before = self.ctx.account::<StakeAccount>(&client_stake).amount;
         let stranger = Keypair::new();
         let signer = match who {
-            Some(1) => &self.agent,
-            Some(2) => &stranger,
+            1 => &self.agent,
+            2 => &stranger,
             _ => &self.wallets[w].0,
         };
         let ok = self
@@ -698,7 +752,7 @@ impl World {
                 spot_book: None,
                 payment_mint: self.mint,
                 client_tokens: (!to_stake).then_some(self.wallets[w].1),
-                reclaim: who.is_none(),
+                reclaim,
             })
             .is_ok();
         if ok {

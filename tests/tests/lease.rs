@@ -625,7 +625,7 @@ fn a_final_proof_ends_the_lease_at_the_clock_without_waiting_for_its_window() {
 }
 
 #[test]
-fn a_silent_host_is_not_paid_the_client_reclaims_and_the_host_is_slashed_at_once() {
+fn a_silent_host_is_not_paid_anyone_reclaims_for_the_client_and_the_host_is_slashed_at_once() {
     let mut f = fixture();
     let c = f.client(100 * TOKEN, 0);
     let a = f.queue_args(1, 8);
@@ -639,11 +639,12 @@ fn a_silent_host_is_not_paid_the_client_reclaims_and_the_host_is_slashed_at_once
     assert_eq!(err.custom_code(), code(MarketError::HostNotSilent));
     let stranger = f.ctx.wallet(1);
     let err = f.close(&stranger, lease, c.tokens, true).unwrap_err();
-    assert_eq!(err.custom_code(), code(MarketError::NotLeaseParty));
+    assert_eq!(err.custom_code(), code(MarketError::HostNotSilent));
     assert_eq!(f.balances(&c), start);
 
+    // Anyone may reclaim (a keeper): the escrow can only go back to the client.
     f.ctx.advance_time(INTERVAL);
-    f.close(&client_key, lease, c.tokens, true)
+    f.close(&stranger, lease, c.tokens, true)
         .expect("reclaim_escrow");
     let end = f.balances(&c);
     assert_eq!(end[0] - start[0], escrow, "all of the escrow back");
@@ -708,6 +709,70 @@ fn low_utilisation_flags_a_lease_idle() {
     let l: Lease = f.ctx.account(&lease);
     assert!(l.idle, "two low intervals in a row");
     assert_eq!(l.idle_streak, 2);
+}
+
+#[test]
+fn the_idle_rule_ends_a_lease_after_its_idle_intervals_and_refunds_the_rest() {
+    let mut f = fixture();
+    // The end must come after the flag (2 intervals here), so the client is warned first.
+    let mut p = params();
+    p.idle_end_intervals = 2;
+    let authority = f.authority.insecure_clone();
+    let err = f
+        .ctx
+        .run(&UpdateMarket {
+            authority: &authority,
+            market: f.market,
+            params: p,
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::InvalidEnforcement));
+    p.idle_end_intervals = 3;
+    f.update_market(p);
+
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let escrow = f.ctx.account::<Bid>(&bid).escrow;
+    let lease = f.allocate(bid, &[0]).unwrap();
+    let start = f.balances(&c);
+    f.ctx.advance_time(4 * INTERVAL);
+    // A busy interval resets the streak; then three idle ones: flagged after two, ended after
+    // the third, at the end of its window.
+    for (k, util) in [(0, 9_000), (1, 500), (2, 500)] {
+        let mut p = f.proof(&lease, k);
+        p.avg_utilisation_bps = util;
+        f.submit(lease, p).unwrap();
+    }
+    let l: Lease = f.ctx.account(&lease);
+    assert!(
+        l.idle && l.stop_at == Lease::NOT_STOPPED,
+        "warned, not ended"
+    );
+    let mut p = f.proof(&lease, 3);
+    p.avg_utilisation_bps = 500;
+    f.submit(lease, p).unwrap();
+    let l: Lease = f.ctx.account(&lease);
+    assert_eq!(
+        l.stop_at,
+        l.started_at + 4 * INTERVAL,
+        "ends with its 4th window"
+    );
+    assert_eq!(l.exit_code, Some(gpu_market_core::lease::exit::IDLE_ENDED));
+    assert!(
+        l.fully_proven(),
+        "nothing more to prove: anyone may settle it"
+    );
+    let err = f.submit(lease, f.proof(&lease, 4)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::IntervalAfterStop));
+
+    let stranger = f.ctx.wallet(1);
+    f.close(&stranger, lease, c.tokens, false)
+        .expect("end_lease");
+    let end = f.balances(&c);
+    let paid = l.paid;
+    assert_eq!(end[0] - start[0], escrow - paid, "the unused escrow back");
+    assert!(!f.ctx.account_exists(&lease));
 }
 
 #[test]

@@ -63,6 +63,8 @@ struct Inner {
     ended: Vec<Key>,
     preemptions: Vec<(Key, Key, i64)>,
     pruned: Vec<Key>,
+    /// Environments the bids' clients stored sealed to the agent's key.
+    sealed_envs: Vec<(Key, Vec<u8>)>,
     heartbeats: u32,
     outage: bool,
     /// Leases the listing omits, as a lagging node's would, though they run.
@@ -96,6 +98,7 @@ impl FakeChain {
                 ended: Vec::new(),
                 preemptions: Vec::new(),
                 pruned: Vec::new(),
+                sealed_envs: Vec::new(),
                 heartbeats: 0,
                 outage: false,
                 hidden: Vec::new(),
@@ -138,6 +141,11 @@ impl FakeChain {
     /// While on, every call fails as an unreachable cluster would.
     pub fn set_outage(&self, on: bool) {
         self.lock().outage = on;
+    }
+
+    /// Stores `bid`'s environment sealed to the agent's key, as its client's `seal_env` does.
+    pub fn store_sealed_env(&self, bid: Key, sealed: Vec<u8>) {
+        self.lock().sealed_envs.push((bid, sealed));
     }
 
     /// From now on the lease listing omits `lease` (`true`), as a lagging RPC node's or one that
@@ -315,7 +323,7 @@ impl Inner {
         self.ended.push(l.key);
     }
 
-    /// Running spot leases another spot bid may outbid.
+    /// Running spot leases not told to stop yet: those `preempt` may stop.
     fn preemptible(&self) -> impl Iterator<Item = &LeaseView> {
         self.leases
             .iter()
@@ -410,13 +418,14 @@ impl Chain for FakeChain {
                     continue;
                 }
                 let gpus = offer.fit(&need(b)).ok().map(|c| c.gpus().to_vec());
-                let fits_if_ended: Vec<Key> = match (&gpus, kind) {
-                    (None, BidKind::Spot) => s
+                // A bid of either book that does not fit now may once a spot lease ends.
+                let fits_if_ended: Vec<Key> = match &gpus {
+                    None => s
                         .preemptible()
                         .filter(|l| s.offer(Some(l.key)).fit(&need(b)).is_ok())
                         .map(|l| l.key)
                         .collect(),
-                    _ => Vec::new(),
+                    Some(_) => Vec::new(),
                 };
                 if gpus.is_some() || !fits_if_ended.is_empty() {
                     out.bids.push(BidView {
@@ -489,9 +498,11 @@ impl Chain for FakeChain {
         Ok(key)
     }
 
-    /// A spot bid that pays the host more stops the spot lease at its next interval boundary;
-    /// a queue bid (queue leases outrank spot leases) stops it now. Either must fit the GPUs
-    /// the lease frees.
+    /// As `Preempt::preempt`: the lease must be a spot lease not told to stop yet, and the
+    /// challenger an open bid that fits the machine with the lease's GPUs counted free. A queue
+    /// bid (queue leases outrank spot leases) stops the lease now; a spot bid that pays the
+    /// host more stops it at its next interval boundary. The stop is never before what is
+    /// proven (`Lease::request_stop`).
     async fn preempt(&self, lease: Key, better_bid: Key) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.reachable()?;
@@ -631,5 +642,14 @@ impl Chain for FakeChain {
         s.bids.remove(pos);
         s.pruned.push(bid);
         Ok(())
+    }
+
+    async fn sealed_env(&self, bid: Key) -> Result<Option<Vec<u8>>, ChainError> {
+        let s = self.lock();
+        s.reachable()?;
+        Ok(s.sealed_envs
+            .iter()
+            .find(|(b, _)| *b == bid)
+            .map(|(_, sealed)| sealed.clone()))
     }
 }

@@ -125,9 +125,10 @@ pub struct LeaseView {
     pub proof_hash: [u8; 32],
 }
 
-/// What a bid or lease runs: its image and its sealed environment.
+/// What a bid or lease runs: its image and its sealed environment (the bid's, on chain).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Workload<'a> {
+    pub bid: Key,
     pub image_ref: &'a str,
     pub image_digest: &'a [u8; 32],
     pub env_hash: &'a [u8; 32],
@@ -136,6 +137,7 @@ pub struct Workload<'a> {
 impl BidView {
     pub fn workload(&self) -> Workload<'_> {
         Workload {
+            bid: self.key,
             image_ref: &self.image_ref,
             image_digest: &self.image_digest,
             env_hash: &self.env_hash,
@@ -151,6 +153,7 @@ impl BidView {
 impl LeaseView {
     pub fn workload(&self) -> Workload<'_> {
         Workload {
+            bid: self.bid,
             image_ref: &self.image_ref,
             image_digest: &self.image_digest,
             env_hash: &self.env_hash,
@@ -175,10 +178,11 @@ pub struct BidView {
     pub accepted_classes: u8,
     /// The machine GPUs the market's fit rule (`gpu_market_core::fit`) gives the bid on the
     /// machine as it is now, `gpus[i]` serving the bid's GPU `i`: exactly what `allocate`
-    /// accepts. `None` for a spot bid that fits only once a spot lease it outbids ends.
+    /// accepts. `None` for a bid that fits only once a running spot lease ends.
     pub gpus: Option<Vec<u8>>,
-    /// For a spot bid that does not fit now: the running spot leases of this machine whose end
-    /// would let it fit (what `preempt` checks).
+    /// For a bid that does not fit now: the running spot leases of this machine (not told to
+    /// stop yet) whose end would let it fit (what `preempt` checks of a challenger; a spot bid
+    /// must also pay the host more than the lease).
     pub fits_if_ended: Vec<Key>,
     /// The settings asked of each of the bid's GPUs, in the bid's GPU order.
     pub overclock: Vec<OverclockTerms>,
@@ -263,6 +267,9 @@ pub trait Chain: Send + Sync {
     async fn heartbeat(&self) -> Result<(), ChainError>;
     /// Removes a bid whose deadline has passed from its book, refunding its client.
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
+    /// The copy of `bid`'s environment sealed to this machine's agent key, as the bid's client
+    /// stored it (`seal_env`); `None` while there is none.
+    async fn sealed_env(&self, bid: Key) -> Result<Option<Vec<u8>>, ChainError>;
     /// JSON-RPC requests sent so far (what a public RPC provider counts); 0 for a chain that is
     /// not reached over JSON-RPC.
     fn requests_sent(&self) -> u64 {

@@ -17,7 +17,7 @@ use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind as ProgramBidKind, BookLeaf, Freed, Lease, Machine,
-    MachineStatus as ProgramStatus, Market, StakeAccount,
+    MachineStatus as ProgramStatus, Market, SealedEnv, StakeAccount,
 };
 use gpu_market_core::fit::{Fits, Offer};
 use gpu_market_core::lease::UsageProof;
@@ -616,45 +616,55 @@ fn image_ref(bid: &Bid) -> String {
     String::from_utf8_lossy(&bid.image_ref[..end]).into_owned()
 }
 
-/// The queue book's anti-monopoly cap as `allocate` applies it, over the bids that fit the
-/// machine, added best first: a bid may run while its client stays within the cap, counting the
-/// GPUs of its bids listed before it (the agent allocates them first); a bid over the cap may
-/// run only where it is the first that fits and no bid within its client's cap fits, so that
-/// the cap never keeps GPUs idle that nobody else is waiting for.
+/// The queue book's anti-monopoly cap as `allocate` and `preempt` apply it, over the bids that
+/// fit the machine now or once a spot lease ends, added best first. A bid that fits now may run
+/// while its client stays within the cap, counting the GPUs of its bids listed before it (the
+/// agent allocates them first); one over the cap may run only where it is the first that fits
+/// and no bid within its client's cap fits now, so that the cap never keeps GPUs idle that
+/// nobody else is waiting for. A bid that fits only once a spot lease ends may preempt it only
+/// within its client's cap (`preempt` makes no exception); it runs once the lease has ended,
+/// so it changes nothing for the bids that fit now.
 #[derive(Default)]
 struct CapFilter {
-    /// GPUs each client holds (from its stake account), and will once its listed bids run.
+    /// GPUs each client holds (from its stake account), and will once its listed bids that fit
+    /// now run.
     held: HashMap<Pubkey, u64>,
     listed: Vec<BidView>,
-    /// The first bid that fits, where its client is over the cap.
-    first_over_cap: Option<BidView>,
-    /// Whether a bid that fits came before.
+    /// The first bid that fits now, where its client is over the cap, and its place in
+    /// `listed`.
+    first_over_cap: Option<(usize, BidView)>,
+    /// Whether a bid that fits now came before.
     any: bool,
+    /// Whether a bid that fits now within its client's cap is listed.
+    any_within: bool,
 }
 
 impl CapFilter {
-    /// Adds a bid that fits: `view`, of `client`, for `gpus` GPUs; `within(held, more)` is the
-    /// market's cap (`Market::within_client_cap`). A client without a stake account is not
-    /// listed (`allocate` needs it).
+    /// Adds a bid that fits now or once a spot lease ends: `view`, of `client`, for `gpus`
+    /// GPUs; `within(held, more)` is the market's cap (`Market::within_client_cap`). A client
+    /// without a stake account is not listed (`allocate` and `preempt` need it).
     fn add(&mut self, view: BidView, client: &Pubkey, gpus: u8, within: impl Fn(u64, u64) -> bool) {
-        let first = !std::mem::replace(&mut self.any, true);
+        let fits_now = view.gpus.is_some();
+        let first = fits_now && !std::mem::replace(&mut self.any, true);
         let Some(held) = self.held.get_mut(client) else {
             return;
         };
         if within(*held, gpus as u64) {
-            *held += gpus as u64;
+            if fits_now {
+                *held += gpus as u64;
+                self.any_within = true;
+            }
             self.listed.push(view);
         } else if first {
-            self.first_over_cap = Some(view);
+            self.first_over_cap = Some((self.listed.len(), view));
         }
     }
 
-    fn finish(self) -> Vec<BidView> {
-        if self.listed.is_empty() {
-            self.first_over_cap.into_iter().collect()
-        } else {
-            self.listed
+    fn finish(mut self) -> Vec<BidView> {
+        if let Some((at, view)) = self.first_over_cap.filter(|_| !self.any_within) {
+            self.listed.insert(at, view);
         }
+        self.listed
     }
 }
 
@@ -851,7 +861,9 @@ impl Chain for SolanaChain {
         let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
         let machine: Machine = decoded(got[1].as_deref(), "machine", &self.machine)?;
         let now = clock_time(got[2].as_deref())?;
-        // A spot bid that does not fit now may fit once a running spot lease it outbids ends.
+        // A bid that does not fit now may fit once a running spot lease ends: `preempt` stops
+        // the lease for it, at once for a queue bid, at its next boundary for a spot bid that
+        // pays the host more.
         let spot_leases: Vec<(Pubkey, Freed)> = self
             .lease_accounts()
             .await?
@@ -873,13 +885,11 @@ impl Chain for SolanaChain {
                 continue;
             };
             let now_offer = offer(&machine, &market, kind, now, &Freed::default())?;
-            let if_ended = match kind {
-                ProgramBidKind::Queue => Vec::new(),
-                ProgramBidKind::Spot => spot_leases
-                    .iter()
-                    .map(|(k, f)| Ok((*k, offer(&machine, &market, kind, now, f)?)))
-                    .collect::<Result<Vec<_>, ChainError>>()?,
-            };
+            // What `preempt` offers a challenger of this book: the lease's GPUs counted free.
+            let if_ended = spot_leases
+                .iter()
+                .map(|(k, f)| Ok((*k, offer(&machine, &market, kind, now, f)?)))
+                .collect::<Result<Vec<_>, ChainError>>()?;
             // The entries' summaries rule out most bids without reading their accounts.
             let mut candidates = Vec::new();
             for leaf in &entries.entries {
@@ -1054,6 +1064,17 @@ impl Chain for SolanaChain {
         };
         self.send(PruneBid::NAME, ix.instruction()).await
     }
+
+    async fn sealed_env(&self, bid: Key) -> Result<Option<Vec<u8>>, ChainError> {
+        let address = pda::sealed_env(&pubkey(bid), &self.agent.pubkey()).0;
+        let got = self.raw_accounts(&[address]).await?;
+        got[0]
+            .as_deref()
+            .map(|data| {
+                decoded::<SealedEnv>(Some(data), "sealed environment", &address).map(|e| e.sealed)
+            })
+            .transpose()
+    }
 }
 
 /// The filters that select the lease accounts of `machine`.
@@ -1224,5 +1245,40 @@ mod tests {
         caps.add(view(1), &a, 1, within);
         caps.add(view(2), &b, 1, within);
         assert_eq!(keys(caps.finish()), vec![1]);
+    }
+
+    #[test]
+    fn a_bid_that_fits_once_a_spot_lease_ends_is_listed_within_the_cap_only() {
+        let within = |held: u64, more: u64| held + more <= 1;
+        let (a, b) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let keys = |v: Vec<BidView>| v.iter().map(|b| b.key.0[0]).collect::<Vec<_>>();
+        let waiting = |n: u8| BidView {
+            gpus: None,
+            fits_if_ended: vec![Key([9; 32])],
+            ..view(n)
+        };
+
+        // Within the cap it may preempt; it runs only once the lease ended, so the client's
+        // bid that fits now is not held back by it.
+        let mut caps = CapFilter::default();
+        caps.held.insert(a, 0);
+        caps.add(waiting(1), &a, 1, within);
+        caps.add(view(2), &a, 1, within);
+        assert_eq!(keys(caps.finish()), vec![1, 2]);
+
+        // Over the cap it may not (`preempt` makes no exception), and the first bid that fits
+        // now, over its own cap, still runs where no bid within a cap fits now.
+        let mut caps = CapFilter::default();
+        caps.held.extend([(a, 1), (b, 1)]);
+        caps.add(waiting(1), &a, 1, within);
+        caps.add(view(2), &b, 1, within);
+        assert_eq!(keys(caps.finish()), vec![2]);
+
+        // Both, in rank order, when the waiting one is within its client's cap.
+        let mut caps = CapFilter::default();
+        caps.held.extend([(a, 0), (b, 1)]);
+        caps.add(waiting(1), &a, 1, within);
+        caps.add(view(2), &b, 1, within);
+        assert_eq!(keys(caps.finish()), vec![1, 2]);
     }
 }

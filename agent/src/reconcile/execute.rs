@@ -7,7 +7,7 @@ use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
 use super::ready::{Readied, Refusal};
 use super::{logs_path, ActionError, Reconciler, TickError};
-use crate::chain::{ChainError, Key, LeaseView, Workload};
+use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
 use crate::gpu::{apply_and_verify, GpuError, Sample};
@@ -166,7 +166,18 @@ impl Reconciler {
                     .preempt(*lease, *better_bid)
                     .await
                     .inspect_err(|e| self.chain_error(e))?;
-                tracing::info!(%lease, %better_bid, "spot lease preempted at its next boundary");
+                // A queue bid stops the lease now, a spot bid at its next interval boundary.
+                let queue = o
+                    .chain
+                    .iter()
+                    .flat_map(|c| &c.bids)
+                    .any(|b| b.key == *better_bid && b.kind == BidKind::Queue);
+                let when = if queue {
+                    "at once"
+                } else {
+                    "at its next boundary"
+                };
+                tracing::info!(%lease, %better_bid, "spot lease preempted {when}");
             }
             Action::Prune { bid } => self.prune_all(&[*bid]).await,
             Action::Allocate { bid, gpu_indices } => {
@@ -361,7 +372,8 @@ impl Reconciler {
             digest: *workload.image_digest,
             credentials,
             budget: self.config.images,
-            data_dir: self.config.data_dir.clone(),
+            chain: self.chain.clone(),
+            bid: workload.bid,
             env_hash: *workload.env_hash,
             env_key: self.config.env_key.clone(),
             spec,

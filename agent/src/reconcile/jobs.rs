@@ -14,9 +14,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::chain::Key;
+use crate::chain::{Chain, Key};
 use crate::config::ImageBudget;
-use crate::env::{load_env, EnvError};
+use crate::env::fetch_env;
 use crate::runtime::{ContainerRuntime, ContainerSpec, Credentials, RuntimeError};
 
 /// How a job ended.
@@ -56,7 +56,9 @@ pub struct StartJob {
     pub digest: [u8; 32],
     pub credentials: Option<Credentials>,
     pub budget: ImageBudget,
-    pub data_dir: PathBuf,
+    /// Where the bid's sealed environment is read, and the key that opens it.
+    pub chain: Arc<dyn Chain>,
+    pub bid: Key,
     pub env_hash: [u8; 32],
     pub env_key: Arc<solana_keypair::Keypair>,
     /// The container to run. Its environment holds the host's variables (a shared GPU's MPS
@@ -227,12 +229,10 @@ async fn prepare(job: &StartJob, deadline: Instant) -> Result<Vec<(String, Strin
     let (mut env, mut pulled) = (None, false);
     loop {
         if env.is_none() {
-            env = match load_env(&job.data_dir, &job.env_hash, &job.env_key) {
-                Ok(env) => Some(env),
-                // The sealed environment may still be on its way to the host.
-                Err(EnvError::Read { .. }) => None,
-                Err(e) => return Err(refused(exit::ENVIRONMENT_UNAVAILABLE, e.to_string())),
-            };
+            // The client may still be storing its sealed copy on chain: `None` is tried again.
+            env = fetch_env(job.chain.as_ref(), job.bid, &job.env_hash, &job.env_key)
+                .await
+                .map_err(|e| refused(exit::ENVIRONMENT_UNAVAILABLE, e.to_string()))?;
         }
         if !pulled {
             let pull = job.runtime.pull(

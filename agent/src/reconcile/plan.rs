@@ -112,7 +112,9 @@ pub enum Action {
     Forget {
         lease: Key,
     },
-    /// A more profitable spot bid wants this spot lease's GPUs: stop it at its next boundary.
+    /// A bid that fits only once this spot lease ends wants its GPUs: the chain stops the lease
+    /// at once for a queue bid (queue leases outrank spot leases), at its next interval
+    /// boundary for a more profitable spot bid.
     Preempt {
         lease: Key,
         better_bid: Key,
@@ -145,7 +147,7 @@ pub fn plan(o: &Observed) -> Vec<Action> {
         p.new_leases(chain);
         if !o.draining && chain.machine.status == MachineStatus::Active {
             let taken = p.allocate_fitting(chain);
-            p.spot_rule(chain, &taken);
+            p.preemptions(chain, taken);
         }
         if !o.draining {
             p.prune(chain);
@@ -369,23 +371,76 @@ impl<'a> Planner<'a> {
         allocated
     }
 
-    /// The spot rule: a running spot lease whose end would let a more profitable open spot bid
-    /// fit (by the fit rule) is told to stop at its next interval boundary.
-    fn spot_rule(&mut self, chain: &ChainObserved, taken: &BTreeSet<Key>) {
+    /// The preemptions of running spot leases, each lease stopped at most once and each bid
+    /// promised at most once (`promised`: the bids allocated this tick): first the queue rule,
+    /// then the spot rule on the leases left.
+    fn preemptions(&mut self, chain: &ChainObserved, mut promised: BTreeSet<Key>) {
+        let mut stopping = BTreeSet::new();
+        self.queue_rule(chain, &mut promised, &mut stopping);
+        self.spot_rule(chain, promised, &stopping);
+    }
+
+    /// Whether `l` is a running spot lease (its container up) not told to stop yet, nor in
+    /// `stopping`: one a preemption may stop.
+    fn preemptible(&self, l: &LeaseView, stopping: &BTreeSet<Key>) -> bool {
+        let running = self
+            .o
+            .local
+            .leases
+            .get(&l.key)
+            .is_some_and(|r| r.exit_code.is_none() && r.container_id.is_some());
+        l.kind == BidKind::Spot && l.stop_at.is_none() && running && !stopping.contains(&l.key)
+    }
+
+    /// The queue rule: queue leases outrank spot leases, so an open queue bid that fits only
+    /// once a running spot lease ends (by the fit rule, as the chain lists it) stops that lease
+    /// at once. The queue bids go in the chain's ranking order, best first; each stops, of the
+    /// leases whose end lets it fit, the one that earns the host least.
+    fn queue_rule(
+        &mut self,
+        chain: &ChainObserved,
+        promised: &mut BTreeSet<Key>,
+        stopping: &mut BTreeSet<Key>,
+    ) {
         let cost = self.o.electricity_cost_per_kwh;
-        let mut promised = taken.clone();
-        for l in &chain.leases {
-            let running = self
-                .o
-                .local
-                .leases
-                .get(&l.key)
-                .is_some_and(|r| r.exit_code.is_none() && r.container_id.is_some());
-            if l.kind != BidKind::Spot || l.stop_at.is_some() || !running {
+        for b in chain.bids.iter().filter(|b| b.kind == BidKind::Queue) {
+            if promised.contains(&b.key) {
                 continue;
             }
-            let power: u64 = l.overclock.iter().map(|s| s.power_limit_w as u64).sum();
-            let current = spot_profit(l.price, l.gpu_indices.len(), power, cost);
+            let lease = chain
+                .leases
+                .iter()
+                .filter(|l| self.preemptible(l, stopping) && b.fits_if_ended.contains(&l.key))
+                .min_by_key(|l| lease_profit(l, cost))
+                .map(|l| l.key);
+            if let Some(lease) = lease {
+                promised.insert(b.key);
+                stopping.insert(lease);
+                self.push(Action::Preempt {
+                    lease,
+                    better_bid: b.key,
+                });
+            }
+        }
+    }
+
+    /// The spot rule: a running spot lease (not in `stopping`) whose end would let a more
+    /// profitable open spot bid fit (by the fit rule) is told to stop at its next interval
+    /// boundary, for the most profitable such bid not `promised`.
+    fn spot_rule(
+        &mut self,
+        chain: &ChainObserved,
+        mut promised: BTreeSet<Key>,
+        stopping: &BTreeSet<Key>,
+    ) {
+        let cost = self.o.electricity_cost_per_kwh;
+        let leases: Vec<&LeaseView> = chain
+            .leases
+            .iter()
+            .filter(|l| self.preemptible(l, stopping))
+            .collect();
+        for l in leases {
+            let current = lease_profit(l, cost);
             let better = chain
                 .bids
                 .iter()
@@ -439,6 +494,17 @@ fn window_ended(r: &LeaseRecord, now: i64) -> bool {
 /// A spot price's profit per day for the host at `power_w` in all (GigaSPOT's rule).
 fn spot_profit(price: u64, gpus: usize, power_w: u64, electricity_cost_per_kwh: u64) -> u64 {
     spot_profit_per_day(price, gpus as u64, power_w, electricity_cost_per_kwh).unwrap_or(0)
+}
+
+/// What a running spot lease earns the host per day, after the electricity its GPUs may draw.
+fn lease_profit(l: &LeaseView, electricity_cost_per_kwh: u64) -> u64 {
+    let power: u64 = l.overclock.iter().map(|s| s.power_limit_w as u64).sum();
+    spot_profit(
+        l.price,
+        l.gpu_indices.len(),
+        power,
+        electricity_cost_per_kwh,
+    )
 }
 
 fn bid_profit(b: &BidView, electricity_cost_per_kwh: u64) -> u64 {

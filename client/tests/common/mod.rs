@@ -9,7 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anchor_lang::AccountDeserialize;
-use gpu_market::state::Market;
+use gpu_market::instructions::SubmitUsageArgs;
+use gpu_market::pda;
+use gpu_market::state::{Lease, Machine, Market, StakeAccount};
 use gpu_market_sdk::{Allocate, ClientInstruction, SubmitUsage};
 use gpu_market_tests::Cluster;
 use serde_json::Value;
@@ -311,6 +313,15 @@ power_w = [100, 300]
 
 /// `bid place` in `market` for a 40 GiB, one-hour job, with `extra` arguments.
 pub fn place_args<'a>(market: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    place_args_with_duration(market, "1h", extra)
+}
+
+/// `bid place` in `market` for a 40 GiB job of `duration`, with `extra` arguments.
+pub fn place_args_with_duration<'a>(
+    market: &'a str,
+    duration: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         "bid",
         "place",
@@ -323,7 +334,7 @@ pub fn place_args<'a>(market: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         "--gib-per-gpu",
         "40",
         "--duration",
-        "1h",
+        duration,
     ];
     args.extend_from_slice(extra);
     args
@@ -391,5 +402,85 @@ pub fn register_host(t: &T, s: &MarketSetup) -> Host {
         agent,
         machine,
         tokens,
+    }
+}
+
+/// A 1-GPU queue bid of `client`, allocated by the host's agent; returns the lease.
+pub fn leased(
+    t: &T,
+    s: &MarketSetup,
+    host: &Host,
+    client: &std::path::Path,
+    nonce: &str,
+) -> Pubkey {
+    let out = t.ok(
+        client,
+        &place_args(
+            &s.m(),
+            &[
+                "--overclock",
+                "power=250",
+                "--price",
+                "3",
+                "--class",
+                "0",
+                "--nonce",
+                nonce,
+            ],
+        ),
+    );
+    allocate_as_agent(t, s, host, pk(&out["bid"]), key_of(client).pubkey())
+}
+
+/// The host's agent proves interval `k` of `lease` in full (1 GPU at 250 W for 2 s, busy).
+pub fn prove(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32) {
+    prove_with_use(t, s, host, lease, k, 10_000);
+}
+
+/// [`prove`] with `utilisation_bps` of average GPU use.
+pub fn prove_with_use(
+    t: &T,
+    s: &MarketSetup,
+    host: &Host,
+    lease: Pubkey,
+    k: u32,
+    utilisation_bps: u16,
+) {
+    let l: Lease = t.account(&lease);
+    let agent = key_of(&host.agent);
+    t.submit_usage(&SubmitUsage {
+        agent: &agent,
+        market: s.market,
+        machine: host.machine,
+        lease,
+        bid: l.bid,
+        payment_mint: s.mint,
+        host_tokens: host.tokens,
+        args: SubmitUsageArgs {
+            interval: k,
+            gpu_seconds: 2,
+            energy_j: 500,
+            avg_utilisation_bps: utilisation_bps,
+            peak_power_w: vec![250],
+            exit_code: None,
+            prev_hash: l.proof_hash,
+        },
+    });
+}
+
+pub fn host_stake(t: &T, s: &MarketSetup, host: &Host) -> StakeAccount {
+    let m: Machine = t.account(&host.machine);
+    t.account(&pda::stake(&s.market, &m.owner).0)
+}
+
+/// Waits until the cluster's clock reads `at` or later.
+pub fn wait_until(t: &T, at: i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while t.cluster_time() < at {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cluster's clock stands still"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
 }

@@ -67,7 +67,7 @@ pub enum MarketError {
     WrongStakeAccount,
     #[msg("the stake ranks waiting bids: cancel them (or let them run) before unstaking")]
     StakeLockedByBids,
-    #[msg("idle windows and the slash evidence must be at least 1, silence at least 2 intervals; utilisation at most 10000 bps, a slash at most 5000 bps")]
+    #[msg("idle windows and the slash evidence must be at least 1, the idle end 0 or more than the idle windows, silence at least 2 intervals; utilisation at most 10000 bps, a slash at most 5000 bps")]
     InvalidEnforcement,
     #[msg("two GPUs of the machine have the same UUID")]
     DuplicateGpu,
@@ -159,6 +159,12 @@ pub enum MarketError {
     NothingToClaim,
     #[msg("the stake account holds refunds due: claim them (claim_refunds) before closing it")]
     RefundsDue,
+    #[msg("the bid has no environment (its env_hash is zero)")]
+    NoEnvironment,
+    #[msg("a sealed environment is 1 to 800 bytes")]
+    SealedEnvSize,
+    #[msg("only the bid's client may close its sealed environment while the bid lives")]
+    SealedEnvInUse,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -174,6 +174,17 @@ pub mod gpu_market {
         CloseQueueBook::close_queue_book(ctx)
     }
 
+    /// Stores the bid's environment sealed to one machine's agent key (the client's).
+    pub fn seal_env(ctx: Context<SealEnv>, args: SealEnvArgs) -> Result<()> {
+        SealEnv::seal_env(ctx, args)
+    }
+
+    /// Closes a sealed environment (its client; anyone once the bid is gone); rent to the
+    /// client.
+    pub fn close_sealed_env(ctx: Context<CloseSealedEnv>) -> Result<()> {
+        CloseSealedEnv::close_sealed_env(ctx)
+    }
+
     /// The agent's liveness signal.
     pub fn heartbeat(ctx: Context<Heartbeat>) -> Result<()> {
         Heartbeat::heartbeat(ctx)

@@ -49,3 +49,7 @@ pub fn bid(market: &Pubkey, client: &Pubkey, nonce: u64) -> (Pubkey, u8) {
 pub fn lease(bid: &Pubkey) -> (Pubkey, u8) {
     Pubkey::find_program_address(&[seeds::LEASE, bid.as_ref()], &ID)
 }
+
+pub fn sealed_env(bid: &Pubkey, recipient: &Pubkey) -> (Pubkey, u8) {
+    Pubkey::find_program_address(&[seeds::SEALED_ENV, bid.as_ref(), recipient.as_ref()], &ID)
+}

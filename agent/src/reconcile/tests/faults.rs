@@ -119,6 +119,23 @@ async fn an_environment_that_never_arrives_ends_the_lease_within_the_budget() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_environment_on_chain_that_is_not_the_bids_ends_the_lease_at_once() {
+    let h = Harness::new(&[0]);
+    let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    h.seal_env(b.key, "TOKEN=other\n");
+    b.env_hash = [9; 32];
+    let (lease, took) = refused_lease(&h, b).await;
+    assert_eq!(
+        final_proof(&h, lease),
+        Some((0, Some(exit::ENVIRONMENT_UNAVAILABLE), 0))
+    );
+    assert!(
+        took <= 2 * POLL as i64,
+        "{took} s: a wrong copy is not waited for"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_container_the_engine_refuses_ends_the_lease_at_once() {
     let h = Harness::new(&[0]);
     h.runtime

@@ -38,7 +38,7 @@ fn launch(h: &Harness, id: &str, gib: u64, permille: u16) -> Result<u32, Allocat
 /// environment sets `TOKEN`.
 async fn two_tenants(h: &Harness) -> (Reconciler, [(LeaseView, String); 2]) {
     let mut a = slice(1, 40);
-    a.env_hash = crate::env::place_sealed(h.dir.path(), "TOKEN=secret\n", &h.env_key);
+    a.env_hash = h.seal_env(a.key, "TOKEN=secret\n");
     let b = slice(2, 40);
     h.chain.place_bid(a.clone());
     h.chain.place_bid(b.clone());

@@ -90,6 +90,19 @@ impl Harness {
     }
 
     /// A reconciler continuing from the state file: a fresh start, or a restart.
+    /// Stores `text` as `bid`'s environment sealed to the agent's key, as its client's
+    /// `bid place --env` does; returns the hash the bid carries.
+    fn seal_env(&self, bid: Key, text: &str) -> [u8; 32] {
+        use solana_signer::Signer;
+        let env = gpu_market_sdk::envelope::Environment::new(
+            text.as_bytes(),
+            &solana_keypair::Keypair::new(),
+        );
+        let sealed = env.seal_to(&self.env_key.pubkey()).expect("a curve point");
+        self.chain.store_sealed_env(bid, sealed);
+        env.hash()
+    }
+
     fn reconciler(&self) -> Reconciler {
         Reconciler::new(
             self.chain.clone(),
@@ -222,7 +235,7 @@ async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_tho
     // GPU 0 alone in group 0; GPUs 1-3 share group 1.
     let h = Harness::new(&[0, 1, 1, 1]);
     let mut b = bid(1, BidKind::Queue, 2, 1_000, power(250));
-    b.env_hash = crate::env::place_sealed(h.dir.path(), "TOKEN=secret\n", &h.env_key);
+    b.env_hash = h.seal_env(b.key, "TOKEN=secret\n");
     h.chain.place_bid(b.clone());
     let mut r = h.reconciler();
 
@@ -967,4 +980,5 @@ fn without_the_cluster_the_plan_touches_nothing_on_chain() {
 
 mod faults;
 mod isolation;
+mod preempt;
 mod ready;

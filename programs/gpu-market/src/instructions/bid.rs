@@ -279,6 +279,7 @@ impl PlaceBid<'_> {
         )?;
         let base = score::base_score(p.weights(), &inputs);
         let stake = &mut ctx.accounts.stake;
+        stake.touch(now);
         stake.open_bids = stake
             .open_bids
             .checked_add(1)
@@ -508,6 +509,7 @@ impl CancelBid<'_> {
     /// Takes a waiting bid out of its book and refunds its escrow in full.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
+        ctx.accounts.stake.touch(now);
         let to = ctx.accounts.client_tokens.to_account_info();
         refund_waiting!(ctx.accounts, now, BidRemoval::Cancelled, Some(to))
     }
@@ -558,7 +560,7 @@ pub struct PruneBid<'info> {
 impl PruneBid<'_> {
     pub fn prune_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        require!(now >= ctx.accounts.bid.deadline, MarketError::BidNotExpired);
+        require!(ctx.accounts.bid.expired(now), MarketError::BidNotExpired);
         let to = ctx
             .accounts
             .client_tokens

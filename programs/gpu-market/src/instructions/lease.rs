@@ -273,12 +273,17 @@ impl SubmitUsage<'_> {
                 intervals: lease.idle_streak,
             });
         }
-        // An exited container or an empty escrow ends the lease at this window; the exit code
-        // stays with the lease, for its client to read why.
-        if args.exit_code.is_some() {
+        // An exited container, an empty escrow or the market's idle rule ends the lease at this
+        // window; the exit code stays with the lease, for its client to read why.
+        let idle_ended = rules.idle_end_intervals > 0
+            && lease.idle_streak >= rules.idle_end_intervals
+            && args.exit_code.is_none();
+        if idle_ended {
+            lease.exit_code = Some(gpu_market_core::lease::exit::IDLE_ENDED);
+        } else if args.exit_code.is_some() {
             lease.exit_code = args.exit_code;
         }
-        if args.exit_code.is_some() || bid.escrow == 0 {
+        if args.exit_code.is_some() || bid.escrow == 0 || idle_ended {
             lease.request_stop(to);
         }
         emit!(UsageProven {
@@ -381,6 +386,9 @@ impl CloseLease<'_> {
         if ctx.accounts.is_party() {
             ctx.accounts.lease.request_stop(now);
         }
+        if ctx.accounts.signer.key() == ctx.accounts.lease.client {
+            ctx.accounts.client_stake.touch(now);
+        }
         let lease = &ctx.accounts.lease;
         if !lease.fully_proven() {
             require!(ctx.accounts.is_party(), MarketError::NotLeaseParty);
@@ -394,21 +402,18 @@ impl CloseLease<'_> {
         ctx.accounts.settle(now)
     }
 
-    /// The client takes back the escrow of a lease whose host sent no proof for
-    /// `silence_intervals` billing intervals: the unproven time is not paid, and it counts
-    /// against the machine as missed intervals.
+    /// Takes back the escrow of a lease whose host sent no proof for `silence_intervals`
+    /// billing intervals: the unproven time is not paid, and it counts against the machine as
+    /// missed intervals. Anyone may send it (a keeper, the client): the refund can only go to
+    /// the client (its token account, or its stake's `refunds_due`), and the slash half to the
+    /// client's stake, half to the stake treasury.
     pub fn reclaim_escrow(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = &mut *ctx.accounts;
-        require_keys_eq!(a.signer.key(), a.lease.client, MarketError::NotLeaseParty);
         let lease = &mut a.lease;
         require!(!lease.fully_proven(), MarketError::NothingToReclaim);
+        require!(lease.reclaimable(now), MarketError::HostNotSilent);
         let interval = lease.rules.billing_interval_secs as i64;
-        let silence = interval * lease.rules.silence_intervals as i64;
-        require!(
-            now >= lease.proven_until.saturating_add(silence),
-            MarketError::HostNotSilent
-        );
         // The harm is the silence the client had to sit through before it could act: waiting
         // longer to reclaim does not make it larger.
         let unproven = (lease.stop().min(now) - lease.proven_until).max(0) as u64;

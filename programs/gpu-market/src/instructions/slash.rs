@@ -47,15 +47,10 @@ impl Slash<'_> {
         let a = &mut *ctx.accounts;
         let params = a.market.params;
         let machine = &mut a.machine;
-        machine.expire_evidence(now, &a.market);
         let units = machine
-            .unslashed_missed
-            .checked_add(machine.unslashed_violations)
-            .ok_or(MarketError::Overflow)?;
-        require!(
-            units >= params.slash_evidence as u32,
-            MarketError::NoSlashingEvidence
-        );
+            .slashable_evidence(now, &a.market)
+            .ok_or(MarketError::NoSlashingEvidence)?;
+        machine.expire_evidence(now, &a.market);
         machine.unslashed_missed = 0;
         machine.unslashed_violations = 0;
         let bps = slash_share_bps(params.slash_bps, units, params.slash_evidence)?;

@@ -32,6 +32,7 @@ impl OpenStake<'_> {
         stake.market = ctx.accounts.market.key();
         stake.owner = ctx.accounts.owner.key();
         stake.bump = ctx.bumps.stake;
+        stake.touch(Clock::get()?.unix_timestamp);
         Ok(())
     }
 }
@@ -85,6 +86,7 @@ impl Stake<'_> {
         )?;
 
         let stake = &mut ctx.accounts.stake;
+        stake.touch(Clock::get()?.unix_timestamp);
         stake.amount = stake
             .amount
             .checked_add(amount)
@@ -137,6 +139,7 @@ impl ClaimRefunds<'_> {
     /// while no token account of the owner was given.
     pub fn claim_refunds(ctx: Context<Self>) -> Result<()> {
         let a = &mut *ctx.accounts;
+        a.stake.touch(Clock::get()?.unix_timestamp);
         let amount = a.market.take_refunds(&mut a.stake)?;
         pay_out(
             &a.market,

@@ -28,6 +28,7 @@ impl RequestUnstake<'_> {
         let now = Clock::get()?.unix_timestamp;
         let market = &mut ctx.accounts.market;
         let stake = &mut ctx.accounts.stake;
+        stake.touch(now);
         stake.request_unstake(
             amount,
             now,
@@ -83,6 +84,7 @@ impl WithdrawStake<'_> {
     /// Pays out everything whose cooldown has passed to the owner's token account.
     pub fn withdraw_stake(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
+        ctx.accounts.stake.touch(now);
         let amount = ctx.accounts.stake.withdraw(now)?;
         let market = &ctx.accounts.market;
         market.with_signer(|signer| {

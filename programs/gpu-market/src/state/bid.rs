@@ -135,6 +135,11 @@ impl Bid {
             .collect()
     }
 
+    /// Whether the bid's deadline has passed at `now`: anyone may prune it then.
+    pub fn expired(&self, now: i64) -> bool {
+        now >= self.deadline
+    }
+
     pub fn unit(&self) -> PriceUnit {
         self.kind.unit()
     }

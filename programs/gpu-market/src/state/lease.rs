@@ -10,6 +10,7 @@ pub struct LeaseRules {
     pub protocol_fee_bps: u16,
     pub idle_utilisation_bps: u16,
     pub idle_intervals: u16,
+    pub idle_end_intervals: u16,
     pub silence_intervals: u16,
     /// What a slash for this lease's silence takes: `slash_bps` per `slash_evidence` intervals.
     pub slash_bps: u16,
@@ -23,6 +24,7 @@ impl LeaseRules {
             protocol_fee_bps: params.protocol_fee_bps,
             idle_utilisation_bps: params.idle_utilisation_bps,
             idle_intervals: params.idle_intervals,
+            idle_end_intervals: params.idle_end_intervals,
             silence_intervals: params.silence_intervals,
             slash_bps: params.slash_bps,
             slash_evidence: params.slash_evidence,
@@ -96,6 +98,20 @@ impl Lease {
     /// Whether every payable second has been proven.
     pub fn fully_proven(&self) -> bool {
         self.proven_until >= self.stop()
+    }
+
+    /// When the host counts as silent on this lease: `silence_intervals` billing intervals
+    /// after the last proven second.
+    pub fn silent_from(&self) -> i64 {
+        let interval = self.rules.billing_interval_secs as i64;
+        self.proven_until
+            .saturating_add(interval.saturating_mul(self.rules.silence_intervals as i64))
+    }
+
+    /// Whether `reclaim_escrow` takes this lease's escrow back at `now`: time is left unproven
+    /// and the host has been silent long enough.
+    pub fn reclaimable(&self, now: i64) -> bool {
+        !self.fully_proven() && now >= self.silent_from()
     }
 
     /// Asks the lease to stop at `at` (never later than an earlier request).

@@ -288,6 +288,23 @@ impl Machine {
         }
     }
 
+    /// The pieces of evidence `slash` would use at `now` (skipped intervals and power-limit
+    /// violations still inside the market's window), or `None` below the market's
+    /// `slash_evidence`: what `slash` checks, for those who decide whether to send it.
+    pub fn slashable_evidence(&self, now: i64, market: &Market) -> Option<u32> {
+        let expired = now
+            > self
+                .evidence_since
+                .saturating_add(market.evidence_window_secs());
+        let units = if expired {
+            0
+        } else {
+            self.unslashed_missed
+                .saturating_add(self.unslashed_violations)
+        };
+        (units >= (market.params.slash_evidence as u32).max(1)).then_some(units)
+    }
+
     /// Records intervals a proof skipped (never paid) as evidence for `slash`.
     pub fn record_missed(&mut self, missed: u32, now: i64, market: &Market) -> Result<()> {
         self.record_silence(missed)?;

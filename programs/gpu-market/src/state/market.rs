@@ -94,8 +94,10 @@ pub struct MarketParams {
     pub capability_bps: ClassBps,
     /// Seasonal factor of each UTC hour of the cluster clock (bps; 10 000 = neutral).
     pub seasonal_bps: HourBps,
-    /// Zero: keeps the layout free of padding.
-    pub _reserved: [u8; 2],
+    /// Consecutive low-utilisation proofs after which the market ends a lease at the end of the
+    /// last one, its unused escrow refunded (0: never). More than `idle_intervals`, so the idle
+    /// flag (`LeaseIdle`, `gpu-market lease list --idle`) warns its client first.
+    pub idle_end_intervals: u16,
 }
 
 // SAFETY: `repr(C)`, integers and `u16` tables only, no padding (size pinned below): every bit
@@ -152,7 +154,7 @@ impl MarketParams {
             // What a full 16-GPU machine earns in a day at the base price: a host that fakes
             // its GPUs risks more than it can take before its clients react.
             min_host_stake: 1_000_000 * 16 * 24,
-            _reserved: [0; 2],
+            idle_end_intervals: 0,
         }
     }
 
@@ -226,6 +228,7 @@ impl MarketParams {
         );
         require!(
             self.idle_intervals > 0
+                && (self.idle_end_intervals == 0 || self.idle_end_intervals > self.idle_intervals)
                 && self.silence_intervals >= MIN_SILENCE_INTERVALS
                 && self.slash_evidence > 0
                 && self.idle_utilisation_bps as u64 <= bps

@@ -31,6 +31,7 @@ pub(crate) use pod_borsh;
 
 pub mod bid;
 pub mod book;
+pub mod env;
 pub mod lease;
 pub mod machine;
 pub mod market;
@@ -39,6 +40,7 @@ pub mod stake;
 
 pub use bid::*;
 pub use book::*;
+pub use env::*;
 pub use lease::*;
 pub use machine::*;
 pub use market::*;

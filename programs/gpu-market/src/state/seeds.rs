@@ -7,3 +7,4 @@ pub const STAKE: &[u8] = b"stake";
 pub const BID: &[u8] = b"bid";
 pub const MACHINE: &[u8] = b"machine";
 pub const LEASE: &[u8] = b"lease";
+pub const SEALED_ENV: &[u8] = b"sealed_env";

@@ -27,10 +27,19 @@ pub struct StakeAccount {
     /// account of the owner was given when the refund was made (it may have closed it): the
     /// owner takes it with `claim_refunds`. Payment-token base units.
     pub refunds_due: u64,
+    /// The last time the owner signed an instruction with this stake account (opened or added
+    /// stake, asked it back, withdrew, placed or cancelled a bid, ended a lease, claimed
+    /// refunds): `gpu-market market inactive` shows owners quiet for long.
+    pub last_active: i64,
     pub bump: u8,
 }
 
 impl StakeAccount {
+    /// Records that the owner acted at `now`.
+    pub fn touch(&mut self, now: i64) {
+        self.last_active = self.last_active.max(now);
+    }
+
     /// Moves `amount` from counting stake to the cooldown; a new request restarts the cooldown
     /// for everything pending, so a cooldown can never be shortened by splitting requests. What
     /// the owner's machines bond (`min_host_stake` each) stays.

@@ -1,0 +1,164 @@
+//! A bid's environment, delivered through the chain: `bid place --env FILE` seals it to each
+//! machine that may run the bid (a spot bid's machine; for a queue bid, every machine of the
+//! market the bid fits when that machine is empty) and stores one `seal_env` account per agent
+//! key; the agent that runs the lease reads the copy sealed to its key. `gpu-market bid seal
+//! BID --env FILE` adds machines later (registered, or resumed, since): the same file and
+//! keypair give the bid's hash again. Nobody ever sees the plaintext but the client and the
+//! agent of the machine that runs the lease.
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use gpu_market::pda;
+use gpu_market::state::{Bid, BidKind, Freed, Machine, MachineStatus, Market, SealedEnv};
+use gpu_market_sdk::envelope::Environment;
+use gpu_market_sdk::SealEnv;
+use serde_json::Value;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+use crate::config::Config;
+use crate::output::{print_record, text, Fields};
+
+/// Reads the environment file `path` as the bid of `client` carries it.
+pub(super) fn read_env(path: &Path, client: &Keypair) -> Result<Environment> {
+    let plain = std::fs::read(path)
+        .with_context(|| format!("cannot read the environment file {}", path.display()))?;
+    Ok(Environment::new(&plain, client))
+}
+
+/// The agent keys that may run bid `b`, each with one of its machines: a spot bid's machine,
+/// or each machine of the market (not retired nor paused) whose GPUs would serve the queue bid
+/// with no lease running.
+fn recipients(config: &Config, b: &Bid, m: &Market) -> Result<Vec<(Pubkey, Pubkey)>> {
+    let machines: Vec<(Pubkey, Machine)> = match b.kind {
+        BidKind::Spot => vec![(b.machine, config.fetch(&b.machine, "machine")?)],
+        BidKind::Queue => config.program_accounts_of::<Machine>(&[(0, b.market)])?,
+    };
+    let now = config.cluster_time()?;
+    let empty = Freed {
+        gpus: u16::MAX,
+        gib: u16::MAX,
+    };
+    let mut out: Vec<(Pubkey, Pubkey)> = Vec::new();
+    for (key, mach) in machines {
+        let serves = b.kind == BidKind::Spot
+            || (mach.status == MachineStatus::Active
+                && mach
+                    .offer(m, b.kind, now, &empty)
+                    .is_ok_and(|offer| b.fit(&offer).is_ok()));
+        if serves && !out.iter().any(|(agent, _)| *agent == mach.agent) {
+            out.push((mach.agent, key));
+        }
+    }
+    Ok(out)
+}
+
+/// Seals `env` to each of `to` (agent key, machine) that has no copy yet, one `seal_env`
+/// transaction each; returns the machines sealed to.
+fn seal_each(
+    config: &Config,
+    client: &Keypair,
+    bid: &Pubkey,
+    env: &Environment,
+    to: &[(Pubkey, Pubkey)],
+) -> Result<Vec<Pubkey>> {
+    let addresses: Vec<Pubkey> = to
+        .iter()
+        .map(|(agent, _)| pda::sealed_env(bid, agent).0)
+        .collect();
+    let existing = config.fetch_many::<SealedEnv>(&addresses)?;
+    let mut sealed_to = Vec::new();
+    for ((agent, machine), have) in to.iter().zip(existing) {
+        if have.is_some() {
+            continue;
+        }
+        let sealed = env
+            .seal_to(agent)
+            .map_err(|e| anyhow!("cannot seal the environment to machine {machine}: {e}"))?;
+        if sealed.len() > SealedEnv::MAX_SEALED {
+            bail!(
+                "the environment is too large to travel on chain: {} bytes sealed, at most {}",
+                sealed.len(),
+                SealedEnv::MAX_SEALED
+            );
+        }
+        let ix = SealEnv {
+            client,
+            bid: *bid,
+            recipient: *agent,
+            sealed,
+        };
+        config.send_all(client, &[&ix]).with_context(|| {
+            format!("cannot store the environment sealed to machine {machine}: run `gpu-market bid seal {bid} --env FILE` to try again")
+        })?;
+        sealed_to.push(*machine);
+    }
+    Ok(sealed_to)
+}
+
+/// After `bid place --env`: seals the new bid's environment to each machine that may run it.
+pub(super) fn seal_new_bid(
+    config: &Config,
+    client: &Keypair,
+    (key, b): (&Pubkey, &Bid),
+    m: &Market,
+    env: &Environment,
+) -> Result<Vec<Pubkey>> {
+    let to = recipients(config, b, m)?;
+    seal_each(config, client, key, env, &to)
+}
+
+/// `gpu-market bid seal BID --env FILE [--machine M]…`.
+pub(super) fn seal(
+    config: &Config,
+    bid: &Pubkey,
+    path: &Path,
+    machines: &[Pubkey],
+) -> Result<()> {
+    let client = config.signer()?;
+    let b: Bid = config.fetch(bid, "bid")?;
+    if b.client != client.pubkey() {
+        bail!(
+            "only the bid's client {} may seal its environment; the keypair is {}",
+            b.client,
+            client.pubkey()
+        );
+    }
+    if b.env_hash == [0; 32] {
+        bail!("bid {bid} has no environment: it was placed without --env");
+    }
+    let env = read_env(path, &client)?;
+    if env.hash() != b.env_hash {
+        bail!(
+            "{} is not the environment bid {bid} was placed with (its hash differs)",
+            path.display()
+        );
+    }
+    let m: Market = config.fetch(&b.market, "market")?;
+    let to = if machines.is_empty() {
+        recipients(config, &b, &m)?
+    } else {
+        machines
+            .iter()
+            .map(|k| Ok((config.fetch::<Machine>(k, "machine")?.agent, *k)))
+            .collect::<Result<_>>()?
+    };
+    let sealed_to = seal_each(config, &client, bid, &env, &to)?;
+    let fields: Fields = vec![
+        ("bid", text(bid)),
+        ("machines_able", (to.len() as u64).into()),
+        ("sealed_to", machines_value(&sealed_to)),
+        (
+            "already_sealed",
+            ((to.len() - sealed_to.len()) as u64).into(),
+        ),
+    ];
+    print_record(config.output, &fields);
+    Ok(())
+}
+
+pub(super) fn machines_value(machines: &[Pubkey]) -> Value {
+    Value::Array(machines.iter().map(text).collect())
+}

@@ -1,0 +1,348 @@
+//! `gpu-market keeper --market MARKET`: keeps a market's rules moving, for anyone who runs it.
+//! Each round it reads the market's accounts and sends, one transaction each, only what the
+//! program will accept now, by the program's own rules (`Bid::expired`, `Lease::fully_proven`,
+//! `Lease::reclaimable`, `Machine::slashable_evidence`):
+//! - `prune_bid` for each expired bid: the escrow goes back to its client in full;
+//! - `end_lease` for each lease proven up to its stop: the host is paid, the rest refunded;
+//! - `reclaim_escrow` for each lease whose host went silent: the unproven escrow goes back to
+//!   the client and the silence is slashed, half to the client;
+//! - `slash` for each machine with enough current evidence (skipped intervals, power
+//!   violations): the stake treasury keeps it;
+//! - `close_sealed_env` for each sealed environment whose bid is gone: rent to the client.
+//!
+//! None of these can send funds anywhere but to their owners, so the keeper needs no trust and
+//! no stake: only SOL for fees. Each action is one log line with its reason; counters per duty
+//! and outcome are written, with `--metrics-file`, in the OpenMetrics text format for the
+//! Prometheus node exporter's textfile collector.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use gpu_market::state::{Bid, BidKind, BidStatus, Lease, Machine, Market, SealedEnv};
+use gpu_market_sdk::{CloseLease, CloseSealedEnv, PruneBid, Slash};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+
+use crate::bid::refund_accounts;
+use crate::config::{Config, Sendable};
+use crate::output::OutputFormat;
+
+#[derive(Args)]
+pub struct KeeperArgs {
+    #[arg(long)]
+    market: Pubkey,
+    /// Seconds between rounds.
+    #[arg(long, default_value_t = 10)]
+    every: u64,
+    /// One round, then exit (e.g. from cron).
+    #[arg(long)]
+    once: bool,
+    /// Writes the counters here after each round (OpenMetrics text; point the node exporter's
+    /// textfile collector at its folder).
+    #[arg(long, value_name = "FILE")]
+    metrics_file: Option<PathBuf>,
+}
+
+/// What the keeper does, one kind of instruction each.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+enum Duty {
+    Prune,
+    Settle,
+    Reclaim,
+    Slash,
+    CloseEnv,
+}
+
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+enum Outcome {
+    Sent,
+    Refused,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    duty: Duty,
+    outcome: Outcome,
+}
+
+struct Counters {
+    registry: Registry,
+    actions: Family<ActionLabels, Counter>,
+    rounds: Counter,
+    failed_rounds: Counter,
+}
+
+impl Counters {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("gpu_market_keeper");
+        let actions = Family::<ActionLabels, Counter>::default();
+        registry.register(
+            "actions",
+            "Instructions sent, by duty and outcome",
+            actions.clone(),
+        );
+        let rounds = Counter::default();
+        registry.register("rounds", "Rounds run", rounds.clone());
+        let failed_rounds = Counter::default();
+        registry.register(
+            "failed_rounds",
+            "Rounds that could not read the market",
+            failed_rounds.clone(),
+        );
+        Counters {
+            registry,
+            actions,
+            rounds,
+            failed_rounds,
+        }
+    }
+
+    fn write(&self, path: &PathBuf) -> Result<()> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .map_err(|e| anyhow!("cannot encode the counters: {e}"))?;
+        // Written whole, then renamed: the collector never reads half a file.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .with_context(|| format!("cannot write the counters to {}", path.display()))
+    }
+}
+
+/// One instruction due now, with its reason.
+struct Due<'a> {
+    duty: Duty,
+    target: Pubkey,
+    reason: String,
+    ix: Box<dyn Sendable + 'a>,
+}
+
+pub fn run(config: &Config, a: KeeperArgs) -> Result<()> {
+    let keeper = config.signer()?;
+    let counters = Counters::new();
+    loop {
+        counters.rounds.inc();
+        match round(config, &keeper, &a.market) {
+            Ok(done) => {
+                for (duty, outcome) in done {
+                    counters
+                        .actions
+                        .get_or_create(&ActionLabels { duty, outcome })
+                        .inc();
+                }
+            }
+            Err(e) => {
+                counters.failed_rounds.inc();
+                eprintln!("keeper: cannot read market {}: {e:#}", a.market);
+                if a.once {
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(path) = &a.metrics_file {
+            counters.write(path)?;
+        }
+        if a.once {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(a.every.max(1)));
+    }
+}
+
+/// Sends everything due now, one transaction each; returns each outcome.
+fn round(config: &Config, keeper: &Keypair, market: &Pubkey) -> Result<Vec<(Duty, Outcome)>> {
+    let due = due(config, keeper, market)?;
+    let mut done = Vec::with_capacity(due.len());
+    for d in due {
+        let sent = config.send_all(keeper, &[d.ix.as_ref()]);
+        let outcome = if sent.is_ok() {
+            Outcome::Sent
+        } else {
+            Outcome::Refused
+        };
+        log(config.output, &d, &sent);
+        done.push((d.duty, outcome));
+    }
+    Ok(done)
+}
+
+fn log(format: OutputFormat, d: &Due, sent: &Result<String>) {
+    let duty = format!("{:?}", d.duty).to_lowercase();
+    match format {
+        OutputFormat::Json => {
+            let mut line =
+                json!({"duty": duty, "target": d.target.to_string(), "reason": d.reason});
+            match sent {
+                Ok(sig) => line["signature"] = json!(sig),
+                Err(e) => line["error"] = json!(format!("{e:#}")),
+            }
+            println!("{line}");
+        }
+        OutputFormat::Table => match sent {
+            Ok(sig) => println!("{duty} {}: {} ({sig})", d.target, d.reason),
+            Err(e) => println!("{duty} {}: {}: refused: {e:#}", d.target, d.reason),
+        },
+    }
+}
+
+/// Everything the program would accept from anyone in `market` now.
+fn due<'a>(config: &Config, keeper: &'a Keypair, market: &Pubkey) -> Result<Vec<Due<'a>>> {
+    let m: Market = config.fetch(market, "market")?;
+    let now = config.cluster_time()?;
+    let machines: BTreeMap<Pubkey, Machine> = config
+        .program_accounts_of::<Machine>(&[(0, *market)])?
+        .into_iter()
+        .collect();
+    let mut due = Vec::new();
+    expired_bids(config, keeper, (market, &m), &machines, now, &mut due)?;
+    ended_leases(config, keeper, (market, &m), &machines, now, &mut due)?;
+    for (key, mach) in &machines {
+        if let Some(units) = mach.slashable_evidence(now, &m) {
+            due.push(Due {
+                duty: Duty::Slash,
+                target: *key,
+                reason: format!(
+                    "{units} pieces of evidence ({} skipped intervals, {} power-limit violations; the market slashes from {})",
+                    mach.unslashed_missed, mach.unslashed_violations, m.params.slash_evidence
+                ),
+                ix: Box::new(Slash {
+                    signer: keeper,
+                    market: *market,
+                    machine: *key,
+                    host: mach.owner,
+                }),
+            });
+        }
+    }
+    orphan_envs(config, keeper, market, &mut due)?;
+    Ok(due)
+}
+
+fn expired_bids<'a>(
+    config: &Config,
+    keeper: &'a Keypair,
+    (market, m): (&Pubkey, &Market),
+    machines: &BTreeMap<Pubkey, Machine>,
+    now: i64,
+    due: &mut Vec<Due<'a>>,
+) -> Result<()> {
+    let bids: Vec<(Pubkey, Bid)> = config
+        .program_accounts_of::<Bid>(&[(0, *market)])?
+        .into_iter()
+        .filter(|(_, b)| b.status == BidStatus::Open && b.expired(now))
+        .collect();
+    let refund_to = refund_accounts(config, bids.iter().map(|(_, b)| b), m)?;
+    for ((key, b), to) in bids.into_iter().zip(refund_to) {
+        let book = match b.kind {
+            BidKind::Queue => m.queue_book,
+            BidKind::Spot => match machines.get(&b.machine) {
+                Some(mach) => mach.spot_book,
+                None => continue,
+            },
+        };
+        due.push(Due {
+            duty: Duty::Prune,
+            target: key,
+            reason: format!("its deadline {} has passed", b.deadline),
+            ix: Box::new(PruneBid {
+                caller: keeper,
+                market: *market,
+                bid: key,
+                client: b.client,
+                book,
+                payment_mint: m.payment_mint,
+                client_tokens: to,
+            }),
+        });
+    }
+    Ok(())
+}
+
+fn ended_leases<'a>(
+    config: &Config,
+    keeper: &'a Keypair,
+    (market, m): (&Pubkey, &Market),
+    machines: &BTreeMap<Pubkey, Machine>,
+    now: i64,
+    due: &mut Vec<Due<'a>>,
+) -> Result<()> {
+    let leases: Vec<(Pubkey, Lease)> = config
+        .program_accounts_of::<Lease>(&[(0, *market)])?
+        .into_iter()
+        .filter(|(_, l)| l.fully_proven() || l.reclaimable(now))
+        .collect();
+    let bids = config.fetch_many::<Bid>(&leases.iter().map(|(_, l)| l.bid).collect::<Vec<_>>())?;
+    for ((key, l), b) in leases.into_iter().zip(bids) {
+        let (Some(b), Some(mach)) = (b, machines.get(&l.machine)) else {
+            continue;
+        };
+        let reclaim = !l.fully_proven();
+        let (duty, reason) = if reclaim {
+            (
+                Duty::Reclaim,
+                format!(
+                    "its host has been silent since {} (silent from {})",
+                    l.proven_until,
+                    l.silent_from()
+                ),
+            )
+        } else {
+            (Duty::Settle, format!("proven up to its stop {}", l.stop()))
+        };
+        let client_tokens = refund_accounts(config, [&b], m)?[0];
+        due.push(Due {
+            duty,
+            target: key,
+            reason,
+            ix: Box::new(CloseLease {
+                signer: keeper,
+                market: *market,
+                machine: l.machine,
+                lease: key,
+                bid: l.bid,
+                client: l.client,
+                agent: mach.agent,
+                host: mach.owner,
+                spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
+                payment_mint: m.payment_mint,
+                client_tokens,
+                reclaim,
+            }),
+        });
+    }
+    Ok(())
+}
+
+fn orphan_envs<'a>(
+    config: &Config,
+    keeper: &'a Keypair,
+    market: &Pubkey,
+    due: &mut Vec<Due<'a>>,
+) -> Result<()> {
+    let envs = config.program_accounts_of::<SealedEnv>(&[(0, *market)])?;
+    let bids = config.fetch_many::<Bid>(&envs.iter().map(|(_, e)| e.bid).collect::<Vec<_>>())?;
+    for ((key, e), b) in envs.into_iter().zip(bids) {
+        if b.is_none() {
+            due.push(Due {
+                duty: Duty::CloseEnv,
+                target: key,
+                reason: format!("its bid {} is closed", e.bid),
+                ix: Box::new(CloseSealedEnv {
+                    signer: keeper,
+                    bid: e.bid,
+                    client: e.client,
+                    recipient: e.recipient,
+                }),
+            });
+        }
+    }
+    Ok(())
+}

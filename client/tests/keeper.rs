@@ -1,0 +1,206 @@
+//! `gpu-market keeper`, run by a stranger with no stake against a private
+//! solana-test-validator: each duty (prune an expired bid, settle a proven lease, slash on
+//! evidence, reclaim a silent host's lease for its client, close a sealed environment whose
+//! bid is gone) is sent only once the program would accept it, with the funds going to their
+//! owners, and counted in the metrics file.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use gpu_market::pda;
+use gpu_market::state::Lease;
+use serde_json::Value;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+/// One `keeper --once` round: each action it logged, as (duty, target).
+fn keep(
+    t: &T,
+    keeper: &std::path::Path,
+    s: &MarketSetup,
+    prom: &std::path::Path,
+) -> BTreeSet<(String, Pubkey)> {
+    let out = t.run(
+        keeper,
+        &[
+            "keeper",
+            "--market",
+            &s.m(),
+            "--once",
+            "--metrics-file",
+            prom.to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "keeper failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            assert!(v.get("error").is_none(), "refused: {v}");
+            assert!(!v["reason"].as_str().unwrap().is_empty(), "{v}");
+            (v["duty"].as_str().unwrap().to_string(), pk(&v["target"]))
+        })
+        .collect()
+}
+
+fn set(items: &[(&str, Pubkey)]) -> BTreeSet<(String, Pubkey)> {
+    items.iter().map(|(d, k)| (d.to_string(), *k)).collect()
+}
+
+#[test]
+fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
+    let t = T::start();
+    // 2 s intervals; silent after 8 of them; 2 pieces of evidence slash 10 %.
+    let s = MarketSetup::new(
+        &t,
+        &[
+            "--billing-interval-secs",
+            "2",
+            "--silence-intervals",
+            "8",
+            "--slash-evidence",
+            "2",
+            "--slash-bps",
+            "1000",
+        ],
+    );
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let keeper = t.wallet("keeper");
+    let prom = t.path("keeper.prom");
+    let m = s.m();
+    assert!(keep(&t, &keeper, &s, &prom).is_empty(), "nothing is due");
+
+    // A 4 s lease its host proves in full; a lease whose host skips intervals 0 and 1.
+    let out = t.ok(
+        &client,
+        &place_args_with_duration(
+            &m,
+            "4",
+            &[
+                "--overclock",
+                "power=250",
+                "--price",
+                "3",
+                "--class",
+                "0",
+                "--nonce",
+                "11",
+            ],
+        ),
+    );
+    let short = allocate_as_agent(&t, &s, &host, pk(&out["bid"]), key_of(&client).pubkey());
+    let skipping = leased(&t, &s, &host, &client, "12");
+    // A bid that expires in 3 s, with an environment sealed to the machine.
+    let env = t.path("job.env");
+    std::fs::write(&env, "TOKEN=s3cret\n").unwrap();
+    let out = t.ok(
+        &client,
+        &[
+            "bid",
+            "place",
+            "--market",
+            &m,
+            "--image",
+            "registry.example/train:v3",
+            "--image-digest",
+            DIGEST,
+            "--gib-per-gpu",
+            "40",
+            "--duration",
+            "2",
+            "--deadline",
+            "+3",
+            "--overclock",
+            "power=250",
+            "--price",
+            "3",
+            "--nonce",
+            "10",
+            "--env",
+            env.to_str().unwrap(),
+        ],
+    );
+    let expiring = pk(&out["bid"]);
+    let copy = pda::sealed_env(&expiring, &key_of(&host.agent).pubkey()).0;
+    assert!(t.exists(&copy));
+    assert!(
+        keep(&t, &keeper, &s, &prom).is_empty(),
+        "nothing is due yet"
+    );
+
+    let started: Lease = t.account(&short);
+    wait_until(&t, started.started_at + 2);
+    prove(&t, &s, &host, short, 0);
+    wait_until(&t, started.started_at + 4);
+    prove(&t, &s, &host, short, 1);
+    let l: Lease = t.account(&skipping);
+    wait_until(&t, l.started_at + 6);
+    prove(&t, &s, &host, skipping, 2);
+    let funds = t.balance(&tokens);
+    let stake = host_stake(&t, &s, &host);
+    assert_eq!(
+        keep(&t, &keeper, &s, &prom),
+        set(&[
+            ("prune", expiring),
+            ("settle", short),
+            ("slash", host.machine)
+        ])
+    );
+    assert!(
+        !t.exists(&expiring) && !t.exists(&short),
+        "pruned and settled"
+    );
+    assert!(
+        t.balance(&tokens) > funds,
+        "the escrows went back to the client"
+    );
+    assert_eq!(
+        stake.amount - host_stake(&t, &s, &host).amount,
+        stake.amount / 10,
+        "10 % for 2 pieces of evidence"
+    );
+
+    // A lease whose host proves its first interval, then falls silent.
+    let silent = leased(&t, &s, &host, &client, "13");
+    let l: Lease = t.account(&silent);
+    wait_until(&t, l.started_at + 2);
+    prove(&t, &s, &host, silent, 0);
+    // The expired bid's sealed copy is closed (rent to the client); the silent lease is not
+    // touched before its window.
+    let lamports = t.rpc().get_balance(&key_of(&client).pubkey()).unwrap();
+    assert_eq!(keep(&t, &keeper, &s, &prom), set(&[("closeenv", copy)]));
+    assert!(!t.exists(&copy));
+    assert!(t.rpc().get_balance(&key_of(&client).pubkey()).unwrap() > lamports);
+    assert!(t.exists(&silent));
+
+    // Once silent, both running leases (the skipping one fell silent too) are reclaimed for
+    // the client.
+    let proven: Lease = t.account(&silent);
+    wait_until(&t, proven.silent_from());
+    let funds = t.balance(&tokens);
+    assert_eq!(
+        keep(&t, &keeper, &s, &prom),
+        set(&[("reclaim", silent), ("reclaim", skipping)])
+    );
+    assert!(!t.exists(&silent) && !t.exists(&skipping));
+    assert!(
+        t.balance(&tokens) > funds,
+        "the unproven escrow went back to the client"
+    );
+
+    // The counters of the process (one round with `--once`), as the textfile collector reads
+    // them.
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    for line in [
+        "gpu_market_keeper_actions_total{duty=\"Reclaim\",outcome=\"Sent\"} 2",
+        "gpu_market_keeper_rounds_total 1",
+        "gpu_market_keeper_failed_rounds_total 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+}
