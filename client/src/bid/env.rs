@@ -111,12 +111,7 @@ pub(super) fn seal_new_bid(
 }
 
 /// `gpu-market bid seal BID --env FILE [--machine M]…`.
-pub(super) fn seal(
-    config: &Config,
-    bid: &Pubkey,
-    path: &Path,
-    machines: &[Pubkey],
-) -> Result<()> {
+pub(super) fn seal(config: &Config, bid: &Pubkey, path: &Path, machines: &[Pubkey]) -> Result<()> {
     let client = config.signer()?;
     let b: Bid = config.fetch(bid, "bid")?;
     if b.client != client.pubkey() {
