@@ -409,6 +409,15 @@ cli authority lease show "$BOB_LEASE" | grep -E '^(lease|status|paid|refund|exit
 cli authority bid list --market "$MARKET"
 cli authority bid list --market "$MARKET" --machine "$MACHINE"
 
+step "anyone can check the power readings behind alice's proofs: the agent kept one log per interval (her container saw them at /run/gpu-market/evidence); each is the log its proof committed to on chain, and gives the peaks the proof stated"
+AUDIT_DIR="$DEMO_DIR/agent/data/evidence/$ALICE_LEASE"
+cli authority lease audit "$ALICE_LEASE" --evidence "$AUDIT_DIR"
+cli authority --output json lease audit "$ALICE_LEASE" --evidence "$AUDIT_DIR" > "$DEMO_DIR/facts/audit.json"
+python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))
+bad = [r for r in rows if r["verdict"] != "consistent"]
+sys.exit(f"error: the audit of alice'"'"'s lease found {bad}" if bad or not rows else 0)' "$DEMO_DIR/facts/audit.json" || die "alice's power logs do not match her proofs"
+
 step "the host drains its agent (gpu-market-agent drain: nothing is left running; SIGTERM alone would leave leases running for a restart)"
 "$AGENT" drain --config "$DEMO_DIR/agent/agent.toml" || die "the drain failed"
 AGENT_RC=0

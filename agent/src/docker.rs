@@ -385,8 +385,8 @@ impl DockerEngine {
 
 /// What the engine is asked to create for `spec`, labelled as managed by `scope`: the container
 /// without network, without capabilities or privilege gain, confined by `spec.sandbox`, with its
-/// writable layer capped when `cap_layer`, and `spec.binds` mounted read-write (bind mounts whose
-/// host folder must exist).
+/// writable layer capped when `cap_layer`, and `spec.binds` mounted (bind mounts whose host
+/// folder must exist, read-only where they say so).
 fn create_body(spec: &ContainerSpec, scope: &str, cap_layer: bool) -> ContainerCreateBody {
     let mut labels = spec.labels.clone();
     labels.insert(LABEL_MANAGED.to_string(), scope.to_string());
@@ -405,7 +405,7 @@ fn create_body(spec: &ContainerSpec, scope: &str, cap_layer: bool) -> ContainerC
                 typ: Some(MountType::BIND),
                 source: Some(b.host.to_string_lossy().into_owned()),
                 target: Some(b.container.to_string_lossy().into_owned()),
-                read_only: Some(false),
+                read_only: Some(b.read_only),
                 ..Default::default()
             })
             .collect()
@@ -555,27 +555,39 @@ mod tests {
     use crate::runtime::BindMount;
 
     #[test]
-    fn binds_become_read_write_bind_mounts_and_the_hardening_stays() {
+    fn binds_become_bind_mounts_read_only_where_asked_and_the_hardening_stays() {
         let spec = ContainerSpec {
             image: "r/i@sha256:00".into(),
             gpu_indices: vec![3],
-            binds: vec![BindMount {
-                host: "/run/nvidia-mps/shm".into(),
-                container: "/dev/shm".into(),
-            }],
+            binds: vec![
+                BindMount {
+                    host: "/run/nvidia-mps/shm".into(),
+                    container: "/dev/shm".into(),
+                    read_only: false,
+                },
+                BindMount {
+                    host: "/var/lib/a/evidence/L".into(),
+                    container: "/run/gpu-market/evidence".into(),
+                    read_only: true,
+                },
+            ],
             ..Default::default()
         };
         let body = create_body(&spec, "machine", false);
         let host = body.host_config.expect("a host config");
+        let mount = |source: &str, target: &str, read_only| Mount {
+            typ: Some(MountType::BIND),
+            source: Some(source.into()),
+            target: Some(target.into()),
+            read_only: Some(read_only),
+            ..Default::default()
+        };
         assert_eq!(
             host.mounts,
-            Some(vec![Mount {
-                typ: Some(MountType::BIND),
-                source: Some("/run/nvidia-mps/shm".into()),
-                target: Some("/dev/shm".into()),
-                read_only: Some(false),
-                ..Default::default()
-            }])
+            Some(vec![
+                mount("/run/nvidia-mps/shm", "/dev/shm", false),
+                mount("/var/lib/a/evidence/L", "/run/gpu-market/evidence", true),
+            ])
         );
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(host.network_mode.as_deref(), Some("none"));

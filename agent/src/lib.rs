@@ -10,6 +10,7 @@ pub mod control;
 pub mod detect;
 pub mod docker;
 pub mod env;
+pub mod evidence;
 pub mod gpu;
 pub mod metrics;
 pub mod reconcile;

@@ -10,7 +10,9 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use gpu_market_core::lease::{interval_window, SustainedPeak, UsageProof};
+use gpu_market_core::evidence::PowerLog;
+use gpu_market_core::lease::{interval_window, UsageProof};
+use gpu_market_sdk::evidence::samples_hash;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::chain::{Key, LeaseView};
@@ -45,13 +47,23 @@ pub struct LeaseRecord {
     pub attributed_energy_mj: BTreeMap<u8, u64>,
     pub utilisation_sum_pct: u64,
     pub samples: u32,
-    /// Each GPU's sustained peak power in the open interval, with the readings it averages.
-    /// Absent from state files written before it: each GPU's then starts empty.
+    /// Each GPU's power readings in the open interval, with those carried in from before it:
+    /// the proof's sustained peaks are computed from them, and the proof commits to them
+    /// ([`PowerLog`]). Absent from state files written before it: each GPU's then starts empty.
     #[serde(default)]
-    pub sustained_peaks: Vec<SustainedPeak>,
-    /// `peak_power_mw`, the instantaneous peaks that agents before [`Self::sustained_peaks`]
-    /// kept: accepted so that their state files still load, and dropped (the open interval's
-    /// peak counts from the upgrade on).
+    pub power_log: PowerLog,
+    /// `sustained_peaks`, the running peaks that agents before [`Self::power_log`] kept:
+    /// accepted so that their state files still load, and dropped (the open interval's readings
+    /// count from the upgrade on).
+    #[serde(
+        default,
+        rename = "sustained_peaks",
+        skip_serializing,
+        deserialize_with = "ignore"
+    )]
+    pub legacy_sustained_peaks: (),
+    /// `peak_power_mw`, the instantaneous peaks that agents before the sustained peaks kept:
+    /// accepted so that their state files still load, and dropped.
     #[serde(
         default,
         rename = "peak_power_mw",
@@ -79,6 +91,12 @@ pub struct ProofRecord {
     pub avg_utilisation_bps: u16,
     pub peak_power_w: Vec<u16>,
     pub exit_code: Option<i32>,
+    /// The readings `peak_power_w` comes from, and their hash the proof carries: the evidence
+    /// the agent keeps for the lease (`crate::evidence`).
+    #[serde(default)]
+    pub power_log: PowerLog,
+    #[serde(default)]
+    pub samples_hash: [u8; 32],
 }
 
 impl ProofRecord {
@@ -90,6 +108,7 @@ impl ProofRecord {
             avg_utilisation_bps: self.avg_utilisation_bps,
             peak_power_w: self.peak_power_w.clone(),
             exit_code: self.exit_code,
+            samples_hash: self.samples_hash,
         }
     }
 }
@@ -110,7 +129,8 @@ impl LeaseRecord {
             attributed_energy_mj: BTreeMap::new(),
             utilisation_sum_pct: 0,
             samples: 0,
-            sustained_peaks: vec![SustainedPeak::default(); lease.gpu_indices.len()],
+            power_log: PowerLog::new(lease.gpu_indices.len()),
+            legacy_sustained_peaks: (),
             legacy_peak_power_mw: (),
             pending: Vec::new(),
             last_proven: lease.next_interval.checked_sub(1),
@@ -152,9 +172,9 @@ impl LeaseRecord {
         self.window(self.open_interval).is_none()
     }
 
-    /// Adds one reading of the lease's GPUs (in the lease's GPU order). The power goes into each
-    /// GPU's [`SustainedPeak`]: a proof states the highest power sustained over a window of
-    /// readings, not the highest single reading.
+    /// Adds one reading of the lease's GPUs (in the lease's GPU order). The power goes into the
+    /// interval's [`PowerLog`]: a proof states the highest power sustained over a window of
+    /// readings (`gpu_market_core::lease::SustainedPeak`), not the highest single reading.
     pub fn record_sample(&mut self, samples: &[Sample]) {
         if samples.is_empty() {
             return;
@@ -162,12 +182,13 @@ impl LeaseRecord {
         let util: u64 = samples.iter().map(|s| s.utilisation_pct as u64).sum();
         self.utilisation_sum_pct += util / samples.len() as u64;
         self.samples += 1;
-        if self.sustained_peaks.len() < samples.len() {
-            self.sustained_peaks
-                .resize(samples.len(), SustainedPeak::default());
+        if self.power_log.gpus.len() < samples.len() {
+            self.power_log
+                .gpus
+                .resize(samples.len(), Default::default());
         }
-        for (peak, s) in self.sustained_peaks.iter_mut().zip(samples) {
-            peak.record(s.power_mw);
+        for (i, s) in samples.iter().enumerate() {
+            self.power_log.record(i, s.power_mw);
         }
     }
 
@@ -245,6 +266,7 @@ impl LeaseRecord {
     }
 
     fn push_proof(&mut self, k: u32, window: (i64, i64), energy_j: u64, exit_code: Option<i32>) {
+        let peaks = self.power_log.peak_power_w();
         let avg_utilisation_bps = match self.samples {
             0 => 0,
             n => (self.utilisation_sum_pct * 100 / n as u64).min(10_000) as u16,
@@ -256,14 +278,10 @@ impl LeaseRecord {
             energy_j,
             avg_utilisation_bps,
             peak_power_w: (0..self.gpu_indices.len())
-                .map(|i| {
-                    let mw = self
-                        .sustained_peaks
-                        .get(i)
-                        .map_or(0, SustainedPeak::peak_mw);
-                    (mw / 1_000).min(u16::MAX as u32) as u16
-                })
+                .map(|i| peaks.get(i).copied().unwrap_or(0))
                 .collect(),
+            samples_hash: samples_hash(&self.power_log),
+            power_log: self.power_log.clone(),
             exit_code,
         });
     }
@@ -273,9 +291,7 @@ impl LeaseRecord {
         self.baseline_energy_mj = samples.iter().map(|s| s.energy_mj).collect();
         self.utilisation_sum_pct = 0;
         self.samples = 0;
-        for peak in &mut self.sustained_peaks {
-            peak.next_interval();
-        }
+        self.power_log = self.power_log.next_interval();
     }
 
     /// The chain accepted the oldest pending proof, leaving `hash`.
@@ -413,6 +429,16 @@ mod tests {
             "not ended yet"
         );
         assert_eq!(r.close_ended(1_100, &samples(100_000, 250_000, 80)), 1);
+        // The proof commits to the readings its peaks come from.
+        let log = PowerLog {
+            gpus: vec![
+                gpu_market_core::evidence::GpuPowerLog {
+                    carried_mw: vec![],
+                    readings_mw: vec![200_000, 300_000],
+                };
+                2
+            ],
+        };
         assert_eq!(
             r.pending,
             vec![ProofRecord {
@@ -423,8 +449,11 @@ mod tests {
                 avg_utilisation_bps: 7_500,
                 peak_power_w: vec![250, 250],
                 exit_code: None,
+                samples_hash: samples_hash(&log),
+                power_log: log,
             }]
         );
+        assert_eq!(r.pending[0].proof().samples_hash, r.pending[0].samples_hash);
         assert_eq!(r.open_interval, 1);
         assert_eq!(r.baseline_energy_mj, vec![100_000, 100_000]);
         assert_eq!(r.close_ended(1_150, &samples(150_000, 0, 0)), 0);
@@ -462,8 +491,11 @@ mod tests {
         assert_eq!(proof.power_violations(&[300, 300]).count(), 2);
     }
 
-    #[test]
-    fn state_files_written_with_instantaneous_peaks_still_load() {
+    /// A lease's record saved, its JSON changed by `older` (as an older agent wrote it), and
+    /// loaded back.
+    fn saved_as_older(
+        older: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+    ) -> LeaseRecord {
         let dir = tempfile::tempdir().unwrap();
         let file = StateFile::new(dir.path());
         let mut state = AgentState::default();
@@ -471,7 +503,6 @@ mod tests {
             .leases
             .insert(Key([9; 32]), LeaseRecord::new(&lease(0), &samples(0, 0, 0)));
         file.save(&state).unwrap();
-        // The file as an agent before sustained peaks wrote it.
         let mut json: serde_json::Value =
             serde_json::from_slice(&fs::read(file.path()).unwrap()).unwrap();
         let record = json["leases"]
@@ -481,16 +512,22 @@ mod tests {
             .next()
             .unwrap();
         let record = record.as_object_mut().unwrap();
-        assert!(record.remove("sustained_peaks").is_some());
-        assert!(
-            !record.contains_key("peak_power_mw"),
-            "not written any more"
-        );
-        record.insert("peak_power_mw".into(), serde_json::json!([360_000, 0]));
+        assert!(record.remove("power_log").is_some());
+        older(record);
         fs::write(file.path(), serde_json::to_vec(&json).unwrap()).unwrap();
+        file.load().unwrap().leases.remove(&Key([9; 32])).unwrap()
+    }
 
-        let mut r = file.load().unwrap().leases.remove(&Key([9; 32])).unwrap();
-        assert!(r.sustained_peaks.is_empty());
+    #[test]
+    fn state_files_written_with_instantaneous_peaks_still_load() {
+        let mut r = saved_as_older(|record| {
+            assert!(
+                !record.contains_key("peak_power_mw"),
+                "not written any more"
+            );
+            record.insert("peak_power_mw".into(), serde_json::json!([360_000, 0]));
+        });
+        assert!(r.power_log.gpus.is_empty());
         r.running_since = Some(1_000);
         r.close_ended(1_100, &samples(0, 0, 0));
         assert_eq!(
@@ -501,6 +538,21 @@ mod tests {
         r.record_sample(&samples(0, 250_000, 100));
         r.close_ended(1_200, &samples(0, 0, 0));
         assert_eq!(r.pending[1].peak_power_w, vec![250, 250]);
+    }
+
+    #[test]
+    fn state_files_written_with_sustained_peaks_still_load() {
+        let r = saved_as_older(|record| {
+            let peaks = vec![gpu_market_core::lease::SustainedPeak::default(); 2];
+            record.insert(
+                "sustained_peaks".into(),
+                serde_json::to_value(peaks).unwrap(),
+            );
+        });
+        assert!(
+            r.power_log.gpus.is_empty(),
+            "readings count from the upgrade on"
+        );
     }
 
     #[test]

@@ -230,6 +230,46 @@ async fn containers_run_without_capabilities_on_a_read_only_root_with_bounded_tm
 }
 
 #[tokio::test]
+async fn a_read_only_bind_is_readable_and_not_writable_inside_the_container() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "engine-test")
+        .await
+        .expect("connect");
+    engine.pull(&image).await.expect("pull");
+    // World-readable: the container's user need not be root.
+    let dir = tempfile::Builder::new()
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .tempdir()
+        .unwrap();
+    std::fs::write(dir.path().join("0.json"), "{\"interval\":0}").unwrap();
+    let spec = ContainerSpec {
+        image,
+        cmd: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "cat /run/gpu-market/evidence/0.json; echo; \
+             touch /run/gpu-market/evidence/x 2>/dev/null && echo writable || echo read-only"
+                .into(),
+        ]),
+        memory_bytes: Some(256 << 20),
+        pids_limit: Some(32),
+        binds: vec![gpu_market_agent::runtime::BindMount {
+            host: dir.path().to_path_buf(),
+            container: "/run/gpu-market/evidence".into(),
+            read_only: true,
+        }],
+        ..Default::default()
+    };
+    let id = engine.run(&spec).await.expect("run");
+    assert_eq!(engine.wait(&id).await.unwrap(), 0);
+    let logs = engine.logs(&id).await.unwrap();
+    engine.remove(&id).await.unwrap();
+    let lines: Vec<&str> = logs.stdout.lines().collect();
+    assert_eq!(lines, ["{\"interval\":0}", "read-only"], "{logs:?}");
+    assert!(!dir.path().join("x").exists());
+}
+
+#[tokio::test]
 async fn a_writable_root_runs_even_where_the_storage_driver_cannot_cap_it() {
     let sandbox = Sandbox {
         read_only_root: false,

@@ -17,7 +17,7 @@ use gpu_market_agent::chain::{proof_hash, BidView, ChainError, Key, LeaseView};
 use gpu_market_core::lease::UsageProof;
 use market::program::ProgramMarket;
 use market::reconciler::{Agent, POLL};
-use market::{BidSpec, FakeMarket, MarketUnderTest, INTERVAL, TOKEN};
+use market::{BidSpec, FakeMarket, MarketUnderTest, IDLE_END_INTERVALS, INTERVAL, TOKEN};
 
 /// How many open bids a look at the books asks for.
 const LIMIT: usize = 32;
@@ -60,6 +60,8 @@ scenarios!(
     a_queue_bid_preempts_a_spot_lease_at_once,
     the_reconciler_runs_a_lease_from_allocation_to_settlement,
     the_reconciler_preempts_a_running_spot_lease_for_a_queue_bid,
+    a_lease_idle_for_the_idle_rules_intervals_stops_after_the_last,
+    the_reconciler_settles_a_lease_the_idle_rule_stopped,
 );
 
 /// The bid as the books show it to the machine, if it is open and may run here.
@@ -83,16 +85,23 @@ async fn lease(m: &impl MarketUnderTest, key: Key) -> LeaseView {
         .expect("the lease is listed")
 }
 
-/// The proof of `interval` of `l`: every GPU busy the whole interval, below its power limit.
-fn proof(l: &LeaseView, interval: u32, exit_code: Option<i32>) -> UsageProof {
+/// The proof of `interval` of `l`: every GPU used `utilisation_bps` of the whole interval (busy:
+/// 9 000), below its power limit.
+fn proof_using(
+    l: &LeaseView,
+    interval: u32,
+    exit_code: Option<i32>,
+    utilisation_bps: u16,
+) -> UsageProof {
     let gpus = l.gpu_indices.len();
     UsageProof {
         interval,
         gpu_seconds: SECS * gpus as u64,
         energy_j: 250 * SECS * gpus as u64,
-        avg_utilisation_bps: 9_000,
+        avg_utilisation_bps: utilisation_bps,
         peak_power_w: vec![250; gpus],
         exit_code,
+        samples_hash: [7; 32],
     }
 }
 
@@ -104,8 +113,19 @@ async fn prove(
     interval: u32,
     exit_code: Option<i32>,
 ) -> Result<[u8; 32], ChainError> {
+    prove_using(m, key, interval, exit_code, 9_000).await
+}
+
+/// [`prove`] with `utilisation_bps` of average GPU use ([`proof_using`]).
+async fn prove_using(
+    m: &impl MarketUnderTest,
+    key: Key,
+    interval: u32,
+    exit_code: Option<i32>,
+    utilisation_bps: u16,
+) -> Result<[u8; 32], ChainError> {
     let l = lease(m, key).await;
-    let p = proof(&l, interval, exit_code);
+    let p = proof_using(&l, interval, exit_code, utilisation_bps);
     let got = m.chain().submit_usage(key, &p, l.proof_hash).await;
     if let Ok(hash) = got {
         assert_eq!(hash, proof_hash(&key, &p, &l.proof_hash));
@@ -417,4 +437,53 @@ async fn the_reconciler_preempts_a_running_spot_lease_for_a_queue_bid(m: &impl M
         vec![queue_lease],
         "only the queue bid's container runs"
     );
+}
+
+/// The market's idle rule: proofs under its idle threshold for [`IDLE_END_INTERVALS`] in a row
+/// stop the lease at the end of the last of them (a busy proof in between starts the count
+/// again); nothing after it is proven, and it settles.
+async fn a_lease_idle_for_the_idle_rules_intervals_stops_after_the_last(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let n = IDLE_END_INTERVALS as u32;
+    let bid = m.place_bid(&BidSpec::queue(1, 2 * n + 2)).await;
+    let key = allocate(m, bid).await;
+    let started = lease(m, key).await.started_at;
+    m.advance(SECS * (2 * n as u64 + 1)).await;
+    let mut k = 0;
+    for _ in 0..n - 1 {
+        prove_using(m, key, k, None, 0)
+            .await
+            .expect("an idle interval");
+        k += 1;
+    }
+    prove(m, key, k, None).await.expect("a busy interval");
+    k += 1;
+    for _ in 0..n {
+        assert_eq!(lease(m, key).await.stop_at, None, "not ended yet");
+        prove_using(m, key, k, None, 0)
+            .await
+            .expect("an idle interval");
+        k += 1;
+    }
+    assert_eq!(lease(m, key).await.stop(), started + k as i64 * SECS as i64);
+    assert_refused(prove_using(m, key, k, None, 0).await, "submit_usage");
+    chain.end_lease(key).await.expect("end_lease");
+    assert!(closed(m, key).await);
+}
+
+/// The agent under the idle rule: its lease's container idles, the chain stops the lease after
+/// the rule's intervals, and the agent stops the container and settles the lease long before
+/// its end.
+async fn the_reconciler_settles_a_lease_the_idle_rule_stopped(m: &impl MarketUnderTest) {
+    let chain = m.chain();
+    let n = IDLE_END_INTERVALS as u64;
+    m.place_bid(&BidSpec::queue(1, 3 * n as u32)).await;
+    let mut agent = Agent::start(m);
+    agent.run_for(m, 2 * POLL).await;
+    let l = chain.leases().await.unwrap()[0].clone();
+    assert_eq!(agent.running(), 1, "started");
+    agent.run_for(m, n * SECS + 4 * POLL).await;
+    assert!(closed(m, l.key).await, "stopped by the rule and settled");
+    agent.run_for(m, 2 * POLL).await;
+    assert_eq!(agent.running(), 0, "the container stopped");
 }

@@ -302,20 +302,14 @@ fn ended_leases<'a>(
             duty,
             target: key,
             reason,
-            ix: Box::new(CloseLease {
-                signer: keeper,
-                market: *market,
-                machine: l.machine,
-                lease: key,
-                bid: l.bid,
-                client: l.client,
-                agent: mach.agent,
-                host: mach.owner,
-                spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
-                payment_mint: m.payment_mint,
+            ix: Box::new(CloseLease::of(
+                keeper,
+                (key, &l),
+                mach,
+                m.payment_mint,
                 client_tokens,
                 reclaim,
-            }),
+            )),
         });
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! `gpu-market lease list|show|end|reclaim`.
+//! `gpu-market lease list|show|end|reclaim|audit`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
@@ -14,6 +14,8 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use crate::config::Config;
+
+mod audit;
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
@@ -58,6 +60,15 @@ pub enum LeaseCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
+    /// Checks the power logs the host's agent kept for a lease (its container sees them at
+    /// /run/gpu-market/evidence) against the proofs on chain: each is the log its proof
+    /// committed to, and the peaks the proof stated are the log's.
+    Audit {
+        lease: Pubkey,
+        /// The folder of the lease's logs (`<interval>.json`).
+        #[arg(long, value_name = "DIR")]
+        evidence: std::path::PathBuf,
+    },
 }
 
 pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
@@ -71,6 +82,7 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
         LeaseCommand::Show { lease } => show(config, &lease),
         LeaseCommand::End { lease, tokens } => end(config, lease, tokens, false),
         LeaseCommand::Reclaim { lease, tokens } => end(config, lease, tokens, true),
+        LeaseCommand::Audit { lease, evidence } => audit::audit(config, &lease, &evidence),
     }
 }
 
@@ -153,20 +165,14 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
     let client_tokens = config.refund_account(&l.client, &m.payment_mint, tokens)?;
     let signature = config.send_all(
         &signer,
-        &[&CloseLease {
-            signer: &signer,
-            market: l.market,
-            machine: l.machine,
-            lease,
-            bid: l.bid,
-            client: l.client,
-            agent: mach.agent,
-            host: mach.owner,
-            spot_book: (l.kind == BidKind::Spot).then_some(mach.spot_book),
-            payment_mint: m.payment_mint,
+        &[&CloseLease::of(
+            &signer,
+            (lease, &l),
+            &mach,
+            m.payment_mint,
             client_tokens,
             reclaim,
-        }],
+        )],
     )?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let mut fields: Fields = match config.fetch_if_any::<Lease>(&lease, "lease")? {

@@ -1249,6 +1249,7 @@ fn quote_and_lease_verbs() {
                 peak_power_w: vec![240],
                 exit_code: None,
                 prev_hash: l.proof_hash,
+                samples_hash: [0; 32],
             },
         };
         t.submit_usage(&proof);

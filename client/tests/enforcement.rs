@@ -7,6 +7,8 @@ mod common;
 
 use common::*;
 use gpu_market::state::Lease;
+use gpu_market_core::evidence::{GpuPowerLog, PowerLog};
+use gpu_market_sdk::evidence::{samples_hash, IntervalEvidence};
 use serde_json::Value;
 use solana_signer::Signer;
 
@@ -118,7 +120,17 @@ fn idle_leases_are_listed_then_ended_by_the_idle_rule_and_quiet_clients_are_show
 
     let started: Lease = t.account(&lease);
     wait_until(&t, started.started_at + 2);
-    prove_with_use(&t, &s, &host, lease, 0, 500);
+    prove_with(
+        &t,
+        &s,
+        &host,
+        lease,
+        0,
+        Stated {
+            utilisation_bps: 500,
+            ..BUSY
+        },
+    );
     let listed = idle_list();
     assert_eq!(listed[0]["lease"], l, "{listed}");
     assert_eq!(
@@ -127,7 +139,17 @@ fn idle_leases_are_listed_then_ended_by_the_idle_rule_and_quiet_clients_are_show
         "warned only"
     );
     wait_until(&t, started.started_at + 4);
-    prove_with_use(&t, &s, &host, lease, 1, 500);
+    prove_with(
+        &t,
+        &s,
+        &host,
+        lease,
+        1,
+        Stated {
+            utilisation_bps: 500,
+            ..BUSY
+        },
+    );
     let ended: Lease = t.account(&lease);
     assert_eq!(
         ended.stop(),
@@ -158,4 +180,103 @@ fn idle_leases_are_listed_then_ended_by_the_idle_rule_and_quiet_clients_are_show
     assert_eq!(owners.last(), Some(&client_key.as_str()), "{all}");
     let e = t.fails(&stranger, &["market", "inactive", &m, "--for", "soon"]);
     assert!(e.contains("bad duration"), "{e}");
+}
+
+/// A power log of one GPU reading `mw` `n` times in the interval.
+fn log_of(mw: u32, n: usize) -> PowerLog {
+    PowerLog {
+        gpus: vec![GpuPowerLog {
+            carried_mw: vec![],
+            readings_mw: vec![mw; n],
+        }],
+    }
+}
+
+/// Writes `log` as the agent keeps interval `k` of `lease`.
+fn keep(dir: &std::path::Path, lease: &solana_pubkey::Pubkey, k: u32, log: &PowerLog) {
+    let e = IntervalEvidence {
+        lease: lease.to_string(),
+        interval: k,
+        samples_hash: hex::encode(samples_hash(log)),
+        log: log.clone(),
+    };
+    std::fs::write(
+        dir.join(format!("{k}.json")),
+        serde_json::to_vec(&e).unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_proofs_power_log_is_checked_against_the_chain_by_anyone() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &["--billing-interval-secs", "2"]);
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    s.fund(&t, &client, "100");
+    let lease = leased(&t, &s, &host, &client, "1");
+    let started: Lease = t.account(&lease);
+    wait_until(&t, started.started_at + 6);
+    let dir = t.path("evidence");
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Interval 0: at its limit (250 W), stated as such.
+    let at_limit = log_of(250_000, 6);
+    let stated = |peak_power_w, log: &PowerLog| Stated {
+        peak_power_w,
+        samples_hash: samples_hash(log),
+        ..BUSY
+    };
+    prove_with(&t, &s, &host, lease, 0, stated(250, &at_limit));
+    keep(&dir, &lease, 0, &at_limit);
+    // Interval 1: the log shows 320 W sustained, the proof states 250 W (no violation).
+    let over = log_of(320_000, 6);
+    prove_with(&t, &s, &host, lease, 1, stated(250, &over));
+    keep(&dir, &lease, 1, &over);
+    // Interval 2: the proof commits to one log, the file holds another.
+    prove_with(&t, &s, &host, lease, 2, stated(250, &at_limit));
+    keep(&dir, &lease, 2, &log_of(240_000, 6));
+
+    let stranger = t.wallet("stranger");
+    let out = t.ok(
+        &stranger,
+        &[
+            "lease",
+            "audit",
+            &lease.to_string(),
+            "--evidence",
+            dir.to_str().unwrap(),
+        ],
+    );
+    let rows = out.as_array().unwrap();
+    let verdicts: Vec<&str> = rows
+        .iter()
+        .map(|r| r["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            "consistent",
+            "the proof misstates its own log",
+            "not the log the proof committed to"
+        ],
+        "{out}"
+    );
+    assert_eq!(rows[1]["log_peak_w"], serde_json::json!([320]));
+    assert_eq!(rows[1]["violation_by_log"], true);
+    assert_eq!(rows[1]["violation_on_chain"], false);
+
+    // A file of another lease is refused.
+    keep(&dir, &solana_pubkey::Pubkey::new_unique(), 3, &at_limit);
+    let e = t.fails(
+        &stranger,
+        &[
+            "lease",
+            "audit",
+            &lease.to_string(),
+            "--evidence",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(e.contains("is the log of lease"), "{e}");
 }

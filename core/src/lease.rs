@@ -119,11 +119,14 @@ pub struct UsageProof {
     pub peak_power_w: Vec<u16>,
     /// The container's exit status when it ended in this interval.
     pub exit_code: Option<i32>,
+    /// sha256 of the power readings the peaks come from
+    /// ([`crate::evidence::PowerLog::encode`]); zero when the prover kept none.
+    pub samples_hash: [u8; 32],
 }
 
 /// Bytes of a proof's chain preimage with `gpus` GPUs.
 pub fn preimage_len(gpus: usize) -> usize {
-    32 + 32 + 4 + 8 + 8 + 2 + 1 + 4 + 2 * gpus
+    32 + 32 + 4 + 8 + 8 + 2 + 1 + 4 + 2 * gpus + 32
 }
 
 impl UsageProof {
@@ -143,6 +146,7 @@ impl UsageProof {
         for w in &self.peak_power_w {
             out.extend_from_slice(&w.to_le_bytes());
         }
+        out.extend_from_slice(&self.samples_hash);
         out
     }
 
@@ -221,6 +225,11 @@ impl SustainedPeak {
         self.peak_mw.unwrap_or(0)
     }
 
+    /// The interval's sustained peak in whole W (floored), as a proof states it.
+    pub fn peak_w(&self) -> u16 {
+        (self.peak_mw() / 1_000).min(u16::MAX as u32) as u16
+    }
+
     /// Starts the next interval: its peak counts from its own readings on, each averaged with
     /// the readings before it, which may be the previous interval's.
     pub fn next_interval(&mut self) {
@@ -297,11 +306,15 @@ mod tests {
             avg_utilisation_bps: 9_000,
             peak_power_w: vec![300, 310],
             exit_code: Some(0),
+            samples_hash: [4; 32],
         };
         let a = p.chain_preimage(&[1; 32], &[2; 32]);
         assert_eq!(a.len(), preimage_len(2));
         let mut q = p.clone();
         q.exit_code = None;
+        assert_ne!(a, q.chain_preimage(&[1; 32], &[2; 32]));
+        let mut q = p.clone();
+        q.samples_hash = [5; 32];
         assert_ne!(a, q.chain_preimage(&[1; 32], &[2; 32]));
         assert_ne!(a, p.chain_preimage(&[1; 32], &[3; 32]));
         assert_eq!(p.power_violations(&[300, 295]).collect::<Vec<_>>(), vec![1]);
@@ -313,7 +326,7 @@ mod tests {
         for &w in readings_w {
             peak.record(w * 1_000);
         }
-        (peak.peak_mw() / 1_000) as u16
+        peak.peak_w()
     }
 
     fn violations(peak_w: u16, limit_w: u16) -> Vec<usize> {
@@ -324,6 +337,7 @@ mod tests {
             avg_utilisation_bps: 10_000,
             peak_power_w: vec![peak_w],
             exit_code: None,
+            samples_hash: [0; 32],
         }
         .power_violations(&[limit_w])
         .collect()

@@ -11,6 +11,7 @@
 
 pub mod amount;
 pub mod colocate;
+pub mod evidence;
 pub mod fit;
 pub mod forecast;
 pub mod lease;

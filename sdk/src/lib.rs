@@ -2,13 +2,15 @@
 //! program crate's own account and argument types (never hand-encoded). The CLI, the host agent
 //! and the tests all build their transactions here. [`accounts`] decodes the program's accounts,
 //! [`events`] its events in transaction logs, and [`book`] a bid book in rank order;
-//! [`envelope`] seals a bid's environment to the key that may read it; [`token`] builds the SPL
-//! token accounts around the market and tells a live one.
+//! [`envelope`] seals a bid's environment to the key that may read it; [`evidence`] is the power
+//! log a proof commits to, as the agent keeps it; [`token`] builds the SPL token accounts around
+//! the market and tells a live one.
 
 pub mod accounts;
 pub mod book;
 pub mod envelope;
 pub mod events;
+pub mod evidence;
 pub mod gpus;
 pub mod instructions;
 pub mod token;

@@ -699,6 +699,7 @@ impl World {
             peak_power_w: vec![200; l.gpu_count as usize],
             exit_code: exit.then_some(0),
             prev_hash: l.proof_hash,
+            samples_hash: [0; 32],
         };
         let ok = self
             .ctx

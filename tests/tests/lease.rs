@@ -555,6 +555,7 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
                 peak_power_w: vec![290],
                 exit_code: None,
                 prev_hash: l.proof_hash,
+                samples_hash: [0; 32],
             },
         })
         .unwrap_err();

@@ -2,7 +2,8 @@
 //! agent must respect (the market's fit rule for allocations and preemptions, with no better
 //! bid left waiting; spot bids ranked by the host's profit; the proof interval order, windows
 //! and hash chain; when a lease stops and when it settles; when a bid may be pruned; a lease
-//! keeps the billing interval it started with when the market changes its).
+//! keeps the billing interval it started with when the market changes its; the market's idle
+//! rule, once set with [`FakeChain::set_idle_rule`]).
 //!
 //! These rules are checked against the program's, not only written down: the scenario list
 //! `agent/tests/scenarios.rs` runs each scenario against this fake and against the agent's
@@ -19,7 +20,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gpu_market_core::fit::{Fits, GpuOffer, Need, Offer, Terms, GPU_CLASSES};
-use gpu_market_core::lease::{interval_index, interval_window, spot_profit_per_day, UsageProof};
+use gpu_market_core::lease::{
+    idle_streak, interval_index, interval_window, spot_profit_per_day, UsageProof,
+};
 use gpu_market_core::overclock::GpuLimits;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -65,6 +68,11 @@ struct Inner {
     pruned: Vec<Key>,
     /// Environments the bids' clients stored sealed to the agent's key.
     sealed_envs: Vec<(Key, Vec<u8>)>,
+    /// The market's idle rule: (utilisation under which a proof is idle, in bps; idle proofs in
+    /// a row that end a lease). `None`: never.
+    idle_rule: Option<(u16, u16)>,
+    /// Each lease's idle proofs in a row.
+    idle_streaks: Vec<(Key, u16)>,
     heartbeats: u32,
     outage: bool,
     /// Leases the listing omits, as a lagging node's would, though they run.
@@ -99,6 +107,8 @@ impl FakeChain {
                 preemptions: Vec::new(),
                 pruned: Vec::new(),
                 sealed_envs: Vec::new(),
+                idle_rule: None,
+                idle_streaks: Vec::new(),
                 heartbeats: 0,
                 outage: false,
                 hidden: Vec::new(),
@@ -141,6 +151,12 @@ impl FakeChain {
     /// While on, every call fails as an unreachable cluster would.
     pub fn set_outage(&self, on: bool) {
         self.lock().outage = on;
+    }
+
+    /// The market's idle rule, as the program applies it: a lease whose proofs show less than
+    /// `utilisation_bps` for `end_intervals` proofs in a row stops at the end of the last.
+    pub fn set_idle_rule(&self, utilisation_bps: u16, end_intervals: u16) {
+        self.lock().idle_rule = Some((utilisation_bps, end_intervals));
     }
 
     /// Stores `bid`'s environment sealed to the agent's key, as its client's `seal_env` does.
@@ -206,6 +222,23 @@ impl FakeChain {
 }
 
 impl Inner {
+    /// Counts `proof` in `lease`'s idle streak; whether the market's idle rule ends the lease
+    /// with it (the program's `idle_streak`, and a final proof is never idle-ended).
+    fn idle_ended(&mut self, lease: Key, proof: &UsageProof) -> bool {
+        let Some((threshold, end)) = self.idle_rule else {
+            return false;
+        };
+        let streak = match self.idle_streaks.iter_mut().find(|(k, _)| *k == lease) {
+            Some((_, n)) => n,
+            None => {
+                self.idle_streaks.push((lease, 0));
+                &mut self.idle_streaks.last_mut().expect("just pushed").1
+            }
+        };
+        *streak = idle_streak(*streak, proof.avg_utilisation_bps, threshold);
+        end > 0 && *streak >= end && proof.exit_code.is_none()
+    }
+
     fn now(&self) -> i64 {
         self.base_unix + self.epoch.elapsed().as_secs() as i64
     }
@@ -589,10 +622,11 @@ impl Chain for FakeChain {
             return Err(rejected("submit_usage", "the interval has not ended"));
         }
         let hash = proof_hash(&lease, proof, &prev_hash);
+        let idle_ended = s.idle_ended(lease, proof);
         let l = &mut s.leases[pos];
         l.next_interval = proof.interval + 1;
         l.proof_hash = hash;
-        if proof.exit_code.is_some() {
+        if proof.exit_code.is_some() || idle_ended {
             request_stop(l, window.1, window.1);
         }
         s.accepted.push(AcceptedProof {

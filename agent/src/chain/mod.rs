@@ -308,8 +308,15 @@ mod tests {
             avg_utilisation_bps: 5_000,
             peak_power_w: vec![300],
             exit_code: None,
+            samples_hash: [0; 32],
         };
         let a = proof_hash(&Key([1; 32]), &p, &[0; 32]);
+        // The readings it committed to are part of it.
+        let other_log = UsageProof {
+            samples_hash: [1; 32],
+            ..p.clone()
+        };
+        assert_ne!(proof_hash(&Key([1; 32]), &other_log, &[0; 32]), a);
         assert_ne!(a, proof_hash(&Key([1; 32]), &p, &[1; 32]));
         assert_ne!(a, proof_hash(&Key([2; 32]), &p, &[0; 32]));
         assert_eq!(a, proof_hash(&Key([1; 32]), &p, &[0; 32]));

@@ -1006,20 +1006,14 @@ impl Chain for SolanaChain {
         let client_tokens = self
             .live_token_account(&b.refund_tokens, &l.client, &market.payment_mint)
             .await?;
-        let ix = CloseLease {
-            signer: &self.agent,
-            market: self.market,
-            machine: self.machine,
-            lease: pubkey(lease),
-            bid: l.bid,
-            client: l.client,
-            host: machine.owner,
-            agent: machine.agent,
-            spot_book: (l.kind == ProgramBidKind::Spot).then_some(machine.spot_book),
-            payment_mint: market.payment_mint,
+        let ix = CloseLease::of(
+            &self.agent,
+            (pubkey(lease), &l),
+            &machine,
+            market.payment_mint,
             client_tokens,
-            reclaim: false,
-        };
+            false,
+        );
         self.send(CloseLease::NAME, ix.instruction()).await
     }
 

@@ -106,10 +106,12 @@ pub fn isolation(
             BindMount {
                 host: mps.pipe_dir.clone(),
                 container: mps.pipe_dir.clone(),
+                read_only: false,
             },
             BindMount {
                 host: mps.shm_dir.clone(),
                 container: PathBuf::from(CLIENT_SHM_DIR),
+                read_only: false,
             },
         ],
     })
@@ -236,11 +238,13 @@ mod tests {
             vec![
                 BindMount {
                     host: "/run/nvidia-mps/pipe".into(),
-                    container: "/run/nvidia-mps/pipe".into()
+                    container: "/run/nvidia-mps/pipe".into(),
+                    read_only: false,
                 },
                 BindMount {
                     host: "/run/nvidia-mps/shm".into(),
-                    container: "/dev/shm".into()
+                    container: "/dev/shm".into(),
+                    read_only: false,
                 },
             ]
         );

@@ -11,7 +11,9 @@ use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
 use crate::gpu::{apply_and_verify, GpuError, Sample};
-use crate::runtime::{pinned_reference, registry_host, ContainerSpec, Credentials, LABEL_LEASE};
+use crate::runtime::{
+    pinned_reference, registry_host, BindMount, ContainerSpec, Credentials, LABEL_LEASE,
+};
 use crate::state::{LeaseRecord, StateError};
 
 impl Reconciler {
@@ -353,6 +355,17 @@ impl Reconciler {
     ) -> Result<StartJob, ActionError> {
         let n = gpu_indices.len() as i64;
         let limits = self.config.container;
+        let evidence = crate::evidence::lease_dir(&self.config.data_dir, &lease);
+        std::fs::create_dir_all(&evidence).map_err(|source| StateError::Io {
+            path: evidence.clone(),
+            source,
+        })?;
+        let mut binds = isolation.binds;
+        binds.push(BindMount {
+            host: evidence,
+            container: crate::evidence::CONTAINER_PATH.into(),
+            read_only: true,
+        });
         let spec = ContainerSpec {
             name: None,
             image: pinned_reference(workload.image_ref, workload.image_digest)?,
@@ -363,7 +376,7 @@ impl Reconciler {
             nano_cpus: Some(n * limits.millicpus_per_gpu as i64 * 1_000_000),
             pids_limit: Some(limits.pids_limit),
             gpu_indices: gpu_indices.iter().map(|&i| i as u32).collect(),
-            binds: isolation.binds,
+            binds,
             sandbox: limits.sandbox,
         };
         Ok(StartJob {
@@ -378,6 +391,15 @@ impl Reconciler {
             env_key: self.config.env_key.clone(),
             spec,
         })
+    }
+
+    /// Writes the power logs of `lease`'s closed intervals where its container and auditors
+    /// read them (`crate::evidence`); a failure is logged, and the proofs go on without it.
+    fn keep_evidence(&mut self, lease: Key) {
+        let data_dir = self.config.data_dir.clone();
+        if let Err(e) = crate::evidence::write_pending(&data_dir, &lease, self.record(lease)) {
+            tracing::warn!(%lease, error = %e, "the power logs cannot be written");
+        }
     }
 
     /// The lease cannot run, for the reason `r` gives (logged).
@@ -438,6 +460,8 @@ impl Reconciler {
             }
             let pending = record.pending.clone();
             if !pending.is_empty() {
+                // Each proof's power log is kept before the proof that commits to it is sent.
+                self.keep_evidence(lease);
                 self.senders.submit(chain, lease, prev, pending);
             }
         }

@@ -69,20 +69,23 @@ pub struct ContainerSpec {
     pub pids_limit: Option<i64>,
     /// GPU indices (as the NVIDIA runtime numbers them) exposed to the container.
     pub gpu_indices: Vec<u32>,
-    /// Host folders mounted read-write into the container (the NVIDIA MPS folders of a lease on
-    /// a shared GPU); none by default.
+    /// Host folders mounted into the container: the lease's power logs (read-only), the NVIDIA
+    /// MPS folders of a lease on a shared GPU (read-write).
     pub binds: Vec<BindMount>,
     /// Where the container may write and how much it may log; hardened by default.
     pub sandbox: Sandbox,
 }
 
-/// A host folder mounted read-write into a container. The folder must exist: the engine refuses
-/// the container otherwise, rather than create an empty one.
+/// A host folder mounted into a container. The folder must exist: the engine refuses the
+/// container otherwise, rather than create an empty one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindMount {
     pub host: PathBuf,
     /// Where the container sees it; an absolute path.
     pub container: PathBuf,
+    /// The container may only read it (the lease's power logs); otherwise read-write (the
+    /// NVIDIA MPS folders).
+    pub read_only: bool,
 }
 
 /// The tmpfs every container gets for temporary files.

@@ -25,6 +25,9 @@ pub use crate::support::TOKEN;
 pub const ELECTRICITY_COST: u64 = TOKEN / 5;
 /// How long a bid may wait to start before its deadline (well within the queue's aging cap).
 pub const WAIT_SECS: i64 = 120;
+/// The market's idle rule in the scenarios: idle proofs in a row that end a lease (the
+/// threshold is the markets' default `idle_utilisation_bps`).
+pub const IDLE_END_INTERVALS: u16 = 4;
 /// An image reference and digest the bids ask for.
 pub const IMAGE: &str = "127.0.0.1:5000/gpu-market/worker:v1";
 pub const IMAGE_DIGEST: [u8; 32] = [7; 32];
@@ -122,6 +125,8 @@ impl FakeMarket {
             .collect();
         let chain = FakeChain::new(gpus, INTERVAL, T0);
         chain.set_electricity_cost(ELECTRICITY_COST);
+        let p = crate::support::params();
+        chain.set_idle_rule(p.idle_utilisation_bps, IDLE_END_INTERVALS);
         FakeMarket {
             chain: Arc::new(chain),
             bids: AtomicU8::new(0),

@@ -31,6 +31,7 @@ const PRICE_FLOOR: u64 = TOKEN / 10;
 fn params() -> MarketParams {
     let mut p = crate::support::params();
     p.billing_interval_secs = INTERVAL;
+    p.idle_end_intervals = super::IDLE_END_INTERVALS;
     p
 }
 

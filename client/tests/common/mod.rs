@@ -432,20 +432,27 @@ pub fn leased(
     allocate_as_agent(t, s, host, pk(&out["bid"]), key_of(client).pubkey())
 }
 
-/// The host's agent proves interval `k` of `lease` in full (1 GPU at 250 W for 2 s, busy).
-pub fn prove(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32) {
-    prove_with_use(t, s, host, lease, k, 10_000);
+/// What a proof of [`prove_with`] states beyond its interval.
+pub struct Stated {
+    pub utilisation_bps: u16,
+    pub peak_power_w: u16,
+    pub samples_hash: [u8; 32],
 }
 
-/// [`prove`] with `utilisation_bps` of average GPU use.
-pub fn prove_with_use(
-    t: &T,
-    s: &MarketSetup,
-    host: &Host,
-    lease: Pubkey,
-    k: u32,
-    utilisation_bps: u16,
-) {
+/// Busy, at 250 W, with no power log.
+pub const BUSY: Stated = Stated {
+    utilisation_bps: 10_000,
+    peak_power_w: 250,
+    samples_hash: [0; 32],
+};
+
+/// The host's agent proves interval `k` of `lease` in full (1 GPU at 250 W for 2 s, busy).
+pub fn prove(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32) {
+    prove_with(t, s, host, lease, k, BUSY);
+}
+
+/// [`prove`] stating `stated`.
+pub fn prove_with(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32, stated: Stated) {
     let l: Lease = t.account(&lease);
     let agent = key_of(&host.agent);
     t.submit_usage(&SubmitUsage {
@@ -460,10 +467,11 @@ pub fn prove_with_use(
             interval: k,
             gpu_seconds: 2,
             energy_j: 500,
-            avg_utilisation_bps: utilisation_bps,
-            peak_power_w: vec![250],
+            avg_utilisation_bps: stated.utilisation_bps,
+            peak_power_w: vec![stated.peak_power_w],
             exit_code: None,
             prev_hash: l.proof_hash,
+            samples_hash: stated.samples_hash,
         },
     });
 }

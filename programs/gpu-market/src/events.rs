@@ -151,6 +151,11 @@ pub struct UsageProven {
     pub proof_hash: [u8; 32],
     /// The container's exit code in a final proof (`gpu_market_core::lease::exit`).
     pub exit_code: Option<i32>,
+    /// What the proof states of each GPU's sustained peak, and the lease's limits, in W.
+    pub peak_power_w: Vec<u16>,
+    pub power_limits_w: Vec<u16>,
+    /// The hash of the power readings the proof committed to (`gpu-market lease audit`).
+    pub samples_hash: [u8; 32],
 }
 
 #[event]

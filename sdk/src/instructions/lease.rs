@@ -4,6 +4,7 @@
 
 use gpu_market::instructions::{AllocateArgs, SubmitUsageArgs};
 use gpu_market::pda;
+use gpu_market::state::{BidKind, Lease, Machine};
 use solana_instruction::{AccountMeta, Instruction};
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -154,6 +155,34 @@ pub struct CloseLease<'a> {
     /// account (`refunds_due`, see [`crate::ClaimRefunds`]).
     pub client_tokens: Option<Pubkey>,
     pub reclaim: bool,
+}
+
+impl<'a> CloseLease<'a> {
+    /// `end_lease` (or, with `reclaim`, `reclaim_escrow`) of lease `key` signed by `signer`,
+    /// with the accounts its lease and machine name; the refund to `client_tokens`.
+    pub fn of(
+        signer: &'a Keypair,
+        (key, l): (Pubkey, &Lease),
+        machine: &Machine,
+        payment_mint: Pubkey,
+        client_tokens: Option<Pubkey>,
+        reclaim: bool,
+    ) -> Self {
+        CloseLease {
+            signer,
+            market: l.market,
+            machine: l.machine,
+            lease: key,
+            bid: l.bid,
+            client: l.client,
+            agent: machine.agent,
+            host: machine.owner,
+            spot_book: (l.kind == BidKind::Spot).then_some(machine.spot_book),
+            payment_mint,
+            client_tokens,
+            reclaim,
+        }
+    }
 }
 
 impl ClientInstruction for CloseLease<'_> {

@@ -260,6 +260,7 @@ impl Fixture {
             peak_power_w: vec![290; l.gpu_count as usize],
             exit_code: None,
             prev_hash: l.proof_hash,
+            samples_hash: [0; 32],
         }
     }
 

@@ -80,19 +80,24 @@ async fn slices_of_one_gpu_run_as_mps_clients_pinned_to_their_gib() {
             (ACTIVE_THREAD_PERCENTAGE.to_string(), "50".to_string()),
         ]);
         assert_eq!(spec.env, expected);
+        // The MPS folders, read-write; then the lease's power logs (read-only).
         assert_eq!(
-            spec.binds,
-            vec![
+            spec.binds[..2],
+            [
                 BindMount {
                     host: "/run/nvidia-mps/pipe".into(),
                     container: "/run/nvidia-mps/pipe".into(),
+                    read_only: false,
                 },
                 BindMount {
                     host: "/run/nvidia-mps/shm".into(),
                     container: "/dev/shm".into(),
+                    read_only: false,
                 },
             ]
         );
+        assert_eq!(spec.binds.len(), 3);
+        assert!(spec.binds[2].read_only);
     }
     launch(&h, &a, 30, 500).expect("within A's 40 GiB");
     // B tries to take 60 GiB, which only 80 − 30 GiB free would allow without MPS.
@@ -198,7 +203,9 @@ async fn without_mps_a_shared_lease_is_refused_and_refunded_while_a_whole_one_ru
     let running = h.running();
     assert_eq!(running.len(), 1, "only the whole GPU's lease runs");
     assert_eq!(running[0].1.labels[LABEL_LEASE], whole.key.to_string());
-    assert!(running[0].1.binds.is_empty() && running[0].1.env.is_empty());
+    // No MPS folder or setting: only its power logs are mounted.
+    let spec = &running[0].1;
+    assert!(spec.env.is_empty() && spec.binds.len() == 1 && spec.binds[0].read_only);
     let finals: Vec<_> = h
         .chain
         .accepted()

@@ -313,6 +313,47 @@ async fn one_proof_per_interval_with_the_lease_windows_and_a_hash_chain() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn each_proofs_power_log_is_kept_where_the_container_reads_it_and_matches_the_proof() {
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let (id, spec) = h.running().pop().unwrap();
+    let dir = crate::evidence::lease_dir(h.dir.path(), &lease.key);
+    assert!(
+        spec.binds.contains(&crate::runtime::BindMount {
+            host: dir.clone(),
+            container: crate::evidence::CONTAINER_PATH.into(),
+            read_only: true,
+        }),
+        "{:?}",
+        spec.binds
+    );
+    h.runtime.set_cpu_rate(&id, 1_600);
+    run_for(&mut r, 2 * INTERVAL as u64).await;
+    let accepted = h.chain.accepted();
+    assert_eq!(accepted.len(), 2);
+    for a in &accepted {
+        let k = a.proof.interval;
+        let file = std::fs::read(dir.join(format!("{k}.json"))).expect("the interval's log");
+        let e: gpu_market_sdk::evidence::IntervalEvidence = serde_json::from_slice(&file).unwrap();
+        assert_eq!((e.lease, e.interval), (lease.key.to_string(), k));
+        assert_eq!(
+            gpu_market_sdk::evidence::samples_hash(&e.log),
+            a.proof.samples_hash
+        );
+        assert_eq!(e.log.peak_power_w(), a.proof.peak_power_w, "interval {k}");
+        assert!(!e.log.gpus[0].readings_mw.is_empty());
+    }
+    // The second interval's log carries in the first's last readings.
+    let second: gpu_market_sdk::evidence::IntervalEvidence =
+        serde_json::from_slice(&std::fs::read(dir.join("1.json")).unwrap()).unwrap();
+    assert_eq!(
+        second.log.gpus[0].carried_mw.len(),
+        gpu_market_core::lease::SUSTAINED_READINGS
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_market_update_leaves_a_running_lease_on_the_interval_it_started_with() {
     let h = Harness::new(&[0, 0]);
     let (mut r, old) =

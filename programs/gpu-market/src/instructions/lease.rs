@@ -112,6 +112,9 @@ pub struct SubmitUsageArgs {
     pub exit_code: Option<i32>,
     /// The lease's current `proof_hash`: the proof extends that chain.
     pub prev_hash: [u8; 32],
+    /// sha256 of the power readings behind `peak_power_w`
+    /// (`gpu_market_core::evidence::PowerLog`), chained into the proof's hash.
+    pub samples_hash: [u8; 32],
 }
 
 impl SubmitUsageArgs {
@@ -125,6 +128,7 @@ impl SubmitUsageArgs {
             peak_power_w: proof.peak_power_w.clone(),
             exit_code: proof.exit_code,
             prev_hash,
+            samples_hash: proof.samples_hash,
         }
     }
 
@@ -136,6 +140,7 @@ impl SubmitUsageArgs {
             avg_utilisation_bps: self.avg_utilisation_bps,
             peak_power_w: self.peak_power_w.clone(),
             exit_code: self.exit_code,
+            samples_hash: self.samples_hash,
         }
     }
 }
@@ -295,6 +300,9 @@ impl SubmitUsage<'_> {
             power_violation: violated,
             proof_hash: lease.proof_hash,
             exit_code: args.exit_code,
+            peak_power_w: args.peak_power_w.clone(),
+            power_limits_w: lease.power_limits_w[..lease.gpu_count as usize].to_vec(),
+            samples_hash: args.samples_hash,
         });
 
         pay_out(

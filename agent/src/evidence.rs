@@ -1,0 +1,47 @@
+//! The power readings behind each proof, kept where others can check them: one JSON file per
+//! proven interval in `<data_dir>/evidence/<lease>/<interval>.json`, a folder the lease's
+//! container sees read-only at [`CONTAINER_PATH`]. Each file holds the interval's
+//! `gpu_market_core::evidence::PowerLog` and its sha256 (`gpu_market_sdk::evidence`), which the
+//! proof carries on chain (chained into the proof's hash and in its `UsageProven` event):
+//! `gpu-market lease audit` checks a file against the chain and recomputes the peaks the proof
+//! stated.
+
+use std::path::{Path, PathBuf};
+
+use gpu_market_sdk::evidence::IntervalEvidence;
+
+use crate::chain::Key;
+use crate::runtime::hex;
+use crate::state::LeaseRecord;
+
+/// Where a lease's container reads its power logs.
+pub const CONTAINER_PATH: &str = "/run/gpu-market/evidence";
+
+/// The folder of `lease`'s power logs.
+pub fn lease_dir(data_dir: &Path, lease: &Key) -> PathBuf {
+    data_dir.join("evidence").join(lease.to_string())
+}
+
+/// Writes the evidence of each of `record`'s pending proofs that has none yet.
+pub fn write_pending(data_dir: &Path, lease: &Key, record: &LeaseRecord) -> std::io::Result<()> {
+    let dir = lease_dir(data_dir, lease);
+    std::fs::create_dir_all(&dir)?;
+    for p in &record.pending {
+        let path = dir.join(format!("{}.json", p.interval));
+        if path.exists() {
+            continue;
+        }
+        let evidence = IntervalEvidence {
+            lease: lease.to_string(),
+            interval: p.interval,
+            samples_hash: hex(&p.samples_hash),
+            log: p.power_log.clone(),
+        };
+        let json = serde_json::to_vec(&evidence).map_err(std::io::Error::other)?;
+        // Whole or not at all: the container may read the folder at any time.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, &path)?;
+    }
+    Ok(())
+}
