@@ -203,6 +203,8 @@ struct World {
     bids: Vec<Vec<Pubkey>>,
     /// Placements that evicted a bid.
     evictions: usize,
+    /// Proofs that ended their lease by the market's idle rule.
+    idle_ended: usize,
     next_nonce: u64,
     host: Keypair,
     host_tokens: Pubkey,
@@ -234,6 +236,9 @@ impl World {
         params.slash_evidence = 1;
         params.max_client_share_bps = 10_000;
         params.min_host_stake = HOST_STAKE;
+        // Two idle proofs in a row end a lease (the market's idle rule).
+        params.idle_intervals = 1;
+        params.idle_end_intervals = 2;
         let (authority, mint, market) = ctx.create_market(0, params);
         let book = ctx.open_queue_book(&authority, market);
         let wallets: Vec<(Keypair, Pubkey)> = (0..=WALLETS)
@@ -295,6 +300,7 @@ impl World {
             wallets,
             bids: vec![Vec::new(); WALLETS + 1],
             evictions: 0,
+            idle_ended: 0,
             next_nonce: 0,
             host,
             host_tokens,
@@ -695,7 +701,8 @@ impl World {
             interval,
             gpu_seconds: len as u64 * n * pct / 100,
             energy_j: 1_000,
-            avg_utilisation_bps: 5_000,
+            // Under 75 % of the window: under the market's idle threshold.
+            avg_utilisation_bps: if pct < 75 { 500 } else { 5_000 },
             peak_power_w: vec![200; l.gpu_count as usize],
             exit_code: exit.then_some(0),
             prev_hash: l.proof_hash,
@@ -717,6 +724,9 @@ impl World {
         if ok {
             let after: Lease = self.ctx.account(&lease);
             self.paid[w] += after.paid - l.paid;
+            if after.exit_code == Some(gpu_market_core::lease::exit::IDLE_ENDED) && !exit {
+                self.idle_ended += 1;
+            }
             let (from, to) =
                 interval_window(l.started_at, len, interval, l.stop()).expect("an accepted window");
             self.earn_bound += cost(l.price, PriceUnit::PerGpuHour, n, (to - from) as u64).unwrap();
@@ -900,6 +910,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     let steps = std::sync::atomic::AtomicUsize::new(0);
     let succeeded = std::sync::atomic::AtomicUsize::new(0);
     let evictions = std::sync::atomic::AtomicUsize::new(0);
+    let idle_ended = std::sync::atomic::AtomicUsize::new(0);
     let by_op = std::sync::Mutex::new(BTreeMap::<String, (usize, usize)>::new());
     // Built once, copied for each sequence.
     let empty = World::new(false);
@@ -941,6 +952,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
             before = after;
         }
         evictions.fetch_add(world.evictions, std::sync::atomic::Ordering::Relaxed);
+        idle_ended.fetch_add(world.idle_ended, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     });
     let steps = steps.into_inner();
@@ -955,11 +967,15 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     }
     let evictions = evictions.into_inner();
     println!("  {evictions} placements evicted the lowest-ranked bid of a full book");
+    let idle_ended = idle_ended.into_inner();
+    println!("  {idle_ended} proofs ended their lease by the market's idle rule");
     if let Err(e) = result {
         panic!("{e}");
     }
     if cases >= 100 {
         assert!(evictions > 0, "no eviction was exercised");
+        assert!(idle_ended > 0, "the idle rule never ended a lease");
+        assert!(by_op["SealEnv"].1 > 0, "no environment was sealed");
         assert!(by_op["Prune"].1 > 0, "no prune was exercised");
         assert!(by_op["Claim"].1 > 0, "no refund was claimed");
     }
