@@ -298,7 +298,7 @@ ALICE_BID_JSON=$(cli alice --output json bid place --market "$MARKET" \
 ALICE_BID=$(jget bid <<<"$ALICE_BID_JSON")
 # A queue bid may run on any machine that fits it: the CLI sealed the environment to each such
 # machine's agent key and stored the copies on chain; nobody hands a file to anyone.
-echo "alice's environment, sealed on chain to the agent key of each machine that can run her queue bid: $(jget env_sealed_to <<<"$ALICE_BID_JSON")"
+echo "alice's environment, sealed on chain to the agent key of each machine that can run her queue bid: $(jget env_sealed_to <<<"$ALICE_BID_JSON" | tr -d "[]'")"
 BOB_BID=$(cli bob --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_IDLER_IMAGE" --image-digest "$GPU_MARKET_IDLER_DIGEST" \
     --gpus 1 --gib-per-gpu 48 --class 1 --overclock power=250 --price 30 --duration 30 | jget bid)

@@ -23,7 +23,7 @@ use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use gpu_market::state::{Bid, BidKind, BidStatus, Lease, Machine, Market, SealedEnv};
 use gpu_market_sdk::{CloseLease, CloseSealedEnv, PruneBid, Slash};
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -52,7 +52,7 @@ pub struct KeeperArgs {
 }
 
 /// What the keeper does, one kind of instruction each.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 enum Duty {
     Prune,
     Settle,
@@ -61,16 +61,24 @@ enum Duty {
     CloseEnv,
 }
 
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-enum Outcome {
-    Sent,
-    Refused,
+impl Duty {
+    /// Its name in the log and in the counters' `duty` label.
+    fn name(self) -> &'static str {
+        match self {
+            Duty::Prune => "prune",
+            Duty::Settle => "settle",
+            Duty::Reclaim => "reclaim",
+            Duty::Slash => "slash",
+            Duty::CloseEnv => "close_env",
+        }
+    }
 }
 
+/// The counters' labels: the duty's name, and `sent` or `refused`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabels {
-    duty: Duty,
-    outcome: Outcome,
+    duty: &'static str,
+    outcome: &'static str,
 }
 
 struct Counters {
@@ -132,10 +140,14 @@ pub fn run(config: &Config, a: KeeperArgs) -> Result<()> {
         counters.rounds.inc();
         match round(config, &keeper, &a.market) {
             Ok(done) => {
-                for (duty, outcome) in done {
+                for (duty, sent) in done {
+                    let outcome = if sent { "sent" } else { "refused" };
                     counters
                         .actions
-                        .get_or_create(&ActionLabels { duty, outcome })
+                        .get_or_create(&ActionLabels {
+                            duty: duty.name(),
+                            outcome,
+                        })
                         .inc();
                 }
             }
@@ -157,25 +169,20 @@ pub fn run(config: &Config, a: KeeperArgs) -> Result<()> {
     }
 }
 
-/// Sends everything due now, one transaction each; returns each outcome.
-fn round(config: &Config, keeper: &Keypair, market: &Pubkey) -> Result<Vec<(Duty, Outcome)>> {
+/// Sends everything due now, one transaction each; returns each duty and whether it was sent.
+fn round(config: &Config, keeper: &Keypair, market: &Pubkey) -> Result<Vec<(Duty, bool)>> {
     let due = due(config, keeper, market)?;
     let mut done = Vec::with_capacity(due.len());
     for d in due {
         let sent = config.send_all(keeper, &[d.ix.as_ref()]);
-        let outcome = if sent.is_ok() {
-            Outcome::Sent
-        } else {
-            Outcome::Refused
-        };
         log(config.output, &d, &sent);
-        done.push((d.duty, outcome));
+        done.push((d.duty, sent.is_ok()));
     }
     Ok(done)
 }
 
 fn log(format: OutputFormat, d: &Due, sent: &Result<String>) {
-    let duty = format!("{:?}", d.duty).to_lowercase();
+    let duty = d.duty.name();
     match format {
         OutputFormat::Json => {
             let mut line =

@@ -173,7 +173,7 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
     // The expired bid's sealed copy is closed (rent to the client); the silent lease is not
     // touched before its window.
     let lamports = t.rpc().get_balance(&key_of(&client).pubkey()).unwrap();
-    assert_eq!(keep(&t, &keeper, &s, &prom), set(&[("closeenv", copy)]));
+    assert_eq!(keep(&t, &keeper, &s, &prom), set(&[("close_env", copy)]));
     assert!(!t.exists(&copy));
     assert!(t.rpc().get_balance(&key_of(&client).pubkey()).unwrap() > lamports);
     assert!(t.exists(&silent));
@@ -197,7 +197,7 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
     // them.
     let metrics = std::fs::read_to_string(&prom).unwrap();
     for line in [
-        "gpu_market_keeper_actions_total{duty=\"Reclaim\",outcome=\"Sent\"} 2",
+        "gpu_market_keeper_actions_total{duty=\"reclaim\",outcome=\"sent\"} 2",
         "gpu_market_keeper_rounds_total 1",
         "gpu_market_keeper_failed_rounds_total 0",
     ] {
