@@ -33,7 +33,7 @@ use solana_pubkey::Pubkey;
 
 use crate::bid::refund_accounts;
 use crate::config::{Config, Sendable};
-use crate::output::OutputFormat;
+use crate::output::{self, OutputFormat};
 
 #[derive(Args)]
 pub struct KeeperArgs {
@@ -191,11 +191,14 @@ fn log(format: OutputFormat, d: &Due, sent: &Result<String>) {
                 Ok(sig) => line["signature"] = json!(sig),
                 Err(e) => line["error"] = json!(format!("{e:#}")),
             }
-            println!("{line}");
+            output::line(line);
         }
         OutputFormat::Table => match sent {
-            Ok(sig) => println!("{duty} {}: {} ({sig})", d.target, d.reason),
-            Err(e) => println!("{duty} {}: {}: refused: {e:#}", d.target, d.reason),
+            Ok(sig) => output::line(format_args!("{duty} {}: {} ({sig})", d.target, d.reason)),
+            Err(e) => output::line(format_args!(
+                "{duty} {}: {}: refused: {e:#}",
+                d.target, d.reason
+            )),
         },
     }
 }

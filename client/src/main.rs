@@ -14,7 +14,7 @@ mod token;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{Commitment, Config};
 use crate::output::OutputFormat;
@@ -78,6 +78,9 @@ enum Command {
         /// SOL, e.g. 10 or 0.5.
         sol: String,
     },
+    /// Prints a completion script for SHELL, e.g.
+    /// `gpu-market completions bash > /etc/bash_completion.d/gpu-market`.
+    Completions { shell: clap_complete::Shell },
 }
 
 fn main() -> ExitCode {
@@ -114,6 +117,12 @@ fn one_line(s: &str) -> String {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Completions { shell } = cli.command {
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "gpu-market", &mut script);
+        output::line(String::from_utf8_lossy(&script).trim_end());
+        return Ok(());
+    }
     let config = Config::new(&cli.url, cli.keypair.as_deref(), cli.commitment, cli.output)?;
     match cli.command {
         Command::Market(c) => market::run(&config, c),
@@ -126,5 +135,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(c) => token::run(&config, c),
         Command::Keygen { outfile, force } => config::keygen(&config, &outfile, force),
         Command::Airdrop { sol } => config::airdrop(&config, &sol),
+        Command::Completions { .. } => unreachable!("answered before the configuration is read"),
     }
 }

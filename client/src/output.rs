@@ -14,6 +14,19 @@ pub enum OutputFormat {
 /// counts are JSON numbers; nested data (GPUs, score parts) are JSON values.
 pub type Fields = Vec<(&'static str, Value)>;
 
+/// Writes one line to standard output. A reader that went away (`gpu-market bid list | head`)
+/// ends the command quietly, as it ends `ls` or `cat`: nothing more can be shown.
+pub fn line(s: impl std::fmt::Display) {
+    use std::io::Write;
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{s}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// A displayable value as a JSON string (keys, signatures, formatted amounts).
 pub fn text(v: impl std::fmt::Display) -> Value {
     Value::String(v.to_string())
@@ -41,11 +54,11 @@ fn cell(v: &Value) -> String {
 /// Prints one record: aligned `key  value` lines, or one JSON object.
 pub fn print_record(format: OutputFormat, fields: &[(&'static str, Value)]) {
     match format {
-        OutputFormat::Json => println!("{}", object(fields)),
+        OutputFormat::Json => line(object(fields)),
         OutputFormat::Table => {
             let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
             for (k, v) in fields {
-                println!("{k:<width$}  {}", cell(v));
+                line(format_args!("{k:<width$}  {}", cell(v)));
             }
         }
     }
@@ -57,11 +70,11 @@ pub fn print_list(format: OutputFormat, columns: &[&'static str], rows: &[Fields
     match format {
         OutputFormat::Json => {
             let list: Vec<Value> = rows.iter().map(|r| object(r)).collect();
-            println!("{}", Value::Array(list));
+            line(Value::Array(list));
         }
         OutputFormat::Table => {
             if rows.is_empty() {
-                println!("(none)");
+                line("(none)");
                 return;
             }
             let cells: Vec<Vec<String>> = rows
@@ -95,7 +108,7 @@ pub fn print_list(format: OutputFormat, columns: &[&'static str], rows: &[Fields
                     .zip(&widths)
                     .map(|(v, w)| format!("{v:<w$}"))
                     .collect();
-                println!("{}", parts.join("  ").trim_end());
+                line(parts.join("  ").trim_end());
             };
             line(columns.to_vec());
             for r in &cells {
