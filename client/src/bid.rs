@@ -96,7 +96,8 @@ pub struct PlaceArgs {
     /// A spot bid on this machine (priced per GPU-day); without it, a queue bid (per GPU-hour).
     #[arg(long)]
     machine: Option<Pubkey>,
-    /// Image reference, e.g. registry.example/train:v3 (at most 48 bytes).
+    /// Image reference, e.g. europe-west4-docker.pkg.dev/project/repo/train:v3 (at most 255
+    /// bytes; the bid account holds just its bytes).
     #[arg(long)]
     image: String,
     /// The image's sha256 digest (64 hex digits, optionally after `sha256:`).
@@ -547,7 +548,7 @@ fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> Result<Fiel
         fields.push(("machine", text(b.machine)));
     }
     fields.extend([
-        ("image", text(parse::unpadded(&b.image_ref))),
+        ("image", text(&b.image_ref)),
         ("image_digest", text(hex::encode(b.image_digest))),
         ("env_hash", text(hex::encode(b.env_hash))),
         ("gpu_count", b.gpu_count.into()),

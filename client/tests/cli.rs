@@ -997,6 +997,54 @@ fn bid_verbs() {
             .len(),
         2
     );
+
+    // An image reference as long as registries allow (255 bytes) fits a new client's first bid
+    // (its stake account opened in the same transaction); one byte more is refused, nothing
+    // moved.
+    let newcomer = t.wallet("newcomer");
+    let newcomer_tokens = s.fund(&t, &newcomer, "10");
+    let mut long = String::from("europe-west4-docker.pkg.dev/project/repo/");
+    while long.len() < 255 - "/train:v3".len() {
+        long.push('a');
+    }
+    long.push_str("/train:v3");
+    let too_long = format!("{long}x");
+    let place_image = |image: &str| {
+        vec![
+            "bid",
+            "place",
+            "--market",
+            &m,
+            "--image",
+            image,
+            "--image-digest",
+            DIGEST,
+            "--gib-per-gpu",
+            "40",
+            "--duration",
+            "1h",
+            "--overclock",
+            "power=300",
+            "--price",
+            "2",
+        ]
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<String>>()
+    };
+    let args = place_image(&too_long);
+    let e = t.fails(
+        &newcomer,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert!(e.contains("longer than 255 bytes"), "{e}");
+    assert_eq!(t.balance(&newcomer_tokens), 10_000_000, "nothing moved");
+    let args = place_image(&long);
+    let out = t.ok(
+        &newcomer,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(out["image"], long);
 }
 
 #[test]

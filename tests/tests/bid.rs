@@ -9,7 +9,7 @@ use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, BidStatus, GpuSpec, Machine, MachineStatus, MachineTerms, Market, MarketParams,
-    OverclockTerms, StakeAccount, BID_BOOK_SPACE, BOOK_CAPACITY,
+    OverclockTerms, StakeAccount, BID_BOOK_SPACE, BOOK_CAPACITY, IMAGE_REF_LEN,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -133,11 +133,15 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     let bid: Bid = f.ctx.account(&p.bid());
     // 2 GPUs × 1 hour × 2 tokens per GPU-hour.
     assert_eq!(bid.escrow, 4 * TOKEN);
-    // One set of terms for both GPUs: the account holds one entry and stays under 340 bytes
-    // (297 before bids kept the token account their escrow came from, for refunds by anyone;
-    // 329 before they recorded the urgency premium paid).
+    // One set of terms for both GPUs and a 40-byte image reference: the account holds one entry
+    // and the reference's bytes, and stays under 340 bytes (297 before bids kept the token
+    // account their escrow came from, for refunds by anyone; 329 before they recorded the
+    // urgency premium paid).
     let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
-    assert_eq!((size, bid.overclock.len()), (Bid::space(1), 1));
+    assert_eq!(
+        (size, bid.overclock.len()),
+        (Bid::space(1, bid.image_ref.len()), 1)
+    );
     assert!(size <= 340);
     assert_eq!(
         f.ctx.token_balance(&c.tokens),
@@ -148,10 +152,7 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
         (bid.client, bid.market, bid.status),
         (c.key.pubkey(), f.market, BidStatus::Open)
     );
-    assert_eq!(
-        &bid.image_ref[..40],
-        b"127.0.0.1:5000/gpu-market/busybox:latest"
-    );
+    assert_eq!(bid.image_ref, "127.0.0.1:5000/gpu-market/busybox:latest");
     assert_eq!(f.ctx.account::<Market>(&f.market).total_escrow, 4 * TOKEN);
     assert_eq!(book_order(&f.ctx, &f.queue_book), vec![p.bid()]);
     // S = 10/1000 of the bound → 100 bps; U: no urgency premium paid → 0; C = spend per hour
@@ -855,7 +856,7 @@ fn bad_bids_are_rejected_and_move_nothing() {
         ),
         (
             PlaceBidArgs {
-                image_ref: "r".repeat(49),
+                image_ref: "r".repeat(IMAGE_REF_LEN + 1),
                 ..base.clone()
             },
             code(MarketError::ImageRefTooLong),
@@ -975,16 +976,17 @@ fn compute_units_and_sizes_of_bids() {
             client_tokens: c.tokens,
         })
         .unwrap();
-    let bid_space = Bid::space(1);
+    // With the tests' 40-byte image reference.
+    let bid_space = Bid::space(1, 40);
     println!("| instruction (book of 100 bids) | compute units |");
     println!("|---|---|");
     for name in ["place_bid", "top_up_bid", "cancel_bid"] {
         println!("| {name} | {} |", f.ctx.compute_units[name]);
     }
     println!(
-        "bid account: {bid_space} bytes with one set of overclock terms (rent {} lamports), {} bytes with 16",
+        "bid account: {bid_space} bytes with one set of overclock terms and a 40-byte image reference (rent {} lamports), {} bytes with 16 and a 255-byte reference",
         f.ctx.svm.minimum_balance_for_rent_exemption(bid_space),
-        Bid::space(16)
+        Bid::space(16, IMAGE_REF_LEN)
     );
     println!(
         "book account: {BID_BOOK_SPACE} bytes, rent {} lamports",
@@ -1099,10 +1101,33 @@ fn a_bid_cannot_raise_its_score_without_paying() {
 }
 
 #[test]
+fn an_image_reference_as_long_as_registries_allow_is_taken_and_the_account_sized_to_it() {
+    let mut f = fixture();
+    let c = client(&mut f, 100 * TOKEN, 0);
+    let mut long = String::from("europe-west4-docker.pkg.dev/project/repo/");
+    while long.len() < IMAGE_REF_LEN - "/train:v3".len() {
+        long.push('a');
+    }
+    long.push_str("/train:v3");
+    assert_eq!(long.len(), IMAGE_REF_LEN);
+    let mut a = args(&f, 1);
+    a.image_ref = long.clone();
+    let p = place(f.keys, &c, a);
+    let tx = f.ctx.transaction(&[p.instruction()], &p.signers());
+    assert!(wire_size(&tx) <= 1_232, "{} bytes", wire_size(&tx));
+    f.ctx.run(&p).expect("place_bid");
+    let bid: Bid = f.ctx.account(&p.bid());
+    assert_eq!(bid.image_ref, long);
+    let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
+    assert_eq!(size, Bid::space(1, IMAGE_REF_LEN));
+}
+
+#[test]
 fn more_than_16_overclock_entries_are_refused_not_a_panic() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 0);
-    assert_eq!(Bid::space(17), Bid::space(16));
+    assert_eq!(Bid::space(17, 40), Bid::space(16, 40));
+    assert_eq!(Bid::space(1, 256), Bid::space(1, IMAGE_REF_LEN));
     let before = ledger(&f, &[&c]);
     let mut a = args(&f, 1);
     a.overclock = vec![a.overclock[0]; 17];

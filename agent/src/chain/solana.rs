@@ -555,7 +555,7 @@ impl SolanaChain {
             overclock: (0..l.gpu_count as usize)
                 .map(|i| bid.terms_of(i).to_core())
                 .collect(),
-            image_ref: image_ref(bid),
+            image_ref: bid.image_ref.clone(),
             image_digest: bid.image_digest,
             env_hash: bid.env_hash,
             started_at: l.started_at,
@@ -601,19 +601,10 @@ fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>)
         price: b.price,
         max_duration_secs: b.max_duration_secs,
         deadline: b.deadline,
-        image_ref: image_ref(b),
+        image_ref: b.image_ref.clone(),
         image_digest: b.image_digest,
         env_hash: b.env_hash,
     }
-}
-
-fn image_ref(bid: &Bid) -> String {
-    let end = bid
-        .image_ref
-        .iter()
-        .position(|&b| b == 0)
-        .unwrap_or(bid.image_ref.len());
-    String::from_utf8_lossy(&bid.image_ref[..end]).into_owned()
 }
 
 /// The queue book's anti-monopoly cap as `allocate` and `preempt` apply it, over the bids that

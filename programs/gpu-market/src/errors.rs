@@ -59,7 +59,7 @@ pub enum MarketError {
     OverclockOutOfRange,
     #[msg("the machine is not active")]
     MachineNotActive,
-    #[msg("the image reference is longer than 48 bytes")]
+    #[msg("the image reference is longer than 255 bytes")]
     ImageRefTooLong,
     #[msg("the bid is running; end its lease instead")]
     BidRunning,

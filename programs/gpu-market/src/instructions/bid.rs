@@ -44,7 +44,7 @@ pub struct PlaceBid<'info> {
     #[account(
         init,
         payer = client,
-        space = Bid::space(args.overclock.len()),
+        space = Bid::space(args.overclock.len(), args.image_ref.len()),
         seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &args.nonce.to_le_bytes()],
         bump,
     )]
@@ -290,8 +290,6 @@ impl PlaceBid<'_> {
             market.add_waiting(args.gpu_count as i64)?;
         }
 
-        let mut image_ref = [0u8; IMAGE_REF_LEN];
-        image_ref[..args.image_ref.len()].copy_from_slice(args.image_ref.as_bytes());
         let bid = &mut ctx.accounts.bid;
         bid.set_inner(Bid {
             market: market.key(),
@@ -303,7 +301,7 @@ impl PlaceBid<'_> {
                 .map_or(Pubkey::default(), |m| m.key()),
             image_digest: args.image_digest,
             env_hash: args.env_hash,
-            image_ref,
+            image_ref: args.image_ref.clone(),
             kind: args.kind,
             status: BidStatus::Open,
             gpu_count: args.gpu_count,

@@ -8,8 +8,11 @@ use gpu_market_core::settlement::PriceUnit;
 use crate::errors::MarketError;
 use crate::state::{BidSummary, Machine, MAX_GPUS};
 
-/// Bytes of a bid's image reference (`registry/repository:tag`), zero-padded.
-pub const IMAGE_REF_LEN: usize = 48;
+/// The longest image reference (`registry/repository:tag`) a bid takes, in bytes: the
+/// distribution spec's limit on a repository name with its registry host (255), which
+/// `region-docker.pkg.dev/project/repo/image:tag` names and the like stay well within. The bid
+/// account is sized to the reference it holds.
+pub const IMAGE_REF_LEN: usize = 255;
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
 pub enum BidKind {
@@ -83,7 +86,8 @@ pub struct Bid {
     pub image_digest: [u8; 32],
     /// Hash of the encrypted environment (the ciphertext travels off chain, to the host only).
     pub env_hash: [u8; 32],
-    pub image_ref: [u8; IMAGE_REF_LEN],
+    #[max_len(IMAGE_REF_LEN)]
+    pub image_ref: String,
     pub kind: BidKind,
     pub status: BidStatus,
     pub gpu_count: u8,
@@ -115,12 +119,14 @@ pub struct Bid {
 }
 
 impl Bid {
-    /// Account size with `terms` overclock entries.
-    /// More than `MAX_GPUS` entries get the largest account (placement then refuses them with
-    /// `BadOverclockCount`, never a panic).
-    pub const fn space(terms: usize) -> usize {
+    /// Account size with `terms` overclock entries and an image reference of `image_len`
+    /// bytes. More than `MAX_GPUS` entries, or a longer reference than [`IMAGE_REF_LEN`], get the
+    /// largest account (placement then refuses them with `BadOverclockCount` or
+    /// `ImageRefTooLong`, never a panic).
+    pub const fn space(terms: usize, image_len: usize) -> usize {
         let unused = MAX_GPUS.saturating_sub(terms);
-        8 + Self::INIT_SPACE - unused * OverclockTerms::INIT_SPACE
+        let unused_image = IMAGE_REF_LEN.saturating_sub(image_len);
+        8 + Self::INIT_SPACE - unused * OverclockTerms::INIT_SPACE - unused_image
     }
 
     /// The overclock terms of the bid's GPU `i`.
