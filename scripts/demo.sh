@@ -32,8 +32,16 @@ DECIMALS=6
 
 # ---------------------------------------------------------------------------------------------
 # Set-up: each step is a quick no-op once done.
-apt_install docker.io docker-registry busybox-static curl python3
-bash scripts/install-validator.sh
+# The validator's build packages too, so that its background build below installs none (two
+# apt-get runs at once would fight over dpkg's lock).
+apt_install docker.io docker-registry busybox-static curl python3 clang libclang-dev libudev-dev \
+    protobuf-compiler cmake pkg-config libssl-dev
+# On a fresh machine the validator is the longest build, mostly on one core: it builds beside
+# the SBF toolchain, the program and the binaries, as in scripts/test.sh.
+log "installing solana-test-validator (in the background; log: $TOOLS_DIR/validator-install.log)"
+bash scripts/install-validator.sh > "$TOOLS_DIR/validator-install.log" 2>&1 &
+VALIDATOR_INSTALL=$!
+trap 'kill "$VALIDATOR_INSTALL" 2>/dev/null || true' EXIT
 SO="$REPO_ROOT/target/deploy/gpu_market.so"
 if [ -f "$SO" ] && [ -z "$(find programs/gpu-market core/src core/Cargo.toml -newer "$SO" -print -quit)" ]; then
     log "target/deploy/gpu_market.so is newer than the program's sources: not rebuilding it"
@@ -50,6 +58,12 @@ fi
 CLI="$BIN_DIR/gpu-market"
 AGENT="$BIN_DIR/gpu-market-agent"
 [ -x "$CLI" ] && [ -x "$AGENT" ] || die "$BIN_DIR must hold gpu-market and gpu-market-agent"
+log "waiting for solana-test-validator"
+if ! wait "$VALIDATOR_INSTALL"; then
+    tail -40 "$TOOLS_DIR/validator-install.log" >&2
+    die "installing solana-test-validator failed"
+fi
+trap - EXIT
 
 rm -rf "$DEMO_DIR"
 mkdir -p "$DEMO_DIR/wallets" "$DEMO_DIR/agent/data" "$DEMO_DIR/facts"
