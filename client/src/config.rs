@@ -37,9 +37,14 @@ pub enum Commitment {
 
 pub struct Config {
     pub url: String,
-    pub keypair_path: PathBuf,
+    /// Where the signer comes from, as the Solana CLI takes it: a keypair file, `prompt://`
+    /// (a seed phrase typed at the terminal), `stdin://` or `-` (a keypair's JSON on standard
+    /// input).
+    pub keypair_source: String,
     pub commitment: CommitmentConfig,
     pub output: OutputFormat,
+    /// The signer once read: a prompt or standard input is read once per command.
+    signer: std::sync::OnceLock<Keypair>,
 }
 
 /// `localhost`, `devnet`, `testnet`, `mainnet-beta` or a URL.
@@ -60,13 +65,11 @@ impl Config {
         commitment: Commitment,
         output: OutputFormat,
     ) -> Result<Self> {
-        let keypair_path = match keypair {
-            Some(p) => expand_home(p),
-            None => expand_home("~/.config/solana/id.json"),
-        };
+        let keypair_source = keypair.unwrap_or("~/.config/solana/id.json").to_string();
         Ok(Config {
             url: resolve_url(url),
-            keypair_path,
+            keypair_source,
+            signer: std::sync::OnceLock::new(),
             commitment: match commitment {
                 Commitment::Processed => CommitmentConfig::processed(),
                 Commitment::Confirmed => CommitmentConfig::confirmed(),
@@ -80,8 +83,14 @@ impl Config {
         RpcClient::new_with_commitment(self.url.clone(), self.commitment)
     }
 
+    /// The keypair that signs and pays, read from [`Self::keypair_source`] the first time.
     pub fn signer(&self) -> Result<Keypair> {
-        read_keypair(&self.keypair_path)
+        if let Some(k) = self.signer.get() {
+            return Ok(k.insecure_clone());
+        }
+        let k = keypair_from_source(&self.keypair_source)?;
+        let _ = self.signer.set(k.insecure_clone());
+        Ok(k)
     }
 
     /// An account's data; a missing account and an unreachable cluster are told apart.
@@ -460,6 +469,23 @@ fn expand_home(p: &str) -> PathBuf {
             .join(rest),
         None => PathBuf::from(p),
     }
+}
+
+/// The keypair `source` names, read the Solana CLI's way (`solana_clap_utils::keypair`):
+/// `prompt://` asks for a seed phrase (and passphrase) at the terminal, `stdin://` (or `-`) reads
+/// a keypair's JSON from standard input, anything else is a keypair file (`file://PATH` too; `~/`
+/// is the home folder). Hardware wallets (`usb://ledger`) sign through a remote signer this CLI
+/// does not hold: refused with the library's reason.
+fn keypair_from_source(source: &str) -> Result<Keypair> {
+    let is_file = !source.contains("://") && source != "-" && source != "ASK";
+    if is_file {
+        return read_keypair(&expand_home(source));
+    }
+    // The library reads optional flags (a seed phrase's validation) from clap 2 matches; this
+    // CLI offers none of them.
+    let matches = clap2::App::new("gpu-market").get_matches_from(["gpu-market"]);
+    solana_clap_utils::keypair::keypair_from_path(&matches, source, "keypair", false)
+        .map_err(|e| anyhow!("cannot read the keypair from {source}: {e}"))
 }
 
 /// Reads a keypair file in the Solana CLI's format (a JSON array of 64 bytes).
