@@ -12,9 +12,24 @@ use serde_json::Value;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
 
+/// Runs `command` with `input` on its standard input; its output.
+fn fed(mut command: Command, input: &str) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
 /// `gpu-market --keypair SOURCE ARGS…` with `input` on standard input; its JSON output.
 fn with_stdin(t: &T, source: &str, args: &[&str], input: &str) -> Value {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-market"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gpu-market"));
+    command
         .args([
             "--url",
             &t.cluster.rpc_url,
@@ -23,19 +38,8 @@ fn with_stdin(t: &T, source: &str, args: &[&str], input: &str) -> Value {
             "--keypair",
             source,
         ])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .args(args);
+    let out = fed(command, input);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{args:?}: {stderr}");
     serde_json::from_slice(&out.stdout).unwrap()
@@ -67,20 +71,9 @@ fn a_keypair_on_standard_input_or_from_a_typed_seed_phrase_signs() {
         env!("CARGO_BIN_EXE_gpu-market"),
         t.cluster.rpc_url
     );
-    let mut child = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{phrase}\n\n").as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut script = Command::new("script");
+    script.args(["-qec", &command, "/dev/null"]);
+    let out = fed(script, &format!("{phrase}\n\n"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
