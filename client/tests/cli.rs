@@ -1009,41 +1009,18 @@ fn bid_verbs() {
     }
     long.push_str("/train:v3");
     let too_long = format!("{long}x");
-    let place_image = |image: &str| {
-        vec![
-            "bid",
-            "place",
-            "--market",
+    let place_image = |image| {
+        place_image_args(
             &m,
-            "--image",
             image,
-            "--image-digest",
-            DIGEST,
-            "--gib-per-gpu",
-            "40",
-            "--duration",
             "1h",
-            "--overclock",
-            "power=300",
-            "--price",
-            "2",
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .collect::<Vec<String>>()
+            &["--overclock", "power=300", "--price", "2"],
+        )
     };
-    let args = place_image(&too_long);
-    let e = t.fails(
-        &newcomer,
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let e = t.fails(&newcomer, &place_image(&too_long));
     assert!(e.contains("longer than 255 bytes"), "{e}");
     assert_eq!(t.balance(&newcomer_tokens), 10_000_000, "nothing moved");
-    let args = place_image(&long);
-    let out = t.ok(
-        &newcomer,
-        &args.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let out = t.ok(&newcomer, &place_image(&long));
     assert_eq!(out["image"], long);
 }
 

@@ -322,13 +322,24 @@ pub fn place_args_with_duration<'a>(
     duration: &'a str,
     extra: &[&'a str],
 ) -> Vec<&'a str> {
+    place_image_args(market, "registry.example/train:v3", duration, extra)
+}
+
+/// `bid place` in `market` for a 40 GiB job of `duration` running `image`, with `extra`
+/// arguments.
+pub fn place_image_args<'a>(
+    market: &'a str,
+    image: &'a str,
+    duration: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         "bid",
         "place",
         "--market",
         market,
         "--image",
-        "registry.example/train:v3",
+        image,
         "--image-digest",
         DIGEST,
         "--gib-per-gpu",
