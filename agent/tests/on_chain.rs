@@ -22,7 +22,9 @@ use solana_pubkey::Pubkey;
 use solana_rpc_client::rpc_client::GetConfirmedSignaturesForAddress2Config;
 use solana_rpc_client_api::config::RpcTransactionConfig;
 use solana_signer::Signer;
-use solana_transaction_status_client_types::UiTransactionEncoding;
+use solana_transaction_status_client_types::{
+    EncodedConfirmedTransactionWithStatusMeta, UiTransactionEncoding,
+};
 
 mod support;
 
@@ -445,13 +447,17 @@ async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
     );
 }
 
-/// What the transaction that created `lease` cost.
-async fn allocate_cost(live: &LiveMarket, lease: &Pubkey) -> AllocateCost {
+/// The successful transactions that touched `address`, newest first, in `encoding`.
+async fn transactions_of(
+    live: &LiveMarket,
+    address: &Pubkey,
+    encoding: UiTransactionEncoding,
+) -> Vec<EncodedConfirmedTransactionWithStatusMeta> {
     let rpc = live.cluster.rpc();
     let commitment = Some(solana_commitment_config::CommitmentConfig::confirmed());
     let sigs = rpc
         .get_signatures_for_address_with_config(
-            lease,
+            address,
             GetConfirmedSignaturesForAddress2Config {
                 commitment,
                 ..Default::default()
@@ -459,18 +465,30 @@ async fn allocate_cost(live: &LiveMarket, lease: &Pubkey) -> AllocateCost {
         )
         .await
         .unwrap();
-    let first = sigs.last().expect("the allocation");
-    let tx = rpc
-        .get_transaction_with_config(
-            &first.signature.parse().unwrap(),
-            RpcTransactionConfig {
-                encoding: Some(UiTransactionEncoding::Base64),
-                commitment,
-                max_supported_transaction_version: Some(0),
-            },
-        )
+    let mut out = Vec::new();
+    for s in sigs.iter().filter(|s| s.err.is_none()) {
+        let tx = rpc
+            .get_transaction_with_config(
+                &s.signature.parse().unwrap(),
+                RpcTransactionConfig {
+                    encoding: Some(encoding),
+                    commitment,
+                    max_supported_transaction_version: Some(0),
+                },
+            )
+            .await
+            .unwrap();
+        out.push(tx);
+    }
+    out
+}
+
+/// What the transaction that created `lease` cost.
+async fn allocate_cost(live: &LiveMarket, lease: &Pubkey) -> AllocateCost {
+    let tx = transactions_of(live, lease, UiTransactionEncoding::Base64)
         .await
-        .unwrap();
+        .pop()
+        .expect("the allocation");
     let cu: Option<u64> = tx
         .transaction
         .meta
@@ -598,31 +616,8 @@ fn spot_bid(nonce: u64, gpu_count: u8, secs: u32, now: i64) -> PlaceBidArgs {
 /// The `SpotPreempted` events of the transactions that touched `lease`, each with the block
 /// time of its transaction (the clock the program read).
 async fn preemptions(live: &LiveMarket, lease: &Pubkey) -> Vec<(SpotPreempted, Option<i64>)> {
-    let rpc = live.cluster.rpc();
-    let commitment = Some(solana_commitment_config::CommitmentConfig::confirmed());
-    let sigs = rpc
-        .get_signatures_for_address_with_config(
-            lease,
-            GetConfirmedSignaturesForAddress2Config {
-                commitment,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
     let mut out = Vec::new();
-    for s in sigs.iter().filter(|s| s.err.is_none()) {
-        let tx = rpc
-            .get_transaction_with_config(
-                &s.signature.parse().unwrap(),
-                RpcTransactionConfig {
-                    encoding: Some(UiTransactionEncoding::Json),
-                    commitment,
-                    max_supported_transaction_version: Some(0),
-                },
-            )
-            .await
-            .unwrap();
+    for tx in transactions_of(live, lease, UiTransactionEncoding::Json).await {
         let logs: Vec<String> = tx
             .transaction
             .meta

@@ -76,24 +76,7 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
     assert!(keep(&t, &keeper, &s, &prom).is_empty(), "nothing is due");
 
     // A 4 s lease its host proves in full; a lease whose host skips intervals 0 and 1.
-    let out = t.ok(
-        &client,
-        &place_args_with_duration(
-            &m,
-            "4",
-            &[
-                "--overclock",
-                "power=250",
-                "--price",
-                "3",
-                "--class",
-                "0",
-                "--nonce",
-                "11",
-            ],
-        ),
-    );
-    let short = allocate_as_agent(&t, &s, &host, pk(&out["bid"]), key_of(&client).pubkey());
+    let short = leased_for(&t, &s, &host, &client, "11", "4");
     let skipping = leased(&t, &s, &host, &client, "12");
     // A bid that expires in 3 s, with an environment sealed to the machine.
     let env = t.path("job.env");

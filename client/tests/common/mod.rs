@@ -416,7 +416,7 @@ pub fn register_host(t: &T, s: &MarketSetup) -> Host {
     }
 }
 
-/// A 1-GPU queue bid of `client`, allocated by the host's agent; returns the lease.
+/// A 1-GPU, one-hour queue bid of `client`, allocated by the host's agent; returns the lease.
 pub fn leased(
     t: &T,
     s: &MarketSetup,
@@ -424,10 +424,24 @@ pub fn leased(
     client: &std::path::Path,
     nonce: &str,
 ) -> Pubkey {
+    leased_for(t, s, host, client, nonce, "1h")
+}
+
+/// [`leased`] for `duration`.
+pub fn leased_for(
+    t: &T,
+    s: &MarketSetup,
+    host: &Host,
+    client: &std::path::Path,
+    nonce: &str,
+    duration: &str,
+) -> Pubkey {
+    let m = s.m();
     let out = t.ok(
         client,
-        &place_args(
-            &s.m(),
+        &place_args_with_duration(
+            &m,
+            duration,
             &[
                 "--overclock",
                 "power=250",
