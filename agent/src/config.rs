@@ -16,6 +16,7 @@ use crate::gpu::isolation::Mps;
 use crate::metrics::health::{
     HealthLimits, DEFAULT_PROOF_STALENESS_SECS, DEFAULT_WEBSOCKET_SILENCE_SECS,
 };
+use crate::network::Publishing;
 use crate::redact::{redact_url, SecretUrl};
 use crate::runtime::Sandbox;
 
@@ -57,6 +58,32 @@ pub struct Config {
     pub log_format: LogFormat,
     /// When `/healthz` reports the agent unhealthy.
     pub health: HealthLimits,
+    /// Leases' published ports and what is kept for their clients.
+    pub network: NetworkConfig,
+    /// The lease owner's API (`[api]`).
+    pub api: ApiConfig,
+}
+
+/// The lease owner's API (`crate::api`): each lease's client reads its container's logs, runs
+/// commands in it and copies files out of it, over TLS with the agent's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// Where the API listens (`[api] listen`).
+    pub listen: SocketAddr,
+}
+
+/// Where the API listens unless `[api] listen` says otherwise: every interface, as its clients
+/// are elsewhere.
+pub const DEFAULT_API_LISTEN: &str = "0.0.0.0:7450";
+
+/// The `[network]` section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkConfig {
+    /// Host ports leases' published ports come from (`ports = "30000-30999"`), on
+    /// `publish_ip`; `None`: leases that ask for ports cannot start here.
+    pub publishing: Option<Publishing>,
+    /// How long a lease's scratch volume and logs stay for its client after it ends.
+    pub retention: Duration,
 }
 
 /// The commitment of every read and confirmation. Not `processed`: the agent decides from its
@@ -239,6 +266,12 @@ pub enum ConfigError {
     BadGpu { key: String, reason: String },
     #[error("{key}: {reason}")]
     BadRegistry { key: String, reason: String },
+    #[error("{key}: {value:?} {reason}")]
+    BadPortRange {
+        key: String,
+        value: String,
+        reason: String,
+    },
     /// The limits of containers on every GPU of the machine add up to more than the host has.
     #[error(
         "{key}: containers on all {gpus} GPUs would get {need} {unit}, more than the host's {have}"
@@ -309,6 +342,42 @@ struct Raw {
     log_format: String,
     #[serde(default)]
     health: RawHealth,
+    #[serde(default)]
+    network: RawNetwork,
+    #[serde(default)]
+    api: RawApi,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawApi {
+    listen: String,
+}
+
+impl Default for RawApi {
+    fn default() -> Self {
+        RawApi {
+            listen: DEFAULT_API_LISTEN.to_string(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawNetwork {
+    ports: Option<String>,
+    publish_ip: String,
+    retention_secs: u64,
+}
+
+impl Default for RawNetwork {
+    fn default() -> Self {
+        RawNetwork {
+            ports: None,
+            publish_ip: "0.0.0.0".to_string(),
+            retention_secs: 3_600,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -438,13 +507,11 @@ impl Config {
                 key: "data_dir".into(),
             });
         }
-        let metrics_listen = raw
-            .metrics_listen
-            .parse()
-            .map_err(|_| ConfigError::BadAddress {
-                key: "metrics_listen".into(),
-                value: raw.metrics_listen.clone(),
-            })?;
+        let metrics_listen = address("metrics_listen", &raw.metrics_listen)?;
+        let api = ApiConfig {
+            listen: address("api.listen", &raw.api.listen)?,
+        };
+        let network = network(&raw.network, &[metrics_listen.port(), api.listen.port()])?;
         let c = &raw.container;
         if c.pids_limit <= 0 {
             return Err(ConfigError::Zero {
@@ -527,8 +594,53 @@ impl Config {
                     raw.health.websocket_silence_secs,
                 )?),
             },
+            network,
+            api,
         })
     }
+}
+
+/// The `[network]` section: a publishing range of unprivileged ports that holds none of the
+/// agent's own (`own`), on an IPv4 address.
+fn network(raw: &RawNetwork, own: &[u16]) -> Result<NetworkConfig, ConfigError> {
+    let bad = |key: &str, value: &str, reason: &str| ConfigError::BadPortRange {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    };
+    let ip = raw.publish_ip.parse().map_err(|_| {
+        bad(
+            "network.publish_ip",
+            &raw.publish_ip,
+            "is not an IPv4 address",
+        )
+    })?;
+    let publishing = match &raw.ports {
+        None => None,
+        Some(text) => {
+            let key = "network.ports";
+            let (first, last) = text
+                .split_once('-')
+                .and_then(|(a, b)| Some((a.trim().parse::<u16>().ok()?, b.trim().parse().ok()?)))
+                .ok_or_else(|| bad(key, text, "is not a range like 30000-30999"))?;
+            if first < 1024 || first > last {
+                return Err(bad(key, text, "must go up from 1024 or above"));
+            }
+            let p = Publishing { first, last, ip };
+            if let Some(port) = own.iter().find(|&&port| p.contains(port)) {
+                return Err(bad(
+                    key,
+                    text,
+                    &format!("holds the agent's own port {port}"),
+                ));
+            }
+            Some(p)
+        }
+    };
+    Ok(NetworkConfig {
+        publishing,
+        retention: Duration::from_secs(raw.retention_secs),
+    })
 }
 
 fn url(key: &str, value: String, schemes: &'static [&'static str]) -> Result<String, ConfigError> {
@@ -541,6 +653,13 @@ fn url(key: &str, value: String, schemes: &'static [&'static str]) -> Result<Str
             expected: schemes,
         }),
     }
+}
+
+fn address(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value.parse().map_err(|_| ConfigError::BadAddress {
+        key: key.into(),
+        value: value.into(),
+    })
 }
 
 fn nonzero(key: &str, v: u64) -> Result<u64, ConfigError> {
@@ -732,6 +851,8 @@ fn registries(
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     const MARKET: &str = "11111111111111111111111111111111";
@@ -805,6 +926,35 @@ password_file = "/etc/gpu-market/registry.pass"
             auth.password,
             RegistryPassword::File("/etc/gpu-market/registry.pass".into())
         );
+    }
+
+    #[test]
+    fn the_publishing_range_is_unprivileged_ordered_and_free_of_the_agents_own_ports() {
+        let net = |section: &str| {
+            let text = format!("{}\n[network]\n{section}\n", good());
+            Config::parse(&text).map(|c| c.network)
+        };
+        let n = net("ports = \"30000-30099\"\nretention_secs = 60").unwrap();
+        let p = n.publishing.unwrap();
+        assert_eq!(
+            (p.first, p.last, p.ip),
+            (30_000, 30_099, Ipv4Addr::UNSPECIFIED)
+        );
+        assert_eq!(n.retention, Duration::from_secs(60));
+        assert_eq!(Config::parse(&good()).unwrap().network.publishing, None);
+        for (range, why) in [
+            ("\"80-90\"", "must go up from 1024"),
+            ("\"30099-30000\"", "must go up from 1024"),
+            ("\"9000-9999\"", "the agent's own port 9464"),
+            ("\"30000\"", "a range like"),
+        ] {
+            let e = net(&format!("ports = {range}")).unwrap_err();
+            assert!(
+                matches!(&e, ConfigError::BadPortRange { key, .. } if key == "network.ports"),
+                "{e}"
+            );
+            assert!(e.to_string().contains(why), "{e}");
+        }
     }
 
     #[test]
@@ -1141,6 +1291,28 @@ password_file = "/etc/gpu-market/registry.pass"
         assert!(e.to_string().contains("fork"), "{e}");
         let c = with("\"finalized\"", "\"confirmed\"").unwrap();
         assert_eq!(c.commitment, Commitment::Confirmed);
+    }
+
+    #[test]
+    fn the_api_listens_on_every_interface_by_default_and_its_address_is_checked() {
+        let c = Config::parse(&good()).unwrap();
+        assert_eq!(c.api.listen, DEFAULT_API_LISTEN.parse().unwrap());
+        assert_eq!(c.api.listen.port(), 7450);
+        let c = with("[gpu]", "[api]\nlisten = \"127.0.0.1:8443\"\n\n[gpu]").unwrap();
+        assert_eq!(c.api.listen, "127.0.0.1:8443".parse().unwrap());
+        let e = with("[gpu]", "[api]\nlisten = \"localhost\"\n\n[gpu]").unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::BadAddress {
+                key: "api.listen".into(),
+                value: "localhost".into()
+            }
+        );
+        let e = with("[gpu]", "[api]\nport = 1\n\n[gpu]").unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Syntax(m) if m.contains("port")),
+            "{e}"
+        );
     }
 
     #[test]

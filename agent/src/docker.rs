@@ -10,7 +10,7 @@ use bollard::auth::DockerCredentials;
 use bollard::errors::Error as BollardError;
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum, ContainerTopResponse,
-    DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountType,
+    DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountType, PortBinding,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, LogsOptions,
@@ -21,6 +21,8 @@ use bollard::Docker;
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::io::AsyncWriteExt;
 
+use crate::chain::Key;
+use crate::network::Publishing;
 use crate::runtime::{
     pinned_reference, registry_host, ContainerRuntime, ContainerState, Credentials,
     ManagedContainer, LABEL_LEASE,
@@ -41,13 +43,17 @@ pub struct ContainerLogs {
 }
 
 pub struct DockerEngine {
-    docker: Docker,
+    pub(crate) docker: Docker,
     /// The value of [`LABEL_MANAGED`] on the containers this engine handle starts and lists:
     /// the machine's address, so that agents of several machines can share one engine.
     scope: String,
     /// Set once the storage driver has refused a size cap on a writable layer: containers with a
     /// writable root are created without one from then on.
     no_layer_cap: AtomicBool,
+    /// Where leases' ports are published; `None`: leases that ask for ports cannot start.
+    publishing: Option<Publishing>,
+    /// Held from choosing a lease's host ports until its container holds them.
+    publish_lock: tokio::sync::Mutex<()>,
 }
 
 impl DockerEngine {
@@ -67,7 +73,20 @@ impl DockerEngine {
             docker,
             scope: scope.to_string(),
             no_layer_cap: AtomicBool::new(false),
+            publishing: None,
+            publish_lock: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Leases' ports are published on `publishing`'s address, from its range.
+    pub fn publishing(mut self, publishing: Publishing) -> Self {
+        self.publishing = Some(publishing);
+        self
+    }
+
+    /// The machine address whose containers this handle manages.
+    pub fn scope(&self) -> &str {
+        &self.scope
     }
 
     /// The API version agreed with the engine.
@@ -164,13 +183,16 @@ impl DockerEngine {
             op: "create",
             source,
         };
+        // One lease's ports at a time, from choosing them until its container holds them.
+        let _publishing = self.publish_lock.lock().await;
+        let net = self.attachment(spec).await?;
         let cap_layer = !spec.sandbox.read_only_root && !self.no_layer_cap.load(Ordering::Relaxed);
-        Ok(match self.create_with_cap(spec, cap_layer).await {
+        Ok(match self.create_with_cap(spec, &net, cap_layer).await {
             // Most storage drivers cannot cap a layer (overlay2 only on xfs with `pquota`): the
             // engine refuses the container, which then runs without the cap.
             Err(BollardError::DockerResponseServerError { message, .. }) if cap_layer => {
                 let id = self
-                    .create_with_cap(spec, false)
+                    .create_with_cap(spec, &net, false)
                     .await
                     .map_err(create_error)?;
                 self.no_layer_cap.store(true, Ordering::Relaxed);
@@ -192,17 +214,41 @@ impl DockerEngine {
             .map_err(|source| engine_error("start", id, source))
     }
 
-    /// Creates the container of `spec`, with its writable layer capped when `cap_layer`.
+    /// Where `spec`'s container attaches: no network, or its lease's bridge (made now, with its
+    /// firewall) with its ports bound to free host ports of the publishing range.
+    async fn attachment(&self, spec: &ContainerSpec) -> Result<Attachment, RuntimeError> {
+        if !spec.network.bridged() {
+            return Ok(Attachment::default());
+        }
+        let lease: Key = spec
+            .labels
+            .get(LABEL_LEASE)
+            .and_then(|l| l.parse().ok())
+            .ok_or(RuntimeError::NoLeaseLabel)?;
+        let ports = match (spec.network.ports.is_empty(), &self.publishing) {
+            (true, _) => HashMap::new(),
+            (false, Some(p)) => self.port_bindings(p, &spec.network.ports).await?,
+            (false, None) => return Err(RuntimeError::NoPublishing),
+        };
+        Ok(Attachment {
+            mode: self.lease_network(&lease, &spec.network).await?,
+            ports,
+        })
+    }
+
+    /// Creates the container of `spec` attached as `net`, with its writable layer capped when
+    /// `cap_layer`.
     async fn create_with_cap(
         &self,
         spec: &ContainerSpec,
+        net: &Attachment,
         cap_layer: bool,
     ) -> Result<String, BollardError> {
         let options = CreateContainerOptions {
             name: spec.name.clone(),
             ..Default::default()
         };
-        let body = create_body(spec, &self.scope, cap_layer);
+        let body = create_body(spec, &self.scope, net, cap_layer);
         Ok(self.docker.create_container(Some(options), body).await?.id)
     }
 
@@ -254,7 +300,14 @@ impl DockerEngine {
     }
 
     /// Removes the container (forcibly, if it still runs).
+    /// Removes the container (forcibly, if it still runs), then its lease's network and
+    /// firewall rules if it had them.
     pub async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        let inspect = self
+            .docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|source| engine_error("inspect", id, source))?;
         let options = RemoveContainerOptions {
             force: true,
             ..Default::default()
@@ -262,7 +315,19 @@ impl DockerEngine {
         self.docker
             .remove_container(id, Some(options))
             .await
-            .map_err(|source| engine_error("remove", id, source))
+            .map_err(|source| engine_error("remove", id, source))?;
+        let bridged = inspect
+            .host_config
+            .and_then(|h| h.network_mode)
+            .is_some_and(|m| m.starts_with(crate::network::NETWORK_PREFIX));
+        let lease: Option<Key> = inspect
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get(LABEL_LEASE).and_then(|l| l.parse().ok()));
+        match (bridged, lease) {
+            (true, Some(lease)) => self.remove_lease_network(&lease).await,
+            _ => Ok(()),
+        }
     }
 
     /// Stops the container: SIGTERM, then SIGKILL after `grace`.
@@ -387,7 +452,12 @@ impl DockerEngine {
 /// without network, without capabilities or privilege gain, confined by `spec.sandbox`, with its
 /// writable layer capped when `cap_layer`, and `spec.binds` mounted (bind mounts whose host
 /// folder must exist, read-only where they say so).
-fn create_body(spec: &ContainerSpec, scope: &str, cap_layer: bool) -> ContainerCreateBody {
+fn create_body(
+    spec: &ContainerSpec,
+    scope: &str,
+    net: &Attachment,
+    cap_layer: bool,
+) -> ContainerCreateBody {
     let mut labels = spec.labels.clone();
     labels.insert(LABEL_MANAGED.to_string(), scope.to_string());
     let device_requests = (!spec.gpu_indices.is_empty()).then(|| {
@@ -415,6 +485,7 @@ fn create_body(spec: &ContainerSpec, scope: &str, cap_layer: bool) -> ContainerC
     let tmpfs = |bytes: u64| format!("rw,exec,nosuid,nodev,size={bytes},mode=1777");
     ContainerCreateBody {
         image: Some(spec.image.clone()),
+        exposed_ports: (!net.ports.is_empty()).then(|| net.ports.keys().cloned().collect()),
         cmd: spec.cmd.clone(),
         env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         labels: Some(labels),
@@ -422,16 +493,24 @@ fn create_body(spec: &ContainerSpec, scope: &str, cap_layer: bool) -> ContainerC
             memory: spec.memory_bytes,
             nano_cpus: spec.nano_cpus,
             pids_limit: spec.pids_limit,
-            network_mode: Some("none".to_string()),
+            network_mode: Some(net.mode.clone()),
+            port_bindings: (!net.ports.is_empty()).then(|| net.ports.clone()),
             device_requests,
             mounts,
             cap_drop: Some(vec!["ALL".to_string()]),
             security_opt: Some(vec!["no-new-privileges".to_string()]),
             readonly_rootfs: Some(sandbox.read_only_root),
-            tmpfs: Some(HashMap::from([
-                (TMP_DIR.to_string(), tmpfs(sandbox.tmp_bytes)),
-                (SCRATCH_DIR.to_string(), tmpfs(sandbox.scratch_bytes)),
-            ])),
+            tmpfs: Some(
+                [
+                    (TMP_DIR, sandbox.tmp_bytes),
+                    (SCRATCH_DIR, sandbox.scratch_bytes),
+                ]
+                .into_iter()
+                // 0: the folder comes from elsewhere (a lease's retained scratch volume).
+                .filter(|(_, bytes)| *bytes > 0)
+                .map(|(dir, bytes)| (dir.to_string(), tmpfs(bytes)))
+                .collect(),
+            ),
             storage_opt: cap_layer.then(|| {
                 HashMap::from([("size".to_string(), sandbox.writable_layer_bytes.to_string())])
             }),
@@ -445,6 +524,23 @@ fn create_body(spec: &ContainerSpec, scope: &str, cap_layer: bool) -> ContainerC
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// A container's network: its mode (`none`, or its lease's bridge network) and its published
+/// ports (`"8080/tcp"` → the host port).
+#[derive(Debug, Clone)]
+struct Attachment {
+    mode: String,
+    ports: HashMap<String, Option<Vec<PortBinding>>>,
+}
+
+impl Default for Attachment {
+    fn default() -> Self {
+        Attachment {
+            mode: "none".to_string(),
+            ports: HashMap::new(),
+        }
     }
 }
 
@@ -573,7 +669,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let body = create_body(&spec, "machine", false);
+        let body = create_body(&spec, "machine", &Attachment::default(), false);
         let host = body.host_config.expect("a host config");
         let mount = |source: &str, target: &str, read_only| Mount {
             typ: Some(MountType::BIND),
@@ -597,7 +693,12 @@ mod tests {
             "no -v style binds: they create missing folders"
         );
         assert_eq!(body.labels.unwrap()[LABEL_MANAGED], "machine");
-        let plain = create_body(&ContainerSpec::default(), "machine", false);
+        let plain = create_body(
+            &ContainerSpec::default(),
+            "machine",
+            &Attachment::default(),
+            false,
+        );
         assert_eq!(plain.host_config.unwrap().mounts, None);
     }
 

@@ -4,6 +4,7 @@
 //! the container engine ([`runtime::ContainerRuntime`]) and the GPUs ([`gpu::GpuBackend`]), each
 //! with a real implementation and one for tests.
 
+pub mod api;
 pub mod chain;
 pub mod config;
 pub mod control;
@@ -13,7 +14,9 @@ pub mod env;
 pub mod evidence;
 pub mod gpu;
 pub mod metrics;
+pub mod network;
 pub mod reconcile;
 pub mod redact;
+pub mod retention;
 pub mod runtime;
 pub mod state;

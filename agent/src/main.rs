@@ -157,7 +157,11 @@ async fn run(path: &Path) -> Result<()> {
         .check_host(gpus.gpus().len(), HostCapacity::this_host()?)
         .with_context(|| format!("in the configuration {}", path.display()))?;
     let metrics = Arc::new(Metrics::new(config.health));
-    let engine = DockerEngine::connect(&config.engine_socket, &config.machine.to_string()).await?;
+    let mut engine =
+        DockerEngine::connect(&config.engine_socket, &config.machine.to_string()).await?;
+    if let Some(publishing) = config.network.publishing {
+        engine = engine.publishing(publishing);
+    }
     metrics.health().engine_reachable(true);
     tracing::info!(api = %engine.api_version(), "container engine ready");
     let agent_key = solana_keypair::read_keypair_file(&config.keypair).map_err(|e| {
@@ -182,6 +186,7 @@ async fn run(path: &Path) -> Result<()> {
             metrics_stopped.await.ok();
         },
     ));
+    gpu_market_agent::api::start(&config, &env_key).await?;
 
     let reconciler = Reconciler::new(
         chain,
@@ -196,6 +201,7 @@ async fn run(path: &Path) -> Result<()> {
             registries: config.registries.clone(),
             env_key,
             mps: config.mps.clone(),
+            retention: config.network.retention,
         },
         metrics,
     )?;

@@ -397,6 +397,7 @@ mod tests {
             image_ref: "r/i:1".into(),
             image_digest: [0; 32],
             env_hash: [0; 32],
+            room: crate::chain::RoomAsked::default(),
             started_at: 1_000,
             ends_at: 1_250,
             stop_at: None,

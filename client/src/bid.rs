@@ -132,6 +132,14 @@ pub struct PlaceArgs {
     /// that may run the bid and stored on chain; only that machine's agent can open it.
     #[arg(long, value_name = "FILE")]
     env: Option<PathBuf>,
+    /// A container port to publish on the machine's public address (repeatable, at most 4):
+    /// `gpu-market lease show` tells where to connect.
+    #[arg(long = "port", value_name = "PORT")]
+    ports: Vec<u16>,
+    /// GiB of scratch volume at the container's /workspace, kept after the lease ends for
+    /// `gpu-market lease cp` (the machine's `scratch_gib` caps it) [default: none].
+    #[arg(long, default_value_t = 0)]
+    scratch_gib: u16,
     /// Distinguishes the keypair's bids [default: from the clock].
     #[arg(long)]
     nonce: Option<u64>,
@@ -415,6 +423,8 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             max_duration_secs: duration,
             deadline,
             urgency_premium,
+            ports: a.ports.clone(),
+            scratch_gib: a.scratch_gib,
         },
         evict,
     };

@@ -6,7 +6,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use gpu_market::pda;
 use gpu_market::state::{
-    GpuSpec, Machine, MachineStatus, MachineTerms, Market, StakeAccount, BID_BOOK_SPACE, REGION_LEN,
+    GpuSpec, Machine, MachineNetwork, MachineStatus, MachineTerms, Market, StakeAccount,
+    BID_BOOK_SPACE, REGION_LEN,
 };
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::gpus::{format_uuid, GpusFile};
@@ -89,7 +90,30 @@ pub struct TermArgs {
     /// sha256 digest of an image the machine has cached (repeatable; replaces the list).
     #[arg(long = "cached-image", value_name = "DIGEST")]
     cached_images: Vec<String>,
+    /// Where clients reach the machine: a DNS name or IP address for published ports and the
+    /// agent's API (at most 64 bytes) [register default: none, nothing published].
+    #[arg(long)]
+    public_host: Option<String>,
+    /// The port of the agent's API (its `[api] listen`) [register default: 7450 with a public
+    /// host, else none].
+    #[arg(long)]
+    api_port: Option<u16>,
+    /// The most container ports one lease may publish [register default: 0].
+    #[arg(long)]
+    ports_per_lease: Option<u8>,
+    /// The most GiB of scratch volume (a tmpfs at /workspace, kept after the lease for its
+    /// client to fetch) one lease may ask [register default: 0].
+    #[arg(long)]
+    scratch_gib: Option<u16>,
+    /// Where leases may connect to: `none`, `open` (any public address) or a comma-separated
+    /// allow-list of IPv4 networks (`203.0.113.0/24,198.51.100.7`) [register default: none].
+    /// The host itself, cloud metadata and other leases are never reachable.
+    #[arg(long, value_name = "POLICY")]
+    egress: Option<String>,
 }
+
+/// The TLS port of the agent's API unless the host names another.
+pub const DEFAULT_API_PORT: u16 = 7450;
 
 /// Reads a GPUs file (`.json` as JSON, anything else as TOML) and checks each GPU's ranges.
 fn read_gpus(path: &Path) -> Result<Vec<GpuSpec>> {
@@ -145,6 +169,25 @@ impl TermArgs {
             terms.electricity_cost_per_kwh =
                 parse::amount(c, payment_decimals, "electricity cost")?;
         }
+        let net = &mut terms.network;
+        if let Some(host) = &self.public_host {
+            net.host = host.clone();
+            if self.api_port.is_none() && net.api_port == 0 {
+                net.api_port = DEFAULT_API_PORT;
+            }
+        }
+        if let Some(port) = self.api_port {
+            net.api_port = port;
+        }
+        if let Some(n) = self.ports_per_lease {
+            net.ports_per_lease = n;
+        }
+        if let Some(gib) = self.scratch_gib {
+            net.scratch_gib = gib;
+        }
+        if let Some(policy) = &self.egress {
+            (net.egress, net.allow) = parse::egress(policy)?;
+        }
         if !self.cached_images.is_empty() {
             terms.cached_images = self
                 .cached_images
@@ -164,6 +207,7 @@ fn terms_of(m: &Machine) -> MachineTerms {
         price_floor_per_gpu_hour: m.price_floor_per_gpu_hour,
         electricity_cost_per_kwh: m.electricity_cost_per_kwh,
         cached_images: m.cached_images[..m.cached_image_count as usize].to_vec(),
+        network: m.network.clone(),
     }
 }
 
@@ -206,6 +250,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                 price_floor_per_gpu_hour: 0,
                 electricity_cost_per_kwh: 0,
                 cached_images: Vec::new(),
+                network: MachineNetwork::default(),
             };
             let terms = terms.apply(base, config.mint_decimals(&m.payment_mint)?)?;
             let register = RegisterMachine {
@@ -407,8 +452,20 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ("missed_intervals", m.missed_intervals.into()),
         ("violations", m.violations.into()),
         ("cached_images", Value::Array(images)),
+        ("network", network_json(&m.network)),
         ("gpus", Value::Array(gpus)),
     ]
+}
+
+/// What a client sees of a machine's network before bidding.
+fn network_json(n: &MachineNetwork) -> Value {
+    json!({
+        "public_host": n.host,
+        "api_port": n.api_port,
+        "ports_per_lease": n.ports_per_lease,
+        "scratch_gib": n.scratch_gib,
+        "egress": parse::format_egress(n.egress, &n.allow),
+    })
 }
 
 /// `host slash`: refused before anything is sent when the machine's current evidence is short.

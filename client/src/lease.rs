@@ -1,4 +1,4 @@
-//! `gpu-market lease list|show|end|reclaim|audit`.
+//! `gpu-market lease list|show|end|reclaim|audit|logs|exec|cp`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
@@ -7,6 +7,7 @@ use gpu_market::state::{Bid, BidKind, Lease, Machine, Market};
 use gpu_market_core::lease::exit;
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::settlement;
+use gpu_market_sdk::api::LogsQuery;
 use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::CloseLease;
 use serde_json::Value;
@@ -16,6 +17,7 @@ use solana_signer::Signer;
 use crate::config::Config;
 
 mod audit;
+mod remote;
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
@@ -69,6 +71,44 @@ pub enum LeaseCommand {
         #[arg(long, value_name = "DIR")]
         evidence: std::path::PathBuf,
     },
+    /// Streams the output (stdout and stderr) of the lease's container from its host's agent.
+    Logs {
+        lease: Pubkey,
+        /// Goes on streaming until the container stops.
+        #[arg(long)]
+        follow: bool,
+        /// Only the last N lines.
+        #[arg(long, value_name = "N")]
+        tail: Option<u64>,
+        /// Only what was printed from this unix second on.
+        #[arg(long, value_name = "UNIX", value_parser = clap::value_parser!(i64).range(0..))]
+        since: Option<i64>,
+        #[command(flatten)]
+        remote: remote::Remote,
+    },
+    /// Runs a command in the lease's running container, our standard input piped to it and its
+    /// output to ours; exits with its exit code. `gpu-market lease exec LEASE -- CMD ARGS...`
+    Exec {
+        lease: Pubkey,
+        #[arg(last = true, required = true, value_name = "CMD")]
+        cmd: Vec<String>,
+        #[command(flatten)]
+        remote: remote::Remote,
+    },
+    /// Copies a file or folder of the lease's scratch (`LEASE:/workspace/PATH`) into LOCAL_DIR,
+    /// while its container runs or after it exited; prints each file written with its sha256.
+    Cp {
+        #[arg(value_name = "LEASE:/workspace/PATH")]
+        source: String,
+        #[arg(value_name = "LOCAL_DIR")]
+        dir: std::path::PathBuf,
+        /// The sha256 (hex) the single file copied must have: a file that differs is deleted,
+        /// and the command fails.
+        #[arg(long, value_name = "HEX", value_parser = remote::parse_sha256)]
+        expect_sha256: Option<[u8; 32]>,
+        #[command(flatten)]
+        remote: remote::Remote,
+    },
 }
 
 pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
@@ -83,6 +123,27 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
         LeaseCommand::End { lease, tokens } => end(config, lease, tokens, false),
         LeaseCommand::Reclaim { lease, tokens } => end(config, lease, tokens, true),
         LeaseCommand::Audit { lease, evidence } => audit::audit(config, &lease, &evidence),
+        LeaseCommand::Logs {
+            lease,
+            follow,
+            tail,
+            since,
+            remote,
+        } => {
+            let query = LogsQuery {
+                tail,
+                since,
+                follow,
+            };
+            remote::logs(config, &lease, query, &remote)
+        }
+        LeaseCommand::Exec { lease, cmd, remote } => remote::exec(config, &lease, cmd, &remote),
+        LeaseCommand::Cp {
+            source,
+            dir,
+            expect_sha256,
+            remote,
+        } => remote::cp(config, &source, &dir, expect_sha256, &remote),
     }
 }
 

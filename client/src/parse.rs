@@ -2,7 +2,7 @@
 //! Every parser returns one clear sentence on bad input.
 
 use anyhow::{anyhow, bail, Result};
-use gpu_market::state::OverclockTerms;
+use gpu_market::state::{Cidr, Egress, OverclockTerms, MAX_ALLOW};
 use serde_json::Value;
 
 /// A token amount in token units (`"1.5"`), exact in base units of a mint with `decimals`.
@@ -114,6 +114,54 @@ pub fn unpadded(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// An egress policy: `none`, `open`, or a comma-separated allow-list of IPv4 networks
+/// (`a.b.c.d/len`, or an address alone for /32).
+pub fn egress(s: &str) -> Result<(Egress, Vec<Cidr>)> {
+    match s.trim() {
+        "none" => Ok((Egress::None, Vec::new())),
+        "open" => Ok((Egress::Open, Vec::new())),
+        list => {
+            let allow = list
+                .split(',')
+                .map(|c| cidr(c.trim()))
+                .collect::<Result<Vec<_>>>()?;
+            if allow.is_empty() || allow.len() > MAX_ALLOW {
+                bail!(
+                    "an egress allow-list holds 1 to {MAX_ALLOW} networks, not {}",
+                    allow.len()
+                );
+            }
+            Ok((Egress::AllowList, allow))
+        }
+    }
+}
+
+fn cidr(s: &str) -> Result<Cidr> {
+    let bad = || {
+        anyhow!("bad egress entry {s:?}: expected none, open or IPv4 networks like 203.0.113.0/24")
+    };
+    let (addr, prefix) = s.split_once('/').unwrap_or((s, "32"));
+    let addr: std::net::Ipv4Addr = addr.parse().map_err(|_| bad())?;
+    let prefix: u8 = prefix.parse().ok().filter(|p| *p <= 32).ok_or_else(bad)?;
+    Ok(Cidr {
+        addr: addr.octets(),
+        prefix,
+    })
+}
+
+/// The text [`egress`] reads.
+pub fn format_egress(egress: Egress, allow: &[Cidr]) -> String {
+    match egress {
+        Egress::None => "none".into(),
+        Egress::Open => "open".into(),
+        Egress::AllowList => allow
+            .iter()
+            .map(|c| format!("{}/{}", std::net::Ipv4Addr::from(c.addr), c.prefix))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +267,23 @@ mod tests {
             let s = format!("power={p},core-lock={cl},mem-lock={ml},core-offset={co},mem-offset={mo}");
             let t = overclock(&s).unwrap();
             prop_assert_eq!(t, OverclockTerms { power_limit_w: p, core_lock_mhz: cl, mem_lock_mhz: ml, core_offset_mhz: co, mem_offset_mhz: mo });
+        }
+    }
+
+    #[test]
+    fn egress_policies_read_back_as_they_are_written() {
+        for text in ["none", "open", "203.0.113.0/24,198.51.100.7/32"] {
+            let (egress, allow) = egress(text).unwrap();
+            assert_eq!(format_egress(egress, &allow), text);
+        }
+        assert_eq!(egress("198.51.100.7").unwrap().1[0].prefix, 32);
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "example.com",
+            "1.2.3.4,1.2.3.5,1.2.3.6,1.2.3.7,1.2.3.8",
+        ] {
+            assert!(egress(bad).is_err(), "{bad}");
         }
     }
 }

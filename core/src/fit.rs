@@ -36,12 +36,31 @@ pub struct GpuOffer {
     pub running: Option<OverclockTerms>,
 }
 
+/// What a lease holds besides GPUs that a machine serves per lease: published ports and scratch
+/// space. A bid asks for it; a machine declares the most it gives one lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Room {
+    /// Container ports published on the machine's address.
+    pub ports: u8,
+    /// GiB of scratch volume at the container's `/workspace`.
+    pub scratch_gib: u16,
+}
+
+impl Room {
+    /// Whether a machine serving `self` per lease has room for a lease asking `asked`.
+    pub fn holds(self, asked: Room) -> bool {
+        asked.ports <= self.ports && asked.scratch_gib <= self.scratch_gib
+    }
+}
+
 /// A machine's GPUs and prices at one moment, with the masks every check reuses.
 #[derive(Clone, Debug)]
 pub struct Offer {
     gpus: Vec<GpuOffer>,
     /// Whether the machine takes work at all (active, not paused or retired).
     active: bool,
+    /// The most ports and scratch it gives one lease.
+    room: Room,
     now: i64,
     /// The least price per unit the host takes (queue: per GPU-hour; spot: per GPU-day).
     floor: u64,
@@ -86,6 +105,8 @@ pub struct Need<'a> {
     /// The bid cannot start at or after this time.
     pub deadline: i64,
     pub terms: Terms<'a>,
+    /// Ports and scratch the lease holds besides its GPUs.
+    pub room: Room,
 }
 
 /// A bid's overclock terms.
@@ -109,6 +130,8 @@ pub enum Unfit {
     MachineInactive,
     /// The bid's deadline has passed.
     Expired,
+    /// The machine publishes fewer ports or gives less scratch per lease than the bid asks.
+    NoRoom,
     /// Fewer GPUs of an accepted class than the bid asks for.
     NoAcceptedClass,
     /// Too few of them have the memory per GPU the bid asks for.
@@ -131,6 +154,7 @@ impl Unfit {
         match self {
             Unfit::MachineInactive => "machine paused or retired",
             Unfit::Expired => "the bid's deadline has passed",
+            Unfit::NoRoom => "the machine gives fewer ports or less scratch per lease",
             Unfit::NoAcceptedClass => "too few GPUs of an accepted class",
             Unfit::TooLittleMemory => "too little memory per GPU",
             Unfit::OverclockOutOfRange => "overclock terms outside the GPUs' ranges",
@@ -296,10 +320,12 @@ fn settings_allowed(limits: &GpuLimits, s: &OverclockTerms) -> bool {
 }
 
 impl Offer {
-    /// The offer of a machine whose GPUs are `gpus` (at most 16), at `now`.
+    /// The offer of a machine whose GPUs are `gpus` (at most 16), at `now`, giving each lease
+    /// at most `room`.
     pub fn new(
         gpus: Vec<GpuOffer>,
         active: bool,
+        room: Room,
         now: i64,
         floor: u64,
         reserve: [u64; GPU_CLASSES],
@@ -383,6 +409,7 @@ impl Offer {
         Offer {
             gpus,
             active,
+            room,
             now,
             floor,
             reserve,
@@ -488,6 +515,9 @@ impl Offer {
         if self.now >= need.deadline {
             return Err(Unfit::Expired);
         }
+        if !self.room.holds(need.room) {
+            return Err(Unfit::NoRoom);
+        }
         let enough = |m: u16, e: Unfit| if count(m) >= n { Ok(m) } else { Err(e) };
         let by_class = enough(
             self.class_mask(need.accepted_classes),
@@ -565,10 +595,12 @@ impl Offer {
         accepted_classes: u8,
         price: u64,
         deadline: i64,
+        room: Room,
     ) -> bool {
         let n = gpu_count as usize;
         !self.active
             || self.now >= deadline
+            || !self.room.holds(room)
             || n as u32 > self.free_gpus
             || price < self.min_price
             || accepted_classes & self.classes == 0
@@ -592,6 +624,7 @@ impl Offer {
             need.accepted_classes,
             need.price,
             need.deadline,
+            need.room,
         ) || !within_hull;
         if hopeless {
             return Fits::No;
@@ -855,8 +888,18 @@ mod tests {
         }
     }
 
+    /// What the test machines give each lease.
+    const ROOM: Room = Room {
+        ports: 2,
+        scratch_gib: 8,
+    };
+
     fn need(n: u8, terms: Terms) -> Need {
         Need {
+            room: Room {
+                ports: 1,
+                scratch_gib: 8,
+            },
             gpu_count: n,
             gib_per_gpu: 40,
             accepted_classes: 0b1,
@@ -869,7 +912,7 @@ mod tests {
     fn offer(gpus: Vec<GpuOffer>) -> Offer {
         let mut reserve = [0; GPU_CLASSES];
         reserve[1] = 500;
-        Offer::new(gpus, true, 10, 50, reserve)
+        Offer::new(gpus, true, ROOM, 10, 50, reserve)
     }
 
     #[test]
@@ -877,13 +920,33 @@ mod tests {
         let o = offer(vec![gpu(0, 0), gpu(0, 0), gpu(1, 1)]);
         let base = need(2, Terms::Uniform(power(300)));
         assert_eq!(o.fit(&base).unwrap().gpus(), &[0, 1]);
-        let cases: [(Need, Unfit); 7] = [
+        let cases: [(Need, Unfit); 9] = [
             (
                 Need {
                     deadline: 10,
                     ..base
                 },
                 Unfit::Expired,
+            ),
+            (
+                Need {
+                    room: Room {
+                        ports: 3,
+                        ..base.room
+                    },
+                    ..base
+                },
+                Unfit::NoRoom,
+            ),
+            (
+                Need {
+                    room: Room {
+                        scratch_gib: 9,
+                        ..base.room
+                    },
+                    ..base
+                },
+                Unfit::NoRoom,
             ),
             (need(3, Terms::Uniform(power(300))), Unfit::NoAcceptedClass),
             (
@@ -919,7 +982,7 @@ mod tests {
         for (n, want) in cases {
             assert_eq!(o.fit(&n), Err(want), "{n:?}");
         }
-        let paused = Offer::new(vec![gpu(0, 0)], false, 10, 0, [0; GPU_CLASSES]);
+        let paused = Offer::new(vec![gpu(0, 0)], false, ROOM, 10, 0, [0; GPU_CLASSES]);
         assert_eq!(
             paused.fit(&need(1, Terms::Uniform(power(300)))),
             Err(Unfit::MachineInactive)
@@ -1049,6 +1112,8 @@ mod tests {
             terms in prop::collection::vec(arb_settings(), 1..4),
             classes in 1u8..4,
             price in prop_oneof![Just(40u64), Just(100), Just(600)],
+            ports in 0u8..4,
+            scratch_gib in prop_oneof![Just(0u16), Just(8), Just(9)],
         ) {
             let o = offer(gpus);
             let n = terms.len() as u8;
@@ -1059,6 +1124,7 @@ mod tests {
                 price,
                 deadline: 1_000,
                 terms: Terms::of(&terms),
+                room: Room { ports, scratch_gib },
             };
             let (lo, hi) = Terms::range_of(&terms);
             let summary = Need { terms: Terms::Range { lo, hi }, ..exact };

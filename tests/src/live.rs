@@ -5,7 +5,9 @@
 use anyhow::{Context, Result};
 use gpu_market::events::UsageProven;
 use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
-use gpu_market::state::{GpuSpec, MachineTerms, Market, MarketParams, BID_BOOK_SPACE};
+use gpu_market::state::{
+    GpuSpec, MachineNetwork, MachineTerms, Market, MarketParams, BID_BOOK_SPACE,
+};
 use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::{
     init_queue_book, init_spot_book, open_book_instructions, InitMarket, OpenStake, PlaceBid,
@@ -122,6 +124,7 @@ impl LiveMarket {
                 price_floor_per_gpu_hour: price_floor,
                 electricity_cost_per_kwh: electricity_cost,
                 cached_images: vec![],
+                network: MachineNetwork::default(),
             },
         };
         live.cluster.run(&register).await?;

@@ -12,8 +12,8 @@ use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    BidKind, GpuSpec, Lease, MachineTerms, Market, MarketParams, OverclockTerms, StakeAccount,
-    BOOK_CAPACITY,
+    BidKind, GpuSpec, Lease, MachineNetwork, MachineTerms, Market, MarketParams, OverclockTerms,
+    StakeAccount, BOOK_CAPACITY,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -87,6 +87,7 @@ fn fixture(mut gpus: Vec<GpuSpec>, cap_bps: u16) -> Fixture {
             price_floor_per_gpu_hour: 0,
             electricity_cost_per_kwh: 0,
             cached_images: vec![],
+            network: MachineNetwork::default(),
         },
     };
     let machine = r.machine();
@@ -147,6 +148,8 @@ impl Fixture {
             max_duration_secs: 600,
             deadline: self.ctx.now() + 4 * 3_600,
             urgency_premium: 0,
+            ports: vec![],
+            scratch_gib: 0,
         }
     }
 
@@ -360,6 +363,34 @@ fn a_machine_allocates_below_4095_bids_its_busy_gpus_cannot_take() {
         &[0],
         |f| f.args(2, 16, 0b1),
     );
+}
+
+#[test]
+fn a_better_bid_asking_for_ports_the_machine_does_not_publish_neither_runs_nor_blocks() {
+    let mut f = fixture(vec![gpu(450)], 10_000);
+    let rich = f.client(600 * TOKEN, 500 * TOKEN);
+    let plain = f.client(100 * TOKEN, 0);
+    let serving = PlaceBidArgs {
+        ports: vec![8080],
+        ..f.args(1, 8, 0b1)
+    };
+    let serving = f.place(&rich, serving);
+    let scratch = PlaceBidArgs {
+        scratch_gib: 4,
+        ..f.args(1, 8, 0b1)
+    };
+    let scratch = f.place(&rich, scratch);
+    let args = f.args(1, 8, 0b1);
+    let other = f.place(&plain, args);
+    // Both ask for more than the machine (no ports, no scratch) gives a lease: they cannot
+    // run here, and ranked above the plain bid they do not keep it waiting.
+    assert!(f.position(&serving) < f.position(&other));
+    assert!(f.position(&scratch) < f.position(&other));
+    for bid in [serving, scratch] {
+        let err = f.allocate(bid, &[0]).unwrap_err();
+        assert_eq!(err.custom_code(), code(MarketError::NoRoom));
+    }
+    f.allocate(other, &[0]).expect("the plain bid runs");
 }
 
 #[test]

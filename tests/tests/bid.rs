@@ -8,8 +8,9 @@ use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, GpuSpec, Machine, MachineStatus, MachineTerms, Market, MarketParams,
-    OverclockTerms, StakeAccount, BID_BOOK_SPACE, BOOK_CAPACITY, IMAGE_REF_LEN,
+    Bid, BidKind, BidStatus, GpuSpec, Machine, MachineNetwork, MachineStatus, MachineTerms, Market,
+    MarketParams, OverclockTerms, StakeAccount, BID_BOOK_SPACE, BOOK_CAPACITY, IMAGE_REF_LEN,
+    MAX_PORTS,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -107,6 +108,8 @@ fn args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
         max_duration_secs: 3_600,
         deadline: f.ctx.now() + 4 * 3_600,
         urgency_premium: 0,
+        ports: vec![],
+        scratch_gib: 0,
     }
 }
 
@@ -136,11 +139,11 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     // One set of terms for both GPUs and a 40-byte image reference: the account holds one entry
     // and the reference's bytes, and stays under 340 bytes (297 before bids kept the token
     // account their escrow came from, for refunds by anyone; 329 before they recorded the
-    // urgency premium paid).
+    // urgency premium paid; 333 before they asked for ports and scratch).
     let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
     assert_eq!(
         (size, bid.overclock.len()),
-        (Bid::space(1, bid.image_ref.len()), 1)
+        (Bid::space(1, bid.image_ref.len(), 0), 1)
     );
     assert!(size <= 340);
     assert_eq!(
@@ -700,6 +703,7 @@ fn machine_with_spot_book(f: &mut Fixture) -> (Keypair, Pubkey, Pubkey) {
             price_floor_per_gpu_hour: TOKEN,
             electricity_cost_per_kwh: TOKEN / 10,
             cached_images: vec![],
+            network: MachineNetwork::default(),
         },
     };
     let machine = r.machine();
@@ -756,6 +760,24 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
     cheap.price = 24 * TOKEN - 1;
     let err = f.ctx.run(&spot(cheap)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::PriceBelowFloor));
+    // The machine declares no published port and no scratch: a spot bid asking for either
+    // cannot run there.
+    let err = f
+        .ctx
+        .run(&spot(PlaceBidArgs {
+            ports: vec![8080],
+            ..spot_args(&f, 8)
+        }))
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NoRoom));
+    let err = f
+        .ctx
+        .run(&spot(PlaceBidArgs {
+            scratch_gib: 1,
+            ..spot_args(&f, 9)
+        }))
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NoRoom));
     let mut too_many = spot_args(&f, 4);
     too_many.gpu_count = 5;
     let err = f.ctx.run(&spot(too_many)).unwrap_err();
@@ -860,6 +882,27 @@ fn bad_bids_are_rejected_and_move_nothing() {
                 ..base.clone()
             },
             code(MarketError::ImageRefTooLong),
+        ),
+        (
+            PlaceBidArgs {
+                ports: vec![8080, 0],
+                ..base.clone()
+            },
+            code(MarketError::BadPorts),
+        ),
+        (
+            PlaceBidArgs {
+                ports: vec![8080, 22, 8080],
+                ..base.clone()
+            },
+            code(MarketError::BadPorts),
+        ),
+        (
+            PlaceBidArgs {
+                ports: vec![1, 2, 3, 4, 5],
+                ..base.clone()
+            },
+            code(MarketError::BadPorts),
         ),
         (
             PlaceBidArgs {
@@ -977,16 +1020,16 @@ fn compute_units_and_sizes_of_bids() {
         })
         .unwrap();
     // With the tests' 40-byte image reference.
-    let bid_space = Bid::space(1, 40);
+    let bid_space = Bid::space(1, 40, 0);
     println!("| instruction (book of 100 bids) | compute units |");
     println!("|---|---|");
     for name in ["place_bid", "top_up_bid", "cancel_bid"] {
         println!("| {name} | {} |", f.ctx.compute_units[name]);
     }
     println!(
-        "bid account: {bid_space} bytes with one set of overclock terms and a 40-byte image reference (rent {} lamports), {} bytes with 16 and a 255-byte reference",
+        "bid account: {bid_space} bytes with one set of overclock terms, a 40-byte image reference and no port (rent {} lamports), {} bytes with 16, a 255-byte reference and 4 ports",
         f.ctx.svm.minimum_balance_for_rent_exemption(bid_space),
-        Bid::space(16, IMAGE_REF_LEN)
+        Bid::space(16, IMAGE_REF_LEN, MAX_PORTS)
     );
     println!(
         "book account: {BID_BOOK_SPACE} bytes, rent {} lamports",
@@ -1119,15 +1162,16 @@ fn an_image_reference_as_long_as_registries_allow_is_taken_and_the_account_sized
     let bid: Bid = f.ctx.account(&p.bid());
     assert_eq!(bid.image_ref, long);
     let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
-    assert_eq!(size, Bid::space(1, IMAGE_REF_LEN));
+    assert_eq!(size, Bid::space(1, IMAGE_REF_LEN, 0));
 }
 
 #[test]
 fn more_than_16_overclock_entries_are_refused_not_a_panic() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 0);
-    assert_eq!(Bid::space(17, 40), Bid::space(16, 40));
-    assert_eq!(Bid::space(1, 256), Bid::space(1, IMAGE_REF_LEN));
+    assert_eq!(Bid::space(17, 40, 0), Bid::space(16, 40, 0));
+    assert_eq!(Bid::space(1, 40, 5), Bid::space(1, 40, MAX_PORTS));
+    assert_eq!(Bid::space(1, 256, 0), Bid::space(1, IMAGE_REF_LEN, 0));
     let before = ledger(&f, &[&c]);
     let mut a = args(&f, 1);
     a.overclock = vec![a.overclock[0]; 17];

@@ -24,8 +24,8 @@ use anchor_lang::AccountDeserialize;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, GpuSpec, Lease, MachineTerms, Market, MarketParams, OverclockTerms, StakeAccount,
-    BOOK_CAPACITY,
+    Bid, BidKind, GpuSpec, Lease, MachineNetwork, MachineTerms, Market, MarketParams,
+    OverclockTerms, StakeAccount, BOOK_CAPACITY,
 };
 use gpu_market_core::lease::interval_window;
 use gpu_market_core::settlement::{cost, PriceUnit};
@@ -287,6 +287,7 @@ impl World {
                 price_floor_per_gpu_hour: 0,
                 electricity_cost_per_kwh: 0,
                 cached_images: vec![],
+                network: MachineNetwork::default(),
             },
         };
         let machine = r.machine();
@@ -394,6 +395,8 @@ impl World {
             max_duration_secs: duration,
             deadline: self.ctx.now() + duration as i64 + slack,
             urgency_premium: premium,
+            ports: vec![],
+            scratch_gib: 0,
         }
     }
 

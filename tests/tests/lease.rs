@@ -10,8 +10,8 @@ use gpu_market::errors::MarketError;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, Lease, Machine, MachineStatus, MachineTerms, Market, OverclockTerms,
-    StakeAccount, BOOK_CAPACITY,
+    Bid, BidKind, BidStatus, Lease, Machine, MachineNetwork, MachineStatus, MachineTerms, Market,
+    OverclockTerms, StakeAccount, BOOK_CAPACITY,
 };
 use lease_fixture::*;
 use program_test::*;
@@ -204,6 +204,7 @@ fn price_below_the_reserve_or_the_host_floor_does_not_run() {
         price_floor_per_gpu_hour: 3 * TOKEN,
         electricity_cost_per_kwh: 0,
         cached_images: vec![],
+        network: MachineNetwork::default(),
     };
     f.ctx
         .run(&UpdateMachine {
@@ -800,6 +801,7 @@ fn a_lease_of_another_machine_or_a_wrong_agent_is_refused() {
             price_floor_per_gpu_hour: 0,
             electricity_cost_per_kwh: 0,
             cached_images: vec![],
+            network: MachineNetwork::default(),
         },
     };
     let other = r.machine();
@@ -1255,6 +1257,7 @@ fn a_spot_price_below_one_unit_per_interval_is_paid_in_the_end() {
                 price_floor_per_gpu_hour: 0,
                 electricity_cost_per_kwh: 0,
                 cached_images: vec![],
+                network: MachineNetwork::default(),
             },
         })
         .unwrap();

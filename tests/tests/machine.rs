@@ -5,7 +5,9 @@ mod program_test;
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;
 use gpu_market::state::MarketParams;
-use gpu_market::state::{GpuSpec, Machine, MachineStatus, MachineTerms};
+use gpu_market::state::{
+    Cidr, Egress, GpuSpec, Machine, MachineNetwork, MachineStatus, MachineTerms,
+};
 use program_test::*;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -44,6 +46,7 @@ fn terms(agent: Pubkey, mut gpus: Vec<GpuSpec>) -> MachineTerms {
         price_floor_per_gpu_hour: 400_000,
         electricity_cost_per_kwh: 150_000,
         cached_images: vec![[7u8; 32]],
+        network: MachineNetwork::default(),
     }
 }
 
@@ -165,6 +168,49 @@ fn bad_machines_are_rejected_and_create_nothing() {
         })
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::TooManyCachedImages));
+    // Network declarations a client could not rely on.
+    let network = |host: &str, api_port, ports, egress, allow: Vec<Cidr>| MachineNetwork {
+        host: host.to_string(),
+        api_port,
+        ports_per_lease: ports,
+        scratch_gib: 8,
+        egress,
+        allow,
+    };
+    let net = Cidr {
+        addr: [203, 0, 113, 0],
+        prefix: 24,
+    };
+    let bad_networks = [
+        // Ports or an API with no address to reach them at.
+        network("", 7450, 0, Egress::Open, vec![]),
+        network("", 0, 2, Egress::Open, vec![]),
+        network(&"h".repeat(65), 7450, 2, Egress::Open, vec![]),
+        network("gpu host.example", 7450, 2, Egress::Open, vec![]),
+        // An allow-list under another policy, too long, or with a bad prefix.
+        network("203.0.113.5", 7450, 2, Egress::Open, vec![net]),
+        network("203.0.113.5", 7450, 2, Egress::AllowList, vec![net; 5]),
+        network(
+            "203.0.113.5",
+            7450,
+            2,
+            Egress::AllowList,
+            vec![Cidr { prefix: 33, ..net }],
+        ),
+    ];
+    for (i, bad) in bad_networks.into_iter().enumerate() {
+        let mut t = terms(f.agent.pubkey(), vec![gpu(0, 0)]);
+        t.network = bad;
+        let r = RegisterMachine {
+            owner: &f.host,
+            market: f.market,
+            id: 300 + i as u64,
+            terms: t,
+        };
+        let err = f.ctx.run(&r).unwrap_err();
+        assert_eq!(err.custom_code(), code(MarketError::BadNetwork), "case {i}");
+        assert!(!f.ctx.account_exists(&r.machine()));
+    }
     // The same physical GPU declared twice (one UUID) would double the machine's capacity.
     let mut twice = terms(f.agent.pubkey(), vec![gpu(0, 0), gpu(0, 0)]);
     twice.gpus[1].uuid = twice.gpus[0].uuid;
@@ -194,6 +240,17 @@ fn bad_machines_are_rejected_and_create_nothing() {
     let err = f.ctx.run(&r).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::HostStakeTooLow));
     assert!(!f.ctx.account_exists(&r.machine()));
+    // A sound declaration is taken as given.
+    let mut good = terms(f.agent.pubkey(), vec![gpu(0, 0)]);
+    good.network = network("gpu-7.example.net", 7450, 2, Egress::AllowList, vec![net]);
+    let r = RegisterMachine {
+        owner: &f.host,
+        market: f.market,
+        id: 399,
+        terms: good.clone(),
+    };
+    f.ctx.run(&r).expect("a declared network");
+    assert_eq!(f.ctx.account::<Machine>(&r.machine()).network, good.network);
 }
 
 #[test]

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::{
     proof_hash, BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus,
-    MachineView, OpenBids,
+    MachineView, NetworkView, OpenBids,
 };
 
 /// A proof the fake accepted.
@@ -55,6 +55,8 @@ struct Inner {
     electricity_cost_per_kwh: u64,
     gpus: Vec<(GpuView, GpuLimits)>,
     status: MachineStatus,
+    /// What the machine declares of its leases' network and room (none until set).
+    network: NetworkView,
     /// Open bids in placement order; see [`Inner::book`] for their rank.
     bids: Vec<BidView>,
     /// The bids that became leases, as they were placed.
@@ -98,6 +100,7 @@ impl FakeChain {
                 electricity_cost_per_kwh: 0,
                 gpus,
                 status: MachineStatus::Active,
+                network: NetworkView::default(),
                 bids: Vec::new(),
                 taken: Vec::new(),
                 leases: Vec::new(),
@@ -128,6 +131,11 @@ impl FakeChain {
     /// agent (`gpus`, `fits_if_ended`) is ignored.
     pub fn place_bid(&self, bid: BidView) {
         self.lock().bids.push(bid);
+    }
+
+    /// The machine's network declaration, as its owner sets it with `update_machine`.
+    pub fn set_network(&self, network: NetworkView) {
+        self.lock().network = network;
     }
 
     /// The market's billing interval becomes `secs`, as `apply_market_update` sets it: leases
@@ -301,7 +309,14 @@ impl Inner {
             })
             .collect();
         let active = self.status == MachineStatus::Active;
-        Offer::new(gpus, active, self.now(), 0, [0; GPU_CLASSES])
+        Offer::new(
+            gpus,
+            active,
+            self.network.room,
+            self.now(),
+            0,
+            [0; GPU_CLASSES],
+        )
     }
 
     /// The open bids of `kind`'s book, best first: queue bids in placement order, spot bids by
@@ -373,6 +388,7 @@ fn need(bid: &BidView) -> Need<'_> {
         price: bid.price,
         deadline: bid.deadline,
         terms: Terms::of(&bid.overclock),
+        room: bid.room.room(),
     }
 }
 
@@ -414,6 +430,7 @@ impl Chain for FakeChain {
             gpus: s.gpus.iter().map(|(g, _)| *g).collect(),
             free_gib: s.free_gib(),
             status: s.status,
+            network: s.network.clone(),
         })
     }
 
@@ -519,6 +536,7 @@ impl Chain for FakeChain {
             image_ref: b.image_ref.clone(),
             image_digest: b.image_digest,
             env_hash: b.env_hash,
+            room: b.room.clone(),
             started_at: now,
             ends_at: (now + b.max_duration_secs as i64).min(b.deadline),
             stop_at: None,

@@ -87,6 +87,47 @@ pub struct MachineView {
     /// GiB not yet allocated to a lease, per GPU (GPUs are sold in GiB slices).
     pub free_gib: Vec<u16>,
     pub status: MachineStatus,
+    /// What the machine declares of its leases' network and room.
+    pub network: NetworkView,
+}
+
+/// Where a lease's container may connect to, as the machine account declares it (the
+/// program's `Egress`, with its allow-list).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum EgressView {
+    /// Loopback only.
+    #[default]
+    None,
+    /// Only these IPv4 networks (address, prefix length).
+    AllowList(Vec<(std::net::Ipv4Addr, u8)>),
+    /// Any public address.
+    Open,
+}
+
+/// The machine account's network declaration, as the agent applies it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkView {
+    pub egress: EgressView,
+    /// The most ports and scratch it gives one lease.
+    pub room: gpu_market_core::fit::Room,
+}
+
+/// What a bid's lease holds besides GPUs: the container ports it publishes and the GiB of its
+/// scratch volume.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoomAsked {
+    pub ports: Vec<u16>,
+    pub scratch_gib: u16,
+}
+
+impl RoomAsked {
+    /// As the fit rule counts it.
+    pub fn room(&self) -> gpu_market_core::fit::Room {
+        gpu_market_core::fit::Room {
+            ports: self.ports.len() as u8,
+            scratch_gib: self.scratch_gib,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +155,8 @@ pub struct LeaseView {
     pub image_ref: String,
     pub image_digest: [u8; 32],
     pub env_hash: [u8; 32],
+    /// The ports it publishes and its scratch volume.
+    pub room: RoomAsked,
     pub started_at: i64,
     pub ends_at: i64,
     /// Set when the lease was told to stop early (a spot preemption).
@@ -129,6 +172,10 @@ pub struct LeaseView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Workload<'a> {
     pub bid: Key,
+    /// The bid's client: the one key the agent's API serves the lease to.
+    pub client: Key,
+    /// The ports it publishes and its scratch volume.
+    pub room: &'a RoomAsked,
     pub image_ref: &'a str,
     pub image_digest: &'a [u8; 32],
     pub env_hash: &'a [u8; 32],
@@ -138,6 +185,8 @@ impl BidView {
     pub fn workload(&self) -> Workload<'_> {
         Workload {
             bid: self.key,
+            client: self.client,
+            room: &self.room,
             image_ref: &self.image_ref,
             image_digest: &self.image_digest,
             env_hash: &self.env_hash,
@@ -154,6 +203,8 @@ impl LeaseView {
     pub fn workload(&self) -> Workload<'_> {
         Workload {
             bid: self.bid,
+            client: self.client,
+            room: &self.room,
             image_ref: &self.image_ref,
             image_digest: &self.image_digest,
             env_hash: &self.env_hash,
@@ -194,6 +245,8 @@ pub struct BidView {
     pub image_ref: String,
     pub image_digest: [u8; 32],
     pub env_hash: [u8; 32],
+    /// The ports its lease publishes and its scratch volume.
+    pub room: RoomAsked,
 }
 
 /// What one look at the machine's books finds.

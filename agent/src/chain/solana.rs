@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind as ProgramBidKind, BookLeaf, Freed, Lease, Machine,
+    Bid, BidKind as ProgramBidKind, BookLeaf, Egress, Freed, Lease, Machine, MachineNetwork,
     MachineStatus as ProgramStatus, Market, SealedEnv, StakeAccount,
 };
 use gpu_market_core::fit::{Fits, Offer};
@@ -49,8 +49,8 @@ use tokio::sync::Mutex;
 
 use super::mirror::Mirror;
 use super::{
-    proof_hash, BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus,
-    MachineView, OpenBids,
+    proof_hash, BidKind, BidView, Chain, ChainError, EgressView, GpuView, Key, LeaseView,
+    MachineStatus, MachineView, NetworkView, OpenBids, RoomAsked,
 };
 
 /// The offset of `Lease.machine`, which the websocket and `getProgramAccounts` filter on
@@ -558,6 +558,7 @@ impl SolanaChain {
             image_ref: bid.image_ref.clone(),
             image_digest: bid.image_digest,
             env_hash: bid.env_hash,
+            room: room_asked(bid),
             started_at: l.started_at,
             ends_at: l.ends_at,
             stop_at: (l.stop_at != Lease::NOT_STOPPED).then_some(l.stop_at),
@@ -604,6 +605,31 @@ fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>)
         image_ref: b.image_ref.clone(),
         image_digest: b.image_digest,
         env_hash: b.env_hash,
+        room: room_asked(b),
+    }
+}
+
+fn room_asked(b: &Bid) -> RoomAsked {
+    RoomAsked {
+        ports: b.ports.clone(),
+        scratch_gib: b.scratch_gib,
+    }
+}
+
+/// The machine account's network declaration.
+fn network_view(n: &MachineNetwork) -> NetworkView {
+    NetworkView {
+        egress: match n.egress {
+            Egress::None => EgressView::None,
+            Egress::Open => EgressView::Open,
+            Egress::AllowList => EgressView::AllowList(
+                n.allow
+                    .iter()
+                    .map(|c| (std::net::Ipv4Addr::from(c.addr), c.prefix))
+                    .collect(),
+            ),
+        },
+        room: n.room(),
     }
 }
 
@@ -816,6 +842,7 @@ impl Chain for SolanaChain {
                 ProgramStatus::Paused => MachineStatus::Paused,
                 ProgramStatus::Retired => MachineStatus::Retired,
             },
+            network: network_view(&m.network),
         })
     }
 
@@ -1193,6 +1220,7 @@ mod tests {
             image_ref: String::new(),
             image_digest: [0; 32],
             env_hash: [0; 32],
+            room: RoomAsked::default(),
         }
     }
 

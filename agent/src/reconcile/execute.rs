@@ -11,8 +11,10 @@ use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
 use crate::gpu::{apply_and_verify, GpuError, Sample};
+use crate::retention;
 use crate::runtime::{
-    pinned_reference, registry_host, BindMount, ContainerSpec, Credentials, LABEL_LEASE,
+    pinned_reference, registry_host, BindMount, ContainerSpec, Credentials, LeaseNetwork,
+    LABEL_CLIENT, LABEL_LEASE, SCRATCH_DIR,
 };
 use crate::state::{LeaseRecord, StateError};
 
@@ -331,13 +333,26 @@ impl Reconciler {
                 return Ok(self.refuse(lease, exit::IMAGE_UNAVAILABLE)?);
             }
         };
-        let job = self.start_job(
+        let job = match self.start_job(
             lease,
             view.workload(),
             &view.gpu_indices,
             isolation,
             credentials,
-        )?;
+        ) {
+            Ok(job) => job,
+            Err(ActionError::Runtime(e)) => {
+                let reason = e.to_string();
+                return Ok(self.refuse_with(
+                    lease,
+                    Refusal {
+                        exit_code: exit::ENGINE_REFUSED,
+                        reason,
+                    },
+                )?);
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(%lease, image = %view.image_ref, "starting the lease's container");
         self.jobs.spawn_for(lease, jobs::start(job));
         Ok(())
@@ -366,18 +381,39 @@ impl Reconciler {
             container: crate::evidence::CONTAINER_PATH.into(),
             read_only: true,
         });
+        let mut sandbox = limits.sandbox;
+        let scratch_bytes = u64::from(workload.room.scratch_gib) << 30;
+        let data_dir = &self.config.data_dir;
+        if let Some(scratch) =
+            retention::prepare(data_dir, &lease, &workload.client, scratch_bytes)?
+        {
+            binds.push(BindMount {
+                host: scratch,
+                container: SCRATCH_DIR.into(),
+                read_only: false,
+            });
+            sandbox.scratch_bytes = 0;
+        }
         let spec = ContainerSpec {
             name: None,
             image: pinned_reference(workload.image_ref, workload.image_digest)?,
             cmd: None,
             env: isolation.env,
-            labels: [(LABEL_LEASE.to_string(), lease.to_string())].into(),
+            labels: [
+                (LABEL_LEASE.to_string(), lease.to_string()),
+                (LABEL_CLIENT.to_string(), workload.client.to_string()),
+            ]
+            .into(),
             memory_bytes: Some((n * limits.memory_mib_per_gpu as i64) << 20),
             nano_cpus: Some(n * limits.millicpus_per_gpu as i64 * 1_000_000),
             pids_limit: Some(limits.pids_limit),
             gpu_indices: gpu_indices.iter().map(|&i| i as u32).collect(),
             binds,
-            sandbox: limits.sandbox,
+            sandbox,
+            network: LeaseNetwork {
+                egress: self.network.egress.clone(),
+                ports: workload.room.ports.clone(),
+            },
         };
         Ok(StartJob {
             runtime: self.runtime.clone(),
@@ -529,6 +565,9 @@ impl Reconciler {
             Some(id) => {
                 self.cpu_probe.forget(&id);
                 let logs = logs_path(&self.config.data_dir, &lease);
+                if let Err(e) = retention::mark_ended(&self.config.data_dir, &lease) {
+                    tracing::warn!(%lease, error = %e, "cannot start the lease's retention");
+                }
                 let (runtime, grace) = (self.runtime.clone(), self.config.container.stop_grace);
                 self.jobs
                     .spawn_for(lease, jobs::clean_up(runtime, id, logs, grace));

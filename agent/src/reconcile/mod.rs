@@ -25,13 +25,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 pub use self::plan::PRUNES_PER_TICK;
 pub use self::plan::{plan, Action, ChainObserved, Observed, ObservedContainer, ObservedGpu};
-use crate::chain::{Chain, ChainError, Key};
+use crate::chain::{Chain, ChainError, Key, NetworkView};
 use crate::config::{ContainerLimits, ImageBudget, RegistryAuth};
 use crate::gpu::isolation::Mps;
 use crate::gpu::{GpuBackend, GpuError, GpuInfo, Sample};
@@ -56,6 +56,8 @@ pub struct ReconcilerConfig {
     /// The host's NVIDIA MPS daemon, which confines leases that share a GPU to their slices;
     /// without it such leases are refused (`gpu::isolation`).
     pub mps: Option<Mps>,
+    /// How long a lease's scratch volume and logs stay for its client after it ends.
+    pub retention: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +105,8 @@ pub struct Reconciler {
     senders: senders::Senders,
     /// How the shared GPUs' readings were split among their leases.
     tenancy: tenancy::Tenancy,
+    /// The machine account's network declaration as last read: new leases' containers get it.
+    network: NetworkView,
     /// Expired bids whose pruning was refused (e.g. another keeper pruned them first): not
     /// tried again, so they do not hold up the others.
     unprunable: BTreeSet<Key>,
@@ -155,6 +159,7 @@ impl Reconciler {
             readied: BTreeMap::new(),
             senders: senders::Senders::default(),
             tenancy: tenancy::Tenancy::default(),
+            network: NetworkView::default(),
             unprunable: BTreeSet::new(),
         })
     }
@@ -171,6 +176,9 @@ impl Reconciler {
         self.take_finished_jobs().await?;
         self.take_finished_sends().await?;
         let observed = self.observe(draining).await?;
+        if let Some(c) = &observed.chain {
+            self.network = c.machine.network.clone();
+        }
         let actions = plan(&observed);
         self.execute_plan(&actions, &observed).await?;
         let running = self
@@ -181,6 +189,10 @@ impl Reconciler {
             .count();
         self.metrics.set_leases_running(running as u64);
         self.metrics.set_rpc_requests(self.chain.requests_sent());
+        let retention = self.config.retention;
+        for lease in crate::retention::sweep(&self.config.data_dir, retention, SystemTime::now()) {
+            tracing::info!(%lease, "the lease's retention ended: its scratch volume and logs are deleted");
+        }
         let owing = self.state.leases.len() as u64;
         self.metrics
             .health()

@@ -12,12 +12,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::chain::Key;
+pub use crate::network::LeaseNetwork;
 
 /// Label carried by every container the agent starts, valued with its machine's address: a
 /// restart finds its own, and agents of other machines on the same engine leave them alone.
 pub const LABEL_MANAGED: &str = "io.gpu-market.managed";
 /// Label naming the lease (base58) a container runs for.
 pub const LABEL_LEASE: &str = "io.gpu-market.lease";
+/// Label naming the lease's client (base58): the one key the agent's API serves the lease to,
+/// while the container runs and through its retention after the lease ends.
+pub const LABEL_CLIENT: &str = "io.gpu-market.client";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -46,6 +50,16 @@ pub enum RuntimeError {
     BadImage(String),
     #[error("no container {0}")]
     NoSuchContainer(String),
+    #[error("the lease's firewall: {0}")]
+    Firewall(#[from] crate::network::FirewallError),
+    #[error("no free host port left in the publishing range {first}-{last}")]
+    NoFreePort { first: u16, last: u16 },
+    #[error("the lease asks for published ports but the agent has no [network] ports range")]
+    NoPublishing,
+    #[error("a container with network needs its lease in the {LABEL_LEASE} label")]
+    NoLeaseLabel,
+    #[error("the lease's scratch volume at {path}: {reason}")]
+    Scratch { path: PathBuf, reason: String },
     #[error("writing logs to {path}: {source}")]
     Logs {
         path: PathBuf,
@@ -74,6 +88,9 @@ pub struct ContainerSpec {
     pub binds: Vec<BindMount>,
     /// Where the container may write and how much it may log; hardened by default.
     pub sandbox: Sandbox,
+    /// The lease's bridge, egress and published ports (the bridge is named after the lease
+    /// in [`LABEL_LEASE`]); the default runs it with no network.
+    pub network: LeaseNetwork,
 }
 
 /// A host folder mounted into a container. The folder must exist: the engine refuses the

@@ -159,6 +159,7 @@ impl MarketUnderTest for FakeMarket {
             image_ref: IMAGE.into(),
             image_digest: IMAGE_DIGEST,
             env_hash: [0; 32],
+            room: gpu_market_agent::chain::RoomAsked::default(),
         });
         key
     }

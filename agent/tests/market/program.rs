@@ -104,6 +104,8 @@ impl MarketUnderTest for ProgramMarket {
             max_duration_secs: spec.max_duration_secs,
             deadline: spec.deadline(now),
             urgency_premium: 0,
+            ports: vec![],
+            scratch_gib: 0,
         };
         let bid = self.live.place(&client, args).await.expect("place_bid");
         Key(bid.to_bytes())

@@ -63,6 +63,7 @@ impl Agent {
                 pipe_dir: "/run/nvidia-mps/pipe".into(),
                 shm_dir: "/run/nvidia-mps/shm".into(),
             }),
+            retention: Duration::from_secs(3_600),
         };
         let reconciler = Reconciler::new(
             m.chain(),

@@ -103,6 +103,8 @@ pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
         max_duration_secs: secs,
         deadline: now + QUEUE_WAIT_SECS + secs as i64,
         urgency_premium: 0,
+        ports: vec![],
+        scratch_gib: 0,
     }
 }
 

@@ -165,6 +165,12 @@ pub enum MarketError {
     SealedEnvSize,
     #[msg("only the bid's client may close its sealed environment while the bid lives")]
     SealedEnvInUse,
+    #[msg("a bid publishes at most 4 ports, each 1 to 65535 and named once")]
+    BadPorts,
+    #[msg("the machine gives fewer ports or less scratch per lease than the bid asks")]
+    NoRoom,
+    #[msg("the machine's network: an ASCII host name of at most 64 bytes (required with ports or an API port), at most 4 allow-list entries with egress by allow-list only, prefixes of at most 32 bits")]
+    BadNetwork,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {
@@ -173,6 +179,7 @@ impl From<gpu_market_core::fit::Unfit> for MarketError {
         match e {
             Unfit::MachineInactive => MarketError::MachineNotActive,
             Unfit::Expired => MarketError::DeadlinePassed,
+            Unfit::NoRoom => MarketError::NoRoom,
             Unfit::NoAcceptedClass => MarketError::NoGpuOfClass,
             Unfit::TooLittleMemory => MarketError::NotEnoughGpuMemory,
             Unfit::OverclockOutOfRange => MarketError::OverclockOutOfRange,

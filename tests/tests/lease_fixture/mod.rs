@@ -9,7 +9,8 @@ use gpu_market::errors::MarketError;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    BidKind, GpuSpec, Lease, MachineTerms, Market, MarketParams, OverclockTerms, BID_BOOK_SPACE,
+    BidKind, GpuSpec, Lease, MachineNetwork, MachineTerms, Market, MarketParams, OverclockTerms,
+    BID_BOOK_SPACE,
 };
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -71,6 +72,7 @@ pub fn machine_terms(agent: &Pubkey) -> MachineTerms {
         price_floor_per_gpu_hour: TOKEN / 2,
         electricity_cost_per_kwh: TOKEN / 5,
         cached_images: vec![],
+        network: MachineNetwork::default(),
     }
 }
 
@@ -199,6 +201,8 @@ impl Fixture {
             max_duration_secs: 3_600,
             deadline: self.ctx.now() + 4 * 3_600,
             urgency_premium: 0,
+            ports: vec![],
+            scratch_gib: 0,
         }
     }
 

@@ -126,6 +126,7 @@ impl Harness {
                 registries: BTreeMap::new(),
                 env_key: self.env_key.clone(),
                 mps: self.mps.clone(),
+                retention: Duration::from_secs(3_600),
             },
             self.metrics.clone(),
         )
@@ -170,6 +171,7 @@ fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms
         image_ref: "127.0.0.1:5000/gpu-market/train:v1".into(),
         image_digest: [n; 32],
         env_hash: [0; 32],
+        room: crate::chain::RoomAsked::default(),
     }
 }
 
@@ -766,6 +768,7 @@ fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
             .collect(),
         free_gib,
         status: MachineStatus::Active,
+        network: crate::chain::NetworkView::default(),
     }
 }
 
@@ -783,6 +786,7 @@ fn one_gpu_lease(started_at: i64, ends_at: i64) -> LeaseView {
         image_ref: "r/i:1".into(),
         image_digest: [0; 32],
         env_hash: [0; 32],
+        room: crate::chain::RoomAsked::default(),
         started_at,
         ends_at,
         stop_at: None,

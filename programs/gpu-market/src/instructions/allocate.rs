@@ -95,6 +95,7 @@ impl Evidence {
             s.accepted_classes,
             s.price,
             s.deadline,
+            s.room(),
         ) {
             return Ok(false);
         }

@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
-use gpu_market_core::fit::{Need, Terms, Unfit};
+use gpu_market_core::fit::{Need, Room, Terms, Unfit};
 use gpu_market_core::score;
 use gpu_market_core::settlement::{escrow_for, spend_per_hour};
 
@@ -8,8 +8,8 @@ use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
 use crate::instructions::refund_escrow;
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine, MachineStatus, Market,
-    OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS,
+    ports_valid, seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine, MachineStatus,
+    Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -30,6 +30,10 @@ pub struct PlaceBidArgs {
     pub deadline: i64,
     /// Paid at placement and never refunded: it buys urgency (U) in the bid's score.
     pub urgency_premium: u64,
+    /// Container ports to publish on the machine's address (at most 4, distinct, non-zero).
+    pub ports: Vec<u16>,
+    /// GiB of scratch volume at the container's `/workspace` (0: none).
+    pub scratch_gib: u16,
 }
 
 #[derive(Accounts)]
@@ -44,7 +48,7 @@ pub struct PlaceBid<'info> {
     #[account(
         init,
         payer = client,
-        space = Bid::space(args.overclock.len(), args.image_ref.len()),
+        space = Bid::space(args.overclock.len(), args.image_ref.len(), args.ports.len()),
         seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &args.nonce.to_le_bytes()],
         bump,
     )]
@@ -112,6 +116,7 @@ impl PlaceBid<'_> {
             args.image_ref.len() <= IMAGE_REF_LEN,
             MarketError::ImageRefTooLong
         );
+        require!(ports_valid(&args.ports), MarketError::BadPorts);
         let terms = args.overclock.len();
         require!(
             terms == 1 || terms == args.gpu_count as usize,
@@ -174,10 +179,15 @@ impl PlaceBid<'_> {
                     price: args.price,
                     deadline: args.deadline,
                     terms: Terms::of(&settings),
+                    room: Room {
+                        ports: args.ports.len() as u8,
+                        scratch_gib: args.scratch_gib,
+                    },
                 };
                 match offer.fit(&need) {
                     Ok(_) => {}
                     Err(Unfit::PriceBelowFloor) => return err!(MarketError::PriceBelowFloor),
+                    Err(Unfit::NoRoom) => return err!(MarketError::NoRoom),
                     Err(_) => return err!(MarketError::OverclockOutOfRange),
                 }
             }
@@ -313,6 +323,8 @@ impl PlaceBid<'_> {
             deadline: args.deadline,
             escrow,
             urgency_premium: args.urgency_premium,
+            ports: args.ports,
+            scratch_gib: args.scratch_gib,
             refund_tokens: ctx.accounts.client_tokens.key(),
             score: base,
             book_key: 0,

@@ -1,6 +1,6 @@
 use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
-use gpu_market_core::fit::{Choice, Need, Offer, Terms, Unfit};
+use gpu_market_core::fit::{Choice, Need, Offer, Room, Terms, Unfit};
 use gpu_market_core::lease;
 use gpu_market_core::overclock;
 use gpu_market_core::settlement::PriceUnit;
@@ -13,6 +13,17 @@ use crate::state::{BidSummary, Machine, MAX_GPUS};
 /// `region-docker.pkg.dev/project/repo/image:tag` names and the like stay well within. The bid
 /// account is sized to the reference it holds.
 pub const IMAGE_REF_LEN: usize = 255;
+/// Most container ports one bid publishes.
+pub const MAX_PORTS: usize = 4;
+
+/// Whether `ports` is what a bid may publish: at most [`MAX_PORTS`], each non-zero, none twice.
+pub fn ports_valid(ports: &[u16]) -> bool {
+    ports.len() <= MAX_PORTS
+        && ports
+            .iter()
+            .enumerate()
+            .all(|(i, &p)| p != 0 && !ports[..i].contains(&p))
+}
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
 pub enum BidKind {
@@ -106,6 +117,11 @@ pub struct Bid {
     pub escrow: u64,
     /// Paid at placement for urgency (the market's at once; never refunded).
     pub urgency_premium: u64,
+    /// Container ports the lease publishes on the machine's address.
+    #[max_len(MAX_PORTS)]
+    pub ports: Vec<u16>,
+    /// GiB of scratch volume at the container's `/workspace` (0: none).
+    pub scratch_gib: u16,
     /// The client's token account the escrow came from: where a keeper sends a refund (any
     /// token account of the client for the payment mint is accepted).
     pub refund_tokens: Pubkey,
@@ -119,14 +135,19 @@ pub struct Bid {
 }
 
 impl Bid {
-    /// Account size with `terms` overclock entries and an image reference of `image_len`
-    /// bytes. More than `MAX_GPUS` entries, or a longer reference than [`IMAGE_REF_LEN`], get the
-    /// largest account (placement then refuses them with `BadOverclockCount` or
-    /// `ImageRefTooLong`, never a panic).
-    pub const fn space(terms: usize, image_len: usize) -> usize {
+    /// Account size with `terms` overclock entries, an image reference of `image_len` bytes
+    /// and `ports` published ports. More than `MAX_GPUS` entries, a longer reference than
+    /// [`IMAGE_REF_LEN`] or more than [`MAX_PORTS`] ports get the largest account (placement
+    /// then refuses them with `BadOverclockCount`, `ImageRefTooLong` or `BadPorts`, never a
+    /// panic).
+    pub const fn space(terms: usize, image_len: usize, ports: usize) -> usize {
         let unused = MAX_GPUS.saturating_sub(terms);
         let unused_image = IMAGE_REF_LEN.saturating_sub(image_len);
-        8 + Self::INIT_SPACE - unused * OverclockTerms::INIT_SPACE - unused_image
+        let unused_ports = MAX_PORTS.saturating_sub(ports);
+        8 + Self::INIT_SPACE
+            - unused * OverclockTerms::INIT_SPACE
+            - unused_image
+            - unused_ports * core::mem::size_of::<u16>()
     }
 
     /// The overclock terms of the bid's GPU `i`.
@@ -166,6 +187,15 @@ impl Bid {
             price: self.price,
             deadline: self.deadline,
             terms: Terms::of(overclock),
+            room: self.room(),
+        }
+    }
+
+    /// The ports and scratch the bid's lease holds besides GPUs.
+    pub fn room(&self) -> Room {
+        Room {
+            ports: self.ports.len() as u8,
+            scratch_gib: self.scratch_gib,
         }
     }
 
@@ -199,7 +229,9 @@ impl Bid {
             gpu_count: self.gpu_count,
             accepted_classes: self.accepted_classes,
             mixed,
-            _reserved: [0; 7],
+            ports: self.ports.len() as u8,
+            scratch_gib: self.scratch_gib.to_le_bytes(),
+            _reserved: [0; 4],
         }
     }
 

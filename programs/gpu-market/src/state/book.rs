@@ -18,7 +18,7 @@ use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
 use core::cmp::Ordering;
 use core::mem::size_of;
-use gpu_market_core::fit::{Need, Terms};
+use gpu_market_core::fit::{Need, Room, Terms};
 
 use crate::state::OverclockTerms;
 
@@ -152,10 +152,22 @@ pub struct BidSummary {
     pub accepted_classes: u8,
     /// 1 when the bid's GPUs ask differing terms.
     pub mixed: u8,
-    pub _reserved: [u8; 7],
+    /// The ports the bid publishes, and its scratch GiB (little-endian: the entry keeps its
+    /// byte alignment).
+    pub ports: u8,
+    pub scratch_gib: [u8; 2],
+    pub _reserved: [u8; 4],
 }
 
 impl BidSummary {
+    /// The ports and scratch the bid's lease holds.
+    pub fn room(&self) -> Room {
+        Room {
+            ports: self.ports,
+            scratch_gib: u16::from_le_bytes(self.scratch_gib),
+        }
+    }
+
     /// The fit rule's input; a bid with differing per-GPU terms gives only their range.
     pub fn need(&self) -> Need<'static> {
         let lo = self.terms_lo.to_core();
@@ -165,6 +177,7 @@ impl BidSummary {
             accepted_classes: self.accepted_classes,
             price: self.price,
             deadline: self.deadline,
+            room: self.room(),
             terms: if self.mixed == 0 {
                 Terms::Uniform(lo)
             } else {

@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use gpu_market_core::fit::{GpuOffer, Offer, GPU_CLASSES};
+use gpu_market_core::fit::{GpuOffer, Offer, Room, GPU_CLASSES};
 use gpu_market_core::overclock::{GpuLimits, Range};
 
 use crate::errors::MarketError;
@@ -11,6 +11,75 @@ pub const MAX_GPUS: usize = 16;
 pub const MAX_CACHED_IMAGES: usize = 8;
 /// Bytes of a machine's free-form region label (e.g. "eu-central").
 pub const REGION_LEN: usize = 16;
+
+/// Bytes of a machine's public host name (a DNS name or an IP address).
+pub const HOST_LEN: usize = 64;
+/// Most entries of a machine's egress allow-list.
+pub const MAX_ALLOW: usize = 4;
+
+/// Where a lease's container may connect to. Never the host itself, cloud metadata
+/// (169.254.0.0/16) or other leases, whatever the policy (the agent's firewall).
+#[derive(
+    AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, Default, PartialEq, Eq, InitSpace,
+)]
+pub enum Egress {
+    /// No network: the container has a loopback interface only.
+    #[default]
+    None,
+    /// Only the addresses of the allow-list.
+    AllowList,
+    /// Any public address (private, shared and link-local ranges stay closed).
+    Open,
+}
+
+/// An IPv4 network of an egress allow-list, e.g. 203.0.113.0/24.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+pub struct Cidr {
+    pub addr: [u8; 4],
+    pub prefix: u8,
+}
+
+/// How clients reach a machine's leases and what those may reach: shown before bidding. The
+/// default publishes nothing and gives leases no network and no scratch volume.
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, Default, PartialEq, Eq, InitSpace)]
+pub struct MachineNetwork {
+    /// The machine's public address for published ports and the agent's API: a DNS name or
+    /// an IP address; empty when it publishes nothing.
+    #[max_len(HOST_LEN)]
+    pub host: String,
+    /// The port of the agent's API (TLS under the agent's key; 0: none).
+    pub api_port: u16,
+    /// The most container ports one lease may publish.
+    pub ports_per_lease: u8,
+    /// The most GiB of scratch volume one lease gets at `/workspace`.
+    pub scratch_gib: u16,
+    pub egress: Egress,
+    /// With [`Egress::AllowList`]: the networks leases may reach.
+    #[max_len(MAX_ALLOW)]
+    pub allow: Vec<Cidr>,
+}
+
+impl MachineNetwork {
+    /// Checks the declaration: see [`MarketError::BadNetwork`].
+    pub fn validate(&self) -> Result<()> {
+        let host_ok = self.host.len() <= HOST_LEN
+            && self.host.bytes().all(|b| b.is_ascii_graphic())
+            && (!self.host.is_empty() || (self.api_port == 0 && self.ports_per_lease == 0));
+        let allow_ok = self.allow.len() <= MAX_ALLOW
+            && (self.egress == Egress::AllowList || self.allow.is_empty())
+            && self.allow.iter().all(|c| c.prefix <= 32);
+        require!(host_ok && allow_ok, MarketError::BadNetwork);
+        Ok(())
+    }
+
+    /// What the machine gives one lease besides GPUs.
+    pub fn room(&self) -> Room {
+        Room {
+            ports: self.ports_per_lease,
+            scratch_gib: self.scratch_gib,
+        }
+    }
+}
 
 /// Machine status. Stored as a `u8` so the layout is stable; `Retired` is final.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
@@ -89,6 +158,7 @@ pub struct MachineTerms {
     pub electricity_cost_per_kwh: u64,
     /// sha256 digests of the images the machine has cached.
     pub cached_images: Vec<[u8; 32]>,
+    pub network: MachineNetwork,
 }
 
 /// A host's server in one market.
@@ -108,6 +178,7 @@ pub struct Machine {
     pub electricity_cost_per_kwh: u64,
     pub cached_image_count: u8,
     pub cached_images: [[u8; 32]; MAX_CACHED_IMAGES],
+    pub network: MachineNetwork,
     /// The machine's spot book (a `BidBook` account), set by `init_spot_book`.
     pub spot_book: Pubkey,
     pub registered_at: i64,
@@ -166,6 +237,8 @@ impl Machine {
         self.cached_image_count = terms.cached_images.len() as u8;
         self.cached_images = [[0; 32]; MAX_CACHED_IMAGES];
         self.cached_images[..terms.cached_images.len()].copy_from_slice(&terms.cached_images);
+        terms.network.validate()?;
+        self.network = terms.network.clone();
         Ok(())
     }
 
@@ -216,6 +289,7 @@ impl Machine {
         Ok(Offer::new(
             gpus,
             self.status == MachineStatus::Active,
+            self.network.room(),
             now,
             floor,
             reserve,

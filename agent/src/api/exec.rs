@@ -1,0 +1,155 @@
+//! An exec session: the request is answered `101 Switching Protocols`, then the connection
+//! carries the command's stdin from the client (until the client half-closes) and its output
+//! to the client as [`ExecFrame`]s, its exit code last.
+//!
+//! The command is created before the answer, so that a container that is not running is
+//! refused with a status. It runs as the container's user, unprivileged, without a terminal.
+//! A client that goes away stops its input and output, not the command.
+
+use std::sync::Arc;
+
+use bollard::container::LogOutput;
+use bollard::errors::Error as BollardError;
+use futures_util::StreamExt;
+use gpu_market_sdk::api::{ExecFrame, EXEC_PROTOCOL};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::header::{HeaderMap, HeaderValue, CONNECTION, UPGRADE};
+use hyper::upgrade::Upgraded;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use super::engine::{engine_status, ExecOutput};
+use super::routes::{with_type, Body, Refusal};
+use crate::docker::DockerEngine;
+
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("the connection was not upgraded: {0}")]
+    Upgrade(#[from] hyper::Error),
+    #[error("the engine: {0}")]
+    Engine(#[from] BollardError),
+    #[error("the client's stream: {0}")]
+    Client(#[from] std::io::Error),
+}
+
+/// Answers an exec request for `cmd` in container `id`: creates the command, answers 101, and
+/// runs the session once the connection is handed over.
+pub(super) async fn upgrade(
+    engine: Arc<DockerEngine>,
+    id: &str,
+    cmd: Vec<String>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Refusal> {
+    if !asks_for_exec(request.headers()) {
+        return Err(Refusal::NoUpgrade);
+    }
+    let exec_id = engine
+        .create_exec(id, cmd)
+        .await
+        .map_err(|e| match engine_status(&e) {
+            // 409: stopped; 404: removed meanwhile.
+            Some(404 | 409) => Refusal::NotRunning,
+            _ => Refusal::Engine(e),
+        })?;
+    let upgrade = hyper::upgrade::on(request);
+    tokio::spawn(async move {
+        let session = match upgrade.await {
+            Ok(upgraded) => session(&engine, &exec_id, TokioIo::new(upgraded)).await,
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = session {
+            tracing::debug!(error = %e, exec = %exec_id, "api: an exec session ended early");
+        }
+    });
+    let empty = Empty::new().map_err(|never| match never {});
+    let mut response = with_type("application/octet-stream", BodyExt::boxed_unsync(empty));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(UPGRADE, HeaderValue::from_static(EXEC_PROTOCOL));
+    Ok(response)
+}
+
+/// Whether the request asks to upgrade its connection to [`EXEC_PROTOCOL`].
+fn asks_for_exec(headers: &HeaderMap) -> bool {
+    let has = |name, token: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    has(CONNECTION, "upgrade") && has(UPGRADE, EXEC_PROTOCOL)
+}
+
+/// Starts exec `exec_id` and relays it over `io` until it exits; sends its exit code.
+async fn session(
+    engine: &DockerEngine,
+    exec_id: &str,
+    io: TokioIo<Upgraded>,
+) -> Result<(), SessionError> {
+    let (mut output, mut input) = engine.start_exec(exec_id).await?;
+    let (mut from_client, mut to_client) = tokio::io::split(io);
+    let feed = tokio::spawn(async move {
+        // The client's half-close, or its going away, is the command's end of input.
+        let _ = tokio::io::copy(&mut from_client, &mut input).await;
+        let _ = input.shutdown().await;
+    });
+    let relayed = relay(&mut output, &mut to_client).await;
+    feed.abort();
+    relayed?;
+    let code = engine.exec_exit_code(exec_id).await?;
+    send(&mut to_client, ExecFrame::Exit(code)).await?;
+    to_client.shutdown().await?;
+    Ok(())
+}
+
+/// Sends the command's output as it comes, until it ends.
+async fn relay(
+    output: &mut ExecOutput,
+    to_client: &mut (impl AsyncWrite + Unpin),
+) -> Result<(), SessionError> {
+    while let Some(chunk) = output.next().await {
+        let frame = match chunk? {
+            LogOutput::StdErr { message } => ExecFrame::Stderr(message.to_vec()),
+            other => ExecFrame::Stdout(other.into_bytes().to_vec()),
+        };
+        send(to_client, frame).await?;
+    }
+    Ok(())
+}
+
+async fn send(to_client: &mut (impl AsyncWrite + Unpin), frame: ExecFrame) -> std::io::Result<()> {
+    let mut wire = Vec::new();
+    frame.encode(&mut wire);
+    to_client.write_all(&wire).await?;
+    to_client.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_request_must_ask_for_the_exec_upgrade() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(*name, HeaderValue::from_static(value));
+            }
+            map
+        };
+        assert!(asks_for_exec(&headers(&[
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "gpu-market-exec"),
+        ])));
+        assert!(!asks_for_exec(&headers(&[("upgrade", "gpu-market-exec")])));
+        assert!(!asks_for_exec(&headers(&[
+            ("connection", "upgrade"),
+            ("upgrade", "websocket"),
+        ])));
+    }
+}

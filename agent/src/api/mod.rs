@@ -1,0 +1,165 @@
+//! The lease owner's API (issue 17): HTTPS on `[api] listen` with the agent's key as its TLS key
+//! ([`gpu_market_sdk::tls`]), each request signed by a lease's client
+//! ([`gpu_market_sdk::api`]). A client reads its lease's container's state and published ports,
+//! streams its logs, runs a command in it, and copies files out of its scratch folder, while it
+//! runs and after it exited.
+//!
+//! Refusals, each with a JSON body `{"error": "..."}`: 401 unsigned, malformed, badly signed or
+//! expired; 404 no container of the lease on this machine; 403 signed by another key than the
+//! lease's client; 409 a replayed request; 400 a bad query. The signature is checked before
+//! anything about the lease is looked up. The routes are in `routes`, the engine calls in
+//! `engine`, an exec session in `exec`.
+
+mod engine;
+mod exec;
+mod retained;
+mod routes;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gpu_market_sdk::api::NonceCache;
+use gpu_market_sdk::tls::{server_config, TlsError};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::Config;
+use crate::docker::DockerEngine;
+use crate::metrics::unix_now;
+use crate::runtime::RuntimeError;
+
+/// The most requests whose nonces are remembered at once (each for at most
+/// [`gpu_market_sdk::api::MAX_TTL_SECS`]); only a lease's client gets one remembered.
+pub const NONCE_CAPACITY: usize = 100_000;
+/// Connections served at once; those over it are closed at once.
+const MAX_CONNECTIONS: usize = 256;
+/// Time for a client to finish its TLS handshake, and to send a request head.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the API serves from: the engine of this machine's containers, the machine the requests
+/// must be signed for, the nonces seen, and the clock (unix seconds) that expiries are read by.
+pub struct Api {
+    engine: Arc<DockerEngine>,
+    /// The agent's data folder: what it retains of ended leases (`crate::retention`).
+    data_dir: PathBuf,
+    machine: Pubkey,
+    nonces: Mutex<NonceCache>,
+    clock: fn() -> i64,
+}
+
+impl Api {
+    pub fn new(
+        engine: Arc<DockerEngine>,
+        data_dir: PathBuf,
+        machine: Pubkey,
+        nonces: NonceCache,
+        clock: fn() -> i64,
+    ) -> Self {
+        Api {
+            engine,
+            data_dir,
+            machine,
+            nonces: Mutex::new(nonces),
+            clock,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("binding the API address {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Engine(#[from] RuntimeError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// Starts the API of `config` for the daemon's life, served with `agent`'s key on a connection
+/// of its own to the engine; returns once it listens.
+pub async fn start(config: &Config, agent: &Keypair) -> Result<(), ApiError> {
+    let addr = config.api.listen;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| ApiError::Bind { addr, source })?;
+    let engine = DockerEngine::connect(&config.engine_socket, &config.machine.to_string()).await?;
+    let api = Api::new(
+        Arc::new(engine),
+        config.data_dir.clone(),
+        Pubkey::new_from_array(config.machine.0),
+        NonceCache::new(NONCE_CAPACITY),
+        unix_now,
+    );
+    let tls = server_config(agent)?;
+    tracing::info!(%addr, "lease owner's API listening");
+    tokio::spawn(serve(listener, tls, Arc::new(api), std::future::pending()));
+    Ok(())
+}
+
+/// Serves `api` on `listener` with `tls` (the agent's, [`server_config`]) until `shutdown`
+/// completes.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    api: Arc<Api>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let tls = TlsAcceptor::from(tls);
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let socket = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => socket,
+                Err(e) => {
+                    tracing::warn!(error = %e, "api: accept failed");
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::debug!("api: too many connections; closing a new one");
+            continue;
+        };
+        let (tls, api) = (tls.clone(), api.clone());
+        tokio::spawn(async move {
+            connection(socket, tls, api).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One client's connection: its TLS handshake, then its requests (HTTP/1.1, kept alive; an
+/// exec request hands the connection over to its session).
+async fn connection(socket: TcpStream, tls: TlsAcceptor, api: Arc<Api>) {
+    let stream = match tokio::time::timeout(CLIENT_TIMEOUT, tls.accept(socket)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return tracing::debug!(error = %e, "api: TLS handshake failed"),
+        Err(_) => return tracing::debug!("api: TLS handshake timed out"),
+    };
+    let service = service_fn(move |request| {
+        let api = api.clone();
+        async move { Ok::<_, Infallible>(routes::answer(&api, request).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(CLIENT_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "api: connection ended");
+    }
+}

@@ -1,0 +1,170 @@
+//! What the agent keeps of a lease for its client, beside and after its container: the scratch
+//! volume mounted at the container's `/workspace`, and the client's key that the agent's API
+//! serves them to. Both stay for the retention period after the lease ends, then go with the
+//! lease's saved logs.
+//!
+//! The scratch volume is a tmpfs of the size the bid asked, mounted by the agent under
+//! `<data_dir>/leases/<lease>/scratch` and bound into the container: the size is a hard limit
+//! (a write past it fails with ENOSPC inside the container), its pages count against the
+//! container's memory limit while it runs, and what the container left survives its exit,
+//! unlike the engine's own tmpfs mounts, for the client to fetch.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
+
+use crate::chain::Key;
+use crate::runtime::RuntimeError;
+
+/// The folder of `lease`'s retained files.
+pub fn lease_dir(data_dir: &Path, lease: &Key) -> PathBuf {
+    data_dir.join("leases").join(lease.to_string())
+}
+
+/// The host folder bound at the container's `/workspace`.
+pub fn scratch_dir(data_dir: &Path, lease: &Key) -> PathBuf {
+    lease_dir(data_dir, lease).join("scratch")
+}
+
+fn client_file(data_dir: &Path, lease: &Key) -> PathBuf {
+    lease_dir(data_dir, lease).join("client")
+}
+
+fn ended_file(data_dir: &Path, lease: &Key) -> PathBuf {
+    lease_dir(data_dir, lease).join("ended")
+}
+
+fn scratch_error(path: &Path, reason: impl ToString) -> RuntimeError {
+    RuntimeError::Scratch {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Records `client` as the one the API serves `lease` to, and mounts a scratch tmpfs of
+/// `bytes` (none for 0); returns the scratch folder when there is one. Done again after a
+/// restart, it keeps what is mounted.
+pub fn prepare(
+    data_dir: &Path,
+    lease: &Key,
+    client: &Key,
+    bytes: u64,
+) -> Result<Option<PathBuf>, RuntimeError> {
+    let dir = lease_dir(data_dir, lease);
+    std::fs::create_dir_all(&dir).map_err(|e| scratch_error(&dir, e))?;
+    let client_path = client_file(data_dir, lease);
+    std::fs::write(&client_path, client.to_string()).map_err(|e| scratch_error(&client_path, e))?;
+    if bytes == 0 {
+        return Ok(None);
+    }
+    let scratch = scratch_dir(data_dir, lease);
+    std::fs::create_dir_all(&scratch).map_err(|e| scratch_error(&scratch, e))?;
+    if !mounted(&scratch) {
+        let options = std::ffi::CString::new(format!("size={bytes},mode=1777"))
+            .expect("no NUL in the mount options");
+        mount(
+            "gpu-market-scratch",
+            &scratch,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            options.as_c_str(),
+        )
+        .map_err(|e| scratch_error(&scratch, format!("cannot mount a tmpfs: {e}")))?;
+    }
+    Ok(Some(scratch))
+}
+
+/// Whether `dir` is a mount point (another device than its parent's).
+fn mounted(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
+    match (dev(dir), dir.parent().and_then(dev)) {
+        (Some(a), Some(b)) => a != b,
+        _ => false,
+    }
+}
+
+/// The client `lease`'s files are served to, while the agent retains them.
+pub fn client_of(data_dir: &Path, lease: &Key) -> Option<Key> {
+    std::fs::read_to_string(client_file(data_dir, lease))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Notes that `lease` ended now: its retention starts.
+pub fn mark_ended(data_dir: &Path, lease: &Key) -> std::io::Result<()> {
+    let dir = lease_dir(data_dir, lease);
+    if !dir.exists() {
+        return Ok(());
+    }
+    std::fs::write(ended_file(data_dir, lease), b"")
+}
+
+/// Deletes what the agent kept of leases that ended more than `retention` before `now` (their
+/// scratch volume unmounted, their saved logs with them); returns them.
+pub fn sweep(data_dir: &Path, retention: Duration, now: SystemTime) -> Vec<Key> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("leases")) else {
+        return Vec::new();
+    };
+    let mut swept = Vec::new();
+    for entry in entries.flatten() {
+        let Some(lease) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<Key>().ok())
+        else {
+            continue;
+        };
+        let ended = std::fs::metadata(ended_file(data_dir, &lease)).and_then(|m| m.modified());
+        let due = ended.is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= retention));
+        if !due {
+            continue;
+        }
+        let scratch = scratch_dir(data_dir, &lease);
+        if mounted(&scratch) {
+            if let Err(e) = unmount(&scratch, UnmountFlags::DETACH) {
+                tracing::warn!(%lease, error = %e, "cannot unmount the lease's scratch volume");
+                continue;
+            }
+        }
+        let _ = std::fs::remove_file(crate::reconcile::logs_path(data_dir, &lease));
+        match std::fs::remove_dir_all(lease_dir(data_dir, &lease)) {
+            Ok(()) => swept.push(lease),
+            Err(e) => {
+                tracing::warn!(%lease, error = %e, "cannot delete the lease's retained files")
+            }
+        }
+    }
+    swept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retained_files_stay_until_the_retention_ends_then_go_with_the_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lease, client) = (Key([1; 32]), Key([2; 32]));
+        assert_eq!(prepare(dir.path(), &lease, &client, 0).unwrap(), None);
+        assert_eq!(client_of(dir.path(), &lease), Some(client));
+        let logs = crate::reconcile::logs_path(dir.path(), &lease);
+        std::fs::create_dir_all(logs.parent().unwrap()).unwrap();
+        std::fs::write(&logs, b"out").unwrap();
+        let hour = Duration::from_secs(3600);
+        // Running: never swept.
+        assert!(sweep(dir.path(), hour, SystemTime::now() + 2 * hour).is_empty());
+        mark_ended(dir.path(), &lease).unwrap();
+        assert!(sweep(dir.path(), hour, SystemTime::now()).is_empty());
+        assert_eq!(client_of(dir.path(), &lease), Some(client));
+        assert_eq!(
+            sweep(dir.path(), hour, SystemTime::now() + 2 * hour),
+            vec![lease]
+        );
+        assert_eq!(client_of(dir.path(), &lease), None);
+        assert!(!logs.exists());
+    }
+}

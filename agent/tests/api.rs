@@ -1,0 +1,523 @@
+//! The lease owner's API against the real Docker engine (`scripts/engine.sh start`): a lease's
+//! container, started through the agent's own engine path with its scratch a host folder bound
+//! at `/workspace` (as the agent binds a lease's scratch volume), served on loopback over TLS
+//! to its client's signed requests through the SDK's client, and refused to anyone else.
+
+mod support;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_market_agent::api::{serve, Api, NONCE_CAPACITY};
+use gpu_market_agent::chain::Key;
+use gpu_market_agent::docker::{ContainerSpec, DockerEngine, Sandbox, SCRATCH_DIR};
+use gpu_market_agent::metrics::unix_now;
+use gpu_market_agent::retention;
+use gpu_market_agent::runtime::{BindMount, ContainerRuntime, LABEL_CLIENT, LABEL_LEASE};
+use gpu_market_sdk::api::client::{ApiClient, ClientError};
+use gpu_market_sdk::api::{
+    sign, Call, ContainerStatus, LeaseStatus, LogsQuery, NonceCache, DEFAULT_TTL_SECS,
+};
+use gpu_market_sdk::tls::server_config;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+use tokio::net::TcpListener;
+
+/// Anything the tests wait for comes within this, or the test fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {PATIENCE:?}"))
+}
+
+/// A lease's container served by the API of a machine of its own.
+struct Served {
+    engine: Arc<DockerEngine>,
+    id: String,
+    machine: Pubkey,
+    lease: Pubkey,
+    /// The lease's client.
+    owner: Keypair,
+    addr: String,
+    /// The client pinned to the agent's key.
+    client: ApiClient,
+    /// The agent's data folder: the lease's retained scratch folder and client record.
+    data_dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// Runs `script` in a busybox container of a new lease, and serves it.
+    async fn start(script: &str) -> Served {
+        let image = support::engine_env("GPU_MARKET_TEST_IMAGE");
+        let machine = Keypair::new().pubkey();
+        let engine =
+            DockerEngine::connect(&support::engine_env("DOCKER_HOST"), &machine.to_string())
+                .await
+                .expect("connect");
+        engine.pull(&image).await.expect("pull");
+        let (lease, owner, agent) = (Keypair::new().pubkey(), Keypair::new(), Keypair::new());
+        // As the agent starts a lease: its client recorded, its scratch folder bound (here a
+        // plain folder: the tmpfs the agent mounts over it is the retention module's).
+        let data_dir = tempfile::tempdir().unwrap();
+        let lease_key = Key(lease.to_bytes());
+        retention::prepare(
+            data_dir.path(),
+            &lease_key,
+            &Key(owner.pubkey().to_bytes()),
+            0,
+        )
+        .unwrap();
+        let scratch = retention::scratch_dir(data_dir.path(), &lease_key);
+        std::fs::create_dir_all(&scratch).unwrap();
+        let spec = ContainerSpec {
+            image,
+            cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+            labels: [
+                (LABEL_LEASE.to_string(), lease.to_string()),
+                (LABEL_CLIENT.to_string(), owner.pubkey().to_string()),
+            ]
+            .into(),
+            memory_bytes: Some(64 << 20),
+            pids_limit: Some(32),
+            binds: vec![BindMount {
+                host: scratch,
+                container: SCRATCH_DIR.into(),
+                read_only: false,
+            }],
+            sandbox: Sandbox {
+                scratch_bytes: 0,
+                ..Sandbox::default()
+            },
+            ..Default::default()
+        };
+        let id = engine.run(&spec).await.expect("run");
+        let engine = Arc::new(engine);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let api = Api::new(
+            engine.clone(),
+            data_dir.path().to_path_buf(),
+            machine,
+            NonceCache::new(NONCE_CAPACITY),
+            unix_now,
+        );
+        let tls = server_config(&agent).unwrap();
+        tokio::spawn(serve(listener, tls, Arc::new(api), std::future::pending()));
+        let client = ApiClient::new(addr.clone(), machine, &agent.pubkey());
+        Served {
+            engine,
+            id,
+            machine,
+            lease,
+            owner,
+            addr,
+            client,
+            data_dir,
+        }
+    }
+
+    fn lease_key(&self) -> Key {
+        Key(self.lease.to_bytes())
+    }
+
+    async fn status(&self) -> LeaseStatus {
+        self.client.status(&self.owner, &self.lease).await.unwrap()
+    }
+
+    async fn logs(&self, query: LogsQuery) -> Incoming {
+        self.client
+            .logs(&self.owner, &self.lease, query)
+            .await
+            .unwrap()
+    }
+
+    /// The status of `call` sent with `authorization` as given.
+    async fn status_of(&self, call: &Call, authorization: Option<&str>) -> u16 {
+        self.client
+            .send(&self.lease, call, authorization)
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// `call` signed by `signer` for `machine` at `now`.
+    fn signed(&self, signer: &Keypair, machine: &Pubkey, call: &Call, now: i64) -> String {
+        let target = call.path_and_query(&self.lease);
+        let method = call.endpoint().method();
+        sign(signer, machine, method, &target, now, DEFAULT_TTL_SECS)
+    }
+
+    /// Lets the container's script go on past its `until [ -f /workspace/go ]`.
+    fn go(&self) {
+        let scratch = retention::scratch_dir(self.data_dir.path(), &self.lease_key());
+        std::fs::write(scratch.join("go"), b"").unwrap();
+    }
+
+    async fn wait_exit(&self) -> i64 {
+        within("the container's exit", self.engine.wait(&self.id))
+            .await
+            .unwrap()
+    }
+
+    async fn remove(self) {
+        self.engine.remove(&self.id).await.unwrap();
+    }
+}
+
+/// Reads `body` into `seen` until it holds `text`.
+async fn read_until(body: &mut Incoming, seen: &mut Vec<u8>, text: &str) {
+    within(&format!("{text:?} in the logs"), async {
+        while !String::from_utf8_lossy(seen).contains(text) {
+            let frame = body.frame().await.expect("the body ended early").unwrap();
+            seen.extend_from_slice(frame.data_ref().map_or(&[][..], |d| d.as_ref()));
+        }
+    })
+    .await
+}
+
+async fn read_all(body: Incoming) -> Vec<u8> {
+    within("the whole body", body.collect())
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec()
+}
+
+/// Waits until the container's script goes past `until [ -f /workspace/go ]`.
+const WAIT_FOR_GO: &str = "until [ -f /workspace/go ]; do sleep 0.05; done";
+
+#[tokio::test]
+async fn logs_tail_and_follow_what_the_container_prints_until_it_exits() {
+    let served = Served::start(&format!(
+        "echo line1; echo line2; echo warn >&2; {WAIT_FOR_GO}; echo last; exit 4"
+    ))
+    .await;
+    assert_eq!(
+        served.status().await,
+        LeaseStatus {
+            state: ContainerStatus::Running,
+            ports: Vec::new(),
+            scratch: SCRATCH_DIR.into(),
+        }
+    );
+    let follow = LogsQuery {
+        follow: true,
+        ..LogsQuery::default()
+    };
+    let mut body = served.logs(follow).await;
+    let mut seen = Vec::new();
+    read_until(&mut body, &mut seen, "warn\n").await;
+    served.go();
+    seen.extend(read_all(body).await);
+    // The engine takes stdout and stderr through pipes of their own: each keeps its order,
+    // not the order between them.
+    let seen = String::from_utf8(seen).unwrap();
+    let stdout: Vec<&str> = seen.lines().filter(|l| *l != "warn").collect();
+    assert_eq!(
+        (stdout, seen.matches("warn\n").count()),
+        (vec!["line1", "line2", "last"], 1),
+        "stdout and stderr, then the follow ends with the container: {seen:?}"
+    );
+
+    assert_eq!(served.wait_exit().await, 4);
+    assert_eq!(
+        served.status().await.state,
+        ContainerStatus::Exited { exit_code: 4 }
+    );
+    let tail = LogsQuery {
+        tail: Some(1),
+        ..LogsQuery::default()
+    };
+    let last = read_all(served.logs(tail).await).await;
+    assert_eq!(String::from_utf8(last).unwrap(), "last\n");
+    let future = LogsQuery {
+        since: Some(unix_now() + 3_600),
+        follow: true,
+        ..LogsQuery::default()
+    };
+    assert!(
+        read_all(served.logs(future).await).await.is_empty(),
+        "nothing since an hour from now, and a stopped container's follow ends"
+    );
+    served.remove().await;
+}
+
+#[tokio::test]
+async fn exec_feeds_stdin_and_returns_stdout_stderr_and_the_exit_code() {
+    let served = Served::start(WAIT_FOR_GO).await;
+    let cmd = |script: &str| vec!["sh".to_string(), "-c".into(), script.into()];
+    let session = served
+        .client
+        .exec(
+            &served.owner,
+            &served.lease,
+            cmd("cat; echo err >&2; exit 3"),
+        )
+        .await
+        .unwrap();
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let code = within(
+        "the exec",
+        session.run(&b"hello"[..], &mut stdout, &mut stderr),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (code, stdout.as_slice(), stderr.as_slice()),
+        (3, &b"hello"[..], &b"err\n"[..])
+    );
+
+    // A command that exits without reading its input ends the session, however long the
+    // client's input would go on.
+    let (_open, endless_stdin) = tokio::io::duplex(64);
+    let session = served
+        .client
+        .exec(&served.owner, &served.lease, cmd("exit 7"))
+        .await
+        .unwrap();
+    let code = within(
+        "the exec",
+        session.run(endless_stdin, Vec::new(), Vec::new()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 7);
+
+    // As the container's user, with no capability: not privileged.
+    let session = served
+        .client
+        .exec(
+            &served.owner,
+            &served.lease,
+            cmd("grep CapEff /proc/self/status"),
+        )
+        .await
+        .unwrap();
+    let mut stdout = Vec::new();
+    let code = within("the exec", session.run(&b""[..], &mut stdout, Vec::new()))
+        .await
+        .unwrap();
+    assert_eq!(code, 0);
+    assert_eq!(
+        String::from_utf8(stdout).unwrap(),
+        "CapEff:\t0000000000000000\n"
+    );
+
+    served.go();
+    served.wait_exit().await;
+    let refused = served
+        .client
+        .exec(&served.owner, &served.lease, cmd("true"))
+        .await
+        .err();
+    assert!(
+        matches!(&refused, Some(ClientError::Refused { status: 409, .. })),
+        "an exited container runs nothing: {refused:?}"
+    );
+    served.remove().await;
+}
+
+/// The files of a tar archive: path and content.
+fn unpacked(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    for entry in tar::Archive::new(archive).entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.header().entry_type().is_file() {
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut content = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut content).unwrap();
+            files.push((path, content));
+        }
+    }
+    files
+}
+
+#[tokio::test]
+async fn files_come_from_the_scratch_folder_while_it_runs_and_after_it_exited() {
+    let served = Served::start(&format!(
+        "mkdir -p /workspace/out && echo 'loss=0.25' > /workspace/out/result.txt && \
+         echo written; {WAIT_FOR_GO}"
+    ))
+    .await;
+    let follow = LogsQuery {
+        follow: true,
+        ..LogsQuery::default()
+    };
+    read_until(&mut served.logs(follow).await, &mut Vec::new(), "written").await;
+    let fetch = |path: &'static str| {
+        let served = &served;
+        async move {
+            let body = served.client.files(&served.owner, &served.lease, path);
+            read_all(body.await.unwrap()).await
+        }
+    };
+    let expected = vec![("result.txt".to_string(), b"loss=0.25\n".to_vec())];
+    assert_eq!(
+        unpacked(&fetch("/workspace/out/result.txt").await),
+        expected
+    );
+    served.go();
+    assert_eq!(served.wait_exit().await, 0);
+    assert_eq!(
+        unpacked(&fetch("/workspace/out/result.txt").await),
+        expected,
+        "the scratch folder outlives the container's exit"
+    );
+    let folder = unpacked(&fetch("/workspace/out").await);
+    assert_eq!(
+        folder,
+        vec![("out/result.txt".to_string(), b"loss=0.25\n".to_vec())]
+    );
+
+    for (path, status) in [
+        ("/workspace/missing.txt", 404),
+        ("/etc/passwd", 400),
+        ("/workspace/../etc/passwd", 400),
+    ] {
+        let refused = served
+            .client
+            .files(&served.owner, &served.lease, path)
+            .await
+            .err();
+        assert!(
+            matches!(&refused, Some(ClientError::Refused { status: s, .. }) if *s == status),
+            "{path}: {refused:?}"
+        );
+    }
+    served.remove().await;
+}
+
+#[tokio::test]
+async fn only_the_lease_client_fresh_signed_requests_for_this_machine_are_served() {
+    let served = Served::start(WAIT_FOR_GO).await;
+    let now = unix_now();
+    let status = Call::Status;
+    let owner_signed = served.signed(&served.owner, &served.machine, &status, now);
+    assert_eq!(served.status_of(&status, Some(&owner_signed)).await, 200);
+    assert_eq!(
+        served.status_of(&status, Some(&owner_signed)).await,
+        409,
+        "the same request again is a replay"
+    );
+    let stranger = Keypair::new();
+    let stranger_signed = served.signed(&stranger, &served.machine, &status, now);
+    assert_eq!(served.status_of(&status, Some(&stranger_signed)).await, 403);
+    let expired = served.signed(&served.owner, &served.machine, &status, now - 1_000);
+    assert_eq!(served.status_of(&status, Some(&expired)).await, 401);
+    let elsewhere = served.signed(&served.owner, &Keypair::new().pubkey(), &status, now);
+    assert_eq!(
+        served.status_of(&status, Some(&elsewhere)).await,
+        401,
+        "signed for another machine"
+    );
+    assert_eq!(served.status_of(&status, None).await, 401, "unsigned");
+    let logs = Call::Logs(LogsQuery::default());
+    let for_status = served.signed(&served.owner, &served.machine, &status, now);
+    assert_eq!(
+        served.status_of(&logs, Some(&for_status)).await,
+        401,
+        "signed for another path"
+    );
+
+    // Another lease: no container, whoever signs.
+    let other = served
+        .client
+        .status(&stranger, &Keypair::new().pubkey())
+        .await
+        .err();
+    assert!(
+        matches!(&other, Some(ClientError::Refused { status: 404, .. })),
+        "{other:?}"
+    );
+    // A client that pins another key refuses the server: nothing is sent.
+    let impostor = ApiClient::new(
+        served.addr.clone(),
+        served.machine,
+        &Keypair::new().pubkey(),
+    );
+    let refused = impostor.status(&served.owner, &served.lease).await.err();
+    assert!(
+        matches!(&refused, Some(ClientError::Tls { .. })),
+        "{refused:?}"
+    );
+    served.go();
+    served.wait_exit().await;
+    served.remove().await;
+}
+
+#[tokio::test]
+async fn after_the_container_is_removed_its_logs_and_files_stay_for_the_retention_only() {
+    let served = Served::start(
+        "mkdir -p /workspace/out && echo 'loss=0.25' > /workspace/out/result.txt && \
+         ln -s /etc /workspace/out/etc && echo one && echo two",
+    )
+    .await;
+    assert_eq!(served.wait_exit().await, 0);
+    // As the agent's clean-up does: the logs saved, the container removed, the retention on.
+    let key = served.lease_key();
+    let data_dir = served.data_dir.path();
+    let logs = gpu_market_agent::reconcile::logs_path(data_dir, &key);
+    std::fs::create_dir_all(logs.parent().unwrap()).unwrap();
+    served.engine.save_logs(&served.id, &logs).await.unwrap();
+    served.engine.remove(&served.id).await.unwrap();
+    retention::mark_ended(data_dir, &key).unwrap();
+
+    let st = served.status().await;
+    assert_eq!(st.state, ContainerStatus::Gone);
+    let tail = LogsQuery {
+        tail: Some(1),
+        ..LogsQuery::default()
+    };
+    assert_eq!(read_all(served.logs(tail).await).await, b"two\n");
+    let body = served
+        .client
+        .files(&served.owner, &served.lease, "/workspace/out")
+        .await
+        .unwrap();
+    let archive = read_all(body).await;
+    assert_eq!(
+        unpacked(&archive),
+        vec![("out/result.txt".to_string(), b"loss=0.25\n".to_vec())],
+        "the link to /etc is not followed"
+    );
+    let escape = served
+        .client
+        .files(&served.owner, &served.lease, "/workspace/out/etc/passwd")
+        .await
+        .err();
+    assert!(
+        matches!(&escape, Some(ClientError::Refused { status: 404, .. })),
+        "a path through a link out of the folder: {escape:?}"
+    );
+    let stranger = served
+        .client
+        .status(&Keypair::new(), &served.lease)
+        .await
+        .err();
+    assert!(
+        matches!(&stranger, Some(ClientError::Refused { status: 403, .. })),
+        "{stranger:?}"
+    );
+    // Once the retention is over, nothing of the lease is left to serve.
+    let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
+    assert_eq!(
+        retention::sweep(data_dir, Duration::from_secs(3_600), later),
+        vec![key]
+    );
+    let gone = served
+        .client
+        .status(&served.owner, &served.lease)
+        .await
+        .err();
+    assert!(
+        matches!(&gone, Some(ClientError::Refused { status: 404, .. })),
+        "{gone:?}"
+    );
+}

@@ -1,0 +1,367 @@
+//! A lease's network on the real Docker engine (`scripts/engine.sh start`): its own bridge, the
+//! agent's firewall, the machine's egress policy, and published ports.
+//!
+//! "The internet" here is a network namespace of the test's own, joined to the host by a veth
+//! pair on a benchmarking range (198.18.0.0/15, public as far as the firewall knows), serving
+//! HTTP with Python's standard library. The container probes with busybox `nc`.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use gpu_market_agent::chain::{EgressView, Key};
+use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
+use gpu_market_agent::network::{LeaseNetwork, Publishing};
+use gpu_market_agent::runtime::{ContainerRuntime, RuntimeError, LABEL_LEASE};
+
+fn engine_env() -> (String, String) {
+    let host = std::env::var("DOCKER_HOST").expect(
+        "DOCKER_HOST is not set: start the engine with scripts/engine.sh start and eval \"$(scripts/engine.sh env)\"",
+    );
+    let image = std::env::var("GPU_MARKET_TEST_IMAGE")
+        .expect("GPU_MARKET_TEST_IMAGE is not set: see scripts/engine.sh env");
+    (host, image)
+}
+
+fn sh(cmd: &str) {
+    let status = Command::new("sh").args(["-c", cmd]).status().unwrap();
+    assert!(status.success(), "{cmd}");
+}
+
+/// A namespace joined to the host by a veth pair: the host end is 198.18.`n`.1/30, the far
+/// end 198.18.`n`.2/30 with extra addresses, each serving HTTP on port 8000.
+struct FarNet {
+    ns: String,
+    host_if: String,
+    servers: Vec<Child>,
+    routes: Vec<String>,
+}
+
+impl FarNet {
+    fn new(n: u8, extra: &[&str]) -> FarNet {
+        let ns = format!("gmtest{n}-{}", std::process::id());
+        let host_if = format!("gmth{n}");
+        sh(&format!(
+            "ip netns add {ns} && ip link add {host_if} type veth peer name gmtp{n} && \
+             ip link set gmtp{n} netns {ns} && ip addr add 198.18.{n}.1/30 dev {host_if} && \
+             ip link set {host_if} up && \
+             ip netns exec {ns} ip addr add 198.18.{n}.2/30 dev gmtp{n} && \
+             ip netns exec {ns} ip link set gmtp{n} up && ip netns exec {ns} ip link set lo up && \
+             ip netns exec {ns} ip route add default via 198.18.{n}.1"
+        ));
+        let mut net = FarNet {
+            ns,
+            host_if,
+            servers: Vec::new(),
+            routes: Vec::new(),
+        };
+        let mut addresses = vec![format!("198.18.{n}.2")];
+        for a in extra {
+            sh(&format!(
+                "ip netns exec {} ip addr add {a}/32 dev gmtp{n}",
+                net.ns
+            ));
+            sh(&format!("ip route replace {a}/32 via 198.18.{n}.2"));
+            net.routes.push(a.to_string());
+            addresses.push(a.to_string());
+        }
+        let root = tempfile::tempdir().unwrap().keep();
+        std::fs::write(root.join("index.html"), "far side\n").unwrap();
+        // Python's `http.server` command looks its address up in DNS first, which a namespace
+        // without a resolver waits out: the plain threading server does not.
+        let serve = "import http.server as h, socketserver as s, sys; \
+                     s.ThreadingTCPServer.allow_reuse_address = True; \
+                     s.ThreadingTCPServer((sys.argv[1], 8000), h.SimpleHTTPRequestHandler).serve_forever()";
+        for a in addresses {
+            let child = Command::new("ip")
+                .args(["netns", "exec", &net.ns, "python3", "-c", serve, &a])
+                .current_dir(&root)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            net.servers.push(child);
+            // Up once the host reaches it (no firewall stands between the host and it).
+            wait_until(|| http_get(&format!("{a}:8000")).is_some());
+        }
+        net
+    }
+}
+
+impl Drop for FarNet {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        for r in &self.routes {
+            let _ = Command::new("ip")
+                .args(["route", "del", &format!("{r}/32")])
+                .status();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+fn wait_until(mut ok: impl FnMut() -> bool) {
+    for _ in 0..100 {
+        if ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out");
+}
+
+/// The body of `GET http://addr/` from the test process (the host), if it answers.
+fn http_get(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    write!(s, "GET / HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split("\r\n\r\n").nth(1).map(str::to_string)
+}
+
+/// Lease `n` of this test process (another run's leftovers never collide with it).
+fn lease_key(n: u8) -> Key {
+    let mut k = [n; 32];
+    k[1..5].copy_from_slice(&std::process::id().to_le_bytes());
+    Key(k)
+}
+
+fn lease_spec(image: &str, lease: u8, network: LeaseNetwork, script: &str) -> ContainerSpec {
+    ContainerSpec {
+        image: image.to_string(),
+        cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        labels: [(LABEL_LEASE.to_string(), lease_key(lease).to_string())].into(),
+        memory_bytes: Some(64 << 20),
+        network,
+        ..Default::default()
+    }
+}
+
+/// A shell loop printing `<target> open` or `<target> closed` for each `host:port`: whether
+/// a TCP connection opens within 2 s (busybox `nc`; this busybox's `wget` cannot resolve).
+fn probes(targets: &[String]) -> String {
+    let list = targets.join(" ");
+    format!(
+        "for t in {list}; do if nc -w 2 ${{t%:*}} ${{t##*:}} </dev/null >/dev/null 2>&1; \
+         then echo \"$t open\"; else echo \"$t closed\"; fi; done"
+    )
+}
+
+async fn run_probes(engine: &DockerEngine, spec: &ContainerSpec) -> String {
+    let id = engine.run(spec).await.expect("run");
+    assert_eq!(engine.wait(&id).await.unwrap(), 0);
+    let out = engine.logs(&id).await.unwrap().stdout;
+    engine.remove(&id).await.unwrap();
+    out
+}
+
+fn verdict(out: &str, target: &str) -> &'static str {
+    match out.lines().find(|l| l.starts_with(&format!("{target} "))) {
+        Some(l) if l.ends_with(" open") => "open",
+        Some(_) => "closed",
+        None => panic!("{target} not probed in {out}"),
+    }
+}
+
+async fn container_ip(host: &str, id: &str) -> (String, String) {
+    let docker = bollard::Docker::connect_with_unix(host, 60, bollard::API_DEFAULT_VERSION)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+    let inspect = docker.inspect_container(id, None).await.unwrap();
+    let nets = inspect.network_settings.unwrap().networks.unwrap();
+    let net = nets.values().next().unwrap();
+    (
+        net.ip_address.clone().unwrap(),
+        net.gateway.clone().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn an_open_lease_reaches_the_internet_but_not_the_host_metadata_or_another_lease() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-open")
+        .await
+        .unwrap();
+    engine.pull(&image).await.unwrap();
+    let far = FarNet::new(41, &["169.254.169.254"]);
+    // The host's own services, as the agent's API or an engine on TCP would listen.
+    let agent_port = TcpListener::bind("0.0.0.0:0").unwrap();
+    let agent_port = agent_port.local_addr().unwrap().port();
+    let open = LeaseNetwork {
+        egress: EgressView::Open,
+        ports: Vec::new(),
+    };
+    // Another lease, serving HTTP on its own bridge; the host reaches it.
+    let other = lease_spec(
+        &image,
+        2,
+        open.clone(),
+        "mkdir -p /tmp/www && echo other > /tmp/www/index.html && httpd -f -p 8080 -h /tmp/www",
+    );
+    let other_id = engine.run(&other).await.unwrap();
+    let (other_ip, _) = container_ip(&host, &other_id).await;
+    wait_until(|| http_get(&format!("{other_ip}:8080")).is_some());
+
+    let gateway_probe = lease_spec(
+        &image,
+        1,
+        open.clone(),
+        "ip route | awk '/default/ {print $3}'",
+    );
+    let gateway = run_probes(&engine, &gateway_probe).await.trim().to_string();
+    let internet = "198.18.41.2:8000".to_string();
+    let metadata = "169.254.169.254:8000".to_string();
+    let agent_on_gateway = format!("{gateway}:{agent_port}");
+    let agent_on_veth = format!("198.18.41.1:{agent_port}");
+    let other_lease = format!("{other_ip}:8080");
+    let targets = [
+        internet.clone(),
+        metadata.clone(),
+        agent_on_gateway.clone(),
+        agent_on_veth.clone(),
+        other_lease.clone(),
+    ];
+    let script = format!(
+        "{}; test -e /var/run/docker.sock && echo 'engine socket present'; true",
+        probes(&targets)
+    );
+    let out = run_probes(&engine, &lease_spec(&image, 1, open, &script)).await;
+    assert_eq!(verdict(&out, &internet), "open", "{out}");
+    assert_eq!(verdict(&out, &metadata), "closed", "{out}");
+    assert_eq!(verdict(&out, &agent_on_gateway), "closed", "{out}");
+    assert_eq!(verdict(&out, &agent_on_veth), "closed", "{out}");
+    assert_eq!(verdict(&out, &other_lease), "closed", "{out}");
+    assert!(!out.contains("engine socket present"), "{out}");
+    // The host itself still reaches all of them: the refusals are the lease's firewall.
+    assert!(http_get(&metadata).is_some());
+    assert!(http_get(&other_lease).is_some());
+    engine.remove(&other_id).await.unwrap();
+    drop(far);
+}
+
+#[tokio::test]
+async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-policy")
+        .await
+        .unwrap();
+    engine.pull(&image).await.unwrap();
+    let _far = FarNet::new(42, &["198.19.42.7"]);
+    let allowed = "198.18.42.2:8000".to_string();
+    let other = "198.19.42.7:8000".to_string();
+    let targets = [allowed.clone(), other.clone()];
+    let allow_list = LeaseNetwork {
+        egress: EgressView::AllowList(vec![(Ipv4Addr::new(198, 18, 42, 0), 24)]),
+        ports: Vec::new(),
+    };
+    let out = run_probes(
+        &engine,
+        &lease_spec(&image, 3, allow_list, &probes(&targets)),
+    )
+    .await;
+    assert_eq!(verdict(&out, &allowed), "open", "{out}");
+    assert_eq!(verdict(&out, &other), "closed", "{out}");
+    // With no policy and no ports: no network at all, no address but loopback's.
+    let out = run_probes(
+        &engine,
+        &lease_spec(
+            &image,
+            4,
+            LeaseNetwork::default(),
+            &format!(
+                "{}; ip -o -4 addr | grep -vc ' lo '; true",
+                probes(&targets)
+            ),
+        ),
+    )
+    .await;
+    assert_eq!(verdict(&out, &allowed), "closed", "{out}");
+    assert_eq!(out.lines().last(), Some("0"), "{out}");
+    // Egress none with a published port: a bridge, but nothing leaves it.
+    let engine = engine.publishing(Publishing {
+        first: 31_420,
+        last: 31_429,
+        ip: Ipv4Addr::UNSPECIFIED,
+    });
+    let inbound_only = LeaseNetwork {
+        egress: EgressView::None,
+        ports: vec![8080],
+    };
+    let out = run_probes(
+        &engine,
+        &lease_spec(&image, 5, inbound_only, &probes(&targets)),
+    )
+    .await;
+    assert_eq!(verdict(&out, &allowed), "closed", "{out}");
+    assert_eq!(verdict(&out, &other), "closed", "{out}");
+}
+
+#[tokio::test]
+async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_is_full() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-ports")
+        .await
+        .unwrap()
+        .publishing(Publishing {
+            first: 31_430,
+            last: 31_430,
+            ip: Ipv4Addr::UNSPECIFIED,
+        });
+    engine.pull(&image).await.unwrap();
+    let serve = LeaseNetwork {
+        egress: EgressView::None,
+        ports: vec![8080],
+    };
+    let spec = lease_spec(
+        &image,
+        6,
+        serve.clone(),
+        "mkdir -p /tmp/www && echo served > /tmp/www/index.html && httpd -f -p 8080 -h /tmp/www",
+    );
+    let id = engine.run(&spec).await.unwrap();
+    let published = {
+        let docker =
+            bollard::Docker::connect_with_unix(&host, 60, bollard::API_DEFAULT_VERSION).unwrap();
+        let inspect = docker.inspect_container(&id, None).await.unwrap();
+        gpu_market_agent::network::published_ports(
+            &inspect.network_settings.unwrap().ports.unwrap(),
+        )
+    };
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].container_port, 8080);
+    assert_eq!(published[0].host_port, 31_430, "from the range");
+    let mut body = None;
+    wait_until(|| {
+        body = http_get("127.0.0.1:31430");
+        body.is_some()
+    });
+    assert_eq!(body.as_deref(), Some("served\n"));
+    // The one port of the range is taken: the next lease asking for one cannot start.
+    let second = lease_spec(&image, 7, serve, "sleep 5");
+    match engine.create(&second).await {
+        Err(RuntimeError::NoFreePort { first, last }) => {
+            assert_eq!((first, last), (31_430, 31_430))
+        }
+        other => panic!("expected no free port, got {other:?}"),
+    }
+    engine.remove(&id).await.unwrap();
+    // Its network went with it.
+    let docker = bollard::Docker::connect_with_unix(&host, 60, bollard::API_DEFAULT_VERSION)
+        .unwrap()
+        .negotiate_version()
+        .await
+        .unwrap();
+    let name = gpu_market_agent::network::network_name(&lease_key(6));
+    assert!(docker.inspect_network(&name, None).await.is_err());
+}
