@@ -232,11 +232,24 @@ core_lock_mhz = [210, 2100]
 
 TOML
 done
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+METRICS_PORT=$(free_port)
+API_PORT=$(free_port)
+# Leases' published ports: 20 host ports below the kernel's ephemeral range, clear of the agent's
+# own (loopback here; a host's public address on a real machine).
+PORTS_FIRST=$(python3 -c 'import random, sys
+own = [int(p) for p in sys.argv[1:]]
+while any(p <= o < p + 20 for o in own) if (p := random.randint(20000, 32000)) else True: pass
+print(p)' "$API_PORT" "$METRICS_PORT")
+PORTS_LAST=$(( PORTS_FIRST + 19 ))
+# Clients reach the machine at 127.0.0.1: its agent's API, and up to 2 published ports and 1 GiB
+# of retained scratch per lease; leases may connect to any public address.
 MACHINE=$(cli host --output json host register --market "$MARKET" --gpus "$DEMO_DIR/gpus.toml" \
-    --agent "${KEY[agent]}" --region demo-1 --electricity-cost 0.5 | jget machine)
-cli authority host show "$MACHINE" | grep -E '^(machine|owner|agent|status|gpu_count|region) '
+    --agent "${KEY[agent]}" --region demo-1 --electricity-cost 0.5 \
+    --public-host 127.0.0.1 --api-port "$API_PORT" --ports-per-lease 2 --scratch-gib 1 \
+    --egress open | jget machine)
+cli authority host show "$MACHINE" | grep -E '^(machine|owner|agent|status|gpu_count|region|network) '
 
-METRICS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat > "$DEMO_DIR/agent/agent.toml" <<TOML
 rpc_url = "$URL"
 ws_url = "$WS_URL"
@@ -251,6 +264,14 @@ billing_poll_interval_secs = 1
 heartbeat_interval_secs = 30
 drain_deadline_secs = 30
 engine_socket = "$DOCKER_HOST"
+
+[api]
+listen = "127.0.0.1:$API_PORT"
+
+[network]
+ports = "$PORTS_FIRST-$PORTS_LAST"
+publish_ip = "127.0.0.1"
+retention_secs = 600
 
 [container]
 memory_mib_per_gpu = 64
@@ -423,6 +444,41 @@ cli authority lease show "$BOB_LEASE" | grep -E '^(lease|status|paid|refund|exit
 cli authority bid list --market "$MARKET"
 cli authority bid list --market "$MARKET" --machine "$MACHINE"
 
+step "carol rents a model server: the server image on 1 class-0 GPU for 20 s, publishing port 8080, with 1 GiB of scratch kept for her after the lease"
+SERVER_BID=$(cli carol --output json bid place --market "$MARKET" \
+    --image "$GPU_MARKET_SERVER_IMAGE" --image-digest "$GPU_MARKET_SERVER_DIGEST" \
+    --gpus 1 --gib-per-gpu 24 --class 0 --overclock power=250 --price 36 --duration 20 \
+    --port 8080 --scratch-gib 1 | jget bid)
+wait_for 60 "carol's server lease" lease_of "$SERVER_BID" >/dev/null
+SERVER_LEASE=$(lease_of "$SERVER_BID")
+connect_known() { cli carol --output json lease show "$SERVER_LEASE" 2>/dev/null | grep -q '8080/tcp -> '; }
+wait_for 60 "carol's published port" connect_known
+echo "carol asks where to connect (only her key is told; the agent's API checks her signature):"
+cli carol lease show "$SERVER_LEASE" | grep -E '^(lease|ports|scratch_gib|connect) '
+SERVED_AT=$(cli carol --output json lease show "$SERVER_LEASE" | python3 -c 'import json, sys
+print(json.load(sys.stdin)["connect"][0].split(" -> ")[1])')
+serving() { curl -fsS -m 2 "http://$SERVED_AT/result.txt" >/dev/null 2>&1; }
+wait_for 30 "carol's server answering on $SERVED_AT" serving
+HTTP_BODY=$(curl -fsS -m 5 "http://$SERVED_AT/result.txt")
+echo "GET http://$SERVED_AT/result.txt -> $HTTP_BODY"
+echo "her container's log, through the agent's API:"
+cli carol lease logs "$SERVER_LEASE" --tail 5 | sed 's/^/    /'
+echo "a command in her container (lease exec):"
+cli carol lease exec "$SERVER_LEASE" -- ls -l /workspace | sed 's/^/    /'
+echo "anyone else is refused, before anything is sent:"
+cli bob lease logs "$SERVER_LEASE" 2>&1 | sed 's/^/    /' || true
+wait_for 120 "carol's server lease settled" no_leases
+echo "the lease has settled; its scratch volume stays with the agent for the retention, for her alone:"
+mkdir -p "$DEMO_DIR/results"
+cli carol lease cp "$SERVER_LEASE:/workspace/result.txt" "$DEMO_DIR/results" --machine "$MACHINE"
+cli carol --output json lease cp "$SERVER_LEASE:/workspace/result.txt" "$DEMO_DIR/results" \
+    --machine "$MACHINE" > "$DEMO_DIR/facts/fetched.json"
+python3 - "$DEMO_DIR/facts/served.json" "$HTTP_BODY" "$DEMO_DIR/results/result.txt" "$SERVER_LEASE" <<'PY'
+import json, sys
+out, body, fetched, lease = sys.argv[1:]
+json.dump({"lease": lease, "http_body": body, "fetched": open(fetched).read()}, open(out, "w"))
+PY
+
 step "anyone can check the power readings behind alice's proofs: the agent kept one log per interval (her container saw them at /run/gpu-market/evidence); each is the log its proof committed to on chain, and gives the peaks the proof stated"
 AUDIT_DIR="$DEMO_DIR/agent/data/evidence/$ALICE_LEASE"
 cli authority lease audit "$ALICE_LEASE" --evidence "$AUDIT_DIR"
@@ -522,6 +578,8 @@ summary = {
              "flagged": idle["ever_idle"], "last_seen": idle,
              "settled": json.load(open(os.path.join(facts, "idle_end.json")))},
     "leases": [json.load(open(os.path.join(facts, "leases", f))) for f in sorted(os.listdir(os.path.join(facts, "leases")))],
+    "served": dict(json.load(open(os.path.join(facts, "served.json"))),
+                   copied=json.load(open(os.path.join(facts, "fetched.json")))),
     "problems": problems,
 }
 if summary_path:

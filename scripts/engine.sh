@@ -19,6 +19,9 @@ TEST_IMAGE="$REGISTRY/gpu-market/busybox:latest"
 # a CPU busy at whatever share the container's limit allows, `idler` sleeps; both stop on SIGTERM.
 WORKER_IMAGE="$REGISTRY/gpu-market/worker:latest"
 IDLER_IMAGE="$REGISTRY/gpu-market/idler:latest"
+# `server` writes a result into its scratch volume, logs it, and serves the volume over HTTP on
+# port 8080 until SIGTERM: a lease a client reaches, reads and fetches from.
+SERVER_IMAGE="$REGISTRY/gpu-market/server:latest"
 
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -77,8 +80,8 @@ YML
 # The test images, made without internet: a busybox rootfs, imported with each image's command,
 # pushed to the local registry, and removed locally so that tests pull them for real.
 seed_images() {
-    curl -fsS "http://$REGISTRY/v2/gpu-market/idler/tags/list" 2>/dev/null | grep -q latest && return 0
-    log "seeding $TEST_IMAGE, $WORKER_IMAGE, $IDLER_IMAGE"
+    curl -fsS "http://$REGISTRY/v2/gpu-market/server/tags/list" 2>/dev/null | grep -q latest && return 0
+    log "seeding $TEST_IMAGE, $WORKER_IMAGE, $IDLER_IMAGE, $SERVER_IMAGE"
     local rootfs
     rootfs="$(mktemp -d)"
     mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc"
@@ -96,6 +99,7 @@ seed_images() {
     seed "$TEST_IMAGE" '["/bin/sh"]'
     seed "$WORKER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; while :; do :; done"]'
     seed "$IDLER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; while :; do sleep 1; done"]'
+    seed "$SERVER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; echo \"epoch 1 loss=0.25\" > /workspace/result.txt; echo \"training done: loss=0.25, serving /workspace on :8080\"; httpd -p 8080 -h /workspace; while :; do sleep 1; done"]'
     rm -rf "$rootfs"
 }
 
@@ -143,6 +147,8 @@ case "${1:-}" in
         echo "export GPU_MARKET_WORKER_DIGEST=$(digest_of "$WORKER_IMAGE")"
         echo "export GPU_MARKET_IDLER_IMAGE=$IDLER_IMAGE"
         echo "export GPU_MARKET_IDLER_DIGEST=$(digest_of "$IDLER_IMAGE")"
+        echo "export GPU_MARKET_SERVER_IMAGE=$SERVER_IMAGE"
+        echo "export GPU_MARKET_SERVER_DIGEST=$(digest_of "$SERVER_IMAGE")"
         ;;
     *) die "usage: $0 start|stop|status|env" ;;
 esac

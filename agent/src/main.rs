@@ -173,6 +173,19 @@ async fn run(path: &Path) -> Result<()> {
     let env_key = Arc::new(agent_key.insecure_clone());
     let (chain, electricity_cost_per_kwh, wake) =
         connect_chain(&config, agent_key, metrics.clone()).await;
+    match chain.machine().await {
+        Ok(m) if m.network.room.ports > 0 && config.network.publishing.is_none() => {
+            anyhow::bail!(
+                "machine {} promises clients {} published ports per lease, but {} has no \
+                 [network] ports range to publish them from",
+                config.machine,
+                m.network.room.ports,
+                path.display()
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the machine's network declaration yet"),
+    }
 
     let listener = tokio::net::TcpListener::bind(config.metrics_listen)
         .await

@@ -49,6 +49,7 @@ macro_rules! scenarios {
 }
 
 scenarios!(
+    a_bid_asking_for_a_port_the_machine_does_not_publish_is_passed_over,
     a_lease_is_proven_each_interval_and_ends_after_its_stop,
     a_proof_before_its_window_ends_is_refused,
     a_final_proof_before_its_window_ends_stops_the_lease_at_the_clock,
@@ -297,6 +298,24 @@ async fn a_lower_ranked_bid_waits_while_a_better_one_fits(m: &impl MarketUnderTe
     assert_refused(m.chain().allocate(second, &gpus).await, "allocate");
     allocate(m, first).await;
     allocate(m, second).await;
+}
+
+/// A machine that publishes no port is not offered a bid that asks for one, refuses its
+/// allocation, and lets the plainer bid below it run (neither side drifts on the room rule).
+async fn a_bid_asking_for_a_port_the_machine_does_not_publish_is_passed_over(
+    m: &impl MarketUnderTest,
+) {
+    let serving = BidSpec {
+        ports: vec![8080],
+        ..BidSpec::queue(1, 2)
+    };
+    let serving = m.place_bid(&serving).await;
+    let plain = m.place_bid(&BidSpec::queue(1, 2)).await;
+    let books = m.chain().best_open_bids(LIMIT).await.unwrap();
+    let order: Vec<Key> = books.bids.iter().map(|b| b.key).collect();
+    assert_eq!(order, vec![plain]);
+    assert_refused(m.chain().allocate(serving, &[0]).await, "allocate");
+    allocate(m, plain).await;
 }
 
 /// A spot bid that pays the host more, and fits the GPUs of a running spot lease, stops it at

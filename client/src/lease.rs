@@ -10,7 +10,7 @@ use gpu_market_core::settlement;
 use gpu_market_sdk::api::LogsQuery;
 use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::CloseLease;
-use serde_json::Value;
+use serde_json::{json, Value};
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
@@ -193,7 +193,7 @@ fn show(config: &Config, lease: &Pubkey) -> Result<()> {
     };
     let m: Market = config.fetch(&l.market, "market")?;
     let b: Option<Bid> = config.fetch(&l.bid, "bid").ok();
-    let fields = lease_fields(
+    let mut fields = lease_fields(
         lease,
         &l,
         b.as_ref(),
@@ -201,8 +201,32 @@ fn show(config: &Config, lease: &Pubkey) -> Result<()> {
         config.mint_decimals(&m.payment_mint)?,
         config.cluster_time()?,
     )?;
+    if let Some(b) = &b {
+        fields.extend(room_fields(config, lease, &l, b));
+    }
     print_record(config.output, &fields);
     Ok(())
+}
+
+/// The ports and scratch the lease holds and, for its client (the keypair), where to connect
+/// to its published ports, as its machine's agent tells it.
+fn room_fields(config: &Config, lease: &Pubkey, l: &Lease, b: &Bid) -> Fields {
+    let mut fields: Fields = vec![
+        ("ports", json!(b.ports)),
+        ("scratch_gib", b.scratch_gib.into()),
+    ];
+    let client = config.signer().is_ok_and(|k| k.pubkey() == l.client);
+    if b.ports.is_empty() || !client {
+        return fields;
+    }
+    let connect = config
+        .fetch::<Machine>(&l.machine, "machine")
+        .and_then(|mach| remote::connect_addresses(config, lease, (l.machine, &mach)));
+    fields.push(match connect {
+        Ok(addresses) => ("connect", json!(addresses)),
+        Err(e) => ("connect", text(format!("not known: {e:#}"))),
+    });
+    fields
 }
 
 /// `lease end`, or with `reclaim` `lease reclaim`: refused before anything is sent when the

@@ -2,8 +2,9 @@
 //! the engine and the registry of `scripts/engine.sh`, the real CLI and agent binaries. Checks,
 //! from the JSON summary it writes and independently of the script's own check, that the token
 //! is conserved to the last base unit, that a spot lease was preempted at an interval boundary
-//! and its challenger ran after it, and that the idle container's lease was flagged idle, then
-//! ended by the market's idle rule.
+//! and its challenger ran after it, that the idle container's lease was flagged idle, then
+//! ended by the market's idle rule, and that a client reached its lease's published port and
+//! fetched its result file after the lease.
 //!
 //! Needs what `scripts/test.sh` provides: the engine's variables (`eval "$(scripts/engine.sh
 //! env)"`), `target/deploy/gpu_market.so`, solana-test-validator, and the workspace's binaries
@@ -65,6 +66,7 @@ fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_and_ends_the_id
         "DOCKER_HOST",
         "GPU_MARKET_WORKER_DIGEST",
         "GPU_MARKET_IDLER_DIGEST",
+        "GPU_MARKET_SERVER_DIGEST",
     ] {
         assert!(
             std::env::var_os(var).is_some(),
@@ -211,4 +213,15 @@ fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_and_ends_the_id
         s["leases"]
     );
     assert_ne!(s["busy"]["lease"], idle["lease"]);
+
+    // The client of a served lease reached its published port, and fetched its result file
+    // through the agent's signed API after the lease had settled, with the hash of what it got.
+    let served = &s["served"];
+    let result = "epoch 1 loss=0.25\n";
+    assert_eq!(served["http_body"], result.trim_end(), "{served}");
+    assert_eq!(served["fetched"], result, "{served}");
+    let copied = &served["copied"][0];
+    let sha = solana_sha256_hasher::hash(result.as_bytes()).to_bytes();
+    let hex: String = sha.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(copied["sha256"], hex.as_str(), "{served}");
 }

@@ -50,6 +50,8 @@ pub struct BidSpec {
     pub max_duration_secs: u32,
     /// How long after placement the bid may still start.
     pub wait_secs: i64,
+    /// Container ports its lease publishes.
+    pub ports: Vec<u16>,
 }
 
 impl BidSpec {
@@ -64,6 +66,7 @@ impl BidSpec {
             price: crate::support::PRICE,
             max_duration_secs: intervals * INTERVAL,
             wait_secs: WAIT_SECS,
+            ports: Vec::new(),
         }
     }
 
@@ -159,7 +162,10 @@ impl MarketUnderTest for FakeMarket {
             image_ref: IMAGE.into(),
             image_digest: IMAGE_DIGEST,
             env_hash: [0; 32],
-            room: gpu_market_agent::chain::RoomAsked::default(),
+            room: gpu_market_agent::chain::RoomAsked {
+                ports: spec.ports.clone(),
+                scratch_gib: 0,
+            },
         });
         key
     }

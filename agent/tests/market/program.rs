@@ -104,7 +104,7 @@ impl MarketUnderTest for ProgramMarket {
             max_duration_secs: spec.max_duration_secs,
             deadline: spec.deadline(now),
             urgency_premium: 0,
-            ports: vec![],
+            ports: spec.ports.clone(),
             scratch_gib: 0,
         };
         let bid = self.live.place(&client, args).await.expect("place_bid");

@@ -171,6 +171,9 @@ heartbeat_interval_secs = 30
 drain_deadline_secs = 20
 engine_socket = "{engine}"
 
+[api]
+listen = "127.0.0.1:0"
+
 [images]
 pull_timeout_secs = 15
 

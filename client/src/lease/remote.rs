@@ -16,7 +16,7 @@ use clap::Args;
 use futures_util::TryStreamExt;
 use gpu_market::state::{Lease, Machine};
 use gpu_market_sdk::api::client::ApiClient;
-use gpu_market_sdk::api::{LeaseStatus, LogsQuery};
+use gpu_market_sdk::api::LogsQuery;
 use http_body_util::{BodyDataStream, BodyExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -64,19 +64,48 @@ pub enum CpError {
 
 /// The address (`HOST:PORT`) of the API that `machine` publishes; `None` while the machine
 /// account publishes none.
-pub fn api_address(_machine: &Machine) -> Option<String> {
-    None
+pub fn api_address(machine: &Machine) -> Option<String> {
+    let n = &machine.network;
+    if n.host.is_empty() || n.api_port == 0 {
+        return None;
+    }
+    Some(host_port(&n.host, n.api_port))
 }
 
-/// `lease`'s container as its host's agent reports it: its state, published ports and scratch
-/// folder.
-#[expect(
-    dead_code,
-    reason = "`lease show` prints the lease's ports with it next"
-)]
-pub fn status(config: &Config, lease: &Pubkey, remote: &Remote) -> Result<LeaseStatus> {
-    let (api, signer) = connect(config, lease, remote)?;
-    block_on(async { Ok(api.status(&signer, lease).await?) })
+/// `host:port`, an IPv6 address in brackets.
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Where the client of `lease` (running on `machine`) connects to its published ports, as the
+/// machine's agent reports them: `8080/tcp -> host:30001`. Asked with the CLI's keypair, which
+/// must be the lease's client (the agent tells no one else).
+pub fn connect_addresses(
+    config: &Config,
+    lease: &Pubkey,
+    (key, machine): (Pubkey, &Machine),
+) -> Result<Vec<String>> {
+    let signer = config.signer()?;
+    let addr = api_address(machine)
+        .ok_or_else(|| anyhow!("the machine publishes no address for its agent's API"))?;
+    let api = ApiClient::new(addr, key, &machine.agent);
+    let status = block_on(async { Ok(api.status(&signer, lease).await?) })?;
+    Ok(status
+        .ports
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{} -> {}",
+                p.container_port,
+                p.protocol,
+                host_port(&machine.network.host, p.host_port)
+            )
+        })
+        .collect())
 }
 
 /// `lease logs`: writes the container's output as the agent streams it.
