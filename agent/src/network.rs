@@ -138,30 +138,19 @@ fn rules(bridge: &str, egress: &EgressView) -> Vec<(&'static str, Vec<String>)> 
         r.extend(rest.iter().map(|s| s.to_string()));
         r
     };
+    // Answers to connections the host or the lease opened come back, whatever follows.
+    let established = from(&[
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "ESTABLISHED,RELATED",
+        "-j",
+        "RETURN",
+    ]);
     let mut out = vec![
-        (
-            INPUT_CHAIN,
-            from(&[
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "ESTABLISHED,RELATED",
-                "-j",
-                "RETURN",
-            ]),
-        ),
+        (INPUT_CHAIN, established.clone()),
         (INPUT_CHAIN, from(&["-j", "DROP"])),
-        (
-            FORWARD_CHAIN,
-            from(&[
-                "-m",
-                "conntrack",
-                "--ctstate",
-                "ESTABLISHED,RELATED",
-                "-j",
-                "RETURN",
-            ]),
-        ),
+        (FORWARD_CHAIN, established),
         // Metadata before any allow-list entry: no policy opens it.
         (FORWARD_CHAIN, from(&["-d", CLOSED[0], "-j", "DROP"])),
     ];

@@ -5,6 +5,8 @@
 //! pair on a benchmarking range (198.18.0.0/15, public as far as the firewall knows), serving
 //! HTTP with Python's standard library. The container probes with busybox `nc`.
 
+mod support;
+
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -15,12 +17,10 @@ use gpu_market_agent::network::{LeaseNetwork, Publishing};
 use gpu_market_agent::runtime::{ContainerRuntime, RuntimeError, LABEL_LEASE};
 
 fn engine_env() -> (String, String) {
-    let host = std::env::var("DOCKER_HOST").expect(
-        "DOCKER_HOST is not set: start the engine with scripts/engine.sh start and eval \"$(scripts/engine.sh env)\"",
-    );
-    let image = std::env::var("GPU_MARKET_TEST_IMAGE")
-        .expect("GPU_MARKET_TEST_IMAGE is not set: see scripts/engine.sh env");
-    (host, image)
+    (
+        support::engine_env("DOCKER_HOST"),
+        support::engine_env("GPU_MARKET_TEST_IMAGE"),
+    )
 }
 
 fn sh(cmd: &str) {

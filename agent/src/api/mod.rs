@@ -28,11 +28,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
 use crate::docker::DockerEngine;
+use crate::metrics::server::accept_bounded;
 use crate::metrics::unix_now;
 use crate::runtime::RuntimeError;
 
@@ -116,29 +116,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let tls = TlsAcceptor::from(tls);
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    tokio::pin!(shutdown);
-    loop {
-        let socket = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((socket, _)) => socket,
-                Err(e) => {
-                    tracing::warn!(error = %e, "api: accept failed");
-                    continue;
-                }
-            },
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!("api: too many connections; closing a new one");
-            continue;
-        };
-        let (tls, api) = (tls.clone(), api.clone());
-        tokio::spawn(async move {
-            connection(socket, tls, api).await;
-            drop(permit);
-        });
-    }
+    accept_bounded("api", listener, MAX_CONNECTIONS, shutdown, |socket| {
+        connection(socket, tls.clone(), api.clone())
+    })
+    .await
 }
 
 /// One client's connection: its TLS handshake, then its requests (HTTP/1.1, kept alive; an

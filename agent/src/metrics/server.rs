@@ -81,7 +81,33 @@ pub async fn serve(
     limits: ServerLimits,
     shutdown: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    accept_bounded(
+        "metrics",
+        listener,
+        limits.max_connections,
+        shutdown,
+        |socket| {
+            let metrics = metrics.clone();
+            async move { connection(socket, &metrics, limits).await }
+        },
+    )
+    .await
+}
+
+/// Accepts connections on `listener` until `shutdown` completes, each handed to `serve` beside
+/// the loop; at most `max` at once (one over it is closed at once, so that a flood cannot take
+/// the agent's memory). `what` names the server in the log.
+pub async fn accept_bounded<F, Fut>(
+    what: &'static str,
+    listener: TcpListener,
+    max: usize,
+    shutdown: impl Future<Output = ()>,
+    serve: F,
+) where
+    F: Fn(TcpStream) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(max));
     tokio::pin!(shutdown);
     loop {
         let socket = tokio::select! {
@@ -89,18 +115,18 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((socket, _)) => socket,
                 Err(e) => {
-                    tracing::warn!(error = %e, "metrics: accept failed");
+                    tracing::warn!(error = %e, "{what}: accept failed");
                     continue;
                 }
             },
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!("metrics: too many connections; closing a new one");
+            tracing::debug!("{what}: too many connections; closing a new one");
             continue;
         };
-        let metrics = metrics.clone();
+        let served = serve(socket);
         tokio::spawn(async move {
-            connection(socket, &metrics, limits).await;
+            served.await;
             drop(permit);
         });
     }
