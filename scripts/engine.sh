@@ -125,7 +125,8 @@ stop_pid() {
 
 case "${1:-}" in
     start)
-        apt_install docker.io docker-registry busybox-static curl
+        # iptables and iproute2: the agent's lease firewall and the network tests' namespaces.
+        apt_install docker.io docker-registry busybox-static curl iptables iproute2
         mkdir -p "$ENGINE_DIR"
         start_dockerd
         start_registry
