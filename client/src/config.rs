@@ -386,7 +386,12 @@ impl Config {
 
     /// Signs `ixs` with `payer` (fee payer) and `extra`, sends, and waits for the configured
     /// commitment (with a spinner on a terminal). Returns the signature.
-    pub fn send(&self, payer: &Keypair, ixs: &[Instruction], extra: &[&Keypair]) -> Result<String> {
+    pub fn send(
+        &self,
+        payer: &dyn Signer,
+        ixs: &[Instruction],
+        extra: &[&dyn Signer],
+    ) -> Result<String> {
         let rpc = self.rpc();
         let mut signers = vec![payer];
         for k in extra {
@@ -433,9 +438,9 @@ impl Config {
     }
 
     /// Sends the program instructions `ixs` (their signers included) paid by `payer`.
-    pub fn send_all(&self, payer: &Keypair, ixs: &[&dyn Sendable]) -> Result<String> {
+    pub fn send_all(&self, payer: &dyn Signer, ixs: &[&dyn Sendable]) -> Result<String> {
         let instructions: Vec<Instruction> = ixs.iter().map(|c| c.build()).collect();
-        let signers: Vec<&Keypair> = ixs.iter().flat_map(|c| c.keys()).collect();
+        let signers: Vec<&dyn Signer> = ixs.iter().flat_map(|c| c.keys()).collect();
         self.send(payer, &instructions, &signers)
     }
 }
@@ -447,14 +452,14 @@ fn decode_as<T: AccountDeserialize>(data: &[u8], address: &Pubkey, what: &str) -
 /// A program instruction from the sdk, as `send_all` takes it (object-safe).
 pub trait Sendable {
     fn build(&self) -> Instruction;
-    fn keys(&self) -> Vec<&Keypair>;
+    fn keys(&self) -> Vec<&dyn Signer>;
 }
 
 impl<C: ClientInstruction> Sendable for C {
     fn build(&self) -> Instruction {
         self.instruction()
     }
-    fn keys(&self) -> Vec<&Keypair> {
+    fn keys(&self) -> Vec<&dyn Signer> {
         self.signers()
     }
 }

@@ -6,7 +6,6 @@ use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
 use gpu_market::pda;
 use gpu_market::state::{MachineStatus, MachineTerms, MarketParams, BID_BOOK_SPACE};
 use solana_instruction::Instruction;
-use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
@@ -17,7 +16,7 @@ pub use lease::*;
 pub trait ClientInstruction {
     const NAME: &'static str;
     fn instruction(&self) -> Instruction;
-    fn signers(&self) -> Vec<&Keypair>;
+    fn signers(&self) -> Vec<&dyn Signer>;
 }
 
 fn ix(accounts: impl ToAccountMetas, data: impl InstructionData) -> Instruction {
@@ -29,7 +28,7 @@ fn ix(accounts: impl ToAccountMetas, data: impl InstructionData) -> Instruction 
 }
 
 pub struct InitMarket<'a> {
-    pub authority: &'a Keypair,
+    pub authority: &'a (dyn Signer + Sync),
     pub stake_mint: Pubkey,
     pub payment_mint: Pubkey,
     pub treasury: Pubkey,
@@ -67,13 +66,13 @@ impl ClientInstruction for InitMarket<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.authority]
     }
 }
 
 pub struct OpenStake<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
 }
 
@@ -92,13 +91,13 @@ impl ClientInstruction for OpenStake<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 pub struct Stake<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub stake_mint: Pubkey,
     pub owner_tokens: Pubkey,
@@ -125,13 +124,13 @@ impl ClientInstruction for Stake<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 pub struct RequestUnstake<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub amount: u64,
 }
@@ -152,13 +151,13 @@ impl ClientInstruction for RequestUnstake<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 pub struct WithdrawStake<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub stake_mint: Pubkey,
     pub owner_tokens: Pubkey,
@@ -182,13 +181,13 @@ impl ClientInstruction for WithdrawStake<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 pub struct RegisterMachine<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub id: u64,
     pub terms: MachineTerms,
@@ -219,13 +218,13 @@ impl ClientInstruction for RegisterMachine<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 pub struct UpdateMachine<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub terms: MachineTerms,
@@ -247,13 +246,13 @@ impl ClientInstruction for UpdateMachine<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 pub struct SetMachineStatus<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub status: MachineStatus,
@@ -275,13 +274,13 @@ impl ClientInstruction for SetMachineStatus<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 pub struct Heartbeat<'a> {
-    pub agent: &'a Keypair,
+    pub agent: &'a (dyn Signer + Sync),
     pub machine: Pubkey,
 }
 
@@ -298,13 +297,13 @@ impl ClientInstruction for Heartbeat<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.agent]
     }
 }
 
 pub struct UpdateMarket<'a> {
-    pub authority: &'a Keypair,
+    pub authority: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub params: MarketParams,
 }
@@ -324,7 +323,7 @@ impl ClientInstruction for UpdateMarket<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.authority]
     }
 }
@@ -372,7 +371,7 @@ pub fn init_spot_book(owner: &Pubkey, machine: &Pubkey, book: &Pubkey) -> Instru
 }
 
 pub struct PlaceBid<'a> {
-    pub client: &'a Keypair,
+    pub client: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub book: Pubkey,
     pub machine: Option<Pubkey>,
@@ -431,13 +430,13 @@ impl ClientInstruction for PlaceBid<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.client]
     }
 }
 
 pub struct TopUpBid<'a> {
-    pub client: &'a Keypair,
+    pub client: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub bid: Pubkey,
     pub payment_mint: Pubkey,
@@ -465,13 +464,13 @@ impl ClientInstruction for TopUpBid<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.client]
     }
 }
 
 pub struct CancelBid<'a> {
-    pub client: &'a Keypair,
+    pub client: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub bid: Pubkey,
     pub book: Pubkey,
@@ -499,14 +498,14 @@ impl ClientInstruction for CancelBid<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.client]
     }
 }
 
 /// Removes a bid whose deadline has passed; anyone may send it.
 pub struct PruneBid<'a> {
-    pub caller: &'a Keypair,
+    pub caller: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub bid: Pubkey,
     pub client: Pubkey,
@@ -539,14 +538,14 @@ impl ClientInstruction for PruneBid<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.caller]
     }
 }
 
 /// Applies a market's scheduled parameters once their notice is over; anyone may send it.
 pub struct ApplyMarketUpdate<'a> {
-    pub signer: &'a Keypair,
+    pub signer: &'a (dyn Signer + Sync),
     pub market: Pubkey,
 }
 
@@ -563,14 +562,14 @@ impl ClientInstruction for ApplyMarketUpdate<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.signer]
     }
 }
 
 /// Moves the fees and slashed stake a market holds to its treasuries; anyone may send it.
 pub struct CollectFees<'a> {
-    pub signer: &'a Keypair,
+    pub signer: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub payment_mint: Pubkey,
     pub stake_mint: Pubkey,
@@ -598,7 +597,7 @@ impl ClientInstruction for CollectFees<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.signer]
     }
 }
@@ -606,7 +605,7 @@ impl ClientInstruction for CollectFees<'_> {
 /// Pays the owner's refunds due (escrow refunded while no token account of it was given) into
 /// `owner_tokens`, its account of the payment mint.
 pub struct ClaimRefunds<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub payment_mint: Pubkey,
     pub owner_tokens: Pubkey,
@@ -630,14 +629,14 @@ impl ClientInstruction for ClaimRefunds<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 /// Closes the signer's empty stake account in `market`.
 pub struct CloseStake<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
 }
 
@@ -654,14 +653,14 @@ impl ClientInstruction for CloseStake<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 /// Closes a retired machine (and its empty spot book, when it has one).
 pub struct CloseMachine<'a> {
-    pub owner: &'a Keypair,
+    pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub spot_book: Option<Pubkey>,
@@ -682,14 +681,14 @@ impl ClientInstruction for CloseMachine<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.owner]
     }
 }
 
 /// Closes a market's empty queue book.
 pub struct CloseQueueBook<'a> {
-    pub authority: &'a Keypair,
+    pub authority: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub book: Pubkey,
 }
@@ -708,7 +707,7 @@ impl ClientInstruction for CloseQueueBook<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.authority]
     }
 }
@@ -716,7 +715,7 @@ impl ClientInstruction for CloseQueueBook<'_> {
 /// Stores a bid's environment sealed to one machine's agent key (see
 /// `gpu_market_sdk::envelope::Environment`); the bid's client signs and pays the rent.
 pub struct SealEnv<'a> {
-    pub client: &'a Keypair,
+    pub client: &'a (dyn Signer + Sync),
     pub bid: Pubkey,
     pub recipient: Pubkey,
     pub sealed: Vec<u8>,
@@ -742,7 +741,7 @@ impl ClientInstruction for SealEnv<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.client]
     }
 }
@@ -750,7 +749,7 @@ impl ClientInstruction for SealEnv<'_> {
 /// Closes a sealed environment, its rent to the bid's client: the client at any time, anyone
 /// once the bid is closed.
 pub struct CloseSealedEnv<'a> {
-    pub signer: &'a Keypair,
+    pub signer: &'a (dyn Signer + Sync),
     pub bid: Pubkey,
     pub client: Pubkey,
     pub recipient: Pubkey,
@@ -771,7 +770,7 @@ impl ClientInstruction for CloseSealedEnv<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.signer]
     }
 }

@@ -140,10 +140,25 @@ impl Cluster {
     }
 
     /// Sends one program instruction built by the sdk.
-    pub async fn run<C: ClientInstruction>(&self, c: &C) -> Result<Signature> {
-        self.send(&[c.instruction()], &c.signers())
-            .await
-            .with_context(|| format!("{} failed", C::NAME))
+    pub async fn run<C: ClientInstruction + Sync>(&self, c: &C) -> Result<Signature> {
+        let rpc = self.rpc();
+        let sent = async {
+            let blockhash = rpc.get_latest_blockhash().await?;
+            // Signed before the next await: a builder's signers need not be `Sync`.
+            let tx = {
+                let mut all: Vec<&dyn Signer> = vec![&self.payer];
+                all.extend(c.signers());
+                let payer = Some(self.payer.pubkey());
+                Transaction::new_signed_with_payer(
+                    &[c.instruction()],
+                    payer.as_ref(),
+                    &all,
+                    blockhash,
+                )
+            };
+            anyhow::Ok(rpc.send_and_confirm_transaction(&tx).await?)
+        };
+        sent.await.with_context(|| format!("{} failed", C::NAME))
     }
 
     /// The cluster's clock, unix seconds.

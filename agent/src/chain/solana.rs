@@ -962,18 +962,21 @@ impl Chain for SolanaChain {
         let within_cap = b.kind == ProgramBidKind::Spot
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64);
         let offer = offer(&machine, &market, b.kind, now, &Freed::default())?;
-        let ix = Allocate {
-            agent: &self.agent,
-            market: self.market,
-            machine: self.machine,
-            book,
-            bid,
-            client: b.client,
-            gpus: gpu_indices.to_vec(),
-            evidence: entries.allocate_evidence(&bid, &offer, within_cap),
+        // Built and dropped before any await: a signer is not `Sync`.
+        let (lease, ix) = {
+            let ix = Allocate {
+                agent: &self.agent,
+                market: self.market,
+                machine: self.machine,
+                book,
+                bid,
+                client: b.client,
+                gpus: gpu_indices.to_vec(),
+                evidence: entries.allocate_evidence(&bid, &offer, within_cap),
+            };
+            (ix.lease(), ix.instruction())
         };
-        let lease = ix.lease();
-        self.send_sized(Allocate::NAME, ix.instruction()).await?;
+        self.send_sized(Allocate::NAME, ix).await?;
         Ok(key(&lease))
     }
 
@@ -989,8 +992,9 @@ impl Chain for SolanaChain {
             lease_bid: l.bid,
             challenger: pubkey(better_bid),
             challenger_client: challenger.client,
-        };
-        self.send(Preempt::NAME, ix.instruction()).await
+        }
+        .instruction();
+        self.send(Preempt::NAME, ix).await
     }
 
     async fn submit_usage(
@@ -1001,6 +1005,7 @@ impl Chain for SolanaChain {
     ) -> Result<[u8; 32], ChainError> {
         let (market, machine) = self.market_and_machine().await?;
         let l: Lease = self.account(&pubkey(lease), "lease").await?;
+        let host_tokens = self.host_tokens(&machine, &market).await?;
         let ix = SubmitUsage {
             agent: &self.agent,
             market: self.market,
@@ -1008,10 +1013,11 @@ impl Chain for SolanaChain {
             lease: pubkey(lease),
             bid: l.bid,
             payment_mint: market.payment_mint,
-            host_tokens: self.host_tokens(&machine, &market).await?,
+            host_tokens,
             args: SubmitUsageArgs::new(proof, prev_hash),
-        };
-        self.send(SubmitUsage::NAME, ix.instruction()).await?;
+        }
+        .instruction();
+        self.send(SubmitUsage::NAME, ix).await?;
         Ok(proof_hash(&lease, proof, &prev_hash))
     }
 
@@ -1031,8 +1037,9 @@ impl Chain for SolanaChain {
             market.payment_mint,
             client_tokens,
             false,
-        );
-        self.send(CloseLease::NAME, ix.instruction()).await
+        )
+        .instruction();
+        self.send(CloseLease::NAME, ix).await
     }
 
     fn requests_sent(&self) -> u64 {
@@ -1047,8 +1054,9 @@ impl Chain for SolanaChain {
         let ix = Heartbeat {
             agent: &self.agent,
             machine: self.machine,
-        };
-        self.send(Heartbeat::NAME, ix.instruction()).await
+        }
+        .instruction();
+        self.send(Heartbeat::NAME, ix).await
     }
 
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError> {
@@ -1073,8 +1081,9 @@ impl Chain for SolanaChain {
             },
             payment_mint: market.payment_mint,
             client_tokens,
-        };
-        self.send(PruneBid::NAME, ix.instruction()).await
+        }
+        .instruction();
+        self.send(PruneBid::NAME, ix).await
     }
 
     async fn sealed_env(&self, bid: Key) -> Result<Option<Vec<u8>>, ChainError> {

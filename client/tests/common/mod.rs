@@ -133,7 +133,7 @@ impl T {
 
     pub fn send(&self, payer: &Keypair, ixs: &[&dyn ClientIx]) {
         let instructions: Vec<_> = ixs.iter().map(|i| i.ix()).collect();
-        let signers: Vec<&Keypair> = ixs.iter().flat_map(|i| i.keys()).collect();
+        let signers: Vec<&dyn solana_signer::Signer> = ixs.iter().flat_map(|i| i.keys()).collect();
         self.send_instructions(payer, &instructions, &signers);
     }
 
@@ -142,10 +142,11 @@ impl T {
         &self,
         payer: &Keypair,
         instructions: &[solana_instruction::Instruction],
-        signers: &[&Keypair],
+        signers: &[&dyn solana_signer::Signer],
     ) {
         let rpc = self.rpc();
-        let mut signers: Vec<&Keypair> =
+        let payer: &dyn solana_signer::Signer = payer;
+        let mut signers: Vec<&dyn solana_signer::Signer> =
             [payer].into_iter().chain(signers.iter().copied()).collect();
         signers.dedup_by_key(|k| k.pubkey());
         let tx = Transaction::new_signed_with_payer(
@@ -191,14 +192,14 @@ impl T {
 
 pub trait ClientIx {
     fn ix(&self) -> solana_instruction::Instruction;
-    fn keys(&self) -> Vec<&Keypair>;
+    fn keys(&self) -> Vec<&dyn solana_signer::Signer>;
 }
 
 impl<C: ClientInstruction> ClientIx for C {
     fn ix(&self) -> solana_instruction::Instruction {
         self.instruction()
     }
-    fn keys(&self) -> Vec<&Keypair> {
+    fn keys(&self) -> Vec<&dyn solana_signer::Signer> {
         self.signers()
     }
 }

@@ -6,14 +6,13 @@ use gpu_market::instructions::{AllocateArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{BidKind, Lease, Machine};
 use solana_instruction::{AccountMeta, Instruction};
-use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use super::{ix, ClientInstruction};
 
 pub struct Allocate<'a> {
-    pub agent: &'a Keypair,
+    pub agent: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub book: Pubkey,
@@ -60,13 +59,13 @@ impl ClientInstruction for Allocate<'_> {
         i
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.agent]
     }
 }
 
 pub struct Preempt<'a> {
-    pub agent: &'a Keypair,
+    pub agent: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub lease: Pubkey,
@@ -93,13 +92,13 @@ impl ClientInstruction for Preempt<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.agent]
     }
 }
 
 pub struct SubmitUsage<'a> {
-    pub agent: &'a Keypair,
+    pub agent: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub lease: Pubkey,
@@ -131,14 +130,14 @@ impl ClientInstruction for SubmitUsage<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.agent]
     }
 }
 
 /// `end_lease` (or, with `reclaim`, `reclaim_escrow`): the final settlement of a lease.
 pub struct CloseLease<'a> {
-    pub signer: &'a Keypair,
+    pub signer: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub lease: Pubkey,
@@ -161,7 +160,7 @@ impl<'a> CloseLease<'a> {
     /// `end_lease` (or, with `reclaim`, `reclaim_escrow`) of lease `key` signed by `signer`,
     /// with the accounts its lease and machine name; the refund to `client_tokens`.
     pub fn of(
-        signer: &'a Keypair,
+        signer: &'a (dyn Signer + Sync),
         (key, l): (Pubkey, &Lease),
         machine: &Machine,
         payment_mint: Pubkey,
@@ -214,13 +213,13 @@ impl ClientInstruction for CloseLease<'_> {
         }
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.signer]
     }
 }
 
 pub struct Slash<'a> {
-    pub signer: &'a Keypair,
+    pub signer: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
     pub host: Pubkey,
@@ -241,7 +240,7 @@ impl ClientInstruction for Slash<'_> {
         )
     }
 
-    fn signers(&self) -> Vec<&Keypair> {
+    fn signers(&self) -> Vec<&dyn Signer> {
         vec![self.signer]
     }
 }

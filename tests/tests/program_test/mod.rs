@@ -106,8 +106,8 @@ impl TestContext {
     }
 
     /// `ixs` in one transaction paid by the context's payer and signed by `signers`.
-    pub fn transaction(&self, ixs: &[Instruction], signers: &[&Keypair]) -> Transaction {
-        let mut all: Vec<&Keypair> = vec![&self.payer];
+    pub fn transaction(&self, ixs: &[Instruction], signers: &[&dyn Signer]) -> Transaction {
+        let mut all: Vec<&dyn Signer> = vec![&self.payer];
         all.extend(
             signers
                 .iter()
@@ -126,7 +126,7 @@ impl TestContext {
     pub fn send(
         &mut self,
         ixs: &[Instruction],
-        signers: &[&Keypair],
+        signers: &[&dyn Signer],
     ) -> Result<TransactionMetadata, Failure> {
         let tx = self.transaction(ixs, signers);
         self.send_transaction(tx)
