@@ -269,6 +269,21 @@ mps_shm_dir = "{mps}/shm"
         (verb, status, self.log())
     }
 
+    /// Waits up to `limit` for the agent to exit on its own (a refused start), then its exit
+    /// status and log; kills it past the limit.
+    pub fn wait_exit(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, self.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.child.kill().unwrap();
+        let status = self.child.wait().unwrap();
+        (status, self.log())
+    }
+
     /// SIGTERM (the agent stops; its leases keep running), and its exit status.
     pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
         let pid = self.child.id().to_string();
