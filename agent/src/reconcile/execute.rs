@@ -558,16 +558,18 @@ impl Reconciler {
     }
 
     /// Hands the lease's container (its logs kept) to a clean-up job; the lease is forgotten
-    /// when it is done, or at once when it has no container.
+    /// when it is done, or at once when it has no container. Either way the retention of what
+    /// the agent keeps for its client starts (a lease refused before its container ran may
+    /// have its scratch volume mounted already).
     fn clean_up(&mut self, lease: Key) -> Result<(), StateError> {
         self.cpu_readings.remove(&lease);
+        if let Err(e) = retention::mark_ended(&self.config.data_dir, &lease) {
+            tracing::warn!(%lease, error = %e, "cannot start the lease's retention");
+        }
         match self.record(lease).container_id.clone() {
             Some(id) => {
                 self.cpu_probe.forget(&id);
                 let logs = logs_path(&self.config.data_dir, &lease);
-                if let Err(e) = retention::mark_ended(&self.config.data_dir, &lease) {
-                    tracing::warn!(%lease, error = %e, "cannot start the lease's retention");
-                }
                 let (runtime, grace) = (self.runtime.clone(), self.config.container.stop_grace);
                 self.jobs
                     .spawn_for(lease, jobs::clean_up(runtime, id, logs, grace));

@@ -149,6 +149,25 @@ async fn a_container_the_engine_refuses_ends_the_lease_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn what_was_prepared_for_a_lease_refused_before_its_container_ran_is_swept_after_its_retention(
+) {
+    let h = Harness::new(&[0]);
+    h.runtime.refuse_creates("no such runtime");
+    let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    let (lease, _) = refused_lease(&h, b).await;
+    // The agent had recorded the client (and would have mounted a scratch volume) before the
+    // engine refused; the lease's end starts the retention, after which it is all deleted.
+    let mut r = h.reconciler();
+    run_for(&mut r, 2 * POLL).await;
+    let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
+    let retention = Duration::from_secs(3_600);
+    assert_eq!(
+        crate::retention::sweep(h.dir.path(), retention, later),
+        vec![lease]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_container_stops_at_its_leases_stop_whatever_the_chain_does() {
     let h = Harness::new(&[0]);
     let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
