@@ -7,6 +7,8 @@
 
 mod support;
 
+use support::http_get;
+
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -82,7 +84,7 @@ impl FarNet {
                 .unwrap();
             net.servers.push(child);
             // Up once the host reaches it (no firewall stands between the host and it).
-            wait_until(|| http_get(&format!("{a}:8000")).is_some());
+            wait_until(|| http_get(&format!("{a}:8000"), "/").is_some());
         }
         net
     }
@@ -114,18 +116,6 @@ fn wait_until(mut ok: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("timed out");
-}
-
-/// The body of `GET http://addr/` from the test process (the host), if it answers.
-fn http_get(addr: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    write!(s, "GET / HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split("\r\n\r\n").nth(1).map(str::to_string)
 }
 
 /// Lease `n` of this test process (another run's leftovers never collide with it).
@@ -172,13 +162,12 @@ fn verdict(out: &str, target: &str) -> &'static str {
     }
 }
 
-async fn container_ip(host: &str, id: &str) -> (String, String) {
-    let docker = bollard::Docker::connect_with_unix(host, 60, bollard::API_DEFAULT_VERSION)
-        .unwrap()
-        .negotiate_version()
+async fn container_ip(id: &str) -> (String, String) {
+    let inspect = support::docker()
+        .await
+        .inspect_container(id, None)
         .await
         .unwrap();
-    let inspect = docker.inspect_container(id, None).await.unwrap();
     let nets = inspect.network_settings.unwrap().networks.unwrap();
     let net = nets.values().next().unwrap();
     (
@@ -210,8 +199,8 @@ async fn an_open_lease_reaches_the_internet_but_not_the_host_metadata_or_another
         "mkdir -p /tmp/www && echo other > /tmp/www/index.html && httpd -f -p 8080 -h /tmp/www",
     );
     let other_id = engine.run(&other).await.unwrap();
-    let (other_ip, _) = container_ip(&host, &other_id).await;
-    wait_until(|| http_get(&format!("{other_ip}:8080")).is_some());
+    let (other_ip, _) = container_ip(&other_id).await;
+    wait_until(|| http_get(&format!("{other_ip}:8080"), "/").is_some());
 
     let gateway_probe = lease_spec(
         &image,
@@ -244,8 +233,8 @@ async fn an_open_lease_reaches_the_internet_but_not_the_host_metadata_or_another
     assert_eq!(verdict(&out, &other_lease), "closed", "{out}");
     assert!(!out.contains("engine socket present"), "{out}");
     // The host itself still reaches all of them: the refusals are the lease's firewall.
-    assert!(http_get(&metadata).is_some());
-    assert!(http_get(&other_lease).is_some());
+    assert!(http_get(&metadata, "/").is_some());
+    assert!(http_get(&other_lease, "/").is_some());
     engine.remove(&other_id).await.unwrap();
     drop(far);
 }
@@ -330,20 +319,17 @@ async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_
         "mkdir -p /tmp/www && echo served > /tmp/www/index.html && httpd -f -p 8080 -h /tmp/www",
     );
     let id = engine.run(&spec).await.unwrap();
-    let published = {
-        let docker =
-            bollard::Docker::connect_with_unix(&host, 60, bollard::API_DEFAULT_VERSION).unwrap();
-        let inspect = docker.inspect_container(&id, None).await.unwrap();
-        gpu_market_agent::network::published_ports(
-            &inspect.network_settings.unwrap().ports.unwrap(),
-        )
-    };
+    let docker = support::docker().await;
+    let inspect = docker.inspect_container(&id, None).await.unwrap();
+    let published = gpu_market_agent::network::published_ports(
+        &inspect.network_settings.unwrap().ports.unwrap(),
+    );
     assert_eq!(published.len(), 1, "{published:?}");
     assert_eq!(published[0].container_port, 8080);
     assert_eq!(published[0].host_port, 31_430, "from the range");
     let mut body = None;
     wait_until(|| {
-        body = http_get("127.0.0.1:31430");
+        body = http_get("127.0.0.1:31430", "/");
         body.is_some()
     });
     assert_eq!(body.as_deref(), Some("served\n"));
@@ -357,11 +343,6 @@ async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_
     }
     engine.remove(&id).await.unwrap();
     // Its network went with it.
-    let docker = bollard::Docker::connect_with_unix(&host, 60, bollard::API_DEFAULT_VERSION)
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap();
     let name = gpu_market_agent::network::network_name(&lease_key(6));
     assert!(docker.inspect_network(&name, None).await.is_err());
 }

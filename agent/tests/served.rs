@@ -31,15 +31,7 @@ fn free_port() -> u16 {
 /// per lease, and open egress.
 async fn declare_network(live: &LiveMarket, api_port: u16) {
     let m: Machine = live.cluster.account(&live.machine).await.unwrap();
-    let mut terms = gpu_market::state::MachineTerms {
-        agent: m.agent,
-        region: m.region,
-        gpus: m.gpus().to_vec(),
-        price_floor_per_gpu_hour: m.price_floor_per_gpu_hour,
-        electricity_cost_per_kwh: m.electricity_cost_per_kwh,
-        cached_images: Vec::new(),
-        network: MachineNetwork::default(),
-    };
+    let mut terms = m.terms();
     terms.network = MachineNetwork {
         host: "127.0.0.1".into(),
         api_port,
@@ -57,17 +49,6 @@ async fn declare_network(live: &LiveMarket, api_port: u16) {
         })
         .await
         .unwrap();
-}
-
-/// The body of `GET http://127.0.0.1:port/path`, if it answers.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split("\r\n\r\n").nth(1).map(str::to_string)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +99,7 @@ async fn a_client_reaches_its_lease_through_the_published_port_and_the_daemons_s
     assert_eq!(status.ports[0].container_port, 8080);
     assert!((first..=first + 9).contains(&port), "{port} from the range");
     let body = wait_for("the server answering", 30, &agent, || async {
-        http_get(port, "/result.txt")
+        http_get(&format!("127.0.0.1:{port}"), "/result.txt")
     })
     .await;
     assert_eq!(body, "epoch 1 loss=0.25\n");

@@ -199,18 +199,6 @@ impl TermArgs {
     }
 }
 
-fn terms_of(m: &Machine) -> MachineTerms {
-    MachineTerms {
-        agent: m.agent,
-        region: m.region,
-        gpus: m.gpus().to_vec(),
-        price_floor_per_gpu_hour: m.price_floor_per_gpu_hour,
-        electricity_cost_per_kwh: m.electricity_cost_per_kwh,
-        cached_images: m.cached_images[..m.cached_image_count as usize].to_vec(),
-        network: m.network.clone(),
-    }
-}
-
 pub fn run(config: &Config, command: HostCommand) -> Result<()> {
     match command {
         HostCommand::Register { market, id, terms } => {
@@ -276,8 +264,8 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             let owner = config.signer()?;
             let mach = owned_machine(config, &machine, &owner.pubkey())?;
             let m: Market = config.fetch(&mach.market, "market")?;
-            let new = terms.apply(terms_of(&mach), config.mint_decimals(&m.payment_mint)?)?;
-            if new == terms_of(&mach) {
+            let new = terms.apply(mach.terms(), config.mint_decimals(&m.payment_mint)?)?;
+            if new == mach.terms() {
                 bail!("nothing to change: give at least one term to update");
             }
             let signature = config.send_all(

@@ -329,6 +329,19 @@ pub async fn docker() -> Docker {
         .unwrap()
 }
 
+/// The body of `GET http://addr{path}` from the test process (the host), if it answers
+/// within a few seconds.
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr = addr.parse().ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split("\r\n\r\n").nth(1).map(str::to_string)
+}
+
 /// Containers (running or not) labelled with `lease`: (id, running).
 pub async fn containers_of(docker: &Docker, lease: &Pubkey) -> Vec<(String, bool)> {
     let filters = HashMap::from([(

@@ -242,6 +242,20 @@ impl Machine {
         Ok(())
     }
 
+    /// The terms the machine declares now: what `update_machine` takes, changed where a host
+    /// changes them.
+    pub fn terms(&self) -> MachineTerms {
+        MachineTerms {
+            agent: self.agent,
+            region: self.region,
+            gpus: self.gpus().to_vec(),
+            price_floor_per_gpu_hour: self.price_floor_per_gpu_hour,
+            electricity_cost_per_kwh: self.electricity_cost_per_kwh,
+            cached_images: self.cached_images[..self.cached_image_count as usize].to_vec(),
+            network: self.network.clone(),
+        }
+    }
+
     pub fn gpus(&self) -> &[GpuSpec] {
         &self.gpus[..self.gpu_count as usize]
     }
