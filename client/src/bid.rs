@@ -18,11 +18,12 @@ use gpu_market_sdk::{
 };
 use serde_json::{json, Value};
 use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
-use crate::config::{Config, Sendable};
+use crate::config::{Config, Signing};
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
@@ -157,59 +158,19 @@ pub fn run(config: &Config, command: BidCommand) -> Result<()> {
             tokens,
         } => {
             let client = config.signer()?;
-            let b: Bid = config.fetch(&bid, "bid")?;
-            let m: Market = config.fetch(&b.market, "market")?;
-            let decimals = config.mint_decimals(&m.payment_mint)?;
-            let amount = parse::positive_amount(&amount, decimals, "top-up")?;
-            own(&b, &bid, &client.pubkey())?;
-            let (client_tokens, balance) =
-                config.token_account(&client.pubkey(), &m.payment_mint, tokens)?;
-            check_balance(amount, balance, decimals, &client_tokens, "the top-up")?;
-            let signature = config.send_all(
-                &client,
-                &[&TopUpBid {
-                    client: &client,
-                    market: b.market,
-                    bid,
-                    payment_mint: m.payment_mint,
-                    client_tokens,
-                    amount,
-                }],
-            )?;
+            let ixs = plan_top_up(config, &client, &bid, &amount, tokens)?;
+            let signature = config.send(&client, &ixs, &[])?;
             show(config, &bid, Some(signature))
         }
         BidCommand::Cancel { bid, tokens } => {
             let client = config.signer()?;
-            let b: Bid = config.fetch(&bid, "bid")?;
-            own(&b, &bid, &client.pubkey())?;
-            if b.status == BidStatus::Running {
-                bail!(
-                    "bid {bid} is running: end its lease {} with `gpu-market lease end` instead",
-                    pda::lease(&bid).0
-                );
-            }
-            let m: Market = config.fetch(&b.market, "market")?;
-            let (client_tokens, _) =
-                config.token_account(&client.pubkey(), &m.payment_mint, tokens)?;
-            let signature = config.send_all(
-                &client,
-                &[&CancelBid {
-                    client: &client,
-                    market: b.market,
-                    bid,
-                    book: book_of(config, &b, &m)?,
-                    payment_mint: m.payment_mint,
-                    client_tokens,
-                }],
-            )?;
+            let plan = plan_cancel(config, &client, &bid, tokens)?;
+            let signature = config.send(&client, &plan.instructions, &[])?;
             print_record(
                 config.output,
                 &[
                     ("bid", text(bid)),
-                    (
-                        "refund",
-                        parse::tokens(b.escrow, config.mint_decimals(&m.payment_mint)?),
-                    ),
+                    ("refund", parse::tokens(plan.refund, plan.decimals)),
                     ("signature", text(signature)),
                 ],
             );
@@ -225,6 +186,72 @@ pub fn run(config: &Config, command: BidCommand) -> Result<()> {
         BidCommand::List { market, machine } => list(config, market, machine),
         BidCommand::Explain { bid } => explain(config, &bid),
     }
+}
+
+/// What `bid top-up` sends (the `top-up` action): `amount` token units more in `bid`'s escrow,
+/// from its client's payment tokens.
+pub(crate) fn plan_top_up(
+    config: &Config,
+    client: Signing,
+    bid: &Pubkey,
+    amount: &str,
+    tokens: Option<Pubkey>,
+) -> Result<Vec<Instruction>> {
+    let b: Bid = config.fetch(bid, "bid")?;
+    let m: Market = config.fetch(&b.market, "market")?;
+    let decimals = config.mint_decimals(&m.payment_mint)?;
+    let amount = parse::positive_amount(amount, decimals, "top-up")?;
+    own(&b, bid, &client.pubkey())?;
+    let (client_tokens, balance) =
+        config.token_account(&client.pubkey(), &m.payment_mint, tokens)?;
+    check_balance(amount, balance, decimals, &client_tokens, "the top-up")?;
+    Ok(vec![TopUpBid {
+        client,
+        market: b.market,
+        bid: *bid,
+        payment_mint: m.payment_mint,
+        client_tokens,
+        amount,
+    }
+    .instruction()])
+}
+
+/// What `bid cancel` sends (the `cancel` action), and the escrow it refunds.
+pub(crate) struct Cancellation {
+    pub instructions: Vec<Instruction>,
+    pub refund: u64,
+    pub decimals: u8,
+}
+
+pub(crate) fn plan_cancel(
+    config: &Config,
+    client: Signing,
+    bid: &Pubkey,
+    tokens: Option<Pubkey>,
+) -> Result<Cancellation> {
+    let b: Bid = config.fetch(bid, "bid")?;
+    own(&b, bid, &client.pubkey())?;
+    if b.status == BidStatus::Running {
+        bail!(
+            "bid {bid} is running: end its lease {} with `gpu-market lease end` instead",
+            pda::lease(bid).0
+        );
+    }
+    let m: Market = config.fetch(&b.market, "market")?;
+    let (client_tokens, _) = config.token_account(&client.pubkey(), &m.payment_mint, tokens)?;
+    Ok(Cancellation {
+        instructions: vec![CancelBid {
+            client,
+            market: b.market,
+            bid: *bid,
+            book: book_of(config, &b, &m)?,
+            payment_mint: m.payment_mint,
+            client_tokens,
+        }
+        .instruction()],
+        refund: b.escrow,
+        decimals: config.mint_decimals(&m.payment_mint)?,
+    })
 }
 
 fn own(b: &Bid, bid: &Pubkey, me: &Pubkey) -> Result<()> {
@@ -269,6 +296,46 @@ fn price_unit(k: BidKind) -> &'static str {
 
 fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     let client = config.signer()?;
+    let env = a
+        .env
+        .as_deref()
+        .map(|path| env::read_env(path, &client))
+        .transpose()?;
+    let env_hash = env.as_ref().map_or([0; 32], |e| e.hash());
+    let plan = plan_place(config, &client, &a, env_hash)?;
+    let signature = config.send(&client, &plan.instructions, &[])?;
+    let bid = plan.bid;
+    let placed: Bid = config.fetch(&bid, "bid")?;
+    let mut fields = bid_fields(config, &bid, &placed, &plan.market)?;
+    if let Some(env) = &env {
+        let machines = env::seal_new_bid(config, &client, (&bid, &placed), &plan.market, env)?;
+        fields.push(("env_sealed_to", env::machines_value(&machines)));
+    }
+    // What left the wallet: the escrow (refundable) and the premium (not).
+    fields.push(("paid", parse::tokens(plan.paid, plan.decimals)));
+    fields.push(("signature", text(signature)));
+    print_record(config.output, &fields);
+    Ok(())
+}
+
+/// What `bid place` sends (the `bid` action of `gpu-market serve`): checked as the program
+/// would check it, priced, ranked for an eviction from a full book; the bidder's stake
+/// account opened on the way. `env_hash` is the sealed environment's (zero without one).
+pub(crate) struct Placement {
+    pub instructions: Vec<Instruction>,
+    pub bid: Pubkey,
+    pub market: Market,
+    /// The escrow and the urgency premium, in payment token base units.
+    pub paid: u64,
+    pub decimals: u8,
+}
+
+pub(crate) fn plan_place(
+    config: &Config,
+    client: Signing,
+    a: &PlaceArgs,
+    env_hash: [u8; 32],
+) -> Result<Placement> {
     let m: Market = config.fetch(&a.market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let (kind, book, machine) = match a.machine {
@@ -354,11 +421,6 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
         "the bid's escrow and urgency premium",
     )?;
 
-    let env = a
-        .env
-        .as_deref()
-        .map(|path| env::read_env(path, &client))
-        .transpose()?;
     let stake = config
         .fetch::<StakeAccount>(&pda::stake(&a.market, &client.pubkey()).0, "stake")
         .ok();
@@ -399,11 +461,11 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             .unwrap_or_default(),
     };
     let open = OpenStake {
-        owner: &client,
+        owner: client,
         market: a.market,
     };
     let place = PlaceBid {
-        client: &client,
+        client,
         market: a.market,
         book,
         machine: machine.as_ref().map(|(k, _)| *k),
@@ -414,7 +476,7 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             kind,
             image_ref: a.image.clone(),
             image_digest,
-            env_hash: env.as_ref().map_or([0; 32], |e| e.hash()),
+            env_hash,
             gpu_count: a.gpus,
             gib_per_gpu: a.gib_per_gpu,
             accepted_classes,
@@ -433,23 +495,18 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
         bail!("the keypair already has bid {bid} with nonce {nonce}: choose another --nonce");
     }
     // A bid needs the bidder's stake account, even an empty one: open it on the way.
-    let mut ixs: Vec<&dyn Sendable> = Vec::new();
+    let mut instructions = Vec::new();
     if stake.is_none() {
-        ixs.push(&open);
+        instructions.push(open.instruction());
     }
-    ixs.push(&place);
-    let signature = config.send_all(&client, &ixs)?;
-    let placed: Bid = config.fetch(&bid, "bid")?;
-    let mut fields = bid_fields(config, &bid, &placed, &m)?;
-    if let Some(env) = &env {
-        let machines = env::seal_new_bid(config, &client, (&bid, &placed), &m, env)?;
-        fields.push(("env_sealed_to", env::machines_value(&machines)));
-    }
-    // What left the wallet: the escrow (refundable) and the premium (not).
-    fields.push(("paid", parse::tokens(paid, decimals)));
-    fields.push(("signature", text(signature)));
-    print_record(config.output, &fields);
-    Ok(())
+    instructions.push(place.instruction());
+    Ok(Placement {
+        instructions,
+        bid,
+        market: m,
+        paid,
+        decimals,
+    })
 }
 
 /// The inputs `place_bid` scores a bid from, by the program's own `MarketParams::score_inputs`:
@@ -523,7 +580,9 @@ fn score_parts(m: &Market, b: &Bid, stake: u64, now: i64) -> Result<Value> {
     }))
 }
 
-fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> Result<Fields> {
+/// A bid's record as `bid show` prints it: its terms, and while it waits its score's parts and
+/// rank, once running its lease.
+pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> Result<Fields> {
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let classes: Vec<u8> = (0..GPU_CLASSES as u8)
         .filter(|c| b.accepted_classes & (1 << c) != 0)
@@ -605,6 +664,28 @@ fn show(config: &Config, bid: &Pubkey, signature: Option<String>) -> Result<()> 
 }
 
 fn list(config: &Config, market: Pubkey, machine: Option<Pubkey>) -> Result<()> {
+    let book = book_rows(config, &market, machine, config.cluster_time()?)?;
+    print_list(config.output, &book.columns, &book.rows);
+    Ok(())
+}
+
+/// A book's bids as `bid list` shows them (and `gpu-market serve`'s market page): the columns of
+/// its table, and one row per bid with every field.
+pub(crate) struct BookRows {
+    pub columns: Vec<&'static str>,
+    pub rows: Vec<Fields>,
+}
+
+/// The bids of `market`'s queue book (or, with `machine`, of that machine's spot book), best
+/// first, each with its score's parts at cluster time `now` (and, in a spot book, the host's
+/// profit per day).
+pub(crate) fn book_rows(
+    config: &Config,
+    market: &Pubkey,
+    machine: Option<Pubkey>,
+    now: i64,
+) -> Result<BookRows> {
+    let market = *market;
     let m: Market = config.fetch(&market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let (book, spot_machine) = match machine {
@@ -629,7 +710,6 @@ fn list(config: &Config, market: Pubkey, machine: Option<Pubkey>) -> Result<()> 
         })
         .collect();
     let stakes = config.fetch_many::<StakeAccount>(&stake_keys)?;
-    let now = config.cluster_time()?;
     let mut rows = Vec::new();
     for (rank, ((key, bid), stake)) in keys.iter().zip(&bids).zip(&stakes).enumerate() {
         let Some(b) = bid else { continue };
@@ -677,8 +757,7 @@ fn list(config: &Config, market: Pubkey, machine: Option<Pubkey>) -> Result<()> 
     if spot_machine.is_some() {
         columns.push("profit_per_day");
     }
-    print_list(config.output, &columns, &rows);
-    Ok(())
+    Ok(BookRows { columns, rows })
 }
 
 /// Each bid's `refund_tokens` while it is a live token account of its client, else `None`.
@@ -747,6 +826,14 @@ fn tally(reasons: &mut Vec<(String, u64)>, reason: String) {
 }
 
 fn explain(config: &Config, bid: &Pubkey) -> Result<()> {
+    print_record(config.output, &explain_fields(config, bid)?);
+    Ok(())
+}
+
+/// `bid explain`'s answer (and the bid's page of `gpu-market serve`): for a waiting bid, which
+/// constraint of the fit rule fails on how many machines, the reserve price to beat, whether the
+/// program would accept its allocation now, and a summary sentence.
+pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
     let b: Bid = config.fetch(bid, "bid")?;
     let m: Market = config.fetch(&b.market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
@@ -759,8 +846,7 @@ fn explain(config: &Config, bid: &Pubkey) -> Result<()> {
             "summary",
             text(format!("the bid is running as lease {lease}")),
         ));
-        print_record(config.output, &fields);
-        return Ok(());
+        return Ok(fields);
     }
     let now = config.cluster_time()?;
     let stake: StakeAccount = config.fetch(&pda::stake(&b.market, &b.client).0, "stake")?;
@@ -871,6 +957,5 @@ fn explain(config: &Config, bid: &Pubkey) -> Result<()> {
         ("reserve", Value::Array(reserve)),
         ("summary", text(summary)),
     ]);
-    print_record(config.output, &fields);
-    Ok(())
+    Ok(fields)
 }

@@ -449,6 +449,10 @@ fn decode_as<T: AccountDeserialize>(data: &[u8], address: &Pubkey, what: &str) -
     T::try_deserialize(&mut &data[..]).map_err(|_| anyhow!("{address} is not a {what} account"))
 }
 
+/// Who signs a plan's instructions: the CLI's keypair, or, for an instruction a wallet will sign
+/// (`gpu-market serve`), a `NullSigner` standing for the wallet's key.
+pub type Signing<'a> = &'a (dyn Signer + Sync);
+
 /// A program instruction from the sdk, as `send_all` takes it (object-safe).
 pub trait Sendable {
     fn build(&self) -> Instruction;

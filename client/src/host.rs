@@ -323,34 +323,46 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             Ok(())
         }
         HostCommand::List { market, owner } => {
-            let m: Market = config.fetch(&market, "market")?;
-            let decimals = config.mint_decimals(&m.payment_mint)?;
-            let mut filter = vec![(0, market)];
-            filter.extend(owner.map(|o| (32, o)));
-            let rows: Vec<Fields> = config
-                .program_accounts_of::<Machine>(&filter)?
-                .iter()
-                .map(|(key, mach)| machine_fields(key, mach, decimals))
-                .collect();
             print_list(
                 config.output,
-                &[
-                    "machine",
-                    "owner",
-                    "id",
-                    "status",
-                    "gpu_count",
-                    "price_floor_per_gpu_hour",
-                    "leases",
-                    "last_heartbeat",
-                ],
-                &rows,
+                LIST_COLUMNS,
+                &machine_rows(config, &market, owner)?,
             );
             Ok(())
         }
         HostCommand::Show { machine } => show(config, &machine, None),
         HostCommand::Slash { machine } => slash(config, machine),
     }
+}
+
+/// The columns `host list` prints of [`machine_rows`].
+pub(crate) const LIST_COLUMNS: &[&str] = &[
+    "machine",
+    "owner",
+    "id",
+    "status",
+    "gpu_count",
+    "price_floor_per_gpu_hour",
+    "leases",
+    "last_heartbeat",
+];
+
+/// A market's machines (only `owner`'s, given one) with their GPUs, as `host list` shows them
+/// (and `gpu-market serve`'s market page).
+pub(crate) fn machine_rows(
+    config: &Config,
+    market: &Pubkey,
+    owner: Option<Pubkey>,
+) -> Result<Vec<Fields>> {
+    let m: Market = config.fetch(market, "market")?;
+    let decimals = config.mint_decimals(&m.payment_mint)?;
+    let mut filter = vec![(0, *market)];
+    filter.extend(owner.map(|o| (32, o)));
+    Ok(config
+        .program_accounts_of::<Machine>(&filter)?
+        .iter()
+        .map(|(key, mach)| machine_fields(key, mach, decimals))
+        .collect())
 }
 
 fn owned_machine(config: &Config, machine: &Pubkey, owner: &Pubkey) -> Result<Machine> {

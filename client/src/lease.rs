@@ -9,12 +9,13 @@ use gpu_market_core::math::normalise_bps;
 use gpu_market_core::settlement;
 use gpu_market_sdk::api::LogsQuery;
 use gpu_market_sdk::events::from_logs;
-use gpu_market_sdk::CloseLease;
+use gpu_market_sdk::{ClientInstruction, CloseLease};
 use serde_json::{json, Value};
+use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
-use crate::config::Config;
+use crate::config::{Config, Signing};
 
 mod audit;
 mod remote;
@@ -154,37 +155,60 @@ fn list(
     machine: Option<Pubkey>,
     idle: bool,
 ) -> Result<()> {
+    let filter = LeaseFilter {
+        client,
+        machine,
+        idle,
+    };
+    let rows = lease_rows(config, market, filter, config.cluster_time()?)?;
+    print_list(config.output, LIST_COLUMNS, &rows);
+    Ok(())
+}
+
+/// The columns `lease list` prints of [`lease_rows`].
+pub(crate) const LIST_COLUMNS: &[&str] = &[
+    "lease",
+    "machine",
+    "client",
+    "kind",
+    "gpus",
+    "started_at",
+    "ends_at",
+    "paid",
+    "refundable",
+    "idle",
+];
+
+/// Which of a market's leases [`lease_rows`] reads: only a client's, only a machine's, only
+/// those idle now.
+#[derive(Default)]
+pub(crate) struct LeaseFilter {
+    pub client: Option<Pubkey>,
+    pub machine: Option<Pubkey>,
+    pub idle: bool,
+}
+
+/// A market's leases as `lease list` shows them (and `gpu-market serve`'s market page), each
+/// with what is paid and refundable at cluster time `now`.
+pub(crate) fn lease_rows(
+    config: &Config,
+    market: &Pubkey,
+    only: LeaseFilter,
+    now: i64,
+) -> Result<Vec<Fields>> {
     let m: Market = config.fetch(market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let mut filter = vec![(0, *market)];
-    filter.extend(machine.map(|k| (32, k)));
-    filter.extend(client.map(|k| (96, k)));
+    filter.extend(only.machine.map(|k| (32, k)));
+    filter.extend(only.client.map(|k| (96, k)));
     let mut leases = config.program_accounts_of::<Lease>(&filter)?;
-    leases.retain(|(_, l)| !idle || l.idle_streak >= l.rules.idle_intervals);
+    leases.retain(|(_, l)| !only.idle || l.idle_streak >= l.rules.idle_intervals);
     let bids = config.fetch_many::<Bid>(&leases.iter().map(|(_, l)| l.bid).collect::<Vec<_>>())?;
-    let now = config.cluster_time()?;
-    let rows: Vec<Fields> = leases
+    leases
         .iter()
         .zip(&bids)
         .map(|((key, l), b)| lease_fields(key, l, b.as_ref(), &m, decimals, now))
-        .collect::<Result<_>>()?;
-    print_list(
-        config.output,
-        &[
-            "lease",
-            "machine",
-            "client",
-            "kind",
-            "gpus",
-            "started_at",
-            "ends_at",
-            "paid",
-            "refundable",
-            "idle",
-        ],
-        &rows,
-    );
-    Ok(())
+        .collect()
 }
 
 fn show(config: &Config, lease: &Pubkey) -> Result<()> {
@@ -233,32 +257,14 @@ fn room_fields(config: &Config, lease: &Pubkey, l: &Lease, b: &Bid) -> Fields {
 /// program would refuse.
 fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) -> Result<()> {
     let signer = config.signer()?;
-    let l: Lease = config.fetch(&lease, "lease")?;
-    let m: Market = config.fetch(&l.market, "market")?;
-    let mach: Machine = config.fetch(&l.machine, "machine")?;
-    let me = signer.pubkey();
-    if reclaim {
-        check_reclaim(config, &lease, &l)?;
-    } else if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
-        bail!(
-            "only the lease's client {} or its host may end it before its time is proven; the keypair is {me}",
-            l.client
-        );
-    }
-    let b: Bid = config.fetch(&l.bid, "bid")?;
-    // With no token account of the client, the refund waits in its stake (`stake claim`).
-    let client_tokens = config.refund_account(&l.client, &m.payment_mint, tokens)?;
-    let signature = config.send_all(
-        &signer,
-        &[&CloseLease::of(
-            &signer,
-            (lease, &l),
-            &mach,
-            m.payment_mint,
-            client_tokens,
-            reclaim,
-        )],
-    )?;
+    let Ending {
+        instructions,
+        lease: l,
+        market: m,
+        bid: b,
+        client_tokens,
+    } = plan_end(config, &signer, &lease, tokens, reclaim)?;
+    let signature = config.send(&signer, &instructions, &[])?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let mut fields: Fields = match config.fetch_if_any::<Lease>(&lease, "lease")? {
         Some(after) => vec![
@@ -291,6 +297,58 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
     fields.push(("signature", text(signature)));
     print_record(config.output, &fields);
     Ok(())
+}
+
+/// What `lease end` (or, with `reclaim`, `lease reclaim`) sends (the `end-lease` action of
+/// `gpu-market serve`), with what the settlement report reads; refused before anything is
+/// built when the program would refuse.
+pub(crate) struct Ending {
+    pub instructions: Vec<Instruction>,
+    pub lease: Lease,
+    pub market: Market,
+    pub bid: Bid,
+    /// Where the client's refund goes; `None`: into its stake, to claim.
+    pub client_tokens: Option<Pubkey>,
+}
+
+pub(crate) fn plan_end(
+    config: &Config,
+    signer: Signing,
+    lease: &Pubkey,
+    tokens: Option<Pubkey>,
+    reclaim: bool,
+) -> Result<Ending> {
+    let l: Lease = config.fetch(lease, "lease")?;
+    let m: Market = config.fetch(&l.market, "market")?;
+    let mach: Machine = config.fetch(&l.machine, "machine")?;
+    let me = signer.pubkey();
+    if reclaim {
+        check_reclaim(config, lease, &l)?;
+    } else if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
+        bail!(
+            "only the lease's client {} or its host may end it before its time is proven; the signer is {me}",
+            l.client
+        );
+    }
+    let b: Bid = config.fetch(&l.bid, "bid")?;
+    // With no token account of the client, the refund waits in its stake (`stake claim`).
+    let client_tokens = config.refund_account(&l.client, &m.payment_mint, tokens)?;
+    let instructions = vec![CloseLease::of(
+        signer,
+        (*lease, &l),
+        &mach,
+        m.payment_mint,
+        client_tokens,
+        reclaim,
+    )
+    .instruction()];
+    Ok(Ending {
+        instructions,
+        lease: l,
+        market: m,
+        bid: b,
+        client_tokens,
+    })
 }
 
 /// Whether the program would reclaim lease `l`'s escrow now (anyone may send it: the refund

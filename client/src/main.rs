@@ -9,6 +9,7 @@ mod market;
 mod output;
 mod parse;
 mod quote;
+mod serve;
 mod stake;
 mod token;
 
@@ -62,6 +63,9 @@ enum Command {
     /// Keeps a market's rules moving (anyone may run it): removes expired bids, settles proven
     /// leases, reclaims silent hosts' escrow for their clients, slashes on evidence.
     Keeper(keeper::KeeperArgs),
+    /// Serves the market to wallets: Solana Actions (stake, unstake, withdraw, bid, top up,
+    /// cancel, end a lease) whose transactions a wallet signs, and the market page.
+    Serve(serve::ServeArgs),
     /// SPL token helpers for local clusters (mints, accounts, balances).
     #[command(subcommand)]
     Token(token::TokenCommand),
@@ -132,6 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Quote(a) => quote::run(&config, a),
         Command::Lease(c) => lease::run(&config, c),
         Command::Keeper(a) => keeper::run(&config, a),
+        Command::Serve(a) => serve::run(config, a),
         Command::Token(c) => token::run(&config, c),
         Command::Keygen { outfile, force } => config::keygen(&config, &outfile, force),
         Command::Airdrop { sol } => config::airdrop(&config, &sol),

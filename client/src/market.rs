@@ -410,7 +410,9 @@ fn param_fields(p: &MarketParams, sd: u8, pd: u8) -> Fields {
     ]
 }
 
-fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
+/// A market's record as `market show` prints it (and `gpu-market serve`'s market page shows):
+/// its accounts, its rules in force and scheduled, and the state of its auction.
+pub(crate) fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result<Fields> {
     let sd = config.mint_decimals(&m.stake_mint)?;
     let pd = config.mint_decimals(&m.payment_mint)?;
     let mut fields: Fields = vec![

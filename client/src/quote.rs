@@ -20,33 +20,49 @@ pub struct QuoteArgs {
 }
 
 pub fn run(config: &Config, args: QuoteArgs) -> Result<()> {
-    let m: Market = config.fetch(&args.market, "market")?;
+    let rows = quote_rows(config, &args.market, &args.classes, config.cluster_time()?)?;
+    print_list(config.output, COLUMNS, &rows);
+    Ok(())
+}
+
+/// The columns `quote` prints of [`quote_rows`].
+pub(crate) const COLUMNS: &[&str] = &[
+    "class",
+    "now",
+    "demand_bps",
+    "capability_bps",
+    "by_hour_utc",
+];
+
+/// The reserve price of each GPU class of `classes` (every class when empty) at cluster time
+/// `now`, and at each hour (UTC) of `now`'s day with the market's demand now: what `quote`
+/// prints (and `gpu-market serve`'s market page shows).
+pub(crate) fn quote_rows(
+    config: &Config,
+    market: &Pubkey,
+    classes: &[u8],
+    now: i64,
+) -> Result<Vec<Fields>> {
+    let m: Market = config.fetch(market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
-    let classes: Vec<u8> = if args.classes.is_empty() {
+    let classes: Vec<u8> = if classes.is_empty() {
         (0..GPU_CLASSES as u8).collect()
     } else {
-        args.classes.clone()
+        classes.to_vec()
     };
     if let Some(c) = classes.iter().find(|&&c| c as usize >= GPU_CLASSES) {
         bail!("GPU class {c} is not one of the market's classes 0..{GPU_CLASSES}");
     }
-    let now = config.cluster_time()?;
-    let midnight = now - now.rem_euclid(86_400);
-    let price = |class: u8, at: i64| -> Result<Value> {
-        let p = m
-            .reserve_price(class, at)
-            .map_err(|e| anyhow!("cannot price GPU class {class}: {e}"))?;
-        Ok(parse::tokens(p, decimals))
-    };
-    let rows = classes
+    classes
         .iter()
         .map(|&class| {
-            let by_hour = (0..24)
-                .map(|h| price(class, midnight + h * 3_600))
-                .collect::<Result<Vec<_>>>()?;
+            let by_hour: Vec<Value> = by_hour(&m, class, now)?
+                .into_iter()
+                .map(|p| parse::tokens(p, decimals))
+                .collect();
             Ok(vec![
                 ("class", class.into()),
-                ("now", price(class, now)?),
+                ("now", parse::tokens(reserve(&m, class, now)?, decimals)),
                 ("hour_utc_now", ((now.rem_euclid(86_400)) / 3_600).into()),
                 (
                     "demand_bps",
@@ -60,17 +76,20 @@ pub fn run(config: &Config, args: QuoteArgs) -> Result<()> {
                 ("by_hour_utc", Value::Array(by_hour)),
             ])
         })
-        .collect::<Result<Vec<Fields>>>()?;
-    print_list(
-        config.output,
-        &[
-            "class",
-            "now",
-            "demand_bps",
-            "capability_bps",
-            "by_hour_utc",
-        ],
-        &rows,
-    );
-    Ok(())
+        .collect()
+}
+
+/// The reserve price per GPU-hour of GPU `class` at `at`, in base units: the program's own
+/// `Market::reserve_price` on the market's demand as it stands.
+pub(crate) fn reserve(m: &Market, class: u8, at: i64) -> Result<u64> {
+    m.reserve_price(class, at)
+        .map_err(|e| anyhow!("cannot price GPU class {class}: {e}"))
+}
+
+/// [`reserve`] at each hour (UTC) of the day `now` falls in, 0 to 23.
+pub(crate) fn by_hour(m: &Market, class: u8, now: i64) -> Result<Vec<u64>> {
+    let midnight = now - now.rem_euclid(86_400);
+    (0..24)
+        .map(|h| reserve(m, class, midnight + h * 3_600))
+        .collect()
 }

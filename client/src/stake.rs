@@ -7,11 +7,14 @@ use anyhow::{bail, Result};
 use clap::Subcommand;
 use gpu_market::pda;
 use gpu_market::state::{Market, StakeAccount};
-use gpu_market_sdk::{ClaimRefunds, CloseStake, OpenStake, RequestUnstake, Stake, WithdrawStake};
+use gpu_market_sdk::{
+    ClaimRefunds, ClientInstruction, CloseStake, OpenStake, RequestUnstake, Stake, WithdrawStake,
+};
+use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
-use crate::config::{Config, Sendable};
+use crate::config::{Config, Signing};
 use crate::output::{print_record, text};
 use crate::parse;
 
@@ -80,67 +83,14 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
             tokens,
         } => {
             let owner = config.signer()?;
-            let m: Market = config.fetch(&market, "market")?;
-            let decimals = config.mint_decimals(&m.stake_mint)?;
-            let amount = parse::positive_amount(&amount, decimals, "deposit")?;
-            let (owner_tokens, balance) =
-                config.token_account(&owner.pubkey(), &m.stake_mint, tokens)?;
-            if balance < amount {
-                bail!(
-                    "insufficient balance: the deposit is {} but token account {owner_tokens} holds {}",
-                    gpu_market_core::amount::format(amount, decimals),
-                    gpu_market_core::amount::format(balance, decimals)
-                );
-            }
-            let stake_key = pda::stake(&market, &owner.pubkey()).0;
-            let open = OpenStake {
-                owner: &owner,
-                market,
-            };
-            let stake = Stake {
-                owner: &owner,
-                market,
-                stake_mint: m.stake_mint,
-                owner_tokens,
-                amount,
-            };
-            let mut ixs: Vec<&dyn Sendable> = Vec::new();
-            if config.fetch::<StakeAccount>(&stake_key, "stake").is_err() {
-                ixs.push(&open);
-            }
-            ixs.push(&stake);
-            let signature = config.send_all(&owner, &ixs)?;
+            let ixs = plan_deposit(config, &owner, &market, &amount, tokens)?;
+            let signature = config.send(&owner, &ixs, &[])?;
             show(config, &market, &owner.pubkey(), Some(signature))
         }
         StakeCommand::Unstake { amount, market } => {
             let owner = config.signer()?;
-            let m: Market = config.fetch(&market, "market")?;
-            let amount = parse::positive_amount(
-                &amount,
-                config.mint_decimals(&m.stake_mint)?,
-                "unstake amount",
-            )?;
-            let s = existing_stake(config, &market, &owner.pubkey())?;
-            let bonded = s.bonded(m.params.min_host_stake)?;
-            if s.machines > 0 && amount > s.amount.saturating_sub(bonded) {
-                let d = config.mint_decimals(&m.stake_mint)?;
-                let format = |v| gpu_market_core::amount::format(v, d);
-                bail!(
-                    "{} of the stake backs your {} machines ({} each) and stays until they are closed: at most {} can be unstaked now",
-                    format(bonded),
-                    s.machines,
-                    format(m.params.min_host_stake),
-                    format(s.amount.saturating_sub(bonded))
-                );
-            }
-            let signature = config.send_all(
-                &owner,
-                &[&RequestUnstake {
-                    owner: &owner,
-                    market,
-                    amount,
-                }],
-            )?;
+            let ixs = plan_unstake(config, &owner, &market, &amount)?;
+            let signature = config.send(&owner, &ixs, &[])?;
             show(config, &market, &owner.pubkey(), Some(signature))
         }
         StakeCommand::Withdraw {
@@ -149,26 +99,11 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
             wait,
         } => {
             let owner = config.signer()?;
-            let m: Market = config.fetch(&market, "market")?;
-            let s = existing_stake(config, &market, &owner.pubkey())?;
-            if s.pending_unstake == 0 {
-                bail!(
-                    "nothing is waiting to be withdrawn: ask stake back with `stake unstake` first"
-                );
-            }
-            let (owner_tokens, _) = config.token_account(&owner.pubkey(), &m.stake_mint, tokens)?;
+            let plan = plan_withdraw(config, &owner, &market, tokens)?;
             if wait {
-                wait_until(config, s.unlocks_at, "the unstake cooldown")?;
+                wait_until(config, plan.unlocks_at, "the unstake cooldown")?;
             }
-            let signature = config.send_all(
-                &owner,
-                &[&WithdrawStake {
-                    owner: &owner,
-                    market,
-                    stake_mint: m.stake_mint,
-                    owner_tokens,
-                }],
-            )?;
+            let signature = config.send(&owner, &plan.instructions, &[])?;
             show(config, &market, &owner.pubkey(), Some(signature))
         }
         StakeCommand::Claim { market, tokens } => claim(config, &market, tokens),
@@ -263,6 +198,112 @@ fn claim(config: &Config, market: &Pubkey, tokens: Option<Pubkey>) -> Result<()>
         ],
     );
     Ok(())
+}
+
+/// What `stake deposit` sends (also the `stake` action of `gpu-market serve`): `amount` token
+/// units of `owner`'s stake tokens locked in `market`, the stake account opened on the way.
+/// Refused before anything is built when the balance is short.
+pub(crate) fn plan_deposit(
+    config: &Config,
+    owner: Signing,
+    market: &Pubkey,
+    amount: &str,
+    tokens: Option<Pubkey>,
+) -> Result<Vec<Instruction>> {
+    let m: Market = config.fetch(market, "market")?;
+    let decimals = config.mint_decimals(&m.stake_mint)?;
+    let amount = parse::positive_amount(amount, decimals, "deposit")?;
+    let (owner_tokens, balance) = config.token_account(&owner.pubkey(), &m.stake_mint, tokens)?;
+    if balance < amount {
+        bail!(
+            "insufficient balance: the deposit is {} but token account {owner_tokens} holds {}",
+            gpu_market_core::amount::format(amount, decimals),
+            gpu_market_core::amount::format(balance, decimals)
+        );
+    }
+    let stake_key = pda::stake(market, &owner.pubkey()).0;
+    let mut ixs = Vec::new();
+    if config.fetch::<StakeAccount>(&stake_key, "stake").is_err() {
+        ixs.push(
+            OpenStake {
+                owner,
+                market: *market,
+            }
+            .instruction(),
+        );
+    }
+    ixs.push(
+        Stake {
+            owner,
+            market: *market,
+            stake_mint: m.stake_mint,
+            owner_tokens,
+            amount,
+        }
+        .instruction(),
+    );
+    Ok(ixs)
+}
+
+/// What `stake unstake` sends (the `unstake` action): `amount` asked back, at most what no
+/// machine of `owner`'s bonds.
+pub(crate) fn plan_unstake(
+    config: &Config,
+    owner: Signing,
+    market: &Pubkey,
+    amount: &str,
+) -> Result<Vec<Instruction>> {
+    let m: Market = config.fetch(market, "market")?;
+    let decimals = config.mint_decimals(&m.stake_mint)?;
+    let amount = parse::positive_amount(amount, decimals, "unstake amount")?;
+    let s = existing_stake(config, market, &owner.pubkey())?;
+    let bonded = s.bonded(m.params.min_host_stake)?;
+    if s.machines > 0 && amount > s.amount.saturating_sub(bonded) {
+        let format = |v| gpu_market_core::amount::format(v, decimals);
+        bail!(
+            "{} of the stake backs your {} machines ({} each) and stays until they are closed: at most {} can be unstaked now",
+            format(bonded),
+            s.machines,
+            format(m.params.min_host_stake),
+            format(s.amount.saturating_sub(bonded))
+        );
+    }
+    Ok(vec![RequestUnstake {
+        owner,
+        market: *market,
+        amount,
+    }
+    .instruction()])
+}
+
+/// What `stake withdraw` sends (the `withdraw` action), and when the cooldown lets it land.
+pub(crate) struct Withdrawal {
+    pub instructions: Vec<Instruction>,
+    pub unlocks_at: i64,
+}
+
+pub(crate) fn plan_withdraw(
+    config: &Config,
+    owner: Signing,
+    market: &Pubkey,
+    tokens: Option<Pubkey>,
+) -> Result<Withdrawal> {
+    let m: Market = config.fetch(market, "market")?;
+    let s = existing_stake(config, market, &owner.pubkey())?;
+    if s.pending_unstake == 0 {
+        bail!("nothing is waiting to be withdrawn: ask stake back with `stake unstake` first");
+    }
+    let (owner_tokens, _) = config.token_account(&owner.pubkey(), &m.stake_mint, tokens)?;
+    Ok(Withdrawal {
+        instructions: vec![WithdrawStake {
+            owner,
+            market: *market,
+            stake_mint: m.stake_mint,
+            owner_tokens,
+        }
+        .instruction()],
+        unlocks_at: s.unlocks_at,
+    })
 }
 
 fn existing_stake(config: &Config, market: &Pubkey, owner: &Pubkey) -> Result<StakeAccount> {

@@ -1,0 +1,345 @@
+//! `gpu-market serve`: the market for wallets. An HTTP service that builds the transactions a
+//! wallet signs (the Solana Actions convention: `/actions.json`, `GET /api/actions/<name>` for an
+//! action's metadata, `POST` with `{"account"}` for an unsigned transaction), relays a signed
+//! one (`POST /api/send`), and serves the market page (`/`, `/bid/<key>`, `/wallet.js`).
+//!
+//! Every transaction is built by the CLI verb's own plan (`actions`) and tried on the cluster
+//! (a simulation without signatures) before it is returned: a request the program would refuse
+//! gets an error object with the program's reason, and no transaction.
+//!
+//! The reserve-price plot is sampled at each billing interval by a thread of its own.
+//!
+//! Chosen: hyper's HTTP/1.1 server (already built for bollard and the agent's API) over a web
+//! framework; the RPC client is blocking, so each request is answered on tokio's blocking pool.
+
+mod actions;
+mod page;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use base64::Engine as _;
+use clap::Args;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use solana_message::Message;
+use solana_pubkey::Pubkey;
+use solana_transaction::Transaction;
+
+use self::actions::Action;
+use crate::config::Config;
+use crate::output::{self, rpc_error};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The market the page shows and the actions act in.
+    #[arg(long)]
+    market: Pubkey,
+    /// Address to listen on (port 0: any free port; the URL is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The URL clients reach the service at, when not the listening address (behind a proxy):
+    /// action icons and links are absolute.
+    #[arg(long)]
+    public_url: Option<String>,
+}
+
+/// What every request reads: the cluster, the market, and who the service says it is.
+struct Site {
+    config: Config,
+    market: Pubkey,
+    public_url: String,
+    /// CAIP-2 id of the cluster (`solana:` + its genesis hash's first 32 characters), sent in
+    /// `X-Blockchain-Ids` as the Actions spec asks.
+    blockchain_id: String,
+    /// The Wallet Standard's name of the cluster (`solana:mainnet`, `solana:devnet`,
+    /// `solana:testnet`, else `solana:localnet`).
+    wallet_chain: &'static str,
+}
+
+/// The Actions spec version this service speaks.
+const ACTION_VERSION: &str = "2.4";
+/// The largest request body read (a signed transaction is at most 1,232 bytes).
+const MAX_BODY: usize = 64 * 1024;
+
+pub fn run(config: Config, args: ServeArgs) -> Result<()> {
+    config.fetch::<gpu_market::state::Market>(&args.market, "market")?;
+    let genesis = config
+        .rpc()
+        .get_genesis_hash()
+        .map_err(|e| {
+            anyhow!(
+                "cannot reach the cluster at {}: {}",
+                config.url,
+                rpc_error(&e)
+            )
+        })?
+        .to_string();
+    let wallet_chain = match &genesis[..] {
+        "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp1FkVwc8mAwh8" => "solana:mainnet",
+        g if g.starts_with("EtWTRABZaYq6iMfeYKouRu166VU2xqa1") => "solana:devnet",
+        g if g.starts_with("4uhcVJyU9pJkvQyS88uRDiswHXSCkY3z") => "solana:testnet",
+        _ => "solana:localnet",
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let local = listener.local_addr()?;
+        let public_url = args
+            .public_url
+            .unwrap_or_else(|| format!("http://{local}"))
+            .trim_end_matches('/')
+            .to_string();
+        output::line(format!("serving {public_url}"));
+        let site = Arc::new(Site {
+            config,
+            market: args.market,
+            blockchain_id: format!("solana:{}", &genesis[..genesis.len().min(32)]),
+            wallet_chain,
+            public_url,
+        });
+        let sampled = site.clone();
+        std::thread::spawn(move || loop {
+            // A cluster away for a while leaves a gap in the plot, not a stopped sampler.
+            let wait = page::sample_history(&sampled.config, &sampled.market)
+                .unwrap_or(std::time::Duration::from_secs(10));
+            std::thread::sleep(wait);
+        });
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let site = site.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request| answer(site.clone(), request));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    })
+}
+
+/// An answer: its status, content type and body; every answer carries the Actions headers.
+struct Answer {
+    status: StatusCode,
+    content_type: &'static str,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(status: StatusCode, value: Value) -> Answer {
+        Answer {
+            status,
+            content_type: "application/json",
+            body: value.to_string().into_bytes(),
+        }
+    }
+
+    /// The spec's error object: `{"message"}`, with a client-error status.
+    fn refused(status: StatusCode, e: &anyhow::Error) -> Answer {
+        Answer::json(status, json!({ "message": format!("{e:#}") }))
+    }
+}
+
+async fn answer(
+    site: Arc<Site>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let query: Vec<(String, String)> = request
+        .uri()
+        .query()
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .into_owned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let body = match method {
+        Method::POST => match Limited::new(request.into_body(), MAX_BODY).collect().await {
+            Ok(b) => Some(b.to_bytes()),
+            Err(e) => {
+                let e = anyhow!("cannot read the request body: {e}");
+                return Ok(respond(&site, Answer::refused(StatusCode::BAD_REQUEST, &e)));
+            }
+        },
+        _ => None,
+    };
+    let routed = site.clone();
+    let answer = tokio::task::spawn_blocking(move || route(&routed, &method, &path, &query, body))
+        .await
+        .unwrap_or_else(|e| {
+            Answer::refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &anyhow!("the request failed: {e}"),
+            )
+        });
+    Ok(respond(&site, answer))
+}
+
+fn respond(site: &Site, a: Answer) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(a.body)));
+    *response.status_mut() = a.status;
+    let h = response.headers_mut();
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    };
+    set(CONTENT_TYPE.as_str(), a.content_type);
+    // What the Actions spec asks of every answer, so that Blink clients on any origin can call.
+    set("access-control-allow-origin", "*");
+    set("access-control-allow-methods", "GET,POST,PUT,OPTIONS");
+    set(
+        "access-control-allow-headers",
+        "Content-Type, Authorization, Content-Encoding, Accept-Encoding, X-Action-Version, X-Blockchain-Ids",
+    );
+    set(
+        "access-control-expose-headers",
+        "X-Action-Version, X-Blockchain-Ids",
+    );
+    set("x-action-version", ACTION_VERSION);
+    set("x-blockchain-ids", &site.blockchain_id);
+    response
+}
+
+fn route(
+    site: &Site,
+    method: &Method,
+    path: &str,
+    query: &[(String, String)],
+    body: Option<Bytes>,
+) -> Answer {
+    let html = |page: Result<String>| match page {
+        Ok(page) => Answer {
+            status: StatusCode::OK,
+            content_type: "text/html; charset=utf-8",
+            body: page.into_bytes(),
+        },
+        Err(e) => Answer::refused(StatusCode::BAD_GATEWAY, &e),
+    };
+    let action = path.strip_prefix("/api/actions/").map(Action::from_name);
+    match (method, path, action) {
+        (&Method::OPTIONS, _, _) => Answer::json(StatusCode::OK, json!({})),
+        (&Method::GET, "/actions.json", _) => Answer::json(
+            StatusCode::OK,
+            json!({"rules": [{"pathPattern": "/api/actions/**", "apiPath": "/api/actions/**"}]}),
+        ),
+        (&Method::GET, "/icon.svg", _) => Answer {
+            status: StatusCode::OK,
+            content_type: "image/svg+xml",
+            body: ICON.as_bytes().to_vec(),
+        },
+        (&Method::GET, "/wallet.js", _) => Answer {
+            status: StatusCode::OK,
+            content_type: "text/javascript; charset=utf-8",
+            body: page::WALLET_JS.as_bytes().to_vec(),
+        },
+        (&Method::GET, "/", _) => html(page::market_page(
+            &site.config,
+            &site.market,
+            site.wallet_chain,
+        )),
+        (&Method::GET, _, Some(Some(a))) => Answer::json(
+            StatusCode::OK,
+            a.metadata(&format!("{}/icon.svg", site.public_url)),
+        ),
+        (&Method::POST, _, Some(Some(a))) => post_action(site, a, query, body.unwrap_or_default()),
+        (&Method::POST, "/api/send", _) => relay(site, body.unwrap_or_default()),
+        (&Method::GET, p, _) if p.starts_with("/bid/") => match p["/bid/".len()..].parse() {
+            Ok(bid) => html(page::bid_page(
+                &site.config,
+                &site.market,
+                &bid,
+                site.wallet_chain,
+            )),
+            Err(_) => not_found(path),
+        },
+        _ => not_found(path),
+    }
+}
+
+fn not_found(path: &str) -> Answer {
+    Answer::refused(
+        StatusCode::NOT_FOUND,
+        &anyhow!("nothing is served at {path}"),
+    )
+}
+
+/// The POST of an action: `{"account": "<base58>"}` → `{"type": "transaction", "transaction":
+/// "<base64>", "message"}`, the transaction unsigned with the account as fee payer, on the
+/// cluster's latest blockhash; or an error object, and nothing built.
+fn post_action(site: &Site, action: Action, query: &[(String, String)], body: Bytes) -> Answer {
+    let built = (|| -> Result<Value> {
+        let request: Value = serde_json::from_slice(&body)
+            .map_err(|_| anyhow!("the body is not JSON: send {{\"account\": \"<public key>\"}}"))?;
+        let account: Pubkey = request["account"]
+            .as_str()
+            .ok_or_else(|| anyhow!("the body has no account"))?
+            .parse()
+            .map_err(|_| anyhow!("the account is not a public key"))?;
+        let (instructions, message) =
+            action.instructions(&site.config, &site.market, query, &account)?;
+        if let Some(reason) = site.config.refusal(&account, &instructions)? {
+            anyhow::bail!("the cluster would refuse it: {reason}");
+        }
+        let blockhash = site
+            .config
+            .rpc()
+            .get_latest_blockhash()
+            .map_err(|e| anyhow!("cannot reach the cluster: {}", rpc_error(&e)))?;
+        let tx = Transaction::new_unsigned(Message::new_with_blockhash(
+            &instructions,
+            Some(&account),
+            &blockhash,
+        ));
+        let bytes = bincode::serialize(&tx)?;
+        Ok(json!({
+            "type": "transaction",
+            "transaction": base64::engine::general_purpose::STANDARD.encode(bytes),
+            "message": message,
+        }))
+    })();
+    match built {
+        Ok(v) => Answer::json(StatusCode::OK, v),
+        Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
+/// `POST /api/send` with `{"transaction": "<base64 signed>"}`: sends it to the cluster and
+/// waits for the configured commitment → `{"signature"}`. For wallets that sign but do not
+/// send (`solana:signTransaction`).
+fn relay(site: &Site, body: Bytes) -> Answer {
+    let sent = (|| -> Result<Value> {
+        let request: Value = serde_json::from_slice(&body)
+            .map_err(|_| anyhow!("the body is not JSON: send {{\"transaction\": \"<base64>\"}}"))?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(request["transaction"].as_str().unwrap_or_default())
+            .map_err(|_| anyhow!("the transaction is not base64"))?;
+        let tx: Transaction =
+            bincode::deserialize(&bytes).map_err(|_| anyhow!("the bytes are not a transaction"))?;
+        let signature = site
+            .config
+            .rpc()
+            .send_and_confirm_transaction(&tx)
+            .map_err(|e| anyhow!("transaction failed: {}", rpc_error(&e)))?;
+        Ok(json!({ "signature": signature.to_string() }))
+    })();
+    match sent {
+        Ok(v) => Answer::json(StatusCode::OK, v),
+        Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
+/// The actions' icon: a GPU card.
+const ICON: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect width="64" height="64" rx="8" fill="#1d2433"/><rect x="8" y="18" width="48" height="26" rx="3" fill="#3fb68b"/><circle cx="24" cy="31" r="7" fill="#1d2433"/><circle cx="42" cy="31" r="7" fill="#1d2433"/><rect x="12" y="44" width="6" height="6" fill="#c9a227"/><rect x="22" y="44" width="6" height="6" fill="#c9a227"/><rect x="32" y="44" width="6" height="6" fill="#c9a227"/></svg>"##;

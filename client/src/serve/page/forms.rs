@@ -1,0 +1,86 @@
+//! The page's action forms, made from the actions' own metadata (`Action::metadata`: title and
+//! parameters), so that a form asks for exactly what its action reads: the bid form's fields are
+//! the `bid` action's parameters, which are `bid place`'s flags.
+//!
+//! A form is plain HTML: `data-action` is its action's URL with the parameters the page already
+//! knows (the bid of a row, the lease); an input for each other parameter. `wallet.js` posts it
+//! for the connected wallet; without JavaScript its button stays disabled.
+
+use serde_json::Value;
+
+use super::html::esc;
+use crate::serve::actions::Action;
+
+/// The form of `action` with the parameters `fixed` in its URL; `wide` lays its inputs out in a
+/// grid (the bid form's many fields).
+pub fn action_form(action: Action, fixed: &[(&str, &str)], wide: bool) -> String {
+    let meta = action.metadata("");
+    let link = &meta["links"]["actions"][0];
+    let title = meta["title"].as_str().unwrap_or(action.name());
+    let mut url = format!("/api/actions/{}", action.name());
+    if !fixed.is_empty() {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fixed)
+            .finish();
+        url = format!("{url}?{query}");
+    }
+    let inputs: String = link["parameters"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| !fixed.iter().any(|(k, _)| p["name"] == *k))
+        .map(input)
+        .collect();
+    format!(
+        "<form class=\"action{wide}\" data-action=\"{url}\" title=\"{description}\">{inputs}<button type=\"submit\" disabled>{title}</button></form>",
+        wide = if wide { " wide" } else { "" },
+        url = esc(&url),
+        description = esc(meta["description"].as_str().unwrap_or_default()),
+        title = esc(title),
+    )
+}
+
+/// An input for one of an action's parameters (`{"name", "label", "required"}`).
+fn input(p: &Value) -> String {
+    let name = p["name"].as_str().unwrap_or_default();
+    let label = p["label"].as_str().unwrap_or(name);
+    let required = p["required"].as_bool().unwrap_or(false);
+    format!(
+        "<label>{label}{optional}<input name=\"{name}\"{required} autocomplete=\"off\"></label>",
+        label = esc(label),
+        optional = if required { "" } else { " (optional)" },
+        name = esc(name),
+        required = if required { " required" } else { "" },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_form_asks_for_the_parameters_its_url_does_not_fix() {
+        let html = action_form(Action::TopUp, &[("bid", "B1d")], false);
+        assert!(
+            html.contains("data-action=\"/api/actions/top-up?bid=B1d\""),
+            "{html}"
+        );
+        assert!(html.contains("<input name=\"amount\" required"), "{html}");
+        assert!(!html.contains("name=\"bid\""), "{html}");
+        let bid = action_form(Action::Bid, &[], true);
+        for name in [
+            "image",
+            "image-digest",
+            "gpus",
+            "price",
+            "duration",
+            "class",
+        ] {
+            assert!(bid.contains(&format!("name=\"{name}\"")), "{name}: {bid}");
+        }
+        let withdraw = action_form(Action::Withdraw, &[], false);
+        assert!(withdraw.contains("data-action=\"/api/actions/withdraw\""));
+        assert!(!withdraw.contains("<input"));
+    }
+}

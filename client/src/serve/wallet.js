@@ -1,0 +1,247 @@
+// The market page's script: the app side of the Wallet Standard (what wallet-adapter dApps use),
+// and the page's action forms posted for the connected wallet.
+//
+// Registration (github.com/wallet-standard/wallet-standard, @wallet-standard/app): the app
+// dispatches `wallet-standard:app-ready` with an API `{register}` (for wallets loaded before it),
+// and listens for `wallet-standard:register-wallet`, whose detail is a callback to call with
+// that API (for wallets loaded after it). Offered: wallets with `standard:connect`, a `solana:`
+// chain and a way to sign a Solana transaction.
+//
+// A form: connect → POST its `data-action` (with its inputs in the query) and
+// `{"account": "<base58>"}` → `{"transaction": "<base64 unsigned>", "message"}` or an error
+// `{"message"}` → `solana:signAndSendTransaction` where the wallet has it for the page's chain,
+// else `solana:signTransaction` and `POST /api/send` → the signature in #status, then the page's
+// data read again.
+(function () {
+  'use strict';
+
+  const chain = document.currentScript.dataset.chain;
+  const $ = (id) => document.getElementById(id);
+  const wallets = [];
+  let wallet = null;
+  let account = null;
+
+  // ---- Wallet Standard: the app's registry ----
+
+  function register(...added) {
+    const fresh = added.filter((w) => !wallets.includes(w) && usable(w));
+    wallets.push(...fresh);
+    showWallets();
+    return function unregister() {
+      for (const w of fresh) {
+        const i = wallets.indexOf(w);
+        if (i >= 0) wallets.splice(i, 1);
+        if (w === wallet) setAccount(null, null);
+      }
+      showWallets();
+    };
+  }
+
+  function usable(w) {
+    const f = w.features || {};
+    return (
+      f['standard:connect'] &&
+      (w.chains || []).some((c) => c.startsWith('solana:')) &&
+      (f['solana:signTransaction'] || f['solana:signAndSendTransaction'])
+    );
+  }
+
+  const api = Object.freeze({ register });
+  window.addEventListener('wallet-standard:register-wallet', (event) => {
+    try {
+      event.detail(api);
+    } catch (e) {
+      console.error('a wallet failed to register', e);
+    }
+  });
+  window.dispatchEvent(
+    new CustomEvent('wallet-standard:app-ready', { detail: api, bubbles: false })
+  );
+
+  // ---- Connection ----
+
+  function showWallets() {
+    const select = $('wallets');
+    const chosen = select.value;
+    select.replaceChildren(
+      ...(wallets.length ? wallets : [null]).map((w, i) => {
+        const o = document.createElement('option');
+        o.value = w ? String(i) : '';
+        o.textContent = w ? w.name : 'no wallet found';
+        return o;
+      })
+    );
+    if (chosen && Number(chosen) < wallets.length) select.value = chosen;
+    select.disabled = wallets.length < 2;
+    $('connect').disabled = wallets.length === 0;
+    enableForms();
+  }
+
+  function setAccount(w, a) {
+    wallet = w;
+    account = a;
+    $('account').textContent = a ? a.address : '';
+    $('connect').textContent = a ? 'Connected' : 'Connect wallet';
+  }
+
+  async function connect() {
+    const w = wallets[Number($('wallets').value || 0)];
+    if (!w) throw new Error('no Wallet Standard wallet with a Solana account is installed');
+    const { accounts } = await w.features['standard:connect'].connect();
+    const a = accounts.find((x) => (x.chains || []).includes(chain)) || accounts[0];
+    if (!a) throw new Error(`${w.name} granted no account`);
+    if (w !== wallet && w.features['standard:events']) {
+      w.features['standard:events'].on('change', ({ accounts: now }) => {
+        if (w !== wallet || !now) return;
+        const same = now.find((x) => x.address === (account && account.address));
+        setAccount(now.length ? w : null, same || now[0] || null);
+      });
+    }
+    setAccount(w, a);
+    return a;
+  }
+
+  function enableForms() {
+    for (const b of document.querySelectorAll('form[data-action] button')) {
+      b.disabled = wallets.length === 0;
+    }
+  }
+
+  // ---- Acting ----
+
+  function status(state, html) {
+    const s = $('status');
+    s.dataset.state = state;
+    s.innerHTML = html;
+  }
+
+  const escape = (t) =>
+    String(t).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+  async function postJson(url, body) {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    let answer;
+    try {
+      answer = await response.json();
+    } catch (e) {
+      throw new Error(`${url} answered ${response.status} without JSON`);
+    }
+    if (!response.ok) throw new Error(answer.message || `${url} answered ${response.status}`);
+    return answer;
+  }
+
+  // Signs `tx` (wire bytes) with the wallet; sends it itself where it can for the page's chain,
+  // else through the service. Returns the signature (base58) and whether the service confirmed it.
+  async function signAndSend(tx) {
+    const f = wallet.features;
+    const sendable =
+      f['solana:signAndSendTransaction'] &&
+      ((account.chains || []).includes(chain) || (wallet.chains || []).includes(chain));
+    if (sendable) {
+      const [out] = await f['solana:signAndSendTransaction'].signAndSendTransaction({
+        account,
+        transaction: tx,
+        chain,
+      });
+      return { signature: base58(out.signature), confirmed: false };
+    }
+    if (!f['solana:signTransaction']) {
+      throw new Error(`${wallet.name} cannot sign a transaction for ${chain}`);
+    }
+    const [out] = await f['solana:signTransaction'].signTransaction({
+      account,
+      transaction: tx,
+      chain,
+    });
+    const sent = await postJson('/api/send', { transaction: toBase64(out.signedTransaction) });
+    return { signature: sent.signature, confirmed: true };
+  }
+
+  async function act(form) {
+    const url = new URL(form.dataset.action, location.href);
+    for (const input of form.querySelectorAll('input[name]')) {
+      if (input.value.trim() !== '') url.searchParams.append(input.name, input.value.trim());
+    }
+    status('working', 'Asking the wallet…');
+    if (!account) await connect();
+    status('working', 'Building the transaction…');
+    const built = await postJson(url.pathname + url.search, { account: account.address });
+    status('working', `${escape(built.message || '')}: waiting for the wallet to sign…`);
+    const { signature, confirmed } = await signAndSend(fromBase64(built.transaction));
+    const sent = `${escape(built.message || 'Sent')}. Signature <code class="signature">${escape(signature)}</code>`;
+    status('sent', sent);
+    $('status').dataset.signature = signature;
+    await reload();
+    // `done`: the data below is read after the transaction.
+    status('done', sent);
+    // A wallet that sent it itself answers before the cluster confirms: read once more.
+    if (!confirmed) setTimeout(reload, 3000);
+  }
+
+  // The page's data read again (the server renders it), in place.
+  async function reload() {
+    const response = await fetch(location.href, { cache: 'no-store' });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), 'text/html');
+    const data = fresh.getElementById('data');
+    if (data) {
+      $('data').replaceWith(data);
+      enableForms();
+    }
+  }
+
+  document.addEventListener('submit', (event) => {
+    const form = event.target.closest('form[data-action]');
+    if (!form) return;
+    event.preventDefault();
+    act(form).catch((e) => status('error', escape(e.message || e)));
+  });
+
+  $('connect').addEventListener('click', () => {
+    connect()
+      .then((a) => status('done', `Connected ${escape(a.address)}`))
+      .catch((e) => status('error', escape(e.message || e)));
+  });
+
+  // ---- Encodings ----
+
+  function toBase64(bytes) {
+    let s = '';
+    for (const b of bytes) s += String.fromCharCode(b);
+    return btoa(s);
+  }
+
+  function fromBase64(text) {
+    return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+  }
+
+  const ALPHABET = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz';
+  function base58(bytes) {
+    const digits = [];
+    for (const byte of bytes) {
+      let carry = byte;
+      for (let j = 0; j < digits.length; j++) {
+        carry += digits[j] * 256;
+        digits[j] = carry % 58;
+        carry = Math.floor(carry / 58);
+      }
+      while (carry > 0) {
+        digits.push(carry % 58);
+        carry = Math.floor(carry / 58);
+      }
+    }
+    let out = '';
+    for (const byte of bytes) {
+      if (byte !== 0) break;
+      out += '1';
+    }
+    for (let i = digits.length - 1; i >= 0; i--) out += ALPHABET[digits[i]];
+    return out;
+  }
+
+  showWallets();
+})();

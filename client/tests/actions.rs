@@ -1,0 +1,337 @@
+//! `gpu-market serve`'s Solana Actions on a real validator, used as a wallet uses them: each
+//! action's metadata read, its transaction asked for with `{"account"}`, signed with the
+//! account's keypair as a wallet would, sent (to the cluster, or through `/api/send`), and the
+//! balances and accounts checked. Bad requests get an error object, build nothing and move
+//! nothing.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use base64::Engine as _;
+use common::*;
+use gpu_market::pda;
+use gpu_market::state::{Bid, Lease, StakeAccount};
+use serde_json::{json, Value};
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+use solana_transaction::Transaction;
+
+/// `gpu-market serve` on a free port, stopped when dropped.
+struct Served {
+    child: Child,
+    /// `host:port`.
+    addr: String,
+}
+
+impl Served {
+    fn start(t: &T, market: &Pubkey) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-market"))
+            .args([
+                "--url",
+                &t.cluster.rpc_url,
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--market", &market.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let addr = first
+            .trim()
+            .strip_prefix("serving http://")
+            .unwrap_or_else(|| panic!("serve printed {first:?}"))
+            .to_string();
+        Served { child, addr }
+    }
+
+    /// One HTTP/1.1 request: the status, the headers (names lower-cased) and the body.
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+            .collect();
+        Answer {
+            status,
+            headers,
+            body: body.to_string(),
+        }
+    }
+
+    fn get(&self, path: &str) -> Answer {
+        self.request("GET", path, None)
+    }
+
+    /// POSTs `{"account": account}` to an action: its unsigned transaction and message.
+    fn transaction(&self, path: &str, account: &Pubkey) -> (Transaction, String) {
+        let a = self.request(
+            "POST",
+            path,
+            Some(&json!({ "account": account.to_string() })),
+        );
+        assert_eq!(a.status, 200, "{path}: {}", a.body);
+        let v = a.json();
+        assert_eq!(v["type"], "transaction", "{v}");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v["transaction"].as_str().unwrap())
+            .unwrap();
+        let tx: Transaction = bincode::deserialize(&bytes).unwrap();
+        (tx, v["message"].as_str().unwrap().to_string())
+    }
+
+    /// An action's refusal: a client error whose body is only the spec's `{"message"}`.
+    fn refused(&self, path: &str, body: &Value) -> String {
+        let a = self.request("POST", path, Some(body));
+        assert!(
+            (400..500).contains(&a.status),
+            "{path}: {} {}",
+            a.status,
+            a.body
+        );
+        let v = a.json();
+        let object = v.as_object().unwrap();
+        assert_eq!(object.len(), 1, "{v}");
+        v["message"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Signs `tx` with `wallet` as a wallet does (the fee payer's is the only signature asked for)
+/// and sends it to the cluster.
+fn sign_and_send(t: &T, wallet: &Keypair, mut tx: Transaction) {
+    assert_eq!(tx.message.account_keys[0], wallet.pubkey(), "the fee payer");
+    assert_eq!(tx.message.header.num_required_signatures, 1);
+    assert!(
+        tx.signatures.iter().all(|s| *s == Default::default()),
+        "the service signs nothing"
+    );
+    let blockhash = tx.message.recent_blockhash;
+    tx.try_sign(&[wallet], blockhash).unwrap();
+    t.rpc()
+        .send_and_confirm_transaction(&tx)
+        .unwrap_or_else(|e| panic!("the signed transaction failed: {e}"));
+}
+
+fn stake_of(t: &T, market: &Pubkey, owner: &Pubkey) -> StakeAccount {
+    t.account(&pda::stake(market, owner).0)
+}
+
+const BID_QUERY: &str = "image=registry.example%2Ftrain%3Av3&image-digest=abababababababababababababababababababababababababababababababab&gpus=1&gib-per-gpu=40&overclock=power%3D250&price=3&duration=1h&class=0";
+
+#[test]
+fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_nothing() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &["--unstake-cooldown-secs", "3"]);
+    let host = register_host(&t, &s);
+    let alice_file = t.wallet("alice");
+    let alice = key_of(&alice_file);
+    let tokens = s.fund(&t, &alice_file, "100");
+    let bob_file = t.wallet("bob");
+    s.fund(&t, &bob_file, "100");
+    let served = Served::start(&t, &s.market);
+
+    // The Actions discovery file, and an action's metadata with the spec's headers.
+    let rules = served.get("/actions.json").json();
+    assert_eq!(rules["rules"][0]["apiPath"], "/api/actions/**");
+    let meta = served.get("/api/actions/stake");
+    assert_eq!(meta.status, 200);
+    assert_eq!(meta.header("access-control-allow-origin"), Some("*"));
+    assert!(meta.header("x-action-version").is_some());
+    let genesis = t.rpc().get_genesis_hash().unwrap().to_string();
+    assert_eq!(
+        meta.header("x-blockchain-ids"),
+        Some(format!("solana:{}", &genesis[..32]).as_str())
+    );
+    let link = &meta.json()["links"]["actions"][0];
+    assert_eq!(link["href"], "/api/actions/stake?amount={amount}");
+    assert!(meta.json()["icon"].as_str().unwrap().ends_with("/icon.svg"));
+    assert_eq!(served.get("/icon.svg").status, 200);
+    assert_eq!(
+        served.request("OPTIONS", "/api/actions/stake", None).status,
+        200
+    );
+
+    // Stake: the stake account opened and 12.5 tokens locked.
+    let (tx, message) = served.transaction("/api/actions/stake?amount=12.5", &alice.pubkey());
+    assert!(message.contains("12.5"), "{message}");
+    sign_and_send(&t, &alice, tx);
+    assert_eq!(t.balance(&tokens), 87_500_000);
+    assert_eq!(stake_of(&t, &s.market, &alice.pubkey()).amount, 12_500_000);
+
+    // Bad requests: an error object each, no transaction, nothing moved.
+    let me = json!({ "account": alice.pubkey().to_string() });
+    for (path, body, says) in [
+        ("/api/actions/stake?amount=-1", &me, "not a decimal number"),
+        (
+            "/api/actions/stake?amount=1000",
+            &me,
+            "insufficient balance",
+        ),
+        ("/api/actions/stake", &me, "needs amount"),
+        ("/api/actions/stake?amount=1&market=x", &me, "no parameter"),
+        (
+            "/api/actions/stake?amount=1",
+            &json!({"account": "nobody"}),
+            "not a public key",
+        ),
+        ("/api/actions/stake?amount=1", &json!({}), "no account"),
+        ("/api/actions/withdraw", &me, "nothing is waiting"),
+        ("/api/actions/bid?gpus=1", &me, "not provided: image"),
+        ("/api/actions/cancel?bid=notakey", &me, "not a public key"),
+    ] {
+        let m = served.refused(path, body);
+        assert!(m.contains(says), "{path}: {m}");
+    }
+    let not_json = served.request("POST", "/api/actions/stake?amount=1", None);
+    assert_eq!(not_json.status, 400);
+    assert!(not_json.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("not JSON"));
+    assert_eq!(served.get("/api/actions/steal").status, 404);
+    assert_eq!(t.balance(&tokens), 87_500_000);
+    assert_eq!(stake_of(&t, &s.market, &alice.pubkey()).amount, 12_500_000);
+
+    // Unstake, then withdraw: refused until the cooldown ends, then paid out.
+    let (tx, _) = served.transaction("/api/actions/unstake?amount=2.5", &alice.pubkey());
+    sign_and_send(&t, &alice, tx);
+    let st = stake_of(&t, &s.market, &alice.pubkey());
+    assert_eq!((st.amount, st.pending_unstake), (10_000_000, 2_500_000));
+    let early = served.refused("/api/actions/withdraw", &me);
+    assert!(early.contains("cooldown"), "{early}");
+    wait_until(&t, st.unlocks_at);
+    let (tx, _) = served.transaction("/api/actions/withdraw", &alice.pubkey());
+    sign_and_send(&t, &alice, tx);
+    assert_eq!(t.balance(&tokens), 90_000_000);
+    assert_eq!(stake_of(&t, &s.market, &alice.pubkey()).pending_unstake, 0);
+
+    // A bid (3 tokens per GPU-hour, one GPU, one hour: 3 in escrow), topped up through the
+    // relay (a wallet that only signs), then cancelled: all 4 back.
+    let path = format!("/api/actions/bid?{BID_QUERY}&nonce=7");
+    let (tx, message) = served.transaction(&path, &alice.pubkey());
+    let bid = pda::bid(&s.market, &alice.pubkey(), 7).0;
+    assert!(message.contains(&bid.to_string()), "{message}");
+    sign_and_send(&t, &alice, tx);
+    assert_eq!(t.account::<Bid>(&bid).escrow, 3_000_000);
+    assert_eq!(t.balance(&tokens), 87_000_000);
+    let (mut tx, _) = served.transaction(
+        &format!("/api/actions/top-up?bid={bid}&amount=1"),
+        &alice.pubkey(),
+    );
+    let blockhash = tx.message.recent_blockhash;
+    tx.try_sign(&[&alice], blockhash).unwrap();
+    let signed = base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&tx).unwrap());
+    let relayed = served.request("POST", "/api/send", Some(&json!({ "transaction": signed })));
+    assert_eq!(relayed.status, 200, "{}", relayed.body);
+    assert_eq!(relayed.json()["signature"], tx.signatures[0].to_string());
+    assert_eq!(t.account::<Bid>(&bid).escrow, 4_000_000);
+    let unsigned = served
+        .transaction(&format!("/api/actions/cancel?bid={bid}"), &alice.pubkey())
+        .0;
+    let forged =
+        base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&unsigned).unwrap());
+    let m = served.refused("/api/send", &json!({ "transaction": forged }));
+    assert!(m.contains("transaction failed"), "{m}");
+    // Bob may not cancel alice's bid.
+    let bob = key_of(&bob_file);
+    let theirs = served.refused(
+        &format!("/api/actions/cancel?bid={bid}"),
+        &json!({ "account": bob.pubkey().to_string() }),
+    );
+    assert!(theirs.contains("belongs to"), "{theirs}");
+    let (tx, message) =
+        served.transaction(&format!("/api/actions/cancel?bid={bid}"), &alice.pubkey());
+    assert!(message.contains("4 refunded"), "{message}");
+    sign_and_send(&t, &alice, tx);
+    assert!(!t.exists(&bid));
+    assert_eq!(t.balance(&tokens), 90_000_000);
+
+    // A running lease, ended by its client through the action (a stranger is refused).
+    let path = format!("/api/actions/bid?{BID_QUERY}&nonce=8");
+    let (tx, _) = served.transaction(&path, &alice.pubkey());
+    sign_and_send(&t, &alice, tx);
+    let lease = allocate_as_agent(
+        &t,
+        &s,
+        &host,
+        pda::bid(&s.market, &alice.pubkey(), 8).0,
+        alice.pubkey(),
+    );
+    let stranger = served.refused(
+        &format!("/api/actions/end-lease?lease={lease}"),
+        &json!({ "account": bob.pubkey().to_string() }),
+    );
+    assert!(stranger.contains("only the lease's client"), "{stranger}");
+    assert_eq!(t.account::<Lease>(&lease).paid, 0);
+    let (tx, _) = served.transaction(
+        &format!("/api/actions/end-lease?lease={lease}"),
+        &alice.pubkey(),
+    );
+    let ends_at = t.account::<Lease>(&lease).ends_at;
+    sign_and_send(&t, &alice, tx);
+    if t.exists(&lease) {
+        // Some of its time had passed: it stops now, and settles once the host proves it.
+        let l = t.account::<Lease>(&lease);
+        assert!(
+            l.stop() < ends_at && l.stop() <= t.cluster_time(),
+            "it stops now"
+        );
+    } else {
+        // Ended within the second it started: settled at once, the whole escrow back.
+        assert_eq!(t.balance(&tokens), 90_000_000);
+    }
+}
