@@ -1,0 +1,214 @@
+// Drives the market page of `gpu-market serve` in Debian's Chromium for client/tests/page.rs, with
+// a test wallet registered through the Wallet Standard that signs with a known keypair.
+//
+// Environment: PAGE_URL (the page), SHOTS_DIR (where screenshots go), WALLET_SECRET (the 64-byte
+// secret key as a JSON array), WALLET_ADDRESS (its public key, base58), WALLET_CHAIN (e.g.
+// solana:localnet).
+//
+// Commands, one per line on standard input; each answers one JSON line on standard output:
+//   read NAME     loads the page, saves NAME.png, answers what the DOM shows
+//   stake AMOUNT  stakes AMOUNT through the page's stake form and the wallet, waits for the
+//                 page's status, saves stake.png, answers the status and what the DOM shows
+//   quit
+import { chromium } from 'playwright-core';
+import { createInterface } from 'node:readline';
+import path from 'node:path';
+
+function env(name) {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set`);
+  return v;
+}
+
+const url = env('PAGE_URL');
+const shots = env('SHOTS_DIR');
+const wallet = {
+  secret: JSON.parse(env('WALLET_SECRET')),
+  address: env('WALLET_ADDRESS'),
+  chain: env('WALLET_CHAIN'),
+};
+
+// Runs in the page before its scripts: a wallet as a browser extension would inject it, which
+// registers itself both ways the Wallet Standard provides.
+function testWallet({ secret, address, chain }) {
+  const seed = new Uint8Array(secret.slice(0, 32));
+  const publicKey = new Uint8Array(secret.slice(32, 64));
+  // PKCS #8 of an Ed25519 private key: a fixed prefix, then the 32-byte seed.
+  const pkcs8 = new Uint8Array([
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+    ...seed,
+  ]);
+  const key = crypto.subtle.importKey('pkcs8', pkcs8, { name: 'Ed25519' }, false, ['sign']);
+  const account = Object.freeze({
+    address,
+    publicKey,
+    chains: [chain],
+    features: ['solana:signTransaction'],
+  });
+  const listeners = { change: [] };
+  let accounts = [];
+  window.__testWallet = { connects: 0, signed: [] };
+
+  // A compact-u16 (shortvec) at `at`: its value and the offset after it.
+  function shortvec(bytes, at) {
+    let value = 0;
+    for (let i = 0; i < 3; i++) {
+      const b = bytes[at + i];
+      value |= (b & 0x7f) << (7 * i);
+      if ((b & 0x80) === 0) return [value, at + i + 1];
+    }
+    throw new Error('bad compact-u16');
+  }
+
+  // Signs a legacy transaction's message and puts the signature in this key's slot.
+  async function sign(tx) {
+    const [count, sigsAt] = shortvec(tx, 0);
+    const message = tx.subarray(sigsAt + 64 * count);
+    const required = message[0];
+    const [keys, keysAt] = shortvec(message, 3);
+    let slot = -1;
+    for (let i = 0; i < Math.min(required, keys); i++) {
+      const k = message.subarray(keysAt + 32 * i, keysAt + 32 * (i + 1));
+      if (k.every((b, j) => b === publicKey[j])) slot = i;
+    }
+    if (slot < 0 || slot >= count) throw new Error('the transaction asks no signature of this wallet');
+    const signature = new Uint8Array(await crypto.subtle.sign('Ed25519', await key, message));
+    const signed = new Uint8Array(tx);
+    signed.set(signature, sigsAt + 64 * slot);
+    window.__testWallet.signed.push(slot);
+    return signed;
+  }
+
+  const testWallet = Object.freeze({
+    version: '1.0.0',
+    name: 'Test Wallet',
+    icon: 'data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIHZpZXdCb3g9IjAgMCAxIDEiPjxyZWN0IHdpZHRoPSIxIiBoZWlnaHQ9IjEiLz48L3N2Zz4=',
+    chains: [chain],
+    get accounts() {
+      return accounts;
+    },
+    features: {
+      'standard:connect': {
+        version: '1.0.0',
+        connect: async () => {
+          accounts = [account];
+          window.__testWallet.connects += 1;
+          for (const l of listeners.change) l({ accounts });
+          return { accounts };
+        },
+      },
+      'standard:events': {
+        version: '1.0.0',
+        on: (event, listener) => {
+          listeners[event].push(listener);
+          return () => listeners[event].splice(listeners[event].indexOf(listener), 1);
+        },
+      },
+      'solana:signTransaction': {
+        version: '1.0.0',
+        supportedTransactionVersions: ['legacy'],
+        signTransaction: (...inputs) =>
+          Promise.all(
+            inputs.map(async (input) => {
+              if (input.account.address !== address) throw new Error('not this wallet\'s account');
+              return { signedTransaction: await sign(input.transaction) };
+            })
+          ),
+      },
+    },
+  });
+
+  const callback = ({ register }) => register(testWallet);
+  window.addEventListener('wallet-standard:app-ready', ({ detail: api }) => callback(api));
+  window.dispatchEvent(new CustomEvent('wallet-standard:register-wallet', { detail: callback }));
+}
+
+// What the DOM shows: each record (`data-record`, `data-key`) with its own fields
+// (`data-field`: `data-value` where the text is shortened, else the text).
+function readDom() {
+  const records = [...document.querySelectorAll('[data-record]')].map((r) => {
+    const fields = {};
+    for (const f of r.querySelectorAll('[data-field]')) {
+      if (f.closest('[data-record]') !== r) continue;
+      fields[f.dataset.field] = f.dataset.value ?? f.textContent.trim();
+    }
+    return { record: r.dataset.record, key: r.dataset.key, fields };
+  });
+  const status = document.getElementById('status');
+  return {
+    cluster_time: Number(document.getElementById('data').dataset.clusterTime),
+    records,
+    plots: [...document.querySelectorAll('svg.plot')].map((s) => ({
+      id: s.id,
+      polylines: s.querySelectorAll('polyline').length,
+    })),
+    wallets: [...document.querySelectorAll('#wallets option')].map((o) => o.textContent),
+    forms: [...document.querySelectorAll('form[data-action]')].map((f) => ({
+      action: f.dataset.action,
+      enabled: !f.querySelector('button').disabled,
+    })),
+    status: { state: status.dataset.state ?? '', text: status.textContent, signature: status.dataset.signature ?? '' },
+    wallet: window.__testWallet,
+  };
+}
+
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  headless: true,
+  args: [
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+  ],
+});
+const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+page.on('pageerror', (e) => console.error(`page error: ${e.message}`));
+page.on('console', (m) => console.error(`console.${m.type()}: ${m.text()}`));
+await page.addInitScript(testWallet, wallet);
+
+const answer = (obj) => process.stdout.write(`${JSON.stringify(obj)}\n`);
+
+async function load() {
+  await page.goto(url, { waitUntil: 'load' });
+  // wallet.js has run and the test wallet has registered through the Wallet Standard.
+  await page.waitForFunction(() => !document.getElementById('connect').disabled, null, { timeout: 10000 });
+}
+
+async function stake(amount) {
+  const form = page.locator('form[data-action^="/api/actions/stake"]');
+  await form.locator('input[name="amount"]').fill(amount);
+  await form.locator('button').click();
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.getElementById('status').dataset.state),
+    null,
+    { timeout: 60000 }
+  );
+}
+
+const lines = createInterface({ input: process.stdin });
+try {
+  for await (const line of lines) {
+    const [command, arg] = line.trim().split(/\s+/);
+    if (command === 'quit') break;
+    if (command === 'read') {
+      await load();
+      await page.screenshot({ path: path.join(shots, `${arg}.png`), fullPage: true });
+      answer({ event: 'read', name: arg, ...(await page.evaluate(readDom)) });
+    } else if (command === 'stake') {
+      await stake(arg);
+      await page.screenshot({ path: path.join(shots, 'stake.png'), fullPage: true });
+      answer({ event: 'stake', ...(await page.evaluate(readDom)) });
+    } else {
+      throw new Error(`unknown command ${line}`);
+    }
+  }
+} finally {
+  // Nothing more is read: standard input no longer keeps the process alive.
+  lines.close();
+  process.stdin.destroy();
+  await browser.close();
+}
