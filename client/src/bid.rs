@@ -158,13 +158,13 @@ pub fn run(config: &Config, command: BidCommand) -> Result<()> {
             tokens,
         } => {
             let client = config.signer()?;
-            let ixs = plan_top_up(config, &client, &bid, &amount, tokens)?;
+            let ixs = plan_top_up(config, client.key(), &bid, &amount, tokens)?;
             let signature = config.send(&client, &ixs, &[])?;
             show(config, &bid, Some(signature))
         }
         BidCommand::Cancel { bid, tokens } => {
             let client = config.signer()?;
-            let plan = plan_cancel(config, &client, &bid, tokens)?;
+            let plan = plan_cancel(config, client.key(), &bid, tokens)?;
             let signature = config.send(&client, &plan.instructions, &[])?;
             print_record(
                 config.output,
@@ -299,16 +299,22 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     let env = a
         .env
         .as_deref()
-        .map(|path| env::read_env(path, &client))
+        .map(|path| env::read_env(path, client.keypair("sealing an environment")?))
         .transpose()?;
     let env_hash = env.as_ref().map_or([0; 32], |e| e.hash());
-    let plan = plan_place(config, &client, &a, env_hash)?;
+    let plan = plan_place(config, client.key(), &a, env_hash)?;
     let signature = config.send(&client, &plan.instructions, &[])?;
     let bid = plan.bid;
     let placed: Bid = config.fetch(&bid, "bid")?;
     let mut fields = bid_fields(config, &bid, &placed, &plan.market)?;
     if let Some(env) = &env {
-        let machines = env::seal_new_bid(config, &client, (&bid, &placed), &plan.market, env)?;
+        let machines = env::seal_new_bid(
+            config,
+            client.keypair("sealing an environment")?,
+            (&bid, &placed),
+            &plan.market,
+            env,
+        )?;
         fields.push(("env_sealed_to", env::machines_value(&machines)));
     }
     // What left the wallet: the escrow (refundable) and the premium (not).

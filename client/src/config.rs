@@ -21,6 +21,7 @@ use solana_rpc_client_api::config::{
     RpcTransactionConfig,
 };
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
+use solana_signer::null_signer::NullSigner;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 use solana_transaction_status_client_types::UiTransactionEncoding;
@@ -83,14 +84,19 @@ impl Config {
         RpcClient::new_with_commitment(self.url.clone(), self.commitment)
     }
 
-    /// The keypair that signs and pays, read from [`Self::keypair_source`] the first time.
-    pub fn signer(&self) -> Result<Keypair> {
+    /// The wallet that signs and pays, read from [`Self::keypair_source`]: a keypair the first
+    /// time (a prompt or standard input is read once per command), a hardware wallet each time
+    /// (its device is opened again).
+    pub fn signer(&self) -> Result<Wallet> {
+        if is_hardware(&self.keypair_source) {
+            return hardware_wallet(&self.keypair_source);
+        }
         if let Some(k) = self.signer.get() {
-            return Ok(k.insecure_clone());
+            return Ok(Wallet::Key(k.insecure_clone()));
         }
         let k = keypair_from_source(&self.keypair_source)?;
         let _ = self.signer.set(k.insecure_clone());
-        Ok(k)
+        Ok(Wallet::Key(k))
     }
 
     /// An account's data; a missing account and an unreachable cluster are told apart.
@@ -393,17 +399,10 @@ impl Config {
         extra: &[&dyn Signer],
     ) -> Result<String> {
         let rpc = self.rpc();
-        let mut signers = vec![payer];
-        for k in extra {
-            if signers.iter().all(|s| s.pubkey() != k.pubkey()) {
-                signers.push(k);
-            }
-        }
         let blockhash = rpc
             .get_latest_blockhash()
             .map_err(|e| self.unreachable(&e))?;
-        let tx =
-            Transaction::new_signed_with_payer(ixs, Some(&payer.pubkey()), &signers, blockhash);
+        let tx = signed(payer, ixs, extra, blockhash)?;
         let sig = rpc
             .send_and_confirm_transaction_with_spinner_and_commitment(&tx, self.commitment)
             .map_err(|e| anyhow!("transaction failed: {}", rpc_error(&e)))?;
@@ -445,6 +444,27 @@ impl Config {
     }
 }
 
+/// `ixs` paid and signed by `payer`, and signed by each of `extra` whose key is not the payer's:
+/// an instruction built with a wallet's stand-in (`Wallet::key`) is signed by the wallet itself.
+fn signed(
+    payer: &dyn Signer,
+    ixs: &[Instruction],
+    extra: &[&dyn Signer],
+    blockhash: solana_message::Hash,
+) -> Result<Transaction> {
+    let mut signers = vec![payer];
+    for k in extra {
+        if signers.iter().all(|s| s.pubkey() != k.pubkey()) {
+            signers.push(*k);
+        }
+    }
+    let mut tx = Transaction::new_with_payer(ixs, Some(&payer.pubkey()));
+    // A hardware wallet may refuse (or its user): an error, not a panic.
+    tx.try_sign(&signers, blockhash)
+        .map_err(|e| anyhow!("the transaction was not signed: {e}"))?;
+    Ok(tx)
+}
+
 fn decode_as<T: AccountDeserialize>(data: &[u8], address: &Pubkey, what: &str) -> Result<T> {
     T::try_deserialize(&mut &data[..]).map_err(|_| anyhow!("{address} is not a {what} account"))
 }
@@ -480,20 +500,101 @@ fn expand_home(p: &str) -> PathBuf {
     }
 }
 
+/// The wallet `-k` names: a keypair, or a hardware wallet (`usb://ledger…`) whose key signs on
+/// the device.
+pub enum Wallet {
+    Key(Keypair),
+    Hardware {
+        device: Box<dyn Signer>,
+        /// Stands for the device's key in instruction builders, which take thread-safe signers
+        /// (a `RemoteKeypair` is not): only [`Config::send`] signs, with the device.
+        stand_in: NullSigner,
+    },
+}
+
+impl Wallet {
+    /// The signer instruction builders take: the keypair, or the device's stand-in.
+    pub fn key(&self) -> Signing<'_> {
+        match self {
+            Wallet::Key(k) => k,
+            Wallet::Hardware { stand_in, .. } => stand_in,
+        }
+    }
+
+    /// The keypair itself, for what needs its secret (opening a sealed environment, signing a
+    /// lease API request): refused for a hardware wallet, which never gives its secret.
+    pub fn keypair(&self, what: &str) -> Result<&Keypair> {
+        match self {
+            Wallet::Key(k) => Ok(k),
+            Wallet::Hardware { .. } => {
+                bail!("{what} needs a keypair's secret, which a hardware wallet never gives: pass a keypair file with -k")
+            }
+        }
+    }
+}
+
+impl Signer for Wallet {
+    fn try_pubkey(&self) -> Result<Pubkey, solana_signer::SignerError> {
+        match self {
+            Wallet::Key(k) => k.try_pubkey(),
+            Wallet::Hardware { device, .. } => device.try_pubkey(),
+        }
+    }
+
+    fn try_sign_message(
+        &self,
+        message: &[u8],
+    ) -> Result<solana_signature::Signature, solana_signer::SignerError> {
+        match self {
+            Wallet::Key(k) => k.try_sign_message(message),
+            Wallet::Hardware { device, .. } => device.try_sign_message(message),
+        }
+    }
+
+    fn is_interactive(&self) -> bool {
+        match self {
+            Wallet::Key(_) => false,
+            Wallet::Hardware { device, .. } => device.is_interactive(),
+        }
+    }
+}
+
+fn is_hardware(source: &str) -> bool {
+    source.starts_with("usb://")
+}
+
+/// The library reads optional flags (a seed phrase's validation, a key's confirmation) from
+/// clap 2 matches; this CLI offers none of them.
+fn library_matches() -> clap2::ArgMatches<'static> {
+    clap2::App::new("gpu-market").get_matches_from(["gpu-market"])
+}
+
+/// A hardware wallet, `usb://ledger[?key=ACCOUNT[/CHANGE]]` (`solana_clap_utils::keypair::
+/// signer_from_path`, with the remote-wallet library's HID transport): its key read from the
+/// device now, each signature asked of it at send.
+fn hardware_wallet(source: &str) -> Result<Wallet> {
+    let mut manager = None;
+    let device = solana_clap_utils::keypair::signer_from_path(
+        &library_matches(),
+        source,
+        "keypair",
+        &mut manager,
+    )
+    .map_err(|e| anyhow!("cannot use the hardware wallet {source}: {e}"))?;
+    let stand_in = NullSigner::new(&device.pubkey());
+    Ok(Wallet::Hardware { device, stand_in })
+}
+
 /// The keypair `source` names, read the Solana CLI's way (`solana_clap_utils::keypair`):
 /// `prompt://` asks for a seed phrase (and passphrase) at the terminal, `stdin://` (or `-`) reads
 /// a keypair's JSON from standard input, anything else is a keypair file (`file://PATH` too; `~/`
-/// is the home folder). Hardware wallets (`usb://ledger`) sign through a remote signer this CLI
-/// does not hold: refused with the library's reason.
+/// is the home folder).
 fn keypair_from_source(source: &str) -> Result<Keypair> {
     let is_file = !source.contains("://") && source != "-" && source != "ASK";
     if is_file {
         return read_keypair(&expand_home(source));
     }
-    // The library reads optional flags (a seed phrase's validation) from clap 2 matches; this
-    // CLI offers none of them.
-    let matches = clap2::App::new("gpu-market").get_matches_from(["gpu-market"]);
-    solana_clap_utils::keypair::keypair_from_path(&matches, source, "keypair", false)
+    solana_clap_utils::keypair::keypair_from_path(&library_matches(), source, "keypair", false)
         .map_err(|e| anyhow!("cannot read the keypair from {source}: {e}"))
 }
 
@@ -558,4 +659,45 @@ pub fn airdrop(config: &Config, sol: &str) -> Result<()> {
         ],
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_market_sdk::OpenStake;
+
+    /// A hardware wallet's instructions are built with its stand-in and signed by the device:
+    /// here a keypair in the device's place (no device is attached to the tests' machines).
+    #[test]
+    fn a_hardware_wallets_stand_in_builds_and_the_device_signs() {
+        let device = Keypair::new();
+        let wallet = Wallet::Hardware {
+            stand_in: NullSigner::new(&device.pubkey()),
+            device: Box::new(device.insecure_clone()),
+        };
+        let open = OpenStake {
+            owner: wallet.key(),
+            market: Pubkey::new_unique(),
+        };
+        let tx = signed(
+            &wallet,
+            &[open.instruction()],
+            &open.signers(),
+            solana_message::Hash::new_unique(),
+        )
+        .unwrap();
+        assert_eq!(tx.message.account_keys[0], device.pubkey());
+        assert_eq!(tx.signatures.len(), 1);
+        assert!(tx.signatures[0].verify(device.pubkey().as_ref(), &tx.message_data()));
+        assert!(wallet.keypair("sealing an environment").is_err());
+        // The stand-in alone signs nothing: a transaction it were asked to sign is refused.
+        let e = signed(
+            wallet.key(),
+            &[open.instruction()],
+            &[],
+            solana_message::Hash::new_unique(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not signed"), "{e}");
+    }
 }

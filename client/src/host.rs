@@ -242,7 +242,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             };
             let terms = terms.apply(base, config.mint_decimals(&m.payment_mint)?)?;
             let register = RegisterMachine {
-                owner: &owner,
+                owner: owner.key(),
                 market,
                 id,
                 terms,
@@ -271,7 +271,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             let signature = config.send_all(
                 &owner,
                 &[&UpdateMachine {
-                    owner: &owner,
+                    owner: owner.key(),
                     market: mach.market,
                     machine,
                     terms: new,
@@ -310,7 +310,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             let signature = config.send_all(
                 &owner,
                 &[&CloseMachine {
-                    owner: &owner,
+                    owner: owner.key(),
                     market: mach.market,
                     machine,
                     spot_book,
@@ -385,7 +385,7 @@ fn set_status(config: &Config, machine: Pubkey, status: MachineStatus) -> Result
     let signature = config.send_all(
         &owner,
         &[&SetMachineStatus {
-            owner: &owner,
+            owner: owner.key(),
             market: mach.market,
             machine,
             status,
@@ -488,7 +488,7 @@ fn slash(config: &Config, machine: Pubkey) -> Result<()> {
     let signature = config.send_all(
         &signer,
         &[&Slash {
-            signer: &signer,
+            signer: signer.key(),
             market: mach.market,
             machine,
             host: mach.owner,

@@ -135,10 +135,11 @@ struct Due<'a> {
 
 pub fn run(config: &Config, a: KeeperArgs) -> Result<()> {
     let keeper = config.signer()?;
+    let keeper = keeper.keypair("the keeper")?;
     let counters = Counters::new();
     loop {
         counters.rounds.inc();
-        match round(config, &keeper, &a.market) {
+        match round(config, keeper, &a.market) {
             Ok(done) => {
                 for (duty, sent) in done {
                     let outcome = if sent { "sent" } else { "refused" };

@@ -263,7 +263,7 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
         market: m,
         bid: b,
         client_tokens,
-    } = plan_end(config, &signer, &lease, tokens, reclaim)?;
+    } = plan_end(config, signer.key(), &lease, tokens, reclaim)?;
     let signature = config.send(&signer, &instructions, &[])?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let mut fields: Fields = match config.fetch_if_any::<Lease>(&lease, "lease")? {

@@ -223,7 +223,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                 config.mint_decimals(&payment_mint)?,
             )?;
             let init = InitMarket {
-                authority: &authority,
+                authority: authority.key(),
                 stake_mint,
                 payment_mint,
                 treasury,
@@ -286,7 +286,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             let signature = config.send_all(
                 &authority,
                 &[&UpdateMarket {
-                    authority: &authority,
+                    authority: authority.key(),
                     market,
                     params: new,
                 }],
@@ -325,7 +325,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             let signature = config.send_all(
                 &signer,
                 &[&ApplyMarketUpdate {
-                    signer: &signer,
+                    signer: signer.key(),
                     market,
                 }],
             )?;
@@ -345,7 +345,7 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             let signature = config.send_all(
                 &signer,
                 &[&CollectFees {
-                    signer: &signer,
+                    signer: signer.key(),
                     market,
                     payment_mint: m.payment_mint,
                     stake_mint: m.stake_mint,

@@ -83,13 +83,13 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
             tokens,
         } => {
             let owner = config.signer()?;
-            let ixs = plan_deposit(config, &owner, &market, &amount, tokens)?;
+            let ixs = plan_deposit(config, owner.key(), &market, &amount, tokens)?;
             let signature = config.send(&owner, &ixs, &[])?;
             show(config, &market, &owner.pubkey(), Some(signature))
         }
         StakeCommand::Unstake { amount, market } => {
             let owner = config.signer()?;
-            let ixs = plan_unstake(config, &owner, &market, &amount)?;
+            let ixs = plan_unstake(config, owner.key(), &market, &amount)?;
             let signature = config.send(&owner, &ixs, &[])?;
             show(config, &market, &owner.pubkey(), Some(signature))
         }
@@ -99,7 +99,7 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
             wait,
         } => {
             let owner = config.signer()?;
-            let plan = plan_withdraw(config, &owner, &market, tokens)?;
+            let plan = plan_withdraw(config, owner.key(), &market, tokens)?;
             if wait {
                 wait_until(config, plan.unlocks_at, "the unstake cooldown")?;
             }
@@ -142,7 +142,7 @@ pub fn run(config: &Config, command: StakeCommand) -> Result<()> {
             let signature = config.send_all(
                 &owner,
                 &[&CloseStake {
-                    owner: &owner,
+                    owner: owner.key(),
                     market,
                 }],
             )?;
@@ -181,7 +181,7 @@ fn claim(config: &Config, market: &Pubkey, tokens: Option<Pubkey>) -> Result<()>
     let signature = config.send_all(
         &owner,
         &[&ClaimRefunds {
-            owner: &owner,
+            owner: owner.key(),
             market: *market,
             payment_mint: m.payment_mint,
             owner_tokens,

@@ -124,7 +124,7 @@ pub(super) fn seal(config: &Config, bid: &Pubkey, path: &Path, machines: &[Pubke
     if b.env_hash == [0; 32] {
         bail!("bid {bid} has no environment: it was placed without --env");
     }
-    let env = read_env(path, &client)?;
+    let env = read_env(path, client.keypair("sealing an environment")?)?;
     if env.hash() != b.env_hash {
         bail!(
             "{} is not the environment bid {bid} was placed with (its hash differs)",
@@ -140,7 +140,13 @@ pub(super) fn seal(config: &Config, bid: &Pubkey, path: &Path, machines: &[Pubke
             .map(|k| Ok((config.fetch::<Machine>(k, "machine")?.agent, *k)))
             .collect::<Result<_>>()?
     };
-    let sealed_to = seal_each(config, &client, bid, &env, &to)?;
+    let sealed_to = seal_each(
+        config,
+        client.keypair("sealing an environment")?,
+        bid,
+        &env,
+        &to,
+    )?;
     let fields: Fields = vec![
         ("bid", text(bid)),
         ("machines_able", (to.len() as u64).into()),

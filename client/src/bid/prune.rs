@@ -8,20 +8,19 @@ use gpu_market::state::{Bid, BidStatus, Market};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::{ClientInstruction, PruneBid};
 use serde_json::Value;
-use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 
 use super::{book_of, refund_accounts};
-use crate::config::{Config, Sendable};
+use crate::config::{Config, Sendable, Signing};
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
 /// The `prune_bid` of an open bid `key`: its escrow back to the token account it came from,
 /// `refund_to` (see [`refund_accounts`]), or, gone, to its client's stake to claim.
 fn prune_of<'a>(
-    caller: &'a Keypair,
+    caller: Signing<'a>,
     (key, b): (Pubkey, &Bid),
     refund_to: Option<Pubkey>,
     m: &Market,
@@ -58,7 +57,7 @@ pub(super) fn prune(config: &Config, key: &Pubkey) -> Result<()> {
     let m: Market = config.fetch(&b.market, "market")?;
     let book = book_of(config, &b, &m)?;
     let refund_to = refund_accounts(config, [&b], &m)?[0];
-    let prune = prune_of(&caller, (*key, &b), refund_to, &m, book);
+    let prune = prune_of(caller.key(), (*key, &b), refund_to, &m, book);
     let signature = config.send_all(&caller, &[&prune])?;
     print_record(
         config.output,
@@ -110,7 +109,7 @@ pub(super) fn prune_all(config: &Config, market: &Pubkey) -> Result<()> {
         .map(|((k, b), to)| (k, b, to))
         .collect();
     let prune =
-        |(k, b, to): &(Pubkey, Bid, Option<Pubkey>)| prune_of(&caller, (*k, b), *to, &m, book);
+        |(k, b, to): &(Pubkey, Bid, Option<Pubkey>)| prune_of(caller.key(), (*k, b), *to, &m, book);
 
     // Batches that fit one transaction each.
     let fits = |batch: &[(Pubkey, Bid, Option<Pubkey>)]| {

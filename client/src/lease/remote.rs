@@ -90,6 +90,7 @@ pub fn connect_addresses(
     (key, machine): (Pubkey, &Machine),
 ) -> Result<Vec<String>> {
     let signer = config.signer()?;
+    let signer = signer.keypair("asking the lease's agent")?;
     let addr = api_address(machine)
         .ok_or_else(|| anyhow!("the machine publishes no address for its agent's API"))?;
     let api = ApiClient::new(addr, key, &machine.agent);
@@ -327,6 +328,7 @@ fn connect(config: &Config, lease: &Pubkey, remote: &Remote) -> Result<(ApiClien
         .clone()
         .or_else(|| api_address(&m))
         .ok_or_else(|| anyhow!("machine {machine} publishes no address for its agent's API"))?;
+    let signer = signer.keypair("asking the lease's agent")?.insecure_clone();
     Ok((ApiClient::new(addr, machine, &m.agent), signer))
 }
 
