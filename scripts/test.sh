@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the tests need (skipping what is there), builds the
 # program to SBF, starts the container engine and the local registry, and runs every test of the
-# workspace with cargo-nextest. Stops what it started.
+# workspace with cargo-nextest under `anchor test` (Anchor's validator with the program deployed;
+# see Anchor.toml). Arguments go to nextest. Stops what it started.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 START=$(date +%s)
@@ -19,16 +20,21 @@ fi
 stamp "installing solana-test-validator (in the background)"
 bash scripts/install-validator.sh > "$TOOLS_DIR/validator-install.log" 2>&1 &
 VALIDATOR_INSTALL=$!
+stamp "installing anchor-cli (in the background)"
+bash scripts/install-anchor.sh > "$TOOLS_DIR/anchor-install.log" 2>&1 &
+ANCHOR_INSTALL=$!
 ENGINE_STARTED=0
 # Keeps the tests' exit status: nothing here may turn a pass into a failure.
 cleanup() {
     local rc=$?
-    kill "$VALIDATOR_INSTALL" 2>/dev/null || true
+    kill "$VALIDATOR_INSTALL" "$ANCHOR_INSTALL" 2>/dev/null || true
     if [ "$ENGINE_STARTED" = 1 ]; then bash scripts/engine.sh stop || true; fi
     exit "$rc"
 }
 trap cleanup EXIT
 
+stamp "installing what the browser test needs"
+bash scripts/browser.sh
 stamp "checking formatting"
 cargo fmt --all --check
 stamp "building the program to SBF"
@@ -40,11 +46,20 @@ if ! wait "$VALIDATOR_INSTALL"; then
     tail -40 "$TOOLS_DIR/validator-install.log" >&2
     die "installing solana-test-validator failed"
 fi
+stamp "waiting for anchor-cli"
+if ! wait "$ANCHOR_INSTALL"; then
+    tail -40 "$TOOLS_DIR/anchor-install.log" >&2
+    die "installing anchor-cli failed"
+fi
+# The wallet `anchor test` funds on its validator and hands the tests (ANCHOR_WALLET).
+WALLET="$TOOLS_DIR/anchor-test-wallet.json"
+[ -f "$WALLET" ] || target/debug/gpu-market keygen --outfile "$WALLET" >/dev/null
 
 bash scripts/engine.sh status || ENGINE_STARTED=1
 bash scripts/engine.sh start
 eval "$(bash scripts/engine.sh env)"
 
-stamp "running the tests"
-cargo nextest run --workspace "$@"
+stamp "running the tests under anchor test"
+GPU_MARKET_TEST_ARGS="$(printf '%q ' "$@")" \
+    anchor test --skip-build --validator legacy --provider.wallet "$WALLET"
 stamp "done"
