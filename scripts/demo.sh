@@ -76,13 +76,14 @@ VALIDATOR_PID=""
 AGENT_PID=""
 TAIL_PID=""
 POLLER_PID=""
+SERVE_PID=""
 cleanup() {
     local rc=$?
     if [ -n "$AGENT_PID" ] && kill -0 "$AGENT_PID" 2>/dev/null; then
         kill -TERM "$AGENT_PID" 2>/dev/null || true
         wait "$AGENT_PID" 2>/dev/null || true
     fi
-    for pid in "$TAIL_PID" "$POLLER_PID"; do
+    for pid in "$TAIL_PID" "$POLLER_PID" "$SERVE_PID"; do
         if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
     done
     # Containers of this demo's leases that a failed run may have left.
@@ -197,6 +198,15 @@ cli authority market show "$MARKET" | grep -E '^(market|billing_interval|protoco
 MARKET_JSON=$(cli authority --output json market show "$MARKET")
 STAKE_VAULT=$(jget stake_vault <<<"$MARKET_JSON")
 PAYMENT_VAULT=$(jget payment_vault <<<"$MARKET_JSON")
+
+step "the market page and its wallet actions: gpu-market serve (reading works without JavaScript; a wallet signs the actions' transactions)"
+"$CLI" --url "$URL" serve --market "$MARKET" --listen "127.0.0.1:${DEMO_PAGE_PORT:-0}" \
+    > "$DEMO_DIR/serve.log" 2>&1 &
+SERVE_PID=$!
+for _ in $(seq 1 40); do grep -q '^serving ' "$DEMO_DIR/serve.log" && break; sleep 0.25; done
+PAGE_URL=$(sed -n 's/^serving //p' "$DEMO_DIR/serve.log")
+[ -n "$PAGE_URL" ] || { cat "$DEMO_DIR/serve.log" >&2; die "gpu-market serve did not start"; }
+echo "market page: $PAGE_URL/   (open it while the demo runs; Solana Actions: $PAGE_URL/actions.json)"
 
 step "the host stakes 100 and registers a machine: 4 simulated GPUs, 2 × class 0 (24 GiB, group 0) and 2 × class 1 (48 GiB, group 1)"
 cli host stake deposit --market "$MARKET" 100 >/dev/null
@@ -589,4 +599,5 @@ if problems:
     sys.exit("error: " + "; ".join(problems))
 print(f"conserved: every base unit of the {fmt(before['supply'])} tokens is accounted for, before and after")
 PY
-step "demo complete: market $MARKET on $URL"
+curl -fsS "$PAGE_URL/" | grep -q "$MARKET" || die "the market page at $PAGE_URL does not show market $MARKET"
+step "demo complete: market $MARKET on $URL, its page at $PAGE_URL/"

@@ -4,7 +4,9 @@
 #
 #   scripts/validator.sh [--rpc-port 8899] [--ledger DIR] [--no-build]
 #
-# The websocket listens on the RPC port + 1 (8900 by default). Note: in agave 4.2.2 the RPC and
+# The websocket listens on the RPC port + 1 (8900 by default), the faucet on the RPC port + 1001,
+# gossip on the RPC port + 2 and the validator's other ports on the 64 after it: every port
+# follows the RPC port, so that a second validator (Anchor's, a test's) can run beside it. Note: in agave 4.2.2 the RPC and
 # pubsub sockets listen on 0.0.0.0 whatever --bind-address says; run it where that is harmless.
 source "$(dirname "$0")/lib.sh"
 
@@ -27,9 +29,12 @@ SO="$REPO_ROOT/target/deploy/gpu_market.so"
 PROGRAM_ID="$(program_id)"
 
 mkdir -p "$LEDGER"
+# Beside the ledger, not in it: `--reset` empties the ledger folder after the shell opened it.
+OUT="$LEDGER.out"
 solana-test-validator --ledger "$LEDGER" --reset --quiet --bind-address 127.0.0.1 \
     --rpc-port "$RPC_PORT" --faucet-port "$((RPC_PORT + 1001))" \
-    --bpf-program "$PROGRAM_ID" "$SO" >"$LEDGER/validator.out" 2>&1 &
+    --gossip-port "$((RPC_PORT + 2))" --dynamic-port-range "$((RPC_PORT + 3))-$((RPC_PORT + 67))" \
+    --bpf-program "$PROGRAM_ID" "$SO" >"$OUT" 2>&1 &
 VALIDATOR_PID=$!
 stop() {
     kill "$VALIDATOR_PID" 2>/dev/null || true
@@ -44,7 +49,7 @@ for _ in $(seq 1 240); do
         -d '{"jsonrpc":"2.0","id":1,"method":"getHealth"}' "$URL" 2>/dev/null | grep -q '"ok"'; then
         break
     fi
-    kill -0 "$VALIDATOR_PID" 2>/dev/null || { tail -30 "$LEDGER/validator.out" >&2; die "the validator exited"; }
+    kill -0 "$VALIDATOR_PID" 2>/dev/null || { tail -30 "$OUT" >&2; die "the validator exited"; }
     sleep 0.5
 done
 echo "RPC URL:    $URL"

@@ -17,7 +17,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// A port `p` such that `p`, `p + 1` (websocket) and `p + 1001` (faucet) are free on loopback.
+/// A port `p` such that `p` to `p + 67` (RPC, websocket, gossip and the validator's dynamic
+/// ports: `scripts/validator.sh`) and `p + 1001` (faucet) are free on loopback: the demo's
+/// validator runs beside any other (Anchor's under `anchor test`).
 fn free_rpc_port() -> u16 {
     let free = |port: u16| {
         TcpListener::bind(("127.0.0.1", port)).is_ok()
@@ -29,7 +31,7 @@ fn free_rpc_port() -> u16 {
             .local_addr()
             .unwrap()
             .port();
-        if p < 60_000 && free(p) && free(p + 1) && free(p + 1001) {
+        if p < 60_000 && (p..=p + 67).all(free) && free(p + 1001) {
             return p;
         }
     }
