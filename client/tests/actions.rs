@@ -6,9 +6,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 
 use base64::Engine as _;
 use common::*;
@@ -20,47 +19,15 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 
-/// `gpu-market serve` on a free port, stopped when dropped.
-struct Served {
-    child: Child,
-    /// `host:port`.
-    addr: String,
-}
-
 impl Served {
-    fn start(t: &T, market: &Pubkey) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-market"))
-            .args([
-                "--url",
-                &t.cluster.rpc_url,
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .args(["--market", &market.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .trim()
-            .strip_prefix("serving http://")
-            .unwrap_or_else(|| panic!("serve printed {first:?}"))
-            .to_string();
-        Served { child, addr }
-    }
-
     /// One HTTP/1.1 request: the status, the headers (names lower-cased) and the body.
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
-        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        let mut stream = TcpStream::connect(self.addr()).unwrap();
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         write!(
             stream,
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.addr,
+            self.addr(),
             body.len()
         )
         .unwrap();
@@ -124,13 +91,6 @@ impl Served {
     }
 }
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 struct Answer {
     status: u16,
     headers: Vec<(String, String)>,
@@ -182,7 +142,7 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
     let tokens = s.fund(&t, &alice_file, "100");
     let bob_file = t.wallet("bob");
     s.fund(&t, &bob_file, "100");
-    let served = Served::start(&t, &s.market);
+    let served = Served::start(&t.cluster.rpc_url, &s.market);
 
     // The Actions discovery file, and an action's metadata with the spec's headers.
     let rules = served.get("/actions.json").json();

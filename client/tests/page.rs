@@ -9,6 +9,8 @@
 //! Needs Chromium, Node.js and playwright-core: `bash scripts/browser.sh` installs them. Without
 //! them the test fails, saying so.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -329,47 +331,6 @@ async fn check_against_chain(live: &LiveMarket, shown: &Shown) {
     }
 }
 
-/// `gpu-market serve` for the market, stopped when dropped.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Served {
-    fn start(live: &LiveMarket) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-market"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "-u",
-                &live.cluster.rpc_url,
-            ])
-            .arg("--market")
-            .arg(live.market.to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("serving ")
-            .unwrap_or_else(|| panic!("serve printed {line:?}"))
-            .to_string();
-        Served { child, url }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// page.mjs in Chromium, driven a command at a time.
 struct Browser {
     child: Child,
@@ -502,7 +463,7 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
             .unwrap();
         allocate.lease()
     });
-    let served = Served::start(&live);
+    let served = common::Served::start(&live.cluster.rpc_url, &live.market);
 
     // (1) The page as served, without JavaScript.
     let (status, html) = http_get(&served.url, "/");

@@ -4,8 +4,9 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anchor_lang::AccountDeserialize;
@@ -516,5 +517,46 @@ pub fn wait_until(t: &T, at: i64) {
             "the cluster's clock stands still"
         );
         std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// `gpu-market serve` for `market` of the cluster at `rpc_url`, on a free port; stopped when
+/// dropped.
+pub struct Served {
+    child: Child,
+    /// `http://127.0.0.1:PORT`, as the service printed it.
+    pub url: String,
+}
+
+impl Served {
+    pub fn start(rpc_url: &str, market: &Pubkey) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-market"))
+            .args(["--url", rpc_url, "serve", "--listen", "127.0.0.1:0"])
+            .args(["--market", &market.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("serving ")
+            .unwrap_or_else(|| panic!("serve printed {line:?}"))
+            .to_string();
+        Served { child, url }
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
