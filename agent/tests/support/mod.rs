@@ -138,6 +138,13 @@ mem_offset_mhz = [0, 1500]
 pub struct Agent {
     child: Child,
     log: PathBuf,
+    /// The machine and the engine of its configuration: when the test is over, the containers
+    /// the agent left are removed (a killed agent cannot; left running, each would spend its CPU
+    /// share through every later test).
+    machine: String,
+    engine: String,
+    /// Set by [`Agent::kill9`]: its containers are meant to outlive it, for the next agent.
+    keep_containers: bool,
 }
 
 impl Agent {
@@ -226,7 +233,20 @@ mps_shm_dir = "{mps}/shm"
             .stderr(out)
             .spawn()
             .expect("start the agent");
-        Agent { child, log }
+        let text = std::fs::read_to_string(config).unwrap();
+        let setting = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+                .map(|v| v.trim_matches('"').to_string())
+                .unwrap_or_else(|| panic!("no {key} in the agent's configuration"))
+        };
+        Agent {
+            child,
+            log,
+            machine: setting("machine"),
+            engine: setting("engine_socket"),
+            keep_containers: false,
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -237,8 +257,9 @@ mps_shm_dir = "{mps}/shm"
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// kill -9: no drain, no cleanup.
+    /// kill -9: no drain, no cleanup (its containers stay for the agent started next).
     pub fn kill9(mut self) -> String {
+        self.keep_containers = true;
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         self.log()
@@ -297,6 +318,24 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.keep_containers {
+            return;
+        }
+        let docker = |args: &[&str]| {
+            Command::new("docker")
+                .args(["--host", &self.engine])
+                .args(args)
+                .output()
+                .ok()
+        };
+        let filter = format!("label=io.gpu-market.managed={}", self.machine);
+        if let Some(out) = docker(&["ps", "-aq", "--filter", &filter]) {
+            let ids = String::from_utf8_lossy(&out.stdout).into_owned();
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                docker(&[&["rm", "-f"], ids.as_slice()].concat());
+            }
+        }
     }
 }
 
