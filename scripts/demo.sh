@@ -435,17 +435,22 @@ cli authority lease list --market "$MARKET"
 
 step "carol's bid went back to the spot book with its remaining escrow; she cancels it (full refund)"
 # On a slow machine bob's idle queue lease may have ended by now and freed the other class-1
-# GPU: the agent then runs carol's requeued bid again at once, and she ends that lease instead.
+# GPU: the agent then runs carol's requeued bid again at once (even between her look at the
+# book and her cancel), and she ends that lease instead.
 rerun() { local s; s=$(lease_json "$CAROL_LEASE" | jget started_at) && [ "$s" -gt "$P_START" ]; }
-carol_back() { in_spot_book "$CAROL_BID" || rerun; }
-wait_for 120 "carol's bid back in the spot book" carol_back
-if in_spot_book "$CAROL_BID"; then
-    cli authority bid list --market "$MARKET" --machine "$MACHINE"
-    cli carol bid cancel "$CAROL_BID"
-else
-    echo "a class-1 GPU was free by then: the agent ran carol's bid again at once; she ends that lease"
-    cli carol lease end "$CAROL_LEASE"
-fi
+carol_off() {
+    if in_spot_book "$CAROL_BID" && cli carol bid cancel "$CAROL_BID" 2>/dev/null; then
+        return 0
+    fi
+    if rerun; then
+        echo "a class-1 GPU was free by then: the agent ran carol's bid again at once; she ends that lease"
+        cli carol lease end "$CAROL_LEASE"
+        return 0
+    fi
+    return 1
+}
+cli authority bid list --market "$MARKET" --machine "$MACHINE"
+wait_for 120 "carol's bid back in the spot book, cancelled" carol_off
 
 step "usage proofs: one per interval, hash-chained, paying the host out of escrow"
 wait_for 120 "bob's idle lease flagged" lease_field_is "$BOB_LEASE" idle True
