@@ -140,7 +140,16 @@ async fn respond(api: &Api, request: Request<Incoming>) -> Result<Response<Body>
         }
         Call::Logs(query) => logs(api, &id, query),
         Call::Exec(cmd) => exec::upgrade(api.engine.clone(), &id, cmd, request).await,
-        Call::Files(path) => files(api, &id, &path).await,
+        Call::Files(path) => {
+            // The scratch folder is the host's (bound into the container): read there, it does
+            // not depend on the container's state, which changes under a settling lease (seen:
+            // a 404 from a container being cleaned up, while the host folder held the file).
+            let scratch = retention::scratch_dir(&api.data_dir, &key);
+            match scratch_path(&path) {
+                Ok(inside) if scratch.is_dir() => retained::files(&scratch, inside),
+                _ => files(api, &id, &path).await,
+            }
+        }
     }
 }
 
