@@ -357,7 +357,8 @@ cli authority bid list --market "$MARKET" --machine "$MACHINE"
 
 # ---------------------------------------------------------------------------------------------
 # What the chain says about each lease, recorded every second while it exists (a settled lease's
-# account is closed): $DEMO_DIR/facts/leases/<lease>.json holds its last state, with `ever_idle`.
+# account is closed): $DEMO_DIR/facts/leases/<lease>.json holds its last state, with `ever_idle`
+# (of its first run: a requeued spot bid run again takes the same lease address).
 mkdir -p "$DEMO_DIR/facts/leases"
 python3 - "$CLI" "$URL" "$DEMO_DIR/wallets/authority.json" "$MARKET" "$DEMO_DIR/facts/leases" "$DEMO_DIR/leases" <<'PY' &
 import json, os, subprocess, sys, time
@@ -369,6 +370,8 @@ while True:
         for lease in json.loads(r.stdout):
             path = os.path.join(out, lease["lease"] + ".json")
             seen = json.load(open(path)) if os.path.exists(path) else {}
+            if seen and seen["started_at"] != lease["started_at"]:
+                continue  # a requeued bid run again at its lease's address: its first run is kept
             lease["ever_idle"] = bool(lease["idle"] or seen.get("ever_idle"))
             with open(path + ".tmp", "w") as f:
                 json.dump(lease, f)
