@@ -15,16 +15,25 @@
 #   at the end a table of balances before and after that adds up to the mint's supply, checked
 #   to the last base unit. Everything started is stopped.
 #
-# Variables: DEMO_RPC_PORT (8899; the websocket is the next port), DEMO_DIR (target/demo),
+# Variables: DEMO_RPC_PORT (8899; the websocket is the next port), DEMO_URL (a running local
+# cluster with the program deployed, e.g. Anchor's under `anchor test`: the demo starts no
+# validator of its own; its websocket is the next port), DEMO_DIR (target/demo),
 # DEMO_SUMMARY (a path: a JSON summary is written there), DEMO_BIN_DIR (a directory that already
 # holds gpu-market and gpu-market-agent: no cargo build), CARGO_TARGET_DIR.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 DEMO_START=$(date +%s)
 
-RPC_PORT="${DEMO_RPC_PORT:-8899}"
-URL="http://127.0.0.1:$RPC_PORT"
-WS_URL="ws://127.0.0.1:$((RPC_PORT + 1))"
+if [ -n "${DEMO_URL:-}" ]; then
+    URL="$DEMO_URL"
+    RPC_PORT="${URL##*:}"
+    WS_URL="ws://${URL#http://}"
+    WS_URL="${WS_URL%:*}:$((RPC_PORT + 1))"
+else
+    RPC_PORT="${DEMO_RPC_PORT:-8899}"
+    URL="http://127.0.0.1:$RPC_PORT"
+    WS_URL="ws://127.0.0.1:$((RPC_PORT + 1))"
+fi
 DEMO_DIR="${DEMO_DIR:-$REPO_ROOT/target/demo}"
 INTERVAL=5
 # 6 decimals: 1 token = 1 000 000 base units.
@@ -107,17 +116,24 @@ trap 'exit 143' TERM
 bash scripts/engine.sh start
 eval "$(bash scripts/engine.sh env)"
 
-log "starting the local validator on $URL"
-bash scripts/validator.sh --no-build --rpc-port "$RPC_PORT" --ledger "$DEMO_DIR/ledger" \
-    > "$DEMO_DIR/validator.log" 2>&1 &
-VALIDATOR_PID=$!
-for _ in $(seq 1 240); do
-    grep -q '^Program id:' "$DEMO_DIR/validator.log" && break
-    kill -0 "$VALIDATOR_PID" 2>/dev/null || { cat "$DEMO_DIR/validator.log" >&2; die "the validator did not start"; }
-    sleep 0.5
-done
-grep -q '^Program id:' "$DEMO_DIR/validator.log" || die "the validator did not answer within 2 minutes"
-cat "$DEMO_DIR/validator.log"
+if [ -n "${DEMO_URL:-}" ]; then
+    log "using the cluster at $URL (DEMO_URL): no validator of the demo's own"
+    curl -fsS -X POST -H 'content-type: application/json' \
+        -d '{"jsonrpc":"2.0","id":1,"method":"getHealth"}' "$URL" | grep -q '"ok"' ||
+        die "the cluster at $URL does not answer"
+else
+    log "starting the local validator on $URL"
+    bash scripts/validator.sh --no-build --rpc-port "$RPC_PORT" --ledger "$DEMO_DIR/ledger" \
+        > "$DEMO_DIR/validator.log" 2>&1 &
+    VALIDATOR_PID=$!
+    for _ in $(seq 1 240); do
+        grep -q '^Program id:' "$DEMO_DIR/validator.log" && break
+        kill -0 "$VALIDATOR_PID" 2>/dev/null || { cat "$DEMO_DIR/validator.log" >&2; die "the validator did not start"; }
+        sleep 0.5
+    done
+    grep -q '^Program id:' "$DEMO_DIR/validator.log" || die "the validator did not answer within 2 minutes"
+    cat "$DEMO_DIR/validator.log"
+fi
 
 # ---------------------------------------------------------------------------------------------
 # Helpers.
