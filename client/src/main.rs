@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{Commitment, Config};
-use crate::output::OutputFormat;
+use crate::output::{one_line, OutputFormat};
 
 #[derive(Parser)]
 #[command(
@@ -96,13 +96,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
-            // clap's sentence on one line, without the usage hint that follows it.
-            let rendered = e.to_string();
-            let sentence: Vec<&str> = rendered
-                .lines()
-                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
-                .collect();
-            eprintln!("{}", one_line(&sentence.join(" ")));
+            eprintln!("{}", output::clap_sentence(&e));
             return ExitCode::from(2);
         }
     };
@@ -114,10 +108,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

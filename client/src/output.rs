@@ -27,6 +27,21 @@ pub fn line(s: impl std::fmt::Display) {
     }
 }
 
+/// Text on one line: its runs of whitespace (newlines too) as single spaces.
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// clap's refusal as one sentence, without the usage hint that follows it (`error: …`).
+pub fn clap_sentence(e: &clap::Error) -> String {
+    let rendered = e.to_string();
+    let sentence: Vec<&str> = rendered
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .collect();
+    one_line(&sentence.join(" "))
+}
+
 /// A displayable value as a JSON string (keys, signatures, formatted amounts).
 pub fn text(v: impl std::fmt::Display) -> Value {
     Value::String(v.to_string())

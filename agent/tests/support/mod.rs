@@ -233,18 +233,11 @@ mps_shm_dir = "{mps}/shm"
             .stderr(out)
             .spawn()
             .expect("start the agent");
-        let text = std::fs::read_to_string(config).unwrap();
-        let setting = |key: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("{key} = ")))
-                .map(|v| v.trim_matches('"').to_string())
-                .unwrap_or_else(|| panic!("no {key} in the agent's configuration"))
-        };
         Agent {
             child,
             log,
-            machine: setting("machine"),
-            engine: setting("engine_socket"),
+            machine: setting(config, "machine"),
+            engine: setting(config, "engine_socket"),
             keep_containers: false,
         }
     }
@@ -267,12 +260,7 @@ mps_shm_dir = "{mps}/shm"
 
     /// The address of the agent's `/metrics` and `/healthz`, from its configuration.
     pub fn metrics_address(config: &Path) -> String {
-        let text = std::fs::read_to_string(config).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("metrics_listen = "))
-            .expect("metrics_listen in the configuration")
-            .trim_matches('"')
-            .to_string()
+        setting(config, "metrics_listen")
     }
 
     /// `gpu-market-agent drain` with the agent's configuration: its output and status, then
@@ -312,6 +300,18 @@ mps_shm_dir = "{mps}/shm"
         let status = self.child.wait().unwrap();
         (status, self.log())
     }
+}
+
+/// A top-level string setting of the agent's configuration file (as [`Agent::config`] writes it).
+fn setting(config: &Path, key: &str) -> String {
+    std::fs::read_to_string(config)
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(&format!("{key} = "))
+                .map(|v| v.trim_matches('"').to_string())
+        })
+        .unwrap_or_else(|| panic!("no {key} in the agent's configuration"))
 }
 
 impl Drop for Agent {

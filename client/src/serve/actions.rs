@@ -13,6 +13,7 @@ use solana_signer::null_signer::NullSigner;
 use crate::bid::{plan_cancel, plan_place, plan_top_up, PlaceArgs};
 use crate::config::Config;
 use crate::lease::plan_end;
+use crate::output::clap_sentence;
 use crate::stake::{plan_deposit, plan_unstake, plan_withdraw};
 
 /// One action of the service, at `/api/actions/<name>`.
@@ -266,18 +267,11 @@ fn place_args(market: &Pubkey, query: &[(String, String)]) -> Result<PlaceArgs> 
     PlaceQuery::try_parse_from(argv)
         .map(|q| q.args)
         .map_err(|e| {
-            // clap's sentence on one line, its flags named as the action's parameters.
-            let rendered = e.to_string();
-            let sentence: Vec<&str> = rendered
-                .lines()
-                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect();
+            // clap's sentence, its flags named as the action's parameters.
+            let sentence = clap_sentence(&e);
             anyhow!(
                 "{}",
                 sentence
-                    .join(" ")
                     .trim_start_matches("error: ")
                     .replace("'--", "'")
                     .replace(" --", " ")
