@@ -373,11 +373,9 @@ async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
         .unwrap();
     let book = read_book(&data).unwrap();
     assert!(book.entries.iter().all(|leaf| leaf.bid != bid), "allocated");
-    let idle = Freed {
-        gpus: u16::MAX,
-        gib: u16::MAX,
-    };
-    let offer = machine.offer(&market, BidKind::Queue, now, &idle).unwrap();
+    let offer = machine
+        .offer(&market, BidKind::Queue, now, &Freed::all())
+        .unwrap();
     let above: Vec<_> = book
         .entries
         .iter()

@@ -14,6 +14,7 @@ mod support;
 use std::fmt::Debug;
 
 use gpu_market_agent::chain::{proof_hash, BidView, ChainError, Key, LeaseView};
+use gpu_market_core::fit::Host;
 use gpu_market_core::lease::UsageProof;
 use market::program::ProgramMarket;
 use market::reconciler::{Agent, POLL};
@@ -50,6 +51,7 @@ macro_rules! scenarios {
 
 scenarios!(
     a_bid_asking_for_a_port_the_machine_does_not_publish_is_passed_over,
+    a_bid_reserving_more_cpu_or_memory_than_is_free_waits,
     a_lease_is_proven_each_interval_and_ends_after_its_stop,
     a_proof_before_its_window_ends_is_refused,
     a_final_proof_before_its_window_ends_stops_the_lease_at_the_clock,
@@ -316,6 +318,35 @@ async fn a_bid_asking_for_a_port_the_machine_does_not_publish_is_passed_over(
     assert_eq!(order, vec![plain]);
     assert_refused(m.chain().allocate(serving, &[0]).await, "allocate");
     allocate(m, plain).await;
+}
+
+/// CPU and memory are held by the leases that reserved them: a bid reserving more than is left
+/// is not offered and its allocation is refused, one within what is left runs, and one reserving
+/// more than the machine gives at all never fits.
+async fn a_bid_reserving_more_cpu_or_memory_than_is_free_waits(m: &impl MarketUnderTest) {
+    let reserving = |cpu_milli, memory_mib| BidSpec {
+        host: Host {
+            cpu_milli,
+            memory_mib,
+        },
+        ..BidSpec::queue(1, 2)
+    };
+    let first = m.place_bid(&reserving(6_000, 4_096)).await;
+    let more_cpu = m.place_bid(&reserving(4_000, 1_024)).await;
+    let more_memory = m.place_bid(&reserving(1_000, 13_000)).await;
+    let beyond = m.place_bid(&reserving(8_001, 0)).await;
+    let small = m.place_bid(&reserving(2_000, 12_288)).await;
+    let books = m.chain().best_open_bids(LIMIT).await.unwrap();
+    let order: Vec<Key> = books.bids.iter().map(|b| b.key).collect();
+    assert_eq!(order, vec![first, more_cpu, more_memory, small]);
+    allocate(m, first).await;
+    let books = m.chain().best_open_bids(LIMIT).await.unwrap();
+    let order: Vec<Key> = books.bids.iter().map(|b| b.key).collect();
+    assert_eq!(order, vec![small]);
+    for bid in [more_cpu, more_memory, beyond] {
+        assert_refused(m.chain().allocate(bid, &[1]).await, "allocate");
+    }
+    allocate(m, small).await;
 }
 
 /// A spot bid that pays the host more, and fits the GPUs of a running spot lease, stops it at

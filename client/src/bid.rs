@@ -141,6 +141,15 @@ pub struct PlaceArgs {
     /// `gpu-market lease cp` (the machine's `scratch_gib` caps it) [default: none].
     #[arg(long, default_value_t = 0)]
     scratch_gib: u16,
+    /// CPU cores the machine holds for the lease and gives the container as its limit, e.g. 8
+    /// or 0.5 (the machine's `cpus` for all its leases caps it) [default: none reserved, no
+    /// limit].
+    #[arg(long, value_name = "CORES", value_parser = parse::cpu_milli)]
+    cpus: Option<u32>,
+    /// Memory the machine holds for the lease and gives the container as its limit, e.g. 32GiB
+    /// or 512MiB [default: none reserved, no limit].
+    #[arg(long, value_name = "SIZE", value_parser = parse::memory_mib)]
+    memory: Option<u32>,
     /// Distinguishes the keypair's bids [default: from the clock].
     #[arg(long)]
     nonce: Option<u64>,
@@ -493,6 +502,8 @@ pub(crate) fn plan_place(
             urgency_premium,
             ports: a.ports.clone(),
             scratch_gib: a.scratch_gib,
+            cpu_milli: a.cpus.unwrap_or(0),
+            memory_mib: a.memory.unwrap_or(0),
         },
         evict,
     };
@@ -627,6 +638,8 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
         ("image_digest", text(hex::encode(b.image_digest))),
         ("env_hash", text(hex::encode(b.env_hash))),
         ("gpu_count", b.gpu_count.into()),
+        ("cpus", parse::cores(b.cpu_milli)),
+        ("memory_mib", b.memory_mib.into()),
         ("gib_per_gpu", b.gib_per_gpu.into()),
         ("accepted_classes", Value::from(classes)),
         ("overclock", Value::Array(overclock)),

@@ -105,6 +105,14 @@ pub struct TermArgs {
     /// client to fetch) one lease may ask [register default: 0].
     #[arg(long)]
     scratch_gib: Option<u16>,
+    /// CPU cores the machine gives its leases in all, e.g. 48 (each lease holds what its bid
+    /// asks with `--cpus`) [register default: none, only bids that reserve no CPU fit].
+    #[arg(long, value_name = "CORES", value_parser = parse::cpu_milli)]
+    cpus: Option<u32>,
+    /// Memory the machine gives its leases in all, e.g. 256GiB [register default: none, only
+    /// bids that reserve no memory fit].
+    #[arg(long, value_name = "SIZE", value_parser = parse::memory_mib)]
+    memory: Option<u32>,
     /// Where leases may connect to: `none`, `open` (any public address) or a comma-separated
     /// allow-list of IPv4 networks (`203.0.113.0/24,198.51.100.7`) [register default: none].
     /// The host itself, cloud metadata and other leases are never reachable.
@@ -185,6 +193,12 @@ impl TermArgs {
         if let Some(gib) = self.scratch_gib {
             net.scratch_gib = gib;
         }
+        if let Some(milli) = self.cpus {
+            terms.cpu_milli = milli;
+        }
+        if let Some(mib) = self.memory {
+            terms.memory_mib = mib;
+        }
         if let Some(policy) = &self.egress {
             (net.egress, net.allow) = parse::egress(policy)?;
         }
@@ -239,6 +253,8 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                 electricity_cost_per_kwh: 0,
                 cached_images: Vec::new(),
                 network: MachineNetwork::default(),
+                cpu_milli: 0,
+                memory_mib: 0,
             };
             let terms = terms.apply(base, config.mint_decimals(&m.payment_mint)?)?;
             let register = RegisterMachine {
@@ -453,6 +469,10 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ("violations", m.violations.into()),
         ("cached_images", Value::Array(images)),
         ("network", network_json(&m.network)),
+        ("cpus", parse::cores(m.cpu_milli)),
+        ("cpus_held", parse::cores(m.used_cpu_milli)),
+        ("memory_mib", m.memory_mib.into()),
+        ("memory_mib_held", m.used_memory_mib.into()),
         ("gpus", Value::Array(gpus)),
     ]
 }

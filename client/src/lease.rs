@@ -238,6 +238,8 @@ fn room_fields(config: &Config, lease: &Pubkey, l: &Lease, b: &Bid) -> Fields {
     let mut fields: Fields = vec![
         ("ports", json!(b.ports)),
         ("scratch_gib", b.scratch_gib.into()),
+        ("cpus", crate::parse::cores(l.cpu_milli)),
+        ("memory_mib", l.memory_mib.into()),
     ];
     let client = config.signer().is_ok_and(|k| k.pubkey() == l.client);
     if b.ports.is_empty() || !client {

@@ -49,6 +49,40 @@ pub fn duration_secs(s: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("bad duration {s:?}: too large"))
 }
 
+/// Thousandths of a CPU core from cores, e.g. `8` or `0.5` (at most three decimals).
+pub fn cpu_milli(s: &str) -> Result<u32> {
+    let milli =
+        gpu_market_core::amount::parse(s, 3).map_err(|e| anyhow!("bad CPU count {s:?}: {e}"))?;
+    u32::try_from(milli).map_err(|_| anyhow!("bad CPU count {s:?}: too large"))
+}
+
+/// Cores from thousandths of a core, the way [`cpu_milli`] reads them.
+pub fn cores(milli: u32) -> Value {
+    tokens(milli as u64, 3)
+}
+
+/// MiB of memory from a size with its binary unit: `512MiB`, `32GiB`, `1TiB` (or M, G, T).
+pub fn memory_mib(s: &str) -> Result<u32> {
+    let t = s.trim();
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let scale: u64 = match unit {
+        "MiB" | "M" => 1,
+        "GiB" | "G" => 1 << 10,
+        "TiB" | "T" => 1 << 20,
+        "" => bail!("bad memory size {s:?}: give a unit, e.g. 512MiB or 32GiB"),
+        _ => bail!("bad memory size {s:?}: write a whole number with MiB, GiB or TiB (e.g. 32GiB)"),
+    };
+    if digits.is_empty() {
+        bail!("bad memory size {s:?}: it has no number");
+    }
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .and_then(|mib| u32::try_from(mib).ok())
+        .ok_or_else(|| anyhow!("bad memory size {s:?}: too large"))
+}
+
 /// A deadline: `+DURATION` from `now`, or an absolute unix time in seconds.
 pub fn deadline(s: &str, now: i64) -> Result<i64> {
     let t = s.trim();
@@ -166,6 +200,31 @@ pub fn format_egress(egress: Egress, allow: &[Cidr]) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn cpus_and_memory_read_as_people_write_them() {
+        assert_eq!(cpu_milli("8").unwrap(), 8_000);
+        assert_eq!(cpu_milli("0.5").unwrap(), 500);
+        assert_eq!(cores(2_500), Value::from("2.5"));
+        for bad in ["-1", "0.0005", "x", "", "4294968"] {
+            let e = cpu_milli(bad).unwrap_err().to_string();
+            assert!(e.starts_with("bad CPU count"), "{bad}: {e}");
+        }
+        assert_eq!(memory_mib("512MiB").unwrap(), 512);
+        assert_eq!(memory_mib("32GiB").unwrap(), 32_768);
+        assert_eq!(memory_mib("2G").unwrap(), 2_048);
+        assert_eq!(memory_mib("1TiB").unwrap(), 1_048_576);
+        for (bad, says) in [
+            ("32", "give a unit"),
+            ("1.5GiB", "whole number"),
+            ("GiB", "no number"),
+            ("4096TiB", "too large"),
+            ("-1GiB", "whole number"),
+        ] {
+            let e = memory_mib(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn amounts_use_the_mint_decimals_and_refuse_bad_input() {

@@ -430,6 +430,23 @@ fn host_verbs() {
     let after: Machine = t.account(&machine);
     assert_eq!(after.price_floor_per_gpu_hour, 750_000);
     assert_eq!(after.gpus, on_chain.gpus);
+    // update: the CPU and memory the machine gives its leases in all.
+    let out = t.ok(
+        &owner,
+        &[
+            "host", "update", &mc, "--cpus", "47.5", "--memory", "256GiB",
+        ],
+    );
+    assert_eq!(out["cpus"], "47.5");
+    assert_eq!(out["memory_mib"], 262_144);
+    assert_eq!(out["cpus_held"], "0");
+    let after: Machine = t.account(&machine);
+    assert_eq!((after.cpu_milli, after.memory_mib), (47_500, 262_144));
+    let e = t.fails(&owner, &["host", "update", &mc, "--memory", "256"]);
+    assert!(e.contains("give a unit, e.g. 512MiB or 32GiB"), "{e}");
+    let e = t.fails(&owner, &["host", "update", &mc, "--cpus", "1.0001"]);
+    assert!(e.contains("bad CPU count"), "{e}");
+    assert_eq!(t.account::<Machine>(&machine).memory_mib, 262_144);
     let e = t.fails(&owner, &["host", "update", &mc]);
     assert!(e.contains("nothing to change"), "{e}");
     let e = t.fails(
@@ -567,6 +584,42 @@ fn bid_verbs() {
         before
     );
     assert!(!t.exists(&gpu_market::pda::bid(&s.market, &key_of(&client).pubkey(), 2).0));
+
+    // A bid reserving CPU and memory shows them; the one machine gives its leases none, so it
+    // fits nowhere, and `bid explain` says why.
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--nonce",
+                "3",
+                "--cpus",
+                "2",
+                "--memory",
+                "8GiB",
+            ],
+        ),
+    );
+    assert_eq!(out["cpus"], "2");
+    assert_eq!(out["memory_mib"], 8_192);
+    let reserving = out["bid"].as_str().unwrap().to_string();
+    let ex = t.ok(&client, &["bid", "explain", &reserving]);
+    assert_eq!(ex["machines_fitting"], 0, "{ex}");
+    assert!(
+        ex.to_string().contains("fewer CPU cores or less memory"),
+        "{ex}"
+    );
+    t.ok(&client, &["bid", "cancel", &reserving]);
+    let e = t.fails(
+        &client,
+        &place_args(&m, &["--price", "2", "--nonce", "4", "--memory", "8"]),
+    );
+    assert!(e.contains("give a unit"), "{e}");
 
     // explain, from the one fit rule: the good bid fits the machine, and the simulated
     // allocation of its agent passes.

@@ -82,6 +82,8 @@ fn queue_bid(
         urgency_premium: premium,
         ports: vec![],
         scratch_gib: 0,
+        cpu_milli: 0,
+        memory_mib: 0,
     }
 }
 

@@ -36,20 +36,67 @@ pub struct GpuOffer {
     pub running: Option<OverclockTerms>,
 }
 
-/// What a lease holds besides GPUs that a machine serves per lease: published ports and scratch
-/// space. A bid asks for it; a machine declares the most it gives one lease.
+/// CPU and memory of a machine's host, in the units a container's limits take (as Kubernetes
+/// counts them): what a lease reserves, what a machine gives leases in all, or what running
+/// leases hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Host {
+    /// Thousandths of a CPU core.
+    pub cpu_milli: u32,
+    /// MiB of memory.
+    pub memory_mib: u32,
+}
+
+impl Host {
+    /// Whether `self` (what is there) covers `asked`.
+    pub fn holds(self, asked: Host) -> bool {
+        asked.cpu_milli <= self.cpu_milli && asked.memory_mib <= self.memory_mib
+    }
+
+    /// What is left of `self` once `held` is taken (never below nothing).
+    pub fn less(self, held: Host) -> Host {
+        Host {
+            cpu_milli: self.cpu_milli.saturating_sub(held.cpu_milli),
+            memory_mib: self.memory_mib.saturating_sub(held.memory_mib),
+        }
+    }
+
+    /// `self` and `other` together; `None` on overflow.
+    pub fn checked_add(self, other: Host) -> Option<Host> {
+        Some(Host {
+            cpu_milli: self.cpu_milli.checked_add(other.cpu_milli)?,
+            memory_mib: self.memory_mib.checked_add(other.memory_mib)?,
+        })
+    }
+
+    /// `self` without `other`; `None` when `other` is more.
+    pub fn checked_sub(self, other: Host) -> Option<Host> {
+        Some(Host {
+            cpu_milli: self.cpu_milli.checked_sub(other.cpu_milli)?,
+            memory_mib: self.memory_mib.checked_sub(other.memory_mib)?,
+        })
+    }
+}
+
+/// What a lease holds besides GPUs: published ports, scratch space, CPU and memory. A bid asks
+/// for it; a machine declares the most ports and scratch it gives one lease and the CPU and
+/// memory it gives all its leases together.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Room {
     /// Container ports published on the machine's address.
     pub ports: u8,
     /// GiB of scratch volume at the container's `/workspace`.
     pub scratch_gib: u16,
+    /// CPU and memory reserved for the lease (0: none reserved, no limit set).
+    pub host: Host,
 }
 
 impl Room {
-    /// Whether a machine serving `self` per lease has room for a lease asking `asked`.
+    /// Whether a machine declaring `self` has room for a lease asking `asked`.
     pub fn holds(self, asked: Room) -> bool {
-        asked.ports <= self.ports && asked.scratch_gib <= self.scratch_gib
+        asked.ports <= self.ports
+            && asked.scratch_gib <= self.scratch_gib
+            && self.host.holds(asked.host)
     }
 }
 
@@ -59,8 +106,10 @@ pub struct Offer {
     gpus: Vec<GpuOffer>,
     /// Whether the machine takes work at all (active, not paused or retired).
     active: bool,
-    /// The most ports and scratch it gives one lease.
+    /// The most ports and scratch it gives one lease, and the CPU and memory of all its leases.
     room: Room,
+    /// CPU and memory no running lease holds.
+    free: Host,
     now: i64,
     /// The least price per unit the host takes (queue: per GPU-hour; spot: per GPU-day).
     floor: u64,
@@ -130,7 +179,8 @@ pub enum Unfit {
     MachineInactive,
     /// The bid's deadline has passed.
     Expired,
-    /// The machine publishes fewer ports or gives less scratch per lease than the bid asks.
+    /// The machine publishes fewer ports, gives less scratch per lease, or gives its leases
+    /// fewer CPU cores or less memory than the bid asks.
     NoRoom,
     /// Fewer GPUs of an accepted class than the bid asks for.
     NoAcceptedClass,
@@ -142,7 +192,8 @@ pub enum Unfit {
     PriceBelowFloor,
     /// The price is below the market's reserve price for their classes.
     PriceBelowReserve,
-    /// Running leases hold too much of them (GiB, or other overclock terms on a shared GPU).
+    /// Running leases hold too much of them (GiB, or other overclock terms on a shared GPU),
+    /// or of the machine's CPU or memory.
     Busy,
     /// A book entry whose differing per-GPU terms only the bid account can decide.
     Undecided,
@@ -154,13 +205,15 @@ impl Unfit {
         match self {
             Unfit::MachineInactive => "machine paused or retired",
             Unfit::Expired => "the bid's deadline has passed",
-            Unfit::NoRoom => "the machine gives fewer ports or less scratch per lease",
+            Unfit::NoRoom => {
+                "the machine gives fewer ports, less scratch, fewer CPU cores or less memory"
+            }
             Unfit::NoAcceptedClass => "too few GPUs of an accepted class",
             Unfit::TooLittleMemory => "too little memory per GPU",
             Unfit::OverclockOutOfRange => "overclock terms outside the GPUs' ranges",
             Unfit::PriceBelowFloor => "price below the host's floor",
             Unfit::PriceBelowReserve => "price below the market's reserve price",
-            Unfit::Busy => "GPUs busy with running leases",
+            Unfit::Busy => "GPUs, CPU or memory busy with running leases",
             Unfit::Undecided => "per-GPU overclock terms the book entry cannot decide",
         }
     }
@@ -321,11 +374,13 @@ fn settings_allowed(limits: &GpuLimits, s: &OverclockTerms) -> bool {
 
 impl Offer {
     /// The offer of a machine whose GPUs are `gpus` (at most 16), at `now`, giving each lease
-    /// at most `room`.
+    /// at most `room`'s ports and scratch, and its leases `room`'s CPU and memory, of which
+    /// `free` is not held.
     pub fn new(
         gpus: Vec<GpuOffer>,
         active: bool,
         room: Room,
+        free: Host,
         now: i64,
         floor: u64,
         reserve: [u64; GPU_CLASSES],
@@ -410,6 +465,7 @@ impl Offer {
             gpus,
             active,
             room,
+            free,
             now,
             floor,
             reserve,
@@ -554,6 +610,9 @@ impl Offer {
             self.price_mask(by_terms, need.price, true),
             Unfit::PriceBelowReserve,
         )?;
+        if !self.free.holds(need.room.host) {
+            return Err(Unfit::Busy);
+        }
         let roomy = self.gib_mask(by_price, need.gib_per_gpu, true);
         let unshared = roomy & !self.shared;
         match need.terms {
@@ -601,6 +660,7 @@ impl Offer {
         !self.active
             || self.now >= deadline
             || !self.room.holds(room)
+            || !self.free.holds(room.host)
             || n as u32 > self.free_gpus
             || price < self.min_price
             || accepted_classes & self.classes == 0
@@ -888,10 +948,19 @@ mod tests {
         }
     }
 
-    /// What the test machines give each lease.
+    /// What the test machines give each lease (ports, scratch) and their leases (CPU, memory).
     const ROOM: Room = Room {
         ports: 2,
         scratch_gib: 8,
+        host: Host {
+            cpu_milli: 16_000,
+            memory_mib: 65_536,
+        },
+    };
+    /// What running leases leave of the test machines' CPU and memory.
+    const FREE: Host = Host {
+        cpu_milli: 8_000,
+        memory_mib: 32_768,
     };
 
     fn need(n: u8, terms: Terms) -> Need {
@@ -899,6 +968,10 @@ mod tests {
             room: Room {
                 ports: 1,
                 scratch_gib: 8,
+                host: Host {
+                    cpu_milli: 4_000,
+                    memory_mib: 16_384,
+                },
             },
             gpu_count: n,
             gib_per_gpu: 40,
@@ -912,7 +985,7 @@ mod tests {
     fn offer(gpus: Vec<GpuOffer>) -> Offer {
         let mut reserve = [0; GPU_CLASSES];
         reserve[1] = 500;
-        Offer::new(gpus, true, ROOM, 10, 50, reserve)
+        Offer::new(gpus, true, ROOM, FREE, 10, 50, reserve)
     }
 
     #[test]
@@ -920,7 +993,17 @@ mod tests {
         let o = offer(vec![gpu(0, 0), gpu(0, 0), gpu(1, 1)]);
         let base = need(2, Terms::Uniform(power(300)));
         assert_eq!(o.fit(&base).unwrap().gpus(), &[0, 1]);
-        let cases: [(Need, Unfit); 9] = [
+        let host = |cpu_milli, memory_mib| Need {
+            room: Room {
+                host: Host {
+                    cpu_milli,
+                    memory_mib,
+                },
+                ..base.room
+            },
+            ..base
+        };
+        let cases: [(Need, Unfit); 13] = [
             (
                 Need {
                     deadline: 10,
@@ -948,6 +1031,12 @@ mod tests {
                 },
                 Unfit::NoRoom,
             ),
+            // More CPU or memory than the machine gives its leases in all: no room.
+            (host(16_001, 1), Unfit::NoRoom),
+            (host(1, 65_537), Unfit::NoRoom),
+            // Within that, but more than running leases leave: busy.
+            (host(8_001, 1), Unfit::Busy),
+            (host(1, 32_769), Unfit::Busy),
             (need(3, Terms::Uniform(power(300))), Unfit::NoAcceptedClass),
             (
                 Need {
@@ -982,7 +1071,7 @@ mod tests {
         for (n, want) in cases {
             assert_eq!(o.fit(&n), Err(want), "{n:?}");
         }
-        let paused = Offer::new(vec![gpu(0, 0)], false, ROOM, 10, 0, [0; GPU_CLASSES]);
+        let paused = Offer::new(vec![gpu(0, 0)], false, ROOM, FREE, 10, 0, [0; GPU_CLASSES]);
         assert_eq!(
             paused.fit(&need(1, Terms::Uniform(power(300)))),
             Err(Unfit::MachineInactive)
@@ -1114,6 +1203,7 @@ mod tests {
             price in prop_oneof![Just(40u64), Just(100), Just(600)],
             ports in 0u8..4,
             scratch_gib in prop_oneof![Just(0u16), Just(8), Just(9)],
+            cpu_milli in prop_oneof![Just(0u32), Just(8_000), Just(8_001), Just(16_001)],
         ) {
             let o = offer(gpus);
             let n = terms.len() as u8;
@@ -1124,7 +1214,14 @@ mod tests {
                 price,
                 deadline: 1_000,
                 terms: Terms::of(&terms),
-                room: Room { ports, scratch_gib },
+                room: Room {
+                    ports,
+                    scratch_gib,
+                    host: Host {
+                        cpu_milli,
+                        memory_mib: 1_024,
+                    },
+                },
             };
             let (lo, hi) = Terms::range_of(&terms);
             let summary = Need { terms: Terms::Range { lo, hi }, ..exact };

@@ -125,6 +125,8 @@ impl LiveMarket {
                 electricity_cost_per_kwh: electricity_cost,
                 cached_images: vec![],
                 network: MachineNetwork::default(),
+                cpu_milli: 0,
+                memory_mib: 0,
             },
         };
         live.cluster.run(&register).await?;

@@ -88,6 +88,8 @@ fn fixture(mut gpus: Vec<GpuSpec>, cap_bps: u16) -> Fixture {
             electricity_cost_per_kwh: 0,
             cached_images: vec![],
             network: MachineNetwork::default(),
+            cpu_milli: 0,
+            memory_mib: 0,
         },
     };
     let machine = r.machine();
@@ -150,6 +152,8 @@ impl Fixture {
             urgency_premium: 0,
             ports: vec![],
             scratch_gib: 0,
+            cpu_milli: 0,
+            memory_mib: 0,
         }
     }
 

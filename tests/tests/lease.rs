@@ -205,6 +205,8 @@ fn price_below_the_reserve_or_the_host_floor_does_not_run() {
         electricity_cost_per_kwh: 0,
         cached_images: vec![],
         network: MachineNetwork::default(),
+        cpu_milli: 0,
+        memory_mib: 0,
     };
     f.ctx
         .run(&UpdateMachine {
@@ -802,6 +804,8 @@ fn a_lease_of_another_machine_or_a_wrong_agent_is_refused() {
             electricity_cost_per_kwh: 0,
             cached_images: vec![],
             network: MachineNetwork::default(),
+            cpu_milli: 0,
+            memory_mib: 0,
         },
     };
     let other = r.machine();
@@ -1258,6 +1262,8 @@ fn a_spot_price_below_one_unit_per_interval_is_paid_in_the_end() {
                 electricity_cost_per_kwh: 0,
                 cached_images: vec![],
                 network: MachineNetwork::default(),
+                cpu_milli: 0,
+                memory_mib: 0,
             },
         })
         .unwrap();

@@ -47,6 +47,8 @@ fn terms(agent: Pubkey, mut gpus: Vec<GpuSpec>) -> MachineTerms {
         electricity_cost_per_kwh: 150_000,
         cached_images: vec![[7u8; 32]],
         network: MachineNetwork::default(),
+        cpu_milli: 0,
+        memory_mib: 0,
     }
 }
 

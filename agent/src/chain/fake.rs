@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gpu_market_core::fit::{Fits, GpuOffer, Need, Offer, Terms, GPU_CLASSES};
+use gpu_market_core::fit::{Fits, GpuOffer, Host, Need, Offer, Terms, GPU_CLASSES};
 use gpu_market_core::lease::{
     idle_streak, interval_index, interval_window, spot_profit_per_day, UsageProof,
 };
@@ -309,10 +309,21 @@ impl Inner {
             })
             .collect();
         let active = self.status == MachineStatus::Active;
+        let held =
+            self.leases
+                .iter()
+                .filter(|l| Some(l.key) != ended)
+                .fold(Host::default(), |h, l| {
+                    h.checked_add(l.room.host).unwrap_or(Host {
+                        cpu_milli: u32::MAX,
+                        memory_mib: u32::MAX,
+                    })
+                });
         Offer::new(
             gpus,
             active,
             self.network.room,
+            self.network.room.host.less(held),
             self.now(),
             0,
             [0; GPU_CLASSES],

@@ -108,16 +108,17 @@ pub enum EgressView {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetworkView {
     pub egress: EgressView,
-    /// The most ports and scratch it gives one lease.
+    /// The most ports and scratch it gives one lease, and the CPU and memory of all its leases.
     pub room: gpu_market_core::fit::Room,
 }
 
-/// What a bid's lease holds besides GPUs: the container ports it publishes and the GiB of its
-/// scratch volume.
+/// What a bid's lease holds besides GPUs: the container ports it publishes, the GiB of its
+/// scratch volume, and the CPU and memory the machine holds for it (0: none reserved).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RoomAsked {
     pub ports: Vec<u16>,
     pub scratch_gib: u16,
+    pub host: gpu_market_core::fit::Host,
 }
 
 impl RoomAsked {
@@ -126,6 +127,7 @@ impl RoomAsked {
         gpu_market_core::fit::Room {
             ports: self.ports.len() as u8,
             scratch_gib: self.scratch_gib,
+            host: self.host,
         }
     }
 }

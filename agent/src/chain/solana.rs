@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind as ProgramBidKind, BookLeaf, Egress, Freed, Lease, Machine, MachineNetwork,
+    Bid, BidKind as ProgramBidKind, BookLeaf, Egress, Freed, Lease, Machine,
     MachineStatus as ProgramStatus, Market, SealedEnv, StakeAccount,
 };
 use gpu_market_core::fit::{Fits, Offer};
@@ -613,11 +613,13 @@ fn room_asked(b: &Bid) -> RoomAsked {
     RoomAsked {
         ports: b.ports.clone(),
         scratch_gib: b.scratch_gib,
+        host: b.host(),
     }
 }
 
-/// The machine account's network declaration.
-fn network_view(n: &MachineNetwork) -> NetworkView {
+/// The machine account's network declaration, with the CPU and memory it gives its leases.
+fn network_view(m: &Machine) -> NetworkView {
+    let n = &m.network;
     NetworkView {
         egress: match n.egress {
             Egress::None => EgressView::None,
@@ -629,7 +631,7 @@ fn network_view(n: &MachineNetwork) -> NetworkView {
                     .collect(),
             ),
         },
-        room: n.room(),
+        room: n.room(m.host()),
     }
 }
 
@@ -842,7 +844,7 @@ impl Chain for SolanaChain {
                 ProgramStatus::Paused => MachineStatus::Paused,
                 ProgramStatus::Retired => MachineStatus::Retired,
             },
-            network: network_view(&m.network),
+            network: network_view(&m),
         })
     }
 
@@ -889,8 +891,8 @@ impl Chain for SolanaChain {
             .filter(|(_, l)| l.kind == ProgramBidKind::Spot && l.stop_at == Lease::NOT_STOPPED)
             .map(|(k, l)| {
                 let gpus = l.gpus().iter().fold(0u16, |m, &g| m | 1 << g);
-                let gib = l.gib_per_gpu;
-                (*k, Freed { gpus, gib })
+                let (gib, host) = (l.gib_per_gpu, l.host());
+                (*k, Freed { gpus, gib, host })
             })
             .collect();
         let mut out = OpenBids::default();

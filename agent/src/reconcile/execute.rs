@@ -382,6 +382,16 @@ impl Reconciler {
             read_only: true,
         });
         let mut sandbox = limits.sandbox;
+        // What the lease holds; a lease that reserved none gets the host's share per GPU.
+        let reserved = workload.room.host;
+        let cpu_milli = match reserved.cpu_milli {
+            0 => n * limits.millicpus_per_gpu as i64,
+            milli => milli as i64,
+        };
+        let memory_mib = match reserved.memory_mib {
+            0 => n * limits.memory_mib_per_gpu as i64,
+            mib => mib as i64,
+        };
         let scratch_bytes = u64::from(workload.room.scratch_gib) << 30;
         let data_dir = &self.config.data_dir;
         if let Some(scratch) =
@@ -404,8 +414,8 @@ impl Reconciler {
                 (LABEL_CLIENT.to_string(), workload.client.to_string()),
             ]
             .into(),
-            memory_bytes: Some((n * limits.memory_mib_per_gpu as i64) << 20),
-            nano_cpus: Some(n * limits.millicpus_per_gpu as i64 * 1_000_000),
+            memory_bytes: Some(memory_mib << 20),
+            nano_cpus: Some(cpu_milli * 1_000_000),
             pids_limit: Some(limits.pids_limit),
             gpu_indices: gpu_indices.iter().map(|&i| i as u32).collect(),
             binds,

@@ -14,10 +14,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gpu_market::state::{GpuSpec, OverclockTerms};
 use gpu_market_agent::chain::fake::FakeChain;
-use gpu_market_agent::chain::{BidKind, BidView, Chain, GpuView, Key};
+use gpu_market_agent::chain::{BidKind, BidView, Chain, GpuView, Key, NetworkView};
+use gpu_market_core::fit::{Host, Room};
 
 /// The cluster clock when a scenario starts.
 pub const T0: i64 = 1_700_000_000;
+/// The CPU and memory the scenarios' machine gives its leases in all.
+pub const MACHINE_HOST: Host = Host {
+    cpu_milli: 8_000,
+    memory_mib: 16_384,
+};
 /// The market's billing interval.
 pub const INTERVAL: u32 = 60;
 pub use crate::support::TOKEN;
@@ -52,6 +58,8 @@ pub struct BidSpec {
     pub wait_secs: i64,
     /// Container ports its lease publishes.
     pub ports: Vec<u16>,
+    /// CPU and memory its lease holds on the machine.
+    pub host: Host,
 }
 
 impl BidSpec {
@@ -67,6 +75,7 @@ impl BidSpec {
             max_duration_secs: intervals * INTERVAL,
             wait_secs: WAIT_SECS,
             ports: Vec::new(),
+            host: Host::default(),
         }
     }
 
@@ -128,6 +137,13 @@ impl FakeMarket {
             .collect();
         let chain = FakeChain::new(gpus, INTERVAL, T0);
         chain.set_electricity_cost(ELECTRICITY_COST);
+        chain.set_network(NetworkView {
+            room: Room {
+                host: MACHINE_HOST,
+                ..Room::default()
+            },
+            ..NetworkView::default()
+        });
         let p = crate::support::params();
         chain.set_idle_rule(p.idle_utilisation_bps, IDLE_END_INTERVALS);
         FakeMarket {
@@ -165,6 +181,7 @@ impl MarketUnderTest for FakeMarket {
             room: gpu_market_agent::chain::RoomAsked {
                 ports: spec.ports.clone(),
                 scratch_gib: 0,
+                host: spec.host,
             },
         });
         key

@@ -105,6 +105,8 @@ pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
         urgency_premium: 0,
         ports: vec![],
         scratch_gib: 0,
+        cpu_milli: 0,
+        memory_mib: 0,
     }
 }
 

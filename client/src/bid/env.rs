@@ -37,16 +37,12 @@ fn recipients(config: &Config, b: &Bid, m: &Market) -> Result<Vec<(Pubkey, Pubke
         BidKind::Queue => config.program_accounts_of::<Machine>(&[(0, b.market)])?,
     };
     let now = config.cluster_time()?;
-    let empty = Freed {
-        gpus: u16::MAX,
-        gib: u16::MAX,
-    };
     let mut out: Vec<(Pubkey, Pubkey)> = Vec::new();
     for (key, mach) in machines {
         let serves = b.kind == BidKind::Spot
             || (mach.status == MachineStatus::Active
                 && mach
-                    .offer(m, b.kind, now, &empty)
+                    .offer(m, b.kind, now, &Freed::all())
                     .is_ok_and(|offer| b.fit(&offer).is_ok()));
         if serves && !out.iter().any(|(agent, _)| *agent == mach.agent) {
             out.push((mach.agent, key));

@@ -73,6 +73,8 @@ pub fn machine_terms(agent: &Pubkey) -> MachineTerms {
         electricity_cost_per_kwh: TOKEN / 5,
         cached_images: vec![],
         network: MachineNetwork::default(),
+        cpu_milli: 0,
+        memory_mib: 0,
     }
 }
 
@@ -203,6 +205,8 @@ impl Fixture {
             urgency_premium: 0,
             ports: vec![],
             scratch_gib: 0,
+            cpu_milli: 0,
+            memory_mib: 0,
         }
     }
 

@@ -224,3 +224,41 @@ async fn without_mps_a_shared_lease_is_refused_and_refunded_while_a_whole_one_ru
         .render(0)
         .contains("gpu_market_agent_leases_ended_total{reason=\"isolation_unavailable\"} 1"));
 }
+
+/// The container's CPU and memory limits are what its lease holds; a lease that reserved none
+/// gets the host's share per GPU (the agent's `container` settings: 2 cores, 1 GiB a GPU here).
+#[tokio::test(start_paused = true)]
+async fn a_container_gets_the_cpu_and_memory_its_lease_holds() {
+    let h = Harness::new(&[0, 0]);
+    h.chain.set_network(crate::chain::NetworkView {
+        room: gpu_market_core::fit::Room {
+            host: gpu_market_core::fit::Host {
+                cpu_milli: 8_000,
+                memory_mib: 16_384,
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let mut reserving = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    reserving.room.host = gpu_market_core::fit::Host {
+        cpu_milli: 2_500,
+        memory_mib: 3_072,
+    };
+    let plain = bid(2, BidKind::Queue, 1, 1_000, power(250));
+    h.chain.place_bid(reserving.clone());
+    h.chain.place_bid(plain.clone());
+    let mut r = h.reconciler();
+    run_for(&mut r, 3 * POLL).await;
+    let limits = |b: &BidView| {
+        let lease = h.chain.lease_of_bid(b.key).expect("allocated");
+        let (_, spec) = h
+            .running()
+            .into_iter()
+            .find(|(_, s)| s.labels[LABEL_LEASE] == lease.key.to_string())
+            .expect("its container runs");
+        (spec.nano_cpus, spec.memory_bytes)
+    };
+    assert_eq!(limits(&reserving), (Some(2_500_000_000), Some(3_072 << 20)));
+    assert_eq!(limits(&plain), (Some(2_000_000_000), Some(1_024 << 20)));
+}

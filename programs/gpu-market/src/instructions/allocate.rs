@@ -213,7 +213,9 @@ impl Allocate<'_> {
         let spot = bid.kind == BidKind::Spot;
         accounts
             .machine
-            .take(&args.gpus, bid.gib_per_gpu, spot, |i| bid.terms_of(i))?;
+            .take(&args.gpus, bid.gib_per_gpu, bid.host(), spot, |i| {
+                bid.terms_of(i)
+            })?;
         let stake = &mut accounts.client_stake;
         stake.open_bids = stake
             .open_bids
@@ -247,6 +249,8 @@ impl Allocate<'_> {
             gpu_count: n,
             gpus,
             gib_per_gpu: bid.gib_per_gpu,
+            cpu_milli: bid.cpu_milli,
+            memory_mib: bid.memory_mib,
             power_limits_w,
             price: bid.price,
             started_at: now,

@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
-use gpu_market_core::fit::{Need, Room, Terms, Unfit};
+use gpu_market_core::fit::{Host, Need, Room, Terms, Unfit};
 use gpu_market_core::score;
 use gpu_market_core::settlement::{escrow_for, spend_per_hour};
 
@@ -34,6 +34,10 @@ pub struct PlaceBidArgs {
     pub ports: Vec<u16>,
     /// GiB of scratch volume at the container's `/workspace` (0: none).
     pub scratch_gib: u16,
+    /// Thousandths of a CPU core and MiB of memory the machine holds for the lease; the
+    /// container gets them as its limits (0: none reserved, no limit).
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
 }
 
 #[derive(Accounts)]
@@ -164,11 +168,7 @@ impl PlaceBid<'_> {
                 require_keys_eq!(self.book.key(), machine.spot_book, MarketError::WrongBook);
                 // The bid must fit the machine once its running leases are gone: the same fit
                 // rule as `allocate`, on a machine with every GPU free.
-                let idle = Freed {
-                    gpus: u16::MAX,
-                    gib: u16::MAX,
-                };
-                let offer = machine.offer(&self.market, BidKind::Spot, now, &idle)?;
+                let offer = machine.offer(&self.market, BidKind::Spot, now, &Freed::all())?;
                 let settings: Vec<_> = (0..args.gpu_count as usize)
                     .map(|i| args.overclock[if terms == 1 { 0 } else { i }].to_core())
                     .collect();
@@ -182,6 +182,10 @@ impl PlaceBid<'_> {
                     room: Room {
                         ports: args.ports.len() as u8,
                         scratch_gib: args.scratch_gib,
+                        host: Host {
+                            cpu_milli: args.cpu_milli,
+                            memory_mib: args.memory_mib,
+                        },
                     },
                 };
                 match offer.fit(&need) {
@@ -325,6 +329,8 @@ impl PlaceBid<'_> {
             urgency_premium: args.urgency_premium,
             ports: args.ports,
             scratch_gib: args.scratch_gib,
+            cpu_milli: args.cpu_milli,
+            memory_mib: args.memory_mib,
             refund_tokens: ctx.accounts.client_tokens.key(),
             score: base,
             book_key: 0,

@@ -55,6 +55,7 @@ impl Preempt<'_> {
         let freed = Freed {
             gpus: lease.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
             gib: lease.gib_per_gpu,
+            host: lease.host(),
         };
         let offer = a.machine.offer(&a.market, a.challenger.kind, now, &freed)?;
         let within_cap = a.challenger.kind == BidKind::Spot
@@ -478,7 +479,7 @@ impl CloseLease<'_> {
         let lease = &self.lease;
         let spot = lease.kind == BidKind::Spot;
         self.machine
-            .release(lease.gpus(), lease.gib_per_gpu, spot)?;
+            .release(lease.gpus(), lease.gib_per_gpu, lease.host(), spot)?;
         let stake = &mut self.client_stake;
         stake.gpus_held = stake
             .gpus_held

@@ -1,6 +1,6 @@
 use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
-use gpu_market_core::fit::{Choice, Need, Offer, Room, Terms, Unfit};
+use gpu_market_core::fit::{Choice, Host, Need, Offer, Room, Terms, Unfit};
 use gpu_market_core::lease;
 use gpu_market_core::overclock;
 use gpu_market_core::settlement::PriceUnit;
@@ -122,6 +122,10 @@ pub struct Bid {
     pub ports: Vec<u16>,
     /// GiB of scratch volume at the container's `/workspace` (0: none).
     pub scratch_gib: u16,
+    /// Thousandths of a CPU core and MiB of memory the lease holds on its machine (the
+    /// container's limits; 0: none reserved, no limit).
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
     /// The client's token account the escrow came from: where a keeper sends a refund (any
     /// token account of the client for the payment mint is accepted).
     pub refund_tokens: Pubkey,
@@ -191,11 +195,20 @@ impl Bid {
         }
     }
 
-    /// The ports and scratch the bid's lease holds besides GPUs.
+    /// The ports, scratch, CPU and memory the bid's lease holds besides GPUs.
     pub fn room(&self) -> Room {
         Room {
             ports: self.ports.len() as u8,
             scratch_gib: self.scratch_gib,
+            host: self.host(),
+        }
+    }
+
+    /// The CPU and memory the bid's lease holds on its machine.
+    pub fn host(&self) -> Host {
+        Host {
+            cpu_milli: self.cpu_milli,
+            memory_mib: self.memory_mib,
         }
     }
 
@@ -231,6 +244,8 @@ impl Bid {
             mixed,
             ports: self.ports.len() as u8,
             scratch_gib: self.scratch_gib.to_le_bytes(),
+            cpu_milli: self.cpu_milli.to_le_bytes(),
+            memory_mib: self.memory_mib.to_le_bytes(),
             _reserved: [0; 4],
         }
     }

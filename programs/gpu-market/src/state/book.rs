@@ -18,7 +18,7 @@ use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
 use core::cmp::Ordering;
 use core::mem::size_of;
-use gpu_market_core::fit::{Need, Room, Terms};
+use gpu_market_core::fit::{Host, Need, Room, Terms};
 
 use crate::state::OverclockTerms;
 
@@ -36,7 +36,7 @@ const LEAF_BIT: u32 = 1 << 31;
 const KEY_BITS: usize = 128;
 
 /// Bytes of `BidBook`, pinned below.
-pub const BID_BOOK_SIZE: usize = 606_336;
+pub const BID_BOOK_SIZE: usize = 639_104;
 /// Bytes of the account: the 8-byte discriminator and the book. Pass it to `create_account`.
 pub const BID_BOOK_SPACE: usize = 8 + BID_BOOK_SIZE;
 
@@ -156,15 +156,22 @@ pub struct BidSummary {
     /// byte alignment).
     pub ports: u8,
     pub scratch_gib: [u8; 2],
+    /// The CPU (thousandths of a core) and memory (MiB) the bid's lease holds.
+    pub cpu_milli: [u8; 4],
+    pub memory_mib: [u8; 4],
     pub _reserved: [u8; 4],
 }
 
 impl BidSummary {
-    /// The ports and scratch the bid's lease holds.
+    /// The ports, scratch, CPU and memory the bid's lease holds.
     pub fn room(&self) -> Room {
         Room {
             ports: self.ports,
             scratch_gib: u16::from_le_bytes(self.scratch_gib),
+            host: Host {
+                cpu_milli: u32::from_le_bytes(self.cpu_milli),
+                memory_mib: u32::from_le_bytes(self.memory_mib),
+            },
         }
     }
 
@@ -232,7 +239,7 @@ unsafe impl Pod for BidSummary {}
 unsafe impl Zeroable for BookInner {}
 unsafe impl Pod for BookInner {}
 
-const _: () = assert!(size_of::<BidSummary>() == 32 + 8 + 8 + 10 + 10 + 2 + 1 + 1 + 1 + 7);
+const _: () = assert!(size_of::<BidSummary>() == 32 + 8 + 8 + 10 + 10 + 2 + 1 + 1 + 1 + 7 + 8);
 const _: () = assert!(size_of::<BookLeaf>() == 32 + 8 + 8 + size_of::<BidSummary>() + 4 + 4);
 const _: () = assert!(size_of::<BookInner>() == 4 + 4 + 4);
 
@@ -708,13 +715,13 @@ mod tests {
     #[test]
     fn layout_is_pinned() {
         assert_eq!(size_of::<BidBook>(), BID_BOOK_SIZE);
-        assert_eq!(BID_BOOK_SPACE, 606_344);
+        assert_eq!(BID_BOOK_SPACE, 639_112);
         assert_eq!(core::mem::align_of::<BidBook>(), 8);
         assert_eq!(core::mem::offset_of!(BidBook, kind), 64);
         assert_eq!(core::mem::offset_of!(BidBook, len), 68);
         assert_eq!(
             core::mem::offset_of!(BidBook, inners),
-            128 + 136 * BOOK_CAPACITY
+            128 + 144 * BOOK_CAPACITY
         );
         assert_eq!(BidBook::DISCRIMINATOR.len(), 8);
     }

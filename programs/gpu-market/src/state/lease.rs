@@ -1,4 +1,5 @@
 use anchor_lang::prelude::*;
+use gpu_market_core::fit::Host;
 
 use crate::state::{BidKind, MarketParams, MAX_GPUS};
 
@@ -46,6 +47,10 @@ pub struct Lease {
     /// The machine's GPU serving each of the bid's GPUs (first `gpu_count` entries).
     pub gpus: [u8; MAX_GPUS],
     pub gib_per_gpu: u16,
+    /// Thousandths of a CPU core and MiB of memory the machine holds for the lease (the
+    /// container's limits; 0: none reserved, none set).
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
     /// The agreed power limit of each GPU, in W, in the bid's GPU order.
     pub power_limits_w: [u16; MAX_GPUS],
     /// The bid's price, in its unit (per GPU-hour for queue leases, per GPU-day for spot).
@@ -85,6 +90,14 @@ pub struct Lease {
 
 impl Lease {
     pub const NOT_STOPPED: i64 = i64::MAX;
+
+    /// The CPU and memory the machine holds for the lease.
+    pub fn host(&self) -> Host {
+        Host {
+            cpu_milli: self.cpu_milli,
+            memory_mib: self.memory_mib,
+        }
+    }
 
     pub fn gpus(&self) -> &[u8] {
         &self.gpus[..self.gpu_count as usize]

@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use gpu_market_core::fit::{GpuOffer, Offer, Room, GPU_CLASSES};
+use gpu_market_core::fit::{GpuOffer, Host, Offer, Room, GPU_CLASSES};
 use gpu_market_core::overclock::{GpuLimits, Range};
 
 use crate::errors::MarketError;
@@ -72,11 +72,12 @@ impl MachineNetwork {
         Ok(())
     }
 
-    /// What the machine gives one lease besides GPUs.
-    pub fn room(&self) -> Room {
+    /// What the machine gives one lease besides GPUs, with `host` for all its leases.
+    pub fn room(&self, host: Host) -> Room {
         Room {
             ports: self.ports_per_lease,
             scratch_gib: self.scratch_gib,
+            host,
         }
     }
 }
@@ -159,6 +160,11 @@ pub struct MachineTerms {
     /// sha256 digests of the images the machine has cached.
     pub cached_images: Vec<[u8; 32]>,
     pub network: MachineNetwork,
+    /// Thousandths of a CPU core the machine gives its leases in all (0: none; only bids that
+    /// reserve no CPU fit).
+    pub cpu_milli: u32,
+    /// MiB of memory the machine gives its leases in all (0: none, as for CPU).
+    pub memory_mib: u32,
 }
 
 /// A host's server in one market.
@@ -185,6 +191,12 @@ pub struct Machine {
     pub last_heartbeat: i64,
     /// GiB of each GPU held by running leases.
     pub used_gib: [u16; MAX_GPUS],
+    /// Thousandths of a CPU core and MiB of memory the machine gives its leases in all.
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
+    /// Of those, what running leases hold.
+    pub used_cpu_milli: u32,
+    pub used_memory_mib: u32,
     /// The overclock terms each GPU runs while leases hold some of it: a GPU has one power
     /// limit and one set of clocks, so leases share a GPU only when they agree on them.
     pub gpu_terms: [OverclockTerms; MAX_GPUS],
@@ -239,6 +251,9 @@ impl Machine {
         self.cached_images[..terms.cached_images.len()].copy_from_slice(&terms.cached_images);
         terms.network.validate()?;
         self.network = terms.network.clone();
+        // Lowering these below what leases hold leaves nothing free until those end.
+        self.cpu_milli = terms.cpu_milli;
+        self.memory_mib = terms.memory_mib;
         Ok(())
     }
 
@@ -253,7 +268,30 @@ impl Machine {
             electricity_cost_per_kwh: self.electricity_cost_per_kwh,
             cached_images: self.cached_images[..self.cached_image_count as usize].to_vec(),
             network: self.network.clone(),
+            cpu_milli: self.cpu_milli,
+            memory_mib: self.memory_mib,
         }
+    }
+
+    /// The CPU and memory the machine gives its leases in all.
+    pub fn host(&self) -> Host {
+        Host {
+            cpu_milli: self.cpu_milli,
+            memory_mib: self.memory_mib,
+        }
+    }
+
+    /// Of [`Machine::host`], what running leases hold.
+    pub fn host_used(&self) -> Host {
+        Host {
+            cpu_milli: self.used_cpu_milli,
+            memory_mib: self.used_memory_mib,
+        }
+    }
+
+    fn set_host_used(&mut self, used: Host) {
+        self.used_cpu_milli = used.cpu_milli;
+        self.used_memory_mib = used.memory_mib;
     }
 
     pub fn gpus(&self) -> &[GpuSpec] {
@@ -303,19 +341,22 @@ impl Machine {
         Ok(Offer::new(
             gpus,
             self.status == MachineStatus::Active,
-            self.network.room(),
+            self.network.room(self.host()),
+            self.host().less(self.host_used().less(freed.host)),
             now,
             floor,
             reserve,
         ))
     }
 
-    /// Holds `gib` on each of `gpus` for a lease (of kind spot when `spot`) whose `i`-th GPU
-    /// runs `terms(i)`; a GPU already in use must run the same terms.
+    /// Holds `gib` on each of `gpus` and `host` of the machine's CPU and memory for a lease (of
+    /// kind spot when `spot`) whose `i`-th GPU runs `terms(i)`; a GPU already in use must run
+    /// the same terms.
     pub fn take(
         &mut self,
         gpus: &[u8],
         gib: u16,
+        host: Host,
         spot: bool,
         terms: impl Fn(usize) -> OverclockTerms,
     ) -> Result<()> {
@@ -331,12 +372,14 @@ impl Machine {
                 self.spot_gpus |= 1 << g;
             }
         }
+        let used = self.host_used().checked_add(host);
+        self.set_host_used(used.ok_or(MarketError::Overflow)?);
         self.leases = self.leases.checked_add(1).ok_or(MarketError::Overflow)?;
         Ok(())
     }
 
     /// Frees what `take` held.
-    pub fn release(&mut self, gpus: &[u8], gib: u16, spot: bool) -> Result<()> {
+    pub fn release(&mut self, gpus: &[u8], gib: u16, host: Host, spot: bool) -> Result<()> {
         for &g in gpus {
             let used = &mut self.used_gib[g as usize];
             *used = used.checked_sub(gib).ok_or(MarketError::Overflow)?;
@@ -347,6 +390,8 @@ impl Machine {
                 self.spot_gpus &= !(1 << g);
             }
         }
+        let used = self.host_used().checked_sub(host);
+        self.set_host_used(used.ok_or(MarketError::Overflow)?);
         self.leases = self.leases.checked_sub(1).ok_or(MarketError::Overflow)?;
         Ok(())
     }
@@ -429,14 +474,27 @@ impl Machine {
     }
 }
 
-/// GPUs that a check may treat as free: those of a lease that is about to end.
+/// GPUs, CPU and memory that a check may treat as free: those of a lease that is about to end.
 #[derive(Default)]
 pub struct Freed {
     pub gpus: u16,
     pub gib: u16,
+    pub host: Host,
 }
 
 impl Freed {
+    /// Everything: the machine as it is with no lease running.
+    pub fn all() -> Freed {
+        Freed {
+            gpus: u16::MAX,
+            gib: u16::MAX,
+            host: Host {
+                cpu_milli: u32::MAX,
+                memory_mib: u32::MAX,
+            },
+        }
+    }
+
     fn gib_on(&self, g: usize) -> u16 {
         if self.gpus & (1 << g) != 0 {
             self.gib
