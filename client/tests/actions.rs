@@ -221,12 +221,15 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
 
     // A bid (3 tokens per GPU-hour, one GPU, one hour: 3 in escrow), topped up through the
     // relay (a wallet that only signs), then cancelled: all 4 back.
-    let path = format!("/api/actions/bid?{BID_QUERY}&nonce=7");
+    // It reserves 2 cores and 8 GiB, with `bid place`'s own flags.
+    let path = format!("/api/actions/bid?{BID_QUERY}&nonce=7&cpus=2&memory=8GiB");
     let (tx, message) = served.transaction(&path, &alice.pubkey());
     let bid = pda::bid(&s.market, &alice.pubkey(), 7).0;
     assert!(message.contains(&bid.to_string()), "{message}");
     sign_and_send(&t, &alice, tx);
-    assert_eq!(t.account::<Bid>(&bid).escrow, 3_000_000);
+    let placed = t.account::<Bid>(&bid);
+    assert_eq!(placed.escrow, 3_000_000);
+    assert_eq!((placed.cpu_milli, placed.memory_mib), (2_000, 8_192));
     assert_eq!(t.balance(&tokens), 87_000_000);
     let (mut tx, _) = served.transaction(
         &format!("/api/actions/top-up?bid={bid}&amount=1"),

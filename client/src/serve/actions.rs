@@ -64,6 +64,8 @@ const BID_PARAMS: &[Param] = &[
     param("urgency-premium", "Urgency premium", false),
     param("port", "Container port to publish", false),
     param("scratch-gib", "Scratch GiB kept after the lease", false),
+    param("cpus", "CPU cores reserved, e.g. 8", false),
+    param("memory", "Memory reserved, e.g. 32GiB", false),
     param("nonce", "Nonce", false),
     param("tokens", "Payment-token account", false),
 ];
