@@ -18,7 +18,6 @@ pub mod lease;
 pub mod matching;
 pub mod math;
 pub mod overclock;
-pub mod parallelism;
 pub mod placement;
 pub mod pricing;
 pub mod score;

@@ -1,6 +1,6 @@
 //! The dynamic reserve price: `Base × (1 + Demand) × (1 + Capability) × Seasonal` per GPU-hour.
 
-use crate::math::{apply_bps, mul_div_floor, normalise_bps, MathError, BPS};
+use crate::math::{apply_bps, mul_div_floor, MathError, BPS};
 
 /// Demand in bps from GPUs wanted by waiting bids against GPUs offered by active machines,
 /// capped at `cap_bps`. With nothing offered, demand is at its cap as soon as anything is wanted.
@@ -43,11 +43,6 @@ pub fn reserve_price(
         BPS.checked_add(capability_bps).ok_or(MathError::Overflow)?,
     )?;
     apply_bps(p, seasonal_bps)
-}
-
-/// Utilisation of offered capacity in bps (for reports): wanted over offered, capped at 100 %.
-pub fn utilisation_bps(requested_gpus: u64, offered_gpus: u64) -> u64 {
-    normalise_bps(requested_gpus, offered_gpus)
 }
 
 #[cfg(test)]
