@@ -18,7 +18,9 @@ use gpu_market_core::fit::Host;
 use gpu_market_core::lease::UsageProof;
 use market::program::ProgramMarket;
 use market::reconciler::{Agent, POLL};
-use market::{BidSpec, FakeMarket, MarketUnderTest, IDLE_END_INTERVALS, INTERVAL, TOKEN};
+use market::{
+    BidSpec, FakeMarket, MarketUnderTest, IDLE_END_INTERVALS, INTERVAL, MACHINE_REGION, TOKEN,
+};
 
 /// How many open bids a look at the books asks for.
 const LIMIT: usize = 32;
@@ -52,6 +54,7 @@ macro_rules! scenarios {
 scenarios!(
     a_bid_asking_for_a_port_the_machine_does_not_publish_is_passed_over,
     a_bid_reserving_more_cpu_or_memory_than_is_free_waits,
+    a_bid_for_other_regions_is_passed_over,
     a_lease_is_proven_each_interval_and_ends_after_its_stop,
     a_proof_before_its_window_ends_is_refused,
     a_final_proof_before_its_window_ends_stops_the_lease_at_the_clock,
@@ -347,6 +350,28 @@ async fn a_bid_reserving_more_cpu_or_memory_than_is_free_waits(m: &impl MarketUn
         assert_refused(m.chain().allocate(bid, &[1]).await, "allocate");
     }
     allocate(m, small).await;
+}
+
+/// A bid naming only other regions than the machine's is not offered and its allocation is
+/// refused; one naming the machine's among others runs.
+async fn a_bid_for_other_regions_is_passed_over(m: &impl MarketUnderTest) {
+    let mut us_east = [0u8; 16];
+    us_east[..7].copy_from_slice(b"us-east");
+    let elsewhere = BidSpec {
+        regions: vec![us_east],
+        ..BidSpec::queue(1, 2)
+    };
+    let elsewhere = m.place_bid(&elsewhere).await;
+    let either = BidSpec {
+        regions: vec![us_east, MACHINE_REGION],
+        ..BidSpec::queue(1, 2)
+    };
+    let either = m.place_bid(&either).await;
+    let books = m.chain().best_open_bids(LIMIT).await.unwrap();
+    let order: Vec<Key> = books.bids.iter().map(|b| b.key).collect();
+    assert_eq!(order, vec![either]);
+    assert_refused(m.chain().allocate(elsewhere, &[0]).await, "allocate");
+    allocate(m, either).await;
 }
 
 /// A spot bid that pays the host more, and fits the GPUs of a running spot lease, stops it at

@@ -12,7 +12,6 @@ use gpu_market::pda;
 use gpu_market::state::{Egress, Lease, Machine, MachineNetwork};
 use gpu_market_sdk::api::client::{ApiClient, ClientError};
 use gpu_market_sdk::api::LogsQuery;
-use gpu_market_sdk::UpdateMachine;
 use gpu_market_tests::live::LiveMarket;
 use http_body_util::BodyExt;
 use solana_keypair::Keypair;
@@ -30,25 +29,18 @@ fn free_port() -> u16 {
 /// The machine now declares 127.0.0.1 with its API on `api_port`, one port and 1 GiB of scratch
 /// per lease, and open egress.
 async fn declare_network(live: &LiveMarket, api_port: u16) {
-    let m: Machine = live.cluster.account(&live.machine).await.unwrap();
-    let mut terms = m.terms();
-    terms.network = MachineNetwork {
-        host: "127.0.0.1".into(),
-        api_port,
-        ports_per_lease: 1,
-        scratch_gib: 1,
-        egress: Egress::Open,
-        allow: Vec::new(),
-    };
-    live.cluster
-        .run(&UpdateMachine {
-            owner: &live.host.key,
-            market: live.market,
-            machine: live.machine,
-            terms,
-        })
-        .await
-        .unwrap();
+    live.update_machine(|terms| {
+        terms.network = MachineNetwork {
+            host: "127.0.0.1".into(),
+            api_port,
+            ports_per_lease: 1,
+            scratch_gib: 1,
+            egress: Egress::Open,
+            allow: Vec::new(),
+        }
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

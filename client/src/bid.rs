@@ -8,6 +8,7 @@ use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, BidStatus, Freed, Machine, Market, StakeAccount, GPU_CLASSES, IMAGE_REF_LEN,
+    REGION_LEN,
 };
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
@@ -150,6 +151,10 @@ pub struct PlaceArgs {
     /// or 512MiB [default: none reserved, no limit].
     #[arg(long, value_name = "SIZE", value_parser = parse::memory_mib)]
     memory: Option<u32>,
+    /// A region whose machines may run the bid, as machines label theirs (repeatable, at most
+    /// 4) [default: any region].
+    #[arg(long = "region", value_name = "REGION")]
+    regions: Vec<String>,
     /// Distinguishes the keypair's bids [default: from the clock].
     #[arg(long)]
     nonce: Option<u64>,
@@ -504,6 +509,11 @@ pub(crate) fn plan_place(
             scratch_gib: a.scratch_gib,
             cpu_milli: a.cpus.unwrap_or(0),
             memory_mib: a.memory.unwrap_or(0),
+            regions: a
+                .regions
+                .iter()
+                .map(|r| parse::padded::<REGION_LEN>(r, "region"))
+                .collect::<Result<_>>()?,
         },
         evict,
     };
@@ -640,6 +650,14 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
         ("gpu_count", b.gpu_count.into()),
         ("cpus", parse::cores(b.cpu_milli)),
         ("memory_mib", b.memory_mib.into()),
+        (
+            "regions",
+            json!(b
+                .regions
+                .iter()
+                .map(|r| parse::unpadded(r))
+                .collect::<Vec<_>>()),
+        ),
         ("gib_per_gpu", b.gib_per_gpu.into()),
         ("accepted_classes", Value::from(classes)),
         ("overclock", Value::Array(overclock)),

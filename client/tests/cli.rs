@@ -1075,6 +1075,36 @@ fn bid_verbs() {
         &place_args(&m, &["--price", "2", "--nonce", "31", "--memory", "8"]),
     );
     assert!(e.contains("give a unit"), "{e}");
+
+    // A bid for other regions than the machine's (it declares none): shown, and explained.
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--nonce",
+                "32",
+                "--region",
+                "us-east",
+                "--region",
+                "eu-west",
+            ],
+        ),
+    );
+    assert_eq!(out["regions"], serde_json::json!(["us-east", "eu-west"]));
+    let elsewhere = out["bid"].as_str().unwrap().to_string();
+    let ex = t.ok(&client, &["bid", "explain", &elsewhere]);
+    assert_eq!(ex["machines_fitting"], 0, "{ex}");
+    assert!(
+        ex.to_string()
+            .contains("the machine's region is not one the bid accepts"),
+        "{ex}"
+    );
+    t.ok(&client, &["bid", "cancel", &elsewhere]);
 }
 
 #[test]

@@ -84,6 +84,7 @@ fn queue_bid(
         scratch_gib: 0,
         cpu_milli: 0,
         memory_mib: 0,
+        regions: Vec::new(),
     }
 }
 

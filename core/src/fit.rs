@@ -20,6 +20,68 @@ use crate::overclock::{GpuLimits, OverclockTerms};
 
 /// GPU classes a market prices (bit `c` of a bid's `accepted_classes`).
 pub const GPU_CLASSES: usize = 8;
+/// Bytes of a region label (e.g. `eu-central`, zero-padded).
+pub const REGION_LEN: usize = 16;
+
+/// A machine's region label, zero-padded.
+pub type Region = [u8; REGION_LEN];
+
+/// The regions a bid accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Regions<'a> {
+    /// Any region: the bid names none.
+    Any,
+    /// Only these.
+    Listed(&'a [Region]),
+    /// What a book entry keeps of a list ([`Regions::filter`]): a machine whose region's bit
+    /// ([`region_bit`]) is clear is not accepted; one whose bit is set may be, and only the
+    /// bid account tells.
+    Filter(u32),
+}
+
+impl<'a> Regions<'a> {
+    /// `Any` for no region, else `Listed`.
+    pub fn of(regions: &'a [Region]) -> Regions<'a> {
+        if regions.is_empty() {
+            Regions::Any
+        } else {
+            Regions::Listed(regions)
+        }
+    }
+
+    /// The bits of `regions` (0 for none): what a book entry stores.
+    pub fn filter(regions: &[Region]) -> u32 {
+        regions.iter().fold(0, |f, r| f | region_bit(r))
+    }
+
+    /// What a book entry's `filter` says.
+    pub fn from_filter(filter: u32) -> Regions<'static> {
+        if filter == 0 {
+            Regions::Any
+        } else {
+            Regions::Filter(filter)
+        }
+    }
+
+    /// Whether a machine in `region` (its bit `bit`) is accepted: `Some(false)` when it is not,
+    /// `None` when only the bid account can tell.
+    fn accepts(self, region: &Region, bit: u32) -> Option<bool> {
+        match self {
+            Regions::Any => Some(true),
+            Regions::Listed(list) => Some(list.contains(region)),
+            Regions::Filter(f) if f & bit == 0 => Some(false),
+            Regions::Filter(_) => None,
+        }
+    }
+}
+
+/// One bit of 32 for a region label: FNV-1a of its bytes, modulo 32.
+pub fn region_bit(region: &Region) -> u32 {
+    let hash = region.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
+    1 << (hash % 32)
+}
 
 /// One of the machine's GPUs, as the fit rule sees it now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +168,9 @@ pub struct Offer {
     gpus: Vec<GpuOffer>,
     /// Whether the machine takes work at all (active, not paused or retired).
     active: bool,
+    /// The machine's region label and its [`region_bit`].
+    region: Region,
+    region_bit: u32,
     /// The most ports and scratch it gives one lease, and the CPU and memory of all its leases.
     room: Room,
     /// CPU and memory no running lease holds.
@@ -156,6 +221,8 @@ pub struct Need<'a> {
     pub terms: Terms<'a>,
     /// Ports and scratch the lease holds besides its GPUs.
     pub room: Room,
+    /// The regions whose machines it accepts.
+    pub regions: Regions<'a>,
 }
 
 /// A bid's overclock terms.
@@ -179,6 +246,8 @@ pub enum Unfit {
     MachineInactive,
     /// The bid's deadline has passed.
     Expired,
+    /// The machine is in a region the bid does not accept.
+    RegionNotAccepted,
     /// The machine publishes fewer ports, gives less scratch per lease, or gives its leases
     /// fewer CPU cores or less memory than the bid asks.
     NoRoom,
@@ -195,7 +264,8 @@ pub enum Unfit {
     /// Running leases hold too much of them (GiB, or other overclock terms on a shared GPU),
     /// or of the machine's CPU or memory.
     Busy,
-    /// A book entry whose differing per-GPU terms only the bid account can decide.
+    /// A book entry whose differing per-GPU terms, or whose regions, only the bid account can
+    /// decide.
     Undecided,
 }
 
@@ -205,6 +275,7 @@ impl Unfit {
         match self {
             Unfit::MachineInactive => "machine paused or retired",
             Unfit::Expired => "the bid's deadline has passed",
+            Unfit::RegionNotAccepted => "the machine's region is not one the bid accepts",
             Unfit::NoRoom => {
                 "the machine gives fewer ports, less scratch, fewer CPU cores or less memory"
             }
@@ -214,7 +285,7 @@ impl Unfit {
             Unfit::PriceBelowFloor => "price below the host's floor",
             Unfit::PriceBelowReserve => "price below the market's reserve price",
             Unfit::Busy => "GPUs, CPU or memory busy with running leases",
-            Unfit::Undecided => "per-GPU overclock terms the book entry cannot decide",
+            Unfit::Undecided => "per-GPU overclock terms or regions the book entry cannot decide",
         }
     }
 }
@@ -464,6 +535,8 @@ impl Offer {
         Offer {
             gpus,
             active,
+            region: [0; REGION_LEN],
+            region_bit: region_bit(&[0; REGION_LEN]),
             room,
             free,
             now,
@@ -485,6 +558,13 @@ impl Offer {
             class_price,
             groups: groups.into_iter().map(|(_, m)| m).collect(),
         }
+    }
+
+    /// The offer of a machine in `region` (a machine without one is in the empty label's).
+    pub fn in_region(mut self, region: Region) -> Self {
+        self.region = region;
+        self.region_bit = region_bit(&region);
+        self
     }
 
     pub fn gpus(&self) -> &[GpuOffer] {
@@ -564,13 +644,23 @@ impl Offer {
     /// The machine GPUs that can serve `need` once every check has passed, or the first check
     /// that fails.
     fn free(&self, need: &Need) -> Result<Free, Unfit> {
-        let n = need.gpu_count as u32;
         if !self.active {
             return Err(Unfit::MachineInactive);
         }
         if self.now >= need.deadline {
             return Err(Unfit::Expired);
         }
+        match need.regions.accepts(&self.region, self.region_bit) {
+            Some(true) => self.free_here(need),
+            Some(false) => Err(Unfit::RegionNotAccepted),
+            // Every later stage may still say no; only a yes waits for the bid account.
+            None => self.free_here(need).and(Err(Unfit::Undecided)),
+        }
+    }
+
+    /// [`Offer::free`] once the machine's region is accepted.
+    fn free_here(&self, need: &Need) -> Result<Free, Unfit> {
+        let n = need.gpu_count as u32;
         if !self.room.holds(need.room) {
             return Err(Unfit::NoRoom);
         }
@@ -686,11 +776,15 @@ impl Offer {
             need.deadline,
             need.room,
         ) || !within_hull;
-        if hopeless {
+        let region = need.regions.accepts(&self.region, self.region_bit);
+        if hopeless || region == Some(false) {
             return Fits::No;
         }
         if let Terms::Uniform(s) = need.terms {
-            return self.fits_uniform(need, &s);
+            return match (self.fits_uniform(need, &s), region) {
+                (Fits::Yes, None) => Fits::Undecided,
+                (fits, _) => fits,
+            };
         }
         match self.free(need) {
             Ok(_) => Fits::Yes,
@@ -973,6 +1067,7 @@ mod tests {
                     memory_mib: 16_384,
                 },
             },
+            regions: Regions::Any,
             gpu_count: n,
             gib_per_gpu: 40,
             accepted_classes: 0b1,
@@ -980,6 +1075,40 @@ mod tests {
             deadline: 1_000,
             terms,
         }
+    }
+
+    /// Two regions, distinct in their filter bits.
+    const REGIONS: [Region; 2] = [*b"eu-central\0\0\0\0\0\0", *b"us-east\0\0\0\0\0\0\0\0\0"];
+
+    #[test]
+    fn a_book_entry_tells_a_region_it_does_not_accept_and_leaves_the_rest_to_the_bid() {
+        assert_ne!(region_bit(&REGIONS[0]), region_bit(&REGIONS[1]));
+        let base = need(1, Terms::Uniform(power(300)));
+        let in_eu = offer(vec![gpu(0, 0)]).in_region(REGIONS[0]);
+        let us_only = &REGIONS[1..];
+        let listed = Need {
+            regions: Regions::of(us_only),
+            ..base
+        };
+        assert_eq!(in_eu.fit(&listed), Err(Unfit::RegionNotAccepted));
+        assert_eq!(in_eu.fits(&listed), Fits::No);
+        let entry = Need {
+            regions: Regions::from_filter(Regions::filter(us_only)),
+            ..base
+        };
+        assert_eq!(in_eu.fit(&entry), Err(Unfit::RegionNotAccepted));
+        assert_eq!(in_eu.fits(&entry), Fits::No);
+        // The machine's region's bit is set: it may be accepted, and only the list can tell;
+        // a later stage that fails still says no.
+        let in_us = offer(vec![gpu(0, 0)]).in_region(REGIONS[1]);
+        assert_eq!(in_us.fit(&entry), Err(Unfit::Undecided));
+        assert_eq!(in_us.fits(&entry), Fits::Undecided);
+        assert_eq!(in_us.fits(&Need { price: 1, ..entry }), Fits::No);
+        assert!(in_us.fit(&listed).is_ok());
+        assert_eq!(in_us.fits(&listed), Fits::Yes);
+        // No list: any region, the empty label's included.
+        assert_eq!(Regions::from_filter(Regions::filter(&[])), Regions::Any);
+        assert!(offer(vec![gpu(0, 0)]).fit(&base).is_ok());
     }
 
     fn offer(gpus: Vec<GpuOffer>) -> Offer {
@@ -1003,13 +1132,24 @@ mod tests {
             },
             ..base
         };
-        let cases: [(Need, Unfit); 13] = [
+        let cases: [(Need, Unfit); 14] = [
             (
                 Need {
                     deadline: 10,
                     ..base
                 },
                 Unfit::Expired,
+            ),
+            (
+                Need {
+                    regions: Regions::Listed(&REGIONS),
+                    room: Room {
+                        ports: 3,
+                        ..base.room
+                    },
+                    ..base
+                },
+                Unfit::RegionNotAccepted,
             ),
             (
                 Need {
@@ -1204,8 +1344,16 @@ mod tests {
             ports in 0u8..4,
             scratch_gib in prop_oneof![Just(0u16), Just(8), Just(9)],
             cpu_milli in prop_oneof![Just(0u32), Just(8_000), Just(8_001), Just(16_001)],
+            machine_region in 0usize..2,
+            accepted in 0usize..4,
         ) {
-            let o = offer(gpus);
+            let o = offer(gpus).in_region(REGIONS[machine_region]);
+            let accepted: &[Region] = match accepted {
+                0 => &[],
+                1 => &REGIONS[..1],
+                2 => &REGIONS[1..],
+                _ => &REGIONS,
+            };
             let n = terms.len() as u8;
             let exact = Need {
                 gpu_count: n,
@@ -1222,9 +1370,14 @@ mod tests {
                         memory_mib: 1_024,
                     },
                 },
+                regions: Regions::of(accepted),
             };
             let (lo, hi) = Terms::range_of(&terms);
-            let summary = Need { terms: Terms::Range { lo, hi }, ..exact };
+            let summary = Need {
+                terms: Terms::Range { lo, hi },
+                regions: Regions::from_filter(Regions::filter(accepted)),
+                ..exact
+            };
             let truth = o.fit(&exact);
             match o.fit(&summary) {
                 Ok(_) => prop_assert!(truth.is_ok()),

@@ -6,12 +6,12 @@ use anyhow::{Context, Result};
 use gpu_market::events::UsageProven;
 use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
 use gpu_market::state::{
-    GpuSpec, MachineNetwork, MachineTerms, Market, MarketParams, BID_BOOK_SPACE,
+    GpuSpec, Machine, MachineNetwork, MachineTerms, Market, MarketParams, BID_BOOK_SPACE,
 };
 use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::{
     init_queue_book, init_spot_book, open_book_instructions, InitMarket, OpenStake, PlaceBid,
-    RegisterMachine, Stake,
+    RegisterMachine, Stake, UpdateMachine,
 };
 use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
@@ -189,6 +189,23 @@ impl LiveMarket {
         };
         self.cluster.run(&p).await?;
         Ok(p.bid())
+    }
+
+    /// The host changes its machine's terms with `change` (`update_machine`).
+    pub async fn update_machine(&self, change: impl FnOnce(&mut MachineTerms)) -> Result<()> {
+        let machine: Machine = self.cluster.account(&self.machine).await?;
+        let mut terms = machine.terms();
+        change(&mut terms);
+        self.cluster
+            .run(&UpdateMachine {
+                owner: &self.host.key,
+                market: self.market,
+                machine: self.machine,
+                terms,
+            })
+            .await
+            .context("update_machine")?;
+        Ok(())
     }
 
     pub async fn market_state(&self) -> Result<Market> {

@@ -154,6 +154,7 @@ impl Fixture {
             scratch_gib: 0,
             cpu_milli: 0,
             memory_mib: 0,
+            regions: Vec::new(),
         }
     }
 

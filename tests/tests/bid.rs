@@ -10,7 +10,7 @@ use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, BidStatus, GpuSpec, Machine, MachineNetwork, MachineStatus, MachineTerms, Market,
     MarketParams, OverclockTerms, StakeAccount, BID_BOOK_SPACE, BOOK_CAPACITY, IMAGE_REF_LEN,
-    MAX_PORTS,
+    MAX_PORTS, MAX_REGIONS,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -112,6 +112,7 @@ fn args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
         scratch_gib: 0,
         cpu_milli: 0,
         memory_mib: 0,
+        regions: Vec::new(),
     }
 }
 
@@ -139,16 +140,16 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     // 2 GPUs × 1 hour × 2 tokens per GPU-hour.
     assert_eq!(bid.escrow, 4 * TOKEN);
     // One set of terms for both GPUs and a 40-byte image reference: the account holds one entry
-    // and the reference's bytes, and stays under 350 bytes (297 before bids kept the token
+    // and the reference's bytes, and stays under 360 bytes (297 before bids kept the token
     // account their escrow came from, for refunds by anyone; 329 before they recorded the
     // urgency premium paid; 333 before they asked for ports and scratch; 339 before they
-    // reserved CPU and memory).
+    // reserved CPU and memory; 347 before they named regions).
     let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
     assert_eq!(
         (size, bid.overclock.len()),
-        (Bid::space(1, bid.image_ref.len(), 0), 1)
+        (Bid::space(1, bid.image_ref.len(), 0, 0), 1)
     );
-    assert!(size <= 350);
+    assert!(size <= 360);
     assert_eq!(
         f.ctx.token_balance(&c.tokens),
         100 * TOKEN - 10 * TOKEN - 4 * TOKEN
@@ -1025,22 +1026,22 @@ fn compute_units_and_sizes_of_bids() {
         })
         .unwrap();
     // With the tests' 40-byte image reference.
-    let bid_space = Bid::space(1, 40, 0);
+    let bid_space = Bid::space(1, 40, 0, 0);
     println!("| instruction (book of 100 bids) | compute units |");
     println!("|---|---|");
     for name in ["place_bid", "top_up_bid", "cancel_bid"] {
         println!("| {name} | {} |", f.ctx.compute_units[name]);
     }
     println!(
-        "bid account: {bid_space} bytes with one set of overclock terms, a 40-byte image reference and no port (rent {} lamports), {} bytes with 16, a 255-byte reference and 4 ports",
+        "bid account: {bid_space} bytes with one set of overclock terms, a 40-byte image reference, no port and no region (rent {} lamports), {} bytes with 16, a 255-byte reference, 4 ports and 4 regions",
         f.ctx.svm.minimum_balance_for_rent_exemption(bid_space),
-        Bid::space(16, IMAGE_REF_LEN, MAX_PORTS)
+        Bid::space(16, IMAGE_REF_LEN, MAX_PORTS, MAX_REGIONS)
     );
     println!(
         "book account: {BID_BOOK_SPACE} bytes, rent {} lamports",
         f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE)
     );
-    assert!(bid_space <= 350, "bid account: {bid_space} bytes");
+    assert!(bid_space <= 360, "bid account: {bid_space} bytes");
     assert!(
         f.ctx.compute_units["place_bid"] <= 25_000,
         "25k before bids paid an urgency premium and demand was sampled on the clock"
@@ -1167,16 +1168,17 @@ fn an_image_reference_as_long_as_registries_allow_is_taken_and_the_account_sized
     let bid: Bid = f.ctx.account(&p.bid());
     assert_eq!(bid.image_ref, long);
     let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
-    assert_eq!(size, Bid::space(1, IMAGE_REF_LEN, 0));
+    assert_eq!(size, Bid::space(1, IMAGE_REF_LEN, 0, 0));
 }
 
 #[test]
 fn more_than_16_overclock_entries_are_refused_not_a_panic() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 0);
-    assert_eq!(Bid::space(17, 40, 0), Bid::space(16, 40, 0));
-    assert_eq!(Bid::space(1, 40, 5), Bid::space(1, 40, MAX_PORTS));
-    assert_eq!(Bid::space(1, 256, 0), Bid::space(1, IMAGE_REF_LEN, 0));
+    assert_eq!(Bid::space(17, 40, 0, 0), Bid::space(16, 40, 0, 0));
+    assert_eq!(Bid::space(1, 40, 5, 0), Bid::space(1, 40, MAX_PORTS, 0));
+    assert_eq!(Bid::space(1, 40, 0, 5), Bid::space(1, 40, 0, MAX_REGIONS));
+    assert_eq!(Bid::space(1, 256, 0, 0), Bid::space(1, IMAGE_REF_LEN, 0, 0));
     let before = ledger(&f, &[&c]);
     let mut a = args(&f, 1);
     a.overclock = vec![a.overclock[0]; 17];

@@ -405,6 +405,7 @@ impl World {
             scratch_gib: 0,
             cpu_milli: 0,
             memory_mib: 0,
+            regions: Vec::new(),
         }
     }
 

@@ -8,27 +8,18 @@ mod program_test;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Lease, Machine};
-use gpu_market_sdk::instructions::{PlaceBid, UpdateMachine};
+use gpu_market_sdk::instructions::PlaceBid;
 use lease_fixture::*;
-use solana_signer::Signer;
 
 const GIB: u32 = 1_024;
 
 /// The fixture's machine, giving its leases 8 cores and 32 GiB in all.
 fn machine_with_host() -> Fixture {
     let mut f = fixture();
-    let mut terms = machine_terms(&f.agent.pubkey());
-    terms.cpu_milli = 8_000;
-    terms.memory_mib = 32 * GIB;
-    let owner = f.host.key.insecure_clone();
-    f.ctx
-        .run(&UpdateMachine {
-            owner: &owner,
-            market: f.market,
-            machine: f.machine,
-            terms,
-        })
-        .expect("update_machine");
+    f.update_machine(|terms| {
+        terms.cpu_milli = 8_000;
+        terms.memory_mib = 32 * GIB;
+    });
     f
 }
 

@@ -196,41 +196,20 @@ fn price_below_the_reserve_or_the_host_floor_does_not_run() {
     assert!(book_order(&f.ctx, &f.queue_book).is_empty());
 
     // A host floor above the bid's price: allocate names the reason.
-    let owner = f.host.key.insecure_clone();
-    let mut terms = MachineTerms {
-        agent: f.agent.pubkey(),
-        region: [0; 16],
-        gpus: gpus(),
-        price_floor_per_gpu_hour: 3 * TOKEN,
-        electricity_cost_per_kwh: 0,
-        cached_images: vec![],
-        network: MachineNetwork::default(),
-        cpu_milli: 0,
-        memory_mib: 0,
-    };
-    f.ctx
-        .run(&UpdateMachine {
-            owner: &owner,
-            market: f.market,
-            machine: f.machine,
-            terms: terms.clone(),
-        })
-        .unwrap();
+    f.update_machine(|terms| {
+        terms.price_floor_per_gpu_hour = 3 * TOKEN;
+        terms.electricity_cost_per_kwh = 0;
+    });
     let a = f.queue_args(1, 8);
     let fair = f.place(&c, a);
     let before = f.balances(&c);
     let err = f.allocate(fair, &[0]).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::PriceBelowFloor));
     assert_eq!(f.balances(&c), before);
-    terms.price_floor_per_gpu_hour = TOKEN;
-    f.ctx
-        .run(&UpdateMachine {
-            owner: &owner,
-            market: f.market,
-            machine: f.machine,
-            terms,
-        })
-        .unwrap();
+    f.update_machine(|terms| {
+        terms.price_floor_per_gpu_hour = TOKEN;
+        terms.electricity_cost_per_kwh = 0;
+    });
 
     // A bid at exactly today's reserve is placed; at the next billing interval the market samples
     // the waiting GPUs (on its clock, whoever calls), the demand factor rises and the reserve
@@ -1248,25 +1227,10 @@ fn demand_is_sampled_on_the_clock_whoever_calls() {
 fn a_spot_price_below_one_unit_per_interval_is_paid_in_the_end() {
     let mut f = fixture();
     // No floor: the host takes any price.
-    let owner = f.host.key.insecure_clone();
-    f.ctx
-        .run(&UpdateMachine {
-            owner: &owner,
-            market: f.market,
-            machine: f.machine,
-            terms: MachineTerms {
-                agent: f.agent.pubkey(),
-                region: [0; 16],
-                gpus: gpus(),
-                price_floor_per_gpu_hour: 0,
-                electricity_cost_per_kwh: 0,
-                cached_images: vec![],
-                network: MachineNetwork::default(),
-                cpu_milli: 0,
-                memory_mib: 0,
-            },
-        })
-        .unwrap();
+    f.update_machine(|terms| {
+        terms.price_floor_per_gpu_hour = 0;
+        terms.electricity_cost_per_kwh = 0;
+    });
     let c = f.client(100 * TOKEN, 0);
     // 1 per GPU-day for a day on 4 GPUs: 60 s earn 1/1440 of a unit per GPU.
     let mut a = f.spot_args(1);

@@ -19,7 +19,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gpu_market_core::fit::{Fits, GpuOffer, Host, Need, Offer, Terms, GPU_CLASSES};
+use gpu_market_core::fit::{
+    Fits, GpuOffer, Host, Need, Offer, Region, Regions, Terms, GPU_CLASSES, REGION_LEN,
+};
 use gpu_market_core::lease::{
     idle_streak, interval_index, interval_window, spot_profit_per_day, UsageProof,
 };
@@ -57,6 +59,8 @@ struct Inner {
     status: MachineStatus,
     /// What the machine declares of its leases' network and room (none until set).
     network: NetworkView,
+    /// The machine's region label (none until set).
+    region: Region,
     /// Open bids in placement order; see [`Inner::book`] for their rank.
     bids: Vec<BidView>,
     /// The bids that became leases, as they were placed.
@@ -101,6 +105,7 @@ impl FakeChain {
                 gpus,
                 status: MachineStatus::Active,
                 network: NetworkView::default(),
+                region: [0; REGION_LEN],
                 bids: Vec::new(),
                 taken: Vec::new(),
                 leases: Vec::new(),
@@ -131,6 +136,11 @@ impl FakeChain {
     /// agent (`gpus`, `fits_if_ended`) is ignored.
     pub fn place_bid(&self, bid: BidView) {
         self.lock().bids.push(bid);
+    }
+
+    /// The machine's region, as its owner sets it with `update_machine`.
+    pub fn set_region(&self, region: Region) {
+        self.lock().region = region;
     }
 
     /// The machine's network declaration, as its owner sets it with `update_machine`.
@@ -328,6 +338,7 @@ impl Inner {
             0,
             [0; GPU_CLASSES],
         )
+        .in_region(self.region)
     }
 
     /// The open bids of `kind`'s book, best first: queue bids in placement order, spot bids by
@@ -400,6 +411,7 @@ fn need(bid: &BidView) -> Need<'_> {
         deadline: bid.deadline,
         terms: Terms::of(&bid.overclock),
         room: bid.room.room(),
+        regions: Regions::of(&bid.regions),
     }
 }
 

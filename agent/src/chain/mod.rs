@@ -249,6 +249,8 @@ pub struct BidView {
     pub env_hash: [u8; 32],
     /// The ports its lease publishes and its scratch volume.
     pub room: RoomAsked,
+    /// The regions whose machines may run it (none: any).
+    pub regions: Vec<gpu_market_core::fit::Region>,
 }
 
 /// What one look at the machine's books finds.

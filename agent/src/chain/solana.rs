@@ -606,6 +606,7 @@ fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>)
         image_digest: b.image_digest,
         env_hash: b.env_hash,
         room: room_asked(b),
+        regions: b.regions.clone(),
     }
 }
 
@@ -1232,6 +1233,7 @@ mod tests {
             image_digest: [0; 32],
             env_hash: [0; 32],
             room: RoomAsked::default(),
+            regions: Vec::new(),
         }
     }
 

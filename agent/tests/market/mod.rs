@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use gpu_market::state::{GpuSpec, OverclockTerms};
 use gpu_market_agent::chain::fake::FakeChain;
 use gpu_market_agent::chain::{BidKind, BidView, Chain, GpuView, Key, NetworkView};
-use gpu_market_core::fit::{Host, Room};
+use gpu_market_core::fit::{Host, Region, Room};
 
 /// The cluster clock when a scenario starts.
 pub const T0: i64 = 1_700_000_000;
@@ -24,6 +24,8 @@ pub const MACHINE_HOST: Host = Host {
     cpu_milli: 8_000,
     memory_mib: 16_384,
 };
+/// The scenarios' machine's region.
+pub const MACHINE_REGION: Region = *b"eu-central\0\0\0\0\0\0";
 /// The market's billing interval.
 pub const INTERVAL: u32 = 60;
 pub use crate::support::TOKEN;
@@ -60,6 +62,8 @@ pub struct BidSpec {
     pub ports: Vec<u16>,
     /// CPU and memory its lease holds on the machine.
     pub host: Host,
+    /// The regions whose machines may run it (none: any).
+    pub regions: Vec<Region>,
 }
 
 impl BidSpec {
@@ -76,6 +80,7 @@ impl BidSpec {
             wait_secs: WAIT_SECS,
             ports: Vec::new(),
             host: Host::default(),
+            regions: Vec::new(),
         }
     }
 
@@ -137,6 +142,7 @@ impl FakeMarket {
             .collect();
         let chain = FakeChain::new(gpus, INTERVAL, T0);
         chain.set_electricity_cost(ELECTRICITY_COST);
+        chain.set_region(MACHINE_REGION);
         chain.set_network(NetworkView {
             room: Room {
                 host: MACHINE_HOST,
@@ -183,6 +189,7 @@ impl MarketUnderTest for FakeMarket {
                 scratch_gib: 0,
                 host: spec.host,
             },
+            regions: spec.regions.clone(),
         });
         key
     }

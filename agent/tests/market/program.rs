@@ -8,17 +8,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gpu_market::instructions::PlaceBidArgs;
-use gpu_market::state::{BidKind as ProgramBidKind, Machine, MarketParams};
+use gpu_market::state::{BidKind as ProgramBidKind, MarketParams};
 use gpu_market_agent::chain::solana::SolanaChain;
 use gpu_market_agent::chain::{BidKind, Chain, Key};
-use gpu_market_sdk::instructions::UpdateMachine;
 use gpu_market_tests::live::LiveMarket;
 use gpu_market_tests::Cluster;
 use solana_commitment_config::CommitmentConfig;
 
 use super::{
     machine_gpus, BidSpec, MarketUnderTest, ELECTRICITY_COST, IMAGE, IMAGE_DIGEST, INTERVAL,
-    MACHINE_HOST, T0, TOKEN,
+    MACHINE_HOST, MACHINE_REGION, T0, TOKEN,
 };
 
 /// What a client holds before it bids: enough for any scenario's escrow.
@@ -57,23 +56,13 @@ impl ProgramMarket {
         )
         .await
         .expect("a market with a registered machine");
-        let mut terms = live
-            .cluster
-            .account::<Machine>(&live.machine)
-            .await
-            .expect("the machine")
-            .terms();
-        terms.cpu_milli = MACHINE_HOST.cpu_milli;
-        terms.memory_mib = MACHINE_HOST.memory_mib;
-        live.cluster
-            .run(&UpdateMachine {
-                owner: &live.host.key,
-                market: live.market,
-                machine: live.machine,
-                terms,
-            })
-            .await
-            .expect("update_machine: the machine's CPU and memory");
+        live.update_machine(|terms| {
+            terms.cpu_milli = MACHINE_HOST.cpu_milli;
+            terms.memory_mib = MACHINE_HOST.memory_mib;
+            terms.region = MACHINE_REGION;
+        })
+        .await
+        .expect("the machine's CPU, memory and region");
         let chain = SolanaChain::with_client(
             live.cluster
                 .svm()
@@ -126,6 +115,7 @@ impl MarketUnderTest for ProgramMarket {
             scratch_gib: 0,
             cpu_milli: spec.host.cpu_milli,
             memory_mib: spec.host.memory_mib,
+            regions: spec.regions.clone(),
         };
         let bid = self.live.place(&client, args).await.expect("place_bid");
         Key(bid.to_bytes())

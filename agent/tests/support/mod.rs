@@ -107,6 +107,7 @@ pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
         scratch_gib: 0,
         cpu_milli: 0,
         memory_mib: 0,
+        regions: Vec::new(),
     }
 }
 

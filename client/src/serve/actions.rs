@@ -66,6 +66,7 @@ const BID_PARAMS: &[Param] = &[
     param("scratch-gib", "Scratch GiB kept after the lease", false),
     param("cpus", "CPU cores reserved, e.g. 8", false),
     param("memory", "Memory reserved, e.g. 32GiB", false),
+    param("region", "A region whose machines may run it", false),
     param("nonce", "Nonce", false),
     param("tokens", "Payment-token account", false),
 ];

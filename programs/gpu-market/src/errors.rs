@@ -167,10 +167,14 @@ pub enum MarketError {
     SealedEnvInUse,
     #[msg("a bid publishes at most 4 ports, each 1 to 65535 and named once")]
     BadPorts,
-    #[msg("the machine gives fewer ports or less scratch per lease than the bid asks")]
+    #[msg("the machine gives fewer ports or less scratch per lease, or fewer CPU cores or less memory to its leases, than the bid asks")]
     NoRoom,
     #[msg("the machine's network: an ASCII host name of at most 64 bytes (required with ports or an API port), at most 4 allow-list entries with egress by allow-list only, prefixes of at most 32 bits")]
     BadNetwork,
+    #[msg("the machine's region is not one the bid accepts")]
+    RegionNotAccepted,
+    #[msg("a bid names at most 4 regions, each a non-empty label named once")]
+    BadRegions,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {
@@ -179,6 +183,7 @@ impl From<gpu_market_core::fit::Unfit> for MarketError {
         match e {
             Unfit::MachineInactive => MarketError::MachineNotActive,
             Unfit::Expired => MarketError::DeadlinePassed,
+            Unfit::RegionNotAccepted => MarketError::RegionNotAccepted,
             Unfit::NoRoom => MarketError::NoRoom,
             Unfit::NoAcceptedClass => MarketError::NoGpuOfClass,
             Unfit::TooLittleMemory => MarketError::NotEnoughGpuMemory,

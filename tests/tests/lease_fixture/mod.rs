@@ -17,6 +17,7 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use crate::program_test::*;
+use gpu_market_sdk::instructions::UpdateMachine;
 
 pub const TOKEN: u64 = 1_000_000;
 pub const INTERVAL: i64 = 60;
@@ -207,6 +208,7 @@ impl Fixture {
             scratch_gib: 0,
             cpu_milli: 0,
             memory_mib: 0,
+            regions: Vec::new(),
         }
     }
 
@@ -335,6 +337,21 @@ impl Fixture {
                 reclaim,
             })
             .map(|_| ())
+    }
+
+    /// The host changes its machine's terms (from [`machine_terms`]) with `change`.
+    pub fn update_machine(&mut self, change: impl FnOnce(&mut MachineTerms)) {
+        let mut terms = machine_terms(&self.agent.pubkey());
+        change(&mut terms);
+        let owner = self.host.key.insecure_clone();
+        self.ctx
+            .run(&UpdateMachine {
+                owner: &owner,
+                market: self.market,
+                machine: self.machine,
+                terms,
+            })
+            .expect("update_machine");
     }
 
     /// Schedules `params`, waits out the notice and applies them (anyone may).

@@ -172,6 +172,7 @@ fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms
         image_digest: [n; 32],
         env_hash: [0; 32],
         room: crate::chain::RoomAsked::default(),
+        regions: Vec::new(),
     }
 }
 

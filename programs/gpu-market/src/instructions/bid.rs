@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
-use gpu_market_core::fit::{Host, Need, Room, Terms, Unfit};
+use gpu_market_core::fit::{Host, Need, Regions, Room, Terms, Unfit};
 use gpu_market_core::score;
 use gpu_market_core::settlement::{escrow_for, spend_per_hour};
 
@@ -8,8 +8,8 @@ use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
 use crate::instructions::refund_escrow;
 use crate::state::{
-    ports_valid, seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine, MachineStatus,
-    Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS,
+    ports_valid, regions_valid, seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine,
+    MachineStatus, Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS, REGION_LEN,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -38,6 +38,8 @@ pub struct PlaceBidArgs {
     /// container gets them as its limits (0: none reserved, no limit).
     pub cpu_milli: u32,
     pub memory_mib: u32,
+    /// The regions whose machines may run it (at most 4 labels; none: any).
+    pub regions: Vec<[u8; REGION_LEN]>,
 }
 
 #[derive(Accounts)]
@@ -52,7 +54,12 @@ pub struct PlaceBid<'info> {
     #[account(
         init,
         payer = client,
-        space = Bid::space(args.overclock.len(), args.image_ref.len(), args.ports.len()),
+        space = Bid::space(
+            args.overclock.len(),
+            args.image_ref.len(),
+            args.ports.len(),
+            args.regions.len(),
+        ),
         seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &args.nonce.to_le_bytes()],
         bump,
     )]
@@ -121,6 +128,7 @@ impl PlaceBid<'_> {
             MarketError::ImageRefTooLong
         );
         require!(ports_valid(&args.ports), MarketError::BadPorts);
+        require!(regions_valid(&args.regions), MarketError::BadRegions);
         let terms = args.overclock.len();
         require!(
             terms == 1 || terms == args.gpu_count as usize,
@@ -187,11 +195,13 @@ impl PlaceBid<'_> {
                             memory_mib: args.memory_mib,
                         },
                     },
+                    regions: Regions::of(&args.regions),
                 };
                 match offer.fit(&need) {
                     Ok(_) => {}
                     Err(Unfit::PriceBelowFloor) => return err!(MarketError::PriceBelowFloor),
                     Err(Unfit::NoRoom) => return err!(MarketError::NoRoom),
+                    Err(Unfit::RegionNotAccepted) => return err!(MarketError::RegionNotAccepted),
                     Err(_) => return err!(MarketError::OverclockOutOfRange),
                 }
             }
@@ -329,6 +339,7 @@ impl PlaceBid<'_> {
             urgency_premium: args.urgency_premium,
             ports: args.ports,
             scratch_gib: args.scratch_gib,
+            regions: args.regions.clone(),
             cpu_milli: args.cpu_milli,
             memory_mib: args.memory_mib,
             refund_tokens: ctx.accounts.client_tokens.key(),

@@ -1,12 +1,12 @@
 use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
-use gpu_market_core::fit::{Choice, Host, Need, Offer, Room, Terms, Unfit};
+use gpu_market_core::fit::{Choice, Host, Need, Offer, Regions, Room, Terms, Unfit};
 use gpu_market_core::lease;
 use gpu_market_core::overclock;
 use gpu_market_core::settlement::PriceUnit;
 
 use crate::errors::MarketError;
-use crate::state::{BidSummary, Machine, MAX_GPUS};
+use crate::state::{BidSummary, Machine, MAX_GPUS, REGION_LEN};
 
 /// The longest image reference (`registry/repository:tag`) a bid takes, in bytes: the
 /// distribution spec's limit on a repository name with its registry host (255), which
@@ -15,6 +15,17 @@ use crate::state::{BidSummary, Machine, MAX_GPUS};
 pub const IMAGE_REF_LEN: usize = 255;
 /// Most container ports one bid publishes.
 pub const MAX_PORTS: usize = 4;
+/// Most regions one bid names.
+pub const MAX_REGIONS: usize = 4;
+
+/// Whether `regions` is what a bid may name: at most [`MAX_REGIONS`], none empty, none twice.
+pub fn regions_valid(regions: &[[u8; REGION_LEN]]) -> bool {
+    regions.len() <= MAX_REGIONS
+        && regions
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r[0] != 0 && !regions[..i].contains(r))
+}
 
 /// Whether `ports` is what a bid may publish: at most [`MAX_PORTS`], each non-zero, none twice.
 pub fn ports_valid(ports: &[u16]) -> bool {
@@ -122,6 +133,9 @@ pub struct Bid {
     pub ports: Vec<u16>,
     /// GiB of scratch volume at the container's `/workspace` (0: none).
     pub scratch_gib: u16,
+    /// The regions whose machines may run it (none: any).
+    #[max_len(MAX_REGIONS)]
+    pub regions: Vec<[u8; REGION_LEN]>,
     /// Thousandths of a CPU core and MiB of memory the lease holds on its machine (the
     /// container's limits; 0: none reserved, no limit).
     pub cpu_milli: u32,
@@ -139,19 +153,21 @@ pub struct Bid {
 }
 
 impl Bid {
-    /// Account size with `terms` overclock entries, an image reference of `image_len` bytes
-    /// and `ports` published ports. More than `MAX_GPUS` entries, a longer reference than
-    /// [`IMAGE_REF_LEN`] or more than [`MAX_PORTS`] ports get the largest account (placement
-    /// then refuses them with `BadOverclockCount`, `ImageRefTooLong` or `BadPorts`, never a
-    /// panic).
-    pub const fn space(terms: usize, image_len: usize, ports: usize) -> usize {
+    /// Account size with `terms` overclock entries, an image reference of `image_len` bytes,
+    /// `ports` published ports and `regions` regions. More than `MAX_GPUS` entries, a longer
+    /// reference than [`IMAGE_REF_LEN`], more than [`MAX_PORTS`] ports or [`MAX_REGIONS`]
+    /// regions get the largest account (placement then refuses them with `BadOverclockCount`,
+    /// `ImageRefTooLong`, `BadPorts` or `BadRegions`, never a panic).
+    pub const fn space(terms: usize, image_len: usize, ports: usize, regions: usize) -> usize {
         let unused = MAX_GPUS.saturating_sub(terms);
         let unused_image = IMAGE_REF_LEN.saturating_sub(image_len);
         let unused_ports = MAX_PORTS.saturating_sub(ports);
+        let unused_regions = MAX_REGIONS.saturating_sub(regions);
         8 + Self::INIT_SPACE
             - unused * OverclockTerms::INIT_SPACE
             - unused_image
             - unused_ports * core::mem::size_of::<u16>()
+            - unused_regions * REGION_LEN
     }
 
     /// The overclock terms of the bid's GPU `i`.
@@ -183,7 +199,7 @@ impl Bid {
     }
 
     /// What the fit rule needs of the bid; `overclock` is [`Bid::overclock_per_gpu`].
-    pub fn need<'a>(&self, overclock: &'a [overclock::OverclockTerms]) -> Need<'a> {
+    pub fn need<'a>(&'a self, overclock: &'a [overclock::OverclockTerms]) -> Need<'a> {
         Need {
             gpu_count: self.gpu_count,
             gib_per_gpu: self.gib_per_gpu,
@@ -192,6 +208,7 @@ impl Bid {
             deadline: self.deadline,
             terms: Terms::of(overclock),
             room: self.room(),
+            regions: Regions::of(&self.regions),
         }
     }
 
@@ -246,7 +263,7 @@ impl Bid {
             scratch_gib: self.scratch_gib.to_le_bytes(),
             cpu_milli: self.cpu_milli.to_le_bytes(),
             memory_mib: self.memory_mib.to_le_bytes(),
-            _reserved: [0; 4],
+            regions: Regions::filter(&self.regions).to_le_bytes(),
         }
     }
 

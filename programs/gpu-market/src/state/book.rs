@@ -18,7 +18,7 @@ use anchor_lang::__private::bytemuck::{Pod, Zeroable};
 use anchor_lang::prelude::*;
 use core::cmp::Ordering;
 use core::mem::size_of;
-use gpu_market_core::fit::{Host, Need, Room, Terms};
+use gpu_market_core::fit::{Host, Need, Regions, Room, Terms};
 
 use crate::state::OverclockTerms;
 
@@ -159,7 +159,8 @@ pub struct BidSummary {
     /// The CPU (thousandths of a core) and memory (MiB) the bid's lease holds.
     pub cpu_milli: [u8; 4],
     pub memory_mib: [u8; 4],
-    pub _reserved: [u8; 4],
+    /// The bits of the regions the bid names (`gpu_market_core::fit::Regions::filter`; 0: any).
+    pub regions: [u8; 4],
 }
 
 impl BidSummary {
@@ -185,6 +186,7 @@ impl BidSummary {
             price: self.price,
             deadline: self.deadline,
             room: self.room(),
+            regions: Regions::from_filter(u32::from_le_bytes(self.regions)),
             terms: if self.mixed == 0 {
                 Terms::Uniform(lo)
             } else {

@@ -9,8 +9,8 @@ use crate::state::{BidKind, Market, OverclockTerms};
 pub const MAX_GPUS: usize = 16;
 /// Most image digests a machine advertises as cached (for data affinity).
 pub const MAX_CACHED_IMAGES: usize = 8;
-/// Bytes of a machine's free-form region label (e.g. "eu-central").
-pub const REGION_LEN: usize = 16;
+/// Bytes of a machine's free-form region label (e.g. "eu-central"): the fit rule's.
+pub const REGION_LEN: usize = gpu_market_core::fit::REGION_LEN;
 
 /// Bytes of a machine's public host name (a DNS name or an IP address).
 pub const HOST_LEN: usize = 64;
@@ -346,7 +346,8 @@ impl Machine {
             now,
             floor,
             reserve,
-        ))
+        )
+        .in_region(self.region))
     }
 
     /// Holds `gib` on each of `gpus` and `host` of the machine's CPU and memory for a lease (of
