@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use gpu_market_core::fit::Host;
 use gpu_market_core::overclock::{GpuLimits, OverclockError, Range};
 use serde::Deserialize;
 
@@ -154,6 +155,36 @@ impl HostCapacity {
             .ok_or_else(|| unknown("memory", "/proc/meminfo has no MemTotal line".into()))?;
         Ok(HostCapacity { cpus, memory_bytes })
     }
+
+    /// Checks that the CPU and memory the machine account gives its leases in all
+    /// (`host register|update --cpus --memory`), which the agent sets as its containers'
+    /// limits, are on this host.
+    pub fn check_declared(&self, declared: Host) -> Result<(), ConfigError> {
+        let over = |what, flag, declared: u64, have: u64, unit| {
+            (declared > have).then_some(ConfigError::DeclaredOverHost {
+                what,
+                flag,
+                declared,
+                have,
+                unit,
+            })
+        };
+        let cpus = over(
+            "CPU",
+            "cpus",
+            declared.cpu_milli as u64,
+            self.cpus.saturating_mul(1_000),
+            "millicpus",
+        );
+        let memory = over(
+            "memory",
+            "memory",
+            declared.memory_mib as u64,
+            self.memory_bytes >> 20,
+            "MiB",
+        );
+        cpus.or(memory).map_or(Ok(()), Err)
+    }
 }
 
 /// `MemTotal` of a `/proc/meminfo` text, in bytes (the file counts in kB, meaning KiB).
@@ -285,6 +316,18 @@ pub enum ConfigError {
     },
     #[error("cannot read the host's {what}: {reason}")]
     HostUnknown { what: &'static str, reason: String },
+    /// The machine account gives its leases more CPU or memory than this host has.
+    #[error(
+        "the machine account gives its leases {declared} {unit} of {what}, more than this \
+         host's {have}: lower it with `gpu-market host update MACHINE --{flag} ...`"
+    )]
+    DeclaredOverHost {
+        what: &'static str,
+        flag: &'static str,
+        declared: u64,
+        have: u64,
+        unit: &'static str,
+    },
     #[error(
         "{key}: \"processed\" is refused: the agent decides from what it reads that a lease is \
          gone or a proof landed, and a processed read can show a fork that is later undone; use \
@@ -1246,6 +1289,27 @@ password_file = "/etc/gpu-market/registry.pass"
         );
         assert!(
             e.to_string().starts_with("container.memory_mib_per_gpu: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_cpu_and_memory_a_machine_declares_must_be_on_the_host() {
+        let declared = |cpu_milli, memory_mib| Host {
+            cpu_milli,
+            memory_mib,
+        };
+        assert_eq!(HOST.check_declared(declared(32_000, 262_144)), Ok(()));
+        assert_eq!(HOST.check_declared(declared(0, 0)), Ok(()), "none declared");
+        let e = HOST.check_declared(declared(32_001, 1)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the machine account gives its leases 32001 millicpus of CPU, more than this host's \
+             32000: lower it with `gpu-market host update MACHINE --cpus ...`"
+        );
+        let e = HOST.check_declared(declared(1, 262_145)).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::DeclaredOverHost { what: "memory", .. }),
             "{e}"
         );
     }

@@ -183,7 +183,9 @@ async fn run(path: &Path) -> Result<()> {
                 path.display()
             )
         }
-        Ok(_) => {}
+        Ok(m) => HostCapacity::this_host()?
+            .check_declared(m.network.room.host)
+            .with_context(|| format!("machine {}", config.machine))?,
         Err(e) => tracing::warn!(error = %e, "cannot read the machine's network declaration yet"),
     }
 
