@@ -12,7 +12,7 @@ use gpu_market_core::placement::{
 use crate::trace::{self, Trace};
 
 /// Arrived share of capacity, in %, at which the allocation ratio is reported.
-const POINTS: [u32; 12] = [50, 70, 80, 85, 88, 90, 92, 95, 100, 110, 120, 130];
+pub(crate) const POINTS: [u32; 12] = [50, 70, 80, 85, 88, 90, 92, 95, 100, 110, 120, 130];
 
 /// The peer's seed-42 results (alloc % at 100 % and 130 % arrived).
 const PEER: [(&str, f64, f64); 3] = [
@@ -50,7 +50,7 @@ fn permuted_ranks(n: usize, seed: u64) -> Vec<u32> {
 /// Another arrival order made the way the peer inflates its workload: the original pods
 /// shuffled, then copies drawn at random while the arrived GPU milli stays within 130 % of
 /// `capacity`. Our RNG, not the peer's, so these are new orders, not its seeds 43..51.
-fn resampled_arrivals(original: &[Pod], capacity: u64, seed: u64) -> Vec<Pod> {
+pub(crate) fn resampled_arrivals(original: &[Pod], capacity: u64, seed: u64) -> Vec<Pod> {
     let mut rng = SplitMix64::new(seed);
     let mut pods = original.to_vec();
     for i in (1..pods.len()).rev() {
@@ -117,7 +117,7 @@ fn run(
 /// The peer's reading (experiments/analysis/merge_alloc_discrete): every record whose arrived
 /// share rounds to `x` % counts, and the allocation % (rounded to 2 places) is averaged over
 /// them; with none, the records within `x ± 1` are used.
-fn curve(records: &[(u64, u64)], total: u64) -> Vec<Option<f64>> {
+pub(crate) fn curve(records: &[(u64, u64)], total: u64) -> Vec<Option<f64>> {
     let pct = |v: u64| 100.0 * v as f64 / total as f64;
     let rows: Vec<(f64, f64)> = records
         .iter()
@@ -147,6 +147,33 @@ fn curve(records: &[(u64, u64)], total: u64) -> Vec<Option<f64>> {
         .collect()
 }
 
+/// Random, BestFit, FGD and FGD with the packing plan on the trace's arrivals and ranks.
+fn policy_runs(trace: &Trace) -> Result<Vec<Run>, String> {
+    let frag = FragModel::from_pods(&trace.original, 95);
+    let plan = PackingPlan::from_pods(&trace.original);
+    let mut policies: Vec<Box<dyn Policy>> = vec![
+        Box::new(Random::new(42)),
+        Box::new(BestFit::new(128_000, 8_000)),
+        Box::new(Fgd::new(frag.clone())),
+        Box::new(Planned::new(frag.clone(), plan)),
+    ];
+    policies
+        .iter_mut()
+        .map(|p| run(trace, &trace.arrivals, &trace.rank, &frag, p.as_mut()))
+        .collect()
+}
+
+/// An allocation curve: the allocation % at each of [`POINTS`].
+pub(crate) type Curve = Vec<Option<f64>>;
+
+/// Each policy's name and allocation curve on the trace's arrivals.
+pub(crate) fn policy_curves(trace: &Trace) -> Result<Vec<(String, Curve)>, String> {
+    Ok(policy_runs(trace)?
+        .into_iter()
+        .map(|r| (r.name, r.curve))
+        .collect())
+}
+
 pub fn main(traces: &Path) -> Result<(), String> {
     let trace = trace::load(traces)?;
     if let Some(&last) = trace.arrival_cum_gpu_milli.last() {
@@ -161,6 +188,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
             ));
         }
     }
+    let runs = policy_runs(&trace)?;
     let frag = FragModel::from_pods(&trace.original, 95);
     let plan = PackingPlan::from_pods(&trace.original);
     let total_gpus: u64 = trace.nodes.iter().map(|n| n.num_gpus() as u64).sum();
@@ -173,23 +201,6 @@ pub fn main(traces: &Path) -> Result<(), String> {
         frag.weight(),
         trace.arrivals.len()
     );
-
-    let mut policies: Vec<Box<dyn Policy>> = vec![
-        Box::new(Random::new(42)),
-        Box::new(BestFit::new(128_000, 8_000)),
-        Box::new(Fgd::new(frag.clone())),
-        Box::new(Planned::new(frag.clone(), plan.clone())),
-    ];
-    let mut runs = Vec::new();
-    for p in policies.iter_mut() {
-        runs.push(run(
-            &trace,
-            &trace.arrivals,
-            &trace.rank,
-            &frag,
-            p.as_mut(),
-        )?);
-    }
 
     print!("| policy |");
     for x in POINTS {

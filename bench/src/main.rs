@@ -3,6 +3,7 @@
 //! `gpu-market-bench jct [--traces DIR]`: job completion time on the Philly-derived traces.
 //! `gpu-market-bench colocate [--traces DIR]`: the interference model on Lucid's pairs.
 //! `gpu-market-bench forecast [--traces DIR]`: the demand forecast on Philly and openb arrivals.
+//! `gpu-market-bench replay [--traces DIR]`: the FGD protocol through the market's own code.
 //! `gpu-market-bench micro`: ns per call of the score, the reserve price and feasibility.
 //! `gpu-market-bench all [--traces DIR]`: every one of the above (throughput first).
 
@@ -13,6 +14,7 @@ mod jct;
 mod json;
 mod micro;
 mod philly;
+mod replay;
 mod throughput;
 mod trace;
 
@@ -20,11 +22,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: gpu-market-bench [--traces DIR] fgd | throughput | jct | colocate | forecast | micro | all";
+    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | forecast | micro | all";
 
 /// Every benchmark, by name, in the order `all` runs them: throughput first, as its memory
 /// figure is the process's peak so far.
-const BENCHMARKS: [&str; 6] = ["throughput", "fgd", "jct", "colocate", "forecast", "micro"];
+const BENCHMARKS: [&str; 7] = [
+    "throughput",
+    "fgd",
+    "replay",
+    "jct",
+    "colocate",
+    "forecast",
+    "micro",
+];
 
 fn bench(name: &str, traces: &Path) -> Option<Result<(), String>> {
     Some(match name {
@@ -34,6 +44,7 @@ fn bench(name: &str, traces: &Path) -> Option<Result<(), String>> {
         "colocate" => colocate::main(traces),
         "forecast" => forecast::main(traces),
         "micro" => micro::main(),
+        "replay" => replay::main(traces),
         _ => return None,
     })
 }

@@ -1,0 +1,280 @@
+//! `gpu-market-bench replay`: the FGD protocol on the openb trace (see fgd.rs) played through the
+//! market's own code instead of a placement policy of the bench: each pod becomes a program
+//! `Bid`, each node a program `Machine` account, `Machine::offer` and `Bid::fit` (the one fit
+//! rule `allocate` checks) say where it fits and which GPUs it gets there, and
+//! `Machine::take` holds them, as `allocate` does. Which machine takes a bid is today's market
+//! rule: every agent whose machine fits the bid races to allocate it, so a random one of them
+//! wins. Beside it, the bench's policies on the same arrivals.
+//!
+//! GPU memory stands for the trace's GPU milli: the replay's GPUs declare 1,000 GiB, so a bid
+//! for 500 GiB a GPU is a pod asking half a GPU. The trace's 1,088 pods without a GPU keep their
+//! CPU and memory demand (the protocol's), placed by the same fit rule with no GPU, though
+//! `place_bid` refuses such a bid.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anchor_lang::prelude::Pubkey;
+use gpu_market::state::{
+    Bid, BidKind, BidStatus, Freed, GpuSpec, Machine, MachineNetwork, MachineStatus, Market,
+    MarketParams, OverclockTerms, MAX_CACHED_IMAGES, MAX_GPUS,
+};
+use gpu_market_core::fit::Offer;
+use gpu_market_core::placement::{Node, Pod, SplitMix64};
+
+use crate::fgd::{self, POINTS};
+use crate::trace;
+
+/// GiB a replay GPU declares: one per GPU milli of the trace.
+const GPU_GIB: u16 = 1_000;
+/// The clock of the replay (the bids never expire).
+const NOW: i64 = 1_700_000_000;
+/// A price over any reserve: the replay is about placement, not prices.
+const PRICE: u64 = 1 << 40;
+/// Agents racing for each bid: seeds of the winner's draw.
+const SEEDS: u64 = 4;
+
+/// A market with the recommended parameters, as `init_market` makes it.
+fn market() -> Market {
+    let params = MarketParams::recommended(60, 250, 3_600);
+    Market {
+        authority: Pubkey::default(),
+        id: 0,
+        stake_mint: Pubkey::default(),
+        payment_mint: Pubkey::default(),
+        stake_vault: Pubkey::default(),
+        payment_vault: Pubkey::default(),
+        treasury: Pubkey::default(),
+        stake_treasury: Pubkey::default(),
+        params,
+        demand_bps: 0,
+        demand_interval: 0,
+        queue_book: Pubkey::default(),
+        gpus_offered: 0,
+        gpus_waiting: 0,
+        next_bid_seq: 0,
+        total_escrow: 0,
+        total_staked: 0,
+        total_pending_unstake: 0,
+        created_at: 0,
+        pending_params: params,
+        pending_at: 0,
+        fees_due: 0,
+        slashed_due: 0,
+        refunds_due: 0,
+        bump: 0,
+        stake_vault_bump: 0,
+        payment_vault_bump: 0,
+    }
+}
+
+/// The machine account of a trace node: its GPUs of the node's model (the class), 1,000 GiB
+/// each, one topology group, and the node's CPU and memory for its leases.
+fn machine(node: &Node) -> Machine {
+    let mut gpus = [GpuSpec::default(); MAX_GPUS];
+    for (i, g) in gpus.iter_mut().enumerate().take(node.num_gpus() as usize) {
+        *g = GpuSpec {
+            uuid: [i as u8 + 1; 16],
+            class: node.model().0,
+            topology_group: 0,
+            memory_gib: GPU_GIB,
+            power_w: [100, 400],
+            ..GpuSpec::default()
+        };
+    }
+    Machine {
+        market: Pubkey::default(),
+        owner: Pubkey::default(),
+        agent: Pubkey::default(),
+        id: 0,
+        region: [0; 16],
+        status: MachineStatus::Active,
+        gpu_count: node.num_gpus(),
+        gpus,
+        price_floor_per_gpu_hour: 0,
+        electricity_cost_per_kwh: 0,
+        cached_image_count: 0,
+        cached_images: [[0; 32]; MAX_CACHED_IMAGES],
+        network: MachineNetwork::default(),
+        spot_book: Pubkey::default(),
+        registered_at: 0,
+        last_heartbeat: NOW,
+        used_gib: [0; MAX_GPUS],
+        cpu_milli: node.cpu_capacity(),
+        memory_mib: node.memory_capacity(),
+        used_cpu_milli: 0,
+        used_memory_mib: 0,
+        gpu_terms: [OverclockTerms::default(); MAX_GPUS],
+        spot_gpus: 0,
+        leases: 0,
+        missed_intervals: 0,
+        violations: 0,
+        unslashed_missed: 0,
+        unslashed_violations: 0,
+        evidence_since: 0,
+        bump: 0,
+    }
+}
+
+/// The queue bid of a pod: its GPUs with the pod's milli as GiB each, any class, its CPU and
+/// memory, 300 W.
+fn bid(pod: &Pod) -> Bid {
+    Bid {
+        market: Pubkey::default(),
+        client: Pubkey::default(),
+        machine: Pubkey::default(),
+        image_digest: [0; 32],
+        env_hash: [0; 32],
+        image_ref: String::new(),
+        kind: BidKind::Queue,
+        status: BidStatus::Open,
+        gpu_count: pod.num_gpu(),
+        gib_per_gpu: pod.gpu_milli(),
+        accepted_classes: u8::MAX,
+        overclock: vec![OverclockTerms {
+            power_limit_w: 300,
+            ..OverclockTerms::default()
+        }],
+        price: PRICE,
+        max_duration_secs: 3_600,
+        deadline: i64::MAX,
+        escrow: 0,
+        urgency_premium: 0,
+        ports: Vec::new(),
+        scratch_gib: 0,
+        regions: Vec::new(),
+        cpu_milli: pod.cpu_milli(),
+        memory_mib: pod.memory_mib(),
+        refund_tokens: Pubkey::default(),
+        score: 0,
+        book_key: 0,
+        seq: 0,
+        placed_at: NOW,
+        bump: 0,
+    }
+}
+
+struct Replayed {
+    market: Market,
+    machines: Vec<Machine>,
+    /// Each machine's offer now (rebuilt after each allocation on it).
+    offers: Vec<Offer>,
+}
+
+impl Replayed {
+    fn open(nodes: &[Node]) -> Result<Replayed, String> {
+        let market = market();
+        let machines: Vec<Machine> = nodes.iter().map(machine).collect();
+        let offers = machines
+            .iter()
+            .map(|m| offer(m, &market))
+            .collect::<Result<_, _>>()?;
+        Ok(Replayed {
+            market,
+            machines,
+            offers,
+        })
+    }
+
+    /// Today's rule: the bid goes to a random machine it fits, on the GPUs the fit rule gives
+    /// it there. Returns whether it was placed.
+    fn place(&mut self, bid: &Bid, rng: &mut SplitMix64) -> Result<bool, String> {
+        let fitting: Vec<usize> = (0..self.offers.len())
+            .filter(|&i| bid.fit(&self.offers[i]).is_ok())
+            .collect();
+        if fitting.is_empty() {
+            return Ok(false);
+        }
+        let i = fitting[rng.below(fitting.len() as u64) as usize];
+        let choice = bid.fit(&self.offers[i]).map_err(|e| format!("{e:?}"))?;
+        let m = &mut self.machines[i];
+        m.take(choice.gpus(), bid.gib_per_gpu, bid.host(), false, |g| {
+            bid.terms_of(g)
+        })
+        .map_err(|e| e.to_string())?;
+        self.offers[i] = offer(m, &self.market)?;
+        Ok(true)
+    }
+}
+
+fn offer(m: &Machine, market: &Market) -> Result<Offer, String> {
+    m.offer(market, BidKind::Queue, NOW, &Freed::default())
+        .map_err(|e| e.to_string())
+}
+
+/// GPU milli of `nodes` in all.
+fn capacity(nodes: &[Node]) -> u64 {
+    nodes.iter().map(|n| n.num_gpus() as u64 * 1_000).sum()
+}
+
+/// The allocation curve of today's market rule on `arrivals`, and its wall time.
+fn replay(
+    nodes: &[Node],
+    arrivals: &[Pod],
+    seed: u64,
+) -> Result<(Vec<Option<f64>>, usize, f64), String> {
+    let mut market = Replayed::open(nodes)?;
+    let total = capacity(nodes);
+    let mut rng = SplitMix64::new(seed);
+    let (mut arrived, mut allocated, mut placed) = (0u64, 0u64, 0);
+    let mut records = Vec::with_capacity(arrivals.len());
+    let start = Instant::now();
+    for pod in arrivals {
+        arrived += pod.total_gpu_milli() as u64;
+        if market.place(&bid(pod), &mut rng)? {
+            allocated += pod.total_gpu_milli() as u64;
+            placed += 1;
+        }
+        records.push((arrived, allocated));
+    }
+    Ok((
+        fgd::curve(&records, total),
+        placed,
+        start.elapsed().as_secs_f64(),
+    ))
+}
+
+pub fn main(traces: &Path) -> Result<(), String> {
+    let trace = trace::load(traces)?;
+    println!(
+        "openb through the market's code: {} machines, {} arrivals (the FGD protocol's)\n",
+        trace.nodes.len(),
+        trace.arrivals.len()
+    );
+    print!("| GPU allocation % at arrived |");
+    for x in POINTS {
+        print!(" {x}% |");
+    }
+    println!(" placed | wall time |");
+    print!("|---|");
+    for _ in POINTS {
+        print!("---:|");
+    }
+    println!("---:|---:|");
+    let row = |name: &str, curve: &[Option<f64>]| {
+        print!("| {name} |");
+        for v in curve {
+            match v {
+                Some(v) => print!(" {v:.2} |"),
+                None => print!(" - |"),
+            }
+        }
+    };
+    for seed in 1..=SEEDS {
+        let (curve, placed, wall_s) = replay(&trace.nodes, &trace.arrivals, seed)?;
+        row(&format!("market today (agents race), seed {seed}"), &curve);
+        println!(" {placed} | {wall_s:.1} s |");
+    }
+    for (name, curve) in fgd::policy_curves(&trace)? {
+        row(&format!("bench policy {name}"), &curve);
+        println!(" - | - |");
+    }
+    // Other workloads: the original pods shuffled and resampled to 130 % (fgd.rs's orders).
+    for order in 1..=SEEDS {
+        let arrivals = fgd::resampled_arrivals(&trace.original, capacity(&trace.nodes), order);
+        let (curve, placed, wall_s) = replay(&trace.nodes, &arrivals, order)?;
+        row(&format!("market today, resampled order {order}"), &curve);
+        println!(" {placed} | {wall_s:.1} s |");
+    }
+    Ok(())
+}
