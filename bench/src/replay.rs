@@ -34,38 +34,9 @@ const PRICE: u64 = 1 << 40;
 /// Agents racing for each bid: seeds of the winner's draw.
 const SEEDS: u64 = 4;
 
-/// A market with the recommended parameters, as `init_market` makes it.
+/// A market with the recommended parameters, as `init_market` opens it.
 fn market() -> Market {
-    let params = MarketParams::recommended(60, 250, 3_600);
-    Market {
-        authority: Pubkey::default(),
-        id: 0,
-        stake_mint: Pubkey::default(),
-        payment_mint: Pubkey::default(),
-        stake_vault: Pubkey::default(),
-        payment_vault: Pubkey::default(),
-        treasury: Pubkey::default(),
-        stake_treasury: Pubkey::default(),
-        params,
-        demand_bps: 0,
-        demand_interval: 0,
-        queue_book: Pubkey::default(),
-        gpus_offered: 0,
-        gpus_waiting: 0,
-        next_bid_seq: 0,
-        total_escrow: 0,
-        total_staked: 0,
-        total_pending_unstake: 0,
-        created_at: 0,
-        pending_params: params,
-        pending_at: 0,
-        fees_due: 0,
-        slashed_due: 0,
-        refunds_due: 0,
-        bump: 0,
-        stake_vault_bump: 0,
-        payment_vault_bump: 0,
-    }
+    Market::opening(MarketParams::recommended(60, 250, 3_600))
 }
 
 /// The machine account of a trace node: its GPUs of the node's model (the class), 1,000 GiB

@@ -76,7 +76,7 @@ impl<'a> Regions<'a> {
 }
 
 /// One bit of 32 for a region label: FNV-1a of its bytes, modulo 32.
-pub fn region_bit(region: &Region) -> u32 {
+fn region_bit(region: &Region) -> u32 {
     let hash = region.iter().fold(0x811c_9dc5u32, |h, &b| {
         (h ^ b as u32).wrapping_mul(0x0100_0193)
     });

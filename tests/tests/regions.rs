@@ -9,7 +9,7 @@ mod program_test;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, Lease, REGION_LEN};
-use gpu_market_core::fit::region_bit;
+use gpu_market_core::fit::Regions;
 use gpu_market_sdk::instructions::PlaceBid;
 use lease_fixture::*;
 
@@ -70,7 +70,7 @@ fn an_entry_whose_filter_cannot_tell_is_shown_by_its_bid_account() {
     // A label with eu-central's filter bit: the book entry cannot tell it from eu-central.
     let twin = (0..)
         .map(|i| format!("r{i}"))
-        .find(|l| region_bit(&region(l)) == region_bit(&region("eu-central")))
+        .find(|l| Regions::filter(&[region(l)]) == Regions::filter(&[region("eu-central")]))
         .unwrap();
     let a = accepting(&mut f, &[&twin]);
     let lookalike = f.place(&d, a);

@@ -75,33 +75,8 @@ mod tests {
         let mut params = MarketParams::recommended(5, 0, 60);
         params.base_price_per_gpu_hour = 1_000;
         Market {
-            authority: Pubkey::default(),
-            id: 0,
-            stake_mint: Pubkey::default(),
-            payment_mint: Pubkey::default(),
-            stake_vault: Pubkey::default(),
-            payment_vault: Pubkey::default(),
-            treasury: Pubkey::default(),
-            stake_treasury: Pubkey::default(),
-            params,
             demand_bps,
-            demand_interval: 0,
-            queue_book: Pubkey::default(),
-            gpus_offered: 0,
-            gpus_waiting: 0,
-            next_bid_seq: 0,
-            total_escrow: 0,
-            total_staked: 0,
-            total_pending_unstake: 0,
-            created_at: 0,
-            pending_params: params,
-            pending_at: 0,
-            fees_due: 0,
-            slashed_due: 0,
-            refunds_due: 0,
-            bump: 0,
-            stake_vault_bump: 0,
-            payment_vault_bump: 0,
+            ..Market::opening(params)
         }
     }
 

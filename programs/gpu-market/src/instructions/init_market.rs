@@ -82,25 +82,11 @@ impl InitMarket<'_> {
             payment_vault: ctx.accounts.payment_vault.key(),
             treasury: ctx.accounts.treasury.key(),
             stake_treasury: ctx.accounts.stake_treasury.key(),
-            params: args.params,
-            demand_bps: 0,
-            demand_interval: 0,
-            queue_book: Pubkey::default(),
-            gpus_offered: 0,
-            gpus_waiting: 0,
-            next_bid_seq: 0,
-            total_escrow: 0,
-            total_staked: 0,
-            total_pending_unstake: 0,
             created_at: Clock::get()?.unix_timestamp,
-            pending_params: args.params,
-            pending_at: 0,
-            fees_due: 0,
-            slashed_due: 0,
-            refunds_due: 0,
             bump: ctx.bumps.market,
             stake_vault_bump: ctx.bumps.stake_vault,
             payment_vault_bump: ctx.bumps.payment_vault,
+            ..Market::opening(args.params)
         });
         market.invariant()?;
         emit!(MarketInitialized {

@@ -291,6 +291,40 @@ pub struct Market {
 }
 
 impl Market {
+    /// A market under `params` with nothing in it yet: no accounts named, no book, no bid, no
+    /// stake, no demand. `init_market` names its accounts, its clock and its bumps.
+    pub fn opening(params: MarketParams) -> Market {
+        Market {
+            authority: Pubkey::default(),
+            id: 0,
+            stake_mint: Pubkey::default(),
+            payment_mint: Pubkey::default(),
+            stake_vault: Pubkey::default(),
+            payment_vault: Pubkey::default(),
+            treasury: Pubkey::default(),
+            stake_treasury: Pubkey::default(),
+            params,
+            demand_bps: 0,
+            demand_interval: 0,
+            queue_book: Pubkey::default(),
+            gpus_offered: 0,
+            gpus_waiting: 0,
+            next_bid_seq: 0,
+            total_escrow: 0,
+            total_staked: 0,
+            total_pending_unstake: 0,
+            created_at: 0,
+            pending_params: params,
+            pending_at: 0,
+            fees_due: 0,
+            slashed_due: 0,
+            refunds_due: 0,
+            bump: 0,
+            stake_vault_bump: 0,
+            payment_vault_bump: 0,
+        }
+    }
+
     /// Signs a CPI as the market PDA, which owns the vaults.
     pub fn with_signer<T>(&self, f: impl FnOnce(&[&[&[u8]]]) -> T) -> T {
         let id = self.id.to_le_bytes();
