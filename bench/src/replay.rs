@@ -19,8 +19,9 @@ use gpu_market::state::{
     Bid, BidKind, BidStatus, Freed, GpuSpec, Machine, MachineNetwork, MachineStatus, Market,
     MarketParams, OverclockTerms, MAX_CACHED_IMAGES, MAX_GPUS,
 };
-use gpu_market_core::fit::Offer;
-use gpu_market_core::placement::{Node, Pod, SplitMix64};
+use gpu_market_core::fit::{Need, Offer};
+use gpu_market_core::overclock::OverclockTerms as CoreTerms;
+use gpu_market_core::placement::{Chosen, Node, Placer, Pod, Seat, SplitMix64};
 
 use crate::fgd::{self, POINTS};
 use crate::trace;
@@ -31,8 +32,10 @@ const GPU_GIB: u16 = 1_000;
 const NOW: i64 = 1_700_000_000;
 /// A price over any reserve: the replay is about placement, not prices.
 const PRICE: u64 = 1 << 40;
-/// Agents racing for each bid: seeds of the winner's draw.
+/// Agents racing for each bid: seeds of the winner's draw; also the resampled orders.
 const SEEDS: u64 = 4;
+/// How often (in bids placed) the policy relearns the market's workload.
+const LEARN_EVERY: [usize; 2] = [1, 64];
 
 /// A market with the recommended parameters, as `init_market` opens it.
 fn market() -> Market {
@@ -125,11 +128,27 @@ fn bid(pod: &Pod) -> Bid {
     }
 }
 
+/// How a replay chooses the machine of each bid.
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    /// The market's packing policy ([`Placer`]), relearning its workload every `learn_every`
+    /// bids placed.
+    Policy { learn_every: usize },
+    /// A random machine of those the fit rule accepts: the agents racing for a bid (today's
+    /// market, and the market after the grace period), drawn with this seed.
+    Race(u64),
+}
+
 struct Replayed {
     market: Market,
     machines: Vec<Machine>,
     /// Each machine's offer now (rebuilt after each allocation on it).
     offers: Vec<Offer>,
+    /// Each machine's running leases: GPUs and GiB on each.
+    leases: Vec<Vec<(u16, u16)>>,
+    /// Every bid placed so far: the market's workload (running leases and open bids).
+    placed: Vec<(Bid, Vec<CoreTerms>)>,
+    placer: Option<Placer>,
 }
 
 impl Replayed {
@@ -142,28 +161,91 @@ impl Replayed {
             .collect::<Result<_, _>>()?;
         Ok(Replayed {
             market,
+            leases: vec![Vec::new(); machines.len()],
             machines,
             offers,
+            placed: Vec::new(),
+            placer: None,
         })
     }
 
-    /// Today's rule: the bid goes to a random machine it fits, on the GPUs the fit rule gives
-    /// it there. Returns whether it was placed.
-    fn place(&mut self, bid: &Bid, rng: &mut SplitMix64) -> Result<bool, String> {
-        let fitting: Vec<usize> = (0..self.offers.len())
-            .filter(|&i| bid.fit(&self.offers[i]).is_ok())
-            .collect();
-        if fitting.is_empty() {
+    /// The machines as the placer sees them: ids in node order, no electricity cost.
+    fn seats(&self) -> Vec<Seat<'_>> {
+        self.offers
+            .iter()
+            .zip(&self.leases)
+            .enumerate()
+            .map(|(i, (offer, leases))| {
+                let mut id = [0u8; 32];
+                id[..8].copy_from_slice(&(i as u64).to_be_bytes());
+                Seat {
+                    id,
+                    electricity_cost_per_kwh: 0,
+                    offer,
+                    leases,
+                }
+            })
+            .collect()
+    }
+
+    /// Places `bid` by `rule` on the GPUs it chooses; returns whether it was placed.
+    fn place(&mut self, bid: Bid, rule: Rule, rng: &mut SplitMix64) -> Result<bool, String> {
+        let overclock = bid.overclock_per_gpu();
+        let need = bid.need(&overclock);
+        let chosen = match rule {
+            Rule::Policy { learn_every } => {
+                if self.placer.is_none() || self.placed.len().is_multiple_of(learn_every) {
+                    let workload: Vec<Need> = self.placed.iter().map(|(b, o)| b.need(o)).collect();
+                    self.placer = Some(Placer::new(&self.seats(), &workload));
+                }
+                let placer = self.placer.as_mut().expect("learnt above");
+                placer.choose(&need, &self.offers, &[])
+            }
+            Rule::Race(_) => {
+                let fitting: Vec<usize> = (0..self.offers.len())
+                    .filter(|&i| self.offers[i].fit(&need).is_ok())
+                    .collect();
+                match fitting.is_empty() {
+                    true => None,
+                    false => {
+                        let machine = fitting[rng.below(fitting.len() as u64) as usize];
+                        let choice = self.offers[machine]
+                            .fit(&need)
+                            .map_err(|e| format!("{e:?}"))?;
+                        Some(Chosen {
+                            machine,
+                            gpus: choice.gpus().to_vec(),
+                        })
+                    }
+                }
+            }
+        };
+        let Some(Chosen { machine: i, gpus }) = chosen else {
+            self.placed.push((bid, overclock));
             return Ok(false);
-        }
-        let i = fitting[rng.below(fitting.len() as u64) as usize];
-        let choice = bid.fit(&self.offers[i]).map_err(|e| format!("{e:?}"))?;
+        };
+        // What `allocate` checks before it takes the GPUs.
+        self.offers[i]
+            .check_choice(&need, &gpus)
+            .map_err(|e| format!("{e:?}"))?;
         let m = &mut self.machines[i];
-        m.take(choice.gpus(), bid.gib_per_gpu, bid.host(), false, |g| {
+        m.take(&gpus, bid.gib_per_gpu, bid.host(), false, |g| {
             bid.terms_of(g)
         })
         .map_err(|e| e.to_string())?;
         self.offers[i] = offer(m, &self.market)?;
+        let mask = gpus.iter().fold(0u16, |m, &g| m | 1 << g);
+        self.leases[i].push((mask, bid.gib_per_gpu));
+        if let Some(placer) = self.placer.as_mut() {
+            let seat = Seat {
+                id: [0; 32],
+                electricity_cost_per_kwh: 0,
+                offer: &self.offers[i],
+                leases: &self.leases[i],
+            };
+            placer.update(i, &seat);
+        }
+        self.placed.push((bid, overclock));
         Ok(true)
     }
 }
@@ -178,21 +260,24 @@ fn capacity(nodes: &[Node]) -> u64 {
     nodes.iter().map(|n| n.num_gpus() as u64 * 1_000).sum()
 }
 
-/// The allocation curve of today's market rule on `arrivals`, and its wall time.
+/// The allocation curve of `rule` on `arrivals`, the bids placed, and the wall time.
 fn replay(
     nodes: &[Node],
     arrivals: &[Pod],
-    seed: u64,
+    rule: Rule,
 ) -> Result<(Vec<Option<f64>>, usize, f64), String> {
     let mut market = Replayed::open(nodes)?;
     let total = capacity(nodes);
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = SplitMix64::new(match rule {
+        Rule::Race(seed) => seed,
+        Rule::Policy { .. } => 0,
+    });
     let (mut arrived, mut allocated, mut placed) = (0u64, 0u64, 0);
     let mut records = Vec::with_capacity(arrivals.len());
     let start = Instant::now();
     for pod in arrivals {
         arrived += pod.total_gpu_milli() as u64;
-        if market.place(&bid(pod), &mut rng)? {
+        if market.place(bid(pod), rule, &mut rng)? {
             allocated += pod.total_gpu_milli() as u64;
             placed += 1;
         }
@@ -222,7 +307,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
         print!("---:|");
     }
     println!("---:|---:|");
-    let row = |name: &str, curve: &[Option<f64>]| {
+    let row = |name: &str, (curve, placed, wall_s): (Vec<Option<f64>>, usize, f64)| {
         print!("| {name} |");
         for v in curve {
             match v {
@@ -230,22 +315,39 @@ pub fn main(traces: &Path) -> Result<(), String> {
                 None => print!(" - |"),
             }
         }
-    };
-    for seed in 1..=SEEDS {
-        let (curve, placed, wall_s) = replay(&trace.nodes, &trace.arrivals, seed)?;
-        row(&format!("market today (agents race), seed {seed}"), &curve);
         println!(" {placed} | {wall_s:.1} s |");
+    };
+    let nodes = &trace.nodes;
+    for learn_every in LEARN_EVERY {
+        let rule = Rule::Policy { learn_every };
+        row(
+            &format!("market policy, relearnt every {learn_every} bids"),
+            replay(nodes, &trace.arrivals, rule)?,
+        );
+    }
+    for seed in 1..=SEEDS {
+        row(
+            &format!("fit rule alone (agents race), seed {seed}"),
+            replay(nodes, &trace.arrivals, Rule::Race(seed))?,
+        );
     }
     for (name, curve) in fgd::policy_curves(&trace)? {
-        row(&format!("bench policy {name}"), &curve);
-        println!(" - | - |");
+        row(&format!("bench policy {name}"), (curve, 0, 0.0));
     }
     // Other workloads: the original pods shuffled and resampled to 130 % (fgd.rs's orders).
     for order in 1..=SEEDS {
-        let arrivals = fgd::resampled_arrivals(&trace.original, capacity(&trace.nodes), order);
-        let (curve, placed, wall_s) = replay(&trace.nodes, &arrivals, order)?;
-        row(&format!("market today, resampled order {order}"), &curve);
-        println!(" {placed} | {wall_s:.1} s |");
+        let arrivals = fgd::resampled_arrivals(&trace.original, capacity(nodes), order);
+        let rule = Rule::Policy {
+            learn_every: LEARN_EVERY[0],
+        };
+        row(
+            &format!("market policy, resampled order {order}"),
+            replay(nodes, &arrivals, rule)?,
+        );
+        row(
+            &format!("fit rule alone, resampled order {order}"),
+            replay(nodes, &arrivals, Rule::Race(order))?,
+        );
     }
     Ok(())
 }

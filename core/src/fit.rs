@@ -571,6 +571,16 @@ impl Offer {
         &self.gpus
     }
 
+    /// The most ports and scratch it gives one lease, and the CPU and memory of all its leases.
+    pub fn room(&self) -> Room {
+        self.room
+    }
+
+    /// CPU and memory no running lease holds.
+    pub fn host_free(&self) -> Host {
+        self.free
+    }
+
     pub fn now(&self) -> i64 {
         self.now
     }

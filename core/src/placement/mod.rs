@@ -8,6 +8,7 @@
 mod cluster;
 mod explain;
 mod frag;
+mod market;
 mod plan;
 mod policy;
 mod types;
@@ -15,8 +16,9 @@ mod types;
 pub use cluster::{Cluster, ClusterError};
 pub use explain::{explain, refusal, Explanation, Refusal};
 pub use frag::{sigmoid_score, FragModel, TypicalPod};
+pub use market::{Chosen, Placer, Seat};
 pub use plan::{GpuPods, HostNeed, PackingPlan, MAX_PLANNED_PODS};
-pub use policy::{BestFit, Fgd, Planned, Policy, Random, SplitMix64};
+pub use policy::{BestFit, Fgd, Planned, Policy, Random, SplitMix64, Standing};
 pub use types::{
     bits, GpuMask, ModelId, ModelSet, Node, Placement, PlacementError, Pod, SpecError,
     MAX_GPUS_PER_NODE, MILLI_PER_GPU,

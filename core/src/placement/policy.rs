@@ -291,7 +291,7 @@ impl Policy for Fgd {
 ///   idle GPUs will want (the workload's CPU per GPU), so CPU is spent where GPUs do not need it.
 ///
 /// Decisions are kept in an index: for every request shape seen, the feasible nodes ordered by
-/// (key, rank). A placement changes one node, so only that node's entries are recomputed; a
+/// (standing, rank). A placement changes one node, so only that node's entries are recomputed; a
 /// request then costs one lookup, and a request that fits nowhere is refused in O(1). The index
 /// must see every allocation on the cluster (it does when pods go through [`Cluster::place`]).
 #[derive(Debug, Clone)]
@@ -305,7 +305,7 @@ pub struct Planned {
 
 /// How good a placement is for [`Planned`]: compared field by field, higher is better.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
+pub struct Standing {
     /// A sharing pod's GPU stays on plan.
     on_plan: bool,
     /// FGD's score (0..=99) for a GPU pod; for a CPU-only pod, the CPU milli left over after it
@@ -318,9 +318,9 @@ struct Key {
 /// The feasible nodes for one request shape, best first.
 #[derive(Debug, Clone)]
 struct ShapeIndex {
-    order: BTreeSet<(Reverse<Key>, u32, u32)>,
-    /// Each node's current key and GPUs for this shape (`None`: infeasible).
-    entry: Vec<Option<(Key, GpuMask)>>,
+    order: BTreeSet<(Reverse<Standing>, u32, u32)>,
+    /// Each node's current standing and GPUs for this shape (`None`: infeasible).
+    entry: Vec<Option<(Standing, GpuMask)>>,
 }
 
 impl Planned {
@@ -330,6 +330,80 @@ impl Planned {
             plan,
             pods: Vec::new(),
             shapes: HashMap::new(),
+        }
+    }
+
+    /// The state of a GPU that holds sharing pods of these sizes (in any order): `None` when
+    /// they are off plan.
+    pub fn gpu_pods(&self, sizes: &[u16]) -> Option<GpuPods> {
+        sizes.iter().try_fold(GpuPods::EMPTY, |p, &milli| {
+            p.with(milli).filter(|p| self.plan.on_plan(p))
+        })
+    }
+
+    /// Node `n` changed outside [`Cluster::place`] (leases ended, or the cluster was built from
+    /// nodes in use): its GPUs now hold `pods` (see [`Planned::gpu_pods`]; `None`: off plan).
+    pub fn set_gpu_pods(
+        &mut self,
+        cluster: &Cluster,
+        n: usize,
+        pods: [Option<GpuPods>; MAX_GPUS_PER_NODE],
+    ) {
+        self.track(cluster);
+        if let Some(gpus) = self.pods.get_mut(n) {
+            *gpus = pods;
+            self.reindex(cluster, n);
+        }
+    }
+
+    /// Every feasible placement of `pod`, best first: its standing and where.
+    pub fn ranked<'a>(
+        &'a mut self,
+        cluster: &Cluster,
+        pod: &Pod,
+    ) -> impl Iterator<Item = (Standing, Placement)> + 'a {
+        let index = self.index(cluster, pod);
+        index
+            .order
+            .iter()
+            .filter_map(|&(Reverse(standing), _, node)| {
+                let (_, gpus) = index.entry[node as usize]?;
+                Some((standing, at(node as usize, gpus)))
+            })
+    }
+
+    /// Node `n`'s standing for `pod` and the GPUs it would take there; `None`: infeasible.
+    pub fn standing_of(
+        &mut self,
+        cluster: &Cluster,
+        pod: &Pod,
+        n: usize,
+    ) -> Option<(Standing, GpuMask)> {
+        self.index(cluster, pod).entry.get(n).copied().flatten()
+    }
+
+    /// The index of `pod`'s shape, built on first use.
+    fn index(&mut self, cluster: &Cluster, pod: &Pod) -> &ShapeIndex {
+        self.track(cluster);
+        if !self.shapes.contains_key(pod) {
+            let index = self.build(cluster, pod);
+            self.shapes.insert(*pod, index);
+        }
+        &self.shapes[pod]
+    }
+
+    /// Recomputes node `n`'s entry for every shape seen.
+    fn reindex(&mut self, cluster: &Cluster, n: usize) {
+        let (node, rank) = (&cluster.nodes()[n], cluster.rank(n));
+        for (shape, index) in self.shapes.iter_mut() {
+            if let Some((standing, _)) = index.entry[n] {
+                index.order.remove(&(Reverse(standing), rank, n as u32));
+            }
+            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[n], node, shape);
+            if let Some((standing, _)) = e {
+                index.order.insert((Reverse(standing), rank, n as u32));
+            }
+            index.entry[n] = e;
         }
     }
 
@@ -344,14 +418,14 @@ impl Planned {
         }
     }
 
-    /// The node's key for `pod` and the GPUs it would use.
+    /// The node's standing for `pod` and the GPUs it would use.
     fn evaluate(
         frag: &FragModel,
         plan: &PackingPlan,
         gpus: &[Option<GpuPods>; MAX_GPUS_PER_NODE],
         node: &Node,
         pod: &Pod,
-    ) -> Option<(Key, GpuMask)> {
+    ) -> Option<(Standing, GpuMask)> {
         if !node.feasible(pod) {
             return None;
         }
@@ -359,7 +433,7 @@ impl Planned {
         if pod.num_gpu() == 0 {
             let wanted =
                 plan.per_gpu().cpu_milli * node.idle_gpu_milli() as u64 / MILLI_PER_GPU as u64;
-            let key = Key {
+            let key = Standing {
                 on_plan: false,
                 score: cpu_after as i64 - wanted as i64,
                 strands: 0,
@@ -374,7 +448,7 @@ impl Planned {
             node.idle_gpu_milli() - pod.total_gpu_milli(),
         ) as i64
             - plan.stranded(node.cpu_free(), node.memory_free(), node.idle_gpu_milli()) as i64;
-        let key = |on_plan, decrease| Key {
+        let key = |on_plan, decrease| Standing {
             on_plan,
             score: sigmoid_score(decrease, frag.weight()) as i64,
             strands: -stranded_more,
@@ -396,7 +470,7 @@ impl Planned {
         let reserved_all =
             (0..node.num_gpus() as usize).fold(HostNeed::default(), |a, g| a.plus(pending(g)));
         let free = node.gpu_free();
-        let mut best: Option<(Key, GpuMask)> = None;
+        let mut best: Option<(Standing, GpuMask)> = None;
         frag_moves(
             frag,
             node,
@@ -441,15 +515,7 @@ impl Policy for Planned {
     }
 
     fn choose(&mut self, cluster: &Cluster, pod: &Pod) -> Option<Placement> {
-        self.track(cluster);
-        if !self.shapes.contains_key(pod) {
-            let index = self.build(cluster, pod);
-            self.shapes.insert(*pod, index);
-        }
-        let index = &self.shapes[pod];
-        let &(_, _, node) = index.order.first()?;
-        let (_, gpus) = index.entry[node as usize]?;
-        Some(at(node as usize, gpus))
+        self.ranked(cluster, pod).next().map(|(_, at)| at)
     }
 
     fn placed(&mut self, cluster: &Cluster, pod: &Pod, at: Placement) {
@@ -463,17 +529,7 @@ impl Policy for Planned {
                     .filter(|p| self.plan.on_plan(p));
             }
         }
-        let (node, rank) = (&cluster.nodes()[n], cluster.rank(n));
-        for (shape, index) in self.shapes.iter_mut() {
-            if let Some((key, _)) = index.entry[n] {
-                index.order.remove(&(Reverse(key), rank, at.node));
-            }
-            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[n], node, shape);
-            if let Some((key, _)) = e {
-                index.order.insert((Reverse(key), rank, at.node));
-            }
-            index.entry[n] = e;
-        }
+        self.reindex(cluster, n);
     }
 }
 

@@ -38,6 +38,8 @@ pub enum SpecError {
     GpuMilliWithoutGpu,
     /// Only a one-GPU pod may ask for part of a GPU.
     PartialMultiGpu,
+    /// More free than the node has, or free milli given for GPUs it does not have.
+    FreeAboveCapacity,
 }
 
 impl core::fmt::Display for SpecError {
@@ -48,6 +50,7 @@ impl core::fmt::Display for SpecError {
             SpecError::GpuMilliAboveOne => "gpu_milli above 1000",
             SpecError::GpuMilliWithoutGpu => "gpu_milli and num_gpu disagree",
             SpecError::PartialMultiGpu => "a multi-GPU pod must take whole GPUs",
+            SpecError::FreeAboveCapacity => "more free than the node has",
         })
     }
 }
@@ -193,6 +196,27 @@ impl Node {
             topology_group: topology_group.max(1),
             gpu_free,
         })
+    }
+
+    /// This node with only `cpu_free`, `memory_free` and `gpu_free` (milli per GPU) left: a
+    /// node in use, as something outside the cluster (the chain) reports it.
+    pub fn holding(
+        mut self,
+        cpu_free: u32,
+        memory_free: u32,
+        gpu_free: &[u16],
+    ) -> Result<Node, SpecError> {
+        if cpu_free > self.cpu_capacity
+            || memory_free > self.memory_capacity
+            || gpu_free.len() != self.num_gpus as usize
+            || gpu_free.iter().any(|&g| g > MILLI_PER_GPU)
+        {
+            return Err(SpecError::FreeAboveCapacity);
+        }
+        self.cpu_free = cpu_free;
+        self.memory_free = memory_free;
+        self.gpu_free[..gpu_free.len()].copy_from_slice(gpu_free);
+        Ok(self)
     }
 
     pub fn cpu_capacity(&self) -> u32 {
