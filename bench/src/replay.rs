@@ -11,6 +11,7 @@
 //! CPU and memory demand (the protocol's), placed by the same fit rule with no GPU, though
 //! `place_bid` refuses such a bid.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::time::Instant;
 
@@ -20,8 +21,7 @@ use gpu_market::state::{
     MarketParams, OverclockTerms, MAX_CACHED_IMAGES, MAX_GPUS,
 };
 use gpu_market_core::fit::{Need, Offer};
-use gpu_market_core::overclock::OverclockTerms as CoreTerms;
-use gpu_market_core::placement::{Chosen, Node, Placer, Pod, Seat, SplitMix64};
+use gpu_market_core::placement::{Chosen, Demand, Node, Placer, Pod, Seat, SplitMix64};
 
 use crate::fgd::{self, POINTS};
 use crate::trace;
@@ -34,8 +34,8 @@ const NOW: i64 = 1_700_000_000;
 const PRICE: u64 = 1 << 40;
 /// Agents racing for each bid: seeds of the winner's draw; also the resampled orders.
 const SEEDS: u64 = 4;
-/// How often (in bids placed) the policy relearns the market's workload.
-const LEARN_EVERY: [usize; 2] = [1, 64];
+/// How many bids behind the chain the agents' view is, in the late-view replays.
+const LAGS: [usize; 3] = [0, 8, 64];
 
 /// A market with the recommended parameters, as `init_market` opens it.
 fn market() -> Market {
@@ -131,44 +131,25 @@ fn bid(pod: &Pod) -> Bid {
 /// How a replay chooses the machine of each bid.
 #[derive(Debug, Clone, Copy)]
 enum Rule {
-    /// The market's packing policy ([`Placer`]), relearning its workload every `learn_every`
-    /// bids placed.
-    Policy { learn_every: usize },
+    /// The market's packing policy ([`Placer`]) as the agents run it: learnt afresh for each
+    /// bid from the machines, leases and bids the agents see, which is the chain as it was
+    /// `lag` bids ago. The chosen machine's `allocate` lands on the chain as it is: where the
+    /// GPUs it chose no longer fit there, the program refuses it, and the agents decide again
+    /// on the chain as it is now.
+    Policy { lag: usize },
     /// A random machine of those the fit rule accepts: the agents racing for a bid (today's
     /// market, and the market after the grace period), drawn with this seed.
     Race(u64),
 }
 
-struct Replayed {
-    market: Market,
-    machines: Vec<Machine>,
-    /// Each machine's offer now (rebuilt after each allocation on it).
+/// The machines' offers and running leases (GPUs and GiB on each).
+#[derive(Clone)]
+struct State {
     offers: Vec<Offer>,
-    /// Each machine's running leases: GPUs and GiB on each.
     leases: Vec<Vec<(u16, u16)>>,
-    /// Every bid placed so far: the market's workload (running leases and open bids).
-    placed: Vec<(Bid, Vec<CoreTerms>)>,
-    placer: Option<Placer>,
 }
 
-impl Replayed {
-    fn open(nodes: &[Node]) -> Result<Replayed, String> {
-        let market = market();
-        let machines: Vec<Machine> = nodes.iter().map(machine).collect();
-        let offers = machines
-            .iter()
-            .map(|m| offer(m, &market))
-            .collect::<Result<_, _>>()?;
-        Ok(Replayed {
-            market,
-            leases: vec![Vec::new(); machines.len()],
-            machines,
-            offers,
-            placed: Vec::new(),
-            placer: None,
-        })
-    }
-
+impl State {
     /// The machines as the placer sees them: ids in node order, no electricity cost.
     fn seats(&self) -> Vec<Seat<'_>> {
         self.offers
@@ -187,45 +168,106 @@ impl Replayed {
             })
             .collect()
     }
+}
+
+/// A change on its way to the agents: the bid from which on they see it, the machine, and its
+/// new offer and leases.
+type Change = (usize, usize, Offer, Vec<(u16, u16)>);
+
+struct Replayed {
+    market: Market,
+    machines: Vec<Machine>,
+    /// The chain now.
+    now: State,
+    /// What the agents see, when they see the chain late, and the changes on their way to them.
+    seen: Option<(State, VecDeque<Change>)>,
+    /// Every bid placed so far, as the market's workload: running leases and open bids (a bid
+    /// that fits nowhere stays in the book: the replay's bids never expire).
+    workload: Vec<Demand>,
+    /// `allocate`s the program refused because the chain had moved since the agents' view.
+    refused: usize,
+}
+
+impl Replayed {
+    fn open(nodes: &[Node], lagging: bool) -> Result<Replayed, String> {
+        let market = market();
+        let machines: Vec<Machine> = nodes.iter().map(machine).collect();
+        let offers = machines
+            .iter()
+            .map(|m| offer(m, &market))
+            .collect::<Result<_, _>>()?;
+        let now = State {
+            offers,
+            leases: vec![Vec::new(); machines.len()],
+        };
+        Ok(Replayed {
+            market,
+            machines,
+            seen: lagging.then(|| (now.clone(), VecDeque::new())),
+            now,
+            workload: Vec::new(),
+            refused: 0,
+        })
+    }
+
+    /// The machine and GPUs `rule` gives `need`, if any.
+    fn choose(&mut self, need: &Need, rule: Rule, rng: &mut SplitMix64) -> Option<Chosen> {
+        match rule {
+            Rule::Policy { lag } => {
+                let bids = self.workload.len();
+                let seen = match &mut self.seen {
+                    Some((seen, on_the_way)) => {
+                        while on_the_way.front().is_some_and(|c| c.0 + lag <= bids) {
+                            let (_, i, offer, leases) = on_the_way.pop_front()?;
+                            (seen.offers[i], seen.leases[i]) = (offer, leases);
+                        }
+                        &*seen
+                    }
+                    None => &self.now,
+                };
+                let chosen =
+                    Placer::new(&seen.seats(), &self.workload).choose(need, &seen.offers, &[]);
+                let lands = |c: &Chosen| self.now.offers[c.machine].check_choice(need, &c.gpus);
+                match chosen {
+                    Some(c) if lands(&c).is_err() => {
+                        self.refused += 1;
+                        Placer::new(&self.now.seats(), &self.workload).choose(
+                            need,
+                            &self.now.offers,
+                            &[],
+                        )
+                    }
+                    chosen => chosen,
+                }
+            }
+            Rule::Race(_) => {
+                let offers = &self.now.offers;
+                let fitting: Vec<usize> = (0..offers.len())
+                    .filter(|&i| offers[i].fit(need).is_ok())
+                    .collect();
+                if fitting.is_empty() {
+                    return None;
+                }
+                let machine = fitting[rng.below(fitting.len() as u64) as usize];
+                let choice = offers[machine].fit(need).ok()?;
+                Some(Chosen {
+                    machine,
+                    gpus: choice.gpus().to_vec(),
+                })
+            }
+        }
+    }
 
     /// Places `bid` by `rule` on the GPUs it chooses; returns whether it was placed.
     fn place(&mut self, bid: Bid, rule: Rule, rng: &mut SplitMix64) -> Result<bool, String> {
         let overclock = bid.overclock_per_gpu();
         let need = bid.need(&overclock);
-        let chosen = match rule {
-            Rule::Policy { learn_every } => {
-                if self.placer.is_none() || self.placed.len().is_multiple_of(learn_every) {
-                    let workload: Vec<Need> = self.placed.iter().map(|(b, o)| b.need(o)).collect();
-                    self.placer = Some(Placer::new(&self.seats(), &workload));
-                }
-                let placer = self.placer.as_mut().expect("learnt above");
-                placer.choose(&need, &self.offers, &[])
-            }
-            Rule::Race(_) => {
-                let fitting: Vec<usize> = (0..self.offers.len())
-                    .filter(|&i| self.offers[i].fit(&need).is_ok())
-                    .collect();
-                match fitting.is_empty() {
-                    true => None,
-                    false => {
-                        let machine = fitting[rng.below(fitting.len() as u64) as usize];
-                        let choice = self.offers[machine]
-                            .fit(&need)
-                            .map_err(|e| format!("{e:?}"))?;
-                        Some(Chosen {
-                            machine,
-                            gpus: choice.gpus().to_vec(),
-                        })
-                    }
-                }
-            }
-        };
-        let Some(Chosen { machine: i, gpus }) = chosen else {
-            self.placed.push((bid, overclock));
+        let Some(Chosen { machine: i, gpus }) = self.choose(&need, rule, rng) else {
+            self.workload.push(Demand::from(&need));
             return Ok(false);
         };
         // What `allocate` checks before it takes the GPUs.
-        self.offers[i]
+        self.now.offers[i]
             .check_choice(&need, &gpus)
             .map_err(|e| format!("{e:?}"))?;
         let m = &mut self.machines[i];
@@ -233,19 +275,15 @@ impl Replayed {
             bid.terms_of(g)
         })
         .map_err(|e| e.to_string())?;
-        self.offers[i] = offer(m, &self.market)?;
+        self.now.offers[i] = offer(m, &self.market)?;
         let mask = gpus.iter().fold(0u16, |m, &g| m | 1 << g);
-        self.leases[i].push((mask, bid.gib_per_gpu));
-        if let Some(placer) = self.placer.as_mut() {
-            let seat = Seat {
-                id: [0; 32],
-                electricity_cost_per_kwh: 0,
-                offer: &self.offers[i],
-                leases: &self.leases[i],
-            };
-            placer.update(i, &seat);
+        self.now.leases[i].push((mask, bid.gib_per_gpu));
+        if let Some((_, on_the_way)) = &mut self.seen {
+            let (offer, leases) = (self.now.offers[i].clone(), self.now.leases[i].clone());
+            on_the_way.push_back((self.workload.len(), i, offer, leases));
         }
-        self.placed.push((bid, overclock));
+        self.workload
+            .push(Demand::running(bid.gpu_count, bid.gib_per_gpu, bid.host()));
         Ok(true)
     }
 }
@@ -260,13 +298,14 @@ fn capacity(nodes: &[Node]) -> u64 {
     nodes.iter().map(|n| n.num_gpus() as u64 * 1_000).sum()
 }
 
-/// The allocation curve of `rule` on `arrivals`, the bids placed, and the wall time.
-fn replay(
-    nodes: &[Node],
-    arrivals: &[Pod],
-    rule: Rule,
-) -> Result<(Vec<Option<f64>>, usize, f64), String> {
-    let mut market = Replayed::open(nodes)?;
+/// What one replay gives: the allocation curve, the bids placed, the allocations refused, and
+/// the wall time.
+type Outcome = (Vec<Option<f64>>, usize, usize, f64);
+
+/// The allocation curve of `rule` on `arrivals`, and what else [`Outcome`] says.
+fn replay(nodes: &[Node], arrivals: &[Pod], rule: Rule) -> Result<Outcome, String> {
+    let lagging = matches!(rule, Rule::Policy { lag } if lag > 0);
+    let mut market = Replayed::open(nodes, lagging)?;
     let total = capacity(nodes);
     let mut rng = SplitMix64::new(match rule {
         Rule::Race(seed) => seed,
@@ -286,6 +325,7 @@ fn replay(
     Ok((
         fgd::curve(&records, total),
         placed,
+        market.refused,
         start.elapsed().as_secs_f64(),
     ))
 }
@@ -301,13 +341,13 @@ pub fn main(traces: &Path) -> Result<(), String> {
     for x in POINTS {
         print!(" {x}% |");
     }
-    println!(" placed | wall time |");
+    println!(" placed | refused | wall time |");
     print!("|---|");
     for _ in POINTS {
         print!("---:|");
     }
-    println!("---:|---:|");
-    let row = |name: &str, (curve, placed, wall_s): (Vec<Option<f64>>, usize, f64)| {
+    println!("---:|---:|---:|");
+    let row = |name: &str, (curve, placed, refused, wall_s): Outcome| {
         print!("| {name} |");
         for v in curve {
             match v {
@@ -315,14 +355,13 @@ pub fn main(traces: &Path) -> Result<(), String> {
                 None => print!(" - |"),
             }
         }
-        println!(" {placed} | {wall_s:.1} s |");
+        println!(" {placed} | {refused} | {wall_s:.1} s |");
     };
     let nodes = &trace.nodes;
-    for learn_every in LEARN_EVERY {
-        let rule = Rule::Policy { learn_every };
+    for lag in LAGS {
         row(
-            &format!("market policy, relearnt every {learn_every} bids"),
-            replay(nodes, &trace.arrivals, rule)?,
+            &format!("market policy, agents {lag} bids behind"),
+            replay(nodes, &trace.arrivals, Rule::Policy { lag })?,
         );
     }
     for seed in 1..=SEEDS {
@@ -332,17 +371,14 @@ pub fn main(traces: &Path) -> Result<(), String> {
         );
     }
     for (name, curve) in fgd::policy_curves(&trace)? {
-        row(&format!("bench policy {name}"), (curve, 0, 0.0));
+        row(&format!("bench policy {name}"), (curve, 0, 0, 0.0));
     }
     // Other workloads: the original pods shuffled and resampled to 130 % (fgd.rs's orders).
     for order in 1..=SEEDS {
         let arrivals = fgd::resampled_arrivals(&trace.original, capacity(nodes), order);
-        let rule = Rule::Policy {
-            learn_every: LEARN_EVERY[0],
-        };
         row(
             &format!("market policy, resampled order {order}"),
-            replay(nodes, &arrivals, rule)?,
+            replay(nodes, &arrivals, Rule::Policy { lag: 0 })?,
         );
         row(
             &format!("fit rule alone, resampled order {order}"),

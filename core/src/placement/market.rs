@@ -11,7 +11,7 @@
 //! policy can take goes to the first machine, in that same order, whose fit rule accepts it.
 //!
 //! Units: the policy counts a GPU as 1 000 milli. A machine's GPU of `G` GiB holds a bid's `g`
-//! GiB as ⌈1 000·g/G⌉ milli (a whole GPU when `g ≥ G`) and has ⌊1 000·free/G⌋ milli free. A
+//! GiB as ⌊1 000·g/G⌋ milli (a whole GPU when `g ≥ G`) and has ⌊1 000·free/G⌋ milli free. A
 //! model is a (class, GiB) pair; a machine is of its first GPU's model (the fit rule still
 //! checks every GPU). A machine the policy cannot describe (more than 8 GPUs, or beyond the
 //! 32nd model of the market) is only reached by the fall-back.
@@ -23,7 +23,12 @@ use super::frag::FragModel;
 use super::plan::PackingPlan;
 use super::policy::{Planned, Standing};
 use super::types::{bits, GpuMask, ModelId, ModelSet, Node, Pod, MAX_GPUS_PER_NODE, MILLI_PER_GPU};
-use crate::fit::{Need, Offer};
+use crate::fit::{Host, Need, Offer};
+
+/// How long, by default, a bid the policy gives one machine waits for it before any other
+/// machine whose fit rule accepts it may take it: an agent that is down or behind must not
+/// strand a bid (agent setting `placement_grace_secs`).
+pub const GRACE_SECS: u64 = 10;
 
 /// Share of the workload's bids whose shapes become typical pods (FGD's 95 %).
 const COVERAGE_PCT: u32 = 95;
@@ -41,6 +46,42 @@ pub struct Seat<'a> {
     pub offer: &'a Offer,
     /// Its running leases: each one's GPUs (a mask) and GiB on each of them.
     pub leases: &'a [(u16, u16)],
+}
+
+/// One bid of the market's workload, as the policy learns its typical pods and packing plan
+/// from it: an open bid, or a running lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demand {
+    pub gpu_count: u8,
+    pub gib_per_gpu: u16,
+    /// Bit `c` set: GPU class `c` is accepted.
+    pub accepted_classes: u8,
+    pub host: Host,
+}
+
+impl Demand {
+    /// A running lease's: its GPUs, GiB and host, any class (the lease account does not keep
+    /// the classes its bid accepted).
+    pub fn running(gpu_count: u8, gib_per_gpu: u16, host: Host) -> Demand {
+        Demand {
+            gpu_count,
+            gib_per_gpu,
+            accepted_classes: u8::MAX,
+            host,
+        }
+    }
+}
+
+impl From<&Need<'_>> for Demand {
+    /// An open bid's.
+    fn from(need: &Need) -> Demand {
+        Demand {
+            gpu_count: need.gpu_count,
+            gib_per_gpu: need.gib_per_gpu,
+            accepted_classes: need.accepted_classes,
+            host: need.room.host,
+        }
+    }
 }
 
 /// Where a bid should go.
@@ -67,12 +108,22 @@ pub struct Placer {
     order: Vec<usize>,
 }
 
-/// ⌈1 000·gib/of⌉ milli of a GPU of `of` GiB, at most a whole GPU.
+/// ⌊1 000·gib/of⌋ milli of a GPU of `of` GiB (at least 1, at most a whole GPU): the same
+/// rounding for what a bid asks and what a GPU has free, so that for GPUs of up to 1 000 GiB a
+/// bid fits a GPU in the policy's units exactly when its GiB fit.
 fn milli(gib: u16, of: u16) -> u16 {
     if of == 0 || gib >= of {
         return MILLI_PER_GPU;
     }
-    (gib as u32 * MILLI_PER_GPU as u32).div_ceil(of as u32) as u16
+    ((gib as u32 * MILLI_PER_GPU as u32 / of as u32) as u16).max(1)
+}
+
+/// The milli a GPU of `of` GiB has free with `free` GiB free.
+fn free_milli(free: u16, of: u16) -> u16 {
+    match of {
+        0 => 0,
+        _ => (free.min(of) as u32 * MILLI_PER_GPU as u32 / of as u32) as u16,
+    }
 }
 
 /// GPUs in a row that share a topology group, when every group is such a run of one size;
@@ -94,9 +145,9 @@ fn group_width(offer: &Offer) -> u8 {
 }
 
 impl Placer {
-    /// The policy over `seats`, its typical pods and plan learned from `workload` (the needs of
-    /// the market's open bids and running leases).
-    pub fn new(seats: &[Seat], workload: &[Need]) -> Placer {
+    /// The policy over `seats`, its typical pods and plan learned from `workload` (the market's
+    /// open bids and running leases).
+    pub fn new(seats: &[Seat], workload: &[Demand]) -> Placer {
         let mut models: Vec<(u8, u16)> = seats
             .iter()
             .filter_map(|s| s.offer.gpus().first().map(|g| (g.class, g.memory_gib)))
@@ -179,11 +230,7 @@ impl Placer {
         .ok()?;
         let gpu_free: Vec<u16> = gpus
             .iter()
-            .map(|g| match g.memory_gib {
-                0 => 0,
-                of => (g.free_gib as u32 * MILLI_PER_GPU as u32 / of as u32)
-                    .min(MILLI_PER_GPU as u32) as u16,
-            })
+            .map(|g| free_milli(g.free_gib, g.memory_gib))
             .collect();
         node.holding(free.cpu_milli, free.memory_mib, &gpu_free)
             .ok()
@@ -221,8 +268,8 @@ impl Placer {
 
     /// The policy's pods for `need`: one per GPU size of the accepted models (its GiB in milli
     /// of that size), or one CPU-only pod.
-    fn pods(&self, need: &Need) -> Vec<Pod> {
-        let host = need.room.host;
+    fn pods(&self, need: &Demand) -> Vec<Pod> {
+        let host = need.host;
         if need.gpu_count == 0 {
             return Pod::new(host.cpu_milli, host.memory_mib, 0, 0, ModelSet::ANY)
                 .into_iter()
@@ -262,7 +309,7 @@ impl Placer {
     pub fn choose(&mut self, need: &Need, offers: &[Offer], caching: &[usize]) -> Option<Chosen> {
         // (standing, caches the image, minus the tie-break position, seat, GPUs).
         let mut best: Option<(Standing, bool, i64, Chosen)> = None;
-        for pod in self.pods(need) {
+        for pod in self.pods(&need.into()) {
             let Some(found) = self.best_for(&pod, need, offers, caching) else {
                 continue;
             };
@@ -419,6 +466,10 @@ mod tests {
         }
     }
 
+    fn demands(needs: &[Need]) -> Vec<Demand> {
+        needs.iter().map(Demand::from).collect()
+    }
+
     fn seat<'a>(id: u8, cost: u64, offer: &'a Offer, leases: &'a [(u16, u16)]) -> Seat<'a> {
         Seat {
             id: [id; 32],
@@ -441,7 +492,7 @@ mod tests {
             seat(1, 10, &offers[0], &leases[0]),
             seat(2, 20, &offers[1], &leases[1]),
         ];
-        let mut placer = Placer::new(&seats, &workload);
+        let mut placer = Placer::new(&seats, &demands(&workload));
         let chosen = placer.choose(&need(1, 26, Regions::Any), &offers, &[]);
         assert_eq!(
             chosen,
@@ -466,7 +517,7 @@ mod tests {
             seat(2, 30, &offers[1], &[]),
             seat(3, 10, &offers[2], &[]),
         ];
-        let mut placer = Placer::new(&seats, &workload);
+        let mut placer = Placer::new(&seats, &demands(&workload));
         let whole = need(1, GIB, Regions::Any);
         assert_eq!(placer.choose(&whole, &offers, &[]).unwrap().machine, 2);
         // Machine 1 caches the image: at the same standing it wins.
@@ -499,7 +550,7 @@ mod tests {
         let small = offer(&[0, 0], 64_000);
         let offers = [small, big];
         let seats = [seat(1, 0, &offers[0], &[]), seat(2, 0, &offers[1], &[])];
-        let mut placer = Placer::new(&seats, &workload);
+        let mut placer = Placer::new(&seats, &demands(&workload));
         let chosen = placer
             .choose(&need(9, GIB, Regions::Any), &offers, &[])
             .unwrap();
@@ -514,6 +565,15 @@ mod tests {
             .enumerate()
             .map(|(i, (c, o, l))| seat(i as u8, *c, o, l))
             .collect()
+    }
+
+    proptest! {
+        /// A bid's GiB fit a GPU's free GiB exactly when its milli fit the GPU's free milli.
+        #[test]
+        fn milli_fit_exactly_when_gib_fit(of in 1u16..=1_000, a in 1u16..=1_000, b in 0u16..=1_000) {
+            let (gib, free) = (a.min(of), b.min(of));
+            prop_assert_eq!(milli(gib, of) <= free_milli(free, of), gib <= free);
+        }
     }
 
     proptest! {
@@ -539,12 +599,12 @@ mod tests {
                 offers.iter().zip(leases).zip(&costs).map(|((o, l), &c)| (c, o.clone(), l.clone())).collect()
             };
             let state = seats(&offers, &leases);
-            let mut placer = Placer::new(&view(&state), &needs);
+            let mut placer = Placer::new(&view(&state), &demands(&needs));
             for need in &needs {
                 let fits_somewhere = offers.iter().any(|o| o.fit(need).is_ok());
                 let chosen = placer.choose(need, &offers, &[]);
                 let state = seats(&offers, &leases);
-                let mut fresh = Placer::new(&view(&state), &needs);
+                let mut fresh = Placer::new(&view(&state), &demands(&needs));
                 prop_assert_eq!(&fresh.choose(need, &offers, &[]), &chosen);
                 prop_assert_eq!(chosen.is_some(), fits_somewhere);
                 let Some(chosen) = chosen else { continue };
