@@ -54,6 +54,9 @@ pub struct Config {
     /// How often the reconcile loop runs (and samples the GPUs).
     pub billing_poll_interval: Duration,
     pub heartbeat_interval: Duration,
+    /// How long a bid the market's packing policy gives another machine waits for it before
+    /// this machine takes it (`core::placement::GRACE_SECS` by default).
+    pub placement_grace: Duration,
     /// How long a SIGTERM drain may take before the agent exits anyway.
     pub drain_deadline: Duration,
     pub log_format: LogFormat,
@@ -342,6 +345,9 @@ fn default_engine_socket() -> String {
 fn default_heartbeat() -> u64 {
     60
 }
+fn default_placement_grace() -> u64 {
+    gpu_market_core::placement::GRACE_SECS
+}
 fn default_log_format() -> String {
     "text".to_string()
 }
@@ -380,6 +386,8 @@ struct Raw {
     billing_poll_interval_secs: u64,
     #[serde(default = "default_heartbeat")]
     heartbeat_interval_secs: u64,
+    #[serde(default = "default_placement_grace")]
+    placement_grace_secs: u64,
     drain_deadline_secs: u64,
     #[serde(default = "default_log_format")]
     log_format: String,
@@ -617,6 +625,7 @@ impl Config {
                 "heartbeat_interval_secs",
                 raw.heartbeat_interval_secs,
             )?),
+            placement_grace: Duration::from_secs(raw.placement_grace_secs),
             drain_deadline: Duration::from_secs(nonzero(
                 "drain_deadline_secs",
                 raw.drain_deadline_secs,
@@ -949,6 +958,7 @@ password_file = "/etc/gpu-market/registry.pass"
         assert_eq!(c.machine.to_string(), MACHINE);
         assert_eq!(c.billing_poll_interval, Duration::from_secs(5));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(60), "default");
+        assert_eq!(c.placement_grace, Duration::from_secs(10), "default");
         assert_eq!(c.engine_socket, "unix:///var/run/docker.sock", "default");
         assert_eq!(c.metrics_listen, "127.0.0.1:9464".parse().unwrap());
         let GpuBackendConfig::Simulated(gpus) = &c.gpu else {

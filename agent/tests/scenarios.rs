@@ -19,7 +19,8 @@ use gpu_market_core::lease::UsageProof;
 use market::program::ProgramMarket;
 use market::reconciler::{Agent, POLL};
 use market::{
-    BidSpec, FakeMarket, MarketUnderTest, IDLE_END_INTERVALS, INTERVAL, MACHINE_REGION, TOKEN,
+    BidSpec, FakeMarket, MarketUnderTest, ELECTRICITY_COST, IDLE_END_INTERVALS, INTERVAL,
+    MACHINE_REGION, TOKEN,
 };
 
 /// How many open bids a look at the books asks for.
@@ -561,4 +562,58 @@ async fn the_reconciler_settles_a_lease_the_idle_rule_stopped(m: &impl MarketUnd
     assert!(closed(m, l.key).await, "stopped by the rule and settled");
     agent.run_for(m, 2 * POLL).await;
     assert_eq!(agent.running(), 0, "the container stopped");
+}
+
+/// Two machines and their two agents on the program: which one takes a bid is the market's
+/// packing policy, computed by each agent from the accounts alone. Machine B's electricity is
+/// cheaper, so of two idle machines B wins; but a bid that completes a GPU of machine A goes to
+/// A. With A's agent stopped, B leaves such a bid to A for the grace period, then takes it.
+#[tokio::test(start_paused = true)]
+async fn program_two_agents_follow_the_packing_policy_and_a_silent_machine_strands_no_bid() {
+    let m = ProgramMarket::start().await;
+    let mut us_east = [0u8; 16];
+    us_east[..7].copy_from_slice(b"us-east");
+    let b = m.add_machine(us_east, ELECTRICITY_COST / 2).await;
+    let (mut agent_a, mut agent_b) = (Agent::start(&m), Agent::on(b.chain.clone()));
+    let only_a = |gib| BidSpec {
+        gib_per_gpu: gib,
+        regions: vec![MACHINE_REGION],
+        ..BidSpec::queue(1, 20)
+    };
+    let anywhere = |gib| BidSpec {
+        gib_per_gpu: gib,
+        ..BidSpec::queue(1, 20)
+    };
+    // 16 of GPU 0's 24 GiB on machine A (only A's region is accepted).
+    let first = m.place_bid(&only_a(16)).await;
+    tick_both(&m, &mut agent_a, &mut agent_b).await;
+    assert_eq!(m.machine_of_lease(first).await, Some(m.machine()));
+    // 8 GiB completes that GPU: A, though B is idle and cheaper.
+    let second = m.place_bid(&anywhere(8)).await;
+    tick_both(&m, &mut agent_a, &mut agent_b).await;
+    assert_eq!(m.machine_of_lease(second).await, Some(m.machine()));
+    // A's GPU 1 gets 16 GiB; then A's agent stops, and 8 GiB would complete GPU 1.
+    let third = m.place_bid(&only_a(16)).await;
+    tick_both(&m, &mut agent_a, &mut agent_b).await;
+    assert_eq!(m.machine_of_lease(third).await, Some(m.machine()));
+    let fourth = m.place_bid(&anywhere(8)).await;
+    let grace = gpu_market_core::placement::GRACE_SECS;
+    agent_b.run_for(&m, grace - POLL).await;
+    assert_eq!(
+        m.machine_of_lease(fourth).await,
+        None,
+        "B leaves it to A at first"
+    );
+    agent_b.run_for(&m, 2 * POLL).await;
+    assert_eq!(m.machine_of_lease(fourth).await, Some(b.machine));
+}
+
+/// Two polls of both agents, the clocks moving on; machine B's agent looks first each time (so
+/// that where both race, B wins).
+async fn tick_both(m: &ProgramMarket, a: &mut Agent, b: &mut Agent) {
+    for _ in 0..2 {
+        m.advance(POLL).await;
+        b.tick().await;
+        a.tick().await;
+    }
 }

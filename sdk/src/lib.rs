@@ -4,7 +4,8 @@
 //! [`events`] its events in transaction logs, and [`book`] a bid book in rank order;
 //! [`envelope`] seals a bid's environment to the key that may read it; [`evidence`] is the power
 //! log a proof commits to, as the agent keeps it; [`token`] builds the SPL token accounts around
-//! the market and tells a live one. [`api`] is the lease owner's signed API on a host's agent,
+//! the market and tells a live one; [`placement`] is the market's machine choice from its
+//! accounts. [`api`] is the lease owner's signed API on a host's agent,
 //! served over [`tls`] pinned to the agent's key.
 
 pub mod accounts;
@@ -15,6 +16,7 @@ pub mod events;
 pub mod evidence;
 pub mod gpus;
 pub mod instructions;
+pub mod placement;
 pub mod tls;
 pub mod token;
 

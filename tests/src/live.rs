@@ -113,31 +113,53 @@ impl LiveMarket {
             spot_book: Pubkey::default(),
         };
         live.host = live.client(host_stake, host_stake).await?;
-        let register = RegisterMachine {
-            owner: &live.host.key,
-            market,
-            id: 0,
-            terms: MachineTerms {
-                agent: live.agent.pubkey(),
-                region: [0; 16],
-                gpus,
-                price_floor_per_gpu_hour: price_floor,
-                electricity_cost_per_kwh: electricity_cost,
-                cached_images: vec![],
-                network: MachineNetwork::default(),
-                cpu_milli: 0,
-                memory_mib: 0,
-            },
+        let first = live
+            .register_machine(&live.host.key, live.agent.pubkey(), |terms| {
+                terms.gpus = gpus;
+                terms.price_floor_per_gpu_hour = price_floor;
+                terms.electricity_cost_per_kwh = electricity_cost;
+            })
+            .await?;
+        (live.machine, live.spot_book) = first;
+        Ok(live)
+    }
+
+    /// `owner` (staked) registers machine 0 with agent key `agent` and the terms `terms`
+    /// makes of the defaults (no GPUs, region, price floor, CPU or memory), and opens its spot
+    /// book; returns the machine and its spot book.
+    pub async fn register_machine(
+        &self,
+        owner: &Keypair,
+        agent: Pubkey,
+        terms: impl FnOnce(&mut MachineTerms),
+    ) -> Result<(Pubkey, Pubkey)> {
+        let mut declared = MachineTerms {
+            agent,
+            region: [0; 16],
+            gpus: Vec::new(),
+            price_floor_per_gpu_hour: 0,
+            electricity_cost_per_kwh: 0,
+            cached_images: vec![],
+            network: MachineNetwork::default(),
+            cpu_milli: 0,
+            memory_mib: 0,
         };
-        live.cluster.run(&register).await?;
-        live.machine = register.machine();
-        let (owner, machine) = (live.host.key.pubkey(), live.machine);
-        live.spot_book = open_book(&live.cluster, &live.host.key, |book| {
-            init_spot_book(&owner, &machine, book)
+        terms(&mut declared);
+        let register = RegisterMachine {
+            owner,
+            market: self.market,
+            id: 0,
+            terms: declared,
+        };
+        self.cluster.run(&register).await?;
+        let machine = register.machine();
+        let owner_key = owner.pubkey();
+        let spot_book = open_book(&self.cluster, owner, |book| {
+            init_spot_book(&owner_key, &machine, book)
         })
         .await
         .context("init_spot_book")?;
-        Ok(live)
+        Ok((machine, spot_book))
     }
 
     /// A wallet with SOL, `balance` tokens, and a stake account in the market holding `staked`.

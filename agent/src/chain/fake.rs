@@ -504,6 +504,8 @@ impl Chain for FakeChain {
                     out.bids.push(BidView {
                         gpus,
                         fits_if_ended,
+                        // FAKE: no packing policy runs here; a test marks a bid the policy
+                        // would give another machine (`BidView::elsewhere`) when it places it.
                         ..b.clone()
                     });
                 }

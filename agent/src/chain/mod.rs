@@ -7,6 +7,7 @@
 pub mod fake;
 pub mod fees;
 pub mod mirror;
+mod placement;
 pub mod solana;
 pub mod watch;
 
@@ -231,8 +232,13 @@ pub struct BidView {
     pub accepted_classes: u8,
     /// The machine GPUs the market's fit rule (`gpu_market_core::fit`) gives the bid on the
     /// machine as it is now, `gpus[i]` serving the bid's GPU `i`: exactly what `allocate`
-    /// accepts. `None` for a bid that fits only once a running spot lease ends.
+    /// accepts. `None` for a bid that fits only once a running spot lease ends. Where the
+    /// market's packing policy gives the bid this machine, the GPUs the policy chose.
     pub gpus: Option<Vec<u8>>,
+    /// The machine the market's packing policy (`gpu_market_core::placement::Placer`) gives
+    /// the bid, when the bid fits here now but the policy prefers another machine: this one
+    /// takes it only once it has waited the grace period.
+    pub elsewhere: Option<Key>,
     /// For a bid that does not fit now: the running spot leases of this machine (not told to
     /// stop yet) whose end would let it fit (what `preempt` checks of a challenger; a spot bid
     /// must also pay the host more than the lease).

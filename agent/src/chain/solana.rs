@@ -48,6 +48,7 @@ use solana_transaction::Transaction;
 use tokio::sync::Mutex;
 
 use super::mirror::Mirror;
+use super::placement::{Placement, Policy};
 use super::{
     proof_hash, BidKind, BidView, Chain, ChainError, EgressView, GpuView, Key, LeaseView,
     MachineStatus, MachineView, NetworkView, OpenBids, RoomAsked,
@@ -65,7 +66,7 @@ pub(super) fn pubkey(k: Key) -> Pubkey {
     Pubkey::new_from_array(k.0)
 }
 
-fn key(p: &Pubkey) -> Key {
+pub(super) fn key(p: &Pubkey) -> Key {
     Key(p.to_bytes())
 }
 
@@ -439,8 +440,29 @@ impl SolanaChain {
     }
 
     async fn scan_leases(&self) -> Result<Vec<(Pubkey, Vec<u8>)>, ChainError> {
+        let (slot, found) = self.program_accounts(lease_filters(&self.machine)).await?;
+        if let Some(m) = &self.mirror {
+            m.scanned_leases(slot, &found);
+        }
+        Ok(found)
+    }
+
+    pub(super) fn market(&self) -> Pubkey {
+        self.market
+    }
+
+    pub(super) fn machine(&self) -> Pubkey {
+        self.machine
+    }
+
+    /// The program's accounts that pass `filters`, and the slot the node read them at (0 when
+    /// it does not say).
+    pub(super) async fn program_accounts(
+        &self,
+        filters: Vec<RpcFilterType>,
+    ) -> Result<(u64, Vec<(Pubkey, Vec<u8>)>), ChainError> {
         let config = RpcProgramAccountsConfig {
-            filters: Some(lease_filters(&self.machine)),
+            filters: Some(filters),
             account_config: RpcAccountInfoConfig {
                 encoding: Some(UiAccountEncoding::Base64),
                 commitment: Some(self.rpc.commitment()),
@@ -462,14 +484,11 @@ impl SolanaChain {
             // A node that gives no slot: the notifications since take precedence.
             OptionalContext::NoContext(v) => (0, v),
         };
-        let found: Vec<(Pubkey, Vec<u8>)> = accounts
+        let found = accounts
             .into_iter()
             .filter_map(|a| Some((a.pubkey.parse().ok()?, a.account.data.decode()?)))
             .collect();
-        if let Some(m) = &self.mirror {
-            m.scanned_leases(slot, &found);
-        }
-        Ok(found)
+        Ok((slot, found))
     }
 
     /// The bids of `candidates` (one book's entries of `kind` that may fit, best first) that
@@ -478,7 +497,7 @@ impl SolanaChain {
     /// queue book, as the anti-monopoly cap allows ([`CapFilter`]).
     async fn admissible(
         &self,
-        market: &Market,
+        policy: &mut Policy<'_>,
         kind: ProgramBidKind,
         candidates: &[&BookLeaf],
         now_offer: &Offer,
@@ -513,7 +532,21 @@ impl SolanaChain {
                 }
             }
             for (k, b) in &bids {
-                let gpus = b.fit(now_offer).ok().map(|c| c.gpus().to_vec());
+                let mut gpus = b.fit(now_offer).ok().map(|c| c.gpus().to_vec());
+                // Which machine the market's packing policy gives it, and there which GPUs.
+                let mut elsewhere = None;
+                if gpus.is_some() {
+                    match self.placement(policy, b).await? {
+                        Some(Placement::Here(chosen)) => {
+                            let overclock = b.overclock_per_gpu();
+                            if now_offer.check_choice(&b.need(&overclock), &chosen).is_ok() {
+                                gpus = Some(chosen);
+                            }
+                        }
+                        Some(Placement::Elsewhere(machine)) => elsewhere = Some(machine),
+                        None => {}
+                    }
+                }
                 let fits_if_ended: Vec<Key> = match gpus {
                     Some(_) => Vec::new(),
                     None => if_ended
@@ -525,8 +558,12 @@ impl SolanaChain {
                 if gpus.is_none() && fits_if_ended.is_empty() {
                     continue;
                 }
-                let view = bid_view(k, b, gpus, fits_if_ended);
+                let view = BidView {
+                    elsewhere,
+                    ..bid_view(k, b, gpus, fits_if_ended)
+                };
                 if queue {
+                    let market = policy.market;
                     caps.add(view, &b.client, b.gpu_count, |held, more| {
                         market.within_client_cap(held, more)
                     });
@@ -598,6 +635,7 @@ fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>)
         accepted_classes: b.accepted_classes,
         gpus,
         fits_if_ended,
+        elsewhere: None,
         overclock: b.overclock_per_gpu(),
         price: b.price,
         max_duration_secs: b.max_duration_secs,
@@ -897,12 +935,15 @@ impl Chain for SolanaChain {
             })
             .collect();
         let mut out = OpenBids::default();
+        let queue = self.read_book(&market.queue_book).await?;
+        let spot = self.read_book(&machine.spot_book).await?;
+        let mut policy = Policy::new(&market, now, queue.as_ref().map_or(&[], |b| &b.entries));
         // Queue bids outrank spot bids; within a book, the book's order.
-        for (kind, book) in [
-            (ProgramBidKind::Queue, market.queue_book),
-            (ProgramBidKind::Spot, machine.spot_book),
+        for (kind, entries) in [
+            (ProgramBidKind::Queue, &queue),
+            (ProgramBidKind::Spot, &spot),
         ] {
-            let Some(entries) = self.read_book(&book).await? else {
+            let Some(entries) = entries else {
                 continue;
             };
             let now_offer = offer(&machine, &market, kind, now, &Freed::default())?;
@@ -929,7 +970,7 @@ impl Chain for SolanaChain {
             }
             let room = limit.saturating_sub(out.bids.len());
             let found = self
-                .admissible(&market, kind, &candidates, &now_offer, &if_ended, room)
+                .admissible(&mut policy, kind, &candidates, &now_offer, &if_ended, room)
                 .await?;
             out.bids.extend(found);
         }
@@ -1225,6 +1266,7 @@ mod tests {
             accepted_classes: 1,
             gpus: Some(vec![0]),
             fits_if_ended: Vec::new(),
+            elsewhere: None,
             overclock: Vec::new(),
             price: 1,
             max_duration_secs: 60,
@@ -1281,6 +1323,7 @@ mod tests {
         let waiting = |n: u8| BidView {
             gpus: None,
             fits_if_ended: vec![Key([9; 32])],
+            elsewhere: None,
             ..view(n)
         };
 

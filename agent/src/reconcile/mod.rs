@@ -48,6 +48,8 @@ pub struct ReconcilerConfig {
     pub data_dir: PathBuf,
     pub electricity_cost_per_kwh: u64,
     pub heartbeat_interval: Duration,
+    /// How long a bid the market's packing policy gives another machine waits for it.
+    pub placement_grace: Duration,
     pub container: ContainerLimits,
     pub images: ImageBudget,
     pub registries: BTreeMap<String, RegistryAuth>,
@@ -110,6 +112,9 @@ pub struct Reconciler {
     /// Expired bids whose pruning was refused (e.g. another keeper pruned them first): not
     /// tried again, so they do not hold up the others.
     unprunable: BTreeSet<Key>,
+    /// Since when (chain time) each open bid the packing policy gives another machine has been
+    /// seen so: it is this machine's once it has waited the grace period.
+    waiting: BTreeMap<Key, i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +166,7 @@ impl Reconciler {
             tenancy: tenancy::Tenancy::default(),
             network: NetworkView::default(),
             unprunable: BTreeSet::new(),
+            waiting: BTreeMap::new(),
         })
     }
 

@@ -44,6 +44,7 @@ impl Reconciler {
             Ok((now, view)) => {
                 self.clock = Some((now, Instant::now()));
                 self.follow_stops(&view.leases)?;
+                self.note_waiting(now, &view);
                 Some(view)
             }
             Err(e) => {
@@ -68,7 +69,24 @@ impl Reconciler {
             draining,
             heartbeat_due,
             electricity_cost_per_kwh: self.config.electricity_cost_per_kwh,
+            waiting: self.waiting.clone(),
+            grace_secs: i64::try_from(self.config.placement_grace.as_secs()).unwrap_or(i64::MAX),
         })
+    }
+
+    /// Notes since when each open bid the packing policy gives another machine has been seen
+    /// so; forgets the others (taken, gone, or now given this machine).
+    fn note_waiting(&mut self, now: i64, view: &ChainObserved) {
+        let elsewhere: BTreeSet<Key> = view
+            .bids
+            .iter()
+            .filter(|b| b.elsewhere.is_some())
+            .map(|b| b.key)
+            .collect();
+        self.waiting.retain(|k, _| elsewhere.contains(k));
+        for k in elsewhere {
+            self.waiting.entry(k).or_insert(now);
+        }
     }
 
     async fn observe_containers(&self) -> Result<Vec<ObservedContainer>, RuntimeError> {

@@ -35,6 +35,11 @@ pub struct Observed {
     pub draining: bool,
     pub heartbeat_due: bool,
     pub electricity_cost_per_kwh: u64,
+    /// Since when (chain time) each open bid the packing policy gives another machine has been
+    /// seen so.
+    pub waiting: BTreeMap<Key, i64>,
+    /// How long such a bid waits for its machine before this one takes it.
+    pub grace_secs: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -349,7 +354,8 @@ impl<'a> Planner<'a> {
     /// GPUs; returns the bids allocated. The fit rule chose each bid's GPUs on the machine as
     /// observed, so once a bid's GPUs overlap those of a bid allocated before it in this tick,
     /// it and every bid after it wait for the next tick, which observes the machine again: a bid
-    /// ranked below must not start before one ranked above that still fits.
+    /// ranked below must not start before one ranked above that still fits. A bid the market's
+    /// packing policy gives another machine is left to it for the grace period (`waiting`).
     fn allocate_fitting(&mut self, chain: &ChainObserved) -> BTreeSet<Key> {
         let mut taken = 0u16;
         let mut allocated = BTreeSet::new();
@@ -357,6 +363,15 @@ impl<'a> Planner<'a> {
             let Some(gpus) = &bid.gpus else {
                 continue;
             };
+            if bid.elsewhere.is_some() {
+                let since = self.o.waiting.get(&bid.key).copied().unwrap_or(self.o.now);
+                if self.o.now < since.saturating_add(self.o.grace_secs) {
+                    // The packing policy gives it another machine: leave it that machine for
+                    // the grace period. The bids ranked below wait too, since `allocate`
+                    // refuses one while a better bid fits this machine.
+                    break;
+                }
+            }
             let mask = gpus.iter().fold(0u16, |m, &g| m | 1 << g);
             if mask & taken != 0 {
                 break;

@@ -177,6 +177,7 @@ impl MarketUnderTest for FakeMarket {
             accepted_classes: 1,
             gpus: None,
             fits_if_ended: Vec::new(),
+            elsewhere: None,
             overclock: vec![spec.overclock().to_core(); spec.gpu_count as usize],
             price: spec.price,
             max_duration_secs: spec.max_duration_secs,

@@ -8,12 +8,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gpu_market::instructions::PlaceBidArgs;
-use gpu_market::state::{BidKind as ProgramBidKind, MarketParams};
+use gpu_market::state::{BidKind as ProgramBidKind, Lease, MarketParams};
 use gpu_market_agent::chain::solana::SolanaChain;
 use gpu_market_agent::chain::{BidKind, Chain, Key};
+use gpu_market_core::fit::Region;
 use gpu_market_tests::live::LiveMarket;
 use gpu_market_tests::Cluster;
 use solana_commitment_config::CommitmentConfig;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
 
 use super::{
     machine_gpus, BidSpec, MarketUnderTest, ELECTRICITY_COST, IMAGE, IMAGE_DIGEST, INTERVAL,
@@ -33,6 +37,26 @@ fn params() -> MarketParams {
     p.billing_interval_secs = INTERVAL;
     p.idle_end_intervals = super::IDLE_END_INTERVALS;
     p
+}
+
+/// The agent's `SolanaChain` for `machine` of the market, signing with `agent`.
+fn agent_chain(live: &LiveMarket, agent: Keypair, machine: Pubkey) -> SolanaChain {
+    SolanaChain::with_client(
+        live.cluster
+            .svm()
+            .expect("in process")
+            .client(CommitmentConfig::confirmed()),
+        agent,
+        Key(live.market.to_bytes()),
+        Key(machine.to_bytes()),
+        None,
+    )
+}
+
+/// Another host's machine in the market (as [`machine_gpus`] declares), seen by its own agent.
+pub struct OtherMachine {
+    pub machine: Pubkey,
+    pub chain: Arc<SolanaChain>,
 }
 
 pub struct ProgramMarket {
@@ -63,21 +87,54 @@ impl ProgramMarket {
         })
         .await
         .expect("the machine's CPU, memory and region");
-        let chain = SolanaChain::with_client(
-            live.cluster
-                .svm()
-                .expect("in process")
-                .client(CommitmentConfig::confirmed()),
-            live.agent.insecure_clone(),
-            Key(live.market.to_bytes()),
-            Key(live.machine.to_bytes()),
-            None,
-        );
+        let chain = agent_chain(&live, live.agent.insecure_clone(), live.machine);
         ProgramMarket {
             live,
             chain: Arc::new(chain),
             nonce: AtomicU64::new(0),
         }
+    }
+}
+
+impl ProgramMarket {
+    /// The scenarios' machine.
+    pub fn machine(&self) -> Pubkey {
+        self.live.machine
+    }
+
+    /// A new host stakes and registers a machine like the scenarios' one in `region`, whose
+    /// electricity costs `electricity_cost` per kWh.
+    pub async fn add_machine(&self, region: Region, electricity_cost: u64) -> OtherMachine {
+        let host = self
+            .live
+            .client(HOST_STAKE, HOST_STAKE)
+            .await
+            .expect("a staked host");
+        let agent = self.live.cluster.wallet(10).await.expect("an agent key");
+        let (machine, _) = self
+            .live
+            .register_machine(&host.key, agent.pubkey(), |terms| {
+                terms.gpus = machine_gpus();
+                terms.price_floor_per_gpu_hour = PRICE_FLOOR;
+                terms.electricity_cost_per_kwh = electricity_cost;
+                terms.cpu_milli = MACHINE_HOST.cpu_milli;
+                terms.memory_mib = MACHINE_HOST.memory_mib;
+                terms.region = region;
+            })
+            .await
+            .expect("the second machine");
+        let chain = agent_chain(&self.live, agent, machine);
+        OtherMachine {
+            machine,
+            chain: Arc::new(chain),
+        }
+    }
+
+    /// The machine running the lease of `bid`, while the lease is open.
+    pub async fn machine_of_lease(&self, bid: Key) -> Option<Pubkey> {
+        let lease = gpu_market::pda::lease(&Pubkey::new_from_array(bid.0)).0;
+        let lease: Lease = self.live.cluster.account(&lease).await.ok()?;
+        Some(lease.machine)
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpu_market_agent::chain::Chain;
 use gpu_market_agent::config::{ContainerLimits, ImageBudget, SimulatedGpuConfig};
 use gpu_market_agent::gpu::isolation::Mps;
 use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
@@ -28,6 +29,11 @@ pub struct Agent {
 
 impl Agent {
     pub fn start(m: &impl MarketUnderTest) -> Agent {
+        Agent::on(m.chain())
+    }
+
+    /// The agent of the machine `chain` is the view of (one of [`machine_gpus`]).
+    pub fn on(chain: Arc<dyn Chain>) -> Agent {
         let configs: Vec<SimulatedGpuConfig> = machine_gpus()
             .iter()
             .map(|g| SimulatedGpuConfig {
@@ -45,6 +51,7 @@ impl Agent {
             data_dir: dir.path().to_path_buf(),
             electricity_cost_per_kwh: ELECTRICITY_COST,
             heartbeat_interval: Duration::from_secs(60),
+            placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
             container: ContainerLimits {
                 memory_mib_per_gpu: 1_024,
                 millicpus_per_gpu: 2_000,
@@ -66,7 +73,7 @@ impl Agent {
             retention: Duration::from_secs(3_600),
         };
         let reconciler = Reconciler::new(
-            m.chain(),
+            chain,
             runtime.clone(),
             gpus,
             config,
@@ -86,11 +93,16 @@ impl Agent {
     pub async fn run_for(&mut self, m: &impl MarketUnderTest, secs: u64) {
         for _ in 0..secs / POLL {
             m.advance(POLL).await;
-            self.reconciler.tick(false).await.expect("tick");
-            for _ in 0..50 {
-                tokio::task::yield_now().await;
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            self.tick().await;
+        }
+    }
+
+    /// One tick, then the container jobs it started run (see [`Agent::run_for`]).
+    pub async fn tick(&mut self) {
+        self.reconciler.tick(false).await.expect("tick");
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 

@@ -112,6 +112,7 @@ impl Harness {
                 data_dir: self.dir.path().to_path_buf(),
                 electricity_cost_per_kwh: 500,
                 heartbeat_interval: Duration::from_secs(60),
+                placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
                 container: ContainerLimits {
                     memory_mib_per_gpu: 1_024,
                     millicpus_per_gpu: 2_000,
@@ -164,6 +165,7 @@ fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms
         accepted_classes: 1,
         gpus: None,
         fits_if_ended: Vec::new(),
+        elsewhere: None,
         overclock: vec![settings; gpu_count as usize],
         price,
         max_duration_secs: 3_600,
@@ -754,6 +756,8 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         draining: false,
         heartbeat_due: true,
         electricity_cost_per_kwh: 500,
+        waiting: BTreeMap::new(),
+        grace_secs: 10,
     }
 }
 
@@ -885,6 +889,29 @@ async fn bids_the_fit_rule_gave_the_same_gpu_are_allocated_one_tick_after_the_ot
     let second = r.tick(false).await.unwrap();
     assert_eq!(allocations(&second), vec![(b.key, vec![1])]);
     assert_eq!(h.chain.lease_of_bid(b.key).unwrap().gpu_indices, vec![1]);
+}
+
+/// The market's packing policy gives bid 1 another machine (the fake marks it so: no policy
+/// runs in the fake chain). This machine leaves it, and bid 2 ranked below it, for the grace
+/// period, then takes it: a machine that is down never strands a bid.
+#[tokio::test(start_paused = true)]
+async fn a_bid_the_policy_gives_another_machine_waits_the_grace_period_then_runs_here() {
+    let h = Harness::new(&[0]);
+    let elsewhere = BidView {
+        elsewhere: Some(Key([77; 32])),
+        ..bid(1, BidKind::Queue, 1, 1_000, power(250))
+    };
+    let below = bid(2, BidKind::Queue, 1, 1_000, power(250));
+    h.chain.place_bid(elsewhere.clone());
+    h.chain.place_bid(below.clone());
+    let mut r = h.reconciler();
+    let grace = r.config.placement_grace.as_secs();
+    let waiting = run_for(&mut r, grace - POLL).await;
+    assert!(allocations(&waiting).is_empty(), "{waiting:?}");
+    assert!(h.chain.is_open(elsewhere.key) && h.chain.is_open(below.key));
+    let after = run_for(&mut r, 2 * POLL).await;
+    assert_eq!(allocations(&after), vec![(elsewhere.key, vec![0])]);
+    assert!(h.chain.is_open(below.key), "bid 2 waits for the GPU");
 }
 
 #[test]

@@ -73,6 +73,7 @@ fn preemptions(actions: &[Action]) -> Vec<(Key, Key)> {
 fn waiting(n: u8, kind: BidKind, price: u64, leases: &[&LeaseView]) -> BidView {
     BidView {
         fits_if_ended: leases.iter().map(|l| l.key).collect(),
+        elsewhere: None,
         ..bid(n, kind, 1, price, power(250))
     }
 }

@@ -1,0 +1,106 @@
+//! The market's machine choice as this agent computes it: every machine of the market and its
+//! running leases as the cluster lists them, and the queue book's open bids, handed to
+//! `gpu_market_sdk::placement`. Every agent reads the same accounts, so they agree on which
+//! machine takes a bid without talking to each other; one that reads a little later may
+//! disagree for a moment, which the grace period absorbs.
+
+use anchor_lang::Discriminator;
+use gpu_market::state::{Bid, BookLeaf, Lease, Machine, Market};
+use gpu_market_sdk::accounts::decode;
+use gpu_market_sdk::placement::MarketPlacement;
+use solana_pubkey::Pubkey;
+use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
+
+use super::solana::{key, SolanaChain};
+use super::{ChainError, Key};
+
+/// Where `market` sits in machine and lease accounts: right after the discriminator.
+const MARKET_OFFSET: usize = 8;
+
+/// The filters that list the accounts of type `T` in `market`.
+fn of_market<T: Discriminator>(market: &Pubkey) -> Vec<RpcFilterType> {
+    vec![
+        RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, T::DISCRIMINATOR.to_vec())),
+        RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
+            MARKET_OFFSET,
+            market.to_bytes().to_vec(),
+        )),
+    ]
+}
+
+/// What the packing policy says of one bid that fits this machine now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// This machine, on these GPUs.
+    Here(Vec<u8>),
+    /// Another machine.
+    Elsewhere(Key),
+}
+
+/// The policy's view of the market for one look at the books: read when the first bid that
+/// fits this machine asks for it, then kept for the others.
+pub(super) struct Policy<'a> {
+    pub(super) market: &'a Market,
+    now: i64,
+    /// The queue book's entries (the open bids of the workload).
+    queue: &'a [BookLeaf],
+    view: Option<MarketPlacement>,
+}
+
+impl<'a> Policy<'a> {
+    pub(super) fn new(market: &'a Market, now: i64, queue: &'a [BookLeaf]) -> Self {
+        Policy {
+            market,
+            now,
+            queue,
+            view: None,
+        }
+    }
+}
+
+impl SolanaChain {
+    /// Where the packing policy gives `bid`, which fits this machine now; `None` when no
+    /// machine fits it as listed (the listing behind this machine's own read): the fit rule
+    /// of this machine then decides.
+    pub(super) async fn placement(
+        &self,
+        policy: &mut Policy<'_>,
+        bid: &Bid,
+    ) -> Result<Option<Placement>, ChainError> {
+        let view = match &mut policy.view {
+            Some(view) => view,
+            none => {
+                let view = self
+                    .market_placement(policy.market, policy.now, policy.queue)
+                    .await?;
+                none.insert(view)
+            }
+        };
+        Ok(view.place(bid).map(|p| match p.machine == self.machine() {
+            true => Placement::Here(p.gpus),
+            false => Placement::Elsewhere(key(&p.machine)),
+        }))
+    }
+
+    /// Every machine of the market and its running leases, as the cluster lists them now.
+    async fn market_placement(
+        &self,
+        market: &Market,
+        now: i64,
+        queue: &[BookLeaf],
+    ) -> Result<MarketPlacement, ChainError> {
+        let of = self.market();
+        let (_, machines) = self.program_accounts(of_market::<Machine>(&of)).await?;
+        let (_, leases) = self.program_accounts(of_market::<Lease>(&of)).await?;
+        let machines: Vec<(Pubkey, Machine)> = machines
+            .iter()
+            .filter_map(|(k, d)| Some((*k, decode::<Machine>(d, "machine").ok()?)))
+            .collect();
+        let leases: Vec<Lease> = leases
+            .iter()
+            .filter_map(|(_, d)| decode::<Lease>(d, "lease").ok())
+            .collect();
+        MarketPlacement::new(market, now, machines, &leases, queue)
+            .map_err(|reason| ChainError::Rejected { op: "read", reason })
+    }
+}
