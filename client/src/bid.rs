@@ -29,6 +29,7 @@ use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
 mod env;
+mod policy;
 mod prune;
 
 #[derive(Subcommand)]
@@ -947,6 +948,13 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
             }))
         })
         .collect::<Result<_>>()?;
+    // Queue bids go where the market's packing policy says; a spot bid names its machine.
+    let chosen = match (b.kind, ready > 0) {
+        (BidKind::Queue, true) => {
+            policy::policy_machine(config, &m, now, &machines, &entries.entries, &b)?
+        }
+        _ => None,
+    };
     let n = machines.len();
     let blocked = || {
         reasons
@@ -961,8 +969,14 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
              which refunds its escrow in full"
         )
     } else if ready > 0 {
+        let agent = match chosen {
+            Some(machine) => format!(
+                "the agent of machine {machine}, which the market's packing policy gives it"
+            ),
+            None => "an agent".to_string(),
+        };
         format!(
-            "it fits {ready} of {n} machines now and waits for an agent to start it ({ahead} bids ranked above it)"
+            "it fits {ready} of {n} machines now and waits for {agent} to start it ({ahead} bids ranked above it)"
         )
     } else if fitting > 0 {
         format!("it fits {fitting} of {n} machines now, but {}", blocked())
@@ -978,6 +992,7 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         ("machines_checked", (n as u64).into()),
         ("machines_fitting", fitting.into()),
         ("machines_ready", ready.into()),
+        ("policy_machine", chosen.map_or(Value::Null, text)),
         (
             "blocked_by",
             Value::Array(

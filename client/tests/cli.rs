@@ -592,11 +592,12 @@ fn bid_verbs() {
     assert_eq!(ex["machines_ready"], 1, "{ex}");
     assert_eq!(ex["rank"], 1);
     assert_eq!(ex["allocation_refused"], serde_json::json!([]), "{ex}");
+    // The market's packing policy gives it the one machine: its agent starts it.
+    assert_eq!(ex["policy_machine"], mc.as_str(), "{ex}");
     assert!(
-        ex["summary"]
-            .as_str()
-            .unwrap()
-            .starts_with("it fits 1 of 1 machines now and waits for an agent"),
+        ex["summary"].as_str().unwrap().starts_with(&format!(
+            "it fits 1 of 1 machines now and waits for the agent of machine {mc}"
+        )),
         "{ex}"
     );
     assert_eq!(ex["reserve"][0]["reserve_price_per_gpu_hour"], "1");
@@ -604,7 +605,7 @@ fn bid_verbs() {
 
     // A copy placed later (ranked below) fits too, but the program would
     // refuse its allocation while the better-ranked bid fits the same GPUs: explain says so
-    // rather than "waits for an agent".
+    // rather than "waits for the agent".
     let out = t.ok(
         &client,
         &place_args(
