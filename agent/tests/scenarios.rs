@@ -608,6 +608,21 @@ async fn program_two_agents_follow_the_packing_policy_and_a_silent_machine_stran
     assert_eq!(m.machine_of_lease(fourth).await, Some(b.machine));
 }
 
+/// A spot bid waits in its machine's own book, which no other machine may take from: the
+/// packing policy does not send it elsewhere, though an idle machine with cheaper electricity
+/// (which would win a tie) is in the market.
+#[tokio::test(start_paused = true)]
+async fn program_a_spot_bid_runs_on_its_books_machine_without_waiting() {
+    let m = ProgramMarket::start().await;
+    let mut us_east = [0u8; 16];
+    us_east[..7].copy_from_slice(b"us-east");
+    m.add_machine(us_east, ELECTRICITY_COST / 2).await;
+    let mut agent = Agent::start(&m);
+    let spot = m.place_bid(&BidSpec::spot(1, 5, 10 * TOKEN)).await;
+    agent.run_for(&m, POLL).await;
+    assert_eq!(m.machine_of_lease(spot).await, Some(m.machine()));
+}
+
 /// Two polls of both agents, the clocks moving on; machine B's agent looks first each time (so
 /// that where both race, B wins).
 async fn tick_both(m: &ProgramMarket, a: &mut Agent, b: &mut Agent) {

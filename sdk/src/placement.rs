@@ -13,8 +13,8 @@ use solana_pubkey::Pubkey;
 pub struct MarketPlacement {
     keys: Vec<Pubkey>,
     machines: Vec<Machine>,
-    /// Each machine's offer to queue bids and to spot bids.
-    offers: [Vec<Offer>; 2],
+    /// Each machine's offer to queue bids.
+    offers: Vec<Offer>,
     placer: Placer,
 }
 
@@ -23,13 +23,6 @@ pub struct MarketPlacement {
 pub struct Placed {
     pub machine: Pubkey,
     pub gpus: Vec<u8>,
-}
-
-fn kind_index(kind: BidKind) -> usize {
-    match kind {
-        BidKind::Queue => 0,
-        BidKind::Spot => 1,
-    }
 }
 
 impl MarketPlacement {
@@ -59,21 +52,18 @@ impl MarketPlacement {
                 .filter(|leaf| now < leaf.summary.deadline)
                 .map(|leaf| Demand::from(&leaf.summary.need())),
         );
-        let offers_of = |kind: BidKind| -> Result<Vec<Offer>, String> {
-            machines
-                .iter()
-                .zip(&keys)
-                .map(|(m, k)| {
-                    m.offer(market, kind, now, &Freed::default())
-                        .map_err(|e| format!("machine {k}'s offer: {e}"))
-                })
-                .collect()
-        };
-        let offers = [offers_of(BidKind::Queue)?, offers_of(BidKind::Spot)?];
+        let offers: Vec<Offer> = machines
+            .iter()
+            .zip(&keys)
+            .map(|(m, k)| {
+                m.offer(market, BidKind::Queue, now, &Freed::default())
+                    .map_err(|e| format!("machine {k}'s offer: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
         let seats: Vec<Seat> = keys
             .iter()
             .zip(&machines)
-            .zip(offers[0].iter().zip(&held))
+            .zip(offers.iter().zip(&held))
             .map(|((k, m), (offer, leases))| Seat {
                 id: k.to_bytes(),
                 electricity_cost_per_kwh: m.electricity_cost_per_kwh,
@@ -90,10 +80,14 @@ impl MarketPlacement {
         })
     }
 
-    /// Where the policy gives `bid`: the machine whose fit rule accepts it and where it
-    /// fragments the market least (ties: a machine caching its image, the cheaper electricity,
-    /// the lowest address), and the GPUs there; `None` when no machine's fit rule accepts it.
+    /// Where the policy gives queue bid `bid`: the machine whose fit rule accepts it and where
+    /// it fragments the market least (ties: a machine caching its image, the cheaper
+    /// electricity, the lowest address), and the GPUs there; `None` when no machine's fit rule
+    /// accepts it, and for a spot bid, which waits in its machine's own book for that machine.
     pub fn place(&mut self, bid: &Bid) -> Option<Placed> {
+        if bid.kind != BidKind::Queue {
+            return None;
+        }
         let overclock = bid.overclock_per_gpu();
         let need = bid.need(&overclock);
         let caching: Vec<usize> = self
@@ -105,8 +99,7 @@ impl MarketPlacement {
             })
             .map(|(i, _)| i)
             .collect();
-        let offers = &self.offers[kind_index(bid.kind)];
-        let chosen = self.placer.choose(&need, offers, &caching)?;
+        let chosen = self.placer.choose(&need, &self.offers, &caching)?;
         Some(Placed {
             machine: self.keys[chosen.machine],
             gpus: chosen.gpus,

@@ -59,9 +59,9 @@ impl<'a> Policy<'a> {
 }
 
 impl SolanaChain {
-    /// Where the packing policy gives `bid`, which fits this machine now; `None` when no
-    /// machine fits it as listed (the listing behind this machine's own read): the fit rule
-    /// of this machine then decides.
+    /// Where the packing policy gives `bid`, which fits this machine now; `None` for a spot
+    /// bid (only its book's machine takes it) and when no machine fits it as listed (the
+    /// listing behind this machine's own read): the fit rule of this machine then decides.
     pub(super) async fn placement(
         &self,
         policy: &mut Policy<'_>,

@@ -535,7 +535,7 @@ impl SolanaChain {
                 let mut gpus = b.fit(now_offer).ok().map(|c| c.gpus().to_vec());
                 // Which machine the market's packing policy gives it, and there which GPUs.
                 let mut elsewhere = None;
-                if gpus.is_some() {
+                if gpus.is_some() && queue {
                     match self.placement(policy, b).await? {
                         Some(Placement::Here(chosen)) => {
                             let overclock = b.overclock_per_gpu();

@@ -154,8 +154,19 @@ impl Agent {
     /// Writes the agent's keypair and a configuration for `gpu_count` simulated GPUs (as
     /// [`gpus`] declares them on chain) into `dir`.
     pub fn write_config(live: &LiveMarket, dir: &Path, gpu_count: usize) -> PathBuf {
+        Self::write_config_for(live, dir, gpu_count, &live.agent, &live.machine)
+    }
+
+    /// [`Agent::write_config`] for `machine` of the market, whose agent key is `agent`.
+    pub fn write_config_for(
+        live: &LiveMarket,
+        dir: &Path,
+        gpu_count: usize,
+        agent: &solana_keypair::Keypair,
+        machine: &Pubkey,
+    ) -> PathBuf {
         let keypair = dir.join("agent.json");
-        solana_keypair::write_keypair_file(&live.agent, &keypair).unwrap();
+        solana_keypair::write_keypair_file(agent, &keypair).unwrap();
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -206,7 +217,7 @@ mps_shm_dir = "{mps}/shm"
             ws = live.cluster.ws_url,
             keypair = keypair.display(),
             market = live.market,
-            machine = live.machine,
+            machine = machine,
             cost = TOKEN / 5,
             data = dir.join("data").display(),
             engine = engine_env("DOCKER_HOST"),

@@ -1,0 +1,124 @@
+//! Two agent processes on two machines of one market, on a local solana-test-validator with the
+//! Docker engine and the registry (`scripts/engine.sh start`) and simulated GPUs (SIMULATED GPU:
+//! this machine has none): which machine takes a bid is the market's packing policy, which each
+//! agent computes from the accounts alone, and a machine whose agent is stopped strands no bid.
+
+use std::time::{Duration, Instant};
+
+use gpu_market::pda;
+use gpu_market::state::Lease;
+use gpu_market_tests::live::{LiveMarket, Wallet};
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+mod support;
+
+use support::*;
+
+/// A region label.
+fn region(name: &str) -> [u8; 16] {
+    let mut r = [0u8; 16];
+    r[..name.len()].copy_from_slice(name.as_bytes());
+    r
+}
+
+/// The machine running the lease of `bid`, once there is one.
+async fn machine_of(live: &LiveMarket, bid: &Pubkey) -> Option<Pubkey> {
+    let lease = pda::lease(bid).0;
+    let l: Lease = live.cluster.account(&lease).await.ok()?;
+    Some(l.machine)
+}
+
+/// Waits for the lease of `bid` (up to 30 s, else `agent`'s log); its machine.
+async fn leased_on(live: &LiveMarket, bid: Pubkey, what: &str, agent: &Agent) -> Pubkey {
+    wait_for(
+        what,
+        30,
+        agent,
+        || async move { machine_of(live, &bid).await },
+    )
+    .await
+}
+
+/// `client` places a one-GPU queue bid for `gib` GiB, accepted in `regions` (none: any).
+async fn bid(
+    live: &LiveMarket,
+    client: &Wallet,
+    nonce: u64,
+    gib: u16,
+    regions: Vec<[u8; 16]>,
+) -> Pubkey {
+    let now = live.cluster.now().await.unwrap();
+    let mut args = queue_bid(nonce, 40 * INTERVAL, now);
+    args.gib_per_gpu = gib;
+    args.regions = regions;
+    live.place(client, args).await.unwrap()
+}
+
+/// Machine A (the market's, 2 GPUs × 24 GiB in eu-west) and machine B (another host's, the same
+/// GPUs in us-east, cheaper electricity: of two idle machines B wins), each with its agent. A bid
+/// that completes a GPU of A goes to A, though B is idle and cheaper; with A's agent stopped, B
+/// leaves such a bid to A for the grace period (10 s), then takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid() {
+    let live = live_market(2).await;
+    let (eu, us) = (region("eu-west"), region("us-east"));
+    live.update_machine(|t| t.region = eu).await.unwrap();
+    let host_b = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
+    let agent_b = live.cluster.wallet(10).await.unwrap();
+    let (machine_b, _) = live
+        .register_machine(&host_b.key, agent_b.pubkey(), |t| {
+            t.gpus = gpus(2);
+            t.price_floor_per_gpu_hour = TOKEN / 10;
+            t.electricity_cost_per_kwh = TOKEN / 10;
+            t.region = us;
+        })
+        .await
+        .unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let agent_a = Agent::start(&Agent::write_config(&live, dir_a.path(), 2));
+    let config_b = Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b);
+    let agent_b = Agent::start(&config_b);
+    let client = live.client(100 * TOKEN, 0).await.unwrap();
+
+    // 16 of GPU 0's 24 GiB on A (only eu-west is accepted); then 8 GiB that any machine may
+    // run completes that GPU: A takes it.
+    let first = bid(&live, &client, 1, 16, vec![eu]).await;
+    assert_eq!(
+        leased_on(&live, first, "the first lease", &agent_a).await,
+        live.machine
+    );
+    let second = bid(&live, &client, 2, 8, vec![]).await;
+    assert_eq!(
+        leased_on(&live, second, "the second lease", &agent_a).await,
+        live.machine,
+        "the policy's machine; B's log:\n{}",
+        agent_b.log()
+    );
+
+    // The same on A's GPU 1, with A's agent stopped before the 8 GiB bid.
+    let third = bid(&live, &client, 3, 16, vec![eu]).await;
+    assert_eq!(
+        leased_on(&live, third, "the third lease", &agent_a).await,
+        live.machine
+    );
+    let (status, log) = agent_a.terminate();
+    assert!(status.success(), "A's agent stops cleanly; log:\n{log}");
+    let fourth = bid(&live, &client, 4, 8, vec![]).await;
+    let placed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        machine_of(&live, &fourth).await,
+        None,
+        "B leaves it to A at first; B's log:\n{}",
+        agent_b.log()
+    );
+    assert_eq!(
+        leased_on(&live, fourth, "the fourth lease", &agent_b).await,
+        machine_b
+    );
+    assert!(
+        placed.elapsed() >= Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
+        "taken after the grace period"
+    );
+}
