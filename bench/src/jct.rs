@@ -24,18 +24,19 @@
 //!   bound of one 8-GPU node; aging 10 bps per hour waited, capped at the market default's
 //!   3 000 bps. Run with the default weights (0.4/0.3/0.3), with [`TUNED`] weights, and blind
 //!   to stake (the control for the tier ratio).
-//! - **market, queue aging** (ours): the same base score and backfilling, but bids ranked by
-//!   [`queue_priority`] with [`QueueAging::DEFAULT`]: + 300 bps per hour waited (bounds the
-//!   head start stake can buy) + 10 000 bps per requested duration waited (short bids age
-//!   faster: shortest-job-first in effect, without starving long bids). With the default
-//!   weights, and blind to stake as the control.
+//! - **the program's book** (ours, the ranking the market runs): the same base score and
+//!   backfilling, bids ranked by the key `place_bid` stores (`Market::rank_key` of a market
+//!   opened with the recommended parameters: aging 10 points per 60 s interval, and each bid's
+//!   `score::duration_handicap`, which ranks it as if placed `min(3 × duration, 144 h)` later).
 //!
 //! Requested durations are exact (the replay knows the run time), as SRF assumes too.
 
 use std::path::Path;
 use std::time::Instant;
 
-use gpu_market_core::score::{aged_score, base_score, queue_priority, Inputs, QueueAging, Weights};
+use gpu_market_core::score::{aged_score, base_score, Inputs, Weights};
+
+use gpu_market::state::{Market, MarketParams};
 
 use crate::philly::{self, Job, Workload};
 
@@ -62,8 +63,14 @@ enum Policy {
     Fifo,
     FifoBackfill,
     Srf,
-    Market { weights: Weights, aging_bps: u64 },
-    Queue { weights: Weights, aging: QueueAging },
+    Market {
+        weights: Weights,
+        aging_bps: u64,
+    },
+    /// The queue book's ranking as the program computes it at `place_bid`
+    /// (`Market::rank_key`: aging and the duration handicap), for a market opened with the
+    /// recommended parameters.
+    Program,
 }
 
 impl Policy {
@@ -76,14 +83,17 @@ impl Policy {
                 "market {}/{}/{}, aging {aging_bps}/h",
                 weights.stake_bps, weights.urgency_bps, weights.complexity_bps
             ),
-            Policy::Queue { weights, aging } => format!(
-                "market {}/{}/{}, queue aging {}/h + {}/duration",
-                weights.stake_bps,
-                weights.urgency_bps,
-                weights.complexity_bps,
-                aging.bps_per_hour,
-                aging.bps_per_duration
-            ),
+            Policy::Program => {
+                let p = program_market().params;
+                format!(
+                    "the program's book ({}/{}/{}, aging {} per {} s, duration handicap)",
+                    p.weights_bps[0],
+                    p.weights_bps[1],
+                    p.weights_bps[2],
+                    p.aging_per_interval,
+                    p.billing_interval_secs
+                )
+            }
         }
     }
 
@@ -97,10 +107,12 @@ impl Policy {
                 let base = market_score(weights, job, tier);
                 aged_score(base, aging_bps, waited, AGING_CAP_BPS) as f64
             }
-            Policy::Queue { weights, aging } => {
-                let base = market_score(weights, job, tier);
-                let waited = (now - job.arrival) as u64;
-                queue_priority(base, aging, waited, job.work.ceil() as u64) as f64
+            Policy::Program => {
+                let market = program_market();
+                let base = market_score(market.params.weights(), job, tier);
+                let duration = job.work.ceil().min(u32::MAX as f64) as u32;
+                // Keys stay below 2⁵³ (aging × 2³²): exact in an f64.
+                market.rank_key(base, job.arrival as i64, duration) as f64
             }
         }
     }
@@ -109,11 +121,15 @@ impl Policy {
         match self {
             Policy::Fifo => Discipline::Strict,
             Policy::Srf => Discipline::Preemptive,
-            Policy::FifoBackfill | Policy::Market { .. } | Policy::Queue { .. } => {
-                Discipline::Backfill
-            }
+            Policy::FifoBackfill | Policy::Market { .. } | Policy::Program => Discipline::Backfill,
         }
     }
+}
+
+/// The market the program opens with the recommended parameters (60 s intervals), its clock
+/// starting with the trace.
+fn program_market() -> Market {
+    Market::opening(MarketParams::recommended(60, 250, 3_600))
 }
 
 /// The market's base score of a waiting job (see the module comment for the inputs).
@@ -388,10 +404,6 @@ pub fn main(traces: &Path) -> Result<(), String> {
         urgency_bps: 10_000,
         complexity_bps: 0,
     };
-    let queue = |weights| Policy::Queue {
-        weights,
-        aging: QueueAging::DEFAULT,
-    };
     let policies = [
         Policy::Fifo,
         Policy::FifoBackfill,
@@ -401,10 +413,9 @@ pub fn main(traces: &Path) -> Result<(), String> {
         // The control: the same policy blind to stake, to tell the stake's effect on the tier
         // ratio from the effect of each tier's workload mix.
         market(blind, AGING_BPS),
-        queue(Weights::DEFAULT),
-        queue(blind),
+        Policy::Program,
     ];
-    /// Where ours (the default weights with queue aging) is in `policies`.
+    /// Where ours (the program's book) is in `policies`.
     const OURS: usize = 6;
     header();
     let mut results = Vec::new();

@@ -457,11 +457,10 @@ pub(crate) fn plan_place(
                 duration,
                 urgency_premium,
             )?;
-            let p = &m.params;
-            score::rank_key(
-                score::base_score(p.weights(), &inputs),
-                p.aging_per_interval as u64,
-                m.interval_at(now),
+            m.rank_key(
+                score::base_score(m.params.weights(), &inputs),
+                now,
+                duration,
             )
         }
         Some((_, mach)) => {
@@ -604,6 +603,12 @@ fn score_parts(m: &Market, b: &Bid, stake: u64, now: i64) -> Result<Value> {
             p.aging_per_interval as u64,
             waited,
             p.aging_cap_bps as u64,
+        ),
+        // What the bid's requested duration takes off its rank (shorter bids go first).
+        "duration_handicap": score::duration_handicap(
+            b.max_duration_secs as u64,
+            p.aging_per_interval as u64,
+            p.billing_interval_secs as u64,
         ),
     }))
 }

@@ -92,60 +92,35 @@ pub fn max_wait_intervals(aging_per_interval: u64, aging_cap: u64) -> Option<u64
     (aging_per_interval > 0).then(|| aging_cap / aging_per_interval)
 }
 
-/// The key a bid is ranked by in a book that never re-sorts: `base + aging × (2³² − 1 − placed)`,
-/// where `placed` is the billing interval in which the bid was placed. At any later interval `t`,
-/// `base + aging × (t − placed)` (the uncapped aged score) differs from this key by the same
-/// amount for every bid, so ordering by the key is ordering by aged score: earlier bids gain
-/// `aging` per interval waited relative to newer ones, and none starves.
-pub fn rank_key(base: u64, aging_per_interval: u64, placed_interval: u64) -> u64 {
+/// A bid ranks as if placed this many times its requested duration later ...
+pub const DURATION_HANDICAP_FACTOR: u64 = 3;
+/// ... but never more than this much later (144 h): a long bid is overtaken only by bids placed
+/// within six days after it.
+pub const DURATION_HANDICAP_CAP_SECS: u64 = 144 * 3_600;
+
+/// The handicap of a bid that asks to run `duration_secs`, in score points at the book's aging
+/// (`aging_per_interval` points per `interval_secs` waited): the points a bid would earn waiting
+/// `min(3 × duration, 144 h)`. Subtracted from its rank key, it makes a bid rank as if placed
+/// that much later: among bids of equal score the shorter goes first (the order that cuts the
+/// average completion time, as the Philly replay measures), yet no bid waits behind bids placed
+/// more than `min(3 × its duration, 144 h)` after it, whatever their durations.
+pub fn duration_handicap(duration_secs: u64, aging_per_interval: u64, interval_secs: u64) -> u64 {
+    let delay = duration_secs
+        .saturating_mul(DURATION_HANDICAP_FACTOR)
+        .min(DURATION_HANDICAP_CAP_SECS);
+    mul_div_floor(delay, aging_per_interval, interval_secs.max(1)).unwrap_or(u64::MAX)
+}
+
+/// The key a bid is ranked by in a book that never re-sorts:
+/// `base + aging × (2³² − 1 − placed) − handicap`, where `placed` is the billing interval in which
+/// the bid was placed and `handicap` its [`duration_handicap`]. At any later interval `t`,
+/// `base + aging × (t − placed) − handicap` differs from this key by the same amount for every
+/// bid, so ordering by the key is ordering by that aged score: earlier bids gain `aging` per
+/// interval waited relative to newer ones, and none starves.
+pub fn rank_key(base: u64, aging_per_interval: u64, placed_interval: u64, handicap: u64) -> u64 {
     let remaining = (u32::MAX as u64).saturating_sub(placed_interval);
     base.saturating_add(aging_per_interval.saturating_mul(remaining))
-}
-
-/// How a queue that re-ranks its bids at every scheduling event ages them (an off-chain book,
-/// or a simulator): see [`queue_priority`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueAging {
-    /// Added per hour waited, whatever the bid: bounds how long any bid can be kept waiting by
-    /// bids that arrived after it with a higher base score (in particular a higher stake).
-    pub bps_per_hour: u64,
-    /// Added per *requested duration* waited (a bid that has waited as long as it asked to run
-    /// gains this much): short bids age faster, so the queue leans toward shortest-job-first,
-    /// the order that minimises average completion time, without starving long bids.
-    pub bps_per_duration: u64,
-}
-
-impl QueueAging {
-    /// 300 bps per hour (a base score's full range is caught up in 33 h 20 min; the stake
-    /// term's 4 000 bps under the default weights in 13 h 20 min) and the full range per
-    /// requested duration waited.
-    pub const DEFAULT: QueueAging = QueueAging {
-        bps_per_hour: 300,
-        bps_per_duration: BPS,
-    };
-
-    /// The longest head start a bid can get from its base score: once a bid has waited this
-    /// many seconds longer than another bid of the same duration, it ranks above it whatever
-    /// their base scores. `None` when there is no absolute aging (no bound).
-    pub fn head_start_bound_secs(&self) -> Option<u64> {
-        // floor(h·Δ/3600) ≥ BPS + 1 ⇐ Δ ≥ ⌈(BPS + 1)·3600 / h⌉.
-        (self.bps_per_hour > 0).then(|| ((BPS + 1) * 3_600).div_ceil(self.bps_per_hour))
-    }
-}
-
-/// The rank of a waiting bid in a queue that is re-sorted at every event: its base score (0..=
-/// 10 000, e.g. [`base_score`]) plus `bps_per_hour` per hour waited plus `bps_per_duration` per
-/// requested duration waited, rounded down and saturating. Higher runs first.
-///
-/// Unlike [`aged_score`] it is not capped at 10 000: a rank, not a score. The duration term
-/// uses the bid's declared run time, which the market already charges for (a bid that states a
-/// shorter duration than it needs is stopped at its lease's end), so understating it does
-/// not pay. A zero duration counts as one second.
-pub fn queue_priority(base: u64, aging: QueueAging, waited_secs: u64, duration_secs: u64) -> u64 {
-    let per_hour = mul_div_floor(aging.bps_per_hour, waited_secs, 3_600).unwrap_or(u64::MAX);
-    let per_duration = mul_div_floor(aging.bps_per_duration, waited_secs, duration_secs.max(1))
-        .unwrap_or(u64::MAX);
-    base.saturating_add(per_hour).saturating_add(per_duration)
+        .saturating_sub(handicap)
 }
 
 #[cfg(test)]
@@ -194,29 +169,11 @@ mod tests {
         assert_eq!(max_wait_intervals(0, 3_000), None);
     }
 
-    #[test]
-    fn queue_priority_ages_by_hour_and_by_duration() {
-        let a = QueueAging::DEFAULT;
-        assert_eq!(queue_priority(5_000, a, 0, 3_600), 5_000);
-        // One hour waited by a one-hour bid: 300 + 10 000.
-        assert_eq!(queue_priority(5_000, a, 3_600, 3_600), 15_300);
-        // The same hour for a ten-hour bid: 300 + 1 000.
-        assert_eq!(queue_priority(5_000, a, 3_600, 36_000), 6_300);
-        assert_eq!(queue_priority(0, a, 10, 0), 10 * BPS);
-        assert_eq!(queue_priority(u64::MAX, a, u64::MAX, 1), u64::MAX);
-        assert_eq!(a.head_start_bound_secs(), Some(120_012));
-        let none = QueueAging {
-            bps_per_hour: 0,
-            bps_per_duration: BPS,
-        };
-        assert_eq!(none.head_start_bound_secs(), None);
-    }
-
     /// One GPU; a steady stream of top-stake bids, one arriving every 30 min, each asking for
     /// 1 h, so the queue never empties. Returns when a zero-stake bid of the same shape, placed
-    /// at time 0, starts (`None`: not within 100 h), with bids ranked by `rank`
-    /// (base score, seconds waited; ties to the earlier bid).
-    fn low_stake_start(rank: impl Fn(u64, u64) -> u64) -> Option<u64> {
+    /// at time 0, starts (`None`: not within 100 h), with bids ranked by `rank` (base score,
+    /// arrival, now, in seconds; ties to the earlier bid).
+    fn low_stake_start(rank: impl Fn(u64, u64, u64) -> u64) -> Option<u64> {
         let base = |stake: u64| {
             base_score(
                 Weights::DEFAULT,
@@ -241,8 +198,7 @@ mod tests {
             }
             let best = (0..waiting.len()).max_by_key(|&i| {
                 let (arrival, stake) = waiting[i];
-                let b = base(stake);
-                (rank(b, now - arrival), std::cmp::Reverse(arrival))
+                (rank(base(stake), arrival, now), std::cmp::Reverse(arrival))
             })?;
             if waiting.remove(best).1 == 0 {
                 return Some(now);
@@ -254,59 +210,50 @@ mod tests {
 
     #[test]
     fn a_low_stake_bid_is_not_starved() {
-        let aging = QueueAging::DEFAULT;
-        let started = low_stake_start(|b, w| queue_priority(b, aging, w, 3_600));
-        // It can be passed only while its base-score deficit is not aged away, and the GPU
-        // frees up once an hour.
-        let bound = aging.head_start_bound_secs().unwrap() + 3_600;
+        // The book's key at the recommended aging: 10 points per 60 s interval.
+        let (aging, interval) = (10, 60);
+        let handicap = duration_handicap(3_600, aging, interval);
+        let book = |b, arrival: u64, _| rank_key(b, aging, arrival / interval, handicap);
+        let started = low_stake_start(book);
+        // It can be passed only while its base-score deficit (at most 10 000 points) is not
+        // aged away, and the GPU frees up once an hour.
+        let bound = BPS / aging * interval + 3_600;
         assert!(started.is_some_and(|t| t <= bound), "{started:?}");
-        // The capped aging of `aged_score` (10 bps an hour) leaves it waiting past 100 h.
+        // A capped aging of 10 points an hour leaves it waiting past 100 h.
         assert_eq!(
-            low_stake_start(|b, w| aged_score(b, 10, w / 3_600, BPS)),
+            low_stake_start(|b, arrival, now| aged_score(b, 10, (now - arrival) / 3_600, BPS)),
             None
         );
     }
 
     proptest! {
-        /// Stake buys at most a bounded head start: between two bids of the same duration, the
-        /// one that has waited `head_start_bound_secs` longer ranks higher, whatever their base
-        /// scores.
         #[test]
-        fn stake_head_start_is_bounded(
-            b1 in 0u64..=10_000, b2 in 0u64..=10_000, per_hour in 1u64..=5_000,
-            per_duration in 0u64..=20_000, waited in 0u64..10_000_000, extra in 0u64..10_000_000,
-            duration in 0u64..10_000_000,
-        ) {
-            let aging = QueueAging { bps_per_hour: per_hour, bps_per_duration: per_duration };
-            let longer = waited + aging.head_start_bound_secs().unwrap() + extra;
-            prop_assert!(queue_priority(b1, aging, longer, duration) > queue_priority(b2, aging, waited, duration));
-        }
-
-        #[test]
-        fn queue_priority_is_monotone(
-            base in 0u64..=10_000, w1 in 0u64..1_000_000_000, w2 in 0u64..1_000_000_000,
-            d1 in 0u64..1_000_000_000, d2 in 0u64..1_000_000_000,
-        ) {
-            let a = QueueAging::DEFAULT;
-            let (lo, hi) = (w1.min(w2), w1.max(w2));
-            prop_assert!(queue_priority(base, a, lo, d1) <= queue_priority(base, a, hi, d1));
-            // The shorter bid ages at least as fast.
-            let (short, long) = (d1.min(d2), d1.max(d2));
-            prop_assert!(queue_priority(base, a, w1, short) >= queue_priority(base, a, w1, long));
-            prop_assert!(queue_priority(base, a, w1, d1) >= base);
-        }
-
-        #[test]
-        fn rank_keys_order_bids_as_their_aged_scores_do(
+        fn rank_keys_order_bids_as_their_aged_scores_less_handicaps_do(
             b1 in 0u64..=10_000, b2 in 0u64..=10_000, aging in 0u64..=1_000,
             p1 in 0u64..1_000_000, p2 in 0u64..1_000_000, later in 0u64..1_000_000,
+            h1 in 0u64..100_000, h2 in 0u64..100_000,
         ) {
             let now = p1.max(p2) + later;
-            let aged = |b: u64, p: u64| b + aging * (now - p);
+            let aged = |b: u64, p: u64, h: u64| (b + aging * (now - p)) as i64 - h as i64;
             prop_assert_eq!(
-                rank_key(b1, aging, p1).cmp(&rank_key(b2, aging, p2)),
-                aged(b1, p1).cmp(&aged(b2, p2))
+                rank_key(b1, aging, p1, h1).cmp(&rank_key(b2, aging, p2, h2)),
+                aged(b1, p1, h1).cmp(&aged(b2, p2, h2))
             );
+        }
+
+        /// A bid is overtaken by no bid of any duration placed more than min(3 × its duration,
+        /// 144 h) after it, whatever their scores' difference within what aging covers.
+        #[test]
+        fn the_handicap_never_lets_a_later_bid_pass_beyond_it(
+            d1 in 1u64..1_000_000, d2 in 1u64..1_000_000, base in 0u64..=10_000,
+            placed in 0u64..1_000_000,
+        ) {
+            let (aging, interval) = (10, 60);
+            let h = |d| duration_handicap(d, aging, interval);
+            let delay = (3 * d1).min(DURATION_HANDICAP_CAP_SECS);
+            // Placed one interval past the delay, with the same base score: ranked below.
+            let later = placed + delay / interval + 1;
+            prop_assert!(rank_key(base, aging, placed, h(d1)) > rank_key(base, aging, later, h(d2)));
         }
 
         #[test]

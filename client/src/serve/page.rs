@@ -172,8 +172,9 @@ fn book_section(book: &bid::BookRows) -> String {
     format!(
         "<section id=\"queue\"><h2>Queue book</h2><p class=\"note\">Best first. A score weighs the \
          bidder's stake, the urgency premium it paid and what it spends per hour (each part in \
-         basis points of its bound); <code>aged_score</code> adds what waiting has earned. A bid's \
-         key opens its <code>bid explain</code>.</p>{}</section>",
+         basis points of its bound); <code>aged_score</code> adds what waiting has earned; the \
+         book ranks a bid as if placed three times its duration later (at most 144 h). A \
+         bid's key opens its <code>bid explain</code>.</p>{}</section>",
         list_table(&of, &book.columns, &book.rows)
     )
 }

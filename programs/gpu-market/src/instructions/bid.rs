@@ -308,7 +308,7 @@ impl PlaceBid<'_> {
             .open_bids
             .checked_add(1)
             .ok_or(MarketError::Overflow)?;
-        let rank = score::rank_key(base, p.aging_per_interval as u64, market.interval_at(now));
+        let rank = market.rank_key(base, now, args.max_duration_secs);
         if args.kind == BidKind::Queue {
             market.tick_demand(now);
             market.add_waiting(args.gpu_count as i64)?;

@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 use gpu_market_core::pricing;
-use gpu_market_core::score::{Inputs, Weights};
+use gpu_market_core::score::{self, Inputs, Weights};
 
 use crate::errors::MarketError;
 use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccount};
@@ -465,6 +465,17 @@ impl Market {
     }
 
     /// The billing interval `unix_time` falls in, counted from the market's creation.
+    /// The queue book key of a bid of base score `base` placed at `now` to run `duration_secs`
+    /// (`score::rank_key` with the market's aging and the bid's `score::duration_handicap`):
+    /// `place_bid` ranks by it, the client quotes it, the Philly replay measures it.
+    pub fn rank_key(&self, base: u64, now: i64, duration_secs: u32) -> u64 {
+        let p = &self.params;
+        let aging = p.aging_per_interval as u64;
+        let handicap =
+            score::duration_handicap(duration_secs as u64, aging, p.billing_interval_secs as u64);
+        score::rank_key(base, aging, self.interval_at(now), handicap)
+    }
+
     pub fn interval_at(&self, unix_time: i64) -> u64 {
         (unix_time.saturating_sub(self.created_at).max(0) as u64)
             / self.params.billing_interval_secs as u64
