@@ -205,6 +205,38 @@ fn the_book_ranks_by_score_and_ages_waiting_bids() {
     );
 }
 
+/// The duration handicap (`score::duration_handicap`): a bid ranks as if placed three times
+/// its requested duration later. Among equal scores a shorter bid placed later goes first, but
+/// none placed more than three durations after a bid passes it.
+#[test]
+fn shorter_bids_go_first_within_three_durations() {
+    let mut f = fixture();
+    let c = client(&mut f, 1_000 * TOKEN, 0);
+    let hours = |f: &Fixture, nonce: u64, h: u32| {
+        let mut a = args(f, nonce);
+        a.max_duration_secs = h * 3_600;
+        a.deadline = f.ctx.now() + (h as i64 + 1) * 3_600;
+        a
+    };
+    let one = place(f.keys, &c, hours(&f, 1, 1));
+    f.ctx.run(&one).unwrap();
+    f.ctx.advance_time(60);
+    let ten = place(f.keys, &c, hours(&f, 2, 10));
+    f.ctx.run(&ten).unwrap();
+    // Two hours later: within three hours of `one`, long before thirty of `ten`.
+    f.ctx.advance_time(2 * 3_600);
+    let soon = place(f.keys, &c, hours(&f, 3, 1));
+    f.ctx.run(&soon).unwrap();
+    // More than three hours after `one`.
+    f.ctx.advance_time(3_600 + 120);
+    let late = place(f.keys, &c, hours(&f, 4, 1));
+    f.ctx.run(&late).unwrap();
+    assert_eq!(
+        book_order(&f.ctx, &f.queue_book),
+        vec![one.bid(), soon.bid(), late.bid(), ten.bid()]
+    );
+}
+
 #[test]
 fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
     let mut f = fixture();
