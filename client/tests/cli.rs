@@ -735,16 +735,28 @@ fn bid_verbs() {
     let list = t.ok(&client, &["bid", "list", "--market", &m]);
     let rows = list.as_array().unwrap();
     assert_eq!(rows.len(), 3);
-    let scores: Vec<u64> = rows
+    // The book's order: the aged score less the duration handicap.
+    let ranks: Vec<i64> = rows
         .iter()
-        .map(|r| r["aged_score"].as_u64().unwrap())
+        .map(|r| {
+            let parts = &r["score_parts"];
+            r["aged_score"].as_i64().unwrap() - parts["duration_handicap"].as_i64().unwrap()
+        })
         .collect();
-    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    assert!(ranks.windows(2).all(|w| w[0] >= w[1]), "{ranks:?}");
+    let p = t.account::<Market>(&s.market).params;
     for (i, r) in rows.iter().enumerate() {
         assert_eq!(r["rank"], i as u64 + 1);
         assert_eq!(r["score"], r["score_parts"]["score_with_stake_now"], "{r}");
         let b: Bid = t.account(&pk(&r["bid"]));
         assert_eq!(r["score"], b.score);
+        // What its duration takes off its rank: three durations of aging.
+        let handicap = gpu_market_core::score::duration_handicap(
+            b.max_duration_secs as u64,
+            p.aging_per_interval as u64,
+            p.billing_interval_secs as u64,
+        );
+        assert_eq!(r["score_parts"]["duration_handicap"], handicap, "{r}");
     }
 
     // An urgency premium (0.2: the market's 10 % of the 2-token escrow, at which urgency is
