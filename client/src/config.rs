@@ -573,6 +573,11 @@ fn library_matches() -> clap2::ArgMatches<'static> {
 /// signer_from_path`, with the remote-wallet library's HID transport): its key read from the
 /// device now, each signature asked of it at send.
 fn hardware_wallet(source: &str) -> Result<Wallet> {
+    // The library's Trezor transport opens libusb's global context with a panic where the host
+    // gives no USB access (no `/dev/bus/usb`, as in containers): no device can be reached then.
+    if let Err(e) = rusb::Context::new() {
+        bail!("cannot use the hardware wallet {source}: no device found (no USB access here: {e})");
+    }
     let mut manager = None;
     let device = solana_clap_utils::keypair::signer_from_path(
         &library_matches(),
