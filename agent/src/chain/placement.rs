@@ -4,29 +4,16 @@
 //! machine takes a bid without talking to each other; one that reads a little later may
 //! disagree for a moment, which the grace period absorbs.
 
-use anchor_lang::Discriminator;
 use gpu_market::state::{Bid, BookLeaf, Lease, Machine, Market};
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::placement::MarketPlacement;
 use solana_pubkey::Pubkey;
-use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 
-use super::solana::{key, SolanaChain};
+use super::solana::{accounts_with, key, SolanaChain};
 use super::{ChainError, Key};
 
 /// Where `market` sits in machine and lease accounts: right after the discriminator.
 const MARKET_OFFSET: usize = 8;
-
-/// The filters that list the accounts of type `T` in `market`.
-fn of_market<T: Discriminator>(market: &Pubkey) -> Vec<RpcFilterType> {
-    vec![
-        RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, T::DISCRIMINATOR.to_vec())),
-        RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
-            MARKET_OFFSET,
-            market.to_bytes().to_vec(),
-        )),
-    ]
-}
 
 /// What the packing policy says of one bid that fits this machine now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,8 +77,12 @@ impl SolanaChain {
         queue: &[BookLeaf],
     ) -> Result<MarketPlacement, ChainError> {
         let of = self.market();
-        let (_, machines) = self.program_accounts(of_market::<Machine>(&of)).await?;
-        let (_, leases) = self.program_accounts(of_market::<Lease>(&of)).await?;
+        let (_, machines) = self
+            .program_accounts(accounts_with::<Machine>(MARKET_OFFSET, &of))
+            .await?;
+        let (_, leases) = self
+            .program_accounts(accounts_with::<Lease>(MARKET_OFFSET, &of))
+            .await?;
         let machines: Vec<(Pubkey, Machine)> = machines
             .iter()
             .filter_map(|(k, d)| Some((*k, decode::<Machine>(d, "machine").ok()?)))

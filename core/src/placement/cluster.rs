@@ -54,13 +54,6 @@ impl Cluster {
         self.rank[node]
     }
 
-    /// Node `n` is now `node` (what is free on it changed outside [`Cluster::place`]); a policy
-    /// that keeps an index must be told (e.g. [`super::Planned::set_gpu_pods`]).
-    pub fn set_node(&mut self, n: usize, node: Node) -> Result<(), PlacementError> {
-        *self.nodes.get_mut(n).ok_or(PlacementError::NoSuchNode)? = node;
-        Ok(())
-    }
-
     /// Asks `policy` where `pod` goes and allocates it there. `Ok(None)`: it fits nowhere.
     /// A policy that proposes an infeasible placement gets an error and changes nothing.
     pub fn place(

@@ -190,19 +190,6 @@ impl Placer {
         placer
     }
 
-    /// Seat `machine` changed (a lease started or ended on it): `seat` is how it is now.
-    pub fn update(&mut self, machine: usize, seat: &Seat) {
-        let Some(n) = self.node_of.get(machine).copied().flatten() else {
-            return;
-        };
-        if let Some(node) = self.node(seat.offer) {
-            // The node was built from the same machine: same GPUs, same capacity.
-            if self.cluster.set_node(n, node).is_ok() {
-                self.set_leases(machine, seat);
-            }
-        }
-    }
-
     /// The model of a GPU of `class` with `gib` GiB.
     fn model(&self, class: u8, gib: u16) -> Option<ModelId> {
         let i = self.models.iter().position(|&m| m == (class, gib))?;
@@ -304,8 +291,8 @@ impl Placer {
     }
 
     /// Where `need` should go: `offers[i]` is seat `i`'s offer for the bid's kind (what
-    /// `allocate` would check), `caches(i)` whether seat `i` caches the bid's image. `None`:
-    /// no machine's fit rule accepts it.
+    /// `allocate` would check), `caching` the seats that cache the bid's image. `None`: no
+    /// machine's fit rule accepts it.
     pub fn choose(&mut self, need: &Need, offers: &[Offer], caching: &[usize]) -> Option<Chosen> {
         // (standing, caches the image, minus the tie-break position, seat, GPUs).
         let mut best: Option<(Standing, bool, i64, Chosen)> = None;
@@ -579,9 +566,9 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// The placer finds a machine exactly when some machine's fit rule accepts the bid, and
-        /// the GPUs it gives pass the check `allocate` makes; after the lease starts there (the
-        /// placer told), it goes on agreeing with a placer built afresh from the new state.
+        /// The placer, learnt afresh from the machines and their leases as each bid comes,
+        /// finds a machine exactly when some machine's fit rule accepts the bid, and the GPUs
+        /// it gives pass the check `allocate` makes.
         #[test]
         fn the_choice_fits_and_only_fails_when_nothing_fits(
             machines in prop::collection::vec((prop::collection::vec(0u16..=GIB, 1..9), 0u32..64, 0u64..4), 1..8),
@@ -598,14 +585,11 @@ mod tests {
             let seats = |offers: &[Offer], leases: &[Vec<(u16, u16)>]| -> State {
                 offers.iter().zip(leases).zip(&costs).map(|((o, l), &c)| (c, o.clone(), l.clone())).collect()
             };
-            let state = seats(&offers, &leases);
-            let mut placer = Placer::new(&view(&state), &demands(&needs));
             for need in &needs {
                 let fits_somewhere = offers.iter().any(|o| o.fit(need).is_ok());
-                let chosen = placer.choose(need, &offers, &[]);
+                // Learnt afresh from the market as it is now, as the agents do.
                 let state = seats(&offers, &leases);
-                let mut fresh = Placer::new(&view(&state), &demands(&needs));
-                prop_assert_eq!(&fresh.choose(need, &offers, &[]), &chosen);
+                let chosen = Placer::new(&view(&state), &demands(&needs)).choose(need, &offers, &[]);
                 prop_assert_eq!(chosen.is_some(), fits_somewhere);
                 let Some(chosen) = chosen else { continue };
                 let o = &offers[chosen.machine];
@@ -620,8 +604,6 @@ mod tests {
                 offers[chosen.machine] = Offer::new(gpus, true, o.room(), free, 0, 0, [0; 8]).in_region(EU);
                 let mask = chosen.gpus.iter().fold(0u16, |m, &g| m | 1 << g);
                 leases[chosen.machine].push((mask, need.gib_per_gpu));
-                let state = seats(&offers, &leases);
-                placer.update(chosen.machine, &view(&state)[chosen.machine]);
             }
         }
     }
