@@ -231,8 +231,11 @@ mod tests {
         fn rank_keys_order_bids_as_their_aged_scores_less_handicaps_do(
             b1 in 0u64..=10_000, b2 in 0u64..=10_000, aging in 0u64..=1_000,
             p1 in 0u64..1_000_000, p2 in 0u64..1_000_000, later in 0u64..1_000_000,
-            h1 in 0u64..100_000, h2 in 0u64..100_000,
+            d1 in 0u64..100, d2 in 0u64..100,
         ) {
+            // A handicap is aging × the intervals of delay it stands for (`duration_handicap`):
+            // none where bids do not age.
+            let (h1, h2) = (aging * d1, aging * d2);
             let now = p1.max(p2) + later;
             let aged = |b: u64, p: u64, h: u64| (b + aging * (now - p)) as i64 - h as i64;
             prop_assert_eq!(
