@@ -432,6 +432,10 @@ fn lease_fields(
             "energy_kwh",
             text(gpu_market_core::amount::format(l.energy_j / 3_600, 3)),
         ),
+        (
+            "sm_utilisation_bps",
+            l.profile().map_or(Value::Null, |p| p.sm_util_bps.into()),
+        ),
         ("idle_streak", l.idle_streak.into()),
         ("idle", l.idle.into()),
         ("violations", l.violations.into()),

@@ -267,6 +267,7 @@ impl SubmitUsage<'_> {
                 .ok_or(MarketError::Overflow)?;
             a.machine.record_violation(now, &a.market)?;
         }
+        lease.utilisation_bps = args.avg_utilisation_bps;
         lease.idle_streak = lease_math::idle_streak(
             lease.idle_streak,
             args.avg_utilisation_bps,

@@ -1,4 +1,5 @@
 use anchor_lang::prelude::*;
+use gpu_market_core::colocate::Profile;
 use gpu_market_core::fit::Host;
 
 use crate::state::{BidKind, MarketParams, MAX_GPUS};
@@ -42,6 +43,9 @@ pub struct Lease {
     pub machine: Pubkey,
     pub bid: Pubkey,
     pub client: Pubkey,
+    /// sha256 digest of the image the lease runs (its bid's): the market's packing policy
+    /// learns what an image asks of a GPU from the leases running it.
+    pub image_digest: [u8; 32],
     pub kind: BidKind,
     pub gpu_count: u8,
     /// The machine's GPU serving each of the bid's GPUs (first `gpu_count` entries).
@@ -74,6 +78,10 @@ pub struct Lease {
     pub gpu_seconds: u64,
     pub energy_j: u64,
     pub idle_streak: u16,
+    /// The average SM utilisation of the lease's GPUs over its last proven window, in basis
+    /// points (0 before the first proof, which `proof_hash` tells): what the market's
+    /// co-location model knows of the lease as a neighbour on a shared GPU.
+    pub utilisation_bps: u16,
     /// Set once `idle_intervals` consecutive proofs showed low utilisation.
     pub idle: bool,
     pub violations: u32,
@@ -101,6 +109,14 @@ impl Lease {
 
     pub fn gpus(&self) -> &[u8] {
         &self.gpus[..self.gpu_count as usize]
+    }
+
+    /// What the lease's proofs measured, as the co-location model sees a neighbour: `None`
+    /// before the first proof.
+    pub fn profile(&self) -> Option<Profile> {
+        (self.proof_hash != [0; 32]).then_some(Profile {
+            sm_util_bps: self.utilisation_bps,
+        })
     }
 
     /// The time after which nothing more is owed: its end, or when it was told to stop.
