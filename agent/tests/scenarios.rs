@@ -14,6 +14,7 @@ mod support;
 use std::fmt::Debug;
 
 use gpu_market_agent::chain::{proof_hash, BidView, ChainError, Key, LeaseView};
+use gpu_market_core::colocate::{InterferenceModel, Profile};
 use gpu_market_core::fit::Host;
 use gpu_market_core::lease::UsageProof;
 use market::program::ProgramMarket;
@@ -621,6 +622,97 @@ async fn program_a_spot_bid_runs_on_its_books_machine_without_waiting() {
     let spot = m.place_bid(&BidSpec::spot(1, 5, 10 * TOKEN)).await;
     agent.run_for(&m, POLL).await;
     assert_eq!(m.machine_of_lease(spot).await, Some(m.machine()));
+}
+
+/// Smart batching through the agents. Machine A's lease of image `light` holds half of a GPU
+/// and keeps it 20 % busy; the cheaper machine B's lease of image `busy` holds half of a GPU and
+/// keeps it 95 % busy; their proofs say so. Each step below would go otherwise without the
+/// co-location model, which predicts that two `busy` leases clash and a `busy` and a `light`
+/// one get along:
+/// - a second `busy` bid for B only takes B's other GPU, not the rest of the first one's;
+/// - a third `busy` bid, for any machine, would complete a GPU of B (the cheaper), but B's agent
+///   leaves it to A, whose agent takes it beside the `light` lease at once;
+/// - a bid of an image no lease has measured clashes with nothing: it completes a GPU of B.
+#[tokio::test(start_paused = true)]
+async fn program_a_bid_shares_a_gpu_with_a_tenant_it_gets_along_with() {
+    let m = ProgramMarket::start().await;
+    let mut us_east = [0u8; 16];
+    us_east[..7].copy_from_slice(b"us-east");
+    let b = m.add_machine(us_east, ELECTRICITY_COST / 2).await;
+    let (mut agent_a, mut agent_b) = (Agent::start(&m), Agent::on(b.chain.clone()));
+    let (light, busy, unmeasured) = ([1u8; 32], [2u8; 32], [3u8; 32]);
+    let half = |image_digest, regions| BidSpec {
+        gib_per_gpu: 12,
+        image_digest,
+        regions,
+        ..BidSpec::queue(1, 40)
+    };
+    let on_a = m.place_bid(&half(light, vec![MACHINE_REGION])).await;
+    let on_b = m.place_bid(&half(busy, vec![us_east])).await;
+    let proven = prove_loads(&m, &mut agent_a, &mut agent_b, &[on_a, on_b]).await;
+    // What the agents measured: two `busy` leases clash, a `busy` and a `light` one do not.
+    let model = InterferenceModel::MARKET;
+    assert!(
+        !model.get_along(&proven[1], &proven[1]) && model.get_along(&proven[1], &proven[0]),
+        "{proven:?}"
+    );
+
+    let second = m.place_bid(&half(busy, vec![us_east])).await;
+    prove_loads(&m, &mut agent_a, &mut agent_b, &[second]).await;
+    let (first, second) = (
+        m.lease_of(on_b).await.expect("the first busy lease"),
+        m.lease_of(second).await.expect("the second busy lease"),
+    );
+    assert_eq!(second.machine, b.machine);
+    assert_ne!(second.gpus(), first.gpus(), "not beside the first");
+
+    let third = m.place_bid(&half(busy, vec![])).await;
+    tick_both(&m, &mut agent_a, &mut agent_b).await;
+    let (beside, third) = (
+        m.lease_of(on_a).await.expect("the light lease"),
+        m.lease_of(third).await.expect("the third busy lease"),
+    );
+    assert_eq!(third.machine, m.machine(), "left to A");
+    assert_eq!(third.gpus(), beside.gpus(), "beside the light lease");
+
+    let new = m.place_bid(&half(unmeasured, vec![])).await;
+    tick_both(&m, &mut agent_a, &mut agent_b).await;
+    assert_eq!(m.machine_of_lease(new).await, Some(b.machine));
+}
+
+/// Runs both agents until every lease of `bids` has proven an interval wholly at its load
+/// (SIMULATED GPU: the load follows the container's CPU, of 2 CPUs per GPU; A's containers use
+/// 20 %, B's 95 %); their profiles, in order.
+async fn prove_loads(
+    m: &ProgramMarket,
+    a: &mut Agent,
+    b: &mut Agent,
+    bids: &[Key],
+) -> Vec<Profile> {
+    tick_both(m, a, b).await;
+    for (agent, millicpus) in [(&*a, 400), (&*b, 1_900)] {
+        for id in agent.runtime.containers().into_keys() {
+            agent.runtime.set_cpu_rate(&id, millicpus);
+        }
+    }
+    let mut proven = Vec::new();
+    for _ in 0..3 * INTERVAL / POLL as u32 {
+        tick_both(m, a, b).await;
+        let mut leases = Vec::new();
+        for &bid in bids {
+            leases.push(m.lease_of(bid).await);
+        }
+        proven = leases
+            .into_iter()
+            .flatten()
+            .filter(|l| l.next_interval >= 2)
+            .filter_map(|l| l.profile())
+            .collect();
+        if proven.len() == bids.len() {
+            return proven;
+        }
+    }
+    panic!("the leases prove their loads: {proven:?}");
 }
 
 /// Two polls of both agents, the clocks moving on; machine B's agent looks first each time (so

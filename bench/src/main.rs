@@ -2,11 +2,13 @@
 //! `gpu-market-bench throughput`: placement speed of our policy on a synthetic cluster.
 //! `gpu-market-bench jct [--traces DIR]`: job completion time on the Philly-derived traces.
 //! `gpu-market-bench colocate [--traces DIR]`: the interference model on Lucid's pairs.
+//! `gpu-market-bench batching [--traces DIR]`: smart batching in the market's machine choice.
 //! `gpu-market-bench forecast [--traces DIR]`: the demand forecast on Philly and openb arrivals.
 //! `gpu-market-bench replay [--traces DIR]`: the FGD protocol through the market's own code.
 //! `gpu-market-bench micro`: ns per call of the score, the reserve price and feasibility.
 //! `gpu-market-bench all [--traces DIR]`: every one of the above (throughput first).
 
+mod batching;
 mod colocate;
 mod fgd;
 mod forecast;
@@ -22,16 +24,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | forecast | micro | all";
+    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | batching | forecast | micro | all";
 
 /// Every benchmark, by name, in the order `all` runs them: throughput first, as its memory
 /// figure is the process's peak so far.
-const BENCHMARKS: [&str; 7] = [
+const BENCHMARKS: [&str; 8] = [
     "throughput",
     "fgd",
     "replay",
     "jct",
     "colocate",
+    "batching",
     "forecast",
     "micro",
 ];
@@ -42,6 +45,7 @@ fn bench(name: &str, traces: &Path) -> Option<Result<(), String>> {
         "throughput" => throughput::main(),
         "jct" => jct::main(traces),
         "colocate" => colocate::main(traces),
+        "batching" => batching::main(traces),
         "forecast" => forecast::main(traces),
         "micro" => micro::main(),
         "replay" => replay::main(traces),

@@ -21,7 +21,9 @@ use gpu_market::state::{
     MarketParams, OverclockTerms, MAX_CACHED_IMAGES, MAX_GPUS,
 };
 use gpu_market_core::fit::{Need, Offer};
-use gpu_market_core::placement::{Chosen, Demand, Node, Placer, Pod, Seat, SplitMix64};
+use gpu_market_core::placement::{
+    Affinity, Chosen, Demand, Node, Placer, Pod, Seat, SplitMix64, Tenant,
+};
 
 use crate::fgd::{self, POINTS};
 use crate::trace;
@@ -142,11 +144,12 @@ enum Rule {
     Race(u64),
 }
 
-/// The machines' offers and running leases (GPUs and GiB on each).
+/// The machines' offers and running leases (GPUs and GiB on each; the trace measures no
+/// utilisation, so no profile, and the co-location model has nothing to weigh).
 #[derive(Clone)]
 struct State {
     offers: Vec<Offer>,
-    leases: Vec<Vec<(u16, u16)>>,
+    leases: Vec<Vec<Tenant>>,
 }
 
 impl State {
@@ -172,7 +175,7 @@ impl State {
 
 /// A change on its way to the agents: the bid from which on they see it, the machine, and its
 /// new offer and leases.
-type Change = (usize, usize, Offer, Vec<(u16, u16)>);
+type Change = (usize, usize, Offer, Vec<Tenant>);
 
 struct Replayed {
     market: Market,
@@ -225,8 +228,11 @@ impl Replayed {
                     }
                     None => &self.now,
                 };
-                let chosen =
-                    Placer::new(&seen.seats(), &self.workload).choose(need, &seen.offers, &[]);
+                let chosen = Placer::new(&seen.seats(), &self.workload).choose(
+                    need,
+                    &seen.offers,
+                    Affinity::default(),
+                );
                 let lands = |c: &Chosen| self.now.offers[c.machine].check_choice(need, &c.gpus);
                 match chosen {
                     Some(c) if lands(&c).is_err() => {
@@ -234,7 +240,7 @@ impl Replayed {
                         Placer::new(&self.now.seats(), &self.workload).choose(
                             need,
                             &self.now.offers,
-                            &[],
+                            Affinity::default(),
                         )
                     }
                     chosen => chosen,
@@ -276,8 +282,11 @@ impl Replayed {
         })
         .map_err(|e| e.to_string())?;
         self.now.offers[i] = offer(m, &self.market)?;
-        let mask = gpus.iter().fold(0u16, |m, &g| m | 1 << g);
-        self.now.leases[i].push((mask, bid.gib_per_gpu));
+        self.now.leases[i].push(Tenant {
+            gpus: gpus.iter().fold(0u16, |m, &g| m | 1 << g),
+            gib_per_gpu: bid.gib_per_gpu,
+            profile: None,
+        });
         if let Some((_, on_the_way)) = &mut self.seen {
             let (offer, leases) = (self.now.offers[i].clone(), self.now.leases[i].clone());
             on_the_way.push_back((self.workload.len(), i, offer, leases));

@@ -954,12 +954,18 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         })
         .collect::<Result<_>>()?;
     // Queue bids go where the market's packing policy says; a spot bid names its machine.
-    let chosen = match (b.kind, ready > 0) {
-        (BidKind::Queue, true) => {
-            policy::policy_machine(config, &m, now, &machines, &entries.entries, &b)?
-        }
+    let view = match (b.kind, ready > 0) {
+        (BidKind::Queue, true) => Some(policy::policy_view(
+            config,
+            &m,
+            now,
+            &machines,
+            &entries.entries,
+            &b,
+        )?),
         _ => None,
     };
+    let chosen = view.as_ref().and_then(|v| v.machine);
     let n = machines.len();
     let blocked = || {
         reasons
@@ -998,6 +1004,11 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         ("machines_fitting", fitting.into()),
         ("machines_ready", ready.into()),
         ("policy_machine", chosen.map_or(Value::Null, text)),
+        (
+            "image_sm_utilisation_bps",
+            view.and_then(|v| v.image_sm_util_bps)
+                .map_or(Value::Null, Value::from),
+        ),
         (
             "blocked_by",
             Value::Array(

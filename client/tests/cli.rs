@@ -594,6 +594,8 @@ fn bid_verbs() {
     assert_eq!(ex["allocation_refused"], serde_json::json!([]), "{ex}");
     // The market's packing policy gives it the one machine: its agent starts it.
     assert_eq!(ex["policy_machine"], mc.as_str(), "{ex}");
+    // No lease has run its image yet: the co-location model knows nothing of it.
+    assert_eq!(ex["image_sm_utilisation_bps"], Value::Null, "{ex}");
     assert!(
         ex["summary"].as_str().unwrap().starts_with(&format!(
             "it fits 1 of 1 machines now and waits for the agent of machine {mc}"
@@ -1385,8 +1387,25 @@ fn quote_and_lease_verbs() {
     assert_eq!(show["gpu_time_utilisation_bps"], 10_000);
     assert_eq!(show["idle"], false);
     assert_eq!(show["idle_streak"], 1);
+    assert_eq!(show["sm_utilisation_bps"], 100, "{show}");
     let l: Lease = t.account(&lease);
     assert_eq!(show["proof_hash"], hex::encode(l.proof_hash));
+    // Its image now has a profile: another bid of it is told what the co-location model
+    // knows of it (the mean of the leases running it).
+    let neighbour = t.wallet("neighbour");
+    s.fund(&t, &neighbour, "10");
+    let out = t.ok(
+        &neighbour,
+        &place_args(
+            &m,
+            &["--overclock", "power=250", "--price", "3", "--class", "0"],
+        ),
+    );
+    let ex = t.ok(
+        &neighbour,
+        &["bid", "explain", &pk(&out["bid"]).to_string()],
+    );
+    assert_eq!(ex["image_sm_utilisation_bps"], 100, "{ex}");
     let b: Bid = t.account(&bid);
     assert_eq!(
         show["escrow_left"],

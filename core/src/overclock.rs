@@ -68,6 +68,18 @@ impl core::fmt::Display for OverclockError {
 impl std::error::Error for OverclockError {}
 
 impl GpuLimits {
+    /// A GPU whose clocks cannot be set (no lock, no offset), only its power limit within
+    /// `power_w`.
+    pub const fn power_only(power_w: Range<u16>) -> GpuLimits {
+        GpuLimits {
+            power_w,
+            core_lock_mhz: Range { min: 0, max: 0 },
+            mem_lock_mhz: Range { min: 0, max: 0 },
+            core_offset_mhz: Range { min: 0, max: 0 },
+            mem_offset_mhz: Range { min: 0, max: 0 },
+        }
+    }
+
     /// A host's declaration is usable: every range ordered, the power range above zero watts.
     pub fn validate(&self) -> Result<(), OverclockError> {
         let ordered = self.power_w.is_ordered()

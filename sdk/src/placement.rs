@@ -3,10 +3,17 @@
 //! `gpu_market_core::placement` ([`Placer`]). The host agent asks it which machine should take
 //! each bid it could take; `gpu-market bid explain` tells a client which machine that is. Both
 //! read the same accounts, so they give the same answer.
+//!
+//! What the co-location model knows comes from the leases too: each lease's last proven SM
+//! utilisation is its profile as a neighbour, and a bid's profile is the mean over the measured
+//! leases running its image.
+
+use std::collections::BTreeMap;
 
 use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, Market};
+use gpu_market_core::colocate::Profile;
 use gpu_market_core::fit::Offer;
-use gpu_market_core::placement::{Demand, Placer, Seat};
+use gpu_market_core::placement::{Affinity, Demand, Placer, Seat, Tenant};
 use solana_pubkey::Pubkey;
 
 /// A market's machines as the packing policy sees them at one moment.
@@ -16,6 +23,26 @@ pub struct MarketPlacement {
     /// Each machine's offer to queue bids.
     offers: Vec<Offer>,
     placer: Placer,
+    /// The profile of each image some measured lease runs.
+    images: BTreeMap<[u8; 32], Profile>,
+}
+
+/// Each image's profile: the mean SM utilisation of the measured `leases` running it.
+fn image_profiles(leases: &[Lease]) -> BTreeMap<[u8; 32], Profile> {
+    let mut sums: BTreeMap<[u8; 32], (u64, u64)> = BTreeMap::new();
+    for l in leases {
+        if let Some(p) = l.profile() {
+            let (sum, n) = sums.entry(l.image_digest).or_default();
+            *sum += p.sm_util_bps as u64;
+            *n += 1;
+        }
+    }
+    sums.into_iter()
+        .map(|(image, (sum, n))| {
+            let sm_util_bps = u16::try_from(sum / n).unwrap_or(u16::MAX);
+            (image, Profile { sm_util_bps })
+        })
+        .collect()
 }
 
 /// Where the policy gives a bid: the machine, and the GPUs it takes there.
@@ -37,13 +64,16 @@ impl MarketPlacement {
         queue: &[BookLeaf],
     ) -> Result<Self, String> {
         let (keys, machines): (Vec<Pubkey>, Vec<Machine>) = machines.into_iter().unzip();
-        let mut held: Vec<Vec<(u16, u16)>> = vec![Vec::new(); keys.len()];
+        let mut held: Vec<Vec<Tenant>> = vec![Vec::new(); keys.len()];
         let mut workload: Vec<Demand> = Vec::with_capacity(leases.len() + queue.len());
         for l in leases {
             workload.push(Demand::running(l.gpu_count, l.gib_per_gpu, l.host()));
             if let Some(i) = keys.iter().position(|k| *k == l.machine) {
-                let mask = l.gpus().iter().fold(0u16, |m, &g| m | 1 << g);
-                held[i].push((mask, l.gib_per_gpu));
+                held[i].push(Tenant {
+                    gpus: l.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
+                    gib_per_gpu: l.gib_per_gpu,
+                    profile: l.profile(),
+                });
             }
         }
         workload.extend(
@@ -77,12 +107,15 @@ impl MarketPlacement {
             machines,
             offers,
             placer,
+            images: image_profiles(leases),
         })
     }
 
     /// Where the policy gives queue bid `bid`: the machine whose fit rule accepts it and where
-    /// it fragments the market least (ties: a machine caching its image, the cheaper
-    /// electricity, the lowest address), and the GPUs there; `None` when no machine's fit rule
+    /// it fragments the market least, a place whose co-tenants get along with it (as the
+    /// co-location model predicts from their profiles and its image's) before any other (ties:
+    /// a machine caching its image, the cheaper electricity, the lowest address), and the GPUs
+    /// there; `None` when no machine's fit rule
     /// accepts it, and for a spot bid, which waits in its machine's own book for that machine.
     pub fn place(&mut self, bid: &Bid) -> Option<Placed> {
         if bid.kind != BidKind::Queue {
@@ -99,10 +132,19 @@ impl MarketPlacement {
             })
             .map(|(i, _)| i)
             .collect();
-        let chosen = self.placer.choose(&need, &self.offers, &caching)?;
+        let affinity = Affinity {
+            caching: &caching,
+            profile: self.profile_of(&bid.image_digest),
+        };
+        let chosen = self.placer.choose(&need, &self.offers, affinity)?;
         Some(Placed {
             machine: self.keys[chosen.machine],
             gpus: chosen.gpus,
         })
+    }
+
+    /// The profile of `image`, where a measured lease of the market runs it.
+    pub fn profile_of(&self, image: &[u8; 32]) -> Option<Profile> {
+        self.images.get(image).copied()
     }
 }

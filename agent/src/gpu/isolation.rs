@@ -186,13 +186,7 @@ mod tests {
             name: "test".into(),
             // As NVML reports an 80 GB part: a little over 80 GiB.
             memory_mib: memory_gib * 1024 + 100,
-            limits: GpuLimits {
-                power_w: Range { min: 100, max: 400 },
-                core_lock_mhz: Range { min: 0, max: 0 },
-                mem_lock_mhz: Range { min: 0, max: 0 },
-                core_offset_mhz: Range { min: 0, max: 0 },
-                mem_offset_mhz: Range { min: 0, max: 0 },
-            },
+            limits: GpuLimits::power_only(Range { min: 100, max: 400 }),
             default_power_w: 300,
             class: None,
             topology_group: None,

@@ -64,6 +64,8 @@ pub struct BidSpec {
     pub host: Host,
     /// The regions whose machines may run it (none: any).
     pub regions: Vec<Region>,
+    /// The digest of its image (of [`IMAGE`]'s reference: the recording runtime pulls any).
+    pub image_digest: [u8; 32],
 }
 
 impl BidSpec {
@@ -81,6 +83,7 @@ impl BidSpec {
             ports: Vec::new(),
             host: Host::default(),
             regions: Vec::new(),
+            image_digest: IMAGE_DIGEST,
         }
     }
 
@@ -183,7 +186,7 @@ impl MarketUnderTest for FakeMarket {
             max_duration_secs: spec.max_duration_secs,
             deadline: spec.deadline(self.chain.clock()),
             image_ref: IMAGE.into(),
-            image_digest: IMAGE_DIGEST,
+            image_digest: spec.image_digest,
             env_hash: [0; 32],
             room: gpu_market_agent::chain::RoomAsked {
                 ports: spec.ports.clone(),

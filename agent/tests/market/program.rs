@@ -20,8 +20,8 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use super::{
-    machine_gpus, BidSpec, MarketUnderTest, ELECTRICITY_COST, IMAGE, IMAGE_DIGEST, INTERVAL,
-    MACHINE_HOST, MACHINE_REGION, T0, TOKEN,
+    machine_gpus, BidSpec, MarketUnderTest, ELECTRICITY_COST, IMAGE, INTERVAL, MACHINE_HOST,
+    MACHINE_REGION, T0, TOKEN,
 };
 
 /// What a client holds before it bids: enough for any scenario's escrow.
@@ -132,9 +132,13 @@ impl ProgramMarket {
 
     /// The machine running the lease of `bid`, while the lease is open.
     pub async fn machine_of_lease(&self, bid: Key) -> Option<Pubkey> {
+        Some(self.lease_of(bid).await?.machine)
+    }
+
+    /// The lease of `bid`, while it is open.
+    pub async fn lease_of(&self, bid: Key) -> Option<Lease> {
         let lease = gpu_market::pda::lease(&Pubkey::new_from_array(bid.0)).0;
-        let lease: Lease = self.live.cluster.account(&lease).await.ok()?;
-        Some(lease.machine)
+        self.live.cluster.account(&lease).await.ok()
     }
 }
 
@@ -158,7 +162,7 @@ impl MarketUnderTest for ProgramMarket {
                 BidKind::Spot => ProgramBidKind::Spot,
             },
             image_ref: IMAGE.into(),
-            image_digest: IMAGE_DIGEST,
+            image_digest: spec.image_digest,
             env_hash: [0; 32],
             gpu_count: spec.gpu_count,
             gib_per_gpu: spec.gib_per_gpu,

@@ -1,5 +1,6 @@
 //! Which machine the market's packing policy gives a bid (`gpu_market_sdk::placement`, what
-//! every host agent computes): `bid explain` shows it.
+//! every host agent computes), and what the co-location model knows of its image: `bid
+//! explain` shows both.
 
 use anyhow::{anyhow, Result};
 use gpu_market::state::{Bid, BookLeaf, Lease, Machine, Market};
@@ -8,16 +9,25 @@ use solana_pubkey::Pubkey;
 
 use crate::config::Config;
 
-/// The machine of `machines` (all of `market`'s, `queue` its queue book's entries) whose
-/// agent takes `bid` at once, as the agents compute it at `now`; `None` where none fits it.
-pub(super) fn policy_machine(
+/// What the packing policy makes of a bid.
+pub(super) struct PolicyView {
+    /// The machine whose agent takes it at once; `None` where none fits it.
+    pub machine: Option<Pubkey>,
+    /// The mean SM utilisation of the measured leases running its image: its profile for the
+    /// co-location model (`None`: not measured, it clashes with no co-tenant).
+    pub image_sm_util_bps: Option<u16>,
+}
+
+/// The packing policy's view of `bid` over `machines` (all of `market`'s, `queue` its queue
+/// book's entries), as the agents compute it at `now`.
+pub(super) fn policy_view(
     config: &Config,
     market: &Market,
     now: i64,
     machines: &[(Pubkey, Machine)],
     queue: &[BookLeaf],
     bid: &Bid,
-) -> Result<Option<Pubkey>> {
+) -> Result<PolicyView> {
     let leases: Vec<Lease> = config
         .program_accounts_of::<Lease>(&[(0, bid.market)])?
         .into_iter()
@@ -25,5 +35,10 @@ pub(super) fn policy_machine(
         .collect();
     let mut placement = MarketPlacement::new(market, now, machines.to_vec(), &leases, queue)
         .map_err(|e| anyhow!("{e}"))?;
-    Ok(placement.place(bid).map(|p| p.machine))
+    Ok(PolicyView {
+        machine: placement.place(bid).map(|p| p.machine),
+        image_sm_util_bps: placement
+            .profile_of(&bid.image_digest)
+            .map(|p| p.sm_util_bps),
+    })
 }

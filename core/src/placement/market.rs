@@ -10,6 +10,13 @@
 //! policy chose when the fit rule accepts them, else the fit rule's own. A bid no machine of the
 //! policy can take goes to the first machine, in that same order, whose fit rule accepts it.
 //!
+//! Smart batching: where the bid's profile is known (its image runs in the market), a place
+//! whose GPUs' co-tenants the co-location model ([`InterferenceModel::MARKET`]) predicts to
+//! clash with it (either would keep less than [`MIN_SPEED`] of its speed alone) comes after
+//! every place where they get along. On a machine whose policy GPU clashes, a one-GPU bid may
+//! take another GPU the fit rule accepts whose co-tenants get along (the tightest). Co-tenants
+//! with no proof yet, and bids of an image not yet measured, clash with nothing.
+//!
 //! Units: the policy counts a GPU as 1 000 milli. A machine's GPU of `G` GiB holds a bid's `g`
 //! GiB as ⌊1 000·g/G⌋ milli (a whole GPU when `g ≥ G`) and has ⌊1 000·free/G⌋ milli free. A
 //! model is a (class, GiB) pair; a machine is of its first GPU's model (the fit rule still
@@ -23,6 +30,9 @@ use super::frag::FragModel;
 use super::plan::PackingPlan;
 use super::policy::{Planned, Standing};
 use super::types::{bits, GpuMask, ModelId, ModelSet, Node, Pod, MAX_GPUS_PER_NODE, MILLI_PER_GPU};
+#[cfg(doc)]
+use crate::colocate::MIN_SPEED;
+use crate::colocate::{InterferenceModel, Profile};
 use crate::fit::{Host, Need, Offer};
 
 /// How long, by default, a bid the policy gives one machine waits for it before any other
@@ -44,8 +54,27 @@ pub struct Seat<'a> {
     pub electricity_cost_per_kwh: u64,
     /// What the fit rule sees of the machine now.
     pub offer: &'a Offer,
-    /// Its running leases: each one's GPUs (a mask) and GiB on each of them.
-    pub leases: &'a [(u16, u16)],
+    /// Its running leases.
+    pub leases: &'a [Tenant],
+}
+
+/// A running lease of a machine, as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tenant {
+    /// Its GPUs on the machine, as a mask.
+    pub gpus: u16,
+    pub gib_per_gpu: u16,
+    /// What its proofs measured (`None` before the first).
+    pub profile: Option<Profile>,
+}
+
+/// What the choice weighs besides packing: data affinity and co-tenants.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Affinity<'a> {
+    /// The seats that cache the bid's image.
+    pub caching: &'a [usize],
+    /// The bid's profile, where its image has been measured in the market.
+    pub profile: Option<Profile>,
 }
 
 /// One bid of the market's workload, as the policy learns its typical pods and packing plan
@@ -106,7 +135,13 @@ pub struct Placer {
     seat_of: Vec<usize>,
     /// Seats in tie-break order: the cheaper electricity, then the lowest id.
     order: Vec<usize>,
+    /// Each seat's running leases with a measured profile: their GPUs (a mask) and profile.
+    profiled: Vec<Vec<(u16, Profile)>>,
 }
+
+/// A candidate place: whether its co-tenants get along with the bid, its standing, whether it
+/// caches the bid's image, minus its tie-break position; better compares greater.
+type Rank = (bool, Standing, bool, i64);
 
 /// ⌊1 000·gib/of⌋ milli of a GPU of `of` GiB (at least 1, at most a whole GPU): the same
 /// rounding for what a bid asks and what a GPU has free, so that for GPUs of up to 1 000 GiB a
@@ -168,6 +203,15 @@ impl Placer {
             node_of: vec![None; seats.len()],
             seat_of: Vec::new(),
             order,
+            profiled: seats
+                .iter()
+                .map(|s| {
+                    s.leases
+                        .iter()
+                        .filter_map(|t| Some((t.gpus, t.profile?)))
+                        .collect()
+                })
+                .collect(),
         };
         let reference: Vec<Pod> = workload.iter().flat_map(|n| placer.pods(n)).collect();
         placer.policy = Planned::new(
@@ -231,7 +275,12 @@ impl Placer {
         let gpus = seat.offer.gpus();
         let mut sizes: Vec<Vec<u16>> = vec![Vec::new(); gpus.len()];
         let mut off_plan = 0u16;
-        for &(mask, gib) in seat.leases {
+        for &Tenant {
+            gpus: mask,
+            gib_per_gpu: gib,
+            ..
+        } in seat.leases
+        {
             let one = mask.count_ones() == 1;
             for g in (0..gpus.len()).filter(|g| mask >> g & 1 == 1) {
                 let m = milli(gib, gpus[g].memory_gib);
@@ -291,320 +340,185 @@ impl Placer {
     }
 
     /// Where `need` should go: `offers[i]` is seat `i`'s offer for the bid's kind (what
-    /// `allocate` would check), `caching` the seats that cache the bid's image. `None`: no
-    /// machine's fit rule accepts it.
-    pub fn choose(&mut self, need: &Need, offers: &[Offer], caching: &[usize]) -> Option<Chosen> {
-        // (standing, caches the image, minus the tie-break position, seat, GPUs).
-        let mut best: Option<(Standing, bool, i64, Chosen)> = None;
+    /// `allocate` would check); `affinity` the seats caching the bid's image and its profile.
+    /// `None`: no machine's fit rule accepts it.
+    pub fn choose(&mut self, need: &Need, offers: &[Offer], affinity: Affinity) -> Option<Chosen> {
+        let mut best: Option<(Rank, Chosen)> = None;
         for pod in self.pods(&need.into()) {
-            let Some(found) = self.best_for(&pod, need, offers, caching) else {
+            let Some(found) = self.best_for(&pod, need, offers, affinity) else {
                 continue;
             };
-            if best
-                .as_ref()
-                .is_none_or(|b| (found.0, found.1, found.2) > (b.0, b.1, b.2))
-            {
+            if best.as_ref().is_none_or(|b| found.0 > b.0) {
                 best = Some(found);
             }
         }
-        if let Some((.., chosen)) = best {
+        if let Some((_, chosen)) = best {
             return Some(chosen);
         }
-        // Nothing the policy describes takes it: the first machine in tie-break order that fits.
-        self.order.iter().find_map(|&m| {
+        // Nothing the policy describes takes it: the first machine in tie-break order that fits,
+        // one whose co-tenants get along first.
+        let near = Neighbours {
+            profiled: &self.profiled,
+            profile: affinity.profile,
+        };
+        let fitting = self.order.iter().filter_map(|&m| {
             let choice = offers.get(m)?.fit(need).ok()?;
             Some(Chosen {
                 machine: m,
                 gpus: choice.gpus().to_vec(),
             })
-        })
+        });
+        let mut clashing = None;
+        for chosen in fitting {
+            if near.along(chosen.machine, mask_of(&chosen.gpus)) {
+                return Some(chosen);
+            }
+            clashing.get_or_insert(chosen);
+        }
+        clashing
     }
 
-    /// The best placement of `pod` (one of `need`'s) whose machine's fit rule accepts `need`,
-    /// preferring, at the same standing, a machine in `caching`.
+    /// The best placement of `pod` (one of `need`'s) whose machine's fit rule accepts `need`:
+    /// co-tenants that get along first, then the standing, then, at the same standing, a
+    /// machine caching the image.
     fn best_for(
         &mut self,
         pod: &Pod,
         need: &Need,
         offers: &[Offer],
-        caching: &[usize],
-    ) -> Option<(Standing, bool, i64, Chosen)> {
-        let (seat_of, cluster) = (&self.seat_of, &self.cluster);
-        let accept = |node: usize, mask: GpuMask| -> Option<Chosen> {
-            let machine = seat_of[node];
-            let offer = offers.get(machine)?;
-            let gpus: Vec<u8> = bits(mask).map(|g| g as u8).collect();
-            if gpus.len() == need.gpu_count as usize && offer.check_choice(need, &gpus).is_ok() {
-                return Some(Chosen { machine, gpus });
-            }
-            let choice = offer.fit(need).ok()?;
-            Some(Chosen {
-                machine,
-                gpus: choice.gpus().to_vec(),
-            })
+        affinity: Affinity,
+    ) -> Option<(Rank, Chosen)> {
+        // The ranked places down to the first whose co-tenants get along: a place ranked below
+        // it, even on other GPUs of its machine, stands no better.
+        let mut ahead: Vec<(Standing, usize, GpuMask)> = Vec::new();
+        let near = Neighbours {
+            profiled: &self.profiled,
+            profile: affinity.profile,
         };
-        let (standing, first) = self
-            .policy
-            .ranked(cluster, pod)
-            .find_map(|(s, at)| Some((s, accept(at.node as usize, at.gpus)?)))?;
-        let position = |c: &Chosen| -(cluster.rank(self.node_of[c.machine].unwrap_or(0)) as i64);
-        let mut pick = (
-            standing,
-            caching.contains(&first.machine),
-            position(&first),
-            first,
-        );
-        if pick.1 {
-            return Some(pick);
-        }
-        for &m in caching {
-            let Some(n) = self.node_of.get(m).copied().flatten() else {
+        for (s, at) in self.policy.ranked(&self.cluster, pod) {
+            let node = at.node as usize;
+            let Some(c) = accept(&self.seat_of, offers, need, node, at.gpus) else {
                 continue;
             };
-            let Some((s, mask)) = self.policy.standing_of(cluster, pod, n) else {
-                continue;
-            };
-            if s != standing {
-                continue;
+            ahead.push((s, node, at.gpus));
+            if near.along(c.machine, mask_of(&c.gpus)) {
+                break;
             }
-            if let Some(c) = accept(n, mask) {
-                let p = position(&c);
-                if !pick.1 || p > pick.2 {
-                    pick = (s, true, p, c);
+        }
+        let caching = affinity.caching.iter().filter_map(|&m| {
+            let n = self.node_of.get(m).copied().flatten()?;
+            let (s, mask) = self.policy.standing_of(&self.cluster, pod, n)?;
+            Some((s, n, mask))
+        });
+        let candidates: Vec<(Standing, usize, GpuMask)> = ahead
+            .into_iter()
+            .chain(caching.collect::<Vec<_>>())
+            .collect();
+        let mut pick: Option<(Rank, Chosen)> = None;
+        for (s, node, mask) in candidates {
+            let Some((along, s, c)) =
+                self.place(pod, need, offers, affinity.profile, (s, node, mask))
+            else {
+                continue;
+            };
+            let position = -(self.cluster.rank(node) as i64);
+            let rank = (along, s, affinity.caching.contains(&c.machine), position);
+            if pick.as_ref().is_none_or(|p| rank > p.0) {
+                pick = Some((rank, c));
+            }
+        }
+        pick
+    }
+
+    /// Node `at.1`'s place for `pod`, at standing `at.0` on GPUs `at.2` (the policy's): the
+    /// GPUs `allocate` would be sent and whether their co-tenants get along with a bid of
+    /// `profile`. Where they do not and `pod` shares a GPU, the node's best place on GPUs whose
+    /// co-tenants do, when there is one (at its own, lower, standing).
+    fn place(
+        &mut self,
+        pod: &Pod,
+        need: &Need,
+        offers: &[Offer],
+        profile: Option<Profile>,
+        (s, node, mask): (Standing, usize, GpuMask),
+    ) -> Option<(bool, Standing, Chosen)> {
+        let near = Neighbours {
+            profiled: &self.profiled,
+            profile,
+        };
+        let c = accept(&self.seat_of, offers, need, node, mask)?;
+        if near.along(c.machine, mask_of(&c.gpus)) {
+            return Some((true, s, c));
+        }
+        if pod.is_sharing() {
+            // A node the policy describes has at most 8 GPUs.
+            let avoid = GpuMask::try_from(near.clashing(c.machine)).unwrap_or(GpuMask::MAX);
+            let other = self
+                .policy
+                .standing_avoiding(&self.cluster, pod, node, avoid)
+                .and_then(|(s, mask)| Some((s, accept(&self.seat_of, offers, need, node, mask)?)));
+            if let Some((s, other)) = other {
+                if near.along(other.machine, mask_of(&other.gpus)) {
+                    return Some((true, s, other));
                 }
             }
         }
-        Some(pick)
+        Some((false, s, c))
+    }
+}
+
+/// GPUs `gpus` as a mask.
+fn mask_of(gpus: &[u8]) -> u16 {
+    gpus.iter().fold(0u16, |m, &g| m | 1 << g)
+}
+
+/// The GPUs `need` gets on node `node` (of seat `seat_of[node]`) where the policy chose GPUs
+/// `mask`: those, when the machine's fit rule accepts them (the check `allocate` makes), else
+/// the fit rule's own; `None` when the fit rule refuses the bid there.
+fn accept(
+    seat_of: &[usize],
+    offers: &[Offer],
+    need: &Need,
+    node: usize,
+    mask: GpuMask,
+) -> Option<Chosen> {
+    let machine = *seat_of.get(node)?;
+    let offer = offers.get(machine)?;
+    let gpus: Vec<u8> = bits(mask).map(|g| g as u8).collect();
+    if gpus.len() == need.gpu_count as usize && offer.check_choice(need, &gpus).is_ok() {
+        return Some(Chosen { machine, gpus });
+    }
+    Some(Chosen {
+        machine,
+        gpus: offer.fit(need).ok()?.gpus().to_vec(),
+    })
+}
+
+/// A bid's profile beside the measured co-tenants of every machine.
+struct Neighbours<'a> {
+    profiled: &'a [Vec<(u16, Profile)>],
+    profile: Option<Profile>,
+}
+
+impl Neighbours<'_> {
+    /// The GPUs of `machine` with a co-tenant the bid would clash with.
+    fn clashing(&self, machine: usize) -> u16 {
+        let Some(p) = self.profile else {
+            return 0;
+        };
+        self.profiled.get(machine).map_or(0, |tenants| {
+            tenants
+                .iter()
+                .filter(|(_, t)| !InterferenceModel::MARKET.get_along(&p, t))
+                .fold(0, |m, (gpus, _)| m | gpus)
+        })
+    }
+
+    /// Whether the bid gets along with every measured co-tenant of GPUs `mask` of `machine`.
+    fn along(&self, machine: usize, mask: u16) -> bool {
+        self.clashing(machine) & mask == 0
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fit::{GpuOffer, Host, Region, Regions, Room, Terms};
-    use crate::overclock::{GpuLimits, OverclockTerms, Range};
-    use proptest::prelude::*;
-
-    const GIB: u16 = 80;
-    const EU: Region = *b"eu-west\0\0\0\0\0\0\0\0\0";
-    const US: Region = *b"us-east\0\0\0\0\0\0\0\0\0";
-
-    fn gpu(free_gib: u16, group: u8) -> GpuOffer {
-        GpuOffer {
-            class: 0,
-            topology_group: group,
-            memory_gib: GIB,
-            free_gib,
-            limits: GpuLimits {
-                power_w: Range { min: 100, max: 400 },
-                core_lock_mhz: Range { min: 0, max: 0 },
-                mem_lock_mhz: Range { min: 0, max: 0 },
-                core_offset_mhz: Range { min: 0, max: 0 },
-                mem_offset_mhz: Range { min: 0, max: 0 },
-            },
-            running: None,
-        }
-    }
-
-    /// A machine with `free` GiB left on each GPU (one topology group), 64 CPUs and 256 GiB.
-    fn offer(free: &[u16], cpu_free: u32) -> Offer {
-        Offer::new(
-            free.iter().map(|&f| gpu(f, 0)).collect(),
-            true,
-            Room {
-                ports: 4,
-                scratch_gib: 64,
-                host: Host {
-                    cpu_milli: 64_000,
-                    memory_mib: 262_144,
-                },
-            },
-            Host {
-                cpu_milli: cpu_free,
-                memory_mib: 262_144,
-            },
-            0,
-            0,
-            [0; 8],
-        )
-        .in_region(EU)
-    }
-
-    fn need(gpus: u8, gib: u16, regions: Regions<'static>) -> Need<'static> {
-        Need {
-            gpu_count: gpus,
-            gib_per_gpu: gib,
-            accepted_classes: 0b1,
-            price: 1_000,
-            deadline: 1_000,
-            terms: Terms::Uniform(OverclockTerms {
-                power_limit_w: 300,
-                ..OverclockTerms::default()
-            }),
-            room: Room {
-                ports: 0,
-                scratch_gib: 0,
-                host: Host {
-                    cpu_milli: 4_000,
-                    memory_mib: 1_024,
-                },
-            },
-            regions,
-        }
-    }
-
-    fn demands(needs: &[Need]) -> Vec<Demand> {
-        needs.iter().map(Demand::from).collect()
-    }
-
-    fn seat<'a>(id: u8, cost: u64, offer: &'a Offer, leases: &'a [(u16, u16)]) -> Seat<'a> {
-        Seat {
-            id: [id; 32],
-            electricity_cost_per_kwh: cost,
-            offer,
-            leases,
-        }
-    }
-
-    /// The plan's test through the market: a workload of 52 GiB bids (650 milli) with one 26
-    /// (325) and one 38 (475). Machine 0 holds a 38, machine 1 a 52; a 26 fits both, and joins
-    /// the 52 (the plan's pair) though machine 0 ranks first on electricity.
-    #[test]
-    fn a_bid_goes_where_the_packing_plan_completes_a_gpu() {
-        let mut workload = vec![need(1, 52, Regions::Any); 100];
-        workload.extend([need(1, 26, Regions::Any), need(1, 38, Regions::Any)]);
-        let offers = [offer(&[GIB - 38], 60_000), offer(&[GIB - 52], 60_000)];
-        let leases = [[(1u16, 38u16)], [(1, 52)]];
-        let seats = [
-            seat(1, 10, &offers[0], &leases[0]),
-            seat(2, 20, &offers[1], &leases[1]),
-        ];
-        let mut placer = Placer::new(&seats, &demands(&workload));
-        let chosen = placer.choose(&need(1, 26, Regions::Any), &offers, &[]);
-        assert_eq!(
-            chosen,
-            Some(Chosen {
-                machine: 1,
-                gpus: vec![0]
-            })
-        );
-    }
-
-    #[test]
-    fn the_fit_rule_decides_and_ties_go_to_the_image_then_to_cheap_electricity() {
-        let workload = vec![need(1, GIB, Regions::Any); 4];
-        let offers = [
-            offer(&[GIB, GIB], 64_000),
-            offer(&[GIB, GIB], 64_000),
-            offer(&[GIB, GIB], 64_000),
-        ];
-        // Machine 2 is cheapest, then 0, then 1.
-        let seats = [
-            seat(1, 20, &offers[0], &[]),
-            seat(2, 30, &offers[1], &[]),
-            seat(3, 10, &offers[2], &[]),
-        ];
-        let mut placer = Placer::new(&seats, &demands(&workload));
-        let whole = need(1, GIB, Regions::Any);
-        assert_eq!(placer.choose(&whole, &offers, &[]).unwrap().machine, 2);
-        // Machine 1 caches the image: at the same standing it wins.
-        assert_eq!(placer.choose(&whole, &offers, &[1]).unwrap().machine, 1);
-        // A bid that accepts only us-east (all three are in eu-west) fits nowhere.
-        static ONLY_US: [Region; 1] = [US];
-        assert_eq!(
-            placer.choose(&need(1, GIB, Regions::of(&ONLY_US)), &offers, &[]),
-            None
-        );
-        // A paused machine is passed over, though the policy ranks it first.
-        let mut paused = offers.clone();
-        paused[2] = Offer::new(
-            offers[2].gpus().to_vec(),
-            false,
-            offers[2].room(),
-            offers[2].host_free(),
-            0,
-            0,
-            [0; 8],
-        );
-        assert_eq!(placer.choose(&whole, &paused, &[]).unwrap().machine, 0);
-    }
-
-    #[test]
-    fn a_machine_the_policy_cannot_describe_still_takes_what_fits_nowhere_else() {
-        let workload = vec![need(1, GIB, Regions::Any)];
-        // Ten GPUs: beyond the policy's eight.
-        let big = offer(&[GIB; 10], 64_000);
-        let small = offer(&[0, 0], 64_000);
-        let offers = [small, big];
-        let seats = [seat(1, 0, &offers[0], &[]), seat(2, 0, &offers[1], &[])];
-        let mut placer = Placer::new(&seats, &demands(&workload));
-        let chosen = placer
-            .choose(&need(9, GIB, Regions::Any), &offers, &[])
-            .unwrap();
-        assert_eq!(chosen.machine, 1);
-        assert_eq!(chosen.gpus.len(), 9);
-    }
-
-    type State = Vec<(u64, Offer, Vec<(u16, u16)>)>;
-
-    fn view(s: &State) -> Vec<Seat<'_>> {
-        s.iter()
-            .enumerate()
-            .map(|(i, (c, o, l))| seat(i as u8, *c, o, l))
-            .collect()
-    }
-
-    proptest! {
-        /// A bid's GiB fit a GPU's free GiB exactly when its milli fit the GPU's free milli.
-        #[test]
-        fn milli_fit_exactly_when_gib_fit(of in 1u16..=1_000, a in 1u16..=1_000, b in 0u16..=1_000) {
-            let (gib, free) = (a.min(of), b.min(of));
-            prop_assert_eq!(milli(gib, of) <= free_milli(free, of), gib <= free);
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-
-        /// The placer, learnt afresh from the machines and their leases as each bid comes,
-        /// finds a machine exactly when some machine's fit rule accepts the bid, and the GPUs
-        /// it gives pass the check `allocate` makes.
-        #[test]
-        fn the_choice_fits_and_only_fails_when_nothing_fits(
-            machines in prop::collection::vec((prop::collection::vec(0u16..=GIB, 1..9), 0u32..64, 0u64..4), 1..8),
-            bids in prop::collection::vec((1u8..4, 1u16..=GIB, 1u32..16), 1..24),
-        ) {
-            let mut offers: Vec<Offer> = machines.iter().map(|(free, cpu, _)| offer(free, cpu * 1_000)).collect();
-            let mut leases: Vec<Vec<(u16, u16)>> = vec![Vec::new(); offers.len()];
-            let costs: Vec<u64> = machines.iter().map(|m| m.2).collect();
-            let needs: Vec<Need> = bids.iter().map(|&(n, gib, cpu)| {
-                let mut need = need(n, if n == 1 { gib } else { GIB }, Regions::Any);
-                need.room.host.cpu_milli = cpu * 1_000;
-                need
-            }).collect();
-            let seats = |offers: &[Offer], leases: &[Vec<(u16, u16)>]| -> State {
-                offers.iter().zip(leases).zip(&costs).map(|((o, l), &c)| (c, o.clone(), l.clone())).collect()
-            };
-            for need in &needs {
-                let fits_somewhere = offers.iter().any(|o| o.fit(need).is_ok());
-                // Learnt afresh from the market as it is now, as the agents do.
-                let state = seats(&offers, &leases);
-                let chosen = Placer::new(&view(&state), &demands(&needs)).choose(need, &offers, &[]);
-                prop_assert_eq!(chosen.is_some(), fits_somewhere);
-                let Some(chosen) = chosen else { continue };
-                let o = &offers[chosen.machine];
-                prop_assert_eq!(o.check_choice(need, &chosen.gpus), Ok(()));
-                // The lease starts: its GPUs lose the GiB, the host its CPU.
-                let mut gpus = o.gpus().to_vec();
-                for &g in &chosen.gpus {
-                    gpus[g as usize].free_gib -= need.gib_per_gpu;
-                }
-                let mut free = o.host_free();
-                free.cpu_milli -= need.room.host.cpu_milli;
-                offers[chosen.machine] = Offer::new(gpus, true, o.room(), free, 0, 0, [0; 8]).in_region(EU);
-                let mask = chosen.gpus.iter().fold(0u16, |m, &g| m | 1 << g);
-                leases[chosen.machine].push((mask, need.gib_per_gpu));
-            }
-        }
-    }
-}
+mod tests;

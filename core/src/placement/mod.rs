@@ -16,7 +16,7 @@ mod types;
 pub use cluster::{Cluster, ClusterError};
 pub use explain::{explain, refusal, Explanation, Refusal};
 pub use frag::{sigmoid_score, FragModel, TypicalPod};
-pub use market::{Chosen, Demand, Placer, Seat, GRACE_SECS};
+pub use market::{Affinity, Chosen, Demand, Placer, Seat, Tenant, GRACE_SECS};
 pub use plan::{GpuPods, HostNeed, PackingPlan, MAX_PLANNED_PODS};
 pub use policy::{BestFit, Fgd, Planned, Policy, Random, SplitMix64, Standing};
 pub use types::{

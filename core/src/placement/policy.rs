@@ -382,6 +382,20 @@ impl Planned {
         self.index(cluster, pod).entry.get(n).copied().flatten()
     }
 
+    /// [`Planned::standing_of`] where `pod` may take none of GPUs `avoid`: the best place on
+    /// node `n` among the others.
+    pub fn standing_avoiding(
+        &mut self,
+        cluster: &Cluster,
+        pod: &Pod,
+        n: usize,
+        avoid: GpuMask,
+    ) -> Option<(Standing, GpuMask)> {
+        self.track(cluster);
+        let node = cluster.nodes().get(n)?;
+        Self::evaluate(&self.frag, &self.plan, &self.pods[n], node, pod, avoid)
+    }
+
     /// The index of `pod`'s shape, built on first use.
     fn index(&mut self, cluster: &Cluster, pod: &Pod) -> &ShapeIndex {
         self.track(cluster);
@@ -399,7 +413,7 @@ impl Planned {
             if let Some((standing, _)) = index.entry[n] {
                 index.order.remove(&(Reverse(standing), rank, n as u32));
             }
-            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[n], node, shape);
+            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[n], node, shape, 0);
             if let Some((standing, _)) = e {
                 index.order.insert((Reverse(standing), rank, n as u32));
             }
@@ -418,13 +432,14 @@ impl Planned {
         }
     }
 
-    /// The node's standing for `pod` and the GPUs it would use.
+    /// The node's standing for `pod` and the GPUs it would use, none of `avoid`.
     fn evaluate(
         frag: &FragModel,
         plan: &PackingPlan,
         gpus: &[Option<GpuPods>; MAX_GPUS_PER_NODE],
         node: &Node,
         pod: &Pod,
+        avoid: GpuMask,
     ) -> Option<(Standing, GpuMask)> {
         if !node.feasible(pod) {
             return None;
@@ -461,7 +476,9 @@ impl Planned {
                 pod,
                 |_, _| false,
                 |decrease, mask| {
-                    best = Some((key(false, decrease), mask));
+                    if mask & avoid == 0 {
+                        best = Some((key(false, decrease), mask));
+                    }
                 },
             );
             return best;
@@ -475,8 +492,11 @@ impl Planned {
             frag,
             node,
             pod,
-            |h, g| free[h] == free[g] && gpus[h] == gpus[g],
+            |h, g| free[h] == free[g] && gpus[h] == gpus[g] && (avoid >> h ^ avoid >> g) & 1 == 0,
             |decrease, mask| {
+                if mask & avoid != 0 {
+                    return;
+                }
                 let g = mask.trailing_zeros() as usize;
                 let reserved = reserved_all.less(pending(g));
                 let on_plan = gpus[g]
@@ -497,7 +517,7 @@ impl Planned {
             entry: Vec::with_capacity(cluster.nodes().len()),
         };
         for (i, node) in cluster.nodes().iter().enumerate() {
-            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[i], node, pod);
+            let e = Self::evaluate(&self.frag, &self.plan, &self.pods[i], node, pod, 0);
             if let Some((key, _)) = e {
                 index
                     .order
@@ -628,7 +648,7 @@ mod tests {
             for pod in &pods {
                 let mut best = None;
                 for (i, n) in cluster.nodes().iter().enumerate() {
-                    if let Some((key, gpus)) = Planned::evaluate(&indexed.frag, &indexed.plan, &indexed.pods[i], n, pod) {
+                    if let Some((key, gpus)) = Planned::evaluate(&indexed.frag, &indexed.plan, &indexed.pods[i], n, pod, 0) {
                         offer(&mut best, key, cluster.rank(i), at(i, gpus));
                     }
                 }
