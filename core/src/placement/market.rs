@@ -405,23 +405,18 @@ impl Placer {
                 break;
             }
         }
-        let caching = affinity.caching.iter().filter_map(|&m| {
+        // And the machines caching the image, which win at the same standing.
+        ahead.extend(affinity.caching.iter().filter_map(|&m| {
             let n = self.node_of.get(m).copied().flatten()?;
             let (s, mask) = self.policy.standing_of(&self.cluster, pod, n)?;
             Some((s, n, mask))
-        });
-        let candidates: Vec<(Standing, usize, GpuMask)> = ahead
-            .into_iter()
-            .chain(caching.collect::<Vec<_>>())
-            .collect();
+        }));
         let mut pick: Option<(Rank, Chosen)> = None;
-        for (s, node, mask) in candidates {
-            let Some((along, s, c)) =
-                self.place(pod, need, offers, affinity.profile, (s, node, mask))
-            else {
+        for at in ahead {
+            let Some((along, s, c)) = self.place(pod, need, offers, affinity.profile, at) else {
                 continue;
             };
-            let position = -(self.cluster.rank(node) as i64);
+            let position = -(self.cluster.rank(at.1) as i64);
             let rank = (along, s, affinity.caching.contains(&c.machine), position);
             if pick.as_ref().is_none_or(|p| rank > p.0) {
                 pick = Some((rank, c));
@@ -430,18 +425,20 @@ impl Placer {
         pick
     }
 
-    /// Node `at.1`'s place for `pod`, at standing `at.0` on GPUs `at.2` (the policy's): the
-    /// GPUs `allocate` would be sent and whether their co-tenants get along with a bid of
-    /// `profile`. Where they do not and `pod` shares a GPU, the node's best place on GPUs whose
-    /// co-tenants do, when there is one (at its own, lower, standing).
+    /// A node's place for `pod`, where the policy gives it standing `s` on GPUs `mask` (`at`:
+    /// standing, node, GPUs): the GPUs `allocate` would be sent, whether their co-tenants get
+    /// along with a bid of `profile`, and the standing. Where they do not and `pod` shares a GPU,
+    /// the node's best place on GPUs whose co-tenants do, when there is one (at its own, lower,
+    /// standing).
     fn place(
         &mut self,
         pod: &Pod,
         need: &Need,
         offers: &[Offer],
         profile: Option<Profile>,
-        (s, node, mask): (Standing, usize, GpuMask),
+        at: (Standing, usize, GpuMask),
     ) -> Option<(bool, Standing, Chosen)> {
+        let (s, node, mask) = at;
         let near = Neighbours {
             profiled: &self.profiled,
             profile,
