@@ -21,7 +21,7 @@ use market::program::ProgramMarket;
 use market::reconciler::{Agent, POLL};
 use market::{
     BidSpec, FakeMarket, MarketUnderTest, ELECTRICITY_COST, IDLE_END_INTERVALS, INTERVAL,
-    MACHINE_REGION, TOKEN,
+    MACHINE_REGION, OTHER_REGION, TOKEN,
 };
 
 /// How many open bids a look at the books asks for.
@@ -357,15 +357,13 @@ async fn a_bid_reserving_more_cpu_or_memory_than_is_free_waits(m: &impl MarketUn
 /// A bid naming only other regions than the machine's is not offered and its allocation is
 /// refused; one naming the machine's among others runs.
 async fn a_bid_for_other_regions_is_passed_over(m: &impl MarketUnderTest) {
-    let mut us_east = [0u8; 16];
-    us_east[..7].copy_from_slice(b"us-east");
     let elsewhere = BidSpec {
-        regions: vec![us_east],
+        regions: vec![OTHER_REGION],
         ..BidSpec::queue(1, 2)
     };
     let elsewhere = m.place_bid(&elsewhere).await;
     let either = BidSpec {
-        regions: vec![us_east, MACHINE_REGION],
+        regions: vec![OTHER_REGION, MACHINE_REGION],
         ..BidSpec::queue(1, 2)
     };
     let either = m.place_bid(&either).await;
@@ -572,9 +570,7 @@ async fn the_reconciler_settles_a_lease_the_idle_rule_stopped(m: &impl MarketUnd
 #[tokio::test(start_paused = true)]
 async fn program_two_agents_follow_the_packing_policy_and_a_silent_machine_strands_no_bid() {
     let m = ProgramMarket::start().await;
-    let mut us_east = [0u8; 16];
-    us_east[..7].copy_from_slice(b"us-east");
-    let b = m.add_machine(us_east, ELECTRICITY_COST / 2).await;
+    let b = m.add_machine(OTHER_REGION, ELECTRICITY_COST / 2).await;
     let (mut agent_a, mut agent_b) = (Agent::start(&m), Agent::on(b.chain.clone()));
     let only_a = |gib| BidSpec {
         gib_per_gpu: gib,
@@ -615,9 +611,7 @@ async fn program_two_agents_follow_the_packing_policy_and_a_silent_machine_stran
 #[tokio::test(start_paused = true)]
 async fn program_a_spot_bid_runs_on_its_books_machine_without_waiting() {
     let m = ProgramMarket::start().await;
-    let mut us_east = [0u8; 16];
-    us_east[..7].copy_from_slice(b"us-east");
-    m.add_machine(us_east, ELECTRICITY_COST / 2).await;
+    m.add_machine(OTHER_REGION, ELECTRICITY_COST / 2).await;
     let mut agent = Agent::start(&m);
     let spot = m.place_bid(&BidSpec::spot(1, 5, 10 * TOKEN)).await;
     agent.run_for(&m, POLL).await;
@@ -636,9 +630,7 @@ async fn program_a_spot_bid_runs_on_its_books_machine_without_waiting() {
 #[tokio::test(start_paused = true)]
 async fn program_a_bid_shares_a_gpu_with_a_tenant_it_gets_along_with() {
     let m = ProgramMarket::start().await;
-    let mut us_east = [0u8; 16];
-    us_east[..7].copy_from_slice(b"us-east");
-    let b = m.add_machine(us_east, ELECTRICITY_COST / 2).await;
+    let b = m.add_machine(OTHER_REGION, ELECTRICITY_COST / 2).await;
     let (mut agent_a, mut agent_b) = (Agent::start(&m), Agent::on(b.chain.clone()));
     let (light, busy, unmeasured) = ([1u8; 32], [2u8; 32], [3u8; 32]);
     let half = |image_digest, regions| BidSpec {
@@ -648,7 +640,7 @@ async fn program_a_bid_shares_a_gpu_with_a_tenant_it_gets_along_with() {
         ..BidSpec::queue(1, 40)
     };
     let on_a = m.place_bid(&half(light, vec![MACHINE_REGION])).await;
-    let on_b = m.place_bid(&half(busy, vec![us_east])).await;
+    let on_b = m.place_bid(&half(busy, vec![OTHER_REGION])).await;
     let proven = prove_loads(&m, &mut agent_a, &mut agent_b, &[on_a, on_b]).await;
     // What the agents measured: two `busy` leases clash, a `busy` and a `light` one do not.
     let model = InterferenceModel::MARKET;
@@ -657,7 +649,7 @@ async fn program_a_bid_shares_a_gpu_with_a_tenant_it_gets_along_with() {
         "{proven:?}"
     );
 
-    let second = m.place_bid(&half(busy, vec![us_east])).await;
+    let second = m.place_bid(&half(busy, vec![OTHER_REGION])).await;
     prove_loads(&m, &mut agent_a, &mut agent_b, &[second]).await;
     let (first, second) = (
         m.lease_of(on_b).await.expect("the first busy lease"),

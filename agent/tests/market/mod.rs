@@ -26,6 +26,8 @@ pub const MACHINE_HOST: Host = Host {
 };
 /// The scenarios' machine's region.
 pub const MACHINE_REGION: Region = *b"eu-central\0\0\0\0\0\0";
+/// The region of a second machine, where a scenario adds one.
+pub const OTHER_REGION: Region = *b"us-east\0\0\0\0\0\0\0\0\0";
 /// The market's billing interval.
 pub const INTERVAL: u32 = 60;
 pub use crate::support::TOKEN;
