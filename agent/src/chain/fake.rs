@@ -19,6 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use gpu_market::errors::MarketError;
 use gpu_market_core::fit::{
     Fits, GpuOffer, Host, Need, Offer, Region, Regions, Terms, GPU_CLASSES, REGION_LEN,
 };
@@ -416,9 +417,15 @@ fn need(bid: &BidView) -> Need<'_> {
 }
 
 fn rejected(op: &'static str, reason: impl Into<String>) -> ChainError {
+    ChainError::rejected(op, reason)
+}
+
+/// The program's refusal of `op` with `error`, as `SolanaChain` reports it.
+fn refused(op: &'static str, error: MarketError) -> ChainError {
     ChainError::Rejected {
         op,
-        reason: reason.into(),
+        reason: error.to_string(),
+        code: Some(error.into()),
     }
 }
 
@@ -637,20 +644,16 @@ impl Chain for FakeChain {
         let now = s.now();
         let pos = s.lease_pos(lease)?;
         let l = &s.leases[pos];
+        // The program's checks, in its order, with its errors.
+        let op = "submit_usage";
         if proof.interval < l.next_interval {
-            return Err(rejected(
-                "submit_usage",
-                format!(
-                    "interval {} is behind the next ({})",
-                    proof.interval, l.next_interval
-                ),
-            ));
+            return Err(refused(op, MarketError::StaleInterval));
         }
         if prev_hash != l.proof_hash {
-            return Err(rejected("submit_usage", "the previous hash does not chain"));
+            return Err(refused(op, MarketError::BadProofChain));
         }
         if proof.peak_power_w.len() != l.gpu_indices.len() {
-            return Err(rejected("submit_usage", "one peak power per GPU"));
+            return Err(refused(op, MarketError::BadProofGpuCount));
         }
         let stop = match proof.exit_code {
             Some(_) => l.stop().min(now),
@@ -658,11 +661,11 @@ impl Chain for FakeChain {
         };
         let window = interval_window(l.started_at, l.interval_secs, proof.interval, stop)
             .ok_or_else(|| match proof.exit_code {
-                Some(_) if now < l.stop() => rejected("submit_usage", "the interval has not ended"),
-                _ => rejected("submit_usage", "the interval is past the lease's stop"),
+                Some(_) if now < l.stop() => refused(op, MarketError::IntervalNotOver),
+                _ => refused(op, MarketError::IntervalAfterStop),
             })?;
         if window.1 > now {
-            return Err(rejected("submit_usage", "the interval has not ended"));
+            return Err(refused(op, MarketError::IntervalNotOver));
         }
         let hash = proof_hash(&lease, proof, &prev_hash);
         let idle_ended = s.idle_ended(lease, proof);

@@ -15,6 +15,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use async_trait::async_trait;
+use gpu_market::errors::MarketError;
 use gpu_market_core::lease::UsageProof;
 use gpu_market_core::overclock::OverclockTerms;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -276,14 +277,33 @@ pub enum ChainError {
     #[error("the cluster is unreachable: {0}")]
     Unavailable(String),
     /// The program, or the cluster's checks of the transaction (its size, signatures, fee
-    /// payer), refused the call; retrying the same call fails the same way.
+    /// payer), refused the call as it stood. `code` is the program's error code
+    /// (`gpu_market::errors::MarketError`) when the program itself refused.
     #[error("{op} was refused: {reason}")]
-    Rejected { op: &'static str, reason: String },
+    Rejected {
+        op: &'static str,
+        reason: String,
+        code: Option<u32>,
+    },
 }
 
 impl ChainError {
+    /// A refusal of `op` that is not the program's own (a read, the node's checks).
+    pub fn rejected(op: &'static str, reason: impl Into<String>) -> Self {
+        ChainError::Rejected {
+            op,
+            reason: reason.into(),
+            code: None,
+        }
+    }
+
     pub fn is_transient(&self) -> bool {
         matches!(self, ChainError::Unavailable(_))
+    }
+
+    /// Whether the program refused the call with `error`.
+    pub fn refused_with(&self, error: MarketError) -> bool {
+        matches!(self, ChainError::Rejected { code: Some(c), .. } if *c == u32::from(error))
     }
 }
 

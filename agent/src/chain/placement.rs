@@ -92,6 +92,6 @@ impl SolanaChain {
             .filter_map(|(_, d)| decode::<Lease>(d, "lease").ok())
             .collect();
         MarketPlacement::new(market, now, machines, &leases, queue)
-            .map_err(|reason| ChainError::Rejected { op: "read", reason })
+            .map_err(|reason| ChainError::rejected("read", reason))
     }
 }

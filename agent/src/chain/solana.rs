@@ -29,6 +29,7 @@ use gpu_market_sdk::{
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
 use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_instruction::error::InstructionError;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -386,9 +387,11 @@ impl SolanaChain {
             .filter_map(|a| a.pubkey.parse().ok())
             .collect();
         found.sort();
-        found.first().copied().ok_or_else(|| ChainError::Rejected {
-            op,
-            reason: format!("{owner} holds no token account of the payment mint {mint}"),
+        found.first().copied().ok_or_else(|| {
+            ChainError::rejected(
+                op,
+                format!("{owner} holds no token account of the payment mint {mint}"),
+            )
         })
     }
 
@@ -615,7 +618,7 @@ fn decoded<T: AccountDeserialize>(
 ) -> Result<T, ChainError> {
     data.ok_or_else(|| format!("no {what} account at {address}"))
         .and_then(|d| decode(d, what).map_err(|e| format!("{address}: {e}")))
-        .map_err(|reason| ChainError::Rejected { op: "read", reason })
+        .map_err(|reason| ChainError::rejected("read", reason))
 }
 
 fn kind(k: ProgramBidKind) -> BidKind {
@@ -728,9 +731,8 @@ impl CapFilter {
 
 /// The entries of the book account `data` (read at `address`).
 fn book_entries(data: &[u8], address: &Pubkey) -> Result<BookEntries, ChainError> {
-    read_book(data).ok_or_else(|| ChainError::Rejected {
-        op: "read",
-        reason: format!("{address} is not an initialised bid book"),
+    read_book(data).ok_or_else(|| {
+        ChainError::rejected("read", format!("{address} is not an initialised bid book"))
     })
 }
 
@@ -744,10 +746,7 @@ fn offer(
 ) -> Result<Offer, ChainError> {
     machine
         .offer(market, kind, now, freed)
-        .map_err(|e| ChainError::Rejected {
-            op: "read",
-            reason: format!("the machine's offer: {e}"),
-        })
+        .map_err(|e| ChainError::rejected("read", format!("the machine's offer: {e}")))
 }
 
 /// The unix time of the clock sysvar's account data.
@@ -813,7 +812,11 @@ fn refusal(op: &'static str, logs: Option<&[String]>, t: &TransactionError) -> C
         Some(m) => format!("{m} ({t})"),
         None => t.to_string(),
     };
-    ChainError::Rejected { op, reason }
+    let code = match t {
+        TransactionError::InstructionError(_, InstructionError::Custom(c)) => Some(*c),
+        _ => None,
+    };
+    ChainError::Rejected { op, reason, code }
 }
 
 /// Refused or unreachable: a refusal by the program, by the runtime's checks of the transaction
@@ -835,15 +838,9 @@ fn classify(op: &'static str, e: &ClientError) -> ChainError {
         ErrorKind::RpcError(RpcError::RpcResponseError { code, message, .. })
             if REFUSAL_CODES.contains(code) =>
         {
-            ChainError::Rejected {
-                op,
-                reason: message.clone(),
-            }
+            ChainError::rejected(op, message.clone())
         }
-        ErrorKind::SigningError(s) => ChainError::Rejected {
-            op,
-            reason: s.to_string(),
-        },
+        ErrorKind::SigningError(s) => ChainError::rejected(op, s.to_string()),
         // Transport errors carry the URL, and an RPC provider's key with it.
         _ => ChainError::Unavailable(crate::redact::redact_urls(&e.to_string())),
     }
@@ -996,10 +993,10 @@ impl Chain for SolanaChain {
         let entries = match got[0].as_deref() {
             Some(d) => book_entries(d, &book)?,
             None => {
-                return Err(ChainError::Rejected {
-                    op: Allocate::NAME,
-                    reason: format!("no bid book at {book}"),
-                })
+                return Err(ChainError::rejected(
+                    Allocate::NAME,
+                    format!("no bid book at {book}"),
+                ))
             }
         };
         let stake: StakeAccount = decoded(got[1].as_deref(), "stake", &stake)?;
@@ -1157,7 +1154,7 @@ pub(super) fn accounts_with<T: Discriminator>(offset: usize, key: &Pubkey) -> Ve
 
 #[cfg(test)]
 mod tests {
-    use solana_instruction::error::InstructionError;
+    use gpu_market::errors::MarketError;
     use solana_rpc_client_api::response::RpcSimulateTransactionResult;
 
     use super::*;
@@ -1173,7 +1170,7 @@ mod tests {
 
     fn refused(e: &ChainError) -> &str {
         match e {
-            ChainError::Rejected { op, reason } => {
+            ChainError::Rejected { op, reason, .. } => {
                 assert_eq!(*op, "allocate");
                 reason
             }
@@ -1202,18 +1199,25 @@ mod tests {
 
     #[test]
     fn a_program_error_is_refused_with_the_programs_message() {
-        let err = TransactionError::InstructionError(1, InstructionError::Custom(6041));
+        let err = TransactionError::InstructionError(
+            1,
+            InstructionError::Custom(MarketError::GpusBusy.into()),
+        );
         let e = preflight(
             err.clone(),
             &[
                 "Program log: Instruction: Allocate",
-                "Program log: AnchorError occurred. Error Code: GpusBusy. Error Number: 6041. \
+                "Program log: AnchorError occurred. Error Code: GpusBusy. Error Number: 6064. \
                  Error Message: The GPUs are busy with running leases.",
             ],
         );
         assert_eq!(
             refused(&classify("allocate", &e)),
             format!("The GPUs are busy with running leases. ({err})")
+        );
+        assert!(
+            classify("allocate", &e).refused_with(MarketError::GpusBusy),
+            "the program's error code is kept"
         );
         // Landed and failed (no preflight): refused, with the runtime's words.
         let e = ClientError::from(err.clone());

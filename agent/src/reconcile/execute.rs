@@ -6,6 +6,7 @@ use gpu_market_core::lease::exit;
 use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
 use super::ready::{Readied, Refusal};
+use super::senders::Fate;
 use super::{logs_path, ActionError, Reconciler, TickError};
 use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
@@ -536,13 +537,35 @@ impl Reconciler {
                 }
                 tracing::info!(%lease, interval = p.interval, window = ?p.window, "proof accepted");
             }
-            if let Some(e) = round.failed {
-                self.metrics.proof_failed();
-                self.chain_error(&e);
-                tracing::warn!(%lease, error = %e, "proof submission failed; sent again later");
+            match round.failed {
+                None => self.senders.clear_backoff(&lease),
+                Some((interval, e)) => self.proof_failed(lease, interval, &e),
             }
         }
         self.save()
+    }
+
+    /// A proof of `lease` for `interval` failed with `e`: one the program can never accept is
+    /// dropped (with those after it, when the lease stopped before its interval) and the lease
+    /// goes on to its end; anything else is sent again after a back-off.
+    fn proof_failed(&mut self, lease: Key, interval: u32, e: &ChainError) {
+        self.metrics.proof_failed();
+        self.metrics.rpc_error(e.is_transient());
+        let fate = Fate::of(e);
+        if fate == Fate::Retry {
+            let wait = self.senders.back_off(lease);
+            tracing::warn!(%lease, interval, error = %e, retry_in = ?wait, "proof submission failed; sent again");
+            return;
+        }
+        self.senders.clear_backoff(&lease);
+        let record = self.record(lease);
+        let before = record.pending.len();
+        record.pending.retain(|p| match fate {
+            Fate::DropFromHere => p.interval < interval,
+            _ => p.interval != interval,
+        });
+        let dropped = before - record.pending.len();
+        tracing::warn!(%lease, interval, dropped, error = %e, "proof refused for good: dropped, never sent again");
     }
 
     /// Prunes the expired bids `bids` side by side; one that fails (another keeper may have

@@ -3,12 +3,20 @@
 //! before), the leases side by side, and the next tick takes what was accepted. A tick never
 //! waits for a confirmation, so a new bid's allocation or a container's start does not queue
 //! behind the proofs of every running lease.
+//!
+//! A round that failed is classified ([`Fate`]): a proof the program refuses for a reason that
+//! cannot change is dropped, once; anything else is sent again, at the next look at the chain
+//! after a first failure, then backing off (1 s, 2 s, 4 s, ... at most [`MAX_BACKOFF`]) until
+//! one of the lease's rounds gets through.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use gpu_market::errors::MarketError;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::chain::{Chain, ChainError, Key};
 use crate::state::ProofRecord;
@@ -18,20 +26,74 @@ use crate::state::ProofRecord;
 pub struct Round {
     /// The proofs the chain accepted, oldest first, with the chain hash each left.
     pub accepted: Vec<(ProofRecord, [u8; 32])>,
-    /// Why the round stopped early, if it did (the rest is sent again later).
-    pub failed: Option<ChainError>,
+    /// Why the round stopped early, if it did, with the interval of the proof that failed (it
+    /// and the rest are sent again later, unless [`Fate::of`] says otherwise).
+    pub failed: Option<(u32, ChainError)>,
 }
+
+/// What becomes of a proof whose submission failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// The chain is past it (a later proof, or this one, was accepted): drop it.
+    Drop,
+    /// The lease stopped before its interval: drop it and every later one, none can land.
+    DropFromHere,
+    /// It may pass later (the cluster did not answer, the chain moved on since the proof was
+    /// chained, the clock has not reached its end): send it again, after a back-off.
+    Retry,
+}
+
+impl Fate {
+    pub fn of(e: &ChainError) -> Fate {
+        if e.refused_with(MarketError::StaleInterval)
+            || e.refused_with(MarketError::BadProofGpuCount)
+        {
+            Fate::Drop
+        } else if e.refused_with(MarketError::IntervalAfterStop) {
+            Fate::DropFromHere
+        } else {
+            Fate::Retry
+        }
+    }
+}
+
+/// The longest a lease waits before its proofs are sent again.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(16);
 
 #[derive(Default)]
 pub struct Senders {
     rounds: BTreeMap<Key, JoinHandle<Round>>,
+    /// Leases whose last round failed: failures in a row, and when to send again.
+    backoff: BTreeMap<Key, (u32, Instant)>,
     /// Notified as each round ends: the loop takes its result at once.
     done: Arc<Notify>,
 }
 
 impl Senders {
+    /// Whether a round of `lease` is under way, or its back-off is not over.
     pub fn is_sending(&self, lease: &Key) -> bool {
         self.rounds.contains_key(lease)
+            || self
+                .backoff
+                .get(lease)
+                .is_some_and(|(_, at)| Instant::now() < *at)
+    }
+
+    /// `lease`'s round failed for a reason worth retrying: its next waits longer.
+    pub fn back_off(&mut self, lease: Key) -> Duration {
+        let (n, at) = self.backoff.entry(lease).or_insert((0, Instant::now()));
+        let wait = match *n {
+            0 => Duration::ZERO,
+            n => Duration::from_secs(1 << (n - 1).min(10)).min(MAX_BACKOFF),
+        };
+        *n += 1;
+        *at = Instant::now() + wait;
+        wait
+    }
+
+    /// `lease`'s round got through (or its failure is settled): no back-off.
+    pub fn clear_backoff(&mut self, lease: &Key) {
+        self.backoff.remove(lease);
     }
 
     /// Sends `pending` for `lease`, the first chained to `prev`, unless a round is under way.
@@ -56,7 +118,7 @@ impl Senders {
                             prev = hash;
                         }
                         Err(e) => {
-                            round.failed = Some(e);
+                            round.failed = Some((p.interval, e));
                             break;
                         }
                     }
@@ -80,9 +142,10 @@ impl Senders {
             let handle = self.rounds.remove(&lease).expect("listed above");
             let round = handle.await.unwrap_or_else(|e| Round {
                 accepted: Vec::new(),
-                failed: Some(ChainError::Unavailable(format!(
-                    "the submission task failed: {e}"
-                ))),
+                failed: Some((
+                    0,
+                    ChainError::Unavailable(format!("the submission task failed: {e}")),
+                )),
             });
             out.push((lease, round));
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use gpu_market_core::overclock::OverclockTerms;
 use tokio::time::Instant;
 
+use super::senders::{Fate, Senders};
 use super::*;
 use crate::chain::fake::FakeChain;
 use crate::chain::{proof_hash, GpuView};
@@ -21,6 +22,7 @@ use crate::gpu::{GpuBackend, Sample};
 use crate::runtime::recording::{Call, RecordingRuntime, EXIT_SIGTERM};
 use crate::runtime::{ContainerSpec, ContainerState, LABEL_LEASE};
 use crate::state::{LeaseRecord, StateFile};
+use gpu_market::errors::MarketError;
 
 const T0: i64 = 1_700_000_000;
 const INTERVAL: u32 = 60;
@@ -549,6 +551,74 @@ async fn an_rpc_outage_loses_no_proof_and_a_lost_answer_duplicates_none() {
     assert!(h.metrics.proofs_failed() > 0);
     run_for(&mut r, INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
+}
+
+/// A proof the program can never accept (here: the lease stopped before its interval, as when
+/// proofs closed during an outage reach the chain together and an earlier one ends the lease
+/// by the market's idle rule) is sent once and dropped, and the lease still ends; a failure
+/// that may pass is sent again with a growing back-off.
+#[tokio::test(start_paused = true)]
+async fn a_proof_refused_for_good_is_sent_once_and_the_lease_still_ends() {
+    let h = Harness::new(&[0]);
+    // Two idle proofs in a row end a lease; the container here never loads its GPU.
+    h.chain.set_idle_rule(1_000, 2);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    h.chain.set_outage(true);
+    run_for(&mut r, 3 * INTERVAL as u64).await;
+    let pending: Vec<u32> = r.state().leases[&lease.key]
+        .pending
+        .iter()
+        .map(|p| p.interval)
+        .collect();
+    assert_eq!(pending, vec![0, 1, 2], "closed locally while unreachable");
+    let calls = h.chain.submit_calls();
+    h.chain.set_outage(false);
+    run_for(&mut r, 3 * INTERVAL as u64).await;
+    assert_eq!(
+        proven_intervals(&h, lease.key),
+        vec![0, 1],
+        "the second idle proof ended the lease at the end of interval 1"
+    );
+    assert_eq!(
+        h.chain.submit_calls() - calls,
+        3,
+        "proofs 0 and 1 landed, proof 2 was refused once and never sent again"
+    );
+    assert!(
+        h.chain.ended().contains(&lease.key) || h.chain.lease(lease.key).is_none(),
+        "the lease was ended"
+    );
+    assert!(h.running().is_empty(), "its container stopped");
+    assert!(!r.state().leases.contains_key(&lease.key), "and forgotten");
+}
+
+#[test]
+fn only_refusals_that_can_change_are_retried() {
+    let refused = |e: MarketError| ChainError::Rejected {
+        op: "submit_usage",
+        reason: e.to_string(),
+        code: Some(e.into()),
+    };
+    assert_eq!(Fate::of(&refused(MarketError::StaleInterval)), Fate::Drop);
+    assert_eq!(
+        Fate::of(&refused(MarketError::IntervalAfterStop)),
+        Fate::DropFromHere
+    );
+    for e in [MarketError::BadProofChain, MarketError::IntervalNotOver] {
+        assert_eq!(Fate::of(&refused(e)), Fate::Retry, "{e}");
+    }
+    assert_eq!(
+        Fate::of(&ChainError::Unavailable("timed out".into())),
+        Fate::Retry
+    );
+    let mut senders = Senders::default();
+    let lease = Key([9; 32]);
+    let waits: Vec<u64> = (0..7).map(|_| senders.back_off(lease).as_secs()).collect();
+    assert_eq!(waits, vec![0, 1, 2, 4, 8, 16, 16]);
+    assert!(senders.is_sending(&lease), "backing off");
+    senders.clear_backoff(&lease);
+    assert!(!senders.is_sending(&lease));
 }
 
 #[tokio::test(start_paused = true)]
