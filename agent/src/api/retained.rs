@@ -1,13 +1,21 @@
-//! What the API serves of a lease whose container is gone, from what the agent retains of it
-//! (`crate::retention`) until its retention ends: its saved logs and its scratch folder.
+//! What the API serves from the host's copy of a lease: its saved logs once its container is
+//! gone (`crate::retention`), and its scratch folder, while the container runs and after.
 //!
-//! No process of the lease runs any more, so nothing changes the folder while it is read; a
-//! path is still resolved on the host and must stay inside the folder, and links inside it are
-//! archived as links, never followed.
+//! The scratch folder is the tenant's: its container, root inside, may change it while it is
+//! read, swapping a folder for a link to a host path between any two steps of the agent's.
+//! So nothing in it is ever reached by a path the host resolves: the folder is opened once, and
+//! everything in it by descriptor beneath it without following a link (`openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`); links are archived as links; only regular files are
+//! read, opened non-blocking, so a FIFO or a device in their place is left out, never waited on.
 
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use hyper::body::Bytes;
+use rustix::fs::{openat2, statat, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use tokio_util::io::ReaderStream;
 
 use super::routes::{streamed, Body, Refusal};
@@ -54,38 +62,130 @@ fn tail_start(text: &[u8], n: u64) -> usize {
     }
 }
 
-/// The host path of `path` (a path under [`SCRATCH_DIR`]) in the retained folder `scratch`,
-/// refused when it resolves outside it.
-fn resolve(scratch: &Path, path: &str) -> Result<PathBuf, Refusal> {
-    let missing = || Refusal::NoSuchPath(path.to_string());
-    let rest = path.strip_prefix(SCRATCH_DIR).unwrap_or(path);
-    let root = std::fs::canonicalize(scratch).map_err(|_| missing())?;
-    let full =
-        std::fs::canonicalize(root.join(rest.trim_start_matches('/'))).map_err(|_| missing())?;
-    if !full.starts_with(&root) {
-        return Err(missing());
-    }
-    Ok(full)
+/// Opens `path` (relative) beneath the folder `dir`, following no link on the way or at its
+/// end, without blocking on a FIFO.
+fn open_beneath(dir: BorrowedFd<'_>, path: &Path) -> std::io::Result<OwnedFd> {
+    let path = if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
+    };
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    Ok(openat2(
+        dir,
+        path,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve,
+    )?)
 }
 
-/// A tar archive of `path` in the retained folder `scratch`, named as the engine names it
-/// (the last component of the path), streamed as it is written.
+/// A tar header for an entry of `kind` with the mode and time of `stat`.
+fn header(kind: tar::EntryType, stat: &rustix::fs::Stat, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(stat.st_mode & 0o7777);
+    h.set_mtime(stat.st_mtime.max(0) as u64);
+    h.set_size(size);
+    h
+}
+
+/// Writes the tar archive of `rel` (relative to the folder `root`) to `out`, named `name`: a
+/// folder with everything beneath it, a regular file with its bytes. Every step opens by
+/// descriptor beneath `root` without following links; an entry that changed under the walk
+/// (gone, or a link now) is left out; only `root` stays open, so a deep tree holds no more
+/// descriptors than a flat one.
+fn write_archive(
+    root: &OwnedFd,
+    rel: PathBuf,
+    name: PathBuf,
+    out: impl Write,
+) -> std::io::Result<()> {
+    let mut tar = tar::Builder::new(out);
+    let mut pending = vec![(rel, name)];
+    let mut first = true;
+    while let Some((rel, name)) = pending.pop() {
+        let fd = match open_beneath(root.as_fd(), &rel) {
+            Ok(fd) => fd,
+            // The path asked for itself: refused before the answer (`files`); anything under it
+            // that went away meanwhile is simply left out.
+            Err(e) if first => return Err(e),
+            Err(_) => continue,
+        };
+        first = false;
+        let stat = rustix::fs::fstat(&fd)?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {
+                let size = stat.st_size.max(0) as u64;
+                // Exactly `size` bytes, whatever the tenant does to the file meanwhile.
+                let bytes = File::from(fd)
+                    .take(size)
+                    .chain(std::io::repeat(0))
+                    .take(size);
+                tar.append_data(
+                    &mut header(tar::EntryType::Regular, &stat, size),
+                    &name,
+                    bytes,
+                )?;
+            }
+            FileType::Directory => {
+                tar.append_data(
+                    &mut header(tar::EntryType::Directory, &stat, 0),
+                    &name,
+                    std::io::empty(),
+                )?;
+                let mut children = Vec::new();
+                for entry in rustix::fs::Dir::read_from(&fd)? {
+                    let entry = entry?;
+                    let child = entry.file_name().to_bytes();
+                    if child != b"." && child != b".." {
+                        children.push(PathBuf::from(std::ffi::OsStr::from_bytes(child)));
+                    }
+                }
+                children.sort();
+                for child in children.into_iter().rev() {
+                    let Ok(st) = statat(&fd, &child, AtFlags::SYMLINK_NOFOLLOW) else {
+                        continue;
+                    };
+                    if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                        let Ok(target) = rustix::fs::readlinkat(&fd, &child, Vec::new()) else {
+                            continue;
+                        };
+                        let target = PathBuf::from(std::ffi::OsStr::from_bytes(target.to_bytes()));
+                        let mut h = header(tar::EntryType::Symlink, &st, 0);
+                        tar.append_link(&mut h, name.join(&child), target)?;
+                    } else {
+                        pending.push((rel.join(&child), name.join(&child)));
+                    }
+                }
+            }
+            // A FIFO, a socket, a device: never read.
+            _ => {}
+        }
+    }
+    tar.finish()
+}
+
+/// A tar archive of `path` in the scratch folder `scratch` (the host's copy of the lease's
+/// [`SCRATCH_DIR`]), named as the engine names it (the last component of the path), streamed
+/// as it is written; refused when `path` is not there, or is a link (or passes through one).
 pub(super) fn files(scratch: &Path, path: &str) -> Result<hyper::Response<Body>, Refusal> {
-    let full = resolve(scratch, path)?;
+    let missing = || Refusal::NoSuchPath(path.to_string());
+    let rest = path.strip_prefix(SCRATCH_DIR).unwrap_or(path);
+    let rel = PathBuf::from(rest.trim_start_matches('/'));
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let root: OwnedFd = rustix::fs::open(scratch, flags, Mode::empty()).map_err(|_| missing())?;
+    // Checked here so that a missing path is refused before the answer starts; the walk opens
+    // it again by descriptor, and leaves out whatever changed in between.
+    open_beneath(root.as_fd(), &rel).map_err(|_| missing())?;
     let name = Path::new(path)
         .file_name()
         .map_or_else(|| PathBuf::from("workspace"), PathBuf::from);
     let (reader, writer) = std::io::pipe().map_err(|e| Refusal::Io(e.to_string()))?;
     tokio::task::spawn_blocking(move || {
-        let mut tar = tar::Builder::new(writer);
-        tar.follow_symlinks(false);
-        let written = if full.is_dir() {
-            tar.append_dir_all(&name, &full)
-        } else {
-            tar.append_path_with_name(&full, &name)
-        };
-        if let Err(e) = written.and_then(|()| tar.finish()) {
-            tracing::warn!(error = %e, "api: archiving a retained scratch folder failed");
+        if let Err(e) = write_archive(&root, rel, name, writer) {
+            tracing::warn!(error = %e, "api: archiving a lease's scratch folder failed");
         }
     });
     let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())
@@ -107,19 +207,151 @@ mod tests {
         assert_eq!(&b"x"[tail_start(b"x", 1)..], b"x");
     }
 
-    #[test]
-    fn paths_resolving_outside_the_folder_are_refused() {
+    /// The archive `files` streams for `path`, collected (at most 30 s).
+    async fn archive(scratch: &Path, path: &str) -> Result<Vec<u8>, Refusal> {
+        use http_body_util::BodyExt;
+        let body = files(scratch, path)?.into_body();
+        let collected = tokio::time::timeout(std::time::Duration::from_secs(30), body.collect())
+            .await
+            .expect("the archive was written within 30 s");
+        Ok(collected.map(|c| c.to_bytes().to_vec()).unwrap_or_default())
+    }
+
+    /// A tenant whose container still runs swaps a folder of its scratch volume for a link to a
+    /// host folder, as fast as it can, while its client copies from it: no byte of the host
+    /// folder ever reaches the archive.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_folder_swapped_for_a_link_while_it_is_copied_never_leads_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let (scratch, host) = (dir.path().join("scratch"), dir.path().join("host"));
+        std::fs::create_dir_all(scratch.join("d")).unwrap();
+        std::fs::create_dir_all(&host).unwrap();
+        std::fs::write(scratch.join("d/hostname"), "inside").unwrap();
+        std::fs::write(host.join("hostname"), "HOST-CANARY").unwrap();
+        std::os::unix::fs::symlink(&host, scratch.join("x")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // `d` is always there, a folder one instant and a link to the host's folder the next
+        // (one atomic exchange of the two names, as `mv` in a loop does it in two steps).
+        let swapper = {
+            let (scratch, stop) = (scratch.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (d, x) = (scratch.join("d"), scratch.join("x"));
+                let cwd = rustix::fs::CWD;
+                let mut swaps = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    rustix::fs::renameat_with(cwd, &d, cwd, &x, rustix::fs::RenameFlags::EXCHANGE)
+                        .unwrap();
+                    swaps += 1;
+                }
+                swaps
+            })
+        };
+        let (mut served, mut leaked) = (0, 0);
+        for i in 0..2_000 {
+            let path = if i % 2 == 0 {
+                "/workspace/d/hostname"
+            } else {
+                "/workspace/d"
+            };
+            if let Ok(bytes) = archive(&scratch, path).await {
+                served += usize::from(!bytes.is_empty());
+                leaked += usize::from(bytes.windows(11).any(|w| w == b"HOST-CANARY"));
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        assert!(
+            swaps > 2_000,
+            "the folder and the link traded places only {swaps} times"
+        );
+        assert!(served > 0, "no copy was served at all");
+        assert_eq!(
+            leaked, 0,
+            "{leaked} of {served} copies carried the host's file"
+        );
+    }
+
+    /// A FIFO (or any file but a regular one) in the scratch folder is left out of an archive,
+    /// never opened for reading: nothing waits on it.
+    #[tokio::test]
+    async fn a_fifo_is_left_out_and_never_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        std::fs::write(scratch.join("r.txt"), "result").unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            scratch.join("pipe"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        for path in ["/workspace", "/workspace/pipe"] {
+            let bytes = archive(&scratch, path).await.unwrap_or_default();
+            let entries: Vec<String> = tar::Archive::new(bytes.as_slice())
+                .entries()
+                .unwrap()
+                .map(|e| e.unwrap().path().unwrap().display().to_string())
+                .collect();
+            assert!(
+                !entries.iter().any(|e| e.ends_with("pipe")),
+                "{path}: {entries:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn paths_through_links_or_outside_the_folder_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let scratch = dir.path().join("scratch");
         std::fs::create_dir_all(scratch.join("out")).unwrap();
         std::fs::write(scratch.join("out/r.txt"), "r").unwrap();
         std::os::unix::fs::symlink("/etc", scratch.join("escape")).unwrap();
+        std::os::unix::fs::symlink("out/r.txt", scratch.join("alias")).unwrap();
+        let whole = archive(&scratch, "/workspace").await.unwrap();
+        let mut entries: Vec<(String, tar::EntryType)> = tar::Archive::new(whole.as_slice())
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.path().unwrap().display().to_string(),
+                    e.header().entry_type(),
+                )
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(
-            resolve(&scratch, "/workspace/out/r.txt").unwrap(),
-            std::fs::canonicalize(scratch.join("out/r.txt")).unwrap()
+            entries,
+            [
+                ("workspace".to_string(), tar::EntryType::Directory),
+                ("workspace/alias".to_string(), tar::EntryType::Symlink),
+                ("workspace/escape".to_string(), tar::EntryType::Symlink),
+                ("workspace/out".to_string(), tar::EntryType::Directory),
+                ("workspace/out/r.txt".to_string(), tar::EntryType::Regular),
+            ],
+            "links are archived as links"
         );
-        assert!(resolve(&scratch, "/workspace").is_ok());
-        assert!(resolve(&scratch, "/workspace/escape/passwd").is_err());
-        assert!(resolve(&scratch, "/workspace/missing").is_err());
+        let one = archive(&scratch, "/workspace/out/r.txt").await.unwrap();
+        let mut file = tar::Archive::new(one.as_slice());
+        let mut entry = file.entries().unwrap().next().unwrap().unwrap();
+        let mut text = String::new();
+        entry.read_to_string(&mut text).unwrap();
+        assert_eq!(
+            (entry.path().unwrap().display().to_string(), text),
+            ("r.txt".into(), "r".into())
+        );
+        for path in [
+            "/workspace/escape/passwd",
+            "/workspace/escape",
+            "/workspace/alias",
+            "/workspace/missing",
+        ] {
+            assert!(
+                matches!(archive(&scratch, path).await, Err(Refusal::NoSuchPath(_))),
+                "{path}"
+            );
+        }
     }
 }
