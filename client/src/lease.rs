@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
-use gpu_market::events::{LeaseEnded, RefundDue};
+use gpu_market::events::{LeaseEnded, LeaseStarted, RefundDue, SpotPreempted};
 use gpu_market::state::{Bid, BidKind, Lease, Machine, Market};
 use gpu_market_core::lease::exit;
 use gpu_market_core::math::normalise_bps;
@@ -453,19 +453,34 @@ fn lease_fields(
 }
 
 /// A settled lease, read back from the chain's history: the `LeaseEnded` event of its
-/// settlement, and the `RefundDue` of the same transaction when the refund waits in the
-/// client's stake.
+/// settlement, the `RefundDue` of the same transaction when the refund waits in the client's
+/// stake, and, for a spot lease preempted in that run, its `SpotPreempted` (when it was told to
+/// stop, and for which bid). The history is read newest first, so the run is the last one (a
+/// requeued spot bid run again takes the same lease address); its `LeaseStarted` ends the search.
 fn show_settled(config: &Config, lease: &Pubkey) -> Result<()> {
+    let mut settled: Option<(LeaseEnded, bool)> = None;
     let found = config.find_in_history(lease, |logs| {
-        let ended = from_logs::<LeaseEnded>(logs)
+        if settled.is_none() {
+            let ended = from_logs::<LeaseEnded>(logs)
+                .into_iter()
+                .find(|e| e.lease == *lease)?;
+            let in_stake = from_logs::<RefundDue>(logs).iter().any(|r| {
+                r.owner == ended.client && r.market == ended.market && r.amount == ended.refund
+            });
+            settled = Some((ended, in_stake));
+        }
+        if let Some(p) = from_logs::<SpotPreempted>(logs)
             .into_iter()
-            .find(|e| e.lease == *lease)?;
-        let in_stake = from_logs::<RefundDue>(logs).iter().any(|r| {
-            r.owner == ended.client && r.market == ended.market && r.amount == ended.refund
-        });
-        Some((ended, in_stake))
+            .find(|p| p.lease == *lease)
+        {
+            return Some(Some(p));
+        }
+        from_logs::<LeaseStarted>(logs)
+            .iter()
+            .any(|s| s.lease == *lease)
+            .then_some(None)
     })?;
-    let Some((signature, (ended, in_stake))) = found else {
+    let Some((ended, in_stake)) = settled else {
         bail!(
             "lease {lease} does not exist on {}, and no settlement of it is in the cluster's history",
             config.url
@@ -473,7 +488,12 @@ fn show_settled(config: &Config, lease: &Pubkey) -> Result<()> {
     };
     let m: Market = config.fetch(&ended.market, "market")?;
     let mut fields = settlement_fields(&ended, in_stake, config.mint_decimals(&m.payment_mint)?);
-    fields.push(("signature", text(signature)));
+    let preempted = found.and_then(|(_, p)| p);
+    fields.push(("preempted", preempted.is_some().into()));
+    if let Some(p) = preempted {
+        fields.push(("stop_at", p.stop_at.into()));
+        fields.push(("preempted_by", text(p.by)));
+    }
     print_record(config.output, &fields);
     Ok(())
 }
