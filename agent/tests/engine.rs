@@ -339,9 +339,15 @@ async fn the_listing_and_the_inspection_agree_on_created_running_and_exited() {
         .await
         .expect("connect");
     engine.pull(&image).await.expect("pull");
+    // It runs until it is stopped and then exits with 0, so it is still running when looked at
+    // however slowly this machine goes; the 20 s sleep bounds it should the stop never come.
     let spec = ContainerSpec {
         image,
-        cmd: Some(vec!["sleep".into(), "2".into()]),
+        cmd: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "trap 'exit 0' TERM; echo ready; sleep 20 & wait".into(),
+        ]),
         ..Default::default()
     };
     let id = engine.create(&spec).await.expect("create");
@@ -361,6 +367,19 @@ async fn the_listing_and_the_inspection_agree_on_created_running_and_exited() {
     engine.start(&id).await.expect("start");
     assert_eq!(engine.state(&id).await.unwrap(), ContainerState::Running);
     assert_eq!(listed().await, Some(ContainerState::Running));
+    // Stopped once its trap is set (it says so), it exits at once, with 0.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !engine.logs(&id).await.unwrap().stdout.contains("ready") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the container never said it was ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    engine
+        .stop(&id, std::time::Duration::from_secs(10))
+        .await
+        .expect("stop");
     assert_eq!(engine.wait(&id).await.unwrap(), 0);
     // Only the inspection tells the exit code.
     assert_eq!(

@@ -108,14 +108,17 @@ impl Drop for FarNet {
     }
 }
 
+/// Polls `ok` until it holds. A minute: a server starting on a busy machine may take a while to
+/// answer, and only one that never does should fail the test.
 fn wait_until(mut ok: impl FnMut() -> bool) {
-    for _ in 0..100 {
-        if ok() {
-            return;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out: not within 60 s"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("timed out");
 }
 
 /// Lease `n` of this test process (another run's leftovers never collide with it).

@@ -3,8 +3,6 @@
 //! this machine has none): which machine takes a bid is the market's packing policy, which each
 //! agent computes from the accounts alone, and a machine whose agent is stopped strands no bid.
 
-use std::time::Duration;
-
 use gpu_market::pda;
 use gpu_market::state::{Bid, Lease};
 use gpu_market_tests::live::{LiveMarket, Wallet};
@@ -105,23 +103,36 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
     let (status, log) = agent_a.terminate();
     assert!(status.success(), "A's agent stops cleanly; log:\n{log}");
     let fourth = bid(&live, &client, 4, 8, vec![]).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        machine_of(&live, &fourth).await,
-        None,
-        "B leaves it to A at first; B's log:\n{}",
-        agent_b.log()
-    );
-    assert_eq!(
-        leased_on(&live, fourth, "the fourth lease", &agent_b).await,
-        machine_b
-    );
     // The grace period is in chain time, as the agent counts it (wall time and the
     // validator's clock drift apart by a second or more): B first saw the bid no earlier than
     // its placement.
     let placed: Bid = live.cluster.account(&fourth).await.unwrap();
-    let lease: Lease = live.cluster.account(&pda::lease(&fourth).0).await.unwrap();
     let grace = i64::try_from(gpu_market_core::placement::GRACE_SECS).unwrap();
+    // B leaves it to A at first: watched until half the grace period has passed on the
+    // cluster's clock. The lease is read before the clock, so a reading clear of the grace
+    // period's end (by a second, for the clock's steps) shows no lease however slowly this
+    // machine runs; a later reading proves nothing and is not checked.
+    let ahead = (placed.placed_at + grace / 2 - live.cluster.now().await.unwrap()).max(0) as u64;
+    wait_for("half the grace period", ahead + 60, &agent_b, || async {
+        let machine = machine_of(&live, &fourth).await;
+        let now = live.cluster.now().await.unwrap();
+        if now < placed.placed_at + grace - 1 {
+            assert_eq!(
+                machine,
+                None,
+                "B leaves it to A at first: placed at {}, the cluster's clock reads {now}; B's log:\n{}",
+                placed.placed_at,
+                agent_b.log()
+            );
+        }
+        (now >= placed.placed_at + grace / 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        leased_on(&live, fourth, "the fourth lease", &agent_b).await,
+        machine_b
+    );
+    let lease: Lease = live.cluster.account(&pda::lease(&fourth).0).await.unwrap();
     assert!(
         lease.started_at - placed.placed_at >= grace,
         "taken after the grace period: placed at {}, started at {}",

@@ -65,7 +65,9 @@ async fn a_client_reaches_its_lease_through_the_published_port_and_the_daemons_s
     let client = live.client(10 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
     let (image_ref, image_digest) = seeded_image("SERVER");
-    let mut args = queue_bid(1, 6 * INTERVAL, now);
+    // Longer than all the waits below together: the lease must still run when the port, the
+    // logs and the files are asked for. The test ends it by stopping the agent.
+    let mut args = queue_bid(1, 30 * INTERVAL, now);
     (args.image_ref, args.image_digest) = (image_ref, image_digest);
     (args.ports, args.scratch_gib) = (vec![8080], 1);
     let bid = live.place(&client, args).await.unwrap();

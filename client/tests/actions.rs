@@ -135,7 +135,9 @@ const BID_QUERY: &str = "image=registry.example%2Ftrain%3Av3&image-digest=ababab
 #[test]
 fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_nothing() {
     let t = T::start();
-    let s = MarketSetup::new(&t, &["--unstake-cooldown-secs", "3"]);
+    // A cooldown of 30 s: the withdraw action is asked for right after the unstake and must
+    // still find it running, on a machine that stalls for a while.
+    let s = MarketSetup::new(&t, &["--unstake-cooldown-secs", "30"]);
     let host = register_host(&t, &s);
     let alice_file = t.wallet("alice");
     let alice = key_of(&alice_file);
@@ -211,6 +213,12 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
     sign_and_send(&t, &alice, tx);
     let st = stake_of(&t, &s.market, &alice.pubkey());
     assert_eq!((st.amount, st.pending_unstake), (10_000_000, 2_500_000));
+    let now = t.cluster_time();
+    assert!(
+        now < st.unlocks_at,
+        "the cooldown ended (at {}) before it could be checked: the cluster's clock reads {now}",
+        st.unlocks_at
+    );
     let early = served.refused("/api/actions/withdraw", &me);
     assert!(early.contains("cooldown"), "{early}");
     wait_until(&t, st.unlocks_at);

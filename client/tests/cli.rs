@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
@@ -20,12 +20,14 @@ use solana_signer::Signer;
 #[test]
 fn market_and_stake_verbs() {
     let t = T::start();
-    // A notice of 4 s: the cooldown (3 s) and one billing interval (1 s).
+    // A notice of 31 s: the cooldown (30 s) and one billing interval (1 s). Both are long
+    // enough that the refusals checked right after an update or an unstake still come before
+    // the cluster's clock reaches the end, on a machine that stalls for a while.
     let s = MarketSetup::new(
         &t,
         &[
             "--unstake-cooldown-secs",
-            "3",
+            "30",
             "--protocol-fee-bps",
             "100",
             "--billing-interval-secs",
@@ -44,7 +46,7 @@ fn market_and_stake_verbs() {
     // market show reads back what init wrote.
     let show = t.ok(&s.authority, &["market", "show", &m]);
     assert_eq!(show["protocol_fee_bps"], 100);
-    assert_eq!(show["unstake_cooldown_secs"], 3);
+    assert_eq!(show["unstake_cooldown_secs"], 30);
     assert_eq!(show["base_price_per_gpu_hour"], "1");
     assert_eq!(pk(&show["treasury"]), s.treasury);
     assert_eq!(show["spend_bound"], "32");
@@ -87,6 +89,11 @@ fn market_and_stake_verbs() {
     assert_eq!(show["pending_params"]["protocol_fee_bps"], 100);
     assert_eq!(show["pending_at"], effective_at);
     // Before the notice is over: refused, nothing applied.
+    let now = t.cluster_time();
+    assert!(
+        now < effective_at,
+        "the notice ended (at {effective_at}) before it could be checked: the cluster's clock reads {now}"
+    );
     let e = t.fails(&stranger, &["market", "apply", &m]);
     assert!(e.contains("is not over"), "{e}");
     assert_eq!(t.account::<Market>(&s.market).params, on_chain.params);
@@ -194,6 +201,12 @@ fn market_and_stake_verbs() {
     let out = t.ok(&user, &["stake", "unstake", "4", "--market", &m]);
     assert_eq!(out["amount"], "7");
     assert_eq!(out["pending_unstake"], "4");
+    let unlocks_at = out["unlocks_at"].as_i64().unwrap();
+    let now = t.cluster_time();
+    assert!(
+        now < unlocks_at,
+        "the cooldown ended (at {unlocks_at}) before it could be checked: the cluster's clock reads {now}"
+    );
     let e = t.fails(&user, &["stake", "withdraw", "--market", &m]);
     assert!(e.contains("the unstake cooldown is not over"), "{e}");
     assert_eq!(t.balance(&tokens), 39_000_000);
@@ -1139,8 +1152,9 @@ fn bid_prune() {
             .len()
     };
 
-    // Three bids that expire in 30 s (for 2 s of work at 36 per GPU-hour: 0.02 escrowed
-    // each), and one that waits for an hour.
+    // Three bids that expire in two minutes (for 2 s of work at 36 per GPU-hour: 0.02 escrowed
+    // each), and one that waits for an hour. Two minutes leave room for the dozen verbs that
+    // must run before the first expires, on a machine that stalls for a while.
     let short = |nonce: &'static str| {
         let out = t.ok(
             &client,
@@ -1158,7 +1172,7 @@ fn bid_prune() {
                 "--duration",
                 "2",
                 "--deadline",
-                "+30s",
+                "+120s",
                 "--overclock",
                 "power=200",
                 "--price",
@@ -1182,9 +1196,23 @@ fn bid_prune() {
     );
     let lasting = pk(&out["bid"]);
     assert_eq!(t.balance(&tokens), 100_000_000 - 3 * 20_000 - 2_000_000);
+    // The deadlines as the program keeps them; the first placed expires first.
+    let first_deadline = t.account::<Bid>(&first).deadline;
+    let last_deadline = t
+        .account::<Bid>(&second)
+        .deadline
+        .max(t.account::<Bid>(&third).deadline);
+    let not_expired = || {
+        let now = t.cluster_time();
+        assert!(
+            now < first_deadline,
+            "the first bid expired (at {first_deadline}) before its refusals could be checked: the cluster's clock reads {now}"
+        );
+    };
 
     // Before its deadline nobody may prune it: refused by the program, nothing moved.
     let before = (t.balance(&tokens), t.balance(&vault), book_len());
+    not_expired();
     let e = t.fails(&keeper, &["bid", "prune", &first.to_string()]);
     assert!(e.contains("the bid's deadline has not passed"), "{e}");
     let unknown = Pubkey::new_unique().to_string();
@@ -1194,27 +1222,17 @@ fn bid_prune() {
     assert!(e.contains("required"), "{e}");
     assert_eq!((t.balance(&tokens), t.balance(&vault), book_len()), before);
     assert!(t.exists(&first));
+    not_expired();
     let out = t.ok(&keeper, &["bid", "prune", "--all", "--market", &m]);
     assert_eq!(out, serde_json::json!([])); // nothing has expired yet
     assert_eq!((t.balance(&tokens), t.balance(&vault), book_len()), before);
 
     // Once the deadline has passed, anyone may: the escrow goes back to the client's token
     // account, the bid account's rent to the client, the bid leaves the book.
-    let deadline = Instant::now() + Duration::from_secs(60);
     let rent = t.rpc().get_balance(&first).unwrap();
     let lamports = t.rpc().get_balance(&key_of(&client).pubkey()).unwrap();
-    let out = loop {
-        let out = t.run(&keeper, &["bid", "prune", &first.to_string()]);
-        if out.status.success() {
-            break serde_json::from_slice::<Value>(&out.stdout).unwrap();
-        }
-        let e = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            e.contains("has not passed") && Instant::now() < deadline,
-            "{e}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
+    wait_until(&t, first_deadline);
+    let out = t.ok(&keeper, &["bid", "prune", &first.to_string()]);
     assert_eq!(pk(&out["bid"]), first);
     assert_eq!(out["refund"], "0.02");
     assert_eq!(pk(&out["refund_to"]), tokens);
@@ -1229,17 +1247,14 @@ fn bid_prune() {
 
     // explain names the way out for an expired bid (the last placed expires a moment after the
     // first); --all prunes every expired one, and only those, in one transaction here.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ex = t.ok(&client, &["bid", "explain", &third.to_string()]);
-        let summary = ex["summary"].as_str().unwrap();
-        if summary.contains(&format!("gpu-market bid prune {third}")) {
-            assert!(summary.starts_with("its deadline has passed"), "{ex}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "{ex}");
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    wait_until(&t, last_deadline);
+    let ex = t.ok(&client, &["bid", "explain", &third.to_string()]);
+    let summary = ex["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("its deadline has passed")
+            && summary.contains(&format!("gpu-market bid prune {third}")),
+        "{ex}"
+    );
     let out = t.ok(&keeper, &["bid", "prune", "--all", "--market", &m]);
     let rows = out.as_array().unwrap();
     assert_eq!(rows.len(), 2, "{out}");

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use common::*;
 use gpu_market::pda;
-use gpu_market::state::Lease;
+use gpu_market::state::{Bid, Lease};
 use serde_json::Value;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -53,14 +53,15 @@ fn set(items: &[(&str, Pubkey)]) -> BTreeSet<(String, Pubkey)> {
 #[test]
 fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
     let t = T::start();
-    // 2 s intervals; silent after 8 of them; 2 pieces of evidence slash 10 %.
+    // 2 s intervals; silent after 30 of them (60 s: longer than any run of the steps below on a
+    // loaded machine); 2 pieces of evidence slash 10 %.
     let s = MarketSetup::new(
         &t,
         &[
             "--billing-interval-secs",
             "2",
             "--silence-intervals",
-            "8",
+            "30",
             "--slash-evidence",
             "2",
             "--slash-bps",
@@ -78,7 +79,8 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
     // A 4 s lease its host proves in full; a lease whose host skips intervals 0 and 1.
     let short = leased_for(&t, &s, &host, &client, "11", "4");
     let skipping = leased(&t, &s, &host, &client, "12");
-    // A bid that expires in 3 s, with an environment sealed to the machine.
+    // A bid that expires in 20 s (its latest start 18 s after the CLI reads the cluster's clock,
+    // however long placing and sealing take), with an environment sealed to the machine.
     let env = t.path("job.env");
     std::fs::write(&env, "TOKEN=s3cret\n").unwrap();
     let out = t.ok(
@@ -97,7 +99,7 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
             "--duration",
             "2",
             "--deadline",
-            "+3",
+            "+20",
             "--overclock",
             "power=250",
             "--price",
@@ -109,11 +111,13 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
         ],
     );
     let expiring = pk(&out["bid"]);
+    let deadline = t.account::<Bid>(&expiring).deadline;
     let copy = pda::sealed_env(&expiring, &key_of(&host.agent).pubkey()).0;
     assert!(t.exists(&copy));
+    let now = t.cluster_time();
     assert!(
         keep(&t, &keeper, &s, &prom).is_empty(),
-        "nothing is due yet"
+        "nothing is due yet (cluster clock {now}, the bid's deadline {deadline})"
     );
 
     let started: Lease = t.account(&short);
@@ -124,6 +128,8 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
     let l: Lease = t.account(&skipping);
     wait_until(&t, l.started_at + 6);
     prove(&t, &s, &host, skipping, 2);
+    // The bid has expired on the chain's clock: its pruning is due.
+    wait_until(&t, deadline);
     let funds = t.balance(&tokens);
     let stake = host_stake(&t, &s, &host);
     assert_eq!(

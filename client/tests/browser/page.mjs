@@ -174,8 +174,9 @@ const answer = (obj) => process.stdout.write(`${JSON.stringify(obj)}\n`);
 
 async function load() {
   await page.goto(url, { waitUntil: 'load' });
-  // wallet.js has run and the test wallet has registered through the Wallet Standard.
-  await page.waitForFunction(() => !document.getElementById('connect').disabled, null, { timeout: 10000 });
+  // wallet.js has run and the test wallet has registered through the Wallet Standard: within a
+  // minute, as a busy machine may take a while to load and run the page's scripts.
+  await page.waitForFunction(() => !document.getElementById('connect').disabled, null, { timeout: 60000 });
 }
 
 async function stake(amount) {

@@ -278,8 +278,10 @@ impl MarketSetup {
                 .contains(&format!("gpu-market market apply {m}")),
             "{out}"
         );
-        // Before the notice is over `market apply` is refused, and nothing changes.
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Before the notice is over `market apply` is refused, and nothing changes: tried until
+        // the cluster's clock passes it, as long as that takes, and a minute more of wall time.
+        let ahead = (effective_at - t.cluster_time()).max(0) as u64;
+        let deadline = Instant::now() + Duration::from_secs(ahead + 60);
         loop {
             let out = t.run(applier, &["market", "apply", &m]);
             if out.status.success() {
@@ -508,9 +510,11 @@ pub fn host_stake(t: &T, s: &MarketSetup, host: &Host) -> StakeAccount {
     t.account(&pda::stake(&s.market, &m.owner).0)
 }
 
-/// Waits until the cluster's clock reads `at` or later.
+/// Waits until the cluster's clock reads `at` or later: as long as that takes, and a minute
+/// more of wall time before calling the clock stuck.
 pub fn wait_until(t: &T, at: i64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let ahead = (at - t.cluster_time()).max(0) as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(ahead + 60);
     while t.cluster_time() < at {
         assert!(
             std::time::Instant::now() < deadline,
