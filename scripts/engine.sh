@@ -8,11 +8,19 @@
 #   scripts/engine.sh env     prints the variables clients need (eval "$(scripts/engine.sh env)")
 #
 # Variables: GPU_MARKET_ENGINE_DIR (state, default ~/.cache/gpu-market/engine),
-# GPU_MARKET_REGISTRY (default 127.0.0.1:5000).
+# GPU_MARKET_REGISTRY (host:port; by default 127.0.0.1:5000 when that port is free, else a free
+# loopback port, kept in $GPU_MARKET_ENGINE_DIR/registry.addr while the registry runs).
 source "$(dirname "$0")/lib.sh"
 
 ENGINE_DIR="${GPU_MARKET_ENGINE_DIR:-$TOOLS_DIR/engine}"
-REGISTRY="${GPU_MARKET_REGISTRY:-127.0.0.1:5000}"
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+if [ -n "${GPU_MARKET_REGISTRY:-}" ]; then
+    REGISTRY="$GPU_MARKET_REGISTRY"
+elif running "$ENGINE_DIR/registry.pid" && [ -s "$ENGINE_DIR/registry.addr" ]; then
+    REGISTRY="$(cat "$ENGINE_DIR/registry.addr")"
+else
+    REGISTRY="127.0.0.1:$(free_port_block 1 5000)"
+fi
 SOCK="$ENGINE_DIR/docker.sock"
 TEST_IMAGE="$REGISTRY/gpu-market/busybox:latest"
 # Lease workloads for the agent's tests and the demo (same rootfs, other commands): `worker` keeps
@@ -22,8 +30,6 @@ IDLER_IMAGE="$REGISTRY/gpu-market/idler:latest"
 # `server` writes a result into its scratch volume, logs it, and serves the volume over HTTP on
 # port 8080 until SIGTERM: a lease a client reaches, reads and fetches from.
 SERVER_IMAGE="$REGISTRY/gpu-market/server:latest"
-
-running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 start_dockerd() {
     running "$ENGINE_DIR/dockerd.pid" && return 0
@@ -53,7 +59,9 @@ start_dockerd() {
 
 start_registry() {
     running "$ENGINE_DIR/registry.pid" && return 0
+    require_free_ports "${REGISTRY##*:}:the registry's port"
     mkdir -p "$ENGINE_DIR/registry"
+    echo "$REGISTRY" > "$ENGINE_DIR/registry.addr"
     cat > "$ENGINE_DIR/registry.yml" <<YML
 version: 0.1
 log:

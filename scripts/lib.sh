@@ -31,3 +31,72 @@ apt_install() {
 program_id() {
     sed -n 's/^declare_id!("\([1-9A-HJ-NP-Za-km-z]*\)");/\1/p' "$REPO_ROOT/programs/gpu-market/src/lib.rs"
 }
+
+# free_port_block N [PREFERRED]: a loopback port P such that P to P+N-1 and P+1001 (a local
+# validator's RPC, websocket, gossip and dynamic ports, and its faucet: scripts/validator.sh)
+# are free for TCP and UDP; PREFERRED when its block is free, else one the kernel hands out.
+free_port_block() {
+    python3 - "$1" "${2:-}" <<'PY'
+import socket, sys
+n, preferred = int(sys.argv[1]), sys.argv[2]
+def free(port):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        s = socket.socket(socket.AF_INET, kind)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        finally:
+            s.close()
+    return True
+def block_free(p):
+    return p + n + 1001 < 65536 and all(free(q) for q in range(p, p + n)) and free(p + 1001)
+if preferred and block_free(int(preferred)):
+    print(preferred); sys.exit(0)
+for _ in range(500):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p < 60000 and block_free(p):
+        print(p); sys.exit(0)
+sys.exit("no block of %d free loopback ports was found" % n)
+PY
+}
+
+# port_holder PORT: who listens on PORT (TCP or UDP), as `ss` names the process; empty if free.
+port_holder() {
+    ss -Hlntup "( sport = :$1 )" 2>/dev/null | sed -n 's/.*users:((\("[^"]*"\),pid=\([0-9]*\).*/\1 (pid \2)/p' | head -1
+}
+
+# require_free_ports PORT:WHAT...: dies naming the first port that is taken, what it was for and
+# the program that holds it.
+require_free_ports() {
+    local taken holder
+    taken="$(python3 - "$@" <<'PY'
+import socket, sys
+for arg in sys.argv[1:]:
+    port = int(arg.split(":", 1)[0])
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        s = socket.socket(socket.AF_INET, kind)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            print(arg); sys.exit(0)
+        finally:
+            s.close()
+PY
+)"
+    [ -z "$taken" ] && return 0
+    holder="$(port_holder "${taken%%:*}")"
+    die "port ${taken%%:*} (${taken#*:}) is taken${holder:+ by $holder}: stop it, or choose other ports"
+}
+
+# pubkey_of KEYPAIR_FILE: the base58 public key of a Solana CLI keypair file.
+pubkey_of() {
+    python3 - "$1" <<'PY'
+import json, sys
+alphabet = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+raw = bytes(json.load(open(sys.argv[1]))[32:])
+n = int.from_bytes(raw, "big"); out = ""
+while n: n, r = divmod(n, 58); out = alphabet[r] + out
+print("1" * (len(raw) - len(raw.lstrip(b"\0"))) + out)
+PY
+}
