@@ -31,8 +31,19 @@ IDLER_IMAGE="$REGISTRY/gpu-market/idler:latest"
 # port 8080 until SIGTERM: a lease a client reaches, reads and fetches from.
 SERVER_IMAGE="$REGISTRY/gpu-market/server:latest"
 
+# The containerd that dockerd starts under our exec root: it outlives a dockerd that was killed
+# (SIGKILL after the stop's grace period, or a killed script), and the next dockerd then fails
+# with "timeout waiting for containerd to start" (seen after an interrupted test run).
+CONTAINERD_CONFIG="$ENGINE_DIR/exec/containerd/containerd.toml"
+stop_orphaned_containerd() {
+    pkill -f -- "--config $CONTAINERD_CONFIG" 2>/dev/null || return 0
+    for _ in $(seq 1 40); do pgrep -f -- "--config $CONTAINERD_CONFIG" >/dev/null || return 0; sleep 0.25; done
+    pkill -9 -f -- "--config $CONTAINERD_CONFIG" 2>/dev/null || true
+}
+
 start_dockerd() {
     running "$ENGINE_DIR/dockerd.pid" && return 0
+    stop_orphaned_containerd
     mkdir -p "$ENGINE_DIR/data" "$ENGINE_DIR/exec" "$ENGINE_DIR/hooks"
     # SIMULATED GPU ONLY: dockerd registers its `nvidia` device driver only when this hook is on
     # its PATH. A no-op stand-in lets GPU device requests be accepted (and NVIDIA_VISIBLE_DEVICES
@@ -144,6 +155,7 @@ case "${1:-}" in
     stop)
         stop_pid "$ENGINE_DIR/registry.pid"
         stop_pid "$ENGINE_DIR/dockerd.pid"
+        stop_orphaned_containerd
         ;;
     status)
         running "$ENGINE_DIR/dockerd.pid" && running "$ENGINE_DIR/registry.pid"

@@ -281,9 +281,10 @@ async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
     assert_eq!(verdict(&out, &allowed), "closed", "{out}");
     assert_eq!(out.lines().last(), Some("0"), "{out}");
     // Egress none with a published port: a bridge, but nothing leaves it.
+    let port = free_port();
     let engine = engine.publishing(Publishing {
-        first: 31_420,
-        last: 31_429,
+        first: port,
+        last: port,
         ip: Ipv4Addr::UNSPECIFIED,
     });
     let inbound_only = LeaseNetwork {
@@ -299,15 +300,25 @@ async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
     assert_eq!(verdict(&out, &other), "closed", "{out}");
 }
 
+/// A TCP port free on every address of this host now: a range of one for the engine to publish.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 #[tokio::test]
 async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_is_full() {
     let (host, image) = engine_env();
+    // A range of one port, chosen free (a fixed one was found taken on a machine).
+    let port = free_port();
     let engine = DockerEngine::connect(&host, "network-test-ports")
         .await
         .unwrap()
         .publishing(Publishing {
-            first: 31_430,
-            last: 31_430,
+            first: port,
+            last: port,
             ip: Ipv4Addr::UNSPECIFIED,
         });
     engine.pull(&image).await.unwrap();
@@ -329,10 +340,10 @@ async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_
     );
     assert_eq!(published.len(), 1, "{published:?}");
     assert_eq!(published[0].container_port, 8080);
-    assert_eq!(published[0].host_port, 31_430, "from the range");
+    assert_eq!(published[0].host_port, port, "from the range");
     let mut body = None;
     wait_until(|| {
-        body = http_get("127.0.0.1:31430", "/");
+        body = http_get(&format!("127.0.0.1:{port}"), "/");
         body.is_some()
     });
     assert_eq!(body.as_deref(), Some("served\n"));
@@ -340,7 +351,7 @@ async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_
     let second = lease_spec(&image, 7, serve, "sleep 5");
     match engine.create(&second).await {
         Err(RuntimeError::NoFreePort { first, last }) => {
-            assert_eq!((first, last), (31_430, 31_430))
+            assert_eq!((first, last), (port, port))
         }
         other => panic!("expected no free port, got {other:?}"),
     }
