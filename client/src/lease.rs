@@ -458,42 +458,43 @@ fn lease_fields(
 /// stop, and for which bid). The history is read newest first, so the run is the last one (a
 /// requeued spot bid run again takes the same lease address); its `LeaseStarted` ends the search.
 fn show_settled(config: &Config, lease: &Pubkey) -> Result<()> {
-    let mut settled: Option<(LeaseEnded, bool)> = None;
     let found = config.find_in_history(lease, |logs| {
-        if settled.is_none() {
-            let ended = from_logs::<LeaseEnded>(logs)
-                .into_iter()
-                .find(|e| e.lease == *lease)?;
-            let in_stake = from_logs::<RefundDue>(logs).iter().any(|r| {
-                r.owner == ended.client && r.market == ended.market && r.amount == ended.refund
-            });
-            settled = Some((ended, in_stake));
-        }
-        if let Some(p) = from_logs::<SpotPreempted>(logs)
+        let ended = from_logs::<LeaseEnded>(logs)
             .into_iter()
-            .find(|p| p.lease == *lease)
-        {
-            return Some(Some(p));
-        }
-        from_logs::<LeaseStarted>(logs)
-            .iter()
-            .any(|s| s.lease == *lease)
-            .then_some(None)
+            .find(|e| e.lease == *lease)?;
+        let in_stake = from_logs::<RefundDue>(logs).iter().any(|r| {
+            r.owner == ended.client && r.market == ended.market && r.amount == ended.refund
+        });
+        Some((ended, in_stake))
     })?;
-    let Some((ended, in_stake)) = settled else {
+    let Some((signature, (ended, in_stake))) = found else {
         bail!(
             "lease {lease} does not exist on {}, and no settlement of it is in the cluster's history",
             config.url
         );
     };
+    let preempted = config
+        .find_in_history(lease, |logs| {
+            if let Some(p) = from_logs::<SpotPreempted>(logs)
+                .into_iter()
+                .find(|p| p.lease == *lease)
+            {
+                return Some(Some(p));
+            }
+            from_logs::<LeaseStarted>(logs)
+                .iter()
+                .any(|s| s.lease == *lease)
+                .then_some(None)
+        })?
+        .and_then(|(_, p)| p);
     let m: Market = config.fetch(&ended.market, "market")?;
     let mut fields = settlement_fields(&ended, in_stake, config.mint_decimals(&m.payment_mint)?);
-    let preempted = found.and_then(|(_, p)| p);
     fields.push(("preempted", preempted.is_some().into()));
     if let Some(p) = preempted {
         fields.push(("stop_at", p.stop_at.into()));
         fields.push(("preempted_by", text(p.by)));
     }
+    fields.push(("signature", text(signature)));
     print_record(config.output, &fields);
     Ok(())
 }

@@ -100,6 +100,7 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
     assert_eq!(pk(&show["client"]), me);
     assert_eq!(pk(&show["market"]), s.market);
     assert_eq!(show["signature"], out["signature"]);
+    assert_eq!(show["preempted"], false, "{show}");
 
     // The stake holds the refund; it cannot close before it is claimed.
     let stake = t.ok(&client, &["stake", "show", "--market", &m]);
