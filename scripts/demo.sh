@@ -84,6 +84,12 @@ if ! wait "$VALIDATOR_INSTALL"; then
 fi
 trap - EXIT
 
+# The scratch volumes the agent retains for clients after their leases are tmpfs mounts under
+# its data folder; the demo's agent is gone once the demo ends, so nobody serves them any more.
+unmount_scratch() {
+    findmnt -rn -o TARGET | grep -F "$DEMO_DIR/" | sort -r | while read -r m; do umount "$m" || true; done
+}
+unmount_scratch
 rm -rf "$DEMO_DIR"
 mkdir -p "$DEMO_DIR/wallets" "$DEMO_DIR/agent/data" "$DEMO_DIR/facts"
 
@@ -114,6 +120,7 @@ cleanup() {
         done < <(sort -u "$DEMO_DIR/leases")
     fi
     if [ -n "$VALIDATOR_PID" ]; then kill "$VALIDATOR_PID" 2>/dev/null || true; wait "$VALIDATOR_PID" 2>/dev/null || true; fi
+    unmount_scratch
     [ "$ENGINE_STARTED" = 1 ] && bash scripts/engine.sh stop
     log "stopped what the demo started"
     [ "$rc" = 0 ] || printf '\033[1;31mthe demo failed (exit %s); logs in %s\033[0m\n' "$rc" "$DEMO_DIR" >&2
