@@ -87,7 +87,10 @@ trap - EXIT
 # The scratch volumes the agent retains for clients after their leases are tmpfs mounts under
 # its data folder; the demo's agent is gone once the demo ends, so nobody serves them any more.
 unmount_scratch() {
-    findmnt -rn -o TARGET | grep -F "$DEMO_DIR/" | sort -r | while read -r m; do umount "$m" || true; done
+    local m
+    for m in $(findmnt -rn -o TARGET | { grep -F "$DEMO_DIR/" || true; } | sort -r); do
+        umount "$m" || true
+    done
 }
 unmount_scratch
 rm -rf "$DEMO_DIR"
