@@ -659,5 +659,8 @@ if problems:
     sys.exit("error: " + "; ".join(problems))
 print(f"conserved: every base unit of the {fmt(before['supply'])} tokens is accounted for, before and after")
 PY
-curl -fsS "$PAGE_URL/" | grep -q "$MARKET" || die "the market page at $PAGE_URL does not show market $MARKET"
+# Read whole before searching: `curl | grep -q` fails under pipefail when grep stops reading at
+# its match and curl cannot write the rest ("curl: (23) Failed writing body", seen in the suite).
+PAGE=$(curl -fsS "$PAGE_URL/") || die "the market page at $PAGE_URL does not answer"
+grep -qF "$MARKET" <<<"$PAGE" || die "the market page at $PAGE_URL does not show market $MARKET"
 step "demo complete: market $MARKET on $URL, its page at $PAGE_URL/"
