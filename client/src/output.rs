@@ -105,29 +105,8 @@ pub fn print_list(format: OutputFormat, columns: &[&'static str], rows: &[Fields
                         .collect()
                 })
                 .collect();
-            let widths: Vec<usize> = columns
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    cells
-                        .iter()
-                        .map(|r| r[i].len())
-                        .chain([c.len()])
-                        .max()
-                        .unwrap_or(0)
-                })
-                .collect();
-            let line = |values: Vec<&str>| {
-                let parts: Vec<String> = values
-                    .iter()
-                    .zip(&widths)
-                    .map(|(v, w)| format!("{v:<w$}"))
-                    .collect();
-                line(parts.join("  ").trim_end());
-            };
-            line(columns.to_vec());
-            for r in &cells {
-                line(r.iter().map(String::as_str).collect());
+            for l in gpu_market_sdk::table::columns(columns, &cells).lines() {
+                line(l);
             }
         }
     }

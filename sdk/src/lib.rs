@@ -17,6 +17,7 @@ pub mod evidence;
 pub mod gpus;
 pub mod instructions;
 pub mod placement;
+pub mod table;
 pub mod tls;
 pub mod token;
 
