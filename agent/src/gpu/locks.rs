@@ -20,7 +20,7 @@ use gpu_market_core::overclock::OverclockTerms;
 use gpu_market_sdk::gpus::format_uuid;
 use serde::{Deserialize, Serialize};
 
-use super::{GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
+use super::{Clocks, GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
 use crate::state::write_durably;
 
 /// The file under the data folder.
@@ -159,6 +159,10 @@ impl GpuBackend for RecordedLocks {
 
     fn sample(&self, index: u32) -> Result<Sample, GpuError> {
         self.inner.sample(index)
+    }
+
+    fn clocks(&self, index: u32) -> Result<Clocks, GpuError> {
+        self.inner.clocks(index)
     }
 
     fn processes(&self, index: u32) -> Result<Vec<ProcessUse>, GpuError> {

@@ -58,6 +58,82 @@ pub struct Sample {
     pub utilisation_pct: u8,
 }
 
+/// The clocks a GPU runs at now, in MHz: what shows whether a clock lock holds (NVML can set a
+/// lock but not read it back; the clock a loaded GPU runs at is the lock's only evidence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Clocks {
+    pub core_mhz: u32,
+    pub mem_mhz: u32,
+}
+
+/// One kind of term a bid may ask of a GPU (`OverclockTerms`' fields), by the name reports and
+/// errors give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Setting {
+    PowerLimit,
+    CoreLock,
+    MemLock,
+    CoreOffset,
+    MemOffset,
+}
+
+impl Setting {
+    pub const ALL: [Setting; 5] = [
+        Setting::PowerLimit,
+        Setting::CoreLock,
+        Setting::MemLock,
+        Setting::CoreOffset,
+        Setting::MemOffset,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::PowerLimit => "power_limit",
+            Setting::CoreLock => "core_lock",
+            Setting::MemLock => "mem_lock",
+            Setting::CoreOffset => "core_offset",
+            Setting::MemOffset => "mem_offset",
+        }
+    }
+
+    /// Whether `terms` asks this setting away from the host default `defaults`.
+    pub fn asked_in(self, terms: &OverclockTerms, defaults: &OverclockTerms) -> bool {
+        match self {
+            Setting::PowerLimit => terms.power_limit_w != defaults.power_limit_w,
+            Setting::CoreLock => terms.core_lock_mhz.is_some(),
+            Setting::MemLock => terms.mem_lock_mhz.is_some(),
+            Setting::CoreOffset => terms.core_offset_mhz.is_some(),
+            Setting::MemOffset => terms.mem_offset_mhz.is_some(),
+        }
+    }
+
+    /// This setting's value in `terms`, as text (`-` for none).
+    pub fn value_in(self, terms: &OverclockTerms) -> String {
+        fn opt<T: std::fmt::Display>(v: Option<T>, unit: &str) -> String {
+            v.map_or_else(|| "-".to_string(), |v| format!("{v} {unit}"))
+        }
+        match self {
+            Setting::PowerLimit => format!("{} W", terms.power_limit_w),
+            Setting::CoreLock => opt(terms.core_lock_mhz, "MHz"),
+            Setting::MemLock => opt(terms.mem_lock_mhz, "MHz"),
+            Setting::CoreOffset => opt(terms.core_offset_mhz, "MHz"),
+            Setting::MemOffset => opt(terms.mem_offset_mhz, "MHz"),
+        }
+    }
+
+    /// Whether `a` and `b` agree on this setting.
+    pub fn same_in(self, a: &OverclockTerms, b: &OverclockTerms) -> bool {
+        self.value_in(a) == self.value_in(b)
+    }
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One compute process on a GPU, as the driver lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessUse {
@@ -109,6 +185,8 @@ pub trait GpuBackend: Send + Sync {
     /// Restores the host defaults: the default power limit, no locks, no offsets.
     fn reset(&self, index: u32) -> Result<(), GpuError>;
     fn sample(&self, index: u32) -> Result<Sample, GpuError>;
+    /// The clocks GPU `index` runs at now.
+    fn clocks(&self, index: u32) -> Result<Clocks, GpuError>;
     /// The compute processes on GPU `index` (the NVML per-process view): what splits a shared
     /// GPU's readings among its leases ([`attribution`]).
     fn processes(&self, index: u32) -> Result<Vec<ProcessUse>, GpuError>;
@@ -122,6 +200,11 @@ pub trait GpuBackend: Send + Sync {
     fn follows_workload(&self) -> bool {
         false
     }
+}
+
+/// Milliwatts (NVML's unit) to whole watts (the chain's), rounded.
+pub fn mw_to_w(mw: u32) -> u16 {
+    ((mw + 500) / 1_000).min(u16::MAX as u32) as u16
 }
 
 /// Applies `settings`, reads them back, and fails unless every term took.

@@ -19,7 +19,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
 use nvml_wrapper::{Device, Nvml};
 
-use super::{GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
+use super::{mw_to_w, Clocks, GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
 
 /// The library NVML is loaded from unless told otherwise.
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -184,10 +184,6 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, GpuError> {
     })
 }
 
-fn mw_to_w(mw: u32) -> u16 {
-    ((mw + 500) / 1_000).min(u16::MAX as u32) as u16
-}
-
 fn clamp_i16(v: i32) -> i16 {
     v.clamp(i16::MIN as i32, i16::MAX as i32) as i16
 }
@@ -203,16 +199,16 @@ fn clock_range(clocks: &[u32]) -> Range<u16> {
     }
 }
 
-/// Sets a clock offset; no offset asked writes zero, unless the GPU has no offsets at all.
-fn set_offset(
-    index: u32,
-    offset: Option<i16>,
-    call: &'static str,
-    set: impl Fn(i32) -> Result<(), NvmlError>,
-) -> Result<(), GpuError> {
-    match offset {
-        Some(mhz) => set(mhz as i32).map_err(nvml_err(index, call)),
-        None => optional(set(0)).map(drop).map_err(nvml_err(index, call)),
+/// The offset to write for a term of `asked` on a GPU that offers `offered`: the asked one, zero
+/// to undo one where the GPU has offsets, and nothing at all where it has none. A GPU without
+/// offsets may answer any write with an error (an H100 on driver 580 answers a zero GPC offset
+/// with "an internal driver error occurred"), which would fail every lease's terms and every
+/// reset.
+fn offset_to_write(asked: Option<i16>, offered: Range<i16>) -> Option<i32> {
+    match asked {
+        Some(mhz) => Some(mhz as i32),
+        None if offered.min == 0 && offered.max == 0 => None,
+        None => Some(0),
     }
 }
 
@@ -250,18 +246,24 @@ impl GpuBackend for NvmlGpu {
                 .map(drop)
                 .map_err(err("reset_mem_locked_clocks"))?,
         }
-        set_offset(
-            index,
-            settings.core_offset_mhz,
-            "set_gpc_clock_vf_offset",
-            |v| d.set_gpc_clock_vf_offset(v),
-        )?;
-        set_offset(
-            index,
-            settings.mem_offset_mhz,
-            "set_mem_clock_vf_offset",
-            |v| d.set_mem_clock_vf_offset(v),
-        )?;
+        let offsets = [
+            (
+                Clock::Graphics,
+                settings.core_offset_mhz,
+                info.limits.core_offset_mhz,
+            ),
+            (
+                Clock::Memory,
+                settings.mem_offset_mhz,
+                info.limits.mem_offset_mhz,
+            ),
+        ];
+        for (clock, asked, offered) in offsets {
+            if let Some(mhz) = offset_to_write(asked, offered) {
+                d.set_clock_offset(clock, PerformanceState::Zero, mhz)
+                    .map_err(err("set_clock_offset"))?;
+            }
+        }
         Ok(())
     }
 
@@ -271,19 +273,24 @@ impl GpuBackend for NvmlGpu {
         let power_mw = d
             .power_management_limit()
             .map_err(err("power_management_limit"))?;
-        let offset = |r: Result<i32, NvmlError>, call| -> Result<Option<i16>, GpuError> {
-            Ok(optional(r)
-                .map_err(err(call))?
-                .filter(|&v| v != 0)
-                .map(clamp_i16))
+        let limits = self.info(index)?.limits;
+        // Read only where the GPU offers offsets: the same API `describe` found them with.
+        let offset = |clock, offered: Range<i16>| -> Result<Option<i16>, GpuError> {
+            if offered.min == 0 && offered.max == 0 {
+                return Ok(None);
+            }
+            Ok(optional(d.clock_offset(clock, PerformanceState::Zero))
+                .map_err(err("clock_offset"))?
+                .map(|o| clamp_i16(o.clock_offset_mhz))
+                .filter(|&v| v != 0))
         };
         Ok(OverclockTerms {
             power_limit_w: mw_to_w(power_mw),
             // Unknowable through NVML; see the module.
             core_lock_mhz: None,
             mem_lock_mhz: None,
-            core_offset_mhz: offset(d.gpc_clock_vf_offset(), "gpc_clock_vf_offset")?,
-            mem_offset_mhz: offset(d.mem_clock_vf_offset(), "mem_clock_vf_offset")?,
+            core_offset_mhz: offset(Clock::Graphics, limits.core_offset_mhz)?,
+            mem_offset_mhz: offset(Clock::Memory, limits.mem_offset_mhz)?,
         })
     }
 
@@ -305,6 +312,15 @@ impl GpuBackend for NvmlGpu {
                 .map_err(err("utilization_rates"))?
                 .gpu
                 .min(100) as u8,
+        })
+    }
+
+    fn clocks(&self, index: u32) -> Result<Clocks, GpuError> {
+        let d = self.device(index)?;
+        let err = |call| nvml_err(index, call);
+        Ok(Clocks {
+            core_mhz: d.clock_info(Clock::Graphics).map_err(err("clock_info"))?,
+            mem_mhz: d.clock_info(Clock::Memory).map_err(err("clock_info"))?,
         })
     }
 
@@ -430,6 +446,23 @@ mod tests {
         );
         let unknown = merge_processes(&procs, None);
         assert!(unknown.iter().all(|p| p.sm_util_pct.is_none()));
+    }
+
+    #[test]
+    fn a_gpu_without_offsets_is_never_written_one() {
+        let none = Range { min: 0, max: 0 };
+        let some = Range {
+            min: -200,
+            max: 200,
+        };
+        // What an H100 answered with "an internal driver error occurred" on every apply.
+        assert_eq!(offset_to_write(None, none), None);
+        assert_eq!(
+            offset_to_write(None, some),
+            Some(0),
+            "undoes an earlier one"
+        );
+        assert_eq!(offset_to_write(Some(-50), some), Some(-50));
     }
 
     #[test]

@@ -13,10 +13,10 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gpu_market_core::overclock::OverclockTerms;
+use gpu_market_core::overclock::{OverclockTerms, Range};
 
 use super::isolation::{mps_client, pinned_limit_mib};
-use super::{GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
+use super::{Clocks, GpuBackend, GpuError, GpuInfo, ProcessUse, Sample, Setting};
 use crate::config::SimulatedGpuConfig;
 
 /// Milliseconds from some fixed start; never goes back.
@@ -67,6 +67,12 @@ struct SimState {
     locks_hidden: bool,
     /// A fault for tests: reads fail as a driver call that errors (`GPU is lost`, a timeout).
     reads_fail: bool,
+    /// A fault for tests: clock locks are acknowledged (and recorded) but the GPU's clocks do not
+    /// follow them, as on a driver or board that ignores them.
+    locks_slip: bool,
+    /// A fault for tests: the driver refuses to set these settings, with this message (`None`:
+    /// as not supported).
+    refused: Vec<(Setting, Option<String>)>,
     /// A fault for tests: the next readings show this much more power than the limit allows
     /// (a boost transient), in mW, for this many readings.
     overshoot: (u32, u32),
@@ -146,6 +152,8 @@ impl SimulatedGpu {
                 power_limit_stuck: false,
                 locks_hidden: false,
                 reads_fail: false,
+                locks_slip: false,
+                refused: Vec::new(),
                 overshoot: (0, 0),
                 processes: Vec::new(),
             })
@@ -184,6 +192,25 @@ impl SimulatedGpu {
     /// take, as on NVIDIA GPUs, where NVML has no call that reads a lock back.
     pub fn hide_clock_locks(&self, index: u32) -> Result<(), GpuError> {
         self.with(index, |g, _| g.locks_hidden = true)
+    }
+
+    /// Makes GPU `index` acknowledge clock locks that its clocks then do not follow.
+    pub fn slip_clock_locks(&self, index: u32) -> Result<(), GpuError> {
+        self.with(index, |g, _| g.locks_slip = true)
+    }
+
+    /// Makes the driver of GPU `index` refuse `setting` with `message` (as NVML answers
+    /// `Insufficient Permissions` or `Not Supported` on some boards).
+    pub fn refuse(&self, index: u32, setting: Setting, message: &str) -> Result<(), GpuError> {
+        self.with(index, |g, _| {
+            g.refused.push((setting, Some(message.to_string())))
+        })
+    }
+
+    /// Makes the driver of GPU `index` answer `setting` as not supported (as an H100 answers a
+    /// memory clock lock, though it lists its memory clocks).
+    pub fn refuse_unsupported(&self, index: u32, setting: Setting) -> Result<(), GpuError> {
+        self.with(index, |g, _| g.refused.push((setting, None)))
     }
 
     /// SIMULATED: process `p` allocates its memory on GPU `index` and keeps its share of the SMs
@@ -312,7 +339,25 @@ impl GpuBackend for SimulatedGpu {
         info.limits
             .check(settings)
             .map_err(|source| GpuError::OutOfRange { index, source })?;
-        self.with(index, |g, _| {
+        self.with(index, |g, info| {
+            let defaults = info.defaults();
+            if let Some((setting, message)) = g
+                .refused
+                .iter()
+                .find(|(setting, _)| setting.asked_in(settings, &defaults))
+            {
+                return Err(match message {
+                    Some(message) => GpuError::Nvml {
+                        index,
+                        call: setting.name(),
+                        message: format!("{message} (simulated)"),
+                    },
+                    None => GpuError::Unsupported {
+                        index,
+                        what: setting.name(),
+                    },
+                });
+            }
             let power_limit_w = if g.power_limit_stuck {
                 g.applied.power_limit_w
             } else {
@@ -322,7 +367,8 @@ impl GpuBackend for SimulatedGpu {
                 power_limit_w,
                 ..*settings
             };
-        })
+            Ok(())
+        })?
     }
 
     fn read_back(&self, index: u32) -> Result<OverclockTerms, GpuError> {
@@ -352,6 +398,26 @@ impl GpuBackend for SimulatedGpu {
                 power_mw: power_mw(g, info) + extra,
                 energy_mj: g.energy_uj / 1_000,
                 utilisation_pct: (load_permille(g) / 10) as u8,
+            }
+        })
+    }
+
+    /// A locked clock runs at its lock (unless locks slip); an unlocked one at the top of its
+    /// range under load and at the bottom idle; a GPU with no clock range at 1,000 MHz.
+    fn clocks(&self, index: u32) -> Result<Clocks, GpuError> {
+        self.read(index, "nvmlDeviceGetClockInfo", |g, info| {
+            let busy = load_permille(g) > 0;
+            let clock = |lock: Option<u16>, range: Range<u16>| -> u32 {
+                match lock.filter(|_| !g.locks_slip) {
+                    Some(mhz) => mhz as u32,
+                    None if range.max == 0 => 1_000,
+                    None if busy => range.max as u32,
+                    None => range.min as u32,
+                }
+            };
+            Clocks {
+                core_mhz: clock(g.applied.core_lock_mhz, info.limits.core_lock_mhz),
+                mem_mhz: clock(g.applied.mem_lock_mhz, info.limits.mem_lock_mhz),
             }
         })
     }
