@@ -536,6 +536,40 @@ struct RawRegistry {
     password_file: Option<PathBuf>,
 }
 
+/// What `detect` and `check` read of a configuration: its `[gpu]` section and its sampling rate.
+/// The rest (the chain, the machine, the engine) is not read, so a host can check and describe
+/// its GPUs before it has registered a machine to name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSection {
+    pub gpu: GpuBackendConfig,
+    pub mps: Option<Mps>,
+    /// How often the agent samples its GPUs (`billing_poll_interval_secs`).
+    pub billing_poll_interval: Duration,
+}
+
+#[derive(Deserialize)]
+struct RawGpuSection {
+    gpu: RawGpu,
+    billing_poll_interval_secs: u64,
+}
+
+impl GpuSection {
+    /// Parses the `[gpu]` section and `billing_poll_interval_secs` of a configuration's text;
+    /// other keys are left unread.
+    pub fn parse(text: &str) -> Result<GpuSection, ConfigError> {
+        let raw: RawGpuSection =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        Ok(GpuSection {
+            mps: mps(&raw.gpu)?,
+            gpu: gpu(raw.gpu)?,
+            billing_poll_interval: Duration::from_secs(nonzero(
+                "billing_poll_interval_secs",
+                raw.billing_poll_interval_secs,
+            )?),
+        })
+    }
+}
+
 impl Config {
     /// Parses and checks a configuration file's text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {

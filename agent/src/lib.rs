@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod chain;
+pub mod check;
 pub mod config;
 pub mod control;
 pub mod detect;

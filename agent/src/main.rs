@@ -1,5 +1,6 @@
 //! `gpu-market-agent`: the host operator's daemon.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,7 +12,11 @@ use gpu_market_agent::chain::mirror::Mirror;
 use gpu_market_agent::chain::solana::SolanaChain;
 use gpu_market_agent::chain::watch::{watch, WatchConfig};
 use gpu_market_agent::chain::Chain;
-use gpu_market_agent::config::{Commitment, Config, GpuBackendConfig, HostCapacity, LogFormat};
+use gpu_market_agent::check::load::Load;
+use gpu_market_agent::check::CheckOptions;
+use gpu_market_agent::config::{
+    Commitment, Config, GpuBackendConfig, GpuSection, HostCapacity, LogFormat,
+};
 use gpu_market_agent::control::{DrainControl, DrainReport};
 use gpu_market_agent::detect::gpus_file;
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
@@ -51,9 +56,32 @@ enum Command {
     /// Prints the GPUs file for the GPUs the configured backend finds, for
     /// `gpu-market host register --gpus` (or `host update`).
     Detect {
-        /// The TOML configuration file.
+        /// The TOML configuration file (only its [gpu] section and billing_poll_interval_secs
+        /// are read).
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Checks the GPUs before the machine is listed: applies and reads back each kind of term a
+    /// bid may ask, checks clock locks and a lowered power limit under load at the agent's
+    /// sampling rate, confines two MPS clients to a slice, resets the GPUs, and prints a table
+    /// and the --gpus file. Exits non-zero when a GPU breaks a promise the market makes.
+    Check {
+        /// The TOML configuration file (only its [gpu] section and billing_poll_interval_secs
+        /// are read).
+        #[arg(long)]
+        config: PathBuf,
+        /// The CUDA workload that loads the GPUs (scripts/gpu-workload.py, run with a Python
+        /// that has PyTorch or CuPy): `WORKLOAD burn` and `WORKLOAD hold MIB`. Not needed with
+        /// SIMULATED GPUs.
+        #[arg(long)]
+        workload: Option<String>,
+        /// Writes the whole report, with every power reading, as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Seconds each GPU is loaded under a lowered power limit (default: the sustained
+        /// window's readings, plus two, at the agent's sampling rate).
+        #[arg(long)]
+        load_secs: Option<u64>,
     },
     /// Runs the daemon: watches the market, runs leases, proves usage. SIGTERM stops it and
     /// leaves the leases running (a restart or an upgrade takes them back); `drain` ends them.
@@ -90,14 +118,20 @@ async fn command(cli: Cli) -> Result<()> {
             .await
             .context("check-engine failed"),
         Command::Detect { config } => {
-            let config = load_config(&config)?;
-            let classes = match &config.gpu {
-                GpuBackendConfig::Nvml { classes } => classes.clone(),
-                GpuBackendConfig::Simulated(_) => Default::default(),
-            };
-            print!("{}", gpus_file(&gpu_backend(&config)?.gpus(), &classes)?);
+            let section = load_gpu_section(&config)?;
+            let classes = classes(&section.gpu);
+            print!(
+                "{}",
+                gpus_file(&gpu_backend(&section.gpu)?.gpus(), &classes)?
+            );
             Ok(())
         }
+        Command::Check {
+            config,
+            workload,
+            json,
+            load_secs,
+        } => check(&config, workload.as_deref(), json.as_deref(), load_secs).await,
         Command::Run { config } => run(&config).await,
         Command::Drain { config } => drain(&load_config(&config)?).await,
     }
@@ -124,14 +158,73 @@ async fn check_engine(docker_host: &str, image: &str) -> Result<()> {
     Ok(())
 }
 
+async fn check(
+    path: &Path,
+    workload: Option<&str>,
+    json: Option<&Path>,
+    load_secs: Option<u64>,
+) -> Result<()> {
+    let section = load_gpu_section(path)?;
+    let (backend, load, name): (Arc<dyn GpuBackend>, Load, &str) = match &section.gpu {
+        GpuBackendConfig::Simulated(list) => {
+            let gpus = Arc::new(SimulatedGpu::new(list, Arc::new(TokioTime::new())));
+            (gpus.clone(), Load::Simulated(gpus), "SIMULATED")
+        }
+        GpuBackendConfig::Nvml { .. } => {
+            let load = workload.and_then(Load::workload).unwrap_or(Load::None);
+            (Arc::new(NvmlGpu::new()?), load, "nvml")
+        }
+    };
+    // As the agent runs it: a lock the check sets is recorded until it is reset, here in a
+    // folder of the check's own (the agent's data folder is not read).
+    let record = std::env::temp_dir().join("gpu-market-check");
+    std::fs::create_dir_all(&record).with_context(|| format!("creating {}", record.display()))?;
+    let backend = RecordedLocks::open(backend, &record)?;
+    let mut options = CheckOptions::new(section.billing_poll_interval, name);
+    if let Some(secs) = load_secs {
+        options.load_for = Duration::from_secs(secs);
+    }
+    options.mps = section.mps.clone();
+    options.classes = classes(&section.gpu);
+    let report = gpu_market_agent::check::run(&backend, &load, &options).await;
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report).expect("the report serialises");
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    print!("{}", report.table());
+    let failed: Vec<String> = report
+        .failures()
+        .map(|r| {
+            let setting = r.setting.map_or(String::new(), |s| format!(" {s}"));
+            format!("GPU {} {}{setting}: {}", r.gpu, r.step, r.detail)
+        })
+        .collect();
+    anyhow::ensure!(failed.is_empty(), "the check failed: {}", failed.join("; "));
+    Ok(())
+}
+
+/// NVML's model-name-to-class table; SIMULATED GPUs state their class themselves.
+fn classes(gpu: &GpuBackendConfig) -> BTreeMap<String, u8> {
+    match gpu {
+        GpuBackendConfig::Nvml { classes } => classes.clone(),
+        GpuBackendConfig::Simulated(_) => Default::default(),
+    }
+}
+
+fn load_gpu_section(path: &Path) -> Result<GpuSection> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration {}", path.display()))?;
+    GpuSection::parse(&text).with_context(|| format!("in the configuration {}", path.display()))
+}
+
 fn load_config(path: &Path) -> Result<Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the configuration {}", path.display()))?;
     Config::parse(&text).with_context(|| format!("in the configuration {}", path.display()))
 }
 
-fn gpu_backend(config: &Config) -> Result<Arc<dyn GpuBackend>> {
-    Ok(match &config.gpu {
+fn gpu_backend(gpu: &GpuBackendConfig) -> Result<Arc<dyn GpuBackend>> {
+    Ok(match gpu {
         GpuBackendConfig::Simulated(list) => {
             Arc::new(SimulatedGpu::new(list, Arc::new(TokioTime::new())))
         }
@@ -148,7 +241,7 @@ async fn run(path: &Path) -> Result<()> {
     // The clock locks a crashed run left are in the record; the loop's first tick resets the
     // GPUs no lease uses.
     let gpus: Arc<dyn GpuBackend> = Arc::new(RecordedLocks::open(
-        gpu_backend(&config)?,
+        gpu_backend(&config.gpu)?,
         &config.data_dir,
     )?);
     tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");

@@ -173,7 +173,7 @@ pub const POWER_TOLERANCE_BPS: u64 = 500;
 
 /// Whether a peak of `peak_w` breaks a limit of `limit_w`: above it by more than
 /// [`POWER_TOLERANCE_BPS`].
-fn exceeds_power_limit(peak_w: u16, limit_w: u16) -> bool {
+pub fn exceeds_power_limit(peak_w: u16, limit_w: u16) -> bool {
     peak_w as u64 * 10_000 > limit_w as u64 * (10_000 + POWER_TOLERANCE_BPS)
 }
 
