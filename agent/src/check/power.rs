@@ -75,7 +75,11 @@ impl GpuCheck<'_> {
         let mut next_agent_reading = start;
         let mut listed = None;
         while start.elapsed() < self.options.load_for {
+            let asked = std::time::Instant::now();
             let s = self.backend.sample(index)?;
+            trace
+                .sample_us
+                .push(asked.elapsed().as_micros().min(u32::MAX as u128) as u32);
             trace.trace_mw.push(s.power_mw);
             trace.last_energy_mj = s.energy_mj;
             trace.elapsed = start.elapsed();
@@ -227,6 +231,7 @@ impl GpuCheck<'_> {
             energy_counter_j,
             energy_from_trace_j,
             max_core_mhz: trace.max_core_mhz,
+            sample_call_us: percentiles(&trace.sample_us),
         }
     }
 }
@@ -239,6 +244,8 @@ struct Trace {
     first_energy_mj: u64,
     last_energy_mj: u64,
     max_core_mhz: u32,
+    /// How long each `sample` (the driver calls the agent makes per GPU per tick) took, in µs.
+    sample_us: Vec<u32>,
     elapsed: Duration,
 }
 
@@ -271,4 +278,14 @@ fn mean(v: &[u32]) -> u32 {
         0 => 0,
         n => (v.iter().map(|&x| x as u64).sum::<u64>() / n as u64) as u32,
     }
+}
+
+/// The median and the largest of `v`.
+fn percentiles(v: &[u32]) -> [u32; 2] {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    [
+        v.get(v.len() / 2).copied().unwrap_or(0),
+        v.last().copied().unwrap_or(0),
+    ]
 }

@@ -107,6 +107,9 @@ pub struct PowerRun {
     pub energy_counter_j: u64,
     pub energy_from_trace_j: u64,
     pub max_core_mhz: u32,
+    /// How long one reading of the GPU (the driver calls behind `GpuBackend::sample`) took, in
+    /// µs: its median and its largest. The agent's loop makes one per GPU per tick.
+    pub sample_call_us: [u32; 2],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -204,6 +207,7 @@ impl Report {
                     "energy_counter_j",
                     "energy_trace_j",
                     "max_core_mhz",
+                    "sample_call_us",
                     "readings",
                 ],
                 &self
@@ -221,6 +225,7 @@ impl Report {
                             p.energy_counter_j.to_string(),
                             p.energy_from_trace_j.to_string(),
                             p.max_core_mhz.to_string(),
+                            format!("{} (max {})", p.sample_call_us[0], p.sample_call_us[1]),
                             format!(
                                 "{} + {} traced",
                                 p.agent_readings_mw.len(),
