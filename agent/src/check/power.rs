@@ -74,7 +74,14 @@ impl GpuCheck<'_> {
         };
         let mut next_agent_reading = start;
         let mut listed = None;
-        while start.elapsed() < self.options.load_for {
+        // One clock reading per round decides both whether the run is over and whether this
+        // round is an agent reading: the agent's readings are those at 0, 1, … sampling
+        // intervals into the run, however long the driver takes to answer.
+        loop {
+            let at = start.elapsed();
+            if at >= self.options.load_for {
+                break;
+            }
             let asked = std::time::Instant::now();
             let s = self.backend.sample(index)?;
             trace
@@ -83,13 +90,13 @@ impl GpuCheck<'_> {
             trace.trace_mw.push(s.power_mw);
             trace.last_energy_mj = s.energy_mj;
             trace.elapsed = start.elapsed();
-            if tokio::time::Instant::now() >= next_agent_reading {
+            if start + at >= next_agent_reading {
                 trace.agent_mw.push(s.power_mw);
                 trace.utilisation_pct.push(s.utilisation_pct);
                 trace.max_core_mhz = trace.max_core_mhz.max(self.backend.clocks(index)?.core_mhz);
                 next_agent_reading += self.options.sample_every;
             }
-            if listed.is_none() && start.elapsed() >= self.options.load_for / 2 {
+            if listed.is_none() && at >= self.options.load_for / 2 {
                 listed = Some(self.backend.processes(index));
             }
             tokio::time::sleep(self.options.trace_every).await;
