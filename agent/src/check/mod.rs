@@ -68,7 +68,7 @@ impl CheckOptions {
 
 /// How far a loaded GPU's clock may be from its lock and the lock still count as holding: the
 /// driver rounds a lock to a clock the GPU supports (steps of 15 MHz on recent NVIDIA GPUs).
-pub fn lock_tolerance_mhz(asked: u32) -> u32 {
+fn lock_tolerance_mhz(asked: u32) -> u32 {
     (asked / 50).max(30)
 }
 
