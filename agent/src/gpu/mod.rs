@@ -27,8 +27,8 @@ pub struct GpuInfo {
     pub limits: GpuLimits,
     pub default_power_w: u16,
     /// The market's class and the topology group, when the backend knows them: the simulated
-    /// backend from its configuration. NVML knows neither (the market's class table and the
-    /// machine's NVLink islands are the operator's to state).
+    /// backend from its configuration; NVML knows the group (NVLink and PCIe switches) but not
+    /// the market's class table, which is the operator's to state.
     pub class: Option<u8>,
     pub topology_group: Option<u8>,
 }

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use gpu_market_core::overclock::{GpuLimits, OverclockTerms, Range};
 use gpu_market_sdk::gpus::parse_uuid;
-use nvml_wrapper::enum_wrappers::device::{Clock, PerformanceState};
+use nvml_wrapper::enum_wrappers::device::{Clock, PerformanceState, TopologyLevel};
 use nvml_wrapper::enums::device::GpuLockedClocksSetting;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
@@ -50,9 +50,14 @@ impl NvmlGpu {
                 other => GpuError::NoDriver(other.to_string()),
             })?;
         let count = nvml.device_count().map_err(nvml_err(0, "device_count"))?;
-        let infos = (0..count)
+        let mut infos = (0..count)
             .map(|i| describe(&nvml, i))
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(groups) = topology(&nvml, count) {
+            for (info, group) in infos.iter_mut().zip(groups) {
+                info.topology_group = Some(group);
+            }
+        }
         Ok(NvmlGpu {
             nvml,
             infos,
@@ -182,6 +187,100 @@ fn describe(nvml: &Nvml, index: u32) -> Result<GpuInfo, GpuError> {
         class: None,
         topology_group: None,
     })
+}
+
+/// Links at most a GPU has (`NVML_NVLINK_MAX_LINKS`).
+const MAX_NVLINKS: u32 = 18;
+
+/// The machine's topology groups as NVML reports them, by GPU index; `None` where the driver
+/// cannot tell (the operator then sets them from `nvidia-smi topo -m`).
+fn topology(nvml: &Nvml, count: u32) -> Option<Vec<u8>> {
+    let devices: Vec<Device<'_>> = (0..count)
+        .map(|i| nvml.device_by_index(i).ok())
+        .collect::<Option<_>>()?;
+    let bus_ids: Vec<String> = devices
+        .iter()
+        .map(|d| d.pci_info().ok().map(|p| p.bus_id))
+        .collect::<Option<_>>()?;
+    let mut links = Vec::new();
+    for (i, d) in devices.iter().enumerate() {
+        for link in 0..MAX_NVLINKS {
+            let wrapper = d.link_wrapper_for(link);
+            match wrapper.is_active() {
+                Ok(true) => links.push((i, wrapper.remote_pci_info().ok()?.bus_id)),
+                Ok(false) => {}
+                // No NVLink on this GPU, or no link of this number.
+                Err(NvmlError::NotSupported | NvmlError::InvalidArg) => break,
+                Err(_) => return None,
+            }
+        }
+    }
+    let mut switched = Vec::new();
+    for i in 0..devices.len() {
+        for j in i + 1..devices.len() {
+            // Takes the other device by value: a fresh handle to it.
+            let other = nvml.device_by_index(j as u32).ok()?;
+            match devices[i].topology_common_ancestor(other) {
+                Ok(TopologyLevel::Internal | TopologyLevel::Single | TopologyLevel::Multiple) => {
+                    switched.push((i, j))
+                }
+                Ok(_) | Err(NvmlError::NotSupported) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+    Some(topology_groups(&bus_ids, &links, &switched))
+}
+
+/// Topology groups from what NVML reports: GPUs (by their PCI bus ids) joined by an active NVLink
+/// (`links`: a GPU and the bus id at the link's other end, another GPU's or an NVSwitch's, which
+/// joins every GPU linked to it) or under one PCIe switch (`switched`) are one group. Groups are
+/// numbered from 0 in the order of their first GPU.
+fn topology_groups(
+    bus_ids: &[String],
+    links: &[(usize, String)],
+    switched: &[(usize, usize)],
+) -> Vec<u8> {
+    // Union-find over the GPUs and the far ends of their links.
+    let mut nodes: Vec<String> = bus_ids.iter().map(|b| b.to_ascii_lowercase()).collect();
+    let mut parent: Vec<usize> = (0..nodes.len()).collect();
+    fn root(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let join = |parent: &mut Vec<usize>, a: usize, b: usize| {
+        let (ra, rb) = (root(parent, a), root(parent, b));
+        parent[ra.max(rb)] = ra.min(rb);
+    };
+    for (gpu, remote) in links {
+        let remote = remote.to_ascii_lowercase();
+        let node = match nodes.iter().position(|n| *n == remote) {
+            Some(node) => node,
+            None => {
+                nodes.push(remote);
+                parent.push(parent.len());
+                parent.len() - 1
+            }
+        };
+        join(&mut parent, *gpu, node);
+    }
+    for &(a, b) in switched {
+        join(&mut parent, a, b);
+    }
+    let mut numbers: Vec<usize> = Vec::new();
+    (0..bus_ids.len())
+        .map(|gpu| {
+            let r = root(&mut parent, gpu);
+            let group = numbers.iter().position(|&n| n == r).unwrap_or_else(|| {
+                numbers.push(r);
+                numbers.len() - 1
+            });
+            group.min(u8::MAX as usize) as u8
+        })
+        .collect()
 }
 
 fn clamp_i16(v: i32) -> i16 {
@@ -446,6 +545,32 @@ mod tests {
         );
         let unknown = merge_processes(&procs, None);
         assert!(unknown.iter().all(|p| p.sm_util_pct.is_none()));
+    }
+
+    #[test]
+    fn nvlinks_nvswitches_and_pcie_switches_make_the_topology_groups() {
+        let bus = |n: u32| format!("00000000:{n:02X}:00.0");
+        let gpus: Vec<String> = (0..6).map(bus).collect();
+        // GPUs 0 and 1 joined by NVLink (either end's report), 2 and 3 through an NVSwitch
+        // (bus 0xA0, not a GPU), 4 under one PCIe switch with 5.
+        let links = vec![
+            (0, bus(1).to_lowercase()),
+            (1, bus(0)),
+            (2, bus(0xA0)),
+            (3, bus(0xA0)),
+        ];
+        assert_eq!(
+            topology_groups(&gpus, &links, &[(4, 5)]),
+            vec![0, 0, 1, 1, 2, 2]
+        );
+        // An HGX board: every GPU linked to each of four NVSwitches is one group.
+        let hgx: Vec<(usize, String)> = (0..8)
+            .flat_map(|g| (0..4).map(move |s| (g, bus(0xB0 + s))))
+            .collect();
+        let eight: Vec<String> = (0..8).map(bus).collect();
+        assert_eq!(topology_groups(&eight, &hgx, &[]), vec![0; 8]);
+        // Nothing joins them: one group each, numbered in GPU order.
+        assert_eq!(topology_groups(&gpus[..3], &[], &[]), vec![0, 1, 2]);
     }
 
     #[test]
