@@ -72,7 +72,7 @@ if [ -z "$CONFIG" ]; then
             log "no nvidia-cuda-mps-control here: the MPS step is skipped"
         fi
         echo "[gpu.classes]"
-        [ -n "${GPU_CHECK_CLASSES:-}" ] && printf '%s\n' "$GPU_CHECK_CLASSES"
+        if [ -n "${GPU_CHECK_CLASSES:-}" ]; then printf '%s\n' "$GPU_CHECK_CLASSES"; fi
     } > "$CONFIG"
 fi
 
