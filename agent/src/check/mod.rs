@@ -306,31 +306,40 @@ impl GpuCheck<'_> {
     /// Loads the GPU with a lock of `mhz` applied and checks that its clock follows the lock.
     async fn lock_holds(&mut self, setting: Setting, mhz: u16) {
         let asked = format!("{mhz} MHz");
+        let tolerance = lock_tolerance_mhz(mhz as u32);
+        let (got, outcome, detail) = match self.loaded_clock(setting).await {
+            Ok(median) if median.abs_diff(mhz as u32) <= tolerance => (
+                format!("{median} MHz"),
+                Outcome::Ok,
+                format!("the loaded GPU runs at its lock (within {tolerance} MHz)"),
+            ),
+            Ok(median) => (
+                format!("{median} MHz"),
+                Outcome::Failed,
+                format!("the lock did not take: the loaded GPU runs at {median} MHz, not within {tolerance} MHz of it"),
+            ),
+            Err((outcome, detail)) => ("-".into(), outcome, detail),
+        };
+        self.row(
+            "holds_under_load",
+            Some(setting),
+            asked,
+            got,
+            outcome,
+            detail,
+        );
+    }
+
+    /// The median clock `setting` locks (core or memory) on the loaded GPU, or how the reading
+    /// ended without one.
+    async fn loaded_clock(&mut self, setting: Setting) -> Result<u32, (Outcome, String)> {
         let running = match self.load.burn(self.gpu).await {
             Ok(Some(running)) => running,
             Ok(None) => {
                 let detail = "no workload to load the GPU with (--workload)".to_string();
-                self.row(
-                    "holds_under_load",
-                    Some(setting),
-                    asked,
-                    "-".into(),
-                    Outcome::Skipped,
-                    detail,
-                );
-                return;
+                return Err((Outcome::Skipped, detail));
             }
-            Err(e) => {
-                self.row(
-                    "holds_under_load",
-                    Some(setting),
-                    asked,
-                    "-".into(),
-                    Outcome::Failed,
-                    e.to_string(),
-                );
-                return;
-            }
+            Err(e) => return Err((Outcome::Failed, e.to_string())),
         };
         tokio::time::sleep(self.options.settle).await;
         let mut seen = Vec::new();
@@ -346,38 +355,10 @@ impl GpuCheck<'_> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         running.stop().await;
-        let Some(&median) = sorted(&seen).get(seen.len() / 2) else {
+        sorted(&seen).get(seen.len() / 2).copied().ok_or_else(|| {
             let detail = error.map_or_else(|| "no clock read".to_string(), |e| e.to_string());
-            self.row(
-                "holds_under_load",
-                Some(setting),
-                asked,
-                "-".into(),
-                Outcome::Failed,
-                detail,
-            );
-            return;
-        };
-        let tolerance = lock_tolerance_mhz(mhz as u32);
-        let (outcome, detail) = if median.abs_diff(mhz as u32) <= tolerance {
-            (
-                Outcome::Ok,
-                format!("the loaded GPU runs at its lock (within {tolerance} MHz)"),
-            )
-        } else {
-            (
-                Outcome::Failed,
-                format!("the lock did not take: the loaded GPU runs at {median} MHz, not within {tolerance} MHz of it"),
-            )
-        };
-        self.row(
-            "holds_under_load",
-            Some(setting),
-            asked,
-            format!("{median} MHz"),
-            outcome,
-            detail,
-        );
+            (Outcome::Failed, detail)
+        })
     }
 
     /// Resets the GPU and checks each setting is back at its default.
