@@ -109,6 +109,7 @@ impl ProofRecord {
             peak_power_w: self.peak_power_w.clone(),
             exit_code: self.exit_code,
             samples_hash: self.samples_hash,
+            energy_saved_j: 0,
         }
     }
 }
@@ -413,6 +414,7 @@ mod tests {
                 power_mw,
                 energy_mj,
                 utilisation_pct: util,
+                mem_utilisation_pct: 0,
             };
             2
         ]

@@ -110,6 +110,7 @@ fn proof_using(
         peak_power_w: vec![250; gpus],
         exit_code,
         samples_hash: [7; 32],
+        energy_saved_j: 0,
     }
 }
 

@@ -89,6 +89,7 @@ fn machine(node: &Node) -> Machine {
         unslashed_violations: 0,
         evidence_since: 0,
         bump: 0,
+        fault: None,
     }
 }
 
@@ -127,6 +128,7 @@ fn bid(pod: &Pod) -> Bid {
         seq: 0,
         placed_at: NOW,
         bump: 0,
+        auto_power: None,
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::state::{Bid, Lease, Machine, MachineStatus, Market, StakeAccount};
-use gpu_market_sdk::SubmitUsage;
+use gpu_market_sdk::{ReportFault, SubmitUsage};
 use serde_json::Value;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -256,7 +256,8 @@ fn host_verbs() {
     let s = MarketSetup::new(&t, &["--min-host-stake", "5"]);
     let m = s.m();
     let owner = t.wallet("host");
-    let agent = Keypair::new().pubkey().to_string();
+    let agent_key = Keypair::new();
+    let agent = agent_key.pubkey().to_string();
     s.fund(&t, &owner, "100");
     let gpus = t.path("gpus.toml");
     std::fs::write(&gpus, GPUS_TOML).unwrap();
@@ -485,6 +486,42 @@ fn host_verbs() {
     t.ok(&owner, &["host", "resume", &mc]);
     assert_eq!(t.account::<Machine>(&machine).status, MachineStatus::Active);
     assert_eq!(t.account::<Market>(&s.market).gpus_offered, 3);
+    // A fatal GPU fault its agent reports pauses the machine: `host show` and `host list` say
+    // why and how to resume it; resuming clears the fault.
+    let fault = ReportFault {
+        agent: &agent_key,
+        machine,
+        gpu: 1,
+        xid: 79,
+    };
+    t.send(&key_of(&owner), &[&fault]);
+    let out = t.ok(&owner, &["host", "show", &mc]);
+    assert_eq!(out["status"], "paused (GPU fault)", "{out}");
+    assert_eq!(
+        (out["fault"]["gpu"].as_u64(), out["fault"]["xid"].as_u64()),
+        (Some(1), Some(79))
+    );
+    let why = out["paused_because"].as_str().unwrap();
+    assert!(
+        why.starts_with("paused: GPU 1 reported a fatal fault (Xid 79) at unix time")
+            && why.ends_with(&format!(
+                "resume it with `gpu-market host resume {mc}` once the GPU is serviced"
+            )),
+        "{why}"
+    );
+    let list = t.ok(&owner, &["host", "list", "--market", &m]);
+    let listed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| pk(&r["machine"]) == machine);
+    assert_eq!(listed.unwrap()["status"], "paused (GPU fault)", "{list}");
+    let out = t.ok(&owner, &["host", "resume", &mc]);
+    assert_eq!(
+        (&out["status"], &out["fault"]),
+        (&Value::from("active"), &Value::Null)
+    );
+    assert_eq!(t.account::<Machine>(&machine).fault, None);
     let e = t.fails(&stranger, &["host", "retire", &mc]);
     assert!(e.contains("belongs to"), "{e}");
     // Only a retired machine closes.
@@ -570,6 +607,10 @@ fn bid_verbs() {
     let b: Bid = t.account(&good);
     assert_eq!(b.escrow, 2_000_000);
     assert_eq!(b.overclock[0].power_limit_w, 300);
+    assert_eq!(
+        (b.auto_power, &out["auto_power"]),
+        (None, &Value::from("off"))
+    );
     // A queue bid under the reserve price (0.5 < 1 per GPU-hour) could never run: refused at
     // placement with the program's reason, nothing moved, no bid created.
     let queue_book = t.account::<Market>(&s.market).queue_book;
@@ -851,15 +892,25 @@ fn bid_verbs() {
                 "24",
                 "--nonce",
                 "4",
+                "--auto-power",
+                "5%",
             ],
         ),
     );
     let spot = pk(&out["bid"]);
     assert_eq!(out["kind"], "spot");
     assert_eq!(out["escrow"], "1"); // 24 per GPU-day for one hour
+    assert_eq!(t.account::<Bid>(&spot).auto_power, Some(500));
+    assert_eq!(
+        out["auto_power"], "up to 5 % throughput for energy",
+        "{out}"
+    );
+    assert_eq!(out["auto_power_tolerance_bps"], 500, "{out}");
     let list = t.ok(&client, &["bid", "list", "--market", &m, "--machine", &mc]);
     assert_eq!(pk(&list[0]["bid"]), spot);
+    // At the stated limits, whatever auto power saves the host; its tolerance beside it.
     assert_eq!(list[0]["profit_per_day"], "24"); // no electricity cost declared
+    assert_eq!(list[0]["auto_power"], "5 %", "{list}");
     let show = t.ok(&client, &["bid", "show", &spot.to_string()]);
     assert_eq!(show["rank"], 1);
     assert_eq!(show["overclock"][0]["core_lock_mhz"], 1500);
@@ -939,6 +990,26 @@ fn bid_verbs() {
         ),
     );
     assert!(e.contains("the power limit is mandatory"), "{e}");
+    let e = t.fails(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "1",
+                "--nonce",
+                "9",
+                "--auto-power",
+                "21%",
+            ],
+        ),
+    );
+    assert!(
+        e.contains("bad auto power tolerance") && e.contains("at most 20 %"),
+        "{e}"
+    );
     let e = t.fails(&client, &place_args(&m, &["--price", "1", "--nonce", "9"]));
     assert!(e.contains("--overclock"), "{e}");
     let e = t.fails(
@@ -1334,9 +1405,11 @@ fn quote_and_lease_verbs() {
             "3",
             "--class",
             "0",
+            "--auto-power",
         ],
     );
     let bid = pk(&out["bid"]);
+    assert_eq!(t.account::<Bid>(&bid).auto_power, Some(500)); // the flag's default
     let list = t.ok(&client, &["bid", "list", "--market", &m]);
     assert_eq!(pk(&list[0]["bid"]), bid); // nothing ranked above it: no evidence to pass
     let agent = key_of(&host.agent);
@@ -1388,6 +1461,7 @@ fn quote_and_lease_verbs() {
                 exit_code: None,
                 prev_hash: l.proof_hash,
                 samples_hash: [0; 32],
+                energy_saved_j: 300,
             },
         };
         t.submit_usage(&proof);
@@ -1398,6 +1472,9 @@ fn quote_and_lease_verbs() {
     assert_eq!(show["paid"], "0.000833", "{show}");
     assert_eq!(show["energy_j"], 900);
     assert_eq!(show["energy_kwh"], "0", "{show}"); // 0.25 Wh
+    assert_eq!(show["energy_saved_j"], 300, "{show}");
+    assert_eq!(show["energy_saved_kwh"], "0", "{show}");
+    assert_eq!(show["auto_power"], "up to 5 % throughput for energy");
     assert_eq!(show["proofs_next_interval"], 1);
     assert_eq!(show["gpu_time_utilisation_bps"], 10_000);
     assert_eq!(show["idle"], false);

@@ -85,6 +85,7 @@ fn queue_bid(
         cpu_milli: 0,
         memory_mib: 0,
         regions: Vec::new(),
+        auto_power: None,
     }
 }
 

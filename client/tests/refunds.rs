@@ -54,6 +54,7 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
             exit_code: Some(exit::IMAGE_UNAVAILABLE),
             prev_hash: l.proof_hash,
             samples_hash: [0; 32],
+            energy_saved_j: 0,
         },
     });
     let reason = exit::reason(exit::IMAGE_UNAVAILABLE);

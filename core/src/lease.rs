@@ -25,6 +25,9 @@ pub mod exit {
     /// Set by the program, not the host: the market's idle rule ended the lease after its GPUs
     /// stayed under the idle threshold for `idle_end_intervals` proofs in a row.
     pub const IDLE_ENDED: i32 = -7;
+    /// A GPU of the lease failed (a fatal Xid error, or the driver asked for a reset or a
+    /// reboot): the host ended the lease at once and paused its machine.
+    pub const GPU_FAULT: i32 = -8;
 
     /// A sentence for a final proof's exit code.
     pub fn reason(code: i32) -> String {
@@ -46,6 +49,9 @@ pub mod exit {
             }
             IDLE_ENDED => {
                 "the market's idle rule ended the lease: its GPUs stayed idle for the intervals the rule allows".into()
+            }
+            GPU_FAULT => {
+                "a GPU of the lease failed (the driver reported a fatal error); the host ended the lease at once and paused the machine".into()
             }
             c if c > 128 && c <= 128 + 64 => {
                 format!("the container was killed by signal {}", c - 128)
@@ -112,6 +118,10 @@ pub struct UsageProof {
     pub interval: u32,
     pub gpu_seconds: u64,
     pub energy_j: u64,
+    /// Energy the host's automatic power limit saved in the interval, in J (0 unless the bid
+    /// opted in to auto power): the power the lease's GPUs drew at its stated limits, less what
+    /// they drew under the lowered ones, over the time they ran lowered.
+    pub energy_saved_j: u64,
     /// Average GPU utilisation over the interval, in bps.
     pub avg_utilisation_bps: u16,
     /// Peak power of each of the lease's GPUs, in W, in the lease's GPU order: the highest power
@@ -126,7 +136,7 @@ pub struct UsageProof {
 
 /// Bytes of a proof's chain preimage with `gpus` GPUs.
 pub fn preimage_len(gpus: usize) -> usize {
-    32 + 32 + 4 + 8 + 8 + 2 + 1 + 4 + 2 * gpus + 32
+    32 + 32 + 4 + 8 + 8 + 8 + 2 + 1 + 4 + 2 * gpus + 32
 }
 
 impl UsageProof {
@@ -140,6 +150,7 @@ impl UsageProof {
         out.extend_from_slice(&self.interval.to_le_bytes());
         out.extend_from_slice(&self.gpu_seconds.to_le_bytes());
         out.extend_from_slice(&self.energy_j.to_le_bytes());
+        out.extend_from_slice(&self.energy_saved_j.to_le_bytes());
         out.extend_from_slice(&self.avg_utilisation_bps.to_le_bytes());
         out.push(self.exit_code.is_some() as u8);
         out.extend_from_slice(&self.exit_code.unwrap_or(0).to_le_bytes());
@@ -307,6 +318,7 @@ mod tests {
             peak_power_w: vec![300, 310],
             exit_code: Some(0),
             samples_hash: [4; 32],
+            energy_saved_j: 0,
         };
         let a = p.chain_preimage(&[1; 32], &[2; 32]);
         assert_eq!(a.len(), preimage_len(2));
@@ -338,6 +350,7 @@ mod tests {
             peak_power_w: vec![peak_w],
             exit_code: None,
             samples_hash: [0; 32],
+            energy_saved_j: 0,
         }
         .power_violations(&[limit_w])
         .collect()

@@ -302,6 +302,36 @@ impl ClientInstruction for Heartbeat<'_> {
     }
 }
 
+/// The machine's agent reports a fatal fault of GPU `gpu` (Xid `xid`): the program pauses the
+/// machine and keeps the fault for its owner.
+pub struct ReportFault<'a> {
+    pub agent: &'a (dyn Signer + Sync),
+    pub machine: Pubkey,
+    pub gpu: u8,
+    pub xid: u32,
+}
+
+impl ClientInstruction for ReportFault<'_> {
+    const NAME: &'static str = "report_fault";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::ReportFault {
+                agent: self.agent.pubkey(),
+                machine: self.machine,
+            },
+            gpu_market::instruction::ReportFault {
+                gpu: self.gpu,
+                xid: self.xid,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.agent]
+    }
+}
+
 pub struct UpdateMarket<'a> {
     pub authority: &'a (dyn Signer + Sync),
     pub market: Pubkey,

@@ -155,6 +155,7 @@ impl Fixture {
             cpu_milli: 0,
             memory_mib: 0,
             regions: Vec::new(),
+            auto_power: None,
         }
     }
 

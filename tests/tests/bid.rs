@@ -113,6 +113,7 @@ fn args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
         cpu_milli: 0,
         memory_mib: 0,
         regions: Vec::new(),
+        auto_power: None,
     }
 }
 

@@ -406,6 +406,7 @@ impl World {
             cpu_milli: 0,
             memory_mib: 0,
             regions: Vec::new(),
+            auto_power: None,
         }
     }
 
@@ -719,6 +720,7 @@ impl World {
             exit_code: exit.then_some(0),
             prev_hash: l.proof_hash,
             samples_hash: [0; 32],
+            energy_saved_j: 0,
         };
         let ok = self
             .ctx

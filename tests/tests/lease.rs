@@ -538,6 +538,7 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
                 exit_code: None,
                 prev_hash: l.proof_hash,
                 samples_hash: [0; 32],
+                energy_saved_j: 0,
             },
         })
         .unwrap_err();
@@ -605,6 +606,51 @@ fn a_final_proof_ends_the_lease_at_the_clock_without_waiting_for_its_window() {
         end[1], start[1],
         "nothing paid for a container that never ran"
     );
+}
+
+#[test]
+fn auto_power_is_the_clients_opt_in_and_its_savings_are_on_the_lease() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    // A tolerance over 20 % is refused with its reason, and moves nothing.
+    let before = f.balances(&c);
+    let mut too_loose = f.queue_args(1, 8);
+    too_loose.auto_power = Some(2_001);
+    let p = PlaceBid {
+        client: &c.key,
+        market: f.market,
+        book: f.queue_book,
+        machine: None,
+        payment_mint: f.mint,
+        client_tokens: c.tokens,
+        args: too_loose,
+        evict: None,
+    };
+    let err = f.ctx.run(&p).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BadAutoPower));
+    assert!(!f.ctx.account_exists(&p.bid()));
+    assert_eq!(f.balances(&c), before);
+
+    let mut opted = f.queue_args(1, 8);
+    opted.auto_power = Some(500);
+    let bid = f.place(&c, opted);
+    assert_eq!(f.ctx.account::<Bid>(&bid).auto_power, Some(500));
+    let lease = f.allocate(bid, &[0]).unwrap();
+    assert_eq!(f.ctx.account::<Lease>(&lease).auto_power, Some(500));
+    let plain_args = f.queue_args(1, 8);
+    let plain = f.place(&c, plain_args);
+    let plain_lease = f.allocate(plain, &[1]).unwrap();
+    assert_eq!(f.ctx.account::<Lease>(&plain_lease).auto_power, None);
+
+    f.ctx.advance_time(INTERVAL);
+    for (lease, saved) in [(lease, Some(4_200)), (plain_lease, None)] {
+        let mut p = f.proof(&lease, 0);
+        p.energy_saved_j = 4_200;
+        f.submit(lease, p).expect("proof");
+        let l: Lease = f.ctx.account(&lease);
+        // Only a lease that opted in can have saved anything: a claim for another is ignored.
+        assert_eq!(l.energy_saved_j, saved.unwrap_or(0));
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@ use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;
 use gpu_market::state::MarketParams;
 use gpu_market::state::{
-    Cidr, Egress, GpuSpec, Machine, MachineNetwork, MachineStatus, MachineTerms,
+    Cidr, Egress, GpuSpec, Machine, MachineFault, MachineNetwork, MachineStatus, MachineTerms,
 };
 use program_test::*;
 use solana_keypair::Keypair;
@@ -353,6 +353,61 @@ fn heartbeats_come_from_the_agent_key_only() {
 }
 
 #[test]
+fn a_gpu_fault_from_the_agent_pauses_the_machine_until_its_owner_resumes_it() {
+    let mut f = fixture();
+    let key = register(&mut f, 0, vec![gpu(0, 0), gpu(0, 0)]).unwrap();
+    let report = |agent, gpu, xid| ReportFault {
+        agent,
+        machine: key,
+        gpu,
+        xid,
+    };
+    // Nobody but the machine's agent may pause it so, and only for a GPU it has.
+    let err = f.ctx.run(&report(&f.host, 1, 79)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::WrongAgent));
+    let err = f.ctx.run(&report(&f.agent, 2, 79)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NoSuchGpu));
+    let machine = f.ctx.account::<Machine>(&key);
+    assert_eq!(
+        (machine.status, machine.fault),
+        (MachineStatus::Active, None)
+    );
+
+    f.ctx.advance_time(30);
+    let at = f.ctx.now();
+    f.ctx.run(&report(&f.agent, 1, 79)).expect("report_fault");
+    let machine = f.ctx.account::<Machine>(&key);
+    assert_eq!(machine.status, MachineStatus::Paused);
+    assert_eq!(
+        machine.fault,
+        Some(MachineFault {
+            gpu: 1,
+            xid: 79,
+            at
+        })
+    );
+    // Pausing again keeps the fault; resuming clears it.
+    let status = |status| SetMachineStatus {
+        owner: &f.host,
+        market: f.market,
+        machine: key,
+        status,
+    };
+    f.ctx.run(&status(MachineStatus::Paused)).unwrap();
+    assert!(f.ctx.account::<Machine>(&key).fault.is_some());
+    f.ctx.run(&status(MachineStatus::Active)).unwrap();
+    let machine = f.ctx.account::<Machine>(&key);
+    assert_eq!(
+        (machine.status, machine.fault),
+        (MachineStatus::Active, None)
+    );
+    // A retired machine stays retired whatever its agent says.
+    f.ctx.run(&status(MachineStatus::Retired)).unwrap();
+    let err = f.ctx.run(&report(&f.agent, 0, 48)).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::MachineRetired));
+}
+
+#[test]
 fn compute_units_of_machine_instructions() {
     let mut f = fixture();
     let key = register(&mut f, 0, (0..16).map(|i| gpu(0, i / 8)).collect()).unwrap();
@@ -378,6 +433,14 @@ fn compute_units_of_machine_instructions() {
             machine: key,
         })
         .unwrap();
+    f.ctx
+        .run(&ReportFault {
+            agent: &f.agent,
+            machine: key,
+            gpu: 3,
+            xid: 79,
+        })
+        .unwrap();
     let space = 8 + <Machine as anchor_lang::Space>::INIT_SPACE;
     println!("| instruction (16 GPUs) | compute units |");
     println!("|---|---|");
@@ -386,6 +449,7 @@ fn compute_units_of_machine_instructions() {
         "update_machine",
         "set_machine_status",
         "heartbeat",
+        "report_fault",
     ] {
         println!("| {name} | {} |", f.ctx.compute_units[name]);
     }

@@ -392,6 +392,7 @@ mod tests {
             peak_power_w: vec![300],
             exit_code: None,
             samples_hash: [0; 32],
+            energy_saved_j: 0,
         };
         let a = proof_hash(&Key([1; 32]), &p, &[0; 32]);
         // The readings it committed to are part of it.

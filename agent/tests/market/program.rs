@@ -177,6 +177,7 @@ impl MarketUnderTest for ProgramMarket {
             cpu_milli: spec.host.cpu_milli,
             memory_mib: spec.host.memory_mib,
             regions: spec.regions.clone(),
+            auto_power: None,
         };
         let bid = self.live.place(&client, args).await.expect("place_bid");
         Key(bid.to_bytes())

@@ -108,6 +108,7 @@ pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
         cpu_milli: 0,
         memory_mib: 0,
         regions: Vec::new(),
+        auto_power: None,
     }
 }
 

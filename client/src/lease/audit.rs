@@ -29,6 +29,7 @@ fn violates(peaks: &[u16], limits: &[u16]) -> bool {
         peak_power_w: peaks.to_vec(),
         exit_code: None,
         samples_hash: [0; 32],
+        energy_saved_j: 0,
     }
     .power_violations(limits)
     .next()

@@ -501,6 +501,7 @@ pub fn prove_with(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32, st
             exit_code: None,
             prev_hash: l.proof_hash,
             samples_hash: stated.samples_hash,
+            energy_saved_j: 0,
         },
     });
 }

@@ -175,6 +175,10 @@ pub enum MarketError {
     RegionNotAccepted,
     #[msg("a bid names at most 4 regions, each a non-empty label named once")]
     BadRegions,
+    #[msg("auto power's throughput tolerance is at most 2,000 bps (20 %)")]
+    BadAutoPower,
+    #[msg("the machine has no such GPU")]
+    NoSuchGpu,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

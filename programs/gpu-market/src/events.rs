@@ -78,6 +78,16 @@ pub struct MachineStatusChanged {
     pub new: MachineStatus,
 }
 
+/// The machine's agent reported a fatal GPU fault: the machine is paused until its owner
+/// resumes it.
+#[event]
+pub struct MachineFaulted {
+    pub machine: Pubkey,
+    pub gpu: u8,
+    pub xid: u32,
+    pub at: i64,
+}
+
 #[event]
 pub struct MachineHeartbeat {
     pub machine: Pubkey,
@@ -156,6 +166,8 @@ pub struct UsageProven {
     pub power_limits_w: Vec<u16>,
     /// The hash of the power readings the proof committed to (`gpu-market lease audit`).
     pub samples_hash: [u8; 32],
+    /// Energy the automatic power limit saved in the interval, in J (0 without auto power).
+    pub energy_saved_j: u64,
 }
 
 #[event]

@@ -189,4 +189,11 @@ pub mod gpu_market {
     pub fn heartbeat(ctx: Context<Heartbeat>) -> Result<()> {
         Heartbeat::heartbeat(ctx)
     }
+
+    /// The machine's agent reports a fatal GPU fault (an Xid error the driver calls fatal): the
+    /// machine is paused and the fault kept for its owner, who resumes it with
+    /// `set_machine_status` once the GPU is serviced.
+    pub fn report_fault(ctx: Context<ReportFault>, gpu: u8, xid: u32) -> Result<()> {
+        ReportFault::report_fault(ctx, gpu, xid)
+    }
 }

@@ -209,6 +209,7 @@ impl Fixture {
             cpu_milli: 0,
             memory_mib: 0,
             regions: Vec::new(),
+            auto_power: None,
         }
     }
 
@@ -271,6 +272,7 @@ impl Fixture {
             exit_code: None,
             prev_hash: l.proof_hash,
             samples_hash: [0; 32],
+            energy_saved_j: 0,
         }
     }
 

@@ -264,6 +264,7 @@ impl Allocate<'_> {
             billed_secs: 0,
             gpu_seconds: 0,
             energy_j: 0,
+            energy_saved_j: 0,
             idle_streak: 0,
             utilisation_bps: 0,
             idle: false,
@@ -272,6 +273,7 @@ impl Allocate<'_> {
             rules: LeaseRules::of(&market.params),
             bump: ctx.bumps.lease,
             exit_code: None,
+            auto_power: bid.auto_power,
         });
         emit!(LeaseStarted {
             lease: lease.key(),

@@ -9,7 +9,8 @@ use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
 use crate::instructions::refund_escrow;
 use crate::state::{
     ports_valid, regions_valid, seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine,
-    MachineStatus, Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN, MAX_GPUS, REGION_LEN,
+    MachineStatus, Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN,
+    MAX_AUTO_POWER_TOLERANCE_BPS, MAX_GPUS, REGION_LEN,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -40,6 +41,9 @@ pub struct PlaceBidArgs {
     pub memory_mib: u32,
     /// The regions whose machines may run it (at most 4 labels; none: any).
     pub regions: Vec<[u8; REGION_LEN]>,
+    /// Auto power: the share of throughput (bps, at most `MAX_AUTO_POWER_TOLERANCE_BPS`) the
+    /// host may trade for a lower power limit than the stated one; `None`: the limits hold.
+    pub auto_power: Option<u16>,
 }
 
 #[derive(Accounts)]
@@ -129,6 +133,11 @@ impl PlaceBid<'_> {
         );
         require!(ports_valid(&args.ports), MarketError::BadPorts);
         require!(regions_valid(&args.regions), MarketError::BadRegions);
+        require!(
+            args.auto_power
+                .is_none_or(|t| t <= MAX_AUTO_POWER_TOLERANCE_BPS),
+            MarketError::BadAutoPower
+        );
         let terms = args.overclock.len();
         require!(
             terms == 1 || terms == args.gpu_count as usize,
@@ -348,6 +357,7 @@ impl PlaceBid<'_> {
             seq: 0,
             placed_at: now,
             bump: ctx.bumps.bid,
+            auto_power: args.auto_power,
         });
         // Queue bids rank by score (with aging); spot bids by the host's profit (GigaSPOT).
         let key = match &ctx.accounts.machine {

@@ -107,6 +107,9 @@ pub struct SubmitUsageArgs {
     pub interval: u32,
     pub gpu_seconds: u64,
     pub energy_j: u64,
+    /// Energy the host's automatic power limit saved in the interval, in J (0 unless the bid
+    /// opted in to auto power).
+    pub energy_saved_j: u64,
     pub avg_utilisation_bps: u16,
     /// Peak power of each of the lease's GPUs, in W, in the bid's GPU order.
     pub peak_power_w: Vec<u16>,
@@ -125,6 +128,7 @@ impl SubmitUsageArgs {
             interval: proof.interval,
             gpu_seconds: proof.gpu_seconds,
             energy_j: proof.energy_j,
+            energy_saved_j: proof.energy_saved_j,
             avg_utilisation_bps: proof.avg_utilisation_bps,
             peak_power_w: proof.peak_power_w.clone(),
             exit_code: proof.exit_code,
@@ -138,6 +142,7 @@ impl SubmitUsageArgs {
             interval: self.interval,
             gpu_seconds: self.gpu_seconds,
             energy_j: self.energy_j,
+            energy_saved_j: self.energy_saved_j,
             avg_utilisation_bps: self.avg_utilisation_bps,
             peak_power_w: self.peak_power_w.clone(),
             exit_code: self.exit_code,
@@ -256,6 +261,10 @@ impl SubmitUsage<'_> {
         lease.paid = lease.paid.checked_add(gross).ok_or(MarketError::Overflow)?;
         lease.gpu_seconds = lease.gpu_seconds.saturating_add(args.gpu_seconds);
         lease.energy_j = lease.energy_j.saturating_add(args.energy_j);
+        // Auto power is the client's opt-in: a lease without it has nothing to save.
+        if lease.auto_power.is_some() {
+            lease.energy_saved_j = lease.energy_saved_j.saturating_add(args.energy_saved_j);
+        }
         let violated = proof
             .power_violations(&lease.power_limits_w)
             .next()
@@ -305,6 +314,7 @@ impl SubmitUsage<'_> {
             peak_power_w: args.peak_power_w.clone(),
             power_limits_w: lease.power_limits_w[..lease.gpu_count as usize].to_vec(),
             samples_hash: args.samples_hash,
+            energy_saved_j: lease.auto_power.map_or(0, |_| args.energy_saved_j),
         });
 
         pay_out(

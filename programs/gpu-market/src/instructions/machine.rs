@@ -1,8 +1,12 @@
 use anchor_lang::prelude::*;
 
 use crate::errors::MarketError;
-use crate::events::{MachineHeartbeat, MachineRegistered, MachineStatusChanged, MachineUpdated};
-use crate::state::{seeds, Machine, MachineStatus, MachineTerms, Market, StakeAccount};
+use crate::events::{
+    MachineFaulted, MachineHeartbeat, MachineRegistered, MachineStatusChanged, MachineUpdated,
+};
+use crate::state::{
+    seeds, Machine, MachineFault, MachineStatus, MachineTerms, Market, StakeAccount,
+};
 
 #[derive(Accounts)]
 #[instruction(id: u64)]
@@ -114,6 +118,10 @@ impl UpdateMachine<'_> {
         let old = machine.status;
         let before = machine.offered();
         machine.status = status;
+        // Resuming says the owner has seen the fault (`host show`) and serviced the GPU.
+        if status == MachineStatus::Active {
+            machine.fault = None;
+        }
         let market = &mut ctx.accounts.market;
         market.tick_demand(Clock::get()?.unix_timestamp);
         market.add_offered(machine.offered() - before)?;
@@ -146,6 +154,47 @@ impl Heartbeat<'_> {
             machine: machine.key(),
             at: machine.last_heartbeat,
         });
+        Ok(())
+    }
+}
+
+/// Accounts of `report_fault`: the machine's own agent, which saw the fault.
+#[derive(Accounts)]
+pub struct ReportFault<'info> {
+    pub agent: Signer<'info>,
+
+    #[account(mut, has_one = agent @ MarketError::WrongAgent)]
+    pub machine: Box<Account<'info, Machine>>,
+}
+
+impl ReportFault<'_> {
+    /// The agent saw a fatal fault on GPU `gpu` (Xid `xid`): the machine is paused, so that no
+    /// bid is allocated to it, and the fault is kept for its owner (`host show`) until the
+    /// owner resumes it. The agent ends the affected leases with their final proofs itself.
+    pub fn report_fault(ctx: Context<Self>, gpu: u8, xid: u32) -> Result<()> {
+        let machine = &mut ctx.accounts.machine;
+        require!(
+            machine.status != MachineStatus::Retired,
+            MarketError::MachineRetired
+        );
+        require!(gpu < machine.gpu_count, MarketError::NoSuchGpu);
+        let at = Clock::get()?.unix_timestamp;
+        let old = machine.status;
+        machine.status = MachineStatus::Paused;
+        machine.fault = Some(MachineFault { gpu, xid, at });
+        emit!(MachineFaulted {
+            machine: machine.key(),
+            gpu,
+            xid,
+            at,
+        });
+        if old != MachineStatus::Paused {
+            emit!(MachineStatusChanged {
+                machine: machine.key(),
+                old,
+                new: MachineStatus::Paused,
+            });
+        }
         Ok(())
     }
 }

@@ -96,6 +96,9 @@ impl OverclockTerms {
     }
 }
 
+/// The most throughput, in bps, a bid may let the host trade for energy with auto power (20 %).
+pub const MAX_AUTO_POWER_TOLERANCE_BPS: u16 = 2_000;
+
 /// A client's bid with its escrow.
 #[account]
 #[derive(InitSpace, Debug)]
@@ -150,6 +153,10 @@ pub struct Bid {
     pub seq: u64,
     pub placed_at: i64,
     pub bump: u8,
+    /// Auto power: the share of throughput (bps) the client lets the host trade for a lower
+    /// power limit than the stated one (see [`MAX_AUTO_POWER_TOLERANCE_BPS`]); `None`: the
+    /// stated limits hold as they are.
+    pub auto_power: Option<u16>,
 }
 
 impl Bid {

@@ -77,6 +77,8 @@ pub struct Lease {
     pub billed_secs: u64,
     pub gpu_seconds: u64,
     pub energy_j: u64,
+    /// Energy the automatic power limit saved, as the proofs state it, in J.
+    pub energy_saved_j: u64,
     pub idle_streak: u16,
     /// The average SM utilisation of the lease's GPUs over its last proven window, in basis
     /// points (0 before the first proof, which `proof_hash` tells): what the market's
@@ -91,9 +93,12 @@ pub struct Lease {
     pub rules: LeaseRules,
     pub bump: u8,
     /// The exit code of the final proof, once one arrived: the container's own (0 or more), or
-    /// one of `gpu_market_core::lease::exit`'s when it did not run to its own exit. Last, as
-    /// its encoded size varies.
+    /// one of `gpu_market_core::lease::exit`'s when it did not run to its own exit. At the end
+    /// with `auto_power`, as their encoded sizes vary.
     pub exit_code: Option<i32>,
+    /// The bid's auto power tolerance (bps of throughput), copied when it starts: the host may
+    /// lower its GPUs' power limits below the stated ones within it. Variable size, so last.
+    pub auto_power: Option<u16>,
 }
 
 impl Lease {

@@ -214,6 +214,20 @@ pub struct Machine {
     pub unslashed_violations: u32,
     pub evidence_since: i64,
     pub bump: u8,
+    /// The fatal GPU fault its agent reported, which paused the machine; cleared when the owner
+    /// resumes it (after servicing the GPU).
+    pub fault: Option<MachineFault>,
+}
+
+/// A fatal GPU fault as the machine's agent reported it (`report_fault`).
+#[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
+pub struct MachineFault {
+    /// The machine's GPU (its index in the machine's GPU list).
+    pub gpu: u8,
+    /// The driver's Xid error code (NVIDIA's catalogue), or 0 where the driver gave none.
+    pub xid: u32,
+    /// When the report landed (the cluster's clock).
+    pub at: i64,
 }
 
 impl Machine {
