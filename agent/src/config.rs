@@ -40,6 +40,9 @@ pub struct Config {
     /// The host's NVIDIA MPS daemon (`[gpu] mps_pipe_dir` and `mps_shm_dir`), which confines
     /// leases that share a GPU to their slices; `None`: such leases are refused.
     pub mps: Option<Mps>,
+    /// Whether a GPU no lease uses is parked at its least power limit (`[gpu] park_idle`,
+    /// default `true`) instead of its default one.
+    pub park_idle_gpus: bool,
     /// The container engine's socket, `unix:///path`.
     pub engine_socket: String,
     pub container: ContainerLimits,
@@ -459,6 +462,13 @@ struct RawGpu {
     /// The NVIDIA MPS control daemon's pipe folder and its `/dev/shm`, both or neither.
     mps_pipe_dir: Option<PathBuf>,
     mps_shm_dir: Option<PathBuf>,
+    /// Whether a GPU no lease uses runs at its least power limit (default) or at its default.
+    #[serde(default = "yes")]
+    park_idle: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -636,6 +646,7 @@ impl Config {
             )?,
             max_priority_fee_micro_lamports: raw.max_priority_fee_micro_lamports,
             mps: mps(&raw.gpu)?,
+            park_idle_gpus: raw.gpu.park_idle,
             gpu: gpu(raw.gpu)?,
             engine_socket,
             container,
@@ -1209,6 +1220,17 @@ password_file = "/etc/gpu-market/registry.pass"
             matches!(&e, ConfigError::BadGpu { key, .. } if key == "gpu.classes"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn idle_gpus_are_parked_unless_the_host_says_not() {
+        assert!(Config::parse(&good()).unwrap().park_idle_gpus, "default");
+        let c = with(
+            "backend = \"simulated\"",
+            "backend = \"simulated\"\npark_idle = false",
+        )
+        .unwrap();
+        assert!(!c.park_idle_gpus);
     }
 
     #[test]

@@ -310,6 +310,7 @@ async fn run(path: &Path) -> Result<()> {
             registries: config.registries.clone(),
             env_key,
             mps: config.mps.clone(),
+            park_idle_gpus: config.park_idle_gpus,
             retention: config.network.retention,
         },
         metrics,

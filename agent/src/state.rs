@@ -78,6 +78,13 @@ pub struct LeaseRecord {
     pub proof_hash: [u8; 32],
     /// The container's exit code once it finished (or the agent refused the lease).
     pub exit_code: Option<i32>,
+    /// Energy auto power saved in the open interval, in mJ (`crate::gpu::dvfs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub energy_saved_mj: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A [`UsageProof`] as stored.
@@ -88,6 +95,9 @@ pub struct ProofRecord {
     pub window: (i64, i64),
     pub gpu_seconds: u64,
     pub energy_j: u64,
+    /// Energy auto power saved in the interval (absent from state files before it).
+    #[serde(default)]
+    pub energy_saved_j: u64,
     pub avg_utilisation_bps: u16,
     pub peak_power_w: Vec<u16>,
     pub exit_code: Option<i32>,
@@ -105,11 +115,11 @@ impl ProofRecord {
             interval: self.interval,
             gpu_seconds: self.gpu_seconds,
             energy_j: self.energy_j,
+            energy_saved_j: self.energy_saved_j,
             avg_utilisation_bps: self.avg_utilisation_bps,
             peak_power_w: self.peak_power_w.clone(),
             exit_code: self.exit_code,
             samples_hash: self.samples_hash,
-            energy_saved_j: 0,
         }
     }
 }
@@ -137,6 +147,7 @@ impl LeaseRecord {
             last_proven: lease.next_interval.checked_sub(1),
             proof_hash: lease.proof_hash,
             exit_code: None,
+            energy_saved_mj: 0,
         }
     }
 
@@ -277,6 +288,7 @@ impl LeaseRecord {
             window,
             gpu_seconds: self.gpu_seconds(window.0, window.1),
             energy_j,
+            energy_saved_j: std::mem::take(&mut self.energy_saved_mj) / 1_000,
             avg_utilisation_bps,
             peak_power_w: (0..self.gpu_indices.len())
                 .map(|i| peaks.get(i).copied().unwrap_or(0))
@@ -405,6 +417,7 @@ mod tests {
             interval_secs: 100,
             next_interval,
             proof_hash: [0; 32],
+            auto_power: None,
         }
     }
 
@@ -449,6 +462,7 @@ mod tests {
                 window: (1_000, 1_100),
                 gpu_seconds: 200,
                 energy_j: 200,
+                energy_saved_j: 0,
                 avg_utilisation_bps: 7_500,
                 peak_power_w: vec![250, 250],
                 exit_code: None,

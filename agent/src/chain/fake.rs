@@ -81,6 +81,8 @@ struct Inner {
     /// Each lease's idle proofs in a row.
     idle_streaks: Vec<(Key, u16)>,
     heartbeats: u32,
+    /// The faults the agent reported (GPU, Xid), in order.
+    faults: Vec<(u8, u32)>,
     outage: bool,
     /// Leases the listing omits, as a lagging node's would, though they run.
     hidden: Vec<Key>,
@@ -119,6 +121,7 @@ impl FakeChain {
                 idle_rule: None,
                 idle_streaks: Vec::new(),
                 heartbeats: 0,
+                faults: Vec::new(),
                 outage: false,
                 hidden: Vec::new(),
                 lose_next_proof_answer: false,
@@ -223,6 +226,11 @@ impl FakeChain {
     pub fn pruned(&self) -> Vec<Key> {
         self.lock().pruned.clone()
     }
+    /// The faults the agent reported (GPU, Xid), in order.
+    pub fn faults(&self) -> Vec<(u8, u32)> {
+        self.lock().faults.clone()
+    }
+
     pub fn heartbeats(&self) -> u32 {
         self.lock().heartbeats
     }
@@ -569,6 +577,7 @@ impl Chain for FakeChain {
             image_digest: b.image_digest,
             env_hash: b.env_hash,
             room: b.room.clone(),
+            auto_power: b.auto_power,
             started_at: now,
             ends_at: (now + b.max_duration_secs as i64).min(b.deadline),
             stop_at: None,
@@ -703,6 +712,15 @@ impl Chain for FakeChain {
         let mut s = self.lock();
         s.reachable()?;
         s.heartbeats += 1;
+        Ok(())
+    }
+
+    /// As the program: the machine is paused and the fault kept.
+    async fn report_fault(&self, gpu: u8, xid: u32) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        s.status = MachineStatus::Paused;
+        s.faults.push((gpu, xid));
         Ok(())
     }
 

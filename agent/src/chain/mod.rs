@@ -161,6 +161,8 @@ pub struct LeaseView {
     pub env_hash: [u8; 32],
     /// The ports it publishes and its scratch volume.
     pub room: RoomAsked,
+    /// The bid's auto power tolerance (bps of throughput), where it opted in.
+    pub auto_power: Option<u16>,
     pub started_at: i64,
     pub ends_at: i64,
     /// Set when the lease was told to stop early (a spot preemption).
@@ -254,6 +256,8 @@ pub struct BidView {
     pub image_ref: String,
     pub image_digest: [u8; 32],
     pub env_hash: [u8; 32],
+    /// Its auto power tolerance (bps of throughput), where it opted in.
+    pub auto_power: Option<u16>,
     /// The ports its lease publishes and its scratch volume.
     pub room: RoomAsked,
     /// The regions whose machines may run it (none: any).
@@ -348,6 +352,9 @@ pub trait Chain: Send + Sync {
     /// when it is, else at a later call after the last proofs.
     async fn end_lease(&self, lease: Key) -> Result<(), ChainError>;
     async fn heartbeat(&self) -> Result<(), ChainError>;
+    /// Reports a fatal fault of the machine's GPU `gpu` (Xid `xid`): the program pauses the
+    /// machine and keeps the fault for its owner.
+    async fn report_fault(&self, gpu: u8, xid: u32) -> Result<(), ChainError>;
     /// Removes a bid whose deadline has passed from its book, refunding its client.
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
     /// The copy of `bid`'s environment sealed to this machine's agent key, as the bid's client

@@ -24,7 +24,7 @@ use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
 use gpu_market_sdk::{
-    Allocate, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, SubmitUsage,
+    Allocate, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, ReportFault, SubmitUsage,
 };
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -605,6 +605,7 @@ impl SolanaChain {
             interval_secs: l.rules.billing_interval_secs,
             next_interval: l.next_interval,
             proof_hash: l.proof_hash,
+            auto_power: l.auto_power,
         }
     }
 }
@@ -648,6 +649,7 @@ fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>)
         env_hash: b.env_hash,
         room: room_asked(b),
         regions: b.regions.clone(),
+        auto_power: b.auto_power,
     }
 }
 
@@ -1100,6 +1102,17 @@ impl Chain for SolanaChain {
         self.send(Heartbeat::NAME, ix).await
     }
 
+    async fn report_fault(&self, gpu: u8, xid: u32) -> Result<(), ChainError> {
+        let ix = ReportFault {
+            agent: &self.agent,
+            machine: self.machine,
+            gpu,
+            xid,
+        }
+        .instruction();
+        self.send(ReportFault::NAME, ix).await
+    }
+
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError> {
         let bid = pubkey(bid);
         let got = self.raw_accounts(&[self.market, self.machine, bid]).await?;
@@ -1282,6 +1295,7 @@ mod tests {
             env_hash: [0; 32],
             room: RoomAsked::default(),
             regions: Vec::new(),
+            auto_power: None,
         }
     }
 

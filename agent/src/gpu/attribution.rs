@@ -125,6 +125,7 @@ mod tests {
     #[test]
     fn parts_follow_sm_utilisation_then_memory_then_equal() {
         let reading = Sample {
+            mem_utilisation_pct: 0,
             power_mw: 250_000,
             energy_mj: 0,
             utilisation_pct: 100,
@@ -182,6 +183,7 @@ mod tests {
     #[test]
     fn a_lone_tenant_gets_the_whole_reading() {
         let reading = Sample {
+            mem_utilisation_pct: 0,
             power_mw: 123_456,
             energy_mj: 0,
             utilisation_pct: 37,

@@ -176,6 +176,14 @@ impl GpuBackend for RecordedLocks {
     fn follows_workload(&self) -> bool {
         self.inner.follows_workload()
     }
+
+    fn watch_faults(
+        &self,
+        tick: std::time::Duration,
+        deliver: &mut dyn FnMut(Vec<super::GpuFault>) -> bool,
+    ) -> Result<bool, GpuError> {
+        self.inner.watch_faults(tick, deliver)
+    }
 }
 
 #[cfg(test)]

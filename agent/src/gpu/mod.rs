@@ -9,6 +9,8 @@
 //! and [`attribution`] splits a shared GPU's readings among its leases by their processes' use.
 
 pub mod attribution;
+pub mod dvfs;
+pub mod faults;
 pub mod isolation;
 pub mod locks;
 pub mod nvml;
@@ -56,6 +58,10 @@ pub struct Sample {
     /// Energy since the driver loaded, in mJ; never goes down.
     pub energy_mj: u64,
     pub utilisation_pct: u8,
+    /// The share of time the memory controller was busy, in percent (NVML's memory
+    /// utilisation): with the clocks, what tells a memory-bound load from a compute-bound one
+    /// ([`dvfs`]).
+    pub mem_utilisation_pct: u8,
 }
 
 /// The clocks a GPU runs at now, in MHz: what shows whether a clock lock holds (NVML can set a
@@ -200,6 +206,27 @@ pub trait GpuBackend: Send + Sync {
     fn follows_workload(&self) -> bool {
         false
     }
+    /// Watches the GPUs for fault events (Xid errors; a GPU fallen off the bus), handing each
+    /// batch to `deliver` (an empty one at least every `tick`, so the caller may stop), until
+    /// `deliver` returns `false`. Blocking: the agent runs it on a thread of its own
+    /// ([`faults::watch`]). `Ok(false)` at once: this backend cannot watch.
+    fn watch_faults(
+        &self,
+        _tick: std::time::Duration,
+        _deliver: &mut dyn FnMut(Vec<GpuFault>) -> bool,
+    ) -> Result<bool, GpuError> {
+        Ok(false)
+    }
+}
+
+/// One fault event of a GPU, as the driver reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuFault {
+    pub index: u32,
+    /// The Xid error code (NVIDIA's catalogue); 79 for a GPU that fell off the bus.
+    pub xid: u64,
+    /// What the driver says must be done to recover, where it says (drivers from R550 on).
+    pub recovery: Option<faults::Recovery>,
 }
 
 /// Milliwatts (NVML's unit) to whole watts (the chain's), rounded.

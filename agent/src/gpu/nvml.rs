@@ -19,7 +19,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};
 use nvml_wrapper::{Device, Nvml};
 
-use super::{mw_to_w, Clocks, GpuBackend, GpuError, GpuInfo, ProcessUse, Sample};
+use super::faults::{Recovery, XID_FALLEN_OFF_BUS};
+use super::{mw_to_w, Clocks, GpuBackend, GpuError, GpuFault, GpuInfo, ProcessUse, Sample};
 
 /// The library NVML is loaded from unless told otherwise.
 pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -78,6 +79,32 @@ impl NvmlGpu {
         self.infos
             .get(index as usize)
             .ok_or(GpuError::NoSuchGpu(index))
+    }
+}
+
+/// The GPU's and its memory controller's utilisation, as a [`Sample`]'s fields.
+fn utilisation(d: &Device) -> Result<Sample, NvmlError> {
+    let u = d.utilization_rates()?;
+    Ok(Sample {
+        utilisation_pct: u.gpu.min(100) as u8,
+        mem_utilisation_pct: u.memory.min(100) as u8,
+        ..Sample::default()
+    })
+}
+
+/// NVML's field for the recovery a GPU needs (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`, R550 on).
+const FIELD_RECOVERY_ACTION: u32 = 230;
+
+/// The recovery GPU `d` needs, where the driver tells.
+fn recovery(d: &Device) -> Option<Recovery> {
+    use nvml_wrapper::enums::device::SampleValue;
+    use nvml_wrapper::structs::device::FieldId;
+    let values = d.field_values_for(&[FieldId(FIELD_RECOVERY_ACTION)]).ok()?;
+    match values.into_iter().next()?.ok()?.value.ok()? {
+        SampleValue::U32(v) => Recovery::from_code(v as u64),
+        SampleValue::U64(v) => Recovery::from_code(v),
+        SampleValue::I64(v) => Recovery::from_code(v.try_into().ok()?),
+        SampleValue::F64(_) => None,
     }
 }
 
@@ -406,12 +433,87 @@ impl GpuBackend for NvmlGpu {
             energy_mj: d
                 .total_energy_consumption()
                 .map_err(err("total_energy_consumption"))?,
-            utilisation_pct: d
-                .utilization_rates()
-                .map_err(err("utilization_rates"))?
-                .gpu
-                .min(100) as u8,
+            ..utilisation(&d).map_err(err("utilization_rates"))?
         })
+    }
+
+    /// One event set over every GPU that reports critical Xid errors, waited on a second at a
+    /// time. `GpuLost` (a GPU fell off the bus: no event names it) is matched to the GPUs that
+    /// no longer answer.
+    fn watch_faults(
+        &self,
+        tick: std::time::Duration,
+        deliver: &mut dyn FnMut(Vec<GpuFault>) -> bool,
+    ) -> Result<bool, GpuError> {
+        use nvml_wrapper::bitmasks::event::EventTypes;
+        use nvml_wrapper::enums::event::XidError;
+        let mut set = self
+            .nvml
+            .create_event_set()
+            .map_err(nvml_err(0, "create_event_set"))?;
+        let mut watched = 0;
+        for info in &self.infos {
+            let d = self.device(info.index)?;
+            let supported = d.supported_event_types().unwrap_or(EventTypes::empty());
+            if !supported.contains(EventTypes::CRITICAL_XID_ERROR) {
+                continue;
+            }
+            set = d
+                .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                .map_err(|e| nvml_err(info.index, "register_events")(e.error))?;
+            watched += 1;
+        }
+        if watched == 0 {
+            return Ok(false);
+        }
+        let by_uuid: BTreeMap<String, u32> = self
+            .infos
+            .iter()
+            .filter_map(|i| Some((self.device(i.index).ok()?.uuid().ok()?, i.index)))
+            .collect();
+        loop {
+            let faults = match set.wait(tick.as_millis().min(u32::MAX as u128) as u32) {
+                Ok(event) => {
+                    let index = event
+                        .device
+                        .uuid()
+                        .ok()
+                        .and_then(|u| by_uuid.get(&u).copied());
+                    let xid = match event.event_data {
+                        Some(XidError::Value(xid)) => xid,
+                        _ => 0,
+                    };
+                    index
+                        .map(|index| GpuFault {
+                            index,
+                            xid,
+                            recovery: recovery(&event.device),
+                        })
+                        .into_iter()
+                        .collect()
+                }
+                Err(NvmlError::Timeout) => Vec::new(),
+                Err(NvmlError::GpuLost) => self
+                    .infos
+                    .iter()
+                    .filter(|i| {
+                        matches!(
+                            self.device(i.index).map(|d| d.uuid()),
+                            Err(_) | Ok(Err(NvmlError::GpuLost))
+                        )
+                    })
+                    .map(|i| GpuFault {
+                        index: i.index,
+                        xid: XID_FALLEN_OFF_BUS,
+                        recovery: None,
+                    })
+                    .collect(),
+                Err(e) => return Err(nvml_err(0, "event_set_wait")(e)),
+            };
+            if !deliver(faults) {
+                return Ok(true);
+            }
+        }
     }
 
     fn clocks(&self, index: u32) -> Result<Clocks, GpuError> {

@@ -10,13 +10,19 @@
 //! `super::isolation` gives leases on shared GPUs) is refused an allocation past its pinned
 //! device memory limit, as the MPS server refuses it; any process is refused one past the GPU's
 //! free memory.
+//!
+//! For auto power, a GPU's work may be given a [`Demand`]: the power it draws unconstrained and
+//! how memory-bound it is, so that a limit below its draw slows its SMs (the core clock reads
+//! lower) and, once the SMs are its bottleneck, its throughput (the memory utilisation reads
+//! lower). Faults for the agent's fault watcher are injected with [`SimulatedGpu::inject_xid`].
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use gpu_market_core::overclock::{OverclockTerms, Range};
 
+use super::faults::Recovery;
 use super::isolation::{mps_client, pinned_limit_mib};
-use super::{Clocks, GpuBackend, GpuError, GpuInfo, ProcessUse, Sample, Setting};
+use super::{Clocks, GpuBackend, GpuError, GpuFault, GpuInfo, ProcessUse, Sample, Setting};
 use crate::config::SimulatedGpuConfig;
 
 /// Milliseconds from some fixed start; never goes back.
@@ -53,6 +59,9 @@ pub struct SimulatedGpu {
     infos: Vec<GpuInfo>,
     time: Arc<dyn TimeSource>,
     state: Mutex<Vec<SimState>>,
+    /// Faults injected for [`GpuBackend::watch_faults`], and the signal that one came.
+    faults: Mutex<Vec<GpuFault>>,
+    fault_signal: Condvar,
 }
 
 struct SimState {
@@ -78,6 +87,29 @@ struct SimState {
     overshoot: (u32, u32),
     /// The CUDA processes on the GPU.
     processes: Vec<SimProcess>,
+    /// What the GPU's work would draw unconstrained, and how memory-bound it is; `None`: work
+    /// that takes whatever its power limit allows (compute-bound, at full speed from the GPU's
+    /// default limit up).
+    demand: Option<Demand>,
+}
+
+/// A SIMULATED GPU's work, for power-limit studies (auto power): at full load it draws
+/// `draw_w` when its limit allows; under a lower limit its SMs slow in proportion, which costs a
+/// memory-bound load nothing until the SMs, not the memory, become its bottleneck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demand {
+    pub draw_w: u16,
+    /// The share of the work's time spent waiting on memory at full speed, in percent (0:
+    /// compute-bound; GigaSPOT's memory-bound example draws 280 W of a 450 W GPU).
+    pub memory_bound_pct: u8,
+}
+
+/// How the GPU runs now: its power, the speed of its SMs and the work's throughput (both in
+/// thousandths of full speed).
+struct Running {
+    power_mw: u32,
+    sm_speed_permille: u32,
+    throughput_permille: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,12 +188,15 @@ impl SimulatedGpu {
                 refused: Vec::new(),
                 overshoot: (0, 0),
                 processes: Vec::new(),
+                demand: None,
             })
             .collect();
         SimulatedGpu {
             infos,
             time,
             state: Mutex::new(state),
+            faults: Mutex::new(Vec::new()),
+            fault_signal: Condvar::new(),
         }
     }
 
@@ -186,6 +221,23 @@ impl SimulatedGpu {
     /// allows, as a boost transient does on real GPUs.
     pub fn overshoot(&self, index: u32, extra_mw: u32, readings: u32) -> Result<(), GpuError> {
         self.with(index, |g, _| g.overshoot = (extra_mw, readings))
+    }
+
+    /// Gives GPU `index`'s work `demand` (see [`Demand`]).
+    pub fn set_demand(&self, index: u32, demand: Demand) -> Result<(), GpuError> {
+        self.with(index, |g, _| g.demand = Some(demand))
+    }
+
+    /// Makes GPU `index` report Xid `xid` (with the driver's `recovery` action, where given)
+    /// to [`GpuBackend::watch_faults`].
+    pub fn inject_xid(&self, index: u32, xid: u64, recovery: Option<Recovery>) {
+        let mut faults = self.faults.lock().expect("simulated fault queue");
+        faults.push(GpuFault {
+            index,
+            xid,
+            recovery,
+        });
+        self.fault_signal.notify_all();
     }
 
     /// Makes GPU `index`'s clock locks invisible to [`GpuBackend::read_back`] while they still
@@ -312,9 +364,39 @@ fn load_permille(g: &SimState) -> u32 {
 }
 
 fn power_mw(g: &SimState, info: &GpuInfo) -> u32 {
+    running(g, info).power_mw
+}
+
+/// The GPU's power, SM speed and throughput under its load, limit and demand. Without a
+/// demand, the work draws what its limit allows and runs at full speed from the default limit
+/// up; with one, it draws the lesser of its draw and the limit. Its SMs run at the share of the draw they get, and a
+/// memory-bound load keeps its throughput until that share falls below its compute share.
+fn running(g: &SimState, info: &GpuInfo) -> Running {
     let idle = info.limits.power_w.min as u32 * 500;
+    let load = load_permille(g);
     let limit = (g.applied.power_limit_w as u32 * 1_000).max(idle);
-    idle + (limit - idle) * load_permille(g) / 1_000
+    let (natural, power, compute_permille) = match g.demand {
+        None => {
+            let top = (info.default_power_w as u32 * 1_000).max(idle);
+            let natural = idle + (top - idle) * load / 1_000;
+            (natural, idle + (limit - idle) * load / 1_000, 1_000)
+        }
+        Some(d) => {
+            let draw = (d.draw_w as u32 * 1_000).max(idle);
+            let natural = idle + (draw - idle) * load / 1_000;
+            let compute = 1_000 - (d.memory_bound_pct.min(90) as u32 * 10);
+            (natural, natural.min(limit), compute)
+        }
+    };
+    let sm_speed_permille = match natural - idle {
+        0 => 1_000,
+        busy => ((power - idle) * 1_000 / busy).min(1_000),
+    };
+    Running {
+        power_mw: power,
+        sm_speed_permille,
+        throughput_permille: (sm_speed_permille * 1_000 / compute_permille).min(1_000),
+    }
 }
 
 impl GpuBackend for SimulatedGpu {
@@ -394,32 +476,61 @@ impl GpuBackend for SimulatedGpu {
                 }
                 _ => 0,
             };
+            let run = running(g, info);
+            let memory_bound = g.demand.map_or(0, |d| d.memory_bound_pct as u32);
             Sample {
-                power_mw: power_mw(g, info) + extra,
+                power_mw: run.power_mw + extra,
                 energy_mj: g.energy_uj / 1_000,
                 utilisation_pct: (load_permille(g) / 10) as u8,
+                // The memory is busy for its share of the load, at the work's throughput.
+                mem_utilisation_pct: (memory_bound * load_permille(g) / 1_000
+                    * run.throughput_permille
+                    / 1_000) as u8,
             }
         })
     }
 
     /// A locked clock runs at its lock (unless locks slip); an unlocked one at the top of its
-    /// range under load and at the bottom idle; a GPU with no clock range at 1,000 MHz.
+    /// range under load (the core's slowed by a limit below the work's draw) and at the bottom
+    /// idle; a GPU with no clock range at 1,000 MHz.
     fn clocks(&self, index: u32) -> Result<Clocks, GpuError> {
         self.read(index, "nvmlDeviceGetClockInfo", |g, info| {
             let busy = load_permille(g) > 0;
-            let clock = |lock: Option<u16>, range: Range<u16>| -> u32 {
+            let clock = |lock: Option<u16>, range: Range<u16>, speed: u32| -> u32 {
                 match lock.filter(|_| !g.locks_slip) {
                     Some(mhz) => mhz as u32,
-                    None if range.max == 0 => 1_000,
-                    None if busy => range.max as u32,
+                    None if range.max == 0 => 1_000 * speed / 1_000,
+                    None if busy => range.max as u32 * speed / 1_000,
                     None => range.min as u32,
                 }
             };
+            let speed = running(g, info).sm_speed_permille;
             Clocks {
-                core_mhz: clock(g.applied.core_lock_mhz, info.limits.core_lock_mhz),
-                mem_mhz: clock(g.applied.mem_lock_mhz, info.limits.mem_lock_mhz),
+                core_mhz: clock(g.applied.core_lock_mhz, info.limits.core_lock_mhz, speed),
+                mem_mhz: clock(g.applied.mem_lock_mhz, info.limits.mem_lock_mhz, 1_000),
             }
         })
+    }
+
+    /// Hands on the faults [`SimulatedGpu::inject_xid`] queued, waking as each comes.
+    fn watch_faults(
+        &self,
+        tick: std::time::Duration,
+        deliver: &mut dyn FnMut(Vec<GpuFault>) -> bool,
+    ) -> Result<bool, GpuError> {
+        loop {
+            let queued = {
+                let faults = self.faults.lock().expect("simulated fault queue");
+                let (mut faults, _) = self
+                    .fault_signal
+                    .wait_timeout_while(faults, tick, |f| f.is_empty())
+                    .expect("simulated fault queue");
+                std::mem::take(&mut *faults)
+            };
+            if !deliver(queued) {
+                return Ok(true);
+            }
+        }
     }
 
     fn processes(&self, index: u32) -> Result<Vec<ProcessUse>, GpuError> {

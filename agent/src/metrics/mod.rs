@@ -347,6 +347,7 @@ mod tests {
                 power_mw: 250_500,
                 energy_mj: 42_000,
                 utilisation_pct: 97,
+                mem_utilisation_pct: 0,
             },
         )]);
         let text = m.render(200);

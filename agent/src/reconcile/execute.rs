@@ -132,6 +132,7 @@ impl Reconciler {
                 let samples = self.lease_samples(*lease);
                 self.record(*lease).record_sample(&samples);
                 self.observe_workload(*lease);
+                self.auto_power(*lease, o);
             }
             Action::CloseEnded { lease } => {
                 let samples = self.lease_samples(*lease);
@@ -199,8 +200,15 @@ impl Reconciler {
                     })?;
                 tracing::info!(%bid, %lease, ?gpu_indices, "allocated");
             }
+            Action::ReportFault { gpu, xid } => {
+                self.chain
+                    .report_fault(*gpu, *xid)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                self.fault_reported(*gpu, *xid);
+            }
             Action::ResetGpu { index } => {
-                self.gpus.reset(*index)?;
+                self.make_idle(*index)?;
                 tracing::info!(gpu = index, "reset a GPU no lease uses");
             }
             Action::Heartbeat => {
@@ -614,6 +622,7 @@ impl Reconciler {
 
     /// Resets the lease's GPUs that no other lease uses and forgets the lease.
     pub(super) fn forget(&mut self, lease: Key) -> Result<(), StateError> {
+        self.forget_auto_power(lease);
         if let Err(e) = self.reset_gpus(lease) {
             tracing::warn!(%lease, error = %e, "resetting the lease's GPUs failed");
         }
@@ -630,7 +639,7 @@ impl Reconciler {
                     *k != lease && r.exit_code.is_none() && r.gpu_indices.contains(&i)
                 });
             if !shared {
-                self.gpus.reset(i as u32)?;
+                self.make_idle(i as u32)?;
             }
         }
         Ok(())

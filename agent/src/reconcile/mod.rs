@@ -16,6 +16,7 @@ mod execute;
 mod jobs;
 mod observe;
 mod plan;
+mod power;
 mod probe;
 mod ready;
 mod senders;
@@ -60,6 +61,8 @@ pub struct ReconcilerConfig {
     pub mps: Option<Mps>,
     /// How long a lease's scratch volume and logs stay for its client after it ends.
     pub retention: Duration,
+    /// Whether a GPU no lease uses runs at its least power limit rather than its default.
+    pub park_idle_gpus: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +118,17 @@ pub struct Reconciler {
     /// Since when (chain time) each open bid the packing policy gives another machine has been
     /// seen so: it is this machine's once it has waited the grace period.
     waiting: BTreeMap<Key, i64>,
+    /// The GPU fault watcher's events (`gpu::faults::watch`), the fatal faults taken from them
+    /// (by GPU), and whether the chain has been told (the machine paused).
+    faults: tokio::sync::mpsc::UnboundedReceiver<crate::gpu::GpuFault>,
+    faulted: BTreeMap<u32, crate::gpu::GpuFault>,
+    fault_reported: bool,
+    /// Auto power's controller of each GPU of the leases that opted in, by (lease, GPU), and
+    /// the leases on which a lowered limit did not take (the stated one holds).
+    auto_powers: BTreeMap<(Key, u8), crate::gpu::dvfs::AutoPower>,
+    auto_power_off: BTreeSet<Key>,
+    /// The monotonic clock auto power's readings are timed by.
+    epoch: Instant,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,6 +163,7 @@ impl Reconciler {
         Ok(Reconciler {
             chain,
             runtime,
+            faults: crate::gpu::faults::watch(gpus.clone()),
             gpu_infos: gpus.gpus(),
             gpus,
             config,
@@ -167,6 +182,11 @@ impl Reconciler {
             network: NetworkView::default(),
             unprunable: BTreeSet::new(),
             waiting: BTreeMap::new(),
+            faulted: BTreeMap::new(),
+            fault_reported: false,
+            auto_powers: BTreeMap::new(),
+            auto_power_off: BTreeSet::new(),
+            epoch: Instant::now(),
         })
     }
 

@@ -53,6 +53,7 @@ impl Reconciler {
             }
         };
         let gpus = self.observe_gpus();
+        self.take_faults();
         self.split_shared_gpus(containers.is_some()).await;
         let heartbeat_due = chain.is_some()
             && self
@@ -71,6 +72,8 @@ impl Reconciler {
             electricity_cost_per_kwh: self.config.electricity_cost_per_kwh,
             waiting: self.waiting.clone(),
             grace_secs: i64::try_from(self.config.placement_grace.as_secs()).unwrap_or(i64::MAX),
+            faulted: self.faulted.iter().map(|(&g, f)| (g, f.xid)).collect(),
+            fault_reported: self.fault_reported,
         })
     }
 
@@ -137,7 +140,7 @@ impl Reconciler {
             gpus.push(ObservedGpu {
                 index: info.index,
                 applied,
-                defaults: info.defaults(),
+                idle: self.idle(info),
                 sample,
             });
         }

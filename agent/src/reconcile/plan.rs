@@ -40,6 +40,11 @@ pub struct Observed {
     pub waiting: BTreeMap<Key, i64>,
     /// How long such a bid waits for its machine before this one takes it.
     pub grace_secs: i64,
+    /// GPUs with a fatal fault since the agent started, with its Xid: their leases end, the
+    /// machine takes nothing new, and they are left as they are.
+    pub faulted: BTreeMap<u32, u64>,
+    /// Whether the chain has been told of the fault (the machine is paused).
+    pub fault_reported: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -66,7 +71,8 @@ pub struct ObservedGpu {
     pub index: u32,
     /// `None` when the read-back failed this tick.
     pub applied: Option<OverclockTerms>,
-    pub defaults: OverclockTerms,
+    /// What the GPU is set to while no lease uses it ([`crate::reconcile::Reconciler::idle`]).
+    pub idle: OverclockTerms,
     /// The latest good reading (a failed read keeps the one before).
     pub sample: Sample,
 }
@@ -124,6 +130,11 @@ pub enum Action {
         lease: Key,
         better_bid: Key,
     },
+    /// Tell the chain a GPU failed: it pauses the machine.
+    ReportFault {
+        gpu: u8,
+        xid: u32,
+    },
     /// Start `bid` on the GPUs the market's fit rule gave it.
     Allocate {
         bid: Key,
@@ -133,7 +144,7 @@ pub enum Action {
     Prune {
         bid: Key,
     },
-    /// No lease uses this GPU but its settings are not the defaults.
+    /// No lease uses this GPU but its settings are not its idle ones: reset it, and park it.
     ResetGpu {
         index: u32,
     },
@@ -150,7 +161,8 @@ pub fn plan(o: &Observed) -> Vec<Action> {
     }
     if let Some(chain) = &o.chain {
         p.new_leases(chain);
-        if !o.draining && chain.machine.status == MachineStatus::Active {
+        p.report_fault();
+        if !o.draining && chain.machine.status == MachineStatus::Active && o.faulted.is_empty() {
             let taken = p.allocate_fitting(chain);
             p.preemptions(chain, taken);
         }
@@ -272,8 +284,30 @@ impl<'a> Planner<'a> {
         ended
     }
 
+    /// The first fatal GPU fault, until the chain has it.
+    fn report_fault(&mut self) {
+        if let (Some((&gpu, &xid)), false) = (self.o.faulted.iter().next(), self.o.fault_reported) {
+            self.push(Action::ReportFault {
+                gpu: u8::try_from(gpu).unwrap_or(u8::MAX),
+                xid: u32::try_from(xid).unwrap_or(u32::MAX),
+            });
+        }
+    }
+
     /// A lease whose container has not finished; returns whether an interval closes.
     fn container(&mut self, lease: Key, r: &LeaseRecord, view: Option<&LeaseView>) -> bool {
+        if r.gpu_indices
+            .iter()
+            .any(|&g| self.o.faulted.contains_key(&(g as u32)))
+        {
+            // A GPU of the lease failed: its final proof closes now (nothing after the fault is
+            // billed) and its container stops.
+            let closes = self.finish(lease, exit::GPU_FAULT);
+            if r.container_id.is_some() {
+                self.push(Action::Stop { lease });
+            }
+            return closes;
+        }
         let stopped = self.o.now >= r.stop;
         let Some(containers) = &self.o.containers else {
             // The engine does not answer: a running lease is metered and proven all the same.
@@ -483,7 +517,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// GPUs no lease uses whose settings are not the defaults.
+    /// GPUs no lease uses whose settings are not their idle ones.
     fn reset_gpus(&mut self, chain: &ChainObserved) {
         let used: BTreeSet<u32> = chain
             .leases
@@ -494,7 +528,10 @@ impl<'a> Planner<'a> {
             .map(|&i| i as u32)
             .collect();
         for g in &self.o.gpus {
-            if !used.contains(&g.index) && g.applied.is_some_and(|a| a != g.defaults) {
+            if !used.contains(&g.index)
+                && !self.o.faulted.contains_key(&g.index)
+                && g.applied.is_some_and(|a| a != g.idle)
+            {
                 self.push(Action::ResetGpu { index: g.index });
             }
         }

@@ -149,6 +149,8 @@ impl Reconciler {
                         power_mw: part.power_mw,
                         energy_mj,
                         utilisation_pct: part.utilisation_pct,
+                        // Not split among tenants: auto power runs only on whole GPUs.
+                        mem_utilisation_pct: 0,
                     }
                 }
                 None => self

@@ -196,6 +196,7 @@ impl MarketUnderTest for FakeMarket {
                 host: spec.host,
             },
             regions: spec.regions.clone(),
+            auto_power: None,
         });
         key
     }

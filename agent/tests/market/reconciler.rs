@@ -71,6 +71,7 @@ impl Agent {
                 shm_dir: "/run/nvidia-mps/shm".into(),
             }),
             retention: Duration::from_secs(3_600),
+            park_idle_gpus: true,
         };
         let reconciler = Reconciler::new(
             chain,

@@ -85,8 +85,8 @@ async fn refused_lease(h: &Harness, b: BidView) -> (Key, i64) {
     assert!(h.running().is_empty());
     assert_eq!(
         h.applied(lease.gpu_indices[0] as u32),
-        power(300),
-        "GPU reset"
+        parked(),
+        "GPU reset and parked"
     );
     run_for(&mut r, POLL).await;
     assert!(r.state().leases.is_empty());

@@ -130,6 +130,7 @@ impl Harness {
                 env_key: self.env_key.clone(),
                 mps: self.mps.clone(),
                 retention: Duration::from_secs(3_600),
+                park_idle_gpus: true,
             },
             self.metrics.clone(),
         )
@@ -148,6 +149,11 @@ impl Harness {
     fn applied(&self, index: u32) -> OverclockTerms {
         self.gpus.read_back(index).unwrap()
     }
+}
+
+/// A GPU no lease uses: parked at its least power limit (`[gpu] park_idle`, on by default).
+fn parked() -> OverclockTerms {
+    power(100)
 }
 
 fn power(w: u16) -> OverclockTerms {
@@ -177,6 +183,7 @@ fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms
         env_hash: [0; 32],
         room: crate::chain::RoomAsked::default(),
         regions: Vec::new(),
+        auto_power: None,
     }
 }
 
@@ -275,7 +282,7 @@ async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_tho
     }));
     assert_eq!(h.applied(1), power(250));
     assert_eq!(h.applied(2), power(250));
-    assert_eq!(h.applied(0), power(300), "untouched");
+    assert_eq!(h.applied(0), parked(), "idle: parked");
     assert_eq!(
         h.chain.machine().await.unwrap().free_gib,
         vec![80, 0, 0, 80]
@@ -511,7 +518,7 @@ async fn a_crashed_container_gets_a_final_proof_with_its_exit_code_and_the_lease
     assert_eq!(h.chain.ended(), vec![lease.key]);
     assert!(h.runtime.containers().is_empty(), "container removed");
     assert!(logs_path(h.dir.path(), &lease.key).exists(), "logs kept");
-    assert_eq!(h.applied(gpu), power(300), "GPU reset");
+    assert_eq!(h.applied(gpu), parked(), "GPU reset and parked");
     assert!(r.state().leases.is_empty());
 }
 
@@ -666,7 +673,7 @@ async fn a_restart_mid_lease_continues_from_the_state_file_without_duplicates_or
         !h.runtime.containers().contains_key(&orphan),
         "orphan removed"
     );
-    assert_eq!(h.applied(2), power(300), "stray overclock reset");
+    assert_eq!(h.applied(2), parked(), "stray overclock reset, GPU parked");
     assert_eq!(
         h.applied(lease.gpu_indices[0] as u32),
         power(250),
@@ -770,8 +777,8 @@ async fn drain_stops_the_containers_sends_final_proofs_ends_the_leases_and_reset
         grace: Duration::from_secs(10)
     }));
     assert!(h.runtime.containers().is_empty());
-    assert_eq!(h.applied(0), power(300));
-    assert_eq!(h.applied(1), power(300));
+    assert_eq!(h.applied(0), parked());
+    assert_eq!(h.applied(1), parked());
     assert!(StateFile::new(h.dir.path())
         .load()
         .unwrap()
@@ -828,6 +835,8 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         electricity_cost_per_kwh: 500,
         waiting: BTreeMap::new(),
         grace_secs: 10,
+        faulted: BTreeMap::new(),
+        fault_reported: false,
     }
 }
 
@@ -868,6 +877,7 @@ fn one_gpu_lease(started_at: i64, ends_at: i64) -> LeaseView {
         interval_secs: INTERVAL,
         next_interval: 0,
         proof_hash: [0; 32],
+        auto_power: None,
     }
 }
 
@@ -1123,5 +1133,6 @@ fn without_the_cluster_the_plan_touches_nothing_on_chain() {
 
 mod faults;
 mod isolation;
+mod power;
 mod preempt;
 mod ready;
