@@ -117,6 +117,17 @@ pub struct PlaceArgs {
     /// once for every GPU, or once per GPU in order. The power limit is mandatory.
     #[arg(long, required = true, value_name = "TERMS")]
     overclock: Vec<String>,
+    /// Auto power: the host may lower the GPUs' power limits below the --overclock ones to save
+    /// energy, costing the job at most this share of its throughput, e.g. 5% or 2.5 (at most
+    /// 20 %; 5 % when the flag has no value) [default: off, the stated limits hold].
+    #[arg(
+        long,
+        value_name = "TOLERANCE",
+        num_args = 0..=1,
+        default_missing_value = parse::DEFAULT_AUTO_POWER,
+        value_parser = parse::auto_power_bps,
+    )]
+    auto_power: Option<u16>,
     /// Price in payment token units: per GPU-hour (queue) or per GPU-day (spot).
     #[arg(long, allow_hyphen_values = true)]
     price: String,
@@ -514,6 +525,7 @@ pub(crate) fn plan_place(
                 .iter()
                 .map(|r| parse::padded::<REGION_LEN>(r, "region"))
                 .collect::<Result<_>>()?,
+            auto_power: a.auto_power,
         },
         evict,
     };
@@ -667,6 +679,8 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
         ("gib_per_gpu", b.gib_per_gpu.into()),
         ("accepted_classes", Value::from(classes)),
         ("overclock", Value::Array(overclock)),
+        auto_power_field(b.auto_power),
+        auto_power_bps_field(b.auto_power),
         ("price", parse::tokens(b.price, decimals)),
         ("price_unit", text(price_unit(b.kind))),
         ("max_duration_secs", b.max_duration_secs.into()),
@@ -695,6 +709,47 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
     Ok(fields)
 }
 
+/// Auto power as `bid show` and `lease show` say it: how much throughput the client lets the
+/// host trade for energy, or `off`.
+pub(crate) fn auto_power_field(tolerance_bps: Option<u16>) -> (&'static str, Value) {
+    let said = tolerance_bps.map_or_else(
+        || "off".to_string(),
+        |bps| format!("up to {} throughput for energy", parse::percent(bps)),
+    );
+    ("auto_power", text(said))
+}
+
+/// The most a spot bid with auto power can earn `machine`'s host per day: its price less the
+/// electricity of its GPUs held at the machine's least power limit (never above the stated
+/// ones), as auto power may hold them; `None` without auto power.
+fn auto_power_profit(b: &Bid, machine: &Machine) -> Result<Option<u64>> {
+    if b.auto_power.is_none() {
+        return Ok(None);
+    }
+    let least = machine
+        .gpus()
+        .iter()
+        .map(|g| g.power_w[0])
+        .min()
+        .unwrap_or(0);
+    let watts: u64 = b.power_limits().iter().map(|&w| w.min(least) as u64).sum();
+    let profit = lease::spot_profit_per_day(
+        b.price,
+        b.gpu_count as u64,
+        watts,
+        machine.electricity_cost_per_kwh,
+    )?;
+    Ok(Some(profit))
+}
+
+/// Auto power's tolerance in bps (null when off), for scripts.
+pub(crate) fn auto_power_bps_field(tolerance_bps: Option<u16>) -> (&'static str, Value) {
+    (
+        "auto_power_tolerance_bps",
+        tolerance_bps.map_or(Value::Null, Value::from),
+    )
+}
+
 fn show(config: &Config, bid: &Pubkey, signature: Option<String>) -> Result<()> {
     let b: Bid = config.fetch(bid, "bid")?;
     let m: Market = config.fetch(&b.market, "market")?;
@@ -720,8 +775,8 @@ pub(crate) struct BookRows {
 }
 
 /// The bids of `market`'s queue book (or, with `machine`, of that machine's spot book), best
-/// first, each with its score's parts at cluster time `now` (and, in a spot book, the host's
-/// profit per day).
+/// first, each with its score's parts at cluster time `now`, its auto power tolerance (and, in a
+/// spot book, the host's profit per day at the bid's stated power limits).
 pub(crate) fn book_rows(
     config: &Config,
     market: &Pubkey,
@@ -780,7 +835,21 @@ pub(crate) fn book_rows(
                 .spot_profit(mach)
                 .map_err(|e| anyhow!("cannot rank bid {key} by profit: {e}"))?;
             row.push(("profit_per_day", parse::tokens(profit, decimals)));
+            // At the stated limits above, a bound the host can count on; with auto power the
+            // GPUs may draw down to their least limits, and the host keep at most this.
+            let most = auto_power_profit(b, mach)
+                .map_err(|e| anyhow!("cannot price bid {key}'s auto power: {e}"))?;
+            row.push((
+                "profit_per_day_auto",
+                most.map_or(Value::Null, |p| parse::tokens(p, decimals)),
+            ));
         }
+        row.push((
+            "auto_power",
+            b.auto_power
+                .map_or(Value::Null, |bps| text(parse::percent(bps))),
+        ));
+        row.push(auto_power_bps_field(b.auto_power));
         row.push(("score_parts", parts));
         rows.push(row);
     }
@@ -798,7 +867,7 @@ pub(crate) fn book_rows(
         "complexity_bps",
     ];
     if spot_machine.is_some() {
-        columns.push("profit_per_day");
+        columns.extend(["profit_per_day", "auto_power", "profit_per_day_auto"]);
     }
     Ok(BookRows { columns, rows })
 }
@@ -1026,4 +1095,74 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         ("summary", text(summary)),
     ]);
     Ok(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `bid place`'s arguments alone, as the CLI parses them.
+    #[derive(Parser)]
+    #[command(no_binary_name = true)]
+    struct Place {
+        #[command(flatten)]
+        args: PlaceArgs,
+    }
+
+    /// The auto power `bid place` sends with `flags` before its other arguments, or clap's
+    /// refusal.
+    fn auto_power(flags: &[&str]) -> std::result::Result<Option<u16>, String> {
+        let market = Pubkey::new_unique().to_string();
+        let rest = [
+            "--market",
+            &market,
+            "--image",
+            "x",
+            "--image-digest",
+            "ab",
+            "--gib-per-gpu",
+            "40",
+            "--overclock",
+            "power=300",
+            "--price",
+            "1",
+            "--duration",
+            "1h",
+        ];
+        Place::try_parse_from(flags.iter().chain(&rest))
+            .map(|p| p.args.auto_power)
+            .map_err(|e| crate::output::clap_sentence(&e))
+    }
+
+    #[test]
+    fn auto_power_is_off_unless_asked_and_5_percent_without_a_value() {
+        assert_eq!(auto_power(&[]), Ok(None));
+        assert_eq!(auto_power(&["--auto-power"]), Ok(Some(500)));
+        assert_eq!(auto_power(&["--auto-power", "12.5%"]), Ok(Some(1_250)));
+        assert_eq!(auto_power(&["--auto-power=20"]), Ok(Some(2_000)));
+        for (bad, says) in [("21%", "at most 20 %"), ("abc", "write a percentage")] {
+            let e = auto_power(&["--auto-power", bad]).unwrap_err();
+            assert!(e.starts_with("error: "), "{bad}: {e}");
+            assert!(
+                e.contains("bad auto power tolerance") && e.contains(says),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn auto_power_reads_as_a_sentence_and_a_number() {
+        assert_eq!(
+            auto_power_field(Some(500)),
+            ("auto_power", text("up to 5 % throughput for energy"))
+        );
+        assert_eq!(auto_power_field(None), ("auto_power", text("off")));
+        assert_eq!(
+            auto_power_bps_field(Some(500)),
+            ("auto_power_tolerance_bps", Value::from(500))
+        );
+        assert_eq!(auto_power_bps_field(None).1, Value::Null);
+    }
 }

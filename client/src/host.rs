@@ -6,8 +6,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use gpu_market::pda;
 use gpu_market::state::{
-    GpuSpec, Machine, MachineNetwork, MachineStatus, MachineTerms, Market, StakeAccount,
-    BID_BOOK_SPACE, REGION_LEN,
+    GpuSpec, Machine, MachineFault, MachineNetwork, MachineStatus, MachineTerms, Market,
+    StakeAccount, BID_BOOK_SPACE, REGION_LEN,
 };
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::gpus::{format_uuid, GpusFile};
@@ -418,6 +418,39 @@ pub fn status_name(s: MachineStatus) -> &'static str {
     }
 }
 
+/// A machine's status as `host list` and `host show` print it: a machine its agent paused for a
+/// GPU fault says so.
+fn status_text(status: MachineStatus, fault: Option<&MachineFault>) -> &'static str {
+    match (status, fault) {
+        (MachineStatus::Paused, Some(_)) => "paused (GPU fault)",
+        (s, _) => status_name(s),
+    }
+}
+
+/// The fault its agent reported (null when none).
+fn fault_json(fault: Option<&MachineFault>) -> Value {
+    fault.map_or(
+        Value::Null,
+        |f| json!({"gpu": f.gpu, "xid": f.xid, "at": f.at}),
+    )
+}
+
+/// Why machine `key` is paused after the GPU fault `f`, at cluster time `now`, and what its
+/// owner does about it.
+fn fault_sentence(key: &Pubkey, f: &MachineFault, now: i64) -> String {
+    let xid = match f.xid {
+        0 => String::new(),
+        xid => format!(" (Xid {xid})"),
+    };
+    format!(
+        "paused: GPU {} reported a fatal fault{xid} at unix time {} ({} s ago); resume it with \
+         `gpu-market host resume {key}` once the GPU is serviced",
+        f.gpu,
+        f.at,
+        now.saturating_sub(f.at).max(0)
+    )
+}
+
 fn gpu_json(g: &GpuSpec, used_gib: u16) -> Value {
     json!({
         "uuid": format_uuid(&g.uuid),
@@ -450,7 +483,8 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ("owner", text(m.owner)),
         ("agent", text(m.agent)),
         ("id", m.id.into()),
-        ("status", text(status_name(m.status))),
+        ("status", text(status_text(m.status, m.fault.as_ref()))),
+        ("fault", fault_json(m.fault.as_ref())),
         ("region", text(parse::unpadded(&m.region))),
         ("gpu_count", m.gpu_count.into()),
         (
@@ -539,9 +573,54 @@ fn show(config: &Config, machine: &Pubkey, signature: Option<String>) -> Result<
     let mach: Machine = config.fetch(machine, "machine")?;
     let m: Market = config.fetch(&mach.market, "market")?;
     let mut fields = machine_fields(machine, &mach, config.mint_decimals(&m.payment_mint)?);
+    if let (MachineStatus::Paused, Some(f)) = (mach.status, &mach.fault) {
+        // Beside the status and the fault, where its owner looks first.
+        let at = fields
+            .iter()
+            .position(|(k, _)| *k == "fault")
+            .map_or(0, |i| i + 1);
+        let said = fault_sentence(machine, f, config.cluster_time()?);
+        fields.insert(at, ("paused_because", text(said)));
+    }
     if let Some(sig) = signature {
         fields.push(("signature", text(sig)));
     }
     print_record(config.output, &fields);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_paused_for_a_gpu_fault_says_why_and_how_to_resume() {
+        let f = MachineFault {
+            gpu: 1,
+            xid: 79,
+            at: 1_000,
+        };
+        assert_eq!(
+            status_text(MachineStatus::Paused, Some(&f)),
+            "paused (GPU fault)"
+        );
+        assert_eq!(status_text(MachineStatus::Paused, None), "paused");
+        assert_eq!(status_text(MachineStatus::Retired, Some(&f)), "retired");
+        assert_eq!(
+            fault_json(Some(&f)),
+            json!({"gpu": 1, "xid": 79, "at": 1_000})
+        );
+        assert_eq!(fault_json(None), Value::Null);
+        let key = Pubkey::new_unique();
+        assert_eq!(
+            fault_sentence(&key, &f, 1_060),
+            format!(
+                "paused: GPU 1 reported a fatal fault (Xid 79) at unix time 1000 (60 s ago); \
+                 resume it with `gpu-market host resume {key}` once the GPU is serviced"
+            )
+        );
+        let no_xid = MachineFault { xid: 0, ..f };
+        assert!(fault_sentence(&key, &no_xid, 1_000)
+            .starts_with("paused: GPU 1 reported a fatal fault at unix time 1000 (0 s ago);"));
+    }
 }

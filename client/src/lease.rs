@@ -15,6 +15,7 @@ use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
+use crate::bid::{auto_power_bps_field, auto_power_field};
 use crate::config::{Config, Signing};
 
 mod audit;
@@ -407,6 +408,8 @@ fn lease_fields(
             "power_limits_w",
             Value::from(l.power_limits_w[..l.gpu_count as usize].to_vec()),
         ),
+        auto_power_field(l.auto_power),
+        auto_power_bps_field(l.auto_power),
         ("price", parse::tokens(l.price, decimals)),
         ("started_at", l.started_at.into()),
         ("ends_at", l.ends_at.into()),
@@ -428,9 +431,16 @@ fn lease_fields(
             normalise_bps(l.gpu_seconds, gpus.saturating_mul(proven_secs)).into(),
         ),
         ("energy_j", l.energy_j.into()),
+        ("energy_kwh", kwh(l.energy_j)),
+        // What the automatic power limit saved of it (null with auto power off).
         (
-            "energy_kwh",
-            text(gpu_market_core::amount::format(l.energy_j / 3_600, 3)),
+            "energy_saved_j",
+            l.auto_power
+                .map_or(Value::Null, |_| l.energy_saved_j.into()),
+        ),
+        (
+            "energy_saved_kwh",
+            l.auto_power.map_or(Value::Null, |_| kwh(l.energy_saved_j)),
         ),
         (
             "sm_utilisation_bps",
@@ -450,6 +460,11 @@ fn lease_fields(
         exit_code_field(l.exit_code),
         exit_reason_field(l.exit_code),
     ])
+}
+
+/// Joules in kWh, to the Wh.
+fn kwh(joules: u64) -> Value {
+    text(gpu_market_core::amount::format(joules / 3_600, 3))
 }
 
 /// A settled lease, read back from the chain's history: the `LeaseEnded` event of its

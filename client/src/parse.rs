@@ -2,7 +2,8 @@
 //! Every parser returns one clear sentence on bad input.
 
 use anyhow::{anyhow, bail, Result};
-use gpu_market::state::{Cidr, Egress, OverclockTerms, MAX_ALLOW};
+use gpu_market::state::{Cidr, Egress, OverclockTerms, MAX_ALLOW, MAX_AUTO_POWER_TOLERANCE_BPS};
+use gpu_market_core::amount::AmountError;
 use serde_json::Value;
 
 /// A token amount in token units (`"1.5"`), exact in base units of a mint with `decimals`.
@@ -130,6 +131,34 @@ pub fn overclock(s: &str) -> Result<OverclockTerms> {
         bail!("the power limit is mandatory: give power=WATTS (above zero) in {s:?}");
     }
     Ok(terms)
+}
+
+/// Auto power's throughput tolerance when `--auto-power` is given without one.
+pub const DEFAULT_AUTO_POWER: &str = "5%";
+
+/// Auto power's throughput tolerance in bps from a percentage: `5%`, `5` or `2.5 %` (at most two
+/// decimals), at most the program's cap (20 %). `0` is auto power that trades no throughput: the
+/// limit still comes down to what the work draws.
+pub fn auto_power_bps(s: &str) -> Result<u16> {
+    let t = s.trim();
+    let number = t.strip_suffix('%').unwrap_or(t);
+    let cap = MAX_AUTO_POWER_TOLERANCE_BPS;
+    let bad = |why: String| anyhow!("bad auto power tolerance {s:?}: {why}");
+    match gpu_market_core::amount::parse(number, 2) {
+        Ok(bps) if bps <= cap as u64 => Ok(bps as u16),
+        Ok(_) | Err(AmountError::Overflow) => Err(bad(format!(
+            "auto power trades at most {} of throughput",
+            percent(cap)
+        ))),
+        Err(_) => Err(bad(
+            "write a percentage of throughput with at most two decimals, e.g. 5% or 2.5".into(),
+        )),
+    }
+}
+
+/// Basis points as a percentage, e.g. `5 %` or `2.5 %`.
+pub fn percent(bps: u16) -> String {
+    format!("{} %", gpu_market_core::amount::format(bps as u64, 2))
 }
 
 /// A fixed-size, zero-padded byte field from text (region labels, image references).
@@ -327,6 +356,39 @@ mod tests {
             let t = overclock(&s).unwrap();
             prop_assert_eq!(t, OverclockTerms { power_limit_w: p, core_lock_mhz: cl, mem_lock_mhz: ml, core_offset_mhz: co, mem_offset_mhz: mo });
         }
+    }
+
+    #[test]
+    fn auto_power_tolerances_are_percentages_up_to_20() {
+        for (written, bps) in [
+            ("5%", 500),
+            ("5", 500),
+            ("20", 2_000),
+            ("20%", 2_000),
+            (" 2.5 % ", 250),
+            ("0.01%", 1),
+            ("0%", 0),
+        ] {
+            assert_eq!(auto_power_bps(written).unwrap(), bps, "{written}");
+        }
+        assert_eq!(auto_power_bps(DEFAULT_AUTO_POWER).unwrap(), 500);
+        for (bad, says) in [
+            ("21%", "at most 20 %"),
+            ("20.01", "at most 20 %"),
+            ("99999999999999999999", "at most 20 %"),
+            ("abc", "write a percentage"),
+            ("", "write a percentage"),
+            ("-5%", "write a percentage"),
+            ("5%%", "write a percentage"),
+            ("0.001", "at most two decimals"),
+        ] {
+            let e = auto_power_bps(bad).unwrap_err().to_string();
+            assert!(e.starts_with("bad auto power tolerance"), "{bad}: {e}");
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!(percent(500), "5 %");
+        assert_eq!(percent(250), "2.5 %");
+        assert_eq!(percent(MAX_AUTO_POWER_TOLERANCE_BPS), "20 %");
     }
 
     #[test]

@@ -911,6 +911,15 @@ fn bid_verbs() {
     // At the stated limits, whatever auto power saves the host; its tolerance beside it.
     assert_eq!(list[0]["profit_per_day"], "24"); // no electricity cost declared
     assert_eq!(list[0]["auto_power"], "5 %", "{list}");
+    // At 1 token per kWh: 250 W stated cost 6 a day; auto power may hold the GPU down to the
+    // machine's least limit (100 W): 2.4 a day.
+    t.ok(
+        &t.path("host.json"),
+        &["host", "update", &mc, "--electricity-cost", "1"],
+    );
+    let list = t.ok(&client, &["bid", "list", "--market", &m, "--machine", &mc]);
+    assert_eq!(list[0]["profit_per_day"], "18", "{list}");
+    assert_eq!(list[0]["profit_per_day_auto"], "21.6", "{list}");
     let show = t.ok(&client, &["bid", "show", &spot.to_string()]);
     assert_eq!(show["rank"], 1);
     assert_eq!(show["overclock"][0]["core_lock_mhz"], 1500);
