@@ -22,7 +22,7 @@ use gpu_market_agent::detect::gpus_file;
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
 use gpu_market_agent::gpu::locks::RecordedLocks;
 use gpu_market_agent::gpu::nvml::NvmlGpu;
-use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
+use gpu_market_agent::gpu::simulated::{self, SimulatedGpu, TokioTime};
 use gpu_market_agent::gpu::GpuBackend;
 use gpu_market_agent::metrics::{self, Metrics, ServerLimits};
 use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig, RunOutcome};
@@ -90,6 +90,20 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// SIMULATED GPUs only: makes GPU `gpu` of the running daemon of this configuration report
+    /// Xid `xid`, as its driver would (a demo or test of what a GPU fault does: a fatal one
+    /// ends the GPU's leases and pauses the machine on chain).
+    SimulateFault {
+        /// The TOML configuration file of the daemon.
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        gpu: u32,
+        /// NVIDIA's Xid code, e.g. 79 (fallen off the bus, fatal) or 13 (a program's own
+        /// error, not fatal).
+        #[arg(long)]
+        xid: u64,
+    },
     /// Drains the running daemon of this configuration: it takes no more bids, stops every
     /// lease's container, sends the final proofs, ends the leases, resets the GPUs and exits.
     /// Waits for it and says how it ended.
@@ -122,7 +136,7 @@ async fn command(cli: Cli) -> Result<()> {
             let classes = classes(&section.gpu);
             print!(
                 "{}",
-                gpus_file(&gpu_backend(&section.gpu)?.gpus(), &classes)?
+                gpus_file(&gpu_backend(&section.gpu, None)?.gpus(), &classes)?
             );
             Ok(())
         }
@@ -134,6 +148,7 @@ async fn command(cli: Cli) -> Result<()> {
         } => check(&config, workload.as_deref(), json.as_deref(), load_secs).await,
         Command::Run { config } => run(&config).await,
         Command::Drain { config } => drain(&load_config(&config)?).await,
+        Command::SimulateFault { config, gpu, xid } => simulate_fault(&config, gpu, xid),
     }
 }
 
@@ -223,10 +238,42 @@ fn load_config(path: &Path) -> Result<Config> {
     Config::parse(&text).with_context(|| format!("in the configuration {}", path.display()))
 }
 
-fn gpu_backend(gpu: &GpuBackendConfig) -> Result<Arc<dyn GpuBackend>> {
+/// `simulate-fault`: leaves the fault where the daemon's SIMULATED GPUs take it.
+fn simulate_fault(path: &Path, gpu: u32, xid: u64) -> Result<()> {
+    let config = load_config(path)?;
+    let GpuBackendConfig::Simulated(list) = &config.gpu else {
+        anyhow::bail!(
+            "{} drives real GPUs: their faults come from their driver, not from this command",
+            path.display()
+        );
+    };
+    anyhow::ensure!(
+        (gpu as usize) < list.len(),
+        "the configuration has {} SIMULATED GPUs: no GPU {gpu}",
+        list.len()
+    );
+    let inbox = simulated::fault_inbox(&config.data_dir);
+    simulated::leave_fault(&inbox, gpu, xid)
+        .with_context(|| format!("writing the fault into {}", inbox.display()))?;
+    println!(
+        "GPU {gpu} reports Xid {xid} to the agent of {}",
+        path.display()
+    );
+    Ok(())
+}
+
+/// The configured GPUs; SIMULATED ones take faults from `fault_inbox` where given.
+fn gpu_backend(
+    gpu: &GpuBackendConfig,
+    fault_inbox: Option<PathBuf>,
+) -> Result<Arc<dyn GpuBackend>> {
     Ok(match gpu {
         GpuBackendConfig::Simulated(list) => {
-            Arc::new(SimulatedGpu::new(list, Arc::new(TokioTime::new())))
+            let gpus = SimulatedGpu::new(list, Arc::new(TokioTime::new()));
+            Arc::new(match fault_inbox {
+                Some(inbox) => gpus.with_fault_inbox(inbox),
+                None => gpus,
+            })
         }
         GpuBackendConfig::Nvml { .. } => Arc::new(NvmlGpu::new()?),
     })
@@ -240,8 +287,9 @@ async fn run(path: &Path) -> Result<()> {
         .with_context(|| format!("creating the data folder {}", config.data_dir.display()))?;
     // The clock locks a crashed run left are in the record; the loop's first tick resets the
     // GPUs no lease uses.
+    let inbox = simulated::fault_inbox(&config.data_dir);
     let gpus: Arc<dyn GpuBackend> = Arc::new(RecordedLocks::open(
-        gpu_backend(&config.gpu)?,
+        gpu_backend(&config.gpu, Some(inbox))?,
         &config.data_dir,
     )?);
     tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");

@@ -11,7 +11,9 @@ use bollard::query_parameters::InspectContainerOptions;
 use gpu_market::events::{SpotPreempted, UsageProven};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
-use gpu_market::state::{Bid, BidKind, BidStatus, BookKey, Freed, Lease, Machine, Market};
+use gpu_market::state::{
+    Bid, BidKind, BidStatus, BookKey, Freed, Lease, Machine, MachineStatus, Market,
+};
 use gpu_market_agent::docker::DockerEngine;
 use gpu_market_agent::runtime::pinned_reference;
 use gpu_market_core::fit::Fits;
@@ -772,4 +774,72 @@ async fn a_queue_bid_preempts_a_running_spot_lease_and_runs() {
          its lease {queue_lease} started at {} on GPU {}",
         event.stop_at, l.started_at, l.gpus[0]
     );
+}
+
+/// Issue 35: a fatal GPU fault (the SIMULATED GPU made to report Xid 79, "fallen off the bus",
+/// through `gpu-market-agent simulate-fault`) ends the lease on it at once: its final proof
+/// carries the fault's exit code and bills nothing after it, the rest of the escrow goes back;
+/// the machine is paused on chain with the fault for its owner, and takes no new bid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_gpu_fault_ends_the_lease_refunds_the_rest_and_pauses_the_machine() {
+    let (s, agent) = Scenario::start(20).await;
+    let (live, lease) = (&s.live, s.lease);
+    let l: Lease = wait_for("the lease's first proof", 60, &agent, || async {
+        live.cluster
+            .account::<Lease>(&lease)
+            .await
+            .ok()
+            .filter(|l| l.next_interval >= 1)
+    })
+    .await;
+    let gpu = l.gpus[0];
+    let faulted_at = live.cluster.now().await.unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-market-agent"))
+        .args(["simulate-fault", "--config"])
+        .arg(&s.config)
+        .args(["--gpu", &gpu.to_string(), "--xid", "79"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    s.wait_settled(&agent, 60).await;
+    let settled = s.settle_and_check().await;
+    let last = settled.proofs.last().unwrap();
+    assert_eq!(
+        last.exit_code,
+        Some(gpu_market_core::lease::exit::GPU_FAULT),
+        "agent log:\n{}",
+        agent.log()
+    );
+    // PRICE is 1,000 base units a GPU-second: nothing after the tick that saw the fault (the
+    // watcher's second and the loop's, within one interval) is billed.
+    let gross = settled.host_delta + settled.fees_delta;
+    let billed_until = faulted_at + INTERVAL as i64;
+    assert!(
+        gross <= (billed_until - l.started_at) as u64 * 1_000,
+        "billed {gross} for a lease that started at {} and failed at {faulted_at}",
+        l.started_at
+    );
+    assert_eq!(settled.client_delta, s.escrow - gross, "the rest refunded");
+    let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
+    assert_eq!(machine.status, MachineStatus::Paused);
+    let fault = machine.fault.expect("the fault kept for the owner");
+    assert_eq!((fault.gpu, fault.xid), (gpu, 79));
+    assert!(fault.at >= faulted_at);
+
+    // Paused: a new bid waits, though the machine's GPUs are free.
+    let now = live.cluster.now().await.unwrap();
+    let bid = live
+        .place(&s.client, queue_bid(2, 5 * INTERVAL, now))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3 * INTERVAL as u64)).await;
+    assert!(!account_exists(live, &pda::lease(&bid).0).await);
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
+    assert!(log.contains("fatal GPU fault"), "{log}");
 }

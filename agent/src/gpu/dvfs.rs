@@ -21,6 +21,11 @@
 //! drew, over the time between readings; never negative. Pure: the agent feeds readings and
 //! applies the limits it returns.
 
+use gpu_market_core::overclock::OverclockTerms;
+
+use super::simulated::{ManualTime, SimulatedGpu, TimeSource};
+use super::{apply_and_verify, GpuBackend, GpuError};
+
 /// Readings per step: as many as a proof's sustained peak averages.
 pub const STEP_READINGS: u32 = gpu_market_core::lease::SUSTAINED_READINGS as u32;
 
@@ -223,30 +228,75 @@ impl AutoPower {
     }
 }
 
+/// What [`drive`] saw of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// The stated limit, then each limit the controller set, in order.
+    pub limits: Vec<u16>,
+    /// The energy the GPU drew, and the energy the controller says it saved, in mJ.
+    pub energy_mj: u64,
+    pub saved_mj: u64,
+    /// The work's throughput at the end, in thousandths of its full speed (the model's).
+    pub throughput_permille: u32,
+}
+
+/// Runs `control` on SIMULATED GPU `index` for `readings` readings a second apart on `time`,
+/// applying each limit it returns over `stated` as the agent does (read back and checked): the
+/// loop of auto power's tests and of its benchmark (`--example auto_power`).
+pub fn drive(
+    gpus: &SimulatedGpu,
+    time: &ManualTime,
+    index: u32,
+    stated: OverclockTerms,
+    control: &mut AutoPower,
+    readings: u32,
+) -> Result<Trace, GpuError> {
+    apply_and_verify(gpus, index, &stated)?;
+    let start_mj = gpus.sample(index)?.energy_mj;
+    let mut limits = vec![stated.power_limit_w];
+    let mut saved_mj = 0;
+    for _ in 0..readings {
+        time.advance_secs(1);
+        let (s, clocks) = (gpus.sample(index)?, gpus.clocks(index)?);
+        let reading = Reading {
+            at_ms: time.now_ms(),
+            power_mw: s.power_mw,
+            utilisation_pct: s.utilisation_pct,
+            mem_utilisation_pct: s.mem_utilisation_pct,
+            core_mhz: clocks.core_mhz,
+            mem_mhz: clocks.mem_mhz,
+        };
+        if let Some(w) = control.observe(&reading) {
+            let lowered = OverclockTerms {
+                power_limit_w: w,
+                ..stated
+            };
+            apply_and_verify(gpus, index, &lowered)?;
+            limits.push(w);
+        }
+        saved_mj += control.take_saved_mj();
+    }
+    Ok(Trace {
+        limits,
+        energy_mj: gpus.sample(index)?.energy_mj - start_mj,
+        saved_mj,
+        throughput_permille: gpus.throughput_permille(index)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
+    use gpu_market_core::overclock::{GpuLimits, Range};
     use proptest::prelude::*;
 
     use super::*;
-    use crate::gpu::simulated::{Demand, SimulatedGpu, TimeSource};
-    use crate::gpu::GpuBackend;
-
-    use gpu_market_core::overclock::{GpuLimits, OverclockTerms, Range};
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    struct ManualTime(AtomicU64);
-
-    impl TimeSource for ManualTime {
-        fn now_ms(&self) -> u64 {
-            self.0.load(Ordering::SeqCst)
-        }
-    }
+    use crate::gpu::simulated::Demand;
 
     /// A 450 W GPU (least limit 150 W, default 400 W) running `demand` at full load.
     fn machine(demand: Option<Demand>) -> (Arc<ManualTime>, SimulatedGpu) {
-        let time = Arc::new(ManualTime(AtomicU64::new(0)));
+        let time = Arc::new(ManualTime::default());
         let config = crate::config::SimulatedGpuConfig {
             class: 0,
             memory_gib: 24,
@@ -274,136 +324,91 @@ mod tests {
         (time, gpu)
     }
 
-    struct Run {
-        limits: Vec<u16>,
-        saved_j: u64,
-        energy_j: u64,
-        /// The work's throughput at the final limit, in thousandths of that at the stated one.
-        final_speed: u64,
-    }
-
-    /// Runs a controller over `gpu` for `readings` one-second readings at a stated `stated_w`.
-    fn run(time: &ManualTime, gpu: &SimulatedGpu, stated_w: u16, tol: u16, readings: u32) -> Run {
-        let terms = |w| OverclockTerms {
+    fn stated(w: u16) -> OverclockTerms {
+        OverclockTerms {
             power_limit_w: w,
             ..Default::default()
-        };
-        gpu.apply(0, &terms(stated_w)).unwrap();
-        let work = |gpu: &SimulatedGpu| {
-            let (s, c) = (gpu.sample(0).unwrap(), gpu.clocks(0).unwrap());
-            (s.utilisation_pct as u64 * c.core_mhz as u64)
-                .max(s.mem_utilisation_pct as u64 * c.mem_mhz as u64 * 1_000)
-        };
-        let at_stated = work(gpu);
-        let start = gpu.sample(0).unwrap().energy_mj;
-        let mut c = AutoPower::new(stated_w, 150, tol);
-        let mut limits = vec![stated_w];
-        let mut saved_mj = 0;
-        for _ in 0..readings {
-            time.0.fetch_add(1_000, Ordering::SeqCst);
-            let (s, clocks) = (gpu.sample(0).unwrap(), gpu.clocks(0).unwrap());
-            let r = Reading {
-                at_ms: time.now_ms(),
-                power_mw: s.power_mw,
-                utilisation_pct: s.utilisation_pct,
-                mem_utilisation_pct: s.mem_utilisation_pct,
-                core_mhz: clocks.core_mhz,
-                mem_mhz: clocks.mem_mhz,
-            };
-            if let Some(w) = c.observe(&r) {
-                assert!(
-                    w <= stated_w && w >= 150,
-                    "limit {w} outside 150..={stated_w}"
-                );
-                gpu.apply(0, &terms(w)).unwrap();
-                limits.push(w);
-            }
-            saved_mj += c.take_saved_mj();
-        }
-        Run {
-            limits,
-            saved_j: saved_mj / 1_000,
-            energy_j: (gpu.sample(0).unwrap().energy_mj - start) / 1_000,
-            final_speed: work(gpu) * 1_000 / at_stated.max(1),
         }
     }
+
+    /// Runs a controller at a stated `stated_w` and tolerance `tol` for `readings` seconds.
+    fn run(demand: Option<Demand>, stated_w: u16, tol: u16, readings: u32) -> Trace {
+        let (time, gpu) = machine(demand);
+        let mut c = AutoPower::new(stated_w, 150, tol);
+        let trace = drive(&gpu, &time, 0, stated(stated_w), &mut c, readings).unwrap();
+        for &w in &trace.limits {
+            assert!(
+                (150..=stated_w).contains(&w),
+                "limit {w} outside 150..={stated_w}"
+            );
+        }
+        trace
+    }
+
+    /// GigaSPOT's example: 280 W of a 450 W GPU, 40 % of its time on memory.
+    const MEMORY_BOUND: Demand = Demand {
+        draw_w: 280,
+        memory_bound_pct: 40,
+    };
 
     #[test]
     fn a_memory_bound_load_is_capped_near_its_draw_and_below_at_no_cost() {
-        // GigaSPOT's example: 280 W of a 450 W GPU, 40 % of its time on memory.
-        let (time, gpu) = machine(Some(Demand {
-            draw_w: 280,
-            memory_bound_pct: 40,
-        }));
-        let r = run(&time, &gpu, 400, 0, 200);
+        let r = run(Some(MEMORY_BOUND), 400, 0, 200);
         // First just above its draw (280 W + 5 %), then lower while the memory keeps the pace.
         assert_eq!(r.limits[1], 294);
         let held = *r.limits.last().unwrap();
         assert!(held < 280, "held {held} W");
-        // Nothing lost with a tolerance of 0, and the saving is real: what the work drew
-        // at the stated limit (280 W) less what it drew, over the time it ran lowered.
-        assert_eq!(r.final_speed, 1_000);
-        assert!(r.saved_j > 0);
+        // Nothing lost with a tolerance of 0, and the saving is real: what the work drew at
+        // the stated limit (280 W) less what it drew, over the time it ran lowered.
+        assert_eq!(r.throughput_permille, 1_000);
+        assert!(r.saved_mj > 0);
         assert!(
-            r.energy_j + r.saved_j <= 280 * 200 + 280,
+            r.energy_mj + r.saved_mj <= (280 * 200 + 280) * 1_000,
             "{} + {}",
-            r.energy_j,
-            r.saved_j
+            r.energy_mj,
+            r.saved_mj
         );
     }
 
     #[test]
     fn a_compute_bound_load_keeps_its_limit_without_tolerance_and_trades_within_one() {
-        let (time, gpu) = machine(None);
-        let strict = run(&time, &gpu, 400, 0, 100);
+        let strict = run(None, 400, 0, 100);
         // Every probe slows the SMs as much as it saves: with no tolerance the limit comes back.
-        assert_eq!(strict.final_speed, 1_000);
-        let (time, gpu) = machine(None);
-        let loose = run(&time, &gpu, 400, 1_000, 100);
+        assert_eq!(strict.throughput_permille, 1_000);
+        assert_eq!(*strict.limits.last().unwrap(), 400);
+        let loose = run(None, 400, 1_000, 100);
         assert!(*loose.limits.iter().min().unwrap() < 400);
-        assert!(loose.final_speed >= 900, "speed {}", loose.final_speed);
-        assert!(loose.saved_j > 0);
+        assert!(
+            loose.throughput_permille >= 900,
+            "throughput {}",
+            loose.throughput_permille
+        );
+        assert!(loose.saved_mj > 0);
     }
 
     #[test]
     fn work_that_changes_takes_a_new_baseline_at_the_stated_limit() {
-        let (time, gpu) = machine(Some(Demand {
-            draw_w: 280,
-            memory_bound_pct: 40,
-        }));
+        let (time, gpu) = machine(Some(MEMORY_BOUND));
         gpu.set_load(0, 200).unwrap();
         let mut c = AutoPower::new(400, 150, 0);
-        let read = |c: &mut AutoPower| {
-            time.0.fetch_add(1_000, Ordering::SeqCst);
+        let light = drive(&gpu, &time, 0, stated(400), &mut c, 100).unwrap();
+        let limit = *light.limits.last().unwrap();
+        assert!(limit < 250, "light work holds a low limit: {limit}");
+        // `drive` starts from the stated limit: set the held one back, as the GPU runs it.
+        apply_and_verify(&gpu, 0, &stated(limit)).unwrap();
+        gpu.set_load(0, 1_000).unwrap();
+        let mut back = false;
+        for _ in 0..2 * STEP_READINGS {
+            time.advance_secs(1);
             let (s, k) = (gpu.sample(0).unwrap(), gpu.clocks(0).unwrap());
-            let r = Reading {
+            c.observe(&Reading {
                 at_ms: time.now_ms(),
                 power_mw: s.power_mw,
                 utilisation_pct: s.utilisation_pct,
                 mem_utilisation_pct: s.mem_utilisation_pct,
                 core_mhz: k.core_mhz,
                 mem_mhz: k.mem_mhz,
-            };
-            if let Some(w) = c.observe(&r) {
-                gpu.apply(
-                    0,
-                    &OverclockTerms {
-                        power_limit_w: w,
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
-            }
-        };
-        for _ in 0..100 {
-            read(&mut c);
-        }
-        let limit = c.limit_w();
-        assert!(limit < 250, "light work holds a low limit: {limit}");
-        gpu.set_load(0, 1_000).unwrap();
-        let mut back = false;
-        for _ in 0..2 * STEP_READINGS {
-            read(&mut c);
+            });
             back |= c.limit_w() == 400;
         }
         assert!(

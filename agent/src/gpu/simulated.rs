@@ -16,6 +16,7 @@
 //! lower) and, once the SMs are its bottleneck, its throughput (the memory utilisation reads
 //! lower). Faults for the agent's fault watcher are injected with [`SimulatedGpu::inject_xid`].
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use gpu_market_core::overclock::{OverclockTerms, Range};
@@ -28,6 +29,26 @@ use crate::config::SimulatedGpuConfig;
 /// Milliseconds from some fixed start; never goes back.
 pub trait TimeSource: Send + Sync {
     fn now_ms(&self) -> u64;
+}
+
+/// A clock that moves only when told: tests and the auto power benchmark step it.
+#[derive(Debug, Default)]
+pub struct ManualTime(std::sync::atomic::AtomicU64);
+
+impl ManualTime {
+    pub fn advance_ms(&self, ms: u64) {
+        self.0.fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn advance_secs(&self, s: u64) {
+        self.advance_ms(s * 1_000);
+    }
+}
+
+impl TimeSource for ManualTime {
+    fn now_ms(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// tokio's clock: real time in the daemon, the paused clock in tests.
@@ -62,6 +83,27 @@ pub struct SimulatedGpu {
     /// Faults injected for [`GpuBackend::watch_faults`], and the signal that one came.
     faults: Mutex<Vec<GpuFault>>,
     fault_signal: Condvar,
+    /// Where `gpu-market-agent simulate-fault` leaves faults for the running agent.
+    fault_inbox: Option<PathBuf>,
+}
+
+/// The folder under an agent's data folder where `gpu-market-agent simulate-fault` leaves
+/// faults for its SIMULATED GPUs.
+pub fn fault_inbox(data_dir: &Path) -> PathBuf {
+    data_dir.join("simulated-faults")
+}
+
+/// Leaves an Xid `xid` of GPU `index` in `inbox` for the running agent (written whole, then
+/// renamed: the agent never reads half a fault).
+pub fn leave_fault(inbox: &Path, index: u32, xid: u64) -> std::io::Result<()> {
+    std::fs::create_dir_all(inbox)?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let name = format!("{nanos}-{index}-{xid}");
+    let part = inbox.join(format!("{name}.part"));
+    std::fs::write(&part, format!("{index} {xid}\n"))?;
+    std::fs::rename(part, inbox.join(format!("{name}.fault")))
 }
 
 struct SimState {
@@ -197,7 +239,48 @@ impl SimulatedGpu {
             state: Mutex::new(state),
             faults: Mutex::new(Vec::new()),
             fault_signal: Condvar::new(),
+            fault_inbox: None,
         }
+    }
+
+    /// Takes faults from `inbox` too ([`leave_fault`]): how an operator or a test makes a
+    /// running agent's SIMULATED GPU fail.
+    pub fn with_fault_inbox(mut self, inbox: PathBuf) -> Self {
+        self.fault_inbox = Some(inbox);
+        self
+    }
+
+    /// The faults left in the inbox, each taken once (its file removed).
+    fn take_inbox(&self) -> Vec<GpuFault> {
+        let Some(inbox) = &self.fault_inbox else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir(inbox) else {
+            return Vec::new();
+        };
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "fault"))
+            .collect();
+        files.sort();
+        files
+            .into_iter()
+            .filter_map(|path| {
+                let text = std::fs::read_to_string(&path).ok();
+                std::fs::remove_file(&path).ok()?;
+                let mut words = text?.split_whitespace().map(str::parse::<u64>).collect::<Vec<_>>().into_iter();
+                let (Some(Ok(index)), Some(Ok(xid))) = (words.next(), words.next()) else {
+                    tracing::warn!(path = %path.display(), "a simulated fault that does not read as `GPU XID`: dropped");
+                    return None;
+                };
+                Some(GpuFault {
+                    index: u32::try_from(index).ok()?,
+                    xid,
+                    recovery: None,
+                })
+            })
+            .collect()
     }
 
     /// Sets how busy GPU `index` is, in thousandths (clamped to 1000).
@@ -221,6 +304,13 @@ impl SimulatedGpu {
     /// allows, as a boost transient does on real GPUs.
     pub fn overshoot(&self, index: u32, extra_mw: u32, readings: u32) -> Result<(), GpuError> {
         self.with(index, |g, _| g.overshoot = (extra_mw, readings))
+    }
+
+    /// The throughput GPU `index`'s work runs at now, in thousandths of its full speed: the
+    /// model's truth, which NVML cannot read (auto power estimates it; its benchmark checks the
+    /// estimate against this).
+    pub fn throughput_permille(&self, index: u32) -> Result<u32, GpuError> {
+        self.with(index, |g, info| running(g, info).throughput_permille)
     }
 
     /// Gives GPU `index`'s work `demand` (see [`Demand`]).
@@ -491,16 +581,22 @@ impl GpuBackend for SimulatedGpu {
     }
 
     /// A locked clock runs at its lock (unless locks slip); an unlocked one at the top of its
-    /// range under load (the core's slowed by a limit below the work's draw) and at the bottom
-    /// idle; a GPU with no clock range at 1,000 MHz.
+    /// range under load and at the bottom idle; a GPU with no clock range at 1,000 MHz. Under
+    /// load, a limit below the work's draw slows the core below either, as a power cap
+    /// overrides a lock on NVIDIA GPUs.
     fn clocks(&self, index: u32) -> Result<Clocks, GpuError> {
         self.read(index, "nvmlDeviceGetClockInfo", |g, info| {
             let busy = load_permille(g) > 0;
             let clock = |lock: Option<u16>, range: Range<u16>, speed: u32| -> u32 {
+                let top = match range.max {
+                    0 => 1_000,
+                    max => max as u32,
+                };
                 match lock.filter(|_| !g.locks_slip) {
+                    Some(mhz) if busy => (mhz as u32).min(top * speed / 1_000),
                     Some(mhz) => mhz as u32,
-                    None if range.max == 0 => 1_000 * speed / 1_000,
-                    None if busy => range.max as u32 * speed / 1_000,
+                    None if busy => top * speed / 1_000,
+                    None if range.max == 0 => 1_000,
                     None => range.min as u32,
                 }
             };
@@ -525,7 +621,9 @@ impl GpuBackend for SimulatedGpu {
                     .fault_signal
                     .wait_timeout_while(faults, tick, |f| f.is_empty())
                     .expect("simulated fault queue");
-                std::mem::take(&mut *faults)
+                let mut queued = std::mem::take(&mut *faults);
+                queued.extend(self.take_inbox());
+                queued
             };
             if !deliver(queued) {
                 return Ok(true);
@@ -549,24 +647,11 @@ impl GpuBackend for SimulatedGpu {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     use gpu_market_core::overclock::{GpuLimits, OverclockError, Range};
 
     use super::*;
     use crate::gpu::apply_and_verify;
-
-    struct ManualTime(AtomicU64);
-    impl TimeSource for ManualTime {
-        fn now_ms(&self) -> u64 {
-            self.0.load(Ordering::SeqCst)
-        }
-    }
-    impl ManualTime {
-        fn advance_secs(&self, s: u64) {
-            self.0.fetch_add(s * 1_000, Ordering::SeqCst);
-        }
-    }
 
     fn config() -> SimulatedGpuConfig {
         SimulatedGpuConfig {
@@ -591,7 +676,7 @@ mod tests {
     }
 
     fn two_gpus() -> (Arc<ManualTime>, SimulatedGpu) {
-        let time = Arc::new(ManualTime(AtomicU64::new(0)));
+        let time = Arc::new(ManualTime::default());
         let gpu = SimulatedGpu::new(&[config(), config()], time.clone());
         (time, gpu)
     }
