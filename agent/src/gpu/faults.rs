@@ -67,6 +67,9 @@ pub fn is_fatal(fault: &GpuFault) -> bool {
 /// agent stopped.
 const WAIT: Duration = Duration::from_secs(1);
 
+/// The longest wait before a failed watch is tried again (it doubles from [`WAIT`]).
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
 /// Watches `gpus` for faults on a thread of its own (the driver's wait blocks), sending each
 /// fault to the receiver returned. The thread ends when the receiver is dropped, or when the
 /// backend cannot watch (the receiver then never yields); a failed watch is retried.
@@ -78,6 +81,7 @@ pub fn watch(gpus: Arc<dyn GpuBackend>) -> mpsc::UnboundedReceiver<GpuFault> {
             let mut deliver = |faults: Vec<GpuFault>| {
                 faults.into_iter().all(|f| tx.send(f).is_ok()) && !tx.is_closed()
             };
+            let mut backoff = WAIT;
             loop {
                 match gpus.watch_faults(WAIT, &mut deliver) {
                     Ok(false) => {
@@ -86,8 +90,12 @@ pub fn watch(gpus: Arc<dyn GpuBackend>) -> mpsc::UnboundedReceiver<GpuFault> {
                     }
                     Ok(true) => return,
                     Err(e) => {
-                        tracing::warn!(error = %e, "watching for GPU fault events failed; again in a second");
-                        std::thread::sleep(WAIT);
+                        tracing::warn!(error = %e, retry_secs = backoff.as_secs(), "watching for GPU fault events failed");
+                        std::thread::sleep(backoff);
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        if tx.is_closed() {
+                            return;
+                        }
                     }
                 }
             }
