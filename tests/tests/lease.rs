@@ -179,16 +179,7 @@ fn price_below_the_reserve_or_the_host_floor_does_not_run() {
     let before = f.balances(&c);
     let mut a = f.queue_args(1, 8);
     a.price = TOKEN / 2;
-    let cheap = PlaceBid {
-        client: &c.key,
-        market: f.market,
-        book: f.queue_book,
-        machine: None,
-        payment_mint: f.mint,
-        client_tokens: c.tokens,
-        args: a,
-        evict: None,
-    };
+    let cheap = f.placement(&c, a);
     let err = f.ctx.run(&cheap).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::PriceBelowReserve));
     assert!(!f.ctx.account_exists(&cheap.bid()));
@@ -616,16 +607,7 @@ fn auto_power_is_the_clients_opt_in_and_its_savings_are_on_the_lease() {
     let before = f.balances(&c);
     let mut too_loose = f.queue_args(1, 8);
     too_loose.auto_power = Some(2_001);
-    let p = PlaceBid {
-        client: &c.key,
-        market: f.market,
-        book: f.queue_book,
-        machine: None,
-        payment_mint: f.mint,
-        client_tokens: c.tokens,
-        args: too_loose,
-        evict: None,
-    };
+    let p = f.placement(&c, too_loose);
     let err = f.ctx.run(&p).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::BadAutoPower));
     assert!(!f.ctx.account_exists(&p.bid()));

@@ -224,9 +224,11 @@ impl Fixture {
         }
     }
 
-    pub fn place(&mut self, c: &Wallet, args: PlaceBidArgs) -> Pubkey {
+    /// `place_bid` of `args` by `c`, into the fixture's queue book or (a spot bid) its
+    /// machine's spot book.
+    pub fn placement<'a>(&self, c: &'a Wallet, args: PlaceBidArgs) -> PlaceBid<'a> {
         let spot = args.kind == BidKind::Spot;
-        let p = PlaceBid {
+        PlaceBid {
             client: &c.key,
             market: self.market,
             book: if spot {
@@ -239,7 +241,11 @@ impl Fixture {
             client_tokens: c.tokens,
             args,
             evict: None,
-        };
+        }
+    }
+
+    pub fn place(&mut self, c: &Wallet, args: PlaceBidArgs) -> Pubkey {
+        let p = self.placement(c, args);
         self.ctx.run(&p).expect("place_bid");
         p.bid()
     }
