@@ -570,7 +570,7 @@ POLLER_PID=""
 step "anyone may run the keeper: carol's bid for a 200 GiB GPU, which no machine has, expires; the keeper removes it (escrow back in full) and closes the sealed environments of ended bids (rent back to their clients)"
 EXPIRING_BID=$(cli carol --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
-    --gpus 1 --gib-per-gpu 200 --overclock power=200 --price 30 --duration 3 --deadline +12 | jget bid)
+    --gpus 1 --gib-per-gpu 200 --overclock power=200 --price 30 --duration 5 --deadline +12 | jget bid)
 bid_expired() { cli authority --output json bid explain "$EXPIRING_BID" | grep -q "its deadline has passed"; }
 wait_for 60 "carol's bid expired" bid_expired
 cli authority keeper --market "$MARKET" --once

@@ -399,16 +399,8 @@ pub(crate) fn plan_place(
     let deadline = match &a.deadline {
         Some(d) => parse::deadline(d, now)?,
         None => {
-            // An hour to wait, or as long as the aging cap lets a queue bid wait.
-            let p = &m.params;
-            let cap = match kind {
-                BidKind::Queue => {
-                    score::max_wait_intervals(p.aging_per_interval as u64, p.aging_cap_bps as u64)
-                        .map(|n| n.saturating_mul(p.billing_interval_secs as u64))
-                }
-                BidKind::Spot => None,
-            };
-            let wait = cap.map_or(3_600, |c| c.min(3_600)) as i64;
+            // An hour to wait, or as long as the market lets a bid wait.
+            let wait = m.max_wait_secs().min(3_600) as i64;
             now.saturating_add(duration as i64 + wait)
         }
     };

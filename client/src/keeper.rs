@@ -1,8 +1,9 @@
 //! `gpu-market keeper --market MARKET`: keeps a market's rules moving, for anyone who runs it.
 //! Each round it reads the market's accounts and sends, one transaction each, only what the
-//! program will accept now, by the program's own rules (`Bid::expired`, `Lease::fully_proven`,
+//! program will accept now, by the program's own rules (`Bid::prunable`, `Lease::fully_proven`,
 //! `Lease::reclaimable`, `Machine::slashable_evidence`):
-//! - `prune_bid` for each expired bid: the escrow goes back to its client in full;
+//! - `prune_bid` for each expired bid, and each spot bid of a retired machine: the escrow goes
+//!   back to its client in full;
 //! - `end_lease` for each lease proven up to its stop: the host is paid, the rest refunded;
 //! - `reclaim_escrow` for each lease whose host went silent: the unproven escrow goes back to
 //!   the client and the silence is slashed, half to the client;
@@ -248,7 +249,10 @@ fn expired_bids<'a>(
     let bids: Vec<(Pubkey, Bid)> = config
         .program_accounts_of::<Bid>(&[(0, *market)])?
         .into_iter()
-        .filter(|(_, b)| b.status == BidStatus::Open && b.expired(now))
+        .filter(|(_, b)| {
+            let machine = machines.get(&b.machine).map(|m| m.status);
+            b.status == BidStatus::Open && b.prunable(now, machine)
+        })
         .collect();
     let refund_to = refund_accounts(config, bids.iter().map(|(_, b)| b), m)?;
     for ((key, b), to) in bids.into_iter().zip(refund_to) {
@@ -259,10 +263,14 @@ fn expired_bids<'a>(
                 None => continue,
             },
         };
+        let reason = match b.expired(now) {
+            true => format!("its deadline {} has passed", b.deadline),
+            false => format!("its machine {} has retired", b.machine),
+        };
         due.push(Due {
             duty: Duty::Prune,
             target: key,
-            reason: format!("its deadline {} has passed", b.deadline),
+            reason,
             ix: Box::new(PruneBid {
                 caller: keeper,
                 market: *market,
@@ -271,6 +279,7 @@ fn expired_bids<'a>(
                 book,
                 payment_mint: m.payment_mint,
                 client_tokens: to,
+                machine: (b.kind == BidKind::Spot).then_some(b.machine),
             }),
         });
     }

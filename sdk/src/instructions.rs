@@ -533,7 +533,8 @@ impl ClientInstruction for CancelBid<'_> {
     }
 }
 
-/// Removes a bid whose deadline has passed; anyone may send it.
+/// Removes a bid whose deadline has passed, or a spot bid of a retired machine; anyone may send
+/// it.
 pub struct PruneBid<'a> {
     pub caller: &'a (dyn Signer + Sync),
     pub market: Pubkey,
@@ -545,6 +546,9 @@ pub struct PruneBid<'a> {
     /// `refund_tokens`); `None` when it is gone: the escrow is then owed by the client's stake
     /// account (`refunds_due`, see [`ClaimRefunds`]).
     pub client_tokens: Option<Pubkey>,
+    /// A spot bid's machine, which lets its bid go before its deadline once retired; `None`
+    /// for a bid that has expired (or a queue bid).
+    pub machine: Option<Pubkey>,
 }
 
 impl ClientInstruction for PruneBid<'_> {
@@ -563,6 +567,7 @@ impl ClientInstruction for PruneBid<'_> {
                 client_tokens: self.client_tokens,
                 payment_vault: pda::payment_vault(&self.market).0,
                 token_program: spl_token_interface::ID,
+                machine: self.machine,
             },
             gpu_market::instruction::PruneBid {},
         )

@@ -604,6 +604,7 @@ fn anyone_prunes_an_expired_bid_and_the_client_gets_everything_back() {
         book: f.queue_book,
         payment_mint: f.mint,
         client_tokens: Some(tokens),
+        machine: None,
     };
     let everyone = [&c, &stranger];
 
@@ -817,6 +818,16 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
         }))
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoRoom));
+    // A spot bid's wait is bounded as a queue bid's: one with a 100-year deadline could hold
+    // the machine's book, and the host's bond, for as long as its client liked.
+    let err = f
+        .ctx
+        .run(&spot(PlaceBidArgs {
+            deadline: f.ctx.now() + 100 * 365 * 86_400,
+            ..spot_args(&f, 10)
+        }))
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::DeadlineTooFar));
     let mut too_many = spot_args(&f, 4);
     too_many.gpu_count = 5;
     let err = f.ctx.run(&spot(too_many)).unwrap_err();
@@ -1176,10 +1187,27 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         PlaceBidArgs {
             nonce: 201,
             deadline: f.ctx.now() + 3_600 + max_wait,
-            ..base
+            ..base.clone()
         },
     );
     f.ctx.run(&at_cap).expect("at the cap");
+
+    // A bid shorter than one billing interval would only hold a place: refused, nothing moves.
+    let before = ledger(&f, &[&c]);
+    let short = place(
+        f.keys,
+        &c,
+        PlaceBidArgs {
+            nonce: 203,
+            max_duration_secs: 59,
+            deadline: f.ctx.now() + 3_600,
+            ..base
+        },
+    );
+    let err = f.ctx.run(&short).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BidShorterThanInterval));
+    assert!(!f.ctx.account_exists(&short.bid()));
+    assert_eq!(ledger(&f, &[&c]), before, "a refused bid moves nothing");
 }
 
 #[test]

@@ -530,6 +530,7 @@ impl World {
                     book,
                     payment_mint: mint,
                     client_tokens: (!to_stake).then_some(self.wallets[w].1),
+                    machine: None,
                 })
             }
             Op::Wait { secs } => {

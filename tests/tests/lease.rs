@@ -636,6 +636,86 @@ fn auto_power_is_the_clients_opt_in_and_its_savings_are_on_the_lease() {
 }
 
 #[test]
+fn without_aging_a_bid_still_waits_at_most_seven_days() {
+    let mut f = fixture();
+    let mut p = params();
+    p.aging_per_interval = 0;
+    f.update_market(p);
+    assert_eq!(
+        f.ctx.account::<Market>(&f.market).max_wait_secs(),
+        gpu_market::state::MAX_BID_WAIT_SECS
+    );
+    let c = f.client(100 * TOKEN, 0);
+    let before = f.balances(&c);
+    let mut a = f.queue_args(1, 8);
+    a.deadline = f.ctx.now() + 3_600 + 7 * 86_400 + 1;
+    let p = f.placement(&c, a);
+    let err = f.ctx.run(&p).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::DeadlineTooFar));
+    assert_eq!(f.balances(&c), before);
+    let mut a = f.queue_args(1, 8);
+    a.deadline = f.ctx.now() + 3_600 + 7 * 86_400;
+    f.place(&c, a);
+}
+
+#[test]
+fn a_retired_machines_waiting_spot_bids_are_refunded_by_anyone_and_the_machine_closes() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    // A spot bid that would wait as long as the market allows.
+    let mut a = f.spot_args(20 * TOKEN);
+    a.deadline = f.ctx.now() + f.ctx.account::<Market>(&f.market).max_wait_secs() as i64 + 3_600;
+    let waiting = f.place(&c, a);
+    let stranger = f.ctx.wallet(1);
+    let prune = |machine| PruneBid {
+        caller: &stranger,
+        market: f.market,
+        bid: waiting,
+        client: c.key.pubkey(),
+        book: f.spot_book,
+        payment_mint: f.mint,
+        client_tokens: Some(c.tokens),
+        machine,
+    };
+    // While the machine is active, its spot bid waits for its deadline.
+    for machine in [None, Some(f.machine)] {
+        let err = f.ctx.run(&prune(machine)).unwrap_err();
+        assert_eq!(err.custom_code(), code(MarketError::BidNotExpired));
+    }
+    let owner = f.host.key.insecure_clone();
+    f.ctx
+        .run(&SetMachineStatus {
+            owner: &owner,
+            market: f.market,
+            machine: f.machine,
+            status: MachineStatus::Retired,
+        })
+        .unwrap();
+    // Another account passed for the machine is refused.
+    let err = f.ctx.run(&prune(Some(f.market))).unwrap_err();
+    assert_ne!(err.custom_code(), None);
+    assert!(f.ctx.account_exists(&waiting));
+    // Retired: anyone removes it at once, its escrow back in full.
+    let escrow = f.ctx.account::<Bid>(&waiting).escrow;
+    let before = f.balances(&c);
+    f.ctx
+        .run(&prune(Some(f.machine)))
+        .expect("a retired machine's spot bid is prunable");
+    assert!(!f.ctx.account_exists(&waiting));
+    assert_eq!(f.balances(&c)[0] - before[0], escrow);
+    // The book is empty: the owner closes the machine and its book.
+    f.ctx
+        .run(&CloseMachine {
+            owner: &owner,
+            market: f.market,
+            machine: f.machine,
+            spot_book: Some(f.spot_book),
+        })
+        .expect("close_machine");
+    assert!(!f.ctx.account_exists(&f.machine));
+}
+
+#[test]
 fn a_silent_host_is_not_paid_anyone_reclaims_for_the_client_and_the_host_is_slashed_at_once() {
     let mut f = fixture();
     let c = f.client(100 * TOKEN, 0);
@@ -1263,7 +1343,7 @@ fn a_spot_price_below_one_unit_per_interval_is_paid_in_the_end() {
     // 1 per GPU-day for a day on 4 GPUs: 60 s earn 1/1440 of a unit per GPU.
     let mut a = f.spot_args(1);
     a.max_duration_secs = 86_400;
-    a.deadline = f.ctx.now() + 2 * 86_400;
+    a.deadline = f.ctx.now() + 86_400 + 3_600;
     let bid = f.place(&c, a);
     let lease = f.allocate(bid, &[0, 1, 2, 3]).unwrap();
     let host_before = f.ctx.token_balance(&f.host.tokens);

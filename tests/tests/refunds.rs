@@ -324,6 +324,7 @@ fn an_expired_bid_whose_client_closed_its_token_account_is_still_pruned() {
         book: f.queue_book,
         payment_mint: f.mint,
         client_tokens,
+        machine: None,
     };
     let stake_before = stake_of(&f, &c);
     let lamports_before = f.ctx.svm.get_balance(&c.key.pubkey()).unwrap();

@@ -1135,6 +1135,7 @@ impl Chain for SolanaChain {
             },
             payment_mint: market.payment_mint,
             client_tokens,
+            machine: None,
         }
         .instruction();
         self.send(PruneBid::NAME, ix).await

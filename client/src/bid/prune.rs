@@ -1,10 +1,10 @@
 //! `gpu-market bid prune BID` and `bid prune --all --market MARKET`: anyone removes expired
-//! bids; each escrow goes back to the token account it came from while that lives, else to its
+//! bids (and `bid prune BID` a spot bid of a retired machine); each escrow goes back to the token account it came from while that lives, else to its
 //! client's stake to claim.
 
 use anyhow::{anyhow, bail, Result};
 use gpu_market::pda;
-use gpu_market::state::{Bid, BidStatus, Market};
+use gpu_market::state::{Bid, BidKind, BidStatus, Market};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::{ClientInstruction, PruneBid};
 use serde_json::Value;
@@ -34,6 +34,7 @@ fn prune_of<'a>(
         book,
         payment_mint: m.payment_mint,
         client_tokens: refund_to,
+        machine: (b.kind == BidKind::Spot).then_some(b.machine),
     }
 }
 

@@ -133,7 +133,7 @@ pub enum MarketError {
     PriceBelowReserve,
     #[msg("running leases hold the GPUs the bid needs")]
     GpusBusy,
-    #[msg("the bid's deadline has not passed")]
+    #[msg("the bid's deadline has not passed (and it is not a spot bid of a retired machine)")]
     BidNotExpired,
     #[msg("the book is full: pass its lowest-ranked bid, that bid's client, token account and stake to evict it")]
     EvictionMissing,
@@ -151,7 +151,7 @@ pub enum MarketError {
     MachineNotRetired,
     #[msg("the book still holds bids")]
     BookNotEmpty,
-    #[msg("the deadline lets the bid wait longer than the market's aging cap allows")]
+    #[msg("the deadline lets the bid wait longer than the market allows (its aging cap, and 7 days at most)")]
     DeadlineTooFar,
     #[msg("a market's mints must have no freeze authority")]
     MintCanFreeze,
@@ -179,6 +179,10 @@ pub enum MarketError {
     BadAutoPower,
     #[msg("the machine has no such GPU")]
     NoSuchGpu,
+    #[msg("a bid runs at least one billing interval")]
+    BidShorterThanInterval,
+    #[msg("the machine passed is not the bid's")]
+    WrongMachine,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -121,6 +121,8 @@ pub enum BidRemoval {
     Expired,
     /// A better bid took its place in a full book.
     Evicted,
+    /// A spot bid whose machine retired; anyone may remove it.
+    MachineRetired,
 }
 
 #[event]

@@ -152,18 +152,17 @@ impl PlaceBid<'_> {
             .checked_sub(args.max_duration_secs as i64)
             .ok_or(MarketError::Overflow)?;
         require!(latest_start >= now, MarketError::DeadlineTooSoon);
-        // Aging is capped: a queue bid may wait no longer than it takes to reach the cap.
-        let p = &self.market.params;
-        if let (BidKind::Queue, Some(intervals)) = (
-            args.kind,
-            score::max_wait_intervals(p.aging_per_interval as u64, p.aging_cap_bps as u64),
-        ) {
-            let max_wait = intervals.saturating_mul(p.billing_interval_secs as u64);
-            require!(
-                ((latest_start - now) as u64) <= max_wait,
-                MarketError::DeadlineTooFar
-            );
-        }
+        // Queue and spot bids alike: a spot bid with no bound could hold its machine's book,
+        // and so the host's bond, for as long as its client liked.
+        require!(
+            ((latest_start - now) as u64) <= self.market.max_wait_secs(),
+            MarketError::DeadlineTooFar
+        );
+        // A lease bills and proves by whole intervals: a shorter bid would only hold a place.
+        require!(
+            args.max_duration_secs >= self.market.params.billing_interval_secs,
+            MarketError::BidShorterThanInterval
+        );
         match (args.kind, &self.machine) {
             (BidKind::Queue, None) => {
                 require_keys_eq!(
@@ -592,17 +591,33 @@ pub struct PruneBid<'info> {
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,
+
+    /// A spot bid's machine: once retired, its waiting spot bids may be removed before their
+    /// deadlines, so that the machine can always be closed.
+    pub machine: Option<Box<Account<'info, Machine>>>,
 }
 
 impl PruneBid<'_> {
     pub fn prune_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        require!(ctx.accounts.bid.expired(now), MarketError::BidNotExpired);
+        let bid = &ctx.accounts.bid;
+        let machine = match &ctx.accounts.machine {
+            Some(m) => {
+                require_keys_eq!(m.key(), bid.machine, MarketError::WrongMachine);
+                Some(m.status)
+            }
+            None => None,
+        };
+        require!(bid.prunable(now, machine), MarketError::BidNotExpired);
+        let reason = match bid.expired(now) {
+            true => BidRemoval::Expired,
+            false => BidRemoval::MachineRetired,
+        };
         let to = ctx
             .accounts
             .client_tokens
             .as_ref()
             .map(|t| t.to_account_info());
-        refund_waiting!(ctx.accounts, now, BidRemoval::Expired, to)
+        refund_waiting!(ctx.accounts, now, reason, to)
     }
 }

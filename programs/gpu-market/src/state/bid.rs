@@ -6,7 +6,7 @@ use gpu_market_core::overclock;
 use gpu_market_core::settlement::PriceUnit;
 
 use crate::errors::MarketError;
-use crate::state::{BidSummary, Machine, MAX_GPUS, REGION_LEN};
+use crate::state::{BidSummary, Machine, MachineStatus, MAX_GPUS, REGION_LEN};
 
 /// The longest image reference (`registry/repository:tag`) a bid takes, in bytes: the
 /// distribution spec's limit on a repository name with its registry host (255), which
@@ -192,6 +192,13 @@ impl Bid {
     /// Whether the bid's deadline has passed at `now`: anyone may prune it then.
     pub fn expired(&self, now: i64) -> bool {
         now >= self.deadline
+    }
+
+    /// Whether anyone may remove the waiting bid at `now` (`prune_bid`): its deadline has
+    /// passed, or it is a spot bid whose machine (of status `machine`) has retired, so that a
+    /// retired machine's book empties and the machine can always be closed.
+    pub fn prunable(&self, now: i64, machine: Option<MachineStatus>) -> bool {
+        self.expired(now) || (self.kind == BidKind::Spot && machine == Some(MachineStatus::Retired))
     }
 
     pub fn unit(&self) -> PriceUnit {

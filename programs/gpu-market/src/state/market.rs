@@ -120,6 +120,9 @@ pub const MAX_DEMAND_CATCH_UP: u64 = 64;
 /// call it silent.
 pub const MIN_SILENCE_INTERVALS: u16 = 2;
 
+/// The longest any bid may wait to start: 7 days.
+pub const MAX_BID_WAIT_SECS: u64 = 7 * 86_400;
+
 impl MarketParams {
     /// Reasonable defaults around the given interval, fee and cooldown: the Neurolov weights,
     /// neutral seasons, no capability premium, demand smoothed at 20 % per sample, capped at +100 %.
@@ -400,6 +403,21 @@ impl Market {
             .checked_sub(bid.escrow)
             .ok_or(MarketError::Overflow)?;
         Ok(bid.escrow)
+    }
+
+    /// The longest a bid may wait to start: what the aging cap takes to reach (a queue bid that
+    /// waited longer would outrank every newcomer for ever), and never more than
+    /// [`MAX_BID_WAIT_SECS`], whatever the aging (none at all lifts the first bound), so that no
+    /// bid can hold a book's place, or a retiring machine, for longer.
+    pub fn max_wait_secs(&self) -> u64 {
+        let p = &self.params;
+        score::max_wait_intervals(p.aging_per_interval as u64, p.aging_cap_bps as u64).map_or(
+            MAX_BID_WAIT_SECS,
+            |n| {
+                n.saturating_mul(p.billing_interval_secs as u64)
+                    .min(MAX_BID_WAIT_SECS)
+            },
+        )
     }
 
     /// The lowest reserve price now among the classes `accepted` (a queue bid must pay at least
