@@ -334,7 +334,12 @@ async fn a_servable_bid_below_200_unservable_ones_runs_within_two_intervals() {
     // Their deadline leaves room for all five to be placed (each must be able to start before
     // it) on a machine that stalls for a while.
     let now = live.cluster.now().await.unwrap();
-    let expiring = place_all(&live, &expiring_client, unservable(0..5, 1, now + 30, 2)).await;
+    let expiring = place_all(
+        &live,
+        &expiring_client,
+        unservable(0..5, INTERVAL, now + 30, 2),
+    )
+    .await;
     let mut expire_at = 0;
     for b in &expiring {
         expire_at = expire_at.max(live.cluster.account::<Bid>(b).await.unwrap().deadline);

@@ -1232,8 +1232,8 @@ fn bid_prune() {
             .len()
     };
 
-    // Three bids that expire in two minutes (for 2 s of work at 36 per GPU-hour: 0.02 escrowed
-    // each), and one that waits for an hour. Two minutes leave room for the dozen verbs that
+    // Three bids that expire in two minutes (for one 60 s interval of work at 36 per GPU-hour:
+    // 0.6 escrowed each), and one that waits for an hour. Two minutes leave room for the dozen verbs that
     // must run before the first expires, on a machine that stalls for a while.
     let short = |nonce: &'static str| {
         let out = t.ok(
@@ -1250,7 +1250,7 @@ fn bid_prune() {
                 "--gib-per-gpu",
                 "8",
                 "--duration",
-                "2",
+                "60",
                 "--deadline",
                 "+120s",
                 "--overclock",
@@ -1261,7 +1261,7 @@ fn bid_prune() {
                 nonce,
             ],
         );
-        assert_eq!(out["escrow"], "0.02");
+        assert_eq!(out["escrow"], "0.6");
         pk(&out["bid"])
     };
     let first = short("1");
@@ -1275,7 +1275,7 @@ fn bid_prune() {
         ),
     );
     let lasting = pk(&out["bid"]);
-    assert_eq!(t.balance(&tokens), 100_000_000 - 3 * 20_000 - 2_000_000);
+    assert_eq!(t.balance(&tokens), 100_000_000 - 3 * 600_000 - 2_000_000);
     // The deadlines as the program keeps them; the first placed expires first.
     let first_deadline = t.account::<Bid>(&first).deadline;
     let last_deadline = t
@@ -1314,11 +1314,11 @@ fn bid_prune() {
     wait_until(&t, first_deadline);
     let out = t.ok(&keeper, &["bid", "prune", &first.to_string()]);
     assert_eq!(pk(&out["bid"]), first);
-    assert_eq!(out["refund"], "0.02");
+    assert_eq!(out["refund"], "0.6");
     assert_eq!(pk(&out["refund_to"]), tokens);
     assert!(!t.exists(&first));
-    assert_eq!(t.balance(&tokens), before.0 + 20_000);
-    assert_eq!(t.balance(&vault), before.1 - 20_000);
+    assert_eq!(t.balance(&tokens), before.0 + 600_000);
+    assert_eq!(t.balance(&vault), before.1 - 600_000);
     assert_eq!(book_len(), before.2 - 1);
     assert_eq!(
         t.rpc().get_balance(&key_of(&client).pubkey()).unwrap(),
@@ -1340,11 +1340,11 @@ fn bid_prune() {
     assert_eq!(rows.len(), 2, "{out}");
     let pruned: Vec<Pubkey> = rows.iter().map(|r| pk(&r["bid"])).collect();
     assert!(pruned.contains(&second) && pruned.contains(&third), "{out}");
-    assert!(rows.iter().all(|r| r["refund"] == "0.02"), "{out}");
+    assert!(rows.iter().all(|r| r["refund"] == "0.6"), "{out}");
     assert!(rows[0]["signature"].is_string(), "{out}");
     assert_eq!(rows[0]["signature"], rows[1]["signature"], "{out}");
     assert!(!t.exists(&second) && !t.exists(&third) && t.exists(&lasting));
-    assert_eq!(t.balance(&tokens), before.0 + 60_000);
+    assert_eq!(t.balance(&tokens), before.0 + 1_800_000);
     assert_eq!(t.balance(&vault), 2_000_000);
     assert_eq!(book_len(), 1);
     let e = t.fails(&keeper, &["bid", "prune", &second.to_string()]);
