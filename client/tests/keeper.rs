@@ -193,3 +193,51 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
         assert!(metrics.contains(line), "{line} in:\n{metrics}");
     }
 }
+
+/// Issue 30: a retired machine's waiting spot bid would otherwise keep its book (and the
+/// host's bond) until its deadline; the keeper, a stranger, refunds it at once, and the owner
+/// then closes the machine.
+#[test]
+fn the_keeper_refunds_a_retired_machines_spot_bids_so_that_it_closes() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let keeper = t.wallet("keeper");
+    let prom = t.path("keeper.prom");
+    let (m, mc) = (s.m(), host.machine.to_string());
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--machine",
+                &mc,
+                "--overclock",
+                "power=250",
+                "--price",
+                "24",
+                "--nonce",
+                "1",
+            ],
+        ),
+    );
+    let spot = pk(&out["bid"]);
+    assert!(keep(&t, &keeper, &s, &prom).is_empty(), "it waits");
+    let owner = t.path("host.json");
+    t.ok(&owner, &["host", "retire", &mc]);
+    let e = t.fails(&owner, &["host", "close", &mc]);
+    assert!(e.contains("book"), "{e}");
+    let funds = t.balance(&tokens);
+    let escrow = t.account::<Bid>(&spot).escrow;
+    assert_eq!(keep(&t, &keeper, &s, &prom), set(&[("prune", spot)]));
+    assert!(!t.exists(&spot));
+    assert_eq!(
+        t.balance(&tokens),
+        funds + escrow,
+        "the escrow back in full"
+    );
+    t.ok(&owner, &["host", "close", &mc]);
+    assert!(!t.exists(&host.machine));
+}
