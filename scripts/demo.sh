@@ -240,11 +240,13 @@ echo "market page: $PAGE_URL/   (open it while the demo runs; Solana Actions: $P
 step "the host stakes 100 and registers a machine: 4 simulated GPUs, 3 × class 0 (24 GiB; 2 in group 0, 1 in group 1) and 1 × class 1 (48 GiB, group 1)"
 cli host stake deposit --market "$MARKET" 100 >/dev/null
 # SIMULATED GPUs: this machine has none; the agent models them (their load is the container's CPU).
+# Their UUIDs are the ones `gpu-market-agent detect` prints for them: the agent refuses to run a
+# machine whose GPUs on chain are not the ones it drives.
 GPU_LINES=(
-    "0 24 0 GPU-de300000-0000-4000-8000-000000000001"
-    "0 24 0 GPU-de300000-0000-4000-8000-000000000002"
-    "0 24 1 GPU-de300000-0000-4000-8000-000000000003"
-    "1 48 1 GPU-de300000-0000-4000-8000-000000000004"
+    "0 24 0 GPU-53494d55-4c41-5445-442d-4750552d0000"
+    "0 24 0 GPU-53494d55-4c41-5445-442d-4750552d0001"
+    "0 24 1 GPU-53494d55-4c41-5445-442d-4750552d0002"
+    "1 48 1 GPU-53494d55-4c41-5445-442d-4750552d0003"
 )
 : > "$DEMO_DIR/gpus.toml"
 : > "$DEMO_DIR/simulated.toml"

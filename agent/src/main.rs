@@ -23,7 +23,7 @@ use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
 use gpu_market_agent::gpu::locks::RecordedLocks;
 use gpu_market_agent::gpu::nvml::NvmlGpu;
 use gpu_market_agent::gpu::simulated::{self, SimulatedGpu, TokioTime};
-use gpu_market_agent::gpu::GpuBackend;
+use gpu_market_agent::gpu::{check_identity, GpuBackend};
 use gpu_market_agent::metrics::{self, Metrics, ServerLimits};
 use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig, RunOutcome};
 use gpu_market_agent::redact::RedactingWriter;
@@ -314,7 +314,13 @@ async fn run(path: &Path) -> Result<()> {
     let env_key = Arc::new(agent_key.insecure_clone());
     let (chain, electricity_cost_per_kwh, wake) =
         connect_chain(&config, agent_key, metrics.clone()).await;
-    match chain.machine().await {
+    let machine = chain.machine().await;
+    if let Ok(m) = &machine {
+        let declared: Vec<[u8; 16]> = m.gpus.iter().map(|g| g.uuid).collect();
+        check_identity(&declared, &gpus.gpus())
+            .with_context(|| format!("machine {}", config.machine))?;
+    }
+    match machine {
         Ok(m) if m.network.room.ports > 0 && config.network.publishing.is_none() => {
             anyhow::bail!(
                 "machine {} promises clients {} published ports per lease, but {} has no \

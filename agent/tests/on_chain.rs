@@ -848,3 +848,28 @@ async fn a_fatal_gpu_fault_ends_the_lease_refunds_the_rest_and_pauses_the_machin
     assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
     assert!(log.contains("fatal GPU fault"), "{log}");
 }
+
+/// The agent drives GPUs by index: a machine whose GPUs on chain are not this host's, in this
+/// order (a GPU swapped or reordered since registration), is refused at start, naming the GPU,
+/// before any lease could run on a GPU its client did not rent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_gpus_are_not_the_machines_refuses_to_start() {
+    let live = live_market(2).await;
+    let host_b = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
+    let agent_b = live.cluster.wallet(10).await.unwrap();
+    let (machine_b, _) = live
+        .register_machine(&host_b.key, agent_b.pubkey(), |t| {
+            t.gpus = gpus(2);
+            t.gpus.reverse();
+        })
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = Agent::write_config_for(&live, dir.path(), 2, &agent_b, &machine_b);
+    let (status, log) = Agent::start(&config).wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("GPU 0 on chain is GPU-53494d55-4c41-5445-442d-4750552d0001"),
+        "{log}"
+    );
+}

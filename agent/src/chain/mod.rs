@@ -78,6 +78,8 @@ pub enum MachineStatus {
 /// One GPU as the machine account declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuView {
+    /// The GPU's UUID as the machine declares it: the GPU the agent must drive at this index.
+    pub uuid: [u8; 16],
     pub class: u8,
     pub memory_gib: u16,
     pub topology_group: u8,

@@ -866,6 +866,7 @@ impl Chain for SolanaChain {
                 .gpus()
                 .iter()
                 .map(|g| GpuView {
+                    uuid: g.uuid,
                     class: g.class,
                     memory_gib: g.memory_gib,
                     topology_group: g.topology_group,

@@ -229,6 +229,40 @@ pub struct GpuFault {
     pub recovery: Option<faults::Recovery>,
 }
 
+/// Why the machine's GPUs on chain are not the GPUs this host has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    #[error("the machine declares {declared} GPUs on chain, but this host has {here}: re-run `gpu-market-agent detect` and `gpu-market host update --gpus`")]
+    Count { declared: usize, here: usize },
+    #[error("the machine's GPU {index} on chain is {declared}, but this host's GPU {index} is {here}: a lease would run on a GPU its client did not rent; re-run `gpu-market-agent detect` and `gpu-market host update --gpus` (or restore the GPU order)")]
+    Uuid {
+        index: usize,
+        declared: String,
+        here: String,
+    },
+}
+
+/// Checks that this host's GPUs (`here`, in the backend's index order) are the ones the
+/// machine declares on chain (`declared` UUIDs, in the machine's order): leases name GPUs by
+/// index, so a GPU swapped, added or reordered since registration would run leases on GPUs
+/// nobody rented.
+pub fn check_identity(declared: &[[u8; 16]], here: &[GpuInfo]) -> Result<(), IdentityError> {
+    if declared.len() != here.len() {
+        return Err(IdentityError::Count {
+            declared: declared.len(),
+            here: here.len(),
+        });
+    }
+    match declared.iter().zip(here).position(|(d, h)| *d != h.uuid) {
+        None => Ok(()),
+        Some(index) => Err(IdentityError::Uuid {
+            index,
+            declared: gpu_market_sdk::gpus::format_uuid(&declared[index]),
+            here: gpu_market_sdk::gpus::format_uuid(&here[index].uuid),
+        }),
+    }
+}
+
 /// Milliwatts (NVML's unit) to whole watts (the chain's), rounded.
 pub fn mw_to_w(mw: u32) -> u16 {
     ((mw + 500) / 1_000).min(u16::MAX as u32) as u16
@@ -250,4 +284,43 @@ pub fn apply_and_verify(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::simulated::{uuid, SimulatedGpu, TokioTime};
+    use super::*;
+
+    #[test]
+    fn a_gpu_swapped_added_or_reordered_since_registration_is_refused_by_index() {
+        let configs = vec![
+            crate::config::SimulatedGpuConfig {
+                class: 0,
+                memory_gib: 24,
+                topology_group: 0,
+                limits: GpuLimits::power_only(gpu_market_core::overclock::Range {
+                    min: 100,
+                    max: 400
+                }),
+                default_power_w: 300,
+            };
+            2
+        ];
+        let here = SimulatedGpu::new(&configs, std::sync::Arc::new(TokioTime::new())).gpus();
+        assert_eq!(check_identity(&[uuid(0), uuid(1)], &here), Ok(()));
+        let e = check_identity(&[uuid(1), uuid(0)], &here).unwrap_err();
+        assert!(matches!(e, IdentityError::Uuid { index: 0, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("GPU 0 on chain is GPU-53494d55-4c41-5445-442d-4750552d0001"),
+            "{e}"
+        );
+        assert_eq!(
+            check_identity(&[uuid(0)], &here),
+            Err(IdentityError::Count {
+                declared: 1,
+                here: 2
+            })
+        );
+    }
 }

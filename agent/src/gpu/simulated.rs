@@ -26,6 +26,14 @@ use super::isolation::{mps_client, pinned_limit_mib};
 use super::{Clocks, GpuBackend, GpuError, GpuFault, GpuInfo, ProcessUse, Sample, Setting};
 use crate::config::SimulatedGpuConfig;
 
+/// The UUID of SIMULATED GPU `index`: `SIMULATED-GPU-` and the index, as `detect` prints it
+/// (`GPU-53494d55-4c41-5445-442d-4750552d0000` for GPU 0).
+pub fn uuid(index: u16) -> [u8; 16] {
+    let mut uuid = *b"SIMULATED-GPU-\0\0";
+    uuid[14..].copy_from_slice(&index.to_be_bytes());
+    uuid
+}
+
 /// Milliseconds from some fixed start; never goes back.
 pub trait TimeSource: Send + Sync {
     fn now_ms(&self) -> u64;
@@ -201,19 +209,15 @@ impl SimulatedGpu {
         let infos: Vec<GpuInfo> = gpus
             .iter()
             .enumerate()
-            .map(|(i, g)| {
-                let mut uuid = *b"SIMULATED-GPU-\0\0";
-                uuid[14..].copy_from_slice(&(i as u16).to_be_bytes());
-                GpuInfo {
-                    index: i as u32,
-                    uuid,
-                    name: format!("Simulated GPU (class {})", g.class),
-                    memory_mib: g.memory_gib as u64 * 1024,
-                    limits: g.limits,
-                    default_power_w: g.default_power_w,
-                    class: Some(g.class),
-                    topology_group: Some(g.topology_group),
-                }
+            .map(|(i, g)| GpuInfo {
+                index: i as u32,
+                uuid: uuid(i as u16),
+                name: format!("Simulated GPU (class {})", g.class),
+                memory_mib: g.memory_gib as u64 * 1024,
+                limits: g.limits,
+                default_power_w: g.default_power_w,
+                class: Some(g.class),
+                topology_group: Some(g.topology_group),
             })
             .collect();
         let state = infos

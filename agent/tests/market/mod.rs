@@ -138,6 +138,7 @@ impl FakeMarket {
             .iter()
             .map(|g| {
                 let view = GpuView {
+                    uuid: g.uuid,
                     class: g.class,
                     memory_gib: g.memory_gib,
                     topology_group: g.topology_group,

@@ -26,7 +26,8 @@ pub const PRICE: u64 = 3_600_000;
 pub fn gpus(n: u8) -> Vec<GpuSpec> {
     (0..n)
         .map(|i| GpuSpec {
-            uuid: [i + 1; 16],
+            // As `detect` prints the SIMULATED GPUs the tests' agents drive.
+            uuid: gpu_market_agent::gpu::simulated::uuid(i as u16),
             class: 0,
             topology_group: 0,
             memory_gib: 24,

@@ -68,8 +68,10 @@ impl Harness {
     fn with(configs: Vec<SimulatedGpuConfig>) -> Self {
         let gpus = configs
             .iter()
-            .map(|c| {
+            .enumerate()
+            .map(|(i, c)| {
                 let view = GpuView {
+                    uuid: crate::gpu::simulated::uuid(i as u16),
                     class: c.class,
                     memory_gib: c.memory_gib,
                     topology_group: c.topology_group,
@@ -845,6 +847,7 @@ fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
         gpus: groups
             .iter()
             .map(|&g| GpuView {
+                uuid: [0; 16],
                 class: 0,
                 memory_gib: 80,
                 topology_group: g,
