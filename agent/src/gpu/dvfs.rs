@@ -24,7 +24,7 @@
 use gpu_market_core::overclock::OverclockTerms;
 
 use super::simulated::{ManualTime, SimulatedGpu, TimeSource};
-use super::{apply_and_verify, GpuBackend, GpuError};
+use super::{apply_and_verify, Clocks, GpuBackend, GpuError, Sample};
 
 /// Readings per step: as many as a proof's sustained peak averages.
 pub const STEP_READINGS: u32 = gpu_market_core::lease::SUSTAINED_READINGS as u32;
@@ -49,6 +49,20 @@ pub struct Reading {
     pub mem_utilisation_pct: u8,
     pub core_mhz: u32,
     pub mem_mhz: u32,
+}
+
+impl Reading {
+    /// A GPU's reading `s` and its clocks, taken at `at_ms`.
+    pub fn of(at_ms: u64, s: &Sample, clocks: &Clocks) -> Self {
+        Reading {
+            at_ms,
+            power_mw: s.power_mw,
+            utilisation_pct: s.utilisation_pct,
+            mem_utilisation_pct: s.mem_utilisation_pct,
+            core_mhz: clocks.core_mhz,
+            mem_mhz: clocks.mem_mhz,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,15 +271,7 @@ pub fn drive(
     let mut saved_mj = 0;
     for _ in 0..readings {
         time.advance_secs(1);
-        let (s, clocks) = (gpus.sample(index)?, gpus.clocks(index)?);
-        let reading = Reading {
-            at_ms: time.now_ms(),
-            power_mw: s.power_mw,
-            utilisation_pct: s.utilisation_pct,
-            mem_utilisation_pct: s.mem_utilisation_pct,
-            core_mhz: clocks.core_mhz,
-            mem_mhz: clocks.mem_mhz,
-        };
+        let reading = Reading::of(time.now_ms(), &gpus.sample(index)?, &gpus.clocks(index)?);
         if let Some(w) = control.observe(&reading) {
             let lowered = OverclockTerms {
                 power_limit_w: w,
@@ -401,14 +407,7 @@ mod tests {
         for _ in 0..2 * STEP_READINGS {
             time.advance_secs(1);
             let (s, k) = (gpu.sample(0).unwrap(), gpu.clocks(0).unwrap());
-            c.observe(&Reading {
-                at_ms: time.now_ms(),
-                power_mw: s.power_mw,
-                utilisation_pct: s.utilisation_pct,
-                mem_utilisation_pct: s.mem_utilisation_pct,
-                core_mhz: k.core_mhz,
-                mem_mhz: k.mem_mhz,
-            });
+            c.observe(&Reading::of(time.now_ms(), &s, &k));
             back |= c.limit_w() == 400;
         }
         assert!(

@@ -79,14 +79,7 @@ impl Reconciler {
                 .auto_powers
                 .entry((lease, gpu))
                 .or_insert_with(|| AutoPower::new(stated.power_limit_w, least, tolerance));
-            let limit = control.observe(&Reading {
-                at_ms,
-                power_mw: sample.power_mw,
-                utilisation_pct: sample.utilisation_pct,
-                mem_utilisation_pct: sample.mem_utilisation_pct,
-                core_mhz: clocks.core_mhz,
-                mem_mhz: clocks.mem_mhz,
-            });
+            let limit = control.observe(&Reading::of(at_ms, &sample, &clocks));
             saved_mj += control.take_saved_mj();
             let Some(w) = limit else { continue };
             let lowered = OverclockTerms {
