@@ -630,10 +630,14 @@ impl Reconciler {
         self.save()
     }
 
-    /// Resets the lease's GPUs that no other lease of this agent uses.
+    /// Resets the lease's GPUs that no other lease of this agent uses, except a GPU with a
+    /// fatal fault, which is left as it is.
     fn reset_gpus(&self, lease: Key) -> Result<(), GpuError> {
         let record = &self.state.leases[&lease];
         for &i in &record.gpu_indices {
+            if self.faulted.contains_key(&(i as u32)) {
+                continue;
+            }
             let shared =
                 self.state.leases.iter().any(|(k, r)| {
                     *k != lease && r.exit_code.is_none() && r.gpu_indices.contains(&i)

@@ -68,7 +68,11 @@ async fn a_fatal_gpu_fault_ends_its_lease_at_once_pauses_the_machine_and_spares_
     // Nothing after the tick that saw the fault is billed.
     assert_eq!(last.window.1, seen_at);
     assert_eq!(h.chain.ended(), vec![a.key]);
-    // The other lease runs on, proven every interval; the failed GPU is left as it is.
+    // The failed GPU is left as it is (a driver call to a GPU that fell off the bus may hang):
+    // neither reset nor parked when its lease is cleaned up.
+    assert!(!r.state().leases.contains_key(&a.key));
+    assert_eq!(h.applied(gpu), power(250));
+    // The other lease runs on, proven every interval.
     assert_eq!(h.running().len(), 1);
     run_for(&mut r, INTERVAL as u64).await;
     assert!(proven_intervals(&h, b.key).len() >= 2);
