@@ -283,6 +283,9 @@ own = [int(p) for p in sys.argv[1:]]
 while any(p <= o < p + 20 for o in own) if (p := random.randint(20000, 32000)) else True: pass
 print(p)' "$API_PORT" "$METRICS_PORT")
 PORTS_LAST=$(( PORTS_FIRST + 19 ))
+# The market lists the regions machines may declare and bids may name (book entries keep them
+# by index, so they decide exactly).
+cli authority market add-region "$MARKET" demo-1 | grep -E '^regions '
 # Clients reach the machine at 127.0.0.1: its agent's API, and up to 2 published ports and 1 GiB
 # of retained scratch per lease; leases may connect to any public address.
 MACHINE=$(cli host --output json host register --market "$MARKET" --gpus "$DEMO_DIR/gpus.toml" \

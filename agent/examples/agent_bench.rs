@@ -160,7 +160,7 @@ async fn main() {
         // Short bids: placing thousands takes minutes, and a deadline must leave a bid its
         // duration.
         let bids = unservable(0..book as u64, 60, now + QUEUE_WAIT_SECS, GPUS);
-        place_all(&live, &staked, bids).await;
+        place_all(&live, &staked, live.machine, bids).await;
     }
     // Eight clients (the validator's faucet funds no more), each with up to 8 leases.
     let mut clients = Vec::new();

@@ -14,6 +14,7 @@ use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
+use gpu_market_sdk::placement::witness;
 use gpu_market_sdk::{
     Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, TopUpBid,
 };
@@ -350,6 +351,21 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     Ok(())
 }
 
+/// The regions `market` lists, for people.
+pub(crate) fn listed_regions(market: &Market) -> String {
+    let listed: Vec<String> = market
+        .regions
+        .iter()
+        .take_while(|r| r[0] != 0)
+        .map(|r| parse::unpadded(r))
+        .collect();
+    if listed.is_empty() {
+        "none".into()
+    } else {
+        listed.join(", ")
+    }
+}
+
 /// What `bid place` sends (the `bid` action of `gpu-market serve`): checked as the program
 /// would check it, priced, ranked for an eviction from a full book; the bidder's stake
 /// account opened on the way. `env_hash` is the sealed environment's (zero without one).
@@ -487,38 +503,67 @@ pub(crate) fn plan_place(
         owner: client,
         market: a.market,
     };
+    let args = PlaceBidArgs {
+        nonce,
+        kind,
+        image_ref: a.image.clone(),
+        image_digest,
+        env_hash,
+        gpu_count: a.gpus,
+        gib_per_gpu: a.gib_per_gpu,
+        accepted_classes,
+        overclock,
+        price,
+        max_duration_secs: duration,
+        deadline,
+        urgency_premium,
+        ports: a.ports.clone(),
+        scratch_gib: a.scratch_gib,
+        cpu_milli: a.cpus.unwrap_or(0),
+        memory_mib: a.memory.unwrap_or(0),
+        regions: a
+            .regions
+            .iter()
+            .map(|r| parse::padded::<REGION_LEN>(r, "region"))
+            .collect::<Result<_>>()?,
+        auto_power: a.auto_power,
+    };
+    if let Some(r) = args.regions.iter().find(|r| m.region_bit(r).is_err()) {
+        bail!(
+            "market {} does not list region {:?} (its authority lists regions with `market \
+             add-region`); it lists: {}",
+            a.market,
+            parse::unpadded(r),
+            listed_regions(&m)
+        );
+    }
+    // A spot bid's machine; a queue bid names a machine it could run on (its witness).
+    let target = match &machine {
+        Some((key, _)) => *key,
+        None => {
+            let machines = config.program_accounts_of::<Machine>(&[(0, a.market)])?;
+            witness(&m, now, &machines, &args).map_err(|nearest| match nearest {
+                Some(unfit) => anyhow!(
+                    "no machine of market {} could run this bid, even with nothing else \
+                     running: the nearest fails because {}",
+                    a.market,
+                    unfit.describe()
+                ),
+                None => anyhow!(
+                    "market {} has no active machine: a queue bid needs one it could run on",
+                    a.market
+                ),
+            })?
+        }
+    };
     let place = PlaceBid {
         client,
         market: a.market,
         book,
-        machine: machine.as_ref().map(|(k, _)| *k),
+        machine: target,
         payment_mint: m.payment_mint,
         client_tokens,
-        args: PlaceBidArgs {
-            nonce,
-            kind,
-            image_ref: a.image.clone(),
-            image_digest,
-            env_hash,
-            gpu_count: a.gpus,
-            gib_per_gpu: a.gib_per_gpu,
-            accepted_classes,
-            overclock,
-            price,
-            max_duration_secs: duration,
-            deadline,
-            urgency_premium,
-            ports: a.ports.clone(),
-            scratch_gib: a.scratch_gib,
-            cpu_milli: a.cpus.unwrap_or(0),
-            memory_mib: a.memory.unwrap_or(0),
-            regions: a
-                .regions
-                .iter()
-                .map(|r| parse::padded::<REGION_LEN>(r, "region"))
-                .collect::<Result<_>>()?,
-            auto_power: a.auto_power,
-        },
+        args,
         evict,
     };
     let bid = place.bid();

@@ -1,12 +1,14 @@
-//! `gpu-market market init|show|update|apply|collect`.
+//! `gpu-market market init|show|update|apply|add-region|collect|inactive`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use gpu_market::instructions::InitMarketArgs;
-use gpu_market::state::{Market, MarketParams, StakeAccount, BID_BOOK_SPACE, GPU_CLASSES};
+use gpu_market::state::{
+    Market, MarketParams, StakeAccount, BID_BOOK_SPACE, GPU_CLASSES, MAX_MARKET_REGIONS, REGION_LEN,
+};
 use gpu_market_sdk::{
-    init_queue_book, open_book_instructions, ApplyMarketUpdate, ClientInstruction, CollectFees,
-    InitMarket, UpdateMarket,
+    init_queue_book, open_book_instructions, AddRegion, ApplyMarketUpdate, ClientInstruction,
+    CollectFees, InitMarket, UpdateMarket,
 };
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
@@ -52,6 +54,13 @@ pub enum MarketCommand {
     },
     /// Applies the market's scheduled rules once their notice is over (anyone may).
     Apply { market: Pubkey },
+    /// Lists a region (authority only, at once): machines may then declare it and bids name
+    /// it. A market lists at most 32, and a region once listed stays.
+    AddRegion {
+        market: Pubkey,
+        /// The label, at most 16 bytes (e.g. eu-central).
+        region: String,
+    },
     /// Moves the protocol fees and the slashed stake the market holds to its treasuries
     /// (anyone may).
     Collect { market: Pubkey },
@@ -335,6 +344,44 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             print_record(config.output, &fields);
             Ok(())
         }
+        MarketCommand::AddRegion { market, region } => {
+            let signer = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            if m.authority != signer.pubkey() {
+                bail!(
+                    "only market {market}'s authority {} lists regions",
+                    m.authority
+                );
+            }
+            let label = parse::padded::<REGION_LEN>(&region, "region")?;
+            if label[0] == 0 {
+                bail!("a region label is not empty");
+            }
+            if m.regions.contains(&label) {
+                bail!("market {market} lists region {region} already");
+            }
+            if m.regions.iter().all(|r| r[0] != 0) {
+                bail!("market {market} lists {MAX_MARKET_REGIONS} regions, the most it can");
+            }
+            let signature = config.send_all(
+                &signer,
+                &[&AddRegion {
+                    authority: signer.key(),
+                    market,
+                    region: label,
+                }],
+            )?;
+            let m: Market = config.fetch(&market, "market")?;
+            print_record(
+                config.output,
+                &[
+                    ("market", text(market)),
+                    ("regions", regions_value(&m)),
+                    ("signature", text(signature)),
+                ],
+            );
+            Ok(())
+        }
         MarketCommand::Inactive { market, quiet_for } => inactive(config, &market, &quiet_for),
         MarketCommand::Collect { market } => {
             let signer = config.signer()?;
@@ -426,6 +473,7 @@ pub(crate) fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result
         ("treasury", text(m.treasury)),
         ("stake_treasury", text(m.stake_treasury)),
         ("queue_book", text(m.queue_book)),
+        ("regions", regions_value(m)),
     ];
     // The rules in force, each a field of its own.
     fields.extend(param_fields(&m.params, sd, pd));
@@ -450,6 +498,17 @@ pub(crate) fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result
         fields.push(("pending_at", m.pending_at.into()));
     }
     Ok(fields)
+}
+
+/// The regions a market lists, in its table's order (a book entry's region bit is the index).
+fn regions_value(m: &Market) -> Value {
+    Value::from(
+        m.regions
+            .iter()
+            .take_while(|r| r[0] != 0)
+            .map(|r| parse::unpadded(r))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// `market inactive MARKET --for DURATION`.

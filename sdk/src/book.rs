@@ -4,7 +4,7 @@ use anchor_lang::__private::bytemuck;
 use anchor_lang::Discriminator;
 use gpu_market::pda;
 use gpu_market::state::{BidBook, BookLeaf, BOOK_KIND_QUEUE};
-use gpu_market_core::fit::{Fits, Offer};
+use gpu_market_core::fit::Offer;
 use solana_pubkey::Pubkey;
 
 /// A book's header and its entries, best first.
@@ -43,8 +43,7 @@ impl BookEntries {
     /// The remaining accounts `allocate` needs to start `chosen` on the machine behind `offer`
     /// (built as the program builds it, `Machine::offer`): for each entry the program will find
     /// fitting (and, where `chosen_within_cap` is false, every entry, as the program then reads
-    /// the whole book), its client's stake in a queue book; and each entry whose summary cannot
-    /// decide, its bid account. Each key once.
+    /// the whole book), its client's stake in a queue book. Each key once.
     pub fn allocate_evidence(
         &self,
         chosen: &Pubkey,
@@ -64,15 +63,7 @@ impl BookEntries {
                 }
                 continue;
             }
-            let fits = match offer.fits(&leaf.summary.need()) {
-                Fits::Yes => true,
-                Fits::No => false,
-                Fits::Undecided => {
-                    add(leaf.bid);
-                    true
-                }
-            };
-            if fits && self.kind == BOOK_KIND_QUEUE {
+            if self.kind == BOOK_KIND_QUEUE && offer.fits(&leaf.summary.need()) {
                 add(pda::stake(&self.market, &leaf.summary.client).0);
             }
         }

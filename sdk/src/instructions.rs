@@ -358,6 +358,33 @@ impl ClientInstruction for UpdateMarket<'_> {
     }
 }
 
+/// The market authority lists a region machines may declare and bids may name.
+pub struct AddRegion<'a> {
+    pub authority: &'a (dyn Signer + Sync),
+    pub market: Pubkey,
+    pub region: [u8; gpu_market::state::REGION_LEN],
+}
+
+impl ClientInstruction for AddRegion<'_> {
+    const NAME: &'static str = "add_region";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::UpdateMarket {
+                authority: self.authority.pubkey(),
+                market: self.market,
+            },
+            gpu_market::instruction::AddRegion {
+                region: self.region,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.authority]
+    }
+}
+
 /// Instructions that create a book account (272 KiB, so created by the system program in the
 /// same transaction) and open it as a market's queue book or a machine's spot book.
 pub fn open_book_instructions(
@@ -404,7 +431,9 @@ pub struct PlaceBid<'a> {
     pub client: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub book: Pubkey,
-    pub machine: Option<Pubkey>,
+    /// A spot bid's machine; a queue bid's witness, an active machine it fits once that
+    /// machine's leases are gone ([`crate::placement::witness`] finds one).
+    pub machine: Pubkey,
     pub payment_mint: Pubkey,
     pub client_tokens: Pubkey,
     pub args: PlaceBidArgs,

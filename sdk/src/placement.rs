@@ -10,9 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, Market};
+use gpu_market::instructions::PlaceBidArgs;
+use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, MachineStatus, Market};
 use gpu_market_core::colocate::Profile;
-use gpu_market_core::fit::Offer;
+use gpu_market_core::fit::{Offer, Unfit};
 use gpu_market_core::placement::{Affinity, Demand, Placer, Seat, Tenant};
 use solana_pubkey::Pubkey;
 
@@ -43,6 +44,34 @@ fn image_profiles(leases: &[Lease]) -> BTreeMap<[u8; 32], Profile> {
             (image, Profile { sm_util_bps })
         })
         .collect()
+}
+
+/// A queue bid's witness (`place_bid`'s `machine`): the first active machine of `machines` the
+/// bid fits once that machine's leases are gone, by the rule the program applies at `now`. Where
+/// none does, the reason it came nearest to running for (the latest stage of the fit rule any
+/// machine reached); `None` when the market has no active machine at all.
+pub fn witness(
+    market: &Market,
+    now: i64,
+    machines: &[(Pubkey, Machine)],
+    args: &PlaceBidArgs,
+) -> Result<Pubkey, Option<Unfit>> {
+    let settings = args.overclock_per_gpu();
+    let need = args.need(&settings);
+    let mut nearest = None;
+    for (key, machine) in machines {
+        if machine.status != MachineStatus::Active {
+            continue;
+        }
+        let Ok(offer) = machine.offer(market, args.kind, now, &Freed::all()) else {
+            continue;
+        };
+        match offer.fit(&need) {
+            Ok(_) => return Ok(*key),
+            Err(e) => nearest = nearest.max(Some(e)),
+        }
+    }
+    Err(nearest)
 }
 
 /// Where the policy gives a bid: the machine, and the GPUs it takes there.

@@ -10,8 +10,8 @@ use gpu_market::state::{
 };
 use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::{
-    init_queue_book, init_spot_book, open_book_instructions, InitMarket, OpenStake, PlaceBid,
-    RegisterMachine, Stake, UpdateMachine,
+    init_queue_book, init_spot_book, open_book_instructions, AddRegion, InitMarket, OpenStake,
+    PlaceBid, RegisterMachine, SetMachineStatus, Stake, UpdateMachine,
 };
 use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
@@ -30,6 +30,8 @@ pub struct Wallet {
 
 pub struct LiveMarket {
     pub cluster: Cluster,
+    /// The market's authority (lists regions).
+    pub authority: Keypair,
     pub mint: Pubkey,
     pub market: Pubkey,
     pub queue_book: Pubkey,
@@ -100,6 +102,7 @@ impl LiveMarket {
         let agent = cluster.wallet(10).await?;
         let mut live = LiveMarket {
             cluster,
+            authority,
             mint,
             market,
             queue_book,
@@ -162,6 +165,38 @@ impl LiveMarket {
         Ok((machine, spot_book))
     }
 
+    /// The market's authority lists `region` (`add_region`).
+    pub async fn add_region(&self, region: [u8; 16]) -> Result<()> {
+        self.cluster
+            .run(&AddRegion {
+                authority: &self.authority,
+                market: self.market,
+                region,
+            })
+            .await
+            .context("add_region")?;
+        Ok(())
+    }
+
+    /// The owner of `machine` sets its status (`set_machine_status`).
+    pub async fn set_status(
+        &self,
+        owner: &Keypair,
+        machine: Pubkey,
+        status: gpu_market::state::MachineStatus,
+    ) -> Result<()> {
+        self.cluster
+            .run(&SetMachineStatus {
+                owner,
+                market: self.market,
+                machine,
+                status,
+            })
+            .await
+            .context("set_machine_status")?;
+        Ok(())
+    }
+
     /// A wallet with SOL, `balance` tokens, and a stake account in the market holding `staked`.
     pub async fn client(&self, balance: u64, staked: u64) -> Result<Wallet> {
         let key = self.cluster.wallet(2).await?;
@@ -203,7 +238,7 @@ impl LiveMarket {
             } else {
                 self.queue_book
             },
-            machine: spot.then_some(self.machine),
+            machine: self.machine,
             payment_mint: self.mint,
             client_tokens: client.tokens,
             args,

@@ -422,7 +422,7 @@ impl World {
             client: k,
             market: self.market,
             book: self.book,
-            machine: None,
+            machine: self.machine,
             payment_mint: self.mint,
             client_tokens: *t,
             args,

@@ -48,8 +48,11 @@ fn a_lease_holds_the_cpu_and_memory_its_bid_reserves_until_it_ends() {
     let too_much_cpu = f.place(&d, a);
     let a = asking(&mut f, 1_000, 28 * GIB);
     let too_much_memory = f.place(&d, a);
+    // More cores than the machine gives: this machine is no witness for it.
     let a = asking(&mut f, 9_000, GIB);
-    let beyond = f.place(&d, a);
+    let err = f.ctx.run(&f.placement(&d, a.clone())).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NoRoom));
+    let beyond = f.place_elsewhere(&d, a);
     let a = asking(&mut f, 2_000, 4 * GIB);
     let small = f.place(&c, a);
 
@@ -103,7 +106,7 @@ fn a_spot_bid_reserving_more_than_the_machine_gives_is_refused_at_placement() {
         client: &c.key,
         market: f.market,
         book: f.spot_book,
-        machine: Some(f.machine),
+        machine: f.machine,
         payment_mint: f.mint,
         client_tokens: c.tokens,
         args,
@@ -128,7 +131,7 @@ fn a_machine_that_gives_no_cpu_takes_only_bids_that_reserve_none() {
     let mut f = fixture();
     let c = f.client(100 * TOKEN, 0);
     let a = asking(&mut f, 500, 0);
-    let reserving = f.place(&c, a);
+    let reserving = f.place_elsewhere(&c, a);
     let a = asking(&mut f, 0, 0);
     let plain = f.place(&c, a);
     let err = f.allocate(reserving, &[0]).unwrap_err();

@@ -31,7 +31,7 @@ fn the_highest_scoring_feasible_bid_runs_and_the_program_checks_the_ones_above()
     let exotic_owner = f.client(600 * TOKEN, 500 * TOKEN);
     let mut a = f.queue_args(1, 8);
     a.accepted_classes = 1 << 7;
-    let exotic = f.place(&exotic_owner, a);
+    let exotic = f.place_elsewhere(&exotic_owner, a);
     assert_eq!(book_order(&f.ctx, &f.queue_book), vec![exotic, high, low]);
 
     let before = f.balances(&minnow);
@@ -73,7 +73,8 @@ fn the_highest_scoring_feasible_bid_runs_and_the_program_checks_the_ones_above()
     f.allocate(low, &[2, 3]).expect("allocate the next");
     assert_eq!(book_order(&f.ctx, &f.queue_book), vec![exotic]);
     let market: Market = f.ctx.account(&f.market);
-    assert_eq!((market.gpus_offered, market.gpus_waiting), (4, 1));
+    // The machine's 4 GPUs and the witness's 16 (a paused machine still counts as offered).
+    assert_eq!((market.gpus_offered, market.gpus_waiting), (4 + 16, 1));
 }
 
 #[test]
@@ -192,7 +193,7 @@ fn price_below_the_reserve_or_the_host_floor_does_not_run() {
         terms.electricity_cost_per_kwh = 0;
     });
     let a = f.queue_args(1, 8);
-    let fair = f.place(&c, a);
+    let fair = f.place_elsewhere(&c, a);
     let before = f.balances(&c);
     let err = f.allocate(fair, &[0]).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::PriceBelowFloor));
@@ -238,7 +239,7 @@ fn overclock_terms_outside_a_gpus_range_do_not_run_there() {
             ..Default::default()
         },
     ];
-    let bid = f.place(&c, a);
+    let bid = f.place_elsewhere(&c, a);
     let err = f.allocate(bid, &[0, 1]).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
     let mut a = f.queue_args(2, 8);
@@ -929,7 +930,7 @@ fn compute_units_of_lease_instructions() {
         let rich = f.client(600 * TOKEN, 500 * TOKEN);
         let mut a = f.queue_args(1, 8);
         a.accepted_classes = 1 << 7;
-        above.push(f.place(&rich, a));
+        above.push(f.place_elsewhere(&rich, a));
     }
     let a = f.queue_args(2, 8);
     let bid = f.place(&c, a);

@@ -59,11 +59,20 @@ struct Fixture {
     agent: Keypair,
 }
 
-/// A market with the recommended parameters and a host staked exactly their `min_host_stake`.
+/// A market with the recommended parameters, listing eu-central, and a host staked exactly
+/// their `min_host_stake`.
 fn fixture() -> Fixture {
     let mut ctx = TestContext::new();
     let params = MarketParams::recommended(60, 250, 3_600);
-    let (_, mint, market) = ctx.create_market(1, params);
+    let (authority, mint, market) = ctx.create_market(1, params);
+    let mut eu = [0u8; 16];
+    eu[..10].copy_from_slice(b"eu-central");
+    ctx.run(&AddRegion {
+        authority: &authority,
+        market,
+        region: eu,
+    })
+    .expect("add_region");
     let (host, tokens) = ctx.funded_user(&mint, params.min_host_stake);
     let agent = ctx.wallet(1);
     ctx.run(&OpenStake {

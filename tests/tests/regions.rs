@@ -1,7 +1,8 @@
-//! Regions: a bid may name the regions whose machines may run it. The fit rule refuses other
-//! machines; a book entry keeps a 32-bit filter of the names, so a bid above that does not
-//! accept the machine's region never keeps a plainer bid waiting, and the rare entry whose
-//! filter cannot tell is shown by its bid account. On the SBF build in LiteSVM.
+//! Regions: a bid may name the regions whose machines may run it, among those its market lists
+//! (`add_region`). The fit rule refuses other machines; a book entry keeps the regions as indices
+//! into the market's table, so it decides exactly and a bid above that does not accept the
+//! machine's region never keeps a plainer bid waiting nor asks for evidence. On the SBF build in
+//! LiteSVM.
 
 mod lease_fixture;
 mod program_test;
@@ -9,9 +10,8 @@ mod program_test;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, Lease, REGION_LEN};
-use gpu_market_core::fit::Regions;
-use gpu_market_sdk::instructions::PlaceBid;
 use lease_fixture::*;
+use solana_signer::Signer;
 
 fn region(label: &str) -> [u8; REGION_LEN] {
     let mut r = [0; REGION_LEN];
@@ -19,9 +19,12 @@ fn region(label: &str) -> [u8; REGION_LEN] {
     r
 }
 
-/// The fixture's machine, in eu-central.
+/// The fixture's machine, in eu-central; the market lists eu-central and us-east.
 fn machine_in_eu() -> Fixture {
     let mut f = fixture();
+    for r in ["eu-central", "us-east"] {
+        f.add_region(region(r)).expect("add_region");
+    }
     f.update_machine(|terms| terms.region = region("eu-central"));
     f
 }
@@ -38,8 +41,13 @@ fn a_machine_runs_only_bids_that_accept_its_region_and_others_never_block() {
     let mut f = machine_in_eu();
     let c = f.client(100 * TOKEN, 0);
     let d = f.client(100 * TOKEN, 0);
+    let in_us = f.other_machine(1, |t| t.region = region("us-east"));
     let a = accepting(&mut f, &["us-east"]);
-    let elsewhere = f.place(&d, a);
+    // The fixture's machine is no witness for it: its region is not one the bid accepts.
+    let p = f.placement(&d, a.clone());
+    let err = f.ctx.run(&p).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::RegionNotAccepted));
+    let elsewhere = f.place_via(&d, a, in_us);
     let a = accepting(&mut f, &[]);
     let anywhere = f.place(&c, a);
     let a = accepting(&mut f, &["us-east", "eu-central"]);
@@ -62,26 +70,65 @@ fn a_machine_runs_only_bids_that_accept_its_region_and_others_never_block() {
     assert_eq!(f.ctx.account::<Lease>(&lease).gpu_count, 1);
 }
 
+/// The former attack: a label whose 32-bit hash collided with the machine's made the entry
+/// undecidable, so each such bid above an honest one put its account into `allocate`. Labels are
+/// now indices into the market's table: a label the market does not list is refused at
+/// placement, a machine cannot declare one, and the table holds 32 at most.
 #[test]
-fn an_entry_whose_filter_cannot_tell_is_shown_by_its_bid_account() {
+fn a_region_the_market_does_not_list_is_refused_and_the_table_is_the_authoritys() {
     let mut f = machine_in_eu();
     let c = f.client(100 * TOKEN, 0);
-    let d = f.client(100 * TOKEN, 0);
-    // A label with eu-central's filter bit: the book entry cannot tell it from eu-central.
-    let twin = (0..)
-        .map(|i| format!("r{i}"))
-        .find(|l| Regions::filter(&[region(l)]) == Regions::filter(&[region("eu-central")]))
-        .unwrap();
-    let a = accepting(&mut f, &[&twin]);
-    let lookalike = f.place(&d, a);
-    let a = accepting(&mut f, &[]);
-    let plain = f.place(&c, a);
-    let agent = f.agent.insecure_clone();
-    let a = f.allocate_ix(&agent, plain, &[0]);
-    // Its account shows it, with its client's stake (the anti-monopoly cap's evidence).
-    assert!(a.evidence.contains(&lookalike), "{:?}", a.evidence);
-    f.send_allocate(&a)
-        .expect("the lookalike does not accept eu-central");
+    let before = f.ledger(&c);
+    // "r6" had eu-central's bit under the old 32-bit hash.
+    for label in ["r6", "eu-west"] {
+        let a = accepting(&mut f, &[label]);
+        let p = f.placement(&c, a);
+        let err = f.ctx.run(&p).unwrap_err();
+        assert_eq!(
+            err.custom_code(),
+            code(MarketError::UnknownRegion),
+            "{label}"
+        );
+        assert!(!f.ctx.account_exists(&p.bid()));
+    }
+    assert_eq!(f.ledger(&c), before, "no funds moved");
+    // A machine cannot declare one either.
+    let owner = f.host.key.insecure_clone();
+    let mut terms = machine_terms(&f.agent.pubkey());
+    terms.region = region("r6");
+    let err = f
+        .ctx
+        .run(&gpu_market_sdk::instructions::UpdateMachine {
+            owner: &owner,
+            market: f.market,
+            machine: f.machine,
+            terms,
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::UnknownRegion));
+    // Only the authority lists; a region once; 32 at most; never an empty label.
+    let stranger = f.ctx.wallet(1);
+    let err = f
+        .ctx
+        .run(&gpu_market_sdk::instructions::AddRegion {
+            authority: &stranger,
+            market: f.market,
+            region: region("r6"),
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::NotMarketAuthority));
+    let err = f.add_region(region("us-east")).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::RegionListed));
+    let err = f.add_region([0; REGION_LEN]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BadRegions));
+    for i in 2..32 {
+        f.add_region(region(&format!("r{i}"))).expect("room for 32");
+    }
+    let err = f.add_region(region("one-more")).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::RegionTableFull));
+    let m: gpu_market::state::Market = f.ctx.account(&f.market);
+    assert_eq!(m.regions[0], region("eu-central"));
+    assert_eq!(m.regions[31], region("r31"));
 }
 
 #[test]
@@ -103,17 +150,7 @@ fn bad_regions_and_a_spot_bid_for_another_region_are_refused_and_move_nothing() 
         ),
     ];
     for (args, want) in cases {
-        let spot = args.kind == gpu_market::state::BidKind::Spot;
-        let p = PlaceBid {
-            client: &c.key,
-            market: f.market,
-            book: if spot { f.spot_book } else { f.queue_book },
-            machine: spot.then_some(f.machine),
-            payment_mint: f.mint,
-            client_tokens: c.tokens,
-            args,
-            evict: None,
-        };
+        let p = f.placement(&c, args);
         let err = f.ctx.run(&p).unwrap_err();
         assert_eq!(err.custom_code(), code(want), "{want:?}");
         assert!(!f.ctx.account_exists(&p.bid()));

@@ -21,7 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gpu_market::errors::MarketError;
 use gpu_market_core::fit::{
-    Fits, GpuOffer, Host, Need, Offer, Region, Regions, Terms, GPU_CLASSES, REGION_LEN,
+    GpuOffer, Host, Need, Offer, Region, Regions, Terms, GPU_CLASSES, REGION_LEN,
 };
 use gpu_market_core::lease::{
     idle_streak, interval_index, interval_window, spot_profit_per_day, UsageProof,
@@ -347,7 +347,8 @@ impl Inner {
             0,
             [0; GPU_CLASSES],
         )
-        .in_region(self.region)
+        // Its bids keep their labels (`Regions::Listed`): no market table, no bit.
+        .in_region(self.region, 0)
     }
 
     /// The open bids of `kind`'s book, best first: queue bids in placement order, spot bids by
@@ -554,7 +555,7 @@ impl Chain for FakeChain {
             .book(b.kind)
             .into_iter()
             .take_while(|o| o.key != bid)
-            .find(|o| offer.fits(&need(o)) == Fits::Yes)
+            .find(|o| offer.fits(&need(o)))
         {
             return Err(rejected(
                 "allocate",

@@ -19,7 +19,7 @@ use gpu_market::state::{
     Bid, BidKind as ProgramBidKind, BookLeaf, Egress, Freed, Lease, Machine,
     MachineStatus as ProgramStatus, Market, SealedEnv, StakeAccount,
 };
-use gpu_market_core::fit::{Fits, Offer};
+use gpu_market_core::fit::Offer;
 use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
@@ -963,7 +963,7 @@ impl Chain for SolanaChain {
                     continue;
                 }
                 let need = leaf.summary.need();
-                let may_fit = |o: &Offer| o.fits(&need) != Fits::No;
+                let may_fit = |o: &Offer| o.fits(&need);
                 if may_fit(&now_offer) || if_ended.iter().any(|(_, o)| may_fit(o)) {
                     candidates.push(leaf);
                 }

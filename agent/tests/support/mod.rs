@@ -430,15 +430,20 @@ pub async fn account_exists(live: &LiveMarket, key: &Pubkey) -> bool {
         .unwrap_or(true)
 }
 
-/// Places `bids` of `client` (each one transaction), `concurrency` at a time; returns their
-/// addresses.
-pub async fn place_all(live: &LiveMarket, client: &Wallet, bids: Vec<PlaceBidArgs>) -> Vec<Pubkey> {
+/// Places queue `bids` of `client` (each one transaction, 24 at a time), each naming
+/// `witness` as a machine it could run on; returns their addresses.
+pub async fn place_all(
+    live: &LiveMarket,
+    client: &Wallet,
+    witness: Pubkey,
+    bids: Vec<PlaceBidArgs>,
+) -> Vec<Pubkey> {
     futures_util::stream::iter(bids.into_iter().map(|args| async move {
         let p = PlaceBid {
             client: &client.key,
             market: live.market,
             book: live.queue_book,
-            machine: None,
+            machine: witness,
             payment_mint: live.mint,
             client_tokens: client.tokens,
             args,
@@ -452,9 +457,22 @@ pub async fn place_all(live: &LiveMarket, client: &Wallet, bids: Vec<PlaceBidArg
     .expect("every bid placed")
 }
 
-/// Queue bids a class-0 machine of `machine_gpus` 24 GiB GPUs can never serve, yet priced at
-/// the reserve price of their classes and more, so the program takes them: class-1 bids, bids
-/// for one GPU more than it has, bids for 32 GiB per GPU, in turn, each until `deadline`.
+/// A region label, zero-padded.
+pub fn region(label: &str) -> [u8; 16] {
+    let mut r = [0; 16];
+    r[..label.len()].copy_from_slice(label.as_bytes());
+    r
+}
+
+/// The kinds of [`unservable`] bid.
+pub const UNSERVABLE_KINDS: u64 = 8;
+
+/// Queue bids a class-0 machine of `machine_gpus` 24 GiB GPUs (150..450 W, no ports, no CPU
+/// given to leases, no region) can never serve, yet priced at the reserve price of their
+/// classes and more, each until `deadline`, in turn: another class, 48 GiB per GPU, 500 W, a
+/// region it is not in (`us-east`), a published port, 64 CPU cores, one GPU more than it has,
+/// and per-GPU power limits of 50 W and 300 W (the last two kinds a summary of old could not
+/// decide). [`attacker_witness`] fits every one.
 pub fn unservable(
     nonces: std::ops::Range<u64>,
     secs: u32,
@@ -465,12 +483,64 @@ pub fn unservable(
         .map(|nonce| {
             let mut b = queue_bid(nonce, secs, deadline);
             b.deadline = deadline;
-            match nonce % 3 {
+            match nonce % UNSERVABLE_KINDS {
                 0 => b.accepted_classes = 0b10,
-                1 => b.gpu_count = machine_gpus + 1,
-                _ => b.gib_per_gpu = 32,
+                1 => b.gib_per_gpu = 48,
+                2 => b.overclock[0].power_limit_w = 500,
+                3 => b.regions = vec![region("us-east")],
+                4 => b.ports = vec![8080],
+                5 => b.cpu_milli = 64_000,
+                6 => b.gpu_count = machine_gpus + 1,
+                _ => {
+                    b.gpu_count = 2;
+                    b.overclock = [50, 300]
+                        .map(|w| OverclockTerms {
+                            power_limit_w: w,
+                            core_lock_mhz: 1_800,
+                            ..Default::default()
+                        })
+                        .to_vec();
+                }
             }
             b
         })
         .collect()
+}
+
+/// An attacker's machine in `us-east` that every [`unservable`] bid fits: it stakes the bond,
+/// registers it, and returns its owner and the machine (pause it once the bids are placed:
+/// they then fit no active machine).
+pub async fn attacker_witness(live: &LiveMarket) -> (Wallet, Pubkey) {
+    live.add_region(region("us-east"))
+        .await
+        .expect("add_region");
+    let m = live.market_state().await.unwrap();
+    let owner = live
+        .client(m.params.min_host_stake, m.params.min_host_stake)
+        .await
+        .unwrap();
+    let (machine, _) = live
+        .register_machine(&owner.key, Pubkey::new_unique(), |t| {
+            t.region = region("us-east");
+            t.gpus = (0..8u8)
+                .map(|i| GpuSpec {
+                    uuid: [0xa0 + i; 16],
+                    class: i % 2,
+                    topology_group: 0,
+                    memory_gib: 48,
+                    power_w: [50, 500],
+                    core_lock_mhz: [210, 2_520],
+                    mem_lock_mhz: [0, 0],
+                    core_offset_mhz: [-200, 200],
+                    mem_offset_mhz: [0, 1_500],
+                })
+                .collect();
+            t.network.host = "attacker.example".into();
+            t.network.ports_per_lease = 4;
+            t.cpu_milli = 128_000;
+            t.memory_mib = 1 << 20;
+        })
+        .await
+        .expect("the attacker's machine");
+    (owner, machine)
 }

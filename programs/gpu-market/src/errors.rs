@@ -183,6 +183,16 @@ pub enum MarketError {
     BidShorterThanInterval,
     #[msg("the machine passed is not the bid's")]
     WrongMachine,
+    #[msg("the region is not one the market lists (market add-region)")]
+    UnknownRegion,
+    #[msg("the market lists this region already")]
+    RegionListed,
+    #[msg("the market lists 32 regions, the most it can")]
+    RegionTableFull,
+    #[msg("a bid's GPUs ask at most 2 distinct sets of overclock terms")]
+    TooManyTermSets,
+    #[msg("a queue bid names a registered, active machine it could run on (the witness)")]
+    NoWitness,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {
@@ -199,7 +209,6 @@ impl From<gpu_market_core::fit::Unfit> for MarketError {
             Unfit::PriceBelowFloor => MarketError::PriceBelowFloor,
             Unfit::PriceBelowReserve => MarketError::PriceBelowReserve,
             Unfit::Busy => MarketError::GpusBusy,
-            Unfit::Undecided => MarketError::CandidatesMissing,
         }
     }
 }

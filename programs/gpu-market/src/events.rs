@@ -20,6 +20,12 @@ pub struct MarketUpdated {
 }
 
 #[event]
+pub struct RegionAdded {
+    pub market: Pubkey,
+    pub region: [u8; 16],
+}
+
+#[event]
 pub struct MarketUpdateApplied {
     pub market: Pubkey,
     pub params: MarketParams,

@@ -16,7 +16,7 @@ pub mod pda;
 pub mod state;
 
 use instructions::*;
-use state::{MachineStatus, MachineTerms, MarketParams};
+use state::{MachineStatus, MachineTerms, MarketParams, REGION_LEN};
 
 declare_id!("CVRX28QjAjZhbuQ1YaXk9sSwYx6QmfB7qmxrEguYqZAV");
 
@@ -33,6 +33,11 @@ pub mod gpu_market {
     /// notice period. Running leases keep the rules they started with.
     pub fn update_market(ctx: Context<UpdateMarket>, params: MarketParams) -> Result<()> {
         UpdateMarket::update_market(ctx, params)
+    }
+
+    /// The market authority lists a region machines may declare and bids may name, at once.
+    pub fn add_region(ctx: Context<UpdateMarket>, region: [u8; REGION_LEN]) -> Result<()> {
+        UpdateMarket::add_region(ctx, region)
     }
 
     /// Applies scheduled parameters once their notice period is over (anyone may call).

@@ -9,15 +9,15 @@ use gpu_market::errors::MarketError;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    BidKind, GpuSpec, Lease, MachineNetwork, MachineTerms, Market, MarketParams, OverclockTerms,
-    BID_BOOK_SPACE,
+    BidKind, GpuSpec, Lease, MachineNetwork, MachineStatus, MachineTerms, Market, MarketParams,
+    OverclockTerms, BID_BOOK_SPACE,
 };
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 use crate::program_test::*;
-use gpu_market_sdk::instructions::UpdateMachine;
+use gpu_market_sdk::instructions::{AddRegion, UpdateMachine};
 
 pub const TOKEN: u64 = 1_000_000;
 pub const INTERVAL: i64 = 60;
@@ -44,6 +44,9 @@ pub struct Fixture {
     pub machine: Pubkey,
     pub spot_book: Pubkey,
     pub nonce: u64,
+    /// The host's machine that queue bids this machine cannot serve name at placement
+    /// ([`Fixture::place_elsewhere`]); registered on first use, paused but while placing.
+    pub witness: Option<Pubkey>,
 }
 
 /// 4 GPUs: 0 and 1 (class 0) in topology group 0, 2 and 3 (class 1) in group 1; 24 GiB each,
@@ -113,6 +116,7 @@ pub fn fixture() -> Fixture {
         machine: Pubkey::default(),
         spot_book: Pubkey::default(),
         nonce: 0,
+        witness: None,
     };
     f.open_and_stake(0, 100 * TOKEN);
     let r = RegisterMachine {
@@ -236,7 +240,7 @@ impl Fixture {
             } else {
                 self.queue_book
             },
-            machine: spot.then_some(self.machine),
+            machine: self.machine,
             payment_mint: self.mint,
             client_tokens: c.tokens,
             args,
@@ -248,6 +252,72 @@ impl Fixture {
         let p = self.placement(c, args);
         self.ctx.run(&p).expect("place_bid");
         p.bid()
+    }
+
+    /// A queue bid placed with `witness` (a machine it fits) instead of the fixture's machine.
+    pub fn place_via(&mut self, c: &Wallet, args: PlaceBidArgs, witness: Pubkey) -> Pubkey {
+        let p = PlaceBid {
+            machine: witness,
+            ..self.placement(c, args)
+        };
+        self.ctx.run(&p).expect("place_bid");
+        p.bid()
+    }
+
+    /// A queue bid the fixture's machine cannot serve (so it is no witness for it), placed with
+    /// a machine of the host's that fits every bid shape ([`witness_terms`]), active only while
+    /// the bid is placed: paused, it neither serves the bid nor counts among the GPUs offered.
+    pub fn place_elsewhere(&mut self, c: &Wallet, args: PlaceBidArgs) -> Pubkey {
+        let witness = match self.witness {
+            Some(w) => w,
+            None => {
+                let agent = self.ctx.wallet(1);
+                let host = self.host.key.insecure_clone();
+                let w = self.ctx.register_machine(
+                    &host,
+                    self.market,
+                    99,
+                    witness_terms(agent.pubkey(), [0; 16]),
+                );
+                self.witness = Some(w);
+                self.set_status(w, MachineStatus::Paused);
+                w
+            }
+        };
+        self.set_status(witness, MachineStatus::Active);
+        let bid = self.place_via(c, args, witness);
+        self.set_status(witness, MachineStatus::Paused);
+        bid
+    }
+
+    /// The host sets `machine`'s status.
+    pub fn set_status(&mut self, machine: Pubkey, status: MachineStatus) {
+        let host = self.host.key.insecure_clone();
+        self.ctx
+            .run(&SetMachineStatus {
+                owner: &host,
+                market: self.market,
+                machine,
+                status,
+            })
+            .expect("set_machine_status");
+    }
+
+    /// The host registers machine `id` (not the fixture's, id 0), with the fixture machine's
+    /// terms as `change` makes them, run by an agent of its own; returns the machine.
+    pub fn other_machine(&mut self, id: u64, change: impl FnOnce(&mut MachineTerms)) -> Pubkey {
+        let agent = self.ctx.wallet(1);
+        let mut terms = machine_terms(&agent.pubkey());
+        change(&mut terms);
+        let owner = self.host.key.insecure_clone();
+        let r = RegisterMachine {
+            owner: &owner,
+            market: self.market,
+            id,
+            terms,
+        };
+        self.ctx.run(&r).expect("register_machine");
+        r.machine()
     }
 
     /// `allocate` of `bid` on the fixture's machine by `agent`, with the evidence the sdk reads off
@@ -360,6 +430,18 @@ impl Fixture {
                 terms,
             })
             .expect("update_machine");
+    }
+
+    /// The market authority lists `region` (`add_region`).
+    pub fn add_region(&mut self, region: [u8; 16]) -> Result<(), Failure> {
+        let authority = self.authority.insecure_clone();
+        self.ctx
+            .run(&AddRegion {
+                authority: &authority,
+                market: self.market,
+                region,
+            })
+            .map(|_| ())
     }
 
     /// Schedules `params`, waits out the notice and applies them (anyone may).

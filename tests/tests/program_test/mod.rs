@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gpu_market::state::{Bid, BidKind, Freed, Machine, Market, StakeAccount};
+use gpu_market::state::{
+    Bid, BidKind, Freed, GpuSpec, Machine, MachineNetwork, MachineTerms, Market, StakeAccount,
+};
 use gpu_market_core::fit::{Offer, Unfit};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::token;
@@ -357,6 +359,52 @@ impl TestContext {
         T::try_deserialize(&mut acc.data.as_slice()).expect("deserialise account")
     }
 
+    /// `owner` (staked enough for one more machine) registers machine `id` of `market` with
+    /// `terms`; returns the machine.
+    pub fn register_machine(
+        &mut self,
+        owner: &Keypair,
+        market: Pubkey,
+        id: u64,
+        terms: MachineTerms,
+    ) -> Pubkey {
+        let r = RegisterMachine {
+            owner,
+            market,
+            id,
+            terms,
+        };
+        self.run(&r)
+            .unwrap_or_else(|e| panic!("register_machine: {:?}", e.err));
+        r.machine()
+    }
+
+    /// A host of its own stakes the market's `min_host_stake` (of `mint`) and registers a
+    /// [`witness_terms`] machine in `region`: the machine queue bids of tests about the book
+    /// name at placement. Returns the machine.
+    pub fn open_witness(&mut self, market: Pubkey, mint: &Pubkey, region: [u8; 16]) -> Pubkey {
+        let m: Market = self.account(&market);
+        let bond = m.params.min_host_stake;
+        let (host, tokens) = self.funded_user(mint, bond);
+        self.run(&OpenStake {
+            owner: &host,
+            market,
+        })
+        .expect("open_stake");
+        if bond > 0 {
+            self.run(&Stake {
+                owner: &host,
+                market,
+                stake_mint: *mint,
+                owner_tokens: tokens,
+                amount: bond,
+            })
+            .expect("stake");
+        }
+        let agent = self.wallet(1);
+        self.register_machine(&host, market, 0, witness_terms(agent.pubkey(), region))
+    }
+
     pub fn account_exists(&self, address: &Pubkey) -> bool {
         self.svm
             .get_account(address)
@@ -388,6 +436,44 @@ pub struct ClientLedger {
     pub open_bids: u32,
     pub gpus_held: u32,
     pub refunds_due: u64,
+}
+
+/// Terms of a machine (run by `agent`, in `region`) that every bid shape these tests place fits
+/// once idle: a queue bid's witness. 16 GPUs (8 of class 0, 6 of class 1, one each of 6 and 7), 80 GiB each, 50..700 W and wide
+/// clocks; 4 ports and 1 TiB of scratch per lease; 256 cores and 1 TiB of memory; no floor.
+pub fn witness_terms(agent: Pubkey, region: [u8; 16]) -> MachineTerms {
+    MachineTerms {
+        agent,
+        region,
+        gpus: (0..16u8)
+            .map(|i| GpuSpec {
+                uuid: [0xa0 + i; 16],
+                class: match i {
+                    0..8 => 0,
+                    8..14 => 1,
+                    _ => i - 8,
+                },
+                topology_group: 0,
+                memory_gib: 80,
+                power_w: [50, 700],
+                core_lock_mhz: [100, 3_000],
+                mem_lock_mhz: [0, 10_000],
+                core_offset_mhz: [-500, 500],
+                mem_offset_mhz: [0, 3_000],
+            })
+            .collect(),
+        price_floor_per_gpu_hour: 0,
+        electricity_cost_per_kwh: 0,
+        cached_images: vec![],
+        network: MachineNetwork {
+            host: "witness.example".into(),
+            ports_per_lease: 4,
+            scratch_gib: 1_024,
+            ..Default::default()
+        },
+        cpu_milli: 256_000,
+        memory_mib: 1 << 20,
+    }
 }
 
 /// `allocate` as the agent sends it: with a compute-unit limit, as deep books need more than

@@ -39,7 +39,7 @@ fn offer(free: &[u16], cpu_free: u32) -> Offer {
         0,
         [0; 8],
     )
-    .in_region(EU)
+    .in_region(EU, 1)
 }
 
 fn need(gpus: u8, gib: u16, regions: Regions<'static>) -> Need<'static> {
@@ -345,7 +345,7 @@ proptest! {
             }
             let mut free = o.host_free();
             free.cpu_milli -= need.room.host.cpu_milli;
-            offers[chosen.machine] = Offer::new(gpus, true, o.room(), free, 0, 0, [0; 8]).in_region(EU);
+            offers[chosen.machine] = Offer::new(gpus, true, o.room(), free, 0, 0, [0; 8]).in_region(EU, 1);
             let mask = chosen.gpus.iter().fold(0u16, |m, &g| m | 1 << g);
             leases[chosen.machine].push(Tenant { profile: pct.map(busy), ..tenant(mask, need.gib_per_gpu) });
         }

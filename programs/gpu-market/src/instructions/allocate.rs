@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use gpu_market_core::fit::{Fits, Offer};
+use gpu_market_core::fit::{Offer, Regions};
 
 use crate::errors::MarketError;
 use crate::events::LeaseStarted;
@@ -14,12 +14,11 @@ pub struct AllocateArgs {
     pub gpus: Vec<u8>,
 }
 
-/// Remaining accounts, in any order: evidence about book entries ranked above the chosen bid
-/// that fit the machine by their summary. For a queue bid, the stake account of each such
-/// entry's client (the anti-monopoly cap decides whether the entry may run first); and the bid
-/// account of each entry whose summary cannot decide (differing per-GPU overclock terms on GPUs
-/// whose limits differ). Entries that do not fit need nothing, so the transaction's size does not
-/// grow with the number of bids above.
+/// Remaining accounts, in any order: for a queue bid, the stake account of the client of each
+/// book entry ranked above the chosen bid that fits the machine (the anti-monopoly cap decides
+/// whether the entry may run first). A book entry decides fit exactly from what it holds, so
+/// entries that do not fit need nothing, and the transaction's size does not grow with what
+/// other bidders chose.
 #[derive(Accounts)]
 pub struct Allocate<'info> {
     /// The machine's agent; pays the lease's rent and gets it back when the lease closes.
@@ -58,60 +57,27 @@ pub struct Allocate<'info> {
     pub system_program: Program<'info, System>,
 }
 
-/// What the remaining accounts of `allocate` prove about book entries.
+/// What the remaining accounts of `allocate` prove about book entries: (client, GPUs it holds)
+/// from each stake account passed.
 struct Evidence {
-    /// (client, GPUs it holds) from each stake account passed.
     stakes: Vec<(Pubkey, u32)>,
-    bids: Vec<(Pubkey, Bid)>,
 }
 
 impl Evidence {
     fn read(remaining: &[AccountInfo], market: &Pubkey) -> Result<Self> {
-        let mut stakes = Vec::new();
-        let mut bids = Vec::new();
+        let mut stakes = Vec::with_capacity(remaining.len());
         for info in remaining {
             require_keys_eq!(*info.owner, crate::ID, MarketError::CandidatesMissing);
             let data = info.try_borrow_data()?;
-            if data.starts_with(StakeAccount::DISCRIMINATOR) {
-                let stake = StakeAccount::try_deserialize(&mut &data[..])?;
-                require_keys_eq!(stake.market, *market, MarketError::WrongStakeAccount);
-                stakes.push((stake.owner, stake.gpus_held));
-            } else if data.starts_with(Bid::DISCRIMINATOR) {
-                bids.push((info.key(), Bid::try_deserialize(&mut &data[..])?));
-            } else {
-                return err!(MarketError::CandidatesMissing);
-            }
+            require!(
+                data.starts_with(StakeAccount::DISCRIMINATOR),
+                MarketError::CandidatesMissing
+            );
+            let stake = StakeAccount::try_deserialize(&mut &data[..])?;
+            require_keys_eq!(stake.market, *market, MarketError::WrongStakeAccount);
+            stakes.push((stake.owner, stake.gpus_held));
         }
-        Ok(Evidence { stakes, bids })
-    }
-
-    /// Whether the entry's bid fits `offer`: from its summary, or from its account when the
-    /// summary cannot decide.
-    fn fits(&self, offer: &Offer, leaf: &BookLeaf) -> Result<bool> {
-        let s = &leaf.summary;
-        if offer.rules_out(
-            s.gpu_count,
-            s.gib_per_gpu,
-            s.accepted_classes,
-            s.price,
-            s.deadline,
-            s.room(),
-        ) {
-            return Ok(false);
-        }
-        match offer.fits(&s.need()) {
-            Fits::Yes => Ok(true),
-            Fits::No => Ok(false),
-            Fits::Undecided => {
-                let (_, bid) = self
-                    .bids
-                    .iter()
-                    .find(|(k, _)| *k == leaf.bid)
-                    .ok_or(MarketError::CandidatesMissing)?;
-                let overclock = bid.overclock_per_gpu();
-                Ok(offer.fits(&bid.need(&overclock)) == Fits::Yes)
-            }
-        }
+        Ok(Evidence { stakes })
     }
 
     fn held_by(&self, client: &Pubkey) -> Result<u32> {
@@ -121,6 +87,22 @@ impl Evidence {
             .map(|(_, held)| *held)
             .ok_or_else(|| error!(MarketError::CandidatesMissing))
     }
+}
+
+/// Whether the entry's bid fits `offer`, from its summary alone: its region and the
+/// whole-machine bounds first (a few comparisons on the entry as stored), then the exact rule.
+fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
+    let s = &leaf.summary;
+    offer.accepts(Regions::from_filter(u32::from_le_bytes(s.regions)))
+        && !offer.rules_out(
+            s.gpu_count,
+            s.gib_per_gpu,
+            s.accepted_classes,
+            s.price,
+            s.deadline,
+            s.room(),
+        )
+        && offer.fits(&s.need())
 }
 
 impl Allocate<'_> {
@@ -178,7 +160,7 @@ impl Allocate<'_> {
                 above = false;
                 continue;
             }
-            if !evidence.fits(offer, leaf)? {
+            if !entry_fits(offer, leaf) {
                 continue;
             }
             let within = within_cap(&leaf.summary.client, leaf.summary.gpu_count)?;

@@ -46,6 +46,41 @@ pub struct PlaceBidArgs {
     pub auto_power: Option<u16>,
 }
 
+impl PlaceBidArgs {
+    /// The terms of each of the bid's GPUs, in its GPU order (one entry stands for all).
+    pub fn overclock_per_gpu(&self) -> Vec<gpu_market_core::overclock::OverclockTerms> {
+        let one = self.overclock.len() == 1;
+        (0..self.gpu_count as usize)
+            .filter_map(|i| self.overclock.get(if one { 0 } else { i }))
+            .map(OverclockTerms::to_core)
+            .collect()
+    }
+
+    /// What the fit rule needs of the bid; `settings` is [`PlaceBidArgs::overclock_per_gpu`].
+    pub fn need<'a>(
+        &'a self,
+        settings: &'a [gpu_market_core::overclock::OverclockTerms],
+    ) -> Need<'a> {
+        Need {
+            gpu_count: self.gpu_count,
+            gib_per_gpu: self.gib_per_gpu,
+            accepted_classes: self.accepted_classes,
+            price: self.price,
+            deadline: self.deadline,
+            terms: Terms::of(settings),
+            room: Room {
+                ports: self.ports.len() as u8,
+                scratch_gib: self.scratch_gib,
+                host: Host {
+                    cpu_milli: self.cpu_milli,
+                    memory_mib: self.memory_mib,
+                },
+            },
+            regions: Regions::of(&self.regions),
+        }
+    }
+}
+
 #[derive(Accounts)]
 #[instruction(args: PlaceBidArgs)]
 pub struct PlaceBid<'info> {
@@ -73,9 +108,11 @@ pub struct PlaceBid<'info> {
     #[account(mut)]
     pub book: AccountLoader<'info, BidBook>,
 
-    /// The target of a spot bid; absent for a queue bid.
+    /// The target of a spot bid; for a queue bid, its witness: an active machine it could run
+    /// on once that machine's leases are gone (any one; the client finds it), so that no bid
+    /// that fits no machine waits in the book, counts as demand or outranks one that fits.
     #[account(has_one = market)]
-    pub machine: Option<Box<Account<'info, Machine>>>,
+    pub machine: Box<Account<'info, Machine>>,
 
     /// The client's stake account (opened with `open_stake`; its amount may be zero): S of
     /// the score, and the client's GPU count for the anti-monopoly cap.
@@ -163,57 +200,33 @@ impl PlaceBid<'_> {
             args.max_duration_secs >= self.market.params.billing_interval_secs,
             MarketError::BidShorterThanInterval
         );
-        match (args.kind, &self.machine) {
-            (BidKind::Queue, None) => {
-                require_keys_eq!(
-                    self.book.key(),
-                    self.market.queue_book,
-                    MarketError::WrongBook
-                );
-                // A queue bid no machine may serve at today's prices only clutters the book.
-                require!(
-                    args.price >= self.market.lowest_reserve(args.accepted_classes, now)?,
-                    MarketError::PriceBelowReserve
-                );
-            }
-            (BidKind::Spot, Some(machine)) => {
-                require!(
-                    machine.status == MachineStatus::Active,
-                    MarketError::MachineNotActive
-                );
-                require_keys_eq!(self.book.key(), machine.spot_book, MarketError::WrongBook);
-                // The bid must fit the machine once its running leases are gone: the same fit
-                // rule as `allocate`, on a machine with every GPU free.
-                let offer = machine.offer(&self.market, BidKind::Spot, now, &Freed::all())?;
-                let settings: Vec<_> = (0..args.gpu_count as usize)
-                    .map(|i| args.overclock[if terms == 1 { 0 } else { i }].to_core())
-                    .collect();
-                let need = Need {
-                    gpu_count: args.gpu_count,
-                    gib_per_gpu: args.gib_per_gpu,
-                    accepted_classes: args.accepted_classes,
-                    price: args.price,
-                    deadline: args.deadline,
-                    terms: Terms::of(&settings),
-                    room: Room {
-                        ports: args.ports.len() as u8,
-                        scratch_gib: args.scratch_gib,
-                        host: Host {
-                            cpu_milli: args.cpu_milli,
-                            memory_mib: args.memory_mib,
-                        },
-                    },
-                    regions: Regions::of(&args.regions),
-                };
-                match offer.fit(&need) {
-                    Ok(_) => {}
-                    Err(Unfit::PriceBelowFloor) => return err!(MarketError::PriceBelowFloor),
-                    Err(Unfit::NoRoom) => return err!(MarketError::NoRoom),
-                    Err(Unfit::RegionNotAccepted) => return err!(MarketError::RegionNotAccepted),
-                    Err(_) => return err!(MarketError::OverclockOutOfRange),
-                }
-            }
-            _ => return err!(MarketError::WrongBook),
+        let book = match args.kind {
+            BidKind::Queue => self.market.queue_book,
+            BidKind::Spot => self.machine.spot_book,
+        };
+        require_keys_eq!(self.book.key(), book, MarketError::WrongBook);
+        let machine = &self.machine;
+        require!(
+            machine.status == MachineStatus::Active,
+            MarketError::MachineNotActive
+        );
+        // At most two distinct term sets: what a book entry holds exactly.
+        let settings = args.overclock_per_gpu();
+        require!(
+            Terms::summarise(&settings).is_some(),
+            MarketError::TooManyTermSets
+        );
+        // Every region named is one the market lists, so its book entry decides it exactly.
+        self.market.region_filter(&args.regions)?;
+        // The bid must fit the machine once its running leases are gone: the same fit rule
+        // as `allocate`, on a machine with every GPU free, at the machine's floor and (queue
+        // bids) the market's reserve price now.
+        let offer = machine.offer(&self.market, args.kind, now, &Freed::all())?;
+        let need = args.need(&settings);
+        // The quick answer first; the full rule only to name the reason for a refusal.
+        if !offer.fits(&need) {
+            let unfit = offer.fit(&need).err().unwrap_or(Unfit::Busy);
+            return err!(MarketError::from(unfit));
         }
         Ok(())
     }
@@ -326,11 +339,10 @@ impl PlaceBid<'_> {
         bid.set_inner(Bid {
             market: market.key(),
             client: ctx.accounts.client.key(),
-            machine: ctx
-                .accounts
-                .machine
-                .as_ref()
-                .map_or(Pubkey::default(), |m| m.key()),
+            machine: match args.kind {
+                BidKind::Spot => ctx.accounts.machine.key(),
+                BidKind::Queue => Pubkey::default(),
+            },
             image_digest: args.image_digest,
             env_hash: args.env_hash,
             image_ref: args.image_ref.clone(),
@@ -359,9 +371,9 @@ impl PlaceBid<'_> {
             auto_power: args.auto_power,
         });
         // Queue bids rank by score (with aging); spot bids by the host's profit (GigaSPOT).
-        let key = match &ctx.accounts.machine {
-            Some(machine) => bid.spot_profit(machine)?,
-            None => rank,
+        let key = match args.kind {
+            BidKind::Spot => bid.spot_profit(&ctx.accounts.machine)?,
+            BidKind::Queue => rank,
         };
         let bid_key = bid.key();
         let evicting = ctx.accounts.book.load()?.is_full();

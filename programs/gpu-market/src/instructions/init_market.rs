@@ -2,9 +2,11 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::MarketError;
-use crate::events::{FeesCollected, MarketInitialized, MarketUpdateApplied, MarketUpdated};
+use crate::events::{
+    FeesCollected, MarketInitialized, MarketUpdateApplied, MarketUpdated, RegionAdded,
+};
 use crate::instructions::pay_out;
-use crate::state::{seeds, Market, MarketParams};
+use crate::state::{seeds, Market, MarketParams, REGION_LEN};
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct InitMarketArgs {
@@ -126,6 +128,21 @@ impl UpdateMarket<'_> {
             old: market.params,
             new: params,
             effective_at,
+        });
+        Ok(())
+    }
+}
+
+impl UpdateMarket<'_> {
+    /// Lists a region machines may declare and bids may name. At once, as it takes nothing
+    /// from anyone; a listed region stays, in its place, for the life of the market (book
+    /// entries keep regions by their index in the table).
+    pub fn add_region(ctx: Context<Self>, region: [u8; REGION_LEN]) -> Result<()> {
+        let market = &mut ctx.accounts.market;
+        market.add_region(region)?;
+        emit!(RegionAdded {
+            market: market.key(),
+            region,
         });
         Ok(())
     }

@@ -55,7 +55,7 @@ impl RegisterMachine<'_> {
         machine.registered_at = now;
         machine.last_heartbeat = now;
         machine.bump = ctx.bumps.machine;
-        machine.apply_terms(&terms)?;
+        machine.apply_terms(&terms, &ctx.accounts.market)?;
         ctx.accounts.market.tick_demand(now);
         ctx.accounts.market.add_offered(machine.offered())?;
         emit!(MachineRegistered {
@@ -97,7 +97,7 @@ impl UpdateMachine<'_> {
         // GPUs under running leases cannot change under them.
         require!(machine.leases == 0, MarketError::MachineBusy);
         let before = machine.offered();
-        machine.apply_terms(&terms)?;
+        machine.apply_terms(&terms, &ctx.accounts.market)?;
         let market = &mut ctx.accounts.market;
         market.tick_demand(Clock::get()?.unix_timestamp);
         market.add_offered(machine.offered() - before)?;

@@ -249,35 +249,38 @@ impl Bid {
         offer.fit(&self.need(&overclock))
     }
 
-    /// What its book entry carries, so `allocate` can decide fit without the account.
-    pub fn summary(&self) -> BidSummary {
-        // The same terms on every GPU (the common case) need no conversion.
-        let (terms_lo, terms_hi, mixed) = match self.overclock.split_first() {
-            Some((first, rest)) if rest.iter().all(|t| t == first) => (*first, *first, 0),
-            _ => {
-                let (lo, hi) = Terms::range_of(&self.overclock_per_gpu());
-                (
-                    OverclockTerms::from_core(&lo),
-                    OverclockTerms::from_core(&hi),
-                    1,
-                )
-            }
+    /// What its book entry carries, so `allocate` can decide fit without the account;
+    /// `regions` is its market's [`crate::state::Market::region_filter`] of the bid's labels.
+    /// A bid holds at most two distinct term sets (`place_bid` refuses more).
+    pub fn summary(&self, regions: u32) -> BidSummary {
+        let (first, second, second_count) = match Terms::summarise(&self.overclock_per_gpu()) {
+            Some(Terms::Split {
+                first,
+                second,
+                second_count,
+            }) => (first, second, second_count),
+            Some(Terms::Uniform(t)) => (t, t, 0),
+            _ => Default::default(),
         };
+        let (terms_first, terms_second) = (
+            OverclockTerms::from_core(&first),
+            OverclockTerms::from_core(&second),
+        );
         BidSummary {
             client: self.client,
             price: self.price,
             deadline: self.deadline,
-            terms_lo,
-            terms_hi,
+            terms_first,
+            terms_second,
             gib_per_gpu: self.gib_per_gpu,
             gpu_count: self.gpu_count,
             accepted_classes: self.accepted_classes,
-            mixed,
+            second_count,
             ports: self.ports.len() as u8,
             scratch_gib: self.scratch_gib.to_le_bytes(),
             cpu_milli: self.cpu_milli.to_le_bytes(),
             memory_mib: self.memory_mib.to_le_bytes(),
-            regions: Regions::filter(&self.regions).to_le_bytes(),
+            regions: regions.to_le_bytes(),
         }
     }
 

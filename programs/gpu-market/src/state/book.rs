@@ -143,15 +143,17 @@ pub struct BidSummary {
     pub client: Pubkey,
     pub price: u64,
     pub deadline: i64,
-    /// The bid's overclock terms: equal when every GPU asks the same (`mixed == 0`), else their
-    /// range field by field (see `gpu_market_core::fit::Terms::range_of`).
-    pub terms_lo: OverclockTerms,
-    pub terms_hi: OverclockTerms,
+    /// The bid's overclock terms, as at most two distinct sets (a bid may ask no more):
+    /// `second_count` of its GPUs ask `terms_second`, the others `terms_first`
+    /// (`gpu_market_core::fit::Terms::summarise`). Exact: fit does not depend on which GPU
+    /// of the bid asks which.
+    pub terms_first: OverclockTerms,
+    pub terms_second: OverclockTerms,
     pub gib_per_gpu: u16,
     pub gpu_count: u8,
     pub accepted_classes: u8,
-    /// 1 when the bid's GPUs ask differing terms.
-    pub mixed: u8,
+    /// GPUs asking `terms_second` (0: every GPU asks `terms_first`).
+    pub second_count: u8,
     /// The ports the bid publishes, and its scratch GiB (little-endian: the entry keeps its
     /// byte alignment).
     pub ports: u8,
@@ -159,7 +161,7 @@ pub struct BidSummary {
     /// The CPU (thousandths of a core) and memory (MiB) the bid's lease holds.
     pub cpu_milli: [u8; 4],
     pub memory_mib: [u8; 4],
-    /// The bits of the regions the bid names (`gpu_market_core::fit::Regions::filter`; 0: any).
+    /// The regions the bid names, as bits of the market's region table (0: any).
     pub regions: [u8; 4],
 }
 
@@ -176,9 +178,10 @@ impl BidSummary {
         }
     }
 
-    /// The fit rule's input; a bid with differing per-GPU terms gives only their range.
+    /// The fit rule's input, exact: a bid's two term sets with their counts, its regions by
+    /// their indices in the market's table.
     pub fn need(&self) -> Need<'static> {
-        let lo = self.terms_lo.to_core();
+        let first = self.terms_first.to_core();
         Need {
             gpu_count: self.gpu_count,
             gib_per_gpu: self.gib_per_gpu,
@@ -187,12 +190,13 @@ impl BidSummary {
             deadline: self.deadline,
             room: self.room(),
             regions: Regions::from_filter(u32::from_le_bytes(self.regions)),
-            terms: if self.mixed == 0 {
-                Terms::Uniform(lo)
+            terms: if self.second_count == 0 {
+                Terms::Uniform(first)
             } else {
-                Terms::Range {
-                    lo,
-                    hi: self.terms_hi.to_core(),
+                Terms::Split {
+                    first,
+                    second: self.terms_second.to_core(),
+                    second_count: self.second_count,
                 }
             },
         }

@@ -231,8 +231,9 @@ pub struct MachineFault {
 }
 
 impl Machine {
-    /// Checks `terms` and writes them into the account.
-    pub fn apply_terms(&mut self, terms: &MachineTerms) -> Result<()> {
+    /// Checks `terms` (its region one `market` lists, or none) and writes them into the account.
+    pub fn apply_terms(&mut self, terms: &MachineTerms, market: &Market) -> Result<()> {
+        market.region_bit(&terms.region)?;
         let n = terms.gpus.len();
         require!((1..=MAX_GPUS).contains(&n), MarketError::BadGpuCount);
         require!(
@@ -361,7 +362,7 @@ impl Machine {
             floor,
             reserve,
         )
-        .in_region(self.region))
+        .in_region(self.region, market.region_bit(&self.region).unwrap_or(0)))
     }
 
     /// Holds `gib` on each of `gpus` and `host` of the machine's CPU and memory for a lease (of

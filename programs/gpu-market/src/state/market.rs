@@ -3,10 +3,13 @@ use gpu_market_core::pricing;
 use gpu_market_core::score::{self, Inputs, Weights};
 
 use crate::errors::MarketError;
-use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccount};
+use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccount, REGION_LEN};
 
 /// GPU classes a market prices (index = `GpuSpec::class`).
 pub use gpu_market_core::fit::GPU_CLASSES;
+
+/// Most regions a market lists: bit `i` of a book entry's region filter accepts its `i`-th.
+pub const MAX_MARKET_REGIONS: usize = 32;
 
 /// Tables of bps in the market's parameters, Borsh-coded as one copy (see `pod_borsh!`): the
 /// market account holds its parameters twice (in force and scheduled), and every instruction
@@ -291,6 +294,9 @@ pub struct Market {
     pub bump: u8,
     pub stake_vault_bump: u8,
     pub payment_vault_bump: u8,
+    /// The regions machines may declare and bids may name, in the order `add_region` listed
+    /// them (never removed or reordered: book entries keep their indices); empty labels after.
+    pub regions: [[u8; REGION_LEN]; MAX_MARKET_REGIONS],
 }
 
 impl Market {
@@ -325,7 +331,40 @@ impl Market {
             bump: 0,
             stake_vault_bump: 0,
             payment_vault_bump: 0,
+            regions: [[0; REGION_LEN]; MAX_MARKET_REGIONS],
         }
+    }
+
+    /// The bit of `region` in the market's table; 0 for the empty label (no region).
+    pub fn region_bit(&self, region: &[u8; REGION_LEN]) -> Result<u32> {
+        if region[0] == 0 {
+            return Ok(0);
+        }
+        self.regions
+            .iter()
+            .position(|r| r == region)
+            .map(|i| 1 << i)
+            .ok_or_else(|| error!(MarketError::UnknownRegion))
+    }
+
+    /// What a book entry keeps of the regions a bid names (0: any region).
+    pub fn region_filter(&self, regions: &[[u8; REGION_LEN]]) -> Result<u32> {
+        regions
+            .iter()
+            .try_fold(0u32, |f, r| Ok(f | self.region_bit(r)?))
+    }
+
+    /// Lists `region` in the next free slot of the table.
+    pub fn add_region(&mut self, region: [u8; REGION_LEN]) -> Result<()> {
+        require!(region[0] != 0, MarketError::BadRegions);
+        require!(!self.regions.contains(&region), MarketError::RegionListed);
+        let slot = self
+            .regions
+            .iter_mut()
+            .find(|r| r[0] == 0)
+            .ok_or(MarketError::RegionTableFull)?;
+        *slot = region;
+        Ok(())
     }
 
     /// Signs a CPI as the market PDA, which owns the vaults.
@@ -365,7 +404,8 @@ impl Market {
         key: u64,
     ) -> Result<()> {
         let seq = self.next_bid_seq;
-        book.insert(BookKey::new(key, seq), bid_key, bid.summary())
+        let filter = self.region_filter(&bid.regions)?;
+        book.insert(BookKey::new(key, seq), bid_key, bid.summary(filter))
             .map_err(MarketError::from)?;
         self.next_bid_seq = seq.checked_add(1).ok_or(MarketError::Overflow)?;
         bid.book_key = key;
@@ -418,18 +458,6 @@ impl Market {
                     .min(MAX_BID_WAIT_SECS)
             },
         )
-    }
-
-    /// The lowest reserve price now among the classes `accepted` (a queue bid must pay at least
-    /// that to be served anywhere).
-    pub fn lowest_reserve(&self, accepted: u8, now: i64) -> Result<u64> {
-        let mut lowest = u64::MAX;
-        for c in 0..GPU_CLASSES as u8 {
-            if accepted & (1 << c) != 0 {
-                lowest = lowest.min(self.reserve_price(c, now)?);
-            }
-        }
-        Ok(lowest)
     }
 
     /// Samples demand on the market's clock: one sample (waiting vs offered GPUs, as they stood
