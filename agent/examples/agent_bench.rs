@@ -159,8 +159,17 @@ async fn main() {
             .unwrap();
         // Short bids: placing thousands takes minutes, and a deadline must leave a bid its
         // duration.
+        // Their witness is an attacker's machine, paused once they are placed.
+        let (attacker, witness) = attacker_witness(&live).await;
         let bids = unservable(0..book as u64, 60, now + QUEUE_WAIT_SECS, GPUS);
-        place_all(&live, &staked, live.machine, bids).await;
+        place_all(&live, &staked, witness, bids).await;
+        live.set_status(
+            &attacker.key,
+            witness,
+            gpu_market::state::MachineStatus::Paused,
+        )
+        .await
+        .unwrap();
     }
     // Eight clients (the validator's faucet funds no more), each with up to 8 leases.
     let mut clients = Vec::new();
