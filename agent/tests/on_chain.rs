@@ -869,12 +869,20 @@ async fn a_fatal_gpu_fault_ends_the_lease_refunds_the_rest_and_pauses_the_machin
     assert_eq!((fault.gpu, fault.xid), (gpu, 79));
     assert!(fault.at >= faulted_at);
 
-    // Paused: a new bid waits, though the machine's GPUs are free.
+    // Paused: it is no witness for a new queue bid; one that names another machine waits,
+    // though this machine's GPUs are free.
     let now = live.cluster.now().await.unwrap();
-    let bid = live
-        .place(&s.client, queue_bid(2, 5 * INTERVAL, now))
-        .await
-        .unwrap();
+    let refused = live.place(&s.client, queue_bid(2, 5 * INTERVAL, now)).await;
+    assert!(refused.is_err(), "a paused machine witnessed a bid");
+    let (_, witness) = attacker_witness(live).await;
+    let bid = place_all(
+        live,
+        &s.client,
+        witness,
+        vec![queue_bid(3, 5 * INTERVAL, now)],
+    )
+    .await
+    .remove(0);
     tokio::time::sleep(Duration::from_secs(3 * INTERVAL as u64)).await;
     assert!(!account_exists(live, &pda::lease(&bid).0).await);
     let (status, log) = agent.terminate();
