@@ -61,6 +61,8 @@ async fn bid(
 async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid() {
     let live = live_market(2).await;
     let (eu, us) = (region("eu-west"), region("us-east"));
+    live.add_region(eu).await.unwrap();
+    live.add_region(us).await.unwrap();
     live.update_machine(|t| t.region = eu).await.unwrap();
     let host_b = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
     let agent_b = live.cluster.wallet(10).await.unwrap();

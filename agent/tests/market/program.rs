@@ -80,6 +80,9 @@ impl ProgramMarket {
         )
         .await
         .expect("a market with a registered machine");
+        live.add_region(MACHINE_REGION)
+            .await
+            .expect("the market lists the machine's region");
         live.update_machine(|terms| {
             terms.cpu_milli = MACHINE_HOST.cpu_milli;
             terms.memory_mib = MACHINE_HOST.memory_mib;
