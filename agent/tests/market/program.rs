@@ -114,6 +114,10 @@ impl ProgramMarket {
             .await
             .expect("a staked host");
         let agent = self.live.cluster.wallet(10).await.expect("an agent key");
+        let listed = self.live.market_state().await.expect("the market").regions;
+        if region[0] != 0 && !listed.contains(&region) {
+            self.live.add_region(region).await.expect("add_region");
+        }
         let (machine, _) = self
             .live
             .register_machine(&host.key, agent.pubkey(), |terms| {
