@@ -227,8 +227,20 @@ impl LiveMarket {
         Ok(Wallet { key, tokens })
     }
 
-    /// Places a bid (spot bids on this market's machine); returns the bid's address.
+    /// Places a bid naming this market's machine (a spot bid's target, a queue bid's witness);
+    /// returns the bid's address.
     pub async fn place(&self, client: &Wallet, args: PlaceBidArgs) -> Result<Pubkey> {
+        self.place_via(client, self.machine, args).await
+    }
+
+    /// Places a bid naming `machine` (a spot bid's target, a queue bid's witness); returns the
+    /// bid's address.
+    pub async fn place_via(
+        &self,
+        client: &Wallet,
+        machine: Pubkey,
+        args: PlaceBidArgs,
+    ) -> Result<Pubkey> {
         let spot = args.kind == gpu_market::state::BidKind::Spot;
         let p = PlaceBid {
             client: &client.key,
@@ -238,7 +250,7 @@ impl LiveMarket {
             } else {
                 self.queue_book
             },
-            machine: self.machine,
+            machine,
             payment_mint: self.mint,
             client_tokens: client.tokens,
             args,

@@ -3,12 +3,12 @@
 //! and the clients' bids are made with the sdk's builders, as on a validator.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use gpu_market::instructions::PlaceBidArgs;
-use gpu_market::state::{BidKind as ProgramBidKind, Lease, MarketParams};
+use gpu_market::state::{BidKind as ProgramBidKind, Lease, Machine, MachineStatus, MarketParams};
 use gpu_market_agent::chain::solana::SolanaChain;
 use gpu_market_agent::chain::{BidKind, Chain, Key};
 use gpu_market_core::fit::Region;
@@ -18,6 +18,9 @@ use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
+
+use crate::support::witness_machine;
+use gpu_market_tests::live::Wallet;
 
 use super::{
     machine_gpus, BidSpec, MarketUnderTest, ELECTRICITY_COST, IMAGE, INTERVAL, MACHINE_HOST,
@@ -63,6 +66,8 @@ pub struct ProgramMarket {
     live: LiveMarket,
     chain: Arc<SolanaChain>,
     nonce: AtomicU64,
+    /// Every machine registered in the market, the scenarios' one first.
+    machines: Mutex<Vec<Pubkey>>,
 }
 
 impl ProgramMarket {
@@ -92,6 +97,7 @@ impl ProgramMarket {
         .expect("the machine's CPU, memory and region");
         let chain = agent_chain(&live, live.agent.insecure_clone(), live.machine);
         ProgramMarket {
+            machines: Mutex::new(vec![live.machine]),
             live,
             chain: Arc::new(chain),
             nonce: AtomicU64::new(0),
@@ -130,6 +136,7 @@ impl ProgramMarket {
             })
             .await
             .expect("the second machine");
+        self.machines.lock().unwrap().push(machine);
         let chain = agent_chain(&self.live, agent, machine);
         OtherMachine {
             machine,
@@ -146,6 +153,44 @@ impl ProgramMarket {
     pub async fn lease_of(&self, bid: Key) -> Option<Lease> {
         let lease = gpu_market::pda::lease(&Pubkey::new_from_array(bid.0)).0;
         self.live.cluster.account(&lease).await.ok()
+    }
+
+    /// The machine a bid of `args` names: a spot bid's target is the scenarios' machine; a
+    /// queue bid's witness is found among the market's machines as `bid place` finds it, or,
+    /// where none fits (a scenario about bids the machines pass over), is a roomy machine
+    /// registered in the bid's first region and paused once the bid is placed, so that it runs
+    /// nothing the scenario watches.
+    async fn place_via(&self, client: &Wallet, args: PlaceBidArgs) -> Pubkey {
+        if args.kind == ProgramBidKind::Spot {
+            return self.live.place(client, args).await.expect("place_bid");
+        }
+        let market = self.live.market_state().await.expect("the market");
+        let now = self.live.cluster.now().await.expect("the clock");
+        let keys = self.machines.lock().unwrap().clone();
+        let mut machines = Vec::new();
+        for key in keys {
+            let machine: Machine = self.live.cluster.account(&key).await.expect("a machine");
+            machines.push((key, machine));
+        }
+        if let Ok(witness) = gpu_market_sdk::placement::witness(&market, now, &machines, &args) {
+            return self
+                .live
+                .place_via(client, witness, args)
+                .await
+                .expect("place_bid");
+        }
+        let label = args.regions.first().copied().unwrap_or(MACHINE_REGION);
+        let (owner, witness) = witness_machine(&self.live, label).await;
+        let bid = self
+            .live
+            .place_via(client, witness, args)
+            .await
+            .expect("place_bid");
+        self.live
+            .set_status(&owner.key, witness, MachineStatus::Paused)
+            .await
+            .expect("the witness paused");
+        bid
     }
 }
 
@@ -186,8 +231,7 @@ impl MarketUnderTest for ProgramMarket {
             regions: spec.regions.clone(),
             auto_power: None,
         };
-        let bid = self.live.place(&client, args).await.expect("place_bid");
-        Key(bid.to_bytes())
+        Key(self.place_via(&client, args).await.to_bytes())
     }
 
     async fn advance(&self, secs: u64) {

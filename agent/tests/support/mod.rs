@@ -511,17 +511,25 @@ pub fn unservable(
 /// registers it, and returns its owner and the machine (pause it once the bids are placed:
 /// they then fit no active machine).
 pub async fn attacker_witness(live: &LiveMarket) -> (Wallet, Pubkey) {
-    live.add_region(region("us-east"))
-        .await
-        .expect("add_region");
+    witness_machine(live, region("us-east")).await
+}
+
+/// A roomy machine in `label` (listed first if the market does not list it yet): 8 GPUs of
+/// 48 GiB in classes 0 and 1, 50..500 W, 4 ports a lease, 128 cores, 1 TiB of memory. A queue
+/// bid no other machine of a test fits names it as its witness; returns its owner and the
+/// machine.
+pub async fn witness_machine(live: &LiveMarket, label: [u8; 16]) -> (Wallet, Pubkey) {
     let m = live.market_state().await.unwrap();
+    if !m.regions.contains(&label) {
+        live.add_region(label).await.expect("add_region");
+    }
     let owner = live
         .client(m.params.min_host_stake, m.params.min_host_stake)
         .await
         .unwrap();
     let (machine, _) = live
         .register_machine(&owner.key, Pubkey::new_unique(), |t| {
-            t.region = region("us-east");
+            t.region = label;
             t.gpus = (0..8u8)
                 .map(|i| GpuSpec {
                     uuid: [0xa0 + i; 16],
@@ -535,12 +543,12 @@ pub async fn attacker_witness(live: &LiveMarket) -> (Wallet, Pubkey) {
                     mem_offset_mhz: [0, 1_500],
                 })
                 .collect();
-            t.network.host = "attacker.example".into();
+            t.network.host = "witness.example".into();
             t.network.ports_per_lease = 4;
             t.cpu_milli = 128_000;
             t.memory_mib = 1 << 20;
         })
         .await
-        .expect("the attacker's machine");
+        .expect("the witness machine");
     (owner, machine)
 }
