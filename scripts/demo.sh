@@ -12,7 +12,8 @@
 #   worker (with a secret env var, sealed on chain to the agent), bob a 1-GPU queue bid for a
 #   container that idles, carol a cheap spot bid. The agent allocates them and runs the
 #   containers; bob outbids carol's spot lease, which stops at its interval boundary; bob's idle
-#   lease gets flagged; every interval is proven and paid; a keeper removes a bid that expired;
+#   lease gets flagged; every interval is proven and paid; a bid no machine could run is
+#   refused at placement; a keeper removes a bid that expired;
 #   at the end a table of balances before and after that adds up to the mint's supply, checked
 #   to the last base unit. Everything started is stopped.
 #
@@ -572,10 +573,19 @@ kill "$POLLER_PID" 2>/dev/null || true
 wait "$POLLER_PID" 2>/dev/null || true
 POLLER_PID=""
 
-step "anyone may run the keeper: carol's bid for a 200 GiB GPU, which no machine has, expires; the keeper removes it (escrow back in full) and closes the sealed environments of ended bids (rent back to their clients)"
+step "a bid no machine could run is refused at placement, with the reason: carol asks for a 200 GiB GPU, which no machine has"
+if REFUSAL=$(cli carol bid place --market "$MARKET" \
+    --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
+    --gpus 1 --gib-per-gpu 200 --overclock power=200 --price 30 --duration 5 --deadline +12 2>&1); then
+    die "a bid for a 200 GiB GPU was placed in a market with none"
+fi
+printf '    %s\n' "$REFUSAL"
+printf '%s' "$REFUSAL" | grep -q "could run this bid" || die "the refusal gives no reason: $REFUSAL"
+
+step "anyone may run the keeper: carol's 1-GPU bid, which the drained agent no longer takes, expires; the keeper removes it (escrow back in full) and closes the sealed environments of ended bids (rent back to their clients)"
 EXPIRING_BID=$(cli carol --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
-    --gpus 1 --gib-per-gpu 200 --overclock power=200 --price 30 --duration 5 --deadline +12 | jget bid)
+    --gpus 1 --gib-per-gpu 8 --overclock power=200 --price 30 --duration 5 --deadline +12 | jget bid)
 bid_expired() { cli authority --output json bid explain "$EXPIRING_BID" | grep -q "its deadline has passed"; }
 wait_for 60 "carol's bid expired" bid_expired
 cli authority keeper --market "$MARKET" --once

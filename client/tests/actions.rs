@@ -139,6 +139,15 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
     // still find it running, on a machine that stalls for a while.
     let s = MarketSetup::new(&t, &["--unstake-cooldown-secs", "30"]);
     let host = register_host(&t, &s);
+    // The machine gives its leases CPU and memory: the bid below reserves some, and a queue bid
+    // names a machine it could run on.
+    let machine = host.machine.to_string();
+    t.ok(
+        &t.path("host.json"),
+        &[
+            "host", "update", &machine, "--cpus", "16", "--memory", "64GiB",
+        ],
+    );
     let alice_file = t.wallet("alice");
     let alice = key_of(&alice_file);
     let tokens = s.fund(&t, &alice_file, "100");

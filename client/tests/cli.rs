@@ -618,8 +618,9 @@ fn bid_verbs() {
         (b.auto_power, &out["auto_power"]),
         (None, &Value::from("off"))
     );
-    // A queue bid under the reserve price (0.5 < 1 per GPU-hour) could never run: refused at
-    // placement with the program's reason, nothing moved, no bid created.
+    // A queue bid under the reserve price (0.5 < 1 per GPU-hour) could never run: no machine
+    // of the market is its witness, so it is refused at placement with the fit rule's reason,
+    // nothing moved, no bid created.
     let queue_book = t.account::<Market>(&s.market).queue_book;
     let book_len = |key: &Pubkey| {
         gpu_market_sdk::book::read_book(&t.rpc().get_account(key).unwrap().data)
@@ -637,7 +638,7 @@ fn bid_verbs() {
         ),
     );
     assert!(
-        e.contains("the price is below the market's reserve price"),
+        e.contains("could run this bid") && e.contains("price below the market's reserve price"),
         "{e}"
     );
     assert_eq!(
@@ -699,74 +700,12 @@ fn bid_verbs() {
     );
     t.ok(&client, &["bid", "cancel", &twin.to_string()]);
 
-    // A bid for a class the machine does not have.
-    let out = t.ok(
-        &client,
-        &place_args(
-            &m,
-            &[
-                "--overclock",
-                "power=300",
-                "--price",
-                "2",
-                "--class",
-                "2",
-                "--nonce",
-                "6",
-            ],
-        ),
-    );
-    let ex = t.ok(&client, &["bid", "explain", out["bid"].as_str().unwrap()]);
-    assert_eq!(ex["machines_fitting"], 0, "{ex}");
-    assert_eq!(
-        ex["blocked_by"][0]["constraint"], "too few GPUs of an accepted class",
-        "{ex}"
-    );
-    assert_eq!(ex["blocked_by"][0]["machines"], 1);
-    assert_eq!(
-        ex["summary"],
-        "it fits none of 1 machines: too few GPUs of an accepted class on 1"
-    );
-    t.ok(&client, &["bid", "cancel", out["bid"].as_str().unwrap()]);
-
-    // With the reserve price lowered to 0.1, bids at 0.3 and 0.6 are placed; 0.3 is below the
-    // host's floor (0.5). Back at 1, the 0.6 bid is above the floor but below the reserve.
-    s.update(&t, &client, &["--base-price", "0.1"]);
-    let out = t.ok(
-        &client,
-        &place_args(
-            &m,
-            &["--overclock", "power=300", "--price", "0.3", "--nonce", "2"],
-        ),
-    );
-    let cheap = pk(&out["bid"]);
-    let out = t.ok(
-        &client,
-        &place_args(
-            &m,
-            &["--overclock", "power=300", "--price", "0.6", "--nonce", "7"],
-        ),
-    );
-    let under_reserve = pk(&out["bid"]);
-    let ex = t.ok(&client, &["bid", "explain", &cheap.to_string()]);
-    assert_eq!(
-        ex["blocked_by"][0]["constraint"], "price below the host's floor",
-        "{ex}"
-    );
-    s.update(&t, &client, &["--base-price", "1"]);
-    let ex = t.ok(&client, &["bid", "explain", &under_reserve.to_string()]);
-    assert_eq!(
-        ex["blocked_by"][0]["constraint"], "price below the market's reserve price",
-        "{ex}"
-    );
-    assert_eq!(ex["reserve"][0]["bid_beats_it"], false);
-    t.ok(&client, &["bid", "cancel", &under_reserve.to_string()]);
-    assert_eq!(t.balance(&tokens), 97_700_000); // 2 (good) + 0.3 (cheap) escrowed
-
-    // A bid that asks for more GPU memory than any GPU has.
-    let out = t.ok(
-        &client,
-        &[
+    // Bids no machine of the market could run, even idle, are refused at placement with the
+    // fit rule's reason (no machine is their witness), and nothing moves: a class the machine
+    // does not have, more GPU memory than any GPU has, a price below the host's floor.
+    let before = t.balance(&tokens);
+    let refused = |extra: &[&str], gib: &str, reason: &str| {
+        let mut args = vec![
             "bid",
             "place",
             "--market",
@@ -776,28 +715,61 @@ fn bid_verbs() {
             "--image-digest",
             DIGEST,
             "--gib-per-gpu",
-            "96",
+            gib,
             "--duration",
-            "60",
-            "--overclock",
-            "power=200",
-            "--price",
-            "3",
+            "1h",
             "--nonce",
-            "3",
-        ],
+            "6",
+        ];
+        args.extend_from_slice(extra);
+        let e = t.fails(&client, &args);
+        assert!(
+            e.contains("could run this bid") && e.contains(reason),
+            "{reason}: {e}"
+        );
+    };
+    let power = ["--overclock", "power=300"];
+    refused(
+        &[&power[..], &["--price", "2", "--class", "2"]].concat(),
+        "40",
+        "too few GPUs of an accepted class",
     );
-    let big = pk(&out["bid"]);
-    let ex = t.ok(&client, &["bid", "explain", &big.to_string()]);
+    refused(
+        &[&power[..], &["--price", "3"]].concat(),
+        "96",
+        "too little memory per GPU",
+    );
+    s.update(&t, &client, &["--base-price", "0.1"]);
+    refused(
+        &[&power[..], &["--price", "0.3"]].concat(),
+        "40",
+        "price below the host's floor",
+    );
+    assert_eq!(t.balance(&tokens), before, "nothing moved");
+
+    // A bid placed while it could run is explained once it no longer can: placed at 0.6 while
+    // the reserve price is 0.1, it is below the reserve once the market's base is back at 1.
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "0.6", "--nonce", "7"],
+        ),
+    );
+    let under_reserve = pk(&out["bid"]);
+    s.update(&t, &client, &["--base-price", "1"]);
+    let ex = t.ok(&client, &["bid", "explain", &under_reserve.to_string()]);
     assert_eq!(
-        ex["blocked_by"][0]["constraint"], "too little memory per GPU",
+        ex["blocked_by"][0]["constraint"], "price below the market's reserve price",
         "{ex}"
     );
+    assert_eq!(ex["reserve"][0]["bid_beats_it"], false);
+    assert_eq!(t.balance(&tokens), 97_400_000); // 2 (good) + 0.6 (under the reserve) escrowed
 
     // list: best first, with the score's parts; the stored score is what the parts give.
     let list = t.ok(&client, &["bid", "list", "--market", &m]);
     let rows = list.as_array().unwrap();
-    assert_eq!(rows.len(), 3);
+    assert_eq!(rows.len(), 2);
     // The book's order: the aged score less the duration handicap.
     let ranks: Vec<i64> = rows
         .iter()
@@ -1112,23 +1084,24 @@ fn bid_verbs() {
 
     // cancel: full refund, the bid account closed, out of its book.
     let before = t.balance(&tokens);
-    let out = t.ok(&client, &["bid", "cancel", &cheap.to_string()]);
-    assert_eq!(out["refund"], "0.3");
-    assert_eq!(t.balance(&tokens), before + 300_000);
-    assert!(!t.exists(&cheap));
-    let e = t.fails(&client, &["bid", "show", &cheap.to_string()]);
+    let out = t.ok(&client, &["bid", "cancel", &under_reserve.to_string()]);
+    assert_eq!(out["refund"], "0.6");
+    assert_eq!(t.balance(&tokens), before + 600_000);
+    assert!(!t.exists(&under_reserve));
+    let e = t.fails(&client, &["bid", "show", &under_reserve.to_string()]);
     assert!(e.contains("does not exist"), "{e}");
     let e = t.fails(&stranger, &["bid", "cancel", &good.to_string()]);
     assert!(e.contains("belongs to"), "{e}");
     t.ok(&client, &["bid", "cancel", &spot.to_string()]);
     assert_eq!(book_len(&spot_book), 0);
-    assert_eq!(
-        t.ok(&client, &["bid", "list", "--market", &m])
-            .as_array()
-            .unwrap()
-            .len(),
-        2
-    );
+    let listed = t.ok(&client, &["bid", "list", "--market", &m]);
+    let listed: Vec<Pubkey> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| pk(&r["bid"]))
+        .collect();
+    assert_eq!(listed, vec![good]);
 
     // An image reference as long as registries allow (255 bytes) fits a new client's first bid
     // (its stake account opened in the same transaction); one byte more is refused, nothing
@@ -1232,6 +1205,8 @@ fn bid_verbs() {
 fn bid_prune() {
     let t = T::start();
     let s = MarketSetup::new(&t, &[]);
+    // A machine the bids could run on: a queue bid names one (its witness).
+    register_host(&t, &s);
     let m = s.m();
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");

@@ -387,7 +387,13 @@ pub fn allocate_as_agent(
     allocate.lease()
 }
 
+/// A host stakes and registers the two GPUs of [`GPUS_TOML`] in `eu-west`, which the market's
+/// authority lists first where the market does not list it yet.
 pub fn register_host(t: &T, s: &MarketSetup) -> Host {
+    let listed = t.account::<Market>(&s.market).regions;
+    if !listed.iter().any(|r| r.starts_with(b"eu-west\0")) {
+        t.ok(&s.authority, &["market", "add-region", &s.m(), "eu-west"]);
+    }
     let owner = t.wallet("host");
     let agent = t.wallet("agent");
     let tokens = s.fund(t, &owner, "100");
