@@ -676,8 +676,8 @@ impl Offer {
     /// book entry keeps (one or two sets) take one pass over the GPUs; only a bid account's
     /// own per-GPU list takes the full rule. Never allocates.
     pub fn fits(&self, need: &Need) -> bool {
-        if !self.accepts(need.regions)
-            || self.rules_out(
+        self.accepts(need.regions)
+            && !self.rules_out(
                 need.gpu_count,
                 need.gib_per_gpu,
                 need.accepted_classes,
@@ -685,9 +685,13 @@ impl Offer {
                 need.deadline,
                 need.room,
             )
-        {
-            return false;
-        }
+            && self.fits_within_bounds(need)
+    }
+
+    /// [`Offer::fits`] for a `need` the caller has already found in an accepted region and not
+    /// ruled out by [`Offer::rules_out`] (a book entry, checked on its stored numbers first):
+    /// only its GPUs and terms are looked at.
+    pub fn fits_within_bounds(&self, need: &Need) -> bool {
         match need.terms {
             Terms::Uniform(s) => self.fits_sets(need, &s, None),
             Terms::Split {

@@ -102,7 +102,7 @@ fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
             s.deadline,
             s.room(),
         )
-        && offer.fits(&s.need())
+        && offer.fits_within_bounds(&s.need())
 }
 
 impl Allocate<'_> {
