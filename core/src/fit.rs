@@ -17,7 +17,7 @@
 //! bid, and its transaction does not grow with what other bidders chose.
 
 use crate::matching::{self, AssignError, MAX};
-use crate::overclock::{GpuLimits, OverclockTerms};
+use crate::overclock::{GpuLimits, OverclockTerms, Settings};
 
 /// GPU classes a market prices (bit `c` of a bid's `accepted_classes`).
 pub const GPU_CLASSES: usize = 8;
@@ -310,11 +310,6 @@ fn count(mask: u16) -> u32 {
     mask.count_ones()
 }
 
-/// `Some(v)` is inside `r`; `None` (no lock or offset asked) always is.
-fn opt_in<T: PartialOrd + Copy>(v: Option<T>, r: crate::overclock::Range<T>) -> bool {
-    v.is_none_or(|v| r.contains(v))
-}
-
 impl Terms<'_> {
     /// `Uniform` when every entry is the same, else `PerGpu`.
     pub fn of(terms: &[OverclockTerms]) -> Terms<'_> {
@@ -374,15 +369,6 @@ impl Terms<'_> {
             }
         }
     }
-}
-
-/// Whether `s` fits `limits`, with `None` lowest for the optional fields.
-fn settings_allowed(limits: &GpuLimits, s: &OverclockTerms) -> bool {
-    limits.power_w.contains(s.power_limit_w)
-        && opt_in(s.core_lock_mhz, limits.core_lock_mhz)
-        && opt_in(s.mem_lock_mhz, limits.mem_lock_mhz)
-        && opt_in(s.core_offset_mhz, limits.core_offset_mhz)
-        && opt_in(s.mem_offset_mhz, limits.mem_offset_mhz)
 }
 
 impl Offer {
@@ -599,11 +585,11 @@ impl Offer {
             ),
         };
         let allowed = match (need.terms, listed) {
-            (Terms::Uniform(s), _) => self.limits_mask(|l| settings_allowed(l, &s)),
+            (Terms::Uniform(s), _) => self.limits_mask(|l| s.allowed_by(l)),
             (_, Some(terms)) => {
                 let mut compat = [0u16; MAX];
                 for (c, s) in compat.iter_mut().zip(terms) {
-                    *c = by_memory & self.limits_mask(|l| settings_allowed(l, s));
+                    *c = by_memory & self.limits_mask(|l| s.allowed_by(l));
                 }
                 if matching::assign(&compat[..terms.len()]).is_none() {
                     return Err(Unfit::OverclockOutOfRange);
@@ -635,7 +621,7 @@ impl Offer {
                 let terms = terms.unwrap_or_default();
                 let mut compat = [0u16; MAX];
                 for (i, s) in terms.iter().enumerate() {
-                    let fits = self.limits_mask(|l| settings_allowed(l, s));
+                    let fits = self.limits_mask(|l| s.allowed_by(l));
                     compat[i] = (unshared | self.running_mask(roomy, |r| r == s)) & fits;
                 }
                 match matching::assign(&compat[..terms.len()]) {
@@ -685,27 +671,31 @@ impl Offer {
                 need.deadline,
                 need.room,
             )
-            && self.fits_within_bounds(need)
-    }
-
-    /// [`Offer::fits`] for a `need` the caller has already found in an accepted region and not
-    /// ruled out by [`Offer::rules_out`] (a book entry, checked on its stored numbers first):
-    /// only its GPUs and terms are looked at.
-    pub fn fits_within_bounds(&self, need: &Need) -> bool {
-        match need.terms {
-            Terms::Uniform(s) => self.fits_sets(need, &s, None),
-            Terms::Split {
-                first,
-                second,
-                second_count,
-            } => {
-                second_count < need.gpu_count
-                    && self.fits_sets(need, &first, Some((&second, second_count)))
+            && match need.terms {
+                Terms::Uniform(s) => self.sets_fit(
+                    need.gpu_count,
+                    need.gib_per_gpu,
+                    need.accepted_classes,
+                    need.price,
+                    &s,
+                    None::<(&OverclockTerms, u8)>,
+                ),
+                Terms::Split {
+                    first,
+                    second,
+                    second_count,
+                } => self.sets_fit(
+                    need.gpu_count,
+                    need.gib_per_gpu,
+                    need.accepted_classes,
+                    need.price,
+                    &first,
+                    Some((&second, second_count)),
+                ),
+                Terms::PerGpu(t) => {
+                    t.iter().all(|s| s.allowed_by(&self.hull)) && self.free(need).is_ok()
+                }
             }
-            Terms::PerGpu(t) => {
-                t.iter().all(|s| settings_allowed(&self.hull, s)) && self.free(need).is_ok()
-            }
-        }
     }
 
     /// Whether the machine is in a region `regions` accepts: one comparison, so a caller
@@ -715,45 +705,52 @@ impl Offer {
     }
 
     /// [`Offer::fits`] for one set of terms on every GPU, or two sets (`second` on
-    /// `second.1` of the bid's GPUs), in bit masks: a GPU can serve a set when it is of an
-    /// accepted class whose price the bid meets, has the free GiB, allows the terms and is
-    /// unshared or already runs them. With two sets the bid fits exactly when enough GPUs serve
-    /// each set and enough serve either (Hall's condition for two kinds of demand); the same
-    /// condition on the limits alone turns most misfits away first. The same answer as the
-    /// staged rule of [`Offer::fit`] (a property test checks it).
-    fn fits_sets(
+    /// `second.1` of the bid's GPUs), for a bid the caller has already found in an accepted
+    /// region and not ruled out by [`Offer::rules_out`] (a book entry, checked on its stored
+    /// numbers, which it passes here without building a [`Need`]). In bit masks: a GPU can
+    /// serve a set when it is of an accepted class whose price the bid meets, has the free GiB,
+    /// allows the terms and is unshared or already runs them. With two sets the bid fits
+    /// exactly when enough GPUs serve each set and enough serve either (Hall's condition for
+    /// two kinds of demand); the same condition on the limits alone turns most misfits away
+    /// first. The same answer as the staged rule of [`Offer::fit`] (a property test checks it).
+    pub fn sets_fit(
         &self,
-        need: &Need,
-        first: &OverclockTerms,
-        second: Option<(&OverclockTerms, u8)>,
+        gpu_count: u8,
+        gib_per_gpu: u16,
+        accepted_classes: u8,
+        price: u64,
+        first: &impl Settings,
+        second: Option<(&impl Settings, u8)>,
     ) -> bool {
         let n_b = second.map_or(0, |(_, n)| n as u32);
-        let n_a = (need.gpu_count as u32).saturating_sub(n_b);
+        if n_b >= gpu_count as u32 && n_b > 0 {
+            return false;
+        }
+        let n_a = gpu_count as u32 - n_b;
         let hall = |a: u16, b: u16| count(a) >= n_a && count(b) >= n_b && count(a | b) >= n_a + n_b;
-        let limits_a = self.limits_mask(|l| settings_allowed(l, first));
-        let limits_b = second.map_or(0, |(s, _)| self.limits_mask(|l| settings_allowed(l, s)));
+        let limits_a = self.limits_mask(|l| first.allowed_by(l));
+        let limits_b = second.map_or(0, |(s, _)| self.limits_mask(|l| s.allowed_by(l)));
         if !hall(limits_a, limits_b) {
             return false;
         }
+        // The machine's accepted classes whose least price the bid meets.
         let mut classes = 0u8;
-        for (c, &p) in self.class_price.iter().enumerate() {
-            if need.price >= p {
+        let mut left = accepted_classes & self.classes;
+        while left != 0 {
+            let c = left.trailing_zeros() as usize;
+            if price >= self.class_price[c] {
                 classes |= 1 << c;
             }
+            left &= left - 1;
         }
-        let base = self.gib_mask(
-            self.class_mask(classes & need.accepted_classes),
-            need.gib_per_gpu,
-            true,
-        );
+        let base = self.gib_mask(self.class_mask(classes), gib_per_gpu, true);
         let unshared = base & !self.shared;
-        let serves = |limits: u16, s: &OverclockTerms| {
-            (unshared | self.running_mask(base, |r| r == s)) & limits
-        };
-        hall(
-            serves(limits_a, first),
-            second.map_or(0, |(s, _)| serves(limits_b, s)),
-        )
+        // A shared GPU serves a set it already runs (read only where some GPU is shared).
+        let a = (unshared | self.running_mask(base, |r| *r == first.terms())) & limits_a;
+        let b = second.map_or(0, |(s, _)| {
+            (unshared | self.running_mask(base, |r| *r == s.terms())) & limits_b
+        });
+        hall(a, b)
     }
 
     /// The GPUs `need` gets on this machine now, within one topology group whenever one can
@@ -871,7 +868,7 @@ impl Offer {
                 (_, Some(t)) => t[i],
                 (_, None) => continue,
             };
-            let fits = self.limits_mask(|l| settings_allowed(l, &s));
+            let fits = self.limits_mask(|l| s.allowed_by(l));
             *slot = (unshared | self.running_mask(base, |r| *r == s)) & fits;
         }
         out

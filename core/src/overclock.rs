@@ -40,6 +40,61 @@ pub struct OverclockTerms {
     pub mem_offset_mhz: Option<i16>,
 }
 
+/// A bid's terms for one GPU however they are kept: the fit rule reads them through this, so a
+/// book entry's stored terms (0 for an absent lock or offset) are checked as stored, without a
+/// conversion per entry (`allocate` reads up to 4,095 of them).
+pub trait Settings {
+    fn power_limit_w(&self) -> u16;
+    fn core_lock_mhz(&self) -> Option<u16>;
+    fn mem_lock_mhz(&self) -> Option<u16>;
+    fn core_offset_mhz(&self) -> Option<i16>;
+    fn mem_offset_mhz(&self) -> Option<i16>;
+
+    /// Whether these terms are inside `limits` (an absent lock or offset always is).
+    fn allowed_by(&self, limits: &GpuLimits) -> bool {
+        fn opt_in<T: PartialOrd + Copy>(v: Option<T>, r: Range<T>) -> bool {
+            v.is_none_or(|v| r.contains(v))
+        }
+        limits.power_w.contains(self.power_limit_w())
+            && opt_in(self.core_lock_mhz(), limits.core_lock_mhz)
+            && opt_in(self.mem_lock_mhz(), limits.mem_lock_mhz)
+            && opt_in(self.core_offset_mhz(), limits.core_offset_mhz)
+            && opt_in(self.mem_offset_mhz(), limits.mem_offset_mhz)
+    }
+
+    /// The terms themselves.
+    fn terms(&self) -> OverclockTerms {
+        OverclockTerms {
+            power_limit_w: self.power_limit_w(),
+            core_lock_mhz: self.core_lock_mhz(),
+            mem_lock_mhz: self.mem_lock_mhz(),
+            core_offset_mhz: self.core_offset_mhz(),
+            mem_offset_mhz: self.mem_offset_mhz(),
+        }
+    }
+}
+
+impl Settings for OverclockTerms {
+    fn power_limit_w(&self) -> u16 {
+        self.power_limit_w
+    }
+    fn core_lock_mhz(&self) -> Option<u16> {
+        self.core_lock_mhz
+    }
+    fn mem_lock_mhz(&self) -> Option<u16> {
+        self.mem_lock_mhz
+    }
+    fn core_offset_mhz(&self) -> Option<i16> {
+        self.core_offset_mhz
+    }
+    fn mem_offset_mhz(&self) -> Option<i16> {
+        self.mem_offset_mhz
+    }
+    fn terms(&self) -> OverclockTerms {
+        *self
+    }
+}
+
 /// The first term that is out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OverclockError {

@@ -648,17 +648,16 @@ fn three_term_sets_are_refused_at_placement_and_move_nothing() {
 }
 
 /// Issue 30, fault 1: the kinds of entry a summary could not decide (a range of per-GPU terms
-/// some GPUs allow in part; a region whose 32-bit hash met the machine's) are now exact. 4,095
-/// bids of those shapes above an honest bid, in turn: per-GPU power limits 50 W and 300 W (no
-/// GPU here goes below 150 W), 3 GPUs at 400 W with one at 300 W (two GPUs here allow 400 W),
-/// and a region the market lists but the machine is not in. Their witness is the attacker's own
-/// machine, paused once they are placed. The honest bid's `allocate` needs no evidence and fits a
-/// packet with the agent's compute-budget instruction at every depth, and runs below 3,000 of
-/// them. Not yet below 4,095: an entry that passes the machine-wide bounds costs ~370 CU to
-/// turn away, so a mix of these past ~3,700 entries exceeds the 1.4M units of a transaction
-/// (issue 30 keeps this open).
+/// some GPUs allow in part; a region whose 32-bit hash met the machine's) are now exact. A full
+/// book of bids of those shapes above an honest bid, in turn: per-GPU power limits 50 W and
+/// 300 W (no GPU here goes below 150 W), 3 GPUs at 400 W with one at 300 W (two GPUs here
+/// allow 400 W: only the full rule on the two term sets turns it away), and a region the
+/// market lists but the machine is not in. Their witness is the attacker's own machine, paused
+/// once they are placed. The honest bid's `allocate` needs no evidence, fits a packet with the
+/// agent's compute-budget instruction and runs inside a transaction's compute units at every
+/// depth up to 4,095.
 #[test]
-fn a_machine_allocates_below_3000_bids_of_the_formerly_undecidable_kinds() {
+fn a_machine_allocates_below_4095_bids_of_the_formerly_undecidable_kinds() {
     let region = |l: &str| {
         let mut r = [0u8; 16];
         r[..l.len()].copy_from_slice(l.as_bytes());
@@ -697,7 +696,7 @@ fn a_machine_allocates_below_3000_bids_of_the_formerly_undecidable_kinds() {
         servable,
         &[0],
         &w,
-        &[0, 10, 100, 1_000, 3_000],
+        &DEPTHS,
         |f, i| match i % 3 {
             0 => PlaceBidArgs {
                 overclock: per_gpu(&[50, 300]),

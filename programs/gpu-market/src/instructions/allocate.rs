@@ -90,7 +90,9 @@ impl Evidence {
 }
 
 /// Whether the entry's bid fits `offer`, from its summary alone: its region and the
-/// whole-machine bounds first (a few comparisons on the entry as stored), then the exact rule.
+/// whole-machine bounds first (a few comparisons on the entry as stored), then the exact rule
+/// on its one or two term sets as stored (`BidSummary::need` is not built: its copies and
+/// conversions cost about half of what the rule itself does).
 fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
     let s = &leaf.summary;
     offer.accepts(Regions::from_filter(u32::from_le_bytes(s.regions)))
@@ -102,7 +104,14 @@ fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
             s.deadline,
             s.room(),
         )
-        && offer.fits_within_bounds(&s.need())
+        && offer.sets_fit(
+            s.gpu_count,
+            s.gib_per_gpu,
+            s.accepted_classes,
+            s.price,
+            &s.terms_first,
+            (s.second_count > 0).then_some((&s.terms_second, s.second_count)),
+        )
 }
 
 impl Allocate<'_> {

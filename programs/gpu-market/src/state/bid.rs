@@ -84,15 +84,26 @@ impl OverclockTerms {
     }
 
     pub fn to_core(&self) -> overclock::OverclockTerms {
-        let opt_u = |v: u16| (v != 0).then_some(v);
-        let opt_i = |v: i16| (v != 0).then_some(v);
-        overclock::OverclockTerms {
-            power_limit_w: self.power_limit_w,
-            core_lock_mhz: opt_u(self.core_lock_mhz),
-            mem_lock_mhz: opt_u(self.mem_lock_mhz),
-            core_offset_mhz: opt_i(self.core_offset_mhz),
-            mem_offset_mhz: opt_i(self.mem_offset_mhz),
-        }
+        overclock::Settings::terms(self)
+    }
+}
+
+/// The stored terms as the fit rule reads them, without conversion (0: no lock or offset).
+impl overclock::Settings for OverclockTerms {
+    fn power_limit_w(&self) -> u16 {
+        self.power_limit_w
+    }
+    fn core_lock_mhz(&self) -> Option<u16> {
+        (self.core_lock_mhz != 0).then_some(self.core_lock_mhz)
+    }
+    fn mem_lock_mhz(&self) -> Option<u16> {
+        (self.mem_lock_mhz != 0).then_some(self.mem_lock_mhz)
+    }
+    fn core_offset_mhz(&self) -> Option<i16> {
+        (self.core_offset_mhz != 0).then_some(self.core_offset_mhz)
+    }
+    fn mem_offset_mhz(&self) -> Option<i16> {
+        (self.mem_offset_mhz != 0).then_some(self.mem_offset_mhz)
     }
 }
 
