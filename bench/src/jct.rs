@@ -84,14 +84,15 @@ impl Policy {
                 weights.stake_bps, weights.urgency_bps, weights.complexity_bps
             ),
             Policy::Program => {
-                let p = program_market().params;
+                let m = program_market();
+                let p = m.params;
                 format!(
                     "the program's book ({}/{}/{}, aging {} per {} s, duration handicap)",
                     p.weights_bps[0],
                     p.weights_bps[1],
                     p.weights_bps[2],
                     p.aging_per_interval,
-                    p.billing_interval_secs
+                    m.clock_secs
                 )
             }
         }

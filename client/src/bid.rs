@@ -654,11 +654,7 @@ fn score_parts(m: &Market, b: &Bid, stake: u64, now: i64) -> Result<Value> {
             p.aging_cap_bps as u64,
         ),
         // What the bid's requested duration takes off its rank (shorter bids go first).
-        "duration_handicap": score::duration_handicap(
-            b.max_duration_secs as u64,
-            p.aging_per_interval as u64,
-            p.billing_interval_secs as u64,
-        ),
+        "duration_handicap": m.duration_handicap(b.max_duration_secs),
     }))
 }
 

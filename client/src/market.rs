@@ -101,7 +101,9 @@ pub struct ParamArgs {
     /// score saturates [init default: 1000].
     #[arg(long)]
     urgency_premium_bps: Option<u16>,
-    /// Score a waiting bid gains per billing interval.
+    /// Score a waiting bid gains per tick of the market's clock (the billing interval the
+    /// market opened with, `clock_secs` in `market show`: a later change of the interval
+    /// leaves it as it is, so the book keeps its order).
     #[arg(long)]
     aging_per_interval: Option<u16>,
     /// Most score a waiting bid gains by aging, in bps [init default: 3000]; a queue bid's
@@ -478,6 +480,8 @@ pub(crate) fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result
     // The rules in force, each a field of its own.
     fields.extend(param_fields(&m.params, sd, pd));
     fields.extend([
+        // The tick bids age by and demand is sampled on: the interval the market opened with.
+        ("clock_secs", m.clock_secs.into()),
         ("demand_bps", m.demand_bps.into()),
         ("gpus_offered", m.gpus_offered.into()),
         ("gpus_waiting", m.gpus_waiting.into()),

@@ -779,17 +779,18 @@ fn bid_verbs() {
         })
         .collect();
     assert!(ranks.windows(2).all(|w| w[0] >= w[1]), "{ranks:?}");
-    let p = t.account::<Market>(&s.market).params;
+    let market = t.account::<Market>(&s.market);
+    let p = market.params;
     for (i, r) in rows.iter().enumerate() {
         assert_eq!(r["rank"], i as u64 + 1);
         assert_eq!(r["score"], r["score_parts"]["score_with_stake_now"], "{r}");
         let b: Bid = t.account(&pk(&r["bid"]));
         assert_eq!(r["score"], b.score);
-        // What its duration takes off its rank: three durations of aging.
+        // What its duration takes off its rank: three durations of aging, on the market's clock.
         let handicap = gpu_market_core::score::duration_handicap(
             b.max_duration_secs as u64,
             p.aging_per_interval as u64,
-            p.billing_interval_secs as u64,
+            market.clock_secs as u64,
         );
         assert_eq!(r["score_parts"]["duration_handicap"], handicap, "{r}");
     }

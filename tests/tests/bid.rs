@@ -34,6 +34,7 @@ struct Keys {
 
 struct Fixture {
     ctx: TestContext,
+    authority: Keypair,
     mint: Pubkey,
     market: Pubkey,
     queue_book: Pubkey,
@@ -59,6 +60,7 @@ fn fixture_with(mut params: MarketParams) -> Fixture {
     };
     Fixture {
         ctx,
+        authority,
         mint,
         market,
         queue_book,
@@ -1256,4 +1258,55 @@ fn more_than_16_overclock_entries_are_refused_not_a_panic() {
     assert_eq!(err.custom_code(), code(MarketError::BadOverclockCount));
     assert!(!f.ctx.account_exists(&p.bid()));
     assert_eq!(ledger(&f, &[&c]), before);
+}
+
+/// Issue 30, fault 6: the market's clock keeps the tick it opened with when the billing interval
+/// changes. A bid placed 100 one-minute intervals after the market opened, then the interval
+/// lengthened to an hour: an identical bid placed after the change ranks after it (before, the
+/// count fell from 161 to 2, so the later bid ranked as if placed 98 intervals earlier, and a
+/// count kept in hours would still give its duration handicap a sixtieth of the first's), and
+/// demand is sampled for the intervals the first bid waited (before, sampling stopped until the
+/// count passed 100 again: about 98 hours).
+#[test]
+fn a_longer_billing_interval_keeps_the_book_order_and_samples_demand() {
+    let mut f = fixture();
+    let c = client(&mut f, 1_000 * TOKEN, 10 * TOKEN);
+    f.ctx.advance_time(100 * 60);
+    let early = place(f.keys, &c, args(&f, 1));
+    f.ctx.run(&early).expect("place_bid");
+    let m: Market = f.ctx.account(&f.market);
+    assert_eq!(m.demand_bps, 0, "nothing waited before it");
+    let mut hourly = m.params;
+    hourly.billing_interval_secs = 3_600;
+    f.ctx
+        .run(&UpdateMarket {
+            authority: &f.authority,
+            market: f.market,
+            params: hourly,
+        })
+        .expect("update_market");
+    f.ctx.advance_time(m.notice_secs());
+    f.ctx
+        .run(&ApplyMarketUpdate {
+            signer: &f.authority,
+            market: f.market,
+        })
+        .expect("apply_market_update");
+    let late = place(f.keys, &c, args(&f, 2));
+    f.ctx.run(&late).expect("place_bid");
+    assert_eq!(
+        book_order(&f.ctx, &f.queue_book),
+        vec![early.bid(), late.bid()],
+        "placed later, ranked later"
+    );
+    let m: Market = f.ctx.account(&f.market);
+    assert!(
+        m.demand_bps > 0,
+        "the intervals the first bid waited are sampled"
+    );
+    assert_eq!(m.params.billing_interval_secs, 3_600);
+    assert_eq!(m.interval_at(f.ctx.now()), 161, "the count goes on");
+    // Leases bill by the hour; the clock still ticks each minute.
+    f.ctx.advance_time(3_600);
+    assert_eq!(m.interval_at(f.ctx.now()), 221);
 }

@@ -280,6 +280,11 @@ pub struct Market {
     /// Tokens asked back and still in the stake vault, waiting for their cooldown.
     pub total_pending_unstake: u64,
     pub created_at: i64,
+    /// The tick of the market's clock: the billing interval it opened with, never changed.
+    /// Bid aging and its handicaps, the longest wait and demand sampling count in it, so a
+    /// later change of `billing_interval_secs` (which a lease takes at its start) neither
+    /// reorders the book nor pauses demand sampling.
+    pub clock_secs: u32,
     /// Parameters `update_market` scheduled, applied from `pending_at` on (0: none pending).
     pub pending_params: MarketParams,
     pub pending_at: i64,
@@ -323,6 +328,7 @@ impl Market {
             total_staked: 0,
             total_pending_unstake: 0,
             created_at: 0,
+            clock_secs: params.billing_interval_secs,
             pending_params: params,
             pending_at: 0,
             fees_due: 0,
@@ -454,7 +460,7 @@ impl Market {
         score::max_wait_intervals(p.aging_per_interval as u64, p.aging_cap_bps as u64).map_or(
             MAX_BID_WAIT_SECS,
             |n| {
-                n.saturating_mul(p.billing_interval_secs as u64)
+                n.saturating_mul(self.clock_secs as u64)
                     .min(MAX_BID_WAIT_SECS)
             },
         )
@@ -515,16 +521,23 @@ impl Market {
     /// (`score::rank_key` with the market's aging and the bid's `score::duration_handicap`):
     /// `place_bid` ranks by it, the client quotes it, the Philly replay measures it.
     pub fn rank_key(&self, base: u64, now: i64, duration_secs: u32) -> u64 {
-        let p = &self.params;
-        let aging = p.aging_per_interval as u64;
-        let handicap =
-            score::duration_handicap(duration_secs as u64, aging, p.billing_interval_secs as u64);
+        let aging = self.params.aging_per_interval as u64;
+        let handicap = self.duration_handicap(duration_secs);
         score::rank_key(base, aging, self.interval_at(now), handicap)
     }
 
+    /// What a bid's requested duration takes off its rank (`score::duration_handicap` on the
+    /// market's clock): shorter bids go first.
+    pub fn duration_handicap(&self, duration_secs: u32) -> u64 {
+        score::duration_handicap(
+            duration_secs as u64,
+            self.params.aging_per_interval as u64,
+            self.clock_secs as u64,
+        )
+    }
+
     pub fn interval_at(&self, unix_time: i64) -> u64 {
-        (unix_time.saturating_sub(self.created_at).max(0) as u64)
-            / self.params.billing_interval_secs as u64
+        (unix_time.saturating_sub(self.created_at).max(0) as u64) / self.clock_secs as u64
     }
 
     /// How long a parameter change waits before it applies: a staker who disagrees can ask its
