@@ -139,6 +139,9 @@ pub struct ParamArgs {
     silence_intervals: Option<u16>,
     #[arg(long)]
     slash_evidence: Option<u16>,
+    /// Share of a machine's bond (the market's minimum host stake) one slash takes, in bps: per
+    /// `slash_evidence` silent intervals of a lease (never more than twice the lease's value
+    /// where stake and payment are one token), or once per window of evidence.
     #[arg(long)]
     slash_bps: Option<u16>,
     /// Stake (token units) a host needs to register a machine.

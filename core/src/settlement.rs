@@ -1,6 +1,6 @@
 //! Escrow and payment arithmetic.
 
-use crate::math::{apply_bps, mul_div_ceil, mul_div_floor, MathError};
+use crate::math::{apply_bps, mul_div_ceil, mul_div_floor, MathError, BPS};
 
 pub const SECS_PER_HOUR: u64 = 3_600;
 pub const SECS_PER_DAY: u64 = 86_400;
@@ -86,6 +86,33 @@ pub fn payout(b: Billing, escrow: u64, fee_bps: u64) -> Result<Payout, MathError
     })
 }
 
+/// How many times its value a slash for a lease's silence may take at most: half of it goes to
+/// the lease's client, who so gets back at most the lease's value besides the refund of its
+/// unproven time.
+pub const SLASH_LEASE_VALUE_MULTIPLE: u64 = 2;
+
+/// The share of a machine's bond a slash takes for `units` of evidence (missed intervals,
+/// power-limit violations): `slash_bps` per `slash_evidence` units, in proportion, never more
+/// than the whole bond.
+pub fn slash_share_bps(slash_bps: u64, units: u64, slash_evidence: u64) -> Result<u64, MathError> {
+    Ok(mul_div_floor(slash_bps, units, slash_evidence.max(1))?.min(BPS))
+}
+
+/// What a slash takes from a host: `share_bps` of the slashed machine's `bond` (what
+/// registering it put at stake, never more than the host's `staked`), and, where the harm has a
+/// value in the stake's own token, no more than `value_cap` (a silent lease:
+/// [`SLASH_LEASE_VALUE_MULTIPLE`] × its value). A host's other machines, and the rest of a large
+/// stake, are not what one machine's failure is slashed from.
+pub fn slash_amount(
+    bond: u64,
+    staked: u64,
+    share_bps: u64,
+    value_cap: Option<u64>,
+) -> Result<u64, MathError> {
+    let take = apply_bps(bond.min(staked), share_bps.min(BPS))?;
+    Ok(value_cap.map_or(take, |cap| take.min(cap)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +183,18 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_slash_takes_at_most_the_bond_the_stake_and_the_cap(bond: u64, staked: u64, slash_bps in 0u64..=5_000, units in 0u64..1 << 16, evidence in 0u64..1 << 8, cap: Option<u64>) {
+            let share = slash_share_bps(slash_bps, units, evidence).unwrap();
+            prop_assert!(share <= BPS);
+            let take = slash_amount(bond, staked, share, cap).unwrap();
+            prop_assert!(take <= bond && take <= staked);
+            prop_assert!(cap.is_none_or(|c| take <= c));
+            // More evidence never takes less.
+            let more = slash_share_bps(slash_bps, units + 1, evidence).unwrap();
+            prop_assert!(slash_amount(bond, staked, more, cap).unwrap() >= take);
+        }
+
         #[test]
         fn spend_per_hour_is_the_cost_of_an_hour(price in 0u64..1 << 40, gpus in 1u64..=16, daily: bool) {
             let unit = if daily { PriceUnit::PerGpuDay } else { PriceUnit::PerGpuHour };

@@ -744,17 +744,18 @@ fn a_silent_host_is_not_paid_anyone_reclaims_for_the_client_and_the_host_is_slas
     let m: Machine = f.ctx.account(&f.machine);
     assert_eq!(m.missed_intervals, 3);
 
-    // Three silent intervals, 10 % of the stake per two: 15 % of the host's 100 tokens, at
-    // once; half to the client's stake, half kept for the stake treasury.
+    // Three silent intervals, 10 % of the machine's bond per two: 15 % of its 10 tokens (not of
+    // the host's whole 100), at once, below twice the lease's 2-token value; half to the
+    // client's stake, half kept for the stake treasury.
     let host_stake: StakeAccount = f
         .ctx
         .account(&pda::stake(&f.market, &f.host.key.pubkey()).0);
-    assert_eq!(host_stake.amount, 85 * TOKEN);
+    assert_eq!(host_stake.amount, 100 * TOKEN - 3 * TOKEN / 2);
     let client_stake: StakeAccount = f.ctx.account(&pda::stake(&f.market, &c.key.pubkey()).0);
-    assert_eq!(client_stake.amount, 15 * TOKEN / 2);
+    assert_eq!(client_stake.amount, 3 * TOKEN / 4);
     let market: Market = f.ctx.account(&f.market);
-    assert_eq!(market.total_staked, 85 * TOKEN + 15 * TOKEN / 2);
-    assert_eq!(market.slashed_due, 15 * TOKEN / 2);
+    assert_eq!(market.total_staked, 100 * TOKEN - 3 * TOKEN / 4);
+    assert_eq!(market.slashed_due, 3 * TOKEN / 4);
     let vault = pda::stake_vault(&f.market).0;
     assert_eq!(
         f.ctx.token_balance(&vault),
@@ -775,8 +776,8 @@ fn a_silent_host_is_not_paid_anyone_reclaims_for_the_client_and_the_host_is_slas
     let err = f.ctx.run(&slash).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoSlashingEvidence));
     f.collect_fees();
-    assert_eq!(f.ctx.token_balance(&f.stake_treasury), 15 * TOKEN / 2);
-    assert_eq!(f.ctx.token_balance(&vault), 85 * TOKEN + 15 * TOKEN / 2);
+    assert_eq!(f.ctx.token_balance(&f.stake_treasury), 3 * TOKEN / 4);
+    assert_eq!(f.ctx.token_balance(&vault), 100 * TOKEN - 3 * TOKEN / 4);
     assert_eq!(f.ctx.account::<Market>(&f.market).slashed_due, 0);
 }
 
@@ -1120,12 +1121,16 @@ fn a_late_reclaim_slashes_no_more_than_one_at_the_silence_window() {
     let on_time = reclaim_after(3 * INTERVAL);
     let late = reclaim_after(55 * INTERVAL);
     assert_eq!(late, on_time);
-    // 3 intervals of silence at 10 % per 2: 15 %, half of it to the client.
-    assert_eq!(on_time, (85 * TOKEN, 15 * TOKEN / 2, 15 * TOKEN / 2));
+    // 3 intervals of silence at 10 % of the 10-token bond per 2: 1.5 tokens, half of it to the
+    // client.
+    assert_eq!(
+        on_time,
+        (100 * TOKEN - 3 * TOKEN / 2, 3 * TOKEN / 4, 3 * TOKEN / 4)
+    );
 }
 
 /// A lease whose proof skipped intervals 0 and 1: two missed intervals, the evidence for one
-/// slash of 10 % of the host's stake.
+/// slash of 10 % of the machine's bond.
 fn evidence(f: &mut Fixture) {
     let c = f.client(100 * TOKEN, 0);
     let a = f.queue_args(1, 8);
@@ -1162,12 +1167,66 @@ fn evidence_slashes_once_even_twice_in_one_transaction() {
     assert_eq!(f.ledger(&c), before, "the whole transaction moves nothing");
     f.ctx.run(&slash).expect("slash once");
     let after = f.ledger(&c);
-    assert_eq!(after.clients[1].stake, 90 * TOKEN);
-    assert_eq!(after.slashed_due, 10 * TOKEN);
+    assert_eq!(after.clients[1].stake, 99 * TOKEN);
+    assert_eq!(after.slashed_due, TOKEN);
     assert_eq!(after.stake_vault, before.stake_vault, "kept in the vault");
     let err = f.ctx.run(&slash).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoSlashingEvidence));
     assert_eq!(f.ledger(&c), after);
+}
+
+/// Issue 30, fault 4: a slash answers the harm. A host with 100 tokens staked and one machine
+/// (bond 10) leaves a one-interval lease worth 2/60 of a token silent: the reclaim takes twice
+/// that, not 5 % of its stake (before: 5 tokens, half of them to the client, for a lease worth
+/// 0.03). A proof that skips 20 intervals (ten times the evidence a slash needs) takes one
+/// share of the bond, 1 token, not the whole stake (before: all 100).
+#[test]
+fn slashes_are_bounded_by_the_lease_value_and_one_share_of_the_bond() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    let mut a = f.queue_args(1, 8);
+    a.max_duration_secs = INTERVAL as u32;
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(3 * INTERVAL);
+    let client_key = c.key.insecure_clone();
+    f.close(&client_key, lease, c.tokens, true)
+        .expect("reclaim_escrow");
+    let value = 2 * TOKEN / 60; // 2 tokens per GPU-hour, one GPU, one minute
+    let after = f.ledger(&c);
+    assert_eq!(
+        (
+            after.clients[1].stake,
+            after.clients[0].stake,
+            after.slashed_due
+        ),
+        (100 * TOKEN - 2 * value, value, value)
+    );
+
+    let host_before = after.clients[1].stake;
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(21 * INTERVAL);
+    prove(&mut f, lease, 20);
+    let m: Machine = f.ctx.account(&f.machine);
+    assert_eq!(m.unslashed_missed, 20);
+    let stranger = f.ctx.wallet(1);
+    f.ctx
+        .run(&Slash {
+            signer: &stranger,
+            market: f.market,
+            machine: f.machine,
+            host: f.host.key.pubkey(),
+        })
+        .expect("slash");
+    let l = f.ledger(&c);
+    assert_eq!(
+        l.clients[1].stake,
+        host_before - TOKEN,
+        "one share of the bond"
+    );
 }
 
 #[test]

@@ -1,13 +1,13 @@
 use anchor_lang::prelude::*;
 use anchor_spl::token::{Mint, Token, TokenAccount};
 use gpu_market_core::lease::{self as lease_math, UsageProof};
-use gpu_market_core::settlement::{cost, payout, Billing};
+use gpu_market_core::settlement::{self, cost, payout, Billing};
 
 use crate::errors::MarketError;
 use crate::events::{
     HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven,
 };
-use crate::instructions::{pay_out, refund_escrow, slash_share_bps};
+use crate::instructions::{pay_out, refund_escrow};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
 };
@@ -448,21 +448,42 @@ impl CloseLease<'_> {
     }
 
     /// Slashes the host for `missed` silent intervals of this lease, at once and once: the
-    /// lease's `slash_bps` per `slash_evidence` intervals of the host's stake (the rules it
-    /// started with); half goes to the
-    /// harmed client's stake, half is kept for the stake treasury. A client renting its own
-    /// machine slashes nothing.
+    /// lease's `slash_bps` per `slash_evidence` intervals (the rules it started with) of the
+    /// machine's bond, and never more than twice what the lease was worth where stake and
+    /// payment are one token (`settlement::slash_amount`); half goes to the harmed client's
+    /// stake, half is kept for the stake treasury. A client renting its own machine slashes
+    /// nothing.
     fn slash_for_silence(&mut self, missed: u32) -> Result<()> {
         if self.lease.client == self.machine.owner {
             return Ok(());
         }
+        let rules = &self.lease.rules;
+        let share = settlement::slash_share_bps(
+            rules.slash_bps as u64,
+            missed as u64,
+            rules.slash_evidence as u64,
+        )
+        .map_err(MarketError::from)?;
+        let market = &self.market;
+        let value_cap = if market.stake_mint == market.payment_mint {
+            let bid = &self.bid;
+            let value = cost(
+                bid.price,
+                bid.unit(),
+                self.lease.gpu_count as u64,
+                bid.max_duration_secs as u64,
+            )
+            .map_err(MarketError::from)?;
+            Some(value.saturating_mul(settlement::SLASH_LEASE_VALUE_MULTIPLE))
+        } else {
+            None
+        };
+        let bond = market.params.min_host_stake;
         let host = self
             .host_stake
             .as_mut()
             .ok_or(MarketError::HostStakeMissing)?;
-        let rules = &self.lease.rules;
-        let bps = slash_share_bps(rules.slash_bps, missed, rules.slash_evidence)?;
-        let (from_amount, from_pending) = host.slash(bps)?;
+        let (from_amount, from_pending) = host.slash(bond, share, value_cap)?;
         let taken = from_amount + from_pending;
         let to_client = taken / 2;
         self.market.keep_slashed(from_amount, from_pending)?;

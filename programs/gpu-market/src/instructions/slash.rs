@@ -1,20 +1,9 @@
 use anchor_lang::prelude::*;
+use gpu_market_core::settlement;
 
 use crate::errors::MarketError;
 use crate::events::HostSlashed;
 use crate::state::{Machine, Market, StakeAccount};
-
-/// The share of a host's stake a slash takes for `units` of evidence: `slash_bps` per
-/// `slash_evidence` units, in proportion, never more than the whole stake.
-pub fn slash_share_bps(slash_bps: u16, units: u32, slash_evidence: u16) -> Result<u16> {
-    let bps = gpu_market_core::math::mul_div_floor(
-        slash_bps as u64,
-        units as u64,
-        slash_evidence.max(1) as u64,
-    )
-    .map_err(MarketError::from)?;
-    Ok(bps.min(gpu_market_core::BPS) as u16)
-}
 
 #[derive(Accounts)]
 pub struct Slash<'info> {
@@ -37,11 +26,11 @@ pub struct Slash<'info> {
 
 impl Slash<'_> {
     /// Uses up every piece of current evidence on the machine (intervals its proofs skipped,
-    /// proofs over the agreed power limit) in one slash proportionate to it: `slash_bps` of the
-    /// host's stake per `slash_evidence` pieces. Less than `slash_evidence` pieces, or evidence
-    /// older than the market's window, slashes nothing. The stake is kept for the stake
-    /// treasury (`collect_fees`); silence a client proves is slashed by `reclaim_escrow`, with
-    /// half to that client.
+    /// proofs over the agreed power limit) in one slash: `slash_bps` of the machine's bond (its
+    /// part of the owner's stake, `min_host_stake`), however much evidence one window holds.
+    /// Less than `slash_evidence` pieces, or evidence older than the market's window, slashes
+    /// nothing. The stake is kept for the stake treasury (`collect_fees`); silence a client
+    /// proves is slashed by `reclaim_escrow`, with half to that client.
     pub fn slash(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = &mut *ctx.accounts;
@@ -53,8 +42,15 @@ impl Slash<'_> {
         machine.expire_evidence(now, &a.market);
         machine.unslashed_missed = 0;
         machine.unslashed_violations = 0;
-        let bps = slash_share_bps(params.slash_bps, units, params.slash_evidence)?;
-        let (from_amount, from_pending) = a.host_stake.slash(bps)?;
+        // One window of evidence takes one share, however many pieces it holds.
+        let units = units.min(params.slash_evidence as u32);
+        let share = settlement::slash_share_bps(
+            params.slash_bps as u64,
+            units as u64,
+            params.slash_evidence as u64,
+        )
+        .map_err(MarketError::from)?;
+        let (from_amount, from_pending) = a.host_stake.slash(params.min_host_stake, share, None)?;
         a.market.keep_slashed(from_amount, from_pending)?;
         emit!(HostSlashed {
             machine: machine.key(),

@@ -91,7 +91,9 @@ pub struct MarketParams {
     pub silence_intervals: u16,
     /// Missed intervals, or power-limit violations, that let anyone slash a host once.
     pub slash_evidence: u16,
-    /// Share of the host's stake one slash takes to the stake treasury (bps).
+    /// Share of the slashed machine's bond (`min_host_stake`) one slash takes (bps): per
+    /// `slash_evidence` silent intervals of a lease (never more than twice the lease's value),
+    /// or once per window of evidence.
     pub slash_bps: u16,
     /// Capability factor of each GPU class, added to 1 (bps).
     pub capability_bps: ClassBps,

@@ -75,15 +75,21 @@ impl StakeAccount {
             .ok_or(MarketError::Overflow)?)
     }
 
-    /// Takes `bps` of everything staked (counting first, then pending) as a slash; returns the
-    /// amounts taken from each.
-    pub fn slash(&mut self, bps: u16) -> Result<(u64, u64)> {
+    /// Takes a slash of `share_bps` of a machine's `bond`, at most `value_cap`
+    /// (`settlement::slash_amount`), from everything staked (counting first, then pending);
+    /// returns the amounts taken from each.
+    pub fn slash(
+        &mut self,
+        bond: u64,
+        share_bps: u64,
+        value_cap: Option<u64>,
+    ) -> Result<(u64, u64)> {
         let total = self
             .amount
             .checked_add(self.pending_unstake)
             .ok_or(MarketError::Overflow)?;
-        let take =
-            gpu_market_core::math::apply_bps(total, bps as u64).map_err(MarketError::from)?;
+        let take = gpu_market_core::settlement::slash_amount(bond, total, share_bps, value_cap)
+            .map_err(MarketError::from)?;
         let from_amount = take.min(self.amount);
         let from_pending = take - from_amount;
         self.amount -= from_amount;
