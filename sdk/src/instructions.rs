@@ -738,6 +738,7 @@ impl ClientInstruction for CloseMachine<'_> {
             gpu_market::accounts::CloseMachine {
                 owner: self.owner.pubkey(),
                 machine: self.machine,
+                market: self.market,
                 spot_book: self.spot_book,
                 owner_stake: pda::stake(&self.market, &self.owner.pubkey()).0,
             },

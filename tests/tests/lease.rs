@@ -1229,6 +1229,45 @@ fn slashes_are_bounded_by_the_lease_value_and_one_share_of_the_bond() {
     );
 }
 
+/// Issue 30, fault 7: a machine cannot close its evidence away. A 3-interval lease whose one
+/// proof skipped intervals 0 and 1 leaves evidence for one slash; the lease ends, the host
+/// retires and closes the machine: the close slashes 10 % of the bond (before, the evidence
+/// went with the account and nobody could slash it).
+#[test]
+fn closing_a_machine_slashes_the_evidence_it_holds() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    let mut a = f.queue_args(1, 8);
+    a.max_duration_secs = 3 * INTERVAL as u32;
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(3 * INTERVAL);
+    prove(&mut f, lease, 2);
+    assert_eq!(f.ctx.account::<Machine>(&f.machine).unslashed_missed, 2);
+    let client_key = c.key.insecure_clone();
+    f.close(&client_key, lease, c.tokens, false)
+        .expect("end_lease");
+    f.set_status(f.machine, MachineStatus::Retired);
+    let before = f.ledger(&c);
+    let owner = f.host.key.insecure_clone();
+    f.ctx
+        .run(&CloseMachine {
+            owner: &owner,
+            market: f.market,
+            machine: f.machine,
+            spot_book: Some(f.spot_book),
+        })
+        .expect("close_machine");
+    assert!(!f.ctx.account_exists(&f.machine));
+    let after = f.ledger(&c);
+    assert_eq!(
+        before.clients[1].stake - after.clients[1].stake,
+        TOKEN,
+        "10 % of the 10-token bond"
+    );
+    assert_eq!(after.slashed_due, before.slashed_due + TOKEN);
+}
+
 #[test]
 fn evidence_expires_after_its_window() {
     let mut f = fixture();

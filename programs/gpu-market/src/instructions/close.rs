@@ -3,6 +3,7 @@
 use anchor_lang::prelude::*;
 
 use crate::errors::MarketError;
+use crate::instructions::slash_evidence;
 use crate::state::{seeds, BidBook, Machine, MachineStatus, Market, StakeAccount};
 
 #[derive(Accounts)]
@@ -48,6 +49,10 @@ pub struct CloseMachine<'info> {
     )]
     pub machine: Box<Account<'info, Machine>>,
 
+    /// The machine's market: evidence left on the machine is slashed before it closes.
+    #[account(mut, address = machine.market)]
+    pub market: Box<Account<'info, Market>>,
+
     /// The machine's spot book, when it has one: it closes with the machine, once empty.
     #[account(mut, close = owner, address = machine.spot_book @ MarketError::WrongBook)]
     pub spot_book: Option<AccountLoader<'info, BidBook>>,
@@ -63,7 +68,13 @@ pub struct CloseMachine<'info> {
 
 impl CloseMachine<'_> {
     pub fn close_machine(ctx: Context<Self>) -> Result<()> {
-        let stake = &mut ctx.accounts.owner_stake;
+        let now = Clock::get()?.unix_timestamp;
+        let a = &mut *ctx.accounts;
+        // Enough current evidence against the machine is slashed now: closing it must not
+        // take the evidence away (issue 30, fault 7).
+        let key = a.machine.key();
+        slash_evidence(&mut a.market, &mut a.machine, key, &mut a.owner_stake, now)?;
+        let stake = &mut a.owner_stake;
         stake.machines = stake.machines.saturating_sub(1);
         let a = &ctx.accounts;
         match &a.spot_book {

@@ -34,30 +34,46 @@ impl Slash<'_> {
     pub fn slash(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = &mut *ctx.accounts;
-        let params = a.market.params;
-        let machine = &mut a.machine;
-        let units = machine
-            .slashable_evidence(now, &a.market)
-            .ok_or(MarketError::NoSlashingEvidence)?;
-        machine.expire_evidence(now, &a.market);
-        machine.unslashed_missed = 0;
-        machine.unslashed_violations = 0;
-        // One window of evidence takes one share, however many pieces it holds.
-        let units = units.min(params.slash_evidence as u32);
-        let share = settlement::slash_share_bps(
-            params.slash_bps as u64,
-            units as u64,
-            params.slash_evidence as u64,
-        )
-        .map_err(MarketError::from)?;
-        let (from_amount, from_pending) = a.host_stake.slash(params.min_host_stake, share, None)?;
-        a.market.keep_slashed(from_amount, from_pending)?;
-        emit!(HostSlashed {
-            machine: machine.key(),
-            owner: machine.owner,
-            amount: from_amount + from_pending,
-            to_client: 0,
-        });
+        let key = a.machine.key();
+        let slashed = slash_evidence(&mut a.market, &mut a.machine, key, &mut a.host_stake, now)?;
+        require!(slashed, MarketError::NoSlashingEvidence);
         Ok(())
     }
+}
+
+/// The slash of `slash`, wherever the evidence is used up (`slash`, and `close_machine`, which
+/// may not take unslashed evidence away with the machine): when `machine` (at `machine_key`)
+/// holds enough current evidence, takes one share of its bond from `host_stake` for the stake
+/// treasury, clears the evidence and says so; else changes nothing.
+pub fn slash_evidence(
+    market: &mut Market,
+    machine: &mut Machine,
+    machine_key: Pubkey,
+    host_stake: &mut StakeAccount,
+    now: i64,
+) -> Result<bool> {
+    let params = market.params;
+    let Some(units) = machine.slashable_evidence(now, market) else {
+        return Ok(false);
+    };
+    machine.expire_evidence(now, market);
+    machine.unslashed_missed = 0;
+    machine.unslashed_violations = 0;
+    // One window of evidence takes one share, however many pieces it holds.
+    let units = units.min(params.slash_evidence as u32);
+    let share = settlement::slash_share_bps(
+        params.slash_bps as u64,
+        units as u64,
+        params.slash_evidence as u64,
+    )
+    .map_err(MarketError::from)?;
+    let (from_amount, from_pending) = host_stake.slash(params.min_host_stake, share, None)?;
+    market.keep_slashed(from_amount, from_pending)?;
+    emit!(HostSlashed {
+        machine: machine_key,
+        owner: machine.owner,
+        amount: from_amount + from_pending,
+        to_client: 0,
+    });
+    Ok(true)
 }
