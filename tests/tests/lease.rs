@@ -1366,6 +1366,39 @@ fn a_preempted_spot_bid_is_refunded_when_its_book_is_full() {
     assert!(!order.contains(&low_bid));
 }
 
+/// Issue 30, fault 7: whoever settles a preempted spot lease cannot choose a refund over the
+/// requeue its rules give. Settled without the machine's spot book, while the bid may still
+/// wait and the book has room, `end_lease` is refused and moves nothing (before, the bid was
+/// refunded and lost its place); with the book it goes back into it.
+#[test]
+fn settling_a_preempted_spot_lease_without_its_book_is_refused() {
+    let (mut f, low, low_bid, _escrow, lease, richer) = preempted_spot_lease(None);
+    let l: Lease = f.ctx.account(&lease);
+    let anyone = f.ctx.wallet(1);
+    let without_book = CloseLease {
+        signer: &anyone,
+        market: f.market,
+        machine: l.machine,
+        lease,
+        bid: l.bid,
+        client: l.client,
+        agent: f.agent.pubkey(),
+        host: f.host.key.pubkey(),
+        spot_book: None,
+        payment_mint: f.mint,
+        client_tokens: Some(low.tokens),
+        reclaim: false,
+    };
+    let before = f.ledger(&low);
+    let err = f.ctx.run(&without_book).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::SpotBookMissing));
+    assert_eq!(f.ledger(&low), before, "nothing moved");
+    assert!(f.ctx.account_exists(&lease));
+    f.close(&anyone, lease, low.tokens, false)
+        .expect("end_lease with the book");
+    assert_eq!(book_order(&f.ctx, &f.spot_book), vec![richer, low_bid]);
+}
+
 #[test]
 fn pausing_a_machine_leaves_the_gpus_offered() {
     let mut f = fixture();

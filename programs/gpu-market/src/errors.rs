@@ -191,8 +191,8 @@ pub enum MarketError {
     RegionTableFull,
     #[msg("a bid's GPUs ask at most 2 distinct sets of overclock terms")]
     TooManyTermSets,
-    #[msg("a queue bid names a registered, active machine it could run on (the witness)")]
-    NoWitness,
+    #[msg("a preempted spot bid that may wait again goes back to its machine's spot book: pass the book (settling cannot choose a refund instead)")]
+    SpotBookMissing,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

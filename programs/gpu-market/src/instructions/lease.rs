@@ -527,12 +527,13 @@ impl CloseLease<'_> {
             lease.rules.billing_interval_secs as u64,
         )
         .map_err(MarketError::from)?;
-        let book = self.spot_book.as_ref().filter(|_| {
-            lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1)
-        });
-        let book = match book {
-            Some(b) if !b.load()?.is_full() => Some(b),
-            _ => None,
+        let requeue_due =
+            lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1);
+        // The rules decide, not whoever settles: a bid that may wait again needs its book.
+        let book = match (requeue_due, self.spot_book.as_ref()) {
+            (false, _) => None,
+            (true, None) => return err!(MarketError::SpotBookMissing),
+            (true, Some(b)) => (!b.load()?.is_full()).then_some(b),
         };
         let requeue = book.is_some();
         let refund = if requeue { 0 } else { bid.escrow };
