@@ -51,7 +51,7 @@ fn fixture_with(mut params: MarketParams) -> Fixture {
     params.stake_bound = 1_000 * TOKEN;
     let (authority, mint, market) = ctx.create_market(1, params);
     let queue_book = ctx.open_queue_book(&authority, market);
-    let witness = ctx.open_witness(market, &mint, [0; 16]);
+    let (_, witness) = ctx.open_witness(market, &mint, [0; 16]);
     let keys = Keys {
         mint,
         market,

@@ -5,7 +5,10 @@
 //! close_queue_book / claim_refunds over several wallets and one host machine, through the SBF
 //! program in LiteSVM; some prunes and settlements pass no client token account, so the refund
 //! waits in the client's stake (`refunds_due`). Some sequences start from a full book (a filler
-//! wallet's cheap bids). After every step the payment vault holds exactly the escrows plus the
+//! wallet's cheap bids). An attacker (issue 30) places bursts of bids shaped to fit no honest
+//! machine (the entry shapes a summary of old could not decide, a listed region the machine is
+//! not in, another class) through its own machine, active only while it places them, evicting
+//! the worst of a full book; its one-second top bids are refused. After every step the payment vault holds exactly the escrows plus the
 //! fees due plus the refunds due (the sum of the stakes' `refunds_due`), the stake vault the
 //! stakes plus the slashed stake due; every wallet's tokens plus what it has locked or is owed
 //! plus what it has paid for proven time and urgency equal what it started with plus what
@@ -24,8 +27,8 @@ use anchor_lang::AccountDeserialize;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, GpuSpec, Lease, MachineNetwork, MachineTerms, Market, MarketParams,
-    OverclockTerms, StakeAccount, BOOK_CAPACITY,
+    Bid, BidKind, GpuSpec, Lease, MachineNetwork, MachineStatus, MachineTerms, Market,
+    MarketParams, OverclockTerms, StakeAccount, BOOK_CAPACITY,
 };
 use gpu_market_core::lease::interval_window;
 use gpu_market_core::settlement::{cost, PriceUnit};
@@ -129,6 +132,17 @@ enum Op {
         pick: usize,
     },
     Slash,
+    /// The attacker of issue 30: `burst` queue bids of wallet `w` shaped to fit no active
+    /// machine (per-GPU 50/300 W, three GPUs at 500 W beside one at 300 W, a listed region the
+    /// machine is not in, another class; `kind` 4: one-second bids with a large premium, which
+    /// the program refuses), placed through the attacker's own witness machine, active only
+    /// while it places them.
+    Attack {
+        w: usize,
+        kind: u8,
+        burst: u8,
+        premium: u64,
+    },
     /// The authority schedules new parameters (some out of bounds, refused).
     UpdateMarket {
         interval: u32,
@@ -176,6 +190,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(w, bid, by_client)| Op::CloseEnv { w, bid, by_client }),
         2 => w.clone().prop_map(|pick| Op::Claim { pick }),
         1 => Just(Op::Slash),
+        2 => (w.clone(), 0u8..5, 1u8..=12, prop_oneof![Just(0u64), 1u64..5_000])
+            .prop_map(|(w, kind, burst, premium)| Op::Attack { w, kind, burst, premium }),
         1 => (
             prop_oneof![Just(30u32), Just(60), Just(120), Just(0)],
             prop_oneof![Just(0u16), Just(250), Just(1_000), Just(10_000)],
@@ -210,6 +226,9 @@ struct World {
     host_tokens: Pubkey,
     agent: Keypair,
     machine: Pubkey,
+    /// The attacker's machine in `us-east` (16 roomy GPUs), paused but while it witnesses.
+    attacker: Keypair,
+    witness: Pubkey,
     treasury: Pubkey,
     stake_treasury: Pubkey,
     /// Leases started (some since settled), with their client's wallet index.
@@ -228,6 +247,9 @@ struct World {
 }
 
 const HOST_STAKE: u64 = 100_000;
+
+/// The region of the attacker's machine: listed by the market, not the honest machine's.
+const US_EAST: [u8; 16] = *b"us-east\0\0\0\0\0\0\0\0\0";
 
 impl World {
     /// A world whose book starts full of the filler wallet's bids (`full`) or empty.
@@ -297,6 +319,20 @@ impl World {
         };
         let machine = r.machine();
         ctx.run(&r).unwrap();
+        ctx.run(&AddRegion {
+            authority: &authority,
+            market,
+            region: US_EAST,
+        })
+        .unwrap();
+        let (attacker, witness) = ctx.open_witness(market, &mint, US_EAST);
+        ctx.run(&SetMachineStatus {
+            owner: &attacker,
+            market,
+            machine: witness,
+            status: MachineStatus::Paused,
+        })
+        .unwrap();
         let mut world = World {
             ctx,
             authority,
@@ -312,6 +348,8 @@ impl World {
             host_tokens,
             agent,
             machine,
+            attacker,
+            witness,
             treasury: m.treasury,
             stake_treasury: m.stake_treasury,
             leases: Vec::new(),
@@ -362,6 +400,7 @@ impl World {
             bids: self.bids.clone(),
             host: self.host.insecure_clone(),
             agent: self.agent.insecure_clone(),
+            attacker: self.attacker.insecure_clone(),
             authority: self.authority.insecure_clone(),
             leases: self.leases.clone(),
             paid: self.paid.clone(),
@@ -410,8 +449,14 @@ impl World {
         }
     }
 
-    /// Places a bid for wallet `w`, naming the bid it evicts when the book is full and `evict`.
+    /// Places a bid for wallet `w` naming the market's machine, and the bid it evicts when the
+    /// book is full and `evict`.
     fn place(&mut self, w: usize, args: PlaceBidArgs, evict: bool) -> bool {
+        self.place_via(w, args, evict, self.machine)
+    }
+
+    /// [`World::place`] naming `machine` as the bid's witness.
+    fn place_via(&mut self, w: usize, args: PlaceBidArgs, evict: bool, machine: Pubkey) -> bool {
         let evicted = if evict {
             self.ctx.eviction(&self.book)
         } else {
@@ -422,7 +467,7 @@ impl World {
             client: k,
             market: self.market,
             book: self.book,
-            machine: self.machine,
+            machine,
             payment_mint: self.mint,
             client_tokens: *t,
             args,
@@ -604,6 +649,12 @@ impl World {
                     owner_tokens: *t,
                 })
             }
+            Op::Attack {
+                w,
+                kind,
+                burst,
+                premium,
+            } => return self.attack(w, kind, burst, premium),
             Op::Slash => self.ctx.run(&Slash {
                 signer: &self.wallets[0].0,
                 market,
@@ -662,6 +713,67 @@ impl World {
             }
         };
         result.is_ok()
+    }
+
+    /// [`Op::Attack`]: the witness is resumed, the burst placed (evicting the worst of a full
+    /// book), the witness paused again; whether any bid got in.
+    fn attack(&mut self, w: usize, kind: u8, burst: u8, premium: u64) -> bool {
+        let status = |world: &mut World, status| {
+            let attacker = world.attacker.insecure_clone();
+            world
+                .ctx
+                .run(&SetMachineStatus {
+                    owner: &attacker,
+                    market: world.market,
+                    machine: world.witness,
+                    status,
+                })
+                .expect("the attacker sets its machine's status");
+        };
+        status(self, MachineStatus::Active);
+        let mut placed = false;
+        for _ in 0..burst {
+            let base = self.bid_args(1, 1, 30_000, 0, premium);
+            let terms = |w: &[u16]| {
+                w.iter()
+                    .map(|&power_limit_w| OverclockTerms {
+                        power_limit_w,
+                        ..Default::default()
+                    })
+                    .collect()
+            };
+            let args = match kind {
+                0 => PlaceBidArgs {
+                    gpu_count: 2,
+                    overclock: terms(&[50, 300]),
+                    ..base
+                },
+                1 => PlaceBidArgs {
+                    gpu_count: 4,
+                    overclock: terms(&[500, 500, 500, 300]),
+                    ..base
+                },
+                2 => PlaceBidArgs {
+                    regions: vec![US_EAST],
+                    ..base
+                },
+                3 => PlaceBidArgs {
+                    accepted_classes: 0b10,
+                    ..base
+                },
+                _ => PlaceBidArgs {
+                    max_duration_secs: 1,
+                    deadline: self.ctx.now() + 1,
+                    urgency_premium: premium.max(1),
+                    ..base
+                },
+            };
+            let ok = self.place_via(w, args, true, self.witness);
+            assert!(kind < 4 || !ok, "a one-second bid was placed");
+            placed |= ok;
+        }
+        status(self, MachineStatus::Paused);
+        placed
     }
 
     fn live_lease(&self, pick: usize) -> Option<(Pubkey, usize)> {
@@ -1000,6 +1112,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
         assert!(idle_ended > 0, "the idle rule never ended a lease");
         assert!(by_op["SealEnv"].1 > 0, "no environment was sealed");
         assert!(by_op["Prune"].1 > 0, "no prune was exercised");
+        assert!(by_op["Attack"].1 > 0, "no attacker's bid got into the book");
         assert!(by_op["Claim"].1 > 0, "no refund was claimed");
     }
 }

@@ -381,8 +381,13 @@ impl TestContext {
 
     /// A host of its own stakes the market's `min_host_stake` (of `mint`) and registers a
     /// [`witness_terms`] machine in `region`: the machine queue bids of tests about the book
-    /// name at placement. Returns the machine.
-    pub fn open_witness(&mut self, market: Pubkey, mint: &Pubkey, region: [u8; 16]) -> Pubkey {
+    /// name at placement. Returns its owner and the machine.
+    pub fn open_witness(
+        &mut self,
+        market: Pubkey,
+        mint: &Pubkey,
+        region: [u8; 16],
+    ) -> (Keypair, Pubkey) {
         let m: Market = self.account(&market);
         let bond = m.params.min_host_stake;
         let (host, tokens) = self.funded_user(mint, bond);
@@ -402,7 +407,9 @@ impl TestContext {
             .expect("stake");
         }
         let agent = self.wallet(1);
-        self.register_machine(&host, market, 0, witness_terms(agent.pubkey(), region))
+        let machine =
+            self.register_machine(&host, market, 0, witness_terms(agent.pubkey(), region));
+        (host, machine)
     }
 
     pub fn account_exists(&self, address: &Pubkey) -> bool {
