@@ -705,14 +705,7 @@ fn a_retired_machines_waiting_spot_bids_are_refunded_by_anyone_and_the_machine_c
     assert!(!f.ctx.account_exists(&waiting));
     assert_eq!(f.balances(&c)[0] - before[0], escrow);
     // The book is empty: the owner closes the machine and its book.
-    f.ctx
-        .run(&CloseMachine {
-            owner: &owner,
-            market: f.market,
-            machine: f.machine,
-            spot_book: Some(f.spot_book),
-        })
-        .expect("close_machine");
+    close_machine(&mut f).expect("close_machine");
     assert!(!f.ctx.account_exists(&f.machine));
 }
 
@@ -1212,15 +1205,7 @@ fn slashes_are_bounded_by_the_lease_value_and_one_share_of_the_bond() {
     prove(&mut f, lease, 20);
     let m: Machine = f.ctx.account(&f.machine);
     assert_eq!(m.unslashed_missed, 20);
-    let stranger = f.ctx.wallet(1);
-    f.ctx
-        .run(&Slash {
-            signer: &stranger,
-            market: f.market,
-            machine: f.machine,
-            host: f.host.key.pubkey(),
-        })
-        .expect("slash");
+    slash_by_stranger(&mut f).expect("slash");
     let l = f.ledger(&c);
     assert_eq!(
         l.clients[1].stake,
@@ -1249,15 +1234,7 @@ fn closing_a_machine_slashes_the_evidence_it_holds() {
         .expect("end_lease");
     f.set_status(f.machine, MachineStatus::Retired);
     let before = f.ledger(&c);
-    let owner = f.host.key.insecure_clone();
-    f.ctx
-        .run(&CloseMachine {
-            owner: &owner,
-            market: f.market,
-            machine: f.machine,
-            spot_book: Some(f.spot_book),
-        })
-        .expect("close_machine");
+    close_machine(&mut f).expect("close_machine");
     assert!(!f.ctx.account_exists(&f.machine));
     let after = f.ledger(&c);
     assert_eq!(

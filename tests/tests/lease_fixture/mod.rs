@@ -503,6 +503,19 @@ impl Fixture {
     }
 }
 
+/// The host closes the fixture's (retired) machine and its spot book (`close_machine`).
+pub fn close_machine(f: &mut Fixture) -> Result<(), Failure> {
+    let owner = f.host.key.insecure_clone();
+    f.ctx
+        .run(&CloseMachine {
+            owner: &owner,
+            market: f.market,
+            machine: f.machine,
+            spot_book: Some(f.spot_book),
+        })
+        .map(drop)
+}
+
 /// A stranger slashes the fixture machine's host on the evidence its proofs left.
 pub fn slash_by_stranger(f: &mut Fixture) -> Result<(), Failure> {
     let stranger = f.ctx.wallet(1);
