@@ -89,6 +89,7 @@ fn machine(node: &Node) -> Machine {
         unslashed_violations: 0,
         evidence_since: 0,
         bump: 0,
+        bond: 0,
         fault: None,
     }
 }

@@ -1009,8 +1009,8 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         .unwrap_or(entries.entries.len());
     // Over its client's cap, a queue bid still runs where no bid within its client's cap fits:
     // the program decides that from the book, so the simulation below tells.
-    let within_cap =
-        b.kind == BidKind::Spot || m.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64);
+    let within_cap = b.kind == BidKind::Spot
+        || m.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, now);
 
     // The fit rule on each machine; where the bid fits, the allocation its agent would send.
     let mut reasons: Vec<(String, u64)> = Vec::new();

@@ -231,18 +231,16 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                         gpu_market_core::amount::format(m.params.min_host_stake, d)
                     )
                 })?;
-            let needed = m
-                .params
-                .min_host_stake
-                .saturating_mul(stake.machines as u64 + 1);
+            let needed = stake.bonded.saturating_add(m.params.min_host_stake);
             if stake.amount < needed {
                 bail!(
-                    "the stake of {} is {}, below the {} its machines need: the market's minimum of {} for each of {} machines",
+                    "the stake of {} is {}, below the {} its machines need: {} bonded by its {} machines and the market's minimum of {} for this one",
                     owner.pubkey(),
                     gpu_market_core::amount::format(stake.amount, d),
                     gpu_market_core::amount::format(needed, d),
+                    gpu_market_core::amount::format(stake.bonded, d),
+                    stake.machines,
                     gpu_market_core::amount::format(m.params.min_host_stake, d),
-                    stake.machines + 1
                 );
             }
             let base = MachineTerms {

@@ -257,14 +257,13 @@ pub(crate) fn plan_unstake(
     let decimals = config.mint_decimals(&m.stake_mint)?;
     let amount = parse::positive_amount(amount, decimals, "unstake amount")?;
     let s = existing_stake(config, market, &owner.pubkey())?;
-    let bonded = s.bonded(m.params.min_host_stake)?;
+    let bonded = s.bonded;
     if s.machines > 0 && amount > s.amount.saturating_sub(bonded) {
         let format = |v| gpu_market_core::amount::format(v, decimals);
         bail!(
-            "{} of the stake backs your {} machines ({} each) and stays until they are closed: at most {} can be unstaked now",
+            "{} of the stake backs your {} machines (the market's minimum when each was registered) and stays until they are closed: at most {} can be unstaked now",
             format(bonded),
             s.machines,
-            format(m.params.min_host_stake),
             format(s.amount.saturating_sub(bonded))
         );
     }
@@ -352,10 +351,7 @@ fn show(config: &Config, market: &Pubkey, owner: &Pubkey, signature: Option<Stri
         ("open_bids", s.open_bids.into()),
         ("gpus_held", s.gpus_held.into()),
         ("machines", s.machines.into()),
-        (
-            "bonded",
-            parse::tokens(s.bonded(m.params.min_host_stake)?, decimals),
-        ),
+        ("bonded", parse::tokens(s.bonded, decimals)),
         (
             "refunds_due",
             parse::tokens(s.refunds_due, config.mint_decimals(&m.payment_mint)?),

@@ -489,12 +489,14 @@ fn a_better_bid_asking_for_ports_the_machine_does_not_publish_neither_runs_nor_b
 fn a_lone_client_gets_the_gpus_of_a_small_market() {
     for gpus in [1u8, 2] {
         let mut f = fixture(vec![gpu(450); gpus as usize], 5_000);
+        // Past the market's opening interval, which has no cap.
+        f.ctx.advance_time(60);
         let c = f.client(100 * TOKEN, 0);
         let args = f.args(gpus, 8, 0b1);
         let bid = f.place(&c, args);
         // Half of a 1- or 2-GPU market: the bid is over the cap, and nobody else waits.
         let m: Market = f.ctx.account(&f.market);
-        assert!(!m.within_client_cap(0, gpus as u64));
+        assert!(!m.within_client_cap(0, gpus as u64, f.ctx.now()));
         let all: Vec<u8> = (0..gpus).collect();
         let lease = f.allocate(bid, &all).expect("the only bid runs");
         assert_eq!(f.ctx.account::<Lease>(&lease).gpu_count, gpus);
@@ -503,10 +505,71 @@ fn a_lone_client_gets_the_gpus_of_a_small_market() {
     }
 }
 
+/// A host re-declares an idle machine's GPUs inside the transaction of its own `allocate`
+/// (`update_machine` first): the cap counts the GPUs offered when the billing interval began,
+/// so the re-declaration moves nothing, and the over-cap bid still gives way.
+#[test]
+fn a_host_cannot_move_the_cap_inside_its_allocate_transaction() {
+    // 4 GPUs and an idle 1-GPU machine, a cap of 50 %: 2.5 GPUs per client.
+    let mut f = fixture(vec![gpu(450); 4], 5_000);
+    let host = f.host.insecure_clone();
+    let idle_agent = f.ctx.wallet(1);
+    let mut idle_terms = witness_terms(idle_agent.pubkey(), [0; 16]);
+    idle_terms.gpus.truncate(1);
+    let idle = f
+        .ctx
+        .register_machine(&host, f.market, 1, idle_terms.clone());
+    f.ctx.advance_time(60);
+    let a = f.client(200 * TOKEN, 100 * TOKEN);
+    let b = f.client(100 * TOKEN, 0);
+    let args = f.args(2, 8, 0b1);
+    let first = f.place(&a, args);
+    f.allocate(first, &[0, 1])
+        .expect("A's first bid, within the cap");
+    // A (2 held, at the cap) ranks above B (within it); both fit GPU 2.
+    let args = f.args(1, 8, 0b1);
+    let over = f.place(&a, args);
+    let args = f.args(1, 8, 0b1);
+    let within = f.place(&b, args);
+    assert_eq!((f.position(&over), f.position(&within)), (Some(0), Some(1)));
+
+    // 16 GPUs on the idle machine would lift the cap to 10 GPUs a client, A's bid within it.
+    let mut inflated = idle_terms;
+    inflated.gpus = witness_terms(idle_agent.pubkey(), [0; 16]).gpus;
+    let update = UpdateMachine {
+        owner: &host,
+        market: f.market,
+        machine: idle,
+        terms: inflated,
+    };
+    let agent = f.agent.insecure_clone();
+    let alloc = f.allocation(over, &[2]);
+    let [budget, allocate] = allocate_instructions(&alloc);
+    let before = f.ledger(&[&a, &b]);
+    let err = f
+        .ctx
+        .send(
+            &[budget, update.instruction(), allocate],
+            &[&host as &dyn Signer, &agent],
+        )
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ClientCapReached));
+    assert_eq!(
+        f.ledger(&[&a, &b]),
+        before,
+        "a refused allocation moves nothing"
+    );
+    assert!(!f.ctx.account_exists(&pda::lease(&over).0));
+    f.allocate(within, &[2]).expect("B within the cap");
+}
+
 #[test]
 fn the_cap_gives_way_to_other_clients_that_fit() {
     // 4 GPUs, a cap of 50 %: 2 GPUs per client.
     let mut f = fixture(vec![gpu(450); 4], 5_000);
+    // The cap counts the GPUs offered when the billing interval began: the machine's, from
+    // the next interval on.
+    f.ctx.advance_time(60);
     let a = f.client(200 * TOKEN, 100 * TOKEN);
     let b = f.client(100 * TOKEN, 0);
     let args = f.args(2, 8, 0b1);

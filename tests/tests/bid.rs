@@ -719,6 +719,22 @@ fn a_queue_bid_below_the_reserve_of_every_class_it_accepts_is_refused() {
 
 /// A registered machine with an open spot book: 4 GPUs of class 0, 24 GiB, 150..450 W.
 fn machine_with_spot_book(f: &mut Fixture) -> (Keypair, Pubkey, Pubkey) {
+    let (host, machine) = spot_machine(f);
+    let book = Keypair::new();
+    let rent = f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
+    let ixs = open_book_instructions(
+        &f.ctx.payer.pubkey(),
+        &book.pubkey(),
+        rent,
+        init_spot_book(&host.pubkey(), &machine, &book.pubkey()),
+    );
+    f.ctx.send(&ixs, &[&host, &book]).expect("init_spot_book");
+    assert_eq!(f.ctx.account::<Machine>(&machine).spot_book, book.pubkey());
+    (host, machine, book.pubkey())
+}
+
+/// A host registers a 4-GPU machine with no spot book yet.
+fn spot_machine(f: &mut Fixture) -> (Keypair, Pubkey) {
     let min_stake = f.ctx.account::<Market>(&f.market).params.min_host_stake;
     let host = client(f, min_stake, min_stake).key;
     let gpu = GpuSpec {
@@ -755,17 +771,51 @@ fn machine_with_spot_book(f: &mut Fixture) -> (Keypair, Pubkey, Pubkey) {
     };
     let machine = r.machine();
     f.ctx.run(&r).unwrap();
+    (host, machine)
+}
+
+/// A book account its creator made in one transaction, to open in a later one: another host
+/// cannot open it as its own machine's spot book (the book's key must sign the opening), so it
+/// cannot take the rent the creator paid; the creator still can.
+#[test]
+fn a_book_created_ahead_cannot_be_claimed_by_another_host() {
+    let mut f = fixture();
+    let (host, machine) = spot_machine(&mut f);
+    let (thief, thief_machine) = spot_machine(&mut f);
     let book = Keypair::new();
     let rent = f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
-    let ixs = open_book_instructions(
-        &f.ctx.payer.pubkey(),
+    let [create, _] = open_book_instructions(
+        &host.pubkey(),
         &book.pubkey(),
         rent,
         init_spot_book(&host.pubkey(), &machine, &book.pubkey()),
     );
-    f.ctx.send(&ixs, &[&host, &book]).expect("init_spot_book");
+    f.ctx
+        .send(&[create], &[&host, &book])
+        .expect("create_account");
+    // The thief's opening, without the book's signature (it does not hold the key).
+    let mut claim = init_spot_book(&thief.pubkey(), &thief_machine, &book.pubkey());
+    for meta in claim
+        .accounts
+        .iter_mut()
+        .filter(|m| m.pubkey == book.pubkey())
+    {
+        meta.is_signer = false;
+    }
+    let err = f.ctx.send(&[claim], &[&thief]).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintSigner as u32)
+    );
+    assert_eq!(
+        f.ctx.account::<Machine>(&thief_machine).spot_book,
+        Pubkey::default()
+    );
+    let open = init_spot_book(&host.pubkey(), &machine, &book.pubkey());
+    f.ctx
+        .send(&[open], &[&host, &book])
+        .expect("the creator opens it");
     assert_eq!(f.ctx.account::<Machine>(&machine).spot_book, book.pubkey());
-    (host, machine, book.pubkey())
 }
 
 fn spot_args(f: &Fixture, nonce: u64) -> PlaceBidArgs {

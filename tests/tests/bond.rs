@@ -1,5 +1,5 @@
 //! A host's stake backs its machines: each registered machine bonds the market's
-//! `min_host_stake` of it until the machine is closed (which its leases must all have settled
+//! `min_host_stake` as it stood at registration until the machine is closed (which its leases must all have settled
 //! for), so the stake a silent host is slashed from cannot have left. On the SBF build in
 //! LiteSVM; every refused step is checked to move nothing.
 
@@ -8,9 +8,10 @@ mod program_test;
 
 use gpu_market::errors::MarketError;
 use gpu_market::pda;
-use gpu_market::state::{Machine, MachineStatus, StakeAccount};
+use gpu_market::state::{Machine, MachineStatus, Market, StakeAccount};
 use gpu_market_sdk::{
-    CloseMachine, RegisterMachine, RequestUnstake, SetMachineStatus, Stake, WithdrawStake,
+    ApplyMarketUpdate, CloseMachine, RegisterMachine, RequestUnstake, SetMachineStatus, Stake,
+    UpdateMarket, WithdrawStake,
 };
 use lease_fixture::*;
 use program_test::*;
@@ -140,4 +141,66 @@ fn each_machine_bonds_its_part_and_closing_it_releases_it() {
     unstake(&mut f, 10 * TOKEN).expect("the released part can be asked back");
     let err = unstake(&mut f, TOKEN).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::HostStakeBonded));
+}
+
+/// The authority raises `min_host_stake` as far as it goes: a registered machine keeps the bond
+/// it was registered with (its host can still ask back everything above it, and a slash takes
+/// its share of that bond), and only a new machine needs the new minimum.
+#[test]
+fn raising_min_host_stake_binds_new_machines_only() {
+    let mut f = fixture();
+    let m: Market = f.ctx.account(&f.market);
+    let mut raised = m.params;
+    raised.min_host_stake = u64::MAX;
+    f.ctx
+        .run(&UpdateMarket {
+            authority: &f.authority,
+            market: f.market,
+            params: raised,
+        })
+        .expect("update_market");
+    f.ctx.advance_time(m.notice_secs());
+    f.ctx
+        .run(&ApplyMarketUpdate {
+            signer: &f.authority,
+            market: f.market,
+        })
+        .expect("apply_market_update");
+    assert_eq!(
+        f.ctx.account::<Machine>(&f.machine).bond,
+        10 * TOKEN,
+        "the bond it was registered with"
+    );
+    // The host staked 100, of which its machine bonds 10: 90 may leave, not 91.
+    let err = unstake(&mut f, 91 * TOKEN).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeBonded));
+    unstake(&mut f, 90 * TOKEN).expect("everything above the machine's bond");
+    assert_eq!(host_stake(&f).bonded, 10 * TOKEN);
+    // A second machine needs the new minimum.
+    let owner = f.host.key.insecure_clone();
+    let before = f.ctx.svm.get_account(&f.market).expect("market").data;
+    let err = f
+        .ctx
+        .run(&RegisterMachine {
+            owner: &owner,
+            market: f.market,
+            id: 9,
+            terms: f.ctx.account::<Machine>(&f.machine).terms(),
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::HostStakeTooLow));
+    assert_eq!(
+        f.ctx.svm.get_account(&f.market).expect("market").data,
+        before,
+        "a refused registration changes nothing"
+    );
+    // A silent lease's slash takes its share (10 %) of the machine's 10, not of the new minimum.
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(3 * INTERVAL);
+    prove(&mut f, lease, 2);
+    slash_by_stranger(&mut f).expect("slash");
+    assert_eq!(f.ledger(&c).slashed_due, TOKEN, "10 % of the bond of 10");
 }

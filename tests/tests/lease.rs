@@ -265,6 +265,9 @@ fn overclock_terms_outside_a_gpus_range_do_not_run_there() {
 #[test]
 fn the_anti_monopoly_cap_gives_way_to_others_and_never_idles_gpus() {
     let mut f = fixture();
+    // The cap counts the GPUs offered when the billing interval began: the machine's, from
+    // the next interval on.
+    f.ctx.advance_time(INTERVAL);
     let c = f.client(100 * TOKEN, 0);
     let a = f.queue_args(2, 8);
     let first = f.place(&c, a);
@@ -349,6 +352,9 @@ fn a_better_spot_bid_preempts_at_the_boundary_and_not_before() {
 #[test]
 fn a_queue_bid_outranks_a_spot_lease_on_the_same_gpus() {
     let mut f = fixture();
+    // The cap counts the GPUs offered when the billing interval began: the machine's, from
+    // the next interval on.
+    f.ctx.advance_time(INTERVAL);
     let spot_client = f.client(100 * TOKEN, 0);
     let queue_client = f.client(100 * TOKEN, 0);
     let a = f.spot_args(30 * TOKEN);

@@ -42,6 +42,9 @@ fn a_machine_runs_only_bids_that_accept_its_region_and_others_never_block() {
     let c = f.client(100 * TOKEN, 0);
     let d = f.client(100 * TOKEN, 0);
     let in_us = f.other_machine(1, |t| t.region = region("us-east"));
+    // The cap counts the GPUs offered when the billing interval began: the machines', from
+    // the next interval on.
+    f.ctx.advance_time(INTERVAL);
     let a = accepting(&mut f, &["us-east"]);
     // The fixture's machine is no witness for it: its region is not one the bid accepts.
     let p = f.placement(&d, a.clone());

@@ -567,8 +567,9 @@ impl SolanaChain {
                 };
                 if queue {
                     let market = policy.market;
+                    let now = now_offer.now();
                     caps.add(view, &b.client, b.gpu_count, |held, more| {
-                        market.within_client_cap(held, more)
+                        market.within_client_cap(held, more, now)
                     });
                 } else {
                     spot.push(view);
@@ -1004,7 +1005,7 @@ impl Chain for SolanaChain {
         };
         let stake: StakeAccount = decoded(got[1].as_deref(), "stake", &stake)?;
         let within_cap = b.kind == ProgramBidKind::Spot
-            || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64);
+            || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, now);
         let offer = offer(&machine, &market, b.kind, now, &Freed::default())?;
         // Built and dropped before any await: a signer is not `Sync`.
         let (lease, ix) = {

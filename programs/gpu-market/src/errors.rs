@@ -115,7 +115,7 @@ pub enum MarketError {
     NoSlashingEvidence,
     #[msg("the host's stake in the market is below the minimum to register a machine")]
     HostStakeTooLow,
-    #[msg("the stake backs the owner's machines (min_host_stake each): close a machine, once its leases are settled, to unbond its part")]
+    #[msg("the stake backs the owner's machines (each its bond, the min_host_stake it was registered under): close a machine, once its leases are settled, to unbond its part")]
     HostStakeBonded,
     #[msg("the machine has running leases")]
     MachineBusy,

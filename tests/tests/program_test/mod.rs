@@ -183,7 +183,7 @@ impl TestContext {
         };
         let stake: StakeAccount = self.account(&gpu_market::pda::stake(&m.market, &b.client).0);
         let within_cap = b.kind == BidKind::Spot
-            || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64);
+            || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, self.now());
         let evidence = read_book(&self.svm.get_account(&book).expect("the book").data)
             .expect("an initialised book")
             .allocate_evidence(&bid, &offer, within_cap);

@@ -140,7 +140,7 @@ impl Allocate<'_> {
     /// must give way to it, which only an entry over its client's anti-monopoly cap does while
     /// the chosen bid is within its own. A chosen bid over the cap runs only when nothing else
     /// fits: no entry above it, and no entry below it within its client's cap.
-    fn check_book(&self, remaining: &[AccountInfo], offer: &Offer) -> Result<()> {
+    fn check_book(&self, remaining: &[AccountInfo], offer: &Offer, now: i64) -> Result<()> {
         let evidence = Evidence::read(remaining, &self.market.key())?;
         let queue = self.bid.kind == BidKind::Queue;
         let (chosen, chosen_seq) = (self.bid.key(), self.bid.seq);
@@ -155,7 +155,7 @@ impl Allocate<'_> {
             Ok(!queue
                 || self
                     .market
-                    .within_client_cap(held_by(client)? as u64, gpus as u64))
+                    .within_client_cap(held_by(client)? as u64, gpus as u64, now))
         };
         let chosen_within = within_cap(&self.bid.client, self.bid.gpu_count)?;
         let book = self.book.load()?;
@@ -188,7 +188,8 @@ impl Allocate<'_> {
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let offer = ctx.accounts.validate(&args, now)?;
-        ctx.accounts.check_book(ctx.remaining_accounts, &offer)?;
+        ctx.accounts
+            .check_book(ctx.remaining_accounts, &offer, now)?;
 
         let accounts = ctx.accounts;
         let bid = &mut accounts.bid;

@@ -14,7 +14,9 @@ pub struct InitQueueBook<'info> {
     #[account(mut, has_one = authority @ MarketError::NotMarketAuthority)]
     pub market: Account<'info, Market>,
 
-    #[account(zero)]
+    /// Created by the system program in the same transaction; its key signs, so an account
+    /// created (and paid for) earlier cannot be claimed by someone else's `init`.
+    #[account(zero, signer)]
     pub book: AccountLoader<'info, BidBook>,
 }
 
@@ -46,7 +48,8 @@ pub struct InitSpotBook<'info> {
     )]
     pub machine: Box<Account<'info, Machine>>,
 
-    #[account(zero)]
+    /// As for the queue book: its key signs.
+    #[account(zero, signer)]
     pub book: AccountLoader<'info, BidBook>,
 }
 

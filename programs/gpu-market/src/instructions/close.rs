@@ -74,8 +74,7 @@ impl CloseMachine<'_> {
         // take the evidence away (issue 30, fault 7).
         let key = a.machine.key();
         slash_evidence(&mut a.market, &mut a.machine, key, &mut a.owner_stake, now)?;
-        let stake = &mut a.owner_stake;
-        stake.machines = stake.machines.saturating_sub(1);
+        a.owner_stake.unbond(a.machine.bond);
         let a = &ctx.accounts;
         match &a.spot_book {
             Some(book) => require!(book.load()?.is_empty(), MarketError::BookNotEmpty),

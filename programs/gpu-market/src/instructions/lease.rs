@@ -62,6 +62,7 @@ impl Preempt<'_> {
             || a.market.within_client_cap(
                 a.challenger_stake.gpus_held as u64,
                 a.challenger.gpu_count as u64,
+                now,
             );
         require!(
             a.challenger.status == BidStatus::Open
@@ -478,7 +479,7 @@ impl CloseLease<'_> {
         } else {
             None
         };
-        let bond = market.params.min_host_stake;
+        let bond = self.machine.bond;
         let host = self
             .host_stake
             .as_mut()

@@ -41,13 +41,10 @@ pub struct RegisterMachine<'info> {
 impl RegisterMachine<'_> {
     pub fn register_machine(ctx: Context<Self>, id: u64, terms: MachineTerms) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        let stake = &mut ctx.accounts.owner_stake;
-        stake.machines = stake.machines.checked_add(1).ok_or(MarketError::Overflow)?;
-        require!(
-            stake.amount >= stake.bonded(ctx.accounts.market.params.min_host_stake)?,
-            MarketError::HostStakeTooLow
-        );
+        let bond = ctx.accounts.market.params.min_host_stake;
+        ctx.accounts.owner_stake.bond(bond)?;
         let machine = &mut ctx.accounts.machine;
+        machine.bond = bond;
         machine.market = ctx.accounts.market.key();
         machine.owner = ctx.accounts.owner.key();
         machine.id = id;

@@ -67,7 +67,7 @@ pub fn slash_evidence(
         params.slash_evidence as u64,
     )
     .map_err(MarketError::from)?;
-    let (from_amount, from_pending) = host_stake.slash(params.min_host_stake, share, None)?;
+    let (from_amount, from_pending) = host_stake.slash(machine.bond, share, None)?;
     market.keep_slashed(from_amount, from_pending)?;
     emit!(HostSlashed {
         machine: machine_key,

@@ -29,12 +29,7 @@ impl RequestUnstake<'_> {
         let market = &mut ctx.accounts.market;
         let stake = &mut ctx.accounts.stake;
         stake.touch(now);
-        stake.request_unstake(
-            amount,
-            now,
-            market.params.unstake_cooldown_secs,
-            market.params.min_host_stake,
-        )?;
+        stake.request_unstake(amount, now, market.params.unstake_cooldown_secs)?;
         market.total_staked = market
             .total_staked
             .checked_sub(amount)

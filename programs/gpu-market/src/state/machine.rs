@@ -214,6 +214,10 @@ pub struct Machine {
     pub unslashed_violations: u32,
     pub evidence_since: i64,
     pub bump: u8,
+    /// The stake this machine bonds: the market's `min_host_stake` when it was registered,
+    /// never changed after (a later rise of the parameter binds new machines only, so it cannot
+    /// trap a host's stake), and what one slash of it takes its share of.
+    pub bond: u64,
     /// The fatal GPU fault its agent reported, which paused the machine; cleared when the owner
     /// resumes it (after servicing the GPU).
     pub fault: Option<MachineFault>,

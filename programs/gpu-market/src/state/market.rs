@@ -273,6 +273,11 @@ pub struct Market {
     pub gpus_offered: u64,
     /// GPUs asked for by waiting queue bids (the demand side).
     pub gpus_waiting: u64,
+    /// `gpus_offered` as it stood when the market's clock last ticked (`tick_demand`): the
+    /// anti-monopoly cap's base, so that no instruction can move the cap inside the transaction
+    /// that relies on it (a host re-declaring an idle machine's GPUs around its own `allocate`).
+    /// `u64::MAX` until the first tick: the market's opening interval has no cap.
+    pub cap_gpus_offered: u64,
     /// The next bid's placement number.
     pub next_bid_seq: u64,
     /// Tokens held in the payment vault as bid escrow.
@@ -325,6 +330,8 @@ impl Market {
             queue_book: Pubkey::default(),
             gpus_offered: 0,
             gpus_waiting: 0,
+            // No cap in the market's opening interval (nothing was offered when it began).
+            cap_gpus_offered: u64::MAX,
             next_bid_seq: 0,
             total_escrow: 0,
             total_staked: 0,
@@ -480,6 +487,7 @@ impl Market {
         if due == 0 {
             return;
         }
+        self.cap_gpus_offered = self.gpus_offered;
         let p = &self.params;
         let sample = pricing::demand_bps(
             self.gpus_waiting,
@@ -505,17 +513,28 @@ impl Market {
         Ok(())
     }
 
-    /// Whether a client holding `held` GPUs stays within the anti-monopoly cap when it takes
-    /// `more`. A bid over the cap may still run where no bid within its client's cap fits
+    /// Whether a client holding `held` GPUs stays within the anti-monopoly cap at `now` when it
+    /// takes `more`. A bid over the cap may still run where no bid within its client's cap fits
     /// (see `allocate`): the cap shares GPUs out, it never keeps them idle.
-    pub fn within_client_cap(&self, held: u64, more: u64) -> bool {
+    pub fn within_client_cap(&self, held: u64, more: u64, now: i64) -> bool {
         let after = held
             .saturating_add(more)
             .saturating_mul(gpu_market_core::BPS);
         after
             <= self
-                .gpus_offered
+                .cap_base(now)
                 .saturating_mul(self.params.max_client_share_bps as u64)
+    }
+
+    /// The GPUs the cap shares out at `now`: those offered when the current billing interval
+    /// began. Every change of `gpus_offered` ticks the clock first, so where it has not ticked
+    /// in this interval the count has not changed since the interval began.
+    fn cap_base(&self, now: i64) -> u64 {
+        if self.interval_at(now) > self.demand_interval {
+            self.gpus_offered
+        } else {
+            self.cap_gpus_offered
+        }
     }
 
     /// The billing interval `unix_time` falls in, counted from the market's creation.

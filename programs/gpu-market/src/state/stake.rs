@@ -19,10 +19,12 @@ pub struct StakeAccount {
     pub open_bids: u32,
     /// GPUs the owner holds in running leases (for the anti-monopoly cap).
     pub gpus_held: u32,
-    /// Machines the owner has registered in the market. Each bonds the market's
-    /// `min_host_stake` of the counting stake until it is closed (which its leases must all have
-    /// settled for): a host cannot take back the stake its leases could be slashed from.
+    /// Machines the owner has registered in the market.
     pub machines: u32,
+    /// The counting stake those machines bond: each its `Machine::bond` (the market's
+    /// `min_host_stake` when it was registered) until it is closed (which its leases must all
+    /// have settled for): a host cannot take back the stake its leases could be slashed from.
+    pub bonded: u64,
     /// Escrow refunded to the owner but held in the market's payment vault, because no token
     /// account of the owner was given when the refund was made (it may have closed it): the
     /// owner takes it with `claim_refunds`. Payment-token base units.
@@ -42,19 +44,13 @@ impl StakeAccount {
 
     /// Moves `amount` from counting stake to the cooldown; a new request restarts the cooldown
     /// for everything pending, so a cooldown can never be shortened by splitting requests. What
-    /// the owner's machines bond (`min_host_stake` each) stays.
-    pub fn request_unstake(
-        &mut self,
-        amount: u64,
-        now: i64,
-        cooldown_secs: u32,
-        min_host_stake: u64,
-    ) -> Result<()> {
+    /// the owner's machines bond (`bonded`) stays.
+    pub fn request_unstake(&mut self, amount: u64, now: i64, cooldown_secs: u32) -> Result<()> {
         require!(amount > 0, MarketError::ZeroAmount);
         require!(self.open_bids == 0, MarketError::StakeLockedByBids);
         require!(amount <= self.amount, MarketError::InsufficientStake);
         require!(
-            self.amount - amount >= self.bonded(min_host_stake)?,
+            self.amount - amount >= self.bonded,
             MarketError::HostStakeBonded
         );
         self.amount -= amount;
@@ -68,11 +64,20 @@ impl StakeAccount {
         Ok(())
     }
 
-    /// The counting stake the owner's machines bond: `min_host_stake` each.
-    pub fn bonded(&self, min_host_stake: u64) -> Result<u64> {
-        Ok(min_host_stake
-            .checked_mul(self.machines as u64)
-            .ok_or(MarketError::Overflow)?)
+    /// Bonds a new machine's `bond`; refused unless the counting stake covers every bond.
+    pub fn bond(&mut self, bond: u64) -> Result<()> {
+        self.machines = self.machines.checked_add(1).ok_or(MarketError::Overflow)?;
+        // Past u64::MAX no stake could cover it.
+        let bonded = self.bonded.checked_add(bond);
+        self.bonded = bonded.ok_or(MarketError::HostStakeTooLow)?;
+        require!(self.amount >= self.bonded, MarketError::HostStakeTooLow);
+        Ok(())
+    }
+
+    /// Releases a closed machine's `bond`.
+    pub fn unbond(&mut self, bond: u64) {
+        self.machines = self.machines.saturating_sub(1);
+        self.bonded = self.bonded.saturating_sub(bond);
     }
 
     /// Takes a slash of `share_bps` of a machine's `bond`, at most `value_cap`
