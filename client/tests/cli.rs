@@ -289,7 +289,7 @@ fn host_verbs() {
     t.ok(&owner, &["stake", "deposit", "2", "--market", &m]);
     let e = t.fails(&owner, &["host", "register", "--market", &m, "--gpus", g]);
     assert!(
-        e.contains("the market's minimum of 5 for each of 1 machines"),
+        e.contains("0 bonded by its 0 machines and the market's minimum of 5 for this one"),
         "{e}"
     );
     t.ok(&owner, &["stake", "deposit", "3", "--market", &m]);
