@@ -1328,20 +1328,7 @@ fn a_longer_billing_interval_keeps_the_book_order_and_samples_demand() {
     assert_eq!(m.demand_bps, 0, "nothing waited before it");
     let mut hourly = m.params;
     hourly.billing_interval_secs = 3_600;
-    f.ctx
-        .run(&UpdateMarket {
-            authority: &f.authority,
-            market: f.market,
-            params: hourly,
-        })
-        .expect("update_market");
-    f.ctx.advance_time(m.notice_secs());
-    f.ctx
-        .run(&ApplyMarketUpdate {
-            signer: &f.authority,
-            market: f.market,
-        })
-        .expect("apply_market_update");
+    f.ctx.change_market(&f.authority, f.market, hourly);
     let late = place(f.keys, &c, args(&f, 2));
     f.ctx.run(&late).expect("place_bid");
     assert_eq!(

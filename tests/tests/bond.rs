@@ -10,8 +10,7 @@ use gpu_market::errors::MarketError;
 use gpu_market::pda;
 use gpu_market::state::{Machine, MachineStatus, Market, StakeAccount};
 use gpu_market_sdk::{
-    ApplyMarketUpdate, CloseMachine, RegisterMachine, RequestUnstake, SetMachineStatus, Stake,
-    UpdateMarket, WithdrawStake,
+    CloseMachine, RegisterMachine, RequestUnstake, SetMachineStatus, Stake, WithdrawStake,
 };
 use lease_fixture::*;
 use program_test::*;
@@ -27,6 +26,17 @@ fn unstake(f: &mut Fixture, amount: u64) -> Result<(), Failure> {
             amount,
         })
         .map(drop)
+}
+
+/// `c` gets a 1-GPU lease on the machine, whose host then proves nothing for two intervals, and a
+/// stranger slashes it.
+fn slash_a_silent_lease(f: &mut Fixture, c: &Wallet) {
+    let a = f.queue_args(1, 8);
+    let bid = f.place(c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    f.ctx.advance_time(3 * INTERVAL);
+    prove(f, lease, 2);
+    slash_by_stranger(f).expect("slash");
 }
 
 fn host_stake(f: &Fixture) -> StakeAccount {
@@ -63,12 +73,7 @@ fn a_host_cannot_take_back_the_stake_a_silent_lease_is_slashed_from() {
     assert_eq!(host_stake(&f).amount, 10 * TOKEN);
 
     // A lease whose host then goes silent for two intervals: the slash finds the bond.
-    let a = f.queue_args(1, 8);
-    let bid = f.place(&c, a);
-    let lease = f.allocate(bid, &[0]).unwrap();
-    f.ctx.advance_time(3 * INTERVAL);
-    prove(&mut f, lease, 2);
-    slash_by_stranger(&mut f).expect("slash");
+    slash_a_silent_lease(&mut f, &c);
     let after = f.ledger(&c);
     assert_eq!(after.slashed_due, TOKEN, "10 % of the bonded 10");
     assert_eq!(host_stake(&f).amount, 9 * TOKEN);
@@ -152,20 +157,7 @@ fn raising_min_host_stake_binds_new_machines_only() {
     let m: Market = f.ctx.account(&f.market);
     let mut raised = m.params;
     raised.min_host_stake = u64::MAX;
-    f.ctx
-        .run(&UpdateMarket {
-            authority: &f.authority,
-            market: f.market,
-            params: raised,
-        })
-        .expect("update_market");
-    f.ctx.advance_time(m.notice_secs());
-    f.ctx
-        .run(&ApplyMarketUpdate {
-            signer: &f.authority,
-            market: f.market,
-        })
-        .expect("apply_market_update");
+    f.ctx.change_market(&f.authority, f.market, raised);
     assert_eq!(
         f.ctx.account::<Machine>(&f.machine).bond,
         10 * TOKEN,
@@ -196,11 +188,6 @@ fn raising_min_host_stake_binds_new_machines_only() {
     );
     // A silent lease's slash takes its share (10 %) of the machine's 10, not of the new minimum.
     let c = f.client(100 * TOKEN, 0);
-    let a = f.queue_args(1, 8);
-    let bid = f.place(&c, a);
-    let lease = f.allocate(bid, &[0]).unwrap();
-    f.ctx.advance_time(3 * INTERVAL);
-    prove(&mut f, lease, 2);
-    slash_by_stranger(&mut f).expect("slash");
+    slash_a_silent_lease(&mut f, &c);
     assert_eq!(f.ledger(&c).slashed_due, TOKEN, "10 % of the bond of 10");
 }

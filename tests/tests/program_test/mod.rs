@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gpu_market::state::{
-    Bid, BidKind, Freed, GpuSpec, Machine, MachineNetwork, MachineTerms, Market, StakeAccount,
+    Bid, BidKind, Freed, GpuSpec, Machine, MachineNetwork, MachineTerms, Market, MarketParams,
+    StakeAccount,
 };
 use gpu_market_core::fit::{Offer, Unfit};
 use gpu_market_sdk::book::read_book;
@@ -312,6 +313,24 @@ impl TestContext {
 
     pub fn now(&self) -> i64 {
         self.svm.get_sysvar::<solana_clock::Clock>().unix_timestamp
+    }
+
+    /// `authority` changes `market`'s parameters to `params`: `update_market` schedules them,
+    /// the notice passes, `apply_market_update` applies them.
+    pub fn change_market(&mut self, authority: &Keypair, market: Pubkey, params: MarketParams) {
+        let notice = self.account::<Market>(&market).notice_secs();
+        self.run(&UpdateMarket {
+            authority,
+            market,
+            params,
+        })
+        .expect("update_market");
+        self.advance_time(notice);
+        self.run(&ApplyMarketUpdate {
+            signer: authority,
+            market,
+        })
+        .expect("apply_market_update");
     }
 
     pub fn create_mint(&mut self, decimals: u8) -> Pubkey {
