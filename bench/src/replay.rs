@@ -128,6 +128,7 @@ fn bid(pod: &Pod) -> Bid {
         book_key: 0,
         seq: 0,
         placed_at: NOW,
+        full_secs_at_entry: 0,
         bump: 0,
         auto_power: None,
     }

@@ -47,7 +47,8 @@ pub enum BidCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
-    /// Cancels a waiting bid; its escrow is refunded in full.
+    /// Cancels a waiting bid; its escrow is refunded, less its holding charge (its price for
+    /// the time it waited in a full book).
     Cancel {
         bid: Pubkey,
         #[arg(long)]
@@ -266,17 +267,22 @@ pub(crate) fn plan_cancel(
     }
     let m: Market = config.fetch(&b.market, "market")?;
     let (client_tokens, _) = config.token_account(&client.pubkey(), &m.payment_mint, tokens)?;
+    let book = book_of(config, &b, &m)?;
+    // The escrow less what waiting in a full book has cost it (the program takes the same).
+    let now = config.cluster_time()?;
+    let held = read_book(&config.account_data(&book, "book")?)
+        .map_or(0, |entries| entries.holding_charge(&b, now));
     Ok(Cancellation {
         instructions: vec![CancelBid {
             client,
             market: b.market,
             bid: *bid,
-            book: book_of(config, &b, &m)?,
+            book,
             payment_mint: m.payment_mint,
             client_tokens,
         }
         .instruction()],
-        refund: b.escrow,
+        refund: b.escrow - held,
         decimals: config.mint_decimals(&m.payment_mint)?,
     })
 }
@@ -734,6 +740,12 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
             if let Some(i) = entries.entries.iter().position(|l| l.bid == *key) {
                 fields.push(("rank", (i as u64 + 1).into()));
                 fields.push(("book_size", (entries.entries.len() as u64).into()));
+                fields.push(("book_full", entries.is_full().into()));
+                // Taken from the escrow when the bid leaves the book, run or not.
+                fields.push((
+                    "holding_charge",
+                    parse::tokens(entries.holding_charge(b, now), decimals),
+                ));
             }
         }
     } else {

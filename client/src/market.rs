@@ -391,8 +391,8 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
         MarketCommand::Collect { market } => {
             let signer = config.signer()?;
             let m: Market = config.fetch(&market, "market")?;
-            if m.fees_due == 0 && m.slashed_due == 0 {
-                bail!("market {market} holds no fees or slashed stake to collect");
+            if m.fees_due == 0 && m.slashed_due == 0 && m.burn_due == 0 {
+                bail!("market {market} holds no fees, slashed stake or tokens to burn");
             }
             let signature = config.send_all(
                 &signer,
@@ -419,6 +419,10 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                         parse::tokens(m.slashed_due, config.mint_decimals(&m.stake_mint)?),
                     ),
                     ("stake_treasury", text(m.stake_treasury)),
+                    (
+                        "burned",
+                        parse::tokens(m.burn_due, config.mint_decimals(&m.payment_mint)?),
+                    ),
                     ("signature", text(signature)),
                 ],
             );
@@ -495,6 +499,7 @@ pub(crate) fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result
         ),
         ("total_escrow", parse::tokens(m.total_escrow, pd)),
         ("fees_due", parse::tokens(m.fees_due, pd)),
+        ("burn_due", parse::tokens(m.burn_due, pd)),
         ("slashed_due", parse::tokens(m.slashed_due, sd)),
     ]);
     if m.pending_at != 0 {

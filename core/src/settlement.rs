@@ -52,6 +52,29 @@ pub fn escrow_for(
     mul_div_ceil(price, gpu_secs, unit.secs())
 }
 
+/// What waiting in a full book cost a bid: its own price for the GPUs it asks, for the seconds
+/// its book was full while it waited (`full_secs`), never more than its `escrow`. A full book
+/// turns newcomers away, so each entry in it pays, while it is full, what the GPU-hours it asks
+/// would cost to run: holding a place is never cheaper than using one. Infallible: an amount
+/// past `u64` is past any escrow.
+pub fn holding_charge(price: u64, unit: PriceUnit, gpus: u64, full_secs: u64, escrow: u64) -> u64 {
+    if full_secs == 0 {
+        return 0;
+    }
+    escrow_for(price, unit, gpus, full_secs).map_or(escrow, |charge| charge.min(escrow))
+}
+
+/// The whole seconds `escrow` pays for `gpus` GPUs at `price` per GPU per `unit` (rounded
+/// down; `u64::MAX` when the price is zero).
+pub fn secs_covered(price: u64, unit: PriceUnit, gpus: u64, escrow: u64) -> u64 {
+    price
+        .checked_mul(gpus)
+        .filter(|&rate| rate > 0)
+        .map_or(u64::MAX, |rate| {
+            mul_div_floor(escrow, unit.secs(), rate).unwrap_or(u64::MAX)
+        })
+}
+
 /// One settlement step: what is owed for `billed_secs` proven seconds in all, less what was
 /// already `paid`, never more than what is left in escrow, split between the host and the
 /// protocol's fee. Computed on the running total, so rounding never loses a unit: a price too
@@ -182,7 +205,42 @@ mod tests {
         assert_eq!(paid, 1);
     }
 
+    #[test]
+    fn holding_costs_what_running_would() {
+        // A 2-GPU bid at 3,600 per GPU-hour that waited a full book's hour pays two GPU-hours.
+        assert_eq!(
+            holding_charge(3_600, PriceUnit::PerGpuHour, 2, 3_600, 1 << 20),
+            7_200
+        );
+        // Never past its escrow, whatever the wait, and nothing while the book was not full.
+        assert_eq!(
+            holding_charge(u64::MAX, PriceUnit::PerGpuHour, 16, u64::MAX, 5),
+            5
+        );
+        assert_eq!(
+            holding_charge(3_600, PriceUnit::PerGpuHour, 2, 0, 1 << 20),
+            0
+        );
+        assert_eq!(secs_covered(3_600, PriceUnit::PerGpuHour, 2, 7_199), 3_599);
+        assert_eq!(secs_covered(0, PriceUnit::PerGpuHour, 2, 1), u64::MAX);
+    }
+
     proptest! {
+        #[test]
+        fn a_holding_charge_is_the_cost_of_the_held_time_within_the_escrow(price in 0u64..1 << 40, gpus in 1u64..=16, held in 0u64..1 << 26, escrow: u64, spot: bool) {
+            let unit = if spot { PriceUnit::PerGpuDay } else { PriceUnit::PerGpuHour };
+            let charge = holding_charge(price, unit, gpus, held, escrow);
+            prop_assert!(charge <= escrow);
+            let full = escrow_for(price, unit, gpus, held).unwrap();
+            prop_assert_eq!(charge, full.min(escrow));
+            // What is left after the charge never pays for more time than it covers.
+            let left = escrow - charge;
+            let covered = secs_covered(price, unit, gpus, left);
+            if covered != u64::MAX {
+                prop_assert!(cost(price, unit, gpus, covered).unwrap() <= left);
+            }
+        }
+
         #[test]
         fn a_slash_takes_at_most_the_bond_the_stake_and_the_cap(bond: u64, staked: u64, slash_bps in 0u64..=5_000, units in 0u64..1 << 16, evidence in 0u64..1 << 8, cap: Option<u64>) {
             let share = slash_share_bps(slash_bps, units, evidence).unwrap();

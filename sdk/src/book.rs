@@ -3,7 +3,7 @@
 use anchor_lang::__private::bytemuck;
 use anchor_lang::Discriminator;
 use gpu_market::pda;
-use gpu_market::state::{BidBook, BookLeaf, BOOK_KIND_QUEUE};
+use gpu_market::state::{Bid, BidBook, BookLeaf, FullClock, BOOK_CAPACITY, BOOK_KIND_QUEUE};
 use gpu_market_core::fit::Offer;
 use solana_pubkey::Pubkey;
 
@@ -15,6 +15,8 @@ pub struct BookEntries {
     /// `BOOK_KIND_QUEUE` or `BOOK_KIND_SPOT`.
     pub kind: u8,
     pub entries: Vec<BookLeaf>,
+    /// How long the book has been full: what its bids' holding charges count.
+    pub full_clock: FullClock,
 }
 
 /// Decodes a book account's data; `None` when it is not an initialised book.
@@ -36,10 +38,21 @@ pub fn read_book(data: &[u8]) -> Option<BookEntries> {
         machine: book.machine,
         kind: book.kind,
         entries: book.iter().copied().collect(),
+        full_clock: book.full_clock,
     })
 }
 
 impl BookEntries {
+    /// Whether newcomers are turned away (or must evict the lowest-ranked entry).
+    pub fn is_full(&self) -> bool {
+        self.entries.len() >= BOOK_CAPACITY
+    }
+
+    /// What waiting in this book has cost `bid` by `now` (`Bid::holding_charge`, on chain).
+    pub fn holding_charge(&self, bid: &Bid, now: i64) -> u64 {
+        bid.holding_charge_at(self.full_clock.secs(self.is_full(), now))
+    }
+
     /// The remaining accounts `allocate` needs to start `chosen` on the machine behind `offer`
     /// (built as the program builds it, `Machine::offer`): for each entry the program will find
     /// fitting (and, where `chosen_within_cap` is false, every entry, as the program then reads
@@ -73,7 +86,7 @@ impl BookEntries {
     /// The entry a new bid ranked at (`score`, `seq`) evicts from a full book, if it outranks
     /// it; `None` while the book has room (or the bid would not get in).
     pub fn eviction(&self, score: u64, seq: u64) -> Option<&BookLeaf> {
-        if self.entries.len() < gpu_market::state::BOOK_CAPACITY {
+        if !self.is_full() {
             return None;
         }
         let worst = self.entries.last()?;

@@ -81,6 +81,13 @@ pub fn balance(data: &[u8]) -> Option<u64> {
     Account::unpack(data).ok().map(|a| a.amount)
 }
 
+/// The supply of a mint account's data (what `collect_fees` burns leaves it).
+pub fn supply(data: &[u8]) -> Option<u64> {
+    spl_token_interface::state::Mint::unpack(data)
+        .ok()
+        .map(|m| m.supply)
+}
+
 /// Whether an account (its owning program and data) is a live token account of `owner` for
 /// `mint` that can receive tokens: what the program accepts as a client's refund account.
 /// A closed account (no data), another program's account or a frozen one is not.

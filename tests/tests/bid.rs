@@ -147,16 +147,17 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     // 2 GPUs × 1 hour × 2 tokens per GPU-hour.
     assert_eq!(bid.escrow, 4 * TOKEN);
     // One set of terms for both GPUs and a 40-byte image reference: the account holds one entry
-    // and the reference's bytes, and stays under 360 bytes (297 before bids kept the token
+    // and the reference's bytes, and stays under 368 bytes (297 before bids kept the token
     // account their escrow came from, for refunds by anyone; 329 before they recorded the
     // urgency premium paid; 333 before they asked for ports and scratch; 339 before they
-    // reserved CPU and memory; 347 before they named regions).
+    // reserved CPU and memory; 347 before they named regions; 354 before they noted their
+    // book's full clock on entry, for the holding charge).
     let size = f.ctx.svm.get_account(&p.bid()).unwrap().data.len();
     assert_eq!(
         (size, bid.overclock.len()),
         (Bid::space(1, bid.image_ref.len(), 0, 0), 1)
     );
-    assert!(size <= 360);
+    assert!(size <= 368);
     assert_eq!(
         f.ctx.token_balance(&c.tokens),
         100 * TOKEN - 10 * TOKEN - 4 * TOKEN
@@ -587,7 +588,7 @@ fn a_full_books_worst_bid_is_evicted_even_after_its_client_closed_its_token_acco
     );
     assert_eq!(
         after.vault,
-        after.total_escrow + after.fees_due + after.refunds_due
+        after.total_escrow + after.fees_due + after.burn_due + after.refunds_due
     );
     assert_eq!(after.book_len, BOOK_CAPACITY);
 }
@@ -1142,7 +1143,7 @@ fn compute_units_and_sizes_of_bids() {
         "book account: {BID_BOOK_SPACE} bytes, rent {} lamports",
         f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE)
     );
-    assert!(bid_space <= 360, "bid account: {bid_space} bytes");
+    assert!(bid_space <= 368, "bid account: {bid_space} bytes");
     // 23,924 before a queue bid named its witness machine; the witness here is a 16-GPU
     // machine (its account ~4k, its offer ~7.5k, the fit ~1.7k).
     assert!(
@@ -1181,8 +1182,8 @@ fn a_bid_cannot_raise_its_score_without_paying() {
     for a in [more_memory, longer, tight_deadline] {
         assert_eq!(score_of(&mut f, a), plain);
     }
-    // An urgency premium ranks higher, is paid at placement into the fees due and is not
-    // refunded on cancel.
+    // An urgency premium ranks higher, is paid at placement to be burnt (not to the market's
+    // treasury: its authority could bid too) and is not refunded on cancel.
     let before = ledger(&f, &[&c]);
     let premium = TOKEN / 10;
     let urgent = place(
@@ -1203,8 +1204,12 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         before.clients[0].tokens - placed.clients[0].tokens,
         bid.escrow + premium
     );
-    assert_eq!(placed.fees_due - before.fees_due, premium);
-    assert_eq!(placed.vault, placed.total_escrow + placed.fees_due);
+    assert_eq!(placed.burn_due - before.burn_due, premium);
+    assert_eq!(placed.fees_due, before.fees_due);
+    assert_eq!(
+        placed.vault,
+        placed.total_escrow + placed.fees_due + placed.burn_due
+    );
     f.ctx
         .run(&CancelBid {
             client: &c.key,
@@ -1221,7 +1226,7 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         premium,
         "the escrow back, not the premium"
     );
-    assert_eq!(cancelled.fees_due, placed.fees_due);
+    assert_eq!(cancelled.burn_due, placed.burn_due);
 
     // A queue bid may not wait longer than the aging cap takes to reach (3000 / 10 per interval
     // = 300 intervals of 60 s after its latest start): it could outrank every new bid for ever.

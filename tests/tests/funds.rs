@@ -27,7 +27,7 @@ use anchor_lang::AccountDeserialize;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, GpuSpec, Lease, MachineNetwork, MachineStatus, MachineTerms, Market,
+    Bid, BidKind, BidStatus, GpuSpec, Lease, MachineNetwork, MachineStatus, MachineTerms, Market,
     MarketParams, OverclockTerms, StakeAccount, BOOK_CAPACITY,
 };
 use gpu_market_core::lease::interval_window;
@@ -242,6 +242,11 @@ struct World {
     proven: BTreeMap<Pubkey, (u64, u64, u64)>,
     /// Urgency premiums each wallet paid (never refunded).
     premiums: Vec<u64>,
+    /// Holding charges taken from each wallet's bids (their price for the time they waited in
+    /// a full book), as each bid left the book.
+    charged: Vec<u64>,
+    /// The payment mint's supply at the start: what is burnt leaves it.
+    supply0: u64,
     /// Slashed host stake each wallet's stake received (by reclaiming from a silent host).
     received: Vec<u64>,
 }
@@ -356,11 +361,14 @@ impl World {
             paid: vec![0; WALLETS + 1],
             proven: BTreeMap::new(),
             premiums: vec![0; WALLETS + 1],
+            charged: vec![0; WALLETS + 1],
+            supply0: 0,
             received: vec![0; WALLETS + 1],
         };
         if full {
             world.fill();
         }
+        world.supply0 = world.ctx.mint_supply(&mint);
         world
     }
 
@@ -405,6 +413,7 @@ impl World {
             leases: self.leases.clone(),
             paid: self.paid.clone(),
             premiums: self.premiums.clone(),
+            charged: self.charged.clone(),
             received: self.received.clone(),
             proven: self.proven.clone(),
             ..*self
@@ -928,6 +937,8 @@ impl World {
         s.insert("treasury".into(), self.ctx.token_balance(&self.treasury));
         let m: Market = self.ctx.account(&self.market);
         s.insert("fees_due".into(), m.fees_due);
+        s.insert("burn_due".into(), m.burn_due);
+        s.insert("supply".into(), self.ctx.mint_supply(&self.mint));
         s.insert("slashed_due".into(), m.slashed_due);
         s.insert("total_escrow".into(), m.total_escrow);
         s.insert("refunds_due".into(), m.refunds_due);
@@ -940,6 +951,10 @@ impl World {
             .ctx
             .account(&pda::stake(&self.market, &self.host.pubkey()).0);
         s.insert("host_stake".into(), host_stake.amount);
+        let book =
+            gpu_market_sdk::book::read_book(&self.ctx.svm.get_account(&self.book).unwrap().data)
+                .expect("the queue book");
+        let now = self.ctx.now();
         for (i, (k, t)) in self.wallets.iter().enumerate() {
             s.insert(format!("wallet{i}"), self.ctx.token_balance(t));
             let stake = pda::stake(&self.market, &k.pubkey()).0;
@@ -954,10 +969,29 @@ impl World {
                 if let Some(acc) = self.ctx.svm.get_account(b).filter(|a| a.lamports > 0) {
                     let bid = Bid::try_deserialize(&mut acc.data.as_slice()).expect("a bid");
                     s.insert(format!("bid{i}.{j:05}"), bid.escrow);
+                    if bid.status == BidStatus::Open {
+                        s.insert(format!("hold{i}.{j:05}"), book.holding_charge(&bid, now));
+                    }
                 }
             }
         }
         s
+    }
+
+    /// Books the holding charge of each bid that was waiting `before` a step and is not `after`
+    /// it (cancelled, pruned, evicted or started): the step took it from that bid's escrow.
+    fn note_charges(&mut self, before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) {
+        for (k, charge) in before.range("hold".to_string().."hole".to_string()) {
+            if !after.contains_key(k) {
+                let w: usize = k["hold".len()..]
+                    .split('.')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                self.charged[w] += charge;
+            }
+        }
     }
 
     fn check(&self, snap: &BTreeMap<String, u64>) -> Result<(), TestCaseError> {
@@ -968,7 +1002,13 @@ impl World {
         );
         prop_assert_eq!(
             snap["payment_vault"],
-            m.total_escrow + m.fees_due + m.refunds_due
+            m.total_escrow + m.fees_due + m.burn_due + m.refunds_due
+        );
+        let spent: u64 = self.premiums.iter().chain(&self.charged).sum();
+        prop_assert_eq!(
+            self.supply0 - snap["supply"] + m.burn_due,
+            spent,
+            "what is burnt or due to be is exactly the premiums and holding charges"
         );
         let owed: u64 = (0..self.wallets.len())
             .filter_map(|i| snap.get(&format!("refunds{i}")))
@@ -1002,7 +1042,8 @@ impl World {
                 + get(format!("refunds{i}"))
                 + locked
                 + self.paid[i]
-                + self.premiums[i];
+                + self.premiums[i]
+                + self.charged[i];
             prop_assert_eq!(
                 total,
                 START + self.received[i],
@@ -1011,10 +1052,9 @@ impl World {
             );
         }
         // Hosts and the fee (collected or due) earn exactly what wallets paid for proven time,
-        // and never more than price × proven time in the leases' own windows; the treasury's
-        // other income is the urgency premiums.
-        let premiums: u64 = self.premiums.iter().sum();
-        let earned = snap["host"] + snap["treasury"] + snap["fees_due"] - premiums;
+        // and never more than price × proven time in the leases' own windows; the treasury has
+        // no other income (premiums and holding charges are burnt).
+        let earned = snap["host"] + snap["treasury"] + snap["fees_due"];
         prop_assert_eq!(earned, self.paid.iter().sum::<u64>());
         prop_assert!(
             earned <= self.earn_bound(),
@@ -1077,6 +1117,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
             entry.1 += ok as usize;
             drop(counts);
             let after = world.snapshot();
+            world.note_charges(&before, &after);
             if ok {
                 succeeded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             } else {
@@ -1150,8 +1191,11 @@ fn earnings_are_bounded_by_the_cost_of_each_leases_proven_time() {
         prove,
     ];
     for op in &ops {
+        let before = world.snapshot();
         world.apply(op);
-        world.check(&world.snapshot()).unwrap();
+        let after = world.snapshot();
+        world.note_charges(&before, &after);
+        world.check(&after).unwrap();
     }
     assert_eq!(world.proven.len(), 1, "the lease was proven");
 }

@@ -260,7 +260,7 @@ fn the_client_claims_exactly_its_refunds_to_a_new_token_account_and_nobody_else_
     assert_eq!(f.ctx.token_balance(&fresh), escrow);
     assert_eq!(
         after.vault,
-        after.total_escrow + after.fees_due + after.refunds_due
+        after.total_escrow + after.fees_due + after.burn_due + after.refunds_due
     );
 
     // Claimed once: a second claim is refused and moves nothing; the stake may close now.

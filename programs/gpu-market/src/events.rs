@@ -36,6 +36,8 @@ pub struct FeesCollected {
     pub market: Pubkey,
     pub fees: u64,
     pub slashed: u64,
+    /// Payment tokens burnt: urgency premiums and holding charges.
+    pub burned: u64,
 }
 
 #[event]

@@ -215,6 +215,7 @@ impl TestContext {
             stake_vault: self.token_balance(&gpu_market::pda::stake_vault(market).0),
             total_escrow: m.total_escrow,
             fees_due: m.fees_due,
+            burn_due: m.burn_due,
             slashed_due: m.slashed_due,
             refunds_due: m.refunds_due,
             total_staked: m.total_staked,
@@ -372,6 +373,11 @@ impl TestContext {
         token::balance(&acc.data).expect("a token account")
     }
 
+    pub fn mint_supply(&self, mint: &Pubkey) -> u64 {
+        let acc = self.svm.get_account(mint).expect("mint exists");
+        token::supply(&acc.data).expect("a mint")
+    }
+
     /// An Anchor account of the program, deserialised (discriminator checked).
     pub fn account<T: anchor_lang::AccountDeserialize>(&self, address: &Pubkey) -> T {
         let acc = self.svm.get_account(address).expect("account exists");
@@ -446,6 +452,8 @@ pub struct Ledger {
     pub stake_vault: u64,
     pub total_escrow: u64,
     pub fees_due: u64,
+    /// Urgency premiums and holding charges waiting to be burnt.
+    pub burn_due: u64,
     pub slashed_due: u64,
     pub refunds_due: u64,
     pub total_staked: u64,

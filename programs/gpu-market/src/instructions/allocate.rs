@@ -1,5 +1,6 @@
 use anchor_lang::prelude::*;
 use gpu_market_core::fit::{Offer, Regions};
+use gpu_market_core::settlement::secs_covered;
 
 use crate::errors::MarketError;
 use crate::events::LeaseStarted;
@@ -194,11 +195,13 @@ impl Allocate<'_> {
         let accounts = ctx.accounts;
         let bid = &mut accounts.bid;
         let n = bid.gpu_count;
-        let leaf = accounts
-            .book
-            .load_mut()?
-            .remove(BookKey::new(bid.book_key, bid.seq))
+        let mut book = accounts.book.load_mut()?;
+        // Waiting in a full book is paid for whether the bid then runs or not.
+        let held = accounts.market.charge_holding(bid, &book, now)?;
+        let leaf = book
+            .remove_at(now, BookKey::new(bid.book_key, bid.seq))
             .map_err(MarketError::from)?;
+        drop(book);
         require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
         bid.status = BidStatus::Running;
 
@@ -227,8 +230,19 @@ impl Allocate<'_> {
         gpus[..n as usize].copy_from_slice(&args.gpus);
         let mut power_limits_w = [0u16; MAX_GPUS];
         power_limits_w[..n as usize].copy_from_slice(&bid.power_limits());
+        // A holding charge shortens the lease to what the rest of its escrow pays for.
+        let runs_for = if held > 0 {
+            (bid.max_duration_secs as u64).min(secs_covered(
+                bid.price,
+                bid.unit(),
+                n as u64,
+                bid.escrow,
+            ))
+        } else {
+            bid.max_duration_secs as u64
+        };
         let ends_at = now
-            .checked_add(bid.max_duration_secs as i64)
+            .checked_add(runs_for as i64)
             .ok_or(MarketError::Overflow)?
             .min(bid.deadline);
         let lease = &mut accounts.lease;

@@ -135,7 +135,7 @@ pub struct PlaceBid<'info> {
     pub system_program: Program<'info, System>,
 
     /// Only when the book is full: its lowest-ranked bid, which the new bid evicts (if it
-    /// outranks it) with a full refund of escrow and rent to that bid's client.
+    /// outranks it) with its escrow, less its holding charge, and its rent back to that bid's client.
     #[account(mut, has_one = market)]
     pub evicted: Option<Box<Account<'info, Bid>>>,
 
@@ -232,12 +232,12 @@ impl PlaceBid<'_> {
     }
 
     /// Makes room in a full book for a bid ranked at `newcomer`: its lowest-ranked entry leaves
-    /// with a full refund, as in an order book; a newcomer that does not outrank it is refused.
+    /// with its escrow (less its holding charge) and rent back, as in an order book; a newcomer that does not outrank it is refused.
     fn evict_worst(&mut self, newcomer: BookKey, now: i64) -> Result<()> {
         let worst = *self.book.load()?.worst().ok_or(MarketError::BookNotFound)?;
         require!(newcomer < worst.key(), MarketError::BookFullOfBetterBids);
         let missing = || error!(MarketError::EvictionMissing);
-        let evicted = self.evicted.as_ref().ok_or_else(missing)?;
+        let evicted = self.evicted.as_mut().ok_or_else(missing)?;
         require_keys_eq!(evicted.key(), worst.bid, MarketError::EvictionMissing);
         // A bidder outbidding its own entry: its own accounts stand for the evicted client's,
         // as one account must not be passed twice.
@@ -367,6 +367,7 @@ impl PlaceBid<'_> {
             book_key: 0,
             seq: 0,
             placed_at: now,
+            full_secs_at_entry: 0,
             bump: ctx.bumps.bid,
             auto_power: args.auto_power,
         });
@@ -383,14 +384,15 @@ impl PlaceBid<'_> {
         }
         let market = &mut ctx.accounts.market;
         let bid = &mut ctx.accounts.bid;
-        market.enqueue(bid_key, bid, &mut *ctx.accounts.book.load_mut()?, key)?;
+        market.enqueue(bid_key, bid, &mut *ctx.accounts.book.load_mut()?, key, now)?;
         market.total_escrow = market
             .total_escrow
             .checked_add(escrow)
             .ok_or(MarketError::Overflow)?;
-        // The urgency premium is the market's at once: it is what urgency costs.
-        market.fees_due = market
-            .fees_due
+        // The urgency premium is spent at once, and burnt: ranking first costs whoever asks,
+        // the market's authority included.
+        market.burn_due = market
+            .burn_due
             .checked_add(args.urgency_premium)
             .ok_or(MarketError::Overflow)?;
 
@@ -486,8 +488,8 @@ impl TopUpBid<'_> {
 }
 
 /// Takes the waiting bid of `$a` (accounts with `market`, `bid`, `book`, `stake`,
-/// `payment_vault`, `payment_mint`, `token_program`) out of its book and refunds its escrow in
-/// full to `$to`, a token account of the client (or, absent, to its stake's `refunds_due`); the
+/// `payment_vault`, `payment_mint`, `token_program`) out of its book and refunds its escrow,
+/// less its holding charge, to `$to`, a token account of the client (or, absent, to its stake's `refunds_due`); the
 /// event says why.
 macro_rules! refund_waiting {
     ($a:expr, $now:expr, $reason:expr, $to:expr) => {{
@@ -496,7 +498,7 @@ macro_rules! refund_waiting {
         let bid_key = a.bid.key();
         let refund = a.market.take_out(
             bid_key,
-            &a.bid,
+            &mut a.bid,
             &mut *a.book.load_mut()?,
             &mut a.stake,
             $now,
@@ -554,7 +556,7 @@ pub struct CancelBid<'info> {
 }
 
 impl CancelBid<'_> {
-    /// Takes a waiting bid out of its book and refunds its escrow in full.
+    /// Takes a waiting bid out of its book and refunds its escrow, less its holding charge.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         ctx.accounts.stake.touch(now);

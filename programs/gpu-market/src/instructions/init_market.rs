@@ -1,5 +1,5 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{Mint, Token, TokenAccount};
+use anchor_spl::token::{self, Burn, Mint, Token, TokenAccount};
 
 use crate::errors::MarketError;
 use crate::events::{
@@ -187,6 +187,8 @@ pub struct CollectFees<'info> {
     )]
     pub market: Box<Account<'info, Market>>,
 
+    /// Its supply falls by what is burnt.
+    #[account(mut)]
     pub payment_mint: Box<Account<'info, Mint>>,
     pub stake_mint: Box<Account<'info, Mint>>,
 
@@ -207,12 +209,14 @@ pub struct CollectFees<'info> {
 }
 
 impl CollectFees<'_> {
-    /// Moves the protocol fees and the slashed stake the market holds to its treasuries.
+    /// Moves the protocol fees and the slashed stake the market holds to its treasuries, and
+    /// burns the urgency premiums and holding charges it holds (`burn_due`).
     pub fn collect_fees(ctx: Context<Self>) -> Result<()> {
         let a = &mut *ctx.accounts;
-        let (fees, slashed) = (a.market.fees_due, a.market.slashed_due);
+        let (fees, slashed, burned) = (a.market.fees_due, a.market.slashed_due, a.market.burn_due);
         a.market.fees_due = 0;
         a.market.slashed_due = 0;
+        a.market.burn_due = 0;
         let market_info = a.market.to_account_info();
         pay_out(
             &a.market,
@@ -225,17 +229,34 @@ impl CollectFees<'_> {
         )?;
         pay_out(
             &a.market,
-            market_info,
+            market_info.clone(),
             a.stake_vault.to_account_info(),
             &a.stake_mint,
             a.stake_treasury.to_account_info(),
             &a.token_program,
             slashed,
         )?;
+        if burned > 0 {
+            a.market.with_signer(|signer| {
+                token::burn(
+                    CpiContext::new_with_signer(
+                        a.token_program.key(),
+                        Burn {
+                            mint: a.payment_mint.to_account_info(),
+                            from: a.payment_vault.to_account_info(),
+                            authority: market_info,
+                        },
+                        signer,
+                    ),
+                    burned,
+                )
+            })?;
+        }
         emit!(FeesCollected {
             market: a.market.key(),
             fees,
             slashed,
+            burned,
         });
         Ok(())
     }

@@ -544,7 +544,7 @@ impl CloseLease<'_> {
             bid.status = BidStatus::Open;
             let bid_key = bid.key();
             self.market
-                .enqueue(bid_key, bid, &mut *book.load_mut()?, key)?;
+                .enqueue(bid_key, bid, &mut *book.load_mut()?, key, now)?;
             stake.open_bids = stake
                 .open_bids
                 .checked_add(1)

@@ -3,10 +3,10 @@ use anchor_lang::prelude::*;
 use gpu_market_core::fit::{Choice, Host, Need, Offer, Regions, Room, Terms, Unfit};
 use gpu_market_core::lease;
 use gpu_market_core::overclock;
-use gpu_market_core::settlement::PriceUnit;
+use gpu_market_core::settlement::{self, PriceUnit};
 
 use crate::errors::MarketError;
-use crate::state::{BidSummary, Machine, MachineStatus, MAX_GPUS, REGION_LEN};
+use crate::state::{BidBook, BidSummary, Machine, MachineStatus, MAX_GPUS, REGION_LEN};
 
 /// The longest image reference (`registry/repository:tag`) a bid takes, in bytes: the
 /// distribution spec's limit on a repository name with its registry host (255), which
@@ -163,6 +163,9 @@ pub struct Bid {
     /// Placement order in the market; with `book_key` it locates the bid in its book.
     pub seq: u64,
     pub placed_at: i64,
+    /// Its book's [`BidBook::full_secs`] when it entered: what it saw of the book's full time
+    /// since is what its [`Bid::holding_charge`] counts.
+    pub full_secs_at_entry: u64,
     pub bump: u8,
     /// Auto power: the share of throughput (bps) the client lets the host trade for a lower
     /// power limit than the stated one (see [`MAX_AUTO_POWER_TOLERANCE_BPS`]); `None`: the
@@ -293,6 +296,24 @@ impl Bid {
             memory_mib: self.memory_mib.to_le_bytes(),
             regions: regions.to_le_bytes(),
         }
+    }
+
+    /// What waiting has cost this bid by `now`: its price for the seconds its `book` was full
+    /// while it waited, within its escrow (`settlement::holding_charge`). Taken from the escrow
+    /// when it leaves the book, run or not, and burnt.
+    pub fn holding_charge(&self, book: &BidBook, now: i64) -> u64 {
+        self.holding_charge_at(book.full_secs(now))
+    }
+
+    /// [`Bid::holding_charge`] when its book's [`BidBook::full_secs`] reads `book_full_secs`.
+    pub fn holding_charge_at(&self, book_full_secs: u64) -> u64 {
+        settlement::holding_charge(
+            self.price,
+            self.kind.unit(),
+            self.gpu_count as u64,
+            book_full_secs.saturating_sub(self.full_secs_at_entry),
+            self.escrow,
+        )
     }
 
     /// The book key of a spot bid on `machine`: the host's profit per day (GigaSPOT).

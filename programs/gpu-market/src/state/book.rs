@@ -136,6 +136,31 @@ fn leading_zeros(mut x: u64) -> u32 {
 
 /// What `allocate` needs to know of a waiting bid to tell whether it fits a machine, without
 /// its account: every input of the fit rule, and the client for the anti-monopoly cap.
+/// A clock that runs only while its book is full: the seconds of every earlier full stretch
+/// and when the current one began. A bid notes its reading on entry; the difference when it
+/// leaves is the full time it saw, which its holding charge prices.
+#[zero_copy(unsafe)]
+#[repr(C)]
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct FullClock {
+    /// Seconds full before the current stretch (or the last one, while not full).
+    pub secs_before: u64,
+    /// When the current full stretch began; meaningful only while full.
+    pub since: i64,
+}
+
+impl FullClock {
+    /// The reading at `now` of a book that is `full` now.
+    pub fn secs(&self, full: bool, now: i64) -> u64 {
+        let running = if full {
+            now.saturating_sub(self.since).max(0) as u64
+        } else {
+            0
+        };
+        self.secs_before.saturating_add(running)
+    }
+}
+
 #[zero_copy(unsafe)]
 #[repr(C)]
 #[derive(Debug, PartialEq, Eq, Default)]
@@ -278,7 +303,11 @@ pub struct BidBook {
     pub inner_bump: u32,
     pub inner_free_head: u32,
     pub inner_free_len: u32,
-    pub _reserved: [u8; 28],
+    pub _pad1: [u8; 4],
+    /// How long the book has been full (newcomers turned away): a waiting bid pays its price
+    /// for the full time it saw. See [`BidBook::full_secs`].
+    pub full_clock: FullClock,
+    pub _reserved: [u8; 8],
     pub leaves: [BookLeaf; BOOK_CAPACITY],
     pub inners: [BookInner; BOOK_CAPACITY],
 }
@@ -290,7 +319,9 @@ const _: () = assert!(
             + 1
             + 3
             + 4 * 8
-            + 28
+            + 4
+            + size_of::<FullClock>()
+            + 8
             + BOOK_CAPACITY * (size_of::<BookLeaf>() + size_of::<BookInner>())
 );
 const _: () = assert!(size_of::<BidBook>() == BID_BOOK_SIZE);
@@ -413,6 +444,38 @@ impl BidBook {
         }
         self.free_leaf(h);
         self.len -= 1;
+        Ok(removed)
+    }
+
+    /// Seconds the book has been full in all, up to `now` (see [`FullClock`]).
+    pub fn full_secs(&self, now: i64) -> u64 {
+        self.full_clock.secs(self.is_full(), now)
+    }
+
+    /// [`BidBook::insert`] at `now`, starting the full clock when this entry fills the book.
+    pub fn insert_at(
+        &mut self,
+        now: i64,
+        key: BookKey,
+        bid: Pubkey,
+        summary: BidSummary,
+    ) -> core::result::Result<(), BookError> {
+        self.insert(key, bid, summary)?;
+        if self.is_full() {
+            self.full_clock.since = now;
+        }
+        Ok(())
+    }
+
+    /// [`BidBook::remove`] at `now`, stopping the full clock when this entry frees a place.
+    pub fn remove_at(
+        &mut self,
+        now: i64,
+        key: BookKey,
+    ) -> core::result::Result<BookLeaf, BookError> {
+        let full = self.full_secs(now);
+        let removed = self.remove(key)?;
+        self.full_clock.secs_before = full;
         Ok(removed)
     }
 

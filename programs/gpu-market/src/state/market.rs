@@ -303,6 +303,10 @@ pub struct Market {
     /// Refunds held in the payment vault for clients to claim (the sum of their stake accounts'
     /// `refunds_due`): no longer escrow, not yet paid out.
     pub refunds_due: u64,
+    /// Payment tokens held in the payment vault to be burnt by `collect_fees`: urgency premiums
+    /// and holding charges. Burnt, not paid to anyone, so that no party (the authority
+    /// included) gets back what it spends to rank first or to hold a full book.
+    pub burn_due: u64,
     pub bump: u8,
     pub stake_vault_bump: u8,
     pub payment_vault_bump: u8,
@@ -343,6 +347,7 @@ impl Market {
             fees_due: 0,
             slashed_due: 0,
             refunds_due: 0,
+            burn_due: 0,
             bump: 0,
             stake_vault_bump: 0,
             payment_vault_bump: 0,
@@ -417,32 +422,53 @@ impl Market {
         bid: &mut Bid,
         book: &mut BidBook,
         key: u64,
+        now: i64,
     ) -> Result<()> {
         let seq = self.next_bid_seq;
         let filter = self.region_filter(&bid.regions)?;
-        book.insert(BookKey::new(key, seq), bid_key, bid.summary(filter))
+        book.insert_at(now, BookKey::new(key, seq), bid_key, bid.summary(filter))
             .map_err(MarketError::from)?;
         self.next_bid_seq = seq.checked_add(1).ok_or(MarketError::Overflow)?;
         bid.book_key = key;
         bid.seq = seq;
+        bid.full_secs_at_entry = book.full_secs(now);
         Ok(())
     }
 
+    /// Takes `bid`'s holding charge at `now` out of its escrow (and the market's total) into
+    /// `burn_due`; the bid is leaving `book`. Returns the charge.
+    pub fn charge_holding(&mut self, bid: &mut Bid, book: &BidBook, now: i64) -> Result<u64> {
+        let charge = bid.holding_charge(book, now);
+        if charge > 0 {
+            bid.escrow -= charge;
+            self.total_escrow = self
+                .total_escrow
+                .checked_sub(charge)
+                .ok_or(MarketError::Overflow)?;
+            self.burn_due = self
+                .burn_due
+                .checked_add(charge)
+                .ok_or(MarketError::Overflow)?;
+        }
+        Ok(charge)
+    }
+
     /// Takes a waiting bid out of its book (cancelled, expired or evicted): its stake no longer
-    /// ranks it, its GPUs no longer wait, and its escrow leaves the market's total. Returns the
-    /// escrow, which the caller refunds in full.
+    /// ranks it, its GPUs no longer wait, its holding charge is taken for burning and the rest
+    /// of its escrow leaves the market's total. Returns that rest, which the caller refunds.
     pub fn take_out(
         &mut self,
         bid_key: Pubkey,
-        bid: &Bid,
+        bid: &mut Bid,
         book: &mut BidBook,
         stake: &mut StakeAccount,
         now: i64,
     ) -> Result<u64> {
         self.tick_demand(now);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
+        self.charge_holding(bid, book, now)?;
         let leaf = book
-            .remove(BookKey::new(bid.book_key, bid.seq))
+            .remove_at(now, BookKey::new(bid.book_key, bid.seq))
             .map_err(MarketError::from)?;
         // The key found a leaf: it must be this bid's (else the whole transaction rolls back).
         require_keys_eq!(leaf.bid, bid_key, MarketError::WrongBook);
