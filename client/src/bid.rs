@@ -157,12 +157,12 @@ pub struct PlaceArgs {
     #[arg(long, default_value_t = 0)]
     scratch_gib: u16,
     /// CPU cores the machine holds for the lease and gives the container as its limit, e.g. 8
-    /// or 0.5 (the machine's `cpus` for all its leases caps it) [default: none reserved, no
-    /// limit].
+    /// or 0.5 (the machine's `cpus` for all its leases caps it) [default: the bid's GPUs'
+    /// share of the machine's `cpus`].
     #[arg(long, value_name = "CORES", value_parser = parse::cpu_milli)]
     cpus: Option<u32>,
     /// Memory the machine holds for the lease and gives the container as its limit, e.g. 32GiB
-    /// or 512MiB [default: none reserved, no limit].
+    /// or 512MiB [default: the bid's GPU memory's share of the machine's `memory`].
     #[arg(long, value_name = "SIZE", value_parser = parse::memory_mib)]
     memory: Option<u32>,
     /// A region whose machines may run the bid, as machines label theirs (repeatable, at most

@@ -109,6 +109,23 @@ impl Host {
         }
     }
 
+    /// What a lease holding `gib` GiB of GPU memory, of the `of` GiB a machine's GPUs have,
+    /// holds of a machine giving `pool` when it asked `self`: what it asked, and of CPU or memory
+    /// it asked none of, its GPU memory's share of the pool (a whole GPU's share for a lease of
+    /// one whole GPU, a third of it for one taking a third of a GPU). So leases that reserve
+    /// nothing cannot together take more than the machine gives, and each gets a limit (a
+    /// machine that gives none leaves its agent's per-GPU default).
+    pub fn or_share(self, pool: Host, gib: u32, of: u32) -> Host {
+        let share = |asked: u32, total: u32| match (asked, of) {
+            (0, 1..) => (total as u64 * gib.min(of) as u64 / of as u64) as u32,
+            _ => asked,
+        };
+        Host {
+            cpu_milli: share(self.cpu_milli, pool.cpu_milli),
+            memory_mib: share(self.memory_mib, pool.memory_mib),
+        }
+    }
+
     /// `self` and `other` together; `None` on overflow.
     pub fn checked_add(self, other: Host) -> Option<Host> {
         Some(Host {
@@ -135,7 +152,7 @@ pub struct Room {
     pub ports: u8,
     /// GiB of scratch volume at the container's `/workspace`.
     pub scratch_gib: u16,
-    /// CPU and memory reserved for the lease (0: none reserved, no limit set).
+    /// CPU and memory reserved for the lease (0: its GPU memory's share, [`Host::or_share`]).
     pub host: Host,
 }
 
@@ -179,6 +196,8 @@ pub struct Offer {
     free_gpus: u32,
     /// Free GiB of each GPU, most first.
     free_desc: [u16; MAX],
+    /// GiB of all its GPUs: what a lease's share of CPU and memory is counted against.
+    total_gib: u32,
     min_price: u64,
     hull: GpuLimits,
     /// The least price each class takes: the floor, or its reserve price when higher.
@@ -415,6 +434,7 @@ impl Offer {
         }
         let present = gpus.iter().take(MAX);
         let free_gpus = present.clone().filter(|g| g.free_gib > 0).count() as u32;
+        let total_gib = present.clone().map(|g| g.memory_gib as u32).sum();
         let mut free_desc = [0u16; MAX];
         for (slot, g) in free_desc.iter_mut().zip(present.clone()) {
             *slot = g.free_gib;
@@ -453,6 +473,7 @@ impl Offer {
             shared,
             free_gpus,
             free_desc,
+            total_gib,
             min_price: floor.max(min_reserve),
             hull,
             class_price,
@@ -607,7 +628,10 @@ impl Offer {
             self.price_mask(by_terms, need.price, true),
             Unfit::PriceBelowReserve,
         )?;
-        if !self.free.holds(need.room.host) {
+        if !self
+            .free
+            .holds(self.held(need.room.host, need.gpu_count, need.gib_per_gpu))
+        {
             return Err(Unfit::Busy);
         }
         let roomy = self.gib_mask(by_price, need.gib_per_gpu, true);
@@ -632,6 +656,16 @@ impl Offer {
         }
     }
 
+    /// The CPU and memory a lease of `gpus` GPUs of `gib_per_gpu` asking `asked` holds here
+    /// ([`Host::or_share`] of the machine's pools).
+    pub fn held(&self, asked: Host, gpus: u8, gib_per_gpu: u16) -> Host {
+        asked.or_share(
+            self.room.host,
+            gpus as u32 * gib_per_gpu as u32,
+            self.total_gib,
+        )
+    }
+
     /// Bounds over the whole machine that rule a bid out without looking at its overclock
     /// terms: a few comparisons, so a caller holding a bid's numbers (a book entry) can skip
     /// the rest. `false` does not mean the bid fits.
@@ -648,7 +682,7 @@ impl Offer {
         !self.active
             || self.now >= deadline
             || !self.room.holds(room)
-            || !self.free.holds(room.host)
+            || !self.free.holds(self.held(room.host, gpu_count, gib_per_gpu))
             || n as u32 > self.free_gpus
             || price < self.min_price
             || accepted_classes & self.classes == 0
@@ -1282,6 +1316,31 @@ mod tests {
                 g.running = running;
                 g
             })
+    }
+
+    proptest! {
+        /// However a machine's GPUs are split among leases that reserve nothing, their shares
+        /// together stay within what the machine gives; a lease that asked keeps what it asked.
+        #[test]
+        fn leases_that_reserve_nothing_never_share_out_more_than_the_pool(
+            cpu: u32,
+            memory: u32,
+            of in 0u32..=16 * 192,
+            cuts in proptest::collection::vec(1u32..=16 * 192, 0..40),
+            asked in 1u32..,
+        ) {
+            let pool = Host { cpu_milli: cpu, memory_mib: memory };
+            let (mut left, mut total) = (of, Host::default());
+            for gib in cuts {
+                let gib = gib.min(left);
+                left -= gib;
+                let held = Host::default().or_share(pool, gib, of);
+                total = total.checked_add(held).expect("no overflow below the pool");
+            }
+            prop_assert!(pool.holds(total));
+            let own = Host { cpu_milli: asked, memory_mib: asked };
+            prop_assert_eq!(own.or_share(pool, of, of), own);
+        }
     }
 
     proptest! {

@@ -142,3 +142,33 @@ fn a_machine_that_gives_no_cpu_takes_only_bids_that_reserve_none() {
     let l: Lease = f.ctx.account(&lease);
     assert_eq!((l.cpu_milli, l.memory_mib), (0, 0));
 }
+
+/// Issue 30, fault 7: a lease that reserves no CPU or memory holds its GPU memory's share of
+/// what the machine gives (8 of the 4 × 24 GiB here: a twelfth, 666 millicores and 2,730 MiB)
+/// instead of nothing, so the leases of a machine cannot together be given more than it has.
+/// Before, such a lease held nothing and ran beside leases that had reserved the whole machine.
+#[test]
+fn a_lease_that_reserves_nothing_holds_its_gpus_share_of_the_machine() {
+    let mut f = machine_with_host();
+    let c = f.client(100 * TOKEN, 0);
+    let d = f.client(100 * TOKEN, 0);
+    let a = asking(&mut f, 8_000, 8 * GIB);
+    let greedy = f.place(&c, a);
+    let a = asking(&mut f, 0, 0);
+    let plain = f.place(&d, a);
+    let first = f.allocate(greedy, &[0]).expect("all 8 cores");
+    let err = f.allocate(plain, &[1]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpusBusy));
+    assert_eq!(held(&f), (8_000, 8 * GIB), "nothing moved");
+
+    f.ctx.advance_time(INTERVAL);
+    let mut last = f.proof(&first, 0);
+    last.exit_code = Some(0);
+    f.submit(first, last).expect("the final proof");
+    f.close(&c.key.insecure_clone(), first, c.tokens, false)
+        .expect("end_lease");
+    let lease = f.allocate(plain, &[1]).expect("its share is free now");
+    let l: Lease = f.ctx.account(&lease);
+    assert_eq!((l.cpu_milli, l.memory_mib), (666, 2_730));
+    assert_eq!(held(&f), (666, 2_730));
+}

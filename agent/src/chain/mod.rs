@@ -117,7 +117,8 @@ pub struct NetworkView {
 }
 
 /// What a bid's lease holds besides GPUs: the container ports it publishes, the GiB of its
-/// scratch volume, and the CPU and memory the machine holds for it (0: none reserved).
+/// scratch volume, and the CPU and memory the machine holds for it (0: the machine gives none;
+/// the agent's per-GPU default applies).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RoomAsked {
     pub ports: Vec<u16>,

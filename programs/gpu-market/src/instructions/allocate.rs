@@ -206,9 +206,10 @@ impl Allocate<'_> {
         bid.status = BidStatus::Running;
 
         let spot = bid.kind == BidKind::Spot;
+        let held_host = accounts.machine.lease_host(bid.host(), n, bid.gib_per_gpu);
         accounts
             .machine
-            .take(&args.gpus, bid.gib_per_gpu, bid.host(), spot, |i| {
+            .take(&args.gpus, bid.gib_per_gpu, held_host, spot, |i| {
                 bid.terms_of(i)
             })?;
         let stake = &mut accounts.client_stake;
@@ -256,8 +257,8 @@ impl Allocate<'_> {
             gpu_count: n,
             gpus,
             gib_per_gpu: bid.gib_per_gpu,
-            cpu_milli: bid.cpu_milli,
-            memory_mib: bid.memory_mib,
+            cpu_milli: held_host.cpu_milli,
+            memory_mib: held_host.memory_mib,
             power_limits_w,
             price: bid.price,
             started_at: now,

@@ -36,7 +36,8 @@ pub struct PlaceBidArgs {
     /// GiB of scratch volume at the container's `/workspace` (0: none).
     pub scratch_gib: u16,
     /// Thousandths of a CPU core and MiB of memory the machine holds for the lease; the
-    /// container gets them as its limits (0: none reserved, no limit).
+    /// container gets them as its limits (0: its GPU memory's share of what the machine gives all
+    /// its leases, `Host::or_share`).
     pub cpu_milli: u32,
     pub memory_mib: u32,
     /// The regions whose machines may run it (at most 4 labels; none: any).

@@ -151,7 +151,7 @@ pub struct Bid {
     #[max_len(MAX_REGIONS)]
     pub regions: Vec<[u8; REGION_LEN]>,
     /// Thousandths of a CPU core and MiB of memory the lease holds on its machine (the
-    /// container's limits; 0: none reserved, no limit).
+    /// container's limits; 0: its GPU memory's share of the machine's, `Host::or_share`).
     pub cpu_milli: u32,
     pub memory_mib: u32,
     /// The client's token account the escrow came from: where a keeper sends a refund (any

@@ -52,7 +52,8 @@ pub struct Lease {
     pub gpus: [u8; MAX_GPUS],
     pub gib_per_gpu: u16,
     /// Thousandths of a CPU core and MiB of memory the machine holds for the lease (the
-    /// container's limits; 0: none reserved, none set).
+    /// container's limits): what the bid asked, or its GPU memory's share of the machine's
+    /// (`Host::or_share`); 0 only on a machine that gives none (its agent's per-GPU default).
     pub cpu_milli: u32,
     pub memory_mib: u32,
     /// The agreed power limit of each GPU, in W, in the bid's GPU order.

@@ -292,6 +292,16 @@ impl Machine {
         }
     }
 
+    /// What a lease of `gpus` GPUs of `gib_per_gpu` that asked `asked` holds here:
+    /// `Offer::held`, the rule the fit checked.
+    pub fn lease_host(&self, asked: Host, gpus: u8, gib_per_gpu: u16) -> Host {
+        let total_gib = self.gpus[..self.gpu_count as usize]
+            .iter()
+            .map(|g| g.memory_gib as u32)
+            .sum();
+        asked.or_share(self.host(), gpus as u32 * gib_per_gpu as u32, total_gib)
+    }
+
     /// The CPU and memory the machine gives its leases in all.
     pub fn host(&self) -> Host {
         Host {
