@@ -282,12 +282,27 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             if new == mach.terms() {
                 bail!("nothing to change: give at least one term to update");
             }
+            // Waiting spot bids are ranked by the host's profit at the cost they saw.
+            let spot_book = (new.electricity_cost_per_kwh != mach.electricity_cost_per_kwh
+                && mach.spot_book != Pubkey::default())
+            .then_some(mach.spot_book);
+            if let Some(book) = spot_book {
+                let waiting = read_book(&config.account_data(&book, "spot book")?)
+                    .map_or(0, |b| b.entries.len());
+                if waiting > 0 {
+                    bail!(
+                        "{waiting} spot bids wait on machine {machine}, ranked by your profit at the current electricity cost: \
+                         pause it (`gpu-market host pause {machine}`) and change the cost once they have run or expired"
+                    );
+                }
+            }
             let signature = config.send_all(
                 &owner,
                 &[&UpdateMachine {
                     owner: owner.key(),
                     market: mach.market,
                     machine,
+                    spot_book,
                     terms: new,
                 }],
             )?;

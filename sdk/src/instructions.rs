@@ -227,6 +227,9 @@ pub struct UpdateMachine<'a> {
     pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
+    /// The machine's spot book (`Machine::spot_book`): the program needs it, empty, to change
+    /// the electricity cost; `None` otherwise.
+    pub spot_book: Option<Pubkey>,
     pub terms: MachineTerms,
 }
 
@@ -239,6 +242,7 @@ impl ClientInstruction for UpdateMachine<'_> {
                 owner: self.owner.pubkey(),
                 machine: self.machine,
                 market: self.market,
+                spot_book: self.spot_book,
             },
             gpu_market::instruction::UpdateMachine {
                 terms: self.terms.clone(),
@@ -267,6 +271,7 @@ impl ClientInstruction for SetMachineStatus<'_> {
                 owner: self.owner.pubkey(),
                 machine: self.machine,
                 market: self.market,
+                spot_book: None,
             },
             gpu_market::instruction::SetMachineStatus {
                 status: self.status,

@@ -270,6 +270,7 @@ impl LiveMarket {
                 owner: &self.host.key,
                 market: self.market,
                 machine: self.machine,
+                spot_book: None,
                 terms,
             })
             .await

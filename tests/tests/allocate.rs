@@ -540,6 +540,7 @@ fn a_host_cannot_move_the_cap_inside_its_allocate_transaction() {
         owner: &host,
         market: f.market,
         machine: idle,
+        spot_book: None,
         terms: inflated,
     };
     let agent = f.agent.insecure_clone();
@@ -746,6 +747,7 @@ fn a_machine_allocates_below_4095_bids_of_the_formerly_undecidable_kinds() {
             owner: &host,
             market: f.market,
             machine: f.machine,
+            spot_book: None,
             terms,
         })
         .expect("update_machine");

@@ -273,6 +273,7 @@ fn only_the_owner_updates_and_a_retired_machine_stays_retired() {
         owner,
         market: f.market,
         machine: key,
+        spot_book: None,
         terms: terms(new_agent.pubkey(), gpus),
     };
     f.ctx
@@ -425,6 +426,7 @@ fn compute_units_of_machine_instructions() {
             owner: &f.host,
             market: f.market,
             machine: key,
+            spot_book: None,
             terms: terms(f.agent.pubkey(), (0..16).map(|i| gpu(1, i / 8)).collect()),
         })
         .unwrap();

@@ -105,6 +105,7 @@ fn a_region_the_market_does_not_list_is_refused_and_the_table_is_the_authoritys(
             owner: &owner,
             market: f.market,
             machine: f.machine,
+            spot_book: None,
             terms,
         })
         .unwrap_err();

@@ -193,6 +193,8 @@ pub enum MarketError {
     TooManyTermSets,
     #[msg("a preempted spot bid that may wait again goes back to its machine's spot book: pass the book (settling cannot choose a refund instead)")]
     SpotBookMissing,
+    #[msg("spot bids wait on this machine, ranked by the host's profit at its current electricity cost: the cost can change once its spot book is empty (pause the machine; waiting spot bids run or expire), and the update must pass the book")]
+    SpotBidsWaiting,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

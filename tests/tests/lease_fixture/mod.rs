@@ -427,6 +427,7 @@ impl Fixture {
                 owner: &owner,
                 market: self.market,
                 machine: self.machine,
+                spot_book: Some(self.spot_book),
                 terms,
             })
             .expect("update_machine");

@@ -5,7 +5,7 @@ use crate::events::{
     MachineFaulted, MachineHeartbeat, MachineRegistered, MachineStatusChanged, MachineUpdated,
 };
 use crate::state::{
-    seeds, Machine, MachineFault, MachineStatus, MachineTerms, Market, StakeAccount,
+    seeds, BidBook, Machine, MachineFault, MachineStatus, MachineTerms, Market, StakeAccount,
 };
 
 #[derive(Accounts)]
@@ -82,6 +82,11 @@ pub struct UpdateMachine<'info> {
     /// Counts the GPUs its active machines offer.
     #[account(mut)]
     pub market: Box<Account<'info, Market>>,
+
+    /// The machine's spot book, needed (empty) to change its electricity cost: the keys of
+    /// waiting spot bids are the host's profit at the cost they were placed under.
+    #[account(address = machine.spot_book @ MarketError::WrongBook)]
+    pub spot_book: Option<AccountLoader<'info, BidBook>>,
 }
 
 impl UpdateMachine<'_> {
@@ -93,6 +98,16 @@ impl UpdateMachine<'_> {
         );
         // GPUs under running leases cannot change under them.
         require!(machine.leases == 0, MarketError::MachineBusy);
+        if terms.electricity_cost_per_kwh != machine.electricity_cost_per_kwh
+            && machine.spot_book != Pubkey::default()
+        {
+            let book = ctx
+                .accounts
+                .spot_book
+                .as_ref()
+                .ok_or(MarketError::SpotBidsWaiting)?;
+            require!(book.load()?.is_empty(), MarketError::SpotBidsWaiting);
+        }
         let before = machine.offered();
         machine.apply_terms(&terms, &ctx.accounts.market)?;
         let market = &mut ctx.accounts.market;
