@@ -8,11 +8,15 @@
 //! wallet's cheap bids). An attacker (issue 30) places bursts of bids shaped to fit no honest
 //! machine (the entry shapes a summary of old could not decide, a listed region the machine is
 //! not in, another class) through its own machine, active only while it places them, evicting
-//! the worst of a full book; its one-second top bids are refused. After every step the payment vault holds exactly the escrows plus the
-//! fees due plus the refunds due (the sum of the stakes' `refunds_due`), the stake vault the
+//! the worst of a full book; its one-second top bids are refused. Wallets also place spot bids
+//! on a second host's machine (those due too far ahead are refused), which its host retires at
+//! a step: a stranger then refunds every waiting spot bid and the machine closes. Bids that wait
+//! in a full book pay their holding charge when they leave it. After every step the payment
+//! vault holds exactly the escrows plus the fees due plus the tokens to burn plus the refunds due (the sum of the stakes' `refunds_due`), the stake vault the
 //! stakes plus the slashed stake due; every wallet's tokens plus what it has locked or is owed
-//! plus what it has paid for proven time and urgency equal what it started with plus what
-//! slashing gave it; the host
+//! plus what it has paid for proven time, urgency and holding equal what it started with plus
+//! what slashing gave it; what is burnt or due to be is exactly the premiums and holding
+//! charges; the host
 //! and the treasury hold no more than price × proven time (in each lease's own billing windows,
 //! whatever the market's parameters became since); and a rejected step moves nothing (tokens,
 //! escrows, stakes, fees due, open bids, the book's length).
@@ -143,6 +147,14 @@ enum Op {
         burst: u8,
         premium: u64,
     },
+    /// Wallet `w` places a spot bid on the spot host's machine, due as late as allowed or
+    /// (`far`) later, which is refused; then (`retire`) the spot host retires the machine, a
+    /// stranger refunds each spot bid waiting on it before its deadline, and the machine closes.
+    Spot {
+        w: usize,
+        far: bool,
+        retire: bool,
+    },
     /// The authority schedules new parameters (some out of bounds, refused).
     UpdateMarket {
         interval: u32,
@@ -192,6 +204,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Slash),
         2 => (w.clone(), 0u8..5, 1u8..=12, prop_oneof![Just(0u64), 1u64..5_000])
             .prop_map(|(w, kind, burst, premium)| Op::Attack { w, kind, burst, premium }),
+        2 => (w.clone(), proptest::bool::weighted(0.2), proptest::bool::weighted(0.15))
+            .prop_map(|(w, far, retire)| Op::Spot { w, far, retire }),
         1 => (
             prop_oneof![Just(30u32), Just(60), Just(120), Just(0)],
             prop_oneof![Just(0u16), Just(250), Just(1_000), Just(10_000)],
@@ -229,6 +243,11 @@ struct World {
     /// The attacker's machine in `us-east` (16 roomy GPUs), paused but while it witnesses.
     attacker: Keypair,
     witness: Pubkey,
+    /// A second host's machine (witness terms, active) with a spot book, for spot bids; closed
+    /// once retired.
+    spot_host: Keypair,
+    spot_machine: Pubkey,
+    spot_book: Pubkey,
     treasury: Pubkey,
     stake_treasury: Pubkey,
     /// Leases started (some since settled), with their client's wallet index.
@@ -338,6 +357,8 @@ impl World {
             status: MachineStatus::Paused,
         })
         .unwrap();
+        let (spot_host, spot_machine) = ctx.open_witness(market, &mint, [0; 16]);
+        let spot_book = ctx.open_spot_book(&spot_host, &spot_machine);
         let mut world = World {
             ctx,
             authority,
@@ -355,6 +376,9 @@ impl World {
             machine,
             attacker,
             witness,
+            spot_host,
+            spot_machine,
+            spot_book,
             treasury: m.treasury,
             stake_treasury: m.stake_treasury,
             leases: Vec::new(),
@@ -409,6 +433,7 @@ impl World {
             host: self.host.insecure_clone(),
             agent: self.agent.insecure_clone(),
             attacker: self.attacker.insecure_clone(),
+            spot_host: self.spot_host.insecure_clone(),
             authority: self.authority.insecure_clone(),
             leases: self.leases.clone(),
             paid: self.paid.clone(),
@@ -466,8 +491,20 @@ impl World {
 
     /// [`World::place`] naming `machine` as the bid's witness.
     fn place_via(&mut self, w: usize, args: PlaceBidArgs, evict: bool, machine: Pubkey) -> bool {
+        self.place_in(w, args, evict, machine, self.book)
+    }
+
+    /// [`World::place`] into `book` (the queue book, or `machine`'s spot book).
+    fn place_in(
+        &mut self,
+        w: usize,
+        args: PlaceBidArgs,
+        evict: bool,
+        machine: Pubkey,
+        book: Pubkey,
+    ) -> bool {
         let evicted = if evict {
-            self.ctx.eviction(&self.book)
+            self.ctx.eviction(&book)
         } else {
             None
         };
@@ -475,7 +512,7 @@ impl World {
         let p = PlaceBid {
             client: k,
             market: self.market,
-            book: self.book,
+            book,
             machine,
             payment_mint: self.mint,
             client_tokens: *t,
@@ -664,6 +701,7 @@ impl World {
                 burst,
                 premium,
             } => return self.attack(w, kind, burst, premium),
+            Op::Spot { w, far, retire } => return self.spot(w, far, retire),
             Op::Slash => self.ctx.run(&Slash {
                 signer: &self.wallets[0].0,
                 market,
@@ -783,6 +821,63 @@ impl World {
         }
         status(self, MachineStatus::Paused);
         placed
+    }
+
+    fn spot(&mut self, w: usize, far: bool, retire: bool) -> bool {
+        if !self.ctx.account_exists(&self.spot_machine) {
+            return false;
+        }
+        let p = self.ctx.account::<Market>(&self.market);
+        let mut args = PlaceBidArgs {
+            kind: BidKind::Spot,
+            price: 24_000,
+            ..self.bid_args(1, 2, 0, 0, 0)
+        };
+        args.deadline += p.max_wait_secs() as i64 + if far { 1 } else { 0 };
+        let (machine, book) = (self.spot_machine, self.spot_book);
+        let placed = self.place_in(w, args, false, machine, book);
+        assert!(
+            !(far && placed),
+            "a spot bid due beyond the longest wait was placed"
+        );
+        if !retire {
+            return placed;
+        }
+        let host = self.spot_host.insecure_clone();
+        let market = self.market;
+        let retired = self.ctx.run(&SetMachineStatus {
+            owner: &host,
+            market,
+            machine,
+            status: MachineStatus::Retired,
+        });
+        retired.expect("the host retires its machine");
+        let waiting = book_order(&self.ctx, &book);
+        for bid in waiting {
+            let client = self.ctx.account::<Bid>(&bid).client;
+            let stranger = Keypair::new();
+            self.ctx
+                .run(&PruneBid {
+                    caller: &stranger,
+                    market,
+                    bid,
+                    client,
+                    book,
+                    payment_mint: self.mint,
+                    client_tokens: None,
+                    machine: Some(machine),
+                })
+                .expect("anyone refunds a retired machine's spot bid before its deadline");
+        }
+        self.ctx
+            .run(&CloseMachine {
+                owner: &host,
+                market,
+                machine,
+                spot_book: Some(book),
+            })
+            .expect("a retired machine with no spot bid left closes");
+        true
     }
 
     fn live_lease(&self, pick: usize) -> Option<(Pubkey, usize)> {
@@ -951,9 +1046,14 @@ impl World {
             .ctx
             .account(&pda::stake(&self.market, &self.host.pubkey()).0);
         s.insert("host_stake".into(), host_stake.amount);
-        let book =
-            gpu_market_sdk::book::read_book(&self.ctx.svm.get_account(&self.book).unwrap().data)
-                .expect("the queue book");
+        let read = |key: &Pubkey| {
+            self.ctx
+                .svm
+                .get_account(key)
+                .and_then(|a| gpu_market_sdk::book::read_book(&a.data))
+        };
+        let queue = read(&self.book).expect("the queue book");
+        let spot = read(&self.spot_book);
         let now = self.ctx.now();
         for (i, (k, t)) in self.wallets.iter().enumerate() {
             s.insert(format!("wallet{i}"), self.ctx.token_balance(t));
@@ -969,7 +1069,11 @@ impl World {
                 if let Some(acc) = self.ctx.svm.get_account(b).filter(|a| a.lamports > 0) {
                     let bid = Bid::try_deserialize(&mut acc.data.as_slice()).expect("a bid");
                     s.insert(format!("bid{i}.{j:05}"), bid.escrow);
-                    if bid.status == BidStatus::Open {
+                    let book = match bid.kind {
+                        BidKind::Queue => Some(&queue),
+                        BidKind::Spot => spot.as_ref(),
+                    };
+                    if let (BidStatus::Open, Some(book)) = (bid.status, book) {
                         s.insert(format!("hold{i}.{j:05}"), book.holding_charge(&bid, now));
                     }
                 }
@@ -1086,6 +1190,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     let succeeded = std::sync::atomic::AtomicUsize::new(0);
     let evictions = std::sync::atomic::AtomicUsize::new(0);
     let idle_ended = std::sync::atomic::AtomicUsize::new(0);
+    let charged = std::sync::atomic::AtomicU64::new(0);
     let by_op = std::sync::Mutex::new(BTreeMap::<String, (usize, usize)>::new());
     // Built once, copied for each sequence.
     let empty = World::new(false);
@@ -1129,6 +1234,10 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
         }
         evictions.fetch_add(world.evictions, std::sync::atomic::Ordering::Relaxed);
         idle_ended.fetch_add(world.idle_ended, std::sync::atomic::Ordering::Relaxed);
+        charged.fetch_add(
+            world.charged.iter().sum(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(())
     });
     let steps = steps.into_inner();
@@ -1145,15 +1254,19 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     println!("  {evictions} placements evicted the lowest-ranked bid of a full book");
     let idle_ended = idle_ended.into_inner();
     println!("  {idle_ended} proofs ended their lease by the market's idle rule");
+    let charged = charged.into_inner();
+    println!("  {charged} tokens of holding charges taken from bids that waited in a full book");
     if let Err(e) = result {
         panic!("{e}");
     }
     if cases >= 100 {
         assert!(evictions > 0, "no eviction was exercised");
         assert!(idle_ended > 0, "the idle rule never ended a lease");
+        assert!(charged > 0, "no holding charge was taken");
         assert!(by_op["SealEnv"].1 > 0, "no environment was sealed");
         assert!(by_op["Prune"].1 > 0, "no prune was exercised");
         assert!(by_op["Attack"].1 > 0, "no attacker's bid got into the book");
+        assert!(by_op["Spot"].1 > 0, "no spot bid was placed");
         assert!(by_op["Claim"].1 > 0, "no refund was claimed");
     }
 }

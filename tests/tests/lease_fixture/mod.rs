@@ -10,7 +10,7 @@ use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
     BidKind, GpuSpec, Lease, MachineNetwork, MachineStatus, MachineTerms, Market, MarketParams,
-    OverclockTerms, BID_BOOK_SPACE,
+    OverclockTerms,
 };
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -127,18 +127,9 @@ pub fn fixture() -> Fixture {
     };
     f.machine = r.machine();
     f.ctx.run(&r).expect("register_machine");
-    let book = Keypair::new();
-    let rent = f.ctx.svm.minimum_balance_for_rent_exemption(BID_BOOK_SPACE);
-    let ixs = open_book_instructions(
-        &f.ctx.payer.pubkey(),
-        &book.pubkey(),
-        rent,
-        init_spot_book(&f.host.key.pubkey(), &f.machine, &book.pubkey()),
-    );
-    f.ctx
-        .send(&ixs, &[&f.host.key, &book])
-        .expect("init_spot_book");
-    f.spot_book = book.pubkey();
+    let host = f.host.key.insecure_clone();
+    let machine = f.machine;
+    f.spot_book = f.ctx.open_spot_book(&host, &machine);
     f
 }
 

@@ -404,6 +404,23 @@ impl TestContext {
         r.machine()
     }
 
+    /// Creates a book account and opens it as `machine`'s spot book (signed by its `owner`);
+    /// returns its address.
+    pub fn open_spot_book(&mut self, owner: &Keypair, machine: &Pubkey) -> Pubkey {
+        let book = Keypair::new();
+        let rent = self
+            .svm
+            .minimum_balance_for_rent_exemption(gpu_market::state::BID_BOOK_SPACE);
+        let ixs = open_book_instructions(
+            &self.payer.pubkey(),
+            &book.pubkey(),
+            rent,
+            init_spot_book(&owner.pubkey(), machine, &book.pubkey()),
+        );
+        self.send(&ixs, &[owner, &book]).expect("init_spot_book");
+        book.pubkey()
+    }
+
     /// A host of its own stakes the market's `min_host_stake` (of `mint`) and registers a
     /// [`witness_terms`] machine in `region`: the machine queue bids of tests about the book
     /// name at placement. Returns its owner and the machine.
