@@ -682,12 +682,12 @@ impl Offer {
         !self.active
             || self.now >= deadline
             || !self.room.holds(room)
-            || !self.free.holds(self.held(room.host, gpu_count, gib_per_gpu))
             || n as u32 > self.free_gpus
             || price < self.min_price
             || accepted_classes & self.classes == 0
             // The n-th most free GPU must have the GiB (n ≤ free GPUs ≤ 16 here).
             || (n > 0 && self.free_desc[n - 1] < gib_per_gpu)
+            || !self.free.holds(self.held(room.host, gpu_count, gib_per_gpu))
     }
 
     /// Whether `need` can run on this machine now: [`Offer::fit`] without choosing the GPUs

@@ -1047,10 +1047,7 @@ fn bad_bids_are_rejected_and_move_nothing() {
     let mut stolen = place(f.keys, &other, base.clone()).instruction();
     stolen.accounts[5].pubkey = pda::stake(&f.market, &c.key.pubkey()).0;
     let err = f.ctx.send(&[stolen], &[&other.key]).unwrap_err();
-    assert_eq!(
-        err.custom_code(),
-        Some(AnchorErrorCode::ConstraintSeeds as u32)
-    );
+    assert_eq!(err.custom_code(), code(MarketError::WrongStakeAccount));
     assert_eq!(f.ctx.token_balance(&vault), 0);
     assert_eq!(f.ctx.token_balance(&c.tokens), 9 * TOKEN);
 

@@ -116,11 +116,13 @@ pub struct PlaceBid<'info> {
     pub machine: Box<Account<'info, Machine>>,
 
     /// The client's stake account (opened with `open_stake`; its amount may be zero): S of
-    /// the score, and the client's GPU count for the anti-monopoly cap.
+    /// the score, and the client's GPU count for the anti-monopoly cap. A stake account exists
+    /// only at its address (`open_stake` creates it there), so its own `market` and `owner`
+    /// name it as surely as its seeds, for 1.6k fewer compute units than deriving them.
     #[account(
         mut,
-        seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
-        bump = stake.bump,
+        constraint = stake.market == market.key() && stake.owner == client.key()
+            @ MarketError::WrongStakeAccount,
     )]
     pub stake: Box<Account<'info, StakeAccount>>,
 
