@@ -452,16 +452,8 @@ pub(crate) fn plan_place(
     if a.classes.is_empty() {
         accepted_classes = u8::MAX;
     }
-    // The run and the longest wait from now (the program counts from its own clock, a little
-    // later: never more than this).
-    let wait = deadline
-        .saturating_sub(duration as i64)
-        .saturating_sub(now)
-        .max(0) as u64;
-    let escrow = settlement::bid_escrow(price, kind.unit(), a.gpus as u64, duration as u64, wait)
-        .map_err(|_| {
-        anyhow!("the bid's escrow (price × GPUs × (duration + longest wait)) is too large")
-    })?;
+    let escrow = settlement::escrow_for(price, kind.unit(), a.gpus as u64, duration as u64)
+        .map_err(|_| anyhow!("the bid's escrow (price × GPUs × duration) is too large"))?;
     let (client_tokens, balance) =
         config.token_account(&client.pubkey(), &m.payment_mint, a.tokens)?;
     let paid = escrow

@@ -33,8 +33,7 @@ struct Fixture {
 }
 
 /// A market whose queue book the squatter fills with 4,096 bids of one GPU for an hour at
-/// [`PRICE`], due in four hours (escrow: eight tokens each, two for the run and six for the
-/// three hours it may wait), all naming one idle 16-GPU machine.
+/// [`PRICE`] (escrow: two tokens each), all naming one idle 16-GPU machine.
 fn full_book() -> Fixture {
     let mut ctx = TestContext::new();
     let (authority, mint, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
@@ -56,7 +55,7 @@ fn full_book() -> Fixture {
     .unwrap();
     let agent = ctx.wallet(1);
     let witness = ctx.register_machine(&host, market, 0, witness_terms(agent.pubkey(), [0; 16]));
-    let (squatter, squatter_tokens) = ctx.funded_user(&mint, 40_000 * TOKEN);
+    let (squatter, squatter_tokens) = ctx.funded_user(&mint, 10_000 * TOKEN);
     ctx.svm.airdrop(&squatter.pubkey(), 20 * SOL).unwrap();
     ctx.run(&OpenStake {
         owner: &squatter,
@@ -157,11 +156,7 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
     // Half an hour full: the top bid, cancelled, pays for half a GPU-hour out of its escrow.
     f.ctx.advance_time(1_800);
     assert_eq!(f.charge_shown(&order[0]), TOKEN);
-    assert_eq!(
-        f.cancel(order[0]),
-        7 * TOKEN,
-        "the escrow less half an hour"
-    );
+    assert_eq!(f.cancel(order[0]), TOKEN, "the escrow less half an hour");
     assert_eq!(f.burn_due(), TOKEN);
 
     // A place is free again: waiting no longer costs anything, however long.
@@ -177,8 +172,8 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
     assert_eq!(f.charge_shown(&newcomer), TOKEN / 2);
     assert_eq!(f.charge_shown(&order[1]), 3 * TOKEN / 2);
 
-    // Started now, the best bid keeps the escrow of its whole run: what waiting cost came out of
-    // the part its escrow holds for its wait.
+    // Started now, the best bid keeps a quarter hour's escrow, and its lease ends when that runs
+    // out rather than at its full hour.
     assert_eq!(f.order()[0], order[1]);
     let start = Allocate {
         agent: &f.agent,
@@ -192,10 +187,10 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
     };
     f.ctx.allocate(&start).expect("allocate the best bid");
     let bid: Bid = f.ctx.account(&order[1]);
-    assert_eq!(bid.escrow, 8 * TOKEN - 3 * TOKEN / 2);
+    assert_eq!(bid.escrow, TOKEN / 2);
     let lease: Lease = f.ctx.account(&start.lease());
-    assert_eq!(lease.ends_at, f.ctx.now() + 3_600);
-    assert_eq!(f.cancel(newcomer), 8 * TOKEN - TOKEN / 2);
+    assert_eq!(lease.ends_at, f.ctx.now() + 900);
+    assert_eq!(f.cancel(newcomer), 3 * TOKEN / 2);
     assert_eq!(f.burn_due(), TOKEN + 3 * TOKEN / 2 + TOKEN / 2);
 
     // Burnt, not paid: the treasury (the authority's, who could squat too) gets none of it.
