@@ -245,7 +245,7 @@ fn market_and_stake_verbs() {
     assert!(e.contains("has no stake in market"), "{e}");
     let e = t.fails(&stranger, &["market", "collect", &m]);
     assert!(
-        e.contains("holds no fees or slashed stake to collect"),
+        e.contains("holds no fees, slashed stake or tokens to burn"),
         "{e}"
     );
 }
@@ -1556,7 +1556,7 @@ fn quote_and_lease_verbs() {
     // Nothing left: refused, nothing moves.
     let e = t.fails(&stranger, &["market", "collect", &m]);
     assert!(
-        e.contains("holds no fees or slashed stake to collect"),
+        e.contains("holds no fees, slashed stake or tokens to burn"),
         "{e}"
     );
     assert_eq!(t.balance(&s.treasury), fees);
