@@ -797,8 +797,14 @@ fn bid_verbs() {
 
     // An urgency premium (0.2: the market's 10 % of the 2-token escrow, at which urgency is
     // full) ranks a bid above an otherwise identical one placed before it without one. The
-    // premium leaves the wallet with the escrow, is the market's, and is never refunded.
-    let (before, fees) = (t.balance(&tokens), t.account::<Market>(&s.market).fees_due);
+    // premium leaves the wallet with the escrow, is never refunded and is burnt, not the
+    // market's fee.
+    let market_before = t.account::<Market>(&s.market);
+    let (before, fees, burn) = (
+        t.balance(&tokens),
+        market_before.fees_due,
+        market_before.burn_due,
+    );
     let plain = t.ok(
         &client,
         &place_args(
@@ -828,7 +834,9 @@ fn bid_verbs() {
     assert_eq!(urgent["urgency_premium"], "0.2");
     assert_eq!(urgent["paid"], "2.2");
     assert_eq!(t.balance(&tokens), before - 4_200_000);
-    assert_eq!(t.account::<Market>(&s.market).fees_due, fees + 200_000);
+    let market_after = t.account::<Market>(&s.market);
+    assert_eq!(market_after.burn_due, burn + 200_000);
+    assert_eq!(market_after.fees_due, fees);
     assert_eq!(urgent["score_parts"]["urgency_bps"], 10_000, "{urgent}");
     assert_eq!(plain["score_parts"]["urgency_bps"], 0, "{plain}");
     assert_eq!(
@@ -891,12 +899,47 @@ fn bid_verbs() {
     // At the stated limits, whatever auto power saves the host; its tolerance beside it.
     assert_eq!(list[0]["profit_per_day"], "24"); // no electricity cost declared
     assert_eq!(list[0]["auto_power"], "5 %", "{list}");
-    // At 1 token per kWh: 250 W stated cost 6 a day; auto power may hold the GPU down to the
+    // The electricity cost cannot change under a waiting spot bid (its place in the book is
+    // the host's profit at the cost it saw): refused with the way out, nothing sent.
+    let e = t.fails(
+        &t.path("host.json"),
+        &["host", "update", &mc, "--electricity-cost", "1"],
+    );
+    assert!(
+        e.contains("1 spot bids wait on machine") && e.contains("host pause"),
+        "{e}"
+    );
+    assert_eq!(
+        t.account::<Machine>(&host.machine).electricity_cost_per_kwh,
+        0
+    );
+    // Once the spot book is empty it changes; the bid placed again ranks at the new cost. At 1
+    // token per kWh: 250 W stated cost 6 a day; auto power may hold the GPU down to the
     // machine's least limit (100 W): 2.4 a day.
+    t.ok(&client, &["bid", "cancel", &spot.to_string()]);
     t.ok(
         &t.path("host.json"),
         &["host", "update", &mc, "--electricity-cost", "1"],
     );
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--machine",
+                &mc,
+                "--overclock",
+                "power=250,core-lock=1500",
+                "--price",
+                "24",
+                "--nonce",
+                "10",
+                "--auto-power",
+                "5%",
+            ],
+        ),
+    );
+    let spot = pk(&out["bid"]);
     let list = t.ok(&client, &["bid", "list", "--market", &m, "--machine", &mc]);
     assert_eq!(list[0]["profit_per_day"], "18", "{list}");
     assert_eq!(list[0]["profit_per_day_auto"], "21.6", "{list}");
