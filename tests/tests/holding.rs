@@ -9,7 +9,7 @@ mod program_test;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, BidKind, Lease, Market, MarketParams, OverclockTerms, BOOK_CAPACITY};
 use gpu_market_sdk::book::read_book;
-use gpu_market_sdk::{Allocate, CancelBid, CollectFees, OpenStake, PlaceBid, Stake};
+use gpu_market_sdk::{Allocate, CancelBid, CollectFees, OpenStake, PlaceBid};
 use program_test::*;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -38,23 +38,8 @@ fn full_book() -> Fixture {
     let mut ctx = TestContext::new();
     let (authority, mint, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
     let book = ctx.open_queue_book(&authority, market);
-    let bond = ctx.account::<Market>(&market).params.min_host_stake;
-    let (host, host_tokens) = ctx.funded_user(&mint, bond);
-    ctx.run(&OpenStake {
-        owner: &host,
-        market,
-    })
-    .unwrap();
-    ctx.run(&Stake {
-        owner: &host,
-        market,
-        stake_mint: mint,
-        owner_tokens: host_tokens,
-        amount: bond,
-    })
-    .unwrap();
     let agent = ctx.wallet(1);
-    let witness = ctx.register_machine(&host, market, 0, witness_terms(agent.pubkey(), [0; 16]));
+    let (_, witness) = ctx.open_witness_run_by(market, &mint, [0; 16], &agent);
     let (squatter, squatter_tokens) = ctx.funded_user(&mint, 10_000 * TOKEN);
     ctx.svm.airdrop(&squatter.pubkey(), 20 * SOL).unwrap();
     ctx.run(&OpenStake {

@@ -430,6 +430,18 @@ impl TestContext {
         mint: &Pubkey,
         region: [u8; 16],
     ) -> (Keypair, Pubkey) {
+        let agent = self.wallet(1);
+        self.open_witness_run_by(market, mint, region, &agent)
+    }
+
+    /// [`TestContext::open_witness`] with `agent` as the machine's agent.
+    pub fn open_witness_run_by(
+        &mut self,
+        market: Pubkey,
+        mint: &Pubkey,
+        region: [u8; 16],
+        agent: &Keypair,
+    ) -> (Keypair, Pubkey) {
         let m: Market = self.account(&market);
         let bond = m.params.min_host_stake;
         let (host, tokens) = self.funded_user(mint, bond);
@@ -448,7 +460,6 @@ impl TestContext {
             })
             .expect("stake");
         }
-        let agent = self.wallet(1);
         let machine =
             self.register_machine(&host, market, 0, witness_terms(agent.pubkey(), region));
         (host, machine)
