@@ -304,10 +304,11 @@ async fn a_servable_bid_below_500_unservable_ones_runs_within_two_intervals() {
         .expect("cache the worker image");
 
     // Clients with stake rank above the servable bid's client, which has none (and bids later).
+    // Each bid's escrow covers its ten minutes' wait as well as its run.
     let (attacker, witness) = attacker_witness(&live).await;
     let now = live.cluster.now().await.unwrap();
     let clients = futures_util::future::try_join_all(
-        (0..CLIENTS).map(|_| live.client(100 * TOKEN, 50 * TOKEN)),
+        (0..CLIENTS).map(|_| live.client(300 * TOKEN, 50 * TOKEN)),
     )
     .await
     .unwrap();

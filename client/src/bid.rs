@@ -350,8 +350,13 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
         )?;
         fields.push(("env_sealed_to", env::machines_value(&machines)));
     }
-    // What left the wallet: the escrow (refundable) and the premium (not).
-    fields.push(("paid", parse::tokens(plan.paid, plan.decimals)));
+    // What left the wallet: the escrow the program locked (refundable; its wait part counts from
+    // when the transaction landed, so a little less than the plan checked) and the premium (not).
+    let paid = placed
+        .escrow
+        .checked_add(placed.urgency_premium)
+        .ok_or_else(|| anyhow!("the bid's escrow and urgency premium are too large"))?;
+    fields.push(("paid", parse::tokens(paid, plan.decimals)));
     fields.push(("signature", text(signature)));
     print_record(config.output, &fields);
     Ok(())
@@ -379,7 +384,8 @@ pub(crate) struct Placement {
     pub instructions: Vec<Instruction>,
     pub bid: Pubkey,
     pub market: Market,
-    /// The escrow and the urgency premium, in payment token base units.
+    /// The escrow and the urgency premium, in payment token base units: the most the bid takes
+    /// (the program counts its wait from when the transaction lands, so a little less).
     pub paid: u64,
     pub decimals: u8,
 }
@@ -452,8 +458,16 @@ pub(crate) fn plan_place(
     if a.classes.is_empty() {
         accepted_classes = u8::MAX;
     }
-    let escrow = settlement::escrow_for(price, kind.unit(), a.gpus as u64, duration as u64)
-        .map_err(|_| anyhow!("the bid's escrow (price × GPUs × duration) is too large"))?;
+    // The run and the longest wait from now (the program counts from its own clock, a little
+    // later: never more than this).
+    let wait = deadline
+        .saturating_sub(duration as i64)
+        .saturating_sub(now)
+        .max(0) as u64;
+    let escrow = settlement::bid_escrow(price, kind.unit(), a.gpus as u64, duration as u64, wait)
+        .map_err(|_| {
+        anyhow!("the bid's escrow (price × GPUs × (duration + longest wait)) is too large")
+    })?;
     let (client_tokens, balance) =
         config.token_account(&client.pubkey(), &m.payment_mint, a.tokens)?;
     let paid = escrow

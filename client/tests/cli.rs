@@ -599,7 +599,8 @@ fn bid_verbs() {
     let mc = host.machine.to_string();
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");
-    // A queue bid: 2 tokens escrowed (2 per GPU-hour, 1 GPU, 1 h).
+    // A queue bid: 2 tokens escrowed for its run (2 per GPU-hour, 1 GPU, 1 h) and up to 1/6 more
+    // for the 300 s it may wait (the most this market lets a bid wait), from when it lands.
     let out = t.ok(
         &client,
         &place_args(
@@ -608,11 +609,13 @@ fn bid_verbs() {
         ),
     );
     let good = pk(&out["bid"]);
-    assert_eq!(out["escrow"], "2");
-    assert_eq!(out["kind"], "queue");
-    assert_eq!(t.balance(&tokens), 98_000_000);
     let b: Bid = t.account(&good);
-    assert_eq!(b.escrow, 2_000_000);
+    let good_escrow = placed_escrow(&b);
+    assert_eq!(b.escrow, good_escrow);
+    assert!((2_000_000..=2_166_667).contains(&good_escrow), "{out}");
+    assert_eq!(out["escrow"], shown(good_escrow).as_str());
+    assert_eq!(out["kind"], "queue");
+    assert_eq!(t.balance(&tokens), 100_000_000 - good_escrow);
     assert_eq!(b.overclock[0].power_limit_w, 300);
     assert_eq!(
         (b.auto_power, &out["auto_power"]),
@@ -764,7 +767,11 @@ fn bid_verbs() {
         "{ex}"
     );
     assert_eq!(ex["reserve"][0]["bid_beats_it"], false);
-    assert_eq!(t.balance(&tokens), 97_400_000); // 2 (good) + 0.6 (under the reserve) escrowed
+    let under_reserve_escrow = t.account::<Bid>(&under_reserve).escrow;
+    assert_eq!(
+        t.balance(&tokens),
+        100_000_000 - good_escrow - under_reserve_escrow
+    );
 
     // list: best first, with the score's parts; the stored score is what the parts give.
     let list = t.ok(&client, &["bid", "list", "--market", &m]);
@@ -813,7 +820,7 @@ fn bid_verbs() {
         ),
     );
     assert_eq!(plain["urgency_premium"], "0");
-    assert_eq!(plain["paid"], "2");
+    assert_eq!(plain["paid"], plain["escrow"]);
     let urgent = t.ok(
         &client,
         &place_args(
@@ -830,10 +837,14 @@ fn bid_verbs() {
             ],
         ),
     );
-    assert_eq!(urgent["escrow"], "2");
+    let escrow_of = |out: &Value| t.account::<Bid>(&pk(&out["bid"])).escrow;
+    let (urgent_escrow, plain_escrow) = (escrow_of(&urgent), escrow_of(&plain));
     assert_eq!(urgent["urgency_premium"], "0.2");
-    assert_eq!(urgent["paid"], "2.2");
-    assert_eq!(t.balance(&tokens), before - 4_200_000);
+    assert_eq!(urgent["paid"], shown(urgent_escrow + 200_000).as_str());
+    assert_eq!(
+        t.balance(&tokens),
+        before - plain_escrow - urgent_escrow - 200_000
+    );
     let market_after = t.account::<Market>(&s.market);
     assert_eq!(market_after.burn_due, burn + 200_000);
     assert_eq!(market_after.fees_due, fees);
@@ -887,7 +898,10 @@ fn bid_verbs() {
     );
     let spot = pk(&out["bid"]);
     assert_eq!(out["kind"], "spot");
-    assert_eq!(out["escrow"], "1"); // 24 per GPU-day for one hour
+    // 24 per GPU-day for its hour's run and up to 300 s of wait.
+    let spot_escrow = placed_escrow(&t.account::<Bid>(&spot));
+    assert!((1_000_000..=1_083_334).contains(&spot_escrow), "{out}");
+    assert_eq!(out["escrow"], shown(spot_escrow).as_str());
     assert_eq!(t.account::<Bid>(&spot).auto_power, Some(500));
     assert_eq!(
         out["auto_power"], "up to 5 % throughput for energy",
@@ -989,7 +1003,8 @@ fn bid_verbs() {
         ),
     );
     assert!(
-        e.contains("insufficient balance") && e.contains("needs 1000"),
+        // An hour's run and the 300 s it may wait, at 1000 per GPU-hour.
+        e.contains("insufficient balance") && e.contains("needs 1083.333334"),
         "{e}"
     );
     let e = t.fails(
@@ -1114,7 +1129,7 @@ fn bid_verbs() {
 
     // top-up: more escrow at the same price; refused beyond the balance.
     let out = t.ok(&client, &["bid", "top-up", &good.to_string(), "1.5"]);
-    assert_eq!(out["escrow"], "3.5");
+    assert_eq!(out["escrow"], shown(good_escrow + 1_500_000).as_str());
     assert_eq!(t.balance(&tokens), balance - 1_500_000);
     let e = t.fails(&client, &["bid", "top-up", &good.to_string(), "500"]);
     assert!(e.contains("insufficient balance"), "{e}");
@@ -1124,13 +1139,13 @@ fn bid_verbs() {
     s.fund(&t, &stranger, "10");
     let e = t.fails(&stranger, &["bid", "top-up", &good.to_string(), "1"]);
     assert!(e.contains("belongs to"), "{e}");
-    assert_eq!(t.account::<Bid>(&good).escrow, 3_500_000);
+    assert_eq!(t.account::<Bid>(&good).escrow, good_escrow + 1_500_000);
 
     // cancel: full refund, the bid account closed, out of its book.
     let before = t.balance(&tokens);
     let out = t.ok(&client, &["bid", "cancel", &under_reserve.to_string()]);
-    assert_eq!(out["refund"], "0.6");
-    assert_eq!(t.balance(&tokens), before + 600_000);
+    assert_eq!(out["refund"], shown(under_reserve_escrow).as_str());
+    assert_eq!(t.balance(&tokens), before + under_reserve_escrow);
     assert!(!t.exists(&under_reserve));
     let e = t.fails(&client, &["bid", "show", &under_reserve.to_string()]);
     assert!(e.contains("does not exist"), "{e}");
@@ -1265,7 +1280,8 @@ fn bid_prune() {
     };
 
     // Three bids that expire in two minutes (for one 60 s interval of work at 36 per GPU-hour:
-    // 0.6 escrowed each), and one that waits for an hour. Two minutes leave room for the dozen verbs that
+    // 0.6 escrowed each for the run, and up to 0.6 more for the minute they may wait), and one
+    // that waits for an hour. Two minutes leave room for the dozen verbs that
     // must run before the first expires, on a machine that stalls for a while.
     let short = |nonce: &'static str| {
         let out = t.ok(
@@ -1293,12 +1309,15 @@ fn bid_prune() {
                 nonce,
             ],
         );
-        assert_eq!(out["escrow"], "0.6");
-        pk(&out["bid"])
+        let bid = pk(&out["bid"]);
+        let escrow = placed_escrow(&t.account::<Bid>(&bid));
+        assert_eq!(out["escrow"], shown(escrow).as_str());
+        assert!((600_000..=1_200_000).contains(&escrow), "{out}");
+        (bid, escrow)
     };
-    let first = short("1");
-    let second = short("2");
-    let third = short("4");
+    let (first, first_escrow) = short("1");
+    let (second, second_escrow) = short("2");
+    let (third, third_escrow) = short("4");
     let out = t.ok(
         &client,
         &place_args(
@@ -1307,7 +1326,11 @@ fn bid_prune() {
         ),
     );
     let lasting = pk(&out["bid"]);
-    assert_eq!(t.balance(&tokens), 100_000_000 - 3 * 600_000 - 2_000_000);
+    let lasting_escrow = t.account::<Bid>(&lasting).escrow;
+    assert_eq!(
+        t.balance(&tokens),
+        100_000_000 - first_escrow - second_escrow - third_escrow - lasting_escrow
+    );
     // The deadlines as the program keeps them; the first placed expires first.
     let first_deadline = t.account::<Bid>(&first).deadline;
     let last_deadline = t
@@ -1346,11 +1369,11 @@ fn bid_prune() {
     wait_until(&t, first_deadline);
     let out = t.ok(&keeper, &["bid", "prune", &first.to_string()]);
     assert_eq!(pk(&out["bid"]), first);
-    assert_eq!(out["refund"], "0.6");
+    assert_eq!(out["refund"], shown(first_escrow).as_str());
     assert_eq!(pk(&out["refund_to"]), tokens);
     assert!(!t.exists(&first));
-    assert_eq!(t.balance(&tokens), before.0 + 600_000);
-    assert_eq!(t.balance(&vault), before.1 - 600_000);
+    assert_eq!(t.balance(&tokens), before.0 + first_escrow);
+    assert_eq!(t.balance(&vault), before.1 - first_escrow);
     assert_eq!(book_len(), before.2 - 1);
     assert_eq!(
         t.rpc().get_balance(&key_of(&client).pubkey()).unwrap(),
@@ -1372,12 +1395,18 @@ fn bid_prune() {
     assert_eq!(rows.len(), 2, "{out}");
     let pruned: Vec<Pubkey> = rows.iter().map(|r| pk(&r["bid"])).collect();
     assert!(pruned.contains(&second) && pruned.contains(&third), "{out}");
-    assert!(rows.iter().all(|r| r["refund"] == "0.6"), "{out}");
+    for (bid, escrow) in [(second, second_escrow), (third, third_escrow)] {
+        let row = rows.iter().find(|r| pk(&r["bid"]) == bid).unwrap();
+        assert_eq!(row["refund"], shown(escrow).as_str(), "{out}");
+    }
     assert!(rows[0]["signature"].is_string(), "{out}");
     assert_eq!(rows[0]["signature"], rows[1]["signature"], "{out}");
     assert!(!t.exists(&second) && !t.exists(&third) && t.exists(&lasting));
-    assert_eq!(t.balance(&tokens), before.0 + 1_800_000);
-    assert_eq!(t.balance(&vault), 2_000_000);
+    assert_eq!(
+        t.balance(&tokens),
+        before.0 + first_escrow + second_escrow + third_escrow
+    );
+    assert_eq!(t.balance(&vault), lasting_escrow);
     assert_eq!(book_len(), 1);
     let e = t.fails(&keeper, &["bid", "prune", &second.to_string()]);
     assert!(e.contains("does not exist"), "{e}");
@@ -1455,6 +1484,7 @@ fn quote_and_lease_verbs() {
     assert_eq!(pk(&list[0]["bid"]), bid); // nothing ranked above it: no evidence to pass
     let agent = key_of(&host.agent);
     let client_key = key_of(&client).pubkey();
+    let escrow = placed_escrow(&t.account::<Bid>(&bid));
     let lease = allocate_as_agent(&t, &s, &host, bid, client_key);
     let ex = t.ok(&client, &["bid", "explain", &bid.to_string()]);
     assert_eq!(pk(&ex["lease"]), lease);
@@ -1605,7 +1635,7 @@ fn quote_and_lease_verbs() {
     assert_eq!(t.balance(&s.treasury), fees);
     // Everything escrowed is either paid (host + fee) or back with the client.
     let paid = t.balance(&host.tokens) - 90_000_000 + t.balance(&s.treasury);
-    assert_eq!(t.balance(&tokens), client_before + 3_000_000 - paid);
+    assert_eq!(t.balance(&tokens), client_before + escrow - paid);
     assert_eq!(t.balance(&tokens) + paid, 100_000_000);
     // Settled and closed: `lease show` reads the settlement back from the chain's history.
     let show = t.ok(&client, &["lease", "show", &lease.to_string()]);
@@ -1616,7 +1646,7 @@ fn quote_and_lease_verbs() {
     );
     assert_eq!(
         show["refund"],
-        gpu_market_core::amount::format(3_000_000 - paid, 6).as_str()
+        gpu_market_core::amount::format(escrow - paid, 6).as_str()
     );
     assert_eq!(show["refund_in_stake"], false);
     assert_eq!(show["exit_code"], Value::Null);

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
-use gpu_market::state::{Lease, Machine, Market, StakeAccount};
+use gpu_market::state::{Bid, Lease, Machine, Market, StakeAccount};
 use gpu_market_core::lease::exit;
 use gpu_market_sdk::{token, SubmitUsage};
 use serde_json::Value;
@@ -32,6 +32,8 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
         ),
     );
     let bid = pk(&out["bid"]);
+    // Its run and the wait it was allowed, from when it landed.
+    let escrow = placed_escrow(&t.account::<Bid>(&bid));
     let agent = key_of(&host.agent);
     let lease = allocate_as_agent(&t, &s, &host, bid, client_key.pubkey());
 
@@ -80,7 +82,7 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
     // It ends the lease all the same: settled, the refund waiting in its stake.
     let out = t.ok(&client, &["lease", "end", &lease.to_string()]);
     assert_eq!(out["status"], "settled", "{out}");
-    assert_eq!(out["refund"], "3");
+    assert_eq!(out["refund"], shown(escrow).as_str());
     assert_eq!(out["refund_in_stake"], true);
     assert_eq!(out["exit_reason"], reason.as_str());
     assert!(
@@ -94,7 +96,7 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
     let show = t.ok(&client, &["lease", "show", &lease.to_string()]);
     assert_eq!(show["status"], "settled", "{show}");
     assert_eq!(show["paid"], "0");
-    assert_eq!(show["refund"], "3", "a full refund");
+    assert_eq!(show["refund"], shown(escrow).as_str(), "a full refund");
     assert_eq!(show["refund_in_stake"], true);
     assert_eq!(show["exit_code"], exit::IMAGE_UNAVAILABLE);
     assert_eq!(show["exit_reason"], reason.as_str());
@@ -105,7 +107,7 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
 
     // The stake holds the refund; it cannot close before it is claimed.
     let stake = t.ok(&client, &["stake", "show", "--market", &m]);
-    assert_eq!(stake["refunds_due"], "3", "{stake}");
+    assert_eq!(stake["refunds_due"], shown(escrow).as_str(), "{stake}");
     let e = t.fails(&client, &["stake", "close", "--market", &m]);
     assert!(e.contains("stake claim"), "{e}");
     let e = t.fails(&client, &["stake", "claim", "--market", &m]);
@@ -116,16 +118,16 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
     // A new token account, and the claim pays exactly the refund into it.
     let fresh = s.fund(&t, &client, "0");
     let out = t.ok(&client, &["stake", "claim", "--market", &m]);
-    assert_eq!(out["claimed"], "3", "{out}");
+    assert_eq!(out["claimed"], shown(escrow).as_str(), "{out}");
     assert_eq!(pk(&out["to"]), fresh);
-    assert_eq!(t.balance(&fresh), 3_000_000);
-    assert_eq!(t.balance(&vault), in_vault - 3_000_000);
+    assert_eq!(t.balance(&fresh), escrow);
+    assert_eq!(t.balance(&vault), in_vault - escrow);
     let st: StakeAccount = t.account(&gpu_market::pda::stake(&s.market, &me).0);
     assert_eq!(st.refunds_due, 0);
     assert_eq!(t.account::<Market>(&s.market).refunds_due, 0);
     let e = t.fails(&client, &["stake", "claim", "--market", &m]);
     assert!(e.contains("nothing to claim"), "{e}");
-    assert_eq!(t.balance(&fresh), 3_000_000);
+    assert_eq!(t.balance(&fresh), escrow);
     let stake = t.ok(&client, &["stake", "show", "--market", &m]);
     assert_eq!(stake["refunds_due"], "0");
     assert_eq!(stake["gpus_held"], Value::from(0));

@@ -52,6 +52,23 @@ pub fn escrow_for(
     mul_div_ceil(price, gpu_secs, unit.secs())
 }
 
+/// The escrow a bid locks at placement: its price for its whole run (`run_secs`, see
+/// [`escrow_for`]) and for the longest it may wait to start (`wait_secs`, from placement to its
+/// latest start). Waiting in a full book costs at most the second part ([`holding_charge`] of
+/// at most `wait_secs`), so what is left always pays the whole run, and no bid can hold a place
+/// for longer than its escrow pays for.
+pub fn bid_escrow(
+    price: u64,
+    unit: PriceUnit,
+    gpus: u64,
+    run_secs: u64,
+    wait_secs: u64,
+) -> Result<u64, MathError> {
+    escrow_for(price, unit, gpus, run_secs)?
+        .checked_add(escrow_for(price, unit, gpus, wait_secs)?)
+        .ok_or(MathError::Overflow)
+}
+
 /// What waiting in a full book cost a bid: its own price for the GPUs it asks, for the seconds
 /// its book was full while it waited (`full_secs`), never more than its `escrow`. A full book
 /// turns newcomers away, so each entry in it pays, while it is full, what the GPU-hours it asks
@@ -226,6 +243,14 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn what_waiting_costs_never_eats_into_the_run(price in 0u64..1 << 40, gpus in 1u64..=16, run in 1u64..1 << 22, wait in 0u64..1 << 22, held_pct in 0u64..=100, spot: bool) {
+            let unit = if spot { PriceUnit::PerGpuDay } else { PriceUnit::PerGpuHour };
+            let escrow = bid_escrow(price, unit, gpus, run, wait).unwrap();
+            let charge = holding_charge(price, unit, gpus, wait * held_pct / 100, escrow);
+            prop_assert!(escrow - charge >= escrow_for(price, unit, gpus, run).unwrap());
+        }
+
         #[test]
         fn a_holding_charge_is_the_cost_of_the_held_time_within_the_escrow(price in 0u64..1 << 40, gpus in 1u64..=16, held in 0u64..1 << 26, escrow: u64, spot: bool) {
             let unit = if spot { PriceUnit::PerGpuDay } else { PriceUnit::PerGpuHour };

@@ -317,7 +317,7 @@ fn allocate_below(
     // Staked clients: every bid of theirs ranks above the servable one, placed by a client
     // without stake.
     let clients: Vec<Client> = (1..=8)
-        .map(|i| f.client(10_000 * TOKEN, i * TOKEN))
+        .map(|i| f.client(40_000 * TOKEN, i * TOKEN))
         .collect();
     let mut measured = Vec::new();
     let mut placed = 0;

@@ -144,8 +144,8 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     let p = place(f.keys, &c, args(&f, 1));
     f.ctx.run(&p).expect("place_bid");
     let bid: Bid = f.ctx.account(&p.bid());
-    // 2 GPUs × 1 hour × 2 tokens per GPU-hour.
-    assert_eq!(bid.escrow, 4 * TOKEN);
+    // 2 GPUs × 2 tokens per GPU-hour × (its 1-hour run + the 3 hours it may wait to start).
+    assert_eq!(bid.escrow, 16 * TOKEN);
     // One set of terms for both GPUs and a 40-byte image reference: the account holds one entry
     // and the reference's bytes, and stays under 368 bytes (297 before bids kept the token
     // account their escrow came from, for refunds by anyone; 329 before they recorded the
@@ -160,15 +160,15 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     assert!(size <= 368);
     assert_eq!(
         f.ctx.token_balance(&c.tokens),
-        100 * TOKEN - 10 * TOKEN - 4 * TOKEN
+        100 * TOKEN - 10 * TOKEN - 16 * TOKEN
     );
-    assert_eq!(f.ctx.token_balance(&vault), 4 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&vault), 16 * TOKEN);
     assert_eq!(
         (bid.client, bid.market, bid.status),
         (c.key.pubkey(), f.market, BidStatus::Open)
     );
     assert_eq!(bid.image_ref, "127.0.0.1:5000/gpu-market/busybox:latest");
-    assert_eq!(f.ctx.account::<Market>(&f.market).total_escrow, 4 * TOKEN);
+    assert_eq!(f.ctx.account::<Market>(&f.market).total_escrow, 16 * TOKEN);
     assert_eq!(book_order(&f.ctx, &f.queue_book), vec![p.bid()]);
     // S = 10/1000 of the bound → 100 bps; U: no urgency premium paid → 0; C = spend per hour
     // (2 tokens × 2 GPUs) against the bound (64 tokens per hour) → 625 bps.
@@ -266,8 +266,8 @@ fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
             amount: TOKEN,
         })
         .expect("top_up_bid");
-    assert_eq!(f.ctx.account::<Bid>(&p.bid()).escrow, 5 * TOKEN);
-    assert_eq!(f.ctx.token_balance(&vault), 5 * TOKEN);
+    assert_eq!(f.ctx.account::<Bid>(&p.bid()).escrow, 17 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&vault), 17 * TOKEN);
 
     let lamports_before = f.ctx.svm.get_balance(&c.key.pubkey()).unwrap();
     f.ctx
@@ -357,7 +357,7 @@ fn fill_book(f: &mut Fixture, filler: &Client) -> Vec<Placed> {
 #[test]
 fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
     let mut f = fixture();
-    let filler = client(&mut f, 10_000 * TOKEN, 0);
+    let filler = client(&mut f, 20_000 * TOKEN, 0);
     // 4,096 bid accounts of rent.
     f.ctx.svm.airdrop(&filler.key.pubkey(), 20 * SOL).unwrap();
     let units = fill_book(&mut f, &filler);
@@ -482,7 +482,7 @@ fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
 #[test]
 fn a_client_outbids_its_own_worst_entry_of_a_full_book() {
     let mut f = fixture();
-    let filler = client(&mut f, 10_000 * TOKEN, 0);
+    let filler = client(&mut f, 20_000 * TOKEN, 0);
     f.ctx.svm.airdrop(&filler.key.pubkey(), 20 * SOL).unwrap();
     fill_book(&mut f, &filler);
     let everyone = [&filler];
@@ -532,7 +532,7 @@ fn a_client_outbids_its_own_worst_entry_of_a_full_book() {
 #[test]
 fn a_full_books_worst_bid_is_evicted_even_after_its_client_closed_its_token_account() {
     let mut f = fixture();
-    let filler = client(&mut f, 10_000 * TOKEN, 0);
+    let filler = client(&mut f, 20_000 * TOKEN, 0);
     f.ctx.svm.airdrop(&filler.key.pubkey(), 20 * SOL).unwrap();
     fill_book(&mut f, &filler);
     // The filler empties and closes the token account its escrows came from.
@@ -840,8 +840,8 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
     };
     let ok = spot(spot_args(&f, 1));
     f.ctx.run(&ok).expect("spot place_bid");
-    // 2 GPUs × 1 h at 30 tokens per GPU-day = 2.5 tokens.
-    assert_eq!(f.ctx.account::<Bid>(&ok.bid()).escrow, 2_500_000);
+    // 2 GPUs × (a 1 h run + a 3 h wait) at 30 tokens per GPU-day = 10 tokens.
+    assert_eq!(f.ctx.account::<Bid>(&ok.bid()).escrow, 10 * TOKEN);
     assert_eq!(book_order(&f.ctx, &spot_book), vec![ok.bid()]);
     assert!(book_order(&f.ctx, &f.queue_book).is_empty());
 
@@ -909,14 +909,14 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
         .unwrap();
     let err = f.ctx.run(&spot(spot_args(&f, 6))).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::MachineNotActive));
-    assert_eq!(f.ctx.token_balance(&c.tokens), 100 * TOKEN - 2_500_000);
+    assert_eq!(f.ctx.token_balance(&c.tokens), 100 * TOKEN - 10 * TOKEN);
 }
 
 #[test]
 fn bad_bids_are_rejected_and_move_nothing() {
     let mut f = fixture();
-    let c = client(&mut f, 10 * TOKEN, TOKEN);
-    let other = client(&mut f, 10 * TOKEN, 0);
+    let c = client(&mut f, 30 * TOKEN, TOKEN);
+    let other = client(&mut f, 30 * TOKEN, 0);
     let vault = pda::payment_vault(&f.market).0;
     let base = args(&f, 1);
     let cases: Vec<(PlaceBidArgs, Option<u32>)> = vec![
@@ -1049,7 +1049,7 @@ fn bad_bids_are_rejected_and_move_nothing() {
     let err = f.ctx.send(&[stolen], &[&other.key]).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::WrongStakeAccount));
     assert_eq!(f.ctx.token_balance(&vault), 0);
-    assert_eq!(f.ctx.token_balance(&c.tokens), 9 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&c.tokens), 29 * TOKEN);
 
     // A real bid, then: top-up of zero, top-up and cancel by somebody else.
     let p = place(f.keys, &c, base);
@@ -1089,15 +1089,15 @@ fn bad_bids_are_rejected_and_move_nothing() {
         err.custom_code(),
         Some(AnchorErrorCode::ConstraintHasOne as u32)
     );
-    assert_eq!(f.ctx.token_balance(&vault), 4 * TOKEN);
-    assert_eq!(f.ctx.token_balance(&other.tokens), 10 * TOKEN);
-    assert_eq!(f.ctx.account::<Bid>(&p.bid()).escrow, 4 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&vault), 16 * TOKEN);
+    assert_eq!(f.ctx.token_balance(&other.tokens), 30 * TOKEN);
+    assert_eq!(f.ctx.account::<Bid>(&p.bid()).escrow, 16 * TOKEN);
 }
 
 #[test]
 fn compute_units_and_sizes_of_bids() {
     let mut f = fixture();
-    let c = client(&mut f, 1_000 * TOKEN, 10 * TOKEN);
+    let c = client(&mut f, 2_000 * TOKEN, 10 * TOKEN);
     // A book with 100 bids in it, then the measured one.
     for nonce in 0..100 {
         f.ctx.run(&place(f.keys, &c, args(&f, nonce))).unwrap();

@@ -396,9 +396,10 @@ impl World {
         world
     }
 
-    /// The filler wallet's bids: 1 GPU × 1 GiB for a minute at 60 per GPU-hour (escrow 1), due
-    /// as late as the aging cap allows. Their score is the lowest any bid gets, so every valid
-    /// step bid outranks them.
+    /// The filler wallet's bids: 1 GPU × 1 GiB for a minute at 2 per GPU-hour (the most the
+    /// reserve price reaches here), due as late as the aging cap allows (escrow 11: 1 for the
+    /// minute, 10 for the five hours' wait). Their score is the lowest any bid gets, so every
+    /// valid step bid outranks them.
     fn fill(&mut self) {
         let filler = WALLETS;
         self.ctx
@@ -412,7 +413,7 @@ impl World {
             let args = PlaceBidArgs {
                 gpu_count: 1,
                 gib_per_gpu: 1,
-                price: 60,
+                price: 2,
                 max_duration_secs: 60,
                 deadline,
                 ..self.bid_args(0, 0, 0, 0, 0)

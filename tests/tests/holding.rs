@@ -33,14 +33,15 @@ struct Fixture {
 }
 
 /// A market whose queue book the squatter fills with 4,096 bids of one GPU for an hour at
-/// [`PRICE`] (escrow: two tokens each), all naming one idle 16-GPU machine.
+/// [`PRICE`], due in four hours (escrow: eight tokens each, two for the run and six for the
+/// three hours it may wait), all naming one idle 16-GPU machine.
 fn full_book() -> Fixture {
     let mut ctx = TestContext::new();
     let (authority, mint, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
     let book = ctx.open_queue_book(&authority, market);
     let agent = ctx.wallet(1);
     let (_, witness) = ctx.open_witness_run_by(market, &mint, [0; 16], &agent);
-    let (squatter, squatter_tokens) = ctx.funded_user(&mint, 10_000 * TOKEN);
+    let (squatter, squatter_tokens) = ctx.funded_user(&mint, 40_000 * TOKEN);
     ctx.svm.airdrop(&squatter.pubkey(), 20 * SOL).unwrap();
     ctx.run(&OpenStake {
         owner: &squatter,
@@ -66,7 +67,16 @@ fn full_book() -> Fixture {
 impl Fixture {
     /// The squatter's bid `nonce` for one GPU for an hour at `price` per GPU-hour.
     fn place(&mut self, nonce: u64, price: u64) -> Result<Pubkey, Failure> {
-        let p = PlaceBid {
+        self.place_with(nonce, |a| a.price = price)
+    }
+
+    /// [`Fixture::place`] at [`PRICE`] with `change` made to its arguments.
+    fn place_with(
+        &mut self,
+        nonce: u64,
+        change: impl FnOnce(&mut PlaceBidArgs),
+    ) -> Result<Pubkey, Failure> {
+        let mut p = PlaceBid {
             client: &self.squatter,
             market: self.market,
             book: self.book,
@@ -86,7 +96,7 @@ impl Fixture {
                     power_limit_w: 300,
                     ..Default::default()
                 }],
-                price,
+                price: PRICE,
                 max_duration_secs: 3_600,
                 deadline: self.ctx.now() + 4 * 3_600,
                 urgency_premium: 0,
@@ -99,6 +109,7 @@ impl Fixture {
             },
             evict: None,
         };
+        change(&mut p.args);
         self.ctx.run(&p).map(|_| p.bid())
     }
 
@@ -141,7 +152,11 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
     // Half an hour full: the top bid, cancelled, pays for half a GPU-hour out of its escrow.
     f.ctx.advance_time(1_800);
     assert_eq!(f.charge_shown(&order[0]), TOKEN);
-    assert_eq!(f.cancel(order[0]), TOKEN, "the escrow less half an hour");
+    assert_eq!(
+        f.cancel(order[0]),
+        7 * TOKEN,
+        "the escrow less half an hour"
+    );
     assert_eq!(f.burn_due(), TOKEN);
 
     // A place is free again: waiting no longer costs anything, however long.
@@ -157,8 +172,8 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
     assert_eq!(f.charge_shown(&newcomer), TOKEN / 2);
     assert_eq!(f.charge_shown(&order[1]), 3 * TOKEN / 2);
 
-    // Started now, the best bid keeps a quarter hour's escrow, and its lease ends when that runs
-    // out rather than at its full hour.
+    // Started now, the best bid keeps the escrow of its whole run: what waiting cost came out of
+    // the part its escrow holds for its wait.
     assert_eq!(f.order()[0], order[1]);
     let start = Allocate {
         agent: &f.agent,
@@ -172,10 +187,10 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
     };
     f.ctx.allocate(&start).expect("allocate the best bid");
     let bid: Bid = f.ctx.account(&order[1]);
-    assert_eq!(bid.escrow, TOKEN / 2);
+    assert_eq!(bid.escrow, 8 * TOKEN - 3 * TOKEN / 2);
     let lease: Lease = f.ctx.account(&start.lease());
-    assert_eq!(lease.ends_at, f.ctx.now() + 900);
-    assert_eq!(f.cancel(newcomer), 3 * TOKEN / 2);
+    assert_eq!(lease.ends_at, f.ctx.now() + 3_600);
+    assert_eq!(f.cancel(newcomer), 8 * TOKEN - TOKEN / 2);
     assert_eq!(f.burn_due(), TOKEN + 3 * TOKEN / 2 + TOKEN / 2);
 
     // Burnt, not paid: the treasury (the authority's, who could squat too) gets none of it.
@@ -200,4 +215,28 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
         m.total_escrow + m.fees_due + m.refunds_due,
         "the vault holds the rest exactly"
     );
+}
+
+/// A bid of one billing interval may wait as long as the market allows: its escrow covers that
+/// wait too, so an hour in a full book costs it an hour of its GPU, not the one minute its run
+/// paid for. Before, the charge stopped at an escrow of one minute, and such bids held a full
+/// book's places for five hours at a minute's price.
+#[test]
+fn a_one_interval_bid_pays_for_all_the_time_it_holds_a_place() {
+    let mut f = full_book();
+    let order = f.order();
+    f.cancel(order[0]);
+    let max_wait = f.ctx.account::<Market>(&f.market).max_wait_secs() as i64;
+    let short = f
+        .place_with(BOOK_CAPACITY as u64, |a| {
+            a.max_duration_secs = 60;
+            a.deadline = a.deadline - 4 * 3_600 + 60 + max_wait;
+        })
+        .expect("a one-minute bid fills the book");
+    let bid: Bid = f.ctx.account(&short);
+    // A minute's run and five hours' wait at two tokens per GPU-hour.
+    assert_eq!(bid.escrow, PRICE.div_ceil(60) + 5 * PRICE);
+    f.ctx.advance_time(3_600);
+    assert_eq!(f.charge_shown(&short), PRICE);
+    assert_eq!(f.cancel(short), bid.escrow - PRICE);
 }

@@ -339,7 +339,8 @@ fn a_better_spot_bid_preempts_at_the_boundary_and_not_before() {
     // 60 s at 30 tokens per GPU-day, rounded down per GPU, × 4 GPUs.
     let paid = (30 * TOKEN * 60 / 86_400) * 4;
     assert_eq!(back.status, BidStatus::Open);
-    assert_eq!(back.escrow, 5 * TOKEN - paid);
+    // Its escrow was 20 tokens: the hour's run (5) and its three hours' wait (15).
+    assert_eq!(back.escrow, 20 * TOKEN - paid);
     // Back in the book by its profit: between the richer and the poorer bid.
     assert_eq!(
         book_order(&f.ctx, &f.spot_book),
@@ -652,7 +653,8 @@ fn without_aging_a_bid_still_waits_at_most_seven_days() {
         f.ctx.account::<Market>(&f.market).max_wait_secs(),
         gpu_market::state::MAX_BID_WAIT_SECS
     );
-    let c = f.client(100 * TOKEN, 0);
+    // Its escrow covers the week's wait too: 2 tokens an hour for 169 hours.
+    let c = f.client(400 * TOKEN, 0);
     let before = f.balances(&c);
     let mut a = f.queue_args(1, 8);
     a.deadline = f.ctx.now() + 3_600 + 7 * 86_400 + 1;
@@ -1330,7 +1332,7 @@ fn a_preempted_spot_bid_past_its_deadline_is_refunded_not_requeued() {
 fn a_preempted_spot_bid_is_refunded_when_its_book_is_full() {
     let (mut f, low, low_bid, escrow, lease, _richer) = preempted_spot_lease(None);
     // The machine's spot book fills up before the lease settles (the richer bid is in it).
-    let filler = f.client(20_000 * TOKEN, 0);
+    let filler = f.client(40_000 * TOKEN, 0);
     f.ctx.svm.airdrop(&filler.key.pubkey(), 20 * SOL).unwrap();
     for _ in 1..BOOK_CAPACITY {
         let a = f.spot_args(13 * TOKEN);

@@ -123,7 +123,7 @@ impl Action {
                 "Places a queue bid (or a spot bid on one machine): price × GPUs × duration is locked in escrow."
             }
             Action::TopUp => "Adds payment tokens to a bid's escrow.",
-            Action::Cancel => "Cancels a waiting bid; its escrow is refunded in full.",
+            Action::Cancel => "Cancels a waiting bid; its escrow is refunded, less any holding charge for time it waited in a full book.",
             Action::EndLease => {
                 "Ends a lease now; it settles once the host has proven its time, the rest of the escrow refunded."
             }
@@ -233,7 +233,7 @@ impl Action {
                 let paid = gpu_market_core::amount::format(plan.paid, plan.decimals);
                 (
                     plan.instructions,
-                    format!("Bid {}, {paid} in escrow", plan.bid),
+                    format!("Bid {}, up to {paid} in escrow and premium", plan.bid),
                 )
             }
             Action::TopUp => (

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anchor_lang::AccountDeserialize;
 use gpu_market::instructions::SubmitUsageArgs;
 use gpu_market::pda;
-use gpu_market::state::{Lease, Machine, Market, StakeAccount};
+use gpu_market::state::{Bid, Lease, Machine, Market, StakeAccount};
 use gpu_market_sdk::{Allocate, ClientInstruction, SubmitUsage};
 use gpu_market_tests::Cluster;
 use serde_json::Value;
@@ -29,6 +29,21 @@ use spl_token_interface::state::Account as TokenAccount;
 pub struct T {
     pub cluster: Cluster,
     pub dir: tempfile::TempDir,
+}
+
+/// The escrow the program locks for `b` at placement (`settlement::bid_escrow`): its run, and
+/// its wait from when the transaction landed (`placed_at`) to its latest start, so it depends on
+/// the cluster's clock at that moment, not only on the command's arguments.
+pub fn placed_escrow(b: &Bid) -> u64 {
+    let run = b.max_duration_secs as u64;
+    let wait = (b.deadline - run as i64 - b.placed_at) as u64;
+    gpu_market_core::settlement::bid_escrow(b.price, b.kind.unit(), b.gpu_count as u64, run, wait)
+        .expect("an escrow the program locked")
+}
+
+/// `units` of a 6-decimal token as the CLI prints them.
+pub fn shown(units: u64) -> String {
+    gpu_market_core::amount::format(units, 6)
 }
 
 pub fn pk(v: &Value) -> Pubkey {

@@ -2,7 +2,7 @@ use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
 use gpu_market_core::fit::{Host, Need, Regions, Room, Terms, Unfit};
 use gpu_market_core::score;
-use gpu_market_core::settlement::{escrow_for, spend_per_hour};
+use gpu_market_core::settlement::{bid_escrow, escrow_for, spend_per_hour};
 
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
@@ -158,7 +158,9 @@ pub struct PlaceBid<'info> {
 }
 
 impl PlaceBid<'_> {
-    fn validate(&self, args: &PlaceBidArgs, now: i64) -> Result<()> {
+    /// Checks the bid against the market and its machine; returns the longest it may wait to
+    /// start (seconds from now to its latest start), which its escrow covers too.
+    fn validate(&self, args: &PlaceBidArgs, now: i64) -> Result<u64> {
         require!(
             (1..=MAX_GPUS).contains(&(args.gpu_count as usize)),
             MarketError::BadGpuCount
@@ -231,7 +233,7 @@ impl PlaceBid<'_> {
             let unfit = offer.fit(&need).err().unwrap_or(Unfit::Busy);
             return err!(MarketError::from(unfit));
         }
-        Ok(())
+        Ok((latest_start - now) as u64)
     }
 
     /// Makes room in a full book for a bid ranked at `newcomer`: its lowest-ranked entry leaves
@@ -306,14 +308,13 @@ impl PlaceBid<'_> {
 
     pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        ctx.accounts.validate(&args, now)?;
-        let escrow = escrow_for(
-            args.price,
-            args.kind.unit(),
-            args.gpu_count as u64,
-            args.max_duration_secs as u64,
-        )
-        .map_err(MarketError::from)?;
+        let wait_secs = ctx.accounts.validate(&args, now)?;
+        let (unit, gpus) = (args.kind.unit(), args.gpu_count as u64);
+        let run = args.max_duration_secs as u64;
+        // The score's urgency counts against the run's escrow; the bid locks its wait too.
+        let run_escrow = escrow_for(args.price, unit, gpus, run).map_err(MarketError::from)?;
+        let escrow =
+            bid_escrow(args.price, unit, gpus, run, wait_secs).map_err(MarketError::from)?;
 
         let market = &mut ctx.accounts.market;
         let spend_per_hour = spend_per_hour(args.price, args.kind.unit(), args.gpu_count as u64)
@@ -322,7 +323,7 @@ impl PlaceBid<'_> {
         let inputs = p.score_inputs(
             ctx.accounts.stake.amount,
             spend_per_hour,
-            escrow,
+            run_escrow,
             args.urgency_premium,
         )?;
         let base = score::base_score(p.weights(), &inputs);

@@ -138,7 +138,8 @@ pub struct Bid {
     pub price: u64,
     pub max_duration_secs: u32,
     pub deadline: i64,
-    /// Tokens locked in the market's payment vault for this bid.
+    /// Tokens locked in the market's payment vault for this bid: at placement, its price for
+    /// its run and for the longest it may wait to start (`settlement::bid_escrow`).
     pub escrow: u64,
     /// Paid at placement for urgency (the market's at once; never refunded).
     pub urgency_premium: u64,
