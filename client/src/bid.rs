@@ -54,8 +54,8 @@ pub enum BidCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
-    /// Removes a bid whose deadline has passed (anyone may): its escrow goes back in full to the
-    /// token account it came from, its rent to its client.
+    /// Removes a bid whose deadline has passed (anyone may): its escrow, less any holding charge,
+    /// goes back to the token account it came from, its rent to its client.
     Prune {
         #[arg(required_unless_present = "all")]
         bid: Option<Pubkey>,
@@ -137,7 +137,9 @@ pub struct PlaceArgs {
     #[arg(long)]
     duration: String,
     /// Latest end: +DURATION from now or a unix time [default: one hour after the duration,
-    /// or less where the market's aging cap allows a queue bid less time to wait].
+    /// or less where the market's aging cap allows a queue bid less time to wait]. The escrow
+    /// covers the wait it allows as well as the run (returned unless the bid waits in a full
+    /// book): a tighter deadline locks less.
     #[arg(long)]
     deadline: Option<String>,
     /// A premium in payment token units, paid on top of the escrow and never refunded: it buys
