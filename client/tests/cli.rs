@@ -878,24 +878,27 @@ fn bid_verbs() {
     assert_eq!(t.balance(&tokens), before - 200_000);
 
     // A spot bid on the machine (per GPU-day), listed in its spot book with the host's profit.
-    let out = t.ok(
-        &client,
-        &place_args(
-            &m,
-            &[
-                "--machine",
-                &mc,
-                "--overclock",
-                "power=250,core-lock=1500",
-                "--price",
-                "24",
-                "--nonce",
-                "4",
-                "--auto-power",
-                "5%",
-            ],
-        ),
-    );
+    let place_spot = |nonce: &str| {
+        t.ok(
+            &client,
+            &place_args(
+                &m,
+                &[
+                    "--machine",
+                    &mc,
+                    "--overclock",
+                    "power=250,core-lock=1500",
+                    "--price",
+                    "24",
+                    "--nonce",
+                    nonce,
+                    "--auto-power",
+                    "5%",
+                ],
+            ),
+        )
+    };
+    let out = place_spot("4");
     let spot = pk(&out["bid"]);
     assert_eq!(out["kind"], "spot");
     // 24 per GPU-day for its hour's run and up to 300 s of wait.
@@ -935,24 +938,7 @@ fn bid_verbs() {
         &t.path("host.json"),
         &["host", "update", &mc, "--electricity-cost", "1"],
     );
-    let out = t.ok(
-        &client,
-        &place_args(
-            &m,
-            &[
-                "--machine",
-                &mc,
-                "--overclock",
-                "power=250,core-lock=1500",
-                "--price",
-                "24",
-                "--nonce",
-                "10",
-                "--auto-power",
-                "5%",
-            ],
-        ),
-    );
+    let out = place_spot("10");
     let spot = pk(&out["bid"]);
     let list = t.ok(&client, &["bid", "list", "--market", &m, "--machine", &mc]);
     assert_eq!(list[0]["profit_per_day"], "18", "{list}");
