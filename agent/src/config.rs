@@ -529,6 +529,28 @@ struct RawImages {
     max_image_mib: u64,
 }
 
+impl RawImages {
+    fn budget(&self) -> Result<ImageBudget, ConfigError> {
+        Ok(ImageBudget {
+            pull_timeout: Duration::from_secs(nonzero(
+                "images.pull_timeout_secs",
+                self.pull_timeout_secs,
+            )?),
+            max_image_bytes: nonzero("images.max_image_mib", self.max_image_mib)?
+                .saturating_mul(1 << 20),
+        })
+    }
+}
+
+impl Default for ImageBudget {
+    /// What an agent configured without `[images]` gets.
+    fn default() -> Self {
+        RawImages::default()
+            .budget()
+            .expect("the default budget is not zero")
+    }
+}
+
 impl Default for RawImages {
     fn default() -> Self {
         RawImages {
@@ -651,14 +673,7 @@ impl Config {
             engine_socket,
             container,
             registries: registries(raw.registries)?,
-            images: ImageBudget {
-                pull_timeout: Duration::from_secs(nonzero(
-                    "images.pull_timeout_secs",
-                    raw.images.pull_timeout_secs,
-                )?),
-                max_image_bytes: nonzero("images.max_image_mib", raw.images.max_image_mib)?
-                    .saturating_mul(1 << 20),
-            },
+            images: raw.images.budget()?,
             electricity_cost_per_kwh: raw.electricity_cost_per_kwh,
             data_dir: raw.data_dir,
             metrics_listen,

@@ -415,6 +415,7 @@ mod tests {
             ends_at: 1_250,
             stop_at: None,
             interval_secs: 100,
+            silence_intervals: 3,
             next_interval,
             proof_hash: [0; 32],
             auto_power: None,

@@ -70,6 +70,7 @@ scenarios!(
     the_reconciler_preempts_a_running_spot_lease_for_a_queue_bid,
     a_lease_idle_for_the_idle_rules_intervals_stops_after_the_last,
     the_reconciler_settles_a_lease_the_idle_rule_stopped,
+    a_client_that_never_seals_its_environment_cannot_get_the_host_slashed,
 );
 
 /// The bid as the books show it to the machine, if it is open and may run here.
@@ -716,4 +717,32 @@ async fn tick_both(m: &ProgramMarket, a: &mut Agent, b: &mut Agent) {
         b.tick().await;
         a.tick().await;
     }
+}
+
+/// A client bids with an environment and never seals it (to reclaim its escrow and slash the
+/// host for a silence it caused): the agent, at its default budgets, proves the lease's windows
+/// (empty) while it waits, and ends the lease, with its reason, one interval before the client
+/// could call the host silent. At no tick is the lease reclaimable by the program's rule.
+async fn a_client_that_never_seals_its_environment_cannot_get_the_host_slashed(
+    m: &impl MarketUnderTest,
+) {
+    let chain = m.chain();
+    let mut spec = BidSpec::queue(1, 10);
+    spec.env_hash = [9; 32];
+    let bid = m.place_bid(&spec).await;
+    let mut agent = Agent::start(m);
+    agent.run_for(m, POLL).await;
+    let leases = chain.leases().await.unwrap();
+    let l = leases
+        .iter()
+        .find(|l| l.bid == bid)
+        .expect("allocated")
+        .clone();
+    for _ in 0..4 * SECS / POLL {
+        agent.run_for(m, POLL).await;
+        assert!(!m.reclaimable(l.key).await, "the host slashable");
+    }
+    assert!(closed(m, l.key).await, "ended, its client refunded");
+    assert_eq!(agent.running(), 0, "nothing ran");
+    assert_eq!(free_gib(m).await, vec![24, 24]);
 }

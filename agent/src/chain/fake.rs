@@ -54,6 +54,11 @@ struct Inner {
     base_unix: i64,
     /// The market's billing interval now: what a lease allocated now keeps.
     interval_secs: u32,
+    /// The market's silence rule now (intervals after the last proven second from which the
+    /// client may reclaim the escrow and slash the host): what a lease allocated now keeps.
+    silence_intervals: u16,
+    /// Leases whose escrow was reclaimed for the host's silence, in order.
+    reclaimed: Vec<Key>,
     /// What the machine's owner declares electricity costs, per kWh.
     electricity_cost_per_kwh: u64,
     gpus: Vec<(GpuView, GpuLimits)>,
@@ -91,6 +96,11 @@ struct Inner {
     allocate_latency: Duration,
     /// The next `allocate` is refused (as when another host took the bid first).
     refuse_next_allocate: bool,
+    /// Every `allocate` is refused (as a cluster refuses a transaction too large).
+    refuse_allocates: bool,
+    allocate_calls: u32,
+    /// The books cannot be read (an RPC node that refuses `getProgramAccounts`), the rest can.
+    books_unreadable: bool,
     submit_calls: u32,
 }
 
@@ -104,6 +114,13 @@ impl FakeChain {
                 epoch: Instant::now(),
                 base_unix,
                 interval_secs,
+                silence_intervals: gpu_market::state::MarketParams::recommended(
+                    interval_secs,
+                    0,
+                    0,
+                )
+                .silence_intervals,
+                reclaimed: Vec::new(),
                 electricity_cost_per_kwh: 0,
                 gpus,
                 status: MachineStatus::Active,
@@ -127,6 +144,9 @@ impl FakeChain {
                 lose_next_proof_answer: false,
                 allocate_latency: Duration::ZERO,
                 refuse_next_allocate: false,
+                refuse_allocates: false,
+                allocate_calls: 0,
+                books_unreadable: false,
                 submit_calls: 0,
             }),
         }
@@ -177,6 +197,11 @@ impl FakeChain {
 
     /// The market's idle rule, as the program applies it: a lease whose proofs show less than
     /// `utilisation_bps` for `end_intervals` proofs in a row stops at the end of the last.
+    /// Whether the cluster is unreachable (`set_outage`).
+    pub fn is_down(&self) -> bool {
+        self.lock().outage
+    }
+
     pub fn set_idle_rule(&self, utilisation_bps: u16, end_intervals: u16) {
         self.lock().idle_rule = Some((utilisation_bps, end_intervals));
     }
@@ -208,6 +233,18 @@ impl FakeChain {
 
     /// The next `allocate` is refused once it would have confirmed, as when another host's
     /// took the bid first.
+    /// From now on (`true`) every `allocate` is refused, as a cluster refuses a transaction too
+    /// large to send.
+    pub fn refuse_allocates(&self, on: bool) {
+        self.lock().refuse_allocates = on;
+    }
+    pub fn allocate_calls(&self) -> u32 {
+        self.lock().allocate_calls
+    }
+    /// From now on (`true`) the books cannot be read, while the machine and its leases can.
+    pub fn set_books_unreadable(&self, on: bool) {
+        self.lock().books_unreadable = on;
+    }
     pub fn refuse_next_allocate(&self) {
         self.lock().refuse_next_allocate = true;
     }
@@ -245,6 +282,46 @@ impl FakeChain {
     }
     pub fn clock(&self) -> i64 {
         self.lock().now()
+    }
+
+    /// The leases whose client may reclaim the escrow now, slashing the host
+    /// (`Lease::reclaimable`): time is left unproven, and none was proven for the lease's
+    /// silence window.
+    pub fn reclaimable(&self) -> Vec<Key> {
+        let s = self.lock();
+        let now = s.now();
+        s.leases
+            .iter()
+            .filter(|l| s.reclaimable(l, now))
+            .map(|l| l.key)
+            .collect()
+    }
+
+    /// The leases reclaimed so far.
+    pub fn reclaimed(&self) -> Vec<Key> {
+        self.lock().reclaimed.clone()
+    }
+
+    /// As the program's `reclaim_escrow`, sent by the lease's client: refused while the host is
+    /// not silent; otherwise the lease stops at what is proven and settles.
+    pub fn reclaim_escrow(&self, lease: Key) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        let now = s.now();
+        let pos = s.lease_pos(lease)?;
+        let l = &s.leases[pos];
+        let op = "reclaim_escrow";
+        if s.proven_until(l) >= l.stop() {
+            return Err(refused(op, MarketError::NothingToReclaim));
+        }
+        if !s.reclaimable(l, now) {
+            return Err(refused(op, MarketError::HostNotSilent));
+        }
+        let proven = s.proven_until(l);
+        s.leases[pos].stop_at = Some(proven);
+        s.reclaimed.push(lease);
+        s.settle(pos, now);
+        Ok(())
     }
 }
 
@@ -381,6 +458,14 @@ impl Inner {
             .map_or(l.started_at, |a| a.window.1)
     }
 
+    /// `Lease::reclaimable`: time left unproven, and `silence_intervals` intervals since the
+    /// last proven second.
+    fn reclaimable(&self, l: &LeaseView, now: i64) -> bool {
+        let proven = self.proven_until(l);
+        let silent_from = proven + l.interval_secs as i64 * l.silence_intervals as i64;
+        proven < l.stop() && now >= silent_from
+    }
+
     fn lease_pos(&self, lease: Key) -> Result<usize, ChainError> {
         self.leases
             .iter()
@@ -496,6 +581,11 @@ impl Chain for FakeChain {
     async fn best_open_bids(&self, limit: usize) -> Result<OpenBids, ChainError> {
         let s = self.lock();
         s.reachable()?;
+        if s.books_unreadable {
+            return Err(ChainError::Unavailable(
+                "getProgramAccounts refused (fake)".into(),
+            ));
+        }
         let now = s.now();
         let offer = s.offer(None);
         let mut out = OpenBids::default();
@@ -537,6 +627,10 @@ impl Chain for FakeChain {
         tokio::time::sleep(latency).await;
         let mut s = self.lock();
         s.reachable()?;
+        s.allocate_calls += 1;
+        if s.refuse_allocates {
+            return Err(rejected("allocate", "transaction too large (fake)"));
+        }
         if std::mem::take(&mut s.refuse_next_allocate) {
             return Err(rejected("allocate", "the bid is running"));
         }
@@ -583,6 +677,7 @@ impl Chain for FakeChain {
             ends_at: (now + b.max_duration_secs as i64).min(b.deadline),
             stop_at: None,
             interval_secs: s.interval_secs,
+            silence_intervals: s.silence_intervals,
             next_interval: 0,
             proof_hash: [0; 32],
         };

@@ -171,6 +171,9 @@ pub struct LeaseView {
     /// Set when the lease was told to stop early (a spot preemption).
     pub stop_at: Option<i64>,
     pub interval_secs: u32,
+    /// The lease's silence rule: `silence_intervals` billing intervals after its last proven
+    /// second, its client may reclaim the escrow and slash the host.
+    pub silence_intervals: u16,
     /// The interval index the next proof must carry.
     pub next_interval: u32,
     /// The chain hash of the last accepted proof (zeroes before the first).

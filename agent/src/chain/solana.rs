@@ -604,6 +604,7 @@ impl SolanaChain {
             ends_at: l.ends_at,
             stop_at: (l.stop_at != Lease::NOT_STOPPED).then_some(l.stop_at),
             interval_secs: l.rules.billing_interval_secs,
+            silence_intervals: l.rules.silence_intervals,
             next_interval: l.next_interval,
             proof_hash: l.proof_hash,
             auto_power: l.auto_power,

@@ -7,7 +7,7 @@ use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
 use super::ready::{Readied, Refusal};
 use super::senders::Fate;
-use super::{logs_path, ActionError, Reconciler, TickError};
+use super::{logs_path, ActionError, HeldBack, Reconciler, TickError};
 use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
@@ -128,6 +128,18 @@ impl Reconciler {
             Action::RemoveContainer { id } => self.jobs.remove_stray(&self.runtime, id, grace),
             Action::Adopt { lease, id } => self.adopt(*lease, id, o).await?,
             Action::Start { lease } => self.start(*lease, o)?,
+            Action::Cancel { lease, exit_code } => {
+                if self.jobs.cancel(*lease) {
+                    self.readied.remove(lease);
+                    let reason = "the lease could wait no longer".to_string();
+                    let exit_code = *exit_code;
+                    self.refuse_with(*lease, Refusal { exit_code, reason })?;
+                }
+            }
+            Action::Record { lease } => {
+                self.record_lease(*lease, o)?;
+                tracing::info!(%lease, "recorded a lease that cannot start yet: its windows are proven empty meanwhile");
+            }
             Action::Meter { lease } => {
                 let samples = self.lease_samples(*lease);
                 self.record(*lease).record_sample(&samples);
@@ -197,7 +209,11 @@ impl Reconciler {
                     .inspect_err(|e| {
                         self.chain_error(e);
                         self.abandon(*bid);
+                        let held = HeldBack::failed(self.held_back.get(bid).copied(), o.now);
+                        self.held_back.insert(*bid, held);
+                        tracing::warn!(%bid, failures = held.failures, retry_at = held.until, "allocate failed: the bid is held back until then");
                     })?;
+                self.held_back.remove(bid);
                 tracing::info!(%bid, %lease, ?gpu_indices, "allocated");
             }
             Action::ReportFault { gpu, xid } => {
@@ -292,13 +308,7 @@ impl Reconciler {
     /// beginning (environment, pull, create) when there is none. A readied container of a
     /// refused lease is left to the plan, which removes it as a stray.
     fn start(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
-        let view = Self::view(o, lease)?;
-        let samples = Self::samples(o, &view.gpu_indices);
-        self.state
-            .leases
-            .entry(lease)
-            .or_insert_with(|| LeaseRecord::new(view, &samples));
-        self.save()?;
+        let view = self.record_lease(lease, o)?;
         let readied = self.take_readied(lease, &view.gpu_indices);
         if o.now >= view.stop() {
             // Too late to run (its readying outlasted it, or the agent was away): the plan
@@ -363,8 +373,25 @@ impl Reconciler {
             Err(e) => return Err(e),
         };
         tracing::info!(%lease, image = %view.image_ref, "starting the lease's container");
-        self.jobs.spawn_for(lease, jobs::start(job));
+        self.jobs
+            .spawn_readying(lease, job.progress.clone(), jobs::start(job));
         Ok(())
+    }
+
+    /// Records `lease` (as the chain lists it), unless it is on record: from then on its
+    /// windows close and are proven, its container running or not.
+    fn record_lease<'o>(
+        &mut self,
+        lease: Key,
+        o: &'o Observed,
+    ) -> Result<&'o LeaseView, ActionError> {
+        let view = Self::view(o, lease)?;
+        if let std::collections::btree_map::Entry::Vacant(e) = self.state.leases.entry(lease) {
+            let samples = Self::samples(o, &view.gpu_indices);
+            e.insert(LeaseRecord::new(view, &samples));
+            self.save()?;
+        }
+        Ok(view)
     }
 
     /// What starting `lease`'s container on `gpu_indices` takes: its image, environment,
@@ -445,6 +472,7 @@ impl Reconciler {
             env_hash: *workload.env_hash,
             env_key: self.config.env_key.clone(),
             spec,
+            progress: Default::default(),
         })
     }
 
@@ -623,6 +651,8 @@ impl Reconciler {
     /// Resets the lease's GPUs that no other lease uses and forgets the lease.
     pub(super) fn forget(&mut self, lease: Key) -> Result<(), StateError> {
         self.forget_auto_power(lease);
+        // A container readied for it that never started goes too.
+        self.discard(lease);
         if let Err(e) = self.reset_gpus(lease) {
             tracing::warn!(%lease, error = %e, "resetting the lease's GPUs failed");
         }

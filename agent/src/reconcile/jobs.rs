@@ -49,6 +49,48 @@ pub struct Prepared {
     pub pulled_in: Duration,
 }
 
+/// The longest one engine call of a job (create, start, remove, keeping logs) may take; a stop
+/// gets this beyond its grace period. An engine that hangs longer ends the job: a start is
+/// refused (`ENGINE_REFUSED`), a stop or clean-up planned again.
+pub const ENGINE_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a readying job (the environment, the image, the container) has had so far: the loop
+/// reads it to end a wait that outlasts what the lease allows (`Action::Cancel`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Readying {
+    /// The sealed environment was opened (or the bid has none).
+    pub env: bool,
+    /// The image is on the machine.
+    pub pulled: bool,
+}
+
+impl Readying {
+    /// The exit code of a lease whose readying ends now, unfinished: what it still lacked.
+    pub fn lacking(self) -> i32 {
+        if !self.env {
+            exit::ENVIRONMENT_UNAVAILABLE
+        } else if !self.pulled {
+            exit::IMAGE_UNAVAILABLE
+        } else {
+            exit::ENGINE_REFUSED
+        }
+    }
+}
+
+/// A readying job's [`Readying`], shared between the job and the loop.
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Arc<std::sync::Mutex<Readying>>);
+
+impl Progress {
+    pub fn get(&self) -> Readying {
+        *self.0.lock().expect("progress lock")
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Readying)) {
+        f(&mut self.0.lock().expect("progress lock"))
+    }
+}
+
 /// What starting one lease's container takes.
 pub struct StartJob {
     pub runtime: Arc<dyn ContainerRuntime>,
@@ -64,12 +106,16 @@ pub struct StartJob {
     /// The container to run. Its environment holds the host's variables (a shared GPU's MPS
     /// settings), which the lease's own go before and cannot override.
     pub spec: ContainerSpec,
+    /// What it has had so far, for the loop to read.
+    pub progress: Progress,
 }
 
 /// The jobs under way: per lease, and per stray container being removed.
 #[derive(Default)]
 pub struct Jobs {
     leases: BTreeMap<Key, JoinHandle<Outcome>>,
+    /// The progress of the lease jobs that ready a container.
+    readying: BTreeMap<Key, Progress>,
     strays: BTreeMap<String, JoinHandle<Outcome>>,
     /// Notified as each lease job finishes: the loop takes its result at once rather than at
     /// its next poll.
@@ -80,6 +126,42 @@ impl Jobs {
     /// Leases with a job under way.
     pub fn busy(&self) -> BTreeSet<Key> {
         self.leases.keys().copied().collect()
+    }
+
+    /// The leases whose container is being readied, with what each has had so far.
+    pub fn readying(&self) -> BTreeMap<Key, Readying> {
+        self.readying
+            .iter()
+            .filter(|(k, _)| self.leases.contains_key(k))
+            .map(|(k, p)| (*k, p.get()))
+            .collect()
+    }
+
+    /// Runs the readying `job` (a [`create`] or a [`start`]) for `lease` beside the loop,
+    /// unless a job already runs for it; its progress is read through `progress`.
+    pub fn spawn_readying(
+        &mut self,
+        lease: Key,
+        progress: Progress,
+        job: impl std::future::Future<Output = Outcome> + Send + 'static,
+    ) {
+        if !self.leases.contains_key(&lease) {
+            self.readying.insert(lease, progress);
+            self.spawn_for(lease, job);
+        }
+    }
+
+    /// Ends `lease`'s readying job where it is (it waited longer than the lease allows);
+    /// whether one ran. A container it created is found again by its lease label and removed as
+    /// a stray.
+    pub fn cancel(&mut self, lease: Key) -> bool {
+        let cancelled = self.readying.remove(&lease).is_some();
+        if cancelled {
+            if let Some(h) = self.leases.remove(&lease) {
+                h.abort();
+            }
+        }
+        cancelled
     }
 
     /// Runs `job` for `lease` beside the loop, unless one already runs for it.
@@ -144,6 +226,7 @@ impl Jobs {
         let mut out = Vec::with_capacity(done.len());
         for key in done {
             let handle = self.leases.remove(&key).expect("listed above");
+            self.readying.remove(&key);
             out.push((key, joined(handle.await)));
         }
         let strays: Vec<String> = self
@@ -199,7 +282,7 @@ pub async fn create(job: StartJob) -> Outcome {
         .filter(|(key, _)| !host.iter().any(|(k, _)| k == key))
         .collect();
     spec.env.extend(host);
-    match job.runtime.create(&spec).await {
+    match engine_call("create", job.runtime.create(&spec)).await {
         Ok(id) => Outcome::Prepared(Prepared { id, pulled_in }),
         Err(e) => refused(exit::ENGINE_REFUSED, e.to_string()),
     }
@@ -207,7 +290,7 @@ pub async fn create(job: StartJob) -> Outcome {
 
 /// Starts a container [`create`] made.
 pub async fn start_prepared(runtime: Arc<dyn ContainerRuntime>, p: Prepared) -> Outcome {
-    match runtime.start(&p.id).await {
+    match engine_call("start", runtime.start(&p.id)).await {
         Ok(()) => Outcome::Started {
             id: p.id,
             at: Instant::now(),
@@ -217,24 +300,58 @@ pub async fn start_prepared(runtime: Arc<dyn ContainerRuntime>, p: Prepared) -> 
     }
 }
 
+/// `call` (the engine operation `op`), given up after [`ENGINE_CALL_TIMEOUT`].
+async fn engine_call<T>(
+    op: &'static str,
+    call: impl std::future::Future<Output = Result<T, RuntimeError>>,
+) -> Result<T, RuntimeError> {
+    tokio::time::timeout(ENGINE_CALL_TIMEOUT, call)
+        .await
+        .unwrap_or(Err(RuntimeError::Hung {
+            op,
+            after: ENGINE_CALL_TIMEOUT,
+        }))
+}
+
 fn refused(exit_code: i32, reason: String) -> Outcome {
     Outcome::Refused { exit_code, reason }
 }
 
-/// The environment, once the image is pulled, both by `deadline`; each retried with backoff
-/// while it may get better.
+/// The environment and the image, side by side, both by `deadline`; each retried with backoff
+/// while it may get better. The client may still be storing its sealed copy on chain: the
+/// environment is looked for again while the image pulls. The loop ends a wait sooner where the
+/// lease allows less (`Action::Cancel`).
 async fn prepare(job: &StartJob, deadline: Instant) -> Result<Vec<(String, String)>, Outcome> {
     let budget = job.budget.pull_timeout.as_secs();
-    let mut backoff = Duration::from_millis(500);
-    let (mut env, mut pulled) = (None, false);
-    loop {
-        if env.is_none() {
-            // The client may still be storing its sealed copy on chain: `None` is tried again.
-            env = fetch_env(job.chain.as_ref(), job.bid, &job.env_hash, &job.env_key)
+    let env = async {
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let found = fetch_env(job.chain.as_ref(), job.bid, &job.env_hash, &job.env_key)
                 .await
                 .map_err(|e| refused(exit::ENVIRONMENT_UNAVAILABLE, e.to_string()))?;
+            if let Some(env) = found {
+                job.progress.update(|r| r.env = true);
+                return Ok(env);
+            }
+            if Instant::now() + backoff > deadline {
+                return Err(refused(
+                    exit::ENVIRONMENT_UNAVAILABLE,
+                    format!("the sealed environment did not arrive within {budget} s"),
+                ));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(15));
         }
-        if !pulled {
+    };
+    let image = async {
+        let mut backoff = Duration::from_millis(500);
+        let too_late = || {
+            refused(
+                exit::IMAGE_UNAVAILABLE,
+                format!("{} was not pulled within {budget} s", job.image_ref),
+            )
+        };
+        loop {
             let pull = job.runtime.pull(
                 &job.image_ref,
                 &job.digest,
@@ -242,40 +359,27 @@ async fn prepare(job: &StartJob, deadline: Instant) -> Result<Vec<(String, Strin
                 job.budget.max_image_bytes,
             );
             match tokio::time::timeout_at(deadline, pull).await {
-                Ok(Ok(())) => pulled = true,
+                Ok(Ok(())) => {
+                    job.progress.update(|r| r.pulled = true);
+                    return Ok(());
+                }
                 Ok(Err(e)) if !may_get_better(&e) => {
                     return Err(refused(exit::IMAGE_UNAVAILABLE, e.to_string()))
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(image = %job.image_ref, error = %e, "pull failed; retrying")
                 }
-                Err(_) => {
-                    return Err(refused(
-                        exit::IMAGE_UNAVAILABLE,
-                        format!("{} was not pulled within {budget} s", job.image_ref),
-                    ))
-                }
+                Err(_) => return Err(too_late()),
             }
+            if Instant::now() + backoff > deadline {
+                return Err(too_late());
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(15));
         }
-        if pulled && env.is_some() {
-            return Ok(env.unwrap_or_default());
-        }
-        if Instant::now() + backoff > deadline {
-            return Err(if pulled {
-                refused(
-                    exit::ENVIRONMENT_UNAVAILABLE,
-                    format!("the sealed environment did not arrive within {budget} s"),
-                )
-            } else {
-                refused(
-                    exit::IMAGE_UNAVAILABLE,
-                    format!("{} was not pulled within {budget} s", job.image_ref),
-                )
-            });
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(15));
-    }
+    };
+    let (env, ()) = tokio::try_join!(env, image)?;
+    Ok(env)
 }
 
 /// Whether a failed pull may succeed if tried again: the engine or registry did not answer,
@@ -295,7 +399,7 @@ fn may_get_better(e: &RuntimeError) -> bool {
 
 /// Stops the container (SIGTERM, SIGKILL after `grace`).
 pub async fn stop(runtime: Arc<dyn ContainerRuntime>, id: String, grace: Duration) -> Outcome {
-    match runtime.stop(&id, grace).await {
+    match stop_within(runtime.as_ref(), &id, grace).await {
         Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => Outcome::Stopped,
         Err(e) => Outcome::Failed(e),
     }
@@ -315,7 +419,7 @@ pub async fn clean_up(
                 path: logs.clone(),
                 source,
             })?;
-        runtime.save_logs(&id, &logs).await
+        engine_call("logs", runtime.save_logs(&id, &logs)).await
     };
     if let Err(e) = saved.await {
         tracing::warn!(container = %id, error = %e, "could not keep the container's logs");
@@ -331,12 +435,27 @@ async fn stop_and_remove(
     id: &str,
     grace: Duration,
 ) -> Result<(), RuntimeError> {
-    match runtime.stop(id, grace).await {
+    match stop_within(runtime, id, grace).await {
         Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => {}
         Err(e) => return Err(e),
     }
-    match runtime.remove(id).await {
+    match engine_call("remove", runtime.remove(id)).await {
         Ok(()) | Err(RuntimeError::NoSuchContainer(_)) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Stops the container, the engine given its `grace` on top of [`ENGINE_CALL_TIMEOUT`].
+async fn stop_within(
+    runtime: &dyn ContainerRuntime,
+    id: &str,
+    grace: Duration,
+) -> Result<(), RuntimeError> {
+    match tokio::time::timeout(grace + ENGINE_CALL_TIMEOUT, runtime.stop(id, grace)).await {
+        Ok(r) => r,
+        Err(_) => Err(RuntimeError::Hung {
+            op: "stop",
+            after: grace + ENGINE_CALL_TIMEOUT,
+        }),
     }
 }

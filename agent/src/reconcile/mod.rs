@@ -118,6 +118,9 @@ pub struct Reconciler {
     /// Since when (chain time) each open bid the packing policy gives another machine has been
     /// seen so: it is this machine's once it has waited the grace period.
     waiting: BTreeMap<Key, i64>,
+    /// Open bids whose `allocate` failed, held back from allocation for a growing while: a
+    /// refusal that repeats (a transaction the cluster will not take) is not sent in a loop.
+    held_back: BTreeMap<Key, HeldBack>,
     /// The GPU fault watcher's events (`gpu::faults::watch`), the fatal faults taken from them
     /// (by GPU), and whether the chain has been told (the machine paused).
     faults: tokio::sync::mpsc::UnboundedReceiver<crate::gpu::GpuFault>,
@@ -129,6 +132,33 @@ pub struct Reconciler {
     auto_power_off: BTreeSet<Key>,
     /// The monotonic clock auto power's readings are timed by.
     epoch: Instant,
+}
+
+/// A bid whose `allocate` failed `failures` times in a row: not tried again before `until`
+/// (chain time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HeldBack {
+    failures: u32,
+    until: i64,
+}
+
+impl HeldBack {
+    /// The first wait after a failed `allocate`, doubled with each failure after it.
+    const FIRST_SECS: i64 = 5;
+    /// The longest wait.
+    const MOST_SECS: i64 = 300;
+
+    /// One more failure, at `now`.
+    fn failed(before: Option<HeldBack>, now: i64) -> HeldBack {
+        let failures = before.map_or(1, |h| h.failures.saturating_add(1));
+        let wait = Self::FIRST_SECS
+            .saturating_mul(1 << (failures - 1).min(16))
+            .min(Self::MOST_SECS);
+        HeldBack {
+            failures,
+            until: now.saturating_add(wait),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +212,7 @@ impl Reconciler {
             network: NetworkView::default(),
             unprunable: BTreeSet::new(),
             waiting: BTreeMap::new(),
+            held_back: BTreeMap::new(),
             faulted: BTreeMap::new(),
             fault_reported: false,
             auto_powers: BTreeMap::new(),

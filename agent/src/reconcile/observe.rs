@@ -11,7 +11,7 @@ use super::jobs::Outcome;
 use super::plan::{ChainObserved, Observed, ObservedContainer, ObservedGpu};
 use super::ready::Refusal;
 use super::{chain_time, Reconciler, TickError, BIDS_CONSIDERED};
-use crate::chain::{ChainError, Key, LeaseView};
+use crate::chain::{ChainError, Key, LeaseView, OpenBids};
 use crate::runtime::RuntimeError;
 use crate::state::StateError;
 
@@ -45,6 +45,8 @@ impl Reconciler {
                 self.clock = Some((now, Instant::now()));
                 self.follow_stops(&view.leases)?;
                 self.note_waiting(now, &view);
+                self.held_back
+                    .retain(|bid, _| view.bids.iter().any(|b| b.key == *bid));
                 Some(view)
             }
             Err(e) => {
@@ -66,11 +68,18 @@ impl Reconciler {
             gpus,
             local: self.state.clone(),
             busy: self.jobs.busy(),
+            readying: self.jobs.readying(),
             readied: self.readied_containers(),
             draining,
             heartbeat_due,
             electricity_cost_per_kwh: self.config.electricity_cost_per_kwh,
             waiting: self.waiting.clone(),
+            held_back: self
+                .held_back
+                .iter()
+                .filter(|(_, h)| now < h.until)
+                .map(|(bid, _)| *bid)
+                .collect(),
             grace_secs: i64::try_from(self.config.placement_grace.as_secs()).unwrap_or(i64::MAX),
             faulted: self.faulted.iter().map(|(&g, f)| (g, f.xid)).collect(),
             fault_reported: self.fault_reported,
@@ -156,7 +165,15 @@ impl Reconciler {
         let now = self.chain.now().await?;
         let machine = self.chain.machine().await?;
         let leases = self.chain.leases().await?;
-        let open = self.chain.best_open_bids(BIDS_CONSIDERED).await?;
+        // What allocation needs may fail alone: the proofs need only the machine's leases.
+        let open = match self.chain.best_open_bids(BIDS_CONSIDERED).await {
+            Ok(open) => open,
+            Err(e) => {
+                self.chain_error(&e);
+                tracing::warn!(error = %e, "the books cannot be read: no allocation this tick; proofs go on");
+                OpenBids::default()
+            }
+        };
         // A lease the agent knows that the listing omits is gone only if the chain shows its
         // account closed; a failed check decides nothing.
         let unlisted: Vec<Key> = known

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gpu_market_core::lease::{exit, interval_window, spot_profit_per_day};
 use gpu_market_core::overclock::OverclockTerms;
 
+use super::jobs::Readying;
 use crate::chain::{BidKind, BidView, Key, LeaseView, MachineStatus, MachineView};
 use crate::gpu::Sample;
 use crate::runtime::ContainerState;
@@ -29,6 +30,8 @@ pub struct Observed {
     pub local: AgentState,
     /// Leases with container work (a start, a stop, a clean-up) under way beside the loop.
     pub busy: BTreeSet<Key>,
+    /// Of those, the leases whose container is being readied, with what each has had so far.
+    pub readying: BTreeMap<Key, Readying>,
     /// Containers created while their lease's `allocate` confirmed, by lease: not started
     /// until the lease is on chain.
     pub readied: BTreeMap<Key, String>,
@@ -40,6 +43,8 @@ pub struct Observed {
     pub waiting: BTreeMap<Key, i64>,
     /// How long such a bid waits for its machine before this one takes it.
     pub grace_secs: i64,
+    /// Bids whose `allocate` failed lately, held back for a while (growing with each failure).
+    pub held_back: BTreeSet<Key>,
     /// GPUs with a fatal fault since the agent started, with its Xid: their leases end, the
     /// machine takes nothing new, and they are left as they are.
     pub faulted: BTreeMap<u32, u64>,
@@ -92,6 +97,19 @@ pub enum Action {
     /// pull and run beside the loop.
     Start {
         lease: Key,
+    },
+    /// A lease the chain lists that the agent cannot start now (its container is being readied,
+    /// the engine does not answer, or the agent drains): recorded, so that its windows are
+    /// proven, empty, while its container does not run, and its client can never call the
+    /// host silent.
+    Record {
+        lease: Key,
+    },
+    /// The lease's container is still being readied when the lease may wait no longer
+    /// (`Planner::overdue`): the readying ends, and the lease with `exit_code`, what it lacked.
+    Cancel {
+        lease: Key,
+        exit_code: i32,
     },
     /// Add this tick's GPU readings to the open interval.
     Meter {
@@ -230,7 +248,10 @@ impl<'a> Planner<'a> {
                 Some(l) => match self.o.local.leases.get(&l) {
                     Some(r) => match &r.container_id {
                         Some(id) => *id != c.id,
-                        None => c.state == ContainerState::Created,
+                        None => {
+                            c.state == ContainerState::Created
+                                && self.o.readied.get(&l) != Some(&c.id)
+                        }
                     },
                     None if self.o.readied.get(&l) == Some(&c.id) => self.closed(&l),
                     None => self.closed(&l) || c.state == ContainerState::Created,
@@ -253,19 +274,22 @@ impl<'a> Planner<'a> {
         // `None` while the cluster is unreachable or its listing omitted the lease: the work
         // that needs no chain goes on.
         let view = self.listed.as_ref().and_then(|m| m.get(&lease).copied());
-        let mut closes = false;
-        if self.o.busy.contains(&lease) {
-            // A start or stop under way: the interval's windows still close as they end.
-            if r.running_since.is_some() || r.exit_code.is_some() {
-                closes = self.close_ended(lease, r);
+        let closes = if self.o.busy.contains(&lease) {
+            // Container work under way (readying: the environment, the pull, the engine; or a
+            // stop): the windows still close as they end, empty while nothing runs, and are
+            // proven, so that no wait of the agent's makes the host silent.
+            let closes = self.close_ended(lease, r);
+            if let Some(exit_code) = self.overdue(lease, r, view) {
+                self.push(Action::Cancel { lease, exit_code });
             }
+            closes
         } else if r.exit_code.is_none() {
-            closes = self.container(lease, r, view);
+            self.container(lease, r, view)
         } else {
             // Finished, but the lease's last windows still end (a container that exited after
             // the stop was decided): close them as they end.
-            closes = self.close_ended(lease, r);
-        }
+            self.close_ended(lease, r)
+        };
         let Some(view) = view else { return };
         if closes || !r.pending.is_empty() {
             self.push(Action::Submit { lease });
@@ -274,6 +298,25 @@ impl<'a> Planner<'a> {
         {
             self.push(Action::End { lease });
         }
+    }
+
+    /// Whether `lease`'s container, still being readied, may be waited for no longer, and if so
+    /// the exit code of what it lacks: at the lease's stop; and for its sealed environment, one
+    /// billing interval before its client could call the host silent (`silence_intervals`
+    /// after the allocation; its windows are proven empty meanwhile). The image may take the
+    /// host's whole pull budget: the windows are proven while it pulls.
+    fn overdue(&self, lease: Key, r: &LeaseRecord, view: Option<&LeaseView>) -> Option<i32> {
+        let readying = self.o.readying.get(&lease)?;
+        if r.container_id.is_some() || r.exit_code.is_some() {
+            return None;
+        }
+        if self.o.now >= r.stop {
+            return Some(readying.lacking());
+        }
+        let view = view?;
+        let waits = view.silence_intervals.saturating_sub(1) as i64 * view.interval_secs as i64;
+        (!readying.env && self.o.now >= r.started_at.saturating_add(waits))
+            .then_some(exit::ENVIRONMENT_UNAVAILABLE)
     }
 
     fn close_ended(&mut self, lease: Key, r: &LeaseRecord) -> bool {
@@ -310,12 +353,12 @@ impl<'a> Planner<'a> {
         }
         let stopped = self.o.now >= r.stop;
         let Some(containers) = &self.o.containers else {
-            // The engine does not answer: a running lease is metered and proven all the same.
+            // The engine does not answer: a running lease is metered and proven all the same,
+            // one not started yet proven empty.
             if r.container_id.is_some() {
                 self.push(Action::Meter { lease });
-                return self.close_ended(lease, r);
             }
-            return false;
+            return self.close_ended(lease, r);
         };
         let Some(id) = &r.container_id else {
             return match self.container_of(&lease) {
@@ -329,12 +372,19 @@ impl<'a> Planner<'a> {
                 // Never started (a drain, or a stop that came first): prove the windows empty
                 // so the lease can end.
                 _ if self.o.draining || stopped => self.finish(lease, exit::CONTAINER_LOST),
-                Some(_) => false,
+                // Its container readied while it waited (for `allocate`, or as a recorded lease):
+                // only the start is left.
+                Some(c) if self.o.readied.get(&lease) == Some(&c.id) && view.is_some() => {
+                    self.push(Action::Start { lease });
+                    self.close_ended(lease, r)
+                }
+                // Not started yet: its windows are proven empty meanwhile.
+                Some(_) => self.close_ended(lease, r),
                 None => {
                     if view.is_some() {
                         self.push(Action::Start { lease });
                     }
-                    false
+                    self.close_ended(lease, r)
                 }
             };
         };
@@ -362,24 +412,34 @@ impl<'a> Planner<'a> {
     }
 
     /// Leases the chain lists that the agent has no record of: take back their containers, or
-    /// start them (record them, once past their stop).
+    /// start them (record them, once past their stop). One that cannot start now (its
+    /// container still being readied, the engine down, a drain) is recorded: from its
+    /// allocation on, every lease's windows are proven, run or not.
     fn new_leases(&mut self, chain: &ChainObserved) {
         for l in &chain.leases {
-            if self.o.local.leases.contains_key(&l.key) || self.o.busy.contains(&l.key) {
+            if self.o.local.leases.contains_key(&l.key) {
                 continue;
             }
-            match self.container_of(&l.key) {
+            let lease = l.key;
+            if self.o.busy.contains(&lease) {
+                self.push(Action::Record { lease });
+                continue;
+            }
+            match self.container_of(&lease) {
                 Some(c) if c.state == ContainerState::Running => self.push(Action::Adopt {
-                    lease: l.key,
+                    lease,
                     id: c.id.clone(),
                 }),
-                Some(c) if self.o.readied.get(&l.key) != Some(&c.id) => {}
+                // A container nobody readied: removed as a stray, then started afresh.
+                Some(c) if self.o.readied.get(&lease) != Some(&c.id) => {
+                    self.push(Action::Record { lease })
+                }
                 // Past its stop too: the start then only records the lease, which is proven
                 // (empty, or with why it could not run) and ended.
                 _ if self.o.containers.is_some() && !self.o.draining => {
-                    self.push(Action::Start { lease: l.key })
+                    self.push(Action::Start { lease })
                 }
-                _ => {}
+                _ => self.push(Action::Record { lease }),
             }
         }
     }
@@ -397,6 +457,11 @@ impl<'a> Planner<'a> {
             let Some(gpus) = &bid.gpus else {
                 continue;
             };
+            if self.o.held_back.contains(&bid.key) {
+                // Its `allocate` failed lately: it waits out its back-off, and the bids ranked
+                // below with it (`allocate` refuses them while it fits).
+                break;
+            }
             if bid.elsewhere.is_some() {
                 let since = self.o.waiting.get(&bid.key).copied().unwrap_or(self.o.now);
                 if self.o.now < since.saturating_add(self.o.grace_secs) {

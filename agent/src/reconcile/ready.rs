@@ -67,7 +67,8 @@ impl Reconciler {
         else {
             return;
         };
-        self.jobs.spawn_for(lease, jobs::create(job));
+        self.jobs
+            .spawn_readying(lease, job.progress.clone(), jobs::create(job));
         self.readied.insert(
             lease,
             Ready {
@@ -135,13 +136,15 @@ impl Reconciler {
             .collect()
     }
 
-    fn discard(&mut self, lease: Key) {
+    /// Forgets what was readied for `lease`, removing its container: its `allocate` failed, or
+    /// the lease ended before it started.
+    pub(super) fn discard(&mut self, lease: Key) {
         if let Some(Ready {
             outcome: Some(Ok(p)),
             ..
         }) = self.readied.remove(&lease)
         {
-            tracing::info!(%lease, container = %p.id, "allocate failed; removing the readied container");
+            tracing::info!(%lease, container = %p.id, "removing a readied container that will not start");
             self.remove_container(&p.id);
         }
     }

@@ -50,6 +50,13 @@ pub enum RuntimeError {
     BadImage(String),
     #[error("no container {0}")]
     NoSuchContainer(String),
+    /// The engine did not answer the call within the agent's bound
+    /// (`reconcile::jobs::ENGINE_CALL_TIMEOUT`).
+    #[error("the engine did not answer container {op} within {} s", after.as_secs())]
+    Hung {
+        op: &'static str,
+        after: std::time::Duration,
+    },
     #[error("the lease's firewall: {0}")]
     Firewall(#[from] crate::network::FirewallError),
     #[error("no free host port left in the publishing range {first}-{last}")]

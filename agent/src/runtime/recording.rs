@@ -94,6 +94,8 @@ struct Faults {
     engine_down: bool,
     /// The engine refuses to create containers, with this message.
     refused_creates: Option<String>,
+    /// The engine takes create requests and never answers them.
+    hung_creates: bool,
 }
 
 impl RecordingRuntime {
@@ -176,6 +178,11 @@ impl RecordingRuntime {
     /// From now on the engine refuses to create containers (e.g. more CPUs than the host has).
     pub fn refuse_creates(&self, message: &str) {
         self.lock().faults.refused_creates = Some(message.to_string());
+    }
+
+    /// From now on the engine takes create requests and never answers them (a wedged daemon).
+    pub fn hang_creates(&self) {
+        self.lock().faults.hung_creates = true;
     }
 
     fn reachable(&self) -> Result<(), RuntimeError> {
@@ -270,6 +277,9 @@ impl ContainerRuntime for RecordingRuntime {
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         self.reachable()?;
+        if self.lock().faults.hung_creates {
+            std::future::pending::<()>().await;
+        }
         let mut s = self.lock();
         if let Some(message) = s.faults.refused_creates.clone() {
             return Err(RuntimeError::Engine {

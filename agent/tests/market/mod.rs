@@ -68,6 +68,8 @@ pub struct BidSpec {
     pub regions: Vec<Region>,
     /// The digest of its image (of [`IMAGE`]'s reference: the recording runtime pulls any).
     pub image_digest: [u8; 32],
+    /// The hash of its sealed environment (zeroes: none).
+    pub env_hash: [u8; 32],
 }
 
 impl BidSpec {
@@ -86,6 +88,7 @@ impl BidSpec {
             host: Host::default(),
             regions: Vec::new(),
             image_digest: IMAGE_DIGEST,
+            env_hash: [0; 32],
         }
     }
 
@@ -123,6 +126,9 @@ pub trait MarketUnderTest: Send + Sync {
     async fn place_bid(&self, spec: &BidSpec) -> Key;
     /// Moves the cluster clock and tokio's (paused) clock `secs` seconds on.
     async fn advance(&self, secs: u64);
+    /// Whether the client of `lease` may reclaim its escrow now, slashing the host for its
+    /// silence (`Lease::reclaimable`); `false` once the lease is closed.
+    async fn reclaimable(&self, lease: Key) -> bool;
 }
 
 /// The in-memory fake, with the machine's GPUs as [`machine_gpus`] declares them.
@@ -190,7 +196,7 @@ impl MarketUnderTest for FakeMarket {
             deadline: spec.deadline(self.chain.clock()),
             image_ref: IMAGE.into(),
             image_digest: spec.image_digest,
-            env_hash: [0; 32],
+            env_hash: spec.env_hash,
             room: gpu_market_agent::chain::RoomAsked {
                 ports: spec.ports.clone(),
                 scratch_gib: 0,
@@ -204,5 +210,9 @@ impl MarketUnderTest for FakeMarket {
 
     async fn advance(&self, secs: u64) {
         tokio::time::advance(Duration::from_secs(secs)).await;
+    }
+
+    async fn reclaimable(&self, lease: Key) -> bool {
+        self.chain.reclaimable().contains(&lease)
     }
 }

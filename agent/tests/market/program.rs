@@ -215,7 +215,7 @@ impl MarketUnderTest for ProgramMarket {
             },
             image_ref: IMAGE.into(),
             image_digest: spec.image_digest,
-            env_hash: [0; 32],
+            env_hash: spec.env_hash,
             gpu_count: spec.gpu_count,
             gib_per_gpu: spec.gib_per_gpu,
             accepted_classes: 1,
@@ -238,5 +238,16 @@ impl MarketUnderTest for ProgramMarket {
         tokio::time::advance(Duration::from_secs(secs)).await;
         let svm = self.live.cluster.svm().expect("in process");
         svm.advance_clock(secs as i64);
+    }
+
+    /// The program's own rule (`Lease::reclaimable`, which `reclaim_escrow` requires) on the
+    /// lease account as the cluster holds it.
+    async fn reclaimable(&self, lease: Key) -> bool {
+        let key = Pubkey::new_from_array(lease.0);
+        let Ok(l) = self.live.cluster.account::<Lease>(&key).await else {
+            return false;
+        };
+        let now = self.live.cluster.now().await.expect("the clock");
+        l.reclaimable(now)
     }
 }

@@ -59,10 +59,8 @@ impl Agent {
                 stop_grace: Duration::from_secs(10),
                 sandbox: Default::default(),
             },
-            images: ImageBudget {
-                pull_timeout: Duration::from_secs(60),
-                max_image_bytes: 1 << 30,
-            },
+            // The agent's defaults, as a host runs it.
+            images: ImageBudget::default(),
             registries: BTreeMap::new(),
             env_key: Arc::new(solana_keypair::Keypair::new()),
             // SIMULATED: the GPUs are shared in slices; nothing reads these folders.

@@ -197,9 +197,6 @@ engine_socket = "{engine}"
 [api]
 listen = "127.0.0.1:0"
 
-[images]
-pull_timeout_secs = 15
-
 [container]
 memory_mib_per_gpu = 64
 # A tenth of a CPU: with less, the CPU quota throttles the runtime's own set-up of each

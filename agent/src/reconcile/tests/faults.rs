@@ -22,6 +22,24 @@ fn final_proof(h: &Harness, lease: Key) -> Option<(u32, Option<i32>, u64)> {
         .next_back()
 }
 
+/// The lease's accepted proofs: (interval, exit code, GPU-seconds), in order.
+fn proofs(h: &Harness, lease: Key) -> Vec<(u32, Option<i32>, u64)> {
+    h.chain
+        .accepted()
+        .into_iter()
+        .filter(|a| a.lease == lease)
+        .map(|a| (a.proof.interval, a.proof.exit_code, a.proof.gpu_seconds))
+        .collect()
+}
+
+/// Asserts that `lease` was proven for every interval from its allocation, with nothing used,
+/// up to its final proof at `last` with `exit_code`.
+fn proven_empty_until(h: &Harness, lease: Key, last: u32, exit_code: i32) {
+    let mut want: Vec<_> = (0..last).map(|k| (k, None, 0)).collect();
+    want.push((last, Some(exit_code), 0));
+    assert_eq!(proofs(h, lease), want);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pull_that_never_finishes_delays_no_other_leases_proofs_and_ends_its_own_lease() {
     let h = Harness::new(&[0, 0]);
@@ -30,20 +48,21 @@ async fn a_pull_that_never_finishes_delays_no_other_leases_proofs_and_ends_its_o
     let b = other_bid(2, STALLED);
     h.chain.place_bid(b.clone());
     // Before the fix the tick awaited the pull and never came back.
-    let stalled = async {
-        run_for(&mut r, POLL).await;
-        let b_lease = h.chain.lease_of_bid(b.key).expect("allocated").key;
-        run_for(&mut r, 2 * INTERVAL as u64 - POLL).await;
-        b_lease
-    };
-    let b_lease = tokio::time::timeout(Duration::from_secs(600), stalled)
+    tokio::time::timeout(Duration::from_secs(60), h.run_for(&mut r, POLL))
         .await
         .expect("the loop waited for a pull");
-    assert_eq!(proven_intervals(&h, a.key), vec![0, 1], "A proven on time");
-    // B's image could not be had within the 30 s budget: its lease ended with nothing used.
+    let b_lease = h.chain.lease_of_bid(b.key).expect("allocated").key;
+    // The agent's default budget, 600 s: B's image pulls for all of it while both leases are
+    // proven every interval (B's windows empty), so neither client can call the host silent
+    // (`run_for` checks after every tick); before the fix B went unproven for the whole pull.
+    let budget = pull_timeout_secs() as u64;
+    h.run_for(&mut r, budget + INTERVAL as u64).await;
+    let last = (budget / INTERVAL as u64) as u32;
+    proven_empty_until(&h, b_lease, last, exit::IMAGE_UNAVAILABLE);
     assert_eq!(
-        final_proof(&h, b_lease),
-        Some((0, Some(exit::IMAGE_UNAVAILABLE), 0))
+        proven_intervals(&h, a.key),
+        (0..=last).collect::<Vec<_>>(),
+        "A proven on time"
     );
     assert!(h.chain.ended().contains(&b_lease));
     assert_eq!(h.running().len(), 1, "only A runs");
@@ -55,7 +74,7 @@ async fn a_lease_whose_image_is_still_pulling_at_its_stop_is_ended_with_the_reas
     let h = Harness::new(&[0]);
     h.runtime.stall_pulls(STALLED);
     let mut b = other_bid(1, STALLED);
-    // Stops before the 30 s pull budget runs out.
+    // Stops long before the 600 s pull budget runs out: the pull is given up at its stop.
     b.max_duration_secs = 20;
     let (lease, _) = refused_lease(&h, b).await;
     // Before the fix the lease, unrecorded while its container was readied, was never started
@@ -76,10 +95,10 @@ async fn refused_lease(h: &Harness, b: BidView) -> (Key, i64) {
     let from = h.chain.clock();
     while !h.chain.ended().contains(&lease.key) {
         assert!(
-            h.chain.clock() - from < 2 * PULL_TIMEOUT as i64,
+            h.chain.clock() - from < 2 * pull_timeout_secs(),
             "never ended"
         );
-        run_for(&mut r, POLL).await;
+        h.run_for(&mut r, POLL).await;
     }
     let took = h.chain.clock() - from;
     assert!(h.running().is_empty());
@@ -88,7 +107,7 @@ async fn refused_lease(h: &Harness, b: BidView) -> (Key, i64) {
         parked(),
         "GPU reset and parked"
     );
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert!(r.state().leases.is_empty());
     (lease.key, took)
 }
@@ -105,17 +124,66 @@ async fn an_image_the_registry_does_not_have_ends_the_lease_at_once_with_its_rea
     assert!(took <= 2 * POLL as i64, "{took} s: a 404 is not retried");
 }
 
+/// A client that never seals its environment (on purpose, to reclaim its escrow and slash the
+/// host for the silence) gets neither: the lease is proven empty while the agent waits, and
+/// ends with its reason one interval before the client could call the host silent.
 #[tokio::test(start_paused = true)]
-async fn an_environment_that_never_arrives_ends_the_lease_within_the_budget() {
+async fn an_environment_never_sealed_ends_the_lease_before_its_client_could_call_the_host_silent() {
     let h = Harness::new(&[0]);
     let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
     b.env_hash = [9; 32];
     let (lease, took) = refused_lease(&h, b).await;
-    assert_eq!(
-        final_proof(&h, lease),
-        Some((0, Some(exit::ENVIRONMENT_UNAVAILABLE), 0))
+    // `refused_lease` ran the loop with `run_for`, which checks after every tick that no
+    // lease is reclaimable: before the fix this lease was, from 180 s on.
+    let waits = (3 - 1) * INTERVAL as i64;
+    assert!(took <= waits + POLL as i64, "{took} s");
+    proven_empty_until(&h, lease, 2, exit::ENVIRONMENT_UNAVAILABLE);
+    assert!(h.chain.reclaimed().is_empty());
+}
+
+/// The environment may come late (the client seals it after the allocation, within the wait
+/// the lease allows): the image is pulled meanwhile, and the lease runs once it arrives.
+#[tokio::test(start_paused = true)]
+async fn an_environment_sealed_after_the_allocation_is_taken_while_the_lease_waits() {
+    let h = Harness::new(&[0]);
+    let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    let env = gpu_market_sdk::envelope::Environment::new(
+        b"TOKEN=late\n",
+        &solana_keypair::Keypair::new(),
     );
-    assert!(took <= (PULL_TIMEOUT + 2 * POLL) as i64, "{took} s");
+    b.env_hash = env.hash();
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    h.run_for(&mut r, INTERVAL as u64 + POLL).await;
+    let lease = h.chain.lease_of_bid(b.key).expect("allocated");
+    assert!(h.running().is_empty(), "waiting for the environment");
+    assert_eq!(
+        proofs(&h, lease.key),
+        vec![(0, None, 0)],
+        "proven empty meanwhile"
+    );
+    use solana_signer::Signer;
+    let sealed = env.seal_to(&h.env_key.pubkey()).expect("a curve point");
+    h.chain.store_sealed_env(b.key, sealed);
+    h.run_for(&mut r, 4 * POLL).await;
+    let running = h.running();
+    assert_eq!(running.len(), 1, "started once the environment came");
+    assert_eq!(
+        running[0].1.env,
+        vec![("TOKEN".to_string(), "late".to_string())]
+    );
+}
+
+/// An engine that takes a create request and never answers is given up on after
+/// `ENGINE_CALL_TIMEOUT`; the lease, proven empty meanwhile, ends with its reason.
+#[tokio::test(start_paused = true)]
+async fn an_engine_that_hangs_on_create_ends_the_lease_and_never_silences_the_host() {
+    let h = Harness::new(&[0]);
+    h.runtime.hang_creates();
+    let (lease, took) = refused_lease(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let bound = super::jobs::ENGINE_CALL_TIMEOUT.as_secs() as i64;
+    assert!(took <= bound + 2 * POLL as i64, "{took} s");
+    proven_empty_until(&h, lease, 1, exit::ENGINE_REFUSED);
 }
 
 #[tokio::test(start_paused = true)]
@@ -158,7 +226,7 @@ async fn what_was_prepared_for_a_lease_refused_before_its_container_ran_is_swept
     // The agent had recorded the client (and would have mounted a scratch volume) before the
     // engine refused; the lease's end starts the retention, after which it is all deleted.
     let mut r = h.reconciler();
-    run_for(&mut r, 2 * POLL).await;
+    h.run_for(&mut r, 2 * POLL).await;
     let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
     let retention = Duration::from_secs(3_600);
     assert_eq!(
@@ -173,10 +241,10 @@ async fn a_container_stops_at_its_leases_stop_whatever_the_chain_does() {
     let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
     b.max_duration_secs = 120;
     let (mut r, lease) = allocated_and_started(&h, b).await;
-    run_for(&mut r, 100).await;
+    h.run_for(&mut r, 100).await;
     // The cluster stops answering before the lease's end: no proof or end can land.
     h.chain.set_outage(true);
-    run_for(&mut r, 40).await;
+    h.run_for(&mut r, 40).await;
     assert!(h.running().is_empty(), "the container outlived its lease");
     assert!(h
         .runtime
@@ -186,7 +254,7 @@ async fn a_container_stops_at_its_leases_stop_whatever_the_chain_does() {
     assert!(h.chain.ended().is_empty());
     // Back: the last proofs go out and the lease ends.
     h.chain.set_outage(false);
-    run_for(&mut r, 2 * POLL).await;
+    h.run_for(&mut r, 2 * POLL).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
     assert_eq!(h.chain.ended(), vec![lease.key]);
 }
@@ -199,7 +267,7 @@ async fn a_lease_the_listing_omits_keeps_its_container_and_its_proofs() {
     let (id, _) = h.running().pop().unwrap();
     // A lagging node leaves the lease out for two intervals.
     h.chain.hide_lease(lease.key, true);
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert_eq!(
         h.running().pop().map(|(i, _)| i),
         Some(id.clone()),
@@ -212,7 +280,7 @@ async fn a_lease_the_listing_omits_keeps_its_container_and_its_proofs() {
         .any(|c| matches!(c, Call::Stop { .. } | Call::Remove { .. })));
     assert_eq!(r.state().leases[&lease.key].pending.len(), 2, "proofs kept");
     h.chain.hide_lease(lease.key, false);
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
 }
 
@@ -222,10 +290,10 @@ async fn an_engine_outage_does_not_stop_the_proofs() {
     let (mut r, lease) =
         allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     h.runtime.set_engine_down(true);
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
     h.runtime.set_engine_down(false);
-    run_for(&mut r, INTERVAL as u64).await;
+    h.run_for(&mut r, INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
     assert_eq!(h.running().len(), 1, "the container ran on (live-restore)");
 }
@@ -236,10 +304,10 @@ async fn a_gpu_that_cannot_be_read_does_not_stop_any_leases_proofs() {
     let (mut r, a) = allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     h.chain
         .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     let b = h.chain.lease_of_bid(Key([2; 32])).expect("allocated");
     h.gpus.fail_reads(a.gpu_indices[0] as u32, true).unwrap();
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, a.key), vec![0, 1]);
     assert!(proven_intervals(&h, b.key).len() >= 2);
 }
@@ -263,7 +331,7 @@ async fn a_container_created_but_never_started_is_replaced_and_billing_starts_at
         .unwrap();
     // The image takes 20 s to pull.
     h.runtime.delay_pulls(Duration::from_secs(20));
-    run_for(&mut r, INTERVAL as u64 + POLL).await;
+    h.run_for(&mut r, INTERVAL as u64 + POLL).await;
     assert!(!h.runtime.containers().contains_key(&created), "removed");
     assert_eq!(h.running().len(), 1, "started afresh");
     let first = &h.chain.accepted()[0];
@@ -275,7 +343,8 @@ async fn a_container_created_but_never_started_is_replaced_and_billing_starts_at
 #[tokio::test(start_paused = true)]
 async fn an_image_over_the_size_limit_is_refused() {
     let h = Harness::new(&[0]);
-    h.runtime.set_image_size(STALLED, 2 << 30);
+    h.runtime
+        .set_image_size(STALLED, ImageBudget::default().max_image_bytes + 1);
     let (lease, _) = refused_lease(&h, other_bid(1, STALLED)).await;
     assert_eq!(
         final_proof(&h, lease),
@@ -291,9 +360,9 @@ async fn a_boost_transient_over_the_limit_is_not_reported_as_the_intervals_peak(
     // Full load: the GPU draws its 250 W limit; one reading shows a 30 W (12 %) boost transient
     // on top, as real GPUs' one-second averages do.
     h.runtime.set_cpu_rate(&id, 2_000);
-    run_for(&mut r, 3 * POLL).await;
+    h.run_for(&mut r, 3 * POLL).await;
     h.gpus.overshoot(0, 30_000, 1).unwrap();
-    run_for(&mut r, INTERVAL as u64).await;
+    h.run_for(&mut r, INTERVAL as u64).await;
     let proof = &h.chain.accepted()[0].proof;
     assert_eq!(proof.peak_power_w.len(), 1);
     assert!(
@@ -302,4 +371,41 @@ async fn a_boost_transient_over_the_limit_is_not_reported_as_the_intervals_peak(
         proof.peak_power_w[0]
     );
     assert_eq!(proof.power_violations(&[250]).count(), 0);
+}
+
+/// An RPC node that will not list the books (a provider refusing `getProgramAccounts`) stops
+/// allocation, not the proofs: the leases need only the machine's own accounts.
+#[tokio::test(start_paused = true)]
+async fn books_that_cannot_be_read_stop_no_proofs() {
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    h.chain.set_books_unreadable(true);
+    // Before the fix the whole chain view failed with the books, and the lease went unproven
+    // until its client could call the host silent (`run_for` checks every tick).
+    h.run_for(&mut r, 4 * INTERVAL as u64).await;
+    assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2, 3]);
+}
+
+/// An `allocate` the cluster refuses every time (a transaction too large) is tried again after
+/// a growing wait, not in a loop; it is sent at once again when it can pass.
+#[tokio::test(start_paused = true)]
+async fn a_refused_allocate_is_retried_with_a_growing_wait() {
+    let h = Harness::new(&[0]);
+    h.chain.refuse_allocates(true);
+    let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    h.run_for(&mut r, 10 * INTERVAL as u64).await;
+    // Waits of 5, 10, 20, 40, 80, 160 and 300 s: 7 tries in 600 s. Before the fix every tick
+    // sent it again, and each refusal's readying job, ending, woke another tick at once: this
+    // test never ended.
+    let calls = h.chain.allocate_calls();
+    assert!((5..=8).contains(&calls), "{calls} allocate calls");
+    h.chain.refuse_allocates(false);
+    h.run_for(&mut r, 300 + POLL).await;
+    assert!(
+        h.chain.lease_of_bid(b.key).is_some(),
+        "allocated once it could be"
+    );
 }

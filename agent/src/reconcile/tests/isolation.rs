@@ -43,7 +43,7 @@ async fn two_tenants(h: &Harness) -> (Reconciler, [(LeaseView, String); 2]) {
     h.chain.place_bid(a.clone());
     h.chain.place_bid(b.clone());
     let mut r = h.reconciler();
-    run_for(&mut r, 3 * POLL).await;
+    h.run_for(&mut r, 3 * POLL).await;
     let running = h.running();
     assert_eq!(running.len(), 2, "both slices run");
     let tenant = |bid: &BidView| {
@@ -125,7 +125,7 @@ async fn co_tenants_are_billed_their_part_of_the_gpu_which_adds_up_to_the_whole(
     launch(&h, &a_id, 30, 750).unwrap();
     launch(&h, &b_id, 20, 250).unwrap();
     let busy_from = h.chain.clock() + POLL as i64;
-    run_for(&mut r, 4 * INTERVAL as u64).await;
+    h.run_for(&mut r, 4 * INTERVAL as u64).await;
 
     // The windows each lease proved wholly after both were busy (one tick later: the tick the
     // processes appeared splits the idle reading before them).
@@ -188,7 +188,7 @@ async fn without_mps_a_shared_lease_is_refused_and_refunded_while_a_whole_one_ru
     h.chain.place_bid(whole.clone());
     h.chain.place_bid(shared.clone());
     let mut r = h.reconciler();
-    run_for(&mut r, 4 * POLL).await;
+    h.run_for(&mut r, 4 * POLL).await;
 
     let whole = h.chain.lease_of_bid(whole.key).expect("allocated");
     assert!(h.chain.lease_of_bid(shared.key).is_none(), "closed");
@@ -249,7 +249,7 @@ async fn a_container_gets_the_cpu_and_memory_its_lease_holds() {
     h.chain.place_bid(reserving.clone());
     h.chain.place_bid(plain.clone());
     let mut r = h.reconciler();
-    run_for(&mut r, 3 * POLL).await;
+    h.run_for(&mut r, 3 * POLL).await;
     let limits = |b: &BidView| {
         let lease = h.chain.lease_of_bid(b.key).expect("allocated");
         let (_, spec) = h

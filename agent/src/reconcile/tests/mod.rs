@@ -27,7 +27,11 @@ use gpu_market::errors::MarketError;
 const T0: i64 = 1_700_000_000;
 const INTERVAL: u32 = 60;
 const POLL: u64 = 5;
-const PULL_TIMEOUT: u64 = 30;
+
+/// The agent's default pull budget (`[images] pull_timeout_secs`), which the tests run at.
+fn pull_timeout_secs() -> i64 {
+    ImageBudget::default().pull_timeout.as_secs() as i64
+}
 
 struct Harness {
     chain: Arc<FakeChain>,
@@ -124,10 +128,7 @@ impl Harness {
                     stop_grace: Duration::from_secs(10),
                     sandbox: Default::default(),
                 },
-                images: ImageBudget {
-                    pull_timeout: Duration::from_secs(PULL_TIMEOUT),
-                    max_image_bytes: 1 << 30,
-                },
+                images: ImageBudget::default(),
                 registries: BTreeMap::new(),
                 env_key: self.env_key.clone(),
                 mps: self.mps.clone(),
@@ -146,6 +147,26 @@ impl Harness {
             .filter(|(_, c)| c.state == ContainerState::Running)
             .map(|(id, c)| (id, c.spec))
             .collect()
+    }
+
+    /// Advances the clock by `secs` in poll steps, ticking after each; returns every action. As
+    /// the daemon's loop does, a container job that finishes wakes another tick at once. After
+    /// every tick, no lease may be reclaimable: whatever the agent waits for, each of its
+    /// leases is proven within its silence window, so no client can slash the host. (While the
+    /// fake cluster is down nobody's transaction lands, the client's reclaim neither.)
+    async fn run_for(&self, r: &mut Reconciler, secs: u64) -> Vec<Action> {
+        let mut all = Vec::new();
+        for _ in 0..secs / POLL {
+            tokio::time::advance(Duration::from_secs(POLL)).await;
+            all.extend(r.tick(false).await.unwrap());
+            all.extend(settle(r).await);
+            let silent = self.chain.reclaimable();
+            assert!(
+                silent.is_empty() || self.chain.is_down(),
+                "reclaimable, the host slashable: {silent:?}"
+            );
+        }
+        all
     }
 
     fn applied(&self, index: u32) -> OverclockTerms {
@@ -189,18 +210,6 @@ fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms
     }
 }
 
-/// Advances the clock by `secs` in poll steps, ticking after each; returns every action. As
-/// the daemon's loop does, a container job that finishes wakes another tick at once.
-async fn run_for(r: &mut Reconciler, secs: u64) -> Vec<Action> {
-    let mut all = Vec::new();
-    for _ in 0..secs / POLL {
-        tokio::time::advance(Duration::from_secs(POLL)).await;
-        all.extend(r.tick(false).await.unwrap());
-        all.extend(settle(r).await);
-    }
-    all
-}
-
 /// Lets the container jobs under way run (a few milliseconds of real time for the file work
 /// they hand to blocking threads; a job that stalls stays under way), ticking again while one
 /// has finished.
@@ -226,7 +235,7 @@ async fn allocated_and_started(h: &Harness, b: BidView) -> (Reconciler, LeaseVie
     let mut r = h.reconciler();
     r.tick(false).await.unwrap();
     let lease = h.chain.lease_of_bid(b.key).expect("allocated");
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert_eq!(h.running().len(), 1, "started");
     (r, lease)
 }
@@ -267,7 +276,7 @@ async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_tho
     let lease = h.chain.lease_of_bid(b.key).unwrap();
     assert_eq!(lease.gpu_indices, vec![1, 2]);
 
-    let actions = run_for(&mut r, POLL).await;
+    let actions = h.run_for(&mut r, POLL).await;
     assert!(actions.contains(&Action::Start { lease: lease.key }));
     let running = h.running();
     assert_eq!(running.len(), 1);
@@ -299,7 +308,7 @@ async fn one_proof_per_interval_with_the_lease_windows_and_a_hash_chain() {
     // SIMULATED GPU: the load follows the container's CPU, here 80 % of its 2 × 2 CPUs.
     let (id, _) = h.running().pop().unwrap();
     h.runtime.set_cpu_rate(&id, 3_200);
-    run_for(&mut r, 3 * INTERVAL as u64).await;
+    h.run_for(&mut r, 3 * INTERVAL as u64).await;
 
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
     assert_eq!(h.chain.submit_calls(), 3, "no proof sent twice");
@@ -345,7 +354,7 @@ async fn each_proofs_power_log_is_kept_where_the_container_reads_it_and_matches_
         spec.binds
     );
     h.runtime.set_cpu_rate(&id, 1_600);
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     let accepted = h.chain.accepted();
     assert_eq!(accepted.len(), 2);
     for a in &accepted {
@@ -374,12 +383,12 @@ async fn a_market_update_leaves_a_running_lease_on_the_interval_it_started_with(
     let h = Harness::new(&[0, 0]);
     let (mut r, old) =
         allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
-    run_for(&mut r, INTERVAL as u64).await;
+    h.run_for(&mut r, INTERVAL as u64).await;
     // The market's interval halves: the running lease keeps 60 s, a new one gets 30 s.
     h.chain.set_interval(INTERVAL / 2);
     h.chain
         .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
-    run_for(&mut r, 3 * INTERVAL as u64).await;
+    h.run_for(&mut r, 3 * INTERVAL as u64).await;
     let new = h.chain.lease_of_bid(Key([2; 32])).expect("allocated");
     assert_eq!(new.interval_secs, INTERVAL / 2);
 
@@ -433,9 +442,9 @@ async fn the_simulated_load_follows_the_containers_cpu_share_read_off_the_tick()
         "the tick waited for the reading: {:?}",
         before.elapsed()
     );
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     h.runtime.set_cpu_rate(&id, 0);
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     let proofs: Vec<u16> = h
         .chain
         .accepted()
@@ -458,7 +467,7 @@ async fn a_more_profitable_spot_bid_preempts_a_spot_lease_at_its_next_boundary()
     h.chain.place_bid(worse.clone());
     h.chain.place_bid(better.clone());
 
-    let actions = run_for(&mut r, POLL).await;
+    let actions = h.run_for(&mut r, POLL).await;
     assert!(
         actions.contains(&Action::Preempt {
             lease: lease.key,
@@ -471,11 +480,11 @@ async fn a_more_profitable_spot_bid_preempts_a_spot_lease_at_its_next_boundary()
         h.chain.preemptions(),
         vec![(lease.key, better.key, boundary)]
     );
-    run_for(&mut r, 20).await;
+    h.run_for(&mut r, 20).await;
     assert_eq!(h.chain.preemptions().len(), 1, "told once");
 
     // Past the boundary: the last window is proven, the lease ends, the better bid runs.
-    run_for(&mut r, INTERVAL as u64).await;
+    h.run_for(&mut r, INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0]);
     assert_eq!(h.chain.accepted()[0].window, (lease.started_at, boundary));
     assert_eq!(h.chain.ended(), vec![lease.key]);
@@ -495,18 +504,18 @@ async fn a_crashed_container_gets_a_final_proof_with_its_exit_code_and_the_lease
     let (mut r, lease) =
         allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     let gpu = lease.gpu_indices[0] as u32;
-    run_for(&mut r, 70).await;
+    h.run_for(&mut r, 70).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0]);
     let (id, _) = h.running().pop().unwrap();
     h.runtime.exit(&id, 3);
     let crashed_at = h.chain.clock();
 
-    let actions = run_for(&mut r, POLL).await;
+    let actions = h.run_for(&mut r, POLL).await;
     assert!(actions.contains(&Action::Finish {
         lease: lease.key,
         exit_code: 3
     }));
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
     let last = h.chain.accepted().pop().unwrap();
     assert_eq!(last.proof.exit_code, Some(3));
@@ -529,10 +538,10 @@ async fn an_rpc_outage_loses_no_proof_and_a_lost_answer_duplicates_none() {
     let h = Harness::new(&[0, 0]);
     let (mut r, lease) =
         allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
-    run_for(&mut r, 25).await;
+    h.run_for(&mut r, 25).await;
     h.chain.set_outage(true);
     // Two boundaries pass while the cluster is unreachable.
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert!(proven_intervals(&h, lease.key).is_empty());
     let pending: Vec<u32> = r.state().leases[&lease.key]
         .pending
@@ -545,7 +554,7 @@ async fn an_rpc_outage_loses_no_proof_and_a_lost_answer_duplicates_none() {
     // The first proof lands but its answer is lost: the next look at the chain drops it, and
     // the second goes out, each sent once.
     h.chain.lose_next_proof_answer();
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1]);
     assert_eq!(h.chain.submit_calls(), 2, "no proof sent twice");
     assert_eq!(h.chain.submit_calls(), 2, "proof 0 was not sent again");
@@ -558,7 +567,7 @@ async fn an_rpc_outage_loses_no_proof_and_a_lost_answer_duplicates_none() {
             > 0
     );
     assert!(h.metrics.proofs_failed() > 0);
-    run_for(&mut r, INTERVAL as u64).await;
+    h.run_for(&mut r, INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
 }
 
@@ -574,7 +583,7 @@ async fn a_proof_refused_for_good_is_sent_once_and_the_lease_still_ends() {
     let (mut r, lease) =
         allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     h.chain.set_outage(true);
-    run_for(&mut r, 3 * INTERVAL as u64).await;
+    h.run_for(&mut r, 3 * INTERVAL as u64).await;
     let pending: Vec<u32> = r.state().leases[&lease.key]
         .pending
         .iter()
@@ -583,7 +592,7 @@ async fn a_proof_refused_for_good_is_sent_once_and_the_lease_still_ends() {
     assert_eq!(pending, vec![0, 1, 2], "closed locally while unreachable");
     let calls = h.chain.submit_calls();
     h.chain.set_outage(false);
-    run_for(&mut r, 3 * INTERVAL as u64).await;
+    h.run_for(&mut r, 3 * INTERVAL as u64).await;
     assert_eq!(
         proven_intervals(&h, lease.key),
         vec![0, 1],
@@ -638,7 +647,7 @@ async fn a_restart_mid_lease_continues_from_the_state_file_without_duplicates_or
     let (id, _) = h.running().pop().unwrap();
     // Boundary 1: the proof lands, its answer is lost, and the agent is killed before
     // hearing more: the state file still lists the proof as pending.
-    run_for(&mut r, 50).await;
+    h.run_for(&mut r, 50).await;
     h.chain.lose_next_proof_answer();
     tokio::time::advance(Duration::from_secs(POLL)).await;
     r.tick(false).await.unwrap();
@@ -662,7 +671,7 @@ async fn a_restart_mid_lease_continues_from_the_state_file_without_duplicates_or
 
     let mut r = h.reconciler();
     assert_eq!(r.state().leases[&lease.key].pending.len(), 1);
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
     assert_eq!(h.chain.submit_calls(), 3, "proof 0 was not sent twice");
     let running = h.running();
@@ -700,7 +709,7 @@ async fn a_lease_whose_settings_do_not_take_is_refused_and_ended() {
     r.tick(false).await.unwrap();
     let lease = h.chain.lease_of_bid(b.key).unwrap();
     assert_eq!(lease.gpu_indices, vec![0], "the smallest group that fits");
-    run_for(&mut r, 3 * POLL).await;
+    h.run_for(&mut r, 3 * POLL).await;
 
     assert!(
         h.runtime.containers().is_empty(),
@@ -747,7 +756,7 @@ async fn sigterm_leaves_the_leases_running_and_the_restarted_agent_proves_them_o
     // An upgrade later, the new agent takes the lease back and proves it on.
     tokio::time::advance(Duration::from_secs(20)).await;
     let mut r = h.reconciler();
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0, 1, 2]);
     assert_eq!(h.running().pop().map(|(i, _)| i), Some(id), "not restarted");
     assert!(!h
@@ -817,7 +826,7 @@ async fn a_drain_during_an_outage_stops_at_the_deadline_and_the_next_start_finis
 
     h.chain.set_outage(false);
     let mut r = h.reconciler();
-    run_for(&mut r, 2 * POLL).await;
+    h.run_for(&mut r, 2 * POLL).await;
     assert_eq!(proven_intervals(&h, lease.key), vec![0]);
     assert_eq!(h.chain.ended(), vec![lease.key]);
     assert!(r.state().leases.is_empty());
@@ -831,12 +840,14 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         gpus: Vec::new(),
         local,
         busy: BTreeSet::new(),
+        readying: BTreeMap::new(),
         readied: BTreeMap::new(),
         draining: false,
         heartbeat_due: true,
         electricity_cost_per_kwh: 500,
         waiting: BTreeMap::new(),
         grace_secs: 10,
+        held_back: BTreeSet::new(),
         faulted: BTreeMap::new(),
         fault_reported: false,
     }
@@ -878,6 +889,7 @@ fn one_gpu_lease(started_at: i64, ends_at: i64) -> LeaseView {
         ends_at,
         stop_at: None,
         interval_secs: INTERVAL,
+        silence_intervals: 3,
         next_interval: 0,
         proof_hash: [0; 32],
         auto_power: None,
@@ -907,7 +919,7 @@ async fn gpus_are_shared_in_slices_only_with_equal_settings() {
     same.gib_per_gpu = 40;
     h.chain.place_bid(other.clone());
     h.chain.place_bid(same.clone());
-    let actions = run_for(&mut r, POLL).await;
+    let actions = h.run_for(&mut r, POLL).await;
     assert_eq!(allocations(&actions), vec![(same.key, vec![0])]);
     assert!(h.chain.is_open(other.key), "other terms never share a GPU");
 }
@@ -942,7 +954,7 @@ async fn a_bid_with_per_gpu_terms_runs_each_term_on_the_gpu_the_fit_rule_gives_i
     assert_eq!(allocations(&actions), vec![(b.key, vec![1, 0])]);
     let lease = h.chain.lease_of_bid(b.key).expect("allocated");
     assert_eq!(lease.gpu_indices, vec![1, 0]);
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     let running = h.running();
     assert_eq!(running.len(), 1);
     assert_eq!(running[0].1.gpu_indices, vec![1, 0]);
@@ -989,10 +1001,10 @@ async fn a_bid_the_policy_gives_another_machine_waits_the_grace_period_then_runs
     h.chain.place_bid(below.clone());
     let mut r = h.reconciler();
     let grace = r.config.placement_grace.as_secs();
-    let waiting = run_for(&mut r, grace - POLL).await;
+    let waiting = h.run_for(&mut r, grace - POLL).await;
     assert!(allocations(&waiting).is_empty(), "{waiting:?}");
     assert!(h.chain.is_open(elsewhere.key) && h.chain.is_open(below.key));
-    let after = run_for(&mut r, 2 * POLL).await;
+    let after = h.run_for(&mut r, 2 * POLL).await;
     assert_eq!(allocations(&after), vec![(elsewhere.key, vec![0])]);
     assert!(h.chain.is_open(below.key), "bid 2 waits for the GPU");
 }
@@ -1044,7 +1056,8 @@ async fn expired_bids_are_pruned_a_few_a_tick_without_holding_up_the_proofs() {
     let refused = h.chain.prune_bid(lasting.key).await;
     assert!(matches!(refused, Err(ChainError::Rejected { .. })));
 
-    run_for(&mut r, (boundary - h.chain.clock()) as u64 - POLL).await;
+    h.run_for(&mut r, (boundary - h.chain.clock()) as u64 - POLL)
+        .await;
     assert!(
         h.chain.pruned().is_empty(),
         "nothing pruned before the deadline"
@@ -1068,7 +1081,7 @@ async fn expired_bids_are_pruned_a_few_a_tick_without_holding_up_the_proofs() {
     assert_eq!(proven_intervals(&h, lease.key), vec![0]);
     assert_eq!(h.chain.pruned(), keys, "the rest on the next tick");
     assert!(h.chain.is_open(lasting.key));
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert_eq!(h.chain.pruned().len(), keys.len(), "each pruned once");
 }
 

@@ -25,19 +25,19 @@ async fn a_fatal_gpu_fault_ends_its_lease_at_once_pauses_the_machine_and_spares_
     h.chain
         .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
     let mut r = h.reconciler();
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     let (a, b) = (
         h.chain.lease_of_bid(Key([1; 32])).expect("allocated"),
         h.chain.lease_of_bid(Key([2; 32])).expect("allocated"),
     );
-    run_for(&mut r, 70).await;
+    h.run_for(&mut r, 70).await;
     assert_eq!(h.running().len(), 2);
     let gpu = a.gpu_indices[0] as u32;
 
     // An error the tenant's own program can cause (Xid 13, an illegal address) ends nothing.
     h.gpus.inject_xid(gpu, 13, None);
     until_delivered(&r);
-    let actions = run_for(&mut r, POLL).await;
+    let actions = h.run_for(&mut r, POLL).await;
     assert!(!actions
         .iter()
         .any(|a| matches!(a, Action::Finish { .. } | Action::ReportFault { .. })));
@@ -47,7 +47,7 @@ async fn a_fatal_gpu_fault_ends_its_lease_at_once_pauses_the_machine_and_spares_
     h.gpus.inject_xid(gpu, 79, None);
     until_delivered(&r);
     let seen_at = h.chain.clock() + POLL as i64;
-    let actions = run_for(&mut r, POLL).await;
+    let actions = h.run_for(&mut r, POLL).await;
     assert!(actions.contains(&Action::Finish {
         lease: a.key,
         exit_code: exit::GPU_FAULT
@@ -56,7 +56,7 @@ async fn a_fatal_gpu_fault_ends_its_lease_at_once_pauses_the_machine_and_spares_
         gpu: gpu as u8,
         xid: 79
     }));
-    run_for(&mut r, 2 * POLL).await;
+    h.run_for(&mut r, 2 * POLL).await;
     assert_eq!(h.chain.faults(), vec![(gpu as u8, 79)]);
     let last = h
         .chain
@@ -74,14 +74,14 @@ async fn a_fatal_gpu_fault_ends_its_lease_at_once_pauses_the_machine_and_spares_
     assert_eq!(h.applied(gpu), power(250));
     // The other lease runs on, proven every interval.
     assert_eq!(h.running().len(), 1);
-    run_for(&mut r, INTERVAL as u64).await;
+    h.run_for(&mut r, INTERVAL as u64).await;
     assert!(proven_intervals(&h, b.key).len() >= 2);
     assert!(!r.state().leases.contains_key(&a.key));
 
     // The machine is paused: a new bid waits, though a GPU is free.
     h.chain
         .place_bid(bid(3, BidKind::Queue, 1, 1_000, power(250)));
-    run_for(&mut r, 3 * POLL).await;
+    h.run_for(&mut r, 3 * POLL).await;
     assert!(h.chain.lease_of_bid(Key([3; 32])).is_none());
 }
 
@@ -92,12 +92,12 @@ async fn the_drivers_recovery_action_makes_any_xid_fatal() {
         allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     h.gpus.inject_xid(0, 31, Some(Recovery::DrainAndReset));
     until_delivered(&r);
-    let actions = run_for(&mut r, POLL).await;
+    let actions = h.run_for(&mut r, POLL).await;
     assert!(actions.contains(&Action::Finish {
         lease: lease.key,
         exit_code: exit::GPU_FAULT
     }));
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert_eq!(h.chain.faults(), vec![(0, 31)]);
 }
 
@@ -118,7 +118,7 @@ async fn memory_bound_lease(h: &Harness, b: BidView, secs: u64) -> (LeaseView, V
     h.runtime.set_cpu_rate(&id, 2_000);
     let mut limits = Vec::new();
     for _ in 0..secs / POLL {
-        run_for(&mut r, POLL).await;
+        h.run_for(&mut r, POLL).await;
         limits.push(h.applied(0).power_limit_w);
     }
     (lease, limits)
@@ -189,7 +189,7 @@ async fn a_lowered_limit_the_driver_refuses_turns_auto_power_off_at_the_stated_l
     // The driver acknowledges limits but keeps the stated one: the read-back catches it.
     let (mut r, lease) = allocated_and_started(&h, opted).await;
     h.gpus.stick_power_limit(0).unwrap();
-    run_for(&mut r, 2 * INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert_eq!(h.applied(0).power_limit_w, 300);
     assert!(r.auto_power_off.contains(&lease.key));
     assert!(proven_intervals(&h, lease.key).len() >= 2, "proofs go on");

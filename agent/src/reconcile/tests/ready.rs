@@ -62,7 +62,7 @@ async fn a_refused_allocate_removes_the_container_readied_for_it() {
     assert_eq!(readied.len(), 1, "readied while allocate was under way");
 
     // The next looks remove it, allocate the bid again, ready a new container and run it.
-    run_for(&mut r, POLL).await;
+    h.run_for(&mut r, POLL).await;
     assert!(!h.runtime.containers().contains_key(&readied[0]), "removed");
     assert!(h.runtime.calls().contains(&Call::Remove {
         id: readied[0].clone()
@@ -88,7 +88,7 @@ async fn a_lease_whose_image_cannot_be_had_while_readying_is_refused_without_a_s
     let mut r = h.reconciler();
     r.tick(false).await.unwrap();
     let lease = h.chain.lease_of_bid(b.key).expect("allocated");
-    run_for(&mut r, 2 * POLL).await;
+    h.run_for(&mut r, 2 * POLL).await;
 
     assert!(h.runtime.containers().is_empty());
     assert_eq!(count(&h, |c| matches!(c, Call::Pull { .. })), 1, "one pull");
