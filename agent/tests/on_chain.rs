@@ -12,7 +12,7 @@ use gpu_market::events::{SpotPreempted, UsageProven};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, BookKey, Freed, Lease, Machine, MachineStatus, Market,
+    Bid, BidKind, BidStatus, BookKey, Freed, Lease, Machine, MachineStatus, Market, StakeAccount,
 };
 use gpu_market_agent::docker::DockerEngine;
 use gpu_market_agent::runtime::pinned_reference;
@@ -271,6 +271,75 @@ async fn kill_9_and_restart_lose_and_double_nothing() {
     assert_eq!(machine.leases, 0);
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
+}
+
+/// Issue 31: a client bids with an environment and never seals it, hoping to reclaim its escrow
+/// and slash the host for the silence; the agent is killed with SIGKILL in the middle of the
+/// wait and restarted. The lease is proven (empty) while the agent waits, at no time
+/// reclaimable by the program's own rule, and ended one interval before its client could call
+/// the host silent: the client gets its whole escrow back, the host keeps its whole stake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_environment_never_sealed_gets_no_host_slashed_across_a_kill_9() {
+    let live = live_market(2).await;
+    let client = live.client(10 * TOKEN, 0).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = Agent::write_config(&live, dir.path(), 2);
+    let agent = Agent::start(&config);
+    let now = live.cluster.now().await.unwrap();
+    let mut args = queue_bid(1, 10 * INTERVAL, now);
+    args.env_hash = [9; 32];
+    let bid = live.place(&client, args).await.unwrap();
+    let escrow = live.cluster.account::<Bid>(&bid).await.unwrap().escrow;
+    let tokens = live.cluster.token_balance(&client.tokens).await.unwrap();
+    let host_stake = pda::stake(&live.market, &live.host.key.pubkey()).0;
+    let stake_of = || async {
+        live.cluster
+            .account::<StakeAccount>(&host_stake)
+            .await
+            .unwrap()
+            .amount
+    };
+    let stake = stake_of().await;
+    let lease = pda::lease(&bid).0;
+    wait_for("the lease", 30, &agent, || async {
+        account_exists(&live, &lease).await.then_some(())
+    })
+    .await;
+    let first_log = agent.kill9();
+    let agent = Agent::start(&config);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let l: Lease = match live.cluster.account(&lease).await {
+            Ok(l) => l,
+            Err(_) if !account_exists(&live, &lease).await => break,
+            Err(e) => panic!("reading the lease: {e}"),
+        };
+        let now = live.cluster.now().await.unwrap();
+        assert!(
+            !l.reclaimable(now),
+            "the client may reclaim and slash: proven until {}, clock {now}\nfirst run:\n{first_log}\nsecond run:\n{}",
+            l.proven_until,
+            agent.log()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "never ended; log:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = live.cluster.token_balance(&client.tokens).await.unwrap();
+    assert_eq!(
+        after - tokens,
+        escrow,
+        "the client refunded in full: nothing ran"
+    );
+    assert_eq!(stake_of().await, stake, "the host not slashed");
+    let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
+    assert_eq!(machine.missed_intervals, 0, "no interval went unproven");
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
+    assert!(log.contains("the lease could wait no longer"), "{log}");
 }
 
 /// Issues 14 and 30: 500 queue bids from 5 clients that no active machine can serve, of every
