@@ -28,7 +28,8 @@ use crate::runtime::{
     ManagedContainer, LABEL_LEASE,
 };
 pub use crate::runtime::{
-    split_reference, ContainerSpec, RuntimeError, Sandbox, LABEL_MANAGED, SCRATCH_DIR, TMP_DIR,
+    split_reference, ContainerSpec, RuntimeError, Sandbox, LABEL_HOST_PORTS, LABEL_MANAGED,
+    SCRATCH_DIR, TMP_DIR,
 };
 
 /// The log driver of every container: it rotates by size and keeps its files compressed, and
@@ -460,6 +461,16 @@ fn create_body(
 ) -> ContainerCreateBody {
     let mut labels = spec.labels.clone();
     labels.insert(LABEL_MANAGED.to_string(), scope.to_string());
+    let host_ports: Vec<String> = net
+        .ports
+        .values()
+        .flatten()
+        .flatten()
+        .filter_map(|b| b.host_port.clone())
+        .collect();
+    if !host_ports.is_empty() {
+        labels.insert(LABEL_HOST_PORTS.to_string(), host_ports.join(","));
+    }
     let device_requests = (!spec.gpu_indices.is_empty()).then(|| {
         vec![DeviceRequest {
             driver: Some("nvidia".to_string()),

@@ -305,7 +305,8 @@ impl DockerEngine {
     }
 
     /// Host ports for `ports` from the publishing range, none of which a container of the
-    /// engine publishes now, bound on the range's address.
+    /// engine publishes now or was given by the agent (a container created, not started yet,
+    /// publishes nothing: `LABEL_HOST_PORTS`), bound on the range's address.
     pub(crate) async fn port_bindings(
         &self,
         publishing: &Publishing,
@@ -321,8 +322,17 @@ impl DockerEngine {
             .await
             .map_err(|source| RuntimeError::Engine { op: "list", source })?
             .iter()
-            .flat_map(|c| c.ports.iter().flatten())
-            .filter_map(|p| p.public_port)
+            .flat_map(|c| {
+                let published = c.ports.iter().flatten().filter_map(|p| p.public_port);
+                let given = c
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(crate::runtime::LABEL_HOST_PORTS))
+                    .into_iter()
+                    .flat_map(|v| v.split(','))
+                    .filter_map(|p| p.parse().ok());
+                published.chain(given).collect::<Vec<u16>>()
+            })
             .collect();
         let host = publishing
             .free_ports(&used, ports.len())

@@ -360,3 +360,43 @@ async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_
     let name = gpu_market_agent::network::network_name(&lease_key(6));
     assert!(docker.inspect_network(&name, None).await.is_err());
 }
+
+/// Two leases readied in one tick: the first container is created, not started, and publishes
+/// no port yet; the second must not be given the same host port (before the fix it was, and
+/// the second start failed with the port taken).
+#[tokio::test]
+async fn a_created_container_keeps_its_host_port_from_the_next_one() {
+    let (host, image) = engine_env();
+    let port = free_port();
+    let engine = DockerEngine::connect(&host, "network-test-created-ports")
+        .await
+        .unwrap()
+        .publishing(Publishing {
+            first: port,
+            last: port,
+            ip: Ipv4Addr::UNSPECIFIED,
+        });
+    engine.pull(&image).await.unwrap();
+    let serve = LeaseNetwork {
+        egress: EgressView::None,
+        ports: vec![8080],
+    };
+    let first = engine
+        .create(&lease_spec(&image, 8, serve.clone(), "sleep 5"))
+        .await
+        .unwrap();
+    let second = engine
+        .create(&lease_spec(&image, 9, serve, "sleep 5"))
+        .await;
+    engine.remove(&first).await.unwrap();
+    match second {
+        Err(RuntimeError::NoFreePort { first, last }) => {
+            assert_eq!((first, last), (port, port))
+        }
+        Ok(id) => {
+            engine.remove(&id).await.unwrap();
+            panic!("the created container's host port {port} was given again")
+        }
+        Err(e) => panic!("expected no free port, got {e}"),
+    }
+}

@@ -22,6 +22,9 @@ pub const LABEL_LEASE: &str = "io.gpu-market.lease";
 /// Label naming the lease's client (base58): the one key the agent's API serves the lease to,
 /// while the container runs and through its retention after the lease ends.
 pub const LABEL_CLIENT: &str = "io.gpu-market.client";
+/// Label listing the host ports (comma-separated) a container's lease was given: a container
+/// created but not started publishes none yet, and its ports must not go to another.
+pub const LABEL_HOST_PORTS: &str = "io.gpu-market.host-ports";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
