@@ -15,7 +15,8 @@ use serde::Deserialize;
 use crate::chain::Key;
 use crate::gpu::isolation::Mps;
 use crate::metrics::health::{
-    HealthLimits, DEFAULT_PROOF_STALENESS_SECS, DEFAULT_WEBSOCKET_SILENCE_SECS,
+    HealthLimits, DEFAULT_PROOF_STALENESS_SECS, DEFAULT_TICK_STALENESS_SECS,
+    DEFAULT_WEBSOCKET_SILENCE_SECS,
 };
 use crate::network::Publishing;
 use crate::redact::{redact_url, SecretUrl};
@@ -439,6 +440,7 @@ impl Default for RawNetwork {
 struct RawHealth {
     proof_staleness_secs: u64,
     websocket_silence_secs: u64,
+    tick_staleness_secs: u64,
 }
 
 impl Default for RawHealth {
@@ -446,6 +448,7 @@ impl Default for RawHealth {
         RawHealth {
             proof_staleness_secs: DEFAULT_PROOF_STALENESS_SECS,
             websocket_silence_secs: DEFAULT_WEBSOCKET_SILENCE_SECS,
+            tick_staleness_secs: DEFAULT_TICK_STALENESS_SECS,
         }
     }
 }
@@ -705,6 +708,11 @@ impl Config {
                     "health.websocket_silence_secs",
                     raw.health.websocket_silence_secs,
                 )?),
+                // The loop ticks at least every poll: three polls without one is stuck.
+                tick_staleness: Duration::from_secs(
+                    nonzero("health.tick_staleness_secs", raw.health.tick_staleness_secs)?
+                        .max(raw.billing_poll_interval_secs.saturating_mul(3)),
+                ),
             },
             network,
             api,
@@ -1471,13 +1479,14 @@ password_file = "/etc/gpu-market/registry.pass"
         )
         .unwrap();
         assert_eq!(c.max_priority_fee_micro_lamports, 0, "0 offers no fee");
-        let health = "[health]\nproof_staleness_secs = 120\nwebsocket_silence_secs = 10\n\n[gpu]";
+        let health = "[health]\nproof_staleness_secs = 120\nwebsocket_silence_secs = 10\ntick_staleness_secs = 20\n\n[gpu]";
         let c = with("[gpu]", health).unwrap();
         assert_eq!(
             c.health,
             HealthLimits {
                 proof_staleness: Duration::from_secs(120),
                 websocket_silence: Duration::from_secs(10),
+                tick_staleness: Duration::from_secs(20),
             }
         );
         let e = with("[gpu]", "[health]\nwebsocket_silence_secs = 0\n\n[gpu]").unwrap_err();

@@ -227,6 +227,20 @@ impl LeaseView {
     pub fn stop(&self) -> i64 {
         self.stop_at.map_or(self.ends_at, |s| s.min(self.ends_at))
     }
+
+    /// From when its client may reclaim the escrow and slash the host, unless a proof lands
+    /// first (`Lease::silent_from`: `silence_intervals` after the last proven second); `None`
+    /// once every payable second is proven.
+    pub fn reclaimable_from(&self) -> Option<i64> {
+        let interval = self.interval_secs as i64;
+        let proven_until = self
+            .started_at
+            .saturating_add(interval.saturating_mul(self.next_interval as i64))
+            .min(self.stop());
+        (proven_until < self.stop()).then(|| {
+            proven_until.saturating_add(interval.saturating_mul(self.silence_intervals as i64))
+        })
+    }
 }
 
 /// An open bid this machine could take.

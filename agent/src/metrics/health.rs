@@ -1,4 +1,5 @@
-//! Whether the agent is doing its job, for `/healthz`: its proofs land, its websocket feed is
+//! Whether the agent is doing its job, for `/healthz`: its loop ticks, its proofs land (each
+//! lease proven well before its client could call the host silent), its websocket feed is
 //! alive, and the container engine answers.
 //!
 //! The reconcile loop and the websocket watcher report what they see through [`Health`]'s
@@ -15,6 +16,7 @@ const NEVER: i64 = i64::MIN;
 /// The defaults of the configuration's `[health]` keys.
 pub const DEFAULT_PROOF_STALENESS_SECS: u64 = 1_800;
 pub const DEFAULT_WEBSOCKET_SILENCE_SECS: u64 = 30;
+pub const DEFAULT_TICK_STALENESS_SECS: u64 = 60;
 
 /// How old each sign of life may be before the agent is unhealthy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +27,9 @@ pub struct HealthLimits {
     /// The longest the websocket feed may go without a notification (a live node sends slot
     /// updates several times a second); the watcher then subscribes anew.
     pub websocket_silence: Duration,
+    /// The longest since the reconcile loop last finished a tick (a loop stuck on a call); at
+    /// least three billing polls.
+    pub tick_staleness: Duration,
 }
 
 impl Default for HealthLimits {
@@ -32,6 +37,7 @@ impl Default for HealthLimits {
         HealthLimits {
             proof_staleness: Duration::from_secs(DEFAULT_PROOF_STALENESS_SECS),
             websocket_silence: Duration::from_secs(DEFAULT_WEBSOCKET_SILENCE_SECS),
+            tick_staleness: Duration::from_secs(DEFAULT_TICK_STALENESS_SECS),
         }
     }
 }
@@ -53,6 +59,10 @@ pub struct Health {
     needing_since: AtomicI64,
     engine_reachable: AtomicBool,
     ws_alive: AtomicI64,
+    /// By when (unix seconds) the lease closest to its silence must be proven: one billing
+    /// interval before its client could reclaim the escrow and slash the host.
+    prove_by: AtomicI64,
+    last_tick: AtomicI64,
 }
 
 impl Health {
@@ -66,6 +76,8 @@ impl Health {
             needing_since: AtomicI64::new(NEVER),
             engine_reachable: AtomicBool::new(false),
             ws_alive: AtomicI64::new(NEVER),
+            prove_by: AtomicI64::new(NEVER),
+            last_tick: AtomicI64::new(NEVER),
         }
     }
 
@@ -88,6 +100,18 @@ impl Health {
         }
     }
 
+    /// The lease closest to its silence must be proven by `unix_secs` (`None`: no lease owes a
+    /// proof).
+    pub fn prove_by(&self, unix_secs: Option<i64>) {
+        self.prove_by
+            .store(unix_secs.unwrap_or(NEVER), Ordering::Relaxed);
+    }
+
+    /// The reconcile loop finished a tick at `unix_secs`.
+    pub fn ticked(&self, unix_secs: i64) {
+        self.last_tick.fetch_max(unix_secs, Ordering::Relaxed);
+    }
+
     /// Whether the container engine answered the agent's last call.
     pub fn engine_reachable(&self, reachable: bool) {
         self.engine_reachable.store(reachable, Ordering::Relaxed);
@@ -107,6 +131,8 @@ impl Health {
             needing_since: known(self.needing_since.load(Ordering::Relaxed)),
             engine_reachable: self.engine_reachable.load(Ordering::Relaxed),
             ws_alive: known(self.ws_alive.load(Ordering::Relaxed)),
+            prove_by: known(self.prove_by.load(Ordering::Relaxed)),
+            last_tick: known(self.last_tick.load(Ordering::Relaxed)),
         }
     }
 
@@ -124,12 +150,15 @@ pub struct HealthSnapshot {
     pub needing_since: Option<i64>,
     pub engine_reachable: bool,
     pub ws_alive: Option<i64>,
+    pub prove_by: Option<i64>,
+    pub last_tick: Option<i64>,
 }
 
 /// `/healthz`'s answer: the verdict and each check behind it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HealthReport {
     pub healthy: bool,
+    pub tick: Check,
     pub proofs: ProofCheck,
     pub websocket: Check,
     pub engine: EngineCheck,
@@ -142,6 +171,9 @@ pub struct ProofCheck {
     /// Seconds since the chain last accepted a proof (`None`: never, since the agent started).
     pub secs_since_accepted: Option<i64>,
     pub stale_after_secs: u64,
+    /// Seconds left to prove the lease closest to its silence before it is one interval from
+    /// reclaimable (negative: late; `None`: no lease owes a proof).
+    pub secs_to_prove: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -163,18 +195,28 @@ fn within(at: Option<i64>, bound: Duration, now: i64) -> bool {
 }
 
 /// The verdict on `s` at `now`: healthy when
+/// - the reconcile loop finished a tick within `limits.tick_staleness`;
 /// - no lease needs a proof, or the chain accepted one within `limits.proof_staleness` of now,
 ///   counting from when leases began needing proofs if that is later (a first lease's first
 ///   proof comes only after its first interval);
+/// - no lease is within one interval of its silence window's end (`prove_by`);
 /// - the websocket showed life within `limits.websocket_silence`;
 /// - the container engine answered the last call made to it.
 pub fn assess(s: &HealthSnapshot, limits: &HealthLimits, now: i64) -> HealthReport {
     let since_proof_due = s.last_proof_accepted.max(s.needing_since);
+    let fresh =
+        s.leases_needing_proofs == 0 || within(since_proof_due, limits.proof_staleness, now);
     let proofs = ProofCheck {
-        ok: s.leases_needing_proofs == 0 || within(since_proof_due, limits.proof_staleness, now),
+        ok: fresh && s.prove_by.is_none_or(|by| now < by),
         leases_needing_proofs: s.leases_needing_proofs,
         secs_since_accepted: s.last_proof_accepted.map(|t| now.saturating_sub(t)),
         stale_after_secs: limits.proof_staleness.as_secs(),
+        secs_to_prove: s.prove_by.map(|by| by.saturating_sub(now)),
+    };
+    let tick = Check {
+        ok: within(s.last_tick, limits.tick_staleness, now),
+        secs_since_alive: s.last_tick.map(|t| now.saturating_sub(t)),
+        silent_after_secs: limits.tick_staleness.as_secs(),
     };
     let websocket = Check {
         ok: within(s.ws_alive, limits.websocket_silence, now),
@@ -185,7 +227,8 @@ pub fn assess(s: &HealthSnapshot, limits: &HealthLimits, now: i64) -> HealthRepo
         ok: s.engine_reachable,
     };
     HealthReport {
-        healthy: proofs.ok && websocket.ok && engine.ok,
+        healthy: tick.ok && proofs.ok && websocket.ok && engine.ok,
+        tick,
         proofs,
         websocket,
         engine,
@@ -200,16 +243,38 @@ mod tests {
         HealthLimits {
             proof_staleness: Duration::from_secs(600),
             websocket_silence: Duration::from_secs(30),
+            tick_staleness: Duration::from_secs(60),
         }
     }
 
-    /// Everything fine at t = 1000: no lease, websocket alive at 990, engine up.
+    /// Everything fine at t = 1000: no lease, websocket alive at 990, a tick at 995, engine up.
     fn fine() -> HealthSnapshot {
         HealthSnapshot {
             engine_reachable: true,
             ws_alive: Some(990),
+            last_tick: Some(995),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_lease_one_interval_from_its_silence_or_a_stuck_loop_is_unhealthy() {
+        // Before the fix a lease could go 30 minutes unproven (the staleness bound) while
+        // its client could reclaim after 3 intervals: /healthz said healthy throughout.
+        let s = HealthSnapshot {
+            leases_needing_proofs: 1,
+            needing_since: Some(990),
+            prove_by: Some(1_060),
+            ..fine()
+        };
+        let r = assess(&s, &limits(), 1_000);
+        assert!(r.healthy, "{r:?}");
+        assert_eq!(r.proofs.secs_to_prove, Some(60));
+        let r = assess(&s, &limits(), 1_060);
+        assert!(!r.healthy && !r.proofs.ok, "{r:?}");
+        let r = assess(&fine(), &limits(), 1_056);
+        assert!(!r.healthy && !r.tick.ok && r.proofs.ok, "{r:?}");
+        assert_eq!(r.tick.secs_since_alive, Some(61));
     }
 
     #[test]
@@ -273,6 +338,7 @@ mod tests {
     fn the_setters_feed_the_verdict() {
         let h = Health::new(limits());
         assert!(!h.assess(1_000).healthy, "nothing seen yet");
+        h.ticked(1_590);
         h.engine_reachable(true);
         h.ws_alive(995);
         h.ws_alive(990);

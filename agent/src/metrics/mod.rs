@@ -446,6 +446,7 @@ mod tests {
         let m = Metrics::default();
         m.health().engine_reachable(true);
         m.health().ws_alive(100);
+        m.health().ticked(100);
         assert!(lines(&m.render(100)).contains(&"gpu_market_agent_healthy 1"));
         m.ws_resubscribed();
         let text = m.render(100_000);

@@ -356,6 +356,10 @@ mod tests {
 
         server.metrics.health().engine_reachable(true);
         server.metrics.health().ws_alive(unix_now());
+        let answer = server.get("/healthz").await;
+        let report: serde_json::Value = serde_json::from_str(body(&answer)).unwrap();
+        assert_eq!(report["tick"]["ok"], false, "the loop has not ticked yet");
+        server.metrics.health().ticked(unix_now());
         let answer = server.get("/healthz?verbose").await;
         assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
         assert!(answer.contains("Content-Type: application/json\r\n"));

@@ -7,7 +7,7 @@ use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
 use super::ready::{Readied, Refusal};
 use super::senders::Fate;
-use super::{logs_path, ActionError, HeldBack, Reconciler, TickError};
+use super::{logs_path, ActionError, Backoff, Reconciler, TickError, ALLOCATE_BACKOFF};
 use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
@@ -209,7 +209,8 @@ impl Reconciler {
                     .inspect_err(|e| {
                         self.chain_error(e);
                         self.abandon(*bid);
-                        let held = HeldBack::failed(self.held_back.get(bid).copied(), o.now);
+                        let before = self.held_back.get(bid).copied();
+                        let held = Backoff::failed(before, o.now, ALLOCATE_BACKOFF);
                         self.held_back.insert(*bid, held);
                         tracing::warn!(%bid, failures = held.failures, retry_at = held.until, "allocate failed: the bid is held back until then");
                     })?;
@@ -651,6 +652,7 @@ impl Reconciler {
     /// Resets the lease's GPUs that no other lease uses and forgets the lease.
     pub(super) fn forget(&mut self, lease: Key) -> Result<(), StateError> {
         self.forget_auto_power(lease);
+        self.container_backoff.remove(&lease);
         // A container readied for it that never started goes too.
         self.discard(lease);
         if let Err(e) = self.reset_gpus(lease) {

@@ -120,7 +120,10 @@ pub struct Reconciler {
     waiting: BTreeMap<Key, i64>,
     /// Open bids whose `allocate` failed, held back from allocation for a growing while: a
     /// refusal that repeats (a transaction the cluster will not take) is not sent in a loop.
-    held_back: BTreeMap<Key, HeldBack>,
+    held_back: BTreeMap<Key, Backoff>,
+    /// Leases whose container work failed lately, left alone (their windows still proven)
+    /// until their wait is over: an engine that fails at once is not called in a loop.
+    container_backoff: BTreeMap<Key, Backoff>,
     /// The GPU fault watcher's events (`gpu::faults::watch`), the fatal faults taken from them
     /// (by GPU), and whether the chain has been told (the machine paused).
     faults: tokio::sync::mpsc::UnboundedReceiver<crate::gpu::GpuFault>,
@@ -134,32 +137,30 @@ pub struct Reconciler {
     epoch: Instant,
 }
 
-/// A bid whose `allocate` failed `failures` times in a row: not tried again before `until`
-/// (chain time).
+/// Something that failed `failures` times in a row: not tried again before `until` (chain time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct HeldBack {
+struct Backoff {
     failures: u32,
     until: i64,
 }
 
-impl HeldBack {
-    /// The first wait after a failed `allocate`, doubled with each failure after it.
-    const FIRST_SECS: i64 = 5;
-    /// The longest wait.
-    const MOST_SECS: i64 = 300;
-
-    /// One more failure, at `now`.
-    fn failed(before: Option<HeldBack>, now: i64) -> HeldBack {
-        let failures = before.map_or(1, |h| h.failures.saturating_add(1));
-        let wait = Self::FIRST_SECS
-            .saturating_mul(1 << (failures - 1).min(16))
-            .min(Self::MOST_SECS);
-        HeldBack {
+impl Backoff {
+    /// One more failure at `now`: the wait starts at `first` seconds and doubles with each
+    /// failure, up to `most`.
+    fn failed(before: Option<Backoff>, now: i64, (first, most): (i64, i64)) -> Backoff {
+        let failures = before.map_or(1, |b| b.failures.saturating_add(1));
+        let wait = first.saturating_mul(1 << (failures - 1).min(16)).min(most);
+        Backoff {
             failures,
             until: now.saturating_add(wait),
         }
     }
 }
+
+/// A refused `allocate`: 5 s, doubling to 5 minutes.
+const ALLOCATE_BACKOFF: (i64, i64) = (5, 300);
+/// Container work (a stop, a clean-up) the engine failed at once: 2 s, doubling to a minute.
+const CONTAINER_BACKOFF: (i64, i64) = (2, 60);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunOutcome {
@@ -213,6 +214,7 @@ impl Reconciler {
             unprunable: BTreeSet::new(),
             waiting: BTreeMap::new(),
             held_back: BTreeMap::new(),
+            container_backoff: BTreeMap::new(),
             faulted: BTreeMap::new(),
             fault_reported: false,
             auto_powers: BTreeMap::new(),
@@ -251,9 +253,21 @@ impl Reconciler {
             tracing::info!(%lease, "the lease's retention ended: its scratch volume and logs are deleted");
         }
         let owing = self.state.leases.len() as u64;
-        self.metrics
-            .health()
-            .leases_needing_proofs(owing, crate::metrics::unix_now());
+        let health = self.metrics.health();
+        let unix_now = crate::metrics::unix_now();
+        health.leases_needing_proofs(owing, unix_now);
+        if let Some(c) = &observed.chain {
+            // One interval before the closest lease's client could call the host silent, on
+            // this machine's clock.
+            let prove_by = c
+                .leases
+                .iter()
+                .filter_map(|l| Some(l.reclaimable_from()? - l.interval_secs as i64))
+                .min()
+                .map(|by| unix_now.saturating_add(by.saturating_sub(observed.now)));
+            health.prove_by(prove_by);
+        }
+        health.ticked(unix_now);
         Ok(actions)
     }
 

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::jobs::Outcome;
 use super::plan::{ChainObserved, Observed, ObservedContainer, ObservedGpu};
 use super::ready::Refusal;
-use super::{chain_time, Reconciler, TickError, BIDS_CONSIDERED};
+use super::{chain_time, Backoff, Reconciler, TickError, BIDS_CONSIDERED, CONTAINER_BACKOFF};
 use crate::chain::{ChainError, Key, LeaseView, OpenBids};
 use crate::runtime::RuntimeError;
 use crate::state::StateError;
@@ -67,7 +67,19 @@ impl Reconciler {
             containers,
             gpus,
             local: self.state.clone(),
-            busy: self.jobs.busy(),
+            // Leases whose container work waits out a failure count as busy: left alone but
+            // for their proofs.
+            busy: self
+                .jobs
+                .busy()
+                .into_iter()
+                .chain(
+                    self.container_backoff
+                        .iter()
+                        .filter(|(_, b)| now < b.until)
+                        .map(|(k, _)| *k),
+                )
+                .collect(),
             readying: self.jobs.readying(),
             readied: self.readied_containers(),
             draining,
@@ -260,13 +272,22 @@ impl Reconciler {
                     // Not planned: a lease on record is started in one go.
                     self.readied_job_ended(lease, Ok(p));
                 }
-                Outcome::Stopped => tracing::info!(%lease, "container stopped"),
+                Outcome::Stopped => {
+                    self.container_backoff.remove(&lease);
+                    tracing::info!(%lease, "container stopped")
+                }
                 Outcome::CleanedUp => {
+                    self.container_backoff.remove(&lease);
                     self.forget(lease)?;
                     continue;
                 }
                 Outcome::Failed(e) => {
-                    tracing::warn!(%lease, error = %e, "container work failed; planned again");
+                    let now = self.chain_now().unwrap_or_default();
+                    let before = self.container_backoff.get(&lease).copied();
+                    let wait = Backoff::failed(before, now, CONTAINER_BACKOFF);
+                    self.container_backoff.insert(lease, wait);
+                    tracing::warn!(%lease, error = %e, retry_at = wait.until, "container work failed; planned again then");
+                    continue;
                 }
             }
             self.save()?;

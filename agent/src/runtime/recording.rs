@@ -180,9 +180,10 @@ impl RecordingRuntime {
         self.lock().faults.refused_creates = Some(message.to_string());
     }
 
-    /// From now on the engine takes create requests and never answers them (a wedged daemon).
-    pub fn hang_creates(&self) {
-        self.lock().faults.hung_creates = true;
+    /// From now on (`true`) the engine takes create requests and never answers them (a wedged
+    /// daemon); `false`: it answers the requests after this one.
+    pub fn hang_creates(&self, hang: bool) {
+        self.lock().faults.hung_creates = hang;
     }
 
     fn reachable(&self) -> Result<(), RuntimeError> {

@@ -179,7 +179,7 @@ async fn an_environment_sealed_after_the_allocation_is_taken_while_the_lease_wai
 #[tokio::test(start_paused = true)]
 async fn an_engine_that_hangs_on_create_ends_the_lease_and_never_silences_the_host() {
     let h = Harness::new(&[0]);
-    h.runtime.hang_creates();
+    h.runtime.hang_creates(true);
     let (lease, took) = refused_lease(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     let bound = super::jobs::ENGINE_CALL_TIMEOUT.as_secs() as i64;
     assert!(took <= bound + 2 * POLL as i64, "{took} s");
@@ -408,4 +408,26 @@ async fn a_refused_allocate_is_retried_with_a_growing_wait() {
         h.chain.lease_of_bid(b.key).is_some(),
         "allocated once it could be"
     );
+}
+
+/// The engine down when a lease ends: its clean-up fails at once, and is tried again after a
+/// growing wait, not at once in a loop (the daemon ticks again as soon as a job ends).
+#[tokio::test(start_paused = true)]
+async fn container_work_that_fails_at_once_is_retried_with_a_wait_not_in_a_loop() {
+    let h = Harness::new(&[0]);
+    let mut b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    b.max_duration_secs = INTERVAL;
+    let (mut r, lease) = allocated_and_started(&h, b).await;
+    h.runtime.set_engine_down(true);
+    // Before the fix `settle` found a busy loop here: the lease ended, its clean-up failed at
+    // once, and the next tick (woken by that job's end) started it again.
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert!(h.chain.ended().contains(&lease.key));
+    h.runtime.set_engine_down(false);
+    h.run_for(&mut r, INTERVAL as u64).await;
+    assert!(
+        h.runtime.containers().is_empty(),
+        "removed once the engine answered"
+    );
+    assert!(r.state().leases.is_empty());
 }
