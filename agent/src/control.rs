@@ -3,8 +3,9 @@
 //! on a port for it.
 //!
 //! The verb writes `drain.request`; the daemon, which looks for it every second, renames it
-//! `drain.accepted` and drains; when done it writes `drain.result` (JSON) and removes the
-//! acceptance, then exits. The verb waits for the acceptance, then for the result.
+//! `drain.accepted` and drains; when done it writes `drain.result` (JSON) and, if every lease
+//! ended, removes the acceptance, then exits. The verb waits for the acceptance, then for the
+//! result. A drain is sticky: while it is accepted, every start of the daemon drains.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -68,11 +69,16 @@ impl DrainControl {
         self.path("drain.accepted").exists()
     }
 
-    /// The daemon: the drain ended with `report`.
+    /// The daemon: the drain ended with `report`. One that left leases stays accepted: the
+    /// next start (a supervisor's restart) goes on draining and takes no bid; a finished drain
+    /// is over, and the next start takes bids again.
     pub fn finish(&self, report: &DrainReport) -> io::Result<()> {
         let json = serde_json::to_vec(report).expect("a drain report serialises");
         std::fs::write(self.path("drain.result"), json)?;
-        remove_if_there(&self.path("drain.accepted"))
+        if report.drained {
+            remove_if_there(&self.path("drain.accepted"))?;
+        }
+        Ok(())
     }
 
     /// The result of the last drain, if one ended.
@@ -119,8 +125,20 @@ mod tests {
             left: vec!["Lease1".into()],
         };
         daemon.finish(&report).unwrap();
-        assert!(!operator.accepted());
         assert_eq!(operator.result().unwrap(), Some(report));
+        // Leases were left: the drain stays accepted, and the next start (a supervisor restarts
+        // a daemon that exited with an error) drains on. Before the fix it took bids again.
+        assert!(operator.accepted());
+        tokio::time::timeout(Duration::from_secs(1), daemon.requested())
+            .await
+            .expect("the unfinished drain goes on after a restart");
+        let done = DrainReport {
+            drained: true,
+            left: Vec::new(),
+        };
+        daemon.finish(&done).unwrap();
+        assert!(!operator.accepted(), "a finished drain is over");
+        assert_eq!(operator.result().unwrap(), Some(done));
         // A new request forgets the old result.
         operator.request().unwrap();
         assert_eq!(operator.result().unwrap(), None);

@@ -142,7 +142,7 @@ async fn a_client_reaches_its_lease_through_the_published_port_and_the_daemons_s
     let bare = dir.path().join("bare.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let text = text[..text.find("\n[network]").unwrap()].to_string()
-        + &text[text.find("\n[images]").unwrap()..];
+        + &text[text.find("\n[container]").unwrap()..];
     std::fs::write(&bare, text.replace(&api_port.to_string(), "0")).unwrap();
     let (status, log) = Agent::start(&bare).wait_exit(Duration::from_secs(30));
     assert!(!status.success(), "{log}");
