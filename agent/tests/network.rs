@@ -308,12 +308,13 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-#[tokio::test]
-async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_is_full() {
+/// An engine handle (scope `scope`) publishing from a range of one port, chosen free (a fixed
+/// one was found taken on a machine), the test image pulled: the engine, the port, the image
+/// and a lease network publishing container port 8080.
+async fn one_port_engine(scope: &str) -> (DockerEngine, u16, String, LeaseNetwork) {
     let (host, image) = engine_env();
-    // A range of one port, chosen free (a fixed one was found taken on a machine).
     let port = free_port();
-    let engine = DockerEngine::connect(&host, "network-test-ports")
+    let engine = DockerEngine::connect(&host, scope)
         .await
         .unwrap()
         .publishing(Publishing {
@@ -326,6 +327,12 @@ async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_
         egress: EgressView::None,
         ports: vec![8080],
     };
+    (engine, port, image, serve)
+}
+
+#[tokio::test]
+async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_is_full() {
+    let (engine, port, image, serve) = one_port_engine("network-test-ports").await;
     let spec = lease_spec(
         &image,
         6,
@@ -366,21 +373,7 @@ async fn a_published_port_is_reached_on_the_host_from_the_range_until_the_range_
 /// the second start failed with the port taken).
 #[tokio::test]
 async fn a_created_container_keeps_its_host_port_from_the_next_one() {
-    let (host, image) = engine_env();
-    let port = free_port();
-    let engine = DockerEngine::connect(&host, "network-test-created-ports")
-        .await
-        .unwrap()
-        .publishing(Publishing {
-            first: port,
-            last: port,
-            ip: Ipv4Addr::UNSPECIFIED,
-        });
-    engine.pull(&image).await.unwrap();
-    let serve = LeaseNetwork {
-        egress: EgressView::None,
-        ports: vec![8080],
-    };
+    let (engine, port, image, serve) = one_port_engine("network-test-created-ports").await;
     let first = engine
         .create(&lease_spec(&image, 8, serve.clone(), "sleep 5"))
         .await

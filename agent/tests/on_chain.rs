@@ -59,16 +59,18 @@ struct Scenario {
 
 impl Scenario {
     async fn start(intervals: u32) -> (Scenario, Agent) {
+        Self::with_bid(|now| queue_bid(1, intervals * INTERVAL, now)).await
+    }
+
+    /// The client's bid is `bid(now)`.
+    async fn with_bid(bid: impl FnOnce(i64) -> PlaceBidArgs) -> (Scenario, Agent) {
         let live = live_market(2).await;
         let client = live.client(10 * TOKEN, 0).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let config = Agent::write_config(&live, dir.path(), 2);
         let agent = Agent::start(&config);
         let now = live.cluster.now().await.unwrap();
-        let bid = live
-            .place(&client, queue_bid(1, intervals * INTERVAL, now))
-            .await
-            .unwrap();
+        let bid = live.place(&client, bid(now)).await.unwrap();
         let escrow = live.cluster.account::<Bid>(&bid).await.unwrap().escrow;
         let before = Self::balances(&live, &client).await;
         let treasury = live.cluster.token_balance(&live.treasury).await.unwrap();
@@ -280,17 +282,13 @@ async fn kill_9_and_restart_lose_and_double_nothing() {
 /// the host silent: the client gets its whole escrow back, the host keeps its whole stake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_environment_never_sealed_gets_no_host_slashed_across_a_kill_9() {
-    let live = live_market(2).await;
-    let client = live.client(10 * TOKEN, 0).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let config = Agent::write_config(&live, dir.path(), 2);
-    let agent = Agent::start(&config);
-    let now = live.cluster.now().await.unwrap();
-    let mut args = queue_bid(1, 10 * INTERVAL, now);
-    args.env_hash = [9; 32];
-    let bid = live.place(&client, args).await.unwrap();
-    let escrow = live.cluster.account::<Bid>(&bid).await.unwrap().escrow;
-    let tokens = live.cluster.token_balance(&client.tokens).await.unwrap();
+    let (s, agent) = Scenario::with_bid(|now| PlaceBidArgs {
+        env_hash: [9; 32],
+        ..queue_bid(1, 10 * INTERVAL, now)
+    })
+    .await;
+    let (live, client, lease, escrow, config) = (&s.live, &s.client, s.lease, s.escrow, &s.config);
+    let tokens = s.before[2];
     let host_stake = pda::stake(&live.market, &live.host.key.pubkey()).0;
     let stake_of = || async {
         live.cluster
@@ -300,18 +298,17 @@ async fn an_environment_never_sealed_gets_no_host_slashed_across_a_kill_9() {
             .amount
     };
     let stake = stake_of().await;
-    let lease = pda::lease(&bid).0;
     wait_for("the lease", 30, &agent, || async {
-        account_exists(&live, &lease).await.then_some(())
+        account_exists(live, &lease).await.then_some(())
     })
     .await;
     let first_log = agent.kill9();
-    let agent = Agent::start(&config);
+    let agent = Agent::start(config);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let l: Lease = match live.cluster.account(&lease).await {
             Ok(l) => l,
-            Err(_) if !account_exists(&live, &lease).await => break,
+            Err(_) if !account_exists(live, &lease).await => break,
             Err(e) => panic!("reading the lease: {e}"),
         };
         let now = live.cluster.now().await.unwrap();
