@@ -197,6 +197,11 @@ impl FakeChain {
 
     /// The market's idle rule, as the program applies it: a lease whose proofs show less than
     /// `utilisation_bps` for `end_intervals` proofs in a row stops at the end of the last.
+    /// The machine account now declares `uuid` for GPU `index` (a `host update`).
+    pub fn set_gpu_uuid(&self, index: usize, uuid: [u8; 16]) {
+        self.lock().gpus[index].0.uuid = uuid;
+    }
+
     /// Whether the cluster is unreachable (`set_outage`).
     pub fn is_down(&self) -> bool {
         self.lock().outage

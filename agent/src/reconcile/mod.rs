@@ -124,6 +124,8 @@ pub struct Reconciler {
     /// Leases whose container work failed lately, left alone (their windows still proven)
     /// until their wait is over: an engine that fails at once is not called in a loop.
     container_backoff: BTreeMap<Key, Backoff>,
+    /// Whether the machine account, as last read, declares the GPUs this host has.
+    gpus_as_declared: bool,
     /// The GPU fault watcher's events (`gpu::faults::watch`), the fatal faults taken from them
     /// (by GPU), and whether the chain has been told (the machine paused).
     faults: tokio::sync::mpsc::UnboundedReceiver<crate::gpu::GpuFault>,
@@ -215,6 +217,7 @@ impl Reconciler {
             waiting: BTreeMap::new(),
             held_back: BTreeMap::new(),
             container_backoff: BTreeMap::new(),
+            gpus_as_declared: true,
             faulted: BTreeMap::new(),
             fault_reported: false,
             auto_powers: BTreeMap::new(),

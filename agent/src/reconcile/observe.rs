@@ -47,6 +47,7 @@ impl Reconciler {
                 self.note_waiting(now, &view);
                 self.held_back
                     .retain(|bid, _| view.bids.iter().any(|b| b.key == *bid));
+                self.check_gpus(&view.machine);
                 Some(view)
             }
             Err(e) => {
@@ -95,7 +96,27 @@ impl Reconciler {
             grace_secs: i64::try_from(self.config.placement_grace.as_secs()).unwrap_or(i64::MAX),
             faulted: self.faulted.iter().map(|(&g, f)| (g, f.xid)).collect(),
             fault_reported: self.fault_reported,
+            gpus_as_declared: self.gpus_as_declared,
         })
+    }
+
+    /// Compares the GPUs the machine account declares with the ones this host has, every time
+    /// it is read (a `host update` may change them, and a start that could not read the chain
+    /// did not compare): while they differ the agent takes no bid, and says why once.
+    fn check_gpus(&mut self, machine: &crate::chain::MachineView) {
+        let declared: Vec<[u8; 16]> = machine.gpus.iter().map(|g| g.uuid).collect();
+        let identity = crate::gpu::check_identity(&declared, &self.gpu_infos);
+        match (&identity, self.gpus_as_declared) {
+            (Err(e), true) => tracing::error!(
+                error = %e,
+                "the machine account does not declare this host's GPUs: no bid is taken until it does                  (`gpu-market-agent detect`, then `gpu-market host update`)"
+            ),
+            (Ok(()), false) => {
+                tracing::info!("the machine account declares this host's GPUs again")
+            }
+            _ => {}
+        }
+        self.gpus_as_declared = identity.is_ok();
     }
 
     /// Notes since when each open bid the packing policy gives another machine has been seen

@@ -50,6 +50,9 @@ pub struct Observed {
     pub faulted: BTreeMap<u32, u64>,
     /// Whether the chain has been told of the fault (the machine is paused).
     pub fault_reported: bool,
+    /// Whether the machine account declares the GPUs this host has (`gpu::check_identity`),
+    /// as last read: a machine that does not takes no bid.
+    pub gpus_as_declared: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -180,7 +183,11 @@ pub fn plan(o: &Observed) -> Vec<Action> {
     if let Some(chain) = &o.chain {
         p.new_leases(chain);
         p.report_fault();
-        if !o.draining && chain.machine.status == MachineStatus::Active && o.faulted.is_empty() {
+        if !o.draining
+            && chain.machine.status == MachineStatus::Active
+            && o.faulted.is_empty()
+            && o.gpus_as_declared
+        {
             let taken = p.allocate_fitting(chain);
             p.preemptions(chain, taken);
         }

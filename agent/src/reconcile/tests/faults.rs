@@ -431,3 +431,29 @@ async fn container_work_that_fails_at_once_is_retried_with_a_wait_not_in_a_loop(
     );
     assert!(r.state().leases.is_empty());
 }
+
+/// The machine account stops declaring this host's GPUs (a `host update` with another host's
+/// GPUs file, a board swapped): the agent takes no new bid, and the lease it runs is proven on;
+/// once the declaration matches again, bids are taken again. Before the fix the GPUs were
+/// compared only at start, and only when the chain answered then.
+#[tokio::test(start_paused = true)]
+async fn a_machine_that_does_not_declare_this_hosts_gpus_takes_no_bid() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, a) = allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    h.chain.set_gpu_uuid(1, [0xee; 16]);
+    let b = other_bid(2, "127.0.0.1:5000/gpu-market/train:v1");
+    h.chain.place_bid(b.clone());
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
+    assert!(h.chain.lease_of_bid(b.key).is_none(), "no bid taken");
+    assert_eq!(
+        proven_intervals(&h, a.key),
+        vec![0, 1],
+        "the running lease proven on"
+    );
+    h.chain.set_gpu_uuid(1, crate::gpu::simulated::uuid(1));
+    h.run_for(&mut r, 2 * POLL).await;
+    assert!(
+        h.chain.lease_of_bid(b.key).is_some(),
+        "taken once the GPUs match"
+    );
+}

@@ -857,6 +857,7 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         held_back: BTreeSet::new(),
         faulted: BTreeMap::new(),
         fault_reported: false,
+        gpus_as_declared: true,
     }
 }
 
