@@ -45,8 +45,6 @@ impl Reconciler {
                 self.clock = Some((now, Instant::now()));
                 self.follow_stops(&view.leases)?;
                 self.note_waiting(now, &view);
-                self.held_back
-                    .retain(|bid, _| view.bids.iter().any(|b| b.key == *bid));
                 self.check_gpus(&view.machine);
                 Some(view)
             }
@@ -192,7 +190,7 @@ impl Reconciler {
     }
 
     async fn observe_chain(
-        &self,
+        &mut self,
         known: &BTreeSet<Key>,
     ) -> Result<(i64, ChainObserved), ChainError> {
         let now = self.chain.now().await?;
@@ -200,7 +198,12 @@ impl Reconciler {
         let leases = self.chain.leases().await?;
         // What allocation needs may fail alone: the proofs need only the machine's leases.
         let open = match self.chain.best_open_bids(BIDS_CONSIDERED).await {
-            Ok(open) => open,
+            Ok(open) => {
+                // Back-offs of bids no longer open go; an unread book forgets none.
+                self.held_back
+                    .retain(|bid, _| open.bids.iter().any(|b| b.key == *bid));
+                open
+            }
             Err(e) => {
                 self.chain_error(&e);
                 tracing::warn!(error = %e, "the books cannot be read: no allocation this tick; proofs go on");

@@ -402,6 +402,14 @@ async fn a_refused_allocate_is_retried_with_a_growing_wait() {
     // test never ended.
     let calls = h.chain.allocate_calls();
     assert!((5..=8).contains(&calls), "{calls} allocate calls");
+    // A book that cannot be read for a tick does not reset the wait: the next try is still
+    // the one due (before, the unread book forgot the back-off and the bid was sent at once).
+    let calls = h.chain.allocate_calls();
+    h.chain.set_books_unreadable(true);
+    h.run_for(&mut r, POLL).await;
+    h.chain.set_books_unreadable(false);
+    h.run_for(&mut r, POLL).await;
+    assert_eq!(h.chain.allocate_calls(), calls, "still held back");
     h.chain.refuse_allocates(false);
     h.run_for(&mut r, 300 + POLL).await;
     assert!(
