@@ -14,12 +14,9 @@ const STALLED: &str = "127.0.0.1:5000/gpu-market/huge:v1";
 
 /// The leases' final proofs: (interval, exit code, GPU-seconds).
 fn final_proof(h: &Harness, lease: Key) -> Option<(u32, Option<i32>, u64)> {
-    h.chain
-        .accepted()
+    proofs(h, lease)
         .into_iter()
-        .filter(|a| a.lease == lease && a.proof.exit_code.is_some())
-        .map(|a| (a.proof.interval, a.proof.exit_code, a.proof.gpu_seconds))
-        .next_back()
+        .rfind(|(_, exit_code, _)| exit_code.is_some())
 }
 
 /// The lease's accepted proofs: (interval, exit code, GPU-seconds), in order.
