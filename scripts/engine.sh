@@ -54,11 +54,14 @@ start_dockerd() {
             > "$ENGINE_DIR/hooks/nvidia-container-runtime-hook"
         chmod +x "$ENGINE_DIR/hooks/nvidia-container-runtime-hook"
     fi
+    # The engine's own firewall management on, IPv6 included, as hosts run it: the lease
+    # firewall must hold against the rules the engine writes (`--experimental` lets this
+    # engine's version manage ip6tables; later versions do by default).
     log "starting dockerd on $SOCK"
     PATH="$PATH:$ENGINE_DIR/hooks" nohup dockerd -H "unix://$SOCK" \
         --data-root "$ENGINE_DIR/data" --exec-root "$ENGINE_DIR/exec" \
         --pidfile "$ENGINE_DIR/dockerd.pid" --storage-driver "${GPU_MARKET_STORAGE_DRIVER:-overlay2}" \
-        --iptables=false --ip6tables=false --bridge=none \
+        --bridge=none --experimental --ip6tables \
         >"$ENGINE_DIR/dockerd.log" 2>&1 &
     for _ in $(seq 1 120); do
         DOCKER_HOST="unix://$SOCK" docker version >/dev/null 2>&1 && return 0

@@ -234,6 +234,10 @@ impl DockerEngine {
         Ok(Attachment {
             mode: self.lease_network(&lease, &spec.network).await?,
             ports,
+            dns: crate::firewall::lease_dns(
+                &spec.network.egress,
+                &crate::firewall::host_resolv_conf(),
+            ),
         })
     }
 
@@ -505,6 +509,11 @@ fn create_body(
             nano_cpus: spec.nano_cpus,
             pids_limit: spec.pids_limit,
             network_mode: Some(net.mode.clone()),
+            dns: net.dns.clone(),
+            // Lease networks are IPv4 only; the engine is not relied on to switch IPv6 off.
+            sysctls: Some(HashMap::from(
+                IPV6_OFF.map(|k| (k.to_string(), "1".to_string())),
+            )),
             port_bindings: (!net.ports.is_empty()).then(|| net.ports.clone()),
             device_requests,
             mounts,
@@ -538,12 +547,21 @@ fn create_body(
     }
 }
 
+/// The sysctls that switch IPv6 off in a lease's network namespace.
+const IPV6_OFF: [&str; 2] = [
+    "net.ipv6.conf.all.disable_ipv6",
+    "net.ipv6.conf.default.disable_ipv6",
+];
+
 /// A container's network: its mode (`none`, or its lease's bridge network) and its published
 /// ports (`"8080/tcp"` → the host port).
 #[derive(Debug, Clone)]
 struct Attachment {
     mode: String,
     ports: HashMap<String, Option<Vec<PortBinding>>>,
+    /// The DNS servers named for the container (`crate::firewall::lease_dns`); `None`: the
+    /// engine's.
+    dns: Option<Vec<String>>,
 }
 
 impl Default for Attachment {
@@ -551,6 +569,7 @@ impl Default for Attachment {
         Attachment {
             mode: "none".to_string(),
             ports: HashMap::new(),
+            dns: None,
         }
     }
 }

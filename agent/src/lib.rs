@@ -13,6 +13,7 @@ pub mod detect;
 pub mod docker;
 pub mod env;
 pub mod evidence;
+pub mod firewall;
 pub mod gpu;
 pub mod metrics;
 pub mod network;

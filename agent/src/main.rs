@@ -305,6 +305,10 @@ async fn run(path: &Path) -> Result<()> {
     }
     metrics.health().engine_reachable(true);
     tracing::info!(api = %engine.api_version(), "container engine ready");
+    let engine = Arc::new(engine);
+    // The lease firewall's rules, kept first and whole whatever the engine or the host's
+    // firewall does to them, for as long as the agent runs.
+    tokio::spawn(gpu_market_agent::network::guard(engine.clone()));
     let agent_key = solana_keypair::read_keypair_file(&config.keypair).map_err(|e| {
         anyhow::anyhow!(
             "cannot read the agent keypair {}: {e}",
@@ -352,7 +356,7 @@ async fn run(path: &Path) -> Result<()> {
 
     let reconciler = Reconciler::new(
         chain,
-        Arc::new(engine),
+        engine,
         gpus,
         ReconcilerConfig {
             data_dir: config.data_dir.clone(),

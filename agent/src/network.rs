@@ -2,51 +2,28 @@
 //! publishes.
 //!
 //! Each lease that may reach anything, or publishes a port, gets a bridge network of its own
-//! (`gm-<lease>`); others run with no network at all. The agent's firewall (iptables, in two
-//! chains of its own that the host's `INPUT` and `FORWARD` chains jump to first) then holds, for
-//! every lease bridge, whatever the policy:
-//! - nothing from the bridge reaches the host itself (its agent API, `/metrics`, an engine on
-//!   TCP, SSH): only answers to connections the host opened (published ports) come back;
-//! - nothing reaches link-local addresses (cloud metadata at 169.254.169.254), private, shared
-//!   or loopback ranges (the host's LAN, other leases' bridges, other Docker networks), unless
-//!   the machine's allow-list names them;
-//! - with egress `none` no connection leaves at all; with an allow-list only to its networks;
-//!   with `open` to any other (public) address.
-//!
-//! The rules only drop or return: what Docker's own chains decide afterwards still applies. The
-//! iptables command is the same tool Docker itself drives; a host without it, or an agent
-//! without `CAP_NET_ADMIN`, cannot start a lease with network (the lease ends with the reason).
+//! (`gm-<lease>`, IPv4 only, no traffic between its containers), guarded by the agent's
+//! firewall (`crate::firewall`); others run with no network at all. The network carries its
+//! policy as a label, so that the firewall's guard re-asserts it after an agent restart, and a
+//! lease under `none` or an allow-list is given DNS servers its firewall governs. The iptables
+//! command is the same tool Docker itself drives; a host without it, or an agent without
+//! `CAP_NET_ADMIN`, cannot start a lease with network (the lease ends with the reason).
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
-use std::process::Command;
+use std::time::{Duration, Instant};
 
 use bollard::errors::Error as BollardError;
 use bollard::models::{NetworkCreateRequest, PortBinding, PortMap};
-use bollard::query_parameters::{InspectNetworkOptions, ListContainersOptions};
+use bollard::query_parameters::{
+    InspectNetworkOptions, ListContainersOptions, ListNetworksOptions,
+};
 use gpu_market_sdk::api::PortMapping;
 
 use crate::chain::{EgressView, Key};
 use crate::docker::DockerEngine;
-use crate::runtime::RuntimeError;
-
-/// The agent's chain that the host's `INPUT` chain jumps to first.
-pub const INPUT_CHAIN: &str = "GPU-MARKET-INPUT";
-/// The agent's chain that the host's `FORWARD` chain jumps to first.
-pub const FORWARD_CHAIN: &str = "GPU-MARKET-FORWARD";
-
-/// Ranges a lease never reaches unless the allow-list names them: link-local (cloud metadata)
-/// first, then private, shared (CGNAT), loopback, "this network" and multicast.
-const CLOSED: [&str; 8] = [
-    "169.254.0.0/16",
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "0.0.0.0/8",
-    "224.0.0.0/4",
-];
+use crate::firewall::{self, FirewallError, Repairs};
+use crate::runtime::{ContainerRuntime, RuntimeError, LABEL_MANAGED};
 
 /// What a lease's container gets of the network.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,6 +68,46 @@ impl Publishing {
 /// What every lease network's name starts with.
 pub const NETWORK_PREFIX: &str = "gm-";
 
+/// The label on a lease network naming its egress policy (`firewall::egress_label`).
+pub const LABEL_EGRESS: &str = "io.gpu-market.egress";
+
+/// The engine's option naming a bridge network's Linux bridge.
+const BRIDGE_OPTION: &str = "com.docker.network.bridge.name";
+
+/// How long a lease network no container uses is kept before the guard removes it.
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(300);
+
+/// Runs a firewall change on a blocking thread, off the runtime's.
+async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, FirewallError> + Send + 'static,
+) -> Result<T, RuntimeError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(done) => done.map_err(RuntimeError::Firewall),
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// The firewall's guard for as long as the agent runs: a [`DockerEngine::guard_pass`] every
+/// [`firewall::GUARD_PERIOD`]; what it repairs is logged, and so is a pass that failed.
+pub async fn guard(engine: std::sync::Arc<DockerEngine>) {
+    let mut orphans = HashMap::new();
+    let mut ticker = tokio::time::interval(firewall::GUARD_PERIOD);
+    loop {
+        ticker.tick().await;
+        match engine.guard_pass(&mut orphans).await {
+            Ok(r) if r.any() => tracing::warn!(
+                order = r.order,
+                leases = r.leases,
+                swept = r.swept,
+                networks = r.networks,
+                "firewall: rules or networks repaired"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "firewall: the guard's pass failed"),
+        }
+    }
+}
+
 /// The engine network of `lease`.
 pub fn network_name(lease: &Key) -> String {
     format!("{NETWORK_PREFIX}{lease}")
@@ -100,126 +117,6 @@ pub fn network_name(lease: &Key) -> String {
 pub fn bridge_name(lease: &Key) -> String {
     let text = lease.to_string();
     format!("gm{}", &text[..12.min(text.len())])
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FirewallError {
-    #[error(
-        "cannot run iptables (the agent needs it and CAP_NET_ADMIN for leases with network): {0}"
-    )]
-    Spawn(std::io::Error),
-    #[error("iptables {args} failed: {stderr}")]
-    Refused { args: String, stderr: String },
-}
-
-fn iptables(args: &[&str]) -> Result<(), FirewallError> {
-    let out = Command::new("iptables")
-        .arg("-w")
-        .args(args)
-        .output()
-        .map_err(FirewallError::Spawn)?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(FirewallError::Refused {
-        args: args.join(" "),
-        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    })
-}
-
-fn iptables_ok(args: &[&str]) -> bool {
-    iptables(args).is_ok()
-}
-
-/// The rules of one lease bridge, in order, for `chain`.
-fn rules(bridge: &str, egress: &EgressView) -> Vec<(&'static str, Vec<String>)> {
-    let from = |rest: &[&str]| {
-        let mut r = vec!["-i".to_string(), bridge.to_string()];
-        r.extend(rest.iter().map(|s| s.to_string()));
-        r
-    };
-    // Answers to connections the host or the lease opened come back, whatever follows.
-    let established = from(&[
-        "-m",
-        "conntrack",
-        "--ctstate",
-        "ESTABLISHED,RELATED",
-        "-j",
-        "RETURN",
-    ]);
-    let mut out = vec![
-        (INPUT_CHAIN, established.clone()),
-        (INPUT_CHAIN, from(&["-j", "DROP"])),
-        (FORWARD_CHAIN, established),
-        // Metadata before any allow-list entry: no policy opens it.
-        (FORWARD_CHAIN, from(&["-d", CLOSED[0], "-j", "DROP"])),
-    ];
-    let allowed: Vec<String> = match egress {
-        EgressView::AllowList(list) => list.iter().map(|(a, p)| format!("{a}/{p}")).collect(),
-        _ => Vec::new(),
-    };
-    for net in &allowed {
-        out.push((FORWARD_CHAIN, from(&["-d", net, "-j", "RETURN"])));
-    }
-    for net in &CLOSED[1..] {
-        out.push((FORWARD_CHAIN, from(&["-d", net, "-j", "DROP"])));
-    }
-    let last = match egress {
-        EgressView::Open => "RETURN",
-        EgressView::None | EgressView::AllowList(_) => "DROP",
-    };
-    out.push((FORWARD_CHAIN, from(&["-j", last])));
-    out
-}
-
-/// The agent's chains exist and the host's chains jump to them first.
-fn ensure_chains() -> Result<(), FirewallError> {
-    for (chain, parent) in [(INPUT_CHAIN, "INPUT"), (FORWARD_CHAIN, "FORWARD")] {
-        if !iptables_ok(&["-n", "-L", chain]) {
-            iptables(&["-N", chain])?;
-        }
-        if !iptables_ok(&["-C", parent, "-j", chain]) {
-            iptables(&["-I", parent, "1", "-j", chain])?;
-        }
-    }
-    Ok(())
-}
-
-/// Installs the rules of `bridge` for `egress` (replacing any it had).
-pub fn install(bridge: &str, egress: &EgressView) -> Result<(), FirewallError> {
-    ensure_chains()?;
-    uninstall(bridge)?;
-    for (chain, rule) in rules(bridge, egress) {
-        let mut args = vec!["-A", chain];
-        args.extend(rule.iter().map(String::as_str));
-        iptables(&args)?;
-    }
-    Ok(())
-}
-
-/// Removes every rule of `bridge` from the agent's chains, whatever policy installed them.
-pub fn uninstall(bridge: &str) -> Result<(), FirewallError> {
-    let mine = format!("-i {bridge} ");
-    for chain in [INPUT_CHAIN, FORWARD_CHAIN] {
-        let out = Command::new("iptables")
-            .args(["-w", "-S", chain])
-            .output()
-            .map_err(FirewallError::Spawn)?;
-        // No chain yet: no rule either.
-        if !out.status.success() {
-            continue;
-        }
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some(rule) = line.strip_prefix(&format!("-A {chain} ")) {
-                if format!("{rule} ").contains(&mine) {
-                    let mut args = vec!["-D", chain];
-                    args.extend(rule.split_whitespace());
-                    iptables(&args)?;
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The host ports of an inspected container's port map (`"8080/tcp"` → its bindings), once
@@ -245,8 +142,8 @@ pub fn published_ports(ports: &PortMap) -> Vec<PortMapping> {
 }
 
 impl DockerEngine {
-    /// Creates `lease`'s bridge network with its firewall (an existing one is reused); returns
-    /// its name for the container's network mode.
+    /// Creates `lease`'s bridge network with its firewall (an existing one is reused when it
+    /// carries the same policy); returns its name for the container's network mode.
     pub(crate) async fn lease_network(
         &self,
         lease: &Key,
@@ -254,29 +151,36 @@ impl DockerEngine {
     ) -> Result<String, RuntimeError> {
         let name = network_name(lease);
         let bridge = bridge_name(lease);
+        let policy = firewall::egress_label(&net.egress);
         let request = NetworkCreateRequest {
             name: name.clone(),
             driver: Some("bridge".to_string()),
+            enable_ipv6: Some(false),
             options: Some(HashMap::from([
-                ("com.docker.network.bridge.name".to_string(), bridge.clone()),
+                (BRIDGE_OPTION.to_string(), bridge.clone()),
                 (
                     "com.docker.network.bridge.enable_icc".to_string(),
                     "false".to_string(),
                 ),
             ])),
-            labels: Some(HashMap::from([(
-                crate::runtime::LABEL_MANAGED.to_string(),
-                self.scope().to_string(),
-            )])),
+            labels: Some(HashMap::from([
+                (LABEL_MANAGED.to_string(), self.scope().to_string()),
+                (LABEL_EGRESS.to_string(), policy.clone()),
+            ])),
             ..Default::default()
         };
-        // An existing one (a restart before its container was made) is reused.
-        let exists = self
+        // An existing one (a restart before its container was made) is reused if its policy
+        // is the lease's: the guard re-asserts the policy its label names.
+        let existing = self
             .docker
             .inspect_network(&name, None::<InspectNetworkOptions>)
             .await
-            .is_ok();
-        if !exists {
+            .ok()
+            .map(|n| n.labels.unwrap_or_default().get(LABEL_EGRESS) == Some(&policy));
+        if existing == Some(false) {
+            self.remove_lease_network(lease).await?;
+        }
+        if existing != Some(true) {
             self.docker
                 .create_network(request)
                 .await
@@ -285,13 +189,15 @@ impl DockerEngine {
                     source,
                 })?;
         }
-        install(&bridge, &net.egress).map_err(RuntimeError::Firewall)?;
+        let egress = net.egress.clone();
+        off_thread(move || firewall::install(&bridge, &egress)).await?;
         Ok(name)
     }
 
     /// Removes `lease`'s network and its firewall rules, if it has them.
     pub(crate) async fn remove_lease_network(&self, lease: &Key) -> Result<(), RuntimeError> {
-        uninstall(&bridge_name(lease)).map_err(RuntimeError::Firewall)?;
+        let bridge = bridge_name(lease);
+        off_thread(move || firewall::uninstall(&bridge)).await?;
         match self.docker.remove_network(&network_name(lease)).await {
             Ok(())
             | Err(BollardError::DockerResponseServerError {
@@ -302,6 +208,76 @@ impl DockerEngine {
                 source,
             }),
         }
+    }
+
+    /// One pass of the firewall's guard: re-asserts the rules of every lease network of this
+    /// engine handle's scope for the policy its label names, sweeps the rules of bridges no
+    /// network of the engine has (nor any interface of the host), and removes this scope's
+    /// lease networks that no container of the scope uses and that `orphans` has seen unused
+    /// for [`ORPHAN_GRACE`] (a network is made just before its container; a creation that
+    /// failed, or an agent killed between the two, left it).
+    pub async fn guard_pass(
+        &self,
+        orphans: &mut HashMap<String, Instant>,
+    ) -> Result<Repairs, RuntimeError> {
+        let engine = |op| move |source| RuntimeError::Engine { op, source };
+        let networks = self
+            .docker
+            .list_networks(None::<ListNetworksOptions>)
+            .await
+            .map_err(engine("network list"))?;
+        let scope = self.scope().to_string();
+        let mut bridges = BTreeSet::new();
+        let mut leases = Vec::new();
+        let mut ours = Vec::new();
+        for n in &networks {
+            let Some(bridge) = n.options.as_ref().and_then(|o| o.get(BRIDGE_OPTION)) else {
+                continue;
+            };
+            bridges.insert(bridge.clone());
+            let labels = n.labels.clone().unwrap_or_default();
+            if labels.get(LABEL_MANAGED) != Some(&scope) {
+                continue;
+            }
+            if let Some(egress) = labels
+                .get(LABEL_EGRESS)
+                .and_then(|l| firewall::parse_egress_label(l))
+            {
+                leases.push((bridge.clone(), egress));
+            }
+            if let Some(name) = n.name.as_ref().filter(|n| n.starts_with(NETWORK_PREFIX)) {
+                ours.push(name.clone());
+            }
+        }
+        let mut repairs = off_thread(move || {
+            firewall::assert(&leases, |b| {
+                bridges.contains(b) || std::path::Path::new("/sys/class/net").join(b).exists()
+            })
+        })
+        .await?;
+        let used: BTreeSet<String> = self
+            .managed()
+            .await?
+            .iter()
+            .filter_map(|c| c.lease.as_ref().map(network_name))
+            .collect();
+        let now = Instant::now();
+        orphans.retain(|name, _| ours.contains(name) && !used.contains(name));
+        for name in ours.iter().filter(|n| !used.contains(*n)) {
+            let since = *orphans.entry(name.clone()).or_insert(now);
+            if now.duration_since(since) < ORPHAN_GRACE {
+                continue;
+            }
+            let lease: Option<Key> = name
+                .strip_prefix(NETWORK_PREFIX)
+                .and_then(|k| k.parse().ok());
+            if let Some(lease) = lease {
+                self.remove_lease_network(&lease).await?;
+                orphans.remove(name);
+                repairs.networks += 1;
+            }
+        }
+        Ok(repairs)
     }
 
     /// Host ports for `ports` from the publishing range, none of which a container of the
@@ -401,34 +377,5 @@ mod tests {
         assert_eq!(p.free_ports(&used, 2), Some(vec![30_001, 30_003]));
         assert_eq!(p.free_ports(&used, 3), None);
         assert!(p.contains(30_003) && !p.contains(30_004) && !p.contains(29_999));
-    }
-
-    #[test]
-    fn metadata_is_dropped_before_any_allow_list_entry_and_the_policy_decides_last() {
-        let allow = EgressView::AllowList(vec![(Ipv4Addr::new(169, 254, 0, 0), 16)]);
-        let r = rules("gmX", &allow);
-        let forward: Vec<String> = r
-            .iter()
-            .filter(|(c, _)| *c == FORWARD_CHAIN)
-            .map(|(_, rule)| rule.join(" "))
-            .collect();
-        let metadata = forward
-            .iter()
-            .position(|x| x.contains("169.254.0.0/16 -j DROP"))
-            .unwrap();
-        let allowed = forward
-            .iter()
-            .position(|x| x.contains("169.254.0.0/16 -j RETURN"))
-            .unwrap();
-        assert!(metadata < allowed);
-        assert_eq!(forward.last().unwrap(), "-i gmX -j DROP");
-        let open = rules("gmX", &EgressView::Open);
-        assert_eq!(open.last().unwrap().1.join(" "), "-i gmX -j RETURN");
-        let input: Vec<String> = open
-            .iter()
-            .filter(|(c, _)| *c == INPUT_CHAIN)
-            .map(|(_, rule)| rule.join(" "))
-            .collect();
-        assert_eq!(input.last().unwrap(), "-i gmX -j DROP");
     }
 }

@@ -393,3 +393,196 @@ async fn a_created_container_keeps_its_host_port_from_the_next_one() {
         Err(e) => panic!("expected no free port, got {e}"),
     }
 }
+
+/// `docker exec` of `script` in container `id`: its standard output.
+fn exec(id: &str, script: &str) -> String {
+    let out = Command::new("docker")
+        .args(["exec", id, "sh", "-c", script])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The engine (its iptables management on, as hosts run it) puts a rule of its own above the
+/// agent's, and a host firewall reload takes the lease's rules away: the allow-list stops
+/// applying. One pass of the agent's guard puts both back; a second finds nothing to do.
+/// Before the rules went through `DOCKER-USER`, an engine with its iptables on let this lease
+/// reach the address its allow-list leaves out, and the metadata address.
+#[tokio::test]
+async fn the_firewall_guard_puts_back_what_the_engine_or_a_reload_took_away() {
+    use gpu_market_agent::firewall::{self, Repairs, FORWARD_CHAIN, USER_CHAIN};
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-guard")
+        .await
+        .unwrap();
+    engine.pull(&image).await.unwrap();
+    let _far = FarNet::new(43, &["198.19.43.7"]);
+    let allowed = "198.18.43.2:8000".to_string();
+    let other = "198.19.43.7:8000".to_string();
+    let targets = [allowed.clone(), other.clone()];
+    let egress = EgressView::AllowList(vec![(Ipv4Addr::new(198, 18, 43, 0), 24)]);
+    let net = LeaseNetwork {
+        egress: egress.clone(),
+        ports: Vec::new(),
+    };
+    let id = engine
+        .run(&lease_spec(&image, 10, net, "sleep 600"))
+        .await
+        .unwrap();
+    let bridge = gpu_market_agent::network::bridge_name(&lease_key(10));
+    let out = exec(&id, &probes(&targets));
+    assert_eq!(verdict(&out, &allowed), "open", "{out}");
+    assert_eq!(verdict(&out, &other), "closed", "{out}");
+    // Its resolvers are ones its firewall governs: none on loopback.
+    let inspect = support::docker()
+        .await
+        .inspect_container(&id, None)
+        .await
+        .unwrap();
+    let dns = inspect.host_config.unwrap().dns.unwrap_or_default();
+    assert!(!dns.is_empty(), "no resolver named for an allow-list lease");
+    assert!(
+        dns.iter()
+            .all(|d| !d.parse::<Ipv4Addr>().unwrap().is_loopback()),
+        "{dns:?}"
+    );
+
+    // What the engine's restart and a reload do.
+    sh(&format!("iptables -w -D {USER_CHAIN} -j {FORWARD_CHAIN}"));
+    sh(&format!("iptables -w -I FORWARD 1 -i {bridge} -j ACCEPT"));
+    firewall::uninstall(&bridge).unwrap();
+    let out = exec(&id, &probes(&targets));
+    assert_eq!(
+        verdict(&out, &other),
+        "open",
+        "the attack did not open: {out}"
+    );
+
+    let repairs = engine.guard_pass(&mut Default::default()).await.unwrap();
+    assert!(repairs.order >= 1 && repairs.leases >= 1, "{repairs:?}");
+    let out = exec(&id, &probes(&targets));
+    assert_eq!(verdict(&out, &allowed), "open", "{out}");
+    assert_eq!(verdict(&out, &other), "closed", "{out}");
+    // Intact rules are left as they are.
+    assert_eq!(
+        firewall::assert(&[(bridge.clone(), egress)], |_| true).unwrap(),
+        Repairs::default()
+    );
+    sh(&format!("iptables -w -D FORWARD -i {bridge} -j ACCEPT"));
+    engine.remove(&id).await.unwrap();
+}
+
+/// Lease networks are IPv4 only: the container has IPv6 switched off, and a host service
+/// listening on every IPv6 address (`::`, as the agent's API or SSH may) is not reached over
+/// the bridge's link-local address; every IPv6 packet from the bridge meets a drop rule.
+#[tokio::test]
+async fn a_lease_has_no_ipv6_and_reaches_no_host_service_over_it() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-ipv6")
+        .await
+        .unwrap();
+    engine.pull(&image).await.unwrap();
+    let service = std::net::TcpListener::bind("[::]:0").unwrap();
+    let port = service.local_addr().unwrap().port();
+    let open = LeaseNetwork {
+        egress: EgressView::Open,
+        ports: Vec::new(),
+    };
+    let id = engine
+        .run(&lease_spec(&image, 11, open, "sleep 600"))
+        .await
+        .unwrap();
+    let bridge = gpu_market_agent::network::bridge_name(&lease_key(11));
+    let link_local = String::from_utf8(
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("ip -6 addr show dev {bridge} | awk '/fe80/ {{print $2}}' | cut -d/ -f1"),
+            ])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    assert!(link_local.starts_with("fe80"), "{link_local:?}");
+    let out = exec(
+        &id,
+        &format!(
+            "cat /proc/sys/net/ipv6/conf/all/disable_ipv6; \
+             if nc -w 2 {link_local}%eth0 {port} </dev/null; then echo reached; fi; true"
+        ),
+    );
+    assert_eq!(out.lines().next(), Some("1"), "{out}");
+    assert!(!out.contains("reached"), "{out}");
+    for chain in [
+        gpu_market_agent::firewall::INPUT_CHAIN,
+        gpu_market_agent::firewall::FORWARD_CHAIN,
+    ] {
+        let rules = Command::new("ip6tables")
+            .args(["-w", "-S", chain])
+            .output()
+            .unwrap()
+            .stdout;
+        let rules = String::from_utf8(rules).unwrap();
+        assert!(
+            rules.contains(&format!("-A {chain} -i {bridge} -j DROP")),
+            "{rules}"
+        );
+    }
+    engine.remove(&id).await.unwrap();
+    drop(service);
+}
+
+/// A lease network left without its container (a creation that failed after the network was
+/// made, an agent killed between the two) is removed with its rules once the guard has seen it
+/// unused for `ORPHAN_GRACE`, and not before.
+#[tokio::test]
+async fn a_lease_network_no_container_uses_is_removed_with_its_rules() {
+    use gpu_market_agent::network::{bridge_name, network_name, ORPHAN_GRACE};
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-orphan")
+        .await
+        .unwrap();
+    engine.pull(&image).await.unwrap();
+    let net = LeaseNetwork {
+        egress: EgressView::Open,
+        ports: Vec::new(),
+    };
+    let id = engine
+        .create(&lease_spec(&image, 12, net, "sleep 600"))
+        .await
+        .unwrap();
+    // The container goes, not through the agent: its network and rules stay.
+    sh(&format!("docker rm -f {id} >/dev/null"));
+    let name = network_name(&lease_key(12));
+    let bridge = bridge_name(&lease_key(12));
+    let docker = support::docker().await;
+    let rules = || {
+        let out = Command::new("iptables")
+            .args(["-w", "-S", gpu_market_agent::firewall::FORWARD_CHAIN])
+            .output()
+            .unwrap()
+            .stdout;
+        String::from_utf8(out)
+            .unwrap()
+            .contains(&format!(" -i {bridge} "))
+    };
+    let mut orphans = std::collections::HashMap::new();
+    let first = engine.guard_pass(&mut orphans).await.unwrap();
+    assert_eq!(first.networks, 0, "removed within its grace");
+    assert!(docker.inspect_network(&name, None).await.is_ok());
+    assert!(rules());
+    // The grace has passed.
+    let seen = orphans
+        .get_mut(&name)
+        .expect("the unused network is watched");
+    *seen = std::time::Instant::now()
+        .checked_sub(ORPHAN_GRACE + Duration::from_secs(1))
+        .unwrap();
+    let second = engine.guard_pass(&mut orphans).await.unwrap();
+    assert_eq!(second.networks, 1, "{second:?}");
+    assert!(docker.inspect_network(&name, None).await.is_err());
+    assert!(!rules());
+}

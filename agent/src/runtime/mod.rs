@@ -61,7 +61,7 @@ pub enum RuntimeError {
         after: std::time::Duration,
     },
     #[error("the lease's firewall: {0}")]
-    Firewall(#[from] crate::network::FirewallError),
+    Firewall(#[from] crate::firewall::FirewallError),
     #[error("no free host port left in the publishing range {first}-{last}")]
     NoFreePort { first: u16, last: u16 },
     #[error("the lease asks for published ports but the agent has no [network] ports range")]
