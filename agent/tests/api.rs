@@ -6,6 +6,7 @@
 mod support;
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +17,7 @@ use gpu_market_agent::metrics::unix_now;
 use gpu_market_agent::retention;
 use gpu_market_agent::runtime::{BindMount, ContainerRuntime, LABEL_CLIENT, LABEL_LEASE};
 use gpu_market_sdk::api::client::{ApiClient, ClientError};
-use gpu_market_sdk::api::{
-    sign, Call, ContainerStatus, LeaseStatus, LogsQuery, NonceCache, DEFAULT_TTL_SECS,
-};
+use gpu_market_sdk::api::{sign, Call, ContainerStatus, LeaseStatus, LogsQuery, DEFAULT_TTL_SECS};
 use gpu_market_sdk::tls::server_config;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -61,42 +60,9 @@ impl Served {
                 .await
                 .expect("connect");
         engine.pull(&image).await.expect("pull");
-        let (lease, owner, agent) = (Keypair::new().pubkey(), Keypair::new(), Keypair::new());
-        // As the agent starts a lease: its client recorded, its scratch folder bound (here a
-        // plain folder: the tmpfs the agent mounts over it is the retention module's).
+        let agent = Keypair::new();
         let data_dir = tempfile::tempdir().unwrap();
-        let lease_key = Key(lease.to_bytes());
-        retention::prepare(
-            data_dir.path(),
-            &lease_key,
-            &Key(owner.pubkey().to_bytes()),
-            0,
-        )
-        .unwrap();
-        let scratch = retention::scratch_dir(data_dir.path(), &lease_key);
-        std::fs::create_dir_all(&scratch).unwrap();
-        let spec = ContainerSpec {
-            image,
-            cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
-            labels: [
-                (LABEL_LEASE.to_string(), lease.to_string()),
-                (LABEL_CLIENT.to_string(), owner.pubkey().to_string()),
-            ]
-            .into(),
-            memory_bytes: Some(64 << 20),
-            pids_limit: Some(32),
-            binds: vec![BindMount {
-                host: scratch,
-                container: SCRATCH_DIR.into(),
-                read_only: false,
-            }],
-            sandbox: Sandbox {
-                scratch_bytes: 0,
-                ..Sandbox::default()
-            },
-            ..Default::default()
-        };
-        let id = engine.run(&spec).await.expect("run");
+        let (lease, owner, id) = tenant(&engine, data_dir.path(), script).await;
         let engine = Arc::new(engine);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -104,7 +70,7 @@ impl Served {
             engine.clone(),
             data_dir.path().to_path_buf(),
             machine,
-            NonceCache::new(NONCE_CAPACITY),
+            NONCE_CAPACITY,
             unix_now,
         );
         let tls = server_config(&agent).unwrap();
@@ -169,6 +135,58 @@ impl Served {
     async fn remove(self) {
         self.engine.remove(&self.id).await.unwrap();
     }
+}
+
+/// A new lease of a new client on `engine`, as the agent starts one: its client recorded, its
+/// scratch folder bound (here a plain folder: the tmpfs the agent mounts over it is the
+/// retention module's), `script` run in a busybox container: the lease, its client and the
+/// container.
+async fn tenant(engine: &DockerEngine, data_dir: &Path, script: &str) -> (Pubkey, Keypair, String) {
+    let image = support::engine_env("GPU_MARKET_TEST_IMAGE");
+    let (lease, owner) = (Keypair::new().pubkey(), Keypair::new());
+    let lease_key = Key(lease.to_bytes());
+    retention::prepare(data_dir, &lease_key, &Key(owner.pubkey().to_bytes()), 0).unwrap();
+    let scratch = retention::scratch_dir(data_dir, &lease_key);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let spec = ContainerSpec {
+        image,
+        cmd: Some(vec!["sh".into(), "-c".into(), script.into()]),
+        labels: [
+            (LABEL_LEASE.to_string(), lease.to_string()),
+            (LABEL_CLIENT.to_string(), owner.pubkey().to_string()),
+        ]
+        .into(),
+        memory_bytes: Some(64 << 20),
+        pids_limit: Some(32),
+        binds: vec![BindMount {
+            host: scratch,
+            container: SCRATCH_DIR.into(),
+            read_only: false,
+        }],
+        sandbox: Sandbox {
+            scratch_bytes: 0,
+            ..Sandbox::default()
+        },
+        ..Default::default()
+    };
+    let id = engine.run(&spec).await.expect("run");
+    (lease, owner, id)
+}
+
+/// Runs `cmd` in `lease`'s container through `served`'s API as `owner`, with no input: its exit
+/// code and standard output.
+async fn exec_output(
+    served: &Served,
+    owner: &Keypair,
+    lease: &Pubkey,
+    cmd: Vec<String>,
+) -> (i64, String) {
+    let session = served.client.exec(owner, lease, cmd).await.unwrap();
+    let mut stdout = Vec::new();
+    let code = within("the exec", session.run(&b""[..], &mut stdout, Vec::new()))
+        .await
+        .unwrap();
+    (code, String::from_utf8(stdout).unwrap())
 }
 
 /// Reads `body` into `seen` until it holds `text`.
@@ -291,24 +309,14 @@ async fn exec_feeds_stdin_and_returns_stdout_stderr_and_the_exit_code() {
     assert_eq!(code, 7);
 
     // As the container's user, with no capability: not privileged.
-    let session = served
-        .client
-        .exec(
-            &served.owner,
-            &served.lease,
-            cmd("grep CapEff /proc/self/status"),
-        )
-        .await
-        .unwrap();
-    let mut stdout = Vec::new();
-    let code = within("the exec", session.run(&b""[..], &mut stdout, Vec::new()))
-        .await
-        .unwrap();
-    assert_eq!(code, 0);
-    assert_eq!(
-        String::from_utf8(stdout).unwrap(),
-        "CapEff:\t0000000000000000\n"
-    );
+    let (code, stdout) = exec_output(
+        &served,
+        &served.owner,
+        &served.lease,
+        cmd("grep CapEff /proc/self/status"),
+    )
+    .await;
+    assert_eq!((code, stdout.as_str()), (0, "CapEff:\t0000000000000000\n"));
 
     served.go();
     served.wait_exit().await;
@@ -520,4 +528,77 @@ async fn after_the_container_is_removed_its_logs_and_files_stay_for_the_retentio
         matches!(&gone, Some(ClientError::Refused { status: 404, .. })),
         "{gone:?}"
     );
+}
+
+/// One tenant opens 2,000 exec sessions and fills its nonce cache; another tenant of the same
+/// API is still served, its logs and an exec of its own. Before the per-lease quotas every
+/// session stayed open (each an engine connection and the client's, for as long as its command
+/// ran), and one nonce cache shared by every lease, once full, refused everyone (503).
+#[tokio::test]
+async fn one_tenant_flooding_exec_and_its_nonces_leaves_another_served() {
+    use futures_util::StreamExt;
+    use gpu_market_agent::api::MAX_EXEC_SESSIONS;
+    let served = Served::start("echo attacker; sleep 600").await;
+    let (lease, owner, id) = tenant(
+        &served.engine,
+        served.data_dir.path(),
+        "echo honest tenant; sleep 600",
+    )
+    .await;
+    let sleep = vec!["sleep".to_string(), "600".into()];
+    let attempts = futures_util::stream::iter(0..2_000)
+        .map(|_| {
+            served
+                .client
+                .exec(&served.owner, &served.lease, sleep.clone())
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>();
+    let attempts = within("2,000 exec requests", attempts).await;
+    let (open, refused): (Vec<_>, Vec<_>) = attempts.into_iter().partition(Result::is_ok);
+    assert_eq!(open.len(), MAX_EXEC_SESSIONS);
+    for r in &refused {
+        assert!(
+            matches!(r, Err(ClientError::Refused { status: 429, .. })),
+            "{:?}",
+            r.as_ref().err()
+        );
+    }
+    // Its nonce cache: every request it signs is remembered until it expires.
+    let statuses = futures_util::stream::iter(0..NONCE_CAPACITY)
+        .map(|_| served.client.status(&served.owner, &served.lease))
+        .buffer_unordered(16)
+        .collect::<Vec<_>>();
+    let statuses = within("the nonce flood", statuses).await;
+    let full = statuses
+        .iter()
+        .filter(|r| matches!(r, Err(ClientError::Refused { status: 503, .. })))
+        .count();
+    assert!(full > 0, "the attacker's cache never filled");
+    assert!(
+        statuses
+            .iter()
+            .all(|r| r.is_ok() || matches!(r, Err(ClientError::Refused { status: 503, .. }))),
+        "only a full cache refuses"
+    );
+
+    // The other tenant: its logs, its status and a session of its own.
+    let logs = served
+        .client
+        .logs(&owner, &lease, LogsQuery::default())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut logs = logs;
+    read_until(&mut logs, &mut seen, "honest tenant").await;
+    assert_eq!(
+        served.client.status(&owner, &lease).await.unwrap().state,
+        ContainerStatus::Running
+    );
+    let echo = vec!["echo".into(), "served".into()];
+    let (code, stdout) = exec_output(&served, &owner, &lease, echo).await;
+    assert_eq!((code, stdout.as_str()), (0, "served\n"));
+    drop(open);
+    served.engine.remove(&id).await.unwrap();
+    served.remove().await;
 }

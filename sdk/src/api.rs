@@ -273,7 +273,7 @@ impl NonceCache {
     }
 
     /// Forgets the nonces of requests expired at `now_unix`: [`verify`] refuses those anyway.
-    fn forget_expired(&mut self, now_unix: i64) {
+    pub fn forget_expired(&mut self, now_unix: i64) {
         while let Some(&(expires, nonce)) = self.by_expiry.first() {
             if expires > now_unix {
                 break;

@@ -4,7 +4,8 @@
 //!
 //! The command is created before the answer, so that a container that is not running is
 //! refused with a status. It runs as the container's user, unprivileged, without a terminal.
-//! A client that goes away stops its input and output, not the command.
+//! A client that goes away stops its input and output, not the command; the session holds one
+//! of its lease's exec slots (`super::MAX_EXEC_SESSIONS`) until the command ends.
 
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::engine::{engine_status, ExecOutput};
 use super::routes::{with_type, Body, Refusal};
 use crate::docker::DockerEngine;
+use crate::quota::Slot;
+use solana_pubkey::Pubkey;
 
 #[derive(Debug, thiserror::Error)]
 enum SessionError {
@@ -41,6 +44,7 @@ pub(super) async fn upgrade(
     id: &str,
     cmd: Vec<String>,
     request: Request<Incoming>,
+    slot: Slot<Pubkey>,
 ) -> Result<Response<Body>, Refusal> {
     if !asks_for_exec(request.headers()) {
         return Err(Refusal::NoUpgrade);
@@ -62,6 +66,7 @@ pub(super) async fn upgrade(
         if let Err(e) = session {
             tracing::debug!(error = %e, exec = %exec_id, "api: an exec session ended early");
         }
+        drop(slot);
     });
     let empty = Empty::new().map_err(|never| match never {});
     let mut response = with_type("application/octet-stream", BodyExt::boxed_unsync(empty));

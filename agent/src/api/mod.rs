@@ -15,13 +15,14 @@ mod exec;
 mod retained;
 mod routes;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use gpu_market_sdk::api::NonceCache;
+use gpu_market_sdk::api::{Authorization, NonceCache, ReplayError};
 use gpu_market_sdk::tls::{server_config, TlsError};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -32,44 +33,80 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
 use crate::docker::DockerEngine;
-use crate::metrics::server::accept_bounded;
+use crate::metrics::server::{accept_bounded, ConnectionCaps};
 use crate::metrics::unix_now;
+use crate::quota::{Quota, Slot};
 use crate::runtime::RuntimeError;
 
-/// The most requests whose nonces are remembered at once (each for at most
-/// [`gpu_market_sdk::api::MAX_TTL_SECS`]); only a lease's client gets one remembered.
-pub const NONCE_CAPACITY: usize = 100_000;
-/// Connections served at once; those over it are closed at once.
-const MAX_CONNECTIONS: usize = 256;
+/// The most requests of one lease whose nonces are remembered at once (each for at most
+/// [`gpu_market_sdk::api::MAX_TTL_SECS`]: some 30 requests a second, sustained); only a
+/// lease's client gets one remembered, in its lease's own cache, so a client that fills its
+/// cache is refused (503) alone.
+pub const NONCE_CAPACITY: usize = 10_000;
+/// Exec sessions of one lease at once; one more is refused (429) until one ends. A session
+/// lasts as long as its command, whether or not its client is still there.
+pub const MAX_EXEC_SESSIONS: usize = 8;
+/// Connections served at once, and from one address; those over either are closed at once.
+const CONNECTION_CAPS: ConnectionCaps = ConnectionCaps {
+    total: 256,
+    per_peer: 32,
+};
 /// Time for a client to finish its TLS handshake, and to send a request head.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the API serves from: the engine of this machine's containers, the machine the requests
-/// must be signed for, the nonces seen, and the clock (unix seconds) that expiries are read by.
+/// must be signed for, each lease's nonces seen and exec sessions open, and the clock (unix
+/// seconds) that expiries are read by.
 pub struct Api {
     engine: Arc<DockerEngine>,
     /// The agent's data folder: what it retains of ended leases (`crate::retention`).
     data_dir: PathBuf,
     machine: Pubkey,
-    nonces: Mutex<NonceCache>,
+    /// Each lease's nonces (a cache with nothing left in it is dropped).
+    nonces: Mutex<HashMap<Pubkey, NonceCache>>,
+    nonce_capacity: usize,
+    exec_sessions: Quota<Pubkey>,
     clock: fn() -> i64,
 }
 
 impl Api {
+    /// The API of `machine`'s leases, remembering up to `nonce_capacity` nonces per lease.
     pub fn new(
         engine: Arc<DockerEngine>,
         data_dir: PathBuf,
         machine: Pubkey,
-        nonces: NonceCache,
+        nonce_capacity: usize,
         clock: fn() -> i64,
     ) -> Self {
         Api {
             engine,
             data_dir,
             machine,
-            nonces: Mutex::new(nonces),
+            nonces: Mutex::default(),
+            nonce_capacity,
+            exec_sessions: Quota::new(MAX_EXEC_SESSIONS),
             clock,
         }
+    }
+
+    /// Remembers the nonce of `auth`, a request of `lease`'s client, in the lease's cache.
+    fn admit(&self, lease: &Pubkey, auth: &Authorization) -> Result<(), ReplayError> {
+        let now = (self.clock)();
+        let mut caches = self.nonces.lock().unwrap_or_else(PoisonError::into_inner);
+        caches.retain(|_, cache| {
+            cache.forget_expired(now);
+            !cache.is_empty()
+        });
+        caches
+            .entry(*lease)
+            .or_insert_with(|| NonceCache::new(self.nonce_capacity))
+            .admit(auth, now)
+    }
+
+    /// One more exec session of `lease`, held until the returned slot is dropped; `None` when
+    /// the lease has [`MAX_EXEC_SESSIONS`] open.
+    fn exec_slot(&self, lease: Pubkey) -> Option<Slot<Pubkey>> {
+        self.exec_sessions.take(lease)
     }
 }
 
@@ -98,7 +135,7 @@ pub async fn start(config: &Config, agent: &Keypair) -> Result<(), ApiError> {
         Arc::new(engine),
         config.data_dir.clone(),
         Pubkey::new_from_array(config.machine.0),
-        NonceCache::new(NONCE_CAPACITY),
+        NONCE_CAPACITY,
         unix_now,
     );
     let tls = server_config(agent)?;
@@ -116,7 +153,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let tls = TlsAcceptor::from(tls);
-    accept_bounded("api", listener, MAX_CONNECTIONS, shutdown, |socket| {
+    accept_bounded("api", listener, CONNECTION_CAPS, shutdown, |socket| {
         connection(socket, tls.clone(), api.clone())
     })
     .await

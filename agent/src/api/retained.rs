@@ -9,12 +9,11 @@
 //! read, opened non-blocking, so a FIFO or a device in their place is left out, never waited on.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use hyper::body::Bytes;
 use rustix::fs::{openat2, statat, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use tokio_util::io::ReaderStream;
 
@@ -22,44 +21,69 @@ use super::routes::{streamed, Body, Refusal};
 use crate::chain::Key;
 use crate::runtime::SCRATCH_DIR;
 
-/// The lease's saved logs, the last `tail` lines of them when asked.
+/// The lease's saved logs, the last `tail` lines of them when asked: streamed from the file,
+/// never read whole (a saved log may be as large as the host lets a container log).
 pub(super) async fn logs(
     data_dir: &Path,
     lease: &Key,
     tail: Option<u64>,
 ) -> Result<hyper::Response<Body>, Refusal> {
     let path = crate::reconcile::logs_path(data_dir, lease);
-    let text = tokio::fs::read(&path)
-        .await
-        .map_err(|_| Refusal::NoSuchPath("saved log".into()))?;
-    let start = match tail {
-        None => 0,
-        Some(n) => tail_start(&text, n),
-    };
-    let body = Bytes::from(text).slice(start..);
+    let opened = tokio::task::spawn_blocking(move || -> std::io::Result<Option<File>> {
+        let Ok(mut file) = File::open(&path) else {
+            return Ok(None);
+        };
+        let start = match tail {
+            None => 0,
+            Some(n) => tail_start(&mut file, n)?,
+        };
+        file.seek(SeekFrom::Start(start))?;
+        Ok(Some(file))
+    })
+    .await
+    .map_err(|e| Refusal::Io(e.to_string()))?
+    .map_err(|e| Refusal::Io(e.to_string()))?;
+    let file = opened.ok_or_else(|| Refusal::NoSuchPath("saved log".into()))?;
     Ok(streamed(
         "application/octet-stream",
-        futures_util::stream::iter([Ok::<_, std::io::Error>(body)]),
+        ReaderStream::new(tokio::fs::File::from_std(file)),
     ))
 }
 
-/// Where the last `n` lines of `text` start.
-fn tail_start(text: &[u8], n: u64) -> usize {
-    let body = text.strip_suffix(b"\n").unwrap_or(text);
+/// How much of a saved log is read at a time while looking for where its tail starts.
+const TAIL_CHUNK: usize = 64 << 10;
+
+/// Where the last `n` lines of `text` start, read backwards from its end a chunk at a time.
+fn tail_start(text: &mut (impl Read + Seek), n: u64) -> std::io::Result<u64> {
+    let len = text.seek(SeekFrom::End(0))?;
+    if n == 0 {
+        return Ok(len);
+    }
+    let mut chunk = vec![0u8; TAIL_CHUNK];
+    let mut end = len;
     let mut seen = 0;
-    for (i, &b) in body.iter().enumerate().rev() {
-        if b == b'\n' {
-            seen += 1;
-            if seen == n {
-                return i + 1;
+    let mut last = true;
+    while end > 0 {
+        let size = usize::try_from(end).map_or(TAIL_CHUNK, |e| e.min(TAIL_CHUNK));
+        let from = end - size as u64;
+        text.seek(SeekFrom::Start(from))?;
+        text.read_exact(&mut chunk[..size])?;
+        let mut bytes = &chunk[..size];
+        // The text's own last line break ends its last line; it starts none.
+        if std::mem::take(&mut last) {
+            bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        }
+        for (i, &b) in bytes.iter().enumerate().rev() {
+            if b == b'\n' {
+                seen += 1;
+                if seen == n {
+                    return Ok(from + i as u64 + 1);
+                }
             }
         }
+        end = from;
     }
-    if n == 0 {
-        text.len()
-    } else {
-        0
-    }
+    Ok(0)
 }
 
 /// Opens `path` (relative) beneath the folder `dir`, following no link on the way or at its
@@ -197,14 +221,37 @@ pub(super) fn files(scratch: &Path, path: &str) -> Result<hyper::Response<Body>,
 mod tests {
     use super::*;
 
+    fn tail(text: &[u8], n: u64) -> &[u8] {
+        let start = tail_start(&mut std::io::Cursor::new(text), n).unwrap();
+        &text[start as usize..]
+    }
+
     #[test]
     fn the_tail_starts_after_the_nth_last_line_break() {
         let text = b"a\nb\nc\n";
-        assert_eq!(&text[tail_start(text, 1)..], b"c\n");
-        assert_eq!(&text[tail_start(text, 2)..], b"b\nc\n");
-        assert_eq!(&text[tail_start(text, 9)..], text);
-        assert_eq!(&text[tail_start(text, 0)..], b"");
-        assert_eq!(&b"x"[tail_start(b"x", 1)..], b"x");
+        assert_eq!(tail(text, 1), b"c\n");
+        assert_eq!(tail(text, 2), b"b\nc\n");
+        assert_eq!(tail(text, 9), text);
+        assert_eq!(tail(text, 0), b"");
+        assert_eq!(tail(b"x", 1), b"x");
+        assert_eq!(tail(b"", 3), b"");
+    }
+
+    #[test]
+    fn a_tail_is_found_across_chunks_of_a_log_larger_than_one() {
+        // Lines of every length around the chunk's, so that breaks fall on its edges.
+        let lines: Vec<String> = (0..400)
+            .map(|i| "x".repeat((i * 997) % (TAIL_CHUNK + 3)))
+            .collect();
+        let text = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        for n in [1u64, 2, 7, 150, 399, 400, 401] {
+            let kept = lines.len().saturating_sub(n as usize);
+            let want: String = lines[kept..].iter().map(|l| format!("{l}\n")).collect();
+            assert_eq!(tail(text.as_bytes(), n), want.as_bytes(), "{n} lines");
+        }
+        // No final line break: the last line counts all the same.
+        let text = text.trim_end_matches('\n');
+        assert_eq!(tail(text.as_bytes(), 1), lines[399].as_bytes());
     }
 
     /// The archive `files` streams for `path`, collected (at most 30 s).

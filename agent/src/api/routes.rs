@@ -2,8 +2,6 @@
 //! container's client are checked in that order, its nonce is remembered, and then its query is
 //! read and answered.
 
-use std::sync::PoisonError;
-
 use bollard::errors::Error as BollardError;
 use futures_util::{Stream, StreamExt};
 use gpu_market_sdk::api::{
@@ -19,7 +17,7 @@ use serde::Serialize;
 use solana_pubkey::Pubkey;
 
 use super::engine::{engine_status, LeaseContainer};
-use super::{exec, retained, Api};
+use super::{exec, retained, Api, MAX_EXEC_SESSIONS};
 use crate::chain::Key;
 use crate::retention;
 use crate::runtime::SCRATCH_DIR;
@@ -46,6 +44,8 @@ pub(super) enum Refusal {
     NoUpgrade,
     #[error("the lease's container is not running")]
     NotRunning,
+    #[error("the lease has {0} exec sessions open, its most at once")]
+    TooManySessions(usize),
     #[error("no {0} in the lease's container")]
     NoSuchPath(String),
     /// Logged; the client is told no more.
@@ -68,6 +68,7 @@ impl Refusal {
             Refusal::Replay(ReplayError::Replayed) | Refusal::NotRunning => StatusCode::CONFLICT,
             Refusal::Replay(ReplayError::Full { .. }) => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::Query(_) | Refusal::NoUpgrade => StatusCode::BAD_REQUEST,
+            Refusal::TooManySessions(_) => StatusCode::TOO_MANY_REQUESTS,
             Refusal::Engine(_) => StatusCode::BAD_GATEWAY,
             Refusal::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -106,29 +107,40 @@ pub(super) async fn answer(api: &Api, request: Request<Incoming>) -> Response<Bo
 async fn respond(api: &Api, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
     let (endpoint, lease) = Endpoint::parse(request.method().as_str(), request.uri().path())?;
     let auth = authenticate(api, &request)?;
+    // The client the agent recorded at the lease's start, kept through its retention: a
+    // request signed by anyone else is refused before the engine is asked anything.
+    let key = Key(lease.to_bytes());
+    let Some(client) = retention::client_of(&api.data_dir, &key) else {
+        return Err(Refusal::NoContainer(lease));
+    };
+    if Pubkey::new_from_array(client.0) != auth.signer {
+        return Err(Refusal::NotTheClient(lease));
+    }
+    // Only a lease's client gets a nonce remembered, in its lease's cache: no one can fill
+    // another lease's.
+    api.admit(&lease, &auth)?;
+    let call = Call::parse(endpoint, request.uri().query().unwrap_or_default())?;
+    // A session over the lease's quota is refused before the engine is asked anything.
+    let slot = match call {
+        Call::Exec(_) => Some(
+            api.exec_slot(lease)
+                .ok_or(Refusal::TooManySessions(MAX_EXEC_SESSIONS))?,
+        ),
+        _ => None,
+    };
     let container = api
         .engine
         .lease_container(&lease)
         .await
         .map_err(Refusal::Engine)?;
-    // The client the agent recorded at the lease's start (kept through its retention), else
-    // the container's label.
-    let key = Key(lease.to_bytes());
-    let client = retention::client_of(&api.data_dir, &key)
-        .map(|k| Pubkey::new_from_array(k.0))
-        .or_else(|| container.as_ref().and_then(|c| c.client));
-    let Some(client) = client else {
-        return Err(Refusal::NoContainer(lease));
-    };
-    if client != auth.signer {
+    // The container's label, where it has one, names the same client.
+    if container
+        .as_ref()
+        .and_then(|c| c.client)
+        .is_some_and(|c| c != auth.signer)
+    {
         return Err(Refusal::NotTheClient(lease));
     }
-    // Only a lease's client gets a nonce remembered: no one else can fill the cache.
-    api.nonces
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .admit(&auth, (api.clock)())?;
-    let call = Call::parse(endpoint, request.uri().query().unwrap_or_default())?;
     let Some(LeaseContainer { id, .. }) = container else {
         return retained_answer(api, &key, call).await;
     };
@@ -139,7 +151,10 @@ async fn respond(api: &Api, request: Request<Incoming>) -> Result<Response<Body>
             Ok(json(StatusCode::OK, &status))
         }
         Call::Logs(query) => logs(api, &id, query),
-        Call::Exec(cmd) => exec::upgrade(api.engine.clone(), &id, cmd, request).await,
+        Call::Exec(cmd) => {
+            let slot = slot.expect("taken for every exec call");
+            exec::upgrade(api.engine.clone(), &id, cmd, request, slot).await
+        }
         Call::Files(path) => {
             // The scratch folder is the host's (bound into the container): read there, it does
             // not depend on the container's state, which changes under a settling lease (seen:

@@ -17,6 +17,7 @@ use tokio::sync::Semaphore;
 
 use super::health::unix_now;
 use super::Metrics;
+use crate::quota::Quota;
 
 /// How the server bounds what one client may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +85,10 @@ pub async fn serve(
     accept_bounded(
         "metrics",
         listener,
-        limits.max_connections,
+        ConnectionCaps {
+            total: limits.max_connections,
+            per_peer: limits.max_connections,
+        },
         shutdown,
         |socket| {
             let metrics = metrics.clone();
@@ -94,26 +98,35 @@ pub async fn serve(
     .await
 }
 
+/// At most how many connections a server takes, and how many of them from one address.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionCaps {
+    pub total: usize,
+    pub per_peer: usize,
+}
+
 /// Accepts connections on `listener` until `shutdown` completes, each handed to `serve` beside
-/// the loop; at most `max` at once (one over it is closed at once, so that a flood cannot take
-/// the agent's memory). `what` names the server in the log.
+/// the loop; at most `caps.total` at once, and `caps.per_peer` from one IP address (one over
+/// either is closed at once, so that a flood cannot take the agent's memory, and one peer
+/// cannot take every slot). `what` names the server in the log.
 pub async fn accept_bounded<F, Fut>(
     what: &'static str,
     listener: TcpListener,
-    max: usize,
+    caps: ConnectionCaps,
     shutdown: impl Future<Output = ()>,
     serve: F,
 ) where
     F: Fn(TcpStream) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(max));
+    let permits = Arc::new(Semaphore::new(caps.total));
+    let peers = Quota::new(caps.per_peer);
     tokio::pin!(shutdown);
     loop {
-        let socket = tokio::select! {
+        let (socket, peer) = tokio::select! {
             _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
-                Ok((socket, _)) => socket,
+                Ok((socket, addr)) => (socket, addr.ip()),
                 Err(e) => {
                     tracing::warn!(error = %e, "{what}: accept failed");
                     continue;
@@ -124,10 +137,14 @@ pub async fn accept_bounded<F, Fut>(
             tracing::debug!("{what}: too many connections; closing a new one");
             continue;
         };
+        let Some(slot) = peers.take(peer) else {
+            tracing::debug!(%peer, "{what}: too many connections from one address; closing a new one");
+            continue;
+        };
         let served = serve(socket);
         tokio::spawn(async move {
             served.await;
-            drop(permit);
+            drop((permit, slot));
         });
     }
 }
