@@ -14,8 +14,8 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, LogsOptions,
-    RemoveContainerOptions, StartContainerOptions, StopContainerOptions, TopOptions,
-    WaitContainerOptions,
+    RemoveContainerOptions, RemoveImageOptions, StartContainerOptions, StopContainerOptions,
+    TopOptions, WaitContainerOptions,
 };
 use bollard::Docker;
 use futures_util::{StreamExt, TryStreamExt};
@@ -143,21 +143,21 @@ impl DockerEngine {
                 }
             }
         }
-        // Layers already in the store report no sizes while pulling: the image as stored
-        // answers for them.
-        if max_bytes < u64::MAX {
-            let stored = self.stored_within(image, max_bytes).await?;
-            stored.map_err(|source| RuntimeError::Pull {
+        // Layers already in the store report no sizes while pulling, and none reports its
+        // unpacked size: the image as stored answers for them, and for its environment.
+        self.stored_fit(image, max_bytes)
+            .await?
+            .map_err(|source| RuntimeError::Pull {
                 image: image.to_string(),
                 source,
             })?;
-        }
         Ok(messages)
     }
 
     /// Whether `image` is in the store (the engine's error when not), refusing one bigger than
-    /// `max_bytes`.
-    async fn stored_within(
+    /// `max_bytes` unpacked or whose own environment sets a key `env::forbidden_in_image`
+    /// names; a refused image is removed from the store.
+    async fn stored_fit(
         &self,
         image: &str,
         max_bytes: u64,
@@ -167,14 +167,36 @@ impl DockerEngine {
             Err(e) => return Ok(Err(e)),
         };
         let bytes = stored.size.unwrap_or(0).max(0) as u64;
-        if bytes > max_bytes {
-            return Err(RuntimeError::ImageTooLarge {
+        let forbidden = stored
+            .config
+            .and_then(|c| c.env)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_string()))
+            .find(|k| crate::env::forbidden_in_image(k));
+        let refusal = if bytes > max_bytes {
+            RuntimeError::ImageTooLarge {
                 image: image.to_string(),
                 bytes,
                 max_bytes,
-            });
+            }
+        } else if let Some(key) = forbidden {
+            RuntimeError::ImageEnv {
+                image: image.to_string(),
+                key,
+            }
+        } else {
+            return Ok(Ok(()));
+        };
+        // Not kept to fill the disk; one a container still uses stays (the engine refuses).
+        if let Err(e) = self
+            .docker
+            .remove_image(image, None::<RemoveImageOptions>, None)
+            .await
+        {
+            tracing::warn!(image, error = %e, "a refused image could not be removed");
         }
-        Ok(Ok(()))
+        Err(refusal)
     }
 
     /// Creates a container, not started; returns its id. It will run without network, without
@@ -479,7 +501,10 @@ fn create_body(
         vec![DeviceRequest {
             driver: Some("nvidia".to_string()),
             device_ids: Some(spec.gpu_indices.iter().map(u32::to_string).collect()),
-            capabilities: Some(vec![vec!["gpu".to_string()]]),
+            // The engine sets NVIDIA_DRIVER_CAPABILITIES from these after the image's own
+            // environment, so an image asking for `all` (graphics, display, video) gets the
+            // driver's compute and management libraries only.
+            capabilities: Some(vec![GPU_CAPABILITIES.map(String::from).to_vec()]),
             ..Default::default()
         }]
     });
@@ -547,6 +572,9 @@ fn create_body(
     }
 }
 
+/// What a lease's GPU device request asks of the engine's `nvidia` driver.
+const GPU_CAPABILITIES: [&str; 3] = ["gpu", "compute", "utility"];
+
 /// The sysctls that switch IPv6 off in a lease's network namespace.
 const IPV6_OFF: [&str; 2] = [
     "net.ipv6.conf.all.disable_ipv6",
@@ -608,7 +636,7 @@ impl ContainerRuntime for DockerEngine {
         let pinned = pinned_reference(image_ref, digest)?;
         // Pinned to its digest, an image already in the store is the one asked for: no round
         // trip to the registry.
-        if self.stored_within(&pinned, max_bytes).await?.is_ok() {
+        if self.stored_fit(&pinned, max_bytes).await?.is_ok() {
             return Ok(());
         }
         self.pull_with_credentials(&pinned, credentials, max_bytes)

@@ -55,6 +55,20 @@ pub fn reserved_key(key: &str) -> bool {
     RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p)) || RESERVED_KEYS.contains(&&*upper)
 }
 
+/// Whether an image's own `ENV` may not set `key`: what makes the dynamic loader load code
+/// (`LD_PRELOAD`, `LD_AUDIT`, and [`RESERVED_KEYS`]), in the container and in the NVIDIA
+/// container toolkit's hooks, which run on the host with the container's environment
+/// (CVE-2025-23266 took the host with an image's `ENV LD_PRELOAD`), and NVIDIA MPS's keys.
+/// Other `LD_` and `NVIDIA_` keys stay the image's: CUDA images set `LD_LIBRARY_PATH` and
+/// `NVIDIA_REQUIRE_CUDA`, and the engine's own `NVIDIA_VISIBLE_DEVICES` and
+/// `NVIDIA_DRIVER_CAPABILITIES`, set after the image's, decide (`crate::docker`).
+pub fn forbidden_in_image(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    ["LD_PRELOAD", "LD_AUDIT"].contains(&&*upper)
+        || RESERVED_KEYS.contains(&&*upper)
+        || upper.starts_with(MPS_ENV_PREFIX)
+}
+
 /// Whether `key` is an environment variable name: ASCII letters, digits and `_`, not starting
 /// with a digit (POSIX's portable names).
 pub fn valid_name(key: &str) -> bool {

@@ -17,7 +17,6 @@ pub mod firewall;
 pub mod gpu;
 pub mod metrics;
 pub mod network;
-pub mod quota;
 pub mod reconcile;
 pub mod redact;
 pub mod retention;

@@ -309,26 +309,145 @@ async fn a_writable_root_runs_even_where_the_storage_driver_cannot_cap_it() {
     }
 }
 
+/// An image of this test's own in the local registry (busybox, a file naming `name`, and
+/// `env` as its own `ENV`), pushed and gone from the engine's store: its reference and digest.
+/// Its own, so that removing it touches no image another test uses beside this one.
+fn own_image(name: &str, env: &[&str]) -> (String, [u8; 32]) {
+    let registry = std::env::var("GPU_MARKET_REGISTRY").expect("GPU_MARKET_REGISTRY");
+    let reference = format!("{registry}/gpu-market/{name}-{}:latest", std::process::id());
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
+    std::fs::write(root.path().join(name), reference.as_bytes()).unwrap();
+    let changes: String = env.iter().map(|e| format!(" -c 'ENV {e}'")).collect();
+    let script = format!(
+        "tar -C {dir} -c . | docker import{changes} -c 'CMD [\"/bin/busybox\", \"env\"]' - {reference} >/dev/null && \
+         docker push {reference} >/dev/null && \
+         docker inspect --format '{{{{index .RepoDigests 0}}}}' {reference} && docker rmi -f {reference} >/dev/null",
+        dir = root.path().display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let hex = text.trim().rsplit_once("sha256:").unwrap().1;
+    let digest: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    (reference, digest.try_into().unwrap())
+}
+
+/// Whether the engine's store holds `image` (pinned to `digest`).
+async fn stored(image: &str, digest: &[u8; 32]) -> bool {
+    let pinned = gpu_market_agent::runtime::pinned_reference(image, digest).unwrap();
+    let docker =
+        bollard::Docker::connect_with_unix(&engine_env().0, 60, bollard::API_DEFAULT_VERSION)
+            .unwrap();
+    docker.inspect_image(&pinned).await.is_ok()
+}
+
+/// Over the limit, whether its layers are fetched now or already stored, an image is refused
+/// and not kept in the store (before, a refused image stayed, and the next filled the disk).
 #[tokio::test]
-async fn an_image_over_the_size_limit_is_refused_fetched_or_stored() {
-    let (host, image) = engine_env();
+async fn an_image_over_the_size_limit_is_refused_fetched_or_stored_and_not_kept() {
+    let (host, _) = engine_env();
     let engine = DockerEngine::connect(&host, "engine-test-size")
         .await
         .expect("connect");
-    // Whether its layers are fetched now (other tests pull the same image beside this one) or
-    // already stored, the limit holds.
-    let err = engine
-        .pull_with_credentials(&image, None, 1)
+    let (image, digest) = own_image("oversized", &[]);
+    let refused = |err: gpu_market_agent::runtime::RuntimeError| {
+        assert!(
+            matches!(
+                err,
+                gpu_market_agent::runtime::RuntimeError::ImageTooLarge { max_bytes: 1, .. }
+            ),
+            "{err}"
+        )
+    };
+    refused(
+        ContainerRuntime::pull(&engine, &image, &digest, None, 1)
+            .await
+            .expect_err("a 1-byte limit"),
+    );
+    assert!(!stored(&image, &digest).await, "a refused image stayed");
+    // Stored already (pulled within no limit), then asked for under the limit.
+    ContainerRuntime::pull(&engine, &image, &digest, None, u64::MAX)
         .await
-        .expect_err("a 1-byte limit");
+        .expect("within no limit");
+    assert!(stored(&image, &digest).await);
+    refused(
+        ContainerRuntime::pull(&engine, &image, &digest, None, 1)
+            .await
+            .expect_err("a 1-byte limit"),
+    );
+    assert!(!stored(&image, &digest).await, "a refused image stayed");
+}
+
+/// An image whose own `ENV` sets `LD_PRELOAD` (CVE-2025-23266's way onto the host through the
+/// NVIDIA toolkit's hook) is refused and removed; one asking for every driver capability gets
+/// the engine's compute and utility only, set after its own environment.
+#[tokio::test]
+async fn an_image_environment_that_steers_the_loader_is_refused_and_driver_capabilities_are_ours() {
+    let (host, _) = engine_env();
+    let engine = DockerEngine::connect(&host, "engine-test-image-env")
+        .await
+        .expect("connect");
+    let (image, digest) = own_image("preload", &["LD_PRELOAD=/proc/self/cwd/poc.so"]);
+    let err = ContainerRuntime::pull(&engine, &image, &digest, None, u64::MAX)
+        .await
+        .expect_err("an image that preloads");
     assert!(
         matches!(
-            err,
-            gpu_market_agent::runtime::RuntimeError::ImageTooLarge { max_bytes: 1, .. }
+            &err,
+            gpu_market_agent::runtime::RuntimeError::ImageEnv { key, .. } if key == "LD_PRELOAD"
         ),
         "{err}"
     );
-    engine.pull(&image).await.expect("within no limit");
+    assert!(!stored(&image, &digest).await, "a refused image stayed");
+
+    let (image, digest) = own_image(
+        "allcaps",
+        &[
+            "NVIDIA_DRIVER_CAPABILITIES=all",
+            "LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
+        ],
+    );
+    ContainerRuntime::pull(&engine, &image, &digest, None, u64::MAX)
+        .await
+        .expect("CUDA images set LD_LIBRARY_PATH and NVIDIA_* themselves");
+    let spec = ContainerSpec {
+        image: gpu_market_agent::runtime::pinned_reference(&image, &digest).unwrap(),
+        cmd: Some(vec!["/bin/busybox".into(), "env".into()]),
+        gpu_indices: vec![1],
+        ..Default::default()
+    };
+    let id = engine.run(&spec).await.expect("run");
+    assert_eq!(engine.wait(&id).await.unwrap(), 0);
+    let env = engine.logs(&id).await.unwrap().stdout;
+    // As the toolkit reads the container's environment from its spec: a key's last value.
+    let last = |key: &str| {
+        env.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::to_string)
+    };
+    assert_eq!(
+        last("NVIDIA_DRIVER_CAPABILITIES").as_deref(),
+        Some("compute,utility"),
+        "{env}"
+    );
+    assert_eq!(
+        last("NVIDIA_VISIBLE_DEVICES").as_deref(),
+        Some("1"),
+        "{env}"
+    );
+    engine.remove(&id).await.unwrap();
 }
 
 #[tokio::test]

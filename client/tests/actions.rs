@@ -153,7 +153,21 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
     let tokens = s.fund(&t, &alice_file, "100");
     let bob_file = t.wallet("bob");
     s.fund(&t, &bob_file, "100");
-    let served = Served::start(&t.cluster.rpc_url, &s.market);
+    // The cluster's URL as an RPC provider gives it, with its API key (the validator ignores
+    // the query): no page or error shows the key.
+    let rpc_url = format!("{}/?api-key=s3cret-key", t.cluster.rpc_url);
+    let served = Served::start(&rpc_url, &s.market);
+    let home = served.get("/");
+    assert_eq!(home.status, 200, "{}", home.body);
+    assert!(!home.body.contains("s3cret"), "the page shows the RPC key");
+    // Headers that keep the page from being framed, sniffed or loading from elsewhere.
+    assert_eq!(home.header("x-frame-options"), Some("DENY"));
+    assert_eq!(home.header("x-content-type-options"), Some("nosniff"));
+    let csp = home.header("content-security-policy").unwrap_or_default();
+    assert!(
+        csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
 
     // The Actions discovery file, and an action's metadata with the spec's headers.
     let rules = served.get("/actions.json").json();
@@ -269,6 +283,23 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
         base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&unsigned).unwrap());
     let m = served.refused("/api/send", &json!({ "transaction": forged }));
     assert!(m.contains("transaction failed"), "{m}");
+    // Signed, but not the market's: the relay sends nothing, and nothing moves.
+    let bob_key = key_of(&bob_file).pubkey();
+    let before = t.rpc().get_balance(&bob_key).unwrap();
+    let mut transfer = Transaction::new_with_payer(
+        &[solana_system_interface::instruction::transfer(
+            &alice.pubkey(),
+            &bob_key,
+            1_000,
+        )],
+        Some(&alice.pubkey()),
+    );
+    transfer.sign(&[&alice], blockhash);
+    let foreign =
+        base64::engine::general_purpose::STANDARD.encode(bincode::serialize(&transfer).unwrap());
+    let m = served.refused("/api/send", &json!({ "transaction": foreign }));
+    assert!(m.contains("relays only the market's transactions"), "{m}");
+    assert_eq!(t.rpc().get_balance(&bob_key).unwrap(), before);
     // Bob may not cancel alice's bid.
     let bob = key_of(&bob_file);
     let theirs = served.refused(

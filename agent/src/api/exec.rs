@@ -24,7 +24,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::engine::{engine_status, ExecOutput};
 use super::routes::{with_type, Body, Refusal};
 use crate::docker::DockerEngine;
-use crate::quota::Slot;
+use gpu_market_sdk::net::Slot;
 use solana_pubkey::Pubkey;
 
 #[derive(Debug, thiserror::Error)]

@@ -33,10 +33,10 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
 use crate::docker::DockerEngine;
-use crate::metrics::server::{accept_bounded, ConnectionCaps};
 use crate::metrics::unix_now;
-use crate::quota::{Quota, Slot};
 use crate::runtime::RuntimeError;
+use gpu_market_sdk::net::{accept_bounded, ConnectionCaps};
+use gpu_market_sdk::net::{Quota, Slot};
 
 /// The most requests of one lease whose nonces are remembered at once (each for at most
 /// [`gpu_market_sdk::api::MAX_TTL_SECS`]: some 30 requests a second, sustained); only a

@@ -13,11 +13,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 
 use super::health::unix_now;
 use super::Metrics;
-use crate::quota::Quota;
+use gpu_market_sdk::net::{accept_bounded, ConnectionCaps};
 
 /// How the server bounds what one client may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,57 +95,6 @@ pub async fn serve(
         },
     )
     .await
-}
-
-/// At most how many connections a server takes, and how many of them from one address.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectionCaps {
-    pub total: usize,
-    pub per_peer: usize,
-}
-
-/// Accepts connections on `listener` until `shutdown` completes, each handed to `serve` beside
-/// the loop; at most `caps.total` at once, and `caps.per_peer` from one IP address (one over
-/// either is closed at once, so that a flood cannot take the agent's memory, and one peer
-/// cannot take every slot). `what` names the server in the log.
-pub async fn accept_bounded<F, Fut>(
-    what: &'static str,
-    listener: TcpListener,
-    caps: ConnectionCaps,
-    shutdown: impl Future<Output = ()>,
-    serve: F,
-) where
-    F: Fn(TcpStream) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let permits = Arc::new(Semaphore::new(caps.total));
-    let peers = Quota::new(caps.per_peer);
-    tokio::pin!(shutdown);
-    loop {
-        let (socket, peer) = tokio::select! {
-            _ = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((socket, addr)) => (socket, addr.ip()),
-                Err(e) => {
-                    tracing::warn!(error = %e, "{what}: accept failed");
-                    continue;
-                }
-            },
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!("{what}: too many connections; closing a new one");
-            continue;
-        };
-        let Some(slot) = peers.take(peer) else {
-            tracing::debug!(%peer, "{what}: too many connections from one address; closing a new one");
-            continue;
-        };
-        let served = serve(socket);
-        tokio::spawn(async move {
-            served.await;
-            drop((permit, slot));
-        });
-    }
 }
 
 async fn connection(mut socket: TcpStream, metrics: &Metrics, limits: ServerLimits) {

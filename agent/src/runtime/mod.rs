@@ -49,6 +49,8 @@ pub enum RuntimeError {
         bytes: u64,
         max_bytes: u64,
     },
+    #[error("{image} sets {key} in its own environment, which makes the loader or the NVIDIA toolkit run code of the image's on the host: refused and removed")]
+    ImageEnv { image: String, key: String },
     #[error("image reference {0:?} has no repository")]
     BadImage(String),
     #[error("no container {0}")]

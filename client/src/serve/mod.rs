@@ -15,18 +15,22 @@
 mod actions;
 mod page;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use anyhow::{anyhow, Context, Result};
 use base64::Engine as _;
 use clap::Args;
+use gpu_market_sdk::net::{accept_bounded, ConnectionCaps};
+use gpu_market_sdk::redact::redact_urls;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use solana_message::Message;
 use solana_pubkey::Pubkey;
@@ -61,12 +65,31 @@ struct Site {
     /// The Wallet Standard's name of the cluster (`solana:mainnet`, `solana:devnet`,
     /// `solana:testnet`, else `solana:localnet`).
     wallet_chain: &'static str,
+    /// Pages rendered lately, by path, with when.
+    pages: Mutex<HashMap<String, (Instant, Answer)>>,
 }
 
 /// The Actions spec version this service speaks.
 const ACTION_VERSION: &str = "2.4";
 /// The largest request body read (a signed transaction is at most 1,232 bytes).
 const MAX_BODY: usize = 64 * 1024;
+/// Connections served at once, and from one address; those over either are closed at once.
+const CONNECTION_CAPS: ConnectionCaps = ConnectionCaps {
+    total: 256,
+    per_peer: 32,
+};
+/// Time for a client to send a request's head.
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a page rendered from the cluster is served again before it is rendered anew: a
+/// flood of page loads costs the cluster one render each this long, not one each.
+const PAGE_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+/// Pages kept at once (one per bid asked for).
+const PAGES_KEPT: usize = 1024;
+/// What the pages may load and do: their own script and styles, nothing from elsewhere, and
+/// no framing by another site.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+     form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
 pub fn run(config: Config, args: ServeArgs) -> Result<()> {
     config.fetch::<gpu_market::state::Market>(&args.market, "market")?;
@@ -107,6 +130,7 @@ pub fn run(config: Config, args: ServeArgs) -> Result<()> {
             blockchain_id: format!("solana:{}", &genesis[..genesis.len().min(32)]),
             wallet_chain,
             public_url,
+            pages: Mutex::default(),
         });
         let sampled = site.clone();
         std::thread::spawn(move || loop {
@@ -115,20 +139,30 @@ pub fn run(config: Config, args: ServeArgs) -> Result<()> {
                 .unwrap_or(std::time::Duration::from_secs(10));
             std::thread::sleep(wait);
         });
-        loop {
-            let (stream, _) = listener.accept().await?;
-            let site = site.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |request| answer(site.clone(), request));
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+        accept_bounded(
+            "serve",
+            listener,
+            CONNECTION_CAPS,
+            std::future::pending(),
+            |stream| {
+                let site = site.clone();
+                async move {
+                    let service = service_fn(move |request| answer(site.clone(), request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEAD_TIMEOUT)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+            },
+        )
+        .await;
+        Ok(())
     })
 }
 
 /// An answer: its status, content type and body; every answer carries the Actions headers.
+#[derive(Clone)]
 struct Answer {
     status: StatusCode,
     content_type: &'static str,
@@ -144,9 +178,10 @@ impl Answer {
         }
     }
 
-    /// The spec's error object: `{"message"}`, with a client-error status.
+    /// The spec's error object: `{"message"}`, with a client-error status; any URL in it (the
+    /// cluster's, which may carry an API key) redacted.
     fn refused(status: StatusCode, e: &anyhow::Error) -> Answer {
-        Answer::json(status, json!({ "message": format!("{e:#}") }))
+        Answer::json(status, json!({ "message": redact_urls(&format!("{e:#}")) }))
     }
 }
 
@@ -210,7 +245,31 @@ fn respond(site: &Site, a: Answer) -> Response<Full<Bytes>> {
     );
     set("x-action-version", ACTION_VERSION);
     set("x-blockchain-ids", &site.blockchain_id);
+    set("content-security-policy", CONTENT_SECURITY_POLICY);
+    set("x-frame-options", "DENY");
+    set("x-content-type-options", "nosniff");
+    set("referrer-policy", "no-referrer");
     response
+}
+
+/// The page at `path`: rendered by `render` unless one rendered less than [`PAGE_FRESH`] ago
+/// is kept.
+fn page(site: &Site, path: &str, render: impl FnOnce() -> Answer) -> Answer {
+    let now = Instant::now();
+    let fresh = |at: &Instant| now.duration_since(*at) < PAGE_FRESH;
+    {
+        let pages = site.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, kept)) = pages.get(path).filter(|(at, _)| fresh(at)) {
+            return kept.clone();
+        }
+    }
+    let answer = render();
+    let mut pages = site.pages.lock().unwrap_or_else(PoisonError::into_inner);
+    pages.retain(|_, (at, _)| fresh(at));
+    if answer.status == StatusCode::OK && pages.len() < PAGES_KEPT {
+        pages.insert(path.to_string(), (now, answer.clone()));
+    }
+    answer
 }
 
 fn route(
@@ -245,11 +304,13 @@ fn route(
             content_type: "text/javascript; charset=utf-8",
             body: page::WALLET_JS.as_bytes().to_vec(),
         },
-        (&Method::GET, "/", _) => html(page::market_page(
-            &site.config,
-            &site.market,
-            site.wallet_chain,
-        )),
+        (&Method::GET, "/", _) => page(site, path, || {
+            html(page::market_page(
+                &site.config,
+                &site.market,
+                site.wallet_chain,
+            ))
+        }),
         (&Method::GET, _, Some(Some(a))) => Answer::json(
             StatusCode::OK,
             a.metadata(&format!("{}/icon.svg", site.public_url)),
@@ -257,12 +318,14 @@ fn route(
         (&Method::POST, _, Some(Some(a))) => post_action(site, a, query, body.unwrap_or_default()),
         (&Method::POST, "/api/send", _) => relay(site, body.unwrap_or_default()),
         (&Method::GET, p, _) if p.starts_with("/bid/") => match p["/bid/".len()..].parse() {
-            Ok(bid) => html(page::bid_page(
-                &site.config,
-                &site.market,
-                &bid,
-                site.wallet_chain,
-            )),
+            Ok(bid) => page(site, path, || {
+                html(page::bid_page(
+                    &site.config,
+                    &site.market,
+                    &bid,
+                    site.wallet_chain,
+                ))
+            }),
             Err(_) => not_found(path),
         },
         _ => not_found(path),
@@ -318,7 +381,9 @@ fn post_action(site: &Site, action: Action, query: &[(String, String)], body: By
 
 /// `POST /api/send` with `{"transaction": "<base64 signed>"}`: sends it to the cluster and
 /// waits for the configured commitment → `{"signature"}`. For wallets that sign but do not
-/// send (`solana:signTransaction`).
+/// send (`solana:signTransaction`). Only what an action builds is relayed: a transaction with
+/// an instruction of the market's program and none but its and the compute budget's, so the
+/// service's cluster endpoint is no open relay.
 fn relay(site: &Site, body: Bytes) -> Answer {
     let sent = (|| -> Result<Value> {
         let request: Value = serde_json::from_slice(&body)
@@ -328,6 +393,7 @@ fn relay(site: &Site, body: Bytes) -> Answer {
             .map_err(|_| anyhow!("the transaction is not base64"))?;
         let tx: Transaction =
             bincode::deserialize(&bytes).map_err(|_| anyhow!("the bytes are not a transaction"))?;
+        relayable(&tx)?;
         let signature = site
             .config
             .rpc()
@@ -339,6 +405,33 @@ fn relay(site: &Site, body: Bytes) -> Answer {
         Ok(v) => Answer::json(StatusCode::OK, v),
         Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
     }
+}
+
+/// Whether `tx` is one this service relays: every instruction's program the market's or the
+/// compute budget's, and one at least the market's.
+fn relayable(tx: &Transaction) -> Result<()> {
+    let keys = &tx.message.account_keys;
+    let programs: Vec<Pubkey> = tx
+        .message
+        .instructions
+        .iter()
+        .map(|ix| {
+            keys.get(usize::from(ix.program_id_index))
+                .copied()
+                .unwrap_or_default()
+        })
+        .collect();
+    let ours = |p: &Pubkey| *p == gpu_market::ID;
+    let allowed = |p: &Pubkey| ours(p) || *p == solana_compute_budget_interface::ID;
+    if let Some(other) = programs.iter().find(|p| !allowed(p)) {
+        anyhow::bail!(
+            "this service relays only the market's transactions, not one calling program {other}"
+        );
+    }
+    if !programs.iter().any(ours) {
+        anyhow::bail!("this service relays only the market's transactions: this one calls none of its instructions");
+    }
+    Ok(())
 }
 
 /// The actions' icon: a GPU card.

@@ -133,7 +133,7 @@ fn summary_section(config: &Config, key: &Pubkey, m: &Market, now: i64) -> Resul
          <p class=\"note\">As of cluster time <time data-field=\"cluster_time\">{now}</time> ({clock} UTC), on {url}.</p>{table}</section>",
         k = esc(&key.to_string()),
         clock = clock(now),
-        url = esc(&config.url),
+        url = esc(&gpu_market_sdk::redact::redact_url(&config.url)),
         table = fields_table(
             &fields,
             Some(&[
