@@ -247,6 +247,9 @@ impl ContainerLimits {
 pub struct ImageBudget {
     pub pull_timeout: Duration,
     pub max_image_bytes: u64,
+    /// What the engine's image store may hold before the agent removes its images no lease
+    /// uses (`ContainerRuntime::collect_images`).
+    pub max_store_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -530,6 +533,7 @@ impl Default for RawContainer {
 struct RawImages {
     pull_timeout_secs: u64,
     max_image_mib: u64,
+    max_store_mib: u64,
 }
 
 impl RawImages {
@@ -540,6 +544,8 @@ impl RawImages {
                 self.pull_timeout_secs,
             )?),
             max_image_bytes: nonzero("images.max_image_mib", self.max_image_mib)?
+                .saturating_mul(1 << 20),
+            max_store_bytes: nonzero("images.max_store_mib", self.max_store_mib)?
                 .saturating_mul(1 << 20),
         })
     }
@@ -559,6 +565,7 @@ impl Default for RawImages {
         RawImages {
             pull_timeout_secs: 600,
             max_image_mib: 50 * 1024,
+            max_store_mib: 200 * 1024,
         }
     }
 }

@@ -644,6 +644,32 @@ impl ContainerRuntime for DockerEngine {
             .map(drop)
     }
 
+    async fn collect_images(
+        &self,
+        image_ref: &str,
+        digest: &[u8; 32],
+        keep: &[[u8; 32]],
+        max_store_bytes: u64,
+        grace: Duration,
+    ) -> Result<usize, RuntimeError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.mark_used(image_ref, digest, now).await?;
+        let store = self.stored().await?;
+        if store.iter().map(|s| s.bytes).sum::<u64>() <= max_store_bytes {
+            return Ok(0);
+        }
+        let in_use = self.images_in_use().await?;
+        let keep: Vec<[u8; 32]> = keep.iter().chain([digest]).copied().collect();
+        let before = now.saturating_sub(grace.as_secs());
+        let remove = crate::images::to_remove(&store, &in_use, &keep, max_store_bytes, before);
+        for id in &remove {
+            self.remove_image_id(id).await?;
+        }
+        Ok(remove.len())
+    }
+
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
         self.create_container(spec).await
     }

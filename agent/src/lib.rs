@@ -15,6 +15,7 @@ pub mod env;
 pub mod evidence;
 pub mod firewall;
 pub mod gpu;
+pub mod images;
 pub mod metrics;
 pub mod network;
 pub mod reconcile;

@@ -3,6 +3,7 @@
 
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine, Sandbox, LOG_DRIVER};
 use gpu_market_agent::runtime::ContainerRuntime;
+use std::time::Duration;
 
 fn engine_env() -> (String, String) {
     let host = std::env::var("DOCKER_HOST").expect(
@@ -507,4 +508,59 @@ async fn the_listing_and_the_inspection_agree_on_created_running_and_exited() {
     );
     assert_eq!(listed().await, None);
     engine.remove(&id).await.expect("remove");
+}
+
+/// Over its budget, the store loses the agent's images that no container uses, the machine
+/// does not advertise and no lease asked for lately; never one a container uses, an advertised
+/// one, or one within the grace (`images::tests` has the order, and images not the agent's).
+#[tokio::test]
+async fn an_image_store_over_its_budget_loses_only_the_agents_unused_images() {
+    let (host, _) = engine_env();
+    // A scope of this run's own: the marks of another run's images are not this one's.
+    let scope = format!("engine-test-gc-{}", std::process::id());
+    let engine = DockerEngine::connect(&host, &scope).await.expect("connect");
+    let running = own_image("gc-running", &[]);
+    let advertised = own_image("gc-advertised", &[]);
+    let unused = own_image("gc-unused", &[]);
+    for (image, digest) in [&running, &advertised, &unused] {
+        ContainerRuntime::pull(&engine, image, digest, None, u64::MAX)
+            .await
+            .expect("pull");
+        // Marked used, within any budget: nothing goes.
+        let removed = engine
+            .collect_images(image, digest, &[], u64::MAX, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(removed, 0);
+    }
+    let id = engine
+        .create(&ContainerSpec {
+            image: gpu_market_agent::runtime::pinned_reference(&running.0, &running.1).unwrap(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let keep = [advertised.1];
+    // Asked for within the grace: kept, however far over the budget.
+    let removed = engine
+        .collect_images(&running.0, &running.1, &keep, 0, Duration::from_secs(600))
+        .await
+        .unwrap();
+    assert_eq!(removed, 0);
+    let removed = engine
+        .collect_images(&running.0, &running.1, &keep, 0, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert!(
+        !stored(&unused.0, &unused.1).await,
+        "the unused image stayed"
+    );
+    assert!(stored(&running.0, &running.1).await);
+    assert!(stored(&advertised.0, &advertised.1).await);
+    engine.remove(&id).await.unwrap();
+    for (image, digest) in [&running, &advertised] {
+        let pinned = gpu_market_agent::runtime::pinned_reference(image, digest).unwrap();
+        forget_image(&host, &pinned).await;
+    }
 }

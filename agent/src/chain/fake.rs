@@ -560,6 +560,7 @@ impl Chain for FakeChain {
             free_gib: s.free_gib(),
             status: s.status,
             network: s.network.clone(),
+            cached_images: Vec::new(),
         })
     }
 

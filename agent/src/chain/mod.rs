@@ -93,6 +93,8 @@ pub struct MachineView {
     pub status: MachineStatus,
     /// What the machine declares of its leases' network and room.
     pub network: NetworkView,
+    /// The image digests it advertises as cached: kept in the store whatever it holds.
+    pub cached_images: Vec<[u8; 32]>,
 }
 
 /// Where a lease's container may connect to, as the machine account declares it (the

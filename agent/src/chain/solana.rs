@@ -886,6 +886,7 @@ impl Chain for SolanaChain {
                 ProgramStatus::Retired => MachineStatus::Retired,
             },
             network: network_view(&m),
+            cached_images: m.cached_images[..usize::from(m.cached_image_count)].to_vec(),
         })
     }
 

@@ -468,6 +468,7 @@ impl Reconciler {
             digest: *workload.image_digest,
             credentials,
             budget: self.config.images,
+            cached_images: self.cached_images.clone(),
             chain: self.chain.clone(),
             bid: workload.bid,
             env_hash: *workload.env_hash,

@@ -98,6 +98,8 @@ pub struct StartJob {
     pub digest: [u8; 32],
     pub credentials: Option<Credentials>,
     pub budget: ImageBudget,
+    /// The images the machine advertises as cached: never collected.
+    pub cached_images: Vec<[u8; 32]>,
     /// Where the bid's sealed environment is read, and the key that opens it.
     pub chain: Arc<dyn Chain>,
     pub bid: Key,
@@ -361,6 +363,7 @@ async fn prepare(job: &StartJob, deadline: Instant) -> Result<Vec<(String, Strin
             match tokio::time::timeout_at(deadline, pull).await {
                 Ok(Ok(())) => {
                     job.progress.update(|r| r.pulled = true);
+                    collect_images(job).await;
                     return Ok(());
                 }
                 Ok(Err(e)) if !may_get_better(&e) => {
@@ -380,6 +383,33 @@ async fn prepare(job: &StartJob, deadline: Instant) -> Result<Vec<(String, Strin
     };
     let (env, ()) = tokio::try_join!(env, image)?;
     Ok(env)
+}
+
+/// How long an image stays out of the store's collection after a lease last asked for it:
+/// leases being readied beside this one have pulled theirs and not yet made a container.
+pub const IMAGE_GRACE: Duration = Duration::from_secs(600);
+
+/// Once `job`'s image is in the store: marks it used, and removes images no lease uses while
+/// the store holds more than its budget. A failure is logged; the lease goes on.
+async fn collect_images(job: &StartJob) {
+    let collected = job
+        .runtime
+        .collect_images(
+            &job.image_ref,
+            &job.digest,
+            &job.cached_images,
+            job.budget.max_store_bytes,
+            IMAGE_GRACE,
+        )
+        .await;
+    match collected {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            removed = n,
+            "image store over its budget: unused images removed"
+        ),
+        Err(e) => tracing::warn!(error = %e, "collecting unused images failed"),
+    }
 }
 
 /// Whether a failed pull may succeed if tried again: the engine or registry did not answer,

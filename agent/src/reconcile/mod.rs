@@ -112,6 +112,9 @@ pub struct Reconciler {
     tenancy: tenancy::Tenancy,
     /// The machine account's network declaration as last read: new leases' containers get it.
     network: NetworkView,
+    /// The image digests the machine account advertises as cached, as last read: the image
+    /// store's collection keeps them.
+    cached_images: Vec<[u8; 32]>,
     /// Expired bids whose pruning was refused (e.g. another keeper pruned them first): not
     /// tried again, so they do not hold up the others.
     unprunable: BTreeSet<Key>,
@@ -213,6 +216,7 @@ impl Reconciler {
             senders: senders::Senders::default(),
             tenancy: tenancy::Tenancy::default(),
             network: NetworkView::default(),
+            cached_images: Vec::new(),
             unprunable: BTreeSet::new(),
             waiting: BTreeMap::new(),
             held_back: BTreeMap::new(),
@@ -240,6 +244,7 @@ impl Reconciler {
         let observed = self.observe(draining).await?;
         if let Some(c) = &observed.chain {
             self.network = c.machine.network.clone();
+            self.cached_images = c.machine.cached_images.clone();
         }
         let actions = plan(&observed);
         self.execute_plan(&actions, &observed).await?;

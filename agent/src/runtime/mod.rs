@@ -204,6 +204,18 @@ pub trait ContainerRuntime: Send + Sync {
         credentials: Option<&Credentials>,
         max_bytes: u64,
     ) -> Result<(), RuntimeError>;
+    /// Marks the pulled image `image_ref` pinned to `digest` used now, then, while the image
+    /// store holds more than `max_store_bytes`, removes the images this agent pulled that no
+    /// container uses, `keep` does not name, and no lease asked for within `grace`, least
+    /// recently used first; returns how many it removed.
+    async fn collect_images(
+        &self,
+        image_ref: &str,
+        digest: &[u8; 32],
+        keep: &[[u8; 32]],
+        max_store_bytes: u64,
+        grace: std::time::Duration,
+    ) -> Result<usize, RuntimeError>;
     /// Creates a container without starting it; returns its id. The container gets
     /// [`LABEL_MANAGED`].
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError>;

@@ -22,6 +22,11 @@ pub enum Call {
         reference: String,
         username: Option<String>,
     },
+    /// The store's collection after a pull: the image pulled, and the digests kept.
+    CollectImages {
+        reference: String,
+        keep: Vec<[u8; 32]>,
+    },
     Create {
         id: String,
     },
@@ -274,6 +279,24 @@ impl ContainerRuntime for RecordingRuntime {
             });
         }
         Ok(())
+    }
+
+    /// Records the call; the recording runtime has no image store to collect.
+    async fn collect_images(
+        &self,
+        image_ref: &str,
+        digest: &[u8; 32],
+        keep: &[[u8; 32]],
+        _max_store_bytes: u64,
+        _grace: Duration,
+    ) -> Result<usize, RuntimeError> {
+        self.reachable()?;
+        let reference = super::pinned_reference(image_ref, digest)?;
+        self.lock().calls.push(Call::CollectImages {
+            reference,
+            keep: keep.to_vec(),
+        });
+        Ok(0)
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {

@@ -65,7 +65,8 @@ struct Site {
     /// The Wallet Standard's name of the cluster (`solana:mainnet`, `solana:devnet`,
     /// `solana:testnet`, else `solana:localnet`).
     wallet_chain: &'static str,
-    /// Pages rendered lately, by path, with when.
+    /// The last render of each page, by path, with when it started; held while a page is
+    /// rendered, so renders go one at a time.
     pages: Mutex<HashMap<String, (Instant, Answer)>>,
 }
 
@@ -80,10 +81,7 @@ const CONNECTION_CAPS: ConnectionCaps = ConnectionCaps {
 };
 /// Time for a client to send a request's head.
 const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// How long a page rendered from the cluster is served again before it is rendered anew: a
-/// flood of page loads costs the cluster one render each this long, not one each.
-const PAGE_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
-/// Pages kept at once (one per bid asked for).
+/// Pages kept at once (one per bid asked for), each until a newer render of it.
 const PAGES_KEPT: usize = 1024;
 /// What the pages may load and do: their own script and styles, nothing from elsewhere, and
 /// no framing by another site.
@@ -211,14 +209,16 @@ async fn answer(
         _ => None,
     };
     let routed = site.clone();
-    let answer = tokio::task::spawn_blocking(move || route(&routed, &method, &path, &query, body))
-        .await
-        .unwrap_or_else(|e| {
-            Answer::refused(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &anyhow!("the request failed: {e}"),
-            )
-        });
+    let arrived = Instant::now();
+    let answer =
+        tokio::task::spawn_blocking(move || route(&routed, &method, &path, &query, body, arrived))
+            .await
+            .unwrap_or_else(|e| {
+                Answer::refused(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &anyhow!("the request failed: {e}"),
+                )
+            });
     Ok(respond(&site, answer))
 }
 
@@ -252,23 +252,21 @@ fn respond(site: &Site, a: Answer) -> Response<Full<Bytes>> {
     response
 }
 
-/// The page at `path`: rendered by `render` unless one rendered less than [`PAGE_FRESH`] ago
-/// is kept.
-fn page(site: &Site, path: &str, render: impl FnOnce() -> Answer) -> Answer {
-    let now = Instant::now();
-    let fresh = |at: &Instant| now.duration_since(*at) < PAGE_FRESH;
-    {
-        let pages = site.pages.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, kept)) = pages.get(path).filter(|(at, _)| fresh(at)) {
-            return kept.clone();
-        }
-    }
-    let answer = render();
+/// The page at `path` for a request that `arrived` then: a render started after it arrived is
+/// as fresh as the request asks and is served again; otherwise `render` makes one. Renders go
+/// one at a time, so a flood of page loads costs the cluster one render at a time, each serving
+/// every request that waited for it, and no page is older than its request.
+fn page(site: &Site, path: &str, arrived: Instant, render: impl FnOnce() -> Answer) -> Answer {
     let mut pages = site.pages.lock().unwrap_or_else(PoisonError::into_inner);
-    pages.retain(|_, (at, _)| fresh(at));
-    if answer.status == StatusCode::OK && pages.len() < PAGES_KEPT {
-        pages.insert(path.to_string(), (now, answer.clone()));
+    if let Some((_, kept)) = pages.get(path).filter(|(started, _)| *started >= arrived) {
+        return kept.clone();
     }
+    let started = Instant::now();
+    let answer = render();
+    if pages.len() >= PAGES_KEPT {
+        pages.clear();
+    }
+    pages.insert(path.to_string(), (started, answer.clone()));
     answer
 }
 
@@ -278,6 +276,7 @@ fn route(
     path: &str,
     query: &[(String, String)],
     body: Option<Bytes>,
+    arrived: Instant,
 ) -> Answer {
     let html = |page: Result<String>| match page {
         Ok(page) => Answer {
@@ -304,7 +303,7 @@ fn route(
             content_type: "text/javascript; charset=utf-8",
             body: page::WALLET_JS.as_bytes().to_vec(),
         },
-        (&Method::GET, "/", _) => page(site, path, || {
+        (&Method::GET, "/", _) => page(site, path, arrived, || {
             html(page::market_page(
                 &site.config,
                 &site.market,
@@ -318,7 +317,7 @@ fn route(
         (&Method::POST, _, Some(Some(a))) => post_action(site, a, query, body.unwrap_or_default()),
         (&Method::POST, "/api/send", _) => relay(site, body.unwrap_or_default()),
         (&Method::GET, p, _) if p.starts_with("/bid/") => match p["/bid/".len()..].parse() {
-            Ok(bid) => page(site, path, || {
+            Ok(bid) => page(site, path, arrived, || {
                 html(page::bid_page(
                     &site.config,
                     &site.market,

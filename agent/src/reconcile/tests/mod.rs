@@ -875,6 +875,7 @@ fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
         free_gib,
         status: MachineStatus::Active,
         network: crate::chain::NetworkView::default(),
+        cached_images: Vec::new(),
     }
 }
 

@@ -1,0 +1,237 @@
+//! The engine's image store within its budget (`[images] max_store_mib`).
+//!
+//! Every image a lease asks for is marked with a tag of the agent's own when the lease's pull
+//! finds it in the store: `gpu-market-agent/<scope>:<digest>.<unix seconds>`, moved to the
+//! latest use each time. The tag is the agent's record of which images are its own and when
+//! each was last used; it lives in the engine, so it survives the agent's restarts. While the
+//! store holds more than its budget, the images the agent marked that no container uses (of
+//! any state), that the machine does not advertise as cached, and that no lease asked for
+//! within a grace (leases being readied have pulled theirs and not made a container yet) are
+//! removed, least recently used first. Images the agent never pulled are never touched.
+//!
+//! The store's size is the sum of its images' sizes, which counts a layer shared by several
+//! images once per image: more than the disk holds, so the collection errs towards removing.
+
+use std::collections::BTreeSet;
+
+use bollard::query_parameters::{
+    ListContainersOptions, ListImagesOptions, RemoveImageOptions, TagImageOptions,
+};
+use sha2::{Digest, Sha256};
+
+use crate::docker::DockerEngine;
+use crate::runtime::{pinned_reference, RuntimeError};
+
+/// The hex of a digest.
+fn hex(digest: &[u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An image of the store, as the collection sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub id: String,
+    pub bytes: u64,
+    /// When the agent last marked it used (unix seconds); `None`: not the agent's.
+    pub last_used: Option<u64>,
+    /// The digests it is stored under (`repo@sha256:…`).
+    pub digests: Vec<[u8; 32]>,
+}
+
+/// What to remove from `store` so that it holds at most `max_bytes`: images marked by the
+/// agent, used by no container (`in_use`: image ids), none of whose digests `keep` names, last
+/// used at or before `before` (unix seconds), least recently used first, until the rest fits.
+pub fn to_remove(
+    store: &[Stored],
+    in_use: &BTreeSet<String>,
+    keep: &[[u8; 32]],
+    max_bytes: u64,
+    before: u64,
+) -> Vec<String> {
+    let mut total: u64 = store.iter().map(|s| s.bytes).sum();
+    let mut candidates: Vec<&Stored> = store
+        .iter()
+        .filter(|s| s.last_used.is_some_and(|t| t <= before))
+        .filter(|s| !in_use.contains(&s.id))
+        .filter(|s| !s.digests.iter().any(|d| keep.contains(d)))
+        .collect();
+    candidates.sort_by_key(|s| (s.last_used, s.id.clone()));
+    let mut out = Vec::new();
+    for c in candidates {
+        if total <= max_bytes {
+            break;
+        }
+        total = total.saturating_sub(c.bytes);
+        out.push(c.id.clone());
+    }
+    out
+}
+
+/// The `sha256:` digests in an image's `repo@sha256:…` references.
+fn digests_of(repo_digests: &[String]) -> Vec<[u8; 32]> {
+    repo_digests
+        .iter()
+        .filter_map(|r| r.rsplit_once("@sha256:"))
+        .filter_map(|(_, h)| {
+            let bytes: Option<Vec<u8>> = (0..32)
+                .map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect();
+            bytes?.try_into().ok()
+        })
+        .collect()
+}
+
+impl DockerEngine {
+    /// The repository of the agent's marks for this engine handle's scope.
+    fn mark_repo(&self) -> String {
+        let scope = Sha256::digest(self.scope().as_bytes());
+        format!("gpu-market-agent/{}", &hex(&scope.into())[..16])
+    }
+
+    /// Marks `image_ref` pinned to `digest` used at `now`, replacing its older marks.
+    pub(crate) async fn mark_used(
+        &self,
+        image_ref: &str,
+        digest: &[u8; 32],
+        now: u64,
+    ) -> Result<(), RuntimeError> {
+        let engine = |source| RuntimeError::Engine {
+            op: "image tag",
+            source,
+        };
+        let pinned = pinned_reference(image_ref, digest)?;
+        let repo = self.mark_repo();
+        let tag = format!("{}.{now}", hex(digest));
+        let options = TagImageOptions {
+            repo: Some(repo.clone()),
+            tag: Some(tag.clone()),
+        };
+        self.docker
+            .tag_image(&pinned, Some(options))
+            .await
+            .map_err(engine)?;
+        let inspect = self.docker.inspect_image(&pinned).await.map_err(engine)?;
+        let older = inspect
+            .repo_tags
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| {
+                t.starts_with(&format!("{repo}:{}.", hex(digest)))
+                    && !t.ends_with(&format!(":{tag}"))
+            });
+        for old in older {
+            let options = RemoveImageOptions {
+                noprune: true,
+                ..Default::default()
+            };
+            self.docker
+                .remove_image(&old, Some(options), None)
+                .await
+                .map_err(engine)?;
+        }
+        Ok(())
+    }
+
+    /// The ids of the images containers of any state use.
+    pub(crate) async fn images_in_use(&self) -> Result<BTreeSet<String>, RuntimeError> {
+        let options = ListContainersOptions {
+            all: true,
+            ..Default::default()
+        };
+        Ok(self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|source| RuntimeError::Engine { op: "list", source })?
+            .into_iter()
+            .filter_map(|c| c.image_id)
+            .collect())
+    }
+
+    /// Removes the image `id`, whatever its references.
+    pub(crate) async fn remove_image_id(&self, id: &str) -> Result<(), RuntimeError> {
+        let options = RemoveImageOptions {
+            force: true,
+            ..Default::default()
+        };
+        self.docker
+            .remove_image(id, Some(options), None)
+            .await
+            .map(drop)
+            .map_err(|source| RuntimeError::Engine {
+                op: "image remove",
+                source,
+            })
+    }
+
+    /// The store as the collection sees it.
+    pub(crate) async fn stored(&self) -> Result<Vec<Stored>, RuntimeError> {
+        let images = self
+            .docker
+            .list_images(None::<ListImagesOptions>)
+            .await
+            .map_err(|source| RuntimeError::Engine {
+                op: "image list",
+                source,
+            })?;
+        let mark = format!("{}:", self.mark_repo());
+        Ok(images
+            .into_iter()
+            .map(|i| Stored {
+                last_used: i
+                    .repo_tags
+                    .iter()
+                    .filter_map(|t| t.strip_prefix(&mark)?.rsplit_once('.')?.1.parse().ok())
+                    .max(),
+                digests: digests_of(&i.repo_digests),
+                bytes: i.size.max(0) as u64,
+                id: i.id,
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(id: &str, mib: u64, last_used: Option<u64>, digest: u8) -> Stored {
+        Stored {
+            id: id.into(),
+            bytes: mib << 20,
+            last_used,
+            digests: vec![[digest; 32]],
+        }
+    }
+
+    #[test]
+    fn the_least_recently_used_of_the_agents_unused_images_go_first_until_the_rest_fits() {
+        let store = [
+            image("theirs", 100, None, 1),
+            image("running", 100, Some(10), 2),
+            image("cached", 100, Some(20), 3),
+            image("old", 100, Some(30), 4),
+            image("older", 100, Some(25), 5),
+            image("recent", 100, Some(95), 6),
+        ];
+        let in_use = BTreeSet::from(["running".to_string()]);
+        let keep = [[3; 32]];
+        // 600 MiB stored, 350 allowed: the two oldest candidates go, in that order.
+        let out = to_remove(&store, &in_use, &keep, 350 << 20, 90);
+        assert_eq!(out, vec!["older".to_string(), "old".to_string()]);
+        // Within budget: nothing.
+        assert!(to_remove(&store, &in_use, &keep, 600 << 20, 90).is_empty());
+        // However far over, never another's image, a running one, a cached one, a recent one.
+        let out = to_remove(&store, &in_use, &keep, 0, 90);
+        assert_eq!(out, vec!["older".to_string(), "old".to_string()]);
+    }
+
+    #[test]
+    fn digests_are_read_from_pinned_references() {
+        let d = format!("reg/x@sha256:{}", "ab".repeat(32));
+        assert_eq!(
+            digests_of(&[d, "reg/y@sha256:zz".into(), "reg/z:tag".into()]),
+            vec![[0xab; 32]]
+        );
+    }
+}
