@@ -18,7 +18,7 @@ use crate::metrics::health::{
     HealthLimits, DEFAULT_PROOF_STALENESS_SECS, DEFAULT_TICK_STALENESS_SECS,
     DEFAULT_WEBSOCKET_SILENCE_SECS,
 };
-use crate::network::Publishing;
+use crate::network::{LeasePool, Publishing};
 use crate::redact::{redact_url, SecretUrl};
 use crate::runtime::Sandbox;
 
@@ -92,6 +92,8 @@ pub struct NetworkConfig {
     pub publishing: Option<Publishing>,
     /// How long a lease's scratch volume and logs stay for its client after it ends.
     pub retention: Duration,
+    /// Where leases' bridge subnets are carved from.
+    pub lease_pool: LeasePool,
 }
 
 /// The commitment of every read and confirmation. Not `processed`: the agent decides from its
@@ -426,6 +428,7 @@ struct RawNetwork {
     ports: Option<String>,
     publish_ip: String,
     retention_secs: u64,
+    lease_pool: String,
 }
 
 impl Default for RawNetwork {
@@ -434,6 +437,10 @@ impl Default for RawNetwork {
             ports: None,
             publish_ip: "0.0.0.0".to_string(),
             retention_secs: 3_600,
+            lease_pool: {
+                let p = LeasePool::default();
+                format!("{}/{}", p.network, p.prefix)
+            },
         }
     }
 }
@@ -764,9 +771,23 @@ fn network(raw: &RawNetwork, own: &[u16]) -> Result<NetworkConfig, ConfigError> 
             Some(p)
         }
     };
+    let lease_pool = raw
+        .lease_pool
+        .split_once('/')
+        .and_then(|(a, p)| Some((a.parse().ok()?, p.parse::<u8>().ok()?)))
+        .filter(|&(_, p)| p <= crate::network::LEASE_PREFIX)
+        .map(|(network, prefix)| LeasePool { network, prefix })
+        .ok_or_else(|| {
+            bad(
+                "network.lease_pool",
+                &raw.lease_pool,
+                "is not an IPv4 block of /29 or wider, like 10.213.0.0/16",
+            )
+        })?;
     Ok(NetworkConfig {
         publishing,
         retention: Duration::from_secs(raw.retention_secs),
+        lease_pool,
     })
 }
 
@@ -1082,6 +1103,20 @@ password_file = "/etc/gpu-market/registry.pass"
                 "{e}"
             );
             assert!(e.to_string().contains(why), "{e}");
+        }
+        // The lease pool: the default, another block, and blocks too narrow or not IPv4.
+        assert_eq!(
+            Config::parse(&good()).unwrap().network.lease_pool,
+            LeasePool::default()
+        );
+        let n = net("lease_pool = \"100.72.0.0/20\"").unwrap();
+        assert_eq!(
+            (n.lease_pool.network, n.lease_pool.prefix),
+            (Ipv4Addr::new(100, 72, 0, 0), 20)
+        );
+        for pool in ["\"10.0.0.0/30\"", "\"fd00::/64\"", "\"10.0.0.0\""] {
+            let e = net(&format!("lease_pool = {pool}")).unwrap_err();
+            assert!(e.to_string().contains("network.lease_pool"), "{e}");
         }
     }
 

@@ -22,7 +22,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio::io::AsyncWriteExt;
 
 use crate::chain::Key;
-use crate::network::Publishing;
+use crate::network::{LeasePool, Publishing};
 use crate::runtime::{
     pinned_reference, registry_host, ContainerRuntime, ContainerState, Credentials,
     ManagedContainer, LABEL_LEASE,
@@ -53,8 +53,10 @@ pub struct DockerEngine {
     no_layer_cap: AtomicBool,
     /// Where leases' ports are published; `None`: leases that ask for ports cannot start.
     publishing: Option<Publishing>,
-    /// Held from choosing a lease's host ports until its container holds them.
+    /// Held from choosing a lease's host ports and subnet until its container holds them.
     publish_lock: tokio::sync::Mutex<()>,
+    /// Where leases' bridge subnets are carved from.
+    pub(crate) pool: LeasePool,
 }
 
 impl DockerEngine {
@@ -76,7 +78,14 @@ impl DockerEngine {
             no_layer_cap: AtomicBool::new(false),
             publishing: None,
             publish_lock: tokio::sync::Mutex::new(()),
+            pool: LeasePool::default(),
         })
+    }
+
+    /// Leases' bridge subnets are carved from `pool`.
+    pub fn lease_pool(mut self, pool: LeasePool) -> Self {
+        self.pool = pool;
+        self
     }
 
     /// Leases' ports are published on `publishing`'s address, from its range.

@@ -252,6 +252,12 @@ fn simulate_fault(path: &Path, gpu: u32, xid: u64) -> Result<()> {
         "the configuration has {} SIMULATED GPUs: no GPU {gpu}",
         list.len()
     );
+    if let GpuBackendConfig::Nvml { .. } = config.gpu {
+        // Real GPUs reach containers through the toolkit's hooks: one with a known hole runs
+        // no lease.
+        let toolkit = gpu_market_agent::gpu::toolkit::check()?;
+        tracing::info!(%toolkit, "NVIDIA Container Toolkit");
+    }
     let inbox = simulated::fault_inbox(&config.data_dir);
     simulated::leave_fault(&inbox, gpu, xid)
         .with_context(|| format!("writing the fault into {}", inbox.display()))?;
@@ -303,6 +309,7 @@ async fn run(path: &Path) -> Result<()> {
     if let Some(publishing) = config.network.publishing {
         engine = engine.publishing(publishing);
     }
+    engine = engine.lease_pool(config.network.lease_pool);
     metrics.health().engine_reachable(true);
     tracing::info!(api = %engine.api_version(), "container engine ready");
     let engine = Arc::new(engine);

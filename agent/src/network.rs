@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use bollard::errors::Error as BollardError;
-use bollard::models::{NetworkCreateRequest, PortBinding, PortMap};
+use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest, PortBinding, PortMap};
 use bollard::query_parameters::{
     InspectNetworkOptions, ListContainersOptions, ListNetworksOptions,
 };
@@ -67,6 +67,59 @@ impl Publishing {
 
 /// What every lease network's name starts with.
 pub const NETWORK_PREFIX: &str = "gm-";
+
+/// Where leases' bridge subnets come from: one `/29` each (the gateway, the container, and room
+/// for the engine's own), carved from a block of the agent's rather than the engine's default
+/// address pools, which hold about 30 bridges (`[network] lease_pool`; 8,192 leases in the
+/// default `/16`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePool {
+    pub network: Ipv4Addr,
+    pub prefix: u8,
+}
+
+/// The prefix length of each lease's subnet.
+pub const LEASE_PREFIX: u8 = 29;
+
+impl Default for LeasePool {
+    fn default() -> Self {
+        LeasePool {
+            network: Ipv4Addr::new(10, 213, 0, 0),
+            prefix: 16,
+        }
+    }
+}
+
+impl LeasePool {
+    /// The first lease subnet of the pool that overlaps none of `used` (address, prefix).
+    pub fn free_subnet(&self, used: &[(Ipv4Addr, u8)]) -> Option<Ipv4Addr> {
+        let span = |(a, p): (Ipv4Addr, u8)| {
+            let size = 1u64 << (32 - u32::from(p.min(32)));
+            let start = u64::from(u32::from(a)) & !(size - 1);
+            (start, start + size)
+        };
+        let (first, end) = span((self.network, self.prefix));
+        let step = 1u64 << (32 - LEASE_PREFIX);
+        let used: Vec<(u64, u64)> = used.iter().map(|&u| span(u)).collect();
+        (first..end)
+            .step_by(step as usize)
+            .find(|&s| used.iter().all(|&(a, b)| s + step <= a || b <= s))
+            .map(|s| Ipv4Addr::from(s as u32))
+    }
+}
+
+/// The subnets (address, prefix) an engine's network list holds.
+fn subnets_of(networks: &[bollard::models::Network]) -> Vec<(Ipv4Addr, u8)> {
+    networks
+        .iter()
+        .filter_map(|n| n.ipam.as_ref()?.config.as_ref())
+        .flatten()
+        .filter_map(|c| {
+            let (a, p) = c.subnet.as_deref()?.split_once('/')?;
+            Some((a.parse().ok()?, p.parse().ok()?))
+        })
+        .collect()
+}
 
 /// The label on a lease network naming its egress policy (`firewall::egress_label`).
 pub const LABEL_EGRESS: &str = "io.gpu-market.egress";
@@ -152,7 +205,7 @@ impl DockerEngine {
         let name = network_name(lease);
         let bridge = bridge_name(lease);
         let policy = firewall::egress_label(&net.egress);
-        let request = NetworkCreateRequest {
+        let mut request = NetworkCreateRequest {
             name: name.clone(),
             driver: Some("bridge".to_string()),
             enable_ipv6: Some(false),
@@ -181,13 +234,40 @@ impl DockerEngine {
             self.remove_lease_network(lease).await?;
         }
         if existing != Some(true) {
-            self.docker
-                .create_network(request)
-                .await
-                .map_err(|source| RuntimeError::Engine {
-                    op: "network create",
-                    source,
-                })?;
+            // Another engine handle may take the same subnet between the listing and the
+            // creation: the engine refuses the overlap, and the next free one is tried.
+            let mut attempt = 0;
+            loop {
+                let networks = self
+                    .docker
+                    .list_networks(None::<ListNetworksOptions>)
+                    .await
+                    .map_err(|source| RuntimeError::Engine {
+                        op: "network list",
+                        source,
+                    })?;
+                let subnet = self
+                    .pool
+                    .free_subnet(&subnets_of(&networks))
+                    .ok_or(RuntimeError::NoFreeSubnet(self.pool))?;
+                request.ipam = Some(Ipam {
+                    config: Some(vec![IpamConfig {
+                        subnet: Some(format!("{subnet}/{LEASE_PREFIX}")),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                });
+                match self.docker.create_network(request.clone()).await {
+                    Ok(_) => break,
+                    Err(_) if attempt < 4 => attempt += 1,
+                    Err(source) => {
+                        return Err(RuntimeError::Engine {
+                            op: "network create",
+                            source,
+                        })
+                    }
+                }
+            }
         }
         let egress = net.egress.clone();
         off_thread(move || firewall::install(&bridge, &egress)).await?;
@@ -364,6 +444,31 @@ mod tests {
             published_ports(&ports),
             vec![mapping(22, 30000), mapping(8080, 30001)]
         );
+    }
+
+    #[test]
+    fn lease_subnets_are_the_pools_first_29s_that_nothing_overlaps() {
+        let pool = LeasePool::default();
+        let a = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        assert_eq!(pool.free_subnet(&[]), Some(a("10.213.0.0")));
+        let used = [
+            (a("10.213.0.0"), 29),
+            (a("10.213.0.8"), 29),
+            (a("172.17.0.0"), 16),
+        ];
+        assert_eq!(pool.free_subnet(&used), Some(a("10.213.0.16")));
+        // A wider network overlapping the pool's start (an operator's, or the engine's).
+        assert_eq!(
+            pool.free_subnet(&[(a("10.213.0.0"), 24)]),
+            Some(a("10.213.1.0"))
+        );
+        assert_eq!(pool.free_subnet(&[(a("10.0.0.0"), 8)]), None);
+        let one = LeasePool {
+            network: a("192.0.2.64"),
+            prefix: 29,
+        };
+        assert_eq!(one.free_subnet(&[]), Some(a("192.0.2.64")));
+        assert_eq!(one.free_subnet(&[(a("192.0.2.64"), 29)]), None);
     }
 
     #[test]

@@ -586,3 +586,41 @@ async fn a_lease_network_no_container_uses_is_removed_with_its_rules() {
     assert!(docker.inspect_network(&name, None).await.is_err());
     assert!(!rules());
 }
+
+/// More lease networks than the engine's default address pools hold (about 30 bridges, fewer
+/// with other networks about) are made, each a /29 of the agent's pool. Before the pool, the
+/// engine refused the network after its pools ran out, and the lease could not start.
+#[tokio::test]
+async fn more_leases_than_the_engines_pools_hold_get_networks_from_the_agents_pool() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-pool")
+        .await
+        .unwrap();
+    engine.pull(&image).await.unwrap();
+    let docker = support::docker().await;
+    let open = LeaseNetwork {
+        egress: EgressView::Open,
+        ports: Vec::new(),
+    };
+    let mut made = Vec::new();
+    for n in 100..140u8 {
+        let id = engine
+            .create(&lease_spec(&image, n, open.clone(), "true"))
+            .await
+            .unwrap_or_else(|e| panic!("lease network {} of 40: {e}", n - 99));
+        let name = gpu_market_agent::network::network_name(&lease_key(n));
+        let inspect = docker.inspect_network(&name, None).await.unwrap();
+        let subnet = inspect.ipam.unwrap().config.unwrap()[0]
+            .subnet
+            .clone()
+            .unwrap();
+        assert!(
+            subnet.starts_with("10.213.") && subnet.ends_with("/29"),
+            "{subnet}"
+        );
+        made.push(id);
+    }
+    for id in made {
+        engine.remove(&id).await.unwrap();
+    }
+}

@@ -147,7 +147,10 @@ pub struct PlaceArgs {
     #[arg(long, default_value = "0", allow_hyphen_values = true)]
     urgency_premium: String,
     /// Environment for the container, KEY=VALUE lines: sealed on this machine to each machine
-    /// that may run the bid and stored on chain; only that machine's agent can open it.
+    /// that may run the bid and stored on chain; only those machines' agents can open it. A
+    /// spot bid's is sealed to its one machine; a queue bid's to EVERY machine of the market
+    /// it fits, whose hosts can then all read it (the output lists them): keep secrets a host
+    /// must not see out of a queue bid's environment, or place a spot bid on a chosen machine.
     #[arg(long, value_name = "FILE")]
     env: Option<PathBuf>,
     /// A container port to publish on the machine's public address (repeatable, at most 4):
@@ -350,6 +353,12 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
             &plan.market,
             env,
         )?;
+        if placed.kind == BidKind::Queue && machines.len() > 1 {
+            eprintln!(
+                "note: the environment is sealed to {} machines: the host of each can read it",
+                machines.len()
+            );
+        }
         fields.push(("env_sealed_to", env::machines_value(&machines)));
     }
     // What left the wallet: the escrow the program locked (refundable; its wait part counts from

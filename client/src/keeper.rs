@@ -50,15 +50,22 @@ pub struct KeeperArgs {
     /// textfile collector at its folder).
     #[arg(long, value_name = "FILE")]
     metrics_file: Option<PathBuf>,
+    /// The most transactions one round sends (each pays its fee): what is due beyond waits
+    /// for the next round, the most pressing first (reclaims, settlements, slashes, then
+    /// prunes and closes), so that a flood of expired bids cannot spend the keeper's SOL.
+    #[arg(long, default_value_t = 64)]
+    max_per_round: usize,
 }
 
 /// What the keeper does, one kind of instruction each.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+/// In the order a round capped by `--max-per-round` takes them: the client's escrow and the
+/// host's pay first, rent last.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, PartialOrd, Ord)]
 enum Duty {
-    Prune,
-    Settle,
     Reclaim,
+    Settle,
     Slash,
+    Prune,
     CloseEnv,
 }
 
@@ -140,7 +147,7 @@ pub fn run(config: &Config, a: KeeperArgs) -> Result<()> {
     let counters = Counters::new();
     loop {
         counters.rounds.inc();
-        match round(config, keeper, &a.market) {
+        match round(config, keeper, &a.market, a.max_per_round) {
             Ok(done) => {
                 for (duty, sent) in done {
                     let outcome = if sent { "sent" } else { "refused" };
@@ -171,9 +178,20 @@ pub fn run(config: &Config, a: KeeperArgs) -> Result<()> {
     }
 }
 
-/// Sends everything due now, one transaction each; returns each duty and whether it was sent.
-fn round(config: &Config, keeper: &Keypair, market: &Pubkey) -> Result<Vec<(Duty, bool)>> {
-    let due = due(config, keeper, market)?;
+/// Sends what is due now, one transaction each, at most `max` of them (the most pressing
+/// first); returns each duty sent and whether the program took it.
+fn round(
+    config: &Config,
+    keeper: &Keypair,
+    market: &Pubkey,
+    max: usize,
+) -> Result<Vec<(Duty, bool)>> {
+    let (due, deferred) = capped(due(config, keeper, market)?, max, |d| d.duty);
+    if deferred > 0 {
+        eprintln!(
+            "keeper: {deferred} more due than --max-per-round {max}; they wait for the next round"
+        );
+    }
     let mut done = Vec::with_capacity(due.len());
     for d in due {
         let sent = config.send_all(keeper, &[d.ix.as_ref()]);
@@ -181,6 +199,15 @@ fn round(config: &Config, keeper: &Keypair, market: &Pubkey) -> Result<Vec<(Duty
         done.push((d.duty, sent.is_ok()));
     }
     Ok(done)
+}
+
+/// The first `max` of `due`, the most pressing duties first (each duty's in the order found),
+/// and how many are left for a later round.
+fn capped<T>(mut due: Vec<T>, max: usize, duty: impl Fn(&T) -> Duty) -> (Vec<T>, usize) {
+    due.sort_by_key(|d| duty(d));
+    let deferred = due.len().saturating_sub(max);
+    due.truncate(max);
+    (due, deferred)
 }
 
 fn log(format: OutputFormat, d: &Due, sent: &Result<String>) {
@@ -359,4 +386,34 @@ fn orphan_envs<'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_round_takes_the_most_pressing_duties_first_and_defers_the_rest() {
+        let found = vec![
+            (Duty::Prune, 1),
+            (Duty::CloseEnv, 2),
+            (Duty::Reclaim, 3),
+            (Duty::Prune, 4),
+            (Duty::Settle, 5),
+            (Duty::Slash, 6),
+        ];
+        let (taken, deferred) = capped(found.clone(), 4, |d| d.0);
+        assert_eq!(
+            taken,
+            vec![
+                (Duty::Reclaim, 3),
+                (Duty::Settle, 5),
+                (Duty::Slash, 6),
+                (Duty::Prune, 1)
+            ]
+        );
+        assert_eq!(deferred, 2);
+        let (all, none) = capped(found, 64, |d| d.0);
+        assert_eq!((all.len(), none), (6, 0));
+    }
 }

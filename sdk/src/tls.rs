@@ -53,6 +53,10 @@ fn ed25519_spki(key: &Pubkey) -> Vec<u8> {
     [&ED25519_SPKI_PREFIX[..], key.as_ref()].concat()
 }
 
+/// TLS 1.3 only: both ends are ours, so nothing needs 1.2, and 1.3 leaves out its weaker
+/// handshakes and cipher suites.
+const PROTOCOL_VERSIONS: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+
 /// The agent's TLS: a self-signed certificate of `agent`'s key for [`SERVER_NAME`], signed and
 /// served with that key; no client certificates (requests are signed instead).
 pub fn server_config(agent: &Keypair) -> Result<Arc<ServerConfig>, TlsError> {
@@ -62,7 +66,7 @@ pub fn server_config(agent: &Keypair) -> Result<Arc<ServerConfig>, TlsError> {
     let certificate =
         rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()])?.self_signed(&signing_key)?;
     let config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
+        .with_protocol_versions(PROTOCOL_VERSIONS)?
         .with_no_client_auth()
         .with_single_cert(vec![certificate.der().clone()], PrivateKeyDer::Pkcs8(pkcs8))?;
     Ok(Arc::new(config))
@@ -77,8 +81,8 @@ pub fn client_config(pinned: &Pubkey) -> Arc<ClientConfig> {
         algorithms: provider.signature_verification_algorithms,
     });
     let config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("the ring provider supports rustls's default protocol versions")
+        .with_protocol_versions(PROTOCOL_VERSIONS)
+        .expect("the ring provider supports TLS 1.3")
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
@@ -175,6 +179,35 @@ mod tests {
     async fn a_client_pinned_to_the_agents_key_connects() {
         let agent = Keypair::new();
         assert_eq!(handshake(&agent, &agent.pubkey()).await.unwrap(), 42);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_offers_only_tls_1_2_is_refused() {
+        let agent = Keypair::new();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = TlsAcceptor::from(server_config(&agent).unwrap());
+        let server = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            acceptor.accept(socket).await.map(drop)
+        });
+        let mut old = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(PinnedKey {
+                spki: ed25519_spki(&agent.pubkey()),
+                algorithms: provider().signature_verification_algorithms,
+            }))
+            .with_no_client_auth();
+        old.enable_sni = false;
+        let connector = TlsConnector::from(Arc::new(old));
+        let name = ServerName::try_from(SERVER_NAME).unwrap();
+        let client = connector
+            .connect(name, TcpStream::connect(addr).await.unwrap())
+            .await;
+        assert!(client.is_err(), "a TLS 1.2 handshake succeeded");
+        assert!(server.await.unwrap().is_err());
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ pub mod isolation;
 pub mod locks;
 pub mod nvml;
 pub mod simulated;
+pub mod toolkit;
 
 use gpu_market_core::overclock::{GpuLimits, OverclockError, OverclockTerms};
 

@@ -64,6 +64,8 @@ pub enum RuntimeError {
     },
     #[error("the lease's firewall: {0}")]
     Firewall(#[from] crate::firewall::FirewallError),
+    #[error("no free lease subnet left in the agent's pool {}/{} ([network] lease_pool)", .0.network, .0.prefix)]
+    NoFreeSubnet(crate::network::LeasePool),
     #[error("no free host port left in the publishing range {first}-{last}")]
     NoFreePort { first: u16, last: u16 },
     #[error("the lease asks for published ports but the agent has no [network] ports range")]
