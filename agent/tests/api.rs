@@ -602,3 +602,106 @@ async fn one_tenant_flooding_exec_and_its_nonces_leaves_another_served() {
     served.engine.remove(&id).await.unwrap();
     served.remove().await;
 }
+
+/// Requests signed by anyone but the lease's client are refused before the engine hears of
+/// them: the API's engine connection goes through a counting proxy, and 50 strangers' requests
+/// (status, logs, exec) move no byte through it. Before, every such request listed the lease's
+/// containers first.
+#[tokio::test]
+async fn strangers_requests_never_reach_the_engine() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let host = support::engine_env("DOCKER_HOST");
+    let engine_path = host
+        .strip_prefix("unix://")
+        .expect("a unix socket")
+        .to_string();
+    let proxy_dir = tempfile::tempdir().unwrap();
+    let proxy_path = proxy_dir.path().join("engine.sock");
+    let listener = tokio::net::UnixListener::bind(&proxy_path).unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            let mut engine = tokio::net::UnixStream::connect(&engine_path).await.unwrap();
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let (mut from_client, mut to_client) = client.split();
+                let (mut from_engine, mut to_engine) = engine.split();
+                let up = async {
+                    let n = tokio::io::copy(&mut from_client, &mut to_engine).await;
+                    counted.fetch_add(*n.as_ref().unwrap_or(&0), Ordering::SeqCst);
+                    n
+                };
+                let _ = tokio::join!(up, tokio::io::copy(&mut from_engine, &mut to_client));
+            });
+        }
+    });
+
+    let machine = Keypair::new().pubkey();
+    let direct = DockerEngine::connect(&host, &machine.to_string())
+        .await
+        .unwrap();
+    direct
+        .pull(&support::engine_env("GPU_MARKET_TEST_IMAGE"))
+        .await
+        .unwrap();
+    let data_dir = tempfile::tempdir().unwrap();
+    let (lease, owner, id) = tenant(&direct, data_dir.path(), "sleep 600").await;
+    let proxied = format!("unix://{}", proxy_path.display());
+    let engine = Arc::new(
+        DockerEngine::connect(&proxied, &machine.to_string())
+            .await
+            .unwrap(),
+    );
+    let agent = Keypair::new();
+    let api = Api::new(
+        engine,
+        data_dir.path().to_path_buf(),
+        machine,
+        NONCE_CAPACITY,
+        unix_now,
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let tls = server_config(&agent).unwrap();
+    tokio::spawn(serve(listener, tls, Arc::new(api), std::future::pending()));
+    let client = ApiClient::new(addr, machine, &agent.pubkey());
+
+    // The proxy's count settles once the connection's set-up is through.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = sent.load(Ordering::SeqCst);
+    for _ in 0..50 {
+        let stranger = Keypair::new();
+        let refused = |r: Option<ClientError>| {
+            assert!(
+                matches!(&r, Some(ClientError::Refused { status: 403, .. })),
+                "{r:?}"
+            )
+        };
+        refused(client.status(&stranger, &lease).await.err());
+        refused(
+            client
+                .logs(&stranger, &lease, LogsQuery::default())
+                .await
+                .err(),
+        );
+        refused(
+            client
+                .exec(&stranger, &lease, vec!["true".into()])
+                .await
+                .err(),
+        );
+    }
+    // Connections the client pool keeps are written to only when asked something.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        before,
+        "a stranger's request reached the engine"
+    );
+    // The proxy is the API's way to the engine: the client's own request goes through it.
+    client.status(&owner, &lease).await.unwrap();
+    assert!(sent.load(Ordering::SeqCst) > before);
+    direct.remove(&id).await.unwrap();
+}
