@@ -6,16 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bollard::auth::DockerCredentials;
 use bollard::errors::Error as BollardError;
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, ContainerSummaryStateEnum, ContainerTopResponse,
     DeviceRequest, HostConfig, HostConfigLogConfig, Mount, MountType, PortBinding,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, CreateImageOptions, InspectContainerOptions, LogsOptions,
-    RemoveContainerOptions, RemoveImageOptions, StartContainerOptions, StopContainerOptions,
-    TopOptions, WaitContainerOptions,
+    CreateContainerOptions, InspectContainerOptions, LogsOptions, RemoveContainerOptions,
+    StartContainerOptions, StopContainerOptions, TopOptions, WaitContainerOptions,
 };
 use bollard::Docker;
 use futures_util::{StreamExt, TryStreamExt};
@@ -24,8 +22,7 @@ use tokio::io::AsyncWriteExt;
 use crate::chain::Key;
 use crate::network::{LeasePool, Publishing};
 use crate::runtime::{
-    pinned_reference, registry_host, ContainerRuntime, ContainerState, Credentials,
-    ManagedContainer, LABEL_LEASE,
+    pinned_reference, ContainerRuntime, ContainerState, Credentials, ManagedContainer, LABEL_LEASE,
 };
 pub use crate::runtime::{
     split_reference, ContainerSpec, RuntimeError, Sandbox, LABEL_HOST_PORTS, LABEL_MANAGED,
@@ -102,110 +99,6 @@ impl DockerEngine {
     /// The API version agreed with the engine.
     pub fn api_version(&self) -> String {
         self.docker.client_version().to_string()
-    }
-
-    /// Pulls `image` (by tag or digest), returning the number of progress messages seen.
-    pub async fn pull(&self, image: &str) -> Result<usize, RuntimeError> {
-        self.pull_with_credentials(image, None, u64::MAX).await
-    }
-
-    /// Pulls `image`, authenticating to its registry with `credentials` when given; gives up
-    /// (dropping the request, which cancels the pull) once its layers add up to more than
-    /// `max_bytes`. Returns the number of progress messages.
-    pub async fn pull_with_credentials(
-        &self,
-        image: &str,
-        credentials: Option<&Credentials>,
-        max_bytes: u64,
-    ) -> Result<usize, RuntimeError> {
-        let (repo, reference) = split_reference(image)?;
-        let options = CreateImageOptions {
-            from_image: Some(repo.to_string()),
-            tag: Some(reference.to_string()),
-            ..Default::default()
-        };
-        let credentials = credentials.map(|c| DockerCredentials {
-            username: Some(c.username.clone()),
-            password: Some(c.password.clone()),
-            serveraddress: Some(registry_host(image).to_string()),
-            ..Default::default()
-        });
-        let mut stream = self.docker.create_image(Some(options), None, credentials);
-        let mut layers: HashMap<String, u64> = HashMap::new();
-        let mut messages = 0;
-        while let Some(info) = stream.next().await {
-            let info = info.map_err(|source| RuntimeError::Pull {
-                image: image.to_string(),
-                source,
-            })?;
-            messages += 1;
-            let total = info.progress_detail.and_then(|p| p.total).unwrap_or(0);
-            if let (Some(id), true) = (info.id, total > 0) {
-                layers.insert(id, total.max(0) as u64);
-                let bytes: u64 = layers.values().sum();
-                if bytes > max_bytes {
-                    return Err(RuntimeError::ImageTooLarge {
-                        image: image.to_string(),
-                        bytes,
-                        max_bytes,
-                    });
-                }
-            }
-        }
-        // Layers already in the store report no sizes while pulling, and none reports its
-        // unpacked size: the image as stored answers for them, and for its environment.
-        self.stored_fit(image, max_bytes)
-            .await?
-            .map_err(|source| RuntimeError::Pull {
-                image: image.to_string(),
-                source,
-            })?;
-        Ok(messages)
-    }
-
-    /// Whether `image` is in the store (the engine's error when not), refusing one bigger than
-    /// `max_bytes` unpacked or whose own environment sets a key `env::forbidden_in_image`
-    /// names; a refused image is removed from the store.
-    async fn stored_fit(
-        &self,
-        image: &str,
-        max_bytes: u64,
-    ) -> Result<Result<(), BollardError>, RuntimeError> {
-        let stored = match self.docker.inspect_image(image).await {
-            Ok(stored) => stored,
-            Err(e) => return Ok(Err(e)),
-        };
-        let bytes = stored.size.unwrap_or(0).max(0) as u64;
-        let forbidden = stored
-            .config
-            .and_then(|c| c.env)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_string()))
-            .find(|k| crate::env::forbidden_in_image(k));
-        let refusal = if bytes > max_bytes {
-            RuntimeError::ImageTooLarge {
-                image: image.to_string(),
-                bytes,
-                max_bytes,
-            }
-        } else if let Some(key) = forbidden {
-            RuntimeError::ImageEnv {
-                image: image.to_string(),
-                key,
-            }
-        } else {
-            return Ok(Ok(()));
-        };
-        // Not kept to fill the disk; one a container still uses stays (the engine refuses).
-        if let Err(e) = self
-            .docker
-            .remove_image(image, None::<RemoveImageOptions>, None)
-            .await
-        {
-            tracing::warn!(image, error = %e, "a refused image could not be removed");
-        }
-        Err(refusal)
     }
 
     /// Creates a container, not started; returns its id. It will run without network, without
