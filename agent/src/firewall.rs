@@ -441,6 +441,17 @@ pub fn parse_egress_label(text: &str) -> Option<EgressView> {
     }
 }
 
+/// The non-loopback IPv4 resolvers `resolv_conf` names.
+fn upstream_resolvers(resolv_conf: &str) -> Vec<String> {
+    resolv_conf
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse::<Ipv4Addr>().ok())
+        .filter(|a| !a.is_loopback() && !a.is_unspecified())
+        .map(|a| a.to_string())
+        .collect()
+}
+
 /// The DNS servers a lease under `egress` is given: none named for `open` (the engine's own);
 /// otherwise the host's non-loopback IPv4 resolvers (from `resolv_conf`), or, where it has
 /// none, an address that never answers (TEST-NET-1). A loopback resolver would be asked from
@@ -449,13 +460,7 @@ pub fn lease_dns(egress: &EgressView, resolv_conf: &str) -> Option<Vec<String>> 
     if *egress == EgressView::Open {
         return None;
     }
-    let servers: Vec<String> = resolv_conf
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("nameserver"))
-        .filter_map(|a| a.trim().parse::<Ipv4Addr>().ok())
-        .filter(|a| !a.is_loopback() && !a.is_unspecified())
-        .map(|a| a.to_string())
-        .collect();
+    let servers = upstream_resolvers(resolv_conf);
     Some(if servers.is_empty() {
         vec![Ipv4Addr::new(192, 0, 2, 1).to_string()]
     } else {
@@ -467,7 +472,7 @@ pub fn lease_dns(egress: &EgressView, resolv_conf: &str) -> Option<Vec<String>> 
 /// names only a local stub, the upstream list systemd-resolved keeps.
 pub fn host_resolv_conf() -> String {
     let main = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    if lease_dns(&EgressView::None, &main).is_some_and(|s| s != ["192.0.2.1"]) {
+    if !upstream_resolvers(&main).is_empty() {
         return main;
     }
     std::fs::read_to_string("/run/systemd/resolve/resolv.conf").unwrap_or(main)

@@ -26,12 +26,9 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::docker::DockerEngine;
-use crate::runtime::{pinned_reference, registry_host, split_reference, Credentials, RuntimeError};
-
-/// The hex of a digest.
-fn hex(digest: &[u8; 32]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::runtime::{
+    self, pinned_reference, registry_host, split_reference, Credentials, RuntimeError,
+};
 
 /// An image of the store, as the collection sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,10 +76,8 @@ fn digests_of(repo_digests: &[String]) -> Vec<[u8; 32]> {
         .iter()
         .filter_map(|r| r.rsplit_once("@sha256:"))
         .filter_map(|(_, h)| {
-            let bytes: Option<Vec<u8>> = (0..32)
-                .map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
-                .collect();
-            bytes?.try_into().ok()
+            let mut digest = [0; 32];
+            hex::decode_to_slice(h, &mut digest).ok().map(|()| digest)
         })
         .collect()
 }
@@ -195,7 +190,7 @@ impl DockerEngine {
     /// The repository of the agent's marks for this engine handle's scope.
     fn mark_repo(&self) -> String {
         let scope = Sha256::digest(self.scope().as_bytes());
-        format!("gpu-market-agent/{}", &hex(&scope.into())[..16])
+        format!("gpu-market-agent/{}", &runtime::hex(&scope)[..16])
     }
 
     /// Marks `image_ref` pinned to `digest` used at `now`, replacing its older marks.
@@ -211,7 +206,7 @@ impl DockerEngine {
         };
         let pinned = pinned_reference(image_ref, digest)?;
         let repo = self.mark_repo();
-        let tag = format!("{}.{now}", hex(digest));
+        let tag = format!("{}.{now}", runtime::hex(digest));
         let options = TagImageOptions {
             repo: Some(repo.clone()),
             tag: Some(tag.clone()),
@@ -226,7 +221,7 @@ impl DockerEngine {
             .unwrap_or_default()
             .into_iter()
             .filter(|t| {
-                t.starts_with(&format!("{repo}:{}.", hex(digest)))
+                t.starts_with(&format!("{repo}:{}.", runtime::hex(digest)))
                     && !t.ends_with(&format!(":{tag}"))
             });
         for old in older {

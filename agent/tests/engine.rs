@@ -1,6 +1,8 @@
 //! The container runtime against the real Docker engine and the local registry started by
 //! `scripts/engine.sh start` (the README's test command starts them).
 
+mod support;
+
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine, Sandbox, LOG_DRIVER};
 use gpu_market_agent::runtime::ContainerRuntime;
 use std::time::Duration;
@@ -337,11 +339,7 @@ fn own_image(name: &str, env: &[&str]) -> (String, [u8; 32]) {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let hex = text.trim().rsplit_once("sha256:").unwrap().1;
-    let digest: Vec<u8> = (0..32)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
-    (reference, digest.try_into().unwrap())
+    (reference, support::sha256_digest(&text))
 }
 
 /// Whether the engine's store holds `image` (pinned to `digest`).

@@ -67,15 +67,22 @@ pub fn worker_image() -> (String, [u8; 32]) {
 
 /// The seeded image `GPU_MARKET_<name>_IMAGE` (`WORKER`, `IDLER`), pinned.
 pub fn seeded_image(name: &str) -> (String, [u8; 32]) {
-    let digest = engine_env(&format!("GPU_MARKET_{name}_DIGEST"));
-    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
-    let bytes: Vec<u8> = (0..32)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
     (
         engine_env(&format!("GPU_MARKET_{name}_IMAGE")),
-        bytes.try_into().unwrap(),
+        sha256_digest(&engine_env(&format!("GPU_MARKET_{name}_DIGEST"))),
     )
+}
+
+/// The digest after the last `sha256:` of `text` (`sha256:…`, or `repo@sha256:…`).
+pub fn sha256_digest(text: &str) -> [u8; 32] {
+    let hex = text
+        .trim()
+        .rsplit_once("sha256:")
+        .expect("a sha256 digest")
+        .1;
+    let mut digest = [0; 32];
+    hex::decode_to_slice(hex, &mut digest).expect("64 hex digits");
+    digest
 }
 
 /// How long a test's queue bid may wait to start: well within the aging cap of [`params`]
