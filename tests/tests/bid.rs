@@ -1094,6 +1094,42 @@ fn bad_bids_are_rejected_and_move_nothing() {
     assert_eq!(f.ctx.account::<Bid>(&p.bid()).escrow, 16 * TOKEN);
 }
 
+/// The program leaves Anchor's duplicate check of mutable accounts out (it cost 3.5k compute
+/// units an instruction); `place_bid` is the instruction with two mutable stake accounts. Its own
+/// stake passed again as the evicted client's would be written back twice, the stale copy last,
+/// and its new open bid would not count (stake that ranks a waiting bid stays locked).
+#[test]
+fn a_stake_account_passed_twice_is_refused() {
+    let mut f = fixture();
+    let c = client(&mut f, 100 * TOKEN, 10 * TOKEN);
+    let stake = pda::stake(&f.market, &c.key.pubkey()).0;
+    let before: StakeAccount = f.ctx.account(&stake);
+    let balance = f.ctx.token_balance(&c.tokens);
+    let p = place(f.keys, &c, args(&f, 1));
+    let mut twice = p.instruction();
+    let evicted_stake = twice.accounts.len() - 1;
+    twice.accounts[evicted_stake] = solana_instruction::AccountMeta::new(stake, false);
+    let err = f.ctx.send(&[twice], &[&c.key]).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        code(MarketError::WrongStakeAccount),
+        "{:?}",
+        err.logs
+    );
+    assert!(!f.ctx.account_exists(&p.bid()));
+    assert_eq!(f.ctx.token_balance(&c.tokens), balance);
+    assert_eq!(
+        f.ctx.account::<StakeAccount>(&stake).open_bids,
+        before.open_bids
+    );
+    // The same bid, its accounts as the sdk names them, counts.
+    f.ctx.run(&p).unwrap();
+    assert_eq!(
+        f.ctx.account::<StakeAccount>(&stake).open_bids,
+        before.open_bids + 1
+    );
+}
+
 #[test]
 fn compute_units_and_sizes_of_bids() {
     let mut f = fixture();

@@ -26,17 +26,17 @@ pub struct Allocate<'info> {
     #[account(mut)]
     pub agent: Signer<'info>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, has_one = market, has_one = agent @ MarketError::WrongAgent)]
+    #[account(mut, dup, has_one = market, has_one = agent @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
 
     /// The market's queue book (queue bids) or the machine's spot book (spot bids).
     #[account(mut)]
     pub book: AccountLoader<'info, BidBook>,
 
-    #[account(mut, has_one = market)]
+    #[account(mut, dup, has_one = market)]
     pub bid: Box<Account<'info, Bid>>,
 
     #[account(
@@ -49,7 +49,7 @@ pub struct Allocate<'info> {
     pub lease: Box<Account<'info, Lease>>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), bid.client.as_ref()],
         bump = client_stake.bump,
     )]

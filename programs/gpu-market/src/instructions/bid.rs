@@ -88,7 +88,7 @@ pub struct PlaceBid<'info> {
     #[account(mut)]
     pub client: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
     #[account(
@@ -120,7 +120,7 @@ pub struct PlaceBid<'info> {
     /// only at its address (`open_stake` creates it there), so its own `market` and `owner`
     /// name it as surely as its seeds, for 1.6k fewer compute units than deriving them.
     #[account(
-        mut,
+        mut, dup,
         constraint = stake.market == market.key() && stake.owner == client.key()
             @ MarketError::WrongStakeAccount,
     )]
@@ -128,10 +128,10 @@ pub struct PlaceBid<'info> {
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
-    #[account(mut, token::mint = payment_mint, token::authority = client)]
+    #[account(mut, dup, token::mint = payment_mint, token::authority = client)]
     pub client_tokens: Box<Account<'info, TokenAccount>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,
@@ -139,7 +139,7 @@ pub struct PlaceBid<'info> {
 
     /// Only when the book is full: its lowest-ranked bid, which the new bid evicts (if it
     /// outranks it) with its escrow, less its holding charge, and its rent back to that bid's client.
-    #[account(mut, has_one = market)]
+    #[account(mut, dup, has_one = market)]
     pub evicted: Option<Box<Account<'info, Bid>>>,
 
     /// CHECK: must be `evicted.client` (checked in the handler); receives the evicted bid's rent.
@@ -149,11 +149,13 @@ pub struct PlaceBid<'info> {
     /// A token account of the evicted bid's client for the payment mint: gets its escrow.
     /// Absent (that client may have closed it), the escrow is owed by its stake account
     /// (`refunds_due`): no client can make its bid unevictable.
-    #[account(mut, token::mint = payment_mint)]
+    #[account(mut, dup, token::mint = payment_mint)]
     pub evicted_tokens: Option<Box<Account<'info, TokenAccount>>>,
 
-    /// The evicted bid's client's stake account; absent when that client is the bidder.
-    #[account(mut)]
+    /// The evicted bid's client's stake account; absent when that client is the bidder. Never
+    /// the bidder's own: both are written back at the end, and the second write would undo the
+    /// first (the bidder's open bids).
+    #[account(mut, dup, constraint = evicted_stake.key() != stake.key() @ MarketError::WrongStakeAccount)]
     pub evicted_stake: Option<Box<Account<'info, StakeAccount>>>,
 }
 
@@ -438,18 +440,18 @@ impl PlaceBid<'_> {
 pub struct TopUpBid<'info> {
     pub client: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, has_one = client, has_one = market)]
+    #[account(mut, dup, has_one = client, has_one = market)]
     pub bid: Box<Account<'info, Bid>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
-    #[account(mut, token::mint = payment_mint, token::authority = client)]
+    #[account(mut, dup, token::mint = payment_mint, token::authority = client)]
     pub client_tokens: Box<Account<'info, TokenAccount>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,
@@ -530,10 +532,10 @@ pub struct CancelBid<'info> {
     #[account(mut)]
     pub client: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, has_one = client, has_one = market, close = client)]
+    #[account(mut, dup, has_one = client, has_one = market, close = client)]
     pub bid: Box<Account<'info, Bid>>,
 
     /// The book the bid waits in.
@@ -542,7 +544,7 @@ pub struct CancelBid<'info> {
 
     /// The client's stake (unlocked by one waiting bid).
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
         bump = stake.bump,
     )]
@@ -550,10 +552,10 @@ pub struct CancelBid<'info> {
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
-    #[account(mut, token::mint = payment_mint, token::authority = client)]
+    #[account(mut, dup, token::mint = payment_mint, token::authority = client)]
     pub client_tokens: Box<Account<'info, TokenAccount>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,
@@ -576,10 +578,10 @@ pub struct PruneBid<'info> {
     /// Whoever sends it (a keeper, an agent, the client): pays only the fee.
     pub caller: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, has_one = client, has_one = market, close = client)]
+    #[account(mut, dup, has_one = client, has_one = market, close = client)]
     pub bid: Box<Account<'info, Bid>>,
 
     /// CHECK: the bid's client (`has_one` above); receives the bid account's rent.
@@ -591,7 +593,7 @@ pub struct PruneBid<'info> {
     pub book: AccountLoader<'info, BidBook>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), bid.client.as_ref()],
         bump = stake.bump,
     )]
@@ -602,10 +604,10 @@ pub struct PruneBid<'info> {
     /// A token account of the bid's client for the payment mint: receives the escrow. Absent
     /// (its client may have closed it), the escrow is owed by the client's stake account
     /// (`refunds_due`): no client can make its expired bid unprunable.
-    #[account(mut, token::mint = payment_mint, token::authority = bid.client)]
+    #[account(mut, dup, token::mint = payment_mint, token::authority = bid.client)]
     pub client_tokens: Option<Box<Account<'info, TokenAccount>>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,

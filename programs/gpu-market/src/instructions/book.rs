@@ -11,7 +11,7 @@ use crate::state::{seeds, BidBook, Machine, Market, BOOK_KIND_QUEUE, BOOK_KIND_S
 pub struct InitQueueBook<'info> {
     pub authority: Signer<'info>,
 
-    #[account(mut, has_one = authority @ MarketError::NotMarketAuthority)]
+    #[account(mut, dup, has_one = authority @ MarketError::NotMarketAuthority)]
     pub market: Account<'info, Market>,
 
     /// Created by the system program in the same transaction; its key signs, so an account
@@ -41,7 +41,7 @@ pub struct InitSpotBook<'info> {
     pub owner: Signer<'info>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
         bump = machine.bump,
         has_one = owner,

@@ -15,7 +15,7 @@ pub struct CloseStake<'info> {
     /// registered, and no refund left to claim (closing would strand it in the vault: claim it
     /// first).
     #[account(
-        mut,
+        mut, dup,
         close = owner,
         has_one = owner,
         constraint = stake.amount == 0
@@ -41,7 +41,7 @@ pub struct CloseMachine<'info> {
 
     /// A retired machine with no lease left.
     #[account(
-        mut,
+        mut, dup,
         close = owner,
         has_one = owner,
         constraint = machine.status == MachineStatus::Retired @ MarketError::MachineNotRetired,
@@ -50,7 +50,7 @@ pub struct CloseMachine<'info> {
     pub machine: Box<Account<'info, Machine>>,
 
     /// The machine's market: evidence left on the machine is slashed before it closes.
-    #[account(mut, address = machine.market)]
+    #[account(mut, dup, address = machine.market)]
     pub market: Box<Account<'info, Market>>,
 
     /// The machine's spot book, when it has one: it closes with the machine, once empty.
@@ -59,7 +59,7 @@ pub struct CloseMachine<'info> {
 
     /// The owner's stake: the machine's bond is released.
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, machine.market.as_ref(), owner.key().as_ref()],
         bump = owner_stake.bump,
     )]
@@ -94,7 +94,7 @@ pub struct CloseQueueBook<'info> {
     #[account(mut)]
     pub authority: Signer<'info>,
 
-    #[account(mut, has_one = authority @ MarketError::NotMarketAuthority)]
+    #[account(mut, dup, has_one = authority @ MarketError::NotMarketAuthority)]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, close = authority, address = market.queue_book @ MarketError::WrongBook)]

@@ -64,7 +64,7 @@ pub struct CloseSealedEnv<'info> {
     /// The bid's client at any time; anyone once the bid is gone.
     pub signer: Signer<'info>,
 
-    #[account(mut, has_one = bid, has_one = client, close = client)]
+    #[account(mut, dup, has_one = bid, has_one = client, close = client)]
     pub sealed_env: Box<Account<'info, SealedEnv>>,
 
     /// CHECK: the sealed environment's bid: only whether it still lives is read.

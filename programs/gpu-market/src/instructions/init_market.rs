@@ -105,7 +105,7 @@ impl InitMarket<'_> {
 pub struct UpdateMarket<'info> {
     pub authority: Signer<'info>,
 
-    #[account(mut, has_one = authority @ MarketError::NotMarketAuthority)]
+    #[account(mut, dup, has_one = authority @ MarketError::NotMarketAuthority)]
     pub market: Box<Account<'info, Market>>,
 }
 
@@ -153,7 +153,7 @@ pub struct ApplyMarketUpdate<'info> {
     /// Anyone: the change was announced and its notice is over.
     pub signer: Signer<'info>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub market: Box<Account<'info, Market>>,
 }
 
@@ -177,7 +177,7 @@ pub struct CollectFees<'info> {
     pub signer: Signer<'info>,
 
     #[account(
-        mut,
+        mut, dup,
         has_one = payment_mint,
         has_one = stake_mint,
         has_one = payment_vault,
@@ -188,17 +188,17 @@ pub struct CollectFees<'info> {
     pub market: Box<Account<'info, Market>>,
 
     /// Its supply falls by what is burnt.
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_mint: Box<Account<'info, Mint>>,
     pub stake_mint: Box<Account<'info, Mint>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub stake_vault: Box<Account<'info, TokenAccount>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub treasury: Box<Account<'info, TokenAccount>>,
 
     /// The treasury itself when both mints are one (`market init`'s default).

@@ -21,7 +21,7 @@ pub struct Preempt<'info> {
     #[account(has_one = market, has_one = agent @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
 
-    #[account(mut, has_one = machine)]
+    #[account(mut, dup, has_one = machine)]
     pub lease: Box<Account<'info, Lease>>,
 
     #[account(address = lease.bid)]
@@ -156,25 +156,25 @@ impl SubmitUsageArgs {
 pub struct SubmitUsage<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, has_one = market, has_one = agent @ MarketError::WrongAgent)]
+    #[account(mut, dup, has_one = market, has_one = agent @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
 
-    #[account(mut, has_one = machine)]
+    #[account(mut, dup, has_one = machine)]
     pub lease: Box<Account<'info, Lease>>,
 
-    #[account(mut, address = lease.bid)]
+    #[account(mut, dup, address = lease.bid)]
     pub bid: Box<Account<'info, Bid>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     /// Where the host is paid: a payment-token account of the machine's owner.
-    #[account(mut, token::mint = payment_mint, token::authority = machine.owner)]
+    #[account(mut, dup, token::mint = payment_mint, token::authority = machine.owner)]
     pub host_tokens: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,
@@ -335,20 +335,20 @@ impl SubmitUsage<'_> {
 pub struct CloseLease<'info> {
     pub signer: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, address = lease.machine)]
+    #[account(mut, dup, address = lease.machine)]
     pub machine: Box<Account<'info, Machine>>,
 
-    #[account(mut, has_one = market)]
+    #[account(mut, dup, has_one = market)]
     pub lease: Box<Account<'info, Lease>>,
 
-    #[account(mut, address = lease.bid)]
+    #[account(mut, dup, address = lease.bid)]
     pub bid: Box<Account<'info, Bid>>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), lease.client.as_ref()],
         bump = client_stake.bump,
     )]
@@ -361,7 +361,7 @@ pub struct CloseLease<'info> {
     /// The host's stake (the machine owner's), slashed by `reclaim_escrow` for the silence it
     /// proves; never the client's own stake account.
     #[account(
-        mut,
+        mut, dup,
         constraint = host_stake.market == market.key()
             && host_stake.owner == machine.owner
             && host_stake.key() != client_stake.key() @ MarketError::HostStakeMissing,
@@ -371,7 +371,7 @@ pub struct CloseLease<'info> {
     /// A payment-token account of the client for the unspent escrow. Absent (its client may
     /// have closed it), the refund stays in the vault, owed by the client's stake account
     /// (`refunds_due`, taken with `claim_refunds`): no client can keep a lease from settling.
-    #[account(mut, token::mint = payment_mint, token::authority = lease.client)]
+    #[account(mut, dup, token::mint = payment_mint, token::authority = lease.client)]
     pub client_tokens: Option<Box<Account<'info, TokenAccount>>>,
 
     /// Gets the bid account's rent back when the bid closes.
@@ -386,7 +386,7 @@ pub struct CloseLease<'info> {
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,

@@ -14,13 +14,13 @@ pub struct RegisterMachine<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub market: Box<Account<'info, Market>>,
 
     /// The host's stake: slashable evidence needs something to slash. Each machine bonds
     /// `min_host_stake` of it until the machine is closed.
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
         bump = owner_stake.bump,
     )]
@@ -71,7 +71,7 @@ pub struct UpdateMachine<'info> {
     pub owner: Signer<'info>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
         bump = machine.bump,
         has_one = owner,
@@ -80,7 +80,7 @@ pub struct UpdateMachine<'info> {
     pub machine: Box<Account<'info, Machine>>,
 
     /// Counts the GPUs its active machines offer.
-    #[account(mut)]
+    #[account(mut, dup)]
     pub market: Box<Account<'info, Market>>,
 
     /// The machine's spot book, needed (empty) to change its electricity cost: the keys of
@@ -150,7 +150,7 @@ impl UpdateMachine<'_> {
 pub struct Heartbeat<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, has_one = agent @ MarketError::WrongAgent)]
+    #[account(mut, dup, has_one = agent @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
 }
 
@@ -175,7 +175,7 @@ impl Heartbeat<'_> {
 pub struct ReportFault<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, has_one = agent @ MarketError::WrongAgent)]
+    #[account(mut, dup, has_one = agent @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
 }
 

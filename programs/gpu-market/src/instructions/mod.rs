@@ -1,3 +1,11 @@
+//! Every mutable `Account` field is marked `dup`, which turns off Anchor's duplicate check of
+//! mutable accounts: that check hashes each key into a `HashSet` (SipHash) and cost about 3.5k
+//! compute units an instruction (measured on `place_bid`), paid by every bidder, host and agent.
+//! Two fields can only alias where they hold the same account type, as each account is
+//! checked against its own type's discriminator; where an instruction has two mutable fields of
+//! one program-owned type (the stakes of `place_bid` and `close_lease`), a constraint compares
+//! their keys. Token accounts are owned by the token program: Anchor never writes them back.
+
 use anchor_lang::prelude::*;
 use anchor_spl::token::{self, Mint, Token, TransferChecked};
 

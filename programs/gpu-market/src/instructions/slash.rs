@@ -10,14 +10,14 @@ pub struct Slash<'info> {
     /// Anyone: slashing follows from the evidence on the machine, not from a decision.
     pub signer: Signer<'info>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, has_one = market)]
+    #[account(mut, dup, has_one = market)]
     pub machine: Box<Account<'info, Machine>>,
 
     #[account(
-        mut,
+        mut, dup,
         constraint = host_stake.market == market.key()
             && host_stake.owner == machine.owner @ MarketError::WrongStakeAccount,
     )]

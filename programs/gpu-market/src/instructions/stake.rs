@@ -42,11 +42,11 @@ pub struct Stake<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    #[account(mut, has_one = stake_mint, has_one = stake_vault)]
+    #[account(mut, dup, has_one = stake_mint, has_one = stake_vault)]
     pub market: Account<'info, Market>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
         bump = stake.bump,
     )]
@@ -54,10 +54,10 @@ pub struct Stake<'info> {
 
     pub stake_mint: Account<'info, Mint>,
 
-    #[account(mut, token::mint = stake_mint, token::authority = owner)]
+    #[account(mut, dup, token::mint = stake_mint, token::authority = owner)]
     pub owner_tokens: Account<'info, TokenAccount>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub stake_vault: Account<'info, TokenAccount>,
 
     pub token_program: Program<'info, Token>,
@@ -110,11 +110,11 @@ impl Stake<'_> {
 pub struct ClaimRefunds<'info> {
     pub owner: Signer<'info>,
 
-    #[account(mut, has_one = payment_mint, has_one = payment_vault)]
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
         bump = stake.bump,
         has_one = owner,
@@ -125,10 +125,10 @@ pub struct ClaimRefunds<'info> {
     pub payment_mint: Box<Account<'info, Mint>>,
 
     /// A payment-token account of the owner: receives every refund due.
-    #[account(mut, token::mint = payment_mint, token::authority = owner)]
+    #[account(mut, dup, token::mint = payment_mint, token::authority = owner)]
     pub owner_tokens: Box<Account<'info, TokenAccount>>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub payment_vault: Box<Account<'info, TokenAccount>>,
 
     pub token_program: Program<'info, Token>,

@@ -9,11 +9,11 @@ use crate::state::{seeds, Market, StakeAccount};
 pub struct RequestUnstake<'info> {
     pub owner: Signer<'info>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub market: Account<'info, Market>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
         bump = stake.bump,
         has_one = owner,
@@ -52,11 +52,11 @@ impl RequestUnstake<'_> {
 pub struct WithdrawStake<'info> {
     pub owner: Signer<'info>,
 
-    #[account(mut, has_one = stake_mint, has_one = stake_vault)]
+    #[account(mut, dup, has_one = stake_mint, has_one = stake_vault)]
     pub market: Account<'info, Market>,
 
     #[account(
-        mut,
+        mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
         bump = stake.bump,
         has_one = owner,
@@ -66,10 +66,10 @@ pub struct WithdrawStake<'info> {
 
     pub stake_mint: Account<'info, Mint>,
 
-    #[account(mut, token::mint = stake_mint, token::authority = owner)]
+    #[account(mut, dup, token::mint = stake_mint, token::authority = owner)]
     pub owner_tokens: Account<'info, TokenAccount>,
 
-    #[account(mut)]
+    #[account(mut, dup)]
     pub stake_vault: Account<'info, TokenAccount>,
 
     pub token_program: Program<'info, Token>,
