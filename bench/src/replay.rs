@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use anchor_lang::prelude::Pubkey;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, Freed, GpuSpec, Machine, MachineNetwork, MachineStatus, Market,
-    MarketParams, OverclockTerms, MAX_CACHED_IMAGES, MAX_GPUS,
+    Bid, BidKind, BidStatus, Freed, GibTable, GpuSpec, GpuTable, ImageTable, Machine,
+    MachineNetwork, MachineStatus, Market, MarketParams, OverclockTerms, TermsTable, MAX_GPUS,
 };
 use gpu_market_core::fit::{Need, Offer};
 use gpu_market_core::placement::{
@@ -66,21 +66,21 @@ fn machine(node: &Node) -> Machine {
         region: [0; 16],
         status: MachineStatus::Active,
         gpu_count: node.num_gpus(),
-        gpus,
+        gpus: GpuTable(gpus),
         price_floor_per_gpu_hour: 0,
         electricity_cost_per_kwh: 0,
         cached_image_count: 0,
-        cached_images: [[0; 32]; MAX_CACHED_IMAGES],
+        cached_images: ImageTable::default(),
         network: MachineNetwork::default(),
         spot_book: Pubkey::default(),
         registered_at: 0,
         last_heartbeat: NOW,
-        used_gib: [0; MAX_GPUS],
+        used_gib: GibTable::default(),
         cpu_milli: node.cpu_capacity(),
         memory_mib: node.memory_capacity(),
         used_cpu_milli: 0,
         used_memory_mib: 0,
-        gpu_terms: [OverclockTerms::default(); MAX_GPUS],
+        gpu_terms: TermsTable::default(),
         spot_gpus: 0,
         leases: 0,
         missed_intervals: 0,

@@ -6,7 +6,7 @@ use crate::errors::MarketError;
 use crate::events::LeaseStarted;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
-    Market, StakeAccount, MAX_GPUS,
+    Market, StakeAccount, WattTable, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -229,7 +229,7 @@ impl Allocate<'_> {
 
         let mut gpus = [0u8; MAX_GPUS];
         gpus[..n as usize].copy_from_slice(&args.gpus);
-        let mut power_limits_w = [0u16; MAX_GPUS];
+        let mut power_limits_w = WattTable::default();
         power_limits_w[..n as usize].copy_from_slice(&bid.power_limits());
         // A holding charge shortens the lease to what the rest of its escrow pays for.
         let runs_for = if held > 0 {

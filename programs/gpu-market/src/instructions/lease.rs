@@ -267,7 +267,7 @@ impl SubmitUsage<'_> {
             lease.energy_saved_j = lease.energy_saved_j.saturating_add(args.energy_saved_j);
         }
         let violated = proof
-            .power_violations(&lease.power_limits_w)
+            .power_violations(&lease.power_limits_w[..])
             .next()
             .is_some();
         if violated {

@@ -34,6 +34,13 @@ impl LeaseRules {
     }
 }
 
+crate::state::pod_array!(
+    WattTable,
+    u16,
+    MAX_GPUS,
+    "Watts for each of a lease's GPUs."
+);
+
 /// A bid running on a machine: created by `allocate`, paid by `submit_usage`, closed by
 /// `end_lease` or `reclaim_escrow`. The bid keeps the escrow; the lease keeps the proofs.
 #[account]
@@ -57,7 +64,7 @@ pub struct Lease {
     pub cpu_milli: u32,
     pub memory_mib: u32,
     /// The agreed power limit of each GPU, in W, in the bid's GPU order.
-    pub power_limits_w: [u16; MAX_GPUS],
+    pub power_limits_w: WattTable,
     /// The bid's price, in its unit (per GPU-hour for queue leases, per GPU-day for spot).
     pub price: u64,
     pub started_at: i64,

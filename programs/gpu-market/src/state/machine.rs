@@ -146,6 +146,26 @@ impl GpuSpec {
     }
 }
 
+crate::state::pod_array!(
+    GpuTable,
+    GpuSpec,
+    MAX_GPUS,
+    "A machine's GPUs (its `gpu_count` first)."
+);
+crate::state::pod_array!(
+    ImageTable,
+    [u8; 32],
+    MAX_CACHED_IMAGES,
+    "sha256 digests of a machine's cached images (its `cached_image_count` first)."
+);
+crate::state::pod_array!(GibTable, u16, MAX_GPUS, "GiB of each of a machine's GPUs.");
+crate::state::pod_array!(
+    TermsTable,
+    OverclockTerms,
+    MAX_GPUS,
+    "The overclock terms each of a machine's GPUs runs."
+);
+
 /// What a host declares about a machine: set at registration, changed by `update_machine`.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq)]
 pub struct MachineTerms {
@@ -179,18 +199,18 @@ pub struct Machine {
     pub region: [u8; REGION_LEN],
     pub status: MachineStatus,
     pub gpu_count: u8,
-    pub gpus: [GpuSpec; MAX_GPUS],
+    pub gpus: GpuTable,
     pub price_floor_per_gpu_hour: u64,
     pub electricity_cost_per_kwh: u64,
     pub cached_image_count: u8,
-    pub cached_images: [[u8; 32]; MAX_CACHED_IMAGES],
+    pub cached_images: ImageTable,
     pub network: MachineNetwork,
     /// The machine's spot book (a `BidBook` account), set by `init_spot_book`.
     pub spot_book: Pubkey,
     pub registered_at: i64,
     pub last_heartbeat: i64,
     /// GiB of each GPU held by running leases.
-    pub used_gib: [u16; MAX_GPUS],
+    pub used_gib: GibTable,
     /// Thousandths of a CPU core and MiB of memory the machine gives its leases in all.
     pub cpu_milli: u32,
     pub memory_mib: u32,
@@ -199,7 +219,7 @@ pub struct Machine {
     pub used_memory_mib: u32,
     /// The overclock terms each GPU runs while leases hold some of it: a GPU has one power
     /// limit and one set of clocks, so leases share a GPU only when they agree on them.
-    pub gpu_terms: [OverclockTerms; MAX_GPUS],
+    pub gpu_terms: TermsTable,
     /// Bit `g`: GPU `g` is held by a spot lease (queue bids may preempt it).
     pub spot_gpus: u16,
     /// Leases running on the machine.
@@ -261,12 +281,12 @@ impl Machine {
         self.agent = terms.agent;
         self.region = terms.region;
         self.gpu_count = n as u8;
-        self.gpus = [GpuSpec::default(); MAX_GPUS];
+        self.gpus = GpuTable::default();
         self.gpus[..n].copy_from_slice(&terms.gpus);
         self.price_floor_per_gpu_hour = terms.price_floor_per_gpu_hour;
         self.electricity_cost_per_kwh = terms.electricity_cost_per_kwh;
         self.cached_image_count = terms.cached_images.len() as u8;
-        self.cached_images = [[0; 32]; MAX_CACHED_IMAGES];
+        self.cached_images = ImageTable::default();
         self.cached_images[..terms.cached_images.len()].copy_from_slice(&terms.cached_images);
         terms.network.validate()?;
         self.network = terms.network.clone();
@@ -578,5 +598,19 @@ mod tests {
         let bytes = borsh::to_vec(&terms).unwrap();
         assert_eq!(bytes, borsh::to_vec(&fields).unwrap());
         assert_eq!(borsh::from_slice::<OverclockTerms>(&bytes).unwrap(), terms);
+        // A table is its elements one after another, as Borsh writes an array of them.
+        let mut gpus = GpuTable::default();
+        gpus[1] = gpu;
+        let elements: Vec<_> = gpus
+            .iter()
+            .flat_map(|g| borsh::to_vec(g).unwrap())
+            .collect();
+        assert_eq!(borsh::to_vec(&gpus).unwrap(), elements);
+        assert_eq!(borsh::from_slice::<GpuTable>(&elements).unwrap(), gpus);
+        let mut gib = GibTable::default();
+        gib[15] = 0x1234;
+        let elements: Vec<_> = gib.iter().flat_map(|g| g.to_le_bytes()).collect();
+        assert_eq!(borsh::to_vec(&gib).unwrap(), elements);
+        assert_eq!(borsh::from_slice::<GibTable>(&elements).unwrap(), gib);
     }
 }

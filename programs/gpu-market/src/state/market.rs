@@ -11,43 +11,19 @@ pub use gpu_market_core::fit::GPU_CLASSES;
 /// Most regions a market lists: bit `i` of a book entry's region filter accepts its `i`-th.
 pub const MAX_MARKET_REGIONS: usize = 32;
 
-/// Tables of bps in the market's parameters, Borsh-coded as one copy (see `pod_borsh!`): the
-/// market account holds its parameters twice (in force and scheduled), and every instruction
-/// that loads it pays for their encoding. Index them like the arrays they wrap.
-macro_rules! bps_table {
-    ($name:ident, $len:expr, $what:literal) => {
-        #[doc = $what]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
-        #[repr(transparent)]
-        pub struct $name(pub [u16; $len]);
-
-        // SAFETY: a transparent wrapper of a `u16` array: no padding, every bit pattern valid.
-        unsafe impl anchor_lang::__private::bytemuck::Zeroable for $name {}
-        unsafe impl anchor_lang::__private::bytemuck::Pod for $name {}
-        crate::state::pod_borsh!($name);
-
-        impl anchor_lang::Space for $name {
-            const INIT_SPACE: usize = 2 * $len;
-        }
-
-        impl core::ops::Deref for $name {
-            type Target = [u16; $len];
-            fn deref(&self) -> &Self::Target {
-                &self.0
-            }
-        }
-
-        impl core::ops::DerefMut for $name {
-            fn deref_mut(&mut self) -> &mut Self::Target {
-                &mut self.0
-            }
-        }
-    };
-}
-
-bps_table!(ClassBps, GPU_CLASSES, "One value in bps per GPU class.");
-bps_table!(HourBps, 24, "One value in bps per UTC hour.");
+crate::state::pod_array!(
+    ClassBps,
+    u16,
+    GPU_CLASSES,
+    "One value in bps per GPU class."
+);
+crate::state::pod_array!(HourBps, u16, 24, "One value in bps per UTC hour.");
+crate::state::pod_array!(
+    RegionTable,
+    [u8; REGION_LEN],
+    MAX_MARKET_REGIONS,
+    "The regions a market lists, in the order `add_region` listed them."
+);
 
 /// The rules of a market's auction: set at `init_market`, changed by `update_market`. Plain old
 /// data, widest fields first so that `repr(C)` adds no padding: Borsh reads and writes it as one
@@ -312,7 +288,7 @@ pub struct Market {
     pub payment_vault_bump: u8,
     /// The regions machines may declare and bids may name, in the order `add_region` listed
     /// them (never removed or reordered: book entries keep their indices); empty labels after.
-    pub regions: [[u8; REGION_LEN]; MAX_MARKET_REGIONS],
+    pub regions: RegionTable,
 }
 
 impl Market {
@@ -351,7 +327,7 @@ impl Market {
             bump: 0,
             stake_vault_bump: 0,
             payment_vault_bump: 0,
-            regions: [[0; REGION_LEN]; MAX_MARKET_REGIONS],
+            regions: RegionTable::default(),
         }
     }
 

@@ -29,6 +29,66 @@ macro_rules! pod_borsh {
 }
 pub(crate) use pod_borsh;
 
+/// A fixed table of plain-old-data values in an account, Borsh-coded as one copy (see
+/// `pod_borsh!`): the derived code reads and writes an array one element at a time, which every
+/// instruction loading the account pays for (a machine holds four such tables, a market three).
+/// The bytes are the array's. Index it like the array it wraps.
+macro_rules! pod_array {
+    ($name:ident, $elem:tt, $len:tt, $what:literal) => {
+        #[doc = $what]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
+        #[repr(transparent)]
+        pub struct $name(pub [$elem; $len]);
+
+        // SAFETY: a transparent wrapper of an array of `Pod` values: no padding, every bit
+        // pattern valid.
+        unsafe impl anchor_lang::__private::bytemuck::Zeroable for $name {}
+        unsafe impl anchor_lang::__private::bytemuck::Pod for $name {}
+        crate::state::pod_borsh!($name);
+
+        impl anchor_lang::Space for $name {
+            const INIT_SPACE: usize = core::mem::size_of::<[$elem; $len]>();
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                anchor_lang::__private::bytemuck::Zeroable::zeroed()
+            }
+        }
+
+        impl core::ops::Deref for $name {
+            type Target = [$elem; $len];
+            fn deref(&self) -> &Self::Target {
+                &self.0
+            }
+        }
+
+        impl core::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                &mut self.0
+            }
+        }
+
+        impl IntoIterator for $name {
+            type Item = $elem;
+            type IntoIter = core::array::IntoIter<$elem, $len>;
+            fn into_iter(self) -> Self::IntoIter {
+                self.0.into_iter()
+            }
+        }
+
+        impl<'a> IntoIterator for &'a $name {
+            type Item = &'a $elem;
+            type IntoIter = core::slice::Iter<'a, $elem>;
+            fn into_iter(self) -> Self::IntoIter {
+                self.0.iter()
+            }
+        }
+    };
+}
+pub(crate) use pod_array;
+
 pub mod bid;
 pub mod book;
 pub mod env;
