@@ -403,10 +403,14 @@ impl Offer {
         floor: u64,
         reserve: [u64; GPU_CLASSES],
     ) -> Self {
+        // One pass over the GPUs for every mask and bound.
         let mut class_gpus = [0u16; GPU_CLASSES];
         let mut limits: Vec<(GpuLimits, u16)> = Vec::new();
         let mut groups: Vec<(u8, u16)> = Vec::new();
         let mut shared = 0u16;
+        let mut free_gpus = 0u32;
+        let mut total_gib = 0u32;
+        let mut free_desc = [0u16; MAX];
         for (g, gpu) in gpus.iter().enumerate().take(MAX) {
             let bit = 1u16 << g;
             if let Some(m) = class_gpus.get_mut(gpu.class as usize) {
@@ -423,6 +427,9 @@ impl Offer {
             if gpu.running.is_some() {
                 shared |= bit;
             }
+            free_gpus += u32::from(gpu.free_gib > 0);
+            total_gib += u32::from(gpu.memory_gib);
+            free_desc[g] = gpu.free_gib;
         }
         let classes = class_gpus
             .iter()
@@ -432,19 +439,12 @@ impl Offer {
         for (c, p) in class_price.iter_mut().enumerate() {
             *p = floor.max(reserve[c]);
         }
-        let present = gpus.iter().take(MAX);
-        let free_gpus = present.clone().filter(|g| g.free_gib > 0).count() as u32;
-        let total_gib = present.clone().map(|g| g.memory_gib as u32).sum();
-        let mut free_desc = [0u16; MAX];
-        for (slot, g) in free_desc.iter_mut().zip(present.clone()) {
-            *slot = g.free_gib;
-        }
         insertion_sort_by_key(&mut free_desc, |&f| core::cmp::Reverse(f));
-        let min_reserve = present
-            .clone()
-            .filter_map(|g| reserve.get(g.class as usize))
+        // The least reserve price of a class on the machine (0: none).
+        let min_reserve = (0..GPU_CLASSES)
+            .filter(|&c| classes & (1 << c) != 0)
+            .map(|c| reserve[c])
             .min()
-            .copied()
             .unwrap_or(0);
         let hull = limits
             .iter()
