@@ -15,10 +15,9 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::time::Instant;
 
-use anchor_lang::prelude::Pubkey;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, Freed, GibTable, GpuSpec, GpuTable, ImageTable, Machine,
-    MachineNetwork, MachineStatus, Market, MarketParams, OverclockTerms, TermsTable, MAX_GPUS,
+    Bid, BidData, BidKind, BidStatus, Freed, GpuSpec, GpuTable, Machine, MachineData,
+    MachineNetwork, MachineStatus, Market, MarketParams, OverclockTerms, MAX_GPUS,
 };
 use gpu_market_core::fit::{Need, Offer};
 use gpu_market_core::placement::{
@@ -59,37 +58,16 @@ fn machine(node: &Node) -> Machine {
         };
     }
     Machine {
-        market: Pubkey::default(),
-        owner: Pubkey::default(),
-        agent: Pubkey::default(),
-        id: 0,
-        region: [0; 16],
+        data: MachineData {
+            gpu_count: node.num_gpus(),
+            gpus: GpuTable(gpus),
+            last_heartbeat: NOW,
+            cpu_milli: node.cpu_capacity(),
+            memory_mib: node.memory_capacity(),
+            ..MachineData::default()
+        },
         status: MachineStatus::Active,
-        gpu_count: node.num_gpus(),
-        gpus: GpuTable(gpus),
-        price_floor_per_gpu_hour: 0,
-        electricity_cost_per_kwh: 0,
-        cached_image_count: 0,
-        cached_images: ImageTable::default(),
         network: MachineNetwork::default(),
-        spot_book: Pubkey::default(),
-        registered_at: 0,
-        last_heartbeat: NOW,
-        used_gib: GibTable::default(),
-        cpu_milli: node.cpu_capacity(),
-        memory_mib: node.memory_capacity(),
-        used_cpu_milli: 0,
-        used_memory_mib: 0,
-        gpu_terms: TermsTable::default(),
-        spot_gpus: 0,
-        leases: 0,
-        missed_intervals: 0,
-        violations: 0,
-        unslashed_missed: 0,
-        unslashed_violations: 0,
-        evidence_since: 0,
-        bump: 0,
-        bond: 0,
         fault: None,
     }
 }
@@ -98,38 +76,27 @@ fn machine(node: &Node) -> Machine {
 /// memory, 300 W.
 fn bid(pod: &Pod) -> Bid {
     Bid {
-        market: Pubkey::default(),
-        client: Pubkey::default(),
-        machine: Pubkey::default(),
-        image_digest: [0; 32],
-        env_hash: [0; 32],
+        data: BidData {
+            gpu_count: pod.num_gpu(),
+            gib_per_gpu: pod.gpu_milli(),
+            accepted_classes: u8::MAX,
+            price: PRICE,
+            max_duration_secs: 3_600,
+            deadline: i64::MAX,
+            cpu_milli: pod.cpu_milli(),
+            memory_mib: pod.memory_mib(),
+            placed_at: NOW,
+            ..BidData::default()
+        },
         image_ref: String::new(),
         kind: BidKind::Queue,
         status: BidStatus::Open,
-        gpu_count: pod.num_gpu(),
-        gib_per_gpu: pod.gpu_milli(),
-        accepted_classes: u8::MAX,
         overclock: vec![OverclockTerms {
             power_limit_w: 300,
             ..OverclockTerms::default()
         }],
-        price: PRICE,
-        max_duration_secs: 3_600,
-        deadline: i64::MAX,
-        escrow: 0,
-        urgency_premium: 0,
         ports: Vec::new(),
-        scratch_gib: 0,
         regions: Vec::new(),
-        cpu_milli: pod.cpu_milli(),
-        memory_mib: pod.memory_mib(),
-        refund_tokens: Pubkey::default(),
-        score: 0,
-        book_key: 0,
-        seq: 0,
-        placed_at: NOW,
-        full_secs_at_entry: 0,
-        bump: 0,
         auto_power: None,
     }
 }

@@ -74,10 +74,9 @@ mod tests {
     fn market(demand_bps: u64) -> Market {
         let mut params = MarketParams::recommended(5, 0, 60);
         params.base_price_per_gpu_hour = 1_000;
-        Market {
-            demand_bps,
-            ..Market::opening(params)
-        }
+        let mut market = Market::opening(params);
+        market.demand_bps = demand_bps;
+        market
     }
 
     #[test]

@@ -8,8 +8,8 @@ use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
 use crate::instructions::refund_escrow;
 use crate::state::{
-    ports_valid, regions_valid, seeds, Bid, BidBook, BidKind, BidStatus, BookKey, Freed, Machine,
-    MachineStatus, Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN,
+    ports_valid, regions_valid, seeds, Bid, BidBook, BidData, BidKind, BidStatus, BookKey, Freed,
+    Machine, MachineStatus, Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN,
     MAX_AUTO_POWER_TOLERANCE_BPS, MAX_GPUS, REGION_LEN,
 };
 
@@ -343,38 +343,41 @@ impl PlaceBid<'_> {
 
         let bid = &mut ctx.accounts.bid;
         bid.set_inner(Bid {
-            market: market.key(),
-            client: ctx.accounts.client.key(),
-            machine: match args.kind {
-                BidKind::Spot => ctx.accounts.machine.key(),
-                BidKind::Queue => Pubkey::default(),
+            data: BidData {
+                market: market.key(),
+                client: ctx.accounts.client.key(),
+                machine: match args.kind {
+                    BidKind::Spot => ctx.accounts.machine.key(),
+                    BidKind::Queue => Pubkey::default(),
+                },
+                refund_tokens: ctx.accounts.client_tokens.key(),
+                image_digest: args.image_digest,
+                env_hash: args.env_hash,
+                price: args.price,
+                deadline: args.deadline,
+                escrow,
+                urgency_premium: args.urgency_premium,
+                score: base,
+                book_key: 0,
+                seq: 0,
+                placed_at: now,
+                full_secs_at_entry: 0,
+                max_duration_secs: args.max_duration_secs,
+                cpu_milli: args.cpu_milli,
+                memory_mib: args.memory_mib,
+                gib_per_gpu: args.gib_per_gpu,
+                scratch_gib: args.scratch_gib,
+                gpu_count: args.gpu_count,
+                accepted_classes: args.accepted_classes,
+                bump: ctx.bumps.bid,
+                reserved: [0; 5],
             },
-            image_digest: args.image_digest,
-            env_hash: args.env_hash,
-            image_ref: args.image_ref.clone(),
             kind: args.kind,
             status: BidStatus::Open,
-            gpu_count: args.gpu_count,
-            gib_per_gpu: args.gib_per_gpu,
-            accepted_classes: args.accepted_classes,
+            image_ref: args.image_ref.clone(),
             overclock: args.overclock,
-            price: args.price,
-            max_duration_secs: args.max_duration_secs,
-            deadline: args.deadline,
-            escrow,
-            urgency_premium: args.urgency_premium,
             ports: args.ports,
-            scratch_gib: args.scratch_gib,
             regions: args.regions.clone(),
-            cpu_milli: args.cpu_milli,
-            memory_mib: args.memory_mib,
-            refund_tokens: ctx.accounts.client_tokens.key(),
-            score: base,
-            book_key: 0,
-            seq: 0,
-            placed_at: now,
-            full_secs_at_entry: 0,
-            bump: ctx.bumps.bid,
             auto_power: args.auto_power,
         });
         // Queue bids rank by score (with aging); spot bids by the host's profit (GigaSPOT).

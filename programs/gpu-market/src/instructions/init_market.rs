@@ -6,7 +6,7 @@ use crate::events::{
     FeesCollected, MarketInitialized, MarketUpdateApplied, MarketUpdated, RegionAdded,
 };
 use crate::instructions::pay_out;
-use crate::state::{seeds, Market, MarketParams, REGION_LEN};
+use crate::state::{seeds, Market, MarketData, MarketParams, REGION_LEN};
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct InitMarketArgs {
@@ -76,19 +76,21 @@ impl InitMarket<'_> {
     pub fn init_market(ctx: Context<Self>, args: InitMarketArgs) -> Result<()> {
         let market = &mut ctx.accounts.market;
         market.set_inner(Market {
-            authority: ctx.accounts.authority.key(),
-            id: args.id,
-            stake_mint: ctx.accounts.stake_mint.key(),
-            payment_mint: ctx.accounts.payment_mint.key(),
-            stake_vault: ctx.accounts.stake_vault.key(),
-            payment_vault: ctx.accounts.payment_vault.key(),
-            treasury: ctx.accounts.treasury.key(),
-            stake_treasury: ctx.accounts.stake_treasury.key(),
-            created_at: Clock::get()?.unix_timestamp,
-            bump: ctx.bumps.market,
-            stake_vault_bump: ctx.bumps.stake_vault,
-            payment_vault_bump: ctx.bumps.payment_vault,
-            ..Market::opening(args.params)
+            data: MarketData {
+                authority: ctx.accounts.authority.key(),
+                id: args.id,
+                stake_mint: ctx.accounts.stake_mint.key(),
+                payment_mint: ctx.accounts.payment_mint.key(),
+                stake_vault: ctx.accounts.stake_vault.key(),
+                payment_vault: ctx.accounts.payment_vault.key(),
+                treasury: ctx.accounts.treasury.key(),
+                stake_treasury: ctx.accounts.stake_treasury.key(),
+                created_at: Clock::get()?.unix_timestamp,
+                bump: ctx.bumps.market,
+                stake_vault_bump: ctx.bumps.stake_vault,
+                payment_vault_bump: ctx.bumps.payment_vault,
+                ..Market::opening(args.params).data
+            },
         });
         market.invariant()?;
         emit!(MarketInitialized {

@@ -110,54 +110,72 @@ impl overclock::Settings for OverclockTerms {
 /// The most throughput, in bps, a bid may let the host trade for energy with auto power (20 %).
 pub const MAX_AUTO_POWER_TOLERANCE_BPS: u16 = 2_000;
 
-/// A client's bid with its escrow.
+/// A client's bid with its escrow. Its fixed fields are [`BidData`]'s (`bid.escrow` reads
+/// through `Deref`); its kind, status and the lists it asks follow.
 #[account]
 #[derive(InitSpace, Debug)]
 pub struct Bid {
+    pub data: BidData,
+    pub kind: BidKind,
+    pub status: BidStatus,
+    #[max_len(IMAGE_REF_LEN)]
+    pub image_ref: String,
+    /// One entry per GPU of the bid, or a single entry that applies to each of its GPUs (the
+    /// account is sized by the entries it holds).
+    #[max_len(16)]
+    pub overclock: Vec<OverclockTerms>,
+    /// Container ports the lease publishes on the machine's address.
+    #[max_len(MAX_PORTS)]
+    pub ports: Vec<u16>,
+    /// The regions whose machines may run it (none: any).
+    #[max_len(MAX_REGIONS)]
+    pub regions: Vec<[u8; REGION_LEN]>,
+    /// Auto power: the share of throughput (bps) the client lets the host trade for a lower
+    /// power limit than the stated one (see [`MAX_AUTO_POWER_TOLERANCE_BPS`]); `None`: the
+    /// stated limits hold as they are.
+    pub auto_power: Option<u16>,
+}
+
+impl core::ops::Deref for Bid {
+    type Target = BidData;
+    fn deref(&self) -> &BidData {
+        &self.data
+    }
+}
+
+impl core::ops::DerefMut for Bid {
+    fn deref_mut(&mut self) -> &mut BidData {
+        &mut self.data
+    }
+}
+
+/// A bid's fixed fields. Plain old data, keys first (the agent filters bids by `market` at
+/// offset 8 and `machine` at offset 72), then widest first so that `repr(C)` adds no padding:
+/// Borsh reads and writes it as one copy (`pod_borsh!`), where the derived code took one call
+/// per field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
+#[repr(C)]
+pub struct BidData {
     pub market: Pubkey,
     pub client: Pubkey,
     /// The machine of a spot bid; the default key for a queue bid.
     pub machine: Pubkey,
+    /// The client's token account the escrow came from: where a keeper sends a refund (any
+    /// token account of the client for the payment mint is accepted).
+    pub refund_tokens: Pubkey,
     /// sha256 digest of the image the bid runs.
     pub image_digest: [u8; 32],
     /// Hash of the encrypted environment (the ciphertext travels off chain, to the host only).
     pub env_hash: [u8; 32],
-    #[max_len(IMAGE_REF_LEN)]
-    pub image_ref: String,
-    pub kind: BidKind,
-    pub status: BidStatus,
-    pub gpu_count: u8,
-    pub gib_per_gpu: u16,
-    /// Bit `c` set: GPU class `c` is accepted.
-    pub accepted_classes: u8,
-    /// One entry per GPU of the bid, or a single entry that applies to each of its GPUs (the
-    /// account is sized by the entries it holds: 297 bytes with one).
-    #[max_len(16)]
-    pub overclock: Vec<OverclockTerms>,
     /// Per GPU-hour (queue) or per GPU-day (spot), in payment-token base units.
     pub price: u64,
-    pub max_duration_secs: u32,
     pub deadline: i64,
     /// Tokens locked in the market's payment vault for this bid: at placement, its price for
     /// its run and for the longest it may wait to start (`settlement::bid_escrow`).
     pub escrow: u64,
     /// Paid at placement for urgency (the market's at once; never refunded).
     pub urgency_premium: u64,
-    /// Container ports the lease publishes on the machine's address.
-    #[max_len(MAX_PORTS)]
-    pub ports: Vec<u16>,
-    /// GiB of scratch volume at the container's `/workspace` (0: none).
-    pub scratch_gib: u16,
-    /// The regions whose machines may run it (none: any).
-    #[max_len(MAX_REGIONS)]
-    pub regions: Vec<[u8; REGION_LEN]>,
-    /// Thousandths of a CPU core and MiB of memory the lease holds on its machine (the
-    /// container's limits; 0: its GPU memory's share of the machine's, `Host::or_share`).
-    pub cpu_milli: u32,
-    pub memory_mib: u32,
-    /// The client's token account the escrow came from: where a keeper sends a refund (any
-    /// token account of the client for the payment mint is accepted).
-    pub refund_tokens: Pubkey,
     /// The weighted score at placement (0..=10 000) and the book key derived from it.
     pub score: u64,
     pub book_key: u64,
@@ -167,11 +185,31 @@ pub struct Bid {
     /// Its book's [`BidBook::full_secs`] when it entered: what it saw of the book's full time
     /// since is what its [`Bid::holding_charge`] counts.
     pub full_secs_at_entry: u64,
+    pub max_duration_secs: u32,
+    /// Thousandths of a CPU core and MiB of memory the lease holds on its machine (the
+    /// container's limits; 0: its GPU memory's share of the machine's, `Host::or_share`).
+    pub cpu_milli: u32,
+    pub memory_mib: u32,
+    pub gib_per_gpu: u16,
+    /// GiB of scratch volume at the container's `/workspace` (0: none).
+    pub scratch_gib: u16,
+    pub gpu_count: u8,
+    /// Bit `c` set: GPU class `c` is accepted.
+    pub accepted_classes: u8,
     pub bump: u8,
-    /// Auto power: the share of throughput (bps) the client lets the host trade for a lower
-    /// power limit than the stated one (see [`MAX_AUTO_POWER_TOLERANCE_BPS`]); `None`: the
-    /// stated limits hold as they are.
-    pub auto_power: Option<u16>,
+    /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
+    pub reserved: [u8; 5],
+}
+
+// SAFETY: `repr(C)`, integers, keys and byte arrays only, no padding (size pinned below): every
+// bit pattern is a valid value.
+unsafe impl Zeroable for BidData {}
+unsafe impl Pod for BidData {}
+const _: () = assert!(core::mem::size_of::<BidData>() == 6 * 32 + 9 * 8 + 3 * 4 + 2 * 2 + 3 + 5);
+crate::state::pod_borsh!(BidData);
+
+impl anchor_lang::Space for BidData {
+    const INIT_SPACE: usize = core::mem::size_of::<BidData>();
 }
 
 impl Bid {

@@ -187,43 +187,61 @@ pub struct MachineTerms {
     pub memory_mib: u32,
 }
 
-/// A host's server in one market.
+/// A host's server in one market. Its fixed fields are [`MachineData`]'s (`machine.gpus`
+/// reads through `Deref`); the declaration's variable parts and its status follow.
 #[account]
 #[derive(InitSpace, Debug)]
 pub struct Machine {
+    pub data: MachineData,
+    pub status: MachineStatus,
+    pub network: MachineNetwork,
+    /// The fatal GPU fault its agent reported, which paused the machine; cleared when the owner
+    /// resumes it (after servicing the GPU).
+    pub fault: Option<MachineFault>,
+}
+
+impl core::ops::Deref for Machine {
+    type Target = MachineData;
+    fn deref(&self) -> &MachineData {
+        &self.data
+    }
+}
+
+impl core::ops::DerefMut for Machine {
+    fn deref_mut(&mut self) -> &mut MachineData {
+        &mut self.data
+    }
+}
+
+/// A machine's fixed fields. Plain old data, keys first (the agent filters machines by
+/// `market` at offset 8), then widest first so that `repr(C)` adds no padding: Borsh reads and
+/// writes it as one copy (`pod_borsh!`), where the derived code took one call per field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
+#[repr(C)]
+pub struct MachineData {
     pub market: Pubkey,
     pub owner: Pubkey,
     pub agent: Pubkey,
     /// Chosen by the owner, so one owner can register several machines.
     pub id: u64,
-    pub region: [u8; REGION_LEN],
-    pub status: MachineStatus,
-    pub gpu_count: u8,
-    pub gpus: GpuTable,
     pub price_floor_per_gpu_hour: u64,
     pub electricity_cost_per_kwh: u64,
-    pub cached_image_count: u8,
-    pub cached_images: ImageTable,
-    pub network: MachineNetwork,
-    /// The machine's spot book (a `BidBook` account), set by `init_spot_book`.
-    pub spot_book: Pubkey,
     pub registered_at: i64,
     pub last_heartbeat: i64,
-    /// GiB of each GPU held by running leases.
-    pub used_gib: GibTable,
+    pub evidence_since: i64,
+    /// The stake this machine bonds: the market's `min_host_stake` when it was registered,
+    /// never changed after (a later rise of the parameter binds new machines only, so it cannot
+    /// trap a host's stake), and what one slash of it takes its share of.
+    pub bond: u64,
+    /// The machine's spot book (a `BidBook` account), set by `init_spot_book`.
+    pub spot_book: Pubkey,
     /// Thousandths of a CPU core and MiB of memory the machine gives its leases in all.
     pub cpu_milli: u32,
     pub memory_mib: u32,
     /// Of those, what running leases hold.
     pub used_cpu_milli: u32,
     pub used_memory_mib: u32,
-    /// The overclock terms each GPU runs while leases hold some of it: a GPU has one power
-    /// limit and one set of clocks, so leases share a GPU only when they agree on them.
-    pub gpu_terms: TermsTable,
-    /// Bit `g`: GPU `g` is held by a spot lease (queue bids may preempt it).
-    pub spot_gpus: u16,
-    /// Leases running on the machine.
-    pub leases: u16,
     /// Billing intervals of its leases it never proved (host silence), ever.
     pub missed_intervals: u32,
     /// Proofs whose peak power exceeded the agreed limit, ever.
@@ -232,15 +250,53 @@ pub struct Machine {
     /// `evidence_since` (evidence older than the market's window expires).
     pub unslashed_missed: u32,
     pub unslashed_violations: u32,
-    pub evidence_since: i64,
+    pub gpus: GpuTable,
+    /// GiB of each GPU held by running leases.
+    pub used_gib: GibTable,
+    /// The overclock terms each GPU runs while leases hold some of it: a GPU has one power
+    /// limit and one set of clocks, so leases share a GPU only when they agree on them.
+    pub gpu_terms: TermsTable,
+    /// Bit `g`: GPU `g` is held by a spot lease (queue bids may preempt it).
+    pub spot_gpus: u16,
+    /// Leases running on the machine.
+    pub leases: u16,
+    pub region: [u8; REGION_LEN],
+    pub gpu_count: u8,
+    pub cached_image_count: u8,
+    pub cached_images: ImageTable,
     pub bump: u8,
-    /// The stake this machine bonds: the market's `min_host_stake` when it was registered,
-    /// never changed after (a later rise of the parameter binds new machines only, so it cannot
-    /// trap a host's stake), and what one slash of it takes its share of.
-    pub bond: u64,
-    /// The fatal GPU fault its agent reported, which paused the machine; cleared when the owner
-    /// resumes it (after servicing the GPU).
-    pub fault: Option<MachineFault>,
+    /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
+    pub reserved: [u8; 1],
+}
+
+// SAFETY: `repr(C)`, integers, keys, byte arrays and `Pod` tables only, no padding (size pinned
+// below): every bit pattern is a valid value.
+unsafe impl anchor_lang::__private::bytemuck::Zeroable for MachineData {}
+unsafe impl anchor_lang::__private::bytemuck::Pod for MachineData {}
+const _: () = assert!(
+    core::mem::size_of::<MachineData>()
+        == 4 * 32
+            + 7 * 8
+            + 8 * 4
+            + core::mem::size_of::<GpuTable>()
+            + 2 * MAX_GPUS
+            + core::mem::size_of::<TermsTable>()
+            + 2 * 2
+            + REGION_LEN
+            + 2
+            + 32 * MAX_CACHED_IMAGES
+            + 2
+);
+crate::state::pod_borsh!(MachineData);
+
+impl Default for MachineData {
+    fn default() -> Self {
+        anchor_lang::__private::bytemuck::Zeroable::zeroed()
+    }
+}
+
+impl anchor_lang::Space for MachineData {
+    const INIT_SPACE: usize = core::mem::size_of::<MachineData>();
 }
 
 /// A fatal GPU fault as the machine's agent reported it (`report_fault`).
@@ -312,46 +368,6 @@ impl Machine {
         }
     }
 
-    /// What a lease of `gpus` GPUs of `gib_per_gpu` that asked `asked` holds here:
-    /// `Offer::held`, the rule the fit checked.
-    pub fn lease_host(&self, asked: Host, gpus: u8, gib_per_gpu: u16) -> Host {
-        let total_gib = self.gpus[..self.gpu_count as usize]
-            .iter()
-            .map(|g| g.memory_gib as u32)
-            .sum();
-        asked.or_share(self.host(), gpus as u32 * gib_per_gpu as u32, total_gib)
-    }
-
-    /// The CPU and memory the machine gives its leases in all.
-    pub fn host(&self) -> Host {
-        Host {
-            cpu_milli: self.cpu_milli,
-            memory_mib: self.memory_mib,
-        }
-    }
-
-    /// Of [`Machine::host`], what running leases hold.
-    pub fn host_used(&self) -> Host {
-        Host {
-            cpu_milli: self.used_cpu_milli,
-            memory_mib: self.used_memory_mib,
-        }
-    }
-
-    fn set_host_used(&mut self, used: Host) {
-        self.used_cpu_milli = used.cpu_milli;
-        self.used_memory_mib = used.memory_mib;
-    }
-
-    pub fn gpus(&self) -> &[GpuSpec] {
-        &self.gpus[..self.gpu_count as usize]
-    }
-
-    /// GiB of GPU `g` that leases hold, not counting a lease in `freed` (about to end).
-    fn used_gib(&self, g: usize, freed: &Freed) -> u16 {
-        self.used_gib[g].saturating_sub(freed.gib_on(g))
-    }
-
     /// What the machine offers bids of `kind` at `now`, for the fit rule: each GPU's class,
     /// group, memory, free GiB and the terms it runs while shared (GiB held by the lease in
     /// `freed` count as free), the host's floor (per GPU-day for spot bids) and, for queue bids,
@@ -397,6 +413,58 @@ impl Machine {
             reserve,
         )
         .in_region(self.region, market.region_bit(&self.region).unwrap_or(0)))
+    }
+
+    /// GPUs this machine offers to the market: its count until it retires. A pause does not
+    /// move the count, so a host cannot raise the reserve price by pausing machines.
+    pub fn offered(&self) -> i64 {
+        if self.status != MachineStatus::Retired {
+            self.gpu_count as i64
+        } else {
+            0
+        }
+    }
+}
+
+impl MachineData {
+    /// What a lease of `gpus` GPUs of `gib_per_gpu` that asked `asked` holds here:
+    /// `Offer::held`, the rule the fit checked.
+    pub fn lease_host(&self, asked: Host, gpus: u8, gib_per_gpu: u16) -> Host {
+        let total_gib = self.gpus[..self.gpu_count as usize]
+            .iter()
+            .map(|g| g.memory_gib as u32)
+            .sum();
+        asked.or_share(self.host(), gpus as u32 * gib_per_gpu as u32, total_gib)
+    }
+
+    /// The CPU and memory the machine gives its leases in all.
+    pub fn host(&self) -> Host {
+        Host {
+            cpu_milli: self.cpu_milli,
+            memory_mib: self.memory_mib,
+        }
+    }
+
+    /// Of [`Machine::host`], what running leases hold.
+    pub fn host_used(&self) -> Host {
+        Host {
+            cpu_milli: self.used_cpu_milli,
+            memory_mib: self.used_memory_mib,
+        }
+    }
+
+    fn set_host_used(&mut self, used: Host) {
+        self.used_cpu_milli = used.cpu_milli;
+        self.used_memory_mib = used.memory_mib;
+    }
+
+    pub fn gpus(&self) -> &[GpuSpec] {
+        &self.gpus[..self.gpu_count as usize]
+    }
+
+    /// GiB of GPU `g` that leases hold, not counting a lease in `freed` (about to end).
+    fn used_gib(&self, g: usize, freed: &Freed) -> u16 {
+        self.used_gib[g].saturating_sub(freed.gib_on(g))
     }
 
     /// Holds `gib` on each of `gpus` and `host` of the machine's CPU and memory for a lease (of
@@ -511,16 +579,6 @@ impl Machine {
             .checked_add(1)
             .ok_or(MarketError::Overflow)?;
         Ok(())
-    }
-
-    /// GPUs this machine offers to the market: its count until it retires. A pause does not
-    /// move the count, so a host cannot raise the reserve price by pausing machines.
-    pub fn offered(&self) -> i64 {
-        if self.status != MachineStatus::Retired {
-            self.gpu_count as i64
-        } else {
-            0
-        }
     }
 }
 

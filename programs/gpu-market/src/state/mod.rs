@@ -20,9 +20,9 @@ macro_rules! pod_borsh {
             fn deserialize_reader<R: anchor_lang::prelude::borsh::io::Read>(
                 reader: &mut R,
             ) -> anchor_lang::prelude::borsh::io::Result<Self> {
-                let mut buf = [0u8; core::mem::size_of::<$t>()];
-                reader.read_exact(&mut buf)?;
-                Ok(anchor_lang::__private::bytemuck::pod_read_unaligned(&buf))
+                let mut value: $t = anchor_lang::__private::bytemuck::Zeroable::zeroed();
+                reader.read_exact(anchor_lang::__private::bytemuck::bytes_of_mut(&mut value))?;
+                Ok(value)
             }
         }
     };
