@@ -136,19 +136,6 @@ pub struct Bid {
     pub auto_power: Option<u16>,
 }
 
-impl core::ops::Deref for Bid {
-    type Target = BidData;
-    fn deref(&self) -> &BidData {
-        &self.data
-    }
-}
-
-impl core::ops::DerefMut for Bid {
-    fn deref_mut(&mut self) -> &mut BidData {
-        &mut self.data
-    }
-}
-
 /// A bid's fixed fields. Plain old data, keys first (the agent filters bids by `market` at
 /// offset 8 and `machine` at offset 72), then widest first so that `repr(C)` adds no padding:
 /// Borsh reads and writes it as one copy (`pod_borsh!`), where the derived code took one call
@@ -201,16 +188,9 @@ pub struct BidData {
     pub reserved: [u8; 5],
 }
 
-// SAFETY: `repr(C)`, integers, keys and byte arrays only, no padding (size pinned below): every
-// bit pattern is a valid value.
-unsafe impl Zeroable for BidData {}
-unsafe impl Pod for BidData {}
+// SAFETY: see `account_data!`; the size is pinned here.
+crate::state::account_data!(Bid, BidData);
 const _: () = assert!(core::mem::size_of::<BidData>() == 6 * 32 + 9 * 8 + 3 * 4 + 2 * 2 + 3 + 5);
-crate::state::pod_borsh!(BidData);
-
-impl anchor_lang::Space for BidData {
-    const INIT_SPACE: usize = core::mem::size_of::<BidData>();
-}
 
 impl Bid {
     /// Account size with `terms` overclock entries, an image reference of `image_len` bytes,

@@ -200,19 +200,6 @@ pub struct Machine {
     pub fault: Option<MachineFault>,
 }
 
-impl core::ops::Deref for Machine {
-    type Target = MachineData;
-    fn deref(&self) -> &MachineData {
-        &self.data
-    }
-}
-
-impl core::ops::DerefMut for Machine {
-    fn deref_mut(&mut self) -> &mut MachineData {
-        &mut self.data
-    }
-}
-
 /// A machine's fixed fields. Plain old data, keys first (the agent filters machines by
 /// `market` at offset 8), then widest first so that `repr(C)` adds no padding: Borsh reads and
 /// writes it as one copy (`pod_borsh!`), where the derived code took one call per field.
@@ -269,10 +256,8 @@ pub struct MachineData {
     pub reserved: [u8; 1],
 }
 
-// SAFETY: `repr(C)`, integers, keys, byte arrays and `Pod` tables only, no padding (size pinned
-// below): every bit pattern is a valid value.
-unsafe impl anchor_lang::__private::bytemuck::Zeroable for MachineData {}
-unsafe impl anchor_lang::__private::bytemuck::Pod for MachineData {}
+// SAFETY: see `account_data!`; the size is pinned here.
+crate::state::account_data!(Machine, MachineData);
 const _: () = assert!(
     core::mem::size_of::<MachineData>()
         == 4 * 32
@@ -287,16 +272,11 @@ const _: () = assert!(
             + 32 * MAX_CACHED_IMAGES
             + 2
 );
-crate::state::pod_borsh!(MachineData);
 
 impl Default for MachineData {
     fn default() -> Self {
         anchor_lang::__private::bytemuck::Zeroable::zeroed()
     }
-}
-
-impl anchor_lang::Space for MachineData {
-    const INIT_SPACE: usize = core::mem::size_of::<MachineData>();
 }
 
 /// A fatal GPU fault as the machine's agent reported it (`report_fault`).

@@ -231,19 +231,6 @@ pub struct Market {
     pub data: MarketData,
 }
 
-impl core::ops::Deref for Market {
-    type Target = MarketData;
-    fn deref(&self) -> &MarketData {
-        &self.data
-    }
-}
-
-impl core::ops::DerefMut for Market {
-    fn deref_mut(&mut self) -> &mut MarketData {
-        &mut self.data
-    }
-}
-
 /// Everything a market holds. Plain old data, widest fields first so that `repr(C)` adds no
 /// padding: Borsh reads and writes it as one copy (`pod_borsh!`), where the derived code took
 /// one call per field, about 1.1k compute units an instruction that writes the market.
@@ -317,19 +304,12 @@ pub struct MarketData {
     pub regions: RegionTable,
 }
 
-// SAFETY: `repr(C)`, integers, keys, byte arrays and `Pod` tables only, no padding (size pinned
-// below): every bit pattern is a valid value.
-unsafe impl anchor_lang::__private::bytemuck::Zeroable for MarketData {}
-unsafe impl anchor_lang::__private::bytemuck::Pod for MarketData {}
+// SAFETY: see `account_data!`; the size is pinned here.
+crate::state::account_data!(Market, MarketData);
 const _: () = assert!(
     core::mem::size_of::<MarketData>()
         == 8 * 32 + 2 * core::mem::size_of::<MarketParams>() + 16 * 8 + 4 + 4 + 32 * REGION_LEN
 );
-crate::state::pod_borsh!(MarketData);
-
-impl anchor_lang::Space for MarketData {
-    const INIT_SPACE: usize = core::mem::size_of::<MarketData>();
-}
 
 impl Market {
     /// A market under `params` with nothing in it yet: no accounts named, no book, no bid, no

@@ -89,6 +89,39 @@ macro_rules! pod_array {
 }
 pub(crate) use pod_array;
 
+/// An account whose fixed fields live in one plain-old-data struct `$data` (its field `data`,
+/// read and written through `Deref`), Borsh-coded as one copy (`pod_borsh!`): the derived code
+/// took one call per field on every load and store.
+///
+/// SAFETY (the caller's): `$data` is `repr(C)` of integers, keys, byte arrays and `Pod` values
+/// only, with no padding (its size pinned by a `const` assertion where it is declared): every bit
+/// pattern is a valid value.
+macro_rules! account_data {
+    ($account:ty, $data:ty) => {
+        unsafe impl anchor_lang::__private::bytemuck::Zeroable for $data {}
+        unsafe impl anchor_lang::__private::bytemuck::Pod for $data {}
+        crate::state::pod_borsh!($data);
+
+        impl anchor_lang::Space for $data {
+            const INIT_SPACE: usize = core::mem::size_of::<$data>();
+        }
+
+        impl core::ops::Deref for $account {
+            type Target = $data;
+            fn deref(&self) -> &$data {
+                &self.data
+            }
+        }
+
+        impl core::ops::DerefMut for $account {
+            fn deref_mut(&mut self) -> &mut $data {
+                &mut self.data
+            }
+        }
+    };
+}
+pub(crate) use account_data;
+
 pub mod bid;
 pub mod book;
 pub mod env;
