@@ -57,9 +57,12 @@ pub struct Config {
     pub metrics_listen: SocketAddr,
     /// How often the reconcile loop runs (and samples the GPUs).
     pub billing_poll_interval: Duration,
+    /// How often the agent heartbeats; never less often than twice within the market's silence
+    /// window, after which the packing policy leaves the machine out.
     pub heartbeat_interval: Duration,
     /// How long a bid the market's packing policy gives another machine waits for it before
-    /// this machine takes it (`core::placement::GRACE_SECS` by default).
+    /// this machine takes it (`core::placement::GRACE_SECS` by default), times this machine's
+    /// turn among the others that fit.
     pub placement_grace: Duration,
     /// How long a SIGTERM drain may take before the agent exits anyway.
     pub drain_deadline: Duration,

@@ -74,6 +74,19 @@ pub fn witness(
     Err(nearest)
 }
 
+/// How long a heartbeat keeps a machine in the packing policy: the market's silence window
+/// (`silence_intervals` billing intervals, after which a lease's client may reclaim its escrow).
+/// The agent heartbeats at least twice within it.
+pub fn alive_secs(market: &Market) -> i64 {
+    market.params.billing_interval_secs as i64 * market.params.silence_intervals as i64
+}
+
+/// Whether `machine`'s agent has shown life at `now`: its last heartbeat (or its registration)
+/// is at most [`alive_secs`] old.
+pub fn alive(market: &Market, machine: &Machine, now: i64) -> bool {
+    now.saturating_sub(machine.last_heartbeat) <= alive_secs(market)
+}
+
 /// Where the policy gives a bid: the machine, and the GPUs it takes there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
@@ -82,7 +95,8 @@ pub struct Placed {
 }
 
 impl MarketPlacement {
-    /// The policy over `machines` of `market` at `now`, with their running `leases`; it learns
+    /// The policy over `machines` of `market` at `now` (those [`alive`] then: no bid waits a
+    /// grace period for a machine whose agent is gone), with their running `leases`; it learns
     /// the market's workload from those leases and `queue` (the queue book's entries; the
     /// expired ones are left out). A machine whose offer cannot be priced is an error.
     pub fn new(
@@ -92,7 +106,10 @@ impl MarketPlacement {
         leases: &[Lease],
         queue: &[BookLeaf],
     ) -> Result<Self, String> {
-        let (keys, machines): (Vec<Pubkey>, Vec<Machine>) = machines.into_iter().unzip();
+        let (keys, machines): (Vec<Pubkey>, Vec<Machine>) = machines
+            .into_iter()
+            .filter(|(_, m)| alive(market, m, now))
+            .unzip();
         let mut held: Vec<Vec<Tenant>> = vec![Vec::new(); keys.len()];
         let mut workload: Vec<Demand> = Vec::with_capacity(leases.len() + queue.len());
         for l in leases {
@@ -172,8 +189,109 @@ impl MarketPlacement {
         })
     }
 
+    /// When `machine`, which is not the one [`MarketPlacement::place`] gave queue bid `bid`
+    /// (`placed`), may take it: after this many grace periods, its place among the other
+    /// machines whose fit rule accepts the bid, in the policy's tie-break order (`Placer::turn`).
+    /// `None`: the machine is not listed (not alive) or does not fit.
+    pub fn turn(&self, bid: &Bid, placed: &Placed, machine: &Pubkey) -> Option<u32> {
+        let overclock = bid.overclock_per_gpu();
+        let need = bid.need(&overclock);
+        let seat = |k: &Pubkey| self.keys.iter().position(|key| key == k);
+        self.placer
+            .turn(&need, &self.offers, seat(&placed.machine)?, seat(machine)?)
+    }
+
     /// The profile of `image`, where a measured lease of the market runs it.
     pub fn profile_of(&self, image: &[u8; 32]) -> Option<Profile> {
         self.images.get(image).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_market::state::{
+        BidData, BidStatus, GpuSpec, MachineData, MachineNetwork, MarketParams, OverclockTerms,
+    };
+
+    const NOW: i64 = 1_800_000_000;
+
+    /// An idle machine of one 80 GiB class-0 GPU, its electricity at `cost`, heard from at
+    /// `heartbeat`.
+    fn machine(cost: u64, heartbeat: i64) -> Machine {
+        let mut gpus = gpu_market::state::GpuTable::default();
+        gpus[0] = GpuSpec {
+            class: 0,
+            memory_gib: 80,
+            power_w: [100, 400],
+            ..GpuSpec::default()
+        };
+        Machine {
+            data: MachineData {
+                gpu_count: 1,
+                gpus,
+                electricity_cost_per_kwh: cost,
+                last_heartbeat: heartbeat,
+                cpu_milli: 16_000,
+                memory_mib: 65_536,
+                ..MachineData::default()
+            },
+            status: MachineStatus::Active,
+            network: MachineNetwork::default(),
+            fault: None,
+        }
+    }
+
+    fn bid() -> Bid {
+        Bid {
+            data: BidData {
+                gpu_count: 1,
+                gib_per_gpu: 40,
+                accepted_classes: 1,
+                price: 1_000_000_000,
+                max_duration_secs: 3_600,
+                deadline: NOW + 7_200,
+                cpu_milli: 1_000,
+                memory_mib: 1_024,
+                ..BidData::default()
+            },
+            kind: BidKind::Queue,
+            status: BidStatus::Open,
+            image_ref: String::new(),
+            overclock: vec![OverclockTerms {
+                power_limit_w: 300,
+                ..OverclockTerms::default()
+            }],
+            ports: Vec::new(),
+            regions: Vec::new(),
+            auto_power: None,
+        }
+    }
+
+    /// Three machines that fit the bid; the cheapest one's agent went silent longer ago than
+    /// the market's silence window (3 intervals of 60 s): it is not chosen and has no turn, so
+    /// no bid waits a grace period for it. The other two take their turns in order.
+    #[test]
+    fn a_machine_silent_past_the_window_is_never_given_a_bid() {
+        let market = Market::opening(MarketParams::recommended(60, 250, 3_600));
+        let window = 3 * 60;
+        let (dead, live, later) = (
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+        );
+        let machines = vec![
+            (dead, machine(1, NOW - window - 1)),
+            (live, machine(2, NOW - window)),
+            (later, machine(3, NOW)),
+        ];
+        assert!(!alive(&market, &machines[0].1, NOW));
+        assert!(alive(&market, &machines[1].1, NOW));
+        let mut placement = MarketPlacement::new(&market, NOW, machines, &[], &[]).unwrap();
+        let b = bid();
+        let placed = placement.place(&b).unwrap();
+        assert_eq!(placed.machine, live, "the cheapest live machine");
+        assert_eq!(placement.turn(&b, &placed, &later), Some(1));
+        assert_eq!(placement.turn(&b, &placed, &dead), None);
     }
 }

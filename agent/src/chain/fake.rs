@@ -101,6 +101,8 @@ struct Inner {
     allocate_calls: u32,
     /// The books cannot be read (an RPC node that refuses `getProgramAccounts`), the rest can.
     books_unreadable: bool,
+    /// What the books say of the market's silence window (`OpenBids::alive_secs`).
+    alive_secs: Option<i64>,
     submit_calls: u32,
 }
 
@@ -147,6 +149,7 @@ impl FakeChain {
                 refuse_allocates: false,
                 allocate_calls: 0,
                 books_unreadable: false,
+                alive_secs: None,
                 submit_calls: 0,
             }),
         }
@@ -249,6 +252,9 @@ impl FakeChain {
     /// From now on (`true`) the books cannot be read, while the machine and its leases can.
     pub fn set_books_unreadable(&self, on: bool) {
         self.lock().books_unreadable = on;
+    }
+    pub fn set_alive_secs(&self, secs: i64) {
+        self.lock().alive_secs = Some(secs);
     }
     pub fn refuse_next_allocate(&self) {
         self.lock().refuse_next_allocate = true;
@@ -594,7 +600,10 @@ impl Chain for FakeChain {
         }
         let now = s.now();
         let offer = s.offer(None);
-        let mut out = OpenBids::default();
+        let mut out = OpenBids {
+            alive_secs: s.alive_secs,
+            ..OpenBids::default()
+        };
         // Queue bids outrank spot bids.
         for kind in [BidKind::Queue, BidKind::Spot] {
             for b in s.book(kind) {

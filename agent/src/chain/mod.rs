@@ -245,6 +245,17 @@ impl LeaseView {
     }
 }
 
+/// Where the market's packing policy gives a bid that fits this machine, and when this
+/// machine's turn to take it comes if that machine does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elsewhere {
+    pub machine: Key,
+    /// Grace periods to wait: this machine's place among the others the bid fits, in the
+    /// policy's tie-break order (1: first after the policy's machine), so that exactly one
+    /// machine takes the bid at a time.
+    pub turn: u32,
+}
+
 /// An open bid this machine could take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BidView {
@@ -262,8 +273,8 @@ pub struct BidView {
     pub gpus: Option<Vec<u8>>,
     /// The machine the market's packing policy (`gpu_market_core::placement::Placer`) gives
     /// the bid, when the bid fits here now but the policy prefers another machine: this one
-    /// takes it only once it has waited the grace period.
-    pub elsewhere: Option<Key>,
+    /// takes it only once it has waited its turn.
+    pub elsewhere: Option<Elsewhere>,
     /// For a bid that does not fit now: the running spot leases of this machine (not told to
     /// stop yet) whose end would let it fit (what `preempt` checks of a challenger; a spot bid
     /// must also pay the host more than the lease).
@@ -294,6 +305,9 @@ pub struct OpenBids {
     /// Bids in the books whose deadline has passed: anyone may prune them (refunding their
     /// clients), and they only lengthen the books.
     pub expired: Vec<Key>,
+    /// How long a heartbeat keeps this machine in the market's packing policy
+    /// (`gpu_market_sdk::placement::alive_secs`); `None` where the chain does not say.
+    pub alive_secs: Option<i64>,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use gpu_market_sdk::placement::MarketPlacement;
 use solana_pubkey::Pubkey;
 
 use super::solana::{accounts_with, key, SolanaChain};
-use super::{ChainError, Key};
+use super::{ChainError, Elsewhere};
 
 /// Where `market` sits in machine and lease accounts: right after the discriminator.
 const MARKET_OFFSET: usize = 8;
@@ -20,8 +20,8 @@ const MARKET_OFFSET: usize = 8;
 pub(super) enum Placement {
     /// This machine, on these GPUs.
     Here(Vec<u8>),
-    /// Another machine.
-    Elsewhere(Key),
+    /// Another machine; this one's turn comes after that many grace periods.
+    Elsewhere(Elsewhere),
 }
 
 /// The policy's view of the market for one look at the books: read when the first bid that
@@ -63,9 +63,17 @@ impl SolanaChain {
                 none.insert(view)
             }
         };
-        Ok(view.place(bid).map(|p| match p.machine == self.machine() {
-            true => Placement::Here(p.gpus),
-            false => Placement::Elsewhere(key(&p.machine)),
+        Ok(view.place(bid).map(|p| {
+            if p.machine == self.machine() {
+                return Placement::Here(p.gpus);
+            }
+            Placement::Elsewhere(Elsewhere {
+                machine: key(&p.machine),
+                // This machine not listed (its own heartbeat is older than the silence window,
+                // as at a start after a long stop): first after the policy's machine, as before
+                // turns.
+                turn: view.turn(bid, &p, &self.machine()).unwrap_or(1),
+            })
         }))
     }
 

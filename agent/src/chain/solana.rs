@@ -937,7 +937,10 @@ impl Chain for SolanaChain {
                 (*k, Freed { gpus, gib, host })
             })
             .collect();
-        let mut out = OpenBids::default();
+        let mut out = OpenBids {
+            alive_secs: Some(gpu_market_sdk::placement::alive_secs(&market)),
+            ..OpenBids::default()
+        };
         let queue = self.read_book(&market.queue_book).await?;
         let spot = self.read_book(&machine.spot_book).await?;
         let mut policy = Policy::new(&market, now, queue.as_ref().map_or(&[], |b| &b.entries));

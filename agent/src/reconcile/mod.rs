@@ -99,6 +99,9 @@ pub struct Reconciler {
     /// The last cluster clock reading and when it was taken.
     clock: Option<(i64, Instant)>,
     last_heartbeat: Option<i64>,
+    /// How long a heartbeat keeps the machine in the market's packing policy, as the books last
+    /// said: the agent heartbeats at least twice within it, whatever `heartbeat_interval` says.
+    alive_secs: Option<i64>,
     /// Each GPU's last good reading: a failed read meters with it.
     last_samples: BTreeMap<u32, Sample>,
     /// Each running lease's last container CPU reading (ns) and when it was taken.
@@ -208,6 +211,7 @@ impl Reconciler {
             metrics,
             clock: None,
             last_heartbeat: None,
+            alive_secs: None,
             last_samples: BTreeMap::new(),
             cpu_readings: BTreeMap::new(),
             cpu_probe: probe::CpuProbe::default(),

@@ -56,10 +56,10 @@ impl Reconciler {
         let gpus = self.observe_gpus();
         self.take_faults();
         self.split_shared_gpus(containers.is_some()).await;
-        let heartbeat_due = chain.is_some()
-            && self
-                .last_heartbeat
-                .is_none_or(|t| now - t >= self.config.heartbeat_interval.as_secs() as i64);
+        let interval = (self.config.heartbeat_interval.as_secs() as i64)
+            .min(self.alive_secs.map_or(i64::MAX, |a| a / 2));
+        let heartbeat_due =
+            chain.is_some() && self.last_heartbeat.is_none_or(|t| now - t >= interval);
         Ok(Observed {
             now,
             chain,
@@ -199,6 +199,7 @@ impl Reconciler {
         // What allocation needs may fail alone: the proofs need only the machine's leases.
         let open = match self.chain.best_open_bids(BIDS_CONSIDERED).await {
             Ok(open) => {
+                self.alive_secs = open.alive_secs.or(self.alive_secs);
                 // Back-offs of bids no longer open go; an unread book forgets none.
                 self.held_back
                     .retain(|bid, _| open.bids.iter().any(|b| b.key == *bid));

@@ -469,12 +469,14 @@ impl<'a> Planner<'a> {
                 // below with it (`allocate` refuses them while it fits).
                 break;
             }
-            if bid.elsewhere.is_some() {
+            if let Some(elsewhere) = bid.elsewhere {
                 let since = self.o.waiting.get(&bid.key).copied().unwrap_or(self.o.now);
-                if self.o.now < since.saturating_add(self.o.grace_secs) {
-                    // The packing policy gives it another machine: leave it that machine for
-                    // the grace period. The bids ranked below wait too, since `allocate`
-                    // refuses one while a better bid fits this machine.
+                let wait = self.o.grace_secs.saturating_mul(elsewhere.turn as i64);
+                if self.o.now < since.saturating_add(wait) {
+                    // The packing policy gives it another machine: leave it that machine, and
+                    // the machines whose turn comes before this one's, a grace period each. The
+                    // bids ranked below wait too, since `allocate` refuses one while a better
+                    // bid fits this machine.
                     break;
                 }
             }

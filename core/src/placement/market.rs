@@ -361,21 +361,47 @@ impl Placer {
             profiled: &self.profiled,
             profile: affinity.profile,
         };
-        let fitting = self.order.iter().filter_map(|&m| {
-            let choice = offers.get(m)?.fit(need).ok()?;
-            Some(Chosen {
-                machine: m,
-                gpus: choice.gpus().to_vec(),
-            })
-        });
         let mut clashing = None;
-        for chosen in fitting {
+        for chosen in self.fitting(need, offers) {
             if near.along(chosen.machine, mask_of(&chosen.gpus)) {
                 return Some(chosen);
             }
             clashing.get_or_insert(chosen);
         }
         clashing
+    }
+
+    /// The machines whose fit rule accepts `need`, in tie-break order.
+    fn fitting<'o>(
+        &'o self,
+        need: &'o Need,
+        offers: &'o [Offer],
+    ) -> impl Iterator<Item = Chosen> + 'o {
+        self.order.iter().filter_map(move |&m| {
+            let choice = offers.get(m)?.fit(need).ok()?;
+            Some(Chosen {
+                machine: m,
+                gpus: choice.gpus().to_vec(),
+            })
+        })
+    }
+
+    /// When seat `machine`, whose fit rule accepts `need` but which is not `chosen` (the
+    /// policy's machine for it), may take the bid: after `turn` grace periods. The chosen machine
+    /// has the first; the others that fit follow one grace period apart, in tie-break order, so
+    /// that when the chosen machine does not take a bid exactly one machine takes it next (no
+    /// race in which all but one pull the image for nothing). `None`: the seat does not fit.
+    pub fn turn(
+        &self,
+        need: &Need,
+        offers: &[Offer],
+        chosen: usize,
+        machine: usize,
+    ) -> Option<u32> {
+        self.fitting(need, offers)
+            .filter(|c| c.machine != chosen)
+            .position(|c| c.machine == machine)
+            .map(|i| i as u32 + 1)
     }
 
     /// The best placement of `pod` (one of `need`'s) whose machine's fit rule accepts `need`:

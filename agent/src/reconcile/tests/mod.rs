@@ -14,7 +14,7 @@ use super::senders::{Fate, Senders};
 use super::*;
 use crate::chain::fake::FakeChain;
 use crate::chain::{proof_hash, GpuView};
-use crate::chain::{BidKind, BidView, Chain, LeaseView, MachineStatus, MachineView};
+use crate::chain::{BidKind, BidView, Chain, Elsewhere, LeaseView, MachineStatus, MachineView};
 use crate::config::{ContainerLimits, ImageBudget, SimulatedGpuConfig};
 use crate::gpu::isolation::Mps;
 use crate::gpu::simulated::{SimulatedGpu, TokioTime};
@@ -996,26 +996,56 @@ async fn bids_the_fit_rule_gave_the_same_gpu_are_allocated_one_tick_after_the_ot
 }
 
 /// The market's packing policy gives bid 1 another machine (the fake marks it so: no policy
-/// runs in the fake chain). This machine leaves it, and bid 2 ranked below it, for the grace
-/// period, then takes it: a machine that is down never strands a bid.
-#[tokio::test(start_paused = true)]
-async fn a_bid_the_policy_gives_another_machine_waits_the_grace_period_then_runs_here() {
+/// runs in the fake chain), and this machine's turn is `turn`. This machine leaves it, and bid 2
+/// ranked below it, for `turn` grace periods, then takes it: a machine that is down never
+/// strands a bid, and the machines that fit take their turns one at a time.
+async fn waits_its_turn_then_runs_here(turn: u32) {
     let h = Harness::new(&[0]);
     let elsewhere = BidView {
-        elsewhere: Some(Key([77; 32])),
+        elsewhere: Some(Elsewhere {
+            machine: Key([77; 32]),
+            turn,
+        }),
         ..bid(1, BidKind::Queue, 1, 1_000, power(250))
     };
     let below = bid(2, BidKind::Queue, 1, 1_000, power(250));
     h.chain.place_bid(elsewhere.clone());
     h.chain.place_bid(below.clone());
     let mut r = h.reconciler();
-    let grace = r.config.placement_grace.as_secs();
-    let waiting = h.run_for(&mut r, grace - POLL).await;
+    let wait = r.config.placement_grace.as_secs() * turn as u64;
+    let waiting = h.run_for(&mut r, wait - POLL).await;
     assert!(allocations(&waiting).is_empty(), "{waiting:?}");
     assert!(h.chain.is_open(elsewhere.key) && h.chain.is_open(below.key));
     let after = h.run_for(&mut r, 2 * POLL).await;
     assert_eq!(allocations(&after), vec![(elsewhere.key, vec![0])]);
     assert!(h.chain.is_open(below.key), "bid 2 waits for the GPU");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bid_the_policy_gives_another_machine_waits_the_grace_period_then_runs_here() {
+    waits_its_turn_then_runs_here(1).await;
+}
+
+/// Third after the policy's machine: three grace periods, never at the end of the first,
+/// where every machine that fits raced for the bid before turns.
+#[tokio::test(start_paused = true)]
+async fn a_machine_third_in_line_waits_three_grace_periods() {
+    waits_its_turn_then_runs_here(3).await;
+}
+
+/// The packing policy leaves out a machine whose last heartbeat is older than the market's
+/// silence window (`gpu_market_sdk::placement::alive`): the agent heartbeats at least twice
+/// within it even where its own interval (60 s here) is longer, so a live machine is never left
+/// out. Here the window is 30 s: a heartbeat every 15 s.
+#[tokio::test(start_paused = true)]
+async fn the_heartbeat_keeps_within_the_markets_silence_window() {
+    let h = Harness::new(&[0]);
+    h.chain.set_alive_secs(30);
+    let mut r = h.reconciler();
+    assert_eq!(r.config.heartbeat_interval, Duration::from_secs(60));
+    h.run_for(&mut r, 120).await;
+    let beats = h.chain.heartbeats();
+    assert!((8..=9).contains(&beats), "{beats} heartbeats in 120 s");
 }
 
 #[test]

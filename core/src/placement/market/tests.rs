@@ -118,6 +118,44 @@ fn a_bid_goes_where_the_packing_plan_completes_a_gpu() {
     );
 }
 
+/// After the policy's machine, the others that fit take turns one grace period apart, in
+/// tie-break order (the cheaper electricity, then the lower id); a machine that does not fit
+/// has no turn, and every machine computes the same turns.
+#[test]
+fn the_machines_that_fit_take_turns_in_tie_break_order() {
+    let workload = vec![need(1, GIB, Regions::Any); 4];
+    // Electricity: seat 3 cheapest, then 0, then 2, then 1; seat 2 has no free GPU.
+    let offers = [
+        offer(&[GIB], 64_000),
+        offer(&[GIB], 64_000),
+        offer(&[0], 64_000),
+        offer(&[GIB], 64_000),
+    ];
+    let none: [Tenant; 0] = [];
+    let seats = [
+        seat(1, 20, &offers[0], &none),
+        seat(2, 40, &offers[1], &none),
+        seat(3, 30, &offers[2], &none),
+        seat(4, 10, &offers[3], &none),
+    ];
+    let mut placer = Placer::new(&seats, &demands(&workload));
+    let bid = need(1, GIB, Regions::Any);
+    let chosen = placer.choose(&bid, &offers, Affinity::default()).unwrap();
+    let turns: Vec<Option<u32>> = (0..4)
+        .map(|m| placer.turn(&bid, &offers, chosen.machine, m))
+        .collect();
+    let mut expected = vec![None; 4];
+    let others: Vec<usize> = [3, 0, 1]
+        .into_iter()
+        .filter(|&m| m != chosen.machine)
+        .collect();
+    for (i, &m) in others.iter().enumerate() {
+        expected[m] = Some(i as u32 + 1);
+    }
+    assert_eq!(turns, expected, "chosen {}", chosen.machine);
+    assert_eq!(turns[2], None, "no free GPU: no turn");
+}
+
 #[test]
 fn the_fit_rule_decides_and_ties_go_to_the_image_then_to_cheap_electricity() {
     let workload = vec![need(1, GIB, Regions::Any); 4];
