@@ -1,10 +1,12 @@
 //! Two agent processes on two machines of one market, on a local solana-test-validator with the
 //! Docker engine and the registry (`scripts/engine.sh start`) and simulated GPUs (SIMULATED GPU:
 //! this machine has none): which machine takes a bid is the market's packing policy, which each
-//! agent computes from the accounts alone, and a machine whose agent is stopped strands no bid.
+//! agent computes from the accounts alone, and a machine whose agent is stopped strands no bid
+//! and, once silent past the market's silence window, is given none.
 
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease};
+use gpu_market::state::{Bid, Lease, Machine, Market};
+use gpu_market_sdk::placement::MarketPlacement;
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -56,7 +58,8 @@ async fn bid(
 /// Machine A (the market's, 2 GPUs × 24 GiB in eu-west) and machine B (another host's, the same
 /// GPUs in us-east, cheaper electricity: of two idle machines B wins), each with its agent. A bid
 /// that completes a GPU of A goes to A, though B is idle and cheaper; with A's agent stopped, B
-/// leaves such a bid to A for the grace period (10 s), then takes it.
+/// leaves such a bid to A for the grace period (10 s) or until A's heartbeat is older than the
+/// market's silence window, then takes it; once A is silent, the policy gives it nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid() {
     let live = live_market(2).await;
@@ -104,25 +107,33 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
     );
     let (status, log) = agent_a.terminate();
     assert!(status.success(), "A's agent stops cleanly; log:\n{log}");
+    // A counts as alive, for the policy every agent computes, until its last heartbeat is
+    // older than the market's silence window (`placement::alive`).
+    let market: Market = live.cluster.account(&live.market).await.unwrap();
+    let window = gpu_market_sdk::placement::alive_secs(&market);
+    let a: Machine = live.cluster.account(&live.machine).await.unwrap();
+    let alive_until = a.last_heartbeat + window;
     let fourth = bid(&live, &client, 4, 8, vec![]).await;
     // The grace period is in chain time, as the agent counts it (wall time and the
     // validator's clock drift apart by a second or more): B first saw the bid no earlier than
-    // its placement.
+    // its placement. B leaves the bid to A until the grace period ends or A stops counting as
+    // alive, whichever comes first.
     let placed: Bid = live.cluster.account(&fourth).await.unwrap();
     let grace = i64::try_from(gpu_market_core::placement::GRACE_SECS).unwrap();
+    let leave_until = (placed.placed_at + grace).min(alive_until + 1);
     // B leaves it to A at first: watched until half the grace period has passed on the
-    // cluster's clock. The lease is read before the clock, so a reading clear of the grace
-    // period's end (by a second, for the clock's steps) shows no lease however slowly this
-    // machine runs; a later reading proves nothing and is not checked.
+    // cluster's clock. The lease is read before the clock, so a reading clear of that end
+    // (by a second, for the clock's steps) shows no lease however slowly this machine runs; a
+    // later reading proves nothing and is not checked.
     let ahead = (placed.placed_at + grace / 2 - live.cluster.now().await.unwrap()).max(0) as u64;
     wait_for("half the grace period", ahead + 60, &agent_b, || async {
         let machine = machine_of(&live, &fourth).await;
         let now = live.cluster.now().await.unwrap();
-        if now < placed.placed_at + grace - 1 {
+        if now < leave_until - 1 {
             assert_eq!(
                 machine,
                 None,
-                "B leaves it to A at first: placed at {}, the cluster's clock reads {now}; B's log:\n{}",
+                "B leaves it to A at first: placed at {}, A alive until {alive_until}, the cluster's clock reads {now}; B's log:\n{}",
                 placed.placed_at,
                 agent_b.log()
             );
@@ -136,9 +147,43 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
     );
     let lease: Lease = live.cluster.account(&pda::lease(&fourth).0).await.unwrap();
     assert!(
-        lease.started_at - placed.placed_at >= grace,
-        "taken after the grace period: placed at {}, started at {}",
+        lease.started_at >= leave_until - 1,
+        "taken once the grace period ended or A went silent: placed at {}, A alive until {alive_until}, started at {}",
         placed.placed_at,
         lease.started_at
+    );
+
+    // Once A's last heartbeat is older than the market's silence window, the policy every agent
+    // computes leaves A out: it gives A no bid and no turn, so B need not wait for it. Read
+    // from the cluster as the agents read it.
+    wait_for(
+        "A silent past the window",
+        2 * window as u64 + 60,
+        &agent_b,
+        || async { (live.cluster.now().await.unwrap() > a.last_heartbeat + window).then_some(()) },
+    )
+    .await;
+    let fifth = bid(&live, &client, 5, 8, vec![]).await;
+    let now = live.cluster.now().await.unwrap();
+    let mut machines = Vec::new();
+    for key in [live.machine, machine_b] {
+        machines.push((key, live.cluster.account::<Machine>(&key).await.unwrap()));
+    }
+    assert!(!gpu_market_sdk::placement::alive(
+        &market,
+        &machines[0].1,
+        now
+    ));
+    let mut policy = MarketPlacement::new(&market, now, machines, &[], &[]).unwrap();
+    let b: Bid = live.cluster.account(&fifth).await.unwrap();
+    let placed = policy.place(&b).expect("B fits");
+    assert_eq!(
+        placed.machine, machine_b,
+        "a silent machine is never chosen"
+    );
+    assert_eq!(policy.turn(&b, &placed, &live.machine), None);
+    assert_eq!(
+        leased_on(&live, fifth, "the fifth lease", &agent_b).await,
+        machine_b
     );
 }
