@@ -16,8 +16,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use gpu_market::state::{
-    Bid, BidData, BidKind, BidStatus, Freed, GpuSpec, GpuTable, Machine, MachineData,
-    MachineNetwork, MachineStatus, Market, MarketParams, OverclockTerms, MAX_GPUS,
+    Bid, BidData, BidKind, Freed, GpuSpec, GpuTable, Machine, MachineData, MachineNetwork,
+    MachineStatus, Market, MarketParams, OverclockTerms, MAX_GPUS,
 };
 use gpu_market_core::fit::{Need, Offer};
 use gpu_market_core::placement::{
@@ -75,8 +75,8 @@ fn machine(node: &Node) -> Machine {
 /// The queue bid of a pod: its GPUs with the pod's milli as GiB each, any class, its CPU and
 /// memory, 300 W.
 fn bid(pod: &Pod) -> Bid {
-    Bid {
-        data: BidData {
+    Bid::queue(
+        BidData {
             gpu_count: pod.num_gpu(),
             gib_per_gpu: pod.gpu_milli(),
             accepted_classes: u8::MAX,
@@ -88,17 +88,11 @@ fn bid(pod: &Pod) -> Bid {
             placed_at: NOW,
             ..BidData::default()
         },
-        image_ref: String::new(),
-        kind: BidKind::Queue,
-        status: BidStatus::Open,
-        overclock: vec![OverclockTerms {
+        OverclockTerms {
             power_limit_w: 300,
             ..OverclockTerms::default()
-        }],
-        ports: Vec::new(),
-        regions: Vec::new(),
-        auto_power: None,
-    }
+        },
+    )
 }
 
 /// How a replay chooses the machine of each bid.

@@ -211,7 +211,7 @@ impl MarketPlacement {
 mod tests {
     use super::*;
     use gpu_market::state::{
-        BidData, BidStatus, GpuSpec, MachineData, MachineNetwork, MarketParams, OverclockTerms,
+        BidData, GpuSpec, MachineData, MachineNetwork, MarketParams, OverclockTerms,
     };
 
     const NOW: i64 = 1_800_000_000;
@@ -243,8 +243,8 @@ mod tests {
     }
 
     fn bid() -> Bid {
-        Bid {
-            data: BidData {
+        Bid::queue(
+            BidData {
                 gpu_count: 1,
                 gib_per_gpu: 40,
                 accepted_classes: 1,
@@ -255,17 +255,11 @@ mod tests {
                 memory_mib: 1_024,
                 ..BidData::default()
             },
-            kind: BidKind::Queue,
-            status: BidStatus::Open,
-            image_ref: String::new(),
-            overclock: vec![OverclockTerms {
+            OverclockTerms {
                 power_limit_w: 300,
                 ..OverclockTerms::default()
-            }],
-            ports: Vec::new(),
-            regions: Vec::new(),
-            auto_power: None,
-        }
+            },
+        )
     }
 
     /// Three machines that fit the bid; the cheapest one's agent went silent longer ago than

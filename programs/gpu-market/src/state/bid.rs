@@ -193,6 +193,22 @@ crate::state::account_data!(Bid, BidData);
 const _: () = assert!(core::mem::size_of::<BidData>() == 6 * 32 + 9 * 8 + 3 * 4 + 2 * 2 + 3 + 5);
 
 impl Bid {
+    /// An open queue bid of `data` asking `terms` of each of its GPUs, with no image reference,
+    /// port, region or auto power: what a model of the market (the packing replay, the policy's
+    /// tests) stands a workload's job for.
+    pub fn queue(data: BidData, terms: OverclockTerms) -> Bid {
+        Bid {
+            data,
+            kind: BidKind::Queue,
+            status: BidStatus::Open,
+            image_ref: String::new(),
+            overclock: vec![terms],
+            ports: Vec::new(),
+            regions: Vec::new(),
+            auto_power: None,
+        }
+    }
+
     /// Account size with `terms` overclock entries, an image reference of `image_len` bytes,
     /// `ports` published ports and `regions` regions. More than `MAX_GPUS` entries, a longer
     /// reference than [`IMAGE_REF_LEN`], more than [`MAX_PORTS`] ports or [`MAX_REGIONS`]
