@@ -203,7 +203,7 @@ pub struct Machine {
 /// A machine's fixed fields. Plain old data, keys first (the agent filters machines by
 /// `market` at offset 8), then widest first so that `repr(C)` adds no padding: Borsh reads and
 /// writes it as one copy (`pod_borsh!`), where the derived code took one call per field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "idl-build", derive(AnchorSerialize, AnchorDeserialize))]
 #[repr(C)]
 pub struct MachineData {
@@ -272,12 +272,6 @@ const _: () = assert!(
             + 32 * MAX_CACHED_IMAGES
             + 2
 );
-
-impl Default for MachineData {
-    fn default() -> Self {
-        anchor_lang::__private::bytemuck::Zeroable::zeroed()
-    }
-}
 
 /// A fatal GPU fault as the machine's agent reported it (`report_fault`).
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Copy, Debug, PartialEq, Eq, InitSpace)]
