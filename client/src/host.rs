@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use gpu_market::pda;
 use gpu_market::state::{
     GpuSpec, Machine, MachineFault, MachineNetwork, MachineStatus, MachineTerms, Market,
-    StakeAccount, BID_BOOK_SPACE, REGION_LEN,
+    StakeAccount, BOOK_EMPTY_SPACE, REGION_LEN,
 };
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::gpus::{format_uuid, GpusFile};
@@ -263,7 +263,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             };
             let machine = register.machine();
             let book = Keypair::new();
-            let rent = config.rent_exempt_minimum(BID_BOOK_SPACE)?;
+            let rent = config.rent_exempt_minimum(BOOK_EMPTY_SPACE)?;
             let mut ixs = vec![register.instruction()];
             ixs.extend(open_book_instructions(
                 &owner.pubkey(),

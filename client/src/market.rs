@@ -4,7 +4,8 @@ use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
 use gpu_market::instructions::InitMarketArgs;
 use gpu_market::state::{
-    Market, MarketParams, StakeAccount, BID_BOOK_SPACE, GPU_CLASSES, MAX_MARKET_REGIONS, REGION_LEN,
+    Market, MarketParams, StakeAccount, BOOK_EMPTY_SPACE, GPU_CLASSES, MAX_MARKET_REGIONS,
+    REGION_LEN,
 };
 use gpu_market_sdk::{
     init_queue_book, open_book_instructions, AddRegion, ApplyMarketUpdate, ClientInstruction,
@@ -245,10 +246,10 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                 args: InitMarketArgs { id, params },
             };
             let market = init.market();
-            // The queue book is too large for the program to create: the client creates it,
-            // in the same transaction, and the program opens it.
+            // The client creates the (empty) queue book in the same transaction, and the
+            // program opens it; each waiting bid pays for its own place in it.
             let book = Keypair::new();
-            let rent = config.rent_exempt_minimum(BID_BOOK_SPACE)?;
+            let rent = config.rent_exempt_minimum(BOOK_EMPTY_SPACE)?;
             let mut ixs = vec![init.instruction()];
             ixs.extend(open_book_instructions(
                 &authority.pubkey(),

@@ -3,7 +3,9 @@
 use anchor_lang::__private::bytemuck;
 use anchor_lang::Discriminator;
 use gpu_market::pda;
-use gpu_market::state::{Bid, BidBook, BookLeaf, FullClock, BOOK_CAPACITY, BOOK_KIND_QUEUE};
+use gpu_market::state::{
+    Bid, BidBook, BookLeaf, BookRef, FullClock, BOOK_CAPACITY, BOOK_KIND_QUEUE,
+};
 use gpu_market_core::fit::Offer;
 use solana_pubkey::Pubkey;
 
@@ -21,24 +23,22 @@ pub struct BookEntries {
 
 /// Decodes a book account's data; `None` when it is not an initialised book.
 pub fn read_book(data: &[u8]) -> Option<BookEntries> {
-    let body = data.strip_prefix(BidBook::DISCRIMINATOR)?;
-    let size = std::mem::size_of::<BidBook>();
-    if body.len() < size {
+    if !data.starts_with(BidBook::DISCRIMINATOR) {
         return None;
     }
-    // Account data carries no alignment guarantee: copy it into 8-byte aligned memory.
-    let mut aligned = vec![0u64; size.div_ceil(8)];
-    bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..size].copy_from_slice(&body[..size]);
-    let book: &BidBook = bytemuck::from_bytes(&bytemuck::cast_slice::<u64, u8>(&aligned)[..size]);
-    if book.kind == 0 {
+    // Account data carries no alignment guarantee off chain: copy it into 8-byte aligned memory.
+    let mut aligned = vec![0u64; data.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..data.len()].copy_from_slice(data);
+    let book = BookRef::from_data(&bytemuck::cast_slice::<u64, u8>(&aligned)[..data.len()])?;
+    if book.head.kind == 0 {
         return None;
     }
     Some(BookEntries {
-        market: book.market,
-        machine: book.machine,
-        kind: book.kind,
+        market: book.head.market,
+        machine: book.head.machine,
+        kind: book.head.kind,
         entries: book.iter().copied().collect(),
-        full_clock: book.full_clock,
+        full_clock: book.head.full_clock,
     })
 }
 

@@ -4,7 +4,7 @@
 use anchor_lang::{InstructionData, ToAccountMetas};
 use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
 use gpu_market::pda;
-use gpu_market::state::{MachineStatus, MachineTerms, MarketParams, BID_BOOK_SPACE};
+use gpu_market::state::{MachineStatus, MachineTerms, MarketParams, BOOK_EMPTY_SPACE};
 use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -390,8 +390,9 @@ impl ClientInstruction for AddRegion<'_> {
     }
 }
 
-/// Instructions that create a book account (272 KiB, so created by the system program in the
-/// same transaction) and open it as a market's queue book or a machine's spot book.
+/// Instructions that create an empty book account (`BOOK_EMPTY_SPACE` bytes, owned by the
+/// program; it grows by one slot per waiting bid, paid by that bid) and open it as a market's
+/// queue book or a machine's spot book. `rent_lamports`: the empty account's rent-exempt minimum.
 pub fn open_book_instructions(
     payer: &Pubkey,
     book: &Pubkey,
@@ -403,7 +404,7 @@ pub fn open_book_instructions(
             payer,
             book,
             rent_lamports,
-            BID_BOOK_SPACE as u64,
+            BOOK_EMPTY_SPACE as u64,
             &gpu_market::ID,
         ),
         open,

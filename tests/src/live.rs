@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use gpu_market::events::UsageProven;
 use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
 use gpu_market::state::{
-    GpuSpec, Machine, MachineNetwork, MachineTerms, Market, MarketParams, BID_BOOK_SPACE,
+    GpuSpec, Machine, MachineNetwork, MachineTerms, Market, MarketParams, BOOK_EMPTY_SPACE,
 };
 use gpu_market_sdk::events::from_logs;
 use gpu_market_sdk::{
@@ -328,7 +328,7 @@ async fn open_book(
     let book = Keypair::new();
     let rent = cluster
         .rpc()
-        .get_minimum_balance_for_rent_exemption(BID_BOOK_SPACE)
+        .get_minimum_balance_for_rent_exemption(BOOK_EMPTY_SPACE)
         .await?;
     let ixs = open_book_instructions(
         &cluster.payer.pubkey(),

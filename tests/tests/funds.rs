@@ -31,8 +31,8 @@ use anchor_lang::AccountDeserialize;
 use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, GpuSpec, Lease, MachineNetwork, MachineStatus, MachineTerms, Market,
-    MarketParams, OverclockTerms, StakeAccount, BOOK_CAPACITY,
+    book_space, Bid, BidKind, BidStatus, GpuSpec, Lease, MachineNetwork, MachineStatus,
+    MachineTerms, Market, MarketParams, OverclockTerms, StakeAccount, BOOK_CAPACITY,
 };
 use gpu_market_core::lease::interval_window;
 use gpu_market_core::settlement::{cost, PriceUnit};
@@ -268,6 +268,8 @@ struct World {
     supply0: u64,
     /// Slashed host stake each wallet's stake received (by reclaiming from a silent host).
     received: Vec<u64>,
+    /// Each wallet's SOL at the start, with what it holds in accounts (see `sol_of`).
+    sol0: Vec<u64>,
 }
 
 const HOST_STAKE: u64 = 100_000;
@@ -388,11 +390,13 @@ impl World {
             charged: vec![0; WALLETS + 1],
             supply0: 0,
             received: vec![0; WALLETS + 1],
+            sol0: Vec::new(),
         };
         if full {
             world.fill();
         }
         world.supply0 = world.ctx.mint_supply(&mint);
+        world.sol0 = world.sols();
         world
     }
 
@@ -441,6 +445,7 @@ impl World {
             premiums: self.premiums.clone(),
             charged: self.charged.clone(),
             received: self.received.clone(),
+            sol0: self.sol0.clone(),
             proven: self.proven.clone(),
             ..*self
         }
@@ -1083,6 +1088,42 @@ impl World {
         s
     }
 
+    /// Each wallet's SOL and what it has in accounts it paid for and gets back: its stake
+    /// account, its bid accounts, their sealed environments (only the step wallets seal), and
+    /// the slot in a book of each of its entries there (its bid paid it; the book gives it back
+    /// when the bid leaves). No step's fee is a wallet's (the context's payer pays them), so
+    /// this never changes.
+    fn sols(&self) -> Vec<u64> {
+        let lamports = |k: &Pubkey| self.ctx.svm.get_account(k).map_or(0, |a| a.lamports);
+        let mut slots: BTreeMap<Pubkey, u64> = BTreeMap::new();
+        for book in [self.book, self.spot_book] {
+            let entries = self
+                .ctx
+                .svm
+                .get_account(&book)
+                .and_then(|a| gpu_market_sdk::book::read_book(&a.data))
+                .map_or(Vec::new(), |b| b.entries);
+            for leaf in entries {
+                *slots.entry(leaf.summary.client).or_default() += self.ctx.slot_rent();
+            }
+        }
+        (0..self.wallets.len())
+            .map(|i| {
+                let wallet = self.wallets[i].0.pubkey();
+                let mut sol = lamports(&wallet)
+                    + lamports(&pda::stake(&self.market, &wallet).0)
+                    + slots.get(&wallet).copied().unwrap_or(0);
+                for b in &self.bids[i] {
+                    sol += lamports(b);
+                    if i < WALLETS {
+                        sol += lamports(&pda::sealed_env(b, &self.agent.pubkey()).0);
+                    }
+                }
+                sol
+            })
+            .collect()
+    }
+
     /// Books the holding charge of each bid that was waiting `before` a step and is not `after`
     /// it (cancelled, pruned, evicted or started): the step took it from that bid's escrow.
     fn note_charges(&mut self, before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) {
@@ -1167,6 +1208,32 @@ impl World {
             earned,
             self.earn_bound()
         );
+        // Rent is exact: each book account holds one slot per entry and its rent-exempt
+        // minimum, no lamport more or less, and no wallet's SOL comes or goes but by its own
+        // accounts' rent.
+        for book in [
+            Some(self.book),
+            self.ctx
+                .account_exists(&self.spot_book)
+                .then_some(self.spot_book),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let acc = self.ctx.svm.get_account(&book).expect("the book");
+            let entries = gpu_market_sdk::book::read_book(&acc.data)
+                .expect("a book")
+                .entries
+                .len();
+            prop_assert_eq!(acc.data.len(), book_space(entries));
+            prop_assert_eq!(
+                acc.lamports,
+                self.ctx
+                    .svm
+                    .minimum_balance_for_rent_exemption(acc.data.len())
+            );
+        }
+        prop_assert_eq!(self.sols(), self.sol0.clone(), "each wallet's SOL");
         let received: u64 = self.received.iter().sum();
         prop_assert_eq!(
             snap["host_stake"] + snap["stake_treasury"] + snap["slashed_due"] + received,

@@ -311,7 +311,8 @@ fn an_expired_bid_whose_client_closed_its_token_account_is_still_pruned() {
     let a = f.queue_args(1, 8);
     let bid = f.place(&c, a);
     let b: Bid = f.ctx.account(&bid);
-    let rent = f.ctx.svm.get_account(&bid).unwrap().lamports;
+    // The bid account's rent and, from the book, its slot's.
+    let rent = f.ctx.svm.get_account(&bid).unwrap().lamports + f.ctx.slot_rent();
     f.ctx.advance_time(b.deadline - f.ctx.now());
     close_token_account(&mut f, &c);
     let keeper = Keypair::new();

@@ -195,6 +195,10 @@ pub enum MarketError {
     SpotBookMissing,
     #[msg("spot bids wait on this machine, ranked by the host's profit at its current electricity cost: the cost can change once its spot book is empty (pause the machine; waiting spot bids run or expire), and the update must pass the book")]
     SpotBidsWaiting,
+    #[msg("the book account is not a whole number of entry slots")]
+    BookMisshapen,
+    #[msg("the bid account does not hold the rent of its place in the book")]
+    BookRentMissing,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {
@@ -236,6 +240,7 @@ impl From<crate::state::BookError> for MarketError {
             crate::state::BookError::Full => MarketError::BookFull,
             crate::state::BookError::Duplicate => MarketError::BookDuplicate,
             crate::state::BookError::NotFound => MarketError::BookNotFound,
+            crate::state::BookError::NoSlot => MarketError::BookMisshapen,
         }
     }
 }

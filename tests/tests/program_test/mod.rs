@@ -292,7 +292,7 @@ impl TestContext {
     /// Creates a book account and opens it as `market`'s queue book; returns its address.
     pub fn open_queue_book(&mut self, authority: &Keypair, market: Pubkey) -> Pubkey {
         let book = Keypair::new();
-        let space = gpu_market::state::BID_BOOK_SPACE;
+        let space = gpu_market::state::BOOK_EMPTY_SPACE;
         let rent = self.svm.minimum_balance_for_rent_exemption(space);
         let ixs = open_book_instructions(
             &self.payer.pubkey(),
@@ -303,6 +303,16 @@ impl TestContext {
         self.send(&ixs, &[authority, &book])
             .expect("init_queue_book");
         book.pubkey()
+    }
+
+    /// The rent of one entry's slot in a book, which its bid pays while it waits and gets back
+    /// when it leaves: what the rent-exempt minimum grows by per slot.
+    pub fn slot_rent(&self) -> u64 {
+        use gpu_market::state::{book_space, BOOK_EMPTY_SPACE};
+        self.svm.minimum_balance_for_rent_exemption(book_space(1))
+            - self
+                .svm
+                .minimum_balance_for_rent_exemption(BOOK_EMPTY_SPACE)
     }
 
     /// Moves the cluster clock forward by `secs` seconds.
@@ -410,7 +420,7 @@ impl TestContext {
         let book = Keypair::new();
         let rent = self
             .svm
-            .minimum_balance_for_rent_exemption(gpu_market::state::BID_BOOK_SPACE);
+            .minimum_balance_for_rent_exemption(gpu_market::state::BOOK_EMPTY_SPACE);
         let ixs = open_book_instructions(
             &self.payer.pubkey(),
             &book.pubkey(),

@@ -4,6 +4,7 @@ use gpu_market_core::settlement::secs_covered;
 
 use crate::errors::MarketError;
 use crate::events::LeaseStarted;
+use crate::instructions::{load_book, load_book_mut, shrink_book, slot_rent};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
     Market, StakeAccount, WattTable, MAX_GPUS,
@@ -159,7 +160,8 @@ impl Allocate<'_> {
                     .within_client_cap(held_by(client)? as u64, gpus as u64, now))
         };
         let chosen_within = within_cap(&self.bid.client, self.bid.gpu_count)?;
-        let book = self.book.load()?;
+        let info = self.book.to_account_info();
+        let book = load_book(&info)?;
         let mut above = true;
         for leaf in book.iter() {
             // Placement numbers are unique in a market: one comparison finds the chosen entry.
@@ -195,14 +197,17 @@ impl Allocate<'_> {
         let accounts = ctx.accounts;
         let bid = &mut accounts.bid;
         let n = bid.gpu_count;
-        let mut book = accounts.book.load_mut()?;
+        let info = accounts.book.to_account_info();
+        let mut book = load_book_mut(&info)?;
         // Waiting in a full book is paid for whether the bid then runs or not.
-        let held = accounts.market.charge_holding(bid, &book, now)?;
+        let held = accounts.market.charge_holding(bid, &book.head, now)?;
         let leaf = book
             .remove_at(now, BookKey::new(bid.book_key, bid.seq))
             .map_err(MarketError::from)?;
         drop(book);
         require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
+        // Its slot's rent goes back to the bid account, which keeps it while the bid runs.
+        shrink_book(&info, &bid.to_account_info(), slot_rent(&Rent::get()?))?;
         bid.status = BidStatus::Running;
 
         let spot = bid.kind == BidKind::Spot;

@@ -1,4 +1,5 @@
 use anchor_lang::prelude::*;
+use anchor_lang::system_program;
 use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
 use gpu_market_core::fit::{Host, Need, Regions, Room, Terms, Unfit};
 use gpu_market_core::score;
@@ -6,7 +7,9 @@ use gpu_market_core::settlement::{bid_escrow, escrow_for, spend_per_hour};
 
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
-use crate::instructions::refund_escrow;
+use crate::instructions::{
+    grow_book, load_book, load_book_mut, refund_escrow, shrink_book, slot_rent,
+};
 use crate::state::{
     ports_valid, regions_valid, seeds, Bid, BidBook, BidData, BidKind, BidStatus, BookKey, Freed,
     Machine, MachineStatus, Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN,
@@ -241,7 +244,8 @@ impl PlaceBid<'_> {
     /// Makes room in a full book for a bid ranked at `newcomer`: its lowest-ranked entry leaves
     /// with its escrow (less its holding charge) and rent back, as in an order book; a newcomer that does not outrank it is refused.
     fn evict_worst(&mut self, newcomer: BookKey, now: i64) -> Result<()> {
-        let worst = *self.book.load()?.worst().ok_or(MarketError::BookNotFound)?;
+        let info = self.book.to_account_info();
+        let worst = *load_book(&info)?.worst().ok_or(MarketError::BookNotFound)?;
         require!(newcomer < worst.key(), MarketError::BookFullOfBetterBids);
         let missing = || error!(MarketError::EvictionMissing);
         let evicted = self.evicted.as_mut().ok_or_else(missing)?;
@@ -276,7 +280,9 @@ impl PlaceBid<'_> {
         };
         let refund =
             self.market
-                .take_out(worst.bid, evicted, &mut *self.book.load_mut()?, stake, now)?;
+                .take_out(worst.bid, evicted, &mut load_book_mut(&info)?, stake, now)?;
+        // Its slot's rent goes back with the evicted bid's account (`close_evicted`).
+        shrink_book(&info, &evicted.to_account_info(), slot_rent(&Rent::get()?))?;
         refund_escrow(
             &mut self.market,
             stake,
@@ -386,14 +392,29 @@ impl PlaceBid<'_> {
             BidKind::Queue => rank,
         };
         let bid_key = bid.key();
-        let evicting = ctx.accounts.book.load()?.is_full();
+        let book = ctx.accounts.book.to_account_info();
+        let evicting = load_book(&book)?.is_full();
         if evicting {
             let newcomer = BookKey::new(key, market.next_bid_seq);
             ctx.accounts.evict_worst(newcomer, now)?;
         }
+        // The client pays for the bid's slot in the book: into the bid account, which holds it
+        // whenever the bid is out of its book and gives it back when it closes.
+        let slot = slot_rent(&Rent::get()?);
+        system_program::transfer(
+            CpiContext::new(
+                ctx.accounts.system_program.key(),
+                system_program::Transfer {
+                    from: ctx.accounts.client.to_account_info(),
+                    to: ctx.accounts.bid.to_account_info(),
+                },
+            ),
+            slot,
+        )?;
+        grow_book(&book, &ctx.accounts.bid.to_account_info(), slot)?;
         let market = &mut ctx.accounts.market;
         let bid = &mut ctx.accounts.bid;
-        market.enqueue(bid_key, bid, &mut *ctx.accounts.book.load_mut()?, key, now)?;
+        market.enqueue(bid_key, bid, &mut load_book_mut(&book)?, key, now)?;
         market.total_escrow = market
             .total_escrow
             .checked_add(escrow)
@@ -505,13 +526,16 @@ macro_rules! refund_waiting {
         let to = $to;
         let a = &mut *$a;
         let bid_key = a.bid.key();
+        let book = a.book.to_account_info();
         let refund = a.market.take_out(
             bid_key,
             &mut a.bid,
-            &mut *a.book.load_mut()?,
+            &mut load_book_mut(&book)?,
             &mut a.stake,
             $now,
         )?;
+        // The slot's rent goes back with the bid account, which closes to its client.
+        shrink_book(&book, &a.bid.to_account_info(), slot_rent(&Rent::get()?))?;
         refund_escrow(
             &mut a.market,
             &mut a.stake,

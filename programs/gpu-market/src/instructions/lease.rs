@@ -7,7 +7,9 @@ use crate::errors::MarketError;
 use crate::events::{
     HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven,
 };
-use crate::instructions::{pay_out, refund_escrow};
+use crate::instructions::{
+    grow_book, holds_slot_rent, load_book_mut, pay_out, refund_escrow, slot_rent,
+};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
 };
@@ -530,21 +532,28 @@ impl CloseLease<'_> {
         .map_err(MarketError::from)?;
         let requeue_due =
             lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1);
-        // The rules decide, not whoever settles: a bid that may wait again needs its book.
+        // The rules decide, not whoever settles: a bid that may wait again needs its book, and
+        // the rent of its slot there, which its account kept since `allocate`.
         let book = match (requeue_due, self.spot_book.as_ref()) {
             (false, _) => None,
             (true, None) => return err!(MarketError::SpotBookMissing),
-            (true, Some(b)) => (!b.load()?.is_full()).then_some(b),
+            (true, Some(b)) => {
+                let rent = Rent::get()?;
+                let slot = slot_rent(&rent);
+                (!b.load()?.is_full() && holds_slot_rent(&bid.to_account_info(), &rent, slot))
+                    .then(|| (b.to_account_info(), slot))
+            }
         };
         let requeue = book.is_some();
         let refund = if requeue { 0 } else { bid.escrow };
-        if let Some(book) = book {
+        if let Some((book, slot)) = book {
             // Back in the machine's spot book, ranked by its profit, with its remaining escrow.
             let key = bid.spot_profit(&self.machine)?;
             bid.status = BidStatus::Open;
             let bid_key = bid.key();
+            grow_book(&book, &bid.to_account_info(), slot)?;
             self.market
-                .enqueue(bid_key, bid, &mut *book.load_mut()?, key, now)?;
+                .enqueue(bid_key, bid, &mut load_book_mut(&book)?, key, now)?;
             stake.open_bids = stake
                 .open_bids
                 .checked_add(1)

@@ -1,10 +1,14 @@
-//! The bid book: an ordered, size-pinned set of bid keys stored zero-copy in one account.
+//! The bid book: an ordered set of bid keys stored zero-copy in one account that grows and
+//! shrinks with it.
 //!
-//! Like OpenBook v2's order book it is a crit-bit tree in fixed node arrays, so the account never
-//! grows and no operation allocates. Unlike OpenBook, inner nodes carry only their crit bit and two
-//! children (the djb layout): leaves and inner nodes live in separate arrays, so a 4,096-entry book
-//! is 592 KiB, of which the inner nodes take 48 KiB. Each leaf carries its bid's [`BidSummary`], so
-//! `allocate` can tell from the book alone whether any bid ranked above the chosen one fits.
+//! Like OpenBook v2's order book it is a crit-bit tree in node arrays, so no operation
+//! allocates. Unlike OpenBook, inner nodes carry only their crit bit and two children (the djb
+//! layout), and the nodes are dense, as in Manifest's growable book: entry `i` is slot `i` (its
+//! leaf and one inner node, 152 bytes), a removal moves the last leaf and inner node into the
+//! slots it freed, and the account holds exactly `len` slots. An empty book is 136 bytes of
+//! account; each entry's slot is paid for by its bid while it waits (see
+//! `instructions::book_rent`). Each leaf carries its bid's [`BidSummary`], so `allocate` can tell
+//! from the book alone whether any bid ranked above the chosen one fits.
 //!
 //! Entries are ranked by [`BookKey`]: higher `score` first, then lower `seq` (earlier placement).
 //! The tree is keyed on the 128 bits `!score ‖ seq`, so ascending bit order is rank order and an
@@ -14,15 +18,16 @@
 //! at most 128 inner nodes whatever the keys are; with real keys it is about log2(len) deep. No
 //! recursion, no heap, no floats, no 128-bit arithmetic: the code stays inside the SBF limits.
 
-use anchor_lang::__private::bytemuck::{Pod, Zeroable};
+use anchor_lang::__private::bytemuck::{self, Pod, Zeroable};
 use anchor_lang::prelude::*;
 use core::cmp::Ordering;
 use core::mem::size_of;
+use core::ops::{Deref, DerefMut};
 use gpu_market_core::fit::{Host, Need, Regions, Room, Terms};
 
 use crate::state::OverclockTerms;
 
-/// Most entries one book holds. Inner nodes need one fewer, the array keeps the same length.
+/// Most entries one book holds.
 pub const BOOK_CAPACITY: usize = 4096;
 /// `BidBook::kind` of a market's queue book (bids waiting for any machine).
 pub const BOOK_KIND_QUEUE: u8 = 1;
@@ -35,10 +40,18 @@ const LEAF_BIT: u32 = 1 << 31;
 /// Bits in a key, and so the deepest a path can be (crit bits strictly grow down it).
 const KEY_BITS: usize = 128;
 
-/// Bytes of `BidBook`, pinned below.
-pub const BID_BOOK_SIZE: usize = 639_104;
-/// Bytes of the account: the 8-byte discriminator and the book. Pass it to `create_account`.
-pub const BID_BOOK_SPACE: usize = 8 + BID_BOOK_SIZE;
+/// Bytes of `BidBook`, the header, pinned below.
+pub const BOOK_HEADER_SIZE: usize = 128;
+/// Bytes of one entry's [`BookSlot`].
+pub const BOOK_SLOT_SIZE: usize = 152;
+/// Bytes of an empty book's account: the 8-byte discriminator and the header. Pass it to
+/// `create_account`.
+pub const BOOK_EMPTY_SPACE: usize = 8 + BOOK_HEADER_SIZE;
+
+/// Bytes of a book account holding `entries` entries.
+pub const fn book_space(entries: usize) -> usize {
+    BOOK_EMPTY_SPACE + entries * BOOK_SLOT_SIZE
+}
 
 /// Why a book operation failed. The program maps it to its own error code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +62,8 @@ pub enum BookError {
     Duplicate,
     /// No entry has the key.
     NotFound,
+    /// The account has no free slot for a new entry: it must grow by one first.
+    NoSlot,
 }
 
 /// The rank of a bid. Its `Ord` is book order: `a < b` means `a` is served before `b`.
@@ -238,9 +253,6 @@ pub struct BookLeaf {
     pub score: u64,
     pub seq: u64,
     pub summary: BidSummary,
-    /// The next free leaf while this one is free; 0 while it is in the tree.
-    pub next_free: u32,
-    pub _pad: u32,
 }
 
 impl BookLeaf {
@@ -255,13 +267,25 @@ impl BookLeaf {
 #[repr(C)]
 #[derive(Debug, PartialEq, Eq)]
 pub struct BookInner {
-    /// Handles: leaf index | `LEAF_BIT`, or inner index. `children[0]` links the free list.
+    /// Handles: leaf index | `LEAF_BIT`, or inner index.
     pub children: [u32; 2],
     /// 0..128, counted from the most significant bit of `!score ‖ seq`.
     pub crit_bit: u32,
 }
 
-// SAFETY: both are `repr(C)`, made only of integers and `Pubkey` (itself Pod), and have no padding
+/// The space one entry takes in its book account: its leaf and one inner node (a tree of `n`
+/// leaves has `n - 1`; the last slot's node is unused). Slot `i` holds leaf `i` and inner node
+/// `i`, so the account grows and shrinks by one slot per entry.
+#[zero_copy(unsafe)]
+#[repr(C)]
+#[derive(Debug, PartialEq, Eq)]
+pub struct BookSlot {
+    pub leaf: BookLeaf,
+    pub inner: BookInner,
+    pub _pad: u32,
+}
+
+// SAFETY: all are `repr(C)`, made only of integers and `Pubkey` (itself Pod), and have no padding
 // (sizes pinned below equal the sums of their fields), so every bit pattern is a valid value.
 unsafe impl Zeroable for BookLeaf {}
 unsafe impl Pod for BookLeaf {}
@@ -269,17 +293,21 @@ unsafe impl Zeroable for BidSummary {}
 unsafe impl Pod for BidSummary {}
 unsafe impl Zeroable for BookInner {}
 unsafe impl Pod for BookInner {}
+unsafe impl Zeroable for BookSlot {}
+unsafe impl Pod for BookSlot {}
 
 const _: () = assert!(size_of::<BidSummary>() == 32 + 8 + 8 + 10 + 10 + 2 + 1 + 1 + 1 + 7 + 8);
-const _: () = assert!(size_of::<BookLeaf>() == 32 + 8 + 8 + size_of::<BidSummary>() + 4 + 4);
+const _: () = assert!(size_of::<BookLeaf>() == 32 + 8 + 8 + size_of::<BidSummary>());
 const _: () = assert!(size_of::<BookInner>() == 4 + 4 + 4);
+const _: () = assert!(size_of::<BookSlot>() == BOOK_SLOT_SIZE);
 
-/// A bid book account: the queue book of a market or the spot book of one machine.
+/// A bid book account's header: the queue book of a market or the spot book of one machine.
+/// Its entries follow it in the account, one [`BookSlot`] each (see [`Book`]).
 ///
-/// Too big for a CPI `create_account` (10 KiB limit), so it is not a PDA: the client creates it
-/// with `BID_BOOK_SPACE` bytes owned by the program, and the program initialises it through an
-/// `AccountLoader` with the `zero` constraint and [`BidBook::init`]. Its identity is therefore in
-/// its header (`market`, `kind`, `machine`), which the program must check on every use.
+/// Not a PDA (it predates books small enough for a CPI `create_account`): the client creates the
+/// account with `BOOK_EMPTY_SPACE` bytes owned by the program, and the program initialises it
+/// through an `AccountLoader` with the `zero` constraint and [`BidBook::init`]. Its identity is
+/// therefore in its header (`market`, `kind`, `machine`), which the program checks on every use.
 ///
 /// `zero_copy(unsafe)` only because the safe form derives `::bytemuck::Pod`, which needs
 /// `bytemuck` as a direct dependency; `repr(C)` is explicit and the layout is pinned.
@@ -292,51 +320,21 @@ pub struct BidBook {
     /// `BOOK_KIND_QUEUE` or `BOOK_KIND_SPOT`; 0 until initialised.
     pub kind: u8,
     pub _pad0: [u8; 3],
-    /// Entries in the tree.
+    /// Entries in the tree: they fill slots `0..len`.
     pub len: u32,
     /// Handle of the root, `BOOK_NIL` when empty.
     pub root: u32,
-    /// Leaves ever handed out; slots from here on were never used.
-    pub leaf_bump: u32,
-    pub leaf_free_head: u32,
-    pub leaf_free_len: u32,
-    pub inner_bump: u32,
-    pub inner_free_head: u32,
-    pub inner_free_len: u32,
     pub _pad1: [u8; 4],
     /// How long the book has been full (newcomers turned away): a waiting bid pays its price
-    /// for the full time it saw. See [`BidBook::full_secs`].
+    /// for the full time it saw. See [`Book::full_secs`].
     pub full_clock: FullClock,
-    pub _reserved: [u8; 8],
-    pub leaves: [BookLeaf; BOOK_CAPACITY],
-    pub inners: [BookInner; BOOK_CAPACITY],
+    pub _reserved: [u8; 32],
 }
 
-const _: () = assert!(
-    size_of::<BidBook>()
-        == 32
-            + 32
-            + 1
-            + 3
-            + 4 * 8
-            + 4
-            + size_of::<FullClock>()
-            + 8
-            + BOOK_CAPACITY * (size_of::<BookLeaf>() + size_of::<BookInner>())
-);
-const _: () = assert!(size_of::<BidBook>() == BID_BOOK_SIZE);
-const _: () = assert!(core::mem::offset_of!(BidBook, leaves) == 128);
+const _: () =
+    assert!(size_of::<BidBook>() == 32 + 32 + 1 + 3 + 4 + 4 + 4 + size_of::<FullClock>() + 32);
+const _: () = assert!(size_of::<BidBook>() == BOOK_HEADER_SIZE);
 const _: () = assert!(BOOK_CAPACITY < LEAF_BIT as usize);
-
-#[inline(always)]
-fn is_leaf(h: u32) -> bool {
-    h & LEAF_BIT != 0
-}
-
-#[inline(always)]
-fn index(h: u32) -> usize {
-    (h & !LEAF_BIT) as usize
-}
 
 impl BidBook {
     /// Sets up a freshly created (all-zero) account as an empty book. O(1).
@@ -346,12 +344,6 @@ impl BidBook {
         self.kind = kind;
         self.len = 0;
         self.root = BOOK_NIL;
-        self.leaf_bump = 0;
-        self.leaf_free_head = BOOK_NIL;
-        self.leaf_free_len = 0;
-        self.inner_bump = 0;
-        self.inner_free_head = BOOK_NIL;
-        self.inner_free_len = 0;
     }
 
     pub fn len(&self) -> usize {
@@ -366,123 +358,84 @@ impl BidBook {
         self.len as usize >= BOOK_CAPACITY
     }
 
-    /// Adds an entry. Touches one root-to-leaf path, twice.
-    pub fn insert(
-        &mut self,
-        key: BookKey,
-        bid: Pubkey,
-        summary: BidSummary,
-    ) -> core::result::Result<(), BookError> {
-        if self.is_full() {
-            return Err(BookError::Full);
-        }
-        if self.root == BOOK_NIL {
-            let leaf = self.alloc_leaf(key, bid, summary);
-            self.root = leaf;
-            self.len = 1;
-            return Ok(());
-        }
-        // The leaf the new key would meet: it shares the longest prefix with the key of all leaves.
-        let near = self.leaves[index(self.descend(key))].key();
-        let crit = key.crit_bit(&near).ok_or(BookError::Duplicate)?;
-        // Walk again to the first node that branches below `crit`: the new inner node goes there.
-        let mut parent = BOOK_NIL;
-        let mut dir = 0;
-        let mut h = self.root;
-        while !is_leaf(h) {
-            let node = &self.inners[h as usize];
-            if node.crit_bit > crit {
-                break;
-            }
-            parent = h;
-            dir = key.bit(node.crit_bit);
-            h = node.children[dir];
-        }
-        let leaf = self.alloc_leaf(key, bid, summary);
-        let mut children = [h, h];
-        children[key.bit(crit)] = leaf;
-        let inner = self.alloc_inner(children, crit);
-        if parent == BOOK_NIL {
-            self.root = inner;
-        } else {
-            self.inners[parent as usize].children[dir] = inner;
-        }
-        self.len += 1;
-        Ok(())
-    }
-
-    /// Removes the entry with `key` (a filled or cancelled bid) and returns it.
-    pub fn remove(&mut self, key: BookKey) -> core::result::Result<BookLeaf, BookError> {
-        if self.root == BOOK_NIL {
-            return Err(BookError::NotFound);
-        }
-        let (mut grand, mut grand_dir) = (BOOK_NIL, 0);
-        let (mut parent, mut dir) = (BOOK_NIL, 0);
-        let mut h = self.root;
-        while !is_leaf(h) {
-            let node = &self.inners[h as usize];
-            (grand, grand_dir) = (parent, dir);
-            parent = h;
-            dir = key.bit(node.crit_bit);
-            h = node.children[dir];
-        }
-        let removed = self.leaves[index(h)];
-        if removed.key() != key {
-            return Err(BookError::NotFound);
-        }
-        if parent == BOOK_NIL {
-            self.root = BOOK_NIL;
-        } else {
-            // The parent goes too: its other child takes its place.
-            let sibling = self.inners[parent as usize].children[1 - dir];
-            if grand == BOOK_NIL {
-                self.root = sibling;
-            } else {
-                self.inners[grand as usize].children[grand_dir] = sibling;
-            }
-            self.free_inner(parent);
-        }
-        self.free_leaf(h);
-        self.len -= 1;
-        Ok(removed)
-    }
-
     /// Seconds the book has been full in all, up to `now` (see [`FullClock`]).
     pub fn full_secs(&self, now: i64) -> u64 {
         self.full_clock.secs(self.is_full(), now)
     }
+}
 
-    /// [`BidBook::insert`] at `now`, starting the full clock when this entry fills the book.
-    pub fn insert_at(
-        &mut self,
-        now: i64,
-        key: BookKey,
-        bid: Pubkey,
-        summary: BidSummary,
-    ) -> core::result::Result<(), BookError> {
-        self.insert(key, bid, summary)?;
-        if self.is_full() {
-            self.full_clock.since = now;
-        }
-        Ok(())
+#[inline(always)]
+fn is_leaf(h: u32) -> bool {
+    h & LEAF_BIT != 0
+}
+
+#[inline(always)]
+fn index(h: u32) -> usize {
+    (h & !LEAF_BIT) as usize
+}
+
+/// A book: its header and its slots, wherever they are held (the account's data on chain,
+/// copies off chain). Every slot below `head.len` holds a leaf in the tree, every slot below
+/// `head.len - 1` an inner node in it: removing an entry moves the last leaf and inner node into
+/// the places it freed, so the account can shrink by one slot. [`Book::insert`] needs one slot
+/// more than the entries (the caller grows the account first: [`book_space`]).
+pub struct Book<H, S> {
+    pub head: H,
+    pub slots: S,
+}
+
+/// A book read in place.
+pub type BookRef<'a> = Book<&'a BidBook, &'a [BookSlot]>;
+
+impl<'a> BookRef<'a> {
+    /// The book in a book account's data (discriminator included); `None` when the data is too
+    /// short, not a whole number of slots, or not 8-byte aligned (account data on chain is).
+    pub fn from_data(data: &'a [u8]) -> Option<Self> {
+        let (head, slots) = split_book_data(data.get(8..)?)?;
+        Some(Book {
+            head: bytemuck::try_from_bytes(head).ok()?,
+            slots: bytemuck::try_cast_slice(slots).ok()?,
+        })
+    }
+}
+
+impl<'a> Book<&'a mut BidBook, &'a mut [BookSlot]> {
+    /// [`BookRef::from_data`], for writing.
+    pub fn from_data_mut(data: &'a mut [u8]) -> Option<Self> {
+        let body = data.get_mut(8..)?;
+        let slots_len = split_book_data(body)?.1.len();
+        let (head, slots) = body.split_at_mut(body.len() - slots_len);
+        Some(Book {
+            head: bytemuck::try_from_bytes_mut(head).ok()?,
+            slots: bytemuck::try_cast_slice_mut(slots).ok()?,
+        })
+    }
+}
+
+/// The header's and the slots' bytes of a book account's data after its discriminator.
+fn split_book_data(body: &[u8]) -> Option<(&[u8], &[u8])> {
+    let slots = body.len().checked_sub(BOOK_HEADER_SIZE)?;
+    slots
+        .is_multiple_of(BOOK_SLOT_SIZE)
+        .then(|| body.split_at(BOOK_HEADER_SIZE))
+}
+
+impl<H: Deref<Target = BidBook>, S: Deref<Target = [BookSlot]>> Book<H, S> {
+    pub fn len(&self) -> usize {
+        self.head.len()
     }
 
-    /// [`BidBook::remove`] at `now`, stopping the full clock when this entry frees a place.
-    pub fn remove_at(
-        &mut self,
-        now: i64,
-        key: BookKey,
-    ) -> core::result::Result<BookLeaf, BookError> {
-        let full = self.full_secs(now);
-        let removed = self.remove(key)?;
-        self.full_clock.secs_before = full;
-        Ok(removed)
+    pub fn is_empty(&self) -> bool {
+        self.head.is_empty()
     }
 
-    /// Removes and returns the best entry.
-    pub fn pop_best(&mut self) -> Option<BookLeaf> {
-        let key = self.best()?.key();
-        self.remove(key).ok()
+    pub fn is_full(&self) -> bool {
+        self.head.is_full()
+    }
+
+    /// Seconds the book has been full in all, up to `now` (see [`FullClock`]).
+    pub fn full_secs(&self, now: i64) -> u64 {
+        self.head.full_secs(now)
     }
 
     /// The entry served first: highest score, then earliest placement.
@@ -496,10 +449,10 @@ impl BidBook {
     }
 
     pub fn get(&self, key: BookKey) -> Option<&BookLeaf> {
-        if self.root == BOOK_NIL {
+        if self.head.root == BOOK_NIL {
             return None;
         }
-        let leaf = &self.leaves[index(self.descend(key))];
+        let leaf = self.leaf(self.descend(key));
         (leaf.key() == key).then_some(leaf)
     }
 
@@ -511,100 +464,228 @@ impl BidBook {
     pub fn iter(&self) -> BookIter<'_> {
         let mut stack = [BOOK_NIL; KEY_BITS];
         let mut top = 0;
-        if self.root != BOOK_NIL {
-            stack[0] = self.root;
+        if self.head.root != BOOK_NIL {
+            stack[0] = self.head.root;
             top = 1;
         }
         BookIter {
-            book: self,
+            slots: &self.slots,
             stack,
             top,
-            remaining: self.len as usize,
+            remaining: self.head.len as usize,
         }
+    }
+
+    #[inline(always)]
+    fn leaf(&self, h: u32) -> &BookLeaf {
+        &self.slots[index(h)].leaf
+    }
+
+    #[inline(always)]
+    fn inner(&self, h: u32) -> &BookInner {
+        &self.slots[h as usize].inner
     }
 
     /// Handle of the leaf reached by following `key`'s bits from the (non-empty) root.
     #[inline(always)]
     fn descend(&self, key: BookKey) -> u32 {
-        let mut h = self.root;
+        let mut h = self.head.root;
         while !is_leaf(h) {
-            let node = &self.inners[h as usize];
+            let node = self.inner(h);
             h = node.children[key.bit(node.crit_bit)];
         }
         h
     }
 
-    fn edge(&self, dir: usize) -> Option<&BookLeaf> {
-        if self.root == BOOK_NIL {
-            return None;
-        }
-        let mut h = self.root;
+    /// The leaf reached from handle `h` by always taking child `dir`.
+    fn edge_from(&self, mut h: u32, dir: usize) -> &BookLeaf {
         while !is_leaf(h) {
-            h = self.inners[h as usize].children[dir];
+            h = self.inner(h).children[dir];
         }
-        Some(&self.leaves[index(h)])
+        self.leaf(h)
     }
 
-    /// Takes a free leaf (the caller checked `len < BOOK_CAPACITY`) and returns its handle.
-    fn alloc_leaf(&mut self, key: BookKey, bid: Pubkey, summary: BidSummary) -> u32 {
-        let i = if self.leaf_free_head != BOOK_NIL {
-            let i = self.leaf_free_head;
-            self.leaf_free_head = self.leaves[i as usize].next_free;
-            self.leaf_free_len -= 1;
-            i
-        } else {
-            let i = self.leaf_bump;
-            self.leaf_bump += 1;
-            i
-        };
-        self.leaves[i as usize] = BookLeaf {
+    fn edge(&self, dir: usize) -> Option<&BookLeaf> {
+        (self.head.root != BOOK_NIL).then(|| self.edge_from(self.head.root, dir))
+    }
+
+    /// Where the handle `target` is stored, following `key` (a key below `target`) from the
+    /// root: `None` for the root itself, else the inner node and the child index.
+    fn parent_of(&self, target: u32, key: BookKey) -> Option<(u32, usize)> {
+        let mut parent = None;
+        let mut h = self.head.root;
+        while h != target {
+            let node = self.inner(h);
+            let dir = key.bit(node.crit_bit);
+            parent = Some((h, dir));
+            h = node.children[dir];
+        }
+        parent
+    }
+}
+
+impl<H: DerefMut<Target = BidBook>, S: DerefMut<Target = [BookSlot]>> Book<H, S> {
+    /// Adds an entry. Touches one root-to-leaf path, twice. Needs a free slot (slot `len`):
+    /// `NoSlot` otherwise.
+    pub fn insert(
+        &mut self,
+        key: BookKey,
+        bid: Pubkey,
+        summary: BidSummary,
+    ) -> core::result::Result<(), BookError> {
+        if self.is_full() {
+            return Err(BookError::Full);
+        }
+        let n = self.head.len;
+        if self.slots.len() <= n as usize {
+            return Err(BookError::NoSlot);
+        }
+        let leaf = BookLeaf {
             bid,
             score: key.score,
             seq: key.seq,
             summary,
-            next_free: 0,
-            _pad: 0,
         };
-        i | LEAF_BIT
+        if self.head.root == BOOK_NIL {
+            self.slots[0].leaf = leaf;
+            self.head.root = LEAF_BIT;
+            self.head.len = 1;
+            return Ok(());
+        }
+        // The leaf the new key would meet: it shares the longest prefix with the key of all leaves.
+        let near = self.leaf(self.descend(key)).key();
+        let crit = key.crit_bit(&near).ok_or(BookError::Duplicate)?;
+        // Walk again to the first node that branches below `crit`: the new inner node goes there.
+        let mut parent = None;
+        let mut h = self.head.root;
+        while !is_leaf(h) {
+            let node = self.inner(h);
+            if node.crit_bit > crit {
+                break;
+            }
+            let dir = key.bit(node.crit_bit);
+            parent = Some((h, dir));
+            h = node.children[dir];
+        }
+        // The new leaf takes slot `n`, the new inner node slot `n - 1`: both are the next free.
+        self.slots[n as usize].leaf = leaf;
+        let mut children = [h, h];
+        children[key.bit(crit)] = n | LEAF_BIT;
+        let inner = n - 1;
+        self.slots[inner as usize].inner = BookInner {
+            children,
+            crit_bit: crit,
+        };
+        self.set_child(parent, inner);
+        self.head.len = n + 1;
+        Ok(())
     }
 
-    fn alloc_inner(&mut self, children: [u32; 2], crit_bit: u32) -> u32 {
-        let i = if self.inner_free_head != BOOK_NIL {
-            let i = self.inner_free_head;
-            self.inner_free_head = self.inners[i as usize].children[0];
-            self.inner_free_len -= 1;
-            i
-        } else {
-            let i = self.inner_bump;
-            self.inner_bump += 1;
-            i
-        };
-        self.inners[i as usize] = BookInner { children, crit_bit };
-        i
+    /// Removes the entry with `key` (a filled or cancelled bid) and returns it. The last slot
+    /// is free afterwards.
+    pub fn remove(&mut self, key: BookKey) -> core::result::Result<BookLeaf, BookError> {
+        if self.head.root == BOOK_NIL {
+            return Err(BookError::NotFound);
+        }
+        let mut grand = None;
+        let mut parent = None;
+        let mut h = self.head.root;
+        while !is_leaf(h) {
+            let node = self.inner(h);
+            let dir = key.bit(node.crit_bit);
+            grand = parent;
+            parent = Some((h, dir));
+            h = node.children[dir];
+        }
+        let removed = *self.leaf(h);
+        if removed.key() != key {
+            return Err(BookError::NotFound);
+        }
+        let n = self.head.len;
+        match parent {
+            None => self.head.root = BOOK_NIL,
+            Some((p, dir)) => {
+                // The parent goes too: its other child takes its place.
+                let sibling = self.inner(p).children[1 - dir];
+                self.set_child(grand, sibling);
+                // The last inner node moves into the parent's slot.
+                self.move_inner(n - 2, p);
+            }
+        }
+        // The last leaf moves into the removed leaf's slot.
+        self.move_leaf(n - 1, index(h) as u32);
+        self.head.len = n - 1;
+        Ok(removed)
     }
 
-    fn free_leaf(&mut self, h: u32) {
-        let i = index(h);
-        self.leaves[i] = BookLeaf::zeroed();
-        self.leaves[i].next_free = self.leaf_free_head;
-        self.leaf_free_head = i as u32;
-        self.leaf_free_len += 1;
+    /// Stores `h` where `parent` says: the root (`None`), or a child of an inner node.
+    fn set_child(&mut self, parent: Option<(u32, usize)>, h: u32) {
+        match parent {
+            None => self.head.root = h,
+            Some((p, dir)) => self.slots[p as usize].inner.children[dir] = h,
+        }
     }
 
-    fn free_inner(&mut self, i: u32) {
-        self.inners[i as usize] = BookInner {
-            children: [self.inner_free_head, BOOK_NIL],
-            crit_bit: 0,
-        };
-        self.inner_free_head = i;
-        self.inner_free_len += 1;
+    /// Moves the leaf in slot `from` (in the tree) to slot `to` (out of it).
+    fn move_leaf(&mut self, from: u32, to: u32) {
+        if from == to {
+            return;
+        }
+        let leaf = self.slots[from as usize].leaf;
+        let parent = self.parent_of(from | LEAF_BIT, leaf.key());
+        self.set_child(parent, to | LEAF_BIT);
+        self.slots[to as usize].leaf = leaf;
+    }
+
+    /// Moves the inner node in slot `from` (in the tree) to slot `to` (out of it).
+    fn move_inner(&mut self, from: u32, to: u32) {
+        if from == to {
+            return;
+        }
+        let below = self.edge_from(from, 0).key();
+        let parent = self.parent_of(from, below);
+        self.set_child(parent, to);
+        self.slots[to as usize].inner = self.slots[from as usize].inner;
+    }
+
+    /// [`Book::insert`] at `now`, starting the full clock when this entry fills the book.
+    pub fn insert_at(
+        &mut self,
+        now: i64,
+        key: BookKey,
+        bid: Pubkey,
+        summary: BidSummary,
+    ) -> core::result::Result<(), BookError> {
+        self.insert(key, bid, summary)?;
+        if self.is_full() {
+            self.head.full_clock.since = now;
+        }
+        Ok(())
+    }
+
+    /// [`Book::remove`] at `now`, stopping the full clock when this entry frees a place.
+    pub fn remove_at(
+        &mut self,
+        now: i64,
+        key: BookKey,
+    ) -> core::result::Result<BookLeaf, BookError> {
+        let full = self.full_secs(now);
+        let removed = self.remove(key)?;
+        self.head.full_clock.secs_before = full;
+        Ok(removed)
+    }
+
+    /// Removes and returns the best entry.
+    pub fn pop_best(&mut self) -> Option<BookLeaf> {
+        let key = self.best()?.key();
+        self.remove(key).ok()
     }
 }
 
 /// In-order walk of a book, best first. Holds at most one pending subtree per inner node on the
 /// current path, so 128 slots (512 bytes of stack) always suffice.
 pub struct BookIter<'a> {
-    book: &'a BidBook,
+    slots: &'a [BookSlot],
     stack: [u32; KEY_BITS],
     top: usize,
     remaining: usize,
@@ -620,13 +701,13 @@ impl<'a> Iterator for BookIter<'a> {
         self.top -= 1;
         let mut h = self.stack[self.top];
         while !is_leaf(h) {
-            let node = &self.book.inners[h as usize];
+            let node = &self.slots[h as usize].inner;
             self.stack[self.top] = node.children[1];
             self.top += 1;
             h = node.children[0];
         }
         self.remaining -= 1;
-        Some(&self.book.leaves[index(h)])
+        Some(&self.slots[index(h)].leaf)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -659,18 +740,42 @@ mod tests {
         }
     }
 
-    /// A zeroed book on the heap (it is 592 KiB, too big for a test thread's stack to copy around).
-    fn new_book() -> Box<BidBook> {
-        let layout = std::alloc::Layout::new::<BidBook>();
-        // SAFETY: `BidBook` is `Zeroable`, so all-zero memory of its layout is a valid value, and
-        // the pointer comes from the global allocator with that layout, as `Box` requires.
-        let mut book = unsafe {
-            let p = std::alloc::alloc_zeroed(layout).cast::<BidBook>();
-            assert!(!p.is_null());
-            Box::from_raw(p)
-        };
-        book.init(Pubkey::new_unique(), BOOK_KIND_QUEUE, Pubkey::default());
-        book
+    /// A book as the program keeps it: its header and exactly `len` slots.
+    type Owned = Book<Box<BidBook>, Vec<BookSlot>>;
+
+    fn new_book() -> Owned {
+        let mut head = Box::new(BidBook::zeroed());
+        head.init(Pubkey::new_unique(), BOOK_KIND_QUEUE, Pubkey::default());
+        Book {
+            head,
+            slots: Vec::new(),
+        }
+    }
+
+    /// [`Book::insert`] as the program calls it: one slot more first, given back if refused.
+    fn put(
+        book: &mut Owned,
+        key: BookKey,
+        bid: Pubkey,
+        summary: BidSummary,
+    ) -> core::result::Result<(), BookError> {
+        book.slots.push(BookSlot::zeroed());
+        let got = book.insert(key, bid, summary);
+        book.slots.truncate(book.len());
+        got
+    }
+
+    /// [`Book::remove`] as the program calls it: the freed last slot goes.
+    fn take(book: &mut Owned, key: BookKey) -> core::result::Result<BookLeaf, BookError> {
+        let got = book.remove(key);
+        book.slots.truncate(book.len());
+        got
+    }
+
+    fn pop(book: &mut Owned) -> Option<BookLeaf> {
+        let got = book.pop_best();
+        book.slots.truncate(book.len());
+        got
     }
 
     fn bid_of(key: BookKey) -> Pubkey {
@@ -680,32 +785,37 @@ mod tests {
         Pubkey::new_from_array(b)
     }
 
-    fn keys(book: &BidBook) -> Vec<BookKey> {
+    fn keys(book: &Owned) -> Vec<BookKey> {
         book.iter().map(BookLeaf::key).collect()
     }
 
-    /// Walks the whole tree and both free lists; panics on any broken invariant. Returns the
-    /// deepest path (inner nodes from root to a leaf).
-    fn check(book: &BidBook) -> usize {
+    /// Walks the whole tree; panics on any broken invariant (leaves dense in slots `0..len`,
+    /// inner nodes in `0..len - 1`, no slot beyond). Returns the deepest path (inner nodes from
+    /// root to a leaf).
+    fn check(book: &Owned) -> usize {
+        let n = book.len();
+        assert_eq!(
+            book.slots.len(),
+            n,
+            "the account holds exactly one slot per entry"
+        );
         let mut leaves_seen = HashSet::new();
         let mut inners_seen = HashSet::new();
         let mut max_depth = 0;
-        if book.root != BOOK_NIL {
+        if book.head.root != BOOK_NIL {
             // (handle, depth, crit bit of the parent)
-            let mut stack = vec![(book.root, 0usize, None::<u32>)];
+            let mut stack = vec![(book.head.root, 0usize, None::<u32>)];
             while let Some((h, depth, parent_crit)) = stack.pop() {
                 if is_leaf(h) {
                     let i = index(h);
-                    assert!(i < book.leaf_bump as usize);
+                    assert!(i < n);
                     assert!(leaves_seen.insert(i), "leaf {i} reached twice");
-                    let leaf = &book.leaves[i];
-                    assert_eq!(leaf.next_free, 0);
                     max_depth = max_depth.max(depth);
                 } else {
                     let i = h as usize;
-                    assert!(i < book.inner_bump as usize);
+                    assert!(i + 1 < n);
                     assert!(inners_seen.insert(i), "inner {i} reached twice");
-                    let node = &book.inners[i];
+                    let node = book.inner(h);
                     assert!(node.crit_bit < 128);
                     if let Some(parent_crit) = parent_crit {
                         assert!(
@@ -715,8 +825,8 @@ mod tests {
                     }
                     // All leaves below agree above the crit bit and split on it: the subtree's
                     // first and last keys differ first there.
-                    let first = edge_from(book, node.children[0], 0).key();
-                    let last = edge_from(book, node.children[1], 1).key();
+                    let first = book.edge_from(node.children[0], 0).key();
+                    let last = book.edge_from(node.children[1], 1).key();
                     assert_eq!(first.crit_bit(&last), Some(node.crit_bit));
                     assert_eq!((first.bit(node.crit_bit), last.bit(node.crit_bit)), (0, 1));
                     for child in node.children {
@@ -726,43 +836,17 @@ mod tests {
             }
             // Each leaf is found by following its own bits.
             for &i in &leaves_seen {
-                let key = book.leaves[i].key();
+                let key = book.slots[i].leaf.key();
                 assert_eq!(index(book.descend(key)), i);
             }
         }
-        assert_eq!(leaves_seen.len(), book.len as usize);
-        assert_eq!(inners_seen.len(), (book.len as usize).saturating_sub(1));
-        // Free lists: exactly the used-once slots that are not in the tree.
-        let mut free = HashSet::new();
-        let mut h = book.leaf_free_head;
-        while h != BOOK_NIL {
-            assert!(!leaves_seen.contains(&(h as usize)));
-            assert!(free.insert(h as usize), "leaf free list loops");
-            h = book.leaves[h as usize].next_free;
-        }
-        assert_eq!(free.len(), book.leaf_free_len as usize);
-        assert_eq!(free.len() + leaves_seen.len(), book.leaf_bump as usize);
-        let mut free = HashSet::new();
-        let mut h = book.inner_free_head;
-        while h != BOOK_NIL {
-            assert!(!inners_seen.contains(&(h as usize)));
-            assert!(free.insert(h as usize), "inner free list loops");
-            h = book.inners[h as usize].children[0];
-        }
-        assert_eq!(free.len(), book.inner_free_len as usize);
-        assert_eq!(free.len() + inners_seen.len(), book.inner_bump as usize);
+        assert_eq!(leaves_seen.len(), n);
+        assert_eq!(inners_seen.len(), n.saturating_sub(1));
         // Order: strictly ascending in book order, and the iterator's count is exact.
         let ks = keys(book);
-        assert_eq!(ks.len(), book.len());
+        assert_eq!(ks.len(), n);
         assert!(ks.windows(2).all(|w| w[0] < w[1]));
         max_depth
-    }
-
-    fn edge_from(book: &BidBook, mut h: u32, dir: usize) -> &BookLeaf {
-        while !is_leaf(h) {
-            h = book.inners[h as usize].children[dir];
-        }
-        &book.leaves[index(h)]
     }
 
     /// A summary told apart by its price alone (what the tests check moves with its entry).
@@ -777,21 +861,21 @@ mod tests {
         leaf.summary.price as u32
     }
 
-    fn insert(book: &mut BidBook, key: BookKey) -> core::result::Result<(), BookError> {
-        book.insert(key, bid_of(key), summary(key.seq as u32))
+    fn insert(book: &mut Owned, key: BookKey) -> core::result::Result<(), BookError> {
+        put(book, key, bid_of(key), summary(key.seq as u32))
     }
 
     #[test]
     fn layout_is_pinned() {
-        assert_eq!(size_of::<BidBook>(), BID_BOOK_SIZE);
-        assert_eq!(BID_BOOK_SPACE, 639_112);
+        assert_eq!(size_of::<BidBook>(), BOOK_HEADER_SIZE);
+        assert_eq!(BOOK_EMPTY_SPACE, 136);
+        // A full book: 623 KB, what every book was before it grew with use.
+        assert_eq!(book_space(BOOK_CAPACITY), 622_728);
         assert_eq!(core::mem::align_of::<BidBook>(), 8);
+        assert_eq!(core::mem::align_of::<BookSlot>(), 8);
         assert_eq!(core::mem::offset_of!(BidBook, kind), 64);
         assert_eq!(core::mem::offset_of!(BidBook, len), 68);
-        assert_eq!(
-            core::mem::offset_of!(BidBook, inners),
-            128 + 144 * BOOK_CAPACITY
-        );
+        assert_eq!(core::mem::offset_of!(BookSlot, inner), 136);
         assert_eq!(BidBook::DISCRIMINATOR.len(), 8);
     }
 
@@ -836,8 +920,11 @@ mod tests {
         assert_eq!(book.worst(), None);
         assert_eq!(book.iter().next(), None);
         assert_eq!(book.get(BookKey::new(1, 1)), None);
-        assert_eq!(book.remove(BookKey::new(1, 1)), Err(BookError::NotFound));
-        assert_eq!(book.pop_best(), None);
+        assert_eq!(
+            take(&mut book, BookKey::new(1, 1)),
+            Err(BookError::NotFound)
+        );
+        assert_eq!(pop(&mut book), None);
         check(&book);
     }
 
@@ -879,7 +966,7 @@ mod tests {
         );
         check(&book);
         let mut popped = Vec::new();
-        while let Some(leaf) = book.pop_best() {
+        while let Some(leaf) = pop(&mut book) {
             popped.push(leaf.key());
         }
         assert_eq!(popped, expected);
@@ -899,7 +986,12 @@ mod tests {
         let before = keys(&book);
         for (s, q) in [(100, 1), (100, 2), (50, 1)] {
             assert_eq!(
-                book.insert(BookKey::new(s, q), Pubkey::new_unique(), summary(9)),
+                put(
+                    &mut book,
+                    BookKey::new(s, q),
+                    Pubkey::new_unique(),
+                    summary(9)
+                ),
                 Err(BookError::Duplicate)
             );
         }
@@ -924,21 +1016,27 @@ mod tests {
             (u64::MAX, 0),
             (0, u64::MAX),
         ] {
-            assert_eq!(book.remove(BookKey::new(s, q)), Err(BookError::NotFound));
+            assert_eq!(
+                take(&mut book, BookKey::new(s, q)),
+                Err(BookError::NotFound)
+            );
             assert_eq!(book.get(BookKey::new(s, q)), None);
         }
         assert_eq!(keys(&book), before);
-        let removed = book.remove(BookKey::new(1, 4)).unwrap();
+        let removed = take(&mut book, BookKey::new(1, 4)).unwrap();
         assert_eq!(
             (removed.bid, payload(&removed)),
             (bid_of(BookKey::new(1, 4)), 4)
         );
-        assert_eq!(book.remove(BookKey::new(1, 4)), Err(BookError::NotFound));
+        assert_eq!(
+            take(&mut book, BookKey::new(1, 4)),
+            Err(BookError::NotFound)
+        );
         check(&book);
     }
 
     #[test]
-    fn fills_to_capacity_then_full_and_empties_onto_free_lists() {
+    fn fills_to_capacity_then_full_and_empties_to_its_header() {
         let mut book = new_book();
         let mut rng = Rng(0x5eed);
         let mut model = BTreeMap::new();
@@ -964,11 +1062,11 @@ mod tests {
         let first = *model.keys().next().unwrap();
         assert_eq!(insert(&mut book, first), Err(BookError::Full));
         // One out, one in.
-        book.remove(first).unwrap();
+        take(&mut book, first).unwrap();
         insert(&mut book, BookKey::new(20_000, u64::MAX)).unwrap();
         assert_eq!(book.best().unwrap().key(), BookKey::new(20_000, u64::MAX));
         assert_eq!(insert(&mut book, first), Err(BookError::Full));
-        book.remove(BookKey::new(20_000, u64::MAX)).unwrap();
+        take(&mut book, BookKey::new(20_000, u64::MAX)).unwrap();
         model.remove(&first);
         // Remove the rest in random order.
         let mut rest: Vec<BookKey> = model.keys().copied().collect();
@@ -976,26 +1074,21 @@ mod tests {
             rest.swap(i, rng.below(i as u64 + 1) as usize);
         }
         for (n, key) in rest.iter().enumerate() {
-            assert_eq!(book.remove(*key).unwrap().key(), *key);
+            assert_eq!(take(&mut book, *key).unwrap().key(), *key);
             if n % 512 == 0 {
                 check(&book);
             }
         }
         assert!(book.is_empty());
-        assert_eq!(book.root, BOOK_NIL);
+        assert_eq!(book.head.root, BOOK_NIL);
         assert_eq!(book.best(), None);
+        // Every slot is given back: the account is down to its header.
+        assert!(book.slots.is_empty());
         check(&book);
-        // Every slot ever used is back on its free list.
-        assert_eq!(book.leaf_bump as usize, BOOK_CAPACITY);
-        assert_eq!(book.leaf_free_len, book.leaf_bump);
-        assert_eq!(book.inner_bump as usize, BOOK_CAPACITY - 1);
-        assert_eq!(book.inner_free_len, book.inner_bump);
-        // And they are reused: filling again hands out no fresh slot.
+        // And it fills again.
         for seq in 0..BOOK_CAPACITY as u64 {
             insert(&mut book, BookKey::new(rng.below(3), seq)).unwrap();
         }
-        assert_eq!(book.leaf_bump as usize, BOOK_CAPACITY);
-        assert_eq!((book.leaf_free_len, book.inner_free_len), (0, 0));
         assert_eq!(
             insert(&mut book, BookKey::new(0, u64::MAX)),
             Err(BookError::Full)
@@ -1020,7 +1113,7 @@ mod tests {
         assert_eq!(keys(&book), expected);
         assert_eq!(book.worst().unwrap().key(), BookKey::new(!(1u64 << 63), 0));
         for key in &expected {
-            book.remove(*key).unwrap();
+            take(&mut book, *key).unwrap();
         }
         assert!(book.is_empty());
         check(&book);
@@ -1052,7 +1145,7 @@ mod tests {
                 0..=4 => {
                     let bid = Pubkey::new_unique();
                     let payload = rng.next() as u32;
-                    let got = book.insert(key, bid, summary(payload));
+                    let got = put(&mut book, key, bid, summary(payload));
                     let want = if model.len() == BOOK_CAPACITY {
                         Err(BookError::Full)
                     } else if let Entry::Vacant(slot) = model.entry(mk) {
@@ -1064,7 +1157,7 @@ mod tests {
                     assert_eq!(got, want, "op {op}: insert {key:?}");
                 }
                 5..=7 => {
-                    let got = book.remove(key).map(|l| (l.bid, payload(&l)));
+                    let got = take(&mut book, key).map(|l| (l.bid, payload(&l)));
                     let want = model.remove(&mk).ok_or(BookError::NotFound);
                     assert_eq!(got, want, "op {op}: remove {key:?}");
                 }
@@ -1073,9 +1166,8 @@ mod tests {
                     assert_eq!(got, model.contains_key(&mk), "op {op}: contains {key:?}");
                 }
                 _ => {
-                    let got = book
-                        .pop_best()
-                        .map(|l| ((Reverse(l.score), l.seq), (l.bid, payload(&l))));
+                    let got =
+                        pop(&mut book).map(|l| ((Reverse(l.score), l.seq), (l.bid, payload(&l))));
                     let want = model.pop_first();
                     assert_eq!(got, want, "op {op}: pop_best");
                 }
@@ -1105,17 +1197,16 @@ mod tests {
             }
         }
         check(&book);
-        // Drain in random order through `remove`; the book ends empty with every slot free.
+        // Drain in random order through `remove`; the book ends empty, down to its header.
         let mut rest: Vec<BookKey> = model.keys().map(|k| BookKey::new(k.0 .0, k.1)).collect();
         for i in (1..rest.len()).rev() {
             rest.swap(i, rng.below(i as u64 + 1) as usize);
         }
         for key in rest {
-            book.remove(key).unwrap();
+            take(&mut book, key).unwrap();
         }
         assert!(book.is_empty());
-        assert_eq!(book.leaf_free_len, book.leaf_bump);
-        assert_eq!(book.inner_free_len, book.inner_bump);
+        assert!(book.slots.is_empty());
         check(&book);
     }
 
@@ -1154,7 +1245,7 @@ mod tests {
                 assert_eq!(insert(&mut book, key), want, "op {op}");
             } else {
                 let want = model.remove(&key).map(|_| key).ok_or(BookError::NotFound);
-                assert_eq!(book.remove(key).map(|l| l.key()), want, "op {op}");
+                assert_eq!(take(&mut book, key).map(|l| l.key()), want, "op {op}");
             }
         }
         assert!(book.is_full());

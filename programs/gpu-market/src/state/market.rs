@@ -3,7 +3,10 @@ use gpu_market_core::pricing;
 use gpu_market_core::score::{self, Inputs, Weights};
 
 use crate::errors::MarketError;
-use crate::state::{seeds, Bid, BidBook, BidKind, BidStatus, BookKey, StakeAccount, REGION_LEN};
+use crate::state::{
+    seeds, Bid, BidBook, BidKind, BidStatus, Book, BookKey, BookSlot, StakeAccount, REGION_LEN,
+};
+use core::ops::DerefMut;
 
 /// GPU classes a market prices (index = `GpuSpec::class`).
 pub use gpu_market_core::fit::GPU_CLASSES;
@@ -421,7 +424,7 @@ impl MarketData {
         &mut self,
         bid_key: Pubkey,
         bid: &mut Bid,
-        book: &mut BidBook,
+        book: &mut Book<impl DerefMut<Target = BidBook>, impl DerefMut<Target = [BookSlot]>>,
         key: u64,
         now: i64,
     ) -> Result<()> {
@@ -461,13 +464,13 @@ impl MarketData {
         &mut self,
         bid_key: Pubkey,
         bid: &mut Bid,
-        book: &mut BidBook,
+        book: &mut Book<impl DerefMut<Target = BidBook>, impl DerefMut<Target = [BookSlot]>>,
         stake: &mut StakeAccount,
         now: i64,
     ) -> Result<u64> {
         self.tick_demand(now);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
-        self.charge_holding(bid, book, now)?;
+        self.charge_holding(bid, &book.head, now)?;
         let leaf = book
             .remove_at(now, BookKey::new(bid.book_key, bid.seq))
             .map_err(MarketError::from)?;
