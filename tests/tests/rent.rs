@@ -285,3 +285,82 @@ fn a_market_opens_for_under_a_tenth_of_a_sol_and_a_machine_registers_for_under_t
         );
     }
 }
+
+/// Anyone can send lamports to a bid's address before its client places it (the address is the
+/// client's key and nonce): the bid is placed all the same, the client pays only what is missing,
+/// and the book still holds exactly its rent. Nothing is lost to whoever sent them: they stay
+/// in the bid account and go to its client when it closes.
+#[test]
+fn a_bid_address_someone_funded_first_still_takes_the_bid() {
+    let mut ctx = TestContext::new();
+    let (authority, mint, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
+    let book = ctx.open_queue_book(&authority, market);
+    let (_, witness) = ctx.open_witness(market, &mint, [0; 16]);
+    let (client, tokens) = ctx.funded_user(&mint, 1_000 * TOKEN);
+    ctx.run(&OpenStake {
+        owner: &client,
+        market,
+    })
+    .unwrap();
+    let slot = ctx.slot_rent();
+    let deadline = ctx.now() + 4 * 3_600;
+    let place = |nonce: u64| PlaceBid {
+        client: &client,
+        market,
+        book,
+        machine: witness,
+        payment_mint: mint,
+        client_tokens: tokens,
+        args: PlaceBidArgs {
+            nonce,
+            kind: BidKind::Queue,
+            image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
+            image_digest: [9; 32],
+            env_hash: [0; 32],
+            gpu_count: 1,
+            gib_per_gpu: 16,
+            accepted_classes: 0b11,
+            overclock: vec![OverclockTerms {
+                power_limit_w: 300,
+                ..Default::default()
+            }],
+            price: 2 * TOKEN,
+            max_duration_secs: 3_600,
+            deadline,
+            urgency_premium: 0,
+            ports: vec![],
+            scratch_gib: 0,
+            cpu_milli: 0,
+            memory_mib: 0,
+            regions: Vec::new(),
+            auto_power: None,
+        },
+        evict: None,
+    };
+    // The least an account may hold (the griefer's cheapest try), and more than the bid and its
+    // slot need.
+    let least = ctx.svm.minimum_balance_for_rent_exemption(0);
+    for (nonce, sent) in [(0u64, least), (1, 10 * SOL / 1_000)] {
+        let p = place(nonce);
+        ctx.svm.airdrop(&p.bid(), sent).unwrap();
+        let before = balance(&ctx, &client.pubkey());
+        ctx.run(&p)
+            .unwrap_or_else(|e| panic!("a bid at a funded address: {:?}", e.err));
+        let acc = ctx.svm.get_account(&p.bid()).unwrap();
+        assert_eq!(acc.owner, gpu_market::ID);
+        let own_rent = ctx.svm.minimum_balance_for_rent_exemption(acc.data.len());
+        let paid = before - balance(&ctx, &client.pubkey());
+        assert_eq!(
+            paid,
+            (own_rent + slot).saturating_sub(sent),
+            "the client paid only what was missing"
+        );
+        assert_eq!(
+            acc.lamports,
+            sent + paid - slot,
+            "the bid account holds what was sent and paid, less its slot's rent (in the book)"
+        );
+        assert!(acc.lamports >= own_rent);
+        assert_book_exact(&ctx, &book, nonce as usize + 1);
+    }
+}

@@ -94,19 +94,15 @@ pub struct PlaceBid<'info> {
     #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
+    /// The new bid's account, created by the handler rather than by `init`: one
+    /// `create_account` pays its rent and its slot's in the book (`PlaceBid::create_bid`).
+    /// CHECK: the seeds check its address; creating it fails if another program owns it.
     #[account(
-        init,
-        payer = client,
-        space = Bid::space(
-            args.overclock.len(),
-            args.image_ref.len(),
-            args.ports.len(),
-            args.regions.len(),
-        ),
+        mut,
         seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &args.nonce.to_le_bytes()],
         bump,
     )]
-    pub bid: Box<Account<'info, Bid>>,
+    pub bid: UncheckedAccount<'info>,
 
     /// The queue book of the market, or the spot book of `machine`.
     #[account(mut)]
@@ -314,6 +310,74 @@ impl PlaceBid<'_> {
         evicted.close(to)
     }
 
+    /// Creates the bid's account at its address, owned by the program, with `space` bytes and
+    /// lamports for its rent and for `slot`, its place in the book (`grow_book` moves that on).
+    /// As Anchor's `init`: lamports someone sent to the address first are kept, and the
+    /// account is allocated and assigned instead of created.
+    fn create_bid(&self, nonce: u64, bump: u8, space: usize, slot: u64) -> Result<()> {
+        let rent = Rent::get()?;
+        let lamports = rent
+            .minimum_balance(space)
+            .checked_add(slot)
+            .ok_or(MarketError::Overflow)?;
+        let (market, client) = (self.market.key(), self.client.key());
+        let nonce = nonce.to_le_bytes();
+        let signer: &[&[&[u8]]] = &[&[
+            seeds::BID,
+            market.as_ref(),
+            client.as_ref(),
+            &nonce,
+            &[bump],
+        ]];
+        let program = self.system_program.key();
+        let (from, to) = (self.client.to_account_info(), self.bid.to_account_info());
+        let held = to.lamports();
+        if held == 0 {
+            return system_program::create_account(
+                CpiContext::new_with_signer(
+                    program,
+                    system_program::CreateAccount { from, to },
+                    signer,
+                ),
+                lamports,
+                space as u64,
+                &crate::ID,
+            );
+        }
+        if lamports > held {
+            system_program::transfer(
+                CpiContext::new(
+                    program,
+                    system_program::Transfer {
+                        from,
+                        to: to.clone(),
+                    },
+                ),
+                lamports - held,
+            )?;
+        }
+        system_program::allocate(
+            CpiContext::new_with_signer(
+                program,
+                system_program::Allocate {
+                    account_to_allocate: to.clone(),
+                },
+                signer,
+            ),
+            space as u64,
+        )?;
+        system_program::assign(
+            CpiContext::new_with_signer(
+                program,
+                system_program::Assign {
+                    account_to_assign: to,
+                },
+                signer,
+            ),
+            &crate::ID,
+        )
+    }
+
     pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let wait_secs = ctx.accounts.validate(&args, now)?;
@@ -347,8 +411,20 @@ impl PlaceBid<'_> {
             market.add_waiting(args.gpu_count as i64)?;
         }
 
-        let bid = &mut ctx.accounts.bid;
-        bid.set_inner(Bid {
+        // The client pays for the bid's account and its slot in the book at once; the bid
+        // account holds the slot's rent whenever the bid is out of its book, and gives it back
+        // when it closes.
+        let slot = slot_rent(&Rent::get()?);
+        let space = Bid::space(
+            args.overclock.len(),
+            args.image_ref.len(),
+            args.ports.len(),
+            args.regions.len(),
+        );
+        ctx.accounts
+            .create_bid(args.nonce, ctx.bumps.bid, space, slot)?;
+        let market = &mut ctx.accounts.market;
+        let mut bid = Bid {
             data: BidData {
                 market: market.key(),
                 client: ctx.accounts.client.key(),
@@ -385,36 +461,23 @@ impl PlaceBid<'_> {
             ports: args.ports,
             regions: args.regions.clone(),
             auto_power: args.auto_power,
-        });
+        };
         // Queue bids rank by score (with aging); spot bids by the host's profit (GigaSPOT).
         let key = match args.kind {
             BidKind::Spot => bid.spot_profit(&ctx.accounts.machine)?,
             BidKind::Queue => rank,
         };
-        let bid_key = bid.key();
+        let bid_key = ctx.accounts.bid.key();
         let book = ctx.accounts.book.to_account_info();
         let evicting = load_book(&book)?.is_full();
         if evicting {
             let newcomer = BookKey::new(key, market.next_bid_seq);
             ctx.accounts.evict_worst(newcomer, now)?;
         }
-        // The client pays for the bid's slot in the book: into the bid account, which holds it
-        // whenever the bid is out of its book and gives it back when it closes.
-        let slot = slot_rent(&Rent::get()?);
-        system_program::transfer(
-            CpiContext::new(
-                ctx.accounts.system_program.key(),
-                system_program::Transfer {
-                    from: ctx.accounts.client.to_account_info(),
-                    to: ctx.accounts.bid.to_account_info(),
-                },
-            ),
-            slot,
-        )?;
         grow_book(&book, &ctx.accounts.bid.to_account_info(), slot)?;
         let market = &mut ctx.accounts.market;
-        let bid = &mut ctx.accounts.bid;
-        market.enqueue(bid_key, bid, &mut load_book_mut(&book)?, key, now)?;
+        market.enqueue(bid_key, &mut bid, &mut load_book_mut(&book)?, key, now)?;
+        bid.try_serialize(&mut &mut ctx.accounts.bid.try_borrow_mut_data()?[..])?;
         market.total_escrow = market
             .total_escrow
             .checked_add(escrow)
@@ -445,11 +508,9 @@ impl PlaceBid<'_> {
         if evicting {
             ctx.accounts.close_evicted()?;
         }
-        let bid = &ctx.accounts.bid;
-        let market = &ctx.accounts.market;
         emit!(BidPlaced {
-            market: market.key(),
-            bid: bid.key(),
+            market: ctx.accounts.market.key(),
+            bid: bid_key,
             client: bid.client,
             kind: bid.kind,
             score: base,
