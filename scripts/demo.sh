@@ -674,6 +674,33 @@ if problems:
     sys.exit("error: " + "; ".join(problems))
 print(f"conserved: every base unit of the {fmt(before['supply'])} tokens is accounted for, before and after")
 PY
+step "SOL each wallet spent since its 10 SOL airdrop: fees, and rent its accounts still hold (it comes back when they close)"
+python3 - "$URL" "authority=${KEY[authority]}" "host=${KEY[host]}" "agent=${KEY[agent]}" \
+    "alice=${KEY[alice]}" "bob=${KEY[bob]}" "carol=${KEY[carol]}" <<'PY'
+import json, sys, urllib.request
+url, pairs = sys.argv[1], sys.argv[2:]
+def rpc(method, params):
+    req = urllib.request.Request(url, json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode(),
+                                 {"content-type": "application/json"})
+    answer = json.load(urllib.request.urlopen(req, timeout=30))
+    if "error" in answer:
+        sys.exit(f"error: {method}: {answer['error']}")
+    return answer["result"]
+start = 10 * 10**9
+sol = lambda n: f"{n / 10**9:.6f}"
+print(f"{'wallet':<11}{'now':>14}{'spent':>12}{'fees':>12}{'rent held':>12}{'txs paid':>10}")
+for name, key in (p.split("=", 1) for p in pairs):
+    now = rpc("getBalance", [key, {"commitment": "confirmed"}])["value"]
+    fees, paid = 0, 0
+    for s in rpc("getSignaturesForAddress", [key, {"commitment": "confirmed", "limit": 1000}]):
+        tx = rpc("getTransaction", [s["signature"], {"commitment": "confirmed", "encoding": "json",
+                                                     "maxSupportedTransactionVersion": 0}])
+        if tx and tx["transaction"]["message"]["accountKeys"][0] == key:
+            fees += tx["meta"]["fee"]
+            paid += 1
+    spent = start - now
+    print(f"{name:<11}{sol(now):>14}{sol(spent):>12}{sol(fees):>12}{sol(spent - fees):>12}{paid:>10}")
+PY
 # Read whole before searching: `curl | grep -q` fails under pipefail when grep stops reading at
 # its match and curl cannot write the rest ("curl: (23) Failed writing body", seen in the suite).
 PAGE=$(curl -fsS "$PAGE_URL/") || die "the market page at $PAGE_URL does not answer"

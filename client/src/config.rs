@@ -403,9 +403,23 @@ impl Config {
             .get_latest_blockhash()
             .map_err(|e| self.unreachable(&e))?;
         let tx = signed(payer, ixs, extra, blockhash)?;
+        // What the action cost the payer, for people (JSON output stays one record): the
+        // balance before and after, and the fee the cluster asks for this message.
+        let balance = || {
+            rpc.get_balance_with_commitment(&payer.pubkey(), self.commitment)
+                .ok()
+                .map(|r| r.value)
+        };
+        let before = matches!(self.output, OutputFormat::Table)
+            .then(balance)
+            .flatten();
         let sig = rpc
             .send_and_confirm_transaction_with_spinner_and_commitment(&tx, self.commitment)
             .map_err(|e| anyhow!("transaction failed: {}", rpc_error(&e)))?;
+        if let (Some(before), Some(after)) = (before, before.and_then(|_| balance())) {
+            let fee = rpc.get_fee_for_message(&tx.message).unwrap_or(0);
+            eprintln!("{}", cost_line(before, after, fee));
+        }
         Ok(sig.to_string())
     }
 
@@ -441,6 +455,29 @@ impl Config {
         let instructions: Vec<Instruction> = ixs.iter().map(|c| c.build()).collect();
         let signers: Vec<&dyn Signer> = ixs.iter().flat_map(|c| c.keys()).collect();
         self.send(payer, &instructions, &signers)
+    }
+}
+
+/// What a transaction cost its payer, whose balance went from `before` to `after` with `fee`
+/// lamports of fees: the rest is rent (or, negative, rent given back as accounts closed).
+fn cost_line(before: u64, after: u64, fee: u64) -> String {
+    let sol = |l: u64| format!("{:.6}", l as f64 / 1e9);
+    let rent = before as i128 - after as i128 - fee as i128;
+    if rent == 0 {
+        format!("cost: {} SOL (fee)", sol(fee))
+    } else if rent > 0 {
+        format!(
+            "cost: {} SOL (fee {}, rent {}, returned when its accounts close)",
+            sol(fee + rent as u64),
+            sol(fee),
+            sol(rent as u64)
+        )
+    } else {
+        format!(
+            "cost: fee {} SOL; {} SOL of rent came back",
+            sol(fee),
+            sol(rent.unsigned_abs() as u64)
+        )
     }
 }
 
@@ -668,6 +705,22 @@ pub fn airdrop(config: &Config, sol: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_cost_line_splits_fee_and_rent() {
+        assert_eq!(
+            super::cost_line(2_000_000_000, 1_985_365_080, 5_000),
+            "cost: 0.014635 SOL (fee 0.000005, rent 0.014630, returned when its accounts close)"
+        );
+        assert_eq!(
+            super::cost_line(1_000_000_000, 1_004_498_120, 5_000),
+            "cost: fee 0.000005 SOL; 0.004503 SOL of rent came back"
+        );
+        assert_eq!(
+            super::cost_line(10_000, 5_000, 5_000),
+            "cost: 0.000005 SOL (fee)"
+        );
+    }
+
     use super::*;
     use gpu_market_sdk::OpenStake;
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use common::*;
 use gpu_market::instructions::SubmitUsageArgs;
-use gpu_market::state::{Bid, Lease, Machine, MachineStatus, Market, StakeAccount};
+use gpu_market::state::{
+    book_space, Bid, Lease, Machine, MachineStatus, Market, StakeAccount, BOOK_EMPTY_SPACE,
+};
 use gpu_market_sdk::{ReportFault, SubmitUsage};
 use serde_json::Value;
 use solana_keypair::Keypair;
@@ -1349,8 +1351,16 @@ fn bid_prune() {
     assert_eq!((t.balance(&tokens), t.balance(&vault), book_len()), before);
 
     // Once the deadline has passed, anyone may: the escrow goes back to the client's token
-    // account, the bid account's rent to the client, the bid leaves the book.
-    let rent = t.rpc().get_balance(&first).unwrap();
+    // account, the bid account's rent and its slot's in the book to the client, the bid leaves
+    // the book.
+    let slot = t
+        .rpc()
+        .get_minimum_balance_for_rent_exemption(book_space(1))
+        .unwrap()
+        - t.rpc()
+            .get_minimum_balance_for_rent_exemption(BOOK_EMPTY_SPACE)
+            .unwrap();
+    let rent = t.rpc().get_balance(&first).unwrap() + slot;
     let lamports = t.rpc().get_balance(&key_of(&client).pubkey()).unwrap();
     wait_until(&t, first_deadline);
     let out = t.ok(&keeper, &["bid", "prune", &first.to_string()]);
