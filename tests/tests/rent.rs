@@ -38,22 +38,92 @@ fn assert_book_exact(ctx: &TestContext, book: &Pubkey, entries: usize) {
     assert_eq!(read.entries.len(), entries);
 }
 
-/// A client fills an empty queue book to its 4,096 entries and cancels them all in a shuffled
-/// order: at every step the book is exactly one slot per entry with exactly its rent, and the
-/// client's SOL moves by exactly the bid account's rent and the slot's, out and then back.
-#[test]
-fn a_book_grows_to_4096_entries_and_back_with_rent_exact_at_each_step() {
+/// A market with an empty queue book and a witness machine, and its client.
+struct Bidder {
+    mint: Pubkey,
+    market: Pubkey,
+    book: Pubkey,
+    witness: Pubkey,
+    client: Keypair,
+    tokens: Pubkey,
+    deadline: i64,
+}
+
+/// The context and a staked client holding `tokens` of the payment token and `sol` SOL more
+/// than its airdrop.
+fn fixture(tokens: u64, sol: u64) -> (TestContext, Bidder) {
     let mut ctx = TestContext::new();
     let (authority, mint, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
     let book = ctx.open_queue_book(&authority, market);
     let (_, witness) = ctx.open_witness(market, &mint, [0; 16]);
-    let (client, tokens) = ctx.funded_user(&mint, 40_000 * TOKEN);
-    ctx.svm.airdrop(&client.pubkey(), 20 * SOL).unwrap();
+    let (client, client_tokens) = ctx.funded_user(&mint, tokens);
+    if sol > 0 {
+        ctx.svm.airdrop(&client.pubkey(), sol).unwrap();
+    }
     ctx.run(&OpenStake {
         owner: &client,
         market,
     })
     .unwrap();
+    let deadline = ctx.now() + 4 * 3_600;
+    let bidder = Bidder {
+        mint,
+        market,
+        book,
+        witness,
+        client,
+        tokens: client_tokens,
+        deadline,
+    };
+    (ctx, bidder)
+}
+
+impl Bidder {
+    /// The client's queue bid `nonce`: one GPU for an hour at `price` per GPU-hour.
+    fn place(&self, nonce: u64, price: u64) -> PlaceBid<'_> {
+        PlaceBid {
+            client: &self.client,
+            market: self.market,
+            book: self.book,
+            machine: self.witness,
+            payment_mint: self.mint,
+            client_tokens: self.tokens,
+            args: PlaceBidArgs {
+                nonce,
+                kind: BidKind::Queue,
+                image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
+                image_digest: [9; 32],
+                env_hash: [0; 32],
+                gpu_count: 1,
+                gib_per_gpu: 16,
+                accepted_classes: 0b11,
+                overclock: vec![OverclockTerms {
+                    power_limit_w: 300,
+                    ..Default::default()
+                }],
+                price,
+                max_duration_secs: 3_600,
+                deadline: self.deadline,
+                urgency_premium: 0,
+                ports: vec![],
+                scratch_gib: 0,
+                cpu_milli: 0,
+                memory_mib: 0,
+                regions: Vec::new(),
+                auto_power: None,
+            },
+            evict: None,
+        }
+    }
+}
+
+/// A client fills an empty queue book to its 4,096 entries and cancels them all in a shuffled
+/// order: at every step the book is exactly one slot per entry with exactly its rent, and the
+/// client's SOL moves by exactly the bid account's rent and the slot's, out and then back.
+#[test]
+fn a_book_grows_to_4096_entries_and_back_with_rent_exact_at_each_step() {
+    let (mut ctx, f) = fixture(40_000 * TOKEN, 20 * SOL);
+    let (book, client) = (f.book, f.client.pubkey());
     assert_book_exact(&ctx, &book, 0);
     let slot = ctx.slot_rent();
     assert_eq!(
@@ -61,68 +131,36 @@ fn a_book_grows_to_4096_entries_and_back_with_rent_exact_at_each_step() {
         ctx.svm.minimum_balance_for_rent_exemption(book_space(1))
             - ctx.svm.minimum_balance_for_rent_exemption(BOOK_EMPTY_SPACE)
     );
-    let start = balance(&ctx, &client.pubkey());
-    let deadline = ctx.now() + 4 * 3_600;
-    let place = |nonce: u64| PlaceBid {
-        client: &client,
-        market,
-        book,
-        machine: witness,
-        payment_mint: mint,
-        client_tokens: tokens,
-        args: PlaceBidArgs {
-            nonce,
-            kind: BidKind::Queue,
-            image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
-            image_digest: [9; 32],
-            env_hash: [0; 32],
-            gpu_count: 1,
-            gib_per_gpu: 16,
-            accepted_classes: 0b11,
-            overclock: vec![OverclockTerms {
-                power_limit_w: 300,
-                ..Default::default()
-            }],
-            // Different prices: the tree's shape is not one chain of equal scores.
-            price: 2 * TOKEN + (nonce * 7_919) % 1_000,
-            max_duration_secs: 3_600,
-            deadline,
-            urgency_premium: 0,
-            ports: vec![],
-            scratch_gib: 0,
-            cpu_milli: 0,
-            memory_mib: 0,
-            regions: Vec::new(),
-            auto_power: None,
-        },
-        evict: None,
-    };
+    let start = balance(&ctx, &client);
+    // Different prices: the tree's shape is not one chain of equal scores.
+    let price = |nonce: u64| 2 * TOKEN + (nonce * 7_919) % 1_000;
     let mut bids = Vec::new();
     for nonce in 0..BOOK_CAPACITY as u64 {
-        let before = balance(&ctx, &client.pubkey());
-        let p = place(nonce);
+        let before = balance(&ctx, &client);
+        let p = f.place(nonce, price(nonce));
+        let bid = p.bid();
         ctx.run(&p)
             .unwrap_or_else(|e| panic!("bid {nonce}: {:?}", e.err));
-        let bid_rent = balance(&ctx, &p.bid());
+        let bid_rent = balance(&ctx, &bid);
         assert_eq!(
             bid_rent,
-            ctx.svm.minimum_balance_for_rent_exemption(
-                ctx.svm.get_account(&p.bid()).unwrap().data.len()
-            ),
+            ctx.svm
+                .minimum_balance_for_rent_exemption(ctx.svm.get_account(&bid).unwrap().data.len()),
             "the bid account holds its own rent only: its slot's is in the book"
         );
         assert_eq!(
-            before - balance(&ctx, &client.pubkey()),
+            before - balance(&ctx, &client),
             bid_rent + slot,
             "bid {nonce}: the client paid the bid's rent and its slot's, nothing else"
         );
         assert_book_exact(&ctx, &book, nonce as usize + 1);
-        bids.push(p.bid());
+        bids.push(bid);
     }
     // Full: the next bid (ranked no better than the worst) is refused and moves nothing.
-    let before = balance(&ctx, &client.pubkey());
-    assert!(ctx.run(&place(BOOK_CAPACITY as u64)).is_err());
-    assert_eq!(balance(&ctx, &client.pubkey()), before);
+    let before = balance(&ctx, &client);
+    let p = f.place(BOOK_CAPACITY as u64, 2 * TOKEN);
+    assert!(ctx.run(&p).is_err());
+    assert_eq!(balance(&ctx, &client), before);
     assert_book_exact(&ctx, &book, BOOK_CAPACITY);
 
     // Cancelled in a shuffled order (xorshift): each takes its slot back out of the book.
@@ -134,26 +172,26 @@ fn a_book_grows_to_4096_entries_and_back_with_rent_exact_at_each_step() {
         bids.swap(i, (seed % (i as u64 + 1)) as usize);
     }
     for (n, bid) in bids.iter().enumerate() {
-        let before = balance(&ctx, &client.pubkey());
+        let before = balance(&ctx, &client);
         let bid_rent = balance(&ctx, bid);
         ctx.run(&CancelBid {
-            client: &client,
-            market,
+            client: &f.client,
+            market: f.market,
             bid: *bid,
             book,
-            payment_mint: mint,
-            client_tokens: tokens,
+            payment_mint: f.mint,
+            client_tokens: f.tokens,
         })
         .unwrap_or_else(|e| panic!("cancel {n}: {:?}", e.err));
         assert_eq!(
-            balance(&ctx, &client.pubkey()) - before,
+            balance(&ctx, &client) - before,
             bid_rent + slot,
             "cancel {n}: the bid's rent and its slot's back"
         );
         assert_book_exact(&ctx, &book, BOOK_CAPACITY - n - 1);
     }
     assert_eq!(
-        balance(&ctx, &client.pubkey()),
+        balance(&ctx, &client),
         start,
         "every lamport the client put in came back"
     );
@@ -292,64 +330,23 @@ fn a_market_opens_for_under_a_tenth_of_a_sol_and_a_machine_registers_for_under_t
 /// in the bid account and go to its client when it closes.
 #[test]
 fn a_bid_address_someone_funded_first_still_takes_the_bid() {
-    let mut ctx = TestContext::new();
-    let (authority, mint, market) = ctx.create_market(1, MarketParams::recommended(60, 250, 3_600));
-    let book = ctx.open_queue_book(&authority, market);
-    let (_, witness) = ctx.open_witness(market, &mint, [0; 16]);
-    let (client, tokens) = ctx.funded_user(&mint, 1_000 * TOKEN);
-    ctx.run(&OpenStake {
-        owner: &client,
-        market,
-    })
-    .unwrap();
+    let (mut ctx, f) = fixture(1_000 * TOKEN, 0);
+    let (book, client) = (f.book, f.client.pubkey());
     let slot = ctx.slot_rent();
-    let deadline = ctx.now() + 4 * 3_600;
-    let place = |nonce: u64| PlaceBid {
-        client: &client,
-        market,
-        book,
-        machine: witness,
-        payment_mint: mint,
-        client_tokens: tokens,
-        args: PlaceBidArgs {
-            nonce,
-            kind: BidKind::Queue,
-            image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
-            image_digest: [9; 32],
-            env_hash: [0; 32],
-            gpu_count: 1,
-            gib_per_gpu: 16,
-            accepted_classes: 0b11,
-            overclock: vec![OverclockTerms {
-                power_limit_w: 300,
-                ..Default::default()
-            }],
-            price: 2 * TOKEN,
-            max_duration_secs: 3_600,
-            deadline,
-            urgency_premium: 0,
-            ports: vec![],
-            scratch_gib: 0,
-            cpu_milli: 0,
-            memory_mib: 0,
-            regions: Vec::new(),
-            auto_power: None,
-        },
-        evict: None,
-    };
     // The least an account may hold (the griefer's cheapest try), and more than the bid and its
     // slot need.
     let least = ctx.svm.minimum_balance_for_rent_exemption(0);
     for (nonce, sent) in [(0u64, least), (1, 10 * SOL / 1_000)] {
-        let p = place(nonce);
-        ctx.svm.airdrop(&p.bid(), sent).unwrap();
-        let before = balance(&ctx, &client.pubkey());
+        let p = f.place(nonce, 2 * TOKEN);
+        let bid = p.bid();
+        ctx.svm.airdrop(&bid, sent).unwrap();
+        let before = balance(&ctx, &client);
         ctx.run(&p)
             .unwrap_or_else(|e| panic!("a bid at a funded address: {:?}", e.err));
-        let acc = ctx.svm.get_account(&p.bid()).unwrap();
+        let acc = ctx.svm.get_account(&bid).unwrap();
         assert_eq!(acc.owner, gpu_market::ID);
         let own_rent = ctx.svm.minimum_balance_for_rent_exemption(acc.data.len());
-        let paid = before - balance(&ctx, &client.pubkey());
+        let paid = before - balance(&ctx, &client);
         assert_eq!(
             paid,
             (own_rent + slot).saturating_sub(sent),
