@@ -705,22 +705,6 @@ pub fn airdrop(config: &Config, sol: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_cost_line_splits_fee_and_rent() {
-        assert_eq!(
-            super::cost_line(2_000_000_000, 1_985_365_080, 5_000),
-            "cost: 0.014635 SOL (fee 0.000005, rent 0.014630, returned when its accounts close)"
-        );
-        assert_eq!(
-            super::cost_line(1_000_000_000, 1_004_498_120, 5_000),
-            "cost: fee 0.000005 SOL; 0.004503 SOL of rent came back"
-        );
-        assert_eq!(
-            super::cost_line(10_000, 5_000, 5_000),
-            "cost: 0.000005 SOL (fee)"
-        );
-    }
-
     use super::*;
     use gpu_market_sdk::OpenStake;
 
@@ -757,5 +741,18 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("not signed"), "{e}");
+    }
+
+    #[test]
+    fn the_cost_line_splits_fee_and_rent() {
+        assert_eq!(
+            cost_line(2_000_000_000, 1_985_365_080, 5_000),
+            "cost: 0.014635 SOL (fee 0.000005, rent 0.014630, returned when its accounts close)"
+        );
+        assert_eq!(
+            cost_line(1_000_000_000, 1_004_498_120, 5_000),
+            "cost: fee 0.000005 SOL; 0.004503 SOL of rent came back"
+        );
+        assert_eq!(cost_line(10_000, 5_000, 5_000), "cost: 0.000005 SOL (fee)");
     }
 }

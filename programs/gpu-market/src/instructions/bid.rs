@@ -314,8 +314,7 @@ impl PlaceBid<'_> {
     /// lamports for its rent and for `slot`, its place in the book (`grow_book` moves that on).
     /// As Anchor's `init`: lamports someone sent to the address first are kept, and the
     /// account is allocated and assigned instead of created.
-    fn create_bid(&self, nonce: u64, bump: u8, space: usize, slot: u64) -> Result<()> {
-        let rent = Rent::get()?;
+    fn create_bid(&self, rent: &Rent, nonce: u64, bump: u8, space: usize, slot: u64) -> Result<()> {
         let lamports = rent
             .minimum_balance(space)
             .checked_add(slot)
@@ -414,7 +413,8 @@ impl PlaceBid<'_> {
         // The client pays for the bid's account and its slot in the book at once; the bid
         // account holds the slot's rent whenever the bid is out of its book, and gives it back
         // when it closes.
-        let slot = slot_rent(&Rent::get()?);
+        let rent = Rent::get()?;
+        let slot = slot_rent(&rent);
         let space = Bid::space(
             args.overclock.len(),
             args.image_ref.len(),
@@ -422,7 +422,7 @@ impl PlaceBid<'_> {
             args.regions.len(),
         );
         ctx.accounts
-            .create_bid(args.nonce, ctx.bumps.bid, space, slot)?;
+            .create_bid(&rent, args.nonce, ctx.bumps.bid, space, slot)?;
         let market = &mut ctx.accounts.market;
         let mut bid = Bid {
             data: BidData {
