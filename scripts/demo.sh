@@ -500,7 +500,7 @@ carol_off() {
 cli authority bid list --market "$MARKET" --machine "$MACHINE"
 wait_for 120 "carol's bid back in the spot book, cancelled" carol_off
 
-step "usage proofs: one per interval, hash-chained, paying the host out of escrow"
+step "usage proofs: one transaction an interval proves all the machine's leases, hash-chained; each lease's pay accrues to the machine out of its escrow"
 # From what the poller recorded while the lease existed: it may have ended by the idle rule
 # (4 idle intervals) by now.
 flagged() { [ "$(fact "$1" ever_idle)" = True ]; }
@@ -590,6 +590,10 @@ bid_expired() { cli authority --output json bid explain "$EXPIRING_BID" | grep -
 wait_for 60 "carol's bid expired" bid_expired
 cli authority keeper --market "$MARKET" --once
 cli authority bid show "$EXPIRING_BID" >/dev/null 2>&1 && die "the keeper left the expired bid $EXPIRING_BID"
+
+step "the host claims the pay its machine's proofs accrued (its agent claims every hour; anyone may send it, the pay only goes to the owner)"
+cli host host claim "$MACHINE"
+cli authority host show "$MACHINE" | grep -E '^unclaimed_pay '
 
 step "the market holds its fees (and any slashed stake) until anyone collects them into its treasuries"
 cli authority market show "$MARKET" | grep -E '^(fees_due|slashed_due) '

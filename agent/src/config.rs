@@ -60,6 +60,9 @@ pub struct Config {
     /// How often the agent heartbeats; never less often than twice within the market's silence
     /// window, after which the packing policy leaves the machine out.
     pub heartbeat_interval: Duration,
+    /// How often the agent claims the pay its proofs accrued (`claim_pay`, one signature):
+    /// proofs accrue pay to the machine, and only a claim moves tokens to the host.
+    pub claim_interval: Duration,
     /// How long a bid the market's packing policy gives another machine waits for it before
     /// this machine takes it (`core::placement::GRACE_SECS` by default), times this machine's
     /// turn among the others that fit.
@@ -357,6 +360,9 @@ fn default_engine_socket() -> String {
 fn default_heartbeat() -> u64 {
     60
 }
+fn default_claim_interval() -> u64 {
+    3_600
+}
 fn default_placement_grace() -> u64 {
     gpu_market_core::placement::GRACE_SECS
 }
@@ -398,6 +404,8 @@ struct Raw {
     billing_poll_interval_secs: u64,
     #[serde(default = "default_heartbeat")]
     heartbeat_interval_secs: u64,
+    #[serde(default = "default_claim_interval")]
+    claim_interval_secs: u64,
     #[serde(default = "default_placement_grace")]
     placement_grace_secs: u64,
     drain_deadline_secs: u64,
@@ -704,6 +712,10 @@ impl Config {
             heartbeat_interval: Duration::from_secs(nonzero(
                 "heartbeat_interval_secs",
                 raw.heartbeat_interval_secs,
+            )?),
+            claim_interval: Duration::from_secs(nonzero(
+                "claim_interval_secs",
+                raw.claim_interval_secs,
             )?),
             placement_grace: Duration::from_secs(raw.placement_grace_secs),
             drain_deadline: Duration::from_secs(nonzero(
@@ -1057,6 +1069,7 @@ password_file = "/etc/gpu-market/registry.pass"
         assert_eq!(c.machine.to_string(), MACHINE);
         assert_eq!(c.billing_poll_interval, Duration::from_secs(5));
         assert_eq!(c.heartbeat_interval, Duration::from_secs(60), "default");
+        assert_eq!(c.claim_interval, Duration::from_secs(3_600), "default");
         assert_eq!(c.placement_grace, Duration::from_secs(10), "default");
         assert_eq!(c.engine_socket, "unix:///var/run/docker.sock", "default");
         assert_eq!(c.metrics_listen, "127.0.0.1:9464".parse().unwrap());

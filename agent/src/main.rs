@@ -369,6 +369,7 @@ async fn run(path: &Path) -> Result<()> {
             data_dir: config.data_dir.clone(),
             electricity_cost_per_kwh,
             heartbeat_interval: config.heartbeat_interval,
+            claim_interval: config.claim_interval,
             placement_grace: config.placement_grace,
             container: config.container,
             images: config.images,

@@ -1,4 +1,4 @@
-//! `gpu-market host register|update|pause|resume|retire|close|slash|list|show`.
+//! `gpu-market host register|update|pause|resume|retire|close|claim|slash|list|show`.
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +12,8 @@ use gpu_market::state::{
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::gpus::{format_uuid, GpusFile};
 use gpu_market_sdk::{
-    init_spot_book, open_book_instructions, ClientInstruction, CloseMachine, RegisterMachine,
-    SetMachineStatus, Slash, UpdateMachine,
+    init_spot_book, open_book_instructions, ClaimPay, ClientInstruction, CloseMachine,
+    RegisterMachine, SetMachineStatus, Slash, UpdateMachine,
 };
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
@@ -50,8 +50,16 @@ pub enum HostCommand {
     /// Retires a machine for good.
     Retire { machine: Pubkey },
     /// Closes a retired machine with no lease left, with its empty spot book, and gives their
-    /// rent back.
+    /// rent back (its pay not claimed yet is claimed in the same transaction).
     Close { machine: Pubkey },
+    /// Pays a machine's owner what its leases' proofs accrued (its agent claims every
+    /// `claim_interval_secs`). Anyone may send it: the pay only goes to the owner.
+    Claim {
+        machine: Pubkey,
+        /// The owner's payment-token account to pay [default: its largest].
+        #[arg(long)]
+        tokens: Option<Pubkey>,
+    },
     /// Slashes a machine's host on the evidence its own proofs left (intervals they skipped,
     /// power-limit violations): anyone may, once there is enough; the slashed stake goes to the
     /// stake treasury.
@@ -336,15 +344,21 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                     );
                 }
             }
-            let signature = config.send_all(
-                &owner,
-                &[&CloseMachine {
-                    owner: owner.key(),
-                    market: mach.market,
-                    machine,
-                    spot_book,
-                }],
-            )?;
+            let close = CloseMachine {
+                owner: owner.key(),
+                market: mach.market,
+                machine,
+                spot_book,
+            };
+            let claim = if mach.unclaimed_pay + mach.unclaimed_fee > 0 {
+                Some(claim_pay(config, machine, &mach, None)?)
+            } else {
+                None
+            };
+            let mut ixs: Vec<&dyn crate::config::Sendable> = Vec::new();
+            ixs.extend(claim.as_ref().map(|c| c as &dyn crate::config::Sendable));
+            ixs.push(&close);
+            let signature = config.send_all(&owner, &ixs)?;
             let mut fields: Fields = vec![("machine", text(machine))];
             fields.extend(spot_book.map(|b| ("spot_book", text(b))));
             fields.extend([("closed", true.into()), ("signature", text(signature))]);
@@ -361,7 +375,62 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
         }
         HostCommand::Show { machine } => show(config, &machine, None),
         HostCommand::Slash { machine } => slash(config, machine),
+        HostCommand::Claim { machine, tokens } => claim(config, machine, tokens),
     }
+}
+
+/// The `claim_pay` of `machine`'s accrued pay into `tokens` (or the owner's largest account).
+fn claim_pay(
+    config: &Config,
+    machine: Pubkey,
+    mach: &Machine,
+    tokens: Option<Pubkey>,
+) -> Result<ClaimPay> {
+    let m: Market = config.fetch(&mach.market, "market")?;
+    let (host_tokens, _) = config.token_account(&mach.owner, &m.payment_mint, tokens)?;
+    Ok(ClaimPay {
+        market: mach.market,
+        machine,
+        payment_mint: m.payment_mint,
+        host_tokens,
+    })
+}
+
+fn claim(config: &Config, machine: Pubkey, tokens: Option<Pubkey>) -> Result<()> {
+    let signer = config.signer()?;
+    let mach: Machine = config.fetch(&machine, "machine")?;
+    if mach.unclaimed_pay + mach.unclaimed_fee == 0 {
+        // Nothing accrued since the last claim: no transaction, no fee.
+        print_record(
+            config.output,
+            &[
+                ("machine", text(machine)),
+                ("owner", text(mach.owner)),
+                ("paid", text("0")),
+                (
+                    "note",
+                    text("nothing to claim: no proof accrued pay since the last claim"),
+                ),
+            ],
+        );
+        return Ok(());
+    }
+    let ix = claim_pay(config, machine, &mach, tokens)?;
+    let signature = config.send_all(&signer, &[&ix])?;
+    let m: Market = config.fetch(&mach.market, "market")?;
+    let d = config.mint_decimals(&m.payment_mint)?;
+    print_record(
+        config.output,
+        &[
+            ("machine", text(machine)),
+            ("owner", text(mach.owner)),
+            ("paid", parse::tokens(mach.unclaimed_pay, d)),
+            ("fee", parse::tokens(mach.unclaimed_fee, d)),
+            ("to", text(ix.host_tokens)),
+            ("signature", text(signature)),
+        ],
+    );
+    Ok(())
 }
 
 /// The columns `host list` prints of [`machine_rows`].
@@ -510,6 +579,10 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ),
         ("spot_book", text(m.spot_book)),
         ("leases", m.leases.into()),
+        (
+            "unclaimed_pay",
+            parse::tokens(m.unclaimed_pay, payment_decimals),
+        ),
         ("registered_at", m.registered_at.into()),
         ("last_heartbeat", m.last_heartbeat.into()),
         ("missed_intervals", m.missed_intervals.into()),

@@ -204,11 +204,9 @@ pub(crate) fn lease_rows(
     filter.extend(only.client.map(|k| (96, k)));
     let mut leases = config.program_accounts_of::<Lease>(&filter)?;
     leases.retain(|(_, l)| !only.idle || l.idle_streak >= l.rules.idle_intervals);
-    let bids = config.fetch_many::<Bid>(&leases.iter().map(|(_, l)| l.bid).collect::<Vec<_>>())?;
     leases
         .iter()
-        .zip(&bids)
-        .map(|((key, l), b)| lease_fields(key, l, b.as_ref(), &m, decimals, now))
+        .map(|(key, l)| lease_fields(key, l, &m, decimals, now))
         .collect()
 }
 
@@ -221,7 +219,6 @@ fn show(config: &Config, lease: &Pubkey) -> Result<()> {
     let mut fields = lease_fields(
         lease,
         &l,
-        b.as_ref(),
         &m,
         config.mint_decimals(&m.payment_mint)?,
         config.cluster_time()?,
@@ -264,7 +261,6 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
         instructions,
         lease: l,
         market: m,
-        bid: b,
         client_tokens,
     } = plan_end(config, signer.key(), &lease, tokens, reclaim)?;
     let signature = config.send(&signer, &instructions, &[])?;
@@ -283,7 +279,7 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
         None => {
             // Settled: the bid's escrow was refunded, or put back in the spot book.
             let requeued = config.fetch_if_any::<Bid>(&l.bid, "bid")?.is_some();
-            let refund = if requeued { 0 } else { b.escrow };
+            let refund = if requeued { 0 } else { l.escrow };
             let settled = LeaseEnded {
                 lease,
                 market: l.market,
@@ -309,7 +305,6 @@ pub(crate) struct Ending {
     pub instructions: Vec<Instruction>,
     pub lease: Lease,
     pub market: Market,
-    pub bid: Bid,
     /// Where the client's refund goes; `None`: into its stake, to claim.
     pub client_tokens: Option<Pubkey>,
 }
@@ -333,7 +328,6 @@ pub(crate) fn plan_end(
             l.client
         );
     }
-    let b: Bid = config.fetch(&l.bid, "bid")?;
     // With no token account of the client, the refund waits in its stake (`stake claim`).
     let client_tokens = config.refund_account(&l.client, &m.payment_mint, tokens)?;
     let instructions = vec![CloseLease::of(
@@ -349,7 +343,6 @@ pub(crate) fn plan_end(
         instructions,
         lease: l,
         market: m,
-        bid: b,
         client_tokens,
     })
 }
@@ -372,21 +365,13 @@ fn check_reclaim(config: &Config, key: &Pubkey, l: &Lease) -> Result<()> {
     Ok(())
 }
 
-fn lease_fields(
-    key: &Pubkey,
-    l: &Lease,
-    bid: Option<&Bid>,
-    m: &Market,
-    decimals: u8,
-    now: i64,
-) -> Result<Fields> {
+fn lease_fields(key: &Pubkey, l: &Lease, m: &Market, decimals: u8, now: i64) -> Result<Fields> {
     let unit = l.kind.unit();
     let gpus = l.gpu_count as u64;
     // Run but not proven yet: it will be paid out of the escrow when the host proves it.
     let unproven_secs = now.min(l.stop()).saturating_sub(l.proven_until).max(0) as u64;
     let owed = settlement::cost(l.price, unit, gpus, unproven_secs)
         .map_err(|e| anyhow!("cannot price the unproven time of lease {key}: {e:?}"))?;
-    let escrow = bid.map_or(0, |b| b.escrow);
     let proven_secs = l.proven_until.saturating_sub(l.started_at).max(0) as u64;
     let stopping = l.stop_at != Lease::NOT_STOPPED;
     Ok(vec![
@@ -450,11 +435,11 @@ fn lease_fields(
         ("idle", l.idle.into()),
         ("violations", l.violations.into()),
         ("paid", parse::tokens(l.paid, decimals)),
-        ("escrow_left", parse::tokens(escrow, decimals)),
-        ("owed_unproven", parse::tokens(owed.min(escrow), decimals)),
+        ("escrow_left", parse::tokens(l.escrow, decimals)),
+        ("owed_unproven", parse::tokens(owed.min(l.escrow), decimals)),
         (
             "refundable",
-            parse::tokens(escrow.saturating_sub(owed), decimals),
+            parse::tokens(l.escrow.saturating_sub(owed), decimals),
         ),
         ("protocol_fee_bps", m.params.protocol_fee_bps.into()),
         exit_code_field(l.exit_code),

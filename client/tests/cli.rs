@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use gpu_market::instructions::SubmitUsageArgs;
+use gpu_market::instructions::UsageProofArgs;
 use gpu_market::state::{
     book_space, Bid, Lease, Machine, MachineStatus, Market, StakeAccount, BOOK_EMPTY_SPACE,
 };
@@ -1510,26 +1510,23 @@ fn quote_and_lease_verbs() {
 
     // One usage proof for interval 0 (when it is over): 1 GPU-second, 900 J, 1 % utilisation.
     let submit = |interval: u32| {
-        let l: Lease = t.account(&lease);
         let proof = SubmitUsage {
             agent: &agent,
             market: s.market,
             machine: host.machine,
-            lease,
-            bid,
-            payment_mint: s.mint,
-            host_tokens: host.tokens,
-            args: SubmitUsageArgs {
-                interval,
-                gpu_seconds: 1,
-                energy_j: 900,
-                avg_utilisation_bps: 100,
-                peak_power_w: vec![240],
-                exit_code: None,
-                prev_hash: l.proof_hash,
-                samples_hash: [0; 32],
-                energy_saved_j: 300,
-            },
+            proofs: vec![(
+                lease,
+                UsageProofArgs {
+                    interval,
+                    gpu_seconds: 1,
+                    energy_j: 900,
+                    avg_utilisation_bps: 100,
+                    peak_power_w: vec![240],
+                    exit_code: None,
+                    samples_hash: [0; 32],
+                    energy_saved_j: 300,
+                },
+            )],
         };
         t.submit_usage(&proof);
     };

@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use gpu_market::instructions::SubmitUsageArgs;
-use gpu_market::state::{Bid, Lease, Machine, Market, StakeAccount};
+use gpu_market::instructions::UsageProofArgs;
+use gpu_market::state::{Bid, Machine, Market, StakeAccount};
 use gpu_market_core::lease::exit;
 use gpu_market_sdk::{token, SubmitUsage};
 use serde_json::Value;
@@ -38,26 +38,23 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
     let lease = allocate_as_agent(&t, &s, &host, bid, client_key.pubkey());
 
     // The host could not pull the image: its final proof, for interval 0, has no GPU time.
-    let l: Lease = t.account(&lease);
     t.submit_usage(&SubmitUsage {
         agent: &agent,
         market: s.market,
         machine: host.machine,
-        lease,
-        bid,
-        payment_mint: s.mint,
-        host_tokens: host.tokens,
-        args: SubmitUsageArgs {
-            interval: 0,
-            gpu_seconds: 0,
-            energy_j: 0,
-            avg_utilisation_bps: 0,
-            peak_power_w: vec![0],
-            exit_code: Some(exit::IMAGE_UNAVAILABLE),
-            prev_hash: l.proof_hash,
-            samples_hash: [0; 32],
-            energy_saved_j: 0,
-        },
+        proofs: vec![(
+            lease,
+            UsageProofArgs {
+                interval: 0,
+                gpu_seconds: 0,
+                energy_j: 0,
+                avg_utilisation_bps: 0,
+                peak_power_w: vec![0],
+                exit_code: Some(exit::IMAGE_UNAVAILABLE),
+                samples_hash: [0; 32],
+                energy_saved_j: 0,
+            },
+        )],
     });
     let reason = exit::reason(exit::IMAGE_UNAVAILABLE);
     let show = t.ok(&client, &["lease", "show", &lease.to_string()]);

@@ -65,16 +65,48 @@ pub mod exit {
 /// The window `[from, to)` of interval `k` of a lease that started at `start`, clipped at `stop`
 /// (the lease's end, or the time it was told to stop). `None` when the window is empty: the
 /// lease had stopped before interval `k` began.
+///
+/// Every lease's intervals fall on one grid, the multiples of `interval_secs` in unix time: a
+/// lease's first window runs from its start to the next boundary, and the windows of all the
+/// leases of a machine close together, so one transaction proves them all.
 pub fn interval_window(start: i64, interval_secs: u32, k: u32, stop: i64) -> Option<(i64, i64)> {
+    if interval_secs == 0 {
+        return None;
+    }
     let len = interval_secs as i64;
-    let from = start.checked_add(len.checked_mul(k as i64)?)?;
-    let to = from.checked_add(len)?.min(stop);
+    let grid = grid_floor(start, interval_secs as u64)?;
+    let boundary = |i: i64| grid.checked_add(len.checked_mul(i)?);
+    let from = boundary(k as i64)?.max(start);
+    let to = boundary(k as i64 + 1)?.min(stop);
     (from < to).then_some((from, to))
 }
 
-/// The interval index that `unix_time` falls in for a lease started at `start` (0 before it).
+/// The interval index that `unix_time` falls in for a lease started at `start` (0 before it),
+/// on the grid of [`interval_window`].
 pub fn interval_index(start: i64, interval_secs: u32, unix_time: i64) -> u64 {
-    (unix_time.saturating_sub(start).max(0) as u64) / interval_secs.max(1) as u64
+    let len = interval_secs.max(1) as u64;
+    match (grid_floor(start, len), grid_floor(unix_time, len)) {
+        (Some(from), Some(at)) if unix_time >= start => at.abs_diff(from) / len,
+        _ => 0,
+    }
+}
+
+/// `t` rounded down to a multiple of `len`, in unsigned arithmetic (the SBF target has no
+/// signed division).
+fn grid_floor(t: i64, len: u64) -> Option<i64> {
+    if t >= 0 {
+        i64::try_from(t as u64 / len * len).ok()
+    } else {
+        let up = t.unsigned_abs().div_ceil(len).checked_mul(len)?;
+        0i64.checked_sub_unsigned(up)
+    }
+}
+
+/// The end of the interval that `unix_time` falls in, for a lease started at `start`: the next
+/// boundary of the grid after it (`None` past the range of time).
+pub fn interval_end(start: i64, interval_secs: u32, unix_time: i64) -> Option<i64> {
+    let k = u32::try_from(interval_index(start, interval_secs, unix_time)).ok()?;
+    interval_window(start, interval_secs, k, i64::MAX).map(|(_, to)| to)
 }
 
 /// Seconds a proof is paid for: the window's length, or less when the proven GPU-seconds say the
@@ -266,9 +298,13 @@ mod tests {
 
     #[test]
     fn windows_are_clipped_at_the_stop() {
-        assert_eq!(interval_window(1_000, 60, 0, 2_000), Some((1_000, 1_060)));
-        assert_eq!(interval_window(1_000, 60, 2, 1_150), Some((1_120, 1_150)));
-        assert_eq!(interval_window(1_000, 60, 3, 1_150), None);
+        assert_eq!(interval_window(960, 60, 0, 2_000), Some((960, 1_020)));
+        assert_eq!(interval_window(960, 60, 2, 1_110), Some((1_080, 1_110)));
+        assert_eq!(interval_window(960, 60, 3, 1_110), None);
+        assert_eq!(interval_window(960, 0, 0, 2_000), None);
+        assert_eq!(interval_window(-70, 60, 0, 0), Some((-70, -60)));
+        assert_eq!(interval_window(-70, 60, 1, 0), Some((-60, 0)));
+        assert_eq!(interval_index(-70, 60, -60), 1);
         assert_eq!(
             interval_window(0, 60, u32::MAX, i64::MAX),
             Some((257_698_037_700, 257_698_037_760))
@@ -278,9 +314,23 @@ mod tests {
 
     #[test]
     fn interval_index_counts_from_the_start() {
-        assert_eq!(interval_index(1_000, 60, 999), 0);
-        assert_eq!(interval_index(1_000, 60, 1_059), 0);
-        assert_eq!(interval_index(1_000, 60, 1_060), 1);
+        assert_eq!(interval_index(960, 60, 959), 0);
+        assert_eq!(interval_index(960, 60, 1_019), 0);
+        assert_eq!(interval_index(960, 60, 1_020), 1);
+    }
+
+    #[test]
+    fn leases_share_one_grid_of_boundaries() {
+        // Started at 1 000 and at 1 010 (60 s intervals): both first windows end at 1 020, and
+        // every later one is the same minute for both.
+        assert_eq!(interval_window(1_000, 60, 0, 2_000), Some((1_000, 1_020)));
+        assert_eq!(interval_window(1_010, 60, 0, 2_000), Some((1_010, 1_020)));
+        assert_eq!(interval_window(1_000, 60, 1, 2_000), Some((1_020, 1_080)));
+        assert_eq!(interval_window(1_010, 60, 1, 2_000), Some((1_020, 1_080)));
+        assert_eq!(interval_index(1_000, 60, 1_019), 0);
+        assert_eq!(interval_index(1_000, 60, 1_020), 1);
+        assert_eq!(interval_end(1_000, 60, 1_000), Some(1_020));
+        assert_eq!(interval_end(1_000, 60, 1_020), Some(1_080));
     }
 
     #[test]
@@ -474,6 +524,10 @@ mod tests {
             let mut k = 0u32;
             while let Some((from, to)) = interval_window(start, len, k, stop) {
                 prop_assert_eq!(from, start + covered);
+                // Past the first, a window starts on the grid; before the last, it ends on it.
+                prop_assert!(k == 0 || from % len as i64 == 0);
+                prop_assert!(to == stop || to % len as i64 == 0);
+                prop_assert_eq!(interval_index(start, len, from), k as u64);
                 covered += to - from;
                 k += 1;
             }

@@ -28,10 +28,10 @@ mod program_test;
 use std::collections::BTreeMap;
 
 use anchor_lang::AccountDeserialize;
-use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
+use gpu_market::instructions::{PlaceBidArgs, UsageProofArgs};
 use gpu_market::pda;
 use gpu_market::state::{
-    book_space, Bid, BidKind, BidStatus, GpuSpec, Lease, MachineNetwork, MachineStatus,
+    book_space, Bid, BidKind, BidStatus, GpuSpec, Lease, Machine, MachineNetwork, MachineStatus,
     MachineTerms, Market, MarketParams, OverclockTerms, StakeAccount, BOOK_CAPACITY,
 };
 use gpu_market_core::lease::interval_window;
@@ -98,13 +98,17 @@ enum Op {
     Allocate {
         pick: usize,
     },
-    /// The agent proves the next interval (+ `gap`) of a running lease.
+    /// The agent proves the next interval (+ `gap`) of a running lease; `all`: of every
+    /// running lease, in one transaction (the picked one first, the only one that may exit).
     Prove {
         lease: usize,
         gap: u32,
         gpu_secs_pct: u64,
         exit: bool,
+        all: bool,
     },
+    /// Anyone claims the machine's accrued pay for its host.
+    ClaimPay,
     /// The client (0), the agent (1) or a stranger (2) ends a lease; `to_stake`: passing no
     /// token account of the client.
     End {
@@ -191,8 +195,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
         2 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
         4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
-        6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1))
-            .prop_map(|(lease, gap, gpu_secs_pct, exit)| Op::Prove { lease, gap, gpu_secs_pct, exit }),
+        6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1), proptest::bool::weighted(0.4))
+            .prop_map(|(lease, gap, gpu_secs_pct, exit, all)| Op::Prove { lease, gap, gpu_secs_pct, exit, all }),
+        2 => Just(Op::ClaimPay),
         1 => (0usize..3, 0u8..3, proptest::bool::weighted(0.5))
             .prop_map(|(lease, who, to_stake)| Op::End { lease, who, to_stake }),
         1 => (0usize..3, prop_oneof![Just(0u8), Just(2u8)], proptest::bool::weighted(0.5))
@@ -640,7 +645,14 @@ impl World {
                 gap,
                 gpu_secs_pct,
                 exit,
-            } => return self.prove(lease, gap, gpu_secs_pct, exit),
+                all,
+            } => return self.prove(lease, gap, gpu_secs_pct, exit, all),
+            Op::ClaimPay => self.ctx.run(&ClaimPay {
+                market,
+                machine: self.machine,
+                payment_mint: mint,
+                host_tokens: self.host_tokens,
+            }),
             Op::End {
                 lease,
                 who,
@@ -924,49 +936,68 @@ impl World {
         ok
     }
 
-    fn prove(&mut self, pick: usize, gap: u32, pct: u64, exit: bool) -> bool {
-        let Some((lease, w)) = self.live_lease(pick) else {
+    fn prove(&mut self, pick: usize, gap: u32, pct: u64, exit: bool, all: bool) -> bool {
+        let Some(first) = self.live_lease(pick) else {
             return false;
         };
-        let l: Lease = self.ctx.account(&lease);
-        let interval = l.next_interval + gap;
-        let n = l.gpu_count as u64;
-        // The lease's own interval, whatever the market's is now.
-        let len = l.rules.billing_interval_secs;
-        let args = SubmitUsageArgs {
-            interval,
-            gpu_seconds: len as u64 * n * pct / 100,
-            energy_j: 1_000,
-            // Under 75 % of the window: under the market's idle threshold.
-            avg_utilisation_bps: if pct < 75 { 500 } else { 5_000 },
-            peak_power_w: vec![200; l.gpu_count as usize],
-            exit_code: exit.then_some(0),
-            prev_hash: l.proof_hash,
-            samples_hash: [0; 32],
-            energy_saved_j: 0,
-        };
+        let mut leases = vec![first];
+        if all {
+            leases.extend(
+                self.leases
+                    .iter()
+                    .filter(|(l, _)| *l != first.0 && self.ctx.account_exists(l))
+                    .copied(),
+            );
+        }
+        let before: Vec<Lease> = leases.iter().map(|(l, _)| self.ctx.account(l)).collect();
+        let proofs = leases
+            .iter()
+            .zip(&before)
+            .enumerate()
+            .map(|(i, (&(lease, _), l))| {
+                let n = l.gpu_count as u64;
+                // The lease's own interval, whatever the market's is now.
+                let len = l.rules.billing_interval_secs;
+                let args = UsageProofArgs {
+                    interval: l.next_interval + gap,
+                    gpu_seconds: len as u64 * n * pct / 100,
+                    energy_j: 1_000,
+                    // Under 75 % of the window: under the market's idle threshold.
+                    avg_utilisation_bps: if pct < 75 { 500 } else { 5_000 },
+                    peak_power_w: vec![200; l.gpu_count as usize],
+                    exit_code: (exit && i == 0).then_some(0),
+                    samples_hash: [0; 32],
+                    energy_saved_j: 0,
+                };
+                (lease, args)
+            })
+            .collect();
         let ok = self
             .ctx
             .run(&SubmitUsage {
                 agent: &self.agent,
                 market: self.market,
                 machine: self.machine,
-                lease,
-                bid: l.bid,
-                payment_mint: self.mint,
-                host_tokens: self.host_tokens,
-                args,
+                proofs,
             })
             .is_ok();
         if ok {
-            let after: Lease = self.ctx.account(&lease);
-            self.paid[w] += after.paid - l.paid;
-            if after.exit_code == Some(gpu_market_core::lease::exit::IDLE_ENDED) && !exit {
-                self.idle_ended += 1;
+            for (&(lease, w), l) in leases.iter().zip(&before) {
+                let after: Lease = self.ctx.account(&lease);
+                self.paid[w] += after.paid - l.paid;
+                let ended = after.exit_code == Some(gpu_market_core::lease::exit::IDLE_ENDED);
+                if ended && l.exit_code.is_none() {
+                    self.idle_ended += 1;
+                }
+                let len = l.rules.billing_interval_secs;
+                let (from, to) =
+                    interval_window(l.started_at, len, l.next_interval + gap, l.stop())
+                        .expect("an accepted window");
+                self.proven
+                    .entry(lease)
+                    .or_insert((l.price, l.gpu_count as u64, 0))
+                    .2 += (to - from) as u64;
             }
-            let (from, to) =
-                interval_window(l.started_at, len, interval, l.stop()).expect("an accepted window");
-            self.proven.entry(lease).or_insert((l.price, n, 0)).2 += (to - from) as u64;
         }
         ok
     }
@@ -1031,6 +1062,9 @@ impl World {
             self.ctx.token_balance(&pda::payment_vault(&self.market).0),
         );
         s.insert("host".into(), self.ctx.token_balance(&self.host_tokens));
+        let machine: Machine = self.ctx.account(&self.machine);
+        s.insert("unclaimed_pay".into(), machine.unclaimed_pay);
+        s.insert("unclaimed_fee".into(), machine.unclaimed_fee);
         s.insert(
             "book_len".into(),
             book_order(&self.ctx, &self.book).len() as u64,
@@ -1070,6 +1104,13 @@ impl World {
                 s.insert(format!("pending{i}"), st.pending_unstake);
                 s.insert(format!("open{i}"), st.open_bids as u64);
                 s.insert(format!("refunds{i}"), st.refunds_due);
+            }
+            // A running lease holds its bid's escrow.
+            for (j, (l, _)) in self.leases.iter().enumerate().filter(|(_, (_, w))| *w == i) {
+                if let Some(acc) = self.ctx.svm.get_account(l).filter(|a| a.lamports > 0) {
+                    let lease = Lease::try_deserialize(&mut acc.data.as_slice()).expect("a lease");
+                    s.insert(format!("bid{i}.lease{j:05}"), lease.escrow);
+                }
             }
             for (j, b) in self.bids[i].iter().enumerate() {
                 if let Some(acc) = self.ctx.svm.get_account(b).filter(|a| a.lamports > 0) {
@@ -1171,8 +1212,8 @@ impl World {
             .sum();
         prop_assert_eq!(
             m.total_escrow,
-            escrows,
-            "the vault holds exactly the sum of escrows"
+            escrows + snap["unclaimed_pay"] + snap["unclaimed_fee"],
+            "the vault holds exactly the sum of escrows and the pay not claimed yet"
         );
         for i in 0..self.wallets.len() {
             let get = |k: String| snap.get(&k).copied().unwrap_or(0);
@@ -1200,7 +1241,11 @@ impl World {
         // Hosts and the fee (collected or due) earn exactly what wallets paid for proven time,
         // and never more than price × proven time in the leases' own windows; the treasury has
         // no other income (premiums and holding charges are burnt).
-        let earned = snap["host"] + snap["treasury"] + snap["fees_due"];
+        let earned = snap["host"]
+            + snap["unclaimed_pay"]
+            + snap["treasury"]
+            + snap["fees_due"]
+            + snap["unclaimed_fee"];
         prop_assert_eq!(earned, self.paid.iter().sum::<u64>());
         prop_assert!(
             earned <= self.earn_bound(),
@@ -1350,6 +1395,7 @@ fn earnings_are_bounded_by_the_cost_of_each_leases_proven_time() {
         gap: 0,
         gpu_secs_pct: 100,
         exit: false,
+        all: false,
     };
     let ops = [
         Op::Place {

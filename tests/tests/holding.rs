@@ -187,8 +187,12 @@ fn waiting_in_a_full_book_costs_the_gpu_hours_held_and_is_burnt() {
     };
     f.ctx.allocate(&start).expect("allocate the best bid");
     let bid: Bid = f.ctx.account(&order[1]);
-    assert_eq!(bid.escrow, 8 * TOKEN - 3 * TOKEN / 2);
     let lease: Lease = f.ctx.account(&start.lease());
+    assert_eq!(
+        (bid.escrow, lease.escrow),
+        (0, 8 * TOKEN - 3 * TOKEN / 2),
+        "the lease holds the escrow"
+    );
     assert_eq!(lease.ends_at, f.ctx.now() + 3_600);
     assert_eq!(f.cancel(newcomer), 8 * TOKEN - TOKEN / 2);
     assert_eq!(f.burn_due(), TOKEN + 3 * TOKEN / 2 + TOKEN / 2);

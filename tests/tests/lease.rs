@@ -7,7 +7,7 @@ mod program_test;
 
 use anchor_lang::error::ErrorCode as AnchorErrorCode;
 use gpu_market::errors::MarketError;
-use gpu_market::instructions::SubmitUsageArgs;
+use gpu_market::instructions::UsageProofArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, BidStatus, Lease, Machine, MachineNetwork, MachineStatus, MachineTerms, Market,
@@ -405,16 +405,22 @@ fn proofs_pay_per_interval_chain_and_refuse_replays_gaps_and_bad_input() {
     let err = f.submit(lease, f.proof(&lease, 0)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::IntervalNotOver));
     f.ctx.advance_time(INTERVAL);
-    // Somebody else's key; a wrong chain; a peak power per GPU missing.
+    // Somebody else's key; no proof at all; a peak power per GPU missing.
     let stranger = f.ctx.wallet(1);
     let err = f
         .submit_with(&stranger, lease, f.proof(&lease, 0))
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::WrongAgent));
-    let mut p = f.proof(&lease, 0);
-    p.prev_hash = [1; 32];
-    let err = f.submit(lease, p).unwrap_err();
-    assert_eq!(err.custom_code(), code(MarketError::BadProofChain));
+    let err = f
+        .ctx
+        .run(&SubmitUsage {
+            agent: &f.agent,
+            market: f.market,
+            machine: f.machine,
+            proofs: vec![],
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ProofAccountsMismatch));
     let mut p = f.proof(&lease, 0);
     p.peak_power_w.pop();
     let err = f.submit(lease, p).unwrap_err();
@@ -426,6 +432,13 @@ fn proofs_pay_per_interval_chain_and_refuse_replays_gaps_and_bad_input() {
     // 2 GPUs × 60 s at 2 tokens per GPU-hour = 66 666; fee 2.5 % = 1 666.
     let gross = 2 * 2 * TOKEN * 60 / 3_600;
     let fee = gross * 250 / 10_000;
+    // Accrued to the machine: no token moves until the pay is claimed.
+    assert_eq!(f.balances(&c), before, "a proof moves no token");
+    let m: Machine = f.ctx.account(&f.machine);
+    assert_eq!((m.unclaimed_pay, m.unclaimed_fee), (gross - fee, fee));
+    f.claim(f.machine).expect("claim_pay");
+    let m: Machine = f.ctx.account(&f.machine);
+    assert_eq!((m.unclaimed_pay, m.unclaimed_fee), (0, 0));
     let after = f.balances(&c);
     assert_eq!(after[1] - before[1], gross - fee, "host paid");
     // The fee stays in the payment vault, owed to the treasury, until anyone collects it.
@@ -449,10 +462,8 @@ fn proofs_pay_per_interval_chain_and_refuse_replays_gaps_and_bad_input() {
             .to_bytes();
     assert_eq!((l.next_interval, l.proof_hash), (1, expected_hash));
 
-    // The same interval again, with the right chain: a replay.
-    let mut replay = f.proof(&lease, 0);
-    replay.prev_hash = l.proof_hash;
-    let err = f.submit(lease, replay).unwrap_err();
+    // The same interval again: a replay.
+    let err = f.submit(lease, f.proof(&lease, 0)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::StaleInterval));
 
     // Interval 1 skipped: 2 is paid, 1 never, and counts as missed.
@@ -503,6 +514,7 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
     // Anyone settles a lease whose time is fully proven.
     let anyone = f.ctx.wallet(1);
     f.close(&anyone, lease, c.tokens, false).expect("end_lease");
+    f.claim(f.machine).expect("claim_pay");
     f.collect_fees();
     let end = f.balances(&c);
     assert_eq!(end[0] - start[0], escrow - l.paid, "the rest refunded");
@@ -524,21 +536,19 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
             agent: &f.agent,
             market: f.market,
             machine: f.machine,
-            lease,
-            bid,
-            payment_mint: f.mint,
-            host_tokens: f.host.tokens,
-            args: SubmitUsageArgs {
-                interval: 3,
-                gpu_seconds: 60,
-                energy_j: 1,
-                avg_utilisation_bps: 9_000,
-                peak_power_w: vec![290],
-                exit_code: None,
-                prev_hash: l.proof_hash,
-                samples_hash: [0; 32],
-                energy_saved_j: 0,
-            },
+            proofs: vec![(
+                lease,
+                UsageProofArgs {
+                    interval: 3,
+                    gpu_seconds: 60,
+                    energy_j: 1,
+                    avg_utilisation_bps: 9_000,
+                    peak_power_w: vec![290],
+                    exit_code: None,
+                    samples_hash: [0; 32],
+                    energy_saved_j: 0,
+                },
+            )],
         })
         .unwrap_err();
     assert_eq!(
@@ -901,24 +911,16 @@ fn a_lease_of_another_machine_or_a_wrong_agent_is_refused() {
     let other = r.machine();
     f.ctx.run(&r).unwrap();
     f.ctx.advance_time(INTERVAL);
-    let l: Lease = f.ctx.account(&lease);
     let err = f
         .ctx
         .run(&SubmitUsage {
             agent: &other_agent,
             market: f.market,
             machine: other,
-            lease,
-            bid: l.bid,
-            payment_mint: f.mint,
-            host_tokens: f.host.tokens,
-            args: f.proof(&lease, 0),
+            proofs: vec![(lease, f.proof(&lease, 0))],
         })
         .unwrap_err();
-    assert_eq!(
-        err.custom_code(),
-        Some(AnchorErrorCode::ConstraintHasOne as u32)
-    );
+    assert_eq!(err.custom_code(), code(MarketError::ProofAccountsMismatch));
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn lease_that_never_ran(f: &mut Fixture) -> (Wallet, Pubkey, Pubkey) {
 fn a_client_who_closed_its_token_account_cannot_keep_the_host_from_ending_its_lease() {
     let mut f = fixture();
     let (c, lease, bid) = lease_that_never_ran(&mut f);
-    let escrow = f.ctx.account::<Bid>(&bid).escrow;
+    let escrow = f.ctx.account::<Lease>(&lease).escrow;
     assert!(escrow > 0);
     close_token_account(&mut f, &c);
     let agent = f.agent.insecure_clone();
@@ -121,7 +121,7 @@ fn a_client_who_closed_its_token_account_cannot_keep_the_host_from_ending_its_le
 fn the_settlement_says_why_the_container_never_ran_and_where_the_refund_waits() {
     let mut f = fixture();
     let (c, lease, bid) = lease_that_never_ran(&mut f);
-    let escrow = f.ctx.account::<Bid>(&bid).escrow;
+    let escrow = f.ctx.account::<Lease>(&lease).escrow;
     close_token_account(&mut f, &c);
     let l: Lease = f.ctx.account(&lease);
     let meta = f
@@ -166,8 +166,8 @@ fn the_settlement_says_why_the_container_never_ran_and_where_the_refund_waits() 
 #[test]
 fn the_client_claims_exactly_its_refunds_to_a_new_token_account_and_nobody_else_can() {
     let mut f = fixture();
-    let (c, lease, bid) = lease_that_never_ran(&mut f);
-    let escrow = f.ctx.account::<Bid>(&bid).escrow;
+    let (c, lease, _) = lease_that_never_ran(&mut f);
+    let escrow = f.ctx.account::<Lease>(&lease).escrow;
     close_token_account(&mut f, &c);
     let agent = f.agent.insecure_clone();
     f.close_with(&agent, lease, None, false).expect("end_lease");

@@ -24,7 +24,7 @@ use gpu_market_core::fit::{
     GpuOffer, Host, Need, Offer, Region, Regions, Terms, GPU_CLASSES, REGION_LEN,
 };
 use gpu_market_core::lease::{
-    idle_streak, interval_index, interval_window, spot_profit_per_day, UsageProof,
+    idle_streak, interval_end, interval_window, spot_profit_per_day, UsageProof,
 };
 use gpu_market_core::overclock::GpuLimits;
 use sha2::{Digest, Sha256};
@@ -104,6 +104,11 @@ struct Inner {
     /// What the books say of the market's silence window (`OpenBids::alive_secs`).
     alive_secs: Option<i64>,
     submit_calls: u32,
+    /// Pay accrued and not claimed: one unit per accepted proof (the fake does not price).
+    unclaimed_pay: u64,
+    claims: u32,
+    /// Proofs of these leases are refused with this error (a fault injected by tests).
+    refused_leases: Vec<(Key, MarketError)>,
 }
 
 impl FakeChain {
@@ -151,6 +156,9 @@ impl FakeChain {
                 books_unreadable: false,
                 alive_secs: None,
                 submit_calls: 0,
+                unclaimed_pay: 0,
+                claims: 0,
+                refused_leases: Vec::new(),
             }),
         }
     }
@@ -282,8 +290,17 @@ impl FakeChain {
     pub fn heartbeats(&self) -> u32 {
         self.lock().heartbeats
     }
+    /// `submit_usage` transactions sent (one proves several leases).
     pub fn submit_calls(&self) -> u32 {
         self.lock().submit_calls
+    }
+    /// Every proof of `lease` from now on is refused with `error`.
+    pub fn refuse_proofs_of(&self, lease: Key, error: MarketError) {
+        self.lock().refused_leases.push((lease, error));
+    }
+    /// `claim_pay`s that landed.
+    pub fn claims(&self) -> u32 {
+        self.lock().claims
     }
     pub fn lease(&self, key: Key) -> Option<LeaseView> {
         self.lock().leases.iter().find(|l| l.key == key).cloned()
@@ -366,6 +383,51 @@ impl Inner {
         } else {
             Ok(())
         }
+    }
+
+    /// One proof of `lease`, as the program checks and applies it.
+    fn prove(&mut self, lease: Key, proof: &UsageProof) -> Result<(), ChainError> {
+        let now = self.now();
+        let pos = self.lease_pos(lease)?;
+        let l = &self.leases[pos];
+        // The program's checks, in its order, with its errors.
+        let op = "submit_usage";
+        if let Some((_, e)) = self.refused_leases.iter().find(|(k, _)| *k == lease) {
+            return Err(refused(op, *e));
+        }
+        if proof.interval < l.next_interval {
+            return Err(refused(op, MarketError::StaleInterval));
+        }
+        if proof.peak_power_w.len() != l.gpu_indices.len() {
+            return Err(refused(op, MarketError::BadProofGpuCount));
+        }
+        let stop = match proof.exit_code {
+            Some(_) => l.stop().min(now),
+            None => l.stop(),
+        };
+        let window = interval_window(l.started_at, l.interval_secs, proof.interval, stop)
+            .ok_or_else(|| match proof.exit_code {
+                Some(_) if now < l.stop() => refused(op, MarketError::IntervalNotOver),
+                _ => refused(op, MarketError::IntervalAfterStop),
+            })?;
+        if window.1 > now {
+            return Err(refused(op, MarketError::IntervalNotOver));
+        }
+        let hash = proof_hash(&lease, proof, &l.proof_hash);
+        let idle_ended = self.idle_ended(lease, proof);
+        let l = &mut self.leases[pos];
+        l.next_interval = proof.interval + 1;
+        l.proof_hash = hash;
+        if proof.exit_code.is_some() || idle_ended {
+            request_stop(l, window.1, window.1);
+        }
+        self.accepted.push(AcceptedProof {
+            lease,
+            proof: proof.clone(),
+            window,
+            hash,
+        });
+        Ok(())
     }
 
     /// The answer to a proof that landed.
@@ -567,6 +629,7 @@ impl Chain for FakeChain {
             status: s.status,
             network: s.network.clone(),
             cached_images: Vec::new(),
+            unclaimed_pay: s.unclaimed_pay,
         })
     }
 
@@ -738,8 +801,7 @@ impl Chain for FakeChain {
                 if running.is_some_and(|r| s.profit(&challenger) <= s.profit(r)) {
                     return Err(rejected("preempt", "the bid does not pay the host more"));
                 }
-                let next = interval_index(l.started_at, l.interval_secs, now) + 1;
-                l.started_at + next as i64 * l.interval_secs as i64
+                interval_end(l.started_at, l.interval_secs, now).expect("a time in range")
             }
         };
         let proven = s.proven_until(l);
@@ -751,57 +813,30 @@ impl Chain for FakeChain {
 
     /// Intervals may be skipped (never paid), never proven twice or out of order. A proof
     /// waits for its window's end, except a final one (with an exit code): its window is
-    /// clipped at the clock. A final proof stops the lease at its window's end.
-    async fn submit_usage(
-        &self,
-        lease: Key,
-        proof: &UsageProof,
-        prev_hash: [u8; 32],
-    ) -> Result<[u8; 32], ChainError> {
+    /// clipped at the clock. A final proof stops the lease at its window's end. All the proofs
+    /// land, or none (one transaction: the fake never splits).
+    async fn submit_usage(&self, proofs: &[(Key, UsageProof)]) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.submit_calls += 1;
         s.reachable()?;
-        let now = s.now();
-        let pos = s.lease_pos(lease)?;
-        let l = &s.leases[pos];
-        // The program's checks, in its order, with its errors.
-        let op = "submit_usage";
-        if proof.interval < l.next_interval {
-            return Err(refused(op, MarketError::StaleInterval));
+        let before = (s.leases.clone(), s.accepted.len(), s.idle_streaks.clone());
+        for (lease, proof) in proofs {
+            if let Err(e) = s.prove(*lease, proof) {
+                (s.leases, s.idle_streaks) = (before.0, before.2);
+                s.accepted.truncate(before.1);
+                return Err(e);
+            }
         }
-        if prev_hash != l.proof_hash {
-            return Err(refused(op, MarketError::BadProofChain));
-        }
-        if proof.peak_power_w.len() != l.gpu_indices.len() {
-            return Err(refused(op, MarketError::BadProofGpuCount));
-        }
-        let stop = match proof.exit_code {
-            Some(_) => l.stop().min(now),
-            None => l.stop(),
-        };
-        let window = interval_window(l.started_at, l.interval_secs, proof.interval, stop)
-            .ok_or_else(|| match proof.exit_code {
-                Some(_) if now < l.stop() => refused(op, MarketError::IntervalNotOver),
-                _ => refused(op, MarketError::IntervalAfterStop),
-            })?;
-        if window.1 > now {
-            return Err(refused(op, MarketError::IntervalNotOver));
-        }
-        let hash = proof_hash(&lease, proof, &prev_hash);
-        let idle_ended = s.idle_ended(lease, proof);
-        let l = &mut s.leases[pos];
-        l.next_interval = proof.interval + 1;
-        l.proof_hash = hash;
-        if proof.exit_code.is_some() || idle_ended {
-            request_stop(l, window.1, window.1);
-        }
-        s.accepted.push(AcceptedProof {
-            lease,
-            proof: proof.clone(),
-            window,
-            hash,
-        });
-        s.proof_answer(hash)
+        s.unclaimed_pay += proofs.len() as u64;
+        s.proof_answer(())
+    }
+
+    async fn claim_pay(&self) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        s.unclaimed_pay = 0;
+        s.claims += 1;
+        Ok(())
     }
 
     /// The agent is a party to the lease: it stops now, and settles once every payable second

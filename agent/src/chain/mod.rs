@@ -95,6 +95,8 @@ pub struct MachineView {
     pub network: NetworkView,
     /// The image digests it advertises as cached: kept in the store whatever it holds.
     pub cached_images: Vec<[u8; 32]>,
+    /// The host's pay its proofs accrued and nobody claimed yet.
+    pub unclaimed_pay: u64,
 }
 
 /// Where a lease's container may connect to, as the machine account declares it (the
@@ -235,10 +237,16 @@ impl LeaseView {
     /// once every payable second is proven.
     pub fn reclaimable_from(&self) -> Option<i64> {
         let interval = self.interval_secs as i64;
-        let proven_until = self
-            .started_at
-            .saturating_add(interval.saturating_mul(self.next_interval as i64))
-            .min(self.stop());
+        let proven_until = match self.next_interval.checked_sub(1) {
+            None => self.started_at,
+            Some(last) => gpu_market_core::lease::interval_window(
+                self.started_at,
+                self.interval_secs,
+                last,
+                self.stop(),
+            )
+            .map_or(self.stop(), |(_, to)| to),
+        };
         (proven_until < self.stop()).then(|| {
             proven_until.saturating_add(interval.saturating_mul(self.silence_intervals as i64))
         })
@@ -373,16 +381,17 @@ pub trait Chain: Send + Sync {
     /// lease's next interval boundary for a spot bid that pays the host more, at once for a
     /// queue bid.
     async fn preempt(&self, lease: Key, better_bid: Key) -> Result<(), ChainError>;
-    /// Submits the proof of one interval, chained to `prev_hash`; returns the new chain hash.
-    /// Intervals may be skipped (never paid), never proven twice or out of order. A proof waits
-    /// for its window's end, except a final one (with an exit code): its window is clipped at
-    /// the cluster clock, and the lease stops at the window's end.
-    async fn submit_usage(
-        &self,
-        lease: Key,
-        proof: &UsageProof,
-        prev_hash: [u8; 32],
-    ) -> Result<[u8; 32], ChainError>;
+    /// Submits proofs of this machine's leases, one interval each (a lease listed twice
+    /// proves two intervals, in order), in as few transactions as fit: one `submit_usage`
+    /// signature for the machine, however many leases it runs. The proofs of one transaction
+    /// land together or not at all; where they take several, a failure may follow ones that
+    /// landed (the next look at the leases tells). Intervals may be skipped (never paid), never
+    /// proven twice or out of order. A proof waits for its window's end, except a final one
+    /// (with an exit code): its window is clipped at the cluster clock, and the lease stops at
+    /// the window's end. Pay accrues to the machine ([`Chain::claim_pay`]).
+    async fn submit_usage(&self, proofs: &[(Key, UsageProof)]) -> Result<(), ChainError>;
+    /// Pays the machine's owner what its proofs accrued.
+    async fn claim_pay(&self) -> Result<(), ChainError>;
     /// Ends a lease: the agent is a party to it, so it stops at the cluster clock (if it runs
     /// on), and settles (closes) once every payable second up to its stop is proven: at once
     /// when it is, else at a later call after the last proofs.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anchor_lang::{AccountDeserialize, Discriminator};
 use async_trait::async_trait;
-use gpu_market::instructions::SubmitUsageArgs;
+use gpu_market::instructions::UsageProofArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind as ProgramBidKind, BookLeaf, Egress, Freed, Lease, Machine,
@@ -24,7 +24,8 @@ use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
 use gpu_market_sdk::{
-    Allocate, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, ReportFault, SubmitUsage,
+    Allocate, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, ReportFault,
+    SubmitUsage,
 };
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -51,8 +52,8 @@ use tokio::sync::Mutex;
 use super::mirror::Mirror;
 use super::placement::{Placement, Policy};
 use super::{
-    proof_hash, BidKind, BidView, Chain, ChainError, EgressView, GpuView, Key, LeaseView,
-    MachineStatus, MachineView, NetworkView, OpenBids, RoomAsked,
+    BidKind, BidView, Chain, ChainError, EgressView, GpuView, Key, LeaseView, MachineStatus,
+    MachineView, NetworkView, OpenBids, RoomAsked,
 };
 
 /// The offset of `Lease.machine`, which the websocket and `getProgramAccounts` filter on
@@ -423,7 +424,7 @@ impl SolanaChain {
             return Ok(k);
         }
         let k = self
-            .token_account_of(&machine.owner, &market.payment_mint, "submit_usage")
+            .token_account_of(&machine.owner, &market.payment_mint, "claim_pay")
             .await?;
         *cached = Some(k);
         Ok(k)
@@ -887,6 +888,7 @@ impl Chain for SolanaChain {
             },
             network: network_view(&m),
             cached_images: m.cached_images[..usize::from(m.cached_image_count)].to_vec(),
+            unclaimed_pay: m.unclaimed_pay,
         })
     }
 
@@ -1047,28 +1049,34 @@ impl Chain for SolanaChain {
         self.send(Preempt::NAME, ix).await
     }
 
-    async fn submit_usage(
-        &self,
-        lease: Key,
-        proof: &UsageProof,
-        prev_hash: [u8; 32],
-    ) -> Result<[u8; 32], ChainError> {
-        let (market, machine) = self.market_and_machine().await?;
-        let l: Lease = self.account(&pubkey(lease), "lease").await?;
-        let host_tokens = self.host_tokens(&machine, &market).await?;
-        let ix = SubmitUsage {
+    async fn submit_usage(&self, proofs: &[(Key, UsageProof)]) -> Result<(), ChainError> {
+        let all = SubmitUsage {
             agent: &self.agent,
             market: self.market,
             machine: self.machine,
-            lease: pubkey(lease),
-            bid: l.bid,
+            proofs: proofs
+                .iter()
+                .map(|(lease, p)| (pubkey(*lease), UsageProofArgs::from(p)))
+                .collect(),
+        };
+        for part in all.split() {
+            self.send_sized(SubmitUsage::NAME, part.instruction())
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn claim_pay(&self) -> Result<(), ChainError> {
+        let (market, machine) = self.market_and_machine().await?;
+        let host_tokens = self.host_tokens(&machine, &market).await?;
+        let ix = ClaimPay {
+            market: self.market,
+            machine: self.machine,
             payment_mint: market.payment_mint,
             host_tokens,
-            args: SubmitUsageArgs::new(proof, prev_hash),
         }
         .instruction();
-        self.send(SubmitUsage::NAME, ix).await?;
-        Ok(proof_hash(&lease, proof, &prev_hash))
+        self.send(ClaimPay::NAME, ix).await
     }
 
     async fn end_lease(&self, lease: Key) -> Result<(), ChainError> {

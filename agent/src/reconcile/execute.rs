@@ -33,6 +33,7 @@ impl Reconciler {
                 Action::Submit { .. }
                     | Action::End { .. }
                     | Action::Heartbeat
+                    | Action::ClaimPay
                     | Action::Prune { .. }
             )
         });
@@ -58,7 +59,7 @@ impl Reconciler {
         let ends: Vec<&Action> = later
             .iter()
             .copied()
-            .filter(|a| matches!(a, Action::End { .. } | Action::Heartbeat))
+            .filter(|a| matches!(a, Action::End { .. } | Action::Heartbeat | Action::ClaimPay))
             .collect();
         self.execute_all(&ends, o).await?;
         let prunes: Vec<Key> = later
@@ -234,6 +235,14 @@ impl Reconciler {
                     .await
                     .inspect_err(|e| self.chain_error(e))?;
                 self.last_heartbeat = Some(o.now);
+            }
+            Action::ClaimPay => {
+                self.chain
+                    .claim_pay()
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                self.last_claim = Some(o.now);
+                tracing::info!("claimed the machine's pay");
             }
         }
         Ok(())
@@ -526,10 +535,11 @@ impl Reconciler {
         }))
     }
 
-    /// Hands the closed proofs of `leases` to the senders (one round per lease at a time, the
-    /// leases side by side). Proofs the chain already has are dropped first (their answer was
-    /// lost, or the agent died before saving).
+    /// Hands the closed proofs of `leases` to the senders (one round for the machine at a
+    /// time, its leases' proofs together). Proofs the chain already has are dropped first
+    /// (their answer was lost, or the agent died before saving).
     pub(super) fn submit_all(&mut self, leases: &[Key], o: &Observed) -> Result<(), StateError> {
+        let mut round = Vec::new();
         for &lease in leases {
             if self.senders.is_sending(&lease) {
                 continue;
@@ -538,7 +548,6 @@ impl Reconciler {
                 continue;
             };
             let (next, prev) = (view.next_interval, view.proof_hash);
-            let chain = self.chain.clone();
             let record = self.record(lease);
             while record.pending.first().is_some_and(|p| p.interval < next) {
                 record.accept_oldest(prev);
@@ -547,18 +556,21 @@ impl Reconciler {
             if !pending.is_empty() {
                 // Each proof's power log is kept before the proof that commits to it is sent.
                 self.keep_evidence(lease);
-                self.senders.submit(chain, lease, prev, pending);
+                round.push((lease, prev, pending));
             }
         }
+        self.senders.submit(self.chain.clone(), round);
         self.save()
     }
 
-    /// Takes the rounds of submissions that ended: each accepted proof is saved.
+    /// Takes the round of submissions that ended: each accepted proof is saved. Accepted proofs
+    /// count as the machine's heartbeat.
     pub(super) async fn take_finished_sends(&mut self) -> Result<(), StateError> {
         let rounds = self.senders.finished().await;
         if rounds.is_empty() {
             return Ok(());
         }
+        self.proofs_landed |= rounds.iter().any(|(_, r)| !r.accepted.is_empty());
         for (lease, round) in rounds {
             if !self.state.leases.contains_key(&lease) {
                 continue;

@@ -49,6 +49,8 @@ pub struct ReconcilerConfig {
     pub data_dir: PathBuf,
     pub electricity_cost_per_kwh: u64,
     pub heartbeat_interval: Duration,
+    /// How often the pay the proofs accrued is claimed.
+    pub claim_interval: Duration,
     /// How long a bid the market's packing policy gives another machine waits for it.
     pub placement_grace: Duration,
     pub container: ContainerLimits,
@@ -99,6 +101,10 @@ pub struct Reconciler {
     /// The last cluster clock reading and when it was taken.
     clock: Option<(i64, Instant)>,
     last_heartbeat: Option<i64>,
+    /// Proofs landed since the last look at the chain: they were the machine's heartbeat.
+    proofs_landed: bool,
+    /// When the agent last claimed the machine's pay.
+    last_claim: Option<i64>,
     /// How long a heartbeat keeps the machine in the market's packing policy, as the books last
     /// said: the agent heartbeats at least twice within it, whatever `heartbeat_interval` says.
     alive_secs: Option<i64>,
@@ -211,6 +217,8 @@ impl Reconciler {
             metrics,
             clock: None,
             last_heartbeat: None,
+            proofs_landed: false,
+            last_claim: None,
             alive_secs: None,
             last_samples: BTreeMap::new(),
             cpu_readings: BTreeMap::new(),

@@ -58,8 +58,16 @@ impl Reconciler {
         self.split_shared_gpus(containers.is_some()).await;
         let interval = (self.config.heartbeat_interval.as_secs() as i64)
             .min(self.alive_secs.map_or(i64::MAX, |a| a / 2));
+        // Proofs that landed since the last look count as a heartbeat (the program records
+        // one with them).
+        if std::mem::take(&mut self.proofs_landed) {
+            self.last_heartbeat = Some(now);
+        }
         let heartbeat_due =
             chain.is_some() && self.last_heartbeat.is_none_or(|t| now - t >= interval);
+        let claim_every = self.config.claim_interval.as_secs() as i64;
+        let claim_due = chain.as_ref().is_some_and(|c| c.machine.unclaimed_pay > 0)
+            && self.last_claim.is_none_or(|t| now - t >= claim_every);
         Ok(Observed {
             now,
             chain,
@@ -83,6 +91,7 @@ impl Reconciler {
             readied: self.readied_containers(),
             draining,
             heartbeat_due,
+            claim_due,
             electricity_cost_per_kwh: self.config.electricity_cost_per_kwh,
             waiting: self.waiting.clone(),
             held_back: self

@@ -37,6 +37,8 @@ pub struct Observed {
     pub readied: BTreeMap<Key, String>,
     pub draining: bool,
     pub heartbeat_due: bool,
+    /// The machine's proofs accrued pay nobody claimed for `claim_interval`.
+    pub claim_due: bool,
     pub electricity_cost_per_kwh: u64,
     /// Since when (chain time) each open bid the packing policy gives another machine has been
     /// seen so.
@@ -170,6 +172,8 @@ pub enum Action {
         index: u32,
     },
     Heartbeat,
+    /// Pay the host what the machine's proofs accrued.
+    ClaimPay,
 }
 
 /// The actions that bring what was observed in line with what the chain says should run: a
@@ -195,8 +199,14 @@ pub fn plan(o: &Observed) -> Vec<Action> {
             p.prune(chain);
         }
         p.reset_gpus(chain);
-        if o.heartbeat_due {
+        // Proofs sent now are the heartbeat (the program records one with them); if they
+        // fail, the heartbeat is due again at the next tick.
+        let proving = p.actions.iter().any(|a| matches!(a, Action::Submit { .. }));
+        if o.heartbeat_due && !proving {
             p.actions.push(Action::Heartbeat);
+        }
+        if o.claim_due {
+            p.actions.push(Action::ClaimPay);
         }
     }
     p.actions

@@ -1,15 +1,18 @@
-//! Proof submissions run beside the loop, one round per lease at a time: a round sends the
-//! lease's closed proofs oldest first (each one confirmed transaction, chained to the one
-//! before), the leases side by side, and the next tick takes what was accepted. A tick never
-//! waits for a confirmation, so a new bid's allocation or a container's start does not queue
-//! behind the proofs of every running lease.
+//! Proof submissions run beside the loop, one round for the whole machine at a time: a round
+//! sends the closed proofs of every lease together, the oldest of each lease in one
+//! `submit_usage` (one signature for the machine, however many leases it runs), then the next
+//! oldest, and so on; the next tick takes what was accepted. A tick never waits for a
+//! confirmation, so a new bid's allocation or a container's start does not queue behind the
+//! proofs.
 //!
-//! A round that failed is classified ([`Fate`]): a proof the program refuses for a reason that
-//! cannot change is dropped, once; anything else is sent again, at the next look at the chain
-//! after a first failure, then backing off (1 s, 2 s, 4 s, ... at most [`MAX_BACKOFF`]) until
-//! one of the lease's rounds gets through.
+//! One refused proof refuses its whole transaction, so a transaction the program refuses is
+//! sent again lease by lease, and only the lease whose proof is at fault fails. A failure is
+//! classified ([`Fate`]): a proof the program refuses for a reason that cannot change is
+//! dropped, once; anything else is sent again, at the next look at the chain after a first
+//! failure, then backing off (1 s, 2 s, 4 s, ... at most [`MAX_BACKOFF`]) until one of the
+//! lease's rounds gets through.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,16 +21,16 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::chain::{Chain, ChainError, Key};
+use crate::chain::{proof_hash, Chain, ChainError, Key};
 use crate::state::ProofRecord;
 
-/// What one round of a lease's submissions got.
-#[derive(Debug)]
+/// What one round got for one lease.
+#[derive(Debug, Default)]
 pub struct Round {
     /// The proofs the chain accepted, oldest first, with the chain hash each left.
     pub accepted: Vec<(ProofRecord, [u8; 32])>,
-    /// Why the round stopped early, if it did, with the interval of the proof that failed (it
-    /// and the rest are sent again later, unless [`Fate::of`] says otherwise).
+    /// Why the lease's proofs stopped early, if they did, with the interval of the proof that
+    /// failed (it and the rest are sent again later, unless [`Fate::of`] says otherwise).
     pub failed: Option<(u32, ChainError)>,
 }
 
@@ -60,9 +63,68 @@ impl Fate {
 /// The longest a lease waits before its proofs are sent again.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(16);
 
+/// A lease's proofs in a round: its chain hash so far and what is left to send.
+struct Queue {
+    lease: Key,
+    prev: [u8; 32],
+    pending: VecDeque<ProofRecord>,
+    round: Round,
+}
+
+impl Queue {
+    fn accept(&mut self) {
+        let p = self.pending.pop_front().expect("a proof was sent");
+        let hash = proof_hash(&self.lease, &p.proof(), &self.prev);
+        self.prev = hash;
+        self.round.accepted.push((p, hash));
+    }
+
+    fn fail(&mut self, e: ChainError) {
+        let interval = self.pending.front().expect("a proof was sent").interval;
+        self.round.failed = Some((interval, e));
+        self.pending.clear();
+    }
+}
+
+/// Sends the oldest pending proof of each lease in `queues` together, until none is left or
+/// every lease failed.
+async fn send_round(chain: &dyn Chain, queues: &mut [Queue]) {
+    loop {
+        let live: Vec<usize> = (0..queues.len())
+            .filter(|&i| !queues[i].pending.is_empty())
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let batch: Vec<(Key, _)> = live
+            .iter()
+            .map(|&i| (queues[i].lease, queues[i].pending[0].proof()))
+            .collect();
+        match chain.submit_usage(&batch).await {
+            Ok(()) => live.iter().for_each(|&i| queues[i].accept()),
+            // The cluster did not answer, or one lease alone was refused: that is all there
+            // is to learn.
+            Err(e) if e.is_transient() || live.len() == 1 => {
+                live.iter().for_each(|&i| queues[i].fail(e.clone()))
+            }
+            // Refused: find the lease at fault by sending each alone.
+            Err(_) => {
+                for &i in &live {
+                    let q = &mut queues[i];
+                    let one = [(q.lease, q.pending[0].proof())];
+                    match chain.submit_usage(&one).await {
+                        Ok(()) => q.accept(),
+                        Err(e) => q.fail(e),
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Senders {
-    rounds: BTreeMap<Key, JoinHandle<Round>>,
+    round: Option<JoinHandle<Vec<(Key, Round)>>>,
     /// Leases whose last round failed: failures in a row, and when to send again.
     backoff: BTreeMap<Key, (u32, Instant)>,
     /// Notified as each round ends: the loop takes its result at once.
@@ -70,9 +132,10 @@ pub struct Senders {
 }
 
 impl Senders {
-    /// Whether a round of `lease` is under way, or its back-off is not over.
+    /// Whether a round is under way (the machine's proofs go in one), or `lease`'s back-off is
+    /// not over.
     pub fn is_sending(&self, lease: &Key) -> bool {
-        self.rounds.contains_key(lease)
+        self.round.is_some()
             || self
                 .backoff
                 .get(lease)
@@ -96,60 +159,43 @@ impl Senders {
         self.backoff.remove(lease);
     }
 
-    /// Sends `pending` for `lease`, the first chained to `prev`, unless a round is under way.
+    /// Sends the `pending` proofs of each lease, the first chained to its `prev`, in one round,
+    /// unless a round is under way.
     pub fn submit(
         &mut self,
         chain: Arc<dyn Chain>,
-        lease: Key,
-        mut prev: [u8; 32],
-        pending: Vec<ProofRecord>,
+        leases: Vec<(Key, [u8; 32], Vec<ProofRecord>)>,
     ) {
+        if self.round.is_some() || leases.is_empty() {
+            return;
+        }
         let done = self.done.clone();
-        self.rounds.entry(lease).or_insert_with(|| {
-            tokio::spawn(async move {
-                let mut round = Round {
-                    accepted: Vec::new(),
-                    failed: None,
-                };
-                for p in pending {
-                    match chain.submit_usage(lease, &p.proof(), prev).await {
-                        Ok(hash) => {
-                            round.accepted.push((p, hash));
-                            prev = hash;
-                        }
-                        Err(e) => {
-                            round.failed = Some((p.interval, e));
-                            break;
-                        }
-                    }
-                }
-                done.notify_one();
-                round
-            })
-        });
+        self.round = Some(tokio::spawn(async move {
+            let mut queues: Vec<Queue> = leases
+                .into_iter()
+                .map(|(lease, prev, pending)| Queue {
+                    lease,
+                    prev,
+                    pending: pending.into(),
+                    round: Round::default(),
+                })
+                .collect();
+            send_round(chain.as_ref(), &mut queues).await;
+            done.notify_one();
+            queues.into_iter().map(|q| (q.lease, q.round)).collect()
+        }));
     }
 
-    /// The rounds that ended since the last call.
+    /// What the round got for each of its leases, once it ended (nothing while it runs).
     pub async fn finished(&mut self) -> Vec<(Key, Round)> {
-        let done: Vec<Key> = self
-            .rounds
-            .iter()
-            .filter(|(_, h)| h.is_finished())
-            .map(|(k, _)| *k)
-            .collect();
-        let mut out = Vec::with_capacity(done.len());
-        for lease in done {
-            let handle = self.rounds.remove(&lease).expect("listed above");
-            let round = handle.await.unwrap_or_else(|e| Round {
-                accepted: Vec::new(),
-                failed: Some((
-                    0,
-                    ChainError::Unavailable(format!("the submission task failed: {e}")),
-                )),
-            });
-            out.push((lease, round));
+        if !self.round.as_ref().is_some_and(|h| h.is_finished()) {
+            return Vec::new();
         }
-        out
+        let handle = self.round.take().expect("checked above");
+        handle.await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "the proof round failed");
+            Vec::new()
+        })
     }
 
     /// Completes when a round has ended since the last call.
@@ -157,15 +203,15 @@ impl Senders {
         self.done.notified().await
     }
 
-    /// Whether every round has ended (tests).
+    /// Whether the round (if any) has ended (tests).
     #[cfg(test)]
     pub fn all_finished(&self) -> bool {
-        self.rounds.values().all(|h| h.is_finished())
+        self.round.as_ref().is_none_or(|h| h.is_finished())
     }
 
     /// Whether a round has ended and waits to be taken (tests).
     #[cfg(test)]
     pub fn any_finished(&self) -> bool {
-        self.rounds.values().any(|h| h.is_finished())
+        self.round.as_ref().is_some_and(|h| h.is_finished())
     }
 }

@@ -51,6 +51,7 @@ impl Agent {
             data_dir: dir.path().to_path_buf(),
             electricity_cost_per_kwh: ELECTRICITY_COST,
             heartbeat_interval: Duration::from_secs(60),
+            claim_interval: Duration::from_secs(3_600),
             placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
             container: ContainerLimits {
                 memory_mib_per_gpu: 1_024,

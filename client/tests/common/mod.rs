@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anchor_lang::AccountDeserialize;
-use gpu_market::instructions::SubmitUsageArgs;
+use gpu_market::instructions::UsageProofArgs;
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease, Machine, Market, StakeAccount};
+use gpu_market::state::{Bid, Machine, Market, StakeAccount};
 use gpu_market_sdk::{Allocate, ClientInstruction, SubmitUsage};
 use gpu_market_tests::Cluster;
 use serde_json::Value;
@@ -503,27 +503,24 @@ pub fn prove(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32) {
 
 /// [`prove`] stating `stated`.
 pub fn prove_with(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32, stated: Stated) {
-    let l: Lease = t.account(&lease);
     let agent = key_of(&host.agent);
     t.submit_usage(&SubmitUsage {
         agent: &agent,
         market: s.market,
         machine: host.machine,
-        lease,
-        bid: l.bid,
-        payment_mint: s.mint,
-        host_tokens: host.tokens,
-        args: SubmitUsageArgs {
-            interval: k,
-            gpu_seconds: 2,
-            energy_j: 500,
-            avg_utilisation_bps: stated.utilisation_bps,
-            peak_power_w: vec![stated.peak_power_w],
-            exit_code: None,
-            prev_hash: l.proof_hash,
-            samples_hash: stated.samples_hash,
-            energy_saved_j: 0,
-        },
+        proofs: vec![(
+            lease,
+            UsageProofArgs {
+                interval: k,
+                gpu_seconds: 2,
+                energy_j: 500,
+                avg_utilisation_bps: stated.utilisation_bps,
+                peak_power_w: vec![stated.peak_power_w],
+                exit_code: None,
+                samples_hash: stated.samples_hash,
+                energy_saved_j: 0,
+            },
+        )],
     });
 }
 

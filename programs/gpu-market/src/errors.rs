@@ -97,8 +97,8 @@ pub enum MarketError {
     NotBetterBid,
     #[msg("the proof's interval is not after the last proven one")]
     StaleInterval,
-    #[msg("the proof does not chain to the lease's last proof")]
-    BadProofChain,
+    #[msg("submit_usage takes one writable lease of the machine per proof, in the proofs' order")]
+    ProofAccountsMismatch,
     #[msg("the proof's interval has not ended yet")]
     IntervalNotOver,
     #[msg("the lease had stopped before the proof's interval")]
@@ -199,6 +199,8 @@ pub enum MarketError {
     BookMisshapen,
     #[msg("the bid account does not hold the rent of its place in the book")]
     BookRentMissing,
+    #[msg("the machine's pay is not claimed yet: send claim_pay first")]
+    PayUnclaimed,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

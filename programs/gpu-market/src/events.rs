@@ -180,6 +180,15 @@ pub struct UsageProven {
     pub energy_saved_j: u64,
 }
 
+/// A machine's accrued pay went to its owner (`claim_pay`); its fee stays for the treasury.
+#[event]
+pub struct PayClaimed {
+    pub machine: Pubkey,
+    pub owner: Pubkey,
+    pub amount: u64,
+    pub fee: u64,
+}
+
 #[event]
 pub struct LeaseIdle {
     pub lease: Pubkey,

@@ -136,10 +136,18 @@ pub mod gpu_market {
         Preempt::preempt(ctx)
     }
 
-    /// One hash-chained usage proof for one billing interval of a lease; pays the host for the
-    /// proven time out of escrow.
-    pub fn submit_usage(ctx: Context<SubmitUsage>, args: SubmitUsageArgs) -> Result<()> {
-        SubmitUsage::submit_usage(ctx, args)
+    /// Hash-chained usage proofs of a machine's leases, one billing interval each: accrues the
+    /// proven time's pay, out of each lease's escrow, to the machine.
+    pub fn submit_usage<'info>(
+        ctx: Context<'info, SubmitUsage<'info>>,
+        proofs: Vec<UsageProofArgs>,
+    ) -> Result<()> {
+        SubmitUsage::submit_usage(ctx, proofs)
+    }
+
+    /// Pays a machine's owner what its proofs accrued (anyone may send it).
+    pub fn claim_pay(ctx: Context<ClaimPay>) -> Result<()> {
+        ClaimPay::claim_pay(ctx)
     }
 
     /// Stops a lease (client or host) and settles it once its time is proven.

@@ -1,8 +1,8 @@
 //! The builders of a lease's life: `allocate` starts it, `preempt` stops a spot lease for a
-//! better bid, `submit_usage` proves and pays it, `end_lease` / `reclaim_escrow` settle it, and
+//! better bid, `submit_usage` proves a machine's leases and `claim_pay` pays the host, `end_lease` / `reclaim_escrow` settle it, and
 //! `slash` spends the evidence a machine gathered.
 
-use gpu_market::instructions::{AllocateArgs, SubmitUsageArgs};
+use gpu_market::instructions::{AllocateArgs, UsageProofArgs};
 use gpu_market::pda;
 use gpu_market::state::{BidKind, Lease, Machine};
 use solana_instruction::{AccountMeta, Instruction};
@@ -97,41 +97,116 @@ impl ClientInstruction for Preempt<'_> {
     }
 }
 
+/// `submit_usage`: proofs of one machine's leases in one transaction, each `(lease, proof)`
+/// proving one interval (a lease may come several times, its intervals in order).
 pub struct SubmitUsage<'a> {
     pub agent: &'a (dyn Signer + Sync),
     pub market: Pubkey,
     pub machine: Pubkey,
-    pub lease: Pubkey,
-    pub bid: Pubkey,
-    pub payment_mint: Pubkey,
-    pub host_tokens: Pubkey,
-    pub args: SubmitUsageArgs,
+    pub proofs: Vec<(Pubkey, UsageProofArgs)>,
 }
 
 impl ClientInstruction for SubmitUsage<'_> {
     const NAME: &'static str = "submit_usage";
 
     fn instruction(&self) -> Instruction {
-        ix(
+        let mut i = ix(
             gpu_market::accounts::SubmitUsage {
                 agent: self.agent.pubkey(),
                 market: self.market,
                 machine: self.machine,
-                lease: self.lease,
-                bid: self.bid,
+            },
+            gpu_market::instruction::SubmitUsage {
+                proofs: self.proofs.iter().map(|(_, p)| p.clone()).collect(),
+            },
+        );
+        i.accounts.extend(
+            self.proofs
+                .iter()
+                .map(|(lease, _)| AccountMeta::new(*lease, false)),
+        );
+        i
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.agent]
+    }
+}
+
+/// The most bytes a transaction takes on the wire (`PACKET_DATA_SIZE` of the cluster).
+pub const TRANSACTION_SIZE_LIMIT: usize = 1232;
+
+impl<'a> SubmitUsage<'a> {
+    /// The proofs split, in order, into as few `submit_usage`s as fit a transaction each:
+    /// signed by the agent alone (which pays its fee) beside a compute-unit limit and price.
+    /// A lease's proofs stay in order across the parts.
+    pub fn split(self) -> Vec<SubmitUsage<'a>> {
+        let mut parts: Vec<SubmitUsage<'a>> = Vec::new();
+        for proof in self.proofs {
+            let fits = parts.last_mut().is_some_and(|last| {
+                last.proofs.push(proof.clone());
+                let fits = last.transaction_size() <= TRANSACTION_SIZE_LIMIT;
+                if !fits {
+                    last.proofs.pop();
+                }
+                fits
+            });
+            if !fits {
+                parts.push(SubmitUsage {
+                    agent: self.agent,
+                    market: self.market,
+                    machine: self.machine,
+                    proofs: vec![proof],
+                });
+            }
+        }
+        parts
+    }
+
+    /// Bytes of the signed transaction that sends this with a compute-unit limit and price.
+    pub fn transaction_size(&self) -> usize {
+        use solana_compute_budget_interface::ComputeBudgetInstruction;
+        let ixs = [
+            ComputeBudgetInstruction::set_compute_unit_limit(0),
+            ComputeBudgetInstruction::set_compute_unit_price(0),
+            self.instruction(),
+        ];
+        let message = solana_message::Message::new(&ixs, Some(&self.agent.pubkey()));
+        let signatures = message.header.num_required_signatures as usize;
+        // The signature count (one byte under 128), the signatures, the message.
+        1 + 64 * signatures + message.serialize().len()
+    }
+}
+
+/// `claim_pay`: pays a machine's owner what its proofs accrued. It needs no signature but the
+/// fee payer's: anyone may send it.
+pub struct ClaimPay {
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub payment_mint: Pubkey,
+    /// A payment-token account of the machine's owner.
+    pub host_tokens: Pubkey,
+}
+
+impl ClientInstruction for ClaimPay {
+    const NAME: &'static str = "claim_pay";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::ClaimPay {
+                market: self.market,
+                machine: self.machine,
                 payment_mint: self.payment_mint,
                 payment_vault: pda::payment_vault(&self.market).0,
                 host_tokens: self.host_tokens,
                 token_program: spl_token_interface::ID,
             },
-            gpu_market::instruction::SubmitUsage {
-                args: self.args.clone(),
-            },
+            gpu_market::instruction::ClaimPay {},
         )
     }
 
     fn signers(&self) -> Vec<&dyn Signer> {
-        vec![self.agent]
+        Vec::new()
     }
 }
 

@@ -6,7 +6,7 @@
 
 use anchor_lang::error::ERROR_CODE_OFFSET;
 use gpu_market::errors::MarketError;
-use gpu_market::instructions::{PlaceBidArgs, SubmitUsageArgs};
+use gpu_market::instructions::{PlaceBidArgs, UsageProofArgs};
 use gpu_market::pda;
 use gpu_market::state::{
     BidKind, GpuSpec, Lease, MachineNetwork, MachineStatus, MachineTerms, Market, MarketParams,
@@ -327,45 +327,61 @@ impl Fixture {
         self.send_allocate(&a)
     }
 
-    /// The proof of `interval` of `lease`, chained to its last proof, with full GPU time.
-    pub fn proof(&self, lease: &Pubkey, interval: u32) -> SubmitUsageArgs {
+    /// The proof of `interval` of `lease`, with full GPU time.
+    pub fn proof(&self, lease: &Pubkey, interval: u32) -> UsageProofArgs {
         let l: Lease = self.ctx.account(lease);
-        SubmitUsageArgs {
+        UsageProofArgs {
             interval,
             gpu_seconds: INTERVAL as u64 * l.gpu_count as u64,
             energy_j: 300 * INTERVAL as u64 * l.gpu_count as u64,
             avg_utilisation_bps: 9_000,
             peak_power_w: vec![290; l.gpu_count as usize],
             exit_code: None,
-            prev_hash: l.proof_hash,
             samples_hash: [0; 32],
             energy_saved_j: 0,
         }
+    }
+
+    /// `submit_usage` of `proofs` (leases of one machine, the first's) signed by `agent`.
+    pub fn submit_batch_with(
+        &mut self,
+        agent: &Keypair,
+        proofs: Vec<(Pubkey, UsageProofArgs)>,
+    ) -> Result<(), Failure> {
+        let l: Lease = self.ctx.account(&proofs[0].0);
+        let s = SubmitUsage {
+            agent,
+            market: self.market,
+            machine: l.machine,
+            proofs,
+        };
+        self.ctx.run(&s).map(|_| ())
     }
 
     pub fn submit_with(
         &mut self,
         agent: &Keypair,
         lease: Pubkey,
-        args: SubmitUsageArgs,
+        args: UsageProofArgs,
     ) -> Result<(), Failure> {
-        let l: Lease = self.ctx.account(&lease);
-        let s = SubmitUsage {
-            agent,
-            market: self.market,
-            machine: l.machine,
-            lease,
-            bid: l.bid,
-            payment_mint: self.mint,
-            host_tokens: self.host.tokens,
-            args,
-        };
-        self.ctx.run(&s).map(|_| ())
+        self.submit_batch_with(agent, vec![(lease, args)])
     }
 
-    pub fn submit(&mut self, lease: Pubkey, args: SubmitUsageArgs) -> Result<(), Failure> {
+    pub fn submit(&mut self, lease: Pubkey, args: UsageProofArgs) -> Result<(), Failure> {
         let agent = self.agent.insecure_clone();
         self.submit_with(&agent, lease, args)
+    }
+
+    /// `claim_pay` of `machine`'s accrued pay into the host's token account.
+    pub fn claim(&mut self, machine: Pubkey) -> Result<(), Failure> {
+        self.ctx
+            .run(&ClaimPay {
+                market: self.market,
+                machine,
+                payment_mint: self.mint,
+                host_tokens: self.host.tokens,
+            })
+            .map(|_| ())
     }
 
     /// `end_lease` (or `reclaim_escrow`) of `lease` signed by `signer`, refunding to
@@ -521,8 +537,11 @@ pub fn slash_by_stranger(f: &mut Fixture) -> Result<(), Failure> {
         .map(drop)
 }
 
-/// Runs `lease` through interval `k` with a full proof.
+/// Runs `lease` through interval `k` with a full proof, and pays its host at once (as an
+/// agent that claims after every proof would).
 pub fn prove(f: &mut Fixture, lease: Pubkey, k: u32) {
     let p = f.proof(&lease, k);
     f.submit(lease, p).expect("submit_usage");
+    let machine = f.ctx.account::<Lease>(&lease).machine;
+    f.claim(machine).expect("claim_pay");
 }

@@ -24,7 +24,9 @@ use crate::runtime::{ContainerSpec, ContainerState, LABEL_LEASE};
 use crate::state::{LeaseRecord, StateFile};
 use gpu_market::errors::MarketError;
 
-const T0: i64 = 1_700_000_000;
+/// On the grid of 60 s billing intervals (`interval_window`): a lease started at `T0` has whole
+/// windows.
+const T0: i64 = 1_699_999_980;
 const INTERVAL: u32 = 60;
 const POLL: u64 = 5;
 
@@ -120,6 +122,7 @@ impl Harness {
                 data_dir: self.dir.path().to_path_buf(),
                 electricity_cost_per_kwh: 500,
                 heartbeat_interval: Duration::from_secs(60),
+                claim_interval: Duration::from_secs(3_600),
                 placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
                 container: ContainerLimits {
                     memory_mib_per_gpu: 1_024,
@@ -407,13 +410,15 @@ async fn a_market_update_leaves_a_running_lease_on_the_interval_it_started_with(
             .map(|a| a.window)
             .collect()
     };
+    // On the grid of its interval: from its start to the next multiple, then whole ones.
     let expected = |lease: &LeaseView, n: usize| -> Vec<(i64, i64)> {
         let secs = lease.interval_secs as i64;
+        let grid = lease.started_at - lease.started_at.rem_euclid(secs);
         (0..n as i64)
             .map(|k| {
                 (
-                    lease.started_at + k * secs,
-                    lease.started_at + (k + 1) * secs,
+                    (grid + k * secs).max(lease.started_at),
+                    grid + (k + 1) * secs,
                 )
             })
             .collect()
@@ -630,7 +635,10 @@ fn only_refusals_that_can_change_are_retried() {
         Fate::of(&refused(MarketError::IntervalAfterStop)),
         Fate::DropFromHere
     );
-    for e in [MarketError::BadProofChain, MarketError::IntervalNotOver] {
+    for e in [
+        MarketError::ProofAccountsMismatch,
+        MarketError::IntervalNotOver,
+    ] {
         assert_eq!(Fate::of(&refused(e)), Fate::Retry, "{e}");
     }
     assert_eq!(
@@ -851,6 +859,7 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         readied: BTreeMap::new(),
         draining: false,
         heartbeat_due: true,
+        claim_due: false,
         electricity_cost_per_kwh: 500,
         waiting: BTreeMap::new(),
         grace_secs: 10,
@@ -876,6 +885,7 @@ fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
         status: MachineStatus::Active,
         network: crate::chain::NetworkView::default(),
         cached_images: Vec::new(),
+        unclaimed_pay: 0,
     }
 }
 
@@ -1186,6 +1196,7 @@ fn without_the_cluster_the_plan_touches_nothing_on_chain() {
     );
 }
 
+mod batching;
 mod faults;
 mod isolation;
 mod liveness;

@@ -273,6 +273,7 @@ impl Allocate<'_> {
             proven_until: now,
             proof_hash: [0; 32],
             paid: 0,
+            escrow: bid.escrow,
             billed_secs: 0,
             gpu_seconds: 0,
             energy_j: 0,
@@ -287,6 +288,8 @@ impl Allocate<'_> {
             exit_code: None,
             auto_power: bid.auto_power,
         });
+        // The escrow moves to the lease, which pays its proofs out of it.
+        bid.escrow = 0;
         emit!(LeaseStarted {
             lease: lease.key(),
             machine: lease.machine,

@@ -39,13 +39,14 @@ pub struct CloseMachine<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    /// A retired machine with no lease left.
+    /// A retired machine with no lease left and its pay claimed.
     #[account(
         mut, dup,
         close = owner,
         has_one = owner,
         constraint = machine.status == MachineStatus::Retired @ MarketError::MachineNotRetired,
         constraint = machine.leases == 0 @ MarketError::MachineBusy,
+        constraint = machine.unclaimed_pay == 0 && machine.unclaimed_fee == 0 @ MarketError::PayUnclaimed,
     )]
     pub machine: Box<Account<'info, Machine>>,
 

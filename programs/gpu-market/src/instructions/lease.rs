@@ -5,13 +5,14 @@ use gpu_market_core::settlement::{self, cost, payout, Billing};
 
 use crate::errors::MarketError;
 use crate::events::{
-    HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, SpotPreempted, UsageProven,
+    HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, PayClaimed, SpotPreempted, UsageProven,
 };
 use crate::instructions::{
     grow_book, holds_slot_rent, load_book_mut, pay_out, refund_escrow, slot_rent,
 };
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount,
+    seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, MachineStatus, Market,
+    StakeAccount,
 };
 
 #[derive(Accounts)]
@@ -84,11 +85,7 @@ impl Preempt<'_> {
                     a.challenger.spot_profit(&a.machine)? > a.lease_bid.spot_profit(&a.machine)?,
                     MarketError::NotBetterBid
                 );
-                let interval = lease.rules.billing_interval_secs;
-                let k = lease_math::interval_index(lease.started_at, interval, now);
-                lease
-                    .started_at
-                    .checked_add((k as i64 + 1) * interval as i64)
+                lease_math::interval_end(lease.started_at, lease.rules.billing_interval_secs, now)
                     .ok_or(MarketError::Overflow)?
             }
         };
@@ -105,8 +102,9 @@ impl Preempt<'_> {
     }
 }
 
+/// One lease's proof of one billing interval, as `submit_usage` takes it.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
-pub struct SubmitUsageArgs {
+pub struct UsageProofArgs {
     pub interval: u32,
     pub gpu_seconds: u64,
     pub energy_j: u64,
@@ -117,17 +115,14 @@ pub struct SubmitUsageArgs {
     /// Peak power of each of the lease's GPUs, in W, in the bid's GPU order.
     pub peak_power_w: Vec<u16>,
     pub exit_code: Option<i32>,
-    /// The lease's current `proof_hash`: the proof extends that chain.
-    pub prev_hash: [u8; 32],
     /// sha256 of the power readings behind `peak_power_w`
     /// (`gpu_market_core::evidence::PowerLog`), chained into the proof's hash.
     pub samples_hash: [u8; 32],
 }
 
-impl SubmitUsageArgs {
-    /// The arguments that submit `proof`, chained to `prev_hash` (the inverse of [`Self::proof`]).
-    pub fn new(proof: &UsageProof, prev_hash: [u8; 32]) -> Self {
-        SubmitUsageArgs {
+impl From<&UsageProof> for UsageProofArgs {
+    fn from(proof: &UsageProof) -> Self {
+        UsageProofArgs {
             interval: proof.interval,
             gpu_seconds: proof.gpu_seconds,
             energy_j: proof.energy_j,
@@ -135,11 +130,12 @@ impl SubmitUsageArgs {
             avg_utilisation_bps: proof.avg_utilisation_bps,
             peak_power_w: proof.peak_power_w.clone(),
             exit_code: proof.exit_code,
-            prev_hash,
             samples_hash: proof.samples_hash,
         }
     }
+}
 
+impl UsageProofArgs {
     pub fn proof(&self) -> UsageProof {
         UsageProof {
             interval: self.interval,
@@ -154,21 +150,196 @@ impl SubmitUsageArgs {
     }
 }
 
+/// Accounts of `submit_usage`; the proven leases follow as remaining accounts, writable, one per
+/// proof and in the proofs' order (a lease proving several intervals is listed once for each).
 #[derive(Accounts)]
 pub struct SubmitUsage<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, dup, has_one = market, has_one = agent @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
+}
 
-    #[account(mut, dup, has_one = machine)]
-    pub lease: Box<Account<'info, Lease>>,
+impl<'info> SubmitUsage<'info> {
+    /// Signed usage proofs of a machine's leases, one billing interval each, in one
+    /// transaction: each pays price × proven time out of its lease's escrow, never past the
+    /// clock, the lease's end or the escrow, and accrues it to the machine (`claim_pay` pays it
+    /// out). All or nothing: one refused proof refuses them all. The proofs count as the
+    /// machine's heartbeat.
+    pub fn submit_usage(ctx: Context<'info, Self>, proofs: Vec<UsageProofArgs>) -> Result<()> {
+        require!(
+            !proofs.is_empty() && proofs.len() == ctx.remaining_accounts.len(),
+            MarketError::ProofAccountsMismatch
+        );
+        let now = Clock::get()?.unix_timestamp;
+        let a = &mut *ctx.accounts;
+        for (args, info) in proofs.iter().zip(ctx.remaining_accounts) {
+            require!(info.is_writable, MarketError::ProofAccountsMismatch);
+            // Loaded, proven and written back one at a time: a lease listed twice proves two
+            // intervals in turn.
+            let mut lease = Account::<Lease>::try_from(info)?;
+            require_keys_eq!(
+                lease.machine,
+                a.machine.key(),
+                MarketError::ProofAccountsMismatch
+            );
+            prove(&a.market, &mut a.machine, &mut lease, args, now)?;
+            lease.exit(&crate::ID)?;
+        }
+        if a.machine.status != MachineStatus::Retired {
+            a.machine.last_heartbeat = now;
+        }
+        Ok(())
+    }
+}
 
-    #[account(mut, dup, address = lease.bid)]
-    pub bid: Box<Account<'info, Bid>>,
+/// Applies one proof to `lease`.
+fn prove(
+    market: &Market,
+    machine: &mut Machine,
+    lease: &mut Account<Lease>,
+    args: &UsageProofArgs,
+    now: i64,
+) -> Result<()> {
+    require!(
+        args.interval >= lease.next_interval,
+        MarketError::StaleInterval
+    );
+    require!(
+        args.peak_power_w.len() == lease.gpu_count as usize,
+        MarketError::BadProofGpuCount
+    );
+    let rules = lease.rules;
+    // A final proof (the container exited) ends the lease now: its window is clipped at the
+    // clock instead of waiting for the interval's end, so a lease whose container could not
+    // run is refunded at once.
+    let stop = match args.exit_code {
+        Some(_) => lease.stop().min(now),
+        None => lease.stop(),
+    };
+    let (from, to) = lease_math::interval_window(
+        lease.started_at,
+        rules.billing_interval_secs,
+        args.interval,
+        stop,
+    )
+    .ok_or(match args.exit_code {
+        Some(_) if now < lease.stop() => MarketError::IntervalNotOver,
+        _ => MarketError::IntervalAfterStop,
+    })?;
+    require!(to <= now, MarketError::IntervalNotOver);
+
+    // Skipped intervals are never paid, and count as the host's silence.
+    let missed = args.interval - lease.next_interval;
+    if missed > 0 {
+        machine.record_missed(missed, now, market)?;
+    }
+    let gpus = lease.gpu_count as u64;
+    let secs = lease_math::payable_secs((to - from) as u64, args.gpu_seconds, gpus);
+    lease.billed_secs = lease
+        .billed_secs
+        .checked_add(secs)
+        .ok_or(MarketError::Overflow)?;
+    let billing = Billing {
+        price: lease.price,
+        unit: lease.kind.unit(),
+        gpus,
+        billed_secs: lease.billed_secs,
+        paid: lease.paid,
+    };
+    let pay =
+        payout(billing, lease.escrow, rules.protocol_fee_bps as u64).map_err(MarketError::from)?;
+    lease.escrow = pay.escrow_left;
+    // Accrued to the machine, paid out by `claim_pay`: the vault keeps it meanwhile, and the
+    // fee stays there until `collect_fees`, so a host is paid whatever becomes of the treasury.
+    machine.unclaimed_pay = machine
+        .unclaimed_pay
+        .checked_add(pay.to_host)
+        .ok_or(MarketError::Overflow)?;
+    machine.unclaimed_fee = machine
+        .unclaimed_fee
+        .checked_add(pay.fee)
+        .ok_or(MarketError::Overflow)?;
+
+    let proof = args.proof();
+    let preimage = proof.chain_preimage(&lease.key().to_bytes(), &lease.proof_hash);
+    lease.proof_hash = solana_sha256_hasher::hash(&preimage).to_bytes();
+    lease.next_interval = args.interval.checked_add(1).ok_or(MarketError::Overflow)?;
+    lease.proven_until = to;
+    lease.paid = lease
+        .paid
+        .checked_add(pay.to_host + pay.fee)
+        .ok_or(MarketError::Overflow)?;
+    lease.gpu_seconds = lease.gpu_seconds.saturating_add(args.gpu_seconds);
+    lease.energy_j = lease.energy_j.saturating_add(args.energy_j);
+    // Auto power is the client's opt-in: a lease without it has nothing to save.
+    if lease.auto_power.is_some() {
+        lease.energy_saved_j = lease.energy_saved_j.saturating_add(args.energy_saved_j);
+    }
+    let violated = proof
+        .power_violations(&lease.power_limits_w[..])
+        .next()
+        .is_some();
+    if violated {
+        lease.violations = lease
+            .violations
+            .checked_add(1)
+            .ok_or(MarketError::Overflow)?;
+        machine.record_violation(now, market)?;
+    }
+    lease.utilisation_bps = args.avg_utilisation_bps;
+    lease.idle_streak = lease_math::idle_streak(
+        lease.idle_streak,
+        args.avg_utilisation_bps,
+        rules.idle_utilisation_bps,
+    );
+    if !lease.idle && lease.idle_streak >= rules.idle_intervals {
+        lease.idle = true;
+        emit!(LeaseIdle {
+            lease: lease.key(),
+            intervals: lease.idle_streak,
+        });
+    }
+    // An exited container, an empty escrow or the market's idle rule ends the lease at this
+    // window; the exit code stays with the lease, for its client to read why.
+    let idle_ended = rules.idle_end_intervals > 0
+        && lease.idle_streak >= rules.idle_end_intervals
+        && args.exit_code.is_none();
+    if idle_ended {
+        lease.exit_code = Some(gpu_market_core::lease::exit::IDLE_ENDED);
+    } else if args.exit_code.is_some() {
+        lease.exit_code = args.exit_code;
+    }
+    if args.exit_code.is_some() || lease.escrow == 0 || idle_ended {
+        lease.request_stop(to);
+    }
+    emit!(UsageProven {
+        lease: lease.key(),
+        interval: args.interval,
+        paid_to_host: pay.to_host,
+        fee: pay.fee,
+        escrow_left: pay.escrow_left,
+        power_violation: violated,
+        proof_hash: lease.proof_hash,
+        exit_code: args.exit_code,
+        peak_power_w: args.peak_power_w.clone(),
+        power_limits_w: lease.power_limits_w[..lease.gpu_count as usize].to_vec(),
+        samples_hash: args.samples_hash,
+        energy_saved_j: lease.auto_power.map_or(0, |_| args.energy_saved_j),
+    });
+    Ok(())
+}
+
+/// Accounts of `claim_pay`: anyone may send it, the pay can only go to the machine's owner.
+#[derive(Accounts)]
+pub struct ClaimPay<'info> {
+    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(mut, dup, has_one = market)]
+    pub machine: Box<Account<'info, Machine>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
@@ -182,144 +353,28 @@ pub struct SubmitUsage<'info> {
     pub token_program: Program<'info, Token>,
 }
 
-impl SubmitUsage<'_> {
-    /// One signed usage proof for one billing interval: pays price × proven time out of escrow
-    /// (fee to the treasury), never past the clock, the lease's end or the escrow.
-    pub fn submit_usage(ctx: Context<Self>, args: SubmitUsageArgs) -> Result<()> {
-        let now = Clock::get()?.unix_timestamp;
+impl ClaimPay<'_> {
+    /// Pays the host what its machine's proofs accrued, and books their fee for the treasury.
+    pub fn claim_pay(ctx: Context<Self>) -> Result<()> {
         let a = &mut *ctx.accounts;
-        let lease = &mut a.lease;
-        require!(
-            args.interval >= lease.next_interval,
-            MarketError::StaleInterval
-        );
-        require!(
-            args.prev_hash == lease.proof_hash,
-            MarketError::BadProofChain
-        );
-        require!(
-            args.peak_power_w.len() == lease.gpu_count as usize,
-            MarketError::BadProofGpuCount
-        );
-        let rules = lease.rules;
-        // A final proof (the container exited) ends the lease now: its window is clipped at the
-        // clock instead of waiting for the interval's end, so a lease whose container could not
-        // run is refunded at once.
-        let stop = match args.exit_code {
-            Some(_) => lease.stop().min(now),
-            None => lease.stop(),
-        };
-        let (from, to) = lease_math::interval_window(
-            lease.started_at,
-            rules.billing_interval_secs,
-            args.interval,
-            stop,
-        )
-        .ok_or(match args.exit_code {
-            Some(_) if now < lease.stop() => MarketError::IntervalNotOver,
-            _ => MarketError::IntervalAfterStop,
-        })?;
-        require!(to <= now, MarketError::IntervalNotOver);
-
-        // Skipped intervals are never paid, and count as the host's silence.
-        let missed = args.interval - lease.next_interval;
-        if missed > 0 {
-            a.machine.record_missed(missed, now, &a.market)?;
-        }
-        let gpus = lease.gpu_count as u64;
-        let secs = lease_math::payable_secs((to - from) as u64, args.gpu_seconds, gpus);
-        lease.billed_secs = lease
-            .billed_secs
-            .checked_add(secs)
-            .ok_or(MarketError::Overflow)?;
-        let bid = &mut a.bid;
-        let billing = Billing {
-            price: lease.price,
-            unit: bid.unit(),
-            gpus,
-            billed_secs: lease.billed_secs,
-            paid: lease.paid,
-        };
-        let pay = payout(billing, bid.escrow, rules.protocol_fee_bps as u64)
-            .map_err(MarketError::from)?;
-        let gross = pay.to_host + pay.fee;
-        bid.escrow = pay.escrow_left;
+        let (pay, fee) = (a.machine.unclaimed_pay, a.machine.unclaimed_fee);
+        a.machine.unclaimed_pay = 0;
+        a.machine.unclaimed_fee = 0;
         let market = &mut a.market;
         market.total_escrow = market
             .total_escrow
-            .checked_sub(gross)
+            .checked_sub(pay + fee)
             .ok_or(MarketError::Overflow)?;
-        // The fee stays in the vault until `collect_fees`: a host is paid whatever becomes of
-        // the treasury account.
         market.fees_due = market
             .fees_due
-            .checked_add(pay.fee)
+            .checked_add(fee)
             .ok_or(MarketError::Overflow)?;
-
-        let proof = args.proof();
-        let preimage = proof.chain_preimage(&lease.key().to_bytes(), &lease.proof_hash);
-        lease.proof_hash = solana_sha256_hasher::hash(&preimage).to_bytes();
-        lease.next_interval = args.interval.checked_add(1).ok_or(MarketError::Overflow)?;
-        lease.proven_until = to;
-        lease.paid = lease.paid.checked_add(gross).ok_or(MarketError::Overflow)?;
-        lease.gpu_seconds = lease.gpu_seconds.saturating_add(args.gpu_seconds);
-        lease.energy_j = lease.energy_j.saturating_add(args.energy_j);
-        // Auto power is the client's opt-in: a lease without it has nothing to save.
-        if lease.auto_power.is_some() {
-            lease.energy_saved_j = lease.energy_saved_j.saturating_add(args.energy_saved_j);
-        }
-        let violated = proof
-            .power_violations(&lease.power_limits_w[..])
-            .next()
-            .is_some();
-        if violated {
-            lease.violations = lease
-                .violations
-                .checked_add(1)
-                .ok_or(MarketError::Overflow)?;
-            a.machine.record_violation(now, &a.market)?;
-        }
-        lease.utilisation_bps = args.avg_utilisation_bps;
-        lease.idle_streak = lease_math::idle_streak(
-            lease.idle_streak,
-            args.avg_utilisation_bps,
-            rules.idle_utilisation_bps,
-        );
-        if !lease.idle && lease.idle_streak >= rules.idle_intervals {
-            lease.idle = true;
-            emit!(LeaseIdle {
-                lease: lease.key(),
-                intervals: lease.idle_streak,
-            });
-        }
-        // An exited container, an empty escrow or the market's idle rule ends the lease at this
-        // window; the exit code stays with the lease, for its client to read why.
-        let idle_ended = rules.idle_end_intervals > 0
-            && lease.idle_streak >= rules.idle_end_intervals
-            && args.exit_code.is_none();
-        if idle_ended {
-            lease.exit_code = Some(gpu_market_core::lease::exit::IDLE_ENDED);
-        } else if args.exit_code.is_some() {
-            lease.exit_code = args.exit_code;
-        }
-        if args.exit_code.is_some() || bid.escrow == 0 || idle_ended {
-            lease.request_stop(to);
-        }
-        emit!(UsageProven {
-            lease: lease.key(),
-            interval: args.interval,
-            paid_to_host: pay.to_host,
-            fee: pay.fee,
-            escrow_left: pay.escrow_left,
-            power_violation: violated,
-            proof_hash: lease.proof_hash,
-            exit_code: args.exit_code,
-            peak_power_w: args.peak_power_w.clone(),
-            power_limits_w: lease.power_limits_w[..lease.gpu_count as usize].to_vec(),
-            samples_hash: args.samples_hash,
-            energy_saved_j: lease.auto_power.map_or(0, |_| args.energy_saved_j),
+        emit!(PayClaimed {
+            machine: a.machine.key(),
+            owner: a.machine.owner,
+            amount: pay,
+            fee,
         });
-
         pay_out(
             &a.market,
             a.market.to_account_info(),
@@ -327,7 +382,7 @@ impl SubmitUsage<'_> {
             &a.payment_mint,
             a.host_tokens.to_account_info(),
             &a.token_program,
-            pay.to_host,
+            pay,
         )
     }
 }
@@ -531,7 +586,7 @@ impl CloseLease<'_> {
         )
         .map_err(MarketError::from)?;
         let requeue_due =
-            lease.preempted && now < bid.deadline && bid.escrow >= interval_cost.max(1);
+            lease.preempted && now < bid.deadline && lease.escrow >= interval_cost.max(1);
         // The rules decide, not whoever settles: a bid that may wait again needs its book, and
         // the rent of its slot there, which its account kept since `allocate`.
         let book = match (requeue_due, self.spot_book.as_ref()) {
@@ -545,8 +600,9 @@ impl CloseLease<'_> {
             }
         };
         let requeue = book.is_some();
-        let refund = if requeue { 0 } else { bid.escrow };
+        let refund = if requeue { 0 } else { lease.escrow };
         if let Some((book, slot)) = book {
+            bid.escrow = lease.escrow;
             // Back in the machine's spot book, ranked by its profit, with its remaining escrow.
             let key = bid.spot_profit(&self.machine)?;
             bid.status = BidStatus::Open;
@@ -564,7 +620,6 @@ impl CloseLease<'_> {
                 .total_escrow
                 .checked_sub(refund)
                 .ok_or(MarketError::Overflow)?;
-            bid.escrow = 0;
         }
         emit!(LeaseEnded {
             lease: lease.key(),

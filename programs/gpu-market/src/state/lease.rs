@@ -42,7 +42,7 @@ crate::state::pod_array!(
 );
 
 /// A bid running on a machine: created by `allocate`, paid by `submit_usage`, closed by
-/// `end_lease` or `reclaim_escrow`. The bid keeps the escrow; the lease keeps the proofs.
+/// `end_lease` or `reclaim_escrow`. While it runs the lease holds its bid's escrow and its proofs.
 #[account]
 #[derive(InitSpace, Debug)]
 pub struct Lease {
@@ -80,6 +80,11 @@ pub struct Lease {
     pub proof_hash: [u8; 32],
     /// Gross amount paid out of escrow (host + fee).
     pub paid: u64,
+    /// What is left of the bid's escrow: `allocate` moves it here, each proof pays out of it,
+    /// and what remains goes back to the client (or into the bid, put back in its book) when
+    /// the lease settles. A proof needs the lease alone, so one transaction proves a machine's
+    /// leases.
+    pub escrow: u64,
     /// Payable seconds proven in all: pay is the cost of this total less `paid`, so no
     /// interval's rounding is ever lost.
     pub billed_secs: u64,

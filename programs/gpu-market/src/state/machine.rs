@@ -221,6 +221,12 @@ pub struct MachineData {
     /// never changed after (a later rise of the parameter binds new machines only, so it cannot
     /// trap a host's stake), and what one slash of it takes its share of.
     pub bond: u64,
+    /// What its leases' proofs accrued and `claim_pay` has not paid yet: the host's pay, and
+    /// the protocol's fee on it (both still in the payment vault, counted in the market's
+    /// `total_escrow`). Proofs write only the machine and its leases, never an account every
+    /// machine shares.
+    pub unclaimed_pay: u64,
+    pub unclaimed_fee: u64,
     /// The machine's spot book (a `BidBook` account), set by `init_spot_book`.
     pub spot_book: Pubkey,
     /// Thousandths of a CPU core and MiB of memory the machine gives its leases in all.
@@ -261,7 +267,7 @@ crate::state::account_data!(Machine, MachineData);
 const _: () = assert!(
     core::mem::size_of::<MachineData>()
         == 4 * 32
-            + 7 * 8
+            + 9 * 8
             + 8 * 4
             + core::mem::size_of::<GpuTable>()
             + 2 * MAX_GPUS

@@ -270,7 +270,9 @@ pub struct MarketData {
     pub cap_gpus_offered: u64,
     /// The next bid's placement number.
     pub next_bid_seq: u64,
-    /// Tokens held in the payment vault as bid escrow.
+    /// Tokens held in the payment vault for what clients paid in: the escrow of waiting bids
+    /// and running leases, and the pay (with its fee) their proofs accrued to machines that
+    /// was not claimed yet (`Machine::unclaimed_pay`, `unclaimed_fee`).
     pub total_escrow: u64,
     /// Tokens staked (and not asked back) in this market.
     pub total_staked: u64,

@@ -1,0 +1,287 @@
+//! One transaction proves a machine's leases (`submit_usage` takes a proof per lease, in the
+//! remaining accounts' order), pay accrues to the machine, and `claim_pay` pays it to the host:
+//! a machine pays one signature per interval however many leases it runs, and proofs write no
+//! account the market's other machines share. On the SBF build in LiteSVM; every refused
+//! transaction is checked to move nothing.
+
+mod lease_fixture;
+mod program_test;
+
+use anchor_lang::error::ErrorCode as AnchorErrorCode;
+use gpu_market::errors::MarketError;
+use gpu_market::instructions::UsageProofArgs;
+use gpu_market::state::{Lease, Machine, MachineStatus, Market};
+use gpu_market_sdk::{ClaimPay, ClientInstruction, SubmitUsage, TRANSACTION_SIZE_LIMIT};
+use lease_fixture::*;
+use solana_compute_budget_interface::ComputeBudgetInstruction;
+use solana_keypair::Keypair;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+use solana_transaction::Transaction;
+
+/// Everything a proof or a claim may change: the accounts' data and the token balances.
+fn snapshot(f: &Fixture, accounts: &[Pubkey], wallets: &[&Wallet]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = accounts
+        .iter()
+        .chain([&f.machine, &f.market])
+        .map(|k| f.ctx.svm.get_account(k).map_or(Vec::new(), |a| a.data))
+        .collect();
+    for w in wallets {
+        out.push(f.balances(w).iter().flat_map(|b| b.to_le_bytes()).collect());
+    }
+    out
+}
+
+/// `n` clients, each with a 1-GPU queue lease of the machine's GPU `i` (one client holding
+/// every GPU would pass the market's anti-monopoly cap).
+fn one_gpu_leases(f: &mut Fixture, machine: Pubkey, n: u8) -> (Vec<Wallet>, Vec<Pubkey>) {
+    let agent = f.agent.insecure_clone();
+    let mut clients = Vec::new();
+    let mut leases = Vec::new();
+    for g in 0..n {
+        let c = f.client(100 * TOKEN, 0);
+        let a = f.queue_args(1, 8);
+        let bid = f.place(&c, a);
+        let alloc = f.ctx.allocation(&agent, machine, bid, &[g]);
+        leases.push(f.send_allocate(&alloc).expect("allocate"));
+        clients.push(c);
+    }
+    (clients, leases)
+}
+
+fn batch(f: &Fixture, leases: &[Pubkey], interval: u32) -> Vec<(Pubkey, UsageProofArgs)> {
+    leases.iter().map(|l| (*l, f.proof(l, interval))).collect()
+}
+
+#[test]
+fn one_transaction_proves_every_lease_of_a_machine_and_any_refusal_moves_nothing() {
+    let mut f = fixture();
+    let machine = f.machine;
+    let (clients, leases) = one_gpu_leases(&mut f, machine, 4);
+    let wallets: Vec<&Wallet> = clients.iter().collect();
+    f.ctx.advance_time(INTERVAL);
+    let before = snapshot(&f, &leases, &wallets);
+    let agent = f.agent.insecure_clone();
+
+    // One proof of the four is refused, so all are: an interval not over, a peak power per
+    // GPU missing.
+    let mut early = batch(&f, &leases, 0);
+    early[3].1 = f.proof(&leases[3], 1);
+    let err = f.submit_batch_with(&agent, early).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::IntervalNotOver));
+    let mut short = batch(&f, &leases, 0);
+    short[2].1.peak_power_w.clear();
+    let err = f.submit_batch_with(&agent, short).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BadProofGpuCount));
+    // A lease passed read-only, or one account fewer than proofs.
+    let sdk = SubmitUsage {
+        agent: &agent,
+        market: f.market,
+        machine,
+        proofs: batch(&f, &leases, 0),
+    };
+    let mut read_only = sdk.instruction();
+    let last = read_only.accounts.len() - 1;
+    read_only.accounts[last].is_writable = false;
+    let err = f.ctx.send(&[read_only], &[&agent]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ProofAccountsMismatch));
+    let mut missing = sdk.instruction();
+    missing.accounts.pop();
+    let err = f.ctx.send(&[missing], &[&agent]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ProofAccountsMismatch));
+    // Somebody else's key.
+    let stranger = f.ctx.wallet(1);
+    let err = f
+        .submit_batch_with(&stranger, batch(&f, &leases, 0))
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::WrongAgent));
+    assert_eq!(
+        snapshot(&f, &leases, &wallets),
+        before,
+        "refused batches move nothing"
+    );
+
+    // All four in one transaction: each lease proven, the pay accrued to the machine, no token
+    // moved, and the machine's heartbeat recorded.
+    f.submit_batch_with(&agent, batch(&f, &leases, 0))
+        .expect("four proofs");
+    let units_four = f.ctx.compute_units["submit_usage"];
+    let mut accrued = 0;
+    for l in &leases {
+        let lease: Lease = f.ctx.account(l);
+        assert_eq!(lease.next_interval, 1);
+        accrued += lease.paid;
+    }
+    let m: Machine = f.ctx.account(&machine);
+    assert!(accrued > 0);
+    assert_eq!(m.unclaimed_pay + m.unclaimed_fee, accrued);
+    assert_eq!(m.last_heartbeat, f.ctx.now(), "proofs are the heartbeat");
+    for w in &wallets {
+        assert_eq!(
+            f.balances(w)[..4],
+            before_balances(&before, w, &wallets)[..4]
+        );
+    }
+
+    // A lease listed twice proves two intervals in turn.
+    f.ctx.advance_time(2 * INTERVAL);
+    let twice = vec![
+        (leases[0], f.proof(&leases[0], 1)),
+        (leases[0], f.proof(&leases[0], 2)),
+    ];
+    f.submit_batch_with(&agent, twice)
+        .expect("two intervals of one lease");
+    assert_eq!(f.ctx.account::<Lease>(&leases[0]).next_interval, 3);
+    // But never one interval twice.
+    let replay = vec![
+        (leases[1], f.proof(&leases[1], 1)),
+        (leases[1], f.proof(&leases[1], 1)),
+    ];
+    let before = snapshot(&f, &leases, &wallets);
+    let err = f.submit_batch_with(&agent, replay).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::StaleInterval));
+    assert_eq!(snapshot(&f, &leases, &wallets), before);
+
+    // The size and cost of one proof and of four.
+    f.submit_batch_with(&agent, vec![(leases[1], f.proof(&leases[1], 1))])
+        .unwrap();
+    let units_one = f.ctx.compute_units["submit_usage"];
+    println!("| proofs in the transaction | compute units |");
+    println!("|---|---|");
+    println!("| 1 | {units_one} |");
+    println!("| 4 | {units_four} |");
+}
+
+/// The balances of `w` in `snapshot`'s last entries (one per wallet, in `wallets`' order).
+fn before_balances(snap: &[Vec<u8>], w: &Wallet, wallets: &[&Wallet]) -> Vec<u64> {
+    let i = wallets
+        .iter()
+        .position(|x| x.key.pubkey() == w.key.pubkey())
+        .unwrap();
+    let bytes = &snap[snap.len() - wallets.len() + i];
+    bytes
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn anyone_claims_a_machines_pay_for_its_owner_only_and_a_machine_closes_once_claimed() {
+    let mut f = fixture();
+    let machine = f.machine;
+    let (clients, leases) = one_gpu_leases(&mut f, machine, 2);
+    f.ctx.advance_time(INTERVAL);
+    let agent = f.agent.insecure_clone();
+    f.submit_batch_with(&agent, batch(&f, &leases, 0)).unwrap();
+    let m: Machine = f.ctx.account(&machine);
+    let (pay, fee) = (m.unclaimed_pay, m.unclaimed_fee);
+    assert!(pay > 0 && fee > 0);
+
+    // Into a token account that is not the owner's: refused, nothing moves.
+    let wallets: Vec<&Wallet> = clients.iter().collect();
+    let before = snapshot(&f, &leases, &wallets);
+    let err = f
+        .ctx
+        .run(&ClaimPay {
+            market: f.market,
+            machine,
+            payment_mint: f.mint,
+            host_tokens: clients[0].tokens,
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintTokenOwner as u32)
+    );
+    assert_eq!(snapshot(&f, &leases, &wallets), before);
+
+    // The machine cannot close with pay left to claim.
+    for (c, l) in clients.iter().zip(&leases) {
+        let key = c.key.insecure_clone();
+        f.close(&key, *l, c.tokens, false).expect("end_lease");
+    }
+    f.set_status(machine, MachineStatus::Retired);
+    let err = close_machine(&mut f).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::PayUnclaimed));
+
+    // A stranger's transaction (the context's payer signs alone) pays the owner exactly.
+    let market0: Market = f.ctx.account(&f.market);
+    let host0 = f.ctx.token_balance(&f.host.tokens);
+    f.claim(machine).expect("claim_pay");
+    let m: Machine = f.ctx.account(&machine);
+    assert_eq!((m.unclaimed_pay, m.unclaimed_fee), (0, 0));
+    assert_eq!(f.ctx.token_balance(&f.host.tokens) - host0, pay);
+    let market: Market = f.ctx.account(&f.market);
+    assert_eq!(market.fees_due - market0.fees_due, fee);
+    assert_eq!(market0.total_escrow - market.total_escrow, pay + fee);
+    close_machine(&mut f).expect("close_machine once claimed");
+}
+
+#[test]
+fn eight_one_gpu_leases_fit_one_transaction_and_sixteen_take_two() {
+    let mut f = fixture();
+    let agent = f.agent.insecure_clone();
+    let machine = f.other_machine(1, |t| {
+        t.agent = agent.pubkey();
+        t.gpus = (0..8u8)
+            .map(|i| {
+                let mut g = gpus()[0];
+                g.uuid = [0x40 + i; 16];
+                g.topology_group = i / 4;
+                g
+            })
+            .collect();
+    });
+    let (_, leases) = one_gpu_leases(&mut f, machine, 8);
+    f.ctx.advance_time(INTERVAL);
+    let proofs = SubmitUsage {
+        agent: &agent,
+        market: f.market,
+        machine,
+        proofs: batch(&f, &leases, 0),
+    };
+    let parts = proofs.split();
+    assert_eq!(parts.len(), 1, "eight 1-GPU proofs in one transaction");
+    let size = parts[0].transaction_size();
+    assert!(size <= TRANSACTION_SIZE_LIMIT, "{size} bytes");
+    // The size counted is the size sent: the transaction the agent signs and pays for, with
+    // its compute-unit limit and price.
+    let tx = Transaction::new_signed_with_payer(
+        &[
+            ComputeBudgetInstruction::set_compute_unit_limit(400_000),
+            ComputeBudgetInstruction::set_compute_unit_price(1),
+            parts[0].instruction(),
+        ],
+        Some(&agent.pubkey()),
+        &[&agent],
+        f.ctx.svm.latest_blockhash(),
+    );
+    assert_eq!(bincode::serialize(&tx).unwrap().len(), size);
+    let meta = f.ctx.send_transaction(tx).expect("eight proofs");
+    println!(
+        "eight 1-GPU proofs: {size} bytes, {} compute units",
+        meta.compute_units_consumed
+    );
+    for l in &leases {
+        assert_eq!(f.ctx.account::<Lease>(l).next_interval, 1);
+    }
+    // Sixteen proofs (of leases that need not exist to be sized) take two transactions, each
+    // within the limit, in the proofs' order.
+    let keys: Vec<Pubkey> = (0..16).map(|_| Keypair::new().pubkey()).collect();
+    let sixteen = SubmitUsage {
+        agent: &agent,
+        market: f.market,
+        machine,
+        proofs: keys.iter().map(|k| (*k, f.proof(&leases[0], 1))).collect(),
+    };
+    let parts = sixteen.split();
+    assert_eq!(parts.len(), 2);
+    assert!(parts
+        .iter()
+        .all(|p| p.transaction_size() <= TRANSACTION_SIZE_LIMIT));
+    let order: Vec<Pubkey> = parts
+        .iter()
+        .flat_map(|p| p.proofs.iter().map(|(k, _)| *k))
+        .collect();
+    assert_eq!(order, keys);
+}
