@@ -645,7 +645,8 @@ lease = lambda k: json.load(open(os.path.join(facts, "leases", k + ".json")))
 pre = json.load(open(os.path.join(facts, "preempted.json")))
 challenger = lease(meta["challenger_lease"])
 idle = lease(meta["idle_lease"])
-k, rem = divmod(pre["stop_at"] - pre["started_at"], interval)
+k = pre["stop_at"] // interval - pre["started_at"] // interval
+rem = pre["stop_at"] % interval
 summary = {
     "mint": meta["mint"], "market": meta["market"], "decimals": decimals, "interval_secs": interval,
     "supply_before": before["supply"], "supply_after": after["supply"],

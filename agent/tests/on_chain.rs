@@ -70,9 +70,14 @@ impl Scenario {
         let config = Agent::write_config(&live, dir.path(), 2);
         let agent = Agent::start(&config);
         let now = live.cluster.now().await.unwrap();
-        let bid = live.place(&client, bid(now)).await.unwrap();
-        let escrow = live.cluster.account::<Bid>(&bid).await.unwrap().escrow;
+        let placed = live.cluster.token_balance(&client.tokens).await.unwrap();
+        let args = bid(now);
+        let premium = args.urgency_premium;
+        let bid = live.place(&client, args).await.unwrap();
         let before = Self::balances(&live, &client).await;
+        // What left the client's account at placement, less the premium (the agent may have
+        // started the bid already, its escrow then the lease's).
+        let escrow = placed - before[2] - premium;
         let treasury = live.cluster.token_balance(&live.treasury).await.unwrap();
         let scenario = Scenario {
             live,
@@ -88,11 +93,14 @@ impl Scenario {
         (scenario, agent)
     }
 
+    /// The host's tokens and the pay its machine accrued unclaimed; the fees due and those the
+    /// machine's pay carries unclaimed; the client's tokens.
     async fn balances(live: &LiveMarket, client: &Wallet) -> [u64; 3] {
         let c = &live.cluster;
+        let machine: Machine = c.account(&live.machine).await.unwrap();
         [
-            c.token_balance(&live.host.tokens).await.unwrap(),
-            live.market_state().await.unwrap().fees_due,
+            c.token_balance(&live.host.tokens).await.unwrap() + machine.unclaimed_pay,
+            live.market_state().await.unwrap().fees_due + machine.unclaimed_fee,
             c.token_balance(&client.tokens).await.unwrap(),
         ]
     }
@@ -121,11 +129,11 @@ impl Scenario {
         let fees: u64 = proofs.iter().map(|p| p.fee).sum();
         assert_eq!(
             host_delta, to_host,
-            "the host receives exactly what the proofs pay"
+            "the host receives (or may claim) exactly what the proofs pay"
         );
         assert_eq!(
             fees_delta, fees,
-            "the market holds the fees until collect_fees"
+            "the market holds the fees until collect_fees (those of unclaimed pay with it)"
         );
         assert_eq!(
             self.live
@@ -688,9 +696,13 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
     let now = live.cluster.now().await.unwrap();
     let mut args = queue_bid(2, 2 * INTERVAL, now);
     args.image_ref = format!("127.0.0.1:{port}/stalled/worker:1");
+    let placed = live.cluster.token_balance(&client.tokens).await.unwrap();
+    let premium = args.urgency_premium;
     let bid = live.place(&client, args).await.unwrap();
     let before = live.cluster.token_balance(&client.tokens).await.unwrap();
-    let escrow = live.cluster.account::<Bid>(&bid).await.unwrap().escrow;
+    // What left the client's account, less the premium (the agent may have started the bid
+    // already, its escrow then the lease's).
+    let escrow = placed - before - premium;
     let b_lease = pda::lease(&bid).0;
     wait_for("B allocated", 30, &agent, || async {
         account_exists(live, &b_lease).await.then_some(())

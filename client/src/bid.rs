@@ -235,6 +235,12 @@ pub(crate) fn plan_top_up(
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let amount = parse::positive_amount(amount, decimals, "top-up")?;
     own(&b, bid, &client.pubkey())?;
+    if b.status != BidStatus::Open {
+        bail!(
+            "bid {bid} runs (lease {}): its escrow is its lease's, and a top-up is for a waiting bid",
+            gpu_market::pda::lease(bid).0
+        );
+    }
     let (client_tokens, balance) =
         config.token_account(&client.pubkey(), &m.payment_mint, tokens)?;
     check_balance(amount, balance, decimals, &client_tokens, "the top-up")?;

@@ -653,7 +653,9 @@ fn bid_verbs() {
     assert!(!t.exists(&gpu_market::pda::bid(&s.market, &key_of(&client).pubkey(), 2).0));
 
     // explain, from the one fit rule: the good bid fits the machine, and the simulated
-    // allocation of its agent passes.
+    // allocation of its agent passes. The agent heartbeats (the policy leaves out a machine
+    // silent for the market's window, 3 s here, however long the test has run).
+    heartbeat(&t, &host);
     let ex = t.ok(&client, &["bid", "explain", &good.to_string()]);
     assert_eq!(ex["machines_fitting"], 1, "{ex}");
     assert_eq!(ex["machines_ready"], 1, "{ex}");
@@ -1562,10 +1564,10 @@ fn quote_and_lease_verbs() {
         &["bid", "explain", &pk(&out["bid"]).to_string()],
     );
     assert_eq!(ex["image_sm_utilisation_bps"], 100, "{ex}");
-    let b: Bid = t.account(&bid);
+    let l: Lease = t.account(&lease);
     assert_eq!(
         show["escrow_left"],
-        gpu_market_core::amount::format(b.escrow, 6).as_str()
+        gpu_market_core::amount::format(l.escrow, 6).as_str()
     );
 
     // Nobody else may end it; a bad keypair or an unknown lease ends nothing.
@@ -1599,9 +1601,24 @@ fn quote_and_lease_verbs() {
         assert_eq!(out["status"], "settled", "{out}");
     }
     assert!(!t.exists(&lease) && !t.exists(&bid));
+    // The proofs accrued the pay to the machine: anyone claims it, for the host only, and
+    // its fee then waits in the market.
+    let mach: Machine = t.account(&host.machine);
+    assert!(mach.unclaimed_pay > 0 && mach.unclaimed_fee > 0);
+    assert_eq!(t.account::<Market>(&s.market).fees_due, 0);
+    let host_before = t.balance(&host.tokens);
+    let claimed = t.ok(&stranger, &["host", "claim", &host.machine.to_string()]);
+    assert_eq!(
+        claimed["paid"],
+        gpu_market_core::amount::format(mach.unclaimed_pay, 6).as_str(),
+        "{claimed}"
+    );
+    assert_eq!(t.balance(&host.tokens) - host_before, mach.unclaimed_pay);
+    let again = t.ok(&stranger, &["host", "claim", &host.machine.to_string()]);
+    assert_eq!(again["paid"], "0", "nothing left, nothing sent: {again}");
     // The fee stays with the market until anyone collects it into the treasury.
     let fees = t.account::<Market>(&s.market).fees_due;
-    assert!(fees > 0);
+    assert_eq!(fees, mach.unclaimed_fee);
     assert_eq!(t.balance(&s.treasury), 0);
     let show = t.ok(&stranger, &["market", "show", &m]);
     assert_eq!(

@@ -57,17 +57,17 @@ fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
     assert!(e.contains("counts as silent from"), "{e}");
     assert!(t.exists(&lease), "nothing sent");
     let stake_before = host_stake(&t, &s, &host);
-    // What the proof left of the escrow: all of it comes back.
-    let left = t.account::<Bid>(&proven.bid);
+    // What the proof left of the escrow (the lease holds it): all of it comes back.
+    let bid = t.account::<Bid>(&proven.bid);
     assert!(
-        left.escrow < placed_escrow(&left),
+        proven.escrow < placed_escrow(&bid),
         "the proven interval was paid"
     );
     wait_until(&t, proven.silent_from());
     let out = t.ok(&client, &["lease", "reclaim", &l]);
     assert_eq!(
         out["refund"],
-        shown(left.escrow).as_str(),
+        shown(proven.escrow).as_str(),
         "the escrow less the proven interval: {out}"
     );
     assert!(!t.exists(&lease), "settled at once");
@@ -167,7 +167,7 @@ fn idle_leases_are_listed_then_ended_by_the_idle_rule_and_quiet_clients_are_show
     let ended: Lease = t.account(&lease);
     assert_eq!(
         ended.stop(),
-        started.started_at + 4,
+        window_end(&started, 1),
         "ended with its second idle window"
     );
     // Proven to its stop: anyone settles it, the unused escrow back to the client.

@@ -282,7 +282,8 @@ impl LiveMarket {
         self.cluster.account(&self.market).await
     }
 
-    /// The `UsageProven` events of every transaction that touched `lease`, oldest first.
+    /// The `UsageProven` events of `lease` (a transaction proves several leases of a machine),
+    /// oldest first.
     pub async fn usage_proofs(&self, lease: &Pubkey) -> Result<Vec<UsageProven>> {
         let rpc = self.cluster.rpc();
         let commitment = Some(CommitmentConfig::confirmed());
@@ -313,7 +314,11 @@ impl LiveMarket {
                 .meta
                 .and_then(|m| Option::from(m.log_messages))
                 .unwrap_or_default();
-            out.extend(from_logs::<UsageProven>(&logs));
+            out.extend(
+                from_logs::<UsageProven>(&logs)
+                    .into_iter()
+                    .filter(|e| e.lease == *lease),
+            );
         }
         Ok(out)
     }

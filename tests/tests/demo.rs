@@ -151,15 +151,16 @@ fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_and_ends_the_id
         "the stake vault holds exactly the stakes"
     );
 
-    // The spot preemption: stopped at started_at + k × interval, k ≥ 1, and the challenger
-    // started after that and was proven.
+    // The spot preemption: stopped at an interval boundary (a multiple of the interval: every
+    // lease's windows fall on one grid) after its start, and the challenger started after that
+    // and was proven.
     let p = &s["preemption"];
     assert_eq!(p["observed"], true, "{p}");
     let interval = i64_of(&s["interval_secs"], "interval_secs");
     let started_at = i64_of(&p["started_at"], "started_at");
     let stop_at = i64_of(&p["stop_at"], "stop_at");
     assert!(
-        stop_at > started_at && (stop_at - started_at) % interval == 0,
+        stop_at > started_at && stop_at % interval == 0,
         "the preempted lease stops at an interval boundary: started {started_at}, stop {stop_at}, interval {interval}"
     );
     // (`observed` is what the chain says, live or from its history once the lease settled; the

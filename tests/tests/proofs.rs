@@ -10,8 +10,8 @@ mod program_test;
 use anchor_lang::error::ErrorCode as AnchorErrorCode;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::UsageProofArgs;
-use gpu_market::state::{Lease, Machine, MachineStatus, Market};
-use gpu_market_sdk::{ClaimPay, ClientInstruction, SubmitUsage, TRANSACTION_SIZE_LIMIT};
+use gpu_market::state::{Bid, Lease, Machine, MachineStatus, Market};
+use gpu_market_sdk::{ClaimPay, ClientInstruction, SubmitUsage, TopUpBid, TRANSACTION_SIZE_LIMIT};
 use lease_fixture::*;
 use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_keypair::Keypair;
@@ -284,4 +284,39 @@ fn eight_one_gpu_leases_fit_one_transaction_and_sixteen_take_two() {
         .flat_map(|p| p.proofs.iter().map(|(k, _)| *k))
         .collect();
     assert_eq!(order, keys);
+}
+
+#[test]
+fn a_running_bid_takes_no_top_up_and_its_lease_refunds_its_escrow_in_full() {
+    let mut f = fixture();
+    let c = f.client(100 * TOKEN, 0);
+    let a = f.queue_args(1, 8);
+    let bid = f.place(&c, a);
+    let lease = f.allocate(bid, &[0]).unwrap();
+    let escrow = f.ctx.account::<Lease>(&lease).escrow;
+    assert!(escrow > 0 && f.ctx.account::<Bid>(&bid).escrow == 0);
+    // The lease holds the escrow: a top-up of the running bid would be stranded in it.
+    let before = snapshot(&f, &[lease, bid], &[&c]);
+    let key = c.key.insecure_clone();
+    let err = f
+        .ctx
+        .run(&TopUpBid {
+            client: &key,
+            market: f.market,
+            bid,
+            payment_mint: f.mint,
+            client_tokens: c.tokens,
+            amount: TOKEN,
+        })
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BidRunning));
+    assert_eq!(
+        snapshot(&f, &[lease, bid], &[&c]),
+        before,
+        "and moves nothing"
+    );
+    // Ended before any proof: every token of the escrow goes back.
+    let tokens = f.ctx.token_balance(&c.tokens);
+    f.close(&key, lease, c.tokens, false).expect("end_lease");
+    assert_eq!(f.ctx.token_balance(&c.tokens) - tokens, escrow);
 }

@@ -18,7 +18,9 @@ use gpu_market_agent::chain::{BidKind, BidView, Chain, GpuView, Key, NetworkView
 use gpu_market_core::fit::{Host, Region, Room};
 
 /// The cluster clock when a scenario starts.
-pub const T0: i64 = 1_700_000_000;
+/// On the grid of the tests' billing intervals (`interval_window`): a lease started at `T0` has
+/// whole windows.
+pub const T0: i64 = 1_699_999_980;
 /// The CPU and memory the scenarios' machine gives its leases in all.
 pub const MACHINE_HOST: Host = Host {
     cpu_milli: 8_000,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anchor_lang::AccountDeserialize;
 use gpu_market::instructions::UsageProofArgs;
 use gpu_market::pda;
-use gpu_market::state::{Bid, Machine, Market, StakeAccount};
+use gpu_market::state::{Bid, Lease, Machine, Market, StakeAccount};
 use gpu_market_sdk::{Allocate, ClientInstruction, SubmitUsage};
 use gpu_market_tests::Cluster;
 use serde_json::Value;
@@ -496,6 +496,19 @@ pub const BUSY: Stated = Stated {
     samples_hash: [0; 32],
 };
 
+/// The host's agent heartbeats (as the daemon does at least twice a silence window): the
+/// market's packing policy counts the machine alive from now.
+pub fn heartbeat(t: &T, host: &Host) {
+    let agent = key_of(&host.agent);
+    t.send(
+        &agent,
+        &[&gpu_market_sdk::Heartbeat {
+            agent: &agent,
+            machine: host.machine,
+        }],
+    );
+}
+
 /// The host's agent proves interval `k` of `lease` in full (1 GPU at 250 W for 2 s, busy).
 pub fn prove(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32) {
     prove_with(t, s, host, lease, k, BUSY);
@@ -527,6 +540,18 @@ pub fn prove_with(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32, st
 pub fn host_stake(t: &T, s: &MarketSetup, host: &Host) -> StakeAccount {
     let m: Machine = t.account(&host.machine);
     t.account(&pda::stake(&s.market, &m.owner).0)
+}
+
+/// The end of interval `k` of lease `l` (on the market's grid of boundaries).
+pub fn window_end(l: &Lease, k: u32) -> i64 {
+    gpu_market_core::lease::interval_window(
+        l.started_at,
+        l.rules.billing_interval_secs,
+        k,
+        i64::MAX,
+    )
+    .expect("a window")
+    .1
 }
 
 /// Waits until the cluster's clock reads `at` or later: as long as that takes, and a minute

@@ -543,10 +543,12 @@ pub struct TopUpBid<'info> {
 }
 
 impl TopUpBid<'_> {
-    /// Adds `amount` to the bid's escrow (more runway at the same price).
+    /// Adds `amount` to a waiting bid's escrow (more runway at the same price). A running
+    /// bid's escrow is its lease's (`allocate` moved it there), so it takes none.
     pub fn top_up_bid(ctx: Context<Self>, amount: u64) -> Result<()> {
         require!(amount > 0, MarketError::ZeroAmount);
         let bid = &mut ctx.accounts.bid;
+        require!(bid.status == BidStatus::Open, MarketError::BidRunning);
         bid.escrow = bid
             .escrow
             .checked_add(amount)
