@@ -475,7 +475,7 @@ print(json.dumps(first))' "$DEMO_DIR/facts/leases/$CAROL_LEASE.json" "$(lease_js
 P_START=$(jget started_at < "$DEMO_DIR/facts/preempted.json")
 P_STOP=$(jget stop_at < "$DEMO_DIR/facts/preempted.json")
 echo "carol's lease $CAROL_LEASE keeps running to the end of its current interval:"
-echo "  started_at $P_START, stop_at $P_STOP = started_at + $(( (P_STOP - P_START) / INTERVAL )) × $INTERVAL s"
+echo "  started_at $P_START, stop_at $P_STOP = $(( P_STOP / INTERVAL )) × $INTERVAL s (every lease's intervals fall on the multiples of the interval)"
 wait_for 120 "bob's spot lease" lease_of "$BOB_SPOT" >/dev/null
 BOB_SPOT_LEASE=$(lease_of "$BOB_SPOT")
 wait_for 60 "bob's spot lease recorded" test -s "$DEMO_DIR/facts/leases/$BOB_SPOT_LEASE.json"

@@ -120,11 +120,7 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
         "nothing is due yet (cluster clock {now}, the bid's deadline {deadline})"
     );
 
-    let started: Lease = t.account(&short);
-    wait_until(&t, started.started_at + 2);
-    prove(&t, &s, &host, short, 0);
-    wait_until(&t, started.started_at + 4);
-    prove(&t, &s, &host, short, 1);
+    prove_to_stop(&t, &s, &host, short);
     let l: Lease = t.account(&skipping);
     wait_until(&t, l.started_at + 6);
     prove(&t, &s, &host, skipping, 2);

@@ -314,7 +314,7 @@ async fn check_against_chain(live: &LiveMarket, shown: &Shown) {
     assert!(!leases.is_empty(), "the page shows no lease");
     for key in leases {
         let l: Lease = c.account(&key.parse().unwrap()).await.unwrap();
-        let escrow = c.account::<Bid>(&l.bid).await.unwrap().escrow;
+        let escrow = l.escrow;
         let unproven = now.min(l.stop()).saturating_sub(l.proven_until).max(0) as u64;
         let owed = settlement::cost(l.price, l.kind.unit(), l.gpu_count as u64, unproven).unwrap();
         assert_eq!(shown.field("lease", key, "paid"), tokens(l.paid, 6));

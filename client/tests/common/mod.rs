@@ -542,6 +542,24 @@ pub fn host_stake(t: &T, s: &MarketSetup, host: &Host) -> StakeAccount {
     t.account(&pda::stake(&s.market, &m.owner).0)
 }
 
+/// The host's agent proves every interval of `lease` in full, each once it is over, up to the
+/// lease's stop (its first and last windows may be shorter than an interval: they run to the
+/// market's grid of boundaries).
+pub fn prove_to_stop(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey) {
+    let l: Lease = t.account(&lease);
+    let mut k = 0;
+    while let Some((_, to)) = gpu_market_core::lease::interval_window(
+        l.started_at,
+        l.rules.billing_interval_secs,
+        k,
+        l.stop(),
+    ) {
+        wait_until(t, to);
+        prove(t, s, host, lease, k);
+        k += 1;
+    }
+}
+
 /// The end of interval `k` of lease `l` (on the market's grid of boundaries).
 pub fn window_end(l: &Lease, k: u32) -> i64 {
     gpu_market_core::lease::interval_window(
