@@ -155,12 +155,16 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
 
     // Once A's last heartbeat is older than the market's silence window, the policy every agent
     // computes leaves A out: it gives A no bid and no turn, so B need not wait for it. Read
-    // from the cluster as the agents read it.
+    // from the cluster as the agents read it, each time: the proofs A sent as it stopped may
+    // land after the read above, and they are A's heartbeat too.
     wait_for(
         "A silent past the window",
         2 * window as u64 + 60,
         &agent_b,
-        || async { (live.cluster.now().await.unwrap() > a.last_heartbeat + window).then_some(()) },
+        || async {
+            let a: Machine = live.cluster.account(&live.machine).await.unwrap();
+            (live.cluster.now().await.unwrap() > a.last_heartbeat + window).then_some(())
+        },
     )
     .await;
     let fifth = bid(&live, &client, 5, 8, vec![]).await;
