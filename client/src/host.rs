@@ -351,7 +351,8 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                 spot_book,
             };
             let claim = if mach.unclaimed_pay + mach.unclaimed_fee > 0 {
-                Some(claim_pay(config, machine, &mach, None)?)
+                let m: Market = config.fetch(&mach.market, "market")?;
+                Some(claim_pay(config, (machine, &mach), m.payment_mint, None)?)
             } else {
                 None
             };
@@ -379,19 +380,19 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
     }
 }
 
-/// The `claim_pay` of `machine`'s accrued pay into `tokens` (or the owner's largest account).
+/// The `claim_pay` of `machine`'s accrued pay, in a market paying in `payment_mint`, into
+/// `tokens` (or the owner's largest account of that mint).
 fn claim_pay(
     config: &Config,
-    machine: Pubkey,
-    mach: &Machine,
+    (machine, mach): (Pubkey, &Machine),
+    payment_mint: Pubkey,
     tokens: Option<Pubkey>,
 ) -> Result<ClaimPay> {
-    let m: Market = config.fetch(&mach.market, "market")?;
-    let (host_tokens, _) = config.token_account(&mach.owner, &m.payment_mint, tokens)?;
+    let (host_tokens, _) = config.token_account(&mach.owner, &payment_mint, tokens)?;
     Ok(ClaimPay {
         market: mach.market,
         machine,
-        payment_mint: m.payment_mint,
+        payment_mint,
         host_tokens,
     })
 }
@@ -415,9 +416,9 @@ fn claim(config: &Config, machine: Pubkey, tokens: Option<Pubkey>) -> Result<()>
         );
         return Ok(());
     }
-    let ix = claim_pay(config, machine, &mach, tokens)?;
-    let signature = config.send_all(&signer, &[&ix])?;
     let m: Market = config.fetch(&mach.market, "market")?;
+    let ix = claim_pay(config, (machine, &mach), m.payment_mint, tokens)?;
+    let signature = config.send_all(&signer, &[&ix])?;
     let d = config.mint_decimals(&m.payment_mint)?;
     print_record(
         config.output,
