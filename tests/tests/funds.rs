@@ -100,12 +100,14 @@ enum Op {
     },
     /// The agent proves the next interval (+ `gap`) of a running lease; `all`: of every
     /// running lease, in one transaction (the picked one first, the only one that may exit).
+    /// Unless `early`, it waits first until every window it proves has closed, as agents do.
     Prove {
         lease: usize,
         gap: u32,
         gpu_secs_pct: u64,
         exit: bool,
         all: bool,
+        early: bool,
     },
     /// Anyone claims the machine's accrued pay for its host.
     ClaimPay,
@@ -195,8 +197,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
         2 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
         4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
-        6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1), proptest::bool::weighted(0.4))
-            .prop_map(|(lease, gap, gpu_secs_pct, exit, all)| Op::Prove { lease, gap, gpu_secs_pct, exit, all }),
+        6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1), proptest::bool::weighted(0.4), proptest::bool::weighted(0.3))
+            .prop_map(|(lease, gap, gpu_secs_pct, exit, all, early)| Op::Prove { lease, gap, gpu_secs_pct, exit, all, early }),
         2 => Just(Op::ClaimPay),
         1 => (0usize..3, 0u8..3, proptest::bool::weighted(0.5))
             .prop_map(|(lease, who, to_stake)| Op::End { lease, who, to_stake }),
@@ -646,7 +648,8 @@ impl World {
                 gpu_secs_pct,
                 exit,
                 all,
-            } => return self.prove(lease, gap, gpu_secs_pct, exit, all),
+                early,
+            } => return self.prove(lease, gap, gpu_secs_pct, exit, all, early),
             Op::ClaimPay => self.ctx.run(&ClaimPay {
                 market,
                 machine: self.machine,
@@ -936,7 +939,15 @@ impl World {
         ok
     }
 
-    fn prove(&mut self, pick: usize, gap: u32, pct: u64, exit: bool, all: bool) -> bool {
+    fn prove(
+        &mut self,
+        pick: usize,
+        gap: u32,
+        pct: u64,
+        exit: bool,
+        all: bool,
+        early: bool,
+    ) -> bool {
         let Some(first) = self.live_lease(pick) else {
             return false;
         };
@@ -950,6 +961,19 @@ impl World {
             );
         }
         let before: Vec<Lease> = leases.iter().map(|(l, _)| self.ctx.account(l)).collect();
+        if !early {
+            let closes = before
+                .iter()
+                .filter_map(|l| {
+                    let len = l.rules.billing_interval_secs;
+                    interval_window(l.started_at, len, l.next_interval + gap, l.stop())
+                        .map(|(_, to)| to)
+                })
+                .max();
+            if let Some(to) = closes {
+                self.ctx.advance_time((to - self.ctx.now()).max(0));
+            }
+        }
         let proofs = leases
             .iter()
             .zip(&before)
@@ -1396,6 +1420,7 @@ fn earnings_are_bounded_by_the_cost_of_each_leases_proven_time() {
         gpu_secs_pct: 100,
         exit: false,
         all: false,
+        early: true,
     };
     let ops = [
         Op::Place {
