@@ -1520,6 +1520,7 @@ fn quote_and_lease_verbs() {
                 lease,
                 UsageProofArgs {
                     interval,
+                    intervals: 1,
                     gpu_seconds: 1,
                     energy_j: 900,
                     avg_utilisation_bps: 100,

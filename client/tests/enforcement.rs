@@ -230,7 +230,7 @@ fn a_proofs_power_log_is_checked_against_the_chain_by_anyone() {
     s.fund(&t, &client, "100");
     let lease = leased(&t, &s, &host, &client, "1");
     let started: Lease = t.account(&lease);
-    wait_until(&t, started.started_at + 6);
+    wait_until(&t, started.started_at + 10);
     let dir = t.path("evidence");
     std::fs::create_dir_all(&dir).unwrap();
 
@@ -250,6 +250,14 @@ fn a_proofs_power_log_is_checked_against_the_chain_by_anyone() {
     // Interval 2: the proof commits to one log, the file holds another.
     prove_with(&t, &s, &host, lease, 2, stated(250, &at_limit));
     keep(&dir, &lease, 2, &log_of(240_000, 6));
+    // Intervals 3 and 4 in one proof (as the agent joins them): one log, named by the first.
+    let both = log_of(250_000, 12);
+    let span = Stated {
+        intervals: 2,
+        ..stated(250, &both)
+    };
+    prove_with(&t, &s, &host, lease, 3, span);
+    keep(&dir, &lease, 3, &both);
 
     let stranger = t.wallet("stranger");
     let out = t.ok(
@@ -272,16 +280,19 @@ fn a_proofs_power_log_is_checked_against_the_chain_by_anyone() {
         [
             "consistent",
             "the proof misstates its own log",
-            "not the log the proof committed to"
+            "not the log the proof committed to",
+            "consistent"
         ],
         "{out}"
     );
+    assert_eq!(rows[3]["interval"], 3);
+    assert_eq!(rows[3]["intervals"], 2);
     assert_eq!(rows[1]["log_peak_w"], serde_json::json!([320]));
     assert_eq!(rows[1]["violation_by_log"], true);
     assert_eq!(rows[1]["violation_on_chain"], false);
 
     // A file of another lease is refused.
-    keep(&dir, &solana_pubkey::Pubkey::new_unique(), 3, &at_limit);
+    keep(&dir, &solana_pubkey::Pubkey::new_unique(), 5, &at_limit);
     let e = t.fails(
         &stranger,
         &[

@@ -46,6 +46,7 @@ fn a_lease_whose_image_never_pulled_says_why_and_refunds_in_full_even_to_a_close
             lease,
             UsageProofArgs {
                 interval: 0,
+                intervals: 1,
                 gpu_seconds: 0,
                 energy_j: 0,
                 avg_utilisation_bps: 0,

@@ -70,16 +70,42 @@ pub mod exit {
 /// lease's first window runs from its start to the next boundary, and the windows of all the
 /// leases of a machine close together, so one transaction proves them all.
 pub fn interval_window(start: i64, interval_secs: u32, k: u32, stop: i64) -> Option<(i64, i64)> {
-    if interval_secs == 0 {
+    span_window(start, interval_secs, k, 1, stop)
+}
+
+/// The window `[from, to)` of the `n` intervals from `k` on ([`interval_window`] of `k` to that
+/// of `k + n − 1`), clipped at `stop`: what one proof of a span proves. `None` when `n` is 0 or
+/// the lease had stopped before interval `k` began; intervals of the span after the stop add
+/// nothing.
+pub fn span_window(
+    start: i64,
+    interval_secs: u32,
+    k: u32,
+    n: u16,
+    stop: i64,
+) -> Option<(i64, i64)> {
+    if interval_secs == 0 || n == 0 {
         return None;
     }
     let len = interval_secs as i64;
     let grid = grid_floor(start, interval_secs as u64)?;
     let boundary = |i: i64| grid.checked_add(len.checked_mul(i)?);
     let from = boundary(k as i64)?.max(start);
-    let to = boundary(k as i64 + 1)?.min(stop);
+    let to = boundary(k as i64 + n as i64)?.min(stop);
     (from < to).then_some((from, to))
 }
+
+/// How many intervals one proof of a lease covers when its host is on time: as many as leave
+/// one interval of the silence window for a proof that must be sent again (`silence_intervals
+/// − 1`), at most [`MAX_PROOF_SPAN`], at least 1. Fewer proofs are fewer signatures: at the
+/// recommended 3 intervals of silence, one every two intervals.
+pub fn proof_span(silence_intervals: u16) -> u16 {
+    silence_intervals.saturating_sub(1).clamp(1, MAX_PROOF_SPAN)
+}
+
+/// The most intervals an agent puts in one proof: the window a client waits for its lease's
+/// next proof grows with it.
+pub const MAX_PROOF_SPAN: u16 = 4;
 
 /// The interval index that `unix_time` falls in for a lease started at `start` (0 before it),
 /// on the grid of [`interval_window`].
@@ -134,13 +160,35 @@ pub fn spot_profit_per_day(
     Ok(revenue.saturating_sub(power_cost))
 }
 
-/// Whether a proof's utilisation keeps the lease's idle streak going; returns the new streak.
-pub fn idle_streak(streak: u16, avg_utilisation_bps: u16, threshold_bps: u16) -> u16 {
+/// Whether a proof's utilisation keeps the lease's idle streak going; returns the new streak. A
+/// proof of `intervals` idle intervals adds them all.
+pub fn idle_streak(
+    streak: u16,
+    avg_utilisation_bps: u16,
+    threshold_bps: u16,
+    intervals: u16,
+) -> u16 {
     if avg_utilisation_bps < threshold_bps {
-        streak.saturating_add(1)
+        streak.saturating_add(intervals)
     } else {
         0
     }
+}
+
+/// Where the market's idle rule (a lease ends after `end_intervals` idle intervals in a row; 0:
+/// never) ends a lease within a proof of `intervals` intervals whose average utilisation is
+/// `avg_utilisation_bps`, the lease's streak being `streak` before it: `Some(n)` when it ends
+/// after the span's first `n` intervals, short of the span's end (the rest is not proven).
+pub fn idle_end_within(
+    streak: u16,
+    avg_utilisation_bps: u16,
+    threshold_bps: u16,
+    end_intervals: u16,
+    intervals: u16,
+) -> Option<u16> {
+    let idle = avg_utilisation_bps < threshold_bps;
+    let left = end_intervals.checked_sub(streak)?;
+    (idle && end_intervals > 0 && left >= 1 && left < intervals).then_some(left)
 }
 
 /// What one usage proof states about one billing interval of one lease.
@@ -148,6 +196,8 @@ pub fn idle_streak(streak: u16, avg_utilisation_bps: u16, threshold_bps: u16) ->
 pub struct UsageProof {
     /// The lease's interval index, counted from its start; strictly increasing.
     pub interval: u32,
+    /// How many intervals from `interval` on the proof covers ([`span_window`]); at least 1.
+    pub intervals: u16,
     pub gpu_seconds: u64,
     pub energy_j: u64,
     /// Energy the host's automatic power limit saved in the interval, in J (0 unless the bid
@@ -168,7 +218,7 @@ pub struct UsageProof {
 
 /// Bytes of a proof's chain preimage with `gpus` GPUs.
 pub fn preimage_len(gpus: usize) -> usize {
-    32 + 32 + 4 + 8 + 8 + 8 + 2 + 1 + 4 + 2 * gpus + 32
+    32 + 32 + 4 + 2 + 8 + 8 + 8 + 2 + 1 + 4 + 2 * gpus + 32
 }
 
 impl UsageProof {
@@ -180,6 +230,7 @@ impl UsageProof {
         out.extend_from_slice(lease);
         out.extend_from_slice(prev_hash);
         out.extend_from_slice(&self.interval.to_le_bytes());
+        out.extend_from_slice(&self.intervals.to_le_bytes());
         out.extend_from_slice(&self.gpu_seconds.to_le_bytes());
         out.extend_from_slice(&self.energy_j.to_le_bytes());
         out.extend_from_slice(&self.energy_saved_j.to_le_bytes());
@@ -313,6 +364,34 @@ mod tests {
     }
 
     #[test]
+    fn a_span_runs_from_its_first_window_to_its_last_clipped_at_the_stop() {
+        // Started at 960: windows [960, 1020), [1020, 1080), [1080, 1140), ...
+        assert_eq!(span_window(960, 60, 0, 2, 2_000), Some((960, 1_080)));
+        assert_eq!(span_window(960, 60, 1, 2, 2_000), Some((1_020, 1_140)));
+        // A span past the stop is clipped there; one that begins after it is empty.
+        assert_eq!(span_window(960, 60, 1, 4, 1_110), Some((1_020, 1_110)));
+        assert_eq!(span_window(960, 60, 3, 2, 1_110), None);
+        assert_eq!(span_window(960, 60, 0, 0, 2_000), None, "no interval");
+        assert_eq!(
+            span_window(0, 60, u32::MAX, u16::MAX, i64::MAX),
+            Some((257_698_037_700, 257_701_969_800))
+        );
+    }
+
+    #[test]
+    fn a_proof_spans_all_but_one_interval_of_the_silence_window_up_to_the_cap() {
+        assert_eq!(proof_span(0), 1);
+        assert_eq!(proof_span(2), 1, "the smallest silence window: no spans");
+        assert_eq!(
+            proof_span(3),
+            2,
+            "the recommended one: two intervals a proof"
+        );
+        assert_eq!(proof_span(5), MAX_PROOF_SPAN);
+        assert_eq!(proof_span(u16::MAX), MAX_PROOF_SPAN);
+    }
+
+    #[test]
     fn interval_index_counts_from_the_start() {
         assert_eq!(interval_index(960, 60, 959), 0);
         assert_eq!(interval_index(960, 60, 1_019), 0);
@@ -352,16 +431,38 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_span_that_passes_the_idle_rule_ends_where_single_proofs_would_have() {
+        // Ends after 3 idle intervals; 1 so far: the third is the span's second.
+        assert_eq!(idle_end_within(1, 100, 500, 3, 4), Some(2));
+        assert_eq!(
+            idle_end_within(1, 100, 500, 3, 2),
+            None,
+            "at the span's end"
+        );
+        assert_eq!(idle_end_within(1, 500, 500, 3, 4), None, "busy");
+        assert_eq!(idle_end_within(1, 100, 500, 0, 4), None, "no idle rule");
+        assert_eq!(idle_end_within(0, 100, 500, 1, 2), Some(1));
+        assert_eq!(idle_end_within(5, 100, 500, 3, 2), None, "ended already");
+    }
+
+    #[test]
     fn idle_streaks_reset_on_a_busy_interval() {
-        assert_eq!(idle_streak(0, 100, 500), 1);
-        assert_eq!(idle_streak(2, 499, 500), 3);
-        assert_eq!(idle_streak(2, 500, 500), 0);
+        assert_eq!(idle_streak(0, 100, 500, 1), 1);
+        assert_eq!(idle_streak(2, 499, 500, 1), 3);
+        assert_eq!(idle_streak(2, 500, 500, 1), 0);
+        assert_eq!(
+            idle_streak(1, 499, 500, 2),
+            3,
+            "a span's intervals all count"
+        );
+        assert_eq!(idle_streak(u16::MAX - 1, 0, 500, 4), u16::MAX);
     }
 
     #[test]
     fn the_preimage_has_the_documented_length_and_binds_every_field() {
         let p = UsageProof {
             interval: 3,
+            intervals: 2,
             gpu_seconds: 120,
             energy_j: 36_000,
             avg_utilisation_bps: 9_000,
@@ -372,6 +473,9 @@ mod tests {
         };
         let a = p.chain_preimage(&[1; 32], &[2; 32]);
         assert_eq!(a.len(), preimage_len(2));
+        let mut q = p.clone();
+        q.intervals = 1;
+        assert_ne!(a, q.chain_preimage(&[1; 32], &[2; 32]));
         let mut q = p.clone();
         q.exit_code = None;
         assert_ne!(a, q.chain_preimage(&[1; 32], &[2; 32]));
@@ -394,6 +498,7 @@ mod tests {
     fn violations(peak_w: u16, limit_w: u16) -> Vec<usize> {
         UsageProof {
             interval: 0,
+            intervals: 1,
             gpu_seconds: 60,
             energy_j: 0,
             avg_utilisation_bps: 10_000,
@@ -532,6 +637,14 @@ mod tests {
                 k += 1;
             }
             prop_assert_eq!(covered, dur);
+        }
+
+        #[test]
+        fn a_span_is_its_intervals_windows_joined(start in 0i64..1 << 40, len in 1u32..100_000, dur in 1i64..10_000_000, k in 0u32..200, n in 1u16..8) {
+            let stop = start + dur;
+            let windows: Vec<_> = (k..k + n as u32).map_while(|i| interval_window(start, len, i, stop)).collect();
+            let joined = windows.first().zip(windows.last()).map(|(a, b)| (a.0, b.1));
+            prop_assert_eq!(span_window(start, len, k, n, stop), joined);
         }
     }
 }

@@ -984,6 +984,7 @@ impl World {
                 let len = l.rules.billing_interval_secs;
                 let args = UsageProofArgs {
                     interval: l.next_interval + gap,
+                    intervals: 1,
                     gpu_seconds: len as u64 * n * pct / 100,
                     energy_j: 1_000,
                     // Under 75 % of the window: under the market's idle threshold.

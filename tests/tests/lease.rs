@@ -540,6 +540,7 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
                 lease,
                 UsageProofArgs {
                     interval: 3,
+                    intervals: 1,
                     gpu_seconds: 60,
                     energy_j: 1,
                     avg_utilisation_bps: 9_000,

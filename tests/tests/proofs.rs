@@ -304,3 +304,103 @@ fn a_running_bid_takes_no_top_up_and_its_lease_refunds_its_escrow_in_full() {
     f.close(&key, lease, c.tokens, false).expect("end_lease");
     assert_eq!(f.ctx.token_balance(&c.tokens) - tokens, escrow);
 }
+
+/// `lease`'s proof of the `n` intervals from `k` on, with full GPU time.
+fn span(f: &Fixture, lease: &Pubkey, k: u32, n: u16) -> UsageProofArgs {
+    let mut p = f.proof(lease, k);
+    p.intervals = n;
+    p.gpu_seconds *= n as u64;
+    p
+}
+
+/// One proof may cover several consecutive intervals (the agent sends one every two at the
+/// recommended silence window, half the signatures): it pays exactly what one proof per
+/// interval pays, is refused until its last window closed, never covers no interval, and moves
+/// nothing when refused.
+#[test]
+fn a_proof_of_two_intervals_pays_what_two_proofs_pay_once_both_windows_closed() {
+    let mut f = fixture();
+    let machine = f.machine;
+    let (clients, leases) = one_gpu_leases(&mut f, machine, 2);
+    let wallets: Vec<&Wallet> = clients.iter().collect();
+    let agent = f.agent.insecure_clone();
+    f.ctx.advance_time(INTERVAL);
+    let before = snapshot(&f, &leases, &wallets);
+    let err = f
+        .submit_batch_with(&agent, vec![(leases[0], span(&f, &leases[0], 0, 2))])
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::IntervalNotOver));
+    let err = f
+        .submit_batch_with(&agent, vec![(leases[0], span(&f, &leases[0], 0, 0))])
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::EmptyProofSpan));
+    assert_eq!(
+        snapshot(&f, &leases, &wallets),
+        before,
+        "refused: nothing moved"
+    );
+
+    // Lease 0 by one proof of intervals 0 and 1, lease 1 by a proof of each.
+    f.ctx.advance_time(INTERVAL);
+    f.submit_batch_with(
+        &agent,
+        vec![
+            (leases[0], span(&f, &leases[0], 0, 2)),
+            (leases[1], f.proof(&leases[1], 0)),
+            (leases[1], f.proof(&leases[1], 1)),
+        ],
+    )
+    .expect("a span and two single proofs");
+    let (a, b): (Lease, Lease) = (f.ctx.account(&leases[0]), f.ctx.account(&leases[1]));
+    assert_eq!((a.next_interval, b.next_interval), (2, 2));
+    assert!(a.paid > 0);
+    assert_eq!(
+        (a.paid, a.escrow, a.proven_until, a.billed_secs),
+        (b.paid, b.escrow, b.proven_until, b.billed_secs)
+    );
+    // The span is stale once proven, as each of its intervals.
+    let err = f
+        .submit_batch_with(&agent, vec![(leases[0], f.proof(&leases[0], 1))])
+        .unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::StaleInterval));
+}
+
+/// Idle intervals proven together end the lease where the market's idle rule says (after its
+/// `idle_end_intervals`-th idle interval in a row), not at the end of their proof: the client
+/// pays for no idle interval that proofs of one interval each would have refunded.
+#[test]
+fn an_idle_span_ends_its_lease_and_its_pay_where_single_proofs_would_have() {
+    let mut f = fixture();
+    let mut p = params();
+    p.idle_end_intervals = 3;
+    f.update_market(p);
+    let machine = f.machine;
+    let (_clients, leases) = one_gpu_leases(&mut f, machine, 2);
+    let agent = f.agent.insecure_clone();
+    f.ctx.advance_time(6 * INTERVAL);
+    let idle = |mut p: UsageProofArgs| {
+        p.avg_utilisation_bps = 500;
+        p
+    };
+    // Lease 0: a busy interval, then three idle ones, one proof each: ended with the 4th.
+    let mut singles = vec![(leases[0], f.proof(&leases[0], 0))];
+    singles.extend((1..=3).map(|k| (leases[0], idle(f.proof(&leases[0], k)))));
+    // Lease 1: the same busy interval, then five idle intervals in one proof.
+    let spanned = vec![
+        (leases[1], f.proof(&leases[1], 0)),
+        (leases[1], idle(span(&f, &leases[1], 1, 5))),
+    ];
+    f.submit_batch_with(&agent, singles).expect("single proofs");
+    f.submit_batch_with(&agent, spanned).expect("a span");
+    let (a, b): (Lease, Lease) = (f.ctx.account(&leases[0]), f.ctx.account(&leases[1]));
+    assert_eq!(
+        a.stop_at,
+        a.started_at + 4 * INTERVAL,
+        "ends with its 4th window"
+    );
+    assert_eq!(
+        (b.stop_at, b.proven_until, b.paid, b.escrow, b.exit_code),
+        (a.stop_at, a.proven_until, a.paid, a.escrow, a.exit_code)
+    );
+    assert_eq!(b.exit_code, Some(gpu_market_core::lease::exit::IDLE_ENDED));
+}

@@ -23,6 +23,7 @@ use crate::output::{print_list, text, Fields};
 fn violates(peaks: &[u16], limits: &[u16]) -> bool {
     UsageProof {
         interval: 0,
+        intervals: 1,
         gpu_seconds: 0,
         energy_j: 0,
         avg_utilisation_bps: 0,
@@ -114,7 +115,13 @@ pub(super) fn audit(config: &Config, lease: &Pubkey, dir: &Path) -> Result<()> {
         .into_iter()
         .map(|k| {
             let (verdict, details) = finding(logs.get(&k), proven.get(&k));
-            let mut row: Fields = vec![("interval", k.into()), ("verdict", text(verdict))];
+            // A proof may cover several intervals: its first names it, as its log does.
+            let span = proven.get(&k).map_or(1, |p| p.intervals);
+            let mut row: Fields = vec![
+                ("interval", k.into()),
+                ("intervals", span.into()),
+                ("verdict", text(verdict)),
+            ];
             row.extend(details);
             row
         })
@@ -123,6 +130,7 @@ pub(super) fn audit(config: &Config, lease: &Pubkey, dir: &Path) -> Result<()> {
         config.output,
         &[
             "interval",
+            "intervals",
             "verdict",
             "stated_peak_w",
             "log_peak_w",

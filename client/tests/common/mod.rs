@@ -484,6 +484,8 @@ pub fn leased_for(
 
 /// What a proof of [`prove_with`] states beyond its interval.
 pub struct Stated {
+    /// How many intervals the proof covers.
+    pub intervals: u16,
     pub utilisation_bps: u16,
     pub peak_power_w: u16,
     pub samples_hash: [u8; 32],
@@ -491,6 +493,7 @@ pub struct Stated {
 
 /// Busy, at 250 W, with no power log.
 pub const BUSY: Stated = Stated {
+    intervals: 1,
     utilisation_bps: 10_000,
     peak_power_w: 250,
     samples_hash: [0; 32],
@@ -525,6 +528,7 @@ pub fn prove_with(t: &T, s: &MarketSetup, host: &Host, lease: Pubkey, k: u32, st
             lease,
             UsageProofArgs {
                 interval: k,
+                intervals: stated.intervals,
                 gpu_seconds: 2,
                 energy_j: 500,
                 avg_utilisation_bps: stated.utilisation_bps,

@@ -201,6 +201,8 @@ pub enum MarketError {
     BookRentMissing,
     #[msg("the machine's pay is not claimed yet: send claim_pay first")]
     PayUnclaimed,
+    #[msg("a proof covers at least one interval")]
+    EmptyProofSpan,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -164,6 +164,8 @@ pub struct SpotPreempted {
 pub struct UsageProven {
     pub lease: Pubkey,
     pub interval: u32,
+    /// How many intervals from `interval` on the proof covered.
+    pub intervals: u16,
     pub paid_to_host: u64,
     pub fee: u64,
     pub escrow_left: u64,

@@ -136,8 +136,8 @@ pub mod gpu_market {
         Preempt::preempt(ctx)
     }
 
-    /// Hash-chained usage proofs of a machine's leases, one billing interval each: accrues the
-    /// proven time's pay, out of each lease's escrow, to the machine.
+    /// Hash-chained usage proofs of a machine's leases, each of one or more consecutive billing
+    /// intervals: accrues the proven time's pay, out of each lease's escrow, to the machine.
     pub fn submit_usage<'info>(
         ctx: Context<'info, SubmitUsage<'info>>,
         proofs: Vec<UsageProofArgs>,

@@ -332,6 +332,7 @@ impl Fixture {
         let l: Lease = self.ctx.account(lease);
         UsageProofArgs {
             interval,
+            intervals: 1,
             gpu_seconds: INTERVAL as u64 * l.gpu_count as u64,
             energy_j: 300 * INTERVAL as u64 * l.gpu_count as u64,
             avg_utilisation_bps: 9_000,

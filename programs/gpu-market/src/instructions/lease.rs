@@ -102,10 +102,13 @@ impl Preempt<'_> {
     }
 }
 
-/// One lease's proof of one billing interval, as `submit_usage` takes it.
+/// One lease's proof of `intervals` billing intervals from `interval` on, as `submit_usage`
+/// takes it.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct UsageProofArgs {
     pub interval: u32,
+    /// At least 1 (`gpu_market_core::lease::span_window`).
+    pub intervals: u16,
     pub gpu_seconds: u64,
     pub energy_j: u64,
     /// Energy the host's automatic power limit saved in the interval, in J (0 unless the bid
@@ -124,6 +127,7 @@ impl From<&UsageProof> for UsageProofArgs {
     fn from(proof: &UsageProof) -> Self {
         UsageProofArgs {
             interval: proof.interval,
+            intervals: proof.intervals,
             gpu_seconds: proof.gpu_seconds,
             energy_j: proof.energy_j,
             energy_saved_j: proof.energy_saved_j,
@@ -139,6 +143,7 @@ impl UsageProofArgs {
     pub fn proof(&self) -> UsageProof {
         UsageProof {
             interval: self.interval,
+            intervals: self.intervals,
             gpu_seconds: self.gpu_seconds,
             energy_j: self.energy_j,
             energy_saved_j: self.energy_saved_j,
@@ -163,7 +168,8 @@ pub struct SubmitUsage<'info> {
 }
 
 impl<'info> SubmitUsage<'info> {
-    /// Signed usage proofs of a machine's leases, one billing interval each, in one
+    /// Signed usage proofs of a machine's leases, each of one or more consecutive billing
+    /// intervals (a span: the agent proves two at a time at the recommended parameters), in one
     /// transaction: each pays price × proven time out of its lease's escrow, never past the
     /// clock, the lease's end or the escrow, and accrues it to the machine (`claim_pay` pays it
     /// out). All or nothing: one refused proof refuses them all. The proofs count as the
@@ -211,6 +217,7 @@ fn prove(
         args.peak_power_w.len() == lease.gpu_count as usize,
         MarketError::BadProofGpuCount
     );
+    require!(args.intervals >= 1, MarketError::EmptyProofSpan);
     let rules = lease.rules;
     // A final proof (the container exited) ends the lease now: its window is clipped at the
     // clock instead of waiting for the interval's end, so a lease whose container could not
@@ -219,10 +226,11 @@ fn prove(
         Some(_) => lease.stop().min(now),
         None => lease.stop(),
     };
-    let (from, to) = lease_math::interval_window(
+    let (from, to) = lease_math::span_window(
         lease.started_at,
         rules.billing_interval_secs,
         args.interval,
+        args.intervals,
         stop,
     )
     .ok_or(match args.exit_code {
@@ -230,6 +238,26 @@ fn prove(
         _ => MarketError::IntervalAfterStop,
     })?;
     require!(to <= now, MarketError::IntervalNotOver);
+    // The market's idle rule ends a lease at the end of its `idle_end_intervals`-th idle
+    // interval in a row: an idle span that goes past it is proven, and paid, up to there only,
+    // as proofs of one interval each would have been.
+    let to = match lease_math::idle_end_within(
+        lease.idle_streak,
+        args.avg_utilisation_bps,
+        rules.idle_utilisation_bps,
+        rules.idle_end_intervals,
+        args.intervals,
+    ) {
+        Some(n) if args.exit_code.is_none() => lease_math::span_window(
+            lease.started_at,
+            rules.billing_interval_secs,
+            args.interval,
+            n,
+            stop,
+        )
+        .map_or(to, |w| w.1),
+        _ => to,
+    };
 
     // Skipped intervals are never paid, and count as the host's silence.
     let missed = args.interval - lease.next_interval;
@@ -266,7 +294,10 @@ fn prove(
     let proof = args.proof();
     let preimage = proof.chain_preimage(&lease.key().to_bytes(), &lease.proof_hash);
     lease.proof_hash = solana_sha256_hasher::hash(&preimage).to_bytes();
-    lease.next_interval = args.interval.checked_add(1).ok_or(MarketError::Overflow)?;
+    lease.next_interval = args
+        .interval
+        .checked_add(args.intervals as u32)
+        .ok_or(MarketError::Overflow)?;
     lease.proven_until = to;
     lease.paid = lease
         .paid
@@ -294,6 +325,7 @@ fn prove(
         lease.idle_streak,
         args.avg_utilisation_bps,
         rules.idle_utilisation_bps,
+        args.intervals,
     );
     if !lease.idle && lease.idle_streak >= rules.idle_intervals {
         lease.idle = true;
@@ -318,6 +350,7 @@ fn prove(
     emit!(UsageProven {
         lease: lease.key(),
         interval: args.interval,
+        intervals: args.intervals,
         paid_to_host: pay.to_host,
         fee: pay.fee,
         escrow_left: pay.escrow_left,
