@@ -119,7 +119,9 @@ async fn run(machine_gpus: u8, lease_gpus: u8) -> Sent {
             data_dir: dir.path().to_path_buf(),
             electricity_cost_per_kwh: 0,
             // The agent's defaults (`gpu_market_agent::config`).
-            heartbeat_interval: Duration::from_secs(60),
+            heartbeat_interval: Duration::from_secs(
+                gpu_market_agent::config::DEFAULT_HEARTBEAT_SECS,
+            ),
             claim_interval: Duration::from_secs(3_600),
             placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
             container: ContainerLimits {
@@ -140,8 +142,9 @@ async fn run(machine_gpus: u8, lease_gpus: u8) -> Sent {
     )
     .unwrap();
     // The daemon's loop at its default 5 s poll, until the clock has run the warm-up (every
-    // lease allocated and started) and the measured hour.
-    let warm_up = Duration::from_secs(2 * INTERVAL as u64);
+    // lease allocated and started, the first round of proofs sent and its pay claimed, as the
+    // agent claims at once what was never claimed) and the measured hour.
+    let warm_up = Duration::from_secs(3 * INTERVAL as u64);
     let measured = Arc::new(std::sync::Mutex::new(None));
     let mark = measured.clone();
     let watcher = chain.clone();

@@ -57,8 +57,9 @@ pub struct Config {
     pub metrics_listen: SocketAddr,
     /// How often the reconcile loop runs (and samples the GPUs).
     pub billing_poll_interval: Duration,
-    /// How often the agent heartbeats; never less often than twice within the market's silence
-    /// window, after which the packing policy leaves the machine out.
+    /// How often the agent heartbeats; never less often than every two thirds of the market's
+    /// silence window, after which the packing policy leaves the machine out. Proof rounds (one
+    /// every two intervals at the recommended parameters) count as heartbeats.
     pub heartbeat_interval: Duration,
     /// How often the agent claims the pay its proofs accrued (`claim_pay`, one signature):
     /// proofs accrue pay to the machine, and only a claim moves tokens to the host.
@@ -357,8 +358,12 @@ pub enum ConfigError {
 fn default_engine_socket() -> String {
     "unix:///var/run/docker.sock".to_string()
 }
+/// `heartbeat_interval_secs` unless set: a round of proofs (every two intervals at the
+/// recommended parameters) is the heartbeat, so a machine with leases sends none of its own.
+pub const DEFAULT_HEARTBEAT_SECS: u64 = 120;
+
 fn default_heartbeat() -> u64 {
-    60
+    DEFAULT_HEARTBEAT_SECS
 }
 fn default_claim_interval() -> u64 {
     3_600
@@ -1068,7 +1073,7 @@ password_file = "/etc/gpu-market/registry.pass"
         assert_eq!(c.market.to_string(), MARKET);
         assert_eq!(c.machine.to_string(), MACHINE);
         assert_eq!(c.billing_poll_interval, Duration::from_secs(5));
-        assert_eq!(c.heartbeat_interval, Duration::from_secs(60), "default");
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(120), "default");
         assert_eq!(c.claim_interval, Duration::from_secs(3_600), "default");
         assert_eq!(c.placement_grace, Duration::from_secs(10), "default");
         assert_eq!(c.engine_socket, "unix:///var/run/docker.sock", "default");

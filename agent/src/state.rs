@@ -87,11 +87,23 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
-/// A [`UsageProof`] as stored.
+fn one() -> u16 {
+    1
+}
+
+/// A [`UsageProof`] as stored: of one closed interval, or of several consecutive ones joined
+/// ([`LeaseRecord::join_pending`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProofRecord {
     pub interval: u32,
+    /// How many intervals from `interval` on it covers (1 in state files written before spans).
+    #[serde(default = "one")]
+    pub intervals: u16,
+    /// Whether it was handed to the chain: it is then sent as it is until the chain answers
+    /// (never extended, so that a lost answer cannot make the chain see two different proofs).
+    #[serde(default)]
+    pub sent: bool,
     pub window: (i64, i64),
     pub gpu_seconds: u64,
     pub energy_j: u64,
@@ -110,9 +122,49 @@ pub struct ProofRecord {
 }
 
 impl ProofRecord {
+    /// Whether `next` continues this proof: its intervals follow, neither was sent yet, and this
+    /// one is not final.
+    fn continued_by(&self, next: &ProofRecord) -> bool {
+        !self.sent
+            && !next.sent
+            && self.exit_code.is_none()
+            && self.interval.checked_add(self.intervals as u32) == Some(next.interval)
+            && self.intervals.checked_add(next.intervals).is_some()
+    }
+
+    /// Joins `next`, which [`Self::continued_by`], into one proof of both spans: GPU time and
+    /// energy add up, utilisation is averaged over time, each GPU's peak is the higher one and
+    /// the power logs run on (the peaks replayed from the joined log are the same), and a final
+    /// `next` makes the joined proof final.
+    fn join(&mut self, next: ProofRecord) {
+        let secs = |w: (i64, i64)| (w.1 - w.0).max(0) as u64;
+        let (a, b) = (secs(self.window), secs(next.window));
+        self.avg_utilisation_bps = match a + b {
+            0 => self.avg_utilisation_bps.max(next.avg_utilisation_bps),
+            total => {
+                ((self.avg_utilisation_bps as u64 * a + next.avg_utilisation_bps as u64 * b)
+                    / total) as u16
+            }
+        };
+        self.intervals += next.intervals;
+        self.window.1 = next.window.1;
+        self.gpu_seconds = self.gpu_seconds.saturating_add(next.gpu_seconds);
+        self.energy_j = self.energy_j.saturating_add(next.energy_j);
+        self.energy_saved_j = self.energy_saved_j.saturating_add(next.energy_saved_j);
+        for (peak, other) in self.peak_power_w.iter_mut().zip(&next.peak_power_w) {
+            *peak = (*peak).max(*other);
+        }
+        for (log, more) in self.power_log.gpus.iter_mut().zip(next.power_log.gpus) {
+            log.readings_mw.extend(more.readings_mw);
+        }
+        self.samples_hash = samples_hash(&self.power_log);
+        self.exit_code = next.exit_code;
+    }
+
     pub fn proof(&self) -> UsageProof {
         UsageProof {
             interval: self.interval,
+            intervals: self.intervals,
             gpu_seconds: self.gpu_seconds,
             energy_j: self.energy_j,
             energy_saved_j: self.energy_saved_j,
@@ -285,6 +337,8 @@ impl LeaseRecord {
         };
         self.pending.push(ProofRecord {
             interval: k,
+            intervals: 1,
+            sent: false,
             window,
             gpu_seconds: self.gpu_seconds(window.0, window.1),
             energy_j,
@@ -307,10 +361,42 @@ impl LeaseRecord {
         self.power_log = self.power_log.next_interval();
     }
 
+    /// Joins each run of consecutive pending proofs not sent yet into one proof of their span
+    /// (one signature for several intervals).
+    pub fn join_pending(&mut self) {
+        let mut joined: Vec<ProofRecord> = Vec::with_capacity(self.pending.len());
+        for p in std::mem::take(&mut self.pending) {
+            match joined.last_mut() {
+                Some(last) if last.continued_by(&p) => last.join(p),
+                _ => joined.push(p),
+            }
+        }
+        self.pending = joined;
+    }
+
+    /// Whether the lease's pending proofs should be sent at `now`, a proof covering `span`
+    /// intervals when the host is on time ([`gpu_market_core::lease::proof_span`]): the oldest
+    /// covers `span` intervals, or its window closed `span − 1` intervals ago (whatever kept the
+    /// next from closing), or it is sent again, or a later one waits behind it, or the lease has no interval left to
+    /// close. The silence window keeps one interval for a proof that must be sent again.
+    pub fn proof_due(&self, now: i64, span: u16) -> bool {
+        let Some(oldest) = self.pending.first() else {
+            return false;
+        };
+        let waited = (span.saturating_sub(1) as i64).saturating_mul(self.interval_secs as i64);
+        oldest.sent
+            || oldest.intervals >= span
+            || now >= oldest.window.1.saturating_add(waited)
+            || self.pending.len() > 1
+            || oldest.exit_code.is_some()
+            || self.exit_code.is_some()
+            || self.all_closed()
+    }
+
     /// The chain accepted the oldest pending proof, leaving `hash`.
     pub fn accept_oldest(&mut self, hash: [u8; 32]) {
         let proof = self.pending.remove(0);
-        self.last_proven = Some(proof.interval);
+        self.last_proven = Some(proof.interval + proof.intervals as u32 - 1);
         self.proof_hash = hash;
     }
 }
@@ -460,6 +546,8 @@ mod tests {
             r.pending,
             vec![ProofRecord {
                 interval: 0,
+                intervals: 1,
+                sent: false,
                 window: (1_000, 1_100),
                 gpu_seconds: 200,
                 energy_j: 200,
@@ -601,6 +689,93 @@ mod tests {
         assert_eq!(p.gpu_seconds, 60, "30 s on 2 GPUs");
         assert_eq!(p.energy_j, 20);
         assert_eq!(r.exit_code, Some(3));
+    }
+
+    #[test]
+    fn consecutive_proofs_join_into_one_of_their_span_whose_log_replays_its_peaks() {
+        let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
+        r.running_since = Some(1_000);
+        for _ in 0..5 {
+            r.record_sample(&samples(0, 300_000, 100));
+        }
+        r.close_ended(1_100, &samples(100_000, 0, 0));
+        // Silence after 3 intervals: a proof spans 2, the next interval is awaited.
+        assert!(!r.proof_due(1_100, 2));
+        assert!(!r.proof_due(1_199, 2));
+        assert!(
+            r.proof_due(1_100, 1),
+            "no spans with the smallest silence window"
+        );
+        for _ in 0..gpu_market_core::lease::SUSTAINED_READINGS {
+            r.record_sample(&samples(0, 330_000, 0));
+        }
+        r.close_ended(1_200, &samples(150_000, 0, 0));
+        let parts = r.pending.clone();
+        r.join_pending();
+        assert_eq!(r.pending.len(), 1);
+        let p = &r.pending[0];
+        assert_eq!((p.interval, p.intervals, p.window), (0, 2, (1_000, 1_200)));
+        assert_eq!(p.gpu_seconds, 400, "2 GPUs × 200 s");
+        assert_eq!(p.energy_j, parts[0].energy_j + parts[1].energy_j);
+        assert_eq!(
+            p.avg_utilisation_bps,
+            (parts[0].avg_utilisation_bps + parts[1].avg_utilisation_bps) / 2
+        );
+        assert_eq!(p.peak_power_w, vec![330, 330]);
+        // The joined log replays to the joined peaks, and the proof commits to it.
+        assert_eq!(p.power_log.peak_power_w(), p.peak_power_w);
+        assert_eq!(p.samples_hash, samples_hash(&p.power_log));
+        assert_eq!(p.proof().intervals, 2);
+        assert!(r.proof_due(1_200, 2));
+    }
+
+    #[test]
+    fn a_sent_proof_a_final_one_and_a_gap_are_never_joined_over() {
+        let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
+        r.close_ended(1_100, &samples(0, 0, 0));
+        r.pending[0].sent = true;
+        r.close_ended(1_200, &samples(0, 0, 0));
+        r.join_pending();
+        assert_eq!(r.pending.len(), 2, "the sent proof goes again as it was");
+        assert!(r.proof_due(1_200, 2));
+
+        // A gap (interval 1 dropped) is not joined over.
+        let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
+        r.close_ended(1_200, &samples(0, 0, 0));
+        r.pending.remove(1);
+        r.close_final(1_230, &samples(0, 0, 0), 0);
+        r.join_pending();
+        let spans: Vec<_> = r
+            .pending
+            .iter()
+            .map(|p| (p.interval, p.intervals))
+            .collect();
+        assert_eq!(spans, vec![(0, 1), (2, 1)]);
+
+        // A final proof ends a span: nothing joins after it, and it is due at once.
+        let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
+        r.close_final(1_030, &samples(0, 0, 0), 0);
+        assert!(r.proof_due(1_030, 2));
+        let mut after = r.pending[0].clone();
+        after.interval = 1;
+        after.exit_code = None;
+        r.pending.push(after);
+        r.join_pending();
+        assert_eq!(r.pending.len(), 2);
+    }
+
+    #[test]
+    fn a_proof_waits_for_its_span_at_most_until_the_last_window_would_have_closed() {
+        let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
+        r.close_ended(1_100, &samples(0, 0, 0));
+        // Whatever kept the next window from closing, the proof goes one interval later.
+        assert!(!r.proof_due(1_199, 2));
+        assert!(r.proof_due(1_200, 2));
+        // The lease's last window (1 200 to its end at 1 250) is due as it closes.
+        let mut r = LeaseRecord::new(&lease(2), &samples(0, 0, 0));
+        r.close_ended(1_250, &samples(0, 0, 0));
+        assert!(r.all_closed());
+        assert!(r.proof_due(1_250, 2));
     }
 
     #[test]

@@ -105,6 +105,7 @@ fn proof_using(
     let gpus = l.gpu_indices.len();
     UsageProof {
         interval,
+        intervals: 1,
         gpu_seconds: SECS * gpus as u64,
         energy_j: 250 * SECS * gpus as u64,
         avg_utilisation_bps: utilisation_bps,

@@ -24,7 +24,7 @@ use gpu_market_core::fit::{
     GpuOffer, Host, Need, Offer, Region, Regions, Terms, GPU_CLASSES, REGION_LEN,
 };
 use gpu_market_core::lease::{
-    idle_streak, interval_end, interval_window, spot_profit_per_day, UsageProof,
+    idle_end_within, idle_streak, interval_end, span_window, spot_profit_per_day, UsageProof,
 };
 use gpu_market_core::overclock::GpuLimits;
 use sha2::{Digest, Sha256};
@@ -298,6 +298,10 @@ impl FakeChain {
     pub fn refuse_proofs_of(&self, lease: Key, error: MarketError) {
         self.lock().refused_leases.push((lease, error));
     }
+    /// `lease`'s proofs are judged by the program's rules again.
+    pub fn accept_proofs_of(&self, lease: Key) {
+        self.lock().refused_leases.retain(|(k, _)| *k != lease);
+    }
     /// `claim_pay`s that landed.
     pub fn claims(&self) -> u32 {
         self.lock().claims
@@ -354,6 +358,14 @@ impl FakeChain {
 }
 
 impl Inner {
+    /// `lease`'s idle streak before its next proof.
+    fn idle_streak_of(&self, lease: Key) -> u16 {
+        self.idle_streaks
+            .iter()
+            .find(|(k, _)| *k == lease)
+            .map_or(0, |(_, n)| *n)
+    }
+
     /// Counts `proof` in `lease`'s idle streak; whether the market's idle rule ends the lease
     /// with it (the program's `idle_streak`, and a final proof is never idle-ended).
     fn idle_ended(&mut self, lease: Key, proof: &UsageProof) -> bool {
@@ -367,7 +379,12 @@ impl Inner {
                 &mut self.idle_streaks.last_mut().expect("just pushed").1
             }
         };
-        *streak = idle_streak(*streak, proof.avg_utilisation_bps, threshold);
+        *streak = idle_streak(
+            *streak,
+            proof.avg_utilisation_bps,
+            threshold,
+            proof.intervals,
+        );
         end > 0 && *streak >= end && proof.exit_code.is_none()
     }
 
@@ -401,22 +418,43 @@ impl Inner {
         if proof.peak_power_w.len() != l.gpu_indices.len() {
             return Err(refused(op, MarketError::BadProofGpuCount));
         }
+        if proof.intervals == 0 {
+            return Err(refused(op, MarketError::EmptyProofSpan));
+        }
         let stop = match proof.exit_code {
             Some(_) => l.stop().min(now),
             None => l.stop(),
         };
-        let window = interval_window(l.started_at, l.interval_secs, proof.interval, stop)
-            .ok_or_else(|| match proof.exit_code {
-                Some(_) if now < l.stop() => refused(op, MarketError::IntervalNotOver),
-                _ => refused(op, MarketError::IntervalAfterStop),
-            })?;
+        let window = span_window(
+            l.started_at,
+            l.interval_secs,
+            proof.interval,
+            proof.intervals,
+            stop,
+        )
+        .ok_or_else(|| match proof.exit_code {
+            Some(_) if now < l.stop() => refused(op, MarketError::IntervalNotOver),
+            _ => refused(op, MarketError::IntervalAfterStop),
+        })?;
         if window.1 > now {
             return Err(refused(op, MarketError::IntervalNotOver));
         }
+        // As the program: an idle span past the idle rule's end is proven up to there.
+        let (threshold, end) = self.idle_rule.unwrap_or((0, 0));
+        let cut = idle_end_within(
+            self.idle_streak_of(lease),
+            proof.avg_utilisation_bps,
+            threshold,
+            end,
+            proof.intervals,
+        )
+        .filter(|_| proof.exit_code.is_none())
+        .and_then(|n| span_window(l.started_at, l.interval_secs, proof.interval, n, stop));
+        let window = cut.map_or(window, |c| (window.0, c.1));
         let hash = proof_hash(&lease, proof, &l.proof_hash);
         let idle_ended = self.idle_ended(lease, proof);
         let l = &mut self.leases[pos];
-        l.next_interval = proof.interval + 1;
+        l.next_interval = proof.interval + proof.intervals as u32;
         l.proof_hash = hash;
         if proof.exit_code.is_some() || idle_ended {
             request_stop(l, window.1, window.1);

@@ -438,6 +438,7 @@ mod tests {
     fn the_proof_hash_binds_the_previous_hash() {
         let p = UsageProof {
             interval: 0,
+            intervals: 1,
             gpu_seconds: 60,
             energy_j: 100,
             avg_utilisation_bps: 5_000,

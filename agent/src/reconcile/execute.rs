@@ -1,7 +1,7 @@
 //! Carrying out a plan: the quick steps in the tick, chain transactions side by side where they
 //! are independent, and container work handed to jobs beside the loop.
 
-use gpu_market_core::lease::exit;
+use gpu_market_core::lease::{exit, proof_span};
 
 use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
@@ -55,11 +55,16 @@ impl Reconciler {
                 _ => None,
             })
             .collect();
-        self.submit_all(&submits, o)?;
+        // A round of proofs is the heartbeat (the program records one with it): no other then.
+        let proved = self.submit_all(&submits, o)?;
         let ends: Vec<&Action> = later
             .iter()
             .copied()
-            .filter(|a| matches!(a, Action::End { .. } | Action::Heartbeat | Action::ClaimPay))
+            .filter(|a| match a {
+                Action::End { .. } | Action::ClaimPay => true,
+                Action::Heartbeat => !proved,
+                _ => false,
+            })
             .collect();
         self.execute_all(&ends, o).await?;
         let prunes: Vec<Key> = later
@@ -167,7 +172,9 @@ impl Reconciler {
                     self.jobs.spawn_for(*lease, jobs::stop(runtime, id, grace));
                 }
             }
-            Action::Submit { lease } => self.submit_all(&[*lease], o)?,
+            Action::Submit { lease } => {
+                self.submit_all(&[*lease], o)?;
+            }
             Action::End { lease } => {
                 self.chain
                     .end_lease(*lease)
@@ -536,10 +543,14 @@ impl Reconciler {
     }
 
     /// Hands the closed proofs of `leases` to the senders (one round for the machine at a
-    /// time, its leases' proofs together). Proofs the chain already has are dropped first
-    /// (their answer was lost, or the agent died before saving).
-    pub(super) fn submit_all(&mut self, leases: &[Key], o: &Observed) -> Result<(), StateError> {
-        let mut round = Vec::new();
+    /// time, its leases' proofs together), once a round is due: consecutive intervals are
+    /// joined into one proof, so that on time a round goes every `proof_span` intervals
+    /// (`gpu_market_core::lease::proof_span`); when one lease's proofs are due, every lease's
+    /// go. Proofs the chain already has are dropped first (their answer was lost, or the agent
+    /// died before saving). Returns whether a round went.
+    pub(super) fn submit_all(&mut self, leases: &[Key], o: &Observed) -> Result<bool, StateError> {
+        let mut ready = Vec::new();
+        let mut due = false;
         for &lease in leases {
             if self.senders.is_sending(&lease) {
                 continue;
@@ -548,19 +559,33 @@ impl Reconciler {
                 continue;
             };
             let (next, prev) = (view.next_interval, view.proof_hash);
+            let span = proof_span(view.silence_intervals);
             let record = self.record(lease);
             while record.pending.first().is_some_and(|p| p.interval < next) {
                 record.accept_oldest(prev);
             }
-            let pending = record.pending.clone();
-            if !pending.is_empty() {
-                // Each proof's power log is kept before the proof that commits to it is sent.
-                self.keep_evidence(lease);
-                round.push((lease, prev, pending));
+            record.join_pending();
+            if !record.pending.is_empty() {
+                due |= record.proof_due(o.now, span);
+                ready.push((lease, prev));
             }
         }
+        if !due {
+            self.save()?;
+            return Ok(false);
+        }
+        let mut round = Vec::new();
+        for (lease, prev) in ready {
+            let record = self.record(lease);
+            record.pending.iter_mut().for_each(|p| p.sent = true);
+            let pending = record.pending.clone();
+            // Each proof's power log is kept before the proof that commits to it is sent.
+            self.keep_evidence(lease);
+            round.push((lease, prev, pending));
+        }
         self.senders.submit(self.chain.clone(), round);
-        self.save()
+        self.save()?;
+        Ok(true)
     }
 
     /// Takes the round of submissions that ended: each accepted proof is saved. Accepted proofs

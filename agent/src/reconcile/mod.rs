@@ -106,7 +106,8 @@ pub struct Reconciler {
     /// When the agent last claimed the machine's pay.
     last_claim: Option<i64>,
     /// How long a heartbeat keeps the machine in the market's packing policy, as the books last
-    /// said: the agent heartbeats at least twice within it, whatever `heartbeat_interval` says.
+    /// said: the agent heartbeats at least every two thirds of it, whatever `heartbeat_interval`
+    /// says.
     alive_secs: Option<i64>,
     /// Each GPU's last good reading: a failed read meters with it.
     last_samples: BTreeMap<u32, Sample>,

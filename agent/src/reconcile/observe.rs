@@ -57,7 +57,7 @@ impl Reconciler {
         self.take_faults();
         self.split_shared_gpus(containers.is_some()).await;
         let interval = (self.config.heartbeat_interval.as_secs() as i64)
-            .min(self.alive_secs.map_or(i64::MAX, |a| a / 2));
+            .min(self.alive_secs.map_or(i64::MAX, |a| a * 2 / 3));
         // Proofs that landed since the last look count as a heartbeat (the program records
         // one with them).
         if std::mem::take(&mut self.proofs_landed) {

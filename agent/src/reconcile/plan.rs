@@ -199,10 +199,10 @@ pub fn plan(o: &Observed) -> Vec<Action> {
             p.prune(chain);
         }
         p.reset_gpus(chain);
-        // Proofs sent now are the heartbeat (the program records one with them); if they
-        // fail, the heartbeat is due again at the next tick.
-        let proving = p.actions.iter().any(|a| matches!(a, Action::Submit { .. }));
-        if o.heartbeat_due && !proving {
+        // A round of proofs sent in the same tick is the heartbeat (the program records one
+        // with it): the heartbeat then goes unsent; if the proofs fail, it is due again at the
+        // next tick.
+        if o.heartbeat_due {
             p.actions.push(Action::Heartbeat);
         }
         if o.claim_due {

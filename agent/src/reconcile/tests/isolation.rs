@@ -125,7 +125,7 @@ async fn co_tenants_are_billed_their_part_of_the_gpu_which_adds_up_to_the_whole(
     launch(&h, &a_id, 30, 750).unwrap();
     launch(&h, &b_id, 20, 250).unwrap();
     let busy_from = h.chain.clock() + POLL as i64;
-    h.run_for(&mut r, 4 * INTERVAL as u64).await;
+    h.run_for(&mut r, 6 * INTERVAL as u64).await;
 
     // The windows each lease proved wholly after both were busy (one tick later: the tick the
     // processes appeared splits the idle reading before them).
@@ -139,19 +139,22 @@ async fn co_tenants_are_billed_their_part_of_the_gpu_which_adds_up_to_the_whole(
     };
     let (pa, pb) = (proofs(&a), proofs(&b));
     assert!(pa.len() >= 2 && pb.len() >= 2, "{pa:?} {pb:?}");
+    // Each proof covers two intervals: 120 s.
+    let secs = 2 * INTERVAL as u64;
     for (p, q) in pa.iter().zip(&pb) {
+        assert_eq!((p.intervals, q.intervals), (2, 2));
         assert_eq!(p.avg_utilisation_bps, 7_500, "A: {p:?}");
         assert_eq!(q.avg_utilisation_bps, 2_500, "B: {q:?}");
-        assert_eq!(p.energy_j, 11_250, "75 % of 250 W for 60 s");
-        assert_eq!(q.energy_j, 3_750, "25 % of 250 W for 60 s");
+        assert_eq!(p.energy_j, 22_500, "75 % of 250 W for 120 s");
+        assert_eq!(q.energy_j, 7_500, "25 % of 250 W for 120 s");
         assert_eq!(
             p.energy_j + q.energy_j,
-            250 * INTERVAL as u64,
+            250 * secs,
             "the GPU's energy over a window, no more"
         );
         assert_eq!(p.peak_power_w, vec![187]);
         assert_eq!(q.peak_power_w, vec![62]);
-        assert_eq!(p.gpu_seconds, INTERVAL as u64, "time is each lease's own");
+        assert_eq!(p.gpu_seconds, secs, "time is each lease's own");
     }
     // Since both shared it, the energy attributed to them adds up to what the GPU's counter
     // shows it used, to the millijoule.

@@ -72,9 +72,9 @@ async fn a_fatal_gpu_fault_ends_its_lease_at_once_pauses_the_machine_and_spares_
     // neither reset nor parked when its lease is cleaned up.
     assert!(!r.state().leases.contains_key(&a.key));
     assert_eq!(h.applied(gpu), power(250));
-    // The other lease runs on, proven every interval.
+    // The other lease runs on, proven every two intervals.
     assert_eq!(h.running().len(), 1);
-    h.run_for(&mut r, INTERVAL as u64).await;
+    h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert!(proven_intervals(&h, b.key).len() >= 2);
     assert!(!r.state().leases.contains_key(&a.key));
 
@@ -144,7 +144,7 @@ async fn auto_power_lowers_the_limit_toward_the_work_and_the_proofs_state_the_sa
         .into_iter()
         .filter(|p| p.lease == lease.key)
         .collect();
-    assert!(proofs.len() >= 5);
+    assert!(proven_intervals(&h, lease.key).len() >= 5, "{proofs:?}");
     let saved: u64 = proofs.iter().map(|p| p.proof.energy_saved_j).sum();
     let used: u64 = proofs.iter().map(|p| p.proof.energy_j).sum();
     assert!(saved > 0, "saved {saved} J of {used} J");
