@@ -34,7 +34,7 @@ use gpu_market::state::{
     book_space, Bid, BidKind, BidStatus, GpuSpec, Lease, Machine, MachineNetwork, MachineStatus,
     MachineTerms, Market, MarketParams, OverclockTerms, StakeAccount, BOOK_CAPACITY,
 };
-use gpu_market_core::lease::interval_window;
+use gpu_market_core::lease::span_window;
 use gpu_market_core::settlement::{cost, PriceUnit};
 use program_test::*;
 use proptest::prelude::*;
@@ -100,10 +100,12 @@ enum Op {
     },
     /// The agent proves the next interval (+ `gap`) of a running lease; `all`: of every
     /// running lease, in one transaction (the picked one first, the only one that may exit).
-    /// Unless `early`, it waits first until every window it proves has closed, as agents do.
+    /// Each proof covers `span` intervals (as agents join them). Unless `early`, it waits
+    /// first until every window it proves has closed, as agents do.
     Prove {
         lease: usize,
         gap: u32,
+        span: u16,
         gpu_secs_pct: u64,
         exit: bool,
         all: bool,
@@ -197,8 +199,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
         2 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
         4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
-        6 => (0usize..3, 0u32..2, 50u64..=100, proptest::bool::weighted(0.1), proptest::bool::weighted(0.4), proptest::bool::weighted(0.3))
-            .prop_map(|(lease, gap, gpu_secs_pct, exit, all, early)| Op::Prove { lease, gap, gpu_secs_pct, exit, all, early }),
+        6 => (0usize..3, 0u32..2, prop_oneof![2 => Just(1u16), 2 => Just(2u16), 1 => 0u16..5], 50u64..=100, proptest::bool::weighted(0.1), proptest::bool::weighted(0.4), proptest::bool::weighted(0.3))
+            .prop_map(|(lease, gap, span, gpu_secs_pct, exit, all, early)| Op::Prove { lease, gap, span, gpu_secs_pct, exit, all, early }),
         2 => Just(Op::ClaimPay),
         1 => (0usize..3, 0u8..3, proptest::bool::weighted(0.5))
             .prop_map(|(lease, who, to_stake)| Op::End { lease, who, to_stake }),
@@ -645,11 +647,12 @@ impl World {
             Op::Prove {
                 lease,
                 gap,
+                span,
                 gpu_secs_pct,
                 exit,
                 all,
                 early,
-            } => return self.prove(lease, gap, gpu_secs_pct, exit, all, early),
+            } => return self.prove(lease, (gap, span), gpu_secs_pct, exit, all, early),
             Op::ClaimPay => self.ctx.run(&ClaimPay {
                 market,
                 machine: self.machine,
@@ -942,7 +945,7 @@ impl World {
     fn prove(
         &mut self,
         pick: usize,
-        gap: u32,
+        (gap, span): (u32, u16),
         pct: u64,
         exit: bool,
         all: bool,
@@ -966,7 +969,7 @@ impl World {
                 .iter()
                 .filter_map(|l| {
                     let len = l.rules.billing_interval_secs;
-                    interval_window(l.started_at, len, l.next_interval + gap, l.stop())
+                    span_window(l.started_at, len, l.next_interval + gap, span, l.stop())
                         .map(|(_, to)| to)
                 })
                 .max();
@@ -984,8 +987,8 @@ impl World {
                 let len = l.rules.billing_interval_secs;
                 let args = UsageProofArgs {
                     interval: l.next_interval + gap,
-                    intervals: 1,
-                    gpu_seconds: len as u64 * n * pct / 100,
+                    intervals: span,
+                    gpu_seconds: len as u64 * span as u64 * n * pct / 100,
                     energy_j: 1_000,
                     // Under 75 % of the window: under the market's idle threshold.
                     avg_utilisation_bps: if pct < 75 { 500 } else { 5_000 },
@@ -1016,12 +1019,14 @@ impl World {
                 }
                 let len = l.rules.billing_interval_secs;
                 let (from, to) =
-                    interval_window(l.started_at, len, l.next_interval + gap, l.stop())
+                    span_window(l.started_at, len, l.next_interval + gap, span, l.stop())
                         .expect("an accepted window");
+                // The idle rule may end the lease inside the span: proven up to there only.
+                assert!(after.proven_until <= to);
                 self.proven
                     .entry(lease)
                     .or_insert((l.price, l.gpu_count as u64, 0))
-                    .2 += (to - from) as u64;
+                    .2 += (after.proven_until - from) as u64;
             }
         }
         ok
@@ -1418,6 +1423,7 @@ fn earnings_are_bounded_by_the_cost_of_each_leases_proven_time() {
     let prove = Op::Prove {
         lease: 0,
         gap: 0,
+        span: 1,
         gpu_secs_pct: 100,
         exit: false,
         all: false,
