@@ -88,8 +88,15 @@ struct Sent {
     claims: u32,
 }
 
+/// How many leases of `lease_gpus` GPUs fill `machine_gpus` (none when `lease_gpus` is 0: the
+/// machine is listed and nobody rents it).
+fn lease_count(machine_gpus: u8, lease_gpus: u8) -> u8 {
+    machine_gpus.checked_div(lease_gpus).unwrap_or(0)
+}
+
 /// A machine of `machine_gpus` GPUs fully leased by leases of `lease_gpus` each (lasting longer
-/// than the run): the transactions its agent sends in the hour after they all started.
+/// than the run), or not leased at all (`lease_gpus` 0): the transactions its agent sends in
+/// the hour after they all started.
 async fn run(machine_gpus: u8, lease_gpus: u8) -> Sent {
     let configs: Vec<SimulatedGpuConfig> = (0..machine_gpus).map(|i| gpu(i / 4)).collect();
     let views = configs
@@ -106,7 +113,7 @@ async fn run(machine_gpus: u8, lease_gpus: u8) -> Sent {
         })
         .collect();
     let chain = Arc::new(FakeChain::new(views, INTERVAL, T0));
-    for n in 0..machine_gpus / lease_gpus {
+    for n in 0..lease_count(machine_gpus, lease_gpus) {
         chain.place_bid(bid(n + 1, lease_gpus, 4));
     }
     let dir = tempfile::tempdir().unwrap();
@@ -167,14 +174,11 @@ async fn run(machine_gpus: u8, lease_gpus: u8) -> Sent {
         )
         .await;
     let (proofs, heartbeats, claims) = measured.lock().unwrap().expect("the warm-up ended");
-    let running = (1..=machine_gpus / lease_gpus)
+    let leases = lease_count(machine_gpus, lease_gpus);
+    let running = (1..=leases)
         .filter(|&n| chain.lease_of_bid(Key([n; 32])).is_some())
         .count();
-    assert_eq!(
-        running,
-        (machine_gpus / lease_gpus) as usize,
-        "every lease ran the whole hour"
-    );
+    assert_eq!(running, leases as usize, "every lease ran the whole hour");
     Sent {
         proofs: chain.submit_calls() - proofs,
         heartbeats: chain.heartbeats() - heartbeats,
@@ -188,13 +192,13 @@ async fn main() {
         "| machine | leases | proof transactions / h | heartbeats / h | claims / h | lamports / GPU-hour |"
     );
     println!("|---|---|---:|---:|---:|---:|");
-    for (machine_gpus, lease_gpus) in [(8, 1), (8, 2), (8, 4), (8, 8), (1, 1)] {
+    for (machine_gpus, lease_gpus) in [(8, 1), (8, 2), (8, 4), (8, 8), (1, 1), (8, 0)] {
         let sent = run(machine_gpus, lease_gpus).await;
         let signatures = (sent.proofs + sent.heartbeats + sent.claims) as u64;
         let per_gpu_hour = signatures * LAMPORTS_PER_SIGNATURE / machine_gpus as u64;
         println!(
             "| {machine_gpus} GPUs | {} × {lease_gpus} GPU | {} | {} | {} | {} |",
-            machine_gpus / lease_gpus,
+            lease_count(machine_gpus, lease_gpus),
             sent.proofs,
             sent.heartbeats,
             sent.claims,

@@ -40,6 +40,23 @@ struct Settled {
     client_delta: u64,
 }
 
+impl Settled {
+    /// Each proof's first interval and how many it covers.
+    fn spans(&self) -> Vec<(u32, u16)> {
+        self.proofs
+            .iter()
+            .map(|p| (p.interval, p.intervals))
+            .collect()
+    }
+
+    /// How many intervals the proofs cover, from interval 0 (a proof covers one or more).
+    fn intervals(&self) -> u32 {
+        self.proofs
+            .last()
+            .map_or(0, |p| p.interval + p.intervals as u32)
+    }
+}
+
 /// A market with a 2-GPU machine, its agent running, and one client's queue bid for one GPU
 /// over `intervals` billing intervals, with the balances it may move read before.
 struct Scenario {
@@ -149,12 +166,12 @@ impl Scenario {
             self.escrow - to_host - fees,
             "the client gets back the escrow the proofs did not spend"
         );
-        let intervals: Vec<u32> = proofs.iter().map(|p| p.interval).collect();
-        let expected: Vec<u32> = (0..intervals.len() as u32).collect();
-        assert_eq!(
-            intervals, expected,
-            "one proof per interval, none missing, none twice"
-        );
+        // Each proof covers one interval or more: they follow one another from interval 0.
+        let mut next = 0;
+        for p in &proofs {
+            assert_eq!(p.interval, next, "every interval proven once, none missing");
+            next = p.interval + p.intervals as u32;
+        }
         Settled {
             proofs,
             host_delta,
@@ -207,9 +224,9 @@ async fn a_bid_is_allocated_run_on_the_engine_proven_and_paid() {
     s.wait_settled(&agent, 60).await;
     let settled = s.settle_and_check().await;
     assert!(
-        settled.proofs.len() >= 3,
-        "a 3-interval lease is proven in at least 3 proofs: {}",
-        settled.proofs.len()
+        settled.intervals() >= 3,
+        "a 3-interval lease is proven to its end: {:?}",
+        settled.spans()
     );
     assert!(
         settled.host_delta > 0 && settled.fees_delta > 0,
@@ -272,9 +289,9 @@ async fn kill_9_and_restart_lose_and_double_nothing() {
     );
     let settled = s.settle_and_check().await;
     assert!(
-        settled.proofs.len() >= 5,
-        "every interval of the 5-interval lease proven: {} proofs\nfirst run:\n{first_log}\nsecond run:\n{log}",
-        settled.proofs.len()
+        settled.intervals() >= 5,
+        "every interval of the 5-interval lease proven: {:?}\nfirst run:\n{first_log}\nsecond run:\n{log}",
+        settled.spans()
     );
     let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
     assert_eq!(machine.missed_intervals, 0, "no interval lost to the kill");
@@ -752,7 +769,7 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
     };
     s.wait_settled(&agent, left + 60).await;
     let settled = s.settle_and_check().await;
-    assert!(settled.proofs.len() >= A_INTERVALS as usize);
+    assert!(settled.intervals() >= A_INTERVALS);
     let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
     assert_eq!(
         machine.missed_intervals, 0,

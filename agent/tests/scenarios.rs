@@ -446,7 +446,7 @@ async fn a_queue_bid_preempts_a_spot_lease_at_once(m: &impl MarketUnderTest) {
 }
 
 /// The agent's reconcile loop end to end: it allocates the bid, starts its container, proves
-/// each interval as it ends, and ends the lease after its stop; the lease settles, the GPUs
+/// its intervals two at a time, and ends the lease after its stop; the lease settles, the GPUs
 /// are free and nothing runs.
 async fn the_reconciler_runs_a_lease_from_allocation_to_settlement(m: &impl MarketUnderTest) {
     let chain = m.chain();
@@ -459,9 +459,15 @@ async fn the_reconciler_runs_a_lease_from_allocation_to_settlement(m: &impl Mark
     assert_eq!(l.bid, bid);
     agent.run_for(m, POLL).await;
     assert_eq!(agent.running(), 1, "started");
-    // The first window ends one interval after the start; the next tick proves it.
+    // The first window ends one interval after the start; its proof waits for the second
+    // window (two intervals a proof at the recommended silence window), which ends at the
+    // stop: one proof of both, then the lease settles.
     agent.run_for(m, SECS + POLL).await;
-    assert_eq!(lease(m, l.key).await.next_interval, 1, "interval 0 proven");
+    assert_eq!(
+        lease(m, l.key).await.next_interval,
+        0,
+        "interval 0 waits for 1"
+    );
     agent.run_for(m, SECS + 2 * POLL).await;
     assert!(closed(m, l.key).await, "settled after its stop");
     assert!(chain.leases().await.unwrap().is_empty());

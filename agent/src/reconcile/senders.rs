@@ -1,5 +1,6 @@
 //! Proof submissions run beside the loop, one round for the whole machine at a time: a round
-//! sends the closed proofs of every lease together, the oldest of each lease in one
+//! sends the closed proofs of every lease together (each covering the consecutive intervals the
+//! loop joined: two at the recommended silence window), the oldest of each lease in one
 //! `submit_usage` (one signature for the machine, however many leases it runs), then the next
 //! oldest, and so on; the next tick takes what was accepted. A tick never waits for a
 //! confirmation, so a new bid's allocation or a container's start does not queue behind the

@@ -98,7 +98,8 @@ impl ClientInstruction for Preempt<'_> {
 }
 
 /// `submit_usage`: proofs of one machine's leases in one transaction, each `(lease, proof)`
-/// proving one interval (a lease may come several times, its intervals in order).
+/// proving one interval or more (`intervals`; a lease may come several times, its intervals
+/// in order).
 pub struct SubmitUsage<'a> {
     pub agent: &'a (dyn Signer + Sync),
     pub market: Pubkey,
