@@ -500,7 +500,7 @@ carol_off() {
 cli authority bid list --market "$MARKET" --machine "$MACHINE"
 wait_for 120 "carol's bid back in the spot book, cancelled" carol_off
 
-step "usage proofs: one transaction an interval proves all the machine's leases, hash-chained; each lease's pay accrues to the machine out of its escrow"
+step "usage proofs: one transaction every two intervals proves all the machine's leases, each proof covering both, hash-chained; each lease's pay accrues to the machine out of its escrow"
 # From what the poller recorded while the lease existed: it may have ended by the idle rule
 # (4 idle intervals) by now.
 flagged() { [ "$(fact "$1" ever_idle)" = True ]; }
@@ -553,7 +553,7 @@ out, body, fetched, lease = sys.argv[1:]
 json.dump({"lease": lease, "http_body": body, "fetched": open(fetched).read()}, open(out, "w"))
 PY
 
-step "anyone can check the power readings behind alice's proofs: the agent kept one log per interval (her container saw them at /run/gpu-market/evidence); each is the log its proof committed to on chain, and gives the peaks the proof stated"
+step "anyone can check the power readings behind alice's proofs: the agent kept one log per proof, named by its first interval (a proof covers two here; her container saw them at /run/gpu-market/evidence); each is the log its proof committed to on chain, and gives the peaks the proof stated"
 AUDIT_DIR="$DEMO_DIR/agent/data/evidence/$ALICE_LEASE"
 cli authority lease audit "$ALICE_LEASE" --evidence "$AUDIT_DIR"
 cli authority --output json lease audit "$ALICE_LEASE" --evidence "$AUDIT_DIR" > "$DEMO_DIR/facts/audit.json"

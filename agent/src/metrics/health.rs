@@ -171,8 +171,8 @@ pub struct ProofCheck {
     /// Seconds since the chain last accepted a proof (`None`: never, since the agent started).
     pub secs_since_accepted: Option<i64>,
     pub stale_after_secs: u64,
-    /// Seconds left to prove the lease closest to its silence before it is one interval from
-    /// reclaimable (negative: late; `None`: no lease owes a proof).
+    /// Seconds left to prove the lease closest to its silence before it is half an interval
+    /// from reclaimable (negative: late; `None`: no lease owes a proof).
     pub secs_to_prove: Option<i64>,
 }
 
@@ -199,7 +199,7 @@ fn within(at: Option<i64>, bound: Duration, now: i64) -> bool {
 /// - no lease needs a proof, or the chain accepted one within `limits.proof_staleness` of now,
 ///   counting from when leases began needing proofs if that is later (a first lease's first
 ///   proof comes only after its first interval);
-/// - no lease is within one interval of its silence window's end (`prove_by`);
+/// - no lease is within half an interval of its silence window's end (`prove_by`);
 /// - the websocket showed life within `limits.websocket_silence`;
 /// - the container engine answered the last call made to it.
 pub fn assess(s: &HealthSnapshot, limits: &HealthLimits, now: i64) -> HealthReport {

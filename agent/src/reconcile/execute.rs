@@ -610,7 +610,7 @@ impl Reconciler {
                 {
                     record.accept_oldest(hash);
                 }
-                tracing::info!(%lease, interval = p.interval, window = ?p.window, "proof accepted");
+                tracing::info!(%lease, interval = p.interval, intervals = p.intervals, window = ?p.window, "proof accepted");
             }
             match round.failed {
                 None => self.senders.clear_backoff(&lease),

@@ -278,12 +278,14 @@ impl Reconciler {
         let unix_now = crate::metrics::unix_now();
         health.leases_needing_proofs(owing, unix_now);
         if let Some(c) = &observed.chain {
-            // One interval before the closest lease's client could call the host silent, on
-            // this machine's clock.
+            // Half an interval before the closest lease's client could call the host silent,
+            // on this machine's clock: a round goes one interval before it (a proof spans the
+            // silence window less one interval), so half that interval is a round that is
+            // late, not one on its way.
             let prove_by = c
                 .leases
                 .iter()
-                .filter_map(|l| Some(l.reclaimable_from()? - l.interval_secs as i64))
+                .filter_map(|l| Some(l.reclaimable_from()? - l.interval_secs as i64 / 2))
                 .min()
                 .map(|by| unix_now.saturating_add(by.saturating_sub(observed.now)));
             health.prove_by(prove_by);

@@ -117,3 +117,28 @@ async fn the_pay_proofs_accrue_is_claimed_every_claim_interval() {
     h.run_for(&mut r, 1_800).await;
     assert_eq!(h.chain.claims(), 2, "once an hour");
 }
+
+/// `/healthz` says whether a lease is close to its silence window's end: proofs every two
+/// intervals (the recommended silence window of three) must never make it say so, or a
+/// supervisor would restart a healthy agent at every round.
+#[tokio::test(start_paused = true)]
+async fn proofs_every_two_intervals_keep_the_health_check_green() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
+    for _ in 0..(8 * INTERVAL as u64) / POLL {
+        // Read as a supervisor may, while a round is on its way: right after the tick.
+        tokio::time::advance(Duration::from_secs(POLL)).await;
+        r.tick(false).await.unwrap();
+        let report = h.metrics.health().assess(crate::metrics::unix_now());
+        assert!(
+            report.proofs.secs_to_prove.is_some_and(|s| s > 0),
+            "{:?} at {}; proven {:?}",
+            report.proofs,
+            h.chain.clock(),
+            proven_intervals(&h, lease.key)
+        );
+        settle(&mut r).await;
+    }
+    assert!(proven_intervals(&h, lease.key).len() >= 6);
+}
