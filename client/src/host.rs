@@ -350,18 +350,28 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                 machine,
                 spot_book,
             };
+            // The program closes no machine with pay unclaimed: claimed first, in the same
+            // transaction, and said.
             let claim = if mach.unclaimed_pay + mach.unclaimed_fee > 0 {
                 let m: Market = config.fetch(&mach.market, "market")?;
-                Some(claim_pay(config, (machine, &mach), m.payment_mint, None)?)
+                let ix = claim_pay(config, (machine, &mach), m.payment_mint, None)?;
+                let paid =
+                    parse::tokens(mach.unclaimed_pay, config.mint_decimals(&m.payment_mint)?);
+                Some((ix, paid))
             } else {
                 None
             };
             let mut ixs: Vec<&dyn crate::config::Sendable> = Vec::new();
-            ixs.extend(claim.as_ref().map(|c| c as &dyn crate::config::Sendable));
+            ixs.extend(
+                claim
+                    .as_ref()
+                    .map(|(c, _)| c as &dyn crate::config::Sendable),
+            );
             ixs.push(&close);
             let signature = config.send_all(&owner, &ixs)?;
             let mut fields: Fields = vec![("machine", text(machine))];
             fields.extend(spot_book.map(|b| ("spot_book", text(b))));
+            fields.extend(claim.map(|(_, paid)| ("paid", paid)));
             fields.extend([("closed", true.into()), ("signature", text(signature))]);
             print_record(config.output, &fields);
             Ok(())

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use common::*;
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease};
+use gpu_market::state::{Bid, Lease, Machine, Market};
 use serde_json::Value;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -236,4 +236,44 @@ fn the_keeper_refunds_a_retired_machines_spot_bids_so_that_it_closes() {
     );
     t.ok(&owner, &["host", "close", &mc]);
     assert!(!t.exists(&host.machine));
+}
+
+/// A retired machine whose proofs accrued pay nobody has claimed: the program refuses to close
+/// it (`PayUnclaimed`), so `host close` claims the pay for its owner first, in the same command,
+/// then closes it; the fee waits in the market for `collect_fees`.
+#[test]
+fn closing_a_machine_claims_the_pay_its_proofs_accrued_first() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &["--billing-interval-secs", "2"]);
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    s.fund(&t, &client, "100");
+    let lease = leased_for(&t, &s, &host, &client, "1", "4s");
+    prove_to_stop(&t, &s, &host, lease);
+    t.ok(&client, &["lease", "end", &lease.to_string()]);
+    assert!(!t.exists(&lease), "proven to its stop: settled");
+    let accrued: Machine = t.account(&host.machine);
+    assert!(accrued.unclaimed_pay > 0 && accrued.unclaimed_fee > 0);
+    let (owner, mc) = (t.path("host.json"), host.machine.to_string());
+    t.ok(&owner, &["host", "retire", &mc]);
+    let (tokens, fees) = (
+        t.balance(&host.tokens),
+        t.account::<Market>(&s.market).fees_due,
+    );
+    let out = t.ok(&owner, &["host", "close", &mc]);
+    assert!(!t.exists(&host.machine), "closed");
+    assert_eq!(
+        out["paid"],
+        gpu_market_core::amount::format(accrued.unclaimed_pay, 6).as_str(),
+        "{out}"
+    );
+    assert_eq!(
+        t.balance(&host.tokens) - tokens,
+        accrued.unclaimed_pay,
+        "the owner was paid what the proofs accrued"
+    );
+    assert_eq!(
+        t.account::<Market>(&s.market).fees_due - fees,
+        accrued.unclaimed_fee
+    );
 }
