@@ -76,7 +76,7 @@ pub fn witness(
 
 /// How long a heartbeat keeps a machine in the packing policy: the market's silence window
 /// (`silence_intervals` billing intervals, after which a lease's client may reclaim its escrow).
-/// The agent heartbeats at least twice within it.
+/// The agent heartbeats at least every two thirds of it (a round of proofs counts as one).
 pub fn alive_secs(market: &Market) -> i64 {
     market.params.billing_interval_secs as i64 * market.params.silence_intervals as i64
 }
