@@ -499,7 +499,7 @@ pub const BUSY: Stated = Stated {
     samples_hash: [0; 32],
 };
 
-/// The host's agent heartbeats (as the daemon does at least twice a silence window): the
+/// The host's agent heartbeats (as the daemon does at least every 2/3 of a silence window): the
 /// market's packing policy counts the machine alive from now.
 pub fn heartbeat(t: &T, host: &Host) {
     let agent = key_of(&host.agent);
