@@ -129,7 +129,9 @@ async fn run(machine_gpus: u8, lease_gpus: u8) -> Sent {
             heartbeat_interval: Duration::from_secs(
                 gpu_market_agent::config::DEFAULT_HEARTBEAT_SECS,
             ),
-            claim_interval: Duration::from_secs(3_600),
+            claim_interval: Duration::from_secs(
+                gpu_market_agent::config::DEFAULT_CLAIM_INTERVAL_SECS,
+            ),
             placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
             container: ContainerLimits {
                 memory_mib_per_gpu: 1_024,

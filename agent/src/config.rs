@@ -365,8 +365,11 @@ pub const DEFAULT_HEARTBEAT_SECS: u64 = 120;
 fn default_heartbeat() -> u64 {
     DEFAULT_HEARTBEAT_SECS
 }
+/// `claim_interval_secs` unless set: one `claim_pay` signature an hour.
+pub const DEFAULT_CLAIM_INTERVAL_SECS: u64 = 3_600;
+
 fn default_claim_interval() -> u64 {
-    3_600
+    DEFAULT_CLAIM_INTERVAL_SECS
 }
 fn default_placement_grace() -> u64 {
     gpu_market_core::placement::GRACE_SECS

@@ -50,8 +50,12 @@ impl Agent {
         let config = ReconcilerConfig {
             data_dir: dir.path().to_path_buf(),
             electricity_cost_per_kwh: ELECTRICITY_COST,
-            heartbeat_interval: Duration::from_secs(60),
-            claim_interval: Duration::from_secs(3_600),
+            heartbeat_interval: Duration::from_secs(
+                gpu_market_agent::config::DEFAULT_HEARTBEAT_SECS,
+            ),
+            claim_interval: Duration::from_secs(
+                gpu_market_agent::config::DEFAULT_CLAIM_INTERVAL_SECS,
+            ),
             placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
             container: ContainerLimits {
                 memory_mib_per_gpu: 1_024,

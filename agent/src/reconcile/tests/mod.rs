@@ -122,7 +122,7 @@ impl Harness {
                 data_dir: self.dir.path().to_path_buf(),
                 electricity_cost_per_kwh: 500,
                 heartbeat_interval: Duration::from_secs(crate::config::DEFAULT_HEARTBEAT_SECS),
-                claim_interval: Duration::from_secs(3_600),
+                claim_interval: Duration::from_secs(crate::config::DEFAULT_CLAIM_INTERVAL_SECS),
                 placement_grace: Duration::from_secs(gpu_market_core::placement::GRACE_SECS),
                 container: ContainerLimits {
                     memory_mib_per_gpu: 1_024,
