@@ -14,6 +14,7 @@ use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
+use gpu_market_sdk::budget::MAX_COMPUTE_UNITS;
 use gpu_market_sdk::placement::witness;
 use gpu_market_sdk::{
     Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, TopUpBid,
@@ -960,10 +961,6 @@ pub(crate) fn refund_accounts<'a>(
         .collect();
     config.live_token_accounts(&accounts, &m.payment_mint)
 }
-
-/// Compute units a transaction may ask for at most; the agent asks for what a simulation under
-/// this limit used, so the simulation here sees what the agent's would.
-const MAX_COMPUTE_UNITS: u32 = 1_400_000;
 
 /// Why the program would refuse the `allocate` that `mach`'s agent would send now to start bid
 /// `key` from `book` on the GPUs `gpus` (the fit rule's choice), passing `evidence`

@@ -11,6 +11,7 @@
 pub mod accounts;
 pub mod api;
 pub mod book;
+pub mod budget;
 pub mod envelope;
 pub mod events;
 pub mod evidence;

@@ -1,6 +1,10 @@
 //! Test support shared by the test binaries: one client struct per program instruction
 //! (`client`), and a cluster to talk to (`Cluster`).
 //!
+//! `program_test` is the LiteSVM harness of the program tests (the SBF build, real SPL Token),
+//! and `lease_fixture` the market of the lease tests on it; `gpu-market-bench chain` measures the
+//! program's instructions through them.
+//!
 //! `Cluster::start` uses the cluster in `ANCHOR_PROVIDER_URL` (with the wallet in `ANCHOR_WALLET`)
 //! when it is set, as under `anchor test`; otherwise it starts the stock `solana-test-validator`
 //! on free loopback ports with the program's SBF build deployed, and stops it when dropped.
@@ -13,7 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use gpu_market_sdk as client;
+pub mod lease_fixture;
 pub mod live;
+pub mod program_test;
 pub mod svm_rpc;
 
 use gpu_market_sdk::{token, ClientInstruction};

@@ -5,7 +5,7 @@
 //! only where the anti-monopoly cap decides; and the cap never keeps GPUs idle that nobody else
 //! is waiting for. Every refused allocation is checked to move nothing.
 
-mod program_test;
+use gpu_market_tests::program_test;
 
 use anchor_lang::error::ERROR_CODE_OFFSET;
 use gpu_market::errors::MarketError;

@@ -1,7 +1,7 @@
 //! Bids with escrow: place (queue and spot), score order and aging in the book, top up,
 //! cancel, and every bad input, on the SBF build in LiteSVM.
 
-mod program_test;
+use gpu_market_tests::program_test;
 
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;

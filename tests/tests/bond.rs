@@ -3,8 +3,8 @@
 //! for), so the stake a silent host is slashed from cannot have left. On the SBF build in
 //! LiteSVM; every refused step is checked to move nothing.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
+use gpu_market_tests::program_test;
 
 use gpu_market::errors::MarketError;
 use gpu_market::pda;

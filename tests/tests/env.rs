@@ -3,8 +3,7 @@
 //! bid is gone, its rent back to the client (`close_sealed_env`). On the SBF build in LiteSVM;
 //! every refusal is checked to store and move nothing.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
 
 use gpu_market::errors::MarketError;
 use gpu_market::pda;

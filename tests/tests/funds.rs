@@ -23,7 +23,7 @@
 //!
 //! `GPU_MARKET_FUNDS_CASES` sets the number of sequences (default 500; 10000 for a long run).
 
-mod program_test;
+use gpu_market_tests::program_test;
 
 use std::collections::BTreeMap;
 

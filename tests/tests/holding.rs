@@ -4,7 +4,7 @@
 //! pruned or started. The charge, like the urgency premium, is burnt by `collect_fees`: neither
 //! the market's authority nor a host gets back what squatting costs. On the SBF build in LiteSVM.
 
-mod program_test;
+use gpu_market_tests::program_test;
 
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, BidKind, Lease, Market, MarketParams, OverclockTerms, BOOK_CAPACITY};

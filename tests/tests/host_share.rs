@@ -2,8 +2,7 @@
 //! reserves some, its lease holds that until it ends, and the fit rule (for the chosen bid and
 //! for every book entry ranked above it) counts it. On the SBF build in LiteSVM.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
 
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;

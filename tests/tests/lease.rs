@@ -2,8 +2,8 @@
 //! hash-chained usage proofs and settlement, host silence, slashing and the idle flag, on the SBF
 //! build in LiteSVM. Every rejected instruction is checked to move nothing.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
+use gpu_market_tests::program_test;
 
 use anchor_lang::error::ErrorCode as AnchorErrorCode;
 use gpu_market::errors::MarketError;

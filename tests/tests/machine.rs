@@ -1,6 +1,6 @@
 //! Host machines: register, update, pause/resume/retire, heartbeat, on the SBF build in LiteSVM.
 
-mod program_test;
+use gpu_market_tests::program_test;
 
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;

@@ -1,6 +1,6 @@
 //! The program's SBF build in LiteSVM, with the real SPL Token program.
 
-mod program_test;
+use gpu_market_tests::program_test;
 
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;

@@ -4,8 +4,7 @@
 //! account the market's other machines share. On the SBF build in LiteSVM; every refused
 //! transaction is checked to move nothing.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
 
 use anchor_lang::error::ErrorCode as AnchorErrorCode;
 use gpu_market::errors::MarketError;

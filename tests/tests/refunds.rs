@@ -4,8 +4,8 @@
 //! client's stake account (`refunds_due`), and `claim_refunds` pays it to a token account of
 //! the client. On the SBF build in LiteSVM; every refused step is checked to move nothing.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
+use gpu_market_tests::program_test;
 
 use anchor_lang::error::ErrorCode as AnchorErrorCode;
 use gpu_market::errors::MarketError;

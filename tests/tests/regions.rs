@@ -4,8 +4,7 @@
 //! machine's region never keeps a plainer bid waiting nor asks for evidence. On the SBF build in
 //! LiteSVM.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
 
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;

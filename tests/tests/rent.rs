@@ -3,7 +3,7 @@
 //! or registering a machine costs the rent of a few small accounts, not 4.45 SOL per book.
 //! Rent is the Rent sysvar's, and exact at every step. On the SBF build in LiteSVM.
 
-mod program_test;
+use gpu_market_tests::program_test;
 
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{

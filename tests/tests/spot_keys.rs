@@ -2,8 +2,7 @@
 //! was placed under, so the cost cannot change under waiting spot bids (their order would no
 //! longer be the order `allocate` and `preempt` judge by). On the SBF build in LiteSVM.
 
-mod lease_fixture;
-mod program_test;
+use gpu_market_tests::lease_fixture;
 
 use gpu_market::errors::MarketError;
 use gpu_market::state::Machine;

@@ -23,6 +23,7 @@ use gpu_market_core::fit::Offer;
 use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
+use gpu_market_sdk::budget::{compute_unit_limit, MAX_COMPUTE_UNITS};
 use gpu_market_sdk::{
     Allocate, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, ReportFault,
     SubmitUsage,
@@ -61,8 +62,6 @@ use super::{
 const LEASE_MACHINE_OFFSET: usize = 8 + 32;
 /// `getMultipleAccounts` takes at most this many keys.
 const MULTIPLE_ACCOUNTS_MAX: usize = 100;
-/// The most compute units a transaction may ask for.
-const MAX_COMPUTE_UNITS: u32 = 1_400_000;
 
 pub(super) fn pubkey(k: Key) -> Pubkey {
     Pubkey::new_from_array(k.0)
@@ -329,7 +328,7 @@ impl SolanaChain {
 
     /// Sends `ix` with the compute-unit limit it needs: a simulation under the most a
     /// transaction may ask tells the units it uses (and, when the program refuses it, why),
-    /// and the transaction asks that many plus [`compute_margin`]. `allocate` walks the book
+    /// and the transaction asks [`compute_unit_limit`] of that. `allocate` walks the book
     /// above the chosen bid, so its cost grows with the book's depth, past the default
     /// 200 000 units per instruction.
     async fn send_sized(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
@@ -363,7 +362,7 @@ impl SolanaChain {
             return Err(refusal(op, sim.logs.as_deref(), &err.into()));
         }
         let used = sim.units_consumed.unwrap_or(MAX_COMPUTE_UNITS as u64);
-        let units = compute_margin(used);
+        let units = compute_unit_limit(used);
         tracing::debug!(op, used, units, "compute budget from the simulation");
         self.send_all(
             op,
@@ -760,15 +759,6 @@ fn clock_time(data: Option<&[u8]>) -> Result<i64, ChainError> {
     let clock: solana_clock::Clock = bincode::deserialize(data)
         .map_err(|e| ChainError::Unavailable(format!("the clock sysvar: {e}")))?;
     Ok(clock.unix_timestamp)
-}
-
-/// The compute-unit limit for a transaction a simulation found to use `used` units: a quarter
-/// more and 20 000 over that, for bids placed above the chosen one before it lands (each costs
-/// `allocate` a few hundred units), at most [`MAX_COMPUTE_UNITS`].
-fn compute_margin(used: u64) -> u32 {
-    used.saturating_add(used / 4)
-        .saturating_add(20_000)
-        .min(MAX_COMPUTE_UNITS as u64) as u32
 }
 
 /// Errors of a transaction that may pass when sent again (after observing again): it may have
@@ -1282,13 +1272,6 @@ mod tests {
                 "{e} is reported as refused"
             );
         }
-    }
-
-    #[test]
-    fn the_compute_limit_is_the_simulation_plus_a_margin_up_to_the_most_allowed() {
-        assert_eq!(compute_margin(40_000), 70_000);
-        assert_eq!(compute_margin(800_000), 1_020_000);
-        assert_eq!(compute_margin(1_200_000), MAX_COMPUTE_UNITS);
     }
 
     fn view(n: u8) -> BidView {

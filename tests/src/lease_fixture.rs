@@ -2,8 +2,6 @@
 //! bids, allocations, proofs and settlements, on the SBF build in LiteSVM. Shared by the test
 //! binaries of a lease's rules (`lease.rs`) and of its refunds (`refunds.rs`).
 
-#![allow(dead_code)] // each test binary uses a different part of the fixture
-
 use anchor_lang::error::ERROR_CODE_OFFSET;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::{PlaceBidArgs, UsageProofArgs};

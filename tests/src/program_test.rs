@@ -2,8 +2,6 @@
 //! the program's real SBF build and the real SPL Token program, creates mints, funded wallets and
 //! token accounts, and sends one client struct per instruction (see `client.rs`).
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -13,7 +11,6 @@ use gpu_market::state::{
 };
 use gpu_market_core::fit::{Offer, Unfit};
 use gpu_market_sdk::book::read_book;
-use gpu_market_sdk::token;
 use litesvm::types::{FailedTransactionMetadata, TransactionMetadata};
 use litesvm::LiteSVM;
 use solana_compute_budget_interface::ComputeBudgetInstruction;
@@ -23,18 +20,18 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 
-pub use gpu_market_tests::client::*;
+pub use crate::client::*;
 
 pub const SOL: u64 = 1_000_000_000;
 /// The most compute units one transaction may ask for; the agent asks for up to this much for
 /// `allocate`, which walks the book above the chosen bid.
-pub const MAX_COMPUTE_UNITS: u32 = 1_400_000;
+pub use gpu_market_sdk::budget::MAX_COMPUTE_UNITS;
 /// The most bytes a transaction may take on the wire (a packet).
 pub const MAX_TRANSACTION_BYTES: usize = 1_232;
 
 /// The SBF build of the program, made by `scripts/build-sbf.sh`.
 pub fn program_so() -> PathBuf {
-    let so = gpu_market_tests::program_so();
+    let so = crate::program_so();
     assert!(
         so.exists(),
         "{} is missing: run scripts/build-sbf.sh first (the README's test command does)",
@@ -70,6 +67,12 @@ pub struct TestContext {
     next_wallet: u64,
     /// Compute units of the last successful run of each instruction, by instruction name.
     pub compute_units: BTreeMap<&'static str, u64>,
+}
+
+impl Default for TestContext {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl TestContext {
