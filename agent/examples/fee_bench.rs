@@ -21,9 +21,8 @@ use gpu_market_agent::metrics::Metrics;
 use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig};
 use gpu_market_agent::runtime::recording::RecordingRuntime;
 use gpu_market_core::overclock::{GpuLimits, OverclockTerms, Range};
+use gpu_market_sdk::budget::LAMPORTS_PER_SIGNATURE;
 
-/// Lamports a signature costs (the cluster's base fee).
-const LAMPORTS_PER_SIGNATURE: u64 = 5_000;
 /// The recommended billing interval.
 const INTERVAL: u32 = 60;
 /// On the interval grid.

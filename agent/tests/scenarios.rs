@@ -17,6 +17,8 @@ use gpu_market_agent::chain::{proof_hash, BidView, ChainError, Key, LeaseView};
 use gpu_market_core::colocate::{InterferenceModel, Profile};
 use gpu_market_core::fit::Host;
 use gpu_market_core::lease::UsageProof;
+use gpu_market_sdk::budget::{compute_unit_limit, MAX_LOADED_ACCOUNTS_DATA_SIZE};
+use gpu_market_tests::asked_budget;
 use market::program::ProgramMarket;
 use market::reconciler::{Agent, POLL};
 use market::{
@@ -574,6 +576,37 @@ async fn the_reconciler_settles_a_lease_the_idle_rule_stopped(m: &impl MarketUnd
 /// packing policy, computed by each agent from the accounts alone. Machine B's electricity is
 /// cheaper, so of two idle machines B wins; but a bid that completes a GPU of machine A goes to
 /// A. With A's agent stopped, B leaves such a bid to A for the grace period, then takes it.
+/// Every transaction the agent sends asks for the compute units and the account data it uses,
+/// with the sdk's margin (`sdk::budget::sized`), not the runtime's default of 200,000 units
+/// and 64 MiB: the leader reserves what a transaction asks, of its block and of each account
+/// it writes (the market's among them), while it packs it (`gpu-market-bench chain`). Before,
+/// `heartbeat`, `claim_pay` and `end_lease` asked for nothing and reserved 216,384 units each.
+#[tokio::test(start_paused = true)]
+async fn program_every_transaction_the_agent_sends_asks_for_the_budget_it_uses() {
+    let m = ProgramMarket::start().await;
+    the_reconciler_runs_a_lease_from_allocation_to_settlement(&m).await;
+    let chain = m.chain();
+    chain.heartbeat().await.expect("heartbeat");
+    chain.claim_pay().await.expect("claim_pay");
+    let sent = m.agent_transactions();
+    // allocate, submit_usage, end_lease, heartbeat, claim_pay at least.
+    assert!(sent.len() >= 5, "{} transactions", sent.len());
+    for (tx, used) in &sent {
+        let asked = asked_budget(tx);
+        let units = asked.units.expect("a compute-unit limit") as u64;
+        // The simulation ran without the limit instructions: a few hundred units apart.
+        assert!(
+            units >= *used && units <= compute_unit_limit(used + 300) as u64,
+            "asked {units} units for {used}"
+        );
+        let loaded = asked.loaded_bytes.expect("a loaded-accounts limit");
+        assert!(
+            loaded < MAX_LOADED_ACCOUNTS_DATA_SIZE / 8,
+            "asked {loaded} bytes of account data"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn program_two_agents_follow_the_packing_policy_and_a_silent_machine_strands_no_bid() {
     let m = ProgramMarket::start().await;

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use anchor_lang::{AccountDeserialize, Discriminator};
 use anyhow::{anyhow, bail, Result};
 use clap::ValueEnum;
+use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
+use gpu_market_sdk::instructions::TRANSACTION_SIZE_LIMIT;
 use gpu_market_sdk::ClientInstruction;
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -399,6 +401,7 @@ impl Config {
         extra: &[&dyn Signer],
     ) -> Result<String> {
         let rpc = self.rpc();
+        let ixs = &self.sized(&payer.pubkey(), ixs)?;
         let blockhash = rpc
             .get_latest_blockhash()
             .map_err(|e| self.unreachable(&e))?;
@@ -421,6 +424,46 @@ impl Config {
             eprintln!("{}", cost_line(before, after, fee));
         }
         Ok(sig.to_string())
+    }
+
+    /// `ixs` with the compute budget a simulation finds them to need ([`budget::sized`]): the
+    /// leader reserves what a transaction asks, of its block and of each account it writes (the
+    /// market's and its queue book's among them), and unasked that is 200,000 units and 64 MiB
+    /// of data, ten times what a bid uses. As given when they set their own budget, when the
+    /// simulation refuses them (sending says why), or when the budget would not fit a packet.
+    fn sized(&self, payer: &Pubkey, ixs: &[Instruction]) -> Result<Vec<Instruction>> {
+        if ixs
+            .iter()
+            .any(|i| i.program_id == solana_compute_budget_interface::ID)
+        {
+            return Ok(ixs.to_vec());
+        }
+        let probe = Transaction::new_with_payer(&budget::probe(ixs), Some(payer));
+        let config = RpcSimulateTransactionConfig {
+            sig_verify: false,
+            replace_recent_blockhash: true,
+            commitment: Some(self.commitment),
+            ..Default::default()
+        };
+        let sim = match self.rpc().simulate_transaction_with_config(&probe, config) {
+            Ok(response) if response.value.err.is_none() => response.value,
+            Err(e) if matches!(e.kind(), ErrorKind::Reqwest(_) | ErrorKind::Io(_)) => {
+                return Err(self.unreachable(&e))
+            }
+            _ => return Ok(ixs.to_vec()),
+        };
+        let sized = budget::sized(
+            sim.units_consumed.unwrap_or(MAX_COMPUTE_UNITS as u64),
+            sim.loaded_accounts_data_size,
+            ixs,
+        );
+        Ok(
+            if budget::transaction_size(&sized, payer) <= TRANSACTION_SIZE_LIMIT {
+                sized
+            } else {
+                ixs.to_vec()
+            },
+        )
     }
 
     /// Why the cluster would refuse `ixs` paid by `payer` now, tried unsigned (a simulation

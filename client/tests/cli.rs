@@ -13,6 +13,7 @@ use gpu_market::instructions::UsageProofArgs;
 use gpu_market::state::{
     book_space, Bid, Lease, Machine, MachineStatus, Market, StakeAccount, BOOK_EMPTY_SPACE,
 };
+use gpu_market_sdk::budget::{compute_unit_limit, MAX_LOADED_ACCOUNTS_DATA_SIZE};
 use gpu_market_sdk::{ReportFault, SubmitUsage};
 use serde_json::Value;
 use solana_keypair::Keypair;
@@ -611,6 +612,20 @@ fn bid_verbs() {
         ),
     );
     let good = pk(&out["bid"]);
+    // It asked for the compute units and account data it uses, with the sdk's margin
+    // (`sdk::budget::sized`), not the runtime's 200,000 units and 64 MiB: the leader reserves
+    // what a transaction asks, of the market's and its queue book's per-block limits.
+    let (asked, used) = t.budget_of(out["signature"].as_str().expect("a signature"));
+    let units = asked.units.expect("a compute-unit limit") as u64;
+    assert!(
+        units >= used && units <= compute_unit_limit(used + 300) as u64,
+        "asked {units} units for {used}"
+    );
+    let loaded = asked.loaded_bytes.expect("a loaded-accounts limit");
+    assert!(
+        loaded < MAX_LOADED_ACCOUNTS_DATA_SIZE / 8,
+        "asked {loaded} bytes"
+    );
     let b: Bid = t.account(&good);
     let good_escrow = placed_escrow(&b);
     assert_eq!(b.escrow, good_escrow);

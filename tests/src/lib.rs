@@ -271,6 +271,41 @@ impl Cluster {
     }
 }
 
+/// The compute budget a transaction asks for: its compute-unit limit and its loaded-accounts
+/// limit (`None` where it sets none and gets the runtime's default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskedBudget {
+    pub units: Option<u32>,
+    pub loaded_bytes: Option<u32>,
+}
+
+/// What `tx` asks of the compute-budget program, read off its instructions as the runtime does
+/// (the instruction's tag, then a little-endian u32).
+pub fn asked_budget(tx: &solana_transaction::versioned::VersionedTransaction) -> AskedBudget {
+    let keys = tx.message.static_account_keys();
+    let mut asked = AskedBudget {
+        units: None,
+        loaded_bytes: None,
+    };
+    for ix in tx.message.instructions() {
+        if keys.get(ix.program_id_index as usize) != Some(&solana_compute_budget_interface::ID) {
+            continue;
+        }
+        let value = ix
+            .data
+            .get(1..5)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes);
+        // The tags of `SetComputeUnitLimit` and `SetLoadedAccountsDataSizeLimit`.
+        match ix.data.first() {
+            Some(2) => asked.units = value,
+            Some(4) => asked.loaded_bytes = value,
+            _ => {}
+        }
+    }
+    asked
+}
+
 /// `http(s)://host:port` → `ws(s)://host:port+1`, the Solana convention.
 pub fn websocket_url(rpc_url: &str) -> Result<String> {
     let (scheme, rest) = rpc_url
@@ -411,5 +446,41 @@ mod tests {
             "wss://api.devnet.solana.com"
         );
         assert!(websocket_url("localhost").is_err());
+    }
+
+    #[test]
+    fn the_budget_a_transaction_asks_is_read_off_its_instructions() {
+        use solana_compute_budget_interface::ComputeBudgetInstruction;
+        let payer = Keypair::new();
+        let transfer = solana_system_interface::instruction::transfer(
+            &payer.pubkey(),
+            &Pubkey::new_unique(),
+            1,
+        );
+        let tx = |ixs: &[Instruction]| {
+            solana_transaction::versioned::VersionedTransaction::from(Transaction::new_with_payer(
+                ixs,
+                Some(&payer.pubkey()),
+            ))
+        };
+        assert_eq!(
+            asked_budget(&tx(&[
+                ComputeBudgetInstruction::set_compute_unit_limit(32_500),
+                ComputeBudgetInstruction::set_compute_unit_price(7),
+                ComputeBudgetInstruction::set_loaded_accounts_data_size_limit(1_000_000),
+                transfer.clone(),
+            ])),
+            AskedBudget {
+                units: Some(32_500),
+                loaded_bytes: Some(1_000_000)
+            }
+        );
+        assert_eq!(
+            asked_budget(&tx(&[transfer])),
+            AskedBudget {
+                units: None,
+                loaded_bytes: None
+            }
+        );
     }
 }

@@ -69,6 +69,8 @@ struct Node {
     recent: VecDeque<[u8; 32]>,
     /// What became of each transaction executed (the answer to `getSignatureStatuses`).
     statuses: HashMap<Signature, Result<(), TransactionError>>,
+    /// Every transaction that ran, in order, with the compute units it used.
+    landed: Vec<(VersionedTransaction, u64)>,
 }
 
 impl SvmRpc {
@@ -90,8 +92,15 @@ impl SvmRpc {
                 svm,
                 recent: VecDeque::from([latest]),
                 statuses: HashMap::new(),
+                landed: Vec::new(),
             })),
         })
+    }
+
+    /// Every transaction that ran (landed, failed or not), in order, with the compute units
+    /// it used: what a test checks of how a party sends.
+    pub fn landed(&self) -> Vec<(VersionedTransaction, u64)> {
+        self.node().landed.clone()
     }
 
     fn node(&self) -> MutexGuard<'_, Node> {
@@ -323,6 +332,7 @@ impl Node {
         } else {
             self.check_age(tx)
         };
+        let loaded = loaded_bytes(&self.svm, tx.message.static_account_keys());
         let (err, meta) = match age {
             Err(e) => (Some(e), Default::default()),
             Ok(()) => match self.svm.simulate_transaction(tx.clone()) {
@@ -335,7 +345,7 @@ impl Node {
             logs: Some(meta.logs),
             accounts: None,
             units_consumed: Some(meta.compute_units_consumed),
-            loaded_accounts_data_size: None,
+            loaded_accounts_data_size: Some(loaded),
             return_data: None,
             inner_instructions: None,
             replacement_blockhash: None,
@@ -369,7 +379,12 @@ impl Node {
         }
         let sig = tx.signatures[0];
         if self.check_age(&tx).is_ok() {
-            let done = self.svm.send_transaction(tx);
+            let done = self.svm.send_transaction(tx.clone());
+            let units = match &done {
+                Ok(meta) => meta.compute_units_consumed,
+                Err(f) => f.meta.compute_units_consumed,
+            };
+            self.landed.push((tx, units));
             self.statuses
                 .insert(sig, done.map(|_| ()).map_err(|f| f.err));
             self.next_blockhash();
@@ -397,6 +412,26 @@ impl Node {
             self.recent.pop_front();
         }
     }
+}
+
+/// Bytes of account data a transaction naming `keys` loads: each account's data, and for a
+/// program of the upgradeable loader its program data (the ELF), as the runtime counts them
+/// against the transaction's loaded-accounts limit. LiteSVM runs the limit but does not report
+/// the count; the node reports this one in simulations, as a validator reports its own.
+pub fn loaded_bytes(svm: &LiteSVM, keys: &[Pubkey]) -> u32 {
+    let upgradeable = solana_sdk_ids::bpf_loader_upgradeable::ID;
+    let mut total = 0usize;
+    for key in keys {
+        let Some(acc) = svm.get_account(key) else {
+            continue;
+        };
+        total += acc.data.len();
+        if acc.executable && acc.owner == upgradeable {
+            let data = Pubkey::find_program_address(&[key.as_ref()], &upgradeable).0;
+            total += svm.get_account(&data).map_or(0, |a| a.data.len());
+        }
+    }
+    u32::try_from(total).unwrap_or(u32::MAX)
 }
 
 fn ui_account(

@@ -23,14 +23,13 @@ use gpu_market_core::fit::Offer;
 use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
-use gpu_market_sdk::budget::{compute_unit_limit, MAX_COMPUTE_UNITS};
+use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
 use gpu_market_sdk::{
     Allocate, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, ReportFault,
     SubmitUsage,
 };
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
-use solana_compute_budget_interface::ComputeBudgetInstruction;
 use solana_instruction::error::InstructionError;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
@@ -270,18 +269,16 @@ impl SolanaChain {
             .collect())
     }
 
-    async fn send(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
-        self.send_all(op, &[ix]).await
-    }
-
-    async fn send_all(&self, op: &'static str, ixs: &[Instruction]) -> Result<(), ChainError> {
+    /// Sends `ixs` on `blockhash` with the priority price recent fees on the accounts they
+    /// write ask (see [`super::fees`]).
+    async fn send_all(
+        &self,
+        op: &'static str,
+        ixs: &[Instruction],
+        blockhash: solana_message::Hash,
+    ) -> Result<(), ChainError> {
         let price = self.priority_price(ixs).await;
         let ixs = &super::fees::with_price(price, ixs)[..];
-        let blockhash = self
-            .rpc
-            .get_latest_blockhash()
-            .await
-            .map_err(|e| classify(op, &e))?;
         let tx = Transaction::new_signed_with_payer(
             ixs,
             Some(&self.agent.pubkey()),
@@ -326,22 +323,21 @@ impl SolanaChain {
         .into())
     }
 
-    /// Sends `ix` with the compute-unit limit it needs: a simulation under the most a
-    /// transaction may ask tells the units it uses (and, when the program refuses it, why),
-    /// and the transaction asks [`compute_unit_limit`] of that. `allocate` walks the book
-    /// above the chosen bid, so its cost grows with the book's depth, past the default
-    /// 200 000 units per instruction.
-    async fn send_sized(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
+    /// Sends `ix` with the compute budget it needs: a simulation under the most a transaction
+    /// may ask tells the units it uses and the account data it loads (and, when the program
+    /// refuses it, why), and the transaction asks [`budget::sized`] of that. The leader
+    /// reserves what a transaction asks, of its block and of each account it writes (the
+    /// market's among them), while it packs it: unasked, 200,000 units and 64 MiB of data,
+    /// ten to a hundred times what a heartbeat, a claim or a settlement uses. `allocate` walks
+    /// the book above the chosen bid, so it may need more than that default.
+    async fn send(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
         let blockhash = self
             .rpc
             .get_latest_blockhash()
             .await
             .map_err(|e| classify(op, &e))?;
         let probe = Transaction::new_signed_with_payer(
-            &[
-                ComputeBudgetInstruction::set_compute_unit_limit(MAX_COMPUTE_UNITS),
-                ix.clone(),
-            ],
+            &budget::probe(std::slice::from_ref(&ix)),
             Some(&self.agent.pubkey()),
             &[&self.agent],
             blockhash,
@@ -362,13 +358,10 @@ impl SolanaChain {
             return Err(refusal(op, sim.logs.as_deref(), &err.into()));
         }
         let used = sim.units_consumed.unwrap_or(MAX_COMPUTE_UNITS as u64);
-        let units = compute_unit_limit(used);
-        tracing::debug!(op, used, units, "compute budget from the simulation");
-        self.send_all(
-            op,
-            &[ComputeBudgetInstruction::set_compute_unit_limit(units), ix],
-        )
-        .await
+        let loaded = sim.loaded_accounts_data_size;
+        tracing::debug!(op, used, loaded, "compute budget from the simulation");
+        self.send_all(op, &budget::sized(used, loaded, &[ix]), blockhash)
+            .await
     }
 
     /// The first payment-token account (by address) that `owner` holds, for payouts.
@@ -1018,7 +1011,7 @@ impl Chain for SolanaChain {
             };
             (ix.lease(), ix.instruction())
         };
-        self.send_sized(Allocate::NAME, ix).await?;
+        self.send(Allocate::NAME, ix).await?;
         Ok(key(&lease))
     }
 
@@ -1050,8 +1043,7 @@ impl Chain for SolanaChain {
                 .collect(),
         };
         for part in all.split() {
-            self.send_sized(SubmitUsage::NAME, part.instruction())
-                .await?;
+            self.send(SubmitUsage::NAME, part.instruction()).await?;
         }
         Ok(())
     }

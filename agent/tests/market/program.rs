@@ -18,6 +18,7 @@ use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
+use solana_transaction::versioned::VersionedTransaction;
 
 use crate::support::witness_machine;
 use gpu_market_tests::live::Wallet;
@@ -106,6 +107,20 @@ impl ProgramMarket {
 }
 
 impl ProgramMarket {
+    /// Every transaction the scenarios' agent paid for, in order, with the compute units each
+    /// used.
+    pub fn agent_transactions(&self) -> Vec<(VersionedTransaction, u64)> {
+        let agent = self.live.agent.pubkey();
+        self.live
+            .cluster
+            .svm()
+            .expect("in process")
+            .landed()
+            .into_iter()
+            .filter(|(tx, _)| tx.message.static_account_keys().first() == Some(&agent))
+            .collect()
+    }
+
     /// The scenarios' machine.
     pub fn machine(&self) -> Pubkey {
         self.live.machine

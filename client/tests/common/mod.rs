@@ -118,6 +118,41 @@ impl T {
         RpcClient::new_with_commitment(self.cluster.rpc_url.clone(), CommitmentConfig::confirmed())
     }
 
+    /// The compute budget the landed transaction `signature` asked for, and the compute units
+    /// it used.
+    pub fn budget_of(&self, signature: &str) -> (gpu_market_tests::AskedBudget, u64) {
+        use solana_rpc_client_api::config::RpcTransactionConfig;
+        use solana_transaction_status_client_types::{
+            option_serializer::OptionSerializer, UiTransactionEncoding,
+        };
+        let tx = self
+            .rpc()
+            .get_transaction_with_config(
+                &signature.parse().expect("a signature"),
+                RpcTransactionConfig {
+                    encoding: Some(UiTransactionEncoding::Base64),
+                    commitment: Some(CommitmentConfig::confirmed()),
+                    max_supported_transaction_version: Some(0),
+                },
+            )
+            .expect("the landed transaction");
+        let used = match tx
+            .transaction
+            .meta
+            .as_ref()
+            .map(|m| &m.compute_units_consumed)
+        {
+            Some(OptionSerializer::Some(units)) => *units,
+            _ => panic!("the node reports no compute units for {signature}"),
+        };
+        let decoded = tx
+            .transaction
+            .transaction
+            .decode()
+            .expect("a decodable transaction");
+        (gpu_market_tests::asked_budget(&decoded), used)
+    }
+
     pub fn account<A: AccountDeserialize>(&self, key: &Pubkey) -> A {
         let data = self.rpc().get_account(key).unwrap().data;
         A::try_deserialize(&mut data.as_slice()).unwrap()

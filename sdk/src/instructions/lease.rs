@@ -172,10 +172,7 @@ impl<'a> SubmitUsage<'a> {
             ComputeBudgetInstruction::set_compute_unit_price(0),
             self.instruction(),
         ];
-        let message = solana_message::Message::new(&ixs, Some(&self.agent.pubkey()));
-        let signatures = message.header.num_required_signatures as usize;
-        // The signature count (one byte under 128), the signatures, the message.
-        1 + 64 * signatures + message.serialize().len()
+        crate::budget::transaction_size(&ixs, &self.agent.pubkey())
     }
 }
 
