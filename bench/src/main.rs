@@ -5,10 +5,12 @@
 //! `gpu-market-bench batching [--traces DIR]`: smart batching in the market's machine choice.
 //! `gpu-market-bench forecast [--traces DIR]`: the demand forecast on Philly and openb arrivals.
 //! `gpu-market-bench replay [--traces DIR]`: the FGD protocol through the market's own code.
+//! `gpu-market-bench chain [--traces DIR]`: one market of 10,000 machines on a cluster's limits.
 //! `gpu-market-bench micro`: ns per call of the score, the reserve price and feasibility.
 //! `gpu-market-bench all [--traces DIR]`: every one of the above (throughput first).
 
 mod batching;
+mod chain;
 mod colocate;
 mod fgd;
 mod forecast;
@@ -24,11 +26,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | batching | forecast | micro | all";
+    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | batching | forecast | chain | micro | all";
 
 /// Every benchmark, by name, in the order `all` runs them: throughput first, as its memory
 /// figure is the process's peak so far.
-const BENCHMARKS: [&str; 8] = [
+const BENCHMARKS: [&str; 9] = [
     "throughput",
     "fgd",
     "replay",
@@ -36,6 +38,7 @@ const BENCHMARKS: [&str; 8] = [
     "colocate",
     "batching",
     "forecast",
+    "chain",
     "micro",
 ];
 
@@ -47,6 +50,7 @@ fn bench(name: &str, traces: &Path) -> Option<Result<(), String>> {
         "colocate" => colocate::main(traces),
         "batching" => batching::main(traces),
         "forecast" => forecast::main(traces),
+        "chain" => chain::main(traces),
         "micro" => micro::main(),
         "replay" => replay::main(traces),
         _ => return None,
