@@ -176,7 +176,10 @@ pub fn simulate(trace: &Trace, market: Market, costs: &Costs, mix: &Mix, units: 
     };
     let capacity = market.machines as f64 * GPUS_PER_MACHINE as f64;
     let first = trace.jobs.first().map_or(0.0, |j| j.arrival);
-    let span = trace.jobs.last().map_or(0.0, |j| j.arrival) - first;
+    // The trace repeats with the period of its arrivals plus one mean gap: its last job does
+    // not land on its first.
+    let last = trace.jobs.last().map_or(0.0, |j| j.arrival);
+    let span = (last - first) * (1.0 + 1.0 / trace.jobs.len().max(1) as f64);
     let gpu_secs: f64 = trace.jobs.iter().map(|j| j.gpus as f64 * j.duration).sum();
     let copies = (capacity / trace.gpus as f64).ceil().max(1.0) as u64;
     // Arrivals × stretch: the copies' GPU-seconds over the stretched span fill the market.
@@ -248,5 +251,114 @@ pub fn simulate(trace: &Trace, market: Market, costs: &Costs, mix: &Mix, units: 
         busiest: [busiest[0], busiest[1], busiest[2], busiest[3]],
         block_mean: mean[4],
         block_busiest: busiest[4],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transaction of `units` (reserved twice that) writing `shared`.
+    fn sample(units: u64, shared: &[Shared]) -> Sample {
+        Sample {
+            units,
+            reserved: 2 * units,
+            charged: units,
+            bytes: 500,
+            locks: 8,
+            shared: shared.to_vec(),
+            writes: shared.len() + 2,
+        }
+    }
+
+    /// Bids write the book and the market, settlements and claims the market and the vault,
+    /// rounds nothing market-wide.
+    fn costs() -> Costs {
+        let bid = sample(1_000, &[Shared::Market, Shared::QueueBook]);
+        let settle = sample(100, &[Shared::Market, Shared::PaymentVault]);
+        let round = sample(10, &[]);
+        Costs {
+            place_bid: bid.clone(),
+            allocate: bid.clone(),
+            rounds: [round.clone(), round.clone(), round.clone(), round],
+            heartbeat: sample(1, &[]),
+            claim_pay: settle.clone(),
+            end_lease: settle,
+            cancel_bid: bid.clone(),
+            place_deep: bid.clone(),
+            allocate_deep: sample(50_000, &[Shared::Market, Shared::QueueBook]),
+            place_evicting: bid,
+        }
+    }
+
+    /// One 1-GPU job of 100 s every 1,000 s on an 80-GPU cluster (0.125 % loaded), which the
+    /// 80-GPU market takes as one copy, arrivals squeezed to 1.26 s apart.
+    fn sparse() -> Trace {
+        Trace {
+            name: "sparse",
+            gpus: 80,
+            jobs: (0..100)
+                .map(|i| Job {
+                    gpus: 1,
+                    arrival: 1_000.0 * i as f64,
+                    duration: 100.0,
+                })
+                .collect(),
+            left_out: 0,
+        }
+    }
+
+    const MARKET: Market = Market {
+        machines: 10,
+        interval_secs: 60.0,
+        span: 2.0,
+        claim_secs: 3_600.0,
+    };
+
+    #[test]
+    fn the_jobs_fill_the_market_whatever_the_traces_own_load() {
+        let l = simulate(&sparse(), MARKET, &costs(), &Mix::Honest, Units::Charged);
+        // 80 GPUs over 100 GPU-seconds a job.
+        assert!((l.jobs_per_sec - 0.8).abs() < 0.01, "{}", l.jobs_per_sec);
+        // One lease a machine's round: every job takes one GPU of eight.
+        assert_eq!(l.round_leases, 8);
+    }
+
+    #[test]
+    fn an_allocation_lands_apart_from_its_placement_and_rounds_write_nothing_shared() {
+        let l = simulate(&sparse(), MARKET, &costs(), &Mix::Honest, Units::Charged);
+        let book = Shared::ALL
+            .iter()
+            .position(|s| *s == Shared::QueueBook)
+            .unwrap();
+        let vault = Shared::ALL
+            .iter()
+            .position(|s| *s == Shared::PaymentVault)
+            .unwrap();
+        // Arrivals three or four slots apart: a placement and its allocation (two slots later)
+        // never share a slot, nor do two jobs' bids.
+        assert_eq!(l.busiest[book], 1_000.0);
+        // The vault: settlements, and claims spread over the slots.
+        assert!(l.busiest[vault] >= 100.0 && l.busiest[vault] < 200.0);
+        assert!(l.block_busiest > l.busiest[book]);
+    }
+
+    #[test]
+    fn an_attacker_s_full_book_charges_every_allocation_its_walk_and_reserves_more() {
+        let c = costs();
+        // The market: an allocation below the full book, perhaps beside a placement, a
+        // settlement and the claims.
+        let full = simulate(&sparse(), MARKET, &c, &Mix::FullBook, Units::Charged);
+        assert!(
+            (50_000.0..51_200.0).contains(&full.busiest[0]),
+            "{}",
+            full.busiest[0]
+        );
+        let reserved = simulate(&sparse(), MARKET, &c, &Mix::FullBook, Units::Reserved);
+        assert!(
+            (100_000.0..102_400.0).contains(&reserved.busiest[0]),
+            "{}",
+            reserved.busiest[0]
+        );
     }
 }
