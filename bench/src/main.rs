@@ -6,6 +6,7 @@
 //! `gpu-market-bench forecast [--traces DIR]`: the demand forecast on Philly and openb arrivals.
 //! `gpu-market-bench replay [--traces DIR]`: the FGD protocol through the market's own code.
 //! `gpu-market-bench chain [--traces DIR]`: one market of 10,000 machines on a cluster's limits.
+//! `gpu-market-bench policy [--traces DIR]`: the packing policy's CPU time at 1,213 and 10,000 machines.
 //! `gpu-market-bench micro`: ns per call of the score, the reserve price and feasibility.
 //! `gpu-market-bench all [--traces DIR]`: every one of the above (throughput first).
 
@@ -18,6 +19,7 @@ mod jct;
 mod json;
 mod micro;
 mod philly;
+mod policy;
 mod replay;
 mod throughput;
 mod trace;
@@ -26,11 +28,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | batching | forecast | chain | micro | all";
+    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | batching | forecast | chain | policy | micro | all";
 
 /// Every benchmark, by name, in the order `all` runs them: throughput first, as its memory
 /// figure is the process's peak so far.
-const BENCHMARKS: [&str; 9] = [
+const BENCHMARKS: [&str; 10] = [
     "throughput",
     "fgd",
     "replay",
@@ -39,6 +41,7 @@ const BENCHMARKS: [&str; 9] = [
     "batching",
     "forecast",
     "chain",
+    "policy",
     "micro",
 ];
 
@@ -51,6 +54,7 @@ fn bench(name: &str, traces: &Path) -> Option<Result<(), String>> {
         "batching" => batching::main(traces),
         "forecast" => forecast::main(traces),
         "chain" => chain::main(traces),
+        "policy" => policy::main(traces),
         "micro" => micro::main(),
         "replay" => replay::main(traces),
         _ => return None,

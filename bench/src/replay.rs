@@ -30,7 +30,7 @@ use crate::trace;
 /// GiB a replay GPU declares: one per GPU milli of the trace.
 const GPU_GIB: u16 = 1_000;
 /// The clock of the replay (the bids never expire).
-const NOW: i64 = 1_700_000_000;
+pub(crate) const NOW: i64 = 1_700_000_000;
 /// A price over any reserve: the replay is about placement, not prices.
 const PRICE: u64 = 1 << 40;
 /// Agents racing for each bid: seeds of the winner's draw; also the resampled orders.
@@ -39,13 +39,13 @@ const SEEDS: u64 = 4;
 const LAGS: [usize; 3] = [0, 8, 64];
 
 /// A market with the recommended parameters, as `init_market` opens it.
-fn market() -> Market {
+pub(crate) fn market() -> Market {
     Market::opening(MarketParams::recommended(60, 250, 3_600))
 }
 
 /// The machine account of a trace node: its GPUs of the node's model (the class), 1,000 GiB
 /// each, one topology group, and the node's CPU and memory for its leases.
-fn machine(node: &Node) -> Machine {
+pub(crate) fn machine(node: &Node) -> Machine {
     let mut gpus = [GpuSpec::default(); MAX_GPUS];
     for (i, g) in gpus.iter_mut().enumerate().take(node.num_gpus() as usize) {
         *g = GpuSpec {
@@ -74,7 +74,7 @@ fn machine(node: &Node) -> Machine {
 
 /// The queue bid of a pod: its GPUs with the pod's milli as GiB each, any class, its CPU and
 /// memory, 300 W.
-fn bid(pod: &Pod) -> Bid {
+pub(crate) fn bid(pod: &Pod) -> Bid {
     Bid::queue(
         BidData {
             gpu_count: pod.num_gpu(),

@@ -10,9 +10,10 @@ use std::collections::HashSet;
 
 use agave_feature_set::FeatureSet;
 use gpu_market::instructions::{PlaceBidArgs, UsageProofArgs};
-use gpu_market::state::{GpuSpec, MachineStatus};
+use gpu_market::state::{GpuSpec, MachineStatus, OverclockTerms};
 use gpu_market_sdk::budget;
 use gpu_market_tests::lease_fixture::{fixture, gpus, Fixture, Wallet, INTERVAL, TOKEN};
+use gpu_market_tests::program_test::witness_terms;
 use gpu_market_tests::program_test::{
     CancelBid, ClaimPay, ClientInstruction, CloseLease, Heartbeat, PlaceBid, SubmitUsage,
     TestContext,
@@ -95,7 +96,8 @@ pub struct Costs {
     pub cancel_bid: Sample,
     /// A queue bid placed into a book of 4,095 entries above it.
     pub place_deep: Sample,
-    /// `allocate` below 4,095 entries the machine cannot serve: the book an attacker keeps full.
+    /// `allocate` below 4,095 entries the machine cannot serve, of the shapes that cost it most:
+    /// the book an attacker keeps full.
     pub allocate_deep: Sample,
     /// A queue bid placed into a full book, evicting its lowest-ranked entry.
     pub place_evicting: Sample,
@@ -249,11 +251,52 @@ fn servable(f: &mut Fixture) -> PlaceBidArgs {
     f.queue_args(1, 8)
 }
 
-/// A queue bid for class 7, which no GPU of the fixture's machines has.
-fn unservable(f: &mut Fixture) -> PlaceBidArgs {
-    PlaceBidArgs {
-        accepted_classes: 1 << 7,
-        ..f.queue_args(1, 8)
+/// A region's name as the market lists it.
+fn region(name: &str) -> [u8; 16] {
+    let mut r = [0u8; 16];
+    r[..name.len()].copy_from_slice(name.as_bytes());
+    r
+}
+
+/// Four class-0 GPUs, 0 and 1 allowing up to 300 W, 2 and 3 up to 450 W.
+fn capped_gpus() -> Vec<GpuSpec> {
+    (0..4u8)
+        .map(|i| {
+            let mut g = gpus()[0];
+            g.uuid = [0x60 + i; 16];
+            g.power_w[1] = if i < 2 { 300 } else { 450 };
+            g
+        })
+        .collect()
+}
+
+/// Per-GPU power limits `watts`, one set of terms a GPU.
+fn per_gpu(watts: &[u16]) -> Vec<OverclockTerms> {
+    watts
+        .iter()
+        .map(|&w| OverclockTerms {
+            power_limit_w: w,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// The attacker's `i`-th bid: in turn the three shapes the capped machine in eu-central turns
+/// away only by the full rule (see [`capped_gpus`]), the third for region `elsewhere` only.
+fn attacker(f: &mut Fixture, i: usize, elsewhere: [u8; 16]) -> PlaceBidArgs {
+    match i % 3 {
+        0 => PlaceBidArgs {
+            overclock: per_gpu(&[50, 300]),
+            ..f.queue_args(2, 8)
+        },
+        1 => PlaceBidArgs {
+            overclock: per_gpu(&[400, 400, 400, 300]),
+            ..f.queue_args(4, 8)
+        },
+        _ => PlaceBidArgs {
+            regions: vec![elsewhere],
+            ..f.queue_args(1, 8)
+        },
     }
 }
 
@@ -357,33 +400,46 @@ pub fn measure() -> Result<Costs, String> {
     };
     let cancel_bid = meter.send(&mut f.ctx, "cancel_bid", &c.key, &cancel)?;
 
-    // An attacker's book: 4,095 bids for a class no machine here has, ranked above every
-    // honest bid by their stake, named at placement with the attacker's own machine (paused
-    // once they are in, as `place_elsewhere` leaves it).
+    // An attacker's book: 4,095 bids ranked above every honest bid by their stake, of the
+    // shapes that cost `allocate` most to pass (issue 30's formerly undecidable kinds) on a
+    // machine in eu-central whose GPUs 0 and 1 allow up to 300 W and 2 and 3 up to 450 W: power
+    // limits of 50 W and 300 W, three GPUs at 400 W and one at 300 W, and a region the market
+    // lists but the machine is not in. Each passes the machine's whole-machine bounds and is
+    // turned away only by the full rule. They name the attacker's own machine in us-east at
+    // placement, paused once they are in.
+    let (eu, us) = (region("eu-central"), region("us-east"));
+    for r in [eu, us] {
+        f.add_region(r)
+            .map_err(|e| format!("add_region: {:?}", e.err))?;
+    }
+    let target = f.other_machine(2, |t| {
+        t.agent = agent.pubkey();
+        t.region = eu;
+        t.gpus = capped_gpus();
+    });
+    let host = f.host.key.insecure_clone();
+    let witness = f
+        .ctx
+        .register_machine(&host, f.market, 98, witness_terms(agent.pubkey(), us));
     let rich: Vec<Wallet> = (1..=8)
         .map(|i| f.client(40_000 * TOKEN, 100 * i * TOKEN))
         .collect();
-    let args = unservable(&mut f);
-    f.place_elsewhere(&rich[0], args);
-    let witness = f.witness.ok_or("the witness machine")?;
-    f.set_status(witness, MachineStatus::Active);
     let capacity = gpu_market::state::BOOK_CAPACITY;
-    for i in 1..capacity - 1 {
-        let args = unservable(&mut f);
+    for i in 0..capacity - 1 {
+        let args = attacker(&mut f, i, us);
         f.place_via(&rich[i % rich.len()], args, witness);
     }
     f.set_status(witness, MachineStatus::Paused);
     let c = f.client(100 * TOKEN, 0);
     let args = servable(&mut f);
-    let p = place(&f, &c, args, machine);
+    let p = place(&f, &c, args, target);
     let place_deep = meter.send(&mut f.ctx, "place_bid", &c.key, &p)?;
-    // The machine has seven GPUs free: the honest bid is allocated below the 4,095.
-    let a = f.ctx.allocation(&agent, machine, p.bid(), &[0]);
+    let a = f.ctx.allocation(&agent, target, p.bid(), &[0]);
     let allocate_deep = meter.send(&mut f.ctx, "allocate", &agent, &a)?;
     f.set_status(witness, MachineStatus::Active);
-    let args = unservable(&mut f);
+    let args = attacker(&mut f, 0, us);
     f.place_via(&rich[1], args, witness);
-    let args = unservable(&mut f);
+    let args = attacker(&mut f, 1, us);
     let p = PlaceBid {
         evict: f.ctx.eviction(&f.queue_book),
         ..place(&f, &rich[7], args, witness)

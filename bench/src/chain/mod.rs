@@ -98,7 +98,7 @@ fn instructions(costs: &Costs) {
         "end_lease",
         "cancel_bid",
         "place_bid, 4,095 entries above",
-        "allocate, 4,095 unservable entries above",
+        "allocate below 4,095 entries only the full rule turns away",
         "place_bid into a full book (evicts the worst)",
     ];
     for (label, s) in labels.iter().zip(costs.all()) {

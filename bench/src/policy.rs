@@ -1,0 +1,219 @@
+//! `gpu-market-bench policy [--traces DIR]`: the packing policy's own CPU time as an agent and
+//! `gpu-market bid explain` spend it, at the market sizes of issue 33. It runs
+//! `sdk::placement::MarketPlacement`, the code both run, over openb's 1,213 machines and over
+//! 10,000 (openb's nodes repeated), about two thirds of their GPU memory leased (the trace's
+//! pods, first fit, as `Machine::take` holds them at `allocate`) and a queue book of 4,096 of
+//! its further pods: the time to build the policy's view of the market (once per change of the
+//! machines, the leases or the book: what the agent recomputes) and to place one bid on it
+//! (for each bid that fits the agent's machine).
+
+use std::path::Path;
+use std::time::Instant;
+
+use gpu_market::state::{
+    Bid, BookLeaf, Freed, Lease, LeaseRules, Machine, Market, WattTable, MAX_GPUS,
+};
+use gpu_market_core::fit::Offer;
+use gpu_market_sdk::placement::MarketPlacement;
+use solana_pubkey::Pubkey;
+
+use crate::replay::{self, NOW};
+use crate::trace;
+
+/// Market sizes measured: openb's own, and the issue's.
+const SIZES: [usize; 2] = [1_213, 10_000];
+/// The share of the machines' GPU memory leased before measuring.
+const LEASED: f64 = 2.0 / 3.0;
+/// Entries of the queue book (its capacity).
+const QUEUE: usize = 4_096;
+/// Bids placed on the built view, each timed.
+const PLACED: usize = 1_000;
+/// Builds of the view timed (the median is reported).
+const BUILDS: usize = 5;
+
+/// A key for the `i`-th account of kind `tag`.
+fn key(tag: u8, i: usize) -> Pubkey {
+    let mut k = [0u8; 32];
+    k[0] = tag;
+    k[1..9].copy_from_slice(&(i as u64).to_le_bytes());
+    Pubkey::new_from_array(k)
+}
+
+/// The lease `allocate` writes for `bid` on `machine`'s `gpus`.
+fn lease(market: &Market, machine: Pubkey, bid: &Bid, i: usize, gpus: &[u8]) -> Lease {
+    let mut on = [0u8; MAX_GPUS];
+    on[..gpus.len()].copy_from_slice(gpus);
+    let mut power_limits_w = WattTable::default();
+    power_limits_w[..gpus.len()].copy_from_slice(&bid.power_limits());
+    let host = bid.host();
+    Lease {
+        market: key(0, 0),
+        machine,
+        bid: key(2, i),
+        client: key(3, i),
+        image_digest: [(i % 64) as u8; 32],
+        kind: bid.kind,
+        gpu_count: gpus.len() as u8,
+        gpus: on,
+        gib_per_gpu: bid.gib_per_gpu,
+        cpu_milli: host.cpu_milli,
+        memory_mib: host.memory_mib,
+        power_limits_w,
+        price: bid.price,
+        started_at: NOW,
+        ends_at: NOW + bid.max_duration_secs as i64,
+        stop_at: Lease::NOT_STOPPED,
+        next_interval: 0,
+        proven_until: NOW,
+        proof_hash: [0; 32],
+        paid: 0,
+        escrow: 0,
+        billed_secs: 0,
+        gpu_seconds: 0,
+        energy_j: 0,
+        energy_saved_j: 0,
+        idle_streak: 0,
+        utilisation_bps: 0,
+        idle: false,
+        violations: 0,
+        preempted: false,
+        rules: LeaseRules::of(&market.params),
+        bump: 255,
+        exit_code: None,
+        auto_power: None,
+    }
+}
+
+/// A leased market: its machines, their leases, and the pods left as bids.
+struct Leased {
+    machines: Vec<(Pubkey, Machine)>,
+    leases: Vec<Lease>,
+    left: Vec<Bid>,
+}
+
+/// A market of `n` machines (openb's nodes in turn) leased to [`LEASED`] of its GPU memory by
+/// the trace's pods, first fit from a moving start; the pods left, as bids.
+fn leased(
+    market: &Market,
+    nodes: &[gpu_market_core::placement::Node],
+    pods: &[gpu_market_core::placement::Pod],
+    n: usize,
+) -> Result<Leased, String> {
+    let mut machines: Vec<(Pubkey, Machine)> = (0..n)
+        .map(|i| (key(1, i), replay::machine(&nodes[i % nodes.len()])))
+        .collect();
+    let offer = |m: &Machine| -> Result<Offer, String> {
+        m.offer(
+            market,
+            gpu_market::state::BidKind::Queue,
+            NOW,
+            &Freed::default(),
+        )
+        .map_err(|e| e.to_string())
+    };
+    let mut offers: Vec<Offer> = machines
+        .iter()
+        .map(|(_, m)| offer(m))
+        .collect::<Result<_, _>>()?;
+    let capacity: f64 = machines
+        .iter()
+        .map(|(_, m)| m.gpus().iter().map(|g| g.memory_gib as f64).sum::<f64>())
+        .sum();
+    let (mut held, mut leases, mut left) = (0.0, Vec::new(), Vec::new());
+    let mut start = 0;
+    for (i, pod) in pods.iter().cycle().enumerate() {
+        let bid = replay::bid(pod);
+        if held >= LEASED * capacity || i >= 20 * pods.len() {
+            left.push(bid);
+            if left.len() >= QUEUE + PLACED {
+                break;
+            }
+            continue;
+        }
+        // First fit from where the last one landed: the market's machines fill in turn.
+        let found = (0..n)
+            .map(|d| (start + d) % n)
+            .find_map(|j| bid.fit(&offers[j]).ok().map(|c| (j, c.gpus().to_vec())));
+        let Some((j, gpus)) = found else { continue };
+        let (k, m) = &mut machines[j];
+        m.take(&gpus, bid.gib_per_gpu, bid.host(), false, |g| {
+            bid.terms_of(g)
+        })
+        .map_err(|e| e.to_string())?;
+        offers[j] = offer(m)?;
+        held += (gpus.len() * bid.gib_per_gpu as usize) as f64;
+        leases.push(lease(market, *k, &bid, leases.len(), &gpus));
+        start = j;
+    }
+    Ok(Leased {
+        machines,
+        leases,
+        left,
+    })
+}
+
+/// Milliseconds of `f`.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let t = Instant::now();
+    let out = f();
+    (out, t.elapsed().as_secs_f64() * 1e3)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub fn main(traces: &Path) -> Result<(), String> {
+    let trace = trace::load(traces)?;
+    let market = replay::market();
+    println!("The packing policy (`sdk::placement::MarketPlacement`) over openb's machines, {:.0} % of their GPU memory leased, a queue book of {QUEUE} bids; one core, release build:\n", LEASED * 100.0);
+    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for n in SIZES {
+        let Leased {
+            machines,
+            leases,
+            left,
+        } = leased(&market, &trace.nodes, &trace.arrivals, n)?;
+        let (queued, placing) = left.split_at(QUEUE.min(left.len()));
+        let queue: Vec<BookLeaf> = queued
+            .iter()
+            .enumerate()
+            .map(|(i, b)| BookLeaf {
+                bid: key(4, i),
+                score: 0,
+                seq: i as u64,
+                summary: b.summary(0),
+            })
+            .collect();
+        let mut builds = Vec::new();
+        let mut view = None;
+        for _ in 0..BUILDS {
+            // The agent decodes the accounts into the vector it hands over: not timed here.
+            let owned = machines.clone();
+            let (v, ms) = timed(|| MarketPlacement::new(&market, NOW, owned, &leases, &queue));
+            builds.push(ms);
+            view = Some(v?);
+        }
+        builds.sort_by(f64::total_cmp);
+        let mut view = view.ok_or("no build")?;
+        let mut times = Vec::new();
+        let mut placed = 0;
+        for bid in placing.iter().take(PLACED) {
+            let (p, ms) = timed(|| view.place(bid));
+            placed += p.is_some() as usize;
+            times.push(ms);
+        }
+        times.sort_by(f64::total_cmp);
+        let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+        println!(
+            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} |",
+            leases.len(),
+            percentile(&builds, 0.5),
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times.last().copied().unwrap_or(0.0),
+        );
+    }
+    Ok(())
+}
