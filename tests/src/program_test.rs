@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use gpu_market::state::{
     Bid, BidKind, Freed, GpuSpec, Machine, MachineNetwork, MachineTerms, Market, MarketParams,
-    StakeAccount,
+    OverclockTerms, StakeAccount, REGION_LEN,
 };
 use gpu_market_core::fit::{Offer, Unfit};
 use gpu_market_sdk::book::read_book;
@@ -511,6 +511,24 @@ pub struct ClientLedger {
     pub open_bids: u32,
     pub gpus_held: u32,
     pub refunds_due: u64,
+}
+
+/// The region named `label`, as the market lists it.
+pub fn region(label: &str) -> [u8; REGION_LEN] {
+    let mut r = [0; REGION_LEN];
+    r[..label.len()].copy_from_slice(label.as_bytes());
+    r
+}
+
+/// Per-GPU power limits `watts`: one set of terms a GPU, the rest of each default.
+pub fn per_gpu(watts: &[u16]) -> Vec<OverclockTerms> {
+    watts
+        .iter()
+        .map(|&w| OverclockTerms {
+            power_limit_w: w,
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// Terms of a machine (run by `agent`, in `region`) that every bid shape these tests place fits

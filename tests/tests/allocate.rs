@@ -622,17 +622,6 @@ fn the_cap_gives_way_to_other_clients_that_fit() {
     assert_eq!((held(&a), held(&b), held(&c)), (2, 1, 1));
 }
 
-/// Per-GPU terms of a bid.
-fn per_gpu(watts: &[u16]) -> Vec<OverclockTerms> {
-    watts
-        .iter()
-        .map(|&w| OverclockTerms {
-            power_limit_w: w,
-            ..Default::default()
-        })
-        .collect()
-}
-
 /// A machine whose GPUs 0 and 1 allow up to 300 W and GPUs 2 and 3 up to 450 W; a staked client
 /// places a bid with per-GPU power limits `watts` (two distinct sets: its book entry keeps both
 /// with their counts, and decides exactly), and a client without stake a 1-GPU bid below it.
@@ -722,11 +711,6 @@ fn three_term_sets_are_refused_at_placement_and_move_nothing() {
 /// depth up to 4,095.
 #[test]
 fn a_machine_allocates_below_4095_bids_of_the_formerly_undecidable_kinds() {
-    let region = |l: &str| {
-        let mut r = [0u8; 16];
-        r[..l.len()].copy_from_slice(l.as_bytes());
-        r
-    };
     let mut f = fixture(vec![gpu(300), gpu(300), gpu(450), gpu(450)], 10_000);
     let authority = f.authority.insecure_clone();
     for r in ["eu-central", "us-east"] {

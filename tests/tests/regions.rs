@@ -9,14 +9,9 @@ use gpu_market_tests::lease_fixture;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, Lease, REGION_LEN};
+use gpu_market_tests::program_test::region;
 use lease_fixture::*;
 use solana_signer::Signer;
-
-fn region(label: &str) -> [u8; REGION_LEN] {
-    let mut r = [0; REGION_LEN];
-    r[..label.len()].copy_from_slice(label.as_bytes());
-    r
-}
 
 /// The fixture's machine, in eu-central; the market lists eu-central and us-east.
 fn machine_in_eu() -> Fixture {

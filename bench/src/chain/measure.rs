@@ -10,10 +10,10 @@ use std::collections::HashSet;
 
 use agave_feature_set::FeatureSet;
 use gpu_market::instructions::{PlaceBidArgs, UsageProofArgs};
-use gpu_market::state::{GpuSpec, MachineStatus, OverclockTerms};
+use gpu_market::state::{GpuSpec, MachineStatus};
 use gpu_market_sdk::budget;
 use gpu_market_tests::lease_fixture::{fixture, gpus, Fixture, Wallet, INTERVAL, TOKEN};
-use gpu_market_tests::program_test::witness_terms;
+use gpu_market_tests::program_test::{per_gpu, region, witness_terms};
 use gpu_market_tests::program_test::{
     CancelBid, ClaimPay, ClientInstruction, CloseLease, Heartbeat, PlaceBid, SubmitUsage,
     TestContext,
@@ -251,13 +251,6 @@ fn servable(f: &mut Fixture) -> PlaceBidArgs {
     f.queue_args(1, 8)
 }
 
-/// A region's name as the market lists it.
-fn region(name: &str) -> [u8; 16] {
-    let mut r = [0u8; 16];
-    r[..name.len()].copy_from_slice(name.as_bytes());
-    r
-}
-
 /// Four class-0 GPUs, 0 and 1 allowing up to 300 W, 2 and 3 up to 450 W.
 fn capped_gpus() -> Vec<GpuSpec> {
     (0..4u8)
@@ -266,17 +259,6 @@ fn capped_gpus() -> Vec<GpuSpec> {
             g.uuid = [0x60 + i; 16];
             g.power_w[1] = if i < 2 { 300 } else { 450 };
             g
-        })
-        .collect()
-}
-
-/// Per-GPU power limits `watts`, one set of terms a GPU.
-fn per_gpu(watts: &[u16]) -> Vec<OverclockTerms> {
-    watts
-        .iter()
-        .map(|&w| OverclockTerms {
-            power_limit_w: w,
-            ..Default::default()
         })
         .collect()
 }
