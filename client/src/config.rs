@@ -431,7 +431,7 @@ impl Config {
     /// market's and its queue book's among them), and unasked that is 200,000 units and 64 MiB
     /// of data, ten times what a bid uses. As given when they set their own budget, when the
     /// simulation refuses them (sending says why), or when the budget would not fit a packet.
-    fn sized(&self, payer: &Pubkey, ixs: &[Instruction]) -> Result<Vec<Instruction>> {
+    pub fn sized(&self, payer: &Pubkey, ixs: &[Instruction]) -> Result<Vec<Instruction>> {
         if ixs
             .iter()
             .any(|i| i.program_id == solana_compute_budget_interface::ID)

@@ -72,6 +72,13 @@ impl Served {
             .decode(v["transaction"].as_str().unwrap())
             .unwrap();
         let tx: Transaction = bincode::deserialize(&bytes).unwrap();
+        // It asks for the compute units and account data it uses (`sdk::budget::sized`), not
+        // the runtime's 200,000 units and 64 MiB.
+        let asked = gpu_market_tests::asked_budget(&tx.clone().into());
+        assert!(
+            asked.units.is_some_and(|u| u < 200_000) && asked.loaded_bytes.is_some(),
+            "{path}: {asked:?}"
+        );
         (tx, v["message"].as_str().unwrap().to_string())
     }
 

@@ -340,7 +340,8 @@ fn not_found(path: &str) -> Answer {
 
 /// The POST of an action: `{"account": "<base58>"}` → `{"type": "transaction", "transaction":
 /// "<base64>", "message"}`, the transaction unsigned with the account as fee payer, on the
-/// cluster's latest blockhash; or an error object, and nothing built.
+/// cluster's latest blockhash, with the compute budget a simulation finds it to use; or an
+/// error object, and nothing built.
 fn post_action(site: &Site, action: Action, query: &[(String, String)], body: Bytes) -> Answer {
     let built = (|| -> Result<Value> {
         let request: Value = serde_json::from_slice(&body)
@@ -355,6 +356,9 @@ fn post_action(site: &Site, action: Action, query: &[(String, String)], body: By
         if let Some(reason) = site.config.refusal(&account, &instructions)? {
             anyhow::bail!("the cluster would refuse it: {reason}");
         }
+        // With the compute budget it uses, as the CLI sends it: the leader reserves what a
+        // transaction asks of the market's accounts.
+        let instructions = site.config.sized(&account, &instructions)?;
         let blockhash = site
             .config
             .rpc()
