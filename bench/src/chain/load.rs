@@ -288,6 +288,7 @@ mod tests {
             place_deep: bid.clone(),
             allocate_deep: sample(50_000, &[Shared::Market, Shared::QueueBook]),
             place_evicting: bid,
+            attacker_gpus: 0,
         }
     }
 

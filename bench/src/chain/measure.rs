@@ -101,6 +101,8 @@ pub struct Costs {
     pub allocate_deep: Sample,
     /// A queue bid placed into a full book, evicting its lowest-ranked entry.
     pub place_evicting: Sample,
+    /// GPUs the attacker's 4,095 entries ask in all: what its holding charge is paid for.
+    pub attacker_gpus: u64,
 }
 
 impl Costs {
@@ -407,8 +409,10 @@ pub fn measure() -> Result<Costs, String> {
         .map(|i| f.client(40_000 * TOKEN, 100 * i * TOKEN))
         .collect();
     let capacity = gpu_market::state::BOOK_CAPACITY;
+    let mut attacker_gpus = 0;
     for i in 0..capacity - 1 {
         let args = attacker(&mut f, i, us);
+        attacker_gpus += args.gpu_count as u64;
         f.place_via(&rich[i % rich.len()], args, witness);
     }
     f.set_status(witness, MachineStatus::Paused);
@@ -439,5 +443,6 @@ pub fn measure() -> Result<Costs, String> {
         place_deep,
         allocate_deep,
         place_evicting,
+        attacker_gpus,
     })
 }

@@ -131,6 +131,10 @@ fn flood(costs: &Costs) {
         per_sec(costs.place_bid.reserved + costs.allocate.reserved),
         per_sec(costs.place_evicting.reserved + costs.allocate_deep.reserved),
     );
+    println!(
+        "\nKeeping the queue book full costs the attacker its holding charge (core::settlement::holding_charge): each of its 4,095 entries pays its own price, at least the reserve, for the GPUs it asks while the book is full: {} GPUs, as much as renting them.",
+        costs.attacker_gpus
+    );
     let pair = costs.place_bid.reserved + costs.cancel_bid.reserved;
     let pairs_per_slot = MAX_WRITABLE_ACCOUNT_UNITS as f64 / pair as f64;
     let slots_per_hour = 3_600.0 / SLOT_SECS;
