@@ -87,7 +87,7 @@ pub struct GpuOffer {
 /// CPU and memory of a machine's host, in the units a container's limits take (as Kubernetes
 /// counts them): what a lease reserves, what a machine gives leases in all, or what running
 /// leases hold.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Host {
     /// Thousandths of a CPU core.
     pub cpu_milli: u32,

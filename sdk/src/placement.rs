@@ -20,7 +20,7 @@ use solana_pubkey::Pubkey;
 /// A market's machines as the packing policy sees them at one moment.
 pub struct MarketPlacement {
     keys: Vec<Pubkey>,
-    machines: Vec<Machine>,
+    machines: Vec<(Pubkey, Machine)>,
     /// Each machine's offer to queue bids.
     offers: Vec<Offer>,
     placer: Placer,
@@ -106,10 +106,10 @@ impl MarketPlacement {
         leases: &[Lease],
         queue: &[BookLeaf],
     ) -> Result<Self, String> {
-        let (keys, machines): (Vec<Pubkey>, Vec<Machine>) = machines
-            .into_iter()
-            .filter(|(_, m)| alive(market, m, now))
-            .unzip();
+        // In place: a machine account is 1.5 KB, and moving 10,000 of them took 3 ms.
+        let mut machines = machines;
+        machines.retain(|(_, m)| alive(market, m, now));
+        let keys: Vec<Pubkey> = machines.iter().map(|(k, _)| *k).collect();
         let mut held: Vec<Vec<Tenant>> = vec![Vec::new(); keys.len()];
         let mut workload: Vec<Demand> = Vec::with_capacity(leases.len() + queue.len());
         // Each lease finds its machine by address in one lookup: a scan of the machines per
@@ -133,15 +133,13 @@ impl MarketPlacement {
         );
         let offers: Vec<Offer> = machines
             .iter()
-            .zip(&keys)
-            .map(|(m, k)| {
+            .map(|(k, m)| {
                 m.offer(market, BidKind::Queue, now, &Freed::default())
                     .map_err(|e| format!("machine {k}'s offer: {e}"))
             })
             .collect::<Result<_, _>>()?;
-        let seats: Vec<Seat> = keys
+        let seats: Vec<Seat> = machines
             .iter()
-            .zip(&machines)
             .zip(offers.iter().zip(&held))
             .map(|((k, m), (offer, leases))| Seat {
                 id: k.to_bytes(),
@@ -176,7 +174,7 @@ impl MarketPlacement {
             .machines
             .iter()
             .enumerate()
-            .filter(|(_, m)| {
+            .filter(|(_, (_, m))| {
                 m.cached_images[..m.cached_image_count as usize].contains(&bid.image_digest)
             })
             .map(|(i, _)| i)

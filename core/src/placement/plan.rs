@@ -134,7 +134,11 @@ impl PackingPlan {
             .collect();
 
         let mut completions: HashMap<GpuPods, Vec<HostNeed>> = HashMap::new();
-        for gpu in best_fit_decreasing(sizes) {
+        // Each distinct planned GPU once: the packing of a large workload repeats a few
+        // patterns thousands of times, and each adds nothing new after its first.
+        let planned: std::collections::HashSet<GpuPods> =
+            best_fit_decreasing(sizes).into_iter().collect();
+        for gpu in planned {
             let sizes = gpu.sizes();
             // Every sub-multiset (by position; equal sizes give equal parts, recorded again).
             for subset in 0u32..1 << sizes.len() {
