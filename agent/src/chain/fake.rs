@@ -94,6 +94,7 @@ struct Inner {
     lose_next_proof_answer: bool,
     /// How long an `allocate` takes to confirm.
     allocate_latency: Duration,
+    submit_latency: Duration,
     /// The next `allocate` is refused (as when another host took the bid first).
     refuse_next_allocate: bool,
     /// Every `allocate` is refused (as a cluster refuses a transaction too large).
@@ -150,6 +151,7 @@ impl FakeChain {
                 hidden: Vec::new(),
                 lose_next_proof_answer: false,
                 allocate_latency: Duration::ZERO,
+                submit_latency: Duration::ZERO,
                 refuse_next_allocate: false,
                 refuse_allocates: false,
                 allocate_calls: 0,
@@ -240,6 +242,12 @@ impl FakeChain {
     /// The next proof lands but its answer is lost (reported as unreachable).
     pub fn lose_next_proof_answer(&self) {
         self.lock().lose_next_proof_answer = true;
+    }
+
+    /// From now on a `submit_usage` confirms `latency` after it is sent (a cluster's
+    /// confirmation).
+    pub fn set_submit_latency(&self, latency: Duration) {
+        self.lock().submit_latency = latency;
     }
 
     /// From now on an `allocate` confirms `latency` after it is sent (a cluster's slot).
@@ -854,6 +862,8 @@ impl Chain for FakeChain {
     /// clipped at the clock. A final proof stops the lease at its window's end. All the proofs
     /// land, or none (one transaction: the fake never splits).
     async fn submit_usage(&self, proofs: &[(Key, UsageProof)]) -> Result<(), ChainError> {
+        let latency = self.lock().submit_latency;
+        tokio::time::sleep(latency).await;
         let mut s = self.lock();
         s.submit_calls += 1;
         s.reachable()?;

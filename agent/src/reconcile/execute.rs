@@ -584,6 +584,11 @@ impl Reconciler {
             round.push((lease, prev, pending));
         }
         self.senders.submit(self.chain.clone(), round);
+        // The round is the heartbeat from now (the program records one with it): a tick while
+        // it confirms sends none beside it.
+        self.heartbeat_before_round
+            .get_or_insert(self.last_heartbeat);
+        self.last_heartbeat = Some(o.now);
         self.save()?;
         Ok(true)
     }
@@ -595,7 +600,14 @@ impl Reconciler {
         if rounds.is_empty() {
             return Ok(());
         }
-        self.proofs_landed |= rounds.iter().any(|(_, r)| !r.accepted.is_empty());
+        let landed = rounds.iter().any(|(_, r)| !r.accepted.is_empty());
+        self.proofs_landed |= landed;
+        if let Some(before) = self.heartbeat_before_round.take() {
+            if !landed {
+                // Nothing of it landed: the heartbeat is due as if it had not been sent.
+                self.last_heartbeat = before;
+            }
+        }
         for (lease, round) in rounds {
             if !self.state.leases.contains_key(&lease) {
                 continue;

@@ -103,6 +103,10 @@ pub struct Reconciler {
     last_heartbeat: Option<i64>,
     /// Proofs landed since the last look at the chain: they were the machine's heartbeat.
     proofs_landed: bool,
+    /// While a round of proofs is on its way: the last heartbeat before it. The round counts as
+    /// the heartbeat from when it is sent (no heartbeat goes beside it while it confirms); if
+    /// none of its proofs lands, the heartbeat is due again from this.
+    heartbeat_before_round: Option<Option<i64>>,
     /// When the agent last claimed the machine's pay.
     last_claim: Option<i64>,
     /// How long a heartbeat keeps the machine in the market's packing policy, as the books last
@@ -219,6 +223,7 @@ impl Reconciler {
             clock: None,
             last_heartbeat: None,
             proofs_landed: false,
+            heartbeat_before_round: None,
             last_claim: None,
             alive_secs: None,
             last_samples: BTreeMap::new(),

@@ -49,6 +49,28 @@ async fn four_leases_are_proven_by_one_transaction_every_two_intervals_which_is_
     );
 }
 
+/// On a cluster a round takes a while to confirm, and the loop ticks meanwhile (every poll,
+/// and at each notification): the round on its way is the heartbeat, and none is sent beside
+/// it. Before, each tick during the confirmation found the last heartbeat old and sent one: on
+/// a validator, a heartbeat followed half the rounds, a signature each.
+#[tokio::test(start_paused = true)]
+async fn a_round_still_confirming_is_the_heartbeat_and_no_other_goes_beside_it() {
+    let h = Harness::new(&[0, 0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    // Longer than two polls: ticks come while each round confirms.
+    h.chain
+        .set_submit_latency(std::time::Duration::from_secs(2 * POLL + 1));
+    let heartbeats = h.chain.heartbeats();
+    h.run_for(&mut r, 10 * INTERVAL as u64).await;
+    assert!(proven_intervals(&h, lease.key).len() >= 8);
+    assert_eq!(
+        h.chain.heartbeats(),
+        heartbeats,
+        "no heartbeat beside a round on its way"
+    );
+}
+
 /// A lease allocated between two rounds is proven with the others at the next: the machine
 /// keeps one transaction every two intervals, whatever its leases' starts.
 #[tokio::test(start_paused = true)]
