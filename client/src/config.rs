@@ -23,6 +23,7 @@ use solana_rpc_client_api::config::{
     RpcTransactionConfig,
 };
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
+use solana_rpc_client_api::response::RpcSimulateTransactionResult;
 use solana_signer::null_signer::NullSigner;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
@@ -401,7 +402,10 @@ impl Config {
         extra: &[&dyn Signer],
     ) -> Result<String> {
         let rpc = self.rpc();
-        let ixs = &self.sized(&payer.pubkey(), ixs)?;
+        // Refused, it goes as given: the node's preflight says why.
+        let ixs = &self
+            .budgeted(&payer.pubkey(), ixs)?
+            .unwrap_or_else(|_| ixs.to_vec());
         let blockhash = rpc
             .get_latest_blockhash()
             .map_err(|e| self.unreachable(&e))?;
@@ -426,50 +430,56 @@ impl Config {
         Ok(sig.to_string())
     }
 
-    /// `ixs` with the compute budget a simulation finds them to need ([`budget::sized`]): the
-    /// leader reserves what a transaction asks, of its block and of each account it writes (the
-    /// market's and its queue book's among them), and unasked that is 200,000 units and 64 MiB
-    /// of data, ten times what a bid uses. As given when they set their own budget, when the
-    /// simulation refuses them (sending says why), or when the budget would not fit a packet.
-    pub fn sized(&self, payer: &Pubkey, ixs: &[Instruction]) -> Result<Vec<Instruction>> {
+    /// `ixs` with the compute budget a simulation finds them to need ([`budget::sized`]), or
+    /// why the cluster would refuse them (as [`Config::refusal`] says it). The leader reserves
+    /// what a transaction asks, of its block and of each account it writes (the market's and
+    /// its queue book's among them), and unasked that is 200,000 units and 64 MiB of data, ten
+    /// times what a bid uses. As given when they set their own budget or when the budget would
+    /// not fit a packet.
+    pub fn budgeted(
+        &self,
+        payer: &Pubkey,
+        ixs: &[Instruction],
+    ) -> Result<std::result::Result<Vec<Instruction>, String>> {
         if ixs
             .iter()
             .any(|i| i.program_id == solana_compute_budget_interface::ID)
         {
-            return Ok(ixs.to_vec());
+            return Ok(Ok(ixs.to_vec()));
         }
-        let probe = Transaction::new_with_payer(&budget::probe(ixs), Some(payer));
-        let config = RpcSimulateTransactionConfig {
-            sig_verify: false,
-            replace_recent_blockhash: true,
-            commitment: Some(self.commitment),
-            ..Default::default()
-        };
-        let sim = match self.rpc().simulate_transaction_with_config(&probe, config) {
-            Ok(response) if response.value.err.is_none() => response.value,
-            Err(e) if matches!(e.kind(), ErrorKind::Reqwest(_) | ErrorKind::Io(_)) => {
-                return Err(self.unreachable(&e))
-            }
-            _ => return Ok(ixs.to_vec()),
+        let sim = match self.simulate(payer, &budget::probe(ixs))? {
+            Ok(sim) => sim,
+            Err(reason) => return Ok(Err(reason)),
         };
         let sized = budget::sized(
             sim.units_consumed.unwrap_or(MAX_COMPUTE_UNITS as u64),
             sim.loaded_accounts_data_size,
             ixs,
         );
-        Ok(
+        Ok(Ok(
             if budget::transaction_size(&sized, payer) <= TRANSACTION_SIZE_LIMIT {
                 sized
             } else {
                 ixs.to_vec()
             },
-        )
+        ))
     }
 
     /// Why the cluster would refuse `ixs` paid by `payer` now, tried unsigned (a simulation
     /// without signature checks, on the latest blockhash); `None` when it would accept them.
     /// Only an unreachable cluster is an error.
     pub fn refusal(&self, payer: &Pubkey, ixs: &[Instruction]) -> Result<Option<String>> {
+        Ok(self.simulate(payer, ixs)?.err())
+    }
+
+    /// `ixs` paid by `payer` simulated unsigned on the latest blockhash: what the run used, or
+    /// why the cluster refused it (the program's message where it gave one). Only an
+    /// unreachable cluster is an error.
+    fn simulate(
+        &self,
+        payer: &Pubkey,
+        ixs: &[Instruction],
+    ) -> Result<std::result::Result<RpcSimulateTransactionResult, String>> {
         let tx = Transaction::new_with_payer(ixs, Some(payer));
         let config = RpcSimulateTransactionConfig {
             sig_verify: false,
@@ -480,16 +490,17 @@ impl Config {
         match self.rpc().simulate_transaction_with_config(&tx, config) {
             Ok(response) => {
                 let sim = response.value;
-                Ok(sim.err.map(|e| {
-                    program_message(sim.logs.as_deref().unwrap_or_default())
-                        .unwrap_or_else(|| e.to_string())
-                }))
+                Ok(match &sim.err {
+                    Some(e) => Err(program_message(sim.logs.as_deref().unwrap_or_default())
+                        .unwrap_or_else(|| e.to_string())),
+                    None => Ok(sim),
+                })
             }
             Err(e) if matches!(e.kind(), ErrorKind::Reqwest(_) | ErrorKind::Io(_)) => {
                 Err(self.unreachable(&e))
             }
             // Refused before it runs (e.g. a transaction too large): still a refusal.
-            Err(e) => Ok(Some(rpc_error(&e))),
+            Err(e) => Ok(Err(rpc_error(&e))),
         }
     }
 

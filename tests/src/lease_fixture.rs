@@ -243,12 +243,23 @@ impl Fixture {
         p.bid()
     }
 
-    /// A queue bid placed with `witness` (a machine it fits) instead of the fixture's machine.
-    pub fn place_via(&mut self, c: &Wallet, args: PlaceBidArgs, witness: Pubkey) -> Pubkey {
-        let p = PlaceBid {
+    /// [`Fixture::placement`] naming `witness` (a machine the bid fits) instead of the
+    /// fixture's machine.
+    pub fn placement_via<'a>(
+        &self,
+        c: &'a Wallet,
+        args: PlaceBidArgs,
+        witness: Pubkey,
+    ) -> PlaceBid<'a> {
+        PlaceBid {
             machine: witness,
             ..self.placement(c, args)
-        };
+        }
+    }
+
+    /// A queue bid placed with `witness` (a machine it fits) instead of the fixture's machine.
+    pub fn place_via(&mut self, c: &Wallet, args: PlaceBidArgs, witness: Pubkey) -> Pubkey {
+        let p = self.placement_via(c, args, witness);
         self.ctx.run(&p).expect("place_bid");
         p.bid()
     }

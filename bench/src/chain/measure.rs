@@ -217,14 +217,6 @@ impl Meter {
     }
 }
 
-/// `c`'s `place_bid` of `args` into the queue book, naming `machine` as a machine it fits.
-fn place<'a>(f: &Fixture, c: &'a Wallet, args: PlaceBidArgs, machine: Pubkey) -> PlaceBid<'a> {
-    PlaceBid {
-        machine,
-        ..f.placement(c, args)
-    }
-}
-
 /// Eight class-0 GPUs in two topology groups: the machine the market's load is made of.
 fn eight_gpus() -> Vec<GpuSpec> {
     (0..8u8)
@@ -315,7 +307,7 @@ pub fn measure() -> Result<Costs, String> {
     for g in 0..8u8 {
         let c = f.client(100 * TOKEN, 0);
         let args = servable(&mut f);
-        let p = place(&f, &c, args, machine);
+        let p = f.placement_via(&c, args, machine);
         let placed = meter.send(&mut f.ctx, "place_bid", &c.key, &p)?;
         let a = f.ctx.allocation(&agent, machine, p.bid(), &[g]);
         let allocated = meter.send(&mut f.ctx, "allocate", &agent, &a)?;
@@ -370,7 +362,7 @@ pub fn measure() -> Result<Costs, String> {
 
     let c = f.client(100 * TOKEN, 0);
     let args = servable(&mut f);
-    let p = place(&f, &c, args, machine);
+    let p = f.placement_via(&c, args, machine);
     f.ctx
         .run(&p)
         .map_err(|e| format!("place_bid: {:?}", e.err))?;
@@ -418,7 +410,7 @@ pub fn measure() -> Result<Costs, String> {
     f.set_status(witness, MachineStatus::Paused);
     let c = f.client(100 * TOKEN, 0);
     let args = servable(&mut f);
-    let p = place(&f, &c, args, target);
+    let p = f.placement_via(&c, args, target);
     let place_deep = meter.send(&mut f.ctx, "place_bid", &c.key, &p)?;
     let a = f.ctx.allocation(&agent, target, p.bid(), &[0]);
     let allocate_deep = meter.send(&mut f.ctx, "allocate", &agent, &a)?;
@@ -428,7 +420,7 @@ pub fn measure() -> Result<Costs, String> {
     let args = attacker(&mut f, 1, us);
     let p = PlaceBid {
         evict: f.ctx.eviction(&f.queue_book),
-        ..place(&f, &rich[7], args, witness)
+        ..f.placement_via(&rich[7], args, witness)
     };
     let place_evicting = meter.send(&mut f.ctx, "place_bid", &rich[7].key, &p)?;
 

@@ -353,12 +353,12 @@ fn post_action(site: &Site, action: Action, query: &[(String, String)], body: By
             .map_err(|_| anyhow!("the account is not a public key"))?;
         let (instructions, message) =
             action.instructions(&site.config, &site.market, query, &account)?;
-        if let Some(reason) = site.config.refusal(&account, &instructions)? {
-            anyhow::bail!("the cluster would refuse it: {reason}");
-        }
-        // With the compute budget it uses, as the CLI sends it: the leader reserves what a
-        // transaction asks of the market's accounts.
-        let instructions = site.config.sized(&account, &instructions)?;
+        // With the compute budget it uses, as the CLI sends it (the leader reserves what a
+        // transaction asks of the market's accounts); one simulation says both.
+        let instructions = site
+            .config
+            .budgeted(&account, &instructions)?
+            .map_err(|reason| anyhow!("the cluster would refuse it: {reason}"))?;
         let blockhash = site
             .config
             .rpc()
