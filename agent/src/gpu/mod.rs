@@ -16,6 +16,7 @@ pub mod locks;
 pub mod nvml;
 pub mod simulated;
 pub mod toolkit;
+pub mod watchdog;
 
 use gpu_market_core::overclock::{GpuLimits, OverclockError, OverclockTerms};
 
@@ -174,6 +175,12 @@ pub enum GpuError {
         index: u32,
         call: &'static str,
         message: String,
+    },
+    #[error("GPU {index}: the driver call {call} has not returned for {secs} s; the GPU is left alone until it does")]
+    Hung {
+        index: u32,
+        call: &'static str,
+        secs: u64,
     },
     #[error("the clock lock record {path}: {reason}")]
     LockRecord {

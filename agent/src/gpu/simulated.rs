@@ -93,6 +93,10 @@ pub struct SimulatedGpu {
     fault_signal: Condvar,
     /// Where `gpu-market-agent simulate-fault` leaves faults for the running agent.
     fault_inbox: Option<PathBuf>,
+    /// A fault for tests: the GPUs whose driver calls block (a GPU in reset, a driver stuck in
+    /// the kernel) until released, and the signal that one was.
+    hung: Mutex<std::collections::BTreeSet<u32>>,
+    released: Condvar,
 }
 
 /// The folder under an agent's data folder where `gpu-market-agent simulate-fault` leaves
@@ -244,6 +248,8 @@ impl SimulatedGpu {
             faults: Mutex::new(Vec::new()),
             fault_signal: Condvar::new(),
             fault_inbox: None,
+            hung: Mutex::new(Default::default()),
+            released: Condvar::new(),
         }
     }
 
@@ -302,6 +308,26 @@ impl SimulatedGpu {
     /// bus or timed out do, or work again (`false`).
     pub fn fail_reads(&self, index: u32, fail: bool) -> Result<(), GpuError> {
         self.with(index, |g, _| g.reads_fail = fail)
+    }
+
+    /// Makes every driver call on GPU `index` block (`true`) until it is released (`false`),
+    /// as NVML calls do on a GPU in reset or a driver stuck in the kernel.
+    pub fn hang(&self, index: u32, hang: bool) {
+        let mut hung = self.hung.lock().expect("simulated hang");
+        match hang {
+            true => hung.insert(index),
+            false => hung.remove(&index),
+        };
+        self.released.notify_all();
+    }
+
+    /// A driver call on GPU `index`: waits while the GPU hangs.
+    fn driver(&self, index: u32) {
+        let hung = self.hung.lock().expect("simulated hang");
+        let _unhung = self
+            .released
+            .wait_while(hung, |h| h.contains(&index))
+            .expect("simulated hang");
     }
 
     /// Makes the next `readings` samples of GPU `index` show `extra_mw` above what its limit
@@ -411,6 +437,7 @@ impl SimulatedGpu {
         call: &'static str,
         f: impl FnOnce(&mut SimState, &GpuInfo) -> T,
     ) -> Result<T, GpuError> {
+        self.driver(index);
         self.with(index, |g, info| {
             if g.reads_fail {
                 return Err(GpuError::Nvml {
@@ -515,6 +542,7 @@ impl GpuBackend for SimulatedGpu {
         info.limits
             .check(settings)
             .map_err(|source| GpuError::OutOfRange { index, source })?;
+        self.driver(index);
         self.with(index, |g, info| {
             let defaults = info.defaults();
             if let Some((setting, message)) = g
@@ -558,6 +586,7 @@ impl GpuBackend for SimulatedGpu {
     }
 
     fn reset(&self, index: u32) -> Result<(), GpuError> {
+        self.driver(index);
         self.with(index, |g, info| g.applied = info.defaults())
     }
 

@@ -63,6 +63,8 @@ pub struct Health {
     /// interval before its client could reclaim the escrow and slash the host.
     prove_by: AtomicI64,
     last_tick: AtomicI64,
+    /// The GPUs whose driver call hangs, one bit each by index.
+    gpus_hung: AtomicU64,
 }
 
 impl Health {
@@ -78,6 +80,7 @@ impl Health {
             ws_alive: AtomicI64::new(NEVER),
             prove_by: AtomicI64::new(NEVER),
             last_tick: AtomicI64::new(NEVER),
+            gpus_hung: AtomicU64::new(0),
         }
     }
 
@@ -112,6 +115,12 @@ impl Health {
         self.last_tick.fetch_max(unix_secs, Ordering::Relaxed);
     }
 
+    /// The GPUs whose driver call hangs now ([`crate::gpu::watchdog`]).
+    pub fn gpus_hung(&self, gpus: &[u32]) {
+        let bits = gpus.iter().filter(|&&g| g < 64).fold(0, |b, g| b | 1 << g);
+        self.gpus_hung.store(bits, Ordering::Relaxed);
+    }
+
     /// Whether the container engine answered the agent's last call.
     pub fn engine_reachable(&self, reachable: bool) {
         self.engine_reachable.store(reachable, Ordering::Relaxed);
@@ -133,6 +142,7 @@ impl Health {
             ws_alive: known(self.ws_alive.load(Ordering::Relaxed)),
             prove_by: known(self.prove_by.load(Ordering::Relaxed)),
             last_tick: known(self.last_tick.load(Ordering::Relaxed)),
+            gpus_hung: self.gpus_hung.load(Ordering::Relaxed),
         }
     }
 
@@ -152,6 +162,8 @@ pub struct HealthSnapshot {
     pub ws_alive: Option<i64>,
     pub prove_by: Option<i64>,
     pub last_tick: Option<i64>,
+    /// The GPUs whose driver call hangs, one bit each by index.
+    pub gpus_hung: u64,
 }
 
 /// `/healthz`'s answer: the verdict and each check behind it.
@@ -162,6 +174,7 @@ pub struct HealthReport {
     pub proofs: ProofCheck,
     pub websocket: Check,
     pub engine: EngineCheck,
+    pub gpus: GpuCheck,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -189,6 +202,14 @@ pub struct EngineCheck {
     pub ok: bool,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuCheck {
+    pub ok: bool,
+    /// The GPUs whose driver call has not returned within its budget: left alone (their
+    /// leases metered with their last reading) until it does.
+    pub hung: Vec<u32>,
+}
+
 /// Whether `at` (unix seconds) lies within `bound` of `now`.
 fn within(at: Option<i64>, bound: Duration, now: i64) -> bool {
     at.is_some_and(|t| now.saturating_sub(t) <= bound.as_secs() as i64)
@@ -201,7 +222,8 @@ fn within(at: Option<i64>, bound: Duration, now: i64) -> bool {
 ///   proof comes only after its first interval);
 /// - no lease is within half an interval of its silence window's end (`prove_by`);
 /// - the websocket showed life within `limits.websocket_silence`;
-/// - the container engine answered the last call made to it.
+/// - the container engine answered the last call made to it;
+/// - no GPU's driver call hangs.
 pub fn assess(s: &HealthSnapshot, limits: &HealthLimits, now: i64) -> HealthReport {
     let since_proof_due = s.last_proof_accepted.max(s.needing_since);
     let fresh =
@@ -226,12 +248,18 @@ pub fn assess(s: &HealthSnapshot, limits: &HealthLimits, now: i64) -> HealthRepo
     let engine = EngineCheck {
         ok: s.engine_reachable,
     };
+    let hung: Vec<u32> = (0..64).filter(|g| s.gpus_hung & 1 << g != 0).collect();
+    let gpus = GpuCheck {
+        ok: hung.is_empty(),
+        hung,
+    };
     HealthReport {
-        healthy: tick.ok && proofs.ok && websocket.ok && engine.ok,
+        healthy: tick.ok && proofs.ok && websocket.ok && engine.ok && gpus.ok,
         tick,
         proofs,
         websocket,
         engine,
+        gpus,
     }
 }
 

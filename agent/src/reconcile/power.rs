@@ -8,7 +8,7 @@ use super::plan::Observed;
 use super::Reconciler;
 use crate::chain::Key;
 use crate::gpu::dvfs::{AutoPower, Reading};
-use crate::gpu::{apply_and_verify, faults, GpuError, GpuInfo};
+use crate::gpu::{apply_and_verify, faults, GpuBackend, GpuError, GpuInfo};
 
 impl Reconciler {
     /// Takes the fault events the watcher sent since the last tick; keeps the fatal ones (the

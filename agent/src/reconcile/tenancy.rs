@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::Reconciler;
 use crate::chain::Key;
 use crate::gpu::attribution::{attribute, tenant_uses, Part, TenantUse};
-use crate::gpu::Sample;
+use crate::gpu::{GpuBackend, Sample};
 
 #[derive(Debug, Default)]
 pub struct Tenancy {
