@@ -1,6 +1,7 @@
 //! The power readings behind each proof, kept where others can check them: one JSON file per
-//! proven interval in `<data_dir>/evidence/<lease>/<interval>.json`, a folder the lease's
-//! container sees read-only at [`CONTAINER_PATH`]. Each file holds the interval's
+//! proven interval in `<data_dir>/leases/<lease>/evidence/<interval>.json`, a folder the lease's
+//! container sees read-only at [`CONTAINER_PATH`], deleted with the lease's other files when its
+//! retention ends (`crate::retention`). Each file holds the interval's
 //! `gpu_market_core::evidence::PowerLog` and its sha256 (`gpu_market_sdk::evidence`), which the
 //! proof carries on chain (chained into the proof's hash and in its `UsageProven` event):
 //! `gpu-market lease audit` checks a file against the chain and recomputes the peaks the proof
@@ -17,9 +18,9 @@ use crate::state::LeaseRecord;
 /// Where a lease's container reads its power logs.
 pub const CONTAINER_PATH: &str = "/run/gpu-market/evidence";
 
-/// The folder of `lease`'s power logs.
+/// The folder of `lease`'s power logs: among the files the agent retains for the lease.
 pub fn lease_dir(data_dir: &Path, lease: &Key) -> PathBuf {
-    data_dir.join("evidence").join(lease.to_string())
+    crate::retention::lease_dir(data_dir, lease).join("evidence")
 }
 
 /// Writes the evidence of each of `record`'s pending proofs that has none yet.

@@ -30,8 +30,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+
+use rustix::process::{kill_process, Pid, Signal};
 
 use crate::chain::EgressView;
 
@@ -64,6 +66,8 @@ pub enum FirewallError {
         tool: &'static str,
         source: std::io::Error,
     },
+    #[error("{tool} did not finish within {secs} s and was killed")]
+    TimedOut { tool: &'static str, secs: u64 },
     #[error("{tool} {args} failed: {stderr}")]
     Refused {
         tool: &'static str,
@@ -104,13 +108,19 @@ impl Family {
     }
 }
 
+/// How long iptables waits for the xtables lock another program holds (`-w`), in seconds.
+const LOCK_WAIT: &str = "5";
+
+/// How long one firewall command may run, its wait for the lock included: a command that
+/// hangs (a stuck netlink call) is killed and reported, so that no firewall change holds a
+/// thread of the agent for good.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(15);
+
 fn run(family: Family, args: &[&str]) -> Result<String, FirewallError> {
     let tool = family.tool();
-    let out = Command::new(tool)
-        .arg("-w")
-        .args(args)
-        .output()
-        .map_err(|source| FirewallError::Spawn { tool, source })?;
+    let mut command = Command::new(tool);
+    command.args(["-w", LOCK_WAIT]).args(args);
+    let out = output_within(tool, command, None, COMMAND_LIMIT)?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
@@ -127,22 +137,15 @@ fn restore(family: Family, lines: &[String]) -> Result<(), FirewallError> {
         return Ok(());
     }
     let tool = family.restore_tool();
-    let spawn = |source| FirewallError::Spawn { tool, source };
-    let mut child = Command::new(tool)
-        .args(["-w", "--noflush"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(spawn)?;
+    let mut command = Command::new(tool);
+    command.args(["-w", LOCK_WAIT, "--noflush"]);
     let script = format!("*filter\n{}\nCOMMIT\n", lines.join("\n"));
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(script.as_bytes())
-        .map_err(spawn)?;
-    let out = child.wait_with_output().map_err(spawn)?;
+    let out = output_within(
+        tool,
+        command,
+        Some(script.clone().into_bytes()),
+        COMMAND_LIMIT,
+    )?;
     if out.status.success() {
         return Ok(());
     }
@@ -151,6 +154,46 @@ fn restore(family: Family, lines: &[String]) -> Result<(), FirewallError> {
         args: script,
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
     })
+}
+
+/// Runs `command` (`tool`) with `input` on its standard input, and its output, unless it runs
+/// past `limit`: then it is killed and [`FirewallError::TimedOut`].
+fn output_within(
+    tool: &'static str,
+    mut command: Command,
+    input: Option<Vec<u8>>,
+    limit: Duration,
+) -> Result<Output, FirewallError> {
+    let spawn = |source| FirewallError::Spawn { tool, source };
+    let mut child = command
+        .stdin(match input {
+            Some(_) => Stdio::piped(),
+            None => Stdio::null(),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn)?;
+    let pid = Pid::from_child(&child);
+    let (done, finished) = std::sync::mpsc::channel();
+    // The child is waited for (and its input written) on a thread of its own, so that a child
+    // that never ends can be killed: until that thread reaps it, its pid stays its own.
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        // Written beside the reads, so that neither pipe fills while the other waits; a child
+        // that exits without reading it all says why in its output.
+        std::thread::spawn(move || stdin.write_all(&input));
+    }
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match finished.recv_timeout(limit) {
+        Ok(out) => out.map_err(spawn),
+        Err(_) => {
+            let _ = kill_process(pid, Signal::KILL);
+            Err(FirewallError::TimedOut {
+                tool,
+                secs: limit.as_secs(),
+            })
+        }
+    }
 }
 
 /// The filter table as `iptables -S` lists it: its chains, and each chain's rules in order
@@ -481,6 +524,46 @@ pub fn host_resolv_conf() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_firewall_command_that_hangs_is_killed_at_its_limit_and_big_io_does_not_deadlock() {
+        // A command that never ends (iptables stuck in the kernel, or waiting on a lock without
+        // a bound, as `-w` alone did) holds the agent's thread only until the limit.
+        let started = std::time::Instant::now();
+        let mut sleeper = Command::new("sleep");
+        sleeper.arg("600");
+        let e = output_within("sleep", sleeper, None, Duration::from_millis(300)).unwrap_err();
+        assert!(
+            matches!(e, FirewallError::TimedOut { tool: "sleep", .. }),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let running = || {
+            let out = Command::new("pgrep")
+                .args(["-x", "-f", "sleep 600"])
+                .output();
+            !out.unwrap().stdout.is_empty()
+        };
+        // Killed, and reaped by the thread that waited for it.
+        let killed = std::time::Instant::now();
+        while running() {
+            assert!(killed.elapsed() < Duration::from_secs(2), "left running");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // A restore script larger than a pipe holds goes in while the output comes out.
+        let script: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
+        let out = output_within(
+            "cat",
+            Command::new("cat"),
+            Some(script.clone()),
+            COMMAND_LIMIT,
+        )
+        .unwrap();
+        assert!(out.status.success());
+        assert_eq!(out.stdout, script);
+    }
 
     #[test]
     fn metadata_is_dropped_before_any_allow_list_entry_and_the_policy_decides_last() {

@@ -1,7 +1,7 @@
 //! What the agent keeps of a lease for its client, beside and after its container: the scratch
-//! volume mounted at the container's `/workspace`, and the client's key that the agent's API
-//! serves them to. Both stay for the retention period after the lease ends, then go with the
-//! lease's saved logs.
+//! volume mounted at the container's `/workspace`, the client's key that the agent's API
+//! serves them to, and the power logs behind the lease's proofs (`crate::evidence`). All stay
+//! for the retention period after the lease ends, then go with the lease's saved logs.
 //!
 //! The scratch volume is a tmpfs of the size the bid asked, mounted by the agent under
 //! `<data_dir>/leases/<lease>/scratch` and bound into the container: the size is a hard limit
@@ -42,37 +42,47 @@ fn scratch_error(path: &Path, reason: impl ToString) -> RuntimeError {
     }
 }
 
-/// Records `client` as the one the API serves `lease` to, and mounts a scratch tmpfs of
-/// `bytes` (none for 0); returns the scratch folder when there is one. Done again after a
-/// restart, it keeps what is mounted.
-pub fn prepare(
-    data_dir: &Path,
-    lease: &Key,
-    client: &Key,
-    bytes: u64,
-) -> Result<Option<PathBuf>, RuntimeError> {
-    let dir = lease_dir(data_dir, lease);
-    std::fs::create_dir_all(&dir).map_err(|e| scratch_error(&dir, e))?;
-    let client_path = client_file(data_dir, lease);
-    std::fs::write(&client_path, client.to_string()).map_err(|e| scratch_error(&client_path, e))?;
-    if bytes == 0 {
-        return Ok(None);
+/// What the agent keeps of one lease for its client while it runs and for the retention after.
+#[derive(Debug, Clone)]
+pub struct Retained {
+    pub data_dir: PathBuf,
+    pub lease: Key,
+    /// The one the lease API serves the lease's files to.
+    pub client: Key,
+    /// The scratch volume's size (none for 0).
+    pub scratch_bytes: u64,
+}
+
+impl Retained {
+    /// Records the client the API serves the lease to, and mounts the scratch tmpfs; returns
+    /// the scratch folder when there is one. Done again after a restart, it keeps what is
+    /// mounted. Blocking (a mount).
+    pub fn prepare(&self) -> Result<Option<PathBuf>, RuntimeError> {
+        let (data_dir, lease) = (&self.data_dir, &self.lease);
+        let dir = lease_dir(data_dir, lease);
+        std::fs::create_dir_all(&dir).map_err(|e| scratch_error(&dir, e))?;
+        let client_path = client_file(data_dir, lease);
+        std::fs::write(&client_path, self.client.to_string())
+            .map_err(|e| scratch_error(&client_path, e))?;
+        if self.scratch_bytes == 0 {
+            return Ok(None);
+        }
+        let scratch = scratch_dir(data_dir, lease);
+        std::fs::create_dir_all(&scratch).map_err(|e| scratch_error(&scratch, e))?;
+        if !mounted(&scratch) {
+            let options = std::ffi::CString::new(format!("size={},mode=1777", self.scratch_bytes))
+                .expect("no NUL in the mount options");
+            mount(
+                "gpu-market-scratch",
+                &scratch,
+                "tmpfs",
+                MountFlags::NOSUID | MountFlags::NODEV,
+                options.as_c_str(),
+            )
+            .map_err(|e| scratch_error(&scratch, format!("cannot mount a tmpfs: {e}")))?;
+        }
+        Ok(Some(scratch))
     }
-    let scratch = scratch_dir(data_dir, lease);
-    std::fs::create_dir_all(&scratch).map_err(|e| scratch_error(&scratch, e))?;
-    if !mounted(&scratch) {
-        let options = std::ffi::CString::new(format!("size={bytes},mode=1777"))
-            .expect("no NUL in the mount options");
-        mount(
-            "gpu-market-scratch",
-            &scratch,
-            "tmpfs",
-            MountFlags::NOSUID | MountFlags::NODEV,
-            options.as_c_str(),
-        )
-        .map_err(|e| scratch_error(&scratch, format!("cannot mount a tmpfs: {e}")))?;
-    }
-    Ok(Some(scratch))
 }
 
 /// Whether `dir` is a mount point (another device than its parent's).
@@ -149,11 +159,22 @@ mod tests {
     fn retained_files_stay_until_the_retention_ends_then_go_with_the_logs() {
         let dir = tempfile::tempdir().unwrap();
         let (lease, client) = (Key([1; 32]), Key([2; 32]));
-        assert_eq!(prepare(dir.path(), &lease, &client, 0).unwrap(), None);
+        let retained = Retained {
+            data_dir: dir.path().to_path_buf(),
+            lease,
+            client,
+            scratch_bytes: 0,
+        };
+        assert_eq!(retained.prepare().unwrap(), None);
         assert_eq!(client_of(dir.path(), &lease), Some(client));
         let logs = crate::reconcile::logs_path(dir.path(), &lease);
         std::fs::create_dir_all(logs.parent().unwrap()).unwrap();
         std::fs::write(&logs, b"out").unwrap();
+        // The power logs behind its proofs expire with the rest (before, they were never
+        // deleted).
+        let evidence = crate::evidence::lease_dir(dir.path(), &lease);
+        std::fs::create_dir_all(&evidence).unwrap();
+        std::fs::write(evidence.join("0.json"), b"{}").unwrap();
         let hour = Duration::from_secs(3600);
         // Running: never swept.
         assert!(sweep(dir.path(), hour, SystemTime::now() + 2 * hour).is_empty());
@@ -166,5 +187,6 @@ mod tests {
         );
         assert_eq!(client_of(dir.path(), &lease), None);
         assert!(!logs.exists());
+        assert!(!evidence.exists());
     }
 }

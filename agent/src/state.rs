@@ -449,10 +449,15 @@ impl StateFile {
         }
     }
 
-    /// Replaces the saved state with `state`, atomically and durably.
-    pub fn save(&self, state: &AgentState) -> Result<(), StateError> {
+    /// Replaces the saved state with `state`, atomically and durably, on a blocking thread
+    /// (its fsyncs wait on the disk).
+    pub async fn save(&self, state: &AgentState) -> Result<(), StateError> {
         let bytes = serde_json::to_vec_pretty(state).expect("the state serialises");
-        write_durably(&self.path, &bytes).map_err(|e| self.io(e))
+        let path = self.path.clone();
+        match tokio::task::spawn_blocking(move || write_durably(&path, &bytes)).await {
+            Ok(written) => written.map_err(|e| self.io(e)),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     }
 
     fn io(&self, source: std::io::Error) -> StateError {
@@ -565,8 +570,8 @@ mod tests {
         assert_eq!(r.close_ended(1_150, &samples(150_000, 0, 0)), 0);
     }
 
-    #[test]
-    fn a_lone_power_spike_is_not_the_proofs_peak_and_the_window_outlives_a_restart() {
+    #[tokio::test]
+    async fn a_lone_power_spike_is_not_the_proofs_peak_and_the_window_outlives_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let file = StateFile::new(dir.path());
         let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
@@ -578,7 +583,7 @@ mod tests {
                 // The agent restarts mid-interval: the readings so far come back from the file.
                 let mut state = AgentState::default();
                 state.leases.insert(Key([9; 32]), r);
-                file.save(&state).unwrap();
+                file.save(&state).await.unwrap();
                 r = file.load().unwrap().leases.remove(&Key([9; 32])).unwrap();
             }
         }
@@ -599,7 +604,7 @@ mod tests {
 
     /// A lease's record saved, its JSON changed by `older` (as an older agent wrote it), and
     /// loaded back.
-    fn saved_as_older(
+    async fn saved_as_older(
         older: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
     ) -> LeaseRecord {
         let dir = tempfile::tempdir().unwrap();
@@ -608,7 +613,7 @@ mod tests {
         state
             .leases
             .insert(Key([9; 32]), LeaseRecord::new(&lease(0), &samples(0, 0, 0)));
-        file.save(&state).unwrap();
+        file.save(&state).await.unwrap();
         let mut json: serde_json::Value =
             serde_json::from_slice(&fs::read(file.path()).unwrap()).unwrap();
         let record = json["leases"]
@@ -624,15 +629,16 @@ mod tests {
         file.load().unwrap().leases.remove(&Key([9; 32])).unwrap()
     }
 
-    #[test]
-    fn state_files_written_with_instantaneous_peaks_still_load() {
+    #[tokio::test]
+    async fn state_files_written_with_instantaneous_peaks_still_load() {
         let mut r = saved_as_older(|record| {
             assert!(
                 !record.contains_key("peak_power_mw"),
                 "not written any more"
             );
             record.insert("peak_power_mw".into(), serde_json::json!([360_000, 0]));
-        });
+        })
+        .await;
         assert!(r.power_log.gpus.is_empty());
         r.running_since = Some(1_000);
         r.close_ended(1_100, &samples(0, 0, 0));
@@ -646,15 +652,16 @@ mod tests {
         assert_eq!(r.pending[1].peak_power_w, vec![250, 250]);
     }
 
-    #[test]
-    fn state_files_written_with_sustained_peaks_still_load() {
+    #[tokio::test]
+    async fn state_files_written_with_sustained_peaks_still_load() {
         let r = saved_as_older(|record| {
             let peaks = vec![gpu_market_core::lease::SustainedPeak::default(); 2];
             record.insert(
                 "sustained_peaks".into(),
                 serde_json::to_value(peaks).unwrap(),
             );
-        });
+        })
+        .await;
         assert!(
             r.power_log.gpus.is_empty(),
             "readings count from the upgrade on"
@@ -786,8 +793,8 @@ mod tests {
         assert_eq!(r.pending[0].energy_j, 0);
     }
 
-    #[test]
-    fn a_shared_gpu_is_metered_by_the_energy_attributed_and_old_files_load_without_it() {
+    #[tokio::test]
+    async fn a_shared_gpu_is_metered_by_the_energy_attributed_and_old_files_load_without_it() {
         let mut r = LeaseRecord::new(&lease(0), &samples(5_000_000, 0, 0));
         r.meter_shared(&[1]);
         assert_eq!(r.baseline_energy_mj, vec![5_000_000, 0]);
@@ -823,7 +830,7 @@ mod tests {
         state
             .leases
             .insert(Key([8; 32]), LeaseRecord::new(&lease(0), &samples(0, 0, 0)));
-        file.save(&state).unwrap();
+        file.save(&state).await.unwrap();
         assert_eq!(file.load().unwrap(), state);
         let text = fs::read_to_string(file.path()).unwrap();
         assert_eq!(
@@ -833,8 +840,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_state_file_round_trips_and_replaces_atomically() {
+    #[tokio::test]
+    async fn the_state_file_round_trips_and_replaces_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let file = StateFile::new(dir.path());
         assert_eq!(file.load().unwrap(), AgentState::default());
@@ -843,10 +850,44 @@ mod tests {
         r.container_id = Some("c1".into());
         r.close_final(1_010, &samples(9, 0, 0), 0);
         state.leases.insert(Key([9; 32]), r);
-        file.save(&state).unwrap();
+        file.save(&state).await.unwrap();
         assert_eq!(file.load().unwrap(), state);
         assert!(!dir.path().join("state.json.tmp").exists());
         fs::write(file.path(), b"{not json").unwrap();
         assert!(matches!(file.load(), Err(StateError::Corrupt { .. })));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_save_the_disk_holds_up_does_not_hold_up_the_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = StateFile::new(dir.path());
+        // A write that blocks until someone reads it: a disk that does not answer. Before the
+        // save ran on a blocking thread, it held the agent's one runtime thread (`/healthz`,
+        // the websocket, the lease API) with it, and this test never ended.
+        let stuck = dir.path().join("state.json.tmp");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&stuck)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let beside = tokio::spawn(async {
+            for _ in 0..5 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        });
+        let state = AgentState::default();
+        let save = file.save(&state);
+        tokio::pin!(save);
+        tokio::select! {
+            _ = &mut save => panic!("the write cannot finish before it is read"),
+            done = beside => done.unwrap(),
+        }
+        // The disk answers; the save ends (a FIFO cannot be fsynced: an error, reported).
+        let reader = std::thread::spawn(move || fs::read(stuck).unwrap());
+        assert!(matches!(save.await, Err(StateError::Io { .. })));
+        assert_eq!(
+            reader.join().unwrap(),
+            serde_json::to_vec_pretty(&state).unwrap()
+        );
     }
 }

@@ -145,7 +145,13 @@ async fn tenant(engine: &DockerEngine, data_dir: &Path, script: &str) -> (Pubkey
     let image = support::engine_env("GPU_MARKET_TEST_IMAGE");
     let (lease, owner) = (Keypair::new().pubkey(), Keypair::new());
     let lease_key = Key(lease.to_bytes());
-    retention::prepare(data_dir, &lease_key, &Key(owner.pubkey().to_bytes()), 0).unwrap();
+    let retained = retention::Retained {
+        data_dir: data_dir.to_path_buf(),
+        lease: lease_key,
+        client: Key(owner.pubkey().to_bytes()),
+        scratch_bytes: 0,
+    };
+    retained.prepare().unwrap();
     let scratch = retention::scratch_dir(data_dir, &lease_key);
     std::fs::create_dir_all(&scratch).unwrap();
     let spec = ContainerSpec {

@@ -11,11 +11,11 @@ use super::{logs_path, ActionError, Backoff, Reconciler, TickError, ALLOCATE_BAC
 use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
-use crate::gpu::{apply_and_verify, GpuError, Sample};
+use crate::gpu::{apply_and_verify, GpuBackend, GpuError, Sample};
 use crate::retention;
 use crate::runtime::{
     pinned_reference, registry_host, BindMount, ContainerSpec, Credentials, LeaseNetwork,
-    LABEL_CLIENT, LABEL_LEASE, SCRATCH_DIR,
+    LABEL_CLIENT, LABEL_LEASE,
 };
 use crate::state::{LeaseRecord, StateError};
 
@@ -56,7 +56,7 @@ impl Reconciler {
             })
             .collect();
         // A round of proofs is the heartbeat (the program records one with it): no other then.
-        let proved = self.submit_all(&submits, o)?;
+        let proved = self.submit_all(&submits, o).await?;
         let ends: Vec<&Action> = later
             .iter()
             .copied()
@@ -133,17 +133,18 @@ impl Reconciler {
         match action {
             Action::RemoveContainer { id } => self.jobs.remove_stray(&self.runtime, id, grace),
             Action::Adopt { lease, id } => self.adopt(*lease, id, o).await?,
-            Action::Start { lease } => self.start(*lease, o)?,
+            Action::Start { lease } => self.start(*lease, o).await?,
             Action::Cancel { lease, exit_code } => {
                 if self.jobs.cancel(*lease) {
                     self.readied.remove(lease);
                     let reason = "the lease could wait no longer".to_string();
                     let exit_code = *exit_code;
-                    self.refuse_with(*lease, Refusal { exit_code, reason })?;
+                    self.refuse_with(*lease, Refusal { exit_code, reason })
+                        .await?;
                 }
             }
             Action::Record { lease } => {
-                self.record_lease(*lease, o)?;
+                self.record_lease(*lease, o).await?;
                 tracing::info!(%lease, "recorded a lease that cannot start yet: its windows are proven empty meanwhile");
             }
             Action::Meter { lease } => {
@@ -155,13 +156,13 @@ impl Reconciler {
             Action::CloseEnded { lease } => {
                 let samples = self.lease_samples(*lease);
                 let closed = self.record(*lease).close_ended(o.now, &samples);
-                self.save()?;
+                self.save().await?;
                 tracing::info!(%lease, closed, "closed ended intervals");
             }
             Action::Finish { lease, exit_code } => {
                 let samples = self.lease_samples(*lease);
                 self.record(*lease).close_final(o.now, &samples, *exit_code);
-                self.save()?;
+                self.save().await?;
                 self.metrics.lease_ended(*exit_code);
                 tracing::info!(%lease, exit_code, "container finished; final proof closed");
             }
@@ -173,7 +174,7 @@ impl Reconciler {
                 }
             }
             Action::Submit { lease } => {
-                self.submit_all(&[*lease], o)?;
+                self.submit_all(&[*lease], o).await?;
             }
             Action::End { lease } => {
                 self.chain
@@ -181,11 +182,11 @@ impl Reconciler {
                     .await
                     .inspect_err(|e| self.chain_error(e))?;
                 tracing::info!(%lease, "lease ended");
-                self.clean_up(*lease)?;
+                self.clean_up(*lease).await?;
             }
             Action::Forget { lease } => {
                 tracing::info!(%lease, "the chain shows the lease closed; cleaning up");
-                self.clean_up(*lease)?;
+                self.clean_up(*lease).await?;
             }
             Action::Preempt { lease, better_bid } => {
                 self.chain
@@ -268,7 +269,7 @@ impl Reconciler {
         }
         record.container_id = Some(id.to_string());
         record.running_since.get_or_insert(o.now);
-        self.save()?;
+        self.save().await?;
         tracing::info!(%lease, container = %id, "adopted a running container");
         if let Err(e) = self.verify_settings(view) {
             tracing::warn!(%lease, error = %e, "settings no longer hold; stopping the lease");
@@ -324,20 +325,20 @@ impl Reconciler {
     /// job beside the loop: of the container readied while `allocate` confirmed, or from the
     /// beginning (environment, pull, create) when there is none. A readied container of a
     /// refused lease is left to the plan, which removes it as a stray.
-    fn start(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
-        let view = self.record_lease(lease, o)?;
+    async fn start(&mut self, lease: Key, o: &Observed) -> Result<(), ActionError> {
+        let view = self.record_lease(lease, o).await?;
         let readied = self.take_readied(lease, &view.gpu_indices);
         if o.now >= view.stop() {
             // Too late to run (its readying outlasted it, or the agent was away): the plan
             // proves it empty and ends it.
             if let Readied::Refused(r) = readied {
-                return Ok(self.refuse_with(lease, r)?);
+                return Ok(self.refuse_with(lease, r).await?);
             }
             return Ok(());
         }
         if let Err(e) = self.verify_settings(view) {
             tracing::warn!(%lease, error = %e, "GPU settings did not take; refusing the lease");
-            return Ok(self.refuse(lease, exit::SETTINGS_REFUSED)?);
+            return Ok(self.refuse(lease, exit::SETTINGS_REFUSED).await?);
         }
         let isolation = match isolation(
             &view.gpu_indices,
@@ -348,7 +349,7 @@ impl Reconciler {
             Ok(i) => i,
             Err(e) => {
                 tracing::warn!(%lease, error = %e, "refusing the lease");
-                return Ok(self.refuse(lease, exit::ISOLATION_UNAVAILABLE)?);
+                return Ok(self.refuse(lease, exit::ISOLATION_UNAVAILABLE).await?);
             }
         };
         self.record(lease).meter_shared(&isolation.shared);
@@ -359,14 +360,14 @@ impl Reconciler {
                 self.jobs.spawn_for(lease, jobs::start_prepared(runtime, p));
                 return Ok(());
             }
-            Readied::Refused(r) => return Ok(self.refuse_with(lease, r)?),
+            Readied::Refused(r) => return Ok(self.refuse_with(lease, r).await?),
             Readied::Nothing => {}
         }
         let credentials = match self.credentials(&view.image_ref) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(%lease, error = %e, "the registry credentials cannot be read; refusing the lease");
-                return Ok(self.refuse(lease, exit::IMAGE_UNAVAILABLE)?);
+                return Ok(self.refuse(lease, exit::IMAGE_UNAVAILABLE).await?);
             }
         };
         let job = match self.start_job(
@@ -379,13 +380,15 @@ impl Reconciler {
             Ok(job) => job,
             Err(ActionError::Runtime(e)) => {
                 let reason = e.to_string();
-                return Ok(self.refuse_with(
-                    lease,
-                    Refusal {
-                        exit_code: exit::ENGINE_REFUSED,
-                        reason,
-                    },
-                )?);
+                return Ok(self
+                    .refuse_with(
+                        lease,
+                        Refusal {
+                            exit_code: exit::ENGINE_REFUSED,
+                            reason,
+                        },
+                    )
+                    .await?);
             }
             Err(e) => return Err(e),
         };
@@ -397,7 +400,7 @@ impl Reconciler {
 
     /// Records `lease` (as the chain lists it), unless it is on record: from then on its
     /// windows close and are proven, its container running or not.
-    fn record_lease<'o>(
+    async fn record_lease<'o>(
         &mut self,
         lease: Key,
         o: &'o Observed,
@@ -406,7 +409,7 @@ impl Reconciler {
         if let std::collections::btree_map::Entry::Vacant(e) = self.state.leases.entry(lease) {
             let samples = Self::samples(o, &view.gpu_indices);
             e.insert(LeaseRecord::new(view, &samples));
-            self.save()?;
+            self.save().await?;
         }
         Ok(view)
     }
@@ -434,7 +437,7 @@ impl Reconciler {
             container: crate::evidence::CONTAINER_PATH.into(),
             read_only: true,
         });
-        let mut sandbox = limits.sandbox;
+        let sandbox = limits.sandbox;
         // What the lease holds; a lease that reserved none gets the host's share per GPU.
         let reserved = workload.room.host;
         let cpu_milli = match reserved.cpu_milli {
@@ -445,18 +448,6 @@ impl Reconciler {
             0 => n * limits.memory_mib_per_gpu as i64,
             mib => mib as i64,
         };
-        let scratch_bytes = u64::from(workload.room.scratch_gib) << 30;
-        let data_dir = &self.config.data_dir;
-        if let Some(scratch) =
-            retention::prepare(data_dir, &lease, &workload.client, scratch_bytes)?
-        {
-            binds.push(BindMount {
-                host: scratch,
-                container: SCRATCH_DIR.into(),
-                read_only: false,
-            });
-            sandbox.scratch_bytes = 0;
-        }
         let spec = ContainerSpec {
             name: None,
             image: pinned_reference(workload.image_ref, workload.image_digest)?,
@@ -490,6 +481,12 @@ impl Reconciler {
             env_hash: *workload.env_hash,
             env_key: self.config.env_key.clone(),
             spec,
+            retained: retention::Retained {
+                data_dir: self.config.data_dir.clone(),
+                lease,
+                client: workload.client,
+                scratch_bytes: u64::from(workload.room.scratch_gib) << 30,
+            },
             progress: Default::default(),
         })
     }
@@ -504,14 +501,14 @@ impl Reconciler {
     }
 
     /// The lease cannot run, for the reason `r` gives (logged).
-    pub(super) fn refuse_with(&mut self, lease: Key, r: Refusal) -> Result<(), StateError> {
+    pub(super) async fn refuse_with(&mut self, lease: Key, r: Refusal) -> Result<(), StateError> {
         tracing::warn!(%lease, exit_code = r.exit_code, reason = %r.reason, "{}; ending the lease", exit::reason(r.exit_code));
-        self.refuse(lease, r.exit_code)
+        self.refuse(lease, r.exit_code).await
     }
 
     /// The lease cannot run: its GPUs go back to their defaults and its final proof, with
     /// nothing used, carries `exit_code`.
-    pub(super) fn refuse(&mut self, lease: Key, exit_code: i32) -> Result<(), StateError> {
+    pub(super) async fn refuse(&mut self, lease: Key, exit_code: i32) -> Result<(), StateError> {
         if let Err(e) = self.reset_gpus(lease) {
             tracing::warn!(%lease, error = %e, "resetting the lease's GPUs failed");
         }
@@ -522,7 +519,7 @@ impl Reconciler {
         if exit_code == exit::IMAGE_UNAVAILABLE {
             self.metrics.pull_failed();
         }
-        self.save()
+        self.save().await
     }
 
     pub(super) fn credentials(
@@ -548,7 +545,11 @@ impl Reconciler {
     /// (`gpu_market_core::lease::proof_span`); when one lease's proofs are due, every lease's
     /// go. Proofs the chain already has are dropped first (their answer was lost, or the agent
     /// died before saving). Returns whether a round went.
-    pub(super) fn submit_all(&mut self, leases: &[Key], o: &Observed) -> Result<bool, StateError> {
+    pub(super) async fn submit_all(
+        &mut self,
+        leases: &[Key],
+        o: &Observed,
+    ) -> Result<bool, StateError> {
         let mut ready = Vec::new();
         let mut due = false;
         for &lease in leases {
@@ -571,7 +572,7 @@ impl Reconciler {
             }
         }
         if !due {
-            self.save()?;
+            self.save().await?;
             return Ok(false);
         }
         let mut round = Vec::new();
@@ -589,7 +590,7 @@ impl Reconciler {
         self.heartbeat_before_round
             .get_or_insert(self.last_heartbeat);
         self.last_heartbeat = Some(o.now);
-        self.save()?;
+        self.save().await?;
         Ok(true)
     }
 
@@ -629,7 +630,7 @@ impl Reconciler {
                 Some((interval, e)) => self.proof_failed(lease, interval, &e),
             }
         }
-        self.save()
+        self.save().await
     }
 
     /// A proof of `lease` for `interval` failed with `e`: one the program can never accept is
@@ -681,7 +682,7 @@ impl Reconciler {
     /// when it is done, or at once when it has no container. Either way the retention of what
     /// the agent keeps for its client starts (a lease refused before its container ran may
     /// have its scratch volume mounted already).
-    fn clean_up(&mut self, lease: Key) -> Result<(), StateError> {
+    async fn clean_up(&mut self, lease: Key) -> Result<(), StateError> {
         self.cpu_readings.remove(&lease);
         if let Err(e) = retention::mark_ended(&self.config.data_dir, &lease) {
             tracing::warn!(%lease, error = %e, "cannot start the lease's retention");
@@ -695,12 +696,12 @@ impl Reconciler {
                     .spawn_for(lease, jobs::clean_up(runtime, id, logs, grace));
                 Ok(())
             }
-            None => self.forget(lease),
+            None => self.forget(lease).await,
         }
     }
 
     /// Resets the lease's GPUs that no other lease uses and forgets the lease.
-    pub(super) fn forget(&mut self, lease: Key) -> Result<(), StateError> {
+    pub(super) async fn forget(&mut self, lease: Key) -> Result<(), StateError> {
         self.forget_auto_power(lease);
         self.container_backoff.remove(&lease);
         // A container readied for it that never started goes too.
@@ -709,7 +710,7 @@ impl Reconciler {
             tracing::warn!(%lease, error = %e, "resetting the lease's GPUs failed");
         }
         self.state.leases.remove(&lease);
-        self.save()
+        self.save().await
     }
 
     /// Resets the lease's GPUs that no other lease of this agent uses, except a GPU with a

@@ -17,7 +17,10 @@ use tokio::time::Instant;
 use crate::chain::{Chain, Key};
 use crate::config::ImageBudget;
 use crate::env::fetch_env;
-use crate::runtime::{ContainerRuntime, ContainerSpec, Credentials, RuntimeError};
+use crate::retention;
+use crate::runtime::{
+    BindMount, ContainerRuntime, ContainerSpec, Credentials, RuntimeError, SCRATCH_DIR,
+};
 
 /// How a job ended.
 #[derive(Debug)]
@@ -108,6 +111,9 @@ pub struct StartJob {
     /// The container to run. Its environment holds the host's variables (a shared GPU's MPS
     /// settings), which the lease's own go before and cannot override.
     pub spec: ContainerSpec,
+    /// What the agent keeps of the lease for its client: its scratch volume, mounted before the
+    /// container is created.
+    pub retained: retention::Retained,
     /// What it has had so far, for the loop to read.
     pub progress: Progress,
 }
@@ -278,6 +284,21 @@ pub async fn create(job: StartJob) -> Outcome {
     };
     let pulled_in = began.elapsed();
     let mut spec = job.spec;
+    // The mount is a system call that can block: on a blocking thread, beside the loop.
+    let retained = job.retained;
+    match tokio::task::spawn_blocking(move || retained.prepare()).await {
+        Ok(Ok(Some(scratch))) => {
+            spec.binds.push(BindMount {
+                host: scratch,
+                container: SCRATCH_DIR.into(),
+                read_only: false,
+            });
+            spec.sandbox.scratch_bytes = 0;
+        }
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => return refused(exit::ENGINE_REFUSED, e.to_string()),
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
     let host = std::mem::take(&mut spec.env);
     spec.env = env
         .into_iter()

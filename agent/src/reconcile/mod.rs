@@ -35,6 +35,7 @@ pub use self::plan::{plan, Action, ChainObserved, Observed, ObservedContainer, O
 use crate::chain::{Chain, ChainError, Key, NetworkView};
 use crate::config::{ContainerLimits, ImageBudget, RegistryAuth};
 use crate::gpu::isolation::Mps;
+use crate::gpu::watchdog::Watchdog;
 use crate::gpu::{GpuBackend, GpuError, GpuInfo, Sample};
 use crate::metrics::Metrics;
 use crate::runtime::{ContainerRuntime, RuntimeError};
@@ -92,7 +93,7 @@ enum ActionError {
 pub struct Reconciler {
     chain: Arc<dyn Chain>,
     runtime: Arc<dyn ContainerRuntime>,
-    gpus: Arc<dyn GpuBackend>,
+    gpus: Arc<Watchdog>,
     gpu_infos: Vec<GpuInfo>,
     config: ReconcilerConfig,
     state_file: StateFile,
@@ -210,6 +211,8 @@ impl Reconciler {
                  refunded); this machine should not take GiB-sliced bids without MPS"
             );
         }
+        // Every driver call on a thread of its GPU: a hung driver is reported, not waited on.
+        let gpus = Arc::new(Watchdog::new(gpus));
         Ok(Reconciler {
             chain,
             runtime,
@@ -274,8 +277,15 @@ impl Reconciler {
             .count();
         self.metrics.set_leases_running(running as u64);
         self.metrics.set_rpc_requests(self.chain.requests_sent());
-        let retention = self.config.retention;
-        for lease in crate::retention::sweep(&self.config.data_dir, retention, SystemTime::now()) {
+        let (data_dir, retention) = (self.config.data_dir.clone(), self.config.retention);
+        // Unmounts and deletions: on a blocking thread.
+        let swept = tokio::task::spawn_blocking(move || {
+            crate::retention::sweep(&data_dir, retention, SystemTime::now())
+        });
+        let swept = swept
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        for lease in swept {
             tracing::info!(%lease, "the lease's retention ended: its scratch volume and logs are deleted");
         }
         let owing = self.state.leases.len() as u64;
@@ -295,12 +305,15 @@ impl Reconciler {
                 .map(|by| unix_now.saturating_add(by.saturating_sub(observed.now)));
             health.prove_by(prove_by);
         }
+        health.gpus_hung(&self.gpus.hung());
         health.ticked(unix_now);
         Ok(actions)
     }
 
-    fn save(&self) -> Result<(), StateError> {
-        self.state_file.save(&self.state)
+    /// Saves the state on a blocking thread: its fsyncs never hold up the runtime's other
+    /// work (`/healthz`, the websocket feed, the lease API, the firewall's guard).
+    async fn save(&self) -> Result<(), StateError> {
+        self.state_file.save(&self.state).await
     }
 
     /// The cluster's clock now, from the last reading advanced locally.

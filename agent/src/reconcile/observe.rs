@@ -12,6 +12,7 @@ use super::plan::{ChainObserved, Observed, ObservedContainer, ObservedGpu};
 use super::ready::Refusal;
 use super::{chain_time, Backoff, Reconciler, TickError, BIDS_CONSIDERED, CONTAINER_BACKOFF};
 use crate::chain::{ChainError, Key, LeaseView, OpenBids};
+use crate::gpu::GpuBackend;
 use crate::runtime::RuntimeError;
 use crate::state::StateError;
 
@@ -43,7 +44,7 @@ impl Reconciler {
         let chain = match chain {
             Ok((now, view)) => {
                 self.clock = Some((now, Instant::now()));
-                self.follow_stops(&view.leases)?;
+                self.follow_stops(&view.leases).await?;
                 self.note_waiting(now, &view);
                 self.check_gpus(&view.machine);
                 Some(view)
@@ -255,7 +256,7 @@ impl Reconciler {
     }
 
     /// Takes each lease's stop from the chain (a spot preemption moves it earlier).
-    fn follow_stops(&mut self, leases: &[LeaseView]) -> Result<(), StateError> {
+    async fn follow_stops(&mut self, leases: &[LeaseView]) -> Result<(), StateError> {
         let mut changed = false;
         for l in leases {
             if let Some(r) = self.state.leases.get_mut(&l.key) {
@@ -264,7 +265,7 @@ impl Reconciler {
             }
         }
         if changed {
-            self.save()?;
+            self.save().await?;
         }
         Ok(())
     }
@@ -300,7 +301,8 @@ impl Reconciler {
                     tracing::info!(%lease, container = %id, ?pulled_in, "lease started");
                 }
                 Outcome::Refused { exit_code, reason } => {
-                    self.refuse_with(lease, Refusal { exit_code, reason })?;
+                    self.refuse_with(lease, Refusal { exit_code, reason })
+                        .await?;
                 }
                 Outcome::Prepared(p) => {
                     // Not planned: a lease on record is started in one go.
@@ -312,7 +314,7 @@ impl Reconciler {
                 }
                 Outcome::CleanedUp => {
                     self.container_backoff.remove(&lease);
-                    self.forget(lease)?;
+                    self.forget(lease).await?;
                     continue;
                 }
                 Outcome::Failed(e) => {
@@ -324,7 +326,7 @@ impl Reconciler {
                     continue;
                 }
             }
-            self.save()?;
+            self.save().await?;
         }
         Ok(())
     }
