@@ -8,20 +8,33 @@
 //! A program subscription does not tell when an account closes (it is no longer the program's),
 //! so the list of the machine's leases is scanned again whenever the machine account changes,
 //! which every allocation and every settlement does. Everything is dropped when the feed
-//! drops: until it is subscribed again, reads go to the RPC node as they would without it.
+//! drops, when one of its subscriptions ends, and every [`RELIST`](super::watch::RELIST) (so
+//! that closed bids and anything a lost notification left stale go): until it is subscribed
+//! again, reads go to the RPC node as they would without it. The clock is served only while
+//! it is fresh ([`CLOCK_FRESHNESS`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
+use std::time::Duration;
+
 use solana_pubkey::Pubkey;
 use solana_rpc_client_api::filter::RpcFilterType;
+use tokio::time::Instant;
 
-/// An account's data, `None` once it is known closed, as of `slot`.
+/// An account's data, `None` once it is known closed, as of `slot`, and when it came.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Seen {
     slot: u64,
     data: Option<Vec<u8>>,
+    at: Instant,
 }
+
+/// The longest the clock sysvar is served from the mirror after it came: a live node sends it
+/// every slot (400 ms), so an older one means a feed that stalls, and the time it says is read
+/// from the RPC node instead. (Before, a silent feed froze the agent's time until the watcher
+/// gave up on it, 30 s by default.)
+pub const CLOCK_FRESHNESS: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 pub struct Mirror {
@@ -117,7 +130,9 @@ impl Mirror {
             missing: Vec::new(),
         };
         for key in keys {
-            let seen = s.live.then(|| s.accounts.get(key)).flatten();
+            let seen = s.live.then(|| s.accounts.get(key)).flatten().filter(|a| {
+                *key != solana_sdk_ids::sysvar::clock::ID || a.at.elapsed() <= CLOCK_FRESHNESS
+            });
             if seen.is_none() {
                 found.missing.push(*key);
             }
@@ -196,7 +211,8 @@ impl Inner {
         match self.accounts.get(&key) {
             Some(seen) if seen.slot > slot => {}
             _ => {
-                self.accounts.insert(key, Seen { slot, data });
+                let at = Instant::now();
+                self.accounts.insert(key, Seen { slot, data, at });
             }
         }
     }
@@ -296,6 +312,27 @@ mod tests {
         );
         assert_eq!(m.leases().unwrap().len(), 2);
         assert_eq!(m.get(&[a]).accounts, vec![Some(None)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_older_than_its_freshness_is_read_from_the_node() {
+        let (m, machine, _) = live();
+        let clock = solana_sdk_ids::sysvar::clock::ID;
+        m.subscribed(
+            machine,
+            [machine, clock].into(),
+            vec![lease_filters(&machine)],
+            lease_filters(&machine),
+        );
+        m.notified(clock, 5, Some(vec![1]));
+        m.notified(machine, 5, Some(vec![2]));
+        tokio::time::advance(CLOCK_FRESHNESS).await;
+        assert!(m.get(&[clock, machine]).missing.is_empty());
+        // The feed stalls: the clock is read from the node, the machine still served.
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(m.get(&[clock, machine]).missing, vec![clock]);
+        m.answered(clock, 6, Some(&[3]));
+        assert_eq!(m.get(&[clock]).accounts, vec![Some(Some(vec![3]))]);
     }
 
     #[test]

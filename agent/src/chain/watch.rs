@@ -62,6 +62,8 @@ pub enum Event {
     Change,
     /// The cluster's clock moved (a new slot): the feed is alive.
     Slot,
+    /// One subscription ended while the others go on: what it followed is no longer current.
+    Lost,
 }
 
 /// Why [`follow`] returned.
@@ -69,20 +71,33 @@ pub enum Event {
 pub enum End {
     /// No notification for the silence bound.
     Silent,
-    /// The node or the connection closed the feed.
+    /// The node or the connection closed the feed, or one of its subscriptions.
     Closed,
+    /// The feed was followed for [`RELIST`]: subscribed anew, so that whatever a notification
+    /// could not say (an account closed, a notification lost) is read afresh.
+    Relist,
 }
 
-/// Passes each event of `events` to `on_event` until the feed closes or stays silent for
-/// `silence`; returns why, and how many events came.
+/// How long one subscription of the feed is followed before it is made anew.
+pub const RELIST: Duration = Duration::from_secs(600);
+
+/// Passes each event of `events` to `on_event` until the feed or one of its subscriptions
+/// closes, it stays silent for `silence`, or it has been followed for [`RELIST`]; returns why,
+/// and how many events came.
 pub async fn follow<S: Stream<Item = Event> + Unpin>(
     events: &mut S,
     silence: Duration,
     mut on_event: impl FnMut(Event),
 ) -> (End, u64) {
     let mut seen = 0;
+    let relist = tokio::time::Instant::now() + RELIST;
     loop {
-        match tokio::time::timeout(silence, events.next()).await {
+        let next = tokio::time::timeout(silence, events.next());
+        let Ok(next) = tokio::time::timeout_at(relist, next).await else {
+            return (End::Relist, seen);
+        };
+        match next {
+            Ok(Some(Event::Lost)) => return (End::Closed, seen),
             Ok(Some(e)) => {
                 seen += 1;
                 on_event(e);
@@ -189,6 +204,7 @@ async fn session(
             "websocket feed silent; subscribing anew"
         ),
         End::Closed => tracing::warn!("websocket subscription ended; subscribing anew"),
+        End::Relist => tracing::info!("websocket feed followed for its period; subscribing anew"),
     }
     Some(seen > 0)
 }
@@ -279,7 +295,15 @@ async fn subscribe_all<'a>(
             .boxed(),
         );
     }
-    Ok(stream::select_all(streams).boxed())
+    Ok(merged(streams))
+}
+
+/// The subscriptions' streams as one, each ending in [`Event::Lost`]: a node may end one
+/// subscription and keep the others (and the clock's slots) going, which would otherwise
+/// look like a live feed.
+fn merged<'a>(streams: Vec<BoxStream<'a, Event>>) -> BoxStream<'a, Event> {
+    let lost = || stream::once(async { Event::Lost });
+    stream::select_all(streams.into_iter().map(|s| s.chain(lost()).boxed())).boxed()
 }
 
 /// A notified account's data (`None` once it is closed: no lamports left); `None` when it
@@ -333,6 +357,48 @@ mod tests {
         // Each event restarted the bound: 0.9 + 0.9 + 1.
         assert_eq!(started.elapsed(), Duration::from_millis(2_800));
         feeder.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_subscription_that_ends_while_the_others_go_on_ends_the_feed() {
+        let (clock, slots) = mpsc::unbounded_channel();
+        let (program, changes) = mpsc::unbounded_channel();
+        let mut events = merged(vec![
+            channel_stream(slots).boxed(),
+            channel_stream(changes).boxed(),
+        ]);
+        let ticker = tokio::spawn(async move {
+            loop {
+                if clock.send(Event::Slot).is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+        });
+        program.send(Event::Change).unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // The node drops the program subscription; the clock's slots go on. Before, the merged
+        // feed looked alive and its accounts stayed in the mirror, no longer followed.
+        drop(program);
+        let (end, count) = follow(&mut events, Duration::from_secs(1), |_| {}).await;
+        assert_eq!(end, End::Closed);
+        assert!(count >= 2, "{count}");
+        ticker.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_live_feed_is_made_anew_after_its_period() {
+        let (clock, slots) = mpsc::unbounded_channel();
+        let ticker = tokio::spawn(async move {
+            while clock.send(Event::Slot).is_ok() {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+        });
+        let started = tokio::time::Instant::now();
+        let mut events = merged(vec![channel_stream(slots).boxed()]);
+        let (end, _) = follow(&mut events, Duration::from_secs(1), |_| {}).await;
+        assert_eq!((end, started.elapsed()), (End::Relist, RELIST));
+        ticker.abort();
     }
 
     #[tokio::test(start_paused = true)]
