@@ -9,6 +9,7 @@
 //! container's memory limit while it runs, and what the container left survives its exit,
 //! unlike the engine's own tmpfs mounts, for the client to fetch.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -64,6 +65,14 @@ impl Retained {
         let client_path = client_file(data_dir, lease);
         std::fs::write(&client_path, self.client.to_string())
             .map_err(|e| scratch_error(&client_path, e))?;
+        // A lease readied before and abandoned (its `allocate` failed) runs now: its retention
+        // has not started.
+        match std::fs::remove_file(ended_file(data_dir, lease)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(scratch_error(&dir, e))
+            }
+            _ => {}
+        }
         if self.scratch_bytes == 0 {
             return Ok(None);
         }
@@ -113,21 +122,40 @@ pub fn mark_ended(data_dir: &Path, lease: &Key) -> std::io::Result<()> {
     std::fs::write(ended_file(data_dir, lease), b"")
 }
 
-/// Deletes what the agent kept of leases that ended more than `retention` before `now` (their
-/// scratch volume unmounted, their saved logs with them); returns them.
-pub fn sweep(data_dir: &Path, retention: Duration, now: SystemTime) -> Vec<Key> {
+/// The leases the agent keeps files of.
+fn kept(data_dir: &Path) -> Vec<Key> {
     let Ok(entries) = std::fs::read_dir(data_dir.join("leases")) else {
         return Vec::new();
     };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<Key>().ok())
+        .collect()
+}
+
+/// Starts the retention of every lease the agent keeps files of that is not in `live` and has
+/// not ended: what was prepared for a lease that will not run here (its `allocate` failed
+/// while it was being readied, or the agent was killed then) would otherwise be kept, its
+/// scratch volume mounted, for ever. Returns them.
+pub fn end_unknown(data_dir: &Path, live: &BTreeSet<Key>) -> Vec<Key> {
+    kept(data_dir)
+        .into_iter()
+        .filter(|lease| !live.contains(lease) && !ended_file(data_dir, lease).exists())
+        .filter(|lease| mark_ended(data_dir, lease).is_ok())
+        .collect()
+}
+
+/// Deletes what the agent kept of leases that ended more than `retention` before `now` (their
+/// scratch volume unmounted, their saved logs with them), but those in `live` (being prepared
+/// again); returns them.
+pub fn sweep(
+    data_dir: &Path,
+    retention: Duration,
+    now: SystemTime,
+    live: &BTreeSet<Key>,
+) -> Vec<Key> {
     let mut swept = Vec::new();
-    for entry in entries.flatten() {
-        let Some(lease) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<Key>().ok())
-        else {
-            continue;
-        };
+    for lease in kept(data_dir).into_iter().filter(|l| !live.contains(l)) {
         let ended = std::fs::metadata(ended_file(data_dir, &lease)).and_then(|m| m.modified());
         let due = ended.is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= retention));
         if !due {
@@ -176,17 +204,48 @@ mod tests {
         std::fs::create_dir_all(&evidence).unwrap();
         std::fs::write(evidence.join("0.json"), b"{}").unwrap();
         let hour = Duration::from_secs(3600);
+        let none = BTreeSet::new();
         // Running: never swept.
-        assert!(sweep(dir.path(), hour, SystemTime::now() + 2 * hour).is_empty());
+        assert!(sweep(dir.path(), hour, SystemTime::now() + 2 * hour, &none).is_empty());
         mark_ended(dir.path(), &lease).unwrap();
-        assert!(sweep(dir.path(), hour, SystemTime::now()).is_empty());
+        assert!(sweep(dir.path(), hour, SystemTime::now(), &none).is_empty());
         assert_eq!(client_of(dir.path(), &lease), Some(client));
         assert_eq!(
-            sweep(dir.path(), hour, SystemTime::now() + 2 * hour),
+            sweep(dir.path(), hour, SystemTime::now() + 2 * hour, &none),
             vec![lease]
         );
         assert_eq!(client_of(dir.path(), &lease), None);
         assert!(!logs.exists());
         assert!(!evidence.exists());
+    }
+
+    #[test]
+    fn files_of_a_lease_the_agent_does_not_run_go_after_the_retention_unless_it_runs_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let retained = |lease: Key| Retained {
+            data_dir: dir.path().to_path_buf(),
+            lease,
+            client: Key([9; 32]),
+            scratch_bytes: 0,
+        };
+        let (known, unknown) = (Key([1; 32]), Key([2; 32]));
+        retained(known).prepare().unwrap();
+        retained(unknown).prepare().unwrap();
+        let hour = Duration::from_secs(3600);
+        let later = SystemTime::now() + 2 * hour;
+        // Before, a lease readied and abandoned (or one a killed agent was preparing) had no
+        // end, and its files and scratch mount stayed for ever.
+        assert!(sweep(dir.path(), hour, later, &BTreeSet::new()).is_empty());
+        let live = BTreeSet::from([known]);
+        assert_eq!(end_unknown(dir.path(), &live), vec![unknown]);
+        assert!(end_unknown(dir.path(), &live).is_empty(), "once");
+        // Readied here again before the retention ends: its files stay.
+        retained(unknown).prepare().unwrap();
+        assert!(sweep(dir.path(), hour, later, &live).is_empty());
+        mark_ended(dir.path(), &unknown).unwrap();
+        // Being prepared again now: never swept under it.
+        assert!(sweep(dir.path(), hour, later, &BTreeSet::from([unknown])).is_empty());
+        assert_eq!(sweep(dir.path(), hour, later, &live), vec![unknown]);
+        assert_eq!(client_of(dir.path(), &known), Some(Key([9; 32])));
     }
 }

@@ -522,7 +522,12 @@ async fn after_the_container_is_removed_its_logs_and_files_stay_for_the_retentio
     // Once the retention is over, nothing of the lease is left to serve.
     let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
     assert_eq!(
-        retention::sweep(data_dir, Duration::from_secs(3_600), later),
+        retention::sweep(
+            data_dir,
+            Duration::from_secs(3_600),
+            later,
+            &Default::default()
+        ),
         vec![key]
     );
     let gone = served

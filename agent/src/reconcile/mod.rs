@@ -204,6 +204,12 @@ impl Reconciler {
     ) -> Result<Self, StateError> {
         let state_file = StateFile::new(&config.data_dir);
         let state = state_file.load()?;
+        // What a killed agent was preparing for leases it never recorded: kept for the
+        // retention, then deleted.
+        let live = state.leases.keys().copied().collect();
+        for lease in crate::retention::end_unknown(&config.data_dir, &live) {
+            tracing::info!(%lease, "files prepared for a lease this agent does not run: deleted after the retention");
+        }
         if config.mps.is_none() {
             tracing::warn!(
                 "no NVIDIA MPS configured (gpu.mps_pipe_dir, gpu.mps_shm_dir): a lease that shares \
@@ -255,6 +261,19 @@ impl Reconciler {
         &self.state
     }
 
+    /// The leases whose files the agent uses: those on record, and those being readied.
+    fn live_leases(&self) -> BTreeSet<Key> {
+        let readied = self.readied.keys().copied();
+        let jobs = self.jobs.busy().into_iter();
+        self.state
+            .leases
+            .keys()
+            .copied()
+            .chain(readied)
+            .chain(jobs)
+            .collect()
+    }
+
     /// One round: take the results of the container jobs that finished, observe, plan, execute;
     /// returns the actions planned. Proof submissions (all leases side by side), lease ends, the
     /// heartbeat and bid pruning run after the rest, so that a new allocation or a lease's start
@@ -278,9 +297,10 @@ impl Reconciler {
         self.metrics.set_leases_running(running as u64);
         self.metrics.set_rpc_requests(self.chain.requests_sent());
         let (data_dir, retention) = (self.config.data_dir.clone(), self.config.retention);
+        let live = self.live_leases();
         // Unmounts and deletions: on a blocking thread.
         let swept = tokio::task::spawn_blocking(move || {
-            crate::retention::sweep(&data_dir, retention, SystemTime::now())
+            crate::retention::sweep(&data_dir, retention, SystemTime::now(), &live)
         });
         let swept = swept
             .await

@@ -147,6 +147,11 @@ impl Reconciler {
             tracing::info!(%lease, container = %p.id, "removing a readied container that will not start");
             self.remove_container(&p.id);
         }
+        // What readying prepared (its scratch volume) goes after the retention, unless the
+        // lease is readied here again.
+        if let Err(e) = crate::retention::mark_ended(&self.config.data_dir, &lease) {
+            tracing::warn!(%lease, error = %e, "cannot start the retention of a lease's files");
+        }
     }
 
     fn remove_container(&mut self, id: &str) {

@@ -238,7 +238,7 @@ async fn what_was_prepared_for_a_lease_refused_before_its_container_ran_is_swept
     let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
     let retention = Duration::from_secs(3_600);
     assert_eq!(
-        crate::retention::sweep(h.dir.path(), retention, later),
+        crate::retention::sweep(h.dir.path(), retention, later, &BTreeSet::new()),
         vec![lease]
     );
 }

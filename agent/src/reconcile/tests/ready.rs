@@ -49,6 +49,29 @@ async fn the_container_is_created_while_allocate_confirms_and_started_once_it_ha
 }
 
 #[tokio::test(start_paused = true)]
+async fn what_was_readied_for_a_bid_another_host_won_is_deleted_after_the_retention() {
+    let h = Harness::new(&[0]);
+    h.chain.set_allocate_latency(Duration::from_millis(400));
+    h.chain.refuse_next_allocate();
+    let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
+    h.chain.place_bid(b.clone());
+    let mut r = h.reconciler();
+    r.tick(false).await.unwrap();
+    settle(&mut r).await;
+    let lease = h.chain.lease_key(b.key);
+    assert_eq!(crate::retention::client_of(h.dir.path(), &lease), Some(b.client));
+    // Its retention started when it was abandoned (before, never: its files and scratch
+    // volume stayed for good).
+    let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
+    let retention = Duration::from_secs(3_600);
+    let live = BTreeSet::new();
+    assert_eq!(
+        crate::retention::sweep(h.dir.path(), retention, later, &live),
+        vec![lease]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_refused_allocate_removes_the_container_readied_for_it() {
     let h = Harness::new(&[0]);
     h.chain.set_allocate_latency(Duration::from_millis(400));
