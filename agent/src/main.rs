@@ -26,7 +26,7 @@ use gpu_market_agent::gpu::simulated::{self, SimulatedGpu, TokioTime};
 use gpu_market_agent::gpu::{check_identity, GpuBackend};
 use gpu_market_agent::metrics::{self, Metrics, ServerLimits};
 use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig, RunOutcome};
-use gpu_market_agent::redact::RedactingWriter;
+use gpu_market_agent::redact::{log_filter, RedactingWriter};
 use gpu_market_agent::runtime::ContainerRuntime;
 use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
@@ -537,8 +537,7 @@ async fn shutdown_signal() {
 /// Logs to stdout, every URL in every line redacted (API keys live in RPC URLs, and libraries
 /// put URLs in their errors and debug lines).
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(RedactingWriter(std::io::stdout));

@@ -1,13 +1,32 @@
 //! Keeping secrets out of logs: [`SecretUrl`] holds a URL that may carry a credential in the
 //! configuration and shows it only through [`redact_url`], even through `Debug`, and
 //! [`RedactingWriter`] applies [`redact_urls`] to every log line the agent writes, whatever
-//! logged it (both from `gpu_market_sdk::redact`).
+//! logged it (both from `gpu_market_sdk::redact`); [`log_filter`] keeps the engine client's
+//! request and answer bodies (a container's environment: the lease's secrets) out of the log
+//! at every level.
 
 use std::fmt;
 use std::io::{self, Write};
 
 pub use gpu_market_sdk::redact::{redact_url, redact_urls, REDACTED};
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::EnvFilter;
+
+/// Libraries whose debug and trace records carry what the agent keeps to itself, at most at
+/// the level given: bollard writes each request's body (a container's `Env`) at trace and each
+/// answer (an inspect shows the `Env` again) at debug.
+const QUIET: &[&str] = &["bollard=info"];
+
+/// The log filter of `spec` (`RUST_LOG`'s syntax; `info` when unset or unreadable), with
+/// [`QUIET`]'s libraries capped whatever it asks.
+pub fn log_filter(spec: Option<&str>) -> EnvFilter {
+    let filter = spec
+        .and_then(|s| EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    QUIET.iter().fold(filter, |f, d| {
+        f.add_directive(d.parse().expect("a valid directive"))
+    })
+}
 
 /// A URL from the configuration that may carry a credential: `Display` and `Debug` show it
 /// through [`redact_url`]; [`SecretUrl::expose`] gives the whole URL to the client that
@@ -128,5 +147,36 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
         assert!(text.contains("https://h.example/?<redacted>"), "{text}");
         assert!(text.contains("https://h.example/<redacted>"), "{text}");
+    }
+
+    /// What a trace-level log of the agent holds, through `filter`.
+    fn logged_at_trace(filter: EnvFilter) -> String {
+        let out = Captured::default();
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(RedactingWriter(move || sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            // As bollard logs a container's creation and its inspection.
+            tracing::trace!(target: "bollard::docker", r#"request: b"{{\"Env\":[\"TOKEN=canary-7f3a\"]}}""#);
+            tracing::debug!(target: "bollard::docker", r#"Decoded into string: {{"Config":{{"Env":["TOKEN=canary-7f3a"]}}}}"#);
+            tracing::info!(target: "bollard::docker", "engine answered");
+            tracing::trace!(target: "gpu_market_agent::reconcile", "the agent's own trace");
+        });
+        let bytes = out.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_secret_in_a_containers_environment_never_reaches_the_log_even_at_trace() {
+        // The filter the agent had: `RUST_LOG=trace` as written.
+        let before = logged_at_trace(EnvFilter::new("trace"));
+        assert!(before.contains("canary-7f3a"), "{before}");
+        let text = logged_at_trace(log_filter(Some("trace")));
+        assert!(!text.contains("canary-7f3a"), "{text}");
+        assert!(text.contains("engine answered") && text.contains("the agent's own trace"));
+        let explicit = logged_at_trace(log_filter(Some("bollard=trace")));
+        assert!(!explicit.contains("canary-7f3a"), "{explicit}");
     }
 }
