@@ -271,9 +271,9 @@ pub fn exceeds_power_limit(peak_w: u16, limit_w: u16) -> bool {
     peak_w as u64 * 10_000 > limit_w as u64 * (10_000 + POWER_TOLERANCE_BPS)
 }
 
-/// Consecutive power readings a sustained peak averages. The agent reads its GPUs once per poll,
-/// and polls at least a second apart, so a window spans at least 5 s: longer than any boost
-/// transient.
+/// Consecutive power readings a sustained peak averages. The agent reads a lease's GPUs into
+/// its record at most once a second, however often its loop wakes, so a window spans at least
+/// 5 s: longer than any boost transient.
 pub const SUSTAINED_READINGS: usize = 5;
 
 /// The peak power one GPU sustained over a billing interval, from its readings one at a time:

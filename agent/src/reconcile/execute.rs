@@ -2,12 +2,15 @@
 //! are independent, and container work handed to jobs beside the loop.
 
 use gpu_market_core::lease::{exit, proof_span};
+use tokio::time::Instant;
 
 use super::jobs::{self, StartJob};
 use super::plan::{Action, Observed};
 use super::ready::{Readied, Refusal};
 use super::senders::Fate;
-use super::{logs_path, ActionError, Backoff, Reconciler, TickError, ALLOCATE_BACKOFF};
+use super::{
+    logs_path, ActionError, Backoff, Reconciler, TickError, ALLOCATE_BACKOFF, METER_PERIOD,
+};
 use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
@@ -148,8 +151,16 @@ impl Reconciler {
                 tracing::info!(%lease, "recorded a lease that cannot start yet: its windows are proven empty meanwhile");
             }
             Action::Meter { lease } => {
-                let samples = self.lease_samples(*lease);
-                self.record(*lease).record_sample(&samples);
+                let now = Instant::now();
+                if self
+                    .metered
+                    .get(lease)
+                    .is_none_or(|&last| now >= last + METER_PERIOD)
+                {
+                    self.metered.insert(*lease, now);
+                    let samples = self.lease_samples(*lease);
+                    self.record(*lease).record_sample(&samples);
+                }
                 self.observe_workload(*lease);
                 self.auto_power(*lease, o);
             }
@@ -703,6 +714,7 @@ impl Reconciler {
     /// Resets the lease's GPUs that no other lease uses and forgets the lease.
     pub(super) async fn forget(&mut self, lease: Key) -> Result<(), StateError> {
         self.forget_auto_power(lease);
+        self.metered.remove(&lease);
         self.container_backoff.remove(&lease);
         // A container readied for it that never started goes too.
         self.discard(lease);

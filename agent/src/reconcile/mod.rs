@@ -155,7 +155,16 @@ pub struct Reconciler {
     auto_power_off: BTreeSet<Key>,
     /// The monotonic clock auto power's readings are timed by.
     epoch: Instant,
+    /// When each lease's GPUs were last read into its record ([`METER_PERIOD`]).
+    metered: BTreeMap<Key, Instant>,
 }
+
+/// The least time between two readings of a lease's GPUs into its record: the loop wakes on
+/// every notification and finished job, and readings bunched closer would let a power
+/// transient fill the window a sustained peak averages (`gpu_market_core::lease::
+/// SUSTAINED_READINGS` readings: at least that many seconds) and weigh on the interval's mean
+/// utilisation.
+pub const METER_PERIOD: Duration = Duration::from_secs(1);
 
 /// Something that failed `failures` times in a row: not tried again before `until` (chain time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,6 +263,7 @@ impl Reconciler {
             auto_powers: BTreeMap::new(),
             auto_power_off: BTreeSet::new(),
             epoch: Instant::now(),
+            metered: BTreeMap::new(),
         })
     }
 

@@ -194,3 +194,24 @@ async fn a_lowered_limit_the_driver_refuses_turns_auto_power_off_at_the_stated_l
     assert!(r.auto_power_off.contains(&lease.key));
     assert!(proven_intervals(&h, lease.key).len() >= 2, "proofs go on");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_leases_gpus_are_read_into_its_record_at_most_once_a_second_however_often_the_loop_wakes()
+{
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let readings = |r: &Reconciler| {
+        r.state().leases[&lease.key].power_log.gpus[0]
+            .readings_mw
+            .len()
+    };
+    let before = readings(&r);
+    // Twenty wakes in two seconds (notifications, finished jobs): before, twenty readings,
+    // and five of them could hold one boost transient as a "sustained" peak.
+    for _ in 0..20 {
+        tokio::time::advance(Duration::from_millis(100)).await;
+        r.tick(false).await.unwrap();
+    }
+    assert_eq!(readings(&r) - before, 2);
+}

@@ -59,7 +59,10 @@ async fn what_was_readied_for_a_bid_another_host_won_is_deleted_after_the_retent
     r.tick(false).await.unwrap();
     settle(&mut r).await;
     let lease = h.chain.lease_key(b.key);
-    assert_eq!(crate::retention::client_of(h.dir.path(), &lease), Some(b.client));
+    assert_eq!(
+        crate::retention::client_of(h.dir.path(), &lease),
+        Some(b.client)
+    );
     // Its retention started when it was abandoned (before, never: its files and scratch
     // volume stayed for good).
     let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
