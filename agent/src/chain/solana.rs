@@ -529,20 +529,6 @@ impl SolanaChain {
             }
             for (k, b) in &bids {
                 let mut gpus = b.fit(now_offer).ok().map(|c| c.gpus().to_vec());
-                // Which machine the market's packing policy gives it, and there which GPUs.
-                let mut elsewhere = None;
-                if gpus.is_some() && queue {
-                    match self.placement(policy, b).await? {
-                        Some(Placement::Here(chosen)) => {
-                            let overclock = b.overclock_per_gpu();
-                            if now_offer.check_choice(&b.need(&overclock), &chosen).is_ok() {
-                                gpus = Some(chosen);
-                            }
-                        }
-                        Some(Placement::Elsewhere(machine)) => elsewhere = Some(machine),
-                        None => {}
-                    }
-                }
                 let fits_if_ended: Vec<Key> = match gpus {
                     Some(_) => Vec::new(),
                     None => if_ended
@@ -553,6 +539,22 @@ impl SolanaChain {
                 };
                 if gpus.is_none() && fits_if_ended.is_empty() {
                     continue;
+                }
+                // Which machine the market's packing policy gives it, and there which GPUs; for
+                // a bid that fits here only once a spot lease ends, whether another machine
+                // fits it now (then no lease here is stopped for it).
+                let mut elsewhere = None;
+                if queue {
+                    match self.placement(policy, b).await? {
+                        Some(Placement::Here(chosen)) if gpus.is_some() => {
+                            let overclock = b.overclock_per_gpu();
+                            if now_offer.check_choice(&b.need(&overclock), &chosen).is_ok() {
+                                gpus = Some(chosen);
+                            }
+                        }
+                        Some(Placement::Elsewhere(machine)) => elsewhere = Some(machine),
+                        _ => {}
+                    }
                 }
                 let view = BidView {
                     elsewhere,

@@ -479,16 +479,10 @@ impl<'a> Planner<'a> {
                 // below with it (`allocate` refuses them while it fits).
                 break;
             }
-            if let Some(elsewhere) = bid.elsewhere {
-                let since = self.o.waiting.get(&bid.key).copied().unwrap_or(self.o.now);
-                let wait = self.o.grace_secs.saturating_mul(elsewhere.turn as i64);
-                if self.o.now < since.saturating_add(wait) {
-                    // The packing policy gives it another machine: leave it that machine, and
-                    // the machines whose turn comes before this one's, a grace period each. The
-                    // bids ranked below wait too, since `allocate` refuses one while a better
-                    // bid fits this machine.
-                    break;
-                }
+            if self.left_elsewhere(bid) {
+                // The bids ranked below wait too, since `allocate` refuses one while a better
+                // bid fits this machine.
+                break;
             }
             let mask = gpus.iter().fold(0u16, |m, &g| m | 1 << g);
             if mask & taken != 0 {
@@ -502,6 +496,16 @@ impl<'a> Planner<'a> {
             });
         }
         allocated
+    }
+
+    /// Whether the packing policy gives `bid` another machine and this one leaves it to that
+    /// machine, and to the machines whose turn comes before this one's, a grace period each.
+    fn left_elsewhere(&self, bid: &BidView) -> bool {
+        bid.elsewhere.is_some_and(|elsewhere| {
+            let since = self.o.waiting.get(&bid.key).copied().unwrap_or(self.o.now);
+            let wait = self.o.grace_secs.saturating_mul(elsewhere.turn as i64);
+            self.o.now < since.saturating_add(wait)
+        })
     }
 
     /// The preemptions of running spot leases, each lease stopped at most once and each bid
@@ -537,7 +541,9 @@ impl<'a> Planner<'a> {
     ) {
         let cost = self.o.electricity_cost_per_kwh;
         for b in chain.bids.iter().filter(|b| b.kind == BidKind::Queue) {
-            if promised.contains(&b.key) {
+            // A bid the packing policy places on another machine that fits it now (an idle
+            // one) is left to it: stopping a lease here for it would end the lease for nothing.
+            if promised.contains(&b.key) || self.left_elsewhere(b) {
                 continue;
             }
             let lease = chain

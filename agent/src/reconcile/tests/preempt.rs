@@ -88,6 +88,21 @@ fn a_queue_bid_that_fits_only_once_a_spot_lease_ends_preempts_it() {
 }
 
 #[test]
+fn a_queue_bid_the_policy_gives_an_idle_machine_preempts_nothing_during_its_grace() {
+    let lease = spot_lease(1, vec![0, 1], 10_000);
+    let queue = BidView {
+        elsewhere: Some(Elsewhere {
+            machine: Key([77; 32]),
+            turn: 1,
+        }),
+        ..waiting(2, BidKind::Queue, 1_000, &[&lease])
+    };
+    // Before, the agent stopped its own spot lease for a bid another machine runs at once.
+    let actions = plan_with(vec![lease.clone()], vec![queue.clone()]);
+    assert!(preemptions(&actions).is_empty(), "{actions:?}");
+}
+
+#[test]
 fn queue_bids_preempt_best_ranked_first_each_lease_once_then_the_spot_rule() {
     let cheap = spot_lease(1, vec![0], 10_000);
     let dear = spot_lease(2, vec![1], 20_000);
