@@ -159,6 +159,9 @@ pub struct Reconciler {
     metered: BTreeMap<Key, Instant>,
 }
 
+/// How long a tick waits after a chain notification for the ones that follow it.
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
+
 /// The least time between two readings of a lease's GPUs into its record: the loop wakes on
 /// every notification and finished job, and readings bunched closer would let a power
 /// transient fill the window a sustained peak averages (`gpu_market_core::lease::
@@ -377,7 +380,13 @@ impl Reconciler {
                 }
                 _ = &mut drain => break,
                 _ = ticker.tick() => {}
-                _ = wake.notified() => ticker.reset(),
+                _ = wake.notified() => {
+                    // One transaction notifies each account it wrote (the bid, the book, the
+                    // machine, the lease), one after another: one tick for them all.
+                    tokio::time::sleep(DEBOUNCE).await;
+                    let _ = tokio::time::timeout(Duration::ZERO, wake.notified()).await;
+                    ticker.reset();
+                }
                 _ = self.jobs.one_finished() => {}
                 _ = self.senders.one_finished() => {}
             }

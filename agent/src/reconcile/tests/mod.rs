@@ -803,6 +803,38 @@ async fn a_lease_whose_settings_do_not_take_is_refused_and_ended() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_burst_of_notifications_makes_one_tick() {
+    let h = Harness::new(&[0]);
+    let r = h.reconciler();
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let ticks = |h: &Harness| {
+        let text = h.metrics.render(crate::metrics::unix_now());
+        text.lines()
+            .find_map(|l| l.strip_prefix("gpu_market_agent_tick_seconds_count "))
+            .map(|n| n.trim().parse::<u64>().unwrap())
+            .unwrap_or(0)
+    };
+    let daemon = tokio::spawn(r.run(
+        Duration::from_secs(POLL),
+        Duration::from_secs(30),
+        wake.clone(),
+        std::future::pending(),
+        std::future::pending(),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = ticks(&h);
+    // A transaction's four accounts notified within a few milliseconds: before, a tick for
+    // the first and another for those that came while it ran.
+    for _ in 0..4 {
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(ticks(&h) - before, 1);
+    daemon.abort();
+}
+
+#[tokio::test(start_paused = true)]
 async fn sigterm_leaves_the_leases_running_and_the_restarted_agent_proves_them_on() {
     let h = Harness::new(&[0, 0]);
     let (r, lease) = allocated_and_started(&h, bid(1, BidKind::Queue, 2, 1_000, power(250))).await;
