@@ -9,7 +9,10 @@
 //! `worker` image, which keeps its CPU share busy (the simulated GPUs' load follows it), or with
 //! `AGENT_BENCH_WORKLOAD=idler` the `idler` image, which sleeps: 64 busy workers at their share
 //! ask for more CPU than a 2-core machine has. Each GPU's CPU share is 0.05 CPU, or
-//! `AGENT_BENCH_MILLICPUS` thousandths of a CPU.
+//! `AGENT_BENCH_MILLICPUS` thousandths of a CPU. With `AGENT_BENCH_MACHINES=2` a second host's
+//! machine of the same GPUs, terms and electricity joins the market with its own agent: the
+//! packing policy each agent runs decides which machine takes each bid, and the leases share
+//! both machines' 16 GPUs; each agent's memory and requests are reported.
 //!
 //! `cargo build --release -p gpu-market-agent && cargo run --release -p gpu-market-agent
 //! --example agent_bench` (needs `scripts/engine.sh start` and its env, and the program's SBF
@@ -29,6 +32,7 @@ use futures_util::StreamExt;
 use gpu_market::pda;
 use gpu_market_agent::docker::DockerEngine;
 use gpu_market_agent::runtime::{pinned_reference, LABEL_LEASE};
+use gpu_market_tests::live::LiveMarket;
 use solana_signer::Signer;
 use support::*;
 
@@ -69,11 +73,51 @@ fn rpc_requests(metrics: &str) -> u64 {
         .expect("gpu_market_agent_rpc_requests_total")
 }
 
-/// Requests per minute over the next `secs` seconds.
-async fn rpc_per_minute(metrics: &str, secs: u64) -> f64 {
-    let before = rpc_requests(metrics);
+/// Each agent's requests per minute over the next `secs` seconds.
+async fn rpc_per_minute(metrics: &[String], secs: u64) -> Vec<f64> {
+    let before: Vec<u64> = metrics.iter().map(|m| rpc_requests(m)).collect();
     tokio::time::sleep(Duration::from_secs(secs)).await;
-    (rpc_requests(metrics) - before) as f64 * 60.0 / secs as f64
+    metrics
+        .iter()
+        .zip(before)
+        .map(|(m, b)| (rpc_requests(m) - b) as f64 * 60.0 / secs as f64)
+        .collect()
+}
+
+/// Numbers of each agent, `/`-separated.
+fn each<T>(values: &[T], show: impl Fn(&T) -> String) -> String {
+    values.iter().map(show).collect::<Vec<_>>().join(" / ")
+}
+
+/// Sets the configuration's `millicpus_per_gpu`.
+fn set_millicpus(config: &std::path::Path, millicpus: usize) {
+    let text: String = std::fs::read_to_string(config)
+        .unwrap()
+        .lines()
+        .map(|l| match l.starts_with("millicpus_per_gpu = ") {
+            true => format!("millicpus_per_gpu = {millicpus}\n"),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(config, text).unwrap();
+}
+
+/// A second host's machine of `GPUS` GPUs on the same terms as the market's, and its agent's
+/// configuration in `dir`.
+async fn second_machine(live: &LiveMarket, dir: &std::path::Path) -> std::path::PathBuf {
+    let first: gpu_market::state::Machine = live.cluster.account(&live.machine).await.unwrap();
+    let host = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
+    let agent = live.cluster.wallet(10).await.unwrap();
+    let (machine, _) = live
+        .register_machine(&host.key, agent.pubkey(), |t| {
+            t.gpus = gpus(GPUS);
+            t.region = first.region;
+            t.price_floor_per_gpu_hour = first.price_floor_per_gpu_hour;
+            t.electricity_cost_per_kwh = first.electricity_cost_per_kwh;
+        })
+        .await
+        .expect("the second machine");
+    Agent::write_config_for(live, dir, GPUS as usize, &agent, &machine)
 }
 
 fn unix_nanos(t: SystemTime) -> i64 {
@@ -117,25 +161,26 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
 async fn main() {
     let leases = env_number("AGENT_BENCH_LEASES", 8);
     let book = env_number("AGENT_BENCH_BOOK", 0);
-    assert!(leases.is_multiple_of(GPUS as usize) && leases <= 8 * GPUS as usize);
-    let gib = 24 / (leases / GPUS as usize) as u16;
+    let machines = env_number("AGENT_BENCH_MACHINES", 1);
+    assert!(
+        machines == 1 || machines == 2,
+        "AGENT_BENCH_MACHINES: 1 or 2"
+    );
+    let all_gpus = GPUS as usize * machines;
+    assert!(leases.is_multiple_of(all_gpus) && leases <= 8 * all_gpus);
+    let gib = 24 / (leases / all_gpus) as u16;
     let live = live_market(GPUS).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = Agent::write_config(&live, dir.path(), GPUS as usize);
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut configs = vec![Agent::write_config(&live, dirs[0].path(), GPUS as usize)];
+    if machines == 2 {
+        configs.push(second_machine(&live, dirs[1].path()).await);
+    }
     // 0.05 CPU per GPU by default (what BENCHMARKS.md's first tables ran with); a small quota
     // also throttles the runtime's own set-up inside a starting container (about 0.3 s more per
     // start at 0.05 CPU), and a host gives whole CPUs.
     let millicpus = env_number("AGENT_BENCH_MILLICPUS", 50);
-    let text: String = std::fs::read_to_string(&config)
-        .unwrap()
-        .lines()
-        .map(|l| match l.starts_with("millicpus_per_gpu = ") {
-            true => format!("millicpus_per_gpu = {millicpus}\n"),
-            false => format!("{l}\n"),
-        })
-        .collect();
-    std::fs::write(&config, text).unwrap();
-    let metrics = Agent::metrics_address(&config);
+    configs.iter().for_each(|c| set_millicpus(c, millicpus));
+    let metrics: Vec<String> = configs.iter().map(|c| Agent::metrics_address(c)).collect();
     let workload = std::env::var("AGENT_BENCH_WORKLOAD").unwrap_or_else(|_| "worker".into());
     let (image, digest) = seeded_image(&workload.to_uppercase());
     let engine = DockerEngine::connect(&engine_env("DOCKER_HOST"), "bench")
@@ -177,9 +222,9 @@ async fn main() {
         clients.push(live.client(100 * TOKEN, 0).await.unwrap());
     }
 
-    let agent = Agent::start(&config);
+    let agents: Vec<Agent> = configs.iter().map(|c| Agent::start(c)).collect();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let idle = rss_kib(agent.pid());
+    let idle: Vec<(u64, u64)> = agents.iter().map(|a| rss_kib(a.pid())).collect();
     let idle_rpc = rpc_per_minute(&metrics, 30).await;
 
     // When each lease's container started, by the engine's own clock: its `start` events,
@@ -201,22 +246,31 @@ async fn main() {
             }
             assert!(
                 placed.elapsed() < Duration::from_secs(60),
-                "lease {i} not running within 60 s; agent log:\n{}",
-                agent.log()
+                "lease {i} not running within 60 s; agents' logs:\n{}",
+                each(&agents, |a| a.log())
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
         latencies.push(Duration::from_nanos((at - confirmed).max(0) as u64));
     }
     let busy_rpc = rpc_per_minute(&metrics, 30).await;
-    let busy = rss_kib(agent.pid());
+    let busy: Vec<(u64, u64)> = agents.iter().map(|a| rss_kib(a.pid())).collect();
+    // What each save writes (twice fsynced): the agent's state file with every lease.
+    let state_bytes: Vec<u64> = dirs[..machines]
+        .iter()
+        .map(|d| std::fs::metadata(d.path().join("data/state.json")).map_or(0, |m| m.len()))
+        .collect();
 
     let mut sorted = latencies.clone();
     sorted.sort();
     let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
     let mib = |kib: u64| kib as f64 / 1024.0;
+    let on = match machines {
+        1 => "one machine".to_string(),
+        n => format!("{n} machines, numbers per agent"),
+    };
     println!(
-        "| measure ({leases} leases running {workload} at {millicpus} millicpus per GPU, {book} unservable bids above) | value | goal |"
+        "| measure ({leases} leases running {workload} at {millicpus} millicpus per GPU, {book} unservable bids above, {on}) | value | goal |"
     );
     println!("|---|---|---|");
     println!(
@@ -228,42 +282,56 @@ async fn main() {
         ms(percentile(&sorted, 90)),
         ms(*sorted.last().unwrap())
     );
+    let rss = |r: &(u64, u64)| format!("{:.1} MiB ({:.1})", mib(r.0), mib(r.1));
     println!(
-        "| agent RSS idle (peak) | {:.1} MiB ({:.1}) | ≤ 30 MiB |",
-        mib(idle.0),
-        mib(idle.1)
+        "| agent RSS idle (peak) | {} | ≤ 30 MiB |",
+        each(&idle, rss)
     );
     println!(
-        "| agent RSS with {leases} leases (peak) | {:.1} MiB ({:.1}) | ≤ 30 MiB |",
-        mib(busy.0),
-        mib(busy.1)
+        "| agent RSS with {leases} leases (peak) | {} | ≤ 30 MiB |",
+        each(&busy, rss)
     );
-    println!("| JSON-RPC requests per minute, idle | {idle_rpc:.0} | reported |");
-    println!("| JSON-RPC requests per minute, {leases} leases | {busy_rpc:.0} | reported |");
+    println!(
+        "| agent state file with {leases} leases | {} | reported |",
+        each(&state_bytes, |b| format!("{:.1} KiB", *b as f64 / 1024.0))
+    );
+    let rate = |r: &f64| format!("{r:.0}");
+    println!(
+        "| JSON-RPC requests per minute, idle | {} | reported |",
+        each(&idle_rpc, rate)
+    );
+    println!(
+        "| JSON-RPC requests per minute, {leases} leases | {} | reported |",
+        each(&busy_rpc, rate)
+    );
     println!(
         "latencies: {:?}",
         latencies.iter().map(|d| ms(*d)).collect::<Vec<_>>()
     );
-    // Where the time goes: the agent's own timestamps for the steps of each start.
-    for line in agent.log().lines().filter(|l| {
-        ["allocated", "starting the lease's", "lease started"]
-            .iter()
-            .any(|step| l.contains(step))
-    }) {
-        println!("agent: {line}");
+    // Where the time goes: the agents' own timestamps for the steps of each start.
+    for (n, agent) in agents.iter().enumerate() {
+        for line in agent.log().lines().filter(|l| {
+            ["allocated", "starting the lease's", "lease started"]
+                .iter()
+                .any(|step| l.contains(step))
+        }) {
+            println!("agent {n}: {line}");
+        }
     }
-    // The leases run for 10 minutes: the operator's drain stops them early, proves what ran
+    // The leases run for 10 minutes: the operators' drain stops them early, proves what ran
     // and ends them (or leaves the rest to the next start when its deadline passes).
-    let drain = Instant::now();
-    let (verb, status, _) = agent.drain(&config);
-    println!(
-        "drain of {leases} leases: {} after {:.1} s ({})",
-        if verb.status.success() && status.success() {
-            "finished"
-        } else {
-            "deadline passed"
-        },
-        drain.elapsed().as_secs_f64(),
-        String::from_utf8_lossy(&verb.stdout).trim()
-    );
+    for (n, (agent, config)) in agents.into_iter().zip(&configs).enumerate() {
+        let drain = Instant::now();
+        let (verb, status, _) = agent.drain(config);
+        println!(
+            "drain of agent {n}'s leases: {} after {:.1} s ({})",
+            if verb.status.success() && status.success() {
+                "finished"
+            } else {
+                "deadline passed"
+            },
+            drain.elapsed().as_secs_f64(),
+            String::from_utf8_lossy(&verb.stdout).trim()
+        );
+    }
 }
