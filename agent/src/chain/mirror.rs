@@ -54,6 +54,9 @@ struct Inner {
     accounts: HashMap<Pubkey, Seen>,
     /// The machine's lease accounts as of `slot`, unless a change since calls for a new scan.
     leases: Option<(u64, BTreeSet<Pubkey>)>,
+    /// The slot of the machine account's last notification: a scan older than it may list a
+    /// lease closed since.
+    machine_slot: u64,
     /// The filters that match a lease of the machine.
     lease_filters: Vec<RpcFilterType>,
 }
@@ -91,6 +94,7 @@ impl Mirror {
             machine,
             accounts: HashMap::new(),
             leases: None,
+            machine_slot: 0,
             lease_filters,
         };
     }
@@ -112,6 +116,7 @@ impl Mirror {
         }
         if key == s.machine {
             s.leases = None;
+            s.machine_slot = s.machine_slot.max(slot);
         }
         let is_lease = data
             .as_deref()
@@ -202,7 +207,11 @@ impl Mirror {
             })
             .map(|(k, _)| *k)
             .collect();
-        s.leases = Some((slot, leases));
+        // A scan that raced a settlement (the machine notified at a later slot) may list the
+        // lease it closed: the next read scans again.
+        if slot >= s.machine_slot {
+            s.leases = Some((slot, leases));
+        }
     }
 }
 
@@ -312,6 +321,23 @@ mod tests {
         );
         assert_eq!(m.leases().unwrap().len(), 2);
         assert_eq!(m.get(&[a]).accounts, vec![Some(None)]);
+    }
+
+    #[test]
+    fn a_scan_older_than_the_machines_last_change_installs_no_lease_list() {
+        let (m, machine, _) = live();
+        let (a, b) = (Pubkey::new_unique(), Pubkey::new_unique());
+        // A settlement at slot 31 closes A (the machine is notified, A is not); the scan the
+        // agent sent before it answers as of slot 30 and still lists A.
+        m.notified(machine, 31, Some(vec![0]));
+        m.scanned_leases(
+            30,
+            &[(a, lease_data(&machine, 1)), (b, lease_data(&machine, 2))],
+        );
+        assert!(m.leases().is_none(), "before, A was listed as open");
+        m.scanned_leases(31, &[(b, lease_data(&machine, 2))]);
+        let keys: Vec<Pubkey> = m.leases().unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![b]);
     }
 
     #[tokio::test(start_paused = true)]
