@@ -167,8 +167,9 @@ async fn main() {
         "AGENT_BENCH_MACHINES: 1 or 2"
     );
     let all_gpus = GPUS as usize * machines;
-    assert!(leases.is_multiple_of(all_gpus) && leases <= 8 * all_gpus);
-    let gib = 24 / (leases / all_gpus) as u16;
+    // Up to one lease a GPU, or as many on every GPU.
+    assert!((leases <= all_gpus || leases.is_multiple_of(all_gpus)) && leases <= 8 * all_gpus);
+    let gib = 24 / leases.div_ceil(all_gpus) as u16;
     let live = live_market(GPUS).await;
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut configs = vec![Agent::write_config(&live, dirs[0].path(), GPUS as usize)];
