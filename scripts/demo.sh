@@ -554,7 +554,7 @@ json.dump({"lease": lease, "http_body": body, "fetched": open(fetched).read()}, 
 PY
 
 step "anyone can check the power readings behind alice's proofs: the agent kept one log per proof, named by its first interval (a proof covers two here; her container saw them at /run/gpu-market/evidence); each is the log its proof committed to on chain, and gives the peaks the proof stated"
-AUDIT_DIR="$DEMO_DIR/agent/data/evidence/$ALICE_LEASE"
+AUDIT_DIR="$DEMO_DIR/agent/data/leases/$ALICE_LEASE/evidence"
 cli authority lease audit "$ALICE_LEASE" --evidence "$AUDIT_DIR"
 cli authority --output json lease audit "$ALICE_LEASE" --evidence "$AUDIT_DIR" > "$DEMO_DIR/facts/audit.json"
 python3 -c 'import json, sys

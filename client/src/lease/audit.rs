@@ -1,5 +1,5 @@
 //! `gpu-market lease audit LEASE --evidence DIR`: checks the power logs a host's agent kept for
-//! a lease (`<data_dir>/evidence/<lease>/`, which the lease's container sees at
+//! a lease (`<data_dir>/leases/<lease>/evidence/`, which the lease's container sees at
 //! `/run/gpu-market/evidence`) against the proofs on chain. For each proven interval: is the
 //! file the log the proof committed to (its `samples_hash`), and are the peaks the proof stated
 //! the ones its own log gives (`PowerLog::peak_power_w`)? A proof that understates its own log

@@ -306,14 +306,20 @@ async fn an_engine_outage_does_not_stop_the_proofs() {
     assert_eq!(h.running().len(), 1, "the container ran on (live-restore)");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_gpu_that_cannot_be_read_does_not_stop_any_leases_proofs() {
-    let h = Harness::new(&[0, 1]);
-    let (mut r, a) = allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+/// Two one-GPU leases, A and B, running on a 2-GPU machine.
+async fn two_leases(h: &Harness) -> (Reconciler, LeaseView, LeaseView) {
+    let (mut r, a) = allocated_and_started(h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
     h.chain
         .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
     h.run_for(&mut r, POLL).await;
     let b = h.chain.lease_of_bid(Key([2; 32])).expect("allocated");
+    (r, a, b)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gpu_that_cannot_be_read_does_not_stop_any_leases_proofs() {
+    let h = Harness::new(&[0, 1]);
+    let (mut r, a, b) = two_leases(&h).await;
     h.gpus.fail_reads(a.gpu_indices[0] as u32, true).unwrap();
     h.run_for(&mut r, 2 * INTERVAL as u64).await;
     assert_eq!(proven_intervals(&h, a.key), vec![0, 1]);
@@ -323,11 +329,7 @@ async fn a_gpu_that_cannot_be_read_does_not_stop_any_leases_proofs() {
 #[tokio::test(start_paused = true)]
 async fn a_gpu_whose_driver_hangs_is_reported_and_holds_up_no_leases_proofs() {
     let h = Harness::new(&[0, 1]);
-    let (mut r, a) = allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
-    h.chain
-        .place_bid(bid(2, BidKind::Queue, 1, 1_000, power(250)));
-    h.run_for(&mut r, POLL).await;
-    let b = h.chain.lease_of_bid(Key([2; 32])).expect("allocated");
+    let (mut r, a, b) = two_leases(&h).await;
     let stuck = a.gpu_indices[0] as u32;
     // A driver call that never returns (a GPU in reset): before the watchdog, the loop's
     // first read of the GPU blocked it, and with it every lease's proofs, for good.

@@ -48,15 +48,21 @@ async fn the_container_is_created_while_allocate_confirms_and_started_once_it_ha
     assert_eq!(record.container_id.as_deref(), Some(created[0].as_str()));
 }
 
-#[tokio::test(start_paused = true)]
-async fn what_was_readied_for_a_bid_another_host_won_is_deleted_after_the_retention() {
-    let h = Harness::new(&[0]);
+/// A bid whose `allocate` the chain refuses while its container is readied, after one tick.
+async fn refused_while_readied(h: &Harness) -> (Reconciler, BidView) {
     h.chain.set_allocate_latency(Duration::from_millis(400));
     h.chain.refuse_next_allocate();
     let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
     h.chain.place_bid(b.clone());
     let mut r = h.reconciler();
     r.tick(false).await.unwrap();
+    (r, b)
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_was_readied_for_a_bid_another_host_won_is_deleted_after_the_retention() {
+    let h = Harness::new(&[0]);
+    let (mut r, b) = refused_while_readied(&h).await;
     settle(&mut r).await;
     let lease = h.chain.lease_key(b.key);
     assert_eq!(
@@ -77,12 +83,7 @@ async fn what_was_readied_for_a_bid_another_host_won_is_deleted_after_the_retent
 #[tokio::test(start_paused = true)]
 async fn a_refused_allocate_removes_the_container_readied_for_it() {
     let h = Harness::new(&[0]);
-    h.chain.set_allocate_latency(Duration::from_millis(400));
-    h.chain.refuse_next_allocate();
-    let b = bid(1, BidKind::Queue, 1, 1_000, power(250));
-    h.chain.place_bid(b.clone());
-    let mut r = h.reconciler();
-    r.tick(false).await.unwrap();
+    let (mut r, b) = refused_while_readied(&h).await;
     assert!(h.chain.lease_of_bid(b.key).is_none(), "refused");
     let readied = created_for(&h, h.chain.lease_key(b.key));
     assert_eq!(readied.len(), 1, "readied while allocate was under way");
