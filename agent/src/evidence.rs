@@ -23,6 +23,35 @@ pub fn lease_dir(data_dir: &Path, lease: &Key) -> PathBuf {
     crate::retention::lease_dir(data_dir, lease).join("evidence")
 }
 
+/// Moves the power logs an agent before the retained folders kept (`<data_dir>/evidence/<lease>`)
+/// into their lease's retained folder, where they expire with its retention; returns the
+/// leases moved. A running container that sees the old folder keeps seeing it: the folder
+/// moves, its mount follows. Done at start, before the agent ends the folders it has no record
+/// of.
+pub fn move_old_logs(data_dir: &Path) -> Vec<Key> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("evidence")) else {
+        return Vec::new();
+    };
+    let mut moved = Vec::new();
+    for entry in entries.flatten() {
+        let Some(lease) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<Key>().ok())
+        else {
+            continue;
+        };
+        let to = lease_dir(data_dir, &lease);
+        let made = to.parent().map_or(Ok(()), std::fs::create_dir_all);
+        match made.and_then(|()| std::fs::rename(entry.path(), &to)) {
+            Ok(()) => moved.push(lease),
+            Err(e) => tracing::warn!(%lease, error = %e, "cannot move the lease's power logs"),
+        }
+    }
+    let _ = std::fs::remove_dir(data_dir.join("evidence"));
+    moved
+}
+
 /// Writes the evidence of each of `record`'s pending proofs that has none yet.
 pub fn write_pending(data_dir: &Path, lease: &Key, record: &LeaseRecord) -> std::io::Result<()> {
     let dir = lease_dir(data_dir, lease);
@@ -45,4 +74,23 @@ pub fn write_pending(data_dir: &Path, lease: &Key, record: &LeaseRecord) -> std:
         std::fs::rename(&tmp, &path)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn power_logs_in_the_old_folder_move_to_their_leases_retained_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = Key([3; 32]);
+        let old = dir.path().join("evidence").join(lease.to_string());
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::write(old.join("0.json"), b"{}").unwrap();
+        assert_eq!(move_old_logs(dir.path()), vec![lease]);
+        let new = lease_dir(dir.path(), &lease).join("0.json");
+        assert_eq!(std::fs::read(new).unwrap(), b"{}");
+        assert!(!dir.path().join("evidence").exists());
+        assert!(move_old_logs(dir.path()).is_empty(), "once");
+    }
 }

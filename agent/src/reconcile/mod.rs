@@ -216,6 +216,9 @@ impl Reconciler {
     ) -> Result<Self, StateError> {
         let state_file = StateFile::new(&config.data_dir);
         let state = state_file.load()?;
+        for lease in crate::evidence::move_old_logs(&config.data_dir) {
+            tracing::info!(%lease, "moved the lease's power logs into its retained folder");
+        }
         // What a killed agent was preparing for leases it never recorded: kept for the
         // retention, then deleted.
         let live = state.leases.keys().copied().collect();
