@@ -104,6 +104,7 @@ impl Watchdog {
         if let Some((call, since)) = stuck(lane) {
             return Err(hung(index, call, since));
         }
+        let waited_from = Instant::now();
         let (answer, answered) = mpsc::sync_channel(1);
         let abandoned = Arc::new(AtomicBool::new(false));
         let gave_up = abandoned.clone();
@@ -119,7 +120,16 @@ impl Watchdog {
             Ok(result) => result,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 abandoned.store(true, Ordering::SeqCst);
-                let (call, since) = stuck(lane).unwrap_or((call, Instant::now() - CALL_BUDGET));
+                // The call on the thread (this one, or one before it) counts as hung from now:
+                // its thread may have taken it a moment after this wait began.
+                let busy = {
+                    let mut busy = lane.busy.lock().expect("GPU thread state");
+                    if let Some((_, since)) = busy.as_mut() {
+                        *since = (*since).min(waited_from);
+                    }
+                    *busy
+                };
+                let (call, since) = busy.unwrap_or((call, waited_from));
                 let e = hung(index, call, since);
                 tracing::error!(gpu = index, error = %e, "a GPU driver call hangs: the GPU's calls fail until it returns; its leases are metered with its last reading");
                 Err(e)
