@@ -29,26 +29,17 @@ pub fn lease_dir(data_dir: &Path, lease: &Key) -> PathBuf {
 /// moves, its mount follows. Done at start, before the agent ends the folders it has no record
 /// of.
 pub fn move_old_logs(data_dir: &Path) -> Vec<Key> {
-    let Ok(entries) = std::fs::read_dir(data_dir.join("evidence")) else {
-        return Vec::new();
-    };
+    let old = data_dir.join("evidence");
     let mut moved = Vec::new();
-    for entry in entries.flatten() {
-        let Some(lease) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<Key>().ok())
-        else {
-            continue;
-        };
+    for lease in crate::retention::lease_folders(&old) {
         let to = lease_dir(data_dir, &lease);
         let made = to.parent().map_or(Ok(()), std::fs::create_dir_all);
-        match made.and_then(|()| std::fs::rename(entry.path(), &to)) {
+        match made.and_then(|()| std::fs::rename(old.join(lease.to_string()), &to)) {
             Ok(()) => moved.push(lease),
             Err(e) => tracing::warn!(%lease, error = %e, "cannot move the lease's power logs"),
         }
     }
-    let _ = std::fs::remove_dir(data_dir.join("evidence"));
+    let _ = std::fs::remove_dir(old);
     moved
 }
 

@@ -23,3 +23,12 @@ pub mod redact;
 pub mod retention;
 pub mod runtime;
 pub mod state;
+
+/// Runs `f` on a blocking thread, off the runtime's (a system call that may wait on the disk,
+/// the kernel or another program), and gives its result; a panic in `f` stays a panic.
+pub async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(done) => done,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}

@@ -134,10 +134,7 @@ pub const ORPHAN_GRACE: Duration = Duration::from_secs(300);
 async fn off_thread<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, FirewallError> + Send + 'static,
 ) -> Result<T, RuntimeError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(done) => done.map_err(RuntimeError::Firewall),
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
+    crate::off_runtime(f).await.map_err(RuntimeError::Firewall)
 }
 
 /// The firewall's guard for as long as the agent runs: a [`DockerEngine::guard_pass`] every

@@ -122,15 +122,20 @@ pub fn mark_ended(data_dir: &Path, lease: &Key) -> std::io::Result<()> {
     std::fs::write(ended_file(data_dir, lease), b"")
 }
 
-/// The leases the agent keeps files of.
-fn kept(data_dir: &Path) -> Vec<Key> {
-    let Ok(entries) = std::fs::read_dir(data_dir.join("leases")) else {
+/// The leases `dir` holds a folder of, by the folders' names.
+pub fn lease_folders(dir: &Path) -> Vec<Key> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<Key>().ok())
         .collect()
+}
+
+/// The leases the agent keeps files of.
+fn kept(data_dir: &Path) -> Vec<Key> {
+    lease_folders(&data_dir.join("leases"))
 }
 
 /// Starts the retention of every lease the agent keeps files of that is not in `live` and has

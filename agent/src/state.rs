@@ -454,10 +454,9 @@ impl StateFile {
     pub async fn save(&self, state: &AgentState) -> Result<(), StateError> {
         let bytes = serde_json::to_vec_pretty(state).expect("the state serialises");
         let path = self.path.clone();
-        match tokio::task::spawn_blocking(move || write_durably(&path, &bytes)).await {
-            Ok(written) => written.map_err(|e| self.io(e)),
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+        crate::off_runtime(move || write_durably(&path, &bytes))
+            .await
+            .map_err(|e| self.io(e))
     }
 
     fn io(&self, source: std::io::Error) -> StateError {

@@ -286,8 +286,8 @@ pub async fn create(job: StartJob) -> Outcome {
     let mut spec = job.spec;
     // The mount is a system call that can block: on a blocking thread, beside the loop.
     let retained = job.retained;
-    match tokio::task::spawn_blocking(move || retained.prepare()).await {
-        Ok(Ok(Some(scratch))) => {
+    match crate::off_runtime(move || retained.prepare()).await {
+        Ok(Some(scratch)) => {
             spec.binds.push(BindMount {
                 host: scratch,
                 container: SCRATCH_DIR.into(),
@@ -295,9 +295,8 @@ pub async fn create(job: StartJob) -> Outcome {
             });
             spec.sandbox.scratch_bytes = 0;
         }
-        Ok(Ok(None)) => {}
-        Ok(Err(e)) => return refused(exit::ENGINE_REFUSED, e.to_string()),
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+        Ok(None) => {}
+        Err(e) => return refused(exit::ENGINE_REFUSED, e.to_string()),
     }
     let host = std::mem::take(&mut spec.env);
     spec.env = env

@@ -315,13 +315,10 @@ impl Reconciler {
         let (data_dir, retention) = (self.config.data_dir.clone(), self.config.retention);
         let live = self.live_leases();
         // Unmounts and deletions: on a blocking thread.
-        let swept = tokio::task::spawn_blocking(move || {
+        let swept = crate::off_runtime(move || {
             crate::retention::sweep(&data_dir, retention, SystemTime::now(), &live)
         });
-        let swept = swept
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-        for lease in swept {
+        for lease in swept.await {
             tracing::info!(%lease, "the lease's retention ended: its scratch volume and logs are deleted");
         }
         let owing = self.state.leases.len() as u64;
