@@ -586,7 +586,7 @@ step "anyone may run the keeper: carol's 1-GPU bid, which the drained agent no l
 EXPIRING_BID=$(cli carol --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
     --gpus 1 --gib-per-gpu 8 --overclock power=200 --price 30 --duration 5 --deadline +12 | jget bid)
-bid_expired() { cli authority --output json bid explain "$EXPIRING_BID" | grep -q "its deadline has passed"; }
+bid_expired() { cli authority --output json bid explain "$EXPIRING_BID" | grep -q "has passed, so it will not run"; }
 wait_for 60 "carol's bid expired" bid_expired
 cli authority keeper --market "$MARKET" --once
 cli authority bid show "$EXPIRING_BID" >/dev/null 2>&1 && die "the keeper left the expired bid $EXPIRING_BID"

@@ -71,6 +71,7 @@ fn bid(n: u8, gpus: u8, hours: u32) -> BidView {
         price: 1_000,
         max_duration_secs: hours * 3_600,
         deadline: T0 + 86_400,
+        latest_start: T0 + 86_400 - (hours * 3_600) as i64,
         image_ref: "127.0.0.1:5000/gpu-market/train:v1".into(),
         image_digest: [n; 32],
         env_hash: [0; 32],

@@ -76,7 +76,7 @@ fn need() -> Need<'static> {
         gib_per_gpu: BID_GIB,
         accepted_classes: 1,
         price: 1,
-        deadline: i64::MAX,
+        latest_start: i64::MAX,
         terms: Terms::Uniform(TERMS),
         room: Room {
             ports: 0,

@@ -82,6 +82,7 @@ pub(crate) fn bid(pod: &Pod) -> Bid {
             accepted_classes: u8::MAX,
             price: PRICE,
             max_duration_secs: 3_600,
+            min_duration_secs: 3_600,
             deadline: i64::MAX,
             cpu_milli: pod.cpu_milli(),
             memory_mib: pod.memory_mib(),

@@ -138,11 +138,17 @@ pub struct PlaceArgs {
     #[arg(long)]
     duration: String,
     /// Latest end: +DURATION from now or a unix time [default: one hour after the duration,
-    /// or less where the market's aging cap allows a queue bid less time to wait]. The escrow
-    /// covers the wait it allows as well as the run (returned unless the bid waits in a full
-    /// book): a tighter deadline locks less.
+    /// or less where the market's aging cap allows a queue bid less time to wait]. The bid
+    /// starts by its deadline less its duration (its latest start), so that it runs in full,
+    /// and expires then; the escrow covers the wait it allows as well as the run (returned
+    /// unless the bid waits in a full book): a tighter deadline locks less.
     #[arg(long)]
     deadline: Option<String>,
+    /// The shortest run you accept, should the bid start late: it may then start until its
+    /// deadline less this, and runs until its deadline [default: the whole --duration, so it
+    /// never starts later than its deadline less its duration].
+    #[arg(long, value_name = "DURATION")]
+    min_duration: Option<String>,
     /// A premium in payment token units, paid on top of the escrow and never refunded: it buys
     /// the urgency part of a queue bid's score.
     #[arg(long, default_value = "0", allow_hyphen_values = true)]
@@ -440,16 +446,36 @@ pub(crate) fn plan_place(
     if duration == 0 {
         bail!("the duration must be greater than zero");
     }
+    let min_duration = match &a.min_duration {
+        None => duration,
+        Some(d) => match u32::try_from(parse::duration_secs(d)?) {
+            Ok(min) if min > 0 && min <= duration => min,
+            _ => bail!(
+                "the shortest run accepted ({d:?}) must be more than zero and at most the duration ({:?})",
+                a.duration
+            ),
+        },
+    };
     let urgency_premium = parse::amount(&a.urgency_premium, decimals, "urgency premium")?;
     let now = config.cluster_time()?;
     let deadline = match &a.deadline {
         Some(d) => parse::deadline(d, now)?,
         None => {
-            // An hour to wait, or as long as the market lets a bid wait.
-            let wait = m.max_wait_secs().min(3_600) as i64;
-            now.saturating_add(duration as i64 + wait)
+            // An hour to wait and still run in full, or as long as the market lets a bid wait:
+            // its latest start (deadline less the shortest run) within the market's cap.
+            let max_wait = m.max_wait_secs() as i64;
+            let full = now.saturating_add(duration as i64 + max_wait.min(3_600));
+            full.min(now.saturating_add(max_wait + min_duration as i64))
         }
     };
+    let latest_start = lease::latest_start(deadline, min_duration);
+    if latest_start < now {
+        bail!(
+            "the deadline leaves less time than the shortest run the bid accepts ({min_duration} s): \
+             it would have had to start {} s ago",
+            now - latest_start
+        );
+    }
     if a.image.len() > IMAGE_REF_LEN {
         bail!("the image reference is longer than {IMAGE_REF_LEN} bytes");
     }
@@ -478,10 +504,7 @@ pub(crate) fn plan_place(
     }
     // The run and the longest wait from now (the program counts from its own clock, a little
     // later: never more than this).
-    let wait = deadline
-        .saturating_sub(duration as i64)
-        .saturating_sub(now)
-        .max(0) as u64;
+    let wait = latest_start.saturating_sub(now) as u64;
     let escrow = settlement::bid_escrow(price, kind.unit(), a.gpus as u64, duration as u64, wait)
         .map_err(|_| {
         anyhow!("the bid's escrow (price × GPUs × (duration + longest wait)) is too large")
@@ -553,6 +576,7 @@ pub(crate) fn plan_place(
         overclock,
         price,
         max_duration_secs: duration,
+        min_duration_secs: min_duration,
         deadline,
         urgency_premium,
         ports: a.ports.clone(),
@@ -755,7 +779,9 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
         ("price", parse::tokens(b.price, decimals)),
         ("price_unit", text(price_unit(b.kind))),
         ("max_duration_secs", b.max_duration_secs.into()),
+        ("min_duration_secs", b.min_duration_secs.into()),
         ("deadline", b.deadline.into()),
+        ("latest_start", b.latest_start().into()),
         ("escrow", parse::tokens(b.escrow, decimals)),
         (
             "urgency_premium",
@@ -1116,10 +1142,19 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let summary = if now >= b.deadline {
+    // How long it would run: a bid starts by its latest start, so for at least its shortest run.
+    let runs_for = lease::run_end(now, b.max_duration_secs as u64, b.deadline)
+        .map_or(0, |end| end.saturating_sub(now).max(0) as u64);
+    let when = format!(
+        "started now it runs {runs_for} s; it may start until {} (its latest start), then runs {} s",
+        b.latest_start(),
+        b.min_duration_secs
+    );
+    let summary = if b.expired(now) {
         format!(
-            "its deadline has passed: anyone may remove it with `gpu-market bid prune {bid}`, \
-             which refunds its escrow in full"
+            "its latest start {} has passed, so it will not run: anyone may remove it with \
+             `gpu-market bid prune {bid}`, which refunds its escrow in full",
+            b.latest_start()
         )
     } else if ready > 0 {
         let agent = match chosen {
@@ -1129,14 +1164,17 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
             None => "an agent".to_string(),
         };
         format!(
-            "it fits {ready} of {n} machines now and waits for {agent} to start it ({ahead} bids ranked above it)"
+            "it fits {ready} of {n} machines now and waits for {agent} to start it ({ahead} bids ranked above it); {when}"
         )
     } else if fitting > 0 {
-        format!("it fits {fitting} of {n} machines now, but {}", blocked())
+        format!(
+            "it fits {fitting} of {n} machines now, but {}; {when}",
+            blocked()
+        )
     } else if machines.is_empty() {
         "no machine is registered in the market".to_string()
     } else {
-        format!("it fits none of {n} machines: {}", blocked())
+        format!("it fits none of {n} machines: {}; {when}", blocked())
     };
     fields.extend([
         ("status", text("open")),
@@ -1145,6 +1183,8 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         ("machines_checked", (n as u64).into()),
         ("machines_fitting", fitting.into()),
         ("machines_ready", ready.into()),
+        ("latest_start", b.latest_start().into()),
+        ("runs_for_secs_if_started_now", runs_for.into()),
         ("policy_machine", chosen.map_or(Value::Null, text)),
         (
             "image_sm_utilisation_bps",

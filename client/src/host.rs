@@ -340,7 +340,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                     read_book(&config.account_data(&book, "book")?).map_or(0, |b| b.entries.len());
                 if waiting > 0 {
                     bail!(
-                        "the spot book of machine {machine} still holds {waiting} bids: their clients cancel them, or anyone prunes them after their deadlines"
+                        "the spot book of machine {machine} still holds {waiting} bids: their clients cancel them, or anyone prunes them after their latest starts"
                     );
                 }
             }

@@ -291,7 +291,7 @@ fn expired_bids<'a>(
             },
         };
         let reason = match b.expired(now) {
-            true => format!("its deadline {} has passed", b.deadline),
+            true => format!("its latest start {} has passed", b.latest_start()),
             false => format!("its machine {} has retired", b.machine),
         };
         due.push(Due {

@@ -686,6 +686,22 @@ fn bid_verbs() {
         )),
         "{ex}"
     );
+    // When it may start, and how long it runs: before its latest start, its whole duration.
+    let b = t.account::<Bid>(&good);
+    assert_eq!(ex["latest_start"], b.latest_start(), "{ex}");
+    assert_eq!(b.latest_start(), b.deadline - b.max_duration_secs as i64);
+    assert_eq!(
+        ex["runs_for_secs_if_started_now"], b.max_duration_secs,
+        "{ex}"
+    );
+    assert!(
+        ex["summary"].as_str().unwrap().contains(&format!(
+            "started now it runs {} s; it may start until {} (its latest start)",
+            b.max_duration_secs,
+            b.latest_start()
+        )),
+        "{ex}"
+    );
     assert_eq!(ex["reserve"][0]["reserve_price_per_gpu_hour"], "1");
     assert_eq!(ex["reserve"][0]["bid_beats_it"], true);
 
@@ -716,9 +732,11 @@ fn bid_verbs() {
     let refusal = "a bid ranked above the chosen one is feasible on this machine";
     assert_eq!(pk(&ex["allocation_refused"][0]["machine"]), host.machine);
     assert_eq!(ex["allocation_refused"][0]["error"], refusal, "{ex}");
-    assert_eq!(
-        ex["summary"],
-        format!("it fits 1 of 1 machines now, but allocation would be refused: {refusal} on 1")
+    assert!(
+        ex["summary"].as_str().unwrap().starts_with(&format!(
+            "it fits 1 of 1 machines now, but allocation would be refused: {refusal} on 1; started now it runs"
+        )),
+        "{ex}"
     );
     t.ok(&client, &["bid", "cancel", &twin.to_string()]);
 
@@ -1089,7 +1107,7 @@ fn bid_verbs() {
         ),
     );
     assert!(
-        e.contains("the deadline leaves less time than the bid's duration"),
+        e.contains("the deadline leaves less time than the shortest run the bid accepts"),
         "{e}"
     );
     let unknown = Pubkey::new_unique().to_string();
@@ -1284,10 +1302,11 @@ fn bid_prune() {
             .len()
     };
 
-    // Three bids that expire in two minutes (for one 60 s interval of work at 36 per GPU-hour:
-    // 0.6 escrowed each for the run, and up to 0.6 more for the minute they may wait), and one
-    // that waits for an hour. Two minutes leave room for the dozen verbs that
-    // must run before the first expires, on a machine that stalls for a while.
+    // Three bids that expire in two minutes (two minutes' run within three, a minute's run
+    // accepted: they may start until two minutes from now; at 36 per GPU-hour, 1.2 escrowed
+    // each for the run and up to 1.2 more for the two minutes they may wait), and one that
+    // waits for an hour. Two minutes leave room for the dozen verbs that must run before the
+    // first expires, on a machine that stalls for a while.
     let short = |nonce: &'static str| {
         let out = t.ok(
             &client,
@@ -1303,9 +1322,11 @@ fn bid_prune() {
                 "--gib-per-gpu",
                 "8",
                 "--duration",
+                "120",
+                "--min-duration",
                 "60",
                 "--deadline",
-                "+120s",
+                "+180s",
                 "--overclock",
                 "power=200",
                 "--price",
@@ -1315,9 +1336,14 @@ fn bid_prune() {
             ],
         );
         let bid = pk(&out["bid"]);
-        let escrow = placed_escrow(&t.account::<Bid>(&bid));
+        let b = t.account::<Bid>(&bid);
+        // It accepts a minute's run: it may start until a minute before its deadline.
+        assert_eq!(b.min_duration_secs, 60);
+        assert_eq!(b.latest_start(), b.deadline - 60);
+        let escrow = placed_escrow(&b);
         assert_eq!(out["escrow"], shown(escrow).as_str());
-        assert!((600_000..=1_200_000).contains(&escrow), "{out}");
+        // Two minutes' run and up to two minutes' wait at 36 per GPU-hour.
+        assert!((1_200_000..=2_400_000).contains(&escrow), "{out}");
         (bid, escrow)
     };
     let (first, first_escrow) = short("1");
@@ -1336,25 +1362,24 @@ fn bid_prune() {
         t.balance(&tokens),
         100_000_000 - first_escrow - second_escrow - third_escrow - lasting_escrow
     );
-    // The deadlines as the program keeps them; the first placed expires first.
-    let first_deadline = t.account::<Bid>(&first).deadline;
-    let last_deadline = t
-        .account::<Bid>(&second)
-        .deadline
-        .max(t.account::<Bid>(&third).deadline);
+    // When they expire, as the program keeps them (a second after their latest starts); the
+    // first placed expires first.
+    let expiry = |bid: &Pubkey| t.account::<Bid>(bid).latest_start() + 1;
+    let first_expiry = expiry(&first);
+    let last_expiry = expiry(&second).max(expiry(&third));
     let not_expired = || {
         let now = t.cluster_time();
         assert!(
-            now < first_deadline,
-            "the first bid expired (at {first_deadline}) before its refusals could be checked: the cluster's clock reads {now}"
+            now < first_expiry,
+            "the first bid expired (at {first_expiry}) before its refusals could be checked: the cluster's clock reads {now}"
         );
     };
 
-    // Before its deadline nobody may prune it: refused by the program, nothing moved.
+    // Before its latest start nobody may prune it: refused by the program, nothing moved.
     let before = (t.balance(&tokens), t.balance(&vault), book_len());
     not_expired();
     let e = t.fails(&keeper, &["bid", "prune", &first.to_string()]);
-    assert!(e.contains("the bid's deadline has not passed"), "{e}");
+    assert!(e.contains("the bid's latest start has not passed"), "{e}");
     let unknown = Pubkey::new_unique().to_string();
     let e = t.fails(&keeper, &["bid", "prune", &unknown]);
     assert!(e.contains(&format!("bid {unknown} does not exist")), "{e}");
@@ -1367,7 +1392,7 @@ fn bid_prune() {
     assert_eq!(out, serde_json::json!([])); // nothing has expired yet
     assert_eq!((t.balance(&tokens), t.balance(&vault), book_len()), before);
 
-    // Once the deadline has passed, anyone may: the escrow goes back to the client's token
+    // Once its latest start has passed, anyone may: the escrow goes back to the client's token
     // account, the bid account's rent and its slot's in the book to the client, the bid leaves
     // the book.
     let slot = t
@@ -1379,7 +1404,7 @@ fn bid_prune() {
             .unwrap();
     let rent = t.rpc().get_balance(&first).unwrap() + slot;
     let lamports = t.rpc().get_balance(&key_of(&client).pubkey()).unwrap();
-    wait_until(&t, first_deadline);
+    wait_until(&t, first_expiry);
     let out = t.ok(&keeper, &["bid", "prune", &first.to_string()]);
     assert_eq!(pk(&out["bid"]), first);
     assert_eq!(out["refund"], shown(first_escrow).as_str());
@@ -1395,11 +1420,12 @@ fn bid_prune() {
 
     // explain names the way out for an expired bid (the last placed expires a moment after the
     // first); --all prunes every expired one, and only those, in one transaction here.
-    wait_until(&t, last_deadline);
+    wait_until(&t, last_expiry);
     let ex = t.ok(&client, &["bid", "explain", &third.to_string()]);
     let summary = ex["summary"].as_str().unwrap();
     assert!(
-        summary.starts_with("its deadline has passed")
+        summary.starts_with("its latest start")
+            && summary.contains("has passed, so it will not run")
             && summary.contains(&format!("gpu-market bid prune {third}")),
         "{ex}"
     );

@@ -78,6 +78,7 @@ fn queue_bid(
         }],
         price,
         max_duration_secs: 600,
+        min_duration_secs: 600,
         deadline: now + 1_200,
         urgency_premium: premium,
         ports: vec![],

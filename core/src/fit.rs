@@ -213,8 +213,9 @@ pub struct Need<'a> {
     pub gib_per_gpu: u16,
     pub accepted_classes: u8,
     pub price: u64,
-    /// The bid cannot start at or after this time.
-    pub deadline: i64,
+    /// The latest time the bid may start (its deadline less the shortest run its client
+    /// accepts): it cannot start after it.
+    pub latest_start: i64,
     pub terms: Terms<'a>,
     /// Ports and scratch the lease holds besides its GPUs.
     pub room: Room,
@@ -247,7 +248,7 @@ pub const MAX_TERM_SETS: usize = 2;
 pub enum Unfit {
     /// The machine is paused or retired.
     MachineInactive,
-    /// The bid's deadline has passed.
+    /// The bid's latest start has passed.
     Expired,
     /// The machine is in a region the bid does not accept.
     RegionNotAccepted,
@@ -274,7 +275,7 @@ impl Unfit {
     pub fn describe(self) -> &'static str {
         match self {
             Unfit::MachineInactive => "machine paused or retired",
-            Unfit::Expired => "the bid's deadline has passed",
+            Unfit::Expired => "the bid's latest start has passed",
             Unfit::RegionNotAccepted => "the machine's region is not one the bid accepts",
             Unfit::NoRoom => {
                 "the machine gives fewer ports, less scratch, fewer CPU cores or less memory"
@@ -576,7 +577,7 @@ impl Offer {
         if !self.active {
             return Err(Unfit::MachineInactive);
         }
-        if self.now >= need.deadline {
+        if self.now > need.latest_start {
             return Err(Unfit::Expired);
         }
         if !need.regions.accepts(&self.region, self.region_bit) {
@@ -675,12 +676,12 @@ impl Offer {
         gib_per_gpu: u16,
         accepted_classes: u8,
         price: u64,
-        deadline: i64,
+        latest_start: i64,
         room: Room,
     ) -> bool {
         let n = gpu_count as usize;
         !self.active
-            || self.now >= deadline
+            || self.now > latest_start
             || !self.room.holds(room)
             || n as u32 > self.free_gpus
             || price < self.min_price
@@ -702,7 +703,7 @@ impl Offer {
                 need.gib_per_gpu,
                 need.accepted_classes,
                 need.price,
-                need.deadline,
+                need.latest_start,
                 need.room,
             )
             && match need.terms {
@@ -1022,7 +1023,7 @@ mod tests {
             gib_per_gpu: 40,
             accepted_classes: 0b1,
             price: 100,
-            deadline: 1_000,
+            latest_start: 1_000,
             terms,
         }
     }
@@ -1101,8 +1102,9 @@ mod tests {
         };
         let cases: [(Need, Unfit); 14] = [
             (
+                // A second after its latest start.
                 Need {
-                    deadline: 10,
+                    latest_start: 9,
                     ..base
                 },
                 Unfit::Expired,
@@ -1166,8 +1168,9 @@ mod tests {
                 Unfit::PriceBelowReserve,
             ),
             (
+                // At its latest start a bid may still start.
                 Need {
-                    deadline: 11,
+                    latest_start: 10,
                     gpu_count: 4,
                     accepted_classes: 0b11,
                     ..base
@@ -1373,7 +1376,7 @@ mod tests {
                 gib_per_gpu: 40,
                 accepted_classes: classes,
                 price,
-                deadline: 1_000,
+                latest_start: 1_000,
                 terms: Terms::of(&terms),
                 room: Room {
                     ports,

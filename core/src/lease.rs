@@ -1,9 +1,24 @@
-//! Lease arithmetic shared by the program (which pays) and the agent (which proves): the time
-//! window each usage proof covers, the seconds it may be paid for, the spot rule's profit, and
+//! Lease arithmetic shared by the program (which pays) and the agent (which proves): when a bid
+//! may start and how long it then runs, the time window each usage proof covers, the seconds it may be paid for, the spot rule's profit, and
 //! the byte layout that chains one proof to the next.
 
 use crate::math::{mul_div_floor, MathError};
 use crate::settlement::SECS_PER_DAY;
+
+/// The latest time a bid may start: its `deadline` (the latest end of its run) less the shortest
+/// run its client accepts. A bid never starts after it, so its lease runs at least that long.
+pub fn latest_start(deadline: i64, min_duration_secs: u32) -> i64 {
+    deadline.saturating_sub(min_duration_secs as i64)
+}
+
+/// When a bid's lease that starts at `start` ends: after its longest run, or at its deadline.
+pub fn run_end(start: i64, max_duration_secs: u64, deadline: i64) -> Option<i64> {
+    Some(
+        start
+            .checked_add(i64::try_from(max_duration_secs).ok()?)?
+            .min(deadline),
+    )
+}
 
 /// The exit codes a host's agent puts in a lease's final proof when the client's container did
 /// not run to its own exit; a container's own exit codes are 0 or more. One table for the agent

@@ -568,7 +568,7 @@ impl ClientInstruction for CancelBid<'_> {
     }
 }
 
-/// Removes a bid whose deadline has passed, or a spot bid of a retired machine; anyone may send
+/// Removes a bid whose latest start has passed, or a spot bid of a retired machine; anyone may send
 /// it.
 pub struct PruneBid<'a> {
     pub caller: &'a (dyn Signer + Sync),
@@ -581,7 +581,7 @@ pub struct PruneBid<'a> {
     /// `refund_tokens`); `None` when it is gone: the escrow is then owed by the client's stake
     /// account (`refunds_due`, see [`ClaimRefunds`]).
     pub client_tokens: Option<Pubkey>,
-    /// A spot bid's machine, which lets its bid go before its deadline once retired; `None`
+    /// A spot bid's machine, which lets its bid go before its latest start once retired; `None`
     /// for a bid that has expired (or a queue bid).
     pub machine: Option<Pubkey>,
 }

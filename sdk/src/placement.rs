@@ -128,7 +128,7 @@ impl MarketPlacement {
         workload.extend(
             queue
                 .iter()
-                .filter(|leaf| now < leaf.summary.deadline)
+                .filter(|leaf| !leaf.summary.expired(now))
                 .map(|leaf| Demand::from(&leaf.summary.need())),
         );
         let offers: Vec<Offer> = machines
@@ -251,6 +251,7 @@ mod tests {
                 accepted_classes: 1,
                 price: 1_000_000_000,
                 max_duration_secs: 3_600,
+                min_duration_secs: 3_600,
                 deadline: NOW + 7_200,
                 cpu_milli: 1_000,
                 memory_mib: 1_024,

@@ -152,6 +152,7 @@ impl Fixture {
             }],
             price: 2 * TOKEN,
             max_duration_secs: 600,
+            min_duration_secs: 600,
             deadline: self.ctx.now() + 4 * 3_600,
             urgency_premium: 0,
             ports: vec![],

@@ -112,6 +112,7 @@ fn args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
         }],
         price: 2 * TOKEN, // per GPU-hour
         max_duration_secs: 3_600,
+        min_duration_secs: 3_600,
         deadline: f.ctx.now() + 4 * 3_600,
         urgency_premium: 0,
         ports: vec![],
@@ -223,6 +224,7 @@ fn shorter_bids_go_first_within_three_durations() {
     let hours = |f: &Fixture, nonce: u64, h: u32| {
         let mut a = args(f, nonce);
         a.max_duration_secs = h * 3_600;
+        a.min_duration_secs = h * 3_600;
         a.deadline = f.ctx.now() + (h as i64 + 1) * 3_600;
         a
     };
@@ -618,8 +620,9 @@ fn anyone_prunes_an_expired_bid_and_the_client_gets_everything_back() {
     };
     let everyone = [&c, &stranger];
 
-    // One second before the deadline: the bid may still run.
-    f.ctx.advance_time(bid.deadline - f.ctx.now() - 1);
+    // At its latest start (its deadline less its duration): the bid may still start.
+    assert_eq!(bid.latest_start(), bid.deadline - 3_600);
+    f.ctx.advance_time(bid.latest_start() - f.ctx.now());
     let before = ledger(&f, &everyone);
     let err = f.ctx.run(&prune(c.tokens)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::BidNotExpired));
@@ -629,7 +632,7 @@ fn anyone_prunes_an_expired_bid_and_the_client_gets_everything_back() {
         "a refused prune moves nothing"
     );
 
-    // At the deadline; the escrow may only go to a token account of the bid's client.
+    // A second later it never can; the escrow may only go to a token account of the bid's client.
     f.ctx.advance_time(1);
     let err = f.ctx.run(&prune(stranger.tokens)).unwrap_err();
     assert_eq!(
@@ -1220,6 +1223,7 @@ fn a_bid_cannot_raise_its_score_without_paying() {
     };
     let longer = PlaceBidArgs {
         max_duration_secs: 3 * 3_600,
+        min_duration_secs: 3 * 3_600,
         ..base.clone()
     };
     let tight_deadline = PlaceBidArgs {
@@ -1312,14 +1316,34 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         PlaceBidArgs {
             nonce: 203,
             max_duration_secs: 59,
+            min_duration_secs: 59,
             deadline: f.ctx.now() + 3_600,
-            ..base
+            ..base.clone()
         },
     );
     let err = f.ctx.run(&short).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::BidShorterThanInterval));
     assert!(!f.ctx.account_exists(&short.bid()));
     assert_eq!(ledger(&f, &[&c]), before, "a refused bid moves nothing");
+    // Nor may the shortest run it accepts be shorter than an interval, or longer than its run.
+    for (nonce, min, error) in [
+        (204, 59, MarketError::BidShorterThanInterval),
+        (205, 3_601, MarketError::MinDurationTooLong),
+    ] {
+        let bad = place(
+            f.keys,
+            &c,
+            PlaceBidArgs {
+                nonce,
+                min_duration_secs: min,
+                ..base.clone()
+            },
+        );
+        let err = f.ctx.run(&bad).unwrap_err();
+        assert_eq!(err.custom_code(), code(error), "shortest run {min}");
+        assert!(!f.ctx.account_exists(&bad.bid()));
+        assert_eq!(ledger(&f, &[&c]), before, "a refused bid moves nothing");
+    }
 }
 
 #[test]

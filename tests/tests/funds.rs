@@ -64,8 +64,9 @@ enum Op {
     Withdraw {
         w: usize,
     },
-    /// A queue bid that may start up to `slack` seconds after its latest start; `evict`:
-    /// name the lowest-ranked bid of a full book to evict.
+    /// A queue bid that may start up to `slack` seconds from now and still run its `minutes`;
+    /// `shortest`: the minutes of the shortest run its client accepts, when it accepts a shorter
+    /// run for a later start; `evict`: name the lowest-ranked bid of a full book to evict.
     Place {
         w: usize,
         gpus: u8,
@@ -74,6 +75,7 @@ enum Op {
         slack: i64,
         premium: u64,
         evict: bool,
+        shortest: Option<u32>,
     },
     TopUp {
         w: usize,
@@ -190,8 +192,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Stake { w, amount }),
         2 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Unstake { w, amount }),
         1 => w.clone().prop_map(|w| Op::Withdraw { w }),
-        4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, 0i64..1_800, prop_oneof![3 => Just(0u64), 1 => 0u64..500], proptest::bool::weighted(0.9))
-            .prop_map(|(w, gpus, minutes, price, slack, premium, evict)| Op::Place { w, gpus, minutes, price, slack, premium, evict }),
+        4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, 0i64..1_800, prop_oneof![3 => Just(0u64), 1 => 0u64..500], proptest::bool::weighted(0.9), prop_oneof![3 => Just(None), 1 => (0u32..60).prop_map(Some)])
+            .prop_map(|(w, gpus, minutes, price, slack, premium, evict, shortest)| Op::Place { w, gpus, minutes, price, slack, premium, evict, shortest }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
         2 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::Cancel { w, bid }),
         2 => (prop_oneof![2 => Just(0usize), 1 => 0usize..8], proptest::bool::weighted(0.5))
@@ -428,6 +430,7 @@ impl World {
                 gib_per_gpu: 1,
                 price: 2,
                 max_duration_secs: 60,
+                min_duration_secs: 60,
                 deadline,
                 ..self.bid_args(0, 0, 0, 0, 0)
             };
@@ -487,6 +490,7 @@ impl World {
             }],
             price,
             max_duration_secs: duration,
+            min_duration_secs: duration,
             deadline: self.ctx.now() + duration as i64 + slack,
             urgency_premium: premium,
             ports: vec![],
@@ -586,8 +590,12 @@ impl World {
                 slack,
                 premium,
                 evict,
+                shortest,
             } => {
-                let args = self.bid_args(gpus, minutes, price, slack, premium);
+                let mut args = self.bid_args(gpus, minutes, price, slack, premium);
+                if let Some(m) = shortest {
+                    args.min_duration_secs = m * 60;
+                }
                 return self.place(w, args, evict);
             }
             Op::TopUp { w, bid, amount } => {
@@ -834,6 +842,7 @@ impl World {
                 },
                 _ => PlaceBidArgs {
                     max_duration_secs: 1,
+                    min_duration_secs: 1,
                     deadline: self.ctx.now() + 1,
                     urgency_premium: premium.max(1),
                     ..base
@@ -1497,6 +1506,7 @@ fn refused_after_its_window() -> Vec<Op> {
             slack: 0,
             premium: 0,
             evict: false,
+            shortest: None,
         },
         reclaim,
         prove_span(1, false),
@@ -1530,6 +1540,7 @@ fn earnings_are_bounded_by_the_cost_of_each_leases_proven_time() {
             slack: 0,
             premium: 0,
             evict: false,
+            shortest: None,
         },
         Op::Allocate { pick: 0 },
         Op::Wait { secs: 120 },

@@ -98,6 +98,7 @@ impl Fixture {
                 }],
                 price: PRICE,
                 max_duration_secs: 3_600,
+                min_duration_secs: 3_600,
                 deadline: self.ctx.now() + 4 * 3_600,
                 urgency_premium: 0,
                 ports: vec![],
@@ -234,6 +235,7 @@ fn a_one_interval_bid_pays_for_all_the_time_it_holds_a_place() {
     let short = f
         .place_with(BOOK_CAPACITY as u64, |a| {
             a.max_duration_secs = 60;
+            a.min_duration_secs = 60;
             a.deadline = a.deadline - 4 * 3_600 + 60 + max_wait;
         })
         .expect("a one-minute bid fills the book");

@@ -495,6 +495,7 @@ fn payment_stops_at_the_lease_end_and_the_rest_is_refunded() {
     let c = f.client(100 * TOKEN, 0);
     let mut a = f.queue_args(1, 8);
     a.max_duration_secs = 90;
+    a.min_duration_secs = 90;
     let bid = f.place(&c, a);
     let escrow = f.ctx.account::<Bid>(&bid).escrow;
     let start = f.balances(&c);
@@ -1190,6 +1191,7 @@ fn slashes_are_bounded_by_the_lease_value_and_one_share_of_the_bond() {
     let c = f.client(100 * TOKEN, 0);
     let mut a = f.queue_args(1, 8);
     a.max_duration_secs = INTERVAL as u32;
+    a.min_duration_secs = INTERVAL as u32;
     let bid = f.place(&c, a);
     let lease = f.allocate(bid, &[0]).unwrap();
     f.ctx.advance_time(3 * INTERVAL);
@@ -1235,6 +1237,7 @@ fn closing_a_machine_slashes_the_evidence_it_holds() {
     let c = f.client(100 * TOKEN, 0);
     let mut a = f.queue_args(1, 8);
     a.max_duration_secs = 3 * INTERVAL as u32;
+    a.min_duration_secs = 3 * INTERVAL as u32;
     let bid = f.place(&c, a);
     let lease = f.allocate(bid, &[0]).unwrap();
     f.ctx.advance_time(3 * INTERVAL);
@@ -1463,6 +1466,7 @@ fn a_spot_price_below_one_unit_per_interval_is_paid_in_the_end() {
     // 1 per GPU-day for a day on 4 GPUs: 60 s earn 1/1440 of a unit per GPU.
     let mut a = f.spot_args(1);
     a.max_duration_secs = 86_400;
+    a.min_duration_secs = 86_400;
     a.deadline = f.ctx.now() + 86_400 + 3_600;
     let bid = f.place(&c, a);
     let lease = f.allocate(bid, &[0, 1, 2, 3]).unwrap();

@@ -103,6 +103,7 @@ impl Bidder {
                 }],
                 price,
                 max_duration_secs: 3_600,
+                min_duration_secs: 3_600,
                 deadline: self.deadline,
                 urgency_premium: 0,
                 ports: vec![],

@@ -599,7 +599,7 @@ impl Inner {
         let preempted = self.preempted.contains(&l.key);
         if let Some(i) = self.taken.iter().position(|b| b.key == l.bid) {
             let bid = self.taken.remove(i);
-            if preempted && now < bid.deadline {
+            if preempted && now <= bid.latest_start {
                 self.bids.push(bid);
             }
         }
@@ -622,7 +622,7 @@ fn need(bid: &BidView) -> Need<'_> {
         gib_per_gpu: bid.gib_per_gpu,
         accepted_classes: bid.accepted_classes,
         price: bid.price,
-        deadline: bid.deadline,
+        latest_start: bid.latest_start,
         terms: Terms::of(&bid.overclock),
         room: bid.room.room(),
         regions: Regions::of(&bid.regions),
@@ -716,7 +716,7 @@ impl Chain for FakeChain {
         // Queue bids outrank spot bids.
         for kind in [BidKind::Queue, BidKind::Spot] {
             for b in s.book(kind) {
-                if now >= b.deadline {
+                if now > b.latest_start {
                     out.expired.push(b.key);
                     continue;
                 }
@@ -798,7 +798,8 @@ impl Chain for FakeChain {
             room: b.room.clone(),
             auto_power: b.auto_power,
             started_at: now,
-            ends_at: (now + b.max_duration_secs as i64).min(b.deadline),
+            ends_at: gpu_market_core::lease::run_end(now, b.max_duration_secs as u64, b.deadline)
+                .expect("a lease end within i64"),
             stop_at: None,
             interval_secs: s.interval_secs,
             silence_intervals: s.silence_intervals,
@@ -928,7 +929,7 @@ impl Chain for FakeChain {
                 false => missing("bid", bid),
             });
         };
-        if now < s.bids[pos].deadline {
+        if now <= s.bids[pos].latest_start {
             return Err(rejected("prune_bid", "the bid has not expired"));
         }
         s.bids.remove(pos);

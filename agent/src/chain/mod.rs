@@ -292,8 +292,11 @@ pub struct BidView {
     /// Per GPU-hour (queue) or per GPU-day (spot).
     pub price: u64,
     pub max_duration_secs: u32,
-    /// The bid cannot start at or after this time; from then on anyone may prune it.
+    /// The latest end of its run.
     pub deadline: i64,
+    /// The latest time it may start (its deadline less the shortest run its client accepts):
+    /// after it, anyone may prune it.
+    pub latest_start: i64,
     pub image_ref: String,
     pub image_digest: [u8; 32],
     pub env_hash: [u8; 32],
@@ -310,7 +313,7 @@ pub struct BidView {
 pub struct OpenBids {
     /// Bids the machine may take now, or once a spot lease ends, best ranked first.
     pub bids: Vec<BidView>,
-    /// Bids in the books whose deadline has passed: anyone may prune them (refunding their
+    /// Bids in the books whose latest start has passed: anyone may prune them (refunding their
     /// clients), and they only lengthen the books.
     pub expired: Vec<Key>,
     /// How long a heartbeat keeps this machine in the market's packing policy
@@ -400,7 +403,7 @@ pub trait Chain: Send + Sync {
     /// Reports a fatal fault of the machine's GPU `gpu` (Xid `xid`): the program pauses the
     /// machine and keeps the fault for its owner.
     async fn report_fault(&self, gpu: u8, xid: u32) -> Result<(), ChainError>;
-    /// Removes a bid whose deadline has passed from its book, refunding its client.
+    /// Removes a bid whose latest start has passed from its book, refunding its client.
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
     /// The copy of `bid`'s environment sealed to this machine's agent key, as the bid's client
     /// stored it (`seal_env`); `None` while there is none.

@@ -641,6 +641,7 @@ fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>)
         price: b.price,
         max_duration_secs: b.max_duration_secs,
         deadline: b.deadline,
+        latest_start: b.latest_start(),
         image_ref: b.image_ref.clone(),
         image_digest: b.image_digest,
         env_hash: b.env_hash,
@@ -949,7 +950,7 @@ impl Chain for SolanaChain {
             let mut candidates = Vec::new();
             for leaf in &entries.entries {
                 // `prune_bid`'s condition.
-                if now >= leaf.summary.deadline {
+                if leaf.summary.expired(now) {
                     if out.expired.len() < limit {
                         out.expired.push(key(&leaf.bid));
                     }
@@ -1283,6 +1284,7 @@ mod tests {
             price: 1,
             max_duration_secs: 60,
             deadline: 1,
+            latest_start: 1,
             image_ref: String::new(),
             image_digest: [0; 32],
             env_hash: [0; 32],

@@ -196,6 +196,7 @@ impl MarketUnderTest for FakeMarket {
             price: spec.price,
             max_duration_secs: spec.max_duration_secs,
             deadline: spec.deadline(self.chain.clock()),
+            latest_start: self.chain.clock() + spec.wait_secs,
             image_ref: IMAGE.into(),
             image_digest: spec.image_digest,
             env_hash: spec.env_hash,

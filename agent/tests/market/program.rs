@@ -237,6 +237,7 @@ impl MarketUnderTest for ProgramMarket {
             overclock: vec![spec.overclock()],
             price: spec.price,
             max_duration_secs: spec.max_duration_secs,
+            min_duration_secs: spec.max_duration_secs,
             deadline: spec.deadline(now),
             urgency_premium: 0,
             ports: spec.ports.clone(),

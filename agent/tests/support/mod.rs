@@ -109,6 +109,7 @@ pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
         }],
         price: PRICE,
         max_duration_secs: secs,
+        min_duration_secs: secs,
         deadline: now + QUEUE_WAIT_SECS + secs as i64,
         urgency_premium: 0,
         ports: vec![],

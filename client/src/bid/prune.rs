@@ -93,7 +93,7 @@ pub(super) fn prune_all(config: &Config, market: &Pubkey) -> Result<()> {
     let keys: Vec<Pubkey> = entries
         .entries
         .iter()
-        .filter(|l| now >= l.summary.deadline)
+        .filter(|l| l.summary.expired(now))
         .map(|l| l.bid)
         .collect();
     let bids = config.fetch_many::<Bid>(&keys)?;

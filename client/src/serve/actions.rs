@@ -61,6 +61,11 @@ const BID_PARAMS: &[Param] = &[
     param("class", "Accepted GPU class", false),
     param("machine", "A spot bid on this machine", false),
     param("deadline", "Latest end, +DURATION or unix time", false),
+    param(
+        "min-duration",
+        "Shortest run accepted should it start late, e.g. 1h",
+        false,
+    ),
     param("urgency-premium", "Urgency premium", false),
     param("port", "Container port to publish", false),
     param("scratch-gib", "Scratch GiB kept after the lease", false),

@@ -36,7 +36,7 @@ pub struct T {
 /// the cluster's clock at that moment, not only on the command's arguments.
 pub fn placed_escrow(b: &Bid) -> u64 {
     let run = b.max_duration_secs as u64;
-    let wait = (b.deadline - run as i64 - b.placed_at) as u64;
+    let wait = (b.latest_start() - b.placed_at) as u64;
     gpu_market_core::settlement::bid_escrow(b.price, b.kind.unit(), b.gpu_count as u64, run, wait)
         .expect("an escrow the program locked")
 }

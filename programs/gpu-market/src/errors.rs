@@ -51,7 +51,7 @@ pub enum MarketError {
     BookAlreadyOpen,
     #[msg("a bid accepts at least one GPU class of the market")]
     NoGpuClass,
-    #[msg("the deadline leaves less time than the bid's duration")]
+    #[msg("the deadline leaves less time than the shortest run the bid accepts")]
     DeadlineTooSoon,
     #[msg("the power limit is mandatory")]
     PowerLimitMissing,
@@ -81,8 +81,10 @@ pub enum MarketError {
     TopologySplit,
     #[msg("the client would hold more than the market's anti-monopoly cap")]
     ClientCapReached,
-    #[msg("the bid's deadline has passed")]
-    DeadlinePassed,
+    #[msg(
+        "the bid's latest start has passed (its deadline less the shortest run its client accepts)"
+    )]
+    LatestStartPassed,
     #[msg("pass the client stake of each book entry ranked above that fits, and the bid account of each entry its summary cannot decide")]
     CandidatesMissing,
     #[msg("a bid ranked above the chosen one is feasible on this machine")]
@@ -133,7 +135,7 @@ pub enum MarketError {
     PriceBelowReserve,
     #[msg("running leases hold the GPUs the bid needs")]
     GpusBusy,
-    #[msg("the bid's deadline has not passed (and it is not a spot bid of a retired machine)")]
+    #[msg("the bid's latest start has not passed (and it is not a spot bid of a retired machine)")]
     BidNotExpired,
     #[msg("the book is full: pass its lowest-ranked bid, that bid's client, token account and stake to evict it")]
     EvictionMissing,
@@ -151,7 +153,7 @@ pub enum MarketError {
     MachineNotRetired,
     #[msg("the book still holds bids")]
     BookNotEmpty,
-    #[msg("the deadline lets the bid wait longer than the market allows (its aging cap, and 7 days at most)")]
+    #[msg("the bid's latest start lets it wait longer than the market allows (its aging cap, and 7 days at most)")]
     DeadlineTooFar,
     #[msg("a market's mints must have no freeze authority")]
     MintCanFreeze,
@@ -203,6 +205,8 @@ pub enum MarketError {
     PayUnclaimed,
     #[msg("a proof covers at least one interval")]
     EmptyProofSpan,
+    #[msg("the shortest run the bid accepts is longer than its duration")]
+    MinDurationTooLong,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {
@@ -210,7 +214,7 @@ impl From<gpu_market_core::fit::Unfit> for MarketError {
         use gpu_market_core::fit::Unfit;
         match e {
             Unfit::MachineInactive => MarketError::MachineNotActive,
-            Unfit::Expired => MarketError::DeadlinePassed,
+            Unfit::Expired => MarketError::LatestStartPassed,
             Unfit::RegionNotAccepted => MarketError::RegionNotAccepted,
             Unfit::NoRoom => MarketError::NoRoom,
             Unfit::NoAcceptedClass => MarketError::NoGpuOfClass,

@@ -125,7 +125,7 @@ pub struct BidToppedUp {
 pub enum BidRemoval {
     /// Its client cancelled it.
     Cancelled,
-    /// Its deadline had passed; anyone may remove it.
+    /// Its latest start had passed; anyone may remove it.
     Expired,
     /// A better bid took its place in a full book.
     Evicted,

@@ -97,7 +97,7 @@ pub mod gpu_market {
         CancelBid::cancel_bid(ctx)
     }
 
-    /// Removes a bid whose deadline has passed (anyone may call): escrow and rent go back to
+    /// Removes a bid whose latest start has passed (anyone may call): escrow and rent go back to
     /// its client.
     pub fn prune_bid(ctx: Context<PruneBid>) -> Result<()> {
         PruneBid::prune_bid(ctx)

@@ -124,7 +124,8 @@ async fn run(events: Vec<Event>) -> usize {
                 let mut b = bid(bids, BidKind::Queue, gpus, 1_000, power(250));
                 b.gib_per_gpu = 40;
                 b.max_duration_secs = intervals * INTERVAL;
-                b.deadline = h.chain.clock() + 600 + b.max_duration_secs as i64;
+                b.latest_start = h.chain.clock() + 600;
+                b.deadline = b.latest_start + b.max_duration_secs as i64;
                 b.image_ref = match image {
                     Image::Fine => b.image_ref,
                     Image::Stalled => STALLED.into(),

@@ -204,6 +204,7 @@ fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms
         price,
         max_duration_secs: 3_600,
         deadline: T0 + 86_400,
+        latest_start: T0 + 86_400 - 3_600,
         image_ref: "127.0.0.1:5000/gpu-market/train:v1".into(),
         image_digest: [n; 32],
         env_hash: [0; 32],
@@ -1176,12 +1177,12 @@ async fn expired_bids_are_pruned_a_few_a_tick_without_holding_up_the_proofs() {
     let h = Harness::new(&[0]);
     let (mut r, lease) =
         allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
-    // Five bids whose deadline is the boundary of the lease's first proof (two intervals),
-    // and one that lasts; none fits while the lease holds the GPU.
+    // Five bids whose latest start is the second before the boundary of the lease's first
+    // proof (two intervals), and one that lasts; none fits while the lease holds the GPU.
     let boundary = lease.started_at + 2 * INTERVAL as i64;
     let expiring: Vec<BidView> = (10..15)
         .map(|n| BidView {
-            deadline: boundary,
+            latest_start: boundary - 1,
             ..bid(n, BidKind::Queue, 1, 1_000, power(250))
         })
         .collect();

@@ -48,7 +48,7 @@ fn need(gpus: u8, gib: u16, regions: Regions<'static>) -> Need<'static> {
         gib_per_gpu: gib,
         accepted_classes: 0b1,
         price: 1_000,
-        deadline: 1_000,
+        latest_start: 1_000,
         terms: Terms::Uniform(OverclockTerms {
             power_limit_w: 300,
             ..OverclockTerms::default()

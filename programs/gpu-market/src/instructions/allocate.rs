@@ -1,5 +1,6 @@
 use anchor_lang::prelude::*;
 use gpu_market_core::fit::{Offer, Regions};
+use gpu_market_core::lease::run_end;
 use gpu_market_core::settlement::secs_covered;
 
 use crate::errors::MarketError;
@@ -103,7 +104,7 @@ fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
             s.gib_per_gpu,
             s.accepted_classes,
             s.price,
-            s.deadline,
+            s.latest_start,
             s.room(),
         )
         && offer.sets_fit(
@@ -247,10 +248,7 @@ impl Allocate<'_> {
         } else {
             bid.max_duration_secs as u64
         };
-        let ends_at = now
-            .checked_add(runs_for as i64)
-            .ok_or(MarketError::Overflow)?
-            .min(bid.deadline);
+        let ends_at = run_end(now, runs_for, bid.deadline).ok_or(MarketError::Overflow)?;
         let lease = &mut accounts.lease;
         lease.set_inner(Lease {
             market: market.key(),

@@ -31,6 +31,11 @@ pub struct PlaceBidArgs {
     pub overclock: Vec<OverclockTerms>,
     pub price: u64,
     pub max_duration_secs: u32,
+    /// The shortest run the client accepts (at most `max_duration_secs`): the bid may start
+    /// until `deadline` less this, and runs until its deadline when it starts after `deadline`
+    /// less `max_duration_secs`. Equal to `max_duration_secs`: never started late.
+    pub min_duration_secs: u32,
+    /// The latest end of the bid's run.
     pub deadline: i64,
     /// Paid at placement and never refunded: it buys urgency (U) in the bid's score.
     pub urgency_premium: u64,
@@ -51,6 +56,11 @@ pub struct PlaceBidArgs {
 }
 
 impl PlaceBidArgs {
+    /// The latest time the bid may start: its deadline less the shortest run it accepts.
+    pub fn latest_start(&self) -> i64 {
+        gpu_market_core::lease::latest_start(self.deadline, self.min_duration_secs)
+    }
+
     /// The terms of each of the bid's GPUs, in its GPU order (one entry stands for all).
     pub fn overclock_per_gpu(&self) -> Vec<gpu_market_core::overclock::OverclockTerms> {
         let one = self.overclock.len() == 1;
@@ -70,7 +80,7 @@ impl PlaceBidArgs {
             gib_per_gpu: self.gib_per_gpu,
             accepted_classes: self.accepted_classes,
             price: self.price,
-            deadline: self.deadline,
+            latest_start: self.latest_start(),
             terms: Terms::of(settings),
             room: Room {
                 ports: self.ports.len() as u8,
@@ -190,10 +200,11 @@ impl PlaceBid<'_> {
             args.overclock.iter().all(|t| t.power_limit_w > 0),
             MarketError::PowerLimitMissing
         );
-        let latest_start = args
-            .deadline
-            .checked_sub(args.max_duration_secs as i64)
-            .ok_or(MarketError::Overflow)?;
+        require!(
+            args.min_duration_secs <= args.max_duration_secs,
+            MarketError::MinDurationTooLong
+        );
+        let latest_start = args.latest_start();
         require!(latest_start >= now, MarketError::DeadlineTooSoon);
         // Queue and spot bids alike: a spot bid with no bound could hold its machine's book,
         // and so the host's bond, for as long as its client liked.
@@ -203,7 +214,7 @@ impl PlaceBid<'_> {
         );
         // A lease bills and proves by whole intervals: a shorter bid would only hold a place.
         require!(
-            args.max_duration_secs >= self.market.params.billing_interval_secs,
+            args.min_duration_secs >= self.market.params.billing_interval_secs,
             MarketError::BidShorterThanInterval
         );
         let book = match args.kind {
@@ -445,6 +456,7 @@ impl PlaceBid<'_> {
                 placed_at: now,
                 full_secs_at_entry: 0,
                 max_duration_secs: args.max_duration_secs,
+                min_duration_secs: args.min_duration_secs,
                 cpu_milli: args.cpu_milli,
                 memory_mib: args.memory_mib,
                 gib_per_gpu: args.gib_per_gpu,
@@ -452,7 +464,7 @@ impl PlaceBid<'_> {
                 gpu_count: args.gpu_count,
                 accepted_classes: args.accepted_classes,
                 bump: ctx.bumps.bid,
-                reserved: [0; 5],
+                reserved: [0; 1],
             },
             kind: args.kind,
             status: BidStatus::Open,
@@ -661,7 +673,7 @@ impl CancelBid<'_> {
     }
 }
 
-/// Anyone may remove a bid whose deadline has passed: it can no longer run, and only clutters
+/// Anyone may remove a bid whose latest start has passed: it can no longer run, and only clutters
 /// the book. Escrow and rent go back to its client, nowhere else.
 #[derive(Accounts)]
 pub struct PruneBid<'info> {

@@ -609,8 +609,8 @@ impl CloseLease<'_> {
             .checked_sub(lease.gpu_count as u32)
             .ok_or(MarketError::Overflow)?;
         let bid = &mut self.bid;
-        // A preempted spot bid goes back to the machine's book only while it can still run an
-        // interval there; settling never waits for room in a book (a full one means a refund).
+        // A preempted spot bid goes back to the machine's book only while it can still start
+        // (its latest start has not passed) and run an interval there; settling never waits for room in a book (a full one means a refund).
         let interval_cost = cost(
             bid.price,
             bid.unit(),
@@ -619,7 +619,7 @@ impl CloseLease<'_> {
         )
         .map_err(MarketError::from)?;
         let requeue_due =
-            lease.preempted && now < bid.deadline && lease.escrow >= interval_cost.max(1);
+            lease.preempted && !bid.expired(now) && lease.escrow >= interval_cost.max(1);
         // The rules decide, not whoever settles: a bid that may wait again needs its book, and
         // the rent of its slot there, which its account kept since `allocate`.
         let book = match (requeue_due, self.spot_book.as_ref()) {

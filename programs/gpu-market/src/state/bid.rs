@@ -173,6 +173,10 @@ pub struct BidData {
     /// since is what its [`Bid::holding_charge`] counts.
     pub full_secs_at_entry: u64,
     pub max_duration_secs: u32,
+    /// The shortest run the client accepts: the bid may start until `deadline` less this
+    /// ([`Bid::latest_start`]), and expires then. Equal to `max_duration_secs` unless the client
+    /// accepted a shorter run for a later start.
+    pub min_duration_secs: u32,
     /// Thousandths of a CPU core and MiB of memory the lease holds on its machine (the
     /// container's limits; 0: its GPU memory's share of the machine's, `Host::or_share`).
     pub cpu_milli: u32,
@@ -185,12 +189,12 @@ pub struct BidData {
     pub accepted_classes: u8,
     pub bump: u8,
     /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
-    pub reserved: [u8; 5],
+    pub reserved: [u8; 1],
 }
 
 // SAFETY: see `account_data!`; the size is pinned here.
 crate::state::account_data!(Bid, BidData);
-const _: () = assert!(core::mem::size_of::<BidData>() == 6 * 32 + 9 * 8 + 3 * 4 + 2 * 2 + 3 + 5);
+const _: () = assert!(core::mem::size_of::<BidData>() == 6 * 32 + 9 * 8 + 4 * 4 + 2 * 2 + 3 + 1);
 
 impl Bid {
     /// An open queue bid of `data` asking `terms` of each of its GPUs, with no image reference,
@@ -238,12 +242,19 @@ impl Bid {
             .collect()
     }
 
-    /// Whether the bid's deadline has passed at `now`: anyone may prune it then.
-    pub fn expired(&self, now: i64) -> bool {
-        now >= self.deadline
+    /// The latest time the bid may start: its deadline less the shortest run its client
+    /// accepts. A lease that starts then runs at least that long.
+    pub fn latest_start(&self) -> i64 {
+        gpu_market_core::lease::latest_start(self.deadline, self.min_duration_secs)
     }
 
-    /// Whether anyone may remove the waiting bid at `now` (`prune_bid`): its deadline has
+    /// Whether the bid's latest start has passed at `now`: it can no longer start, and anyone
+    /// may prune it.
+    pub fn expired(&self, now: i64) -> bool {
+        now > self.latest_start()
+    }
+
+    /// Whether anyone may remove the waiting bid at `now` (`prune_bid`): its latest start has
     /// passed, or it is a spot bid whose machine (of status `machine`) has retired, so that a
     /// retired machine's book empties and the machine can always be closed.
     pub fn prunable(&self, now: i64, machine: Option<MachineStatus>) -> bool {
@@ -268,7 +279,7 @@ impl Bid {
             gib_per_gpu: self.gib_per_gpu,
             accepted_classes: self.accepted_classes,
             price: self.price,
-            deadline: self.deadline,
+            latest_start: self.latest_start(),
             terms: Terms::of(overclock),
             room: self.room(),
             regions: Regions::of(&self.regions),
@@ -318,7 +329,7 @@ impl Bid {
         BidSummary {
             client: self.client,
             price: self.price,
-            deadline: self.deadline,
+            latest_start: self.latest_start(),
             terms_first,
             terms_second,
             gib_per_gpu: self.gib_per_gpu,

@@ -183,7 +183,8 @@ impl FullClock {
 pub struct BidSummary {
     pub client: Pubkey,
     pub price: u64,
-    pub deadline: i64,
+    /// The bid's latest start ([`crate::state::Bid::latest_start`]): it expires after it.
+    pub latest_start: i64,
     /// The bid's overclock terms, as at most two distinct sets (a bid may ask no more):
     /// `second_count` of its GPUs ask `terms_second`, the others `terms_first`
     /// (`gpu_market_core::fit::Terms::summarise`). Exact: fit does not depend on which GPU
@@ -207,6 +208,11 @@ pub struct BidSummary {
 }
 
 impl BidSummary {
+    /// Whether the bid's latest start has passed at `now` ([`crate::state::Bid::expired`]).
+    pub fn expired(&self, now: i64) -> bool {
+        now > self.latest_start
+    }
+
     /// The ports, scratch, CPU and memory the bid's lease holds.
     pub fn room(&self) -> Room {
         Room {
@@ -228,7 +234,7 @@ impl BidSummary {
             gib_per_gpu: self.gib_per_gpu,
             accepted_classes: self.accepted_classes,
             price: self.price,
-            deadline: self.deadline,
+            latest_start: self.latest_start,
             room: self.room(),
             regions: Regions::from_filter(u32::from_le_bytes(self.regions)),
             terms: if self.second_count == 0 {

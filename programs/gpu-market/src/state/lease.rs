@@ -68,7 +68,9 @@ pub struct Lease {
     /// The bid's price, in its unit (per GPU-hour for queue leases, per GPU-day for spot).
     pub price: u64,
     pub started_at: i64,
-    /// Start + the bid's maximum duration, capped at its deadline.
+    /// Start + the bid's maximum duration, capped at its deadline (the bid starts by its latest
+    /// start, so this leaves at least the shortest run its client accepted) and at what its
+    /// escrow pays for after a holding charge.
     pub ends_at: i64,
     /// When the lease was told to stop (`i64::MAX` while it was not): no time after it is paid.
     pub stop_at: i64,
