@@ -5,8 +5,10 @@
 //! - `prune_bid` for each expired bid, and each spot bid of a retired machine: the escrow goes
 //!   back to its client in full;
 //! - `end_lease` for each lease proven up to its stop: the host is paid, the rest refunded;
-//! - `reclaim_escrow` for each lease whose host went silent: the unproven escrow goes back to
-//!   the client and the silence is slashed, half to the client;
+//! - `reclaim_escrow` for each lease whose host went silent: the silence is slashed, half to the
+//!   client, and a queue bid that can still start goes back to the queue at its rank with its
+//!   unproven escrow, for another machine to run (failover); any other's escrow goes back to
+//!   the client;
 //! - `slash` for each machine with enough current evidence (skipped intervals, power
 //!   violations): the stake treasury keeps it;
 //! - `close_sealed_env` for each sealed environment whose bid is gone: rent to the client.
@@ -353,7 +355,7 @@ fn ended_leases<'a>(
                 keeper,
                 (key, &l),
                 mach,
-                m.payment_mint,
+                m,
                 client_tokens,
                 reclaim,
             )),

@@ -54,15 +54,20 @@ pub enum LeaseCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
-    /// Takes back the escrow of a lease whose host has sent no proof for the market's silence
-    /// window (anyone may: the escrow can only go back to the client): the lease settles at
-    /// once, its unproven time is not paid, and the host is slashed for the silence, half of it
-    /// to the client's stake.
+    /// Ends a lease whose host has sent no proof for the market's silence window (anyone
+    /// may): the lease settles at once, its unproven time is not paid, and the host is slashed
+    /// for the silence, half of it to the client's stake. A queue lease's bid goes back to the
+    /// queue at its rank with the rest of its escrow, for another machine to run (failover),
+    /// while it can still start and pay an interval; otherwise the escrow goes back to the
+    /// client.
     Reclaim {
         lease: Pubkey,
         /// As for `end`.
         #[arg(long)]
         tokens: Option<Pubkey>,
+        /// Take the escrow back rather than fail over (only the lease's client may).
+        #[arg(long)]
+        refund: bool,
     },
     /// Checks the power logs the host's agent kept for a lease (its container sees them at
     /// /run/gpu-market/evidence) against the proofs on chain: each is the log its proof
@@ -122,8 +127,12 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
             idle,
         } => list(config, &market, client, machine, idle),
         LeaseCommand::Show { lease } => show(config, &lease),
-        LeaseCommand::End { lease, tokens } => end(config, lease, tokens, false),
-        LeaseCommand::Reclaim { lease, tokens } => end(config, lease, tokens, true),
+        LeaseCommand::End { lease, tokens } => end(config, lease, tokens, Closing::End),
+        LeaseCommand::Reclaim {
+            lease,
+            tokens,
+            refund,
+        } => end(config, lease, tokens, Closing::Reclaim { refund }),
         LeaseCommand::Audit { lease, evidence } => audit::audit(config, &lease, &evidence),
         LeaseCommand::Logs {
             lease,
@@ -253,16 +262,26 @@ fn room_fields(config: &Config, lease: &Pubkey, l: &Lease, b: &Bid) -> Fields {
     fields
 }
 
-/// `lease end`, or with `reclaim` `lease reclaim`: refused before anything is sent when the
-/// program would refuse.
-fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) -> Result<()> {
+/// How `lease end` or `lease reclaim` closes a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closing {
+    End,
+    /// With `refund`, the client takes the escrow back rather than failing over.
+    Reclaim {
+        refund: bool,
+    },
+}
+
+/// `lease end` or `lease reclaim`: refused before anything is sent when the program would
+/// refuse.
+fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, closing: Closing) -> Result<()> {
     let signer = config.signer()?;
     let Ending {
         instructions,
         lease: l,
         market: m,
         client_tokens,
-    } = plan_end(config, signer.key(), &lease, tokens, reclaim)?;
+    } = plan_end(config, signer.key(), &lease, tokens, closing)?;
     let signature = config.send(&signer, &instructions, &[])?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let mut fields: Fields = match config.fetch_if_any::<Lease>(&lease, "lease")? {
@@ -277,7 +296,7 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
             ),
         ],
         None => {
-            // Settled: the bid's escrow was refunded, or put back in the spot book.
+            // Settled: the bid's escrow was refunded, or the bid put back in its book.
             let requeued = config.fetch_if_any::<Bid>(&l.bid, "bid")?.is_some();
             let refund = if requeued { 0 } else { l.escrow };
             let settled = LeaseEnded {
@@ -298,7 +317,7 @@ fn end(config: &Config, lease: Pubkey, tokens: Option<Pubkey>, reclaim: bool) ->
     Ok(())
 }
 
-/// What `lease end` (or, with `reclaim`, `lease reclaim`) sends (the `end-lease` action of
+/// What `lease end` or `lease reclaim` sends (the `end-lease` action of
 /// `gpu-market serve`), with what the settlement report reads; refused before anything is
 /// built when the program would refuse.
 pub(crate) struct Ending {
@@ -314,12 +333,20 @@ pub(crate) fn plan_end(
     signer: Signing,
     lease: &Pubkey,
     tokens: Option<Pubkey>,
-    reclaim: bool,
+    closing: Closing,
 ) -> Result<Ending> {
     let l: Lease = config.fetch(lease, "lease")?;
     let m: Market = config.fetch(&l.market, "market")?;
     let mach: Machine = config.fetch(&l.machine, "machine")?;
     let me = signer.pubkey();
+    let reclaim = closing != Closing::End;
+    let refund = closing == Closing::Reclaim { refund: true };
+    if refund && me != l.client {
+        bail!(
+            "only the lease's client {} may take the escrow back rather than fail over; the signer is {me}",
+            l.client
+        );
+    }
     if reclaim {
         check_reclaim(config, lease, &l)?;
     } else if ![l.client, mach.owner, mach.agent].contains(&me) && !l.fully_proven() {
@@ -330,14 +357,10 @@ pub(crate) fn plan_end(
     }
     // With no token account of the client, the refund waits in its stake (`stake claim`).
     let client_tokens = config.refund_account(&l.client, &m.payment_mint, tokens)?;
-    let instructions = vec![CloseLease::of(
-        signer,
-        (*lease, &l),
-        &mach,
-        m.payment_mint,
-        client_tokens,
-        reclaim,
-    )
+    let instructions = vec![CloseLease {
+        refund,
+        ..CloseLease::of(signer, (*lease, &l), &mach, &m, client_tokens, reclaim)
+    }
     .instruction()];
     Ok(Ending {
         instructions,
@@ -502,7 +525,7 @@ fn show_settled(config: &Config, lease: &Pubkey) -> Result<()> {
 /// What a lease's settlement did, as `lease end` and `lease show` print it.
 fn settlement_fields(e: &LeaseEnded, refund_in_stake: bool, decimals: u8) -> Fields {
     let status = if e.requeued {
-        "settled, bid back in its spot book"
+        "settled, bid back in its book to run again"
     } else {
         "settled"
     };

@@ -56,6 +56,12 @@ fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
     let e = t.fails(&client, &["lease", "reclaim", &l]);
     assert!(e.contains("counts as silent from"), "{e}");
     assert!(t.exists(&lease), "nothing sent");
+    // Only the client may take its escrow back rather than fail over.
+    let e = t.fails(&stranger, &["lease", "reclaim", &l, "--refund"]);
+    assert!(
+        e.contains("only the lease's client") && e.contains("may take the escrow back"),
+        "{e}"
+    );
     let stake_before = host_stake(&t, &s, &host);
     // What the proof left of the escrow (the lease holds it): all of it comes back.
     let bid = t.account::<Bid>(&proven.bid);
@@ -64,7 +70,7 @@ fn a_silent_hosts_lease_is_reclaimed_and_skipped_intervals_are_slashed() {
         "the proven interval was paid"
     );
     wait_until(&t, proven.silent_from());
-    let out = t.ok(&client, &["lease", "reclaim", &l]);
+    let out = t.ok(&client, &["lease", "reclaim", &l, "--refund"]);
     assert_eq!(
         out["refund"],
         shown(proven.escrow).as_str(),

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use common::*;
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease, Machine, Market};
+use gpu_market::state::{Bid, BidStatus, Lease, Machine, Market};
 use serde_json::Value;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -163,9 +163,10 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
     assert!(t.rpc().get_balance(&key_of(&client).pubkey()).unwrap() > lamports);
     assert!(t.exists(&silent));
 
-    // Once silent, both running leases (the skipping one fell silent too) are reclaimed for
-    // the client.
+    // Once silent, both running leases (the skipping one fell silent too) are reclaimed: their
+    // bids, which may still start, go back to the queue with their unproven escrow (failover).
     let proven: Lease = t.account(&silent);
+    let skipped: Lease = t.account(&skipping);
     wait_until(&t, proven.silent_from());
     let funds = t.balance(&tokens);
     assert_eq!(
@@ -173,10 +174,12 @@ fn the_keeper_does_each_duty_only_once_the_program_would_accept_it() {
         set(&[("reclaim", silent), ("reclaim", skipping)])
     );
     assert!(!t.exists(&silent) && !t.exists(&skipping));
-    assert!(
-        t.balance(&tokens) > funds,
-        "the unproven escrow went back to the client"
-    );
+    assert_eq!(t.balance(&tokens), funds, "no refund: the bids fail over");
+    for l in [&proven, &skipped] {
+        let b: Bid = t.account(&l.bid);
+        assert_eq!(b.status, BidStatus::Open, "waits again");
+        assert_eq!(b.escrow, l.escrow, "with the escrow its lease had left");
+    }
 
     // The counters of the process (one round with `--once`), as the textfile collector reads
     // them.

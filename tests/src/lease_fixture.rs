@@ -396,7 +396,8 @@ impl Fixture {
     }
 
     /// `end_lease` (or `reclaim_escrow`) of `lease` signed by `signer`, refunding to
-    /// `client_tokens`.
+    /// `client_tokens`. A reclaim asks for a refund, which the program grants when the client
+    /// signs it; signed by anyone else, a queue lease's bid fails over.
     pub fn close(
         &mut self,
         signer: &Keypair,
@@ -428,9 +429,11 @@ impl Fixture {
                 agent: self.agent.pubkey(),
                 host: self.host.key.pubkey(),
                 spot_book: Some(self.spot_book),
+                queue_book: (reclaim && l.kind == BidKind::Queue).then_some(self.queue_book),
                 payment_mint: self.mint,
                 client_tokens,
                 reclaim,
+                refund: reclaim,
             })
             .map(|_| ())
     }

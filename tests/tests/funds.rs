@@ -122,11 +122,13 @@ enum Op {
         who: u8,
         to_stake: bool,
     },
-    /// The client (0) or a stranger (2) reclaims a lease's escrow.
+    /// The client (0) or a stranger (2) reclaims a lease whose host went silent: its bid
+    /// goes back to the queue (failover) unless the client asks for a `refund`.
     Reclaim {
         lease: usize,
         who: u8,
         to_stake: bool,
+        refund: bool,
     },
     /// The client of wallet `w`'s bid at `bid` seals its environment to the agent; moves no
     /// token.
@@ -206,8 +208,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::ClaimPay),
         1 => (0usize..3, 0u8..3, proptest::bool::weighted(0.5))
             .prop_map(|(lease, who, to_stake)| Op::End { lease, who, to_stake }),
-        1 => (0usize..3, prop_oneof![Just(0u8), Just(2u8)], proptest::bool::weighted(0.5))
-            .prop_map(|(lease, who, to_stake)| Op::Reclaim { lease, who, to_stake }),
+        1 => (0usize..3, prop_oneof![Just(0u8), Just(2u8)], proptest::bool::weighted(0.5), proptest::bool::weighted(0.5))
+            .prop_map(|(lease, who, to_stake, refund)| Op::Reclaim { lease, who, to_stake, refund }),
         1 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::SealEnv { w, bid }),
         1 => (w.clone(), 0usize..4, proptest::bool::weighted(0.5))
             .prop_map(|(w, bid, by_client)| Op::CloseEnv { w, bid, by_client }),
@@ -671,12 +673,13 @@ impl World {
                 lease,
                 who,
                 to_stake,
-            } => return self.close(lease, who, false, to_stake),
+            } => return self.close(lease, who, (false, false), to_stake),
             Op::Reclaim {
                 lease,
                 who,
                 to_stake,
-            } => return self.close(lease, who, true, to_stake),
+                refund,
+            } => return self.close(lease, who, (true, refund), to_stake),
             Op::SealEnv { w, bid } => {
                 let Some(&bid) = self.bids[w].get(bid) else {
                     return false;
@@ -1049,9 +1052,15 @@ impl World {
             .sum()
     }
 
-    /// `end_lease` or (`reclaim`) `reclaim_escrow` by the client (0), the agent (1) or a
-    /// stranger (2); `to_stake`: with no token account of the client.
-    fn close(&mut self, pick: usize, who: u8, reclaim: bool, to_stake: bool) -> bool {
+    /// `end_lease` or (`reclaim`) `reclaim_escrow` (with `refund`) by the client (0), the agent
+    /// (1) or a stranger (2); `to_stake`: with no token account of the client.
+    fn close(
+        &mut self,
+        pick: usize,
+        who: u8,
+        (reclaim, refund): (bool, bool),
+        to_stake: bool,
+    ) -> bool {
         let Some((lease, w)) = self.live_lease(pick) else {
             return false;
         };
@@ -1076,9 +1085,11 @@ impl World {
                 agent: self.agent.pubkey(),
                 host: self.host.pubkey(),
                 spot_book: None,
+                queue_book: Some(self.book),
                 payment_mint: self.mint,
                 client_tokens: (!to_stake).then_some(self.wallets[w].1),
                 reclaim,
+                refund,
             })
             .is_ok();
         if ok {
@@ -1475,6 +1486,7 @@ fn refused_after_its_window() -> Vec<Op> {
         lease: 0,
         who: 0,
         to_stake: false,
+        refund: true,
     };
     let attack = Op::Attack {
         w: 0,

@@ -729,6 +729,8 @@ fn a_retired_machines_waiting_spot_bids_are_refunded_by_anyone_and_the_machine_c
     assert!(!f.ctx.account_exists(&f.machine));
 }
 
+/// A stranger's reclaim fails the bid over: it goes back to the queue with all of its escrow
+/// (`failover.rs` follows it to another machine); the host is slashed all the same.
 #[test]
 fn a_silent_host_is_not_paid_anyone_reclaims_for_the_client_and_the_host_is_slashed_at_once() {
     let mut f = fixture();
@@ -747,13 +749,16 @@ fn a_silent_host_is_not_paid_anyone_reclaims_for_the_client_and_the_host_is_slas
     assert_eq!(err.custom_code(), code(MarketError::HostNotSilent));
     assert_eq!(f.balances(&c), start);
 
-    // Anyone may reclaim (a keeper): the escrow can only go back to the client.
+    // Anyone may reclaim (a keeper): the bid waits again with all of its escrow.
     f.ctx.advance_time(INTERVAL);
     f.close(&stranger, lease, c.tokens, true)
         .expect("reclaim_escrow");
     let end = f.balances(&c);
-    assert_eq!(end[0] - start[0], escrow, "all of the escrow back");
+    assert_eq!(end[0], start[0], "no refund: the bid fails over");
     assert_eq!(end[1], start[1], "the host is not paid for unproven time");
+    assert!(!f.ctx.account_exists(&lease));
+    let b: Bid = f.ctx.account(&bid);
+    assert_eq!((b.status, b.escrow), (BidStatus::Open, escrow));
     let m: Machine = f.ctx.account(&f.machine);
     assert_eq!(m.missed_intervals, 3);
 
@@ -1376,9 +1381,11 @@ fn settling_a_preempted_spot_lease_without_its_book_is_refused() {
         agent: f.agent.pubkey(),
         host: f.host.key.pubkey(),
         spot_book: None,
+        queue_book: None,
         payment_mint: f.mint,
         client_tokens: Some(low.tokens),
         reclaim: false,
+        refund: false,
     };
     let before = f.ledger(&low);
     let err = f.ctx.run(&without_book).unwrap_err();

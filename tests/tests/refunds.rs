@@ -136,9 +136,11 @@ fn the_settlement_says_why_the_container_never_ran_and_where_the_refund_waits() 
             agent: f.agent.pubkey(),
             host: f.host.key.pubkey(),
             spot_book: None,
+            queue_book: None,
             payment_mint: f.mint,
             client_tokens: None,
             reclaim: false,
+            refund: false,
         })
         .expect("end_lease");
     let ended = from_logs::<LeaseEnded>(&meta.logs);

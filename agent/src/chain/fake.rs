@@ -342,8 +342,9 @@ impl FakeChain {
         self.lock().reclaimed.clone()
     }
 
-    /// As the program's `reclaim_escrow`, sent by the lease's client: refused while the host is
-    /// not silent; otherwise the lease stops at what is proven and settles.
+    /// As the program's `reclaim_escrow`, sent by the lease's client with `refund` (no
+    /// failover): refused while the host is not silent; otherwise the lease stops at what is
+    /// proven and settles, and its bid closes.
     pub fn reclaim_escrow(&self, lease: Key) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.reachable()?;

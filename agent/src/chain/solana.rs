@@ -1077,7 +1077,7 @@ impl Chain for SolanaChain {
             &self.agent,
             (pubkey(lease), &l),
             &machine,
-            market.payment_mint,
+            &market,
             client_tokens,
             false,
         )

@@ -354,7 +354,7 @@ pub fn measure() -> Result<Costs, String> {
         &agent,
         (leases[0], &lease),
         &m,
-        f.mint,
+        &f.ctx.account(&f.market),
         Some(clients[0].tokens),
         false,
     );

@@ -12,7 +12,7 @@ use solana_signer::null_signer::NullSigner;
 
 use crate::bid::{plan_cancel, plan_place, plan_top_up, PlaceArgs};
 use crate::config::Config;
-use crate::lease::plan_end;
+use crate::lease::{plan_end, Closing};
 use crate::output::clap_sentence;
 use crate::stake::{plan_deposit, plan_unstake, plan_withdraw};
 
@@ -254,7 +254,7 @@ impl Action {
                 )
             }
             Action::EndLease => (
-                plan_end(config, &wallet, &key("lease")?, None, false)?.instructions,
+                plan_end(config, &wallet, &key("lease")?, None, Closing::End)?.instructions,
                 format!("End lease {}", key("lease")?),
             ),
         })

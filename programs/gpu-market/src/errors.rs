@@ -207,6 +207,10 @@ pub enum MarketError {
     EmptyProofSpan,
     #[msg("the shortest run the bid accepts is longer than its duration")]
     MinDurationTooLong,
+    #[msg(
+        "pass the market's queue book: the bid of a lease whose host went silent goes back into it"
+    )]
+    QueueBookMissing,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

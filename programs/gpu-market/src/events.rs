@@ -211,7 +211,8 @@ pub struct LeaseEnded {
     pub client: Pubkey,
     pub paid: u64,
     pub refund: u64,
-    /// A preempted spot bid went back to its book with its remaining escrow.
+    /// Its bid went back to a book with its remaining escrow: a preempted spot bid, or a queue
+    /// bid whose host went silent (failover).
     pub requeued: bool,
     pub idle: bool,
     /// The final proof's exit code, if one came (`gpu_market_core::lease::exit` says why a

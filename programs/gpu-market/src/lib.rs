@@ -155,9 +155,12 @@ pub mod gpu_market {
         CloseLease::end_lease(ctx)
     }
 
-    /// The client takes back the escrow of a lease whose host went silent.
-    pub fn reclaim_escrow(ctx: Context<CloseLease>) -> Result<()> {
-        CloseLease::reclaim_escrow(ctx)
+    /// Anyone ends a lease whose host went silent: the host is slashed for the silence, and
+    /// the bid goes back to the queue at its rank with its remaining escrow (failover; a queue
+    /// bid that can still start), or, when the client sends it with `refund`, or the bid cannot
+    /// wait again, its escrow goes back to the client.
+    pub fn reclaim_escrow(ctx: Context<CloseLease>, refund: bool) -> Result<()> {
+        CloseLease::reclaim_escrow(ctx, refund)
     }
 
     /// Slashes a host's stake on the evidence its machine has gathered (anyone may call).

@@ -4,7 +4,7 @@
 
 use gpu_market::instructions::{AllocateArgs, UsageProofArgs};
 use gpu_market::pda;
-use gpu_market::state::{BidKind, Lease, Machine};
+use gpu_market::state::{BidKind, Lease, Machine, Market};
 use solana_instruction::{AccountMeta, Instruction};
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -208,7 +208,9 @@ impl ClientInstruction for ClaimPay {
     }
 }
 
-/// `end_lease` (or, with `reclaim`, `reclaim_escrow`): the final settlement of a lease.
+/// `end_lease` (or, with `reclaim`, `reclaim_escrow`): the final settlement of a lease. A
+/// reclaimed queue lease's bid goes back to the queue (failover) unless its client sends the
+/// reclaim with `refund`.
 pub struct CloseLease<'a> {
     pub signer: &'a (dyn Signer + Sync),
     pub market: Pubkey,
@@ -221,25 +223,30 @@ pub struct CloseLease<'a> {
     pub host: Pubkey,
     /// The machine's spot book, for a preempted spot bid that goes back into it.
     pub spot_book: Option<Pubkey>,
+    /// The market's queue book, for a reclaimed queue lease's bid that goes back into it.
+    pub queue_book: Option<Pubkey>,
     pub payment_mint: Pubkey,
     /// A live token account of the client for the refund (see [`crate::token::is_account_of`]);
     /// `None` when it has none (it may have closed it): the refund is then owed by its stake
     /// account (`refunds_due`, see [`crate::ClaimRefunds`]).
     pub client_tokens: Option<Pubkey>,
     pub reclaim: bool,
+    /// A reclaim by the client that takes the escrow back rather than failing over.
+    pub refund: bool,
 }
 
 impl<'a> CloseLease<'a> {
     /// `end_lease` (or, with `reclaim`, `reclaim_escrow`) of lease `key` signed by `signer`,
-    /// with the accounts its lease and machine name; the refund to `client_tokens`.
+    /// with the accounts its lease, machine and market name; the refund to `client_tokens`.
     pub fn of(
         signer: &'a (dyn Signer + Sync),
         (key, l): (Pubkey, &Lease),
         machine: &Machine,
-        payment_mint: Pubkey,
+        market: &Market,
         client_tokens: Option<Pubkey>,
         reclaim: bool,
     ) -> Self {
+        let spot = l.kind == BidKind::Spot;
         CloseLease {
             signer,
             market: l.market,
@@ -249,10 +256,12 @@ impl<'a> CloseLease<'a> {
             client: l.client,
             agent: machine.agent,
             host: machine.owner,
-            spot_book: (l.kind == BidKind::Spot).then_some(machine.spot_book),
-            payment_mint,
+            spot_book: spot.then_some(machine.spot_book),
+            queue_book: (reclaim && !spot).then_some(market.queue_book),
+            payment_mint: market.payment_mint,
             client_tokens,
             reclaim,
+            refund: false,
         }
     }
 }
@@ -272,6 +281,7 @@ impl ClientInstruction for CloseLease<'_> {
             host_stake: (self.reclaim && self.host != self.client)
                 .then(|| pda::stake(&self.market, &self.host).0),
             spot_book: self.spot_book,
+            queue_book: self.queue_book,
             client_tokens: self.client_tokens,
             client: self.client,
             agent: self.agent,
@@ -280,7 +290,12 @@ impl ClientInstruction for CloseLease<'_> {
             token_program: spl_token_interface::ID,
         };
         if self.reclaim {
-            ix(accounts, gpu_market::instruction::ReclaimEscrow {})
+            ix(
+                accounts,
+                gpu_market::instruction::ReclaimEscrow {
+                    refund: self.refund,
+                },
+            )
         } else {
             ix(accounts, gpu_market::instruction::EndLease {})
         }

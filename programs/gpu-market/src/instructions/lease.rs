@@ -448,6 +448,11 @@ pub struct CloseLease<'info> {
     #[account(mut, address = machine.spot_book @ MarketError::WrongBook)]
     pub spot_book: Option<AccountLoader<'info, BidBook>>,
 
+    /// The market's queue book: a queue bid whose host went silent goes back into it
+    /// (failover, `reclaim_escrow`).
+    #[account(mut, address = market.queue_book @ MarketError::WrongBook)]
+    pub queue_book: Option<AccountLoader<'info, BidBook>>,
+
     /// The host's stake (the machine owner's), slashed by `reclaim_escrow` for the silence it
     /// proves; never the client's own stake account.
     #[account(
@@ -510,17 +515,21 @@ impl CloseLease<'_> {
             });
             return Ok(());
         }
-        ctx.accounts.settle(now)
+        ctx.accounts.settle(now, false)
     }
 
-    /// Takes back the escrow of a lease whose host sent no proof for `silence_intervals`
-    /// billing intervals: the unproven time is not paid, and it counts against the machine as
-    /// missed intervals. Anyone may send it (a keeper, the client): the refund can only go to
-    /// the client (its token account, or its stake's `refunds_due`), and the slash half to the
-    /// client's stake, half to the stake treasury.
-    pub fn reclaim_escrow(ctx: Context<Self>) -> Result<()> {
+    /// Ends a lease whose host sent no proof for `silence_intervals` billing intervals: the
+    /// unproven time is not paid, and it counts against the machine as missed intervals. A
+    /// queue bid that can still start goes back to the queue at its rank with the rest of its
+    /// escrow, for another machine to run (failover), unless the client itself sends it with
+    /// `refund`; otherwise the rest is refunded. Anyone may send it (a keeper, the client): a
+    /// refund can only go to the client (its token account, or its stake's `refunds_due`), and
+    /// the slash half to the client's stake, half to the stake treasury.
+    pub fn reclaim_escrow(ctx: Context<Self>, refund: bool) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let a = &mut *ctx.accounts;
+        // Failover unless the client itself asks for its escrow back.
+        let failover = !(refund && a.signer.key() == a.lease.client);
         let lease = &mut a.lease;
         require!(!lease.fully_proven(), MarketError::NothingToReclaim);
         require!(lease.reclaimable(now), MarketError::HostNotSilent);
@@ -535,7 +544,7 @@ impl CloseLease<'_> {
         lease.stop_at = lease.proven_until;
         lease.preempted = false;
         a.slash_for_silence(missed)?;
-        a.settle(now)
+        a.settle(now, failover)
     }
 
     /// Slashes the host for `missed` silent intervals of this lease, at once and once: the
@@ -598,7 +607,9 @@ impl CloseLease<'_> {
         Ok(())
     }
 
-    fn settle(&mut self, now: i64) -> Result<()> {
+    /// Frees the lease's GPUs and closes it; its bid goes back into a book (a preempted spot
+    /// bid, or with `failover` a queue bid whose host went silent) or is refunded and closed.
+    fn settle(&mut self, now: i64, failover: bool) -> Result<()> {
         let lease = &self.lease;
         let spot = lease.kind == BidKind::Spot;
         self.machine
@@ -609,8 +620,10 @@ impl CloseLease<'_> {
             .checked_sub(lease.gpu_count as u32)
             .ok_or(MarketError::Overflow)?;
         let bid = &mut self.bid;
-        // A preempted spot bid goes back to the machine's book only while it can still start
-        // (its latest start has not passed) and run an interval there; settling never waits for room in a book (a full one means a refund).
+        // A preempted spot bid goes back to its machine's book, and a queue bid whose host went
+        // silent to the market's queue (failover), only while it can still start (its latest
+        // start has not passed) and pay an interval; settling never waits for room in a book (a
+        // full one means a refund).
         let interval_cost = cost(
             bid.price,
             bid.unit(),
@@ -618,14 +631,26 @@ impl CloseLease<'_> {
             lease.rules.billing_interval_secs as u64,
         )
         .map_err(MarketError::from)?;
-        let requeue_due =
-            lease.preempted && !bid.expired(now) && lease.escrow >= interval_cost.max(1);
+        let again = if spot { lease.preempted } else { failover };
+        let requeue_due = again && !bid.expired(now) && lease.escrow >= interval_cost.max(1);
         // The rules decide, not whoever settles: a bid that may wait again needs its book, and
         // the rent of its slot there, which its account kept since `allocate`.
-        let book = match (requeue_due, self.spot_book.as_ref()) {
+        let book = match (requeue_due, spot) {
             (false, _) => None,
-            (true, None) => return err!(MarketError::SpotBookMissing),
-            (true, Some(b)) => {
+            (true, true) => Some(
+                self.spot_book
+                    .as_ref()
+                    .ok_or(MarketError::SpotBookMissing)?,
+            ),
+            (true, false) => Some(
+                self.queue_book
+                    .as_ref()
+                    .ok_or(MarketError::QueueBookMissing)?,
+            ),
+        };
+        let book = match book {
+            None => None,
+            Some(b) => {
                 let rent = Rent::get()?;
                 let slot = slot_rent(&rent);
                 (!b.load()?.is_full() && holds_slot_rent(&bid.to_account_info(), &rent, slot))
@@ -636,13 +661,20 @@ impl CloseLease<'_> {
         let refund = if requeue { 0 } else { lease.escrow };
         if let Some((book, slot)) = book {
             bid.escrow = lease.escrow;
-            // Back in the machine's spot book, ranked by its profit, with its remaining escrow.
-            let key = bid.spot_profit(&self.machine)?;
+            // With its remaining escrow: a spot bid ranked by its profit for the host, a queue
+            // bid at the rank it had (its book key; its place among equal keys is new).
+            let key = match spot {
+                true => bid.spot_profit(&self.machine)?,
+                false => bid.book_key,
+            };
             bid.status = BidStatus::Open;
             let bid_key = bid.key();
             grow_book(&book, &bid.to_account_info(), slot)?;
             self.market
                 .enqueue(bid_key, bid, &mut load_book_mut(&book)?, key, now)?;
+            if !spot {
+                self.market.add_waiting(bid.gpu_count as i64)?;
+            }
             stake.open_bids = stake
                 .open_bids
                 .checked_add(1)
