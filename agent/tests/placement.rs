@@ -191,3 +191,102 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
         machine_b
     );
 }
+
+/// Failover (issue 34): agent A is killed with SIGKILL while it runs a queue lease. Once A has
+/// been silent for the market's window, a keeper reclaims the lease (the instruction `gpu-market
+/// keeper` sends): A's host is slashed, the bid goes back to the queue at its rank, and B's
+/// agent runs it within two intervals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agents_queue_lease_runs_again_on_the_other_machine() {
+    let live = live_market(2).await;
+    let host_b = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
+    let agent_b = live.cluster.wallet(10).await.unwrap();
+    // B's electricity costs more: of the two idle machines, the policy gives the bid to A.
+    let (machine_b, _) = live
+        .register_machine(&host_b.key, agent_b.pubkey(), |t| {
+            t.gpus = gpus(2);
+            t.price_floor_per_gpu_hour = TOKEN / 10;
+            t.electricity_cost_per_kwh = TOKEN;
+        })
+        .await
+        .unwrap();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config_a = Agent::write_config(&live, dir_a.path(), 2);
+    let agent_a = Agent::start(&config_a);
+    let agent_b = Agent::start(&Agent::write_config_for(
+        &live,
+        dir_b.path(),
+        2,
+        &agent_b,
+        &machine_b,
+    ));
+    let client = live.client(100 * TOKEN, 0).await.unwrap();
+    let job = bid(&live, &client, 1, 8, vec![]).await;
+    assert_eq!(
+        leased_on(&live, job, "the lease on A", &agent_a).await,
+        live.machine
+    );
+    let lease = pda::lease(&job).0;
+    wait_for("A's first proof", 60, &agent_a, || async {
+        let l: Lease = live.cluster.account(&lease).await.ok()?;
+        (l.next_interval >= 1).then_some(())
+    })
+    .await;
+    let killed_at = live.cluster.now().await.unwrap();
+    let log_a = agent_a.kill9();
+    // Nothing restarts A: the container it left would run on through the later tests.
+    remove_containers_of(&config_a);
+
+    // Silent for the window: the keeper reclaims.
+    let l: Lease = wait_for("A silent for the window", 120, &agent_b, || async {
+        let l: Lease = live.cluster.account(&lease).await.ok()?;
+        let now = live.cluster.now().await.ok()?;
+        l.reclaimable(now).then_some(l)
+    })
+    .await;
+    let host_stake = || async {
+        let key = pda::stake(&live.market, &live.host.key.pubkey()).0;
+        live.cluster
+            .account::<gpu_market::state::StakeAccount>(&key)
+            .await
+            .unwrap()
+            .amount
+    };
+    let staked = host_stake().await;
+    let keeper = live.cluster.wallet(1).await.unwrap();
+    let market: Market = live.cluster.account(&live.market).await.unwrap();
+    let machine_a: Machine = live.cluster.account(&live.machine).await.unwrap();
+    let reclaim = gpu_market_sdk::CloseLease::of(
+        &keeper,
+        (lease, &l),
+        &machine_a,
+        &market,
+        Some(client.tokens),
+        true,
+    );
+    live.cluster.run(&reclaim).await.unwrap();
+    let reclaimed_at = live.cluster.now().await.unwrap();
+    assert!(host_stake().await < staked, "A's host is slashed");
+
+    // B runs it, with the escrow A's lease had left.
+    let on = wait_for("the lease on B", 60, &agent_b, || async {
+        let again: Lease = live.cluster.account(&lease).await.ok()?;
+        (again.machine == machine_b).then_some(again)
+    })
+    .await;
+    assert_eq!(on.escrow, l.escrow, "A's log:\n{log_a}");
+    assert!(
+        on.started_at <= reclaimed_at + 2 * INTERVAL as i64,
+        "B started it at {} (reclaimed at {reclaimed_at}, A killed at {killed_at}); B's log:\n{}",
+        on.started_at,
+        agent_b.log()
+    );
+    let b: Bid = live.cluster.account(&job).await.unwrap();
+    assert_eq!(b.status, gpu_market::state::BidStatus::Running);
+    println!(
+        "failover: A killed at {killed_at}, silent from {}, reclaimed at {reclaimed_at}, running on B at {} ({} s after the kill)",
+        l.silent_from(),
+        on.started_at,
+        on.started_at - killed_at
+    );
+}

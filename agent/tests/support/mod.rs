@@ -339,23 +339,35 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if self.keep_containers {
-            return;
+        if !self.keep_containers {
+            remove_containers(&self.engine, &self.machine);
         }
-        let docker = |args: &[&str]| {
-            Command::new("docker")
-                .args(["--host", &self.engine])
-                .args(args)
-                .output()
-                .ok()
-        };
-        let filter = format!("label=io.gpu-market.managed={}", self.machine);
-        if let Some(out) = docker(&["ps", "-aq", "--filter", &filter]) {
-            let ids = String::from_utf8_lossy(&out.stdout).into_owned();
-            let ids: Vec<&str> = ids.split_whitespace().collect();
-            if !ids.is_empty() {
-                docker(&[&["rm", "-f"], ids.as_slice()].concat());
-            }
+    }
+}
+
+/// Removes the lease containers the agent of `config` left (one killed with no successor).
+pub fn remove_containers_of(config: &Path) {
+    remove_containers(
+        &setting(config, "engine_socket"),
+        &setting(config, "machine"),
+    );
+}
+
+/// Removes the lease containers of `machine` on `engine`.
+fn remove_containers(engine: &str, machine: &str) {
+    let docker = |args: &[&str]| {
+        Command::new("docker")
+            .args(["--host", engine])
+            .args(args)
+            .output()
+            .ok()
+    };
+    let filter = format!("label=io.gpu-market.managed={machine}");
+    if let Some(out) = docker(&["ps", "-aq", "--filter", &filter]) {
+        let ids = String::from_utf8_lossy(&out.stdout).into_owned();
+        let ids: Vec<&str> = ids.split_whitespace().collect();
+        if !ids.is_empty() {
+            docker(&[&["rm", "-f"], ids.as_slice()].concat());
         }
     }
 }
