@@ -312,7 +312,13 @@ fn own(b: &Bid, bid: &Pubkey, me: &Pubkey) -> Result<()> {
     Ok(())
 }
 
-fn check_balance(need: u64, have: u64, decimals: u8, account: &Pubkey, what: &str) -> Result<()> {
+pub(crate) fn check_balance(
+    need: u64,
+    have: u64,
+    decimals: u8,
+    account: &Pubkey,
+    what: &str,
+) -> Result<()> {
     if have < need {
         bail!(
             "insufficient balance: {what} needs {} but token account {account} holds {}",

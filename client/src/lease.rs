@@ -1,4 +1,4 @@
-//! `gpu-market lease list|show|end|reclaim|audit|logs|exec|cp`.
+//! `gpu-market lease list|show|end|reclaim|extend|audit|logs|exec|cp`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::Subcommand;
@@ -19,6 +19,7 @@ use crate::bid::{auto_power_bps_field, auto_power_field};
 use crate::config::{Config, Signing};
 
 mod audit;
+mod extend;
 mod remote;
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
@@ -68,6 +69,18 @@ pub enum LeaseCommand {
         /// Take the escrow back rather than fail over (only the lease's client may).
         #[arg(long)]
         refund: bool,
+    },
+    /// Buys more run time for a running lease (its client only), at its price, paid into its
+    /// escrow now; refused while a bid waiting in the queue could run on its GPUs once it ends
+    /// (an extension never passes the queue), and on a machine that is paused or retiring.
+    Extend {
+        lease: Pubkey,
+        /// How much longer: seconds, or e.g. 30m, 2h.
+        #[arg(long, value_name = "DURATION")]
+        by: String,
+        /// The client's payment-token account to pay from [default: its largest].
+        #[arg(long)]
+        tokens: Option<Pubkey>,
     },
     /// Checks the power logs the host's agent kept for a lease (its container sees them at
     /// /run/gpu-market/evidence) against the proofs on chain: each is the log its proof
@@ -133,6 +146,7 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
             tokens,
             refund,
         } => end(config, lease, tokens, Closing::Reclaim { refund }),
+        LeaseCommand::Extend { lease, by, tokens } => extend::extend(config, &lease, &by, tokens),
         LeaseCommand::Audit { lease, evidence } => audit::audit(config, &lease, &evidence),
         LeaseCommand::Logs {
             lease,

@@ -311,3 +311,39 @@ fn a_proofs_power_log_is_checked_against_the_chain_by_anyone() {
     );
     assert!(e.contains("is the log of lease"), "{e}");
 }
+
+/// `lease extend`: the client buys half an hour more of its running lease at its price (3 per
+/// GPU-hour: 1.5), paid into the lease's escrow; anyone else is refused before anything is sent.
+#[test]
+fn a_client_extends_its_running_lease() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let stranger = t.wallet("stranger");
+    s.fund(&t, &stranger, "10");
+    let lease = leased(&t, &s, &host, &client, "1");
+    let l = lease.to_string();
+    let before: Lease = t.account(&lease);
+
+    let e = t.fails(&stranger, &["lease", "extend", &l, "--by", "30m"]);
+    assert!(e.contains("only the lease's client"), "{e}");
+    let e = t.fails(&client, &["lease", "extend", &l, "--by", "0"]);
+    assert!(e.contains("must be more than zero"), "{e}");
+    assert_eq!(
+        t.account::<Lease>(&lease).ends_at,
+        before.ends_at,
+        "nothing sent"
+    );
+
+    let balance = t.balance(&tokens);
+    let out = t.ok(&client, &["lease", "extend", &l, "--by", "30m"]);
+    assert_eq!(out["extended_by_secs"], 1_800, "{out}");
+    assert_eq!(out["paid"], "1.5", "{out}");
+    let after: Lease = t.account(&lease);
+    assert_eq!(after.ends_at, before.ends_at + 1_800);
+    assert_eq!(out["ends_at"], after.ends_at, "{out}");
+    assert_eq!(after.escrow, before.escrow + 1_500_000);
+    assert_eq!(t.balance(&tokens), balance - 1_500_000);
+}

@@ -122,6 +122,13 @@ enum Op {
         who: u8,
         to_stake: bool,
     },
+    /// The client of the lease at `lease` (or a `stranger`, paying from the client's account)
+    /// extends it by `secs`.
+    Extend {
+        lease: usize,
+        secs: u32,
+        stranger: bool,
+    },
     /// The client (0) or a stranger (2) reclaims a lease whose host went silent: its bid
     /// goes back to the queue (failover) unless the client asks for a `refund`.
     Reclaim {
@@ -206,6 +213,8 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0usize..3, 0u32..2, prop_oneof![2 => Just(1u16), 2 => Just(2u16), 1 => 0u16..5], 50u64..=100, proptest::bool::weighted(0.1), proptest::bool::weighted(0.4), proptest::bool::weighted(0.3))
             .prop_map(|(lease, gap, span, gpu_secs_pct, exit, all, early)| Op::Prove { lease, gap, span, gpu_secs_pct, exit, all, early }),
         2 => Just(Op::ClaimPay),
+        1 => (0usize..3, prop_oneof![Just(0u32), 1u32..7_200], proptest::bool::weighted(0.2))
+            .prop_map(|(lease, secs, stranger)| Op::Extend { lease, secs, stranger }),
         1 => (0usize..3, 0u8..3, proptest::bool::weighted(0.5))
             .prop_map(|(lease, who, to_stake)| Op::End { lease, who, to_stake }),
         1 => (0usize..3, prop_oneof![Just(0u8), Just(2u8)], proptest::bool::weighted(0.5), proptest::bool::weighted(0.5))
@@ -663,6 +672,22 @@ impl World {
                 all,
                 early,
             } => return self.prove(lease, (gap, span), gpu_secs_pct, exit, all, early),
+            Op::Extend {
+                lease,
+                secs,
+                stranger,
+            } => {
+                let Some((lease, w)) = self.live_lease(lease) else {
+                    return false;
+                };
+                let l: Lease = self.ctx.account(&lease);
+                let m: Market = self.ctx.account(&market);
+                let other = Keypair::new();
+                let signer = if stranger { &other } else { &self.wallets[w].0 };
+                let tokens = self.wallets[w].1;
+                self.ctx
+                    .run(&ExtendLease::of(signer, (lease, &l), &m, tokens, secs))
+            }
             Op::ClaimPay => self.ctx.run(&ClaimPay {
                 market,
                 machine: self.machine,

@@ -239,6 +239,13 @@ impl FakeChain {
         }
     }
 
+    /// As the program's `extend_lease`, sent by the lease's client: `lease` runs `secs` longer.
+    pub fn extend_lease(&self, lease: Key, secs: i64) {
+        let mut s = self.lock();
+        let pos = s.lease_pos(lease).expect("a running lease");
+        s.leases[pos].ends_at += secs;
+    }
+
     /// The next proof lands but its answer is lost (reported as unreachable).
     pub fn lose_next_proof_answer(&self) {
         self.lock().lose_next_proof_answer = true;

@@ -211,6 +211,8 @@ pub enum MarketError {
         "pass the market's queue book: the bid of a lease whose host went silent goes back into it"
     )]
     QueueBookMissing,
+    #[msg("a bid waiting in the queue could run on the lease's GPUs once it ends: an extension would pass it")]
+    GpusWanted,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -197,6 +197,15 @@ pub struct LeaseIdle {
     pub intervals: u16,
 }
 
+/// Its client bought `secs` more run time, paying `paid` into the lease's escrow.
+#[event]
+pub struct LeaseExtended {
+    pub lease: Pubkey,
+    pub secs: u32,
+    pub paid: u64,
+    pub ends_at: i64,
+}
+
 #[event]
 pub struct LeaseStopping {
     pub lease: Pubkey,

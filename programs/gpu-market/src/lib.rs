@@ -150,6 +150,12 @@ pub mod gpu_market {
         ClaimPay::claim_pay(ctx)
     }
 
+    /// The client of a running lease buys `secs` more run time, paid into its escrow now; a
+    /// queue lease only while no waiting bid could run on its GPUs once it ends.
+    pub fn extend_lease(ctx: Context<ExtendLease>, secs: u32) -> Result<()> {
+        ExtendLease::extend_lease(ctx, secs)
+    }
+
     /// Stops a lease (client or host) and settles it once its time is proven.
     pub fn end_lease(ctx: Context<CloseLease>) -> Result<()> {
         CloseLease::end_lease(ctx)

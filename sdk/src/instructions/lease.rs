@@ -332,3 +332,63 @@ impl ClientInstruction for Slash<'_> {
         vec![self.signer]
     }
 }
+
+/// `extend_lease`: the lease's client buys `secs` more run time, paid from `client_tokens`.
+pub struct ExtendLease<'a> {
+    pub client: &'a (dyn Signer + Sync),
+    pub lease: Pubkey,
+    pub machine: Pubkey,
+    pub market: Pubkey,
+    /// The market's queue book, which the program checks for bids that want the GPUs.
+    pub queue_book: Pubkey,
+    pub payment_mint: Pubkey,
+    pub client_tokens: Pubkey,
+    pub secs: u32,
+}
+
+impl<'a> ExtendLease<'a> {
+    /// `extend_lease` of lease `key` by `secs`, with the accounts its lease and market name.
+    pub fn of(
+        client: &'a (dyn Signer + Sync),
+        (key, l): (Pubkey, &Lease),
+        market: &Market,
+        client_tokens: Pubkey,
+        secs: u32,
+    ) -> Self {
+        ExtendLease {
+            client,
+            lease: key,
+            machine: l.machine,
+            market: l.market,
+            queue_book: market.queue_book,
+            payment_mint: market.payment_mint,
+            client_tokens,
+            secs,
+        }
+    }
+}
+
+impl ClientInstruction for ExtendLease<'_> {
+    const NAME: &'static str = "extend_lease";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::ExtendLease {
+                client: self.client.pubkey(),
+                market: self.market,
+                machine: self.machine,
+                lease: self.lease,
+                queue_book: self.queue_book,
+                payment_mint: self.payment_mint,
+                client_tokens: self.client_tokens,
+                payment_vault: pda::payment_vault(&self.market).0,
+                token_program: spl_token_interface::ID,
+            },
+            gpu_market::instruction::ExtendLease { secs: self.secs },
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.client]
+    }
+}

@@ -1285,6 +1285,7 @@ fn without_the_cluster_the_plan_touches_nothing_on_chain() {
 }
 
 mod batching;
+mod extend;
 mod faults;
 mod isolation;
 mod liveness;

@@ -96,7 +96,7 @@ impl Evidence {
 /// whole-machine bounds first (a few comparisons on the entry as stored), then the exact rule
 /// on its one or two term sets as stored (`BidSummary::need` is not built: its copies and
 /// conversions cost about half of what the rule itself does).
-fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
+pub(crate) fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
     let s = &leaf.summary;
     offer.accepts(Regions::from_filter(u32::from_le_bytes(s.regions)))
         && !offer.rules_out(

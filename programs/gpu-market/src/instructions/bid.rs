@@ -1,6 +1,6 @@
 use anchor_lang::prelude::*;
 use anchor_lang::system_program;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 use gpu_market_core::fit::{Host, Need, Regions, Room, Terms, Unfit};
 use gpu_market_core::score;
 use gpu_market_core::settlement::{bid_escrow, escrow_for, spend_per_hour};
@@ -8,7 +8,7 @@ use gpu_market_core::settlement::{bid_escrow, escrow_for, spend_per_hour};
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
 use crate::instructions::{
-    grow_book, load_book, load_book_mut, refund_escrow, shrink_book, slot_rent,
+    grow_book, load_book, load_book_mut, pay_in, refund_escrow, shrink_book, slot_rent,
 };
 use crate::state::{
     ports_valid, regions_valid, seeds, Bid, BidBook, BidData, BidKind, BidStatus, BookKey, Freed,
@@ -501,20 +501,16 @@ impl PlaceBid<'_> {
             .checked_add(args.urgency_premium)
             .ok_or(MarketError::Overflow)?;
 
-        token::transfer_checked(
-            CpiContext::new(
-                ctx.accounts.token_program.key(),
-                TransferChecked {
-                    from: ctx.accounts.client_tokens.to_account_info(),
-                    mint: ctx.accounts.payment_mint.to_account_info(),
-                    to: ctx.accounts.payment_vault.to_account_info(),
-                    authority: ctx.accounts.client.to_account_info(),
-                },
-            ),
+        let a = &ctx.accounts;
+        pay_in(
+            a.client_tokens.to_account_info(),
+            a.payment_vault.to_account_info(),
+            a.client.to_account_info(),
+            &a.payment_mint,
+            &a.token_program,
             escrow
                 .checked_add(args.urgency_premium)
                 .ok_or(MarketError::Overflow)?,
-            ctx.accounts.payment_mint.decimals,
         )?;
 
         if evicting {
@@ -570,23 +566,19 @@ impl TopUpBid<'_> {
             .total_escrow
             .checked_add(amount)
             .ok_or(MarketError::Overflow)?;
-        token::transfer_checked(
-            CpiContext::new(
-                ctx.accounts.token_program.key(),
-                TransferChecked {
-                    from: ctx.accounts.client_tokens.to_account_info(),
-                    mint: ctx.accounts.payment_mint.to_account_info(),
-                    to: ctx.accounts.payment_vault.to_account_info(),
-                    authority: ctx.accounts.client.to_account_info(),
-                },
-            ),
+        let a = &ctx.accounts;
+        pay_in(
+            a.client_tokens.to_account_info(),
+            a.payment_vault.to_account_info(),
+            a.client.to_account_info(),
+            &a.payment_mint,
+            &a.token_program,
             amount,
-            ctx.accounts.payment_mint.decimals,
         )?;
         emit!(BidToppedUp {
-            bid: bid.key(),
+            bid: a.bid.key(),
             amount,
-            escrow: bid.escrow,
+            escrow: a.bid.escrow,
         });
         Ok(())
     }

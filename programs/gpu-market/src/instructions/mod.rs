@@ -17,6 +17,7 @@ pub mod bid;
 pub mod book;
 pub mod close;
 pub mod env;
+pub mod extend;
 pub mod init_market;
 pub mod lease;
 pub mod machine;
@@ -29,12 +30,38 @@ pub use bid::*;
 pub use book::*;
 pub use close::*;
 pub use env::*;
+pub use extend::*;
 pub use init_market::*;
 pub use lease::*;
 pub use machine::*;
 pub use slash::*;
 pub use stake::*;
 pub use unstake::*;
+
+/// Moves `amount` from `from` (a token account of `authority`, who signs) to `to`: what a
+/// client or staker pays into one of the market's vaults.
+pub(crate) fn pay_in<'info>(
+    from: AccountInfo<'info>,
+    to: AccountInfo<'info>,
+    authority: AccountInfo<'info>,
+    mint: &Account<'info, Mint>,
+    token_program: &Program<'info, Token>,
+    amount: u64,
+) -> Result<()> {
+    token::transfer_checked(
+        CpiContext::new(
+            token_program.key(),
+            TransferChecked {
+                from,
+                mint: mint.to_account_info(),
+                to,
+                authority,
+            },
+        ),
+        amount,
+        mint.decimals,
+    )
+}
 
 /// Moves `amount` of the payment vault to `to`, signed by the market.
 pub(crate) fn pay_out<'info>(

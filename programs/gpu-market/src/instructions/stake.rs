@@ -1,9 +1,9 @@
 use anchor_lang::prelude::*;
-use anchor_spl::token::{self, Mint, Token, TokenAccount, TransferChecked};
+use anchor_spl::token::{Mint, Token, TokenAccount};
 
 use crate::errors::MarketError;
 use crate::events::{RefundsClaimed, Staked};
-use crate::instructions::pay_out;
+use crate::instructions::{pay_in, pay_out};
 use crate::state::{seeds, Market, StakeAccount};
 
 #[derive(Accounts)]
@@ -71,18 +71,14 @@ impl Stake<'_> {
 
     #[access_control(ctx.accounts.validate(amount))]
     pub fn stake(ctx: Context<Self>, amount: u64) -> Result<()> {
-        token::transfer_checked(
-            CpiContext::new(
-                ctx.accounts.token_program.key(),
-                TransferChecked {
-                    from: ctx.accounts.owner_tokens.to_account_info(),
-                    mint: ctx.accounts.stake_mint.to_account_info(),
-                    to: ctx.accounts.stake_vault.to_account_info(),
-                    authority: ctx.accounts.owner.to_account_info(),
-                },
-            ),
+        let a = &ctx.accounts;
+        pay_in(
+            a.owner_tokens.to_account_info(),
+            a.stake_vault.to_account_info(),
+            a.owner.to_account_info(),
+            &a.stake_mint,
+            &a.token_program,
             amount,
-            ctx.accounts.stake_mint.decimals,
         )?;
 
         let stake = &mut ctx.accounts.stake;
