@@ -5,7 +5,7 @@
 //! and, once silent past the market's silence window, is given none.
 
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease, Machine, Market};
+use gpu_market::state::{Bid, Lease, Machine, MachineTerms, Market};
 use gpu_market_sdk::placement::MarketPlacement;
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
@@ -20,6 +20,25 @@ fn region(name: &str) -> [u8; 16] {
     let mut r = [0u8; 16];
     r[..name.len()].copy_from_slice(name.as_bytes());
     r
+}
+
+/// Machine B of another host: 2 GPUs × 24 GiB as A's, the same floor, its terms as `change`
+/// makes them; returns it and its agent's key.
+async fn machine_b(
+    live: &LiveMarket,
+    change: impl FnOnce(&mut MachineTerms),
+) -> (Pubkey, solana_keypair::Keypair) {
+    let host_b = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
+    let agent_b = live.cluster.wallet(10).await.unwrap();
+    let (machine_b, _) = live
+        .register_machine(&host_b.key, agent_b.pubkey(), |t| {
+            t.gpus = gpus(2);
+            t.price_floor_per_gpu_hour = TOKEN / 10;
+            change(t);
+        })
+        .await
+        .unwrap();
+    (machine_b, agent_b)
 }
 
 /// The machine running the lease of `bid`, once there is one.
@@ -67,17 +86,11 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
     live.add_region(eu).await.unwrap();
     live.add_region(us).await.unwrap();
     live.update_machine(|t| t.region = eu).await.unwrap();
-    let host_b = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
-    let agent_b = live.cluster.wallet(10).await.unwrap();
-    let (machine_b, _) = live
-        .register_machine(&host_b.key, agent_b.pubkey(), |t| {
-            t.gpus = gpus(2);
-            t.price_floor_per_gpu_hour = TOKEN / 10;
-            t.electricity_cost_per_kwh = TOKEN / 10;
-            t.region = us;
-        })
-        .await
-        .unwrap();
+    let (machine_b, agent_b) = machine_b(&live, |t| {
+        t.electricity_cost_per_kwh = TOKEN / 10;
+        t.region = us;
+    })
+    .await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let agent_a = Agent::start(&Agent::write_config(&live, dir_a.path(), 2));
     let config_b = Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b);
@@ -199,17 +212,8 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_agents_queue_lease_runs_again_on_the_other_machine() {
     let live = live_market(2).await;
-    let host_b = live.client(10 * TOKEN, 10 * TOKEN).await.unwrap();
-    let agent_b = live.cluster.wallet(10).await.unwrap();
     // B's electricity costs more: of the two idle machines, the policy gives the bid to A.
-    let (machine_b, _) = live
-        .register_machine(&host_b.key, agent_b.pubkey(), |t| {
-            t.gpus = gpus(2);
-            t.price_floor_per_gpu_hour = TOKEN / 10;
-            t.electricity_cost_per_kwh = TOKEN;
-        })
-        .await
-        .unwrap();
+    let (machine_b, agent_b) = machine_b(&live, |t| t.electricity_cost_per_kwh = TOKEN).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let config_a = Agent::write_config(&live, dir_a.path(), 2);
     let agent_a = Agent::start(&config_a);
