@@ -21,7 +21,7 @@ use gpu_market::state::{
 };
 use gpu_market_core::fit::{Need, Offer};
 use gpu_market_core::placement::{
-    Affinity, Chosen, Demand, Node, Placer, Pod, Seat, SplitMix64, Tenant,
+    Affinity, Chosen, Demand, ModelId, ModelSet, Node, Placer, Pod, Seat, SplitMix64, Tenant,
 };
 
 use crate::fgd::{self, POINTS};
@@ -72,14 +72,22 @@ pub(crate) fn machine(node: &Node) -> Machine {
     }
 }
 
-/// The queue bid of a pod: its GPUs with the pod's milli as GiB each, any class, its CPU and
-/// memory, 300 W.
+/// The GPU classes a pod accepts: the models of its `gpu_spec` (a machine's class is its
+/// model's id, [`machine`]), or every class when it names none.
+fn accepted_classes(spec: ModelSet) -> u8 {
+    (0..8u8)
+        .filter(|&c| spec.allows(ModelId(c)))
+        .fold(0, |m, c| m | 1 << c)
+}
+
+/// The queue bid of a pod: its GPUs with the pod's milli as GiB each, the classes of its GPU
+/// models, its CPU and memory, 300 W.
 pub(crate) fn bid(pod: &Pod) -> Bid {
     Bid::queue(
         BidData {
             gpu_count: pod.num_gpu(),
             gib_per_gpu: pod.gpu_milli(),
-            accepted_classes: u8::MAX,
+            accepted_classes: accepted_classes(pod.gpu_spec()),
             price: PRICE,
             max_duration_secs: 3_600,
             min_duration_secs: 3_600,
@@ -361,4 +369,33 @@ pub fn main(traces: &Path) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod that names GPU models (the trace's `gpu_spec`) is a bid for those models' classes
+    /// alone: the fit rule turns it away from a machine of another model. Before, every replay
+    /// bid accepted every class, and such pods were packed as if they named none.
+    #[test]
+    fn a_pod_naming_gpu_models_fits_only_machines_of_those_models() {
+        let v100 = ModelId(1);
+        let only = ModelSet::ANY.with(v100).unwrap();
+        let pod = Pod::new(1_000, 1_024, 1, 500, only).unwrap();
+        let any = Pod::new(1_000, 1_024, 1, 500, ModelSet::ANY).unwrap();
+        assert_eq!(bid(&pod).accepted_classes, 0b10);
+        assert_eq!(bid(&any).accepted_classes, u8::MAX);
+        let m = market();
+        let fits = |model: ModelId, pod: &Pod| {
+            let node = Node::new(8_000, 65_536, model, 2, 2).unwrap();
+            let offer = machine(&node)
+                .offer(&m, BidKind::Queue, NOW, &Freed::default())
+                .unwrap();
+            bid(pod).fit(&offer).is_ok()
+        };
+        assert!(fits(v100, &pod));
+        assert!(!fits(ModelId(0), &pod));
+        assert!(fits(ModelId(0), &any));
+    }
 }
