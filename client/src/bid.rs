@@ -30,6 +30,7 @@ use crate::config::{Config, Signing};
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
+mod boost;
 mod env;
 mod policy;
 mod prune;
@@ -48,6 +49,17 @@ pub enum BidCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
+    /// Pays more urgency premium for a waiting queue bid (burnt, as at placement): it ranks
+    /// again as if placed then with the premium in all; refused unless it ranks higher for it
+    /// (its urgency part is full at the market's urgency_premium_bps of the run's escrow).
+    Boost {
+        bid: Pubkey,
+        /// Token units, e.g. 1.5.
+        #[arg(long, allow_hyphen_values = true)]
+        premium: String,
+        #[arg(long)]
+        tokens: Option<Pubkey>,
+    },
     /// Cancels a waiting bid; its escrow is refunded, less its holding charge (its price for
     /// the time it waited in a full book).
     Cancel {
@@ -55,7 +67,7 @@ pub enum BidCommand {
         #[arg(long)]
         tokens: Option<Pubkey>,
     },
-    /// Removes a bid whose deadline has passed (anyone may): its escrow, less any holding charge,
+    /// Removes a bid whose latest start has passed (anyone may): its escrow, less any holding charge,
     /// goes back to the token account it came from, its rent to its client.
     Prune {
         #[arg(required_unless_present = "all")]
@@ -202,6 +214,11 @@ pub fn run(config: &Config, command: BidCommand) -> Result<()> {
             let signature = config.send(&client, &ixs, &[])?;
             show(config, &bid, Some(signature))
         }
+        BidCommand::Boost {
+            bid,
+            premium,
+            tokens,
+        } => boost::boost(config, &bid, &premium, tokens),
         BidCommand::Cancel { bid, tokens } => {
             let client = config.signer()?;
             let plan = plan_cancel(config, client.key(), &bid, tokens)?;

@@ -738,6 +738,22 @@ fn bid_verbs() {
         )),
         "{ex}"
     );
+    // A premium paid now ranks the twin as if paid at placement: first.
+    let out = t.ok(
+        &client,
+        &["bid", "boost", &twin.to_string(), "--premium", "0.1"],
+    );
+    assert_eq!(
+        (out["rank_before"].clone(), out["rank"].clone()),
+        (2.into(), 1.into()),
+        "{out}"
+    );
+    assert_eq!(out["premium_paid"], "0.1", "{out}");
+    let e = t.fails(
+        &client,
+        &["bid", "boost", &good.to_string(), "--premium", "0"],
+    );
+    assert!(e.contains("premium"), "{e}");
     t.ok(&client, &["bid", "cancel", &twin.to_string()]);
 
     // Bids no machine of the market could run, even idle, are refused at placement with the
@@ -805,9 +821,10 @@ fn bid_verbs() {
     );
     assert_eq!(ex["reserve"][0]["bid_beats_it"], false);
     let under_reserve_escrow = t.account::<Bid>(&under_reserve).escrow;
+    // The twin's premium (0.1) is burnt: its cancel refunded only its escrow.
     assert_eq!(
         t.balance(&tokens),
-        100_000_000 - good_escrow - under_reserve_escrow
+        100_000_000 - good_escrow - under_reserve_escrow - 100_000
     );
 
     // list: best first, with the score's parts; the stored score is what the parts give.

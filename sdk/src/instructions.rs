@@ -9,8 +9,10 @@ use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
+mod boost;
 mod lease;
 
+pub use boost::*;
 pub use lease::*;
 
 pub trait ClientInstruction {

@@ -82,6 +82,12 @@ enum Op {
         bid: usize,
         amount: u64,
     },
+    /// Wallet `w` pays `premium` more urgency for its bid at `bid`.
+    Boost {
+        w: usize,
+        bid: usize,
+        premium: u64,
+    },
     Cancel {
         w: usize,
         bid: usize,
@@ -204,6 +210,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, 0i64..1_800, prop_oneof![3 => Just(0u64), 1 => 0u64..500], proptest::bool::weighted(0.9), prop_oneof![3 => Just(None), 1 => (0u32..60).prop_map(Some)])
             .prop_map(|(w, gpus, minutes, price, slack, premium, evict, shortest)| Op::Place { w, gpus, minutes, price, slack, premium, evict, shortest }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
+        1 => (w.clone(), 0usize..4, 0u64..2_000).prop_map(|(w, bid, premium)| Op::Boost { w, bid, premium }),
         2 => (w.clone(), 0usize..4).prop_map(|(w, bid)| Op::Cancel { w, bid }),
         2 => (prop_oneof![2 => Just(0usize), 1 => 0usize..8], proptest::bool::weighted(0.5))
             .prop_map(|(pick, to_stake)| Op::Prune { pick, to_stake }),
@@ -608,6 +615,28 @@ impl World {
                     args.min_duration_secs = m * 60;
                 }
                 return self.place(w, args, evict);
+            }
+            Op::Boost { w, bid, premium } => {
+                let Some(&bid) = self.bids[w].get(bid) else {
+                    return false;
+                };
+                let (k, t) = &self.wallets[w];
+                let ok = self
+                    .ctx
+                    .run(&BoostBid {
+                        client: k,
+                        market,
+                        bid,
+                        book: self.book,
+                        payment_mint: mint,
+                        client_tokens: *t,
+                        premium,
+                    })
+                    .is_ok();
+                if ok {
+                    self.premiums[w] += premium;
+                }
+                return ok;
             }
             Op::TopUp { w, bid, amount } => {
                 let Some(&bid) = self.bids[w].get(bid) else {

@@ -213,6 +213,10 @@ pub enum MarketError {
     QueueBookMissing,
     #[msg("a bid waiting in the queue could run on the lease's GPUs once it ends: an extension would pass it")]
     GpusWanted,
+    #[msg("only a queue bid ranks by its score")]
+    NotQueueBid,
+    #[msg("the premium would not rank the bid higher (its urgency part is full, or its client's stake fell)")]
+    NoHigherRank,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -113,6 +113,15 @@ pub struct BidPlaced {
     pub urgency_premium: u64,
 }
 
+/// Its client paid `premium` more for urgency after placing it; it ranks by `score` now.
+#[event]
+pub struct BidBoosted {
+    pub bid: Pubkey,
+    pub premium: u64,
+    pub urgency_premium: u64,
+    pub score: u64,
+}
+
 #[event]
 pub struct BidToppedUp {
     pub bid: Pubkey,

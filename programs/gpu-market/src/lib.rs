@@ -87,6 +87,12 @@ pub mod gpu_market {
         PlaceBid::place_bid(ctx, args)
     }
 
+    /// Pays more urgency premium for a waiting queue bid (burnt, as at placement): it ranks
+    /// again as if placed then with the premium in all, and must rank higher for it.
+    pub fn boost_bid(ctx: Context<BoostBid>, premium: u64) -> Result<()> {
+        BoostBid::boost_bid(ctx, premium)
+    }
+
     /// Adds tokens to a bid's escrow.
     pub fn top_up_bid(ctx: Context<TopUpBid>, amount: u64) -> Result<()> {
         TopUpBid::top_up_bid(ctx, amount)

@@ -163,7 +163,8 @@ pub struct BidData {
     pub escrow: u64,
     /// Paid at placement for urgency (the market's at once; never refunded).
     pub urgency_premium: u64,
-    /// The weighted score at placement (0..=10 000) and the book key derived from it.
+    /// The weighted score at placement, or at its last boost (0..=10 000), and the book key
+    /// derived from it.
     pub score: u64,
     pub book_key: u64,
     /// Placement order in the market; with `book_key` it locates the bid in its book.

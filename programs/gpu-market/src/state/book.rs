@@ -682,6 +682,13 @@ impl<H: DerefMut<Target = BidBook>, S: DerefMut<Target = [BookSlot]>> Book<H, S>
         Ok(removed)
     }
 
+    /// Moves the entry at `from` to `to`, with its bid and summary: the bid ranks anew, the book
+    /// holds as many entries as before (its full clock runs on).
+    pub fn rekey(&mut self, from: BookKey, to: BookKey) -> core::result::Result<(), BookError> {
+        let leaf = self.remove(from)?;
+        self.insert(to, leaf.bid, leaf.summary)
+    }
+
     /// Removes and returns the best entry.
     pub fn pop_best(&mut self) -> Option<BookLeaf> {
         let key = self.best()?.key();
