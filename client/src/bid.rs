@@ -7,15 +7,15 @@ use clap::{Args, Subcommand};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind, BidStatus, Freed, Machine, Market, StakeAccount, GPU_CLASSES, IMAGE_REF_LEN,
-    REGION_LEN,
+    Bid, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount, GPU_CLASSES,
+    IMAGE_REF_LEN, REGION_LEN,
 };
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::budget::MAX_COMPUTE_UNITS;
-use gpu_market_sdk::placement::witness;
+use gpu_market_sdk::placement::{earliest_start, witness};
 use gpu_market_sdk::{
     Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, TopUpBid,
 };
@@ -1168,11 +1168,33 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
     // How long it would run: a bid starts by its latest start, so for at least its shortest run.
     let runs_for = lease::run_end(now, b.max_duration_secs as u64, b.deadline)
         .map_or(0, |end| end.saturating_sub(now).max(0) as u64);
-    let when = format!(
+    // Where it does not start now: when the running leases' ends free enough of a machine.
+    let earliest = match ready {
+        0 => {
+            let leases: Vec<Lease> = config
+                .program_accounts_of::<Lease>(&[(0, b.market)])?
+                .into_iter()
+                .map(|(_, l)| l)
+                .collect();
+            earliest_start(&m, &b, now, &machines, &leases)
+        }
+        _ => Some((now, Pubkey::default())),
+    };
+    let mut when = format!(
         "started now it runs {runs_for} s; it may start until {} (its latest start), then runs {} s",
         b.latest_start(),
         b.min_duration_secs
     );
+    // (One it fits now waits for the reason the summary gives: allocation would be refused.)
+    match earliest {
+        Some((at, machine)) if at > now => when.push_str(&format!(
+            "; at the earliest at {at} on machine {machine}, when its running leases end, unless bids ranked above take those GPUs first"
+        )),
+        None => when.push_str(
+            "; no machine's running leases end in time to free enough for it before its latest start",
+        ),
+        _ => {}
+    }
     let summary = if b.expired(now) {
         format!(
             "its latest start {} has passed, so it will not run: anyone may remove it with \
@@ -1208,6 +1230,17 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         ("machines_ready", ready.into()),
         ("latest_start", b.latest_start().into()),
         ("runs_for_secs_if_started_now", runs_for.into()),
+        (
+            "earliest_start",
+            earliest.map_or(Value::Null, |(at, _)| at.into()),
+        ),
+        (
+            "earliest_start_machine",
+            match earliest {
+                Some((_, machine)) if ready == 0 => text(machine),
+                _ => Value::Null,
+            },
+        ),
         ("policy_machine", chosen.map_or(Value::Null, text)),
         (
             "image_sm_utilisation_bps",

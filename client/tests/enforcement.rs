@@ -346,4 +346,38 @@ fn a_client_extends_its_running_lease() {
     assert_eq!(out["ends_at"], after.ends_at, "{out}");
     assert_eq!(after.escrow, before.escrow + 1_500_000);
     assert_eq!(t.balance(&tokens), balance - 1_500_000);
+
+    // A bid of the same class at other power terms cannot share the lease's GPU: `bid explain`
+    // says it could start at the earliest when the extended lease ends (its latest start, in
+    // two hours, comes after; with the default hour it would not, and explain says so).
+    let out = t.ok(
+        &stranger,
+        &place_args(
+            &s.m(),
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "3",
+                "--class",
+                "0",
+                "--deadline",
+                "+3h",
+            ],
+        ),
+    );
+    let ex = t.ok(&stranger, &["bid", "explain", out["bid"].as_str().unwrap()]);
+    assert_eq!(ex["earliest_start"], after.ends_at, "{ex}");
+    assert_eq!(
+        ex["earliest_start_machine"],
+        host.machine.to_string(),
+        "{ex}"
+    );
+    assert!(
+        ex["summary"].as_str().unwrap().contains(&format!(
+            "at the earliest at {} on machine {}",
+            after.ends_at, host.machine
+        )),
+        "{ex}"
+    );
 }

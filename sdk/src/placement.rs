@@ -208,6 +208,51 @@ impl MarketPlacement {
     }
 }
 
+/// When `bid` could start at the earliest, and where: `now` on a machine whose fit rule accepts
+/// it now; otherwise, on each of `machines`, the end (or stop) of its running `leases` taken in
+/// order until the machine as `end_lease` leaves it (`Machine::release`) fits the bid, priced
+/// then; the soonest of those by the bid's latest start. `None`: no machine frees enough by
+/// then. Bids ranked above it may take those GPUs first, and leases may end sooner (or be
+/// extended): an estimate, not a promise.
+pub fn earliest_start(
+    market: &Market,
+    bid: &Bid,
+    now: i64,
+    machines: &[(Pubkey, Machine)],
+    leases: &[Lease],
+) -> Option<(i64, Pubkey)> {
+    let fits = |m: &Machine, at: i64| {
+        m.offer(market, bid.kind, at, &Freed::default())
+            .is_ok_and(|o| bid.fit(&o).is_ok())
+    };
+    let mut best: Option<(i64, Pubkey)> = None;
+    for (key, machine) in machines {
+        let mut ending: Vec<&Lease> = leases.iter().filter(|l| l.machine == *key).collect();
+        ending.sort_by_key(|l| l.stop());
+        let mut left = machine.clone();
+        let mut at = now;
+        let mut found = fits(&left, at);
+        for l in ending {
+            if found || at > bid.latest_start() {
+                break;
+            }
+            let spot = l.kind == BidKind::Spot;
+            if left
+                .release(l.gpus(), l.gib_per_gpu, l.host(), spot)
+                .is_err()
+            {
+                break;
+            }
+            at = l.stop().max(now);
+            found = fits(&left, at);
+        }
+        if found && at <= bid.latest_start() && best.is_none_or(|(t, _)| at < t) {
+            best = Some((at, *key));
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,8 @@ use gpu_market_tests::lease_fixture;
 
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
-use gpu_market::state::{Bid, Lease};
+use gpu_market::state::{Bid, Lease, Machine, Market};
+use gpu_market_sdk::placement::earliest_start;
 use lease_fixture::*;
 use solana_pubkey::Pubkey;
 
@@ -120,4 +121,42 @@ fn the_wait_a_bid_may_take_is_counted_to_its_latest_start() {
     // Each part rounded up to a whole base unit.
     let cost = |secs: i64| (2 * TOKEN * secs as u64).div_ceil(HOUR as u64);
     assert_eq!(b.escrow, cost(2 * HOUR as i64) + cost(max_wait));
+}
+
+/// `bid explain`'s estimate of a waiting bid's start (`placement::earliest_start`) on the
+/// program's accounts: the machine as `end_lease` leaves it when its running leases end, in
+/// order, by the fit rule. Leases of GPUs 0–1 (an hour) and 2–3 (two hours): one GPU frees at
+/// the first end, all four at the second; a bid whose latest start comes before has none.
+#[test]
+fn a_waiting_bid_could_start_when_running_leases_free_enough_of_its_machine() {
+    let mut f = fixture();
+    let args = f.queue_args(2, 24);
+    let (_, first) = placed(&mut f, args);
+    let args = PlaceBidArgs {
+        max_duration_secs: 2 * HOUR,
+        min_duration_secs: 2 * HOUR,
+        ..f.queue_args(2, 24)
+    };
+    let (_, second) = placed(&mut f, args);
+    let first = f.allocate(first, &[0, 1]).expect("the first lease");
+    let second = f.allocate(second, &[2, 3]).expect("the second lease");
+    let (one, all) = (f.queue_args(1, 24), f.queue_args(4, 24));
+    let (_, one) = placed(&mut f, one);
+    let (_, all) = placed(&mut f, all);
+    let tight = PlaceBidArgs {
+        deadline: f.ctx.now() + 2 * HOUR as i64,
+        ..f.queue_args(4, 24)
+    };
+    let (_, tight) = placed(&mut f, tight);
+
+    let now = f.ctx.now();
+    let market: Market = f.ctx.account(&f.market);
+    let machines = vec![(f.machine, f.ctx.account::<Machine>(&f.machine))];
+    let leases: Vec<Lease> = [first, second].iter().map(|l| f.ctx.account(l)).collect();
+    let start =
+        |bid: &Pubkey| earliest_start(&market, &f.ctx.account::<Bid>(bid), now, &machines, &leases);
+    assert_eq!(start(&one), Some((leases[0].ends_at, f.machine)));
+    assert_eq!(start(&all), Some((leases[1].ends_at, f.machine)));
+    // Its latest start (an hour from now) comes before the GPUs free up.
+    assert_eq!(start(&tight), None);
 }
