@@ -279,15 +279,17 @@ struct World {
     spot_book: Pubkey,
     treasury: Pubkey,
     stake_treasury: Pubkey,
-    /// Leases started (some since settled), with their client's wallet index.
+    /// Leases started (some since settled), with their client's wallet index; each address
+    /// once.
     leases: Vec<(Pubkey, usize)>,
     /// Gross paid out of each wallet's escrows for proven time.
     paid: Vec<u64>,
     /// Per lease, its price, GPUs and the seconds of every proven window added up: the cost of
     /// that total is what its host may at most have earned (the program pays the cost of the
     /// total less what it paid, so the windows' roundings are not lost, and a sum of each
-    /// window's rounded-down cost could be below it).
-    proven: BTreeMap<Pubkey, (u64, u64, u64)>,
+    /// window's rounded-down cost could be below it). A lease is its address and its start: a
+    /// bid that fails over runs again under the same address.
+    proven: BTreeMap<(Pubkey, i64), (u64, u64, u64)>,
     /// Urgency premiums each wallet paid (never refunded).
     premiums: Vec<u64>,
     /// Holding charges taken from each wallet's bids (their price for the time they waited in
@@ -1003,7 +1005,11 @@ impl World {
                 .iter()
                 .position(|(k, _)| k.pubkey() == bid.client)
                 .unwrap();
-            self.leases.push((lease, w));
+            // A lease's address is its bid's: a bid that runs again (failed over) has the
+            // same lease account, which the snapshot must count once.
+            if !self.leases.contains(&(lease, w)) {
+                self.leases.push((lease, w));
+            }
         }
         ok
     }
@@ -1090,7 +1096,7 @@ impl World {
                 // The idle rule may end the lease inside the span: proven up to there only.
                 assert!(after.proven_until <= to);
                 self.proven
-                    .entry(lease)
+                    .entry((lease, l.started_at))
                     .or_insert((l.price, l.gpu_count as u64, 0))
                     .2 += (after.proven_until - from) as u64;
             }
@@ -1451,6 +1457,11 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     for op in refused_after_its_window() {
         before = world.step(&op, &before).unwrap_or_else(|e| panic!("{e}")).1;
     }
+    let mut world = empty.fork();
+    let mut before = world.snapshot();
+    for op in failed_over_and_run_again() {
+        before = world.step(&op, &before).unwrap_or_else(|e| panic!("{e}")).1;
+    }
     let sequences = (
         // A tenth start full: reading 4,095 more bids after every step is most of their cost.
         proptest::bool::weighted(0.1),
@@ -1579,6 +1590,35 @@ fn refused_after_its_window() -> Vec<Op> {
         stake(0),
         prove_span(1, true),
         stake(0),
+    ]
+}
+
+/// A sequence the property found (a 6,000-case run, 2026-11-29): a silent host's lease is
+/// reclaimed and its bid fails over, and the same machine runs it again. The lease account's
+/// address is its bid's, so the world listed it twice and counted its escrow twice.
+fn failed_over_and_run_again() -> Vec<Op> {
+    vec![
+        Op::Place {
+            w: 0,
+            gpus: 1,
+            minutes: 29,
+            price: 1,
+            slack: 190,
+            premium: 0,
+            evict: false,
+            shortest: None,
+        },
+        Op::Allocate { pick: 0 },
+        Op::Wait { secs: 180 },
+        Op::ClaimPay,
+        Op::Reclaim {
+            lease: 0,
+            who: 0,
+            to_stake: false,
+            refund: false,
+        },
+        Op::Allocate { pick: 0 },
+        Op::Stake { w: 0, amount: 0 },
     ]
 }
 
