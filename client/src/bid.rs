@@ -1178,7 +1178,8 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
                 .collect();
             earliest_start(&m, &b, now, &machines, &leases)
         }
-        _ => Some((now, Pubkey::default())),
+        // It starts now: nothing to estimate.
+        _ => None,
     };
     let mut when = format!(
         "started now it runs {runs_for} s; it may start until {} (its latest start), then runs {} s",
@@ -1186,11 +1187,11 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         b.min_duration_secs
     );
     // (One it fits now waits for the reason the summary gives: allocation would be refused.)
-    match earliest {
-        Some((at, machine)) if at > now => when.push_str(&format!(
+    match (ready, earliest) {
+        (0, Some((at, machine))) if at > now => when.push_str(&format!(
             "; at the earliest at {at} on machine {machine}, when its running leases end, unless bids ranked above take those GPUs first"
         )),
-        None => when.push_str(
+        (0, None) => when.push_str(
             "; no machine's running leases end in time to free enough for it before its latest start",
         ),
         _ => {}
@@ -1232,14 +1233,14 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         ("runs_for_secs_if_started_now", runs_for.into()),
         (
             "earliest_start",
-            earliest.map_or(Value::Null, |(at, _)| at.into()),
+            match (ready, earliest) {
+                (0, e) => e.map_or(Value::Null, |(at, _)| at.into()),
+                _ => now.into(),
+            },
         ),
         (
             "earliest_start_machine",
-            match earliest {
-                Some((_, machine)) if ready == 0 => text(machine),
-                _ => Value::Null,
-            },
+            earliest.map_or(Value::Null, |(_, machine)| text(machine)),
         ),
         ("policy_machine", chosen.map_or(Value::Null, text)),
         (
