@@ -4,9 +4,8 @@ use anchor_lang::__private::bytemuck;
 use anchor_lang::Discriminator;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidBook, BookLeaf, BookRef, FullClock, BOOK_CAPACITY, BOOK_KIND_QUEUE,
+    Bid, BidBook, BookLeaf, BookRef, FullClock, Offers, BOOK_CAPACITY, BOOK_KIND_QUEUE,
 };
-use gpu_market_core::fit::Offer;
 use solana_pubkey::Pubkey;
 
 /// A book's header and its entries, best first.
@@ -53,16 +52,17 @@ impl BookEntries {
         bid.holding_charge_at(self.full_clock.secs(self.is_full(), now))
     }
 
-    /// The remaining accounts `allocate` needs to start `chosen` on the machine behind `offer`
-    /// (built as the program builds it, `Machine::offer`): for each entry the program will find
+    /// The remaining accounts `allocate` needs to start `chosen` on the machine behind `offers`
+    /// (built as the program builds them, `Machine::offers`): for each entry the program will find
     /// fitting (and, where `chosen_within_cap` is false, every entry, as the program then reads
     /// the whole book), its client's stake in a queue book. Each key once.
     pub fn allocate_evidence(
         &self,
         chosen: &Pubkey,
-        offer: &Offer,
+        offers: &Offers,
         chosen_within_cap: bool,
     ) -> Vec<Pubkey> {
+        let now = offers.now.now();
         let mut out: Vec<Pubkey> = Vec::new();
         let mut add = |k: Pubkey| {
             if !out.contains(&k) {
@@ -76,6 +76,8 @@ impl BookEntries {
                 }
                 continue;
             }
+            // Judged as `allocate` judges it: against the offer its own run would get.
+            let offer = offers.for_run(&leaf.bid, leaf.summary.runs_until(now));
             if self.kind == BOOK_KIND_QUEUE && offer.fits(&leaf.summary.need()) {
                 add(pda::stake(&self.market, &leaf.summary.client).0);
             }

@@ -11,9 +11,11 @@ use solana_signer::Signer;
 
 mod boost;
 mod lease;
+mod reserve;
 
 pub use boost::*;
 pub use lease::*;
+pub use reserve::*;
 
 pub trait ClientInstruction {
     const NAME: &'static str;

@@ -78,7 +78,7 @@ pub fn witness(
 /// (`silence_intervals` billing intervals, after which a lease's client may reclaim its escrow).
 /// The agent heartbeats at least every two thirds of it (a round of proofs counts as one).
 pub fn alive_secs(market: &Market) -> i64 {
-    market.params.billing_interval_secs as i64 * market.params.silence_intervals as i64
+    market.silence_window_secs()
 }
 
 /// Whether `machine`'s agent has shown life at `now`: its last heartbeat (or its registration)
@@ -221,33 +221,17 @@ pub fn earliest_start(
     machines: &[(Pubkey, Machine)],
     leases: &[Lease],
 ) -> Option<(i64, Pubkey)> {
-    let fits = |m: &Machine, at: i64| {
-        m.offer(market, bid.kind, at, &Freed::default())
-            .is_ok_and(|o| bid.fit(&o).is_ok())
-    };
+    let mut on: HashMap<&Pubkey, Vec<&Lease>> = HashMap::new();
+    for l in leases {
+        on.entry(&l.machine).or_default().push(l);
+    }
     let mut best: Option<(i64, Pubkey)> = None;
     for (key, machine) in machines {
-        let mut ending: Vec<&Lease> = leases.iter().filter(|l| l.machine == *key).collect();
-        ending.sort_by_key(|l| l.stop());
-        let mut left = machine.clone();
-        let mut at = now;
-        let mut found = fits(&left, at);
-        for l in ending {
-            if found || at > bid.latest_start() {
-                break;
+        let running = on.get(key).into_iter().flatten().copied();
+        if let Some((at, _)) = machine.earliest_start(market, bid, now, running) {
+            if best.is_none_or(|(t, _)| at < t) {
+                best = Some((at, *key));
             }
-            let spot = l.kind == BidKind::Spot;
-            if left
-                .release(l.gpus(), l.gib_per_gpu, l.host(), spot)
-                .is_err()
-            {
-                break;
-            }
-            at = l.stop().max(now);
-            found = fits(&left, at);
-        }
-        if found && at <= bid.latest_start() && best.is_none_or(|(t, _)| at < t) {
-            best = Some((at, *key));
         }
     }
     best

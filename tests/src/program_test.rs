@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 use gpu_market::state::{
     Bid, BidKind, Freed, GpuSpec, Machine, MachineNetwork, MachineTerms, Market, MarketParams,
-    OverclockTerms, StakeAccount, REGION_LEN,
+    Offers, OverclockTerms, StakeAccount, REGION_LEN,
 };
-use gpu_market_core::fit::{Offer, Unfit};
+use gpu_market_core::fit::Unfit;
 use gpu_market_sdk::book::read_book;
 use litesvm::types::{FailedTransactionMetadata, TransactionMetadata};
 use litesvm::LiteSVM;
@@ -161,14 +161,14 @@ impl TestContext {
 
     /// `bid`, `machine`, its market and the machine's offer to the bid now, as the program builds
     /// it in `allocate`.
-    fn offer_to(&self, machine: &Pubkey, bid: &Pubkey) -> (Bid, Machine, Market, Offer) {
+    fn offer_to(&self, machine: &Pubkey, bid: &Pubkey) -> (Bid, Machine, Market, Offers) {
         let b: Bid = self.account(bid);
         let m: Machine = self.account(machine);
         let market: Market = self.account(&m.market);
-        let offer = m
-            .offer(&market, b.kind, self.now(), &Freed::default())
-            .expect("the machine's offer");
-        (b, m, market, offer)
+        let offers = m
+            .offers(&market, b.kind, self.now(), &Freed::default())
+            .expect("the machine's offers");
+        (b, m, market, offers)
     }
 
     /// The `allocate` an agent sends to start `bid` on `machine`'s `gpus`: its evidence is what
@@ -180,7 +180,7 @@ impl TestContext {
         bid: Pubkey,
         gpus: &[u8],
     ) -> Allocate<'a> {
-        let (b, m, market, offer) = self.offer_to(&machine, &bid);
+        let (b, m, market, offers) = self.offer_to(&machine, &bid);
         let book = match b.kind {
             BidKind::Queue => market.queue_book,
             BidKind::Spot => m.spot_book,
@@ -190,7 +190,7 @@ impl TestContext {
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, self.now());
         let evidence = read_book(&self.svm.get_account(&book).expect("the book").data)
             .expect("an initialised book")
-            .allocate_evidence(&bid, &offer, within_cap);
+            .allocate_evidence(&bid, &offers, within_cap);
         Allocate {
             agent,
             market: m.market,
@@ -206,8 +206,9 @@ impl TestContext {
     /// The GPUs of `machine` the fit rule gives `bid` now (as the agent chooses them), or why
     /// it does not fit.
     pub fn choose(&self, machine: &Pubkey, bid: &Pubkey) -> Result<Vec<u8>, Unfit> {
-        let (b, _, _, offer) = self.offer_to(machine, bid);
-        b.fit(&offer).map(|c| c.gpus().to_vec())
+        let (b, _, _, offers) = self.offer_to(machine, bid);
+        let offer = offers.for_run(bid, b.runs_until(self.now()));
+        b.fit(offer).map(|c| c.gpus().to_vec())
     }
 
     /// What a refused instruction must leave as it was: see [`Ledger`].

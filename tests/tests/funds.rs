@@ -106,6 +106,18 @@ enum Op {
     Allocate {
         pick: usize,
     },
+    /// Anyone reserves the machine for the waiting bid at `pick` in the book (0: the best that
+    /// can still start), showing every lease of the machine (`partial`: all but one, refused);
+    /// moves no token. `big`: first the agent starts the best bid that fits, and wallet `w`
+    /// places a bid for the whole machine that may wait two hours (as the bids reservations are
+    /// for).
+    Reserve {
+        pick: usize,
+        partial: bool,
+        big: Option<usize>,
+    },
+    /// Anyone clears the machine's reservation (refused while it holds); moves no token.
+    Unreserve,
     /// The agent proves the next interval (+ `gap`) of a running lease; `all`: of every
     /// running lease, in one transaction (the picked one first, the only one that may exit).
     /// Each proof covers `span` intervals (as agents join them). Unless `early`, it waits
@@ -207,7 +219,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Stake { w, amount }),
         2 => (w.clone(), 0u64..400_000).prop_map(|(w, amount)| Op::Unstake { w, amount }),
         1 => w.clone().prop_map(|w| Op::Withdraw { w }),
-        4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, 0i64..1_800, prop_oneof![3 => Just(0u64), 1 => 0u64..500], proptest::bool::weighted(0.9), prop_oneof![3 => Just(None), 1 => (0u32..60).prop_map(Some)])
+        4 => (w.clone(), 0u8..4, 0u32..60, 0u64..60_000, prop_oneof![3 => 0i64..1_800, 1 => 1_800i64..7_200], prop_oneof![3 => Just(0u64), 1 => 0u64..500], proptest::bool::weighted(0.9), prop_oneof![3 => Just(None), 1 => (0u32..60).prop_map(Some)])
             .prop_map(|(w, gpus, minutes, price, slack, premium, evict, shortest)| Op::Place { w, gpus, minutes, price, slack, premium, evict, shortest }),
         2 => (w.clone(), 0usize..4, 0u64..50_000).prop_map(|(w, bid, amount)| Op::TopUp { w, bid, amount }),
         1 => (w.clone(), 0usize..4, 0u64..2_000).prop_map(|(w, bid, premium)| Op::Boost { w, bid, premium }),
@@ -217,6 +229,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
         2 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
         4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
+        3 => (prop_oneof![3 => Just(0usize), 1 => 1usize..3], proptest::bool::weighted(0.1), prop_oneof![Just(None), w.clone().prop_map(Some)])
+            .prop_map(|(pick, partial, big)| Op::Reserve { pick, partial, big }),
+        1 => Just(Op::Unreserve),
         6 => (0usize..3, 0u32..2, prop_oneof![2 => Just(1u16), 2 => Just(2u16), 1 => 0u16..5], 50u64..=100, proptest::bool::weighted(0.1), proptest::bool::weighted(0.4), proptest::bool::weighted(0.3))
             .prop_map(|(lease, gap, span, gpu_secs_pct, exit, all, early)| Op::Prove { lease, gap, span, gpu_secs_pct, exit, all, early }),
         2 => Just(Op::ClaimPay),
@@ -370,8 +385,8 @@ impl World {
                 electricity_cost_per_kwh: 0,
                 cached_images: vec![],
                 network: MachineNetwork::default(),
-                cpu_milli: 0,
-                memory_mib: 0,
+                cpu_milli: 64_000,
+                memory_mib: 262_144,
             },
         };
         let machine = r.machine();
@@ -694,6 +709,49 @@ impl World {
                 return true;
             }
             Op::Allocate { pick } => return self.allocate(pick),
+            Op::Reserve { pick, partial, big } => {
+                let placed = match big {
+                    Some(w) => {
+                        // As a busy market has it: the agent starts what fits first.
+                        let started = self.allocate(0);
+                        let mut args = self.bid_args(4, 30, 40_000, 7_200, 0);
+                        args.gib_per_gpu = 24;
+                        self.place(w, args, false) || started
+                    }
+                    None => false,
+                };
+                // 0: the best entry that can still start, as an agent picks it.
+                let now = self.ctx.now();
+                let order: Vec<Pubkey> = book_order(&self.ctx, &self.book)
+                    .into_iter()
+                    .filter(|b| pick > 0 || !self.ctx.account::<Bid>(b).expired(now))
+                    .collect();
+                let Some(&bid) = order.get(pick % order.len().max(1)) else {
+                    return placed;
+                };
+                let mut leases = self.machine_leases();
+                if partial {
+                    leases.pop();
+                }
+                let b: Bid = self.ctx.account(&bid);
+                let ix = Reserve::of(
+                    market,
+                    book,
+                    (self.machine, bid),
+                    b.reserved_on,
+                    &leases,
+                    vec![],
+                );
+                // A placement moved tokens whether the reservation is refused or not.
+                return self.ctx.run(&ix).is_ok() || placed;
+            }
+            Op::Unreserve => {
+                let m: Machine = self.ctx.account(&self.machine);
+                if !m.reservation.is_set() {
+                    return false;
+                }
+                self.ctx.run(&Unreserve::of(market, (self.machine, &m)))
+            }
             Op::Prove {
                 lease,
                 gap,
@@ -970,6 +1028,16 @@ impl World {
             })
             .expect("a retired machine with no spot bid left closes");
         true
+    }
+
+    /// The leases running on the market's machine.
+    fn machine_leases(&self) -> Vec<(Pubkey, Lease)> {
+        self.leases
+            .iter()
+            .filter(|(l, _)| self.ctx.account_exists(l))
+            .map(|(l, _)| (*l, self.ctx.account::<Lease>(l)))
+            .filter(|(_, l)| l.machine == self.machine)
+            .collect()
     }
 
     fn live_lease(&self, pick: usize) -> Option<(Pubkey, usize)> {
@@ -1380,6 +1448,19 @@ impl World {
                 "wallet {} holds what it put in and what slashing gave it, no more",
                 i
             );
+        }
+        // A reservation knows exactly what the leases that end after its start hold.
+        let machine: Machine = self.ctx.account(&self.machine);
+        let held = &machine.reservation;
+        if held.is_set() {
+            let after = self
+                .machine_leases()
+                .iter()
+                .filter(|(_, l)| l.ends_at > held.start)
+                .fold((0u32, 0u32), |(c, m), (_, l)| {
+                    (c + l.cpu_milli, m + l.memory_mib)
+                });
+            prop_assert_eq!((held.after_cpu_milli, held.after_memory_mib), after);
         }
         // Hosts and the fee (collected or due) earn exactly what wallets paid for proven time,
         // and never more than price × proven time in the leases' own windows; the treasury has

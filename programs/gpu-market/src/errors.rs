@@ -217,6 +217,18 @@ pub enum MarketError {
     NotQueueBid,
     #[msg("the premium would not rank the bid higher (its urgency part is full, or its client's stake fell)")]
     NoHigherRank,
+    #[msg("the machine's GPUs are reserved for a bid from a time this lease would run past: it may use only the other GPUs, and leave the reserved bid its CPU and memory")]
+    GpusReserved,
+    #[msg("pass every lease running on the machine (and only program accounts): the reservation's start is computed from their ends")]
+    LeasesMissing,
+    #[msg("the bid fits the machine now: allocate it instead")]
+    BidFitsNow,
+    #[msg("a bid ranked above this one could run on the machine once it is empty and no machine holds it: reserve that one first")]
+    BetterBidUnreserved,
+    #[msg("the reservation still holds: its bid waits for it, and it has not lapsed (or the new start is not earlier)")]
+    ReservationHolds,
+    #[msg("the account is not the reservation's bid, or the machine holds no reservation")]
+    NotReservedBid,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

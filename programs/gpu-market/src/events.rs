@@ -122,6 +122,22 @@ pub struct BidBoosted {
     pub score: u64,
 }
 
+/// The machine's GPUs `gpus` (a mask) are held for queue bid `bid` from `start`.
+#[event]
+pub struct BidReserved {
+    pub bid: Pubkey,
+    pub machine: Pubkey,
+    pub start: i64,
+    pub gpus: u16,
+}
+
+/// The machine's reservation for `bid` no longer holds anything, and was cleared.
+#[event]
+pub struct ReservationCleared {
+    pub bid: Pubkey,
+    pub machine: Pubkey,
+}
+
 #[event]
 pub struct BidToppedUp {
     pub bid: Pubkey,

@@ -136,6 +136,17 @@ pub mod gpu_market {
         Allocate::allocate(ctx, args)
     }
 
+    /// Holds a machine's GPUs for the best-ranked queue bid it could run once they are free,
+    /// from the earliest time they are (EASY backfilling; anyone may send it).
+    pub fn reserve<'info>(ctx: Context<'info, Reserve<'info>>) -> Result<()> {
+        Reserve::reserve(ctx)
+    }
+
+    /// Clears a machine's reservation that holds nothing any more (anyone may send it).
+    pub fn unreserve(ctx: Context<Unreserve>) -> Result<()> {
+        Unreserve::unreserve(ctx)
+    }
+
     /// Stops a spot lease for a bid that outranks it: a queue bid at once, a more profitable
     /// spot bid at the end of the current billing interval.
     pub fn preempt(ctx: Context<Preempt>) -> Result<()> {

@@ -8,7 +8,7 @@ use crate::events::LeaseStarted;
 use crate::instructions::{load_book, load_book_mut, shrink_book, slot_rent};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
-    Market, StakeAccount, WattTable, MAX_GPUS,
+    Market, Offers, Reservation, StakeAccount, WattTable, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -118,8 +118,9 @@ pub(crate) fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
 }
 
 impl Allocate<'_> {
-    /// The machine's offer to the bid; checks that the bid fits it on the GPUs chosen.
-    fn validate(&self, args: &AllocateArgs, now: i64) -> Result<Offer> {
+    /// The machine's offers to the book's bids; checks that the bid fits on the GPUs chosen,
+    /// and that they leave the machine's reservation what it holds.
+    fn validate(&self, args: &AllocateArgs, now: i64) -> Result<Offers> {
         let (machine, bid, market) = (&self.machine, &self.bid, &self.market);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
         let book = match bid.kind {
@@ -131,19 +132,28 @@ impl Allocate<'_> {
         };
         require_keys_eq!(self.book.key(), book, MarketError::WrongBook);
         require!(args.gpus.len() <= MAX_GPUS, MarketError::BadGpuCount);
-        let offer = machine.offer(market, bid.kind, now, &Freed::default())?;
+        let offers = machine.offers(market, bid.kind, now, &Freed::default())?;
         let overclock = bid.overclock_per_gpu();
-        offer
-            .check_choice(&bid.need(&overclock), &args.gpus)
+        let need = bid.need(&overclock);
+        offers
+            .now
+            .check_choice(&need, &args.gpus)
             .map_err(MarketError::from)?;
-        Ok(offer)
+        let offer = offers.for_run(&bid.key(), bid.runs_until(now));
+        require!(
+            offer.check_choice(&need, &args.gpus).is_ok(),
+            MarketError::GpusReserved
+        );
+        Ok(offers)
     }
 
     /// The book backs the choice: every entry ranked above the chosen bid that fits the machine
     /// must give way to it, which only an entry over its client's anti-monopoly cap does while
     /// the chosen bid is within its own. A chosen bid over the cap runs only when nothing else
     /// fits: no entry above it, and no entry below it within its client's cap.
-    fn check_book(&self, remaining: &[AccountInfo], offer: &Offer, now: i64) -> Result<()> {
+    /// A reservation counts as it does for the chosen bid: each entry is judged against the offer
+    /// its own run would get ([`Offers::for_run`]).
+    fn check_book(&self, remaining: &[AccountInfo], offers: &Offers, now: i64) -> Result<()> {
         let evidence = Evidence::read(remaining, &self.market.key())?;
         let queue = self.bid.kind == BidKind::Queue;
         let (chosen, chosen_seq) = (self.bid.key(), self.bid.seq);
@@ -173,6 +183,7 @@ impl Allocate<'_> {
                 above = false;
                 continue;
             }
+            let offer = offers.for_run(&leaf.bid, leaf.summary.runs_until(now));
             if !entry_fits(offer, leaf) {
                 continue;
             }
@@ -191,9 +202,9 @@ impl Allocate<'_> {
 
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        let offer = ctx.accounts.validate(&args, now)?;
+        let offers = ctx.accounts.validate(&args, now)?;
         ctx.accounts
-            .check_book(ctx.remaining_accounts, &offer, now)?;
+            .check_book(ctx.remaining_accounts, &offers, now)?;
 
         let accounts = ctx.accounts;
         let bid = &mut accounts.bid;
@@ -249,6 +260,15 @@ impl Allocate<'_> {
             bid.max_duration_secs as u64
         };
         let ends_at = run_end(now, runs_for, bid.deadline).ok_or(MarketError::Overflow)?;
+        let grace = market.silence_window_secs();
+        let reservation = &mut accounts.machine.reservation;
+        if reservation.bid == bid.key() || (reservation.is_set() && !reservation.binds(now, grace))
+        {
+            // The reserved bid starts, or the reservation lapsed: the GPUs are free again.
+            *reservation = Reservation::default();
+        } else if reservation.is_set() && ends_at > reservation.start {
+            reservation.count_after(held_host, true)?;
+        }
         let lease = &mut accounts.lease;
         lease.set_inner(Lease {
             market: market.key(),

@@ -17,7 +17,7 @@ pub struct ExtendLease<'info> {
     #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(address = lease.machine)]
+    #[account(mut, dup, address = lease.machine)]
     pub machine: Box<Account<'info, Machine>>,
 
     #[account(mut, dup, has_one = market, has_one = client)]
@@ -73,6 +73,20 @@ impl ExtendLease<'_> {
                 MarketError::GpusWanted
             );
         }
+        // A lease that would now run past the machine's reservation must leave it room.
+        let reservation = &a.machine.reservation;
+        let ends_at = lease
+            .ends_at
+            .checked_add(secs as i64)
+            .ok_or(MarketError::Overflow)?;
+        let crosses = reservation.binds(now, a.market.silence_window_secs())
+            && !reservation.restricts(lease.ends_at)
+            && reservation.restricts(ends_at);
+        let gpus = lease.gpus().iter().fold(0u16, |m, &g| m | 1 << g);
+        require!(
+            !crosses || reservation.admits_after(gpus, lease.host(), a.machine.host()),
+            MarketError::GpusReserved
+        );
         let amount = escrow_for(
             lease.price,
             lease.kind.unit(),
@@ -81,11 +95,11 @@ impl ExtendLease<'_> {
         )
         .map_err(MarketError::from)?;
         let a = &mut *ctx.accounts;
+        if crosses {
+            a.machine.reservation.count_after(a.lease.host(), true)?;
+        }
         let lease = &mut a.lease;
-        lease.ends_at = lease
-            .ends_at
-            .checked_add(secs as i64)
-            .ok_or(MarketError::Overflow)?;
+        lease.ends_at = ends_at;
         lease.escrow = lease
             .escrow
             .checked_add(amount)

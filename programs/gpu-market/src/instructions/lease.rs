@@ -60,7 +60,10 @@ impl Preempt<'_> {
             gib: lease.gib_per_gpu,
             host: lease.host(),
         };
-        let offer = a.machine.offer(&a.market, a.challenger.kind, now, &freed)?;
+        let offers = a
+            .machine
+            .offers(&a.market, a.challenger.kind, now, &freed)?;
+        let offer = offers.for_run(&a.challenger.key(), a.challenger.runs_until(now));
         let within_cap = a.challenger.kind == BidKind::Spot
             || a.market.within_client_cap(
                 a.challenger_stake.gpus_held as u64,
@@ -68,9 +71,7 @@ impl Preempt<'_> {
                 now,
             );
         require!(
-            a.challenger.status == BidStatus::Open
-                && within_cap
-                && a.challenger.fit(&offer).is_ok(),
+            a.challenger.status == BidStatus::Open && within_cap && a.challenger.fit(offer).is_ok(),
             MarketError::BidNotFeasible
         );
         let stop = match a.challenger.kind {
@@ -614,6 +615,10 @@ impl CloseLease<'_> {
         let spot = lease.kind == BidKind::Spot;
         self.machine
             .release(lease.gpus(), lease.gib_per_gpu, lease.host(), spot)?;
+        let reservation = &mut self.machine.reservation;
+        if reservation.is_set() && reservation.restricts(lease.ends_at) {
+            reservation.count_after(lease.host(), false)?;
+        }
         let stake = &mut self.client_stake;
         stake.gpus_held = stake
             .gpus_held

@@ -5,7 +5,8 @@ use crate::events::{
     MachineFaulted, MachineHeartbeat, MachineRegistered, MachineStatusChanged, MachineUpdated,
 };
 use crate::state::{
-    seeds, BidBook, Machine, MachineFault, MachineStatus, MachineTerms, Market, StakeAccount,
+    seeds, BidBook, Machine, MachineFault, MachineStatus, MachineTerms, Market, Reservation,
+    StakeAccount,
 };
 
 #[derive(Accounts)]
@@ -110,6 +111,8 @@ impl UpdateMachine<'_> {
         }
         let before = machine.offered();
         machine.apply_terms(&terms, &ctx.accounts.market)?;
+        // A reservation was computed from the GPUs as they were.
+        machine.reservation = Reservation::default();
         let market = &mut ctx.accounts.market;
         market.tick_demand(Clock::get()?.unix_timestamp);
         market.add_offered(machine.offered() - before)?;

@@ -155,6 +155,9 @@ pub struct BidData {
     pub image_digest: [u8; 32],
     /// Hash of the encrypted environment (the ciphertext travels off chain, to the host only).
     pub env_hash: [u8; 32],
+    /// The machine whose GPUs `reserve` holds for this queue bid (the machine's
+    /// [`crate::state::Reservation`] says whether it still does); default: none.
+    pub reserved_on: Pubkey,
     /// Per GPU-hour (queue) or per GPU-day (spot), in payment-token base units.
     pub price: u64,
     pub deadline: i64,
@@ -190,12 +193,12 @@ pub struct BidData {
     pub accepted_classes: u8,
     pub bump: u8,
     /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
-    pub reserved: [u8; 1],
+    pub pad: [u8; 1],
 }
 
 // SAFETY: see `account_data!`; the size is pinned here.
 crate::state::account_data!(Bid, BidData);
-const _: () = assert!(core::mem::size_of::<BidData>() == 6 * 32 + 9 * 8 + 4 * 4 + 2 * 2 + 3 + 1);
+const _: () = assert!(core::mem::size_of::<BidData>() == 7 * 32 + 9 * 8 + 4 * 4 + 2 * 2 + 3 + 1);
 
 impl Bid {
     /// An open queue bid of `data` asking `terms` of each of its GPUs, with no image reference,
@@ -253,6 +256,12 @@ impl Bid {
     /// may prune it.
     pub fn expired(&self, now: i64) -> bool {
         now > self.latest_start()
+    }
+
+    /// The latest its lease would end if it started at `now` (a run is never longer than its
+    /// duration): what a machine's [`crate::state::Reservation`] asks of it.
+    pub fn runs_until(&self, now: i64) -> i64 {
+        now.saturating_add(self.max_duration_secs as i64)
     }
 
     /// Whether anyone may remove the waiting bid at `now` (`prune_bid`): its latest start has
@@ -342,6 +351,8 @@ impl Bid {
             cpu_milli: self.cpu_milli.to_le_bytes(),
             memory_mib: self.memory_mib.to_le_bytes(),
             regions: regions.to_le_bytes(),
+            max_duration_secs: self.max_duration_secs.to_le_bytes(),
+            pad: [0; 4],
         }
     }
 

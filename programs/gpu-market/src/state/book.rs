@@ -44,7 +44,7 @@ const KEY_BITS: usize = 128;
 /// Bytes of `BidBook`, the header, pinned below.
 pub const BOOK_HEADER_SIZE: usize = 128;
 /// Bytes of one entry's [`BookSlot`].
-pub const BOOK_SLOT_SIZE: usize = 152;
+pub const BOOK_SLOT_SIZE: usize = 160;
 /// Bytes of an empty book's account: the 8-byte discriminator and the header. Pass it to
 /// `create_account`.
 pub const BOOK_EMPTY_SPACE: usize = 8 + BOOK_HEADER_SIZE;
@@ -205,12 +205,22 @@ pub struct BidSummary {
     pub memory_mib: [u8; 4],
     /// The regions the bid names, as bits of the market's region table (0: any).
     pub regions: [u8; 4],
+    /// The longest the bid's lease runs: with the time it starts, when it ends at the latest
+    /// (what a reservation asks of a bid that would use its GPUs).
+    pub max_duration_secs: [u8; 4],
+    /// Brings the size to a multiple of the alignment (8).
+    pub pad: [u8; 4],
 }
 
 impl BidSummary {
     /// Whether the bid's latest start has passed at `now` ([`crate::state::Bid::expired`]).
     pub fn expired(&self, now: i64) -> bool {
         now > self.latest_start
+    }
+
+    /// The latest its lease would end if it started at `now` ([`crate::state::Bid::runs_until`]).
+    pub fn runs_until(&self, now: i64) -> i64 {
+        now.saturating_add(u32::from_le_bytes(self.max_duration_secs) as i64)
     }
 
     /// The ports, scratch, CPU and memory the bid's lease holds.
@@ -303,7 +313,7 @@ unsafe impl Pod for BookInner {}
 unsafe impl Zeroable for BookSlot {}
 unsafe impl Pod for BookSlot {}
 
-const _: () = assert!(size_of::<BidSummary>() == 32 + 8 + 8 + 10 + 10 + 2 + 1 + 1 + 1 + 7 + 8);
+const _: () = assert!(size_of::<BidSummary>() == 32 + 8 + 8 + 10 + 10 + 2 + 1 + 1 + 1 + 7 + 8 + 8);
 const _: () = assert!(size_of::<BookLeaf>() == 32 + 8 + 8 + size_of::<BidSummary>());
 const _: () = assert!(size_of::<BookInner>() == 4 + 4 + 4);
 const _: () = assert!(size_of::<BookSlot>() == BOOK_SLOT_SIZE);

@@ -3,7 +3,7 @@ use gpu_market_core::fit::{GpuOffer, Host, Offer, Room, GPU_CLASSES};
 use gpu_market_core::overclock::{GpuLimits, Range};
 
 use crate::errors::MarketError;
-use crate::state::{BidKind, Market, OverclockTerms};
+use crate::state::{BidKind, Market, Offers, OverclockTerms, Reservation};
 
 /// Most GPUs one machine offers.
 pub const MAX_GPUS: usize = 16;
@@ -229,6 +229,8 @@ pub struct MachineData {
     pub unclaimed_fee: u64,
     /// The machine's spot book (a `BidBook` account), set by `init_spot_book`.
     pub spot_book: Pubkey,
+    /// The queue bid its GPUs are held for, if any (`reserve`).
+    pub reservation: Reservation,
     /// Thousandths of a CPU core and MiB of memory the machine gives its leases in all.
     pub cpu_milli: u32,
     pub memory_mib: u32,
@@ -259,7 +261,7 @@ pub struct MachineData {
     pub cached_images: ImageTable,
     pub bump: u8,
     /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
-    pub reserved: [u8; 1],
+    pub pad: [u8; 1],
 }
 
 // SAFETY: see `account_data!`; the size is pinned here.
@@ -268,6 +270,7 @@ const _: () = assert!(
     core::mem::size_of::<MachineData>()
         == 4 * 32
             + 9 * 8
+            + core::mem::size_of::<Reservation>()
             + 8 * 4
             + core::mem::size_of::<GpuTable>()
             + 2 * MAX_GPUS
@@ -353,17 +356,59 @@ impl Machine {
     /// `freed` count as free), the host's floor (per GPU-day for spot bids) and, for queue bids,
     /// the market's reserve price of each class on the machine.
     pub fn offer(&self, market: &Market, kind: BidKind, now: i64, freed: &Freed) -> Result<Offer> {
+        self.offer_without(market, kind, now, freed, 0, self.host())
+    }
+
+    /// What the machine offers the bids of `kind` at `now` ([`Machine::offer`], with `freed`)
+    /// and, while its reservation binds, what it offers those that would run past its start.
+    pub fn offers(
+        &self,
+        market: &Market,
+        kind: BidKind,
+        now: i64,
+        freed: &Freed,
+    ) -> Result<Offers> {
+        let reservation = &self.reservation;
+        let after = if reservation.binds(now, market.silence_window_secs()) {
+            let room = reservation.room_after(self.host());
+            let after = self.offer_without(market, kind, now, freed, reservation.gpus, room)?;
+            Some((reservation.bid, reservation.start, after))
+        } else {
+            None
+        };
+        Ok(Offers {
+            now: self.offer(market, kind, now, freed)?,
+            after,
+        })
+    }
+
+    /// [`Machine::offer`] with GPUs `off` (a mask) taken out and at most `room` of CPU and
+    /// memory free.
+    fn offer_without(
+        &self,
+        market: &Market,
+        kind: BidKind,
+        now: i64,
+        freed: &Freed,
+        off: u16,
+        room: Host,
+    ) -> Result<Offer> {
         let gpus = self
             .gpus()
             .iter()
             .enumerate()
             .map(|(g, gpu)| {
                 let used = self.used_gib(g, freed);
+                let free_gib = if off & (1 << g) != 0 {
+                    0
+                } else {
+                    gpu.memory_gib.saturating_sub(used)
+                };
                 GpuOffer {
                     class: gpu.class,
                     topology_group: gpu.topology_group,
                     memory_gib: gpu.memory_gib,
-                    free_gib: gpu.memory_gib.saturating_sub(used),
+                    free_gib,
                     limits: gpu.limits(),
                     running: (used > 0).then(|| self.gpu_terms[g].to_core()),
                 }
@@ -383,11 +428,16 @@ impl Machine {
             }
             BidKind::Spot => self.price_floor_per_gpu_hour.saturating_mul(24),
         };
+        let free = self.host().less(self.host_used().less(freed.host));
+        let free = Host {
+            cpu_milli: free.cpu_milli.min(room.cpu_milli),
+            memory_mib: free.memory_mib.min(room.memory_mib),
+        };
         Ok(Offer::new(
             gpus,
             self.status == MachineStatus::Active,
             self.network.room(self.host()),
-            self.host().less(self.host_used().less(freed.host)),
+            free,
             now,
             floor,
             reserve,

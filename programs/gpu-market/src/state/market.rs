@@ -599,6 +599,13 @@ impl MarketData {
         self.params.unstake_cooldown_secs as i64 + self.params.billing_interval_secs as i64
     }
 
+    /// The silence window: `silence_intervals` billing intervals, after which a lease's client
+    /// may reclaim its escrow, a machine no longer counts as alive, and a reservation whose bid
+    /// has not started lapses.
+    pub fn silence_window_secs(&self) -> i64 {
+        self.params.billing_interval_secs as i64 * self.params.silence_intervals as i64
+    }
+
     /// How long slashing evidence stays usable: the time it takes to gather `slash_evidence`
     /// intervals of it, plus the unstake cooldown (the time a host needs to leave).
     pub fn evidence_window_secs(&self) -> i64 {

@@ -128,6 +128,7 @@ pub mod env;
 pub mod lease;
 pub mod machine;
 pub mod market;
+pub mod reservation;
 pub mod seeds;
 pub mod stake;
 
@@ -137,4 +138,5 @@ pub use env::*;
 pub use lease::*;
 pub use machine::*;
 pub use market::*;
+pub use reservation::*;
 pub use stake::*;

@@ -1,0 +1,119 @@
+//! `reserve` and `unreserve`: a machine's reservation for a queue bid (EASY backfilling).
+//! Anyone may send them; only the fee payer signs.
+
+use gpu_market::state::{Lease, Machine};
+use solana_instruction::{AccountMeta, Instruction};
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
+
+use super::{ix, ClientInstruction};
+
+/// `reserve`: holds `machine`'s GPUs for queue bid `bid` from the earliest time it fits there.
+pub struct Reserve {
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    /// The market's queue book.
+    pub book: Pubkey,
+    pub bid: Pubkey,
+    /// The machine the bid is reserved on now, when that is another one (`Bid::reserved_on`).
+    pub previous: Option<Pubkey>,
+    /// Every lease running on `machine`.
+    pub leases: Vec<Pubkey>,
+    /// For each queue entry ranked above `bid` that could run on `machine` once it is empty: a
+    /// machine whose reservation holds it.
+    pub holding: Vec<Pubkey>,
+}
+
+impl Reserve {
+    /// `reserve` of `bid` (whose account says where it is reserved now) on `machine`, whose
+    /// running leases are `leases` (of the market's, those on it are taken).
+    pub fn of(
+        market: Pubkey,
+        book: Pubkey,
+        (machine, bid): (Pubkey, Pubkey),
+        reserved_on: Pubkey,
+        leases: &[(Pubkey, Lease)],
+        holding: Vec<Pubkey>,
+    ) -> Reserve {
+        let previous =
+            (reserved_on != Pubkey::default() && reserved_on != machine).then_some(reserved_on);
+        Reserve {
+            market,
+            machine,
+            book,
+            bid,
+            previous,
+            leases: leases
+                .iter()
+                .filter(|(_, l)| l.machine == machine)
+                .map(|(k, _)| *k)
+                .collect(),
+            holding,
+        }
+    }
+}
+
+impl ClientInstruction for Reserve {
+    const NAME: &'static str = "reserve";
+
+    fn instruction(&self) -> Instruction {
+        let mut i = ix(
+            gpu_market::accounts::Reserve {
+                market: self.market,
+                machine: self.machine,
+                queue_book: self.book,
+                bid: self.bid,
+                previous: self.previous,
+            },
+            gpu_market::instruction::Reserve {},
+        );
+        i.accounts.extend(
+            self.leases
+                .iter()
+                .chain(&self.holding)
+                .map(|k| AccountMeta::new_readonly(*k, false)),
+        );
+        i
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        Vec::new()
+    }
+}
+
+/// `unreserve`: clears `machine`'s reservation once it holds nothing.
+pub struct Unreserve {
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    /// The reservation's bid (`Machine::reservation`).
+    pub bid: Pubkey,
+}
+
+impl Unreserve {
+    pub fn of(market: Pubkey, (key, machine): (Pubkey, &Machine)) -> Unreserve {
+        Unreserve {
+            market,
+            machine: key,
+            bid: machine.reservation.bid,
+        }
+    }
+}
+
+impl ClientInstruction for Unreserve {
+    const NAME: &'static str = "unreserve";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::Unreserve {
+                market: self.market,
+                machine: self.machine,
+                bid: self.bid,
+            },
+            gpu_market::instruction::Unreserve {},
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,332 @@
+//! Reservations (EASY backfilling), on the SBF build in LiteSVM: a 16-GPU bid in a busy market
+//! gets the GPUs of a machine from the earliest time they are all free; smaller bids run around
+//! it only where they end by then or keep off its GPUs and leave it its CPU and memory, so it
+//! starts at its reservation; an agent that tries to pass it is refused, and so is an extension
+//! that would run into it. Who may reserve what, and when a reservation stops holding, are the
+//! program's rules, each refusal checked to move nothing.
+
+use gpu_market_tests::lease_fixture;
+use gpu_market_tests::program_test::Failure;
+
+use gpu_market::errors::MarketError;
+use gpu_market::instructions::PlaceBidArgs;
+use gpu_market::state::{Bid, GpuSpec, Lease, Machine, MachineStatus, Market};
+use gpu_market_sdk::{CancelBid, ExtendLease, Reserve, Unreserve};
+use lease_fixture::*;
+use solana_pubkey::Pubkey;
+
+/// 16 GPUs of class 0, 24 GiB each: 0 to 11 in one topology group, 12 to 15 in another.
+fn sixteen() -> Vec<GpuSpec> {
+    (0..16u8)
+        .map(|i| GpuSpec {
+            uuid: [i + 1; 16],
+            class: 0,
+            topology_group: i / 12,
+            ..gpus()[0]
+        })
+        .collect()
+}
+
+/// The fixture's machine with 16 GPUs and `cpu_milli` of CPU for its leases, and a second
+/// 16-GPU machine of the host's, paused (it counts among the GPUs offered, so a 16-GPU bid is
+/// within the anti-monopoly cap's half).
+fn busy_market(cpu_milli: u32) -> Fixture {
+    let mut f = fixture();
+    f.update_machine(|t| {
+        t.gpus = sixteen();
+        t.cpu_milli = cpu_milli;
+    });
+    let spare = f.other_machine(1, |t| t.gpus = sixteen());
+    f.set_status(spare, MachineStatus::Paused);
+    // The cap counts the GPUs offered when the billing interval began.
+    f.ctx.advance_time(INTERVAL);
+    f
+}
+
+/// A queue bid of `gpus` GPUs for `secs` (and no shorter run), asking `cpu_milli` of CPU.
+fn args(f: &mut Fixture, gpus: u8, secs: u32, cpu_milli: u32) -> PlaceBidArgs {
+    PlaceBidArgs {
+        max_duration_secs: secs,
+        min_duration_secs: secs,
+        cpu_milli,
+        ..f.queue_args(gpus, 24)
+    }
+}
+
+/// Every lease of `leases` that is still open.
+fn open(f: &Fixture, leases: &[Pubkey]) -> Vec<(Pubkey, Lease)> {
+    leases
+        .iter()
+        .filter(|k| f.ctx.account_exists(k))
+        .map(|k| (*k, f.ctx.account(k)))
+        .collect()
+}
+
+/// `reserve` of `bid` on the fixture's machine, whose running leases are among `leases`, with
+/// `holding` as the machines holding the entries above it.
+fn reserve(
+    f: &mut Fixture,
+    bid: Pubkey,
+    leases: &[(Pubkey, Lease)],
+    holding: Vec<Pubkey>,
+) -> Result<(), Failure> {
+    let b: Bid = f.ctx.account(&bid);
+    let ix = Reserve::of(
+        f.market,
+        f.queue_book,
+        (f.machine, bid),
+        b.reserved_on,
+        leases,
+        holding,
+    );
+    f.ctx.run(&ix).map(|_| ())
+}
+
+/// `extend_lease` of `lease` by `secs`, by its client `c`.
+fn extend(f: &mut Fixture, c: &Wallet, lease: Pubkey, secs: u32) -> Result<(), Failure> {
+    let l: Lease = f.ctx.account(&lease);
+    let m: Market = f.ctx.account(&f.market);
+    f.ctx
+        .run(&ExtendLease::of(&c.key, (lease, &l), &m, c.tokens, secs))
+        .map(|_| ())
+}
+
+/// Proves every lease of `leases` interval by interval until `until` (all started together, at
+/// `started`), then settles those that ended.
+fn run_until(f: &mut Fixture, leases: &[Pubkey], started: i64, until: i64) {
+    let mut k = 0;
+    while started + (k as i64 + 1) * INTERVAL <= until {
+        f.ctx
+            .advance_time(started + (k as i64 + 1) * INTERVAL - f.ctx.now());
+        for (lease, l) in open(f, leases) {
+            if l.proven_until < l.ends_at {
+                prove(f, lease, k);
+            }
+        }
+        k += 1;
+    }
+    let keeper = f.ctx.wallet(1);
+    for (lease, l) in open(f, leases) {
+        if l.proven_until >= l.ends_at {
+            f.close_with(&keeper, lease, None, false)
+                .expect("end_lease");
+        }
+    }
+}
+
+/// Before reservations, the 20-minute bid ran on the four idle GPUs at once, and the 16-GPU
+/// bid above it could start only when it ended (and a stream of such bids could keep it
+/// waiting until it expired).
+#[test]
+fn a_16_gpu_bid_starts_at_its_reservation_while_smaller_bids_backfill_around_it() {
+    let mut f = busy_market(0);
+    // Twelve 10-minute one-GPU leases of three clients: four GPUs idle.
+    let mut leases = Vec::new();
+    for c in 0..3 {
+        let filler = f.client(100 * TOKEN, 0);
+        for g in 0..4u8 {
+            let a = args(&mut f, 1, 600, 0);
+            let bid = f.place(&filler, a);
+            leases.push(f.allocate(bid, &[c * 4 + g]).expect("a filler"));
+        }
+    }
+    let started = f.ctx.now();
+    let big_client = f.client(1_000 * TOKEN, 0);
+    let mut a = args(&mut f, 16, 3_600, 0);
+    a.urgency_premium = TOKEN;
+    let big = f.place(&big_client, a);
+    let small = f.client(100 * TOKEN, 0);
+    let a = args(&mut f, 1, 1_200, 0);
+    let long = f.place(&small, a);
+    let a = args(&mut f, 1, 300, 0);
+    let short = f.place(&small, a);
+
+    // Only with every lease of the machine: the start is computed from their ends.
+    let ledger = f.ledger(&big_client);
+    let some = open(&f, &leases[1..]);
+    let err = reserve(&mut f, big, &some, vec![]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::LeasesMissing));
+    assert_eq!(
+        f.ledger(&big_client),
+        ledger,
+        "a refused step moves nothing"
+    );
+    let all = open(&f, &leases);
+    reserve(&mut f, big, &all, vec![]).expect("reserve");
+    let m: Machine = f.ctx.account(&f.machine);
+    assert_eq!(m.reservation.bid, big);
+    assert_eq!(m.reservation.start, started + 600, "when the fillers end");
+    assert_eq!(m.reservation.gpus, u16::MAX, "all sixteen");
+    assert_eq!(f.ctx.account::<Bid>(&big).reserved_on, f.machine);
+
+    // The 20-minute bid would run past the start on reserved GPUs: refused, moving nothing.
+    let ledger = f.ledger(&small);
+    let err = f.allocate(long, &[12]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
+    assert_eq!(f.ledger(&small), ledger);
+    // The 5-minute one ends before it: it backfills, though the longer bid ranks above it.
+    let backfill = f.allocate(short, &[12]).expect("backfill");
+    // Extended past the start, it would delay the reserved bid (the longer bid gone, which the
+    // extension would pass in the queue first).
+    cancel(&mut f, &small, long);
+    let err = extend(&mut f, &small, backfill, 600).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
+    assert_eq!(f.ctx.account::<Lease>(&backfill).ends_at, started + 300);
+
+    // At the start every GPU is free, and the 16-GPU bid starts then.
+    leases.push(backfill);
+    run_until(&mut f, &leases, started, started + 600);
+    assert_eq!(f.ctx.now(), started + 600);
+    let lease = f
+        .allocate(big, &(0..16).collect::<Vec<u8>>())
+        .expect("the reserved bid starts at its reservation");
+    assert_eq!(f.ctx.account::<Lease>(&lease).started_at, started + 600);
+    let m: Machine = f.ctx.account(&f.machine);
+    assert!(!m.reservation.is_set(), "its reservation is spent");
+}
+
+/// A lease that runs past the start may use the GPUs the reserved bid does not need, but only
+/// with the CPU and memory it leaves; the reserved bid starts at its start all the same.
+#[test]
+fn backfill_past_the_start_keeps_off_its_gpus_and_leaves_it_its_cpu() {
+    let mut f = busy_market(16_000);
+    let mut leases = Vec::new();
+    let filler = f.client(100 * TOKEN, 0);
+    for g in 0..12u8 {
+        let a = args(&mut f, 1, 600, 100);
+        let bid = f.place(&filler, a);
+        leases.push(f.allocate(bid, &[g]).expect("a filler"));
+    }
+    let started = f.ctx.now();
+    let big_client = f.client(1_000 * TOKEN, 0);
+    let mut a = args(&mut f, 8, 3_600, 12_000);
+    a.urgency_premium = TOKEN;
+    let big = f.place(&big_client, a);
+    let all = open(&f, &leases);
+    reserve(&mut f, big, &all, vec![]).expect("reserve");
+    let m: Machine = f.ctx.account(&f.machine);
+    assert_eq!(m.reservation.start, started + 600);
+    assert_eq!(m.reservation.gpus.count_ones(), 8);
+    assert_eq!(m.reservation.cpu_milli, 12_000);
+    // Eight of the twelve busy GPUs of the first topology group, free at the start: the
+    // other group's four GPUs, idle now, it will not need.
+    assert_eq!(m.reservation.gpus & 0xF000, 0);
+    let spare: Vec<u8> = (12..16u8).collect();
+    let small = f.client(100 * TOKEN, 0);
+    // An hour on a spare GPU with 3 of the 4 cores the reserved bid leaves: it runs.
+    let a = args(&mut f, 1, 3_600, 3_000);
+    let hour = f.place(&small, a);
+    let hour_lease = f
+        .allocate(hour, &spare[..1])
+        .expect("backfill on a spare GPU");
+    assert_eq!(
+        f.ctx
+            .account::<Machine>(&f.machine)
+            .reservation
+            .after_cpu_milli,
+        3_000
+    );
+    // Another hour with 2 more cores: the reserved bid would lack CPU at its start.
+    let a = args(&mut f, 1, 3_600, 2_000);
+    let greedy = f.place(&small, a);
+    let ledger = f.ledger(&small);
+    let err = f.allocate(greedy, &spare[1..2]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
+    assert_eq!(f.ledger(&small), ledger);
+    cancel(&mut f, &small, greedy);
+
+    run_until(&mut f, &leases, started, started + 600);
+    let lease = f
+        .allocate(big, &bit_list(m.reservation.gpus))
+        .expect("the reserved bid starts at its reservation");
+    let l: Lease = f.ctx.account(&lease);
+    assert_eq!(l.started_at, started + 600);
+    assert!(f.ctx.account_exists(&hour_lease), "the backfill runs on");
+}
+
+/// The GPUs of a mask, lowest first.
+fn bit_list(mask: u16) -> Vec<u8> {
+    (0..16u8).filter(|g| mask & (1 << g) != 0).collect()
+}
+
+/// Who may hold what: never a bid that fits now, never one below an entry the machine could
+/// run that no machine holds, and a reservation holds until its bid starts, leaves or it
+/// lapses (the market's silence window after its start); then anyone may clear it, and an
+/// agent no longer honours it.
+#[test]
+fn a_reservation_is_for_the_best_waiting_bid_and_holds_until_it_starts_leaves_or_lapses() {
+    let mut f = busy_market(0);
+    let filler = f.client(100 * TOKEN, 0);
+    let mut leases = Vec::new();
+    for g in 0..12u8 {
+        let a = args(&mut f, 1, 600, 0);
+        let bid = f.place(&filler, a);
+        leases.push(f.allocate(bid, &[g]).expect("a filler"));
+    }
+    let all = open(&f, &leases);
+    let c = f.client(1_000 * TOKEN, 0);
+    // A bid that fits now is allocated, not reserved.
+    let a = args(&mut f, 2, 3_600, 0);
+    let fits = f.place(&c, a);
+    let err = reserve(&mut f, fits, &all, vec![]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BidFitsNow));
+    cancel(&mut f, &c, fits);
+
+    let mut a = args(&mut f, 16, 3_600, 0);
+    a.urgency_premium = 2 * TOKEN;
+    let first = f.place(&c, a);
+    let mut a = args(&mut f, 15, 3_600, 0);
+    a.urgency_premium = TOKEN;
+    let second = f.place(&c, a);
+    // The 15-GPU bid ranks below the 16-GPU one, which no machine holds.
+    let ledger = f.ledger(&c);
+    let err = reserve(&mut f, second, &all, vec![]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::BetterBidUnreserved));
+    assert_eq!(f.ledger(&c), ledger);
+    reserve(&mut f, first, &all, vec![]).expect("the best is reserved");
+    // Nobody clears a reservation that holds.
+    let stranger_clears = |f: &mut Fixture| {
+        let m: Machine = f.ctx.account(&f.machine);
+        f.ctx.run(&Unreserve::of(f.market, (f.machine, &m)))
+    };
+    let err = stranger_clears(&mut f).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
+
+    // Its bid leaves (cancelled): the reservation holds nothing, and anyone clears it.
+    cancel(&mut f, &c, first);
+    stranger_clears(&mut f).expect("unreserve");
+    assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
+    reserve(&mut f, second, &all, vec![]).expect("the next best is reserved");
+
+    // Not started by the end of the silence window after its start (the leases never end:
+    // nobody proves them), it lapses: allocation no longer honours it, and it can be cleared.
+    let m: Machine = f.ctx.account(&f.machine);
+    let market: Market = f.ctx.account(&f.market);
+    f.ctx
+        .advance_time(m.reservation.start + market.silence_window_secs() - f.ctx.now());
+    let err = stranger_clears(&mut f).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
+    let a = args(&mut f, 1, 3_600, 0);
+    let late = f.client(100 * TOKEN, 0);
+    let long = f.place(&late, a);
+    let err = f.allocate(long, &[12]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
+    f.ctx.advance_time(1);
+    f.allocate(long, &[12])
+        .expect("a lapsed reservation holds nothing");
+    assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
+}
+
+/// The client `c` cancels its waiting bid.
+fn cancel(f: &mut Fixture, c: &Wallet, bid: Pubkey) {
+    f.ctx
+        .run(&CancelBid {
+            client: &c.key,
+            market: f.market,
+            bid,
+            book: f.queue_book,
+            payment_mint: f.mint,
+            client_tokens: c.tokens,
+        })
+        .expect("cancel_bid");
+}
