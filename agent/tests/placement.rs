@@ -294,3 +294,62 @@ async fn a_killed_agents_queue_lease_runs_again_on_the_other_machine() {
         on.started_at - killed_at
     );
 }
+
+/// EASY backfilling through the agent: with one GPU of machine A busy for ten intervals, a bid
+/// for both GPUs cannot start; A's agent reserves A for it (the market's only machine can start
+/// it soonest). A one-GPU bid that would run past that start is never allocated onto the idle
+/// GPU, and the two-GPU bid starts when the first lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_reserves_for_a_big_bid_and_backfills_nothing_that_would_delay_it() {
+    let live = live_market(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&Agent::write_config(&live, dir.path(), 2));
+    let client = live.client(100 * TOKEN, 0).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let mut short = queue_bid(2, 10 * INTERVAL, now);
+    short.gib_per_gpu = 24;
+    let busy = live.place(&client, short).await.unwrap();
+    let busy_lease = pda::lease(&busy).0;
+    leased_on(&live, busy, "the ten-interval lease", &agent).await;
+    let big_client = live.client(100 * TOKEN, 0).await.unwrap();
+    let mut big = queue_bid(3, 40 * INTERVAL, now);
+    (big.gpu_count, big.gib_per_gpu, big.urgency_premium) = (2, 24, TOKEN);
+    let big = live.place(&big_client, big).await.unwrap();
+
+    let machine: Machine = wait_for("the reservation", 30, &agent, || async {
+        let m: Machine = live.cluster.account(&live.machine).await.ok()?;
+        (m.reservation.bid == big).then_some(m)
+    })
+    .await;
+    let ends: Lease = live.cluster.account(&busy_lease).await.unwrap();
+    assert_eq!(
+        machine.reservation.start,
+        ends.stop(),
+        "when the busy lease ends"
+    );
+
+    // A one-GPU bid for forty intervals fits the idle GPU but would run past the start.
+    let now = live.cluster.now().await.unwrap();
+    let mut long = queue_bid(4, 40 * INTERVAL, now);
+    long.gib_per_gpu = 24;
+    let long = live.place(&client, long).await.unwrap();
+    // The busy lease has most of its ten intervals to run.
+    let l: Lease = wait_for("the reserved bid's lease", 60, &agent, || async {
+        live.cluster.account(&pda::lease(&big).0).await.ok()
+    })
+    .await;
+    assert_eq!(l.machine, live.machine);
+    assert!(
+        l.started_at <= machine.reservation.start + 2 * INTERVAL as i64,
+        "started at {}, reserved from {}; agent log:\n{}",
+        l.started_at,
+        machine.reservation.start,
+        agent.log()
+    );
+    assert!(
+        machine_of(&live, &long).await.is_none(),
+        "the long bid never ran before it"
+    );
+    let b: Bid = live.cluster.account(&long).await.unwrap();
+    assert_eq!(b.status, gpu_market::state::BidStatus::Open);
+}

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use super::{
     proof_hash, BidKind, BidView, Chain, ChainError, GpuView, Key, LeaseView, MachineStatus,
-    MachineView, NetworkView, OpenBids,
+    MachineView, NetworkView, OpenBids, ReservationDuty,
 };
 
 /// A proof the fake accepted.
@@ -78,6 +78,10 @@ struct Inner {
     ended: Vec<Key>,
     preemptions: Vec<(Key, Key, i64)>,
     pruned: Vec<Key>,
+    /// What the fake's books say of reservations (a test sets it); the reservations sent and
+    /// cleared (`None`), in order.
+    reservation_duty: Option<ReservationDuty>,
+    reservations: Vec<Option<Key>>,
     /// Environments the bids' clients stored sealed to the agent's key.
     sealed_envs: Vec<(Key, Vec<u8>)>,
     /// The market's idle rule: (utilisation under which a proof is idle, in bps; idle proofs in
@@ -142,6 +146,8 @@ impl FakeChain {
                 ended: Vec::new(),
                 preemptions: Vec::new(),
                 pruned: Vec::new(),
+                reservation_duty: None,
+                reservations: Vec::new(),
                 sealed_envs: Vec::new(),
                 idle_rule: None,
                 idle_streaks: Vec::new(),
@@ -293,6 +299,16 @@ impl FakeChain {
     pub fn preemptions(&self) -> Vec<(Key, Key, i64)> {
         self.lock().preemptions.clone()
     }
+    /// Makes the books say this machine should reserve (or clear its reservation).
+    pub fn set_reservation_duty(&self, duty: Option<ReservationDuty>) {
+        self.lock().reservation_duty = duty;
+    }
+
+    /// The reservations the agent sent (`Some(bid)`) and cleared (`None`), in order.
+    pub fn reservations(&self) -> Vec<Option<Key>> {
+        self.lock().reservations.clone()
+    }
+
     /// The bids pruned, in order.
     pub fn pruned(&self) -> Vec<Key> {
         self.lock().pruned.clone()
@@ -719,6 +735,7 @@ impl Chain for FakeChain {
         let offer = s.offer(None);
         let mut out = OpenBids {
             alive_secs: s.alive_secs,
+            reservation: s.reservation_duty,
             ..OpenBids::default()
         };
         // Queue bids outrank spot bids.
@@ -924,6 +941,28 @@ impl Chain for FakeChain {
         s.reachable()?;
         s.status = MachineStatus::Paused;
         s.faults.push((gpu, xid));
+        Ok(())
+    }
+
+    async fn reserve(&self, bid: Key) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        if s.reservation_duty != Some(ReservationDuty::Reserve(bid)) {
+            return Err(rejected("reserve", "the books hold no such duty"));
+        }
+        s.reservation_duty = None;
+        s.reservations.push(Some(bid));
+        Ok(())
+    }
+
+    async fn unreserve(&self) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        if s.reservation_duty != Some(ReservationDuty::Clear) {
+            return Err(rejected("unreserve", "the reservation holds"));
+        }
+        s.reservation_duty = None;
+        s.reservations.push(None);
         Ok(())
     }
 

@@ -319,6 +319,18 @@ pub struct OpenBids {
     /// How long a heartbeat keeps this machine in the market's packing policy
     /// (`gpu_market_sdk::placement::alive_secs`); `None` where the chain does not say.
     pub alive_secs: Option<i64>,
+    /// What this machine should do about reservations (EASY backfilling), if anything.
+    pub reservation: Option<ReservationDuty>,
+}
+
+/// A machine's part in the market's reservations (`reserve`, `unreserve`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservationDuty {
+    /// Hold this machine's GPUs for the queue bid: the best waiting one that fits no machine
+    /// now and no machine holds, which this machine can start the soonest.
+    Reserve(Key),
+    /// Clear this machine's reservation: its bid started, left or moved on, or it lapsed.
+    Clear,
 }
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -405,6 +417,10 @@ pub trait Chain: Send + Sync {
     async fn report_fault(&self, gpu: u8, xid: u32) -> Result<(), ChainError>;
     /// Removes a bid whose latest start has passed from its book, refunding its client.
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
+    /// Holds this machine's GPUs for waiting queue bid `bid` (`reserve`).
+    async fn reserve(&self, bid: Key) -> Result<(), ChainError>;
+    /// Clears this machine's reservation, which holds nothing any more (`unreserve`).
+    async fn unreserve(&self) -> Result<(), ChainError>;
     /// The copy of `bid`'s environment sealed to this machine's agent key, as the bid's client
     /// stored it (`seal_env`); `None` while there is none.
     async fn sealed_env(&self, bid: Key) -> Result<Option<Vec<u8>>, ChainError>;

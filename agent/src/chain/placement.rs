@@ -4,13 +4,13 @@
 //! machine takes a bid without talking to each other; one that reads a little later may
 //! disagree for a moment, which the grace period absorbs.
 
-use gpu_market::state::{Bid, BookLeaf, Lease, Machine, Market};
+use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, MachineStatus, Market};
 use gpu_market_sdk::accounts::decode;
-use gpu_market_sdk::placement::MarketPlacement;
+use gpu_market_sdk::placement::{alive, earliest_start, MarketPlacement};
 use solana_pubkey::Pubkey;
 
 use super::solana::{accounts_with, key, SolanaChain};
-use super::{ChainError, Elsewhere};
+use super::{ChainError, Elsewhere, ReservationDuty};
 
 /// Where `market` sits in machine and lease accounts: right after the discriminator.
 const MARKET_OFFSET: usize = 8;
@@ -77,13 +77,22 @@ impl SolanaChain {
         }))
     }
 
-    /// Every machine of the market and its running leases, as the cluster lists them now.
+    /// The market's packing policy over every machine and running lease as listed now.
     async fn market_placement(
         &self,
         market: &Market,
         now: i64,
         queue: &[BookLeaf],
     ) -> Result<MarketPlacement, ChainError> {
+        let (machines, leases) = self.market_listing().await?;
+        MarketPlacement::new(market, now, machines, &leases, queue)
+            .map_err(|reason| ChainError::rejected("read", reason))
+    }
+
+    /// Every machine of the market and its running leases, as the cluster lists them now.
+    pub(super) async fn market_listing(
+        &self,
+    ) -> Result<(Vec<(Pubkey, Machine)>, Vec<Lease>), ChainError> {
         let of = self.market();
         let (_, machines) = self
             .program_accounts(accounts_with::<Machine>(MARKET_OFFSET, &of))
@@ -99,7 +108,86 @@ impl SolanaChain {
             .iter()
             .filter_map(|(_, d)| decode::<Lease>(d, "lease").ok())
             .collect();
-        MarketPlacement::new(market, now, machines, &leases, queue)
-            .map_err(|reason| ChainError::rejected("read", reason))
+        Ok((machines, leases))
+    }
+
+    /// This machine's part in the market's reservations now, from the queue book's entries
+    /// `queue` (best first). A reservation of its own that no longer holds anything is cleared.
+    /// Without one, the first entry it could run once empty, not expired and held by no other
+    /// machine, is the one EASY backfilling reserves for (the program refuses any other): if it
+    /// fits here now the allocation path takes it, and otherwise this machine reserves it when,
+    /// of the live machines no reservation holds, it is the one that can start it soonest
+    /// (`placement::earliest_start`; ties: the first listed), every agent computing the same.
+    /// Reads the market's machines and leases only when an entry waits for one.
+    pub(super) async fn reservation_duty(
+        &self,
+        market: &Market,
+        machine: &Machine,
+        now: i64,
+        queue: &[BookLeaf],
+    ) -> Result<Option<ReservationDuty>, ChainError> {
+        let here = self.machine();
+        let grace = market.silence_window_secs();
+        let held = &machine.reservation;
+        if held.is_set() {
+            let waiting = queue.iter().any(|l| l.bid == held.bid);
+            let holds = waiting
+                && held.binds(now, grace)
+                && machine.status == MachineStatus::Active
+                && self
+                    .account::<Bid>(&held.bid, "bid")
+                    .await
+                    .is_ok_and(|b| b.reserved_on == here);
+            return Ok((!holds).then_some(ReservationDuty::Clear));
+        }
+        if machine.status != MachineStatus::Active {
+            return Ok(None);
+        }
+        let read = |e: anchor_lang::error::Error| {
+            ChainError::rejected("read", format!("the machine's offers: {e}"))
+        };
+        let empty = machine
+            .offer(market, BidKind::Queue, now, &Freed::all())
+            .map_err(read)?;
+        let offers = machine
+            .offers(market, BidKind::Queue, now, &Freed::default())
+            .map_err(read)?;
+        let mut listing = None;
+        for leaf in queue {
+            let need = leaf.summary.need();
+            if leaf.summary.expired(now) || !empty.fits(&need) {
+                continue;
+            }
+            let until = leaf.summary.runs_until(now);
+            if offers.for_run(&leaf.bid, until).fits(&need) {
+                return Ok(None);
+            }
+            let (machines, leases) = match &listing {
+                Some(l) => l,
+                None => listing.insert(self.market_listing().await?),
+            };
+            let holds = |m: &Machine| m.reservation.binds(now, grace);
+            if machines
+                .iter()
+                .any(|(k, m)| *k != here && holds(m) && m.reservation.bid == leaf.bid)
+            {
+                continue;
+            }
+            let bid: Bid = self.account(&leaf.bid, "bid").await?;
+            let free: Vec<(Pubkey, Machine)> = machines
+                .iter()
+                .filter(|(_, m)| {
+                    m.status == MachineStatus::Active && alive(market, m, now) && !holds(m)
+                })
+                .cloned()
+                .collect();
+            return Ok(match earliest_start(market, &bid, now, &free, leases) {
+                Some((at, m)) if m == here && at > now => {
+                    Some(ReservationDuty::Reserve(key(&leaf.bid)))
+                }
+                _ => None,
+            });
+        }
+        Ok(None)
     }
 }

@@ -17,16 +17,15 @@ use gpu_market::instructions::UsageProofArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind as ProgramBidKind, BookLeaf, Egress, Freed, Lease, Machine,
-    MachineStatus as ProgramStatus, Market, SealedEnv, StakeAccount,
+    MachineStatus as ProgramStatus, Market, Offers, SealedEnv, StakeAccount,
 };
-use gpu_market_core::fit::Offer;
 use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
 use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
 use gpu_market_sdk::{
     Allocate, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, ReportFault,
-    SubmitUsage,
+    Reserve, SubmitUsage, Unreserve,
 };
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -227,7 +226,7 @@ impl SolanaChain {
         Ok(out)
     }
 
-    async fn account<T: AccountDeserialize>(
+    pub(super) async fn account<T: AccountDeserialize>(
         &self,
         address: &Pubkey,
         what: &'static str,
@@ -488,16 +487,17 @@ impl SolanaChain {
     }
 
     /// The bids of `candidates` (one book's entries of `kind` that may fit, best first) that
-    /// the program lets this machine take, at most `limit`: each that fits `now_offer` (with
-    /// the GPUs the fit rule gives it) or one of `if_ended` (a spot lease's end), and in the
+    /// the program lets this machine take, at most `limit`: each that fits `now_offers` (with
+    /// the GPUs the fit rule gives it) or one of `if_ended` (a spot lease's end), each as the
+    /// machine's reservation lets its run use them (`Offers::for_run`), and in the
     /// queue book, as the anti-monopoly cap allows ([`CapFilter`]).
     async fn admissible(
         &self,
         policy: &mut Policy<'_>,
         kind: ProgramBidKind,
         candidates: &[&BookLeaf],
-        now_offer: &Offer,
-        if_ended: &[(Pubkey, Offer)],
+        now_offers: &Offers,
+        if_ended: &[(Pubkey, Offers)],
         limit: usize,
     ) -> Result<Vec<BidView>, ChainError> {
         let queue = kind == ProgramBidKind::Queue;
@@ -528,12 +528,14 @@ impl SolanaChain {
                 }
             }
             for (k, b) in &bids {
+                let until = b.runs_until(now_offers.now.now());
+                let now_offer = now_offers.for_run(k, until);
                 let mut gpus = b.fit(now_offer).ok().map(|c| c.gpus().to_vec());
                 let fits_if_ended: Vec<Key> = match gpus {
                     Some(_) => Vec::new(),
                     None => if_ended
                         .iter()
-                        .filter(|(_, o)| b.fit(o).is_ok())
+                        .filter(|(_, o)| b.fit(o.for_run(k, until)).is_ok())
                         .map(|(l, _)| key(l))
                         .collect(),
                 };
@@ -737,16 +739,16 @@ fn book_entries(data: &[u8], address: &Pubkey) -> Result<BookEntries, ChainError
 }
 
 /// What `machine` offers bids of `kind` at `now` (`Machine::offer`, as the program builds it).
-fn offer(
+fn offers(
     machine: &Machine,
     market: &Market,
     kind: ProgramBidKind,
     now: i64,
     freed: &Freed,
-) -> Result<Offer, ChainError> {
+) -> Result<Offers, ChainError> {
     machine
-        .offer(market, kind, now, freed)
-        .map_err(|e| ChainError::rejected("read", format!("the machine's offer: {e}")))
+        .offers(market, kind, now, freed)
+        .map_err(|e| ChainError::rejected("read", format!("the machine's offers: {e}")))
 }
 
 /// The unix time of the clock sysvar's account data.
@@ -940,11 +942,11 @@ impl Chain for SolanaChain {
             let Some(entries) = entries else {
                 continue;
             };
-            let now_offer = offer(&machine, &market, kind, now, &Freed::default())?;
+            let now_offers = offers(&machine, &market, kind, now, &Freed::default())?;
             // What `preempt` offers a challenger of this book: the lease's GPUs counted free.
             let if_ended = spot_leases
                 .iter()
-                .map(|(k, f)| Ok((*k, offer(&machine, &market, kind, now, f)?)))
+                .map(|(k, f)| Ok((*k, offers(&machine, &market, kind, now, f)?)))
                 .collect::<Result<Vec<_>, ChainError>>()?;
             // The entries' summaries rule out most bids without reading their accounts.
             let mut candidates = Vec::new();
@@ -957,16 +959,27 @@ impl Chain for SolanaChain {
                     continue;
                 }
                 let need = leaf.summary.need();
-                let may_fit = |o: &Offer| o.fits(&need);
-                if may_fit(&now_offer) || if_ended.iter().any(|(_, o)| may_fit(o)) {
+                let until = leaf.summary.runs_until(now);
+                let may_fit = |o: &Offers| o.for_run(&leaf.bid, until).fits(&need);
+                if may_fit(&now_offers) || if_ended.iter().any(|(_, o)| may_fit(o)) {
                     candidates.push(leaf);
                 }
             }
             let room = limit.saturating_sub(out.bids.len());
             let found = self
-                .admissible(&mut policy, kind, &candidates, &now_offer, &if_ended, room)
+                .admissible(&mut policy, kind, &candidates, &now_offers, &if_ended, room)
                 .await?;
             out.bids.extend(found);
+        }
+        // A failed read here costs a reservation a tick, never an allocation.
+        if let Some(q) = &queue {
+            out.reservation = self
+                .reservation_duty(&market, &machine, now, &q.entries)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "reading what reservations need failed");
+                    None
+                });
         }
         Ok(out)
     }
@@ -999,7 +1012,7 @@ impl Chain for SolanaChain {
         let stake: StakeAccount = decoded(got[1].as_deref(), "stake", &stake)?;
         let within_cap = b.kind == ProgramBidKind::Spot
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, now);
-        let offer = offer(&machine, &market, b.kind, now, &Freed::default())?;
+        let offers = offers(&machine, &market, b.kind, now, &Freed::default())?;
         // Built and dropped before any await: a signer is not `Sync`.
         let (lease, ix) = {
             let ix = Allocate {
@@ -1010,7 +1023,7 @@ impl Chain for SolanaChain {
                 bid,
                 client: b.client,
                 gpus: gpu_indices.to_vec(),
-                evidence: entries.allocate_evidence(&bid, &offer, within_cap),
+                evidence: entries.allocate_evidence(&bid, &offers, within_cap),
             };
             (ix.lease(), ix.instruction())
         };
@@ -1139,6 +1152,47 @@ impl Chain for SolanaChain {
         }
         .instruction();
         self.send(PruneBid::NAME, ix).await
+    }
+
+    async fn reserve(&self, bid: Key) -> Result<(), ChainError> {
+        let bid = pubkey(bid);
+        let got = self.raw_accounts(&[self.market, bid]).await?;
+        let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
+        let b: Bid = decoded(got[1].as_deref(), "bid", &bid)?;
+        let book = self
+            .read_book(&market.queue_book)
+            .await?
+            .ok_or_else(|| ChainError::rejected(Reserve::NAME, "no queue book"))?;
+        let above: Vec<Pubkey> = book
+            .entries
+            .iter()
+            .take_while(|l| l.bid != bid)
+            .map(|l| l.bid)
+            .collect();
+        let (machines, _) = self.market_listing().await?;
+        // The machines whose reservations hold the entries ranked above it.
+        let holding = machines
+            .iter()
+            .filter(|(k, m)| *k != self.machine && above.contains(&m.reservation.bid))
+            .map(|(k, _)| *k)
+            .collect();
+        let leases = self.lease_accounts().await?;
+        let ix = Reserve::of(
+            self.market,
+            market.queue_book,
+            (self.machine, bid),
+            b.reserved_on,
+            &leases,
+            holding,
+        )
+        .instruction();
+        self.send(Reserve::NAME, ix).await
+    }
+
+    async fn unreserve(&self) -> Result<(), ChainError> {
+        let machine: Machine = self.account(&self.machine, "machine").await?;
+        let ix = Unreserve::of(self.market, (self.machine, &machine)).instruction();
+        self.send(Unreserve::NAME, ix).await
     }
 
     async fn sealed_env(&self, bid: Key) -> Result<Option<Vec<u8>>, ChainError> {

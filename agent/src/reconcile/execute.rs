@@ -218,6 +218,20 @@ impl Reconciler {
                 tracing::info!(%lease, %better_bid, "spot lease preempted {when}");
             }
             Action::Prune { bid } => self.prune_all(&[*bid]).await,
+            Action::Reserve { bid } => {
+                self.chain
+                    .reserve(*bid)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%bid, "reserved the machine's GPUs for a waiting bid");
+            }
+            Action::Unreserve => {
+                self.chain
+                    .unreserve()
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!("cleared the machine's reservation: it held nothing any more");
+            }
             Action::Allocate { bid, gpu_indices } => {
                 if let Some(b) = o.chain.iter().flat_map(|c| &c.bids).find(|b| b.key == *bid) {
                     self.ready(b, gpu_indices);

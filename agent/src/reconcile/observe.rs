@@ -251,6 +251,7 @@ impl Reconciler {
                     .into_iter()
                     .filter(|k| !self.unprunable.contains(k))
                     .collect(),
+                reservation: open.reservation,
             },
         ))
     }

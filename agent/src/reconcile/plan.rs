@@ -9,7 +9,7 @@ use gpu_market_core::lease::{exit, interval_window, spot_profit_per_day};
 use gpu_market_core::overclock::OverclockTerms;
 
 use super::jobs::Readying;
-use crate::chain::{BidKind, BidView, Key, LeaseView, MachineStatus, MachineView};
+use crate::chain::{BidKind, BidView, Key, LeaseView, MachineStatus, MachineView, ReservationDuty};
 use crate::gpu::Sample;
 use crate::runtime::ContainerState;
 use crate::state::{AgentState, LeaseRecord};
@@ -67,6 +67,8 @@ pub struct ChainObserved {
     pub bids: Vec<BidView>,
     /// Expired bids in the machine's books.
     pub expired: Vec<Key>,
+    /// What the books say this machine should do about reservations.
+    pub reservation: Option<ReservationDuty>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +169,12 @@ pub enum Action {
     Prune {
         bid: Key,
     },
+    /// Hold this machine's GPUs for the waiting queue bid (EASY backfilling).
+    Reserve {
+        bid: Key,
+    },
+    /// Clear this machine's reservation, which holds nothing any more.
+    Unreserve,
     /// No lease uses this GPU but its settings are not its idle ones: reset it, and park it.
     ResetGpu {
         index: u32,
@@ -197,6 +205,7 @@ pub fn plan(o: &Observed) -> Vec<Action> {
         }
         if !o.draining {
             p.prune(chain);
+            p.reserve(chain);
         }
         p.reset_gpus(chain);
         // A round of proofs sent in the same tick is the heartbeat (the program records one
@@ -598,6 +607,14 @@ impl<'a> Planner<'a> {
                     better_bid: b.key,
                 });
             }
+        }
+    }
+
+    fn reserve(&mut self, chain: &ChainObserved) {
+        match chain.reservation {
+            Some(ReservationDuty::Reserve(bid)) => self.push(Action::Reserve { bid }),
+            Some(ReservationDuty::Clear) => self.push(Action::Unreserve),
+            None => {}
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::senders::{Fate, Senders};
 use super::*;
 use crate::chain::fake::FakeChain;
-use crate::chain::{proof_hash, GpuView};
+use crate::chain::{proof_hash, GpuView, ReservationDuty};
 use crate::chain::{BidKind, BidView, Chain, Elsewhere, LeaseView, MachineStatus, MachineView};
 use crate::config::{ContainerLimits, ImageBudget, SimulatedGpuConfig};
 use crate::gpu::isolation::Mps;
@@ -1163,6 +1163,7 @@ fn the_plan_allocates_the_fit_rules_gpus_until_two_choices_overlap() {
             given(4, vec![1]),
         ],
         expired: Vec::new(),
+        reservation: None,
     };
     let actions = plan(&observed(Some(chain), AgentState::default()));
     assert_eq!(
@@ -1236,6 +1237,7 @@ fn a_lease_that_never_started_before_its_stop_is_proven_empty_and_ended() {
         closed: BTreeSet::new(),
         bids: Vec::new(),
         expired: Vec::new(),
+        reservation: None,
     };
     let mut o = observed(Some(chain), local.clone());
     o.heartbeat_due = false;
@@ -1292,3 +1294,25 @@ mod liveness;
 mod power;
 mod preempt;
 mod ready;
+
+/// The agent does what the books say of reservations, once: it reserves the bid they name and
+/// clears a reservation that holds nothing (`reservation_duty` decides which, on the chain).
+#[tokio::test(start_paused = true)]
+async fn the_agent_reserves_and_clears_as_the_books_say() {
+    let h = Harness::new(&[0]);
+    let mut r = h.reconciler();
+    let waiting = Key([7; 32]);
+    h.chain
+        .set_reservation_duty(Some(ReservationDuty::Reserve(waiting)));
+    let actions = r.tick(false).await.unwrap();
+    assert!(actions.contains(&Action::Reserve { bid: waiting }));
+    assert_eq!(h.chain.reservations(), vec![Some(waiting)]);
+    // Done: the next look at the books asks nothing.
+    let actions = r.tick(false).await.unwrap();
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, Action::Reserve { .. } | Action::Unreserve)));
+    h.chain.set_reservation_duty(Some(ReservationDuty::Clear));
+    r.tick(false).await.unwrap();
+    assert_eq!(h.chain.reservations(), vec![Some(waiting), None]);
+}

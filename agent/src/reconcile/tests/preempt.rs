@@ -52,6 +52,7 @@ fn plan_with(leases: Vec<LeaseView>, bids: Vec<BidView>) -> Vec<Action> {
         closed: BTreeSet::new(),
         bids,
         expired: Vec::new(),
+        reservation: None,
     };
     let mut o = observed(Some(chain), local);
     o.containers = Some(containers);
