@@ -1051,6 +1051,23 @@ fn allocation_refusal(
     )
 }
 
+/// The machine whose reservation holds waiting bid `bid` at `now`, and its start.
+fn reservation_of(
+    m: &Market,
+    (bid, b): (&Pubkey, &Bid),
+    machines: &[(Pubkey, Machine)],
+    now: i64,
+) -> Option<(Pubkey, i64)> {
+    machines
+        .iter()
+        .find(|(k, mach)| {
+            *k == b.reserved_on
+                && mach.reservation.bid == *bid
+                && mach.reservation.binds(now, m.silence_window_secs())
+        })
+        .map(|(k, mach)| (*k, mach.reservation.start))
+}
+
 /// Adds one machine to the count of `reason`.
 fn tally(reasons: &mut Vec<(String, u64)>, reason: String) {
     match reasons.iter_mut().find(|(r, _)| *r == reason) {
@@ -1106,10 +1123,18 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
     let mut refused: Vec<Value> = Vec::new();
     let (mut fitting, mut ready) = (0u64, 0u64);
     for (key, mach) in &machines {
-        let offer = mach
-            .offer(&m, b.kind, now, &Freed::default())
+        let offers = mach
+            .offers(&m, b.kind, now, &Freed::default())
             .map_err(|e| anyhow!("cannot price machine {key}: {e}"))?;
-        match b.fit(&offer) {
+        let offer = offers.for_run(bid, b.runs_until(now));
+        match b.fit(offer) {
+            Err(_) if b.fit(&offers.now).is_ok() => tally(
+                &mut reasons,
+                format!(
+                    "its GPUs are reserved for a bid from {} (a bid that runs past then waits)",
+                    mach.reservation.start
+                ),
+            ),
             Err(unfit) => tally(&mut reasons, unfit.describe().to_string()),
             Ok(choice) => {
                 fitting += 1;
@@ -1120,7 +1145,7 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
                     (key, mach),
                     &book,
                     choice.gpus(),
-                    entries.allocate_evidence(bid, &offer, within_cap),
+                    entries.allocate_evidence(bid, &offers, within_cap),
                 )?;
                 match why {
                     None => ready += 1,
@@ -1187,11 +1212,15 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         b.min_duration_secs
     );
     // (One it fits now waits for the reason the summary gives: allocation would be refused.)
-    match (ready, earliest) {
-        (0, Some((at, machine))) if at > now => when.push_str(&format!(
+    let reserved = reservation_of(&m, (bid, &b), &machines, now);
+    match (ready, earliest, reserved) {
+        (0, _, Some((machine, at))) => when.push_str(&format!(
+            "; machine {machine} holds its GPUs for it from {at} (its reservation): no bid that would delay it may use them"
+        )),
+        (0, Some((at, machine)), None) if at > now => when.push_str(&format!(
             "; at the earliest at {at} on machine {machine}, when its running leases end, unless bids ranked above take those GPUs first"
         )),
-        (0, None) => when.push_str(
+        (0, None, None) => when.push_str(
             "; no machine's running leases end in time to free enough for it before its latest start",
         ),
         _ => {}
@@ -1241,6 +1270,14 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         (
             "earliest_start_machine",
             earliest.map_or(Value::Null, |(_, machine)| text(machine)),
+        ),
+        (
+            "reserved_on",
+            reserved.map_or(Value::Null, |(machine, _)| text(machine)),
+        ),
+        (
+            "reserved_from",
+            reserved.map_or(Value::Null, |(_, at)| at.into()),
         ),
         ("policy_machine", chosen.map_or(Value::Null, text)),
         (

@@ -380,4 +380,30 @@ fn a_client_extends_its_running_lease() {
         )),
         "{ex}"
     );
+    assert_eq!(ex["reserved_on"], Value::Null, "{ex}");
+
+    // Once the machine holds its GPUs for it (`reserve`, as its agent sends it), explain says
+    // where and from when.
+    let waiting = pk(&out["bid"]);
+    let b: Bid = t.account(&waiting);
+    let queue_book = t.account::<gpu_market::state::Market>(&s.market).queue_book;
+    let reserve = gpu_market_sdk::Reserve::of(
+        s.market,
+        queue_book,
+        (host.machine, waiting),
+        b.reserved_on,
+        &[(lease, after.clone())],
+        vec![],
+    );
+    t.send(&key_of(&stranger), &[&reserve]);
+    let ex = t.ok(&stranger, &["bid", "explain", &waiting.to_string()]);
+    assert_eq!(ex["reserved_on"], host.machine.to_string(), "{ex}");
+    assert_eq!(ex["reserved_from"], after.ends_at, "{ex}");
+    assert!(
+        ex["summary"].as_str().unwrap().contains(&format!(
+            "machine {} holds its GPUs for it from {} (its reservation)",
+            host.machine, after.ends_at
+        )),
+        "{ex}"
+    );
 }
