@@ -1,4 +1,4 @@
-//! Issue 33, part 1: books grow with use. A book account holds one 152-byte slot per waiting
+//! Issue 33, part 1: books grow with use. A book account holds one 160-byte slot per waiting
 //! bid, paid for by that bid's client and given back when the bid leaves, so opening a market
 //! or registering a machine costs the rent of a few small accounts, not 4.45 SOL per book.
 //! Rent is the Rent sysvar's, and exact at every step. On the SBF build in LiteSVM.
@@ -8,6 +8,7 @@ use gpu_market_tests::program_test;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{
     book_space, BidKind, MarketParams, OverclockTerms, BOOK_CAPACITY, BOOK_EMPTY_SPACE,
+    BOOK_SLOT_SIZE,
 };
 use gpu_market_sdk::{
     init_queue_book, init_spot_book, open_book_instructions, CancelBid, ClientInstruction,
@@ -301,6 +302,7 @@ fn a_market_opens_for_under_a_tenth_of_a_sol_and_a_machine_registers_for_under_t
     );
     println!("| action | accounts | rent (lamports) | SOL |");
     println!("|---|---|---|---|");
+    let slot = format!("{BOOK_SLOT_SIZE} bytes of book");
     for (action, accounts, lamports) in [
         (
             "open a market",
@@ -314,7 +316,7 @@ fn a_market_opens_for_under_a_tenth_of_a_sol_and_a_machine_registers_for_under_t
         ),
         (
             "place a bid (its slot in a book)",
-            "152 bytes of book",
+            slot.as_str(),
             ctx.slot_rent(),
         ),
     ] {

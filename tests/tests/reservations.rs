@@ -153,6 +153,10 @@ fn a_16_gpu_bid_starts_at_its_reservation_while_smaller_bids_backfill_around_it(
     );
     let all = open(&f, &leases);
     reserve(&mut f, big, &all, vec![]).expect("reserve");
+    println!(
+        "reserve with 12 leases on the machine and 2 entries below: {} compute units",
+        f.ctx.compute_units["reserve"]
+    );
     let m: Machine = f.ctx.account(&f.machine);
     assert_eq!(m.reservation.bid, big);
     assert_eq!(m.reservation.start, started + 600, "when the fillers end");
