@@ -244,6 +244,20 @@ impl Fixture {
         p.bid()
     }
 
+    /// The client `c` cancels its waiting queue bid.
+    pub fn cancel(&mut self, c: &Wallet, bid: Pubkey) -> Result<(), Failure> {
+        self.ctx
+            .run(&CancelBid {
+                client: &c.key,
+                market: self.market,
+                bid,
+                book: self.queue_book,
+                payment_mint: self.mint,
+                client_tokens: c.tokens,
+            })
+            .map(|_| ())
+    }
+
     /// [`Fixture::placement`] naming `witness` (a machine the bid fits) instead of the
     /// fixture's machine.
     pub fn placement_via<'a>(

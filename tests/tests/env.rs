@@ -9,7 +9,7 @@ use gpu_market::errors::MarketError;
 use gpu_market::pda;
 use gpu_market::state::SealedEnv;
 use gpu_market_sdk::envelope::{open_env, Environment};
-use gpu_market_sdk::{CancelBid, CloseSealedEnv, SealEnv};
+use gpu_market_sdk::{CloseSealedEnv, SealEnv};
 use lease_fixture::*;
 use solana_signer::Signer;
 
@@ -99,16 +99,7 @@ fn the_client_seals_its_environment_to_the_agent_which_opens_it_from_the_chain()
     let err = f.ctx.run(&stranger_close).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::SealedEnvInUse));
     assert!(f.ctx.account_exists(&address));
-    f.ctx
-        .run(&CancelBid {
-            client: &c.key,
-            market: f.market,
-            bid,
-            book: f.queue_book,
-            payment_mint: f.mint,
-            client_tokens: c.tokens,
-        })
-        .expect("cancel_bid");
+    f.cancel(&c, bid).expect("cancel_bid");
     let before = lamports(&f, &c.key.pubkey());
     f.ctx.run(&stranger_close).expect("close_sealed_env");
     assert!(!f.ctx.account_exists(&address));

@@ -11,7 +11,7 @@ use gpu_market_tests::program_test::Failure;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, GpuSpec, Lease, Machine, MachineStatus, Market};
-use gpu_market_sdk::{CancelBid, ExtendLease, Reserve, Unreserve};
+use gpu_market_sdk::{ExtendLease, Reserve, Unreserve};
 use lease_fixture::*;
 use solana_pubkey::Pubkey;
 
@@ -172,7 +172,7 @@ fn a_16_gpu_bid_starts_at_its_reservation_while_smaller_bids_backfill_around_it(
     let backfill = f.allocate(short, &[12]).expect("backfill");
     // Extended past the start, it would delay the reserved bid (the longer bid gone, which the
     // extension would pass in the queue first).
-    cancel(&mut f, &small, long);
+    f.cancel(&small, long).expect("cancel_bid");
     let err = extend(&mut f, &small, backfill, 600).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
     assert_eq!(f.ctx.account::<Lease>(&backfill).ends_at, started + 300);
@@ -237,7 +237,7 @@ fn backfill_past_the_start_keeps_off_its_gpus_and_leaves_it_its_cpu() {
     let err = f.allocate(greedy, &spare[1..2]).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
     assert_eq!(f.ledger(&small), ledger);
-    cancel(&mut f, &small, greedy);
+    f.cancel(&small, greedy).expect("cancel_bid");
 
     run_until(&mut f, &leases, started, started + 600);
     let lease = f
@@ -274,7 +274,7 @@ fn a_reservation_is_for_the_best_waiting_bid_and_holds_until_it_starts_leaves_or
     let fits = f.place(&c, a);
     let err = reserve(&mut f, fits, &all, vec![]).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::BidFitsNow));
-    cancel(&mut f, &c, fits);
+    f.cancel(&c, fits).expect("cancel_bid");
 
     let mut a = args(&mut f, 16, 3_600, 0);
     a.urgency_premium = 2 * TOKEN;
@@ -297,7 +297,7 @@ fn a_reservation_is_for_the_best_waiting_bid_and_holds_until_it_starts_leaves_or
     assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
 
     // Its bid leaves (cancelled): the reservation holds nothing, and anyone clears it.
-    cancel(&mut f, &c, first);
+    f.cancel(&c, first).expect("cancel_bid");
     stranger_clears(&mut f).expect("unreserve");
     assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
     reserve(&mut f, second, &all, vec![]).expect("the next best is reserved");
@@ -319,18 +319,4 @@ fn a_reservation_is_for_the_best_waiting_bid_and_holds_until_it_starts_leaves_or
     f.allocate(long, &[12])
         .expect("a lapsed reservation holds nothing");
     assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
-}
-
-/// The client `c` cancels its waiting bid.
-fn cancel(f: &mut Fixture, c: &Wallet, bid: Pubkey) {
-    f.ctx
-        .run(&CancelBid {
-            client: &c.key,
-            market: f.market,
-            bid,
-            book: f.queue_book,
-            payment_mint: f.mint,
-            client_tokens: c.tokens,
-        })
-        .expect("cancel_bid");
 }
