@@ -32,7 +32,13 @@ pub(super) struct Policy<'a> {
     /// The queue book's entries (the open bids of the workload).
     queue: &'a [BookLeaf],
     view: Option<MarketPlacement>,
+    /// The market's machines and running leases, read once for the policy's view and the
+    /// reservations' duty.
+    listing: Option<Listing>,
 }
+
+/// Every machine of a market and its running leases.
+type Listing = (Vec<(Pubkey, Machine)>, Vec<Lease>);
 
 impl<'a> Policy<'a> {
     pub(super) fn new(market: &'a Market, now: i64, queue: &'a [BookLeaf]) -> Self {
@@ -41,6 +47,7 @@ impl<'a> Policy<'a> {
             now,
             queue,
             view: None,
+            listing: None,
         }
     }
 }
@@ -54,14 +61,15 @@ impl SolanaChain {
         policy: &mut Policy<'_>,
         bid: &Bid,
     ) -> Result<Option<Placement>, ChainError> {
-        let view = match &mut policy.view {
-            Some(view) => view,
-            none => {
-                let view = self
-                    .market_placement(policy.market, policy.now, policy.queue)
-                    .await?;
-                none.insert(view)
-            }
+        if policy.view.is_none() {
+            let (market, now, queue) = (policy.market, policy.now, policy.queue);
+            let (machines, leases) = self.listing(&mut policy.listing).await?;
+            let view = MarketPlacement::new(market, now, machines.clone(), leases, queue)
+                .map_err(|reason| ChainError::rejected("read", reason))?;
+            policy.view = Some(view);
+        }
+        let Some(view) = policy.view.as_mut() else {
+            unreachable!("set above")
         };
         Ok(view.place(bid).map(|p| {
             if p.machine == self.machine() {
@@ -77,22 +85,17 @@ impl SolanaChain {
         }))
     }
 
-    /// The market's packing policy over every machine and running lease as listed now.
-    async fn market_placement(
-        &self,
-        market: &Market,
-        now: i64,
-        queue: &[BookLeaf],
-    ) -> Result<MarketPlacement, ChainError> {
-        let (machines, leases) = self.market_listing().await?;
-        MarketPlacement::new(market, now, machines, &leases, queue)
-            .map_err(|reason| ChainError::rejected("read", reason))
+    /// The market's machines and leases as a look at the books read them (`cache`), read now
+    /// the first time.
+    async fn listing<'p>(&self, cache: &'p mut Option<Listing>) -> Result<&'p Listing, ChainError> {
+        match cache {
+            Some(listing) => Ok(listing),
+            none => Ok(none.insert(self.market_listing().await?)),
+        }
     }
 
     /// Every machine of the market and its running leases, as the cluster lists them now.
-    pub(super) async fn market_listing(
-        &self,
-    ) -> Result<(Vec<(Pubkey, Machine)>, Vec<Lease>), ChainError> {
+    pub(super) async fn market_listing(&self) -> Result<Listing, ChainError> {
         let of = self.market();
         let (_, machines) = self
             .program_accounts(accounts_with::<Machine>(MARKET_OFFSET, &of))
@@ -118,14 +121,14 @@ impl SolanaChain {
     /// fits here now the allocation path takes it, and otherwise this machine reserves it when,
     /// of the live machines no reservation holds, it is the one that can start it soonest
     /// (`placement::earliest_start`; ties: the first listed), every agent computing the same.
-    /// Reads the market's machines and leases only when an entry waits for one.
+    /// Reads the market's machines and leases only when an entry waits for one, once a look
+    /// at the books with the policy's view.
     pub(super) async fn reservation_duty(
         &self,
-        market: &Market,
+        policy: &mut Policy<'_>,
         machine: &Machine,
-        now: i64,
-        queue: &[BookLeaf],
     ) -> Result<Option<ReservationDuty>, ChainError> {
+        let (market, now, queue) = (policy.market, policy.now, policy.queue);
         let here = self.machine();
         let grace = market.silence_window_secs();
         let held = &machine.reservation;
@@ -152,7 +155,6 @@ impl SolanaChain {
         let offers = machine
             .offers(market, BidKind::Queue, now, &Freed::default())
             .map_err(read)?;
-        let mut listing = None;
         for leaf in queue {
             let need = leaf.summary.need();
             if leaf.summary.expired(now) || !empty.fits(&need) {
@@ -162,10 +164,7 @@ impl SolanaChain {
             if offers.for_run(&leaf.bid, until).fits(&need) {
                 return Ok(None);
             }
-            let (machines, leases) = match &listing {
-                Some(l) => l,
-                None => listing.insert(self.market_listing().await?),
-            };
+            let (machines, leases) = self.listing(&mut policy.listing).await?;
             let holds = |m: &Machine| m.reservation.binds(now, grace);
             if machines
                 .iter()

@@ -972,9 +972,9 @@ impl Chain for SolanaChain {
             out.bids.extend(found);
         }
         // A failed read here costs a reservation a tick, never an allocation.
-        if let Some(q) = &queue {
+        if queue.is_some() {
             out.reservation = self
-                .reservation_duty(&market, &machine, now, &q.entries)
+                .reservation_duty(&mut policy, &machine)
                 .await
                 .unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "reading what reservations need failed");
