@@ -589,6 +589,7 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
             parse::tokens(m.electricity_cost_per_kwh, payment_decimals),
         ),
         ("spot_book", text(m.spot_book)),
+        ("reservation", reservation_json(m)),
         ("leases", m.leases.into()),
         (
             "unclaimed_pay",
@@ -606,6 +607,22 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ("memory_mib_held", m.used_memory_mib.into()),
         ("gpus", Value::Array(gpus)),
     ]
+}
+
+/// The queue bid the machine holds GPUs for, from when, which GPUs and how much CPU and memory
+/// (`null`: none). It lapses a silence window after its start.
+fn reservation_json(m: &Machine) -> Value {
+    let r = &m.reservation;
+    if !r.is_set() {
+        return Value::Null;
+    }
+    json!({
+        "bid": r.bid.to_string(),
+        "start": r.start,
+        "gpus": (0..16u8).filter(|g| r.gpus & (1 << g) != 0).collect::<Vec<_>>(),
+        "cpus": parse::cores(r.cpu_milli),
+        "memory_mib": r.memory_mib,
+    })
 }
 
 /// What a client sees of a machine's network before bidding.

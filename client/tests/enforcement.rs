@@ -406,4 +406,10 @@ fn a_client_extends_its_running_lease() {
         )),
         "{ex}"
     );
+    // And the machine's page says for which bid, from when, on which GPU.
+    let shown = t.ok(&stranger, &["host", "show", &host.machine.to_string()]);
+    let r = &shown["reservation"];
+    assert_eq!(r["bid"], waiting.to_string(), "{shown}");
+    assert_eq!(r["start"], after.ends_at, "{shown}");
+    assert_eq!(r["gpus"], serde_json::json!(after.gpus()), "{shown}");
 }
