@@ -70,11 +70,23 @@ fn reserve(
     leases: &[(Pubkey, Lease)],
     holding: Vec<Pubkey>,
 ) -> Result<(), Failure> {
+    let machine = f.machine;
+    reserve_on(f, machine, bid, leases, holding)
+}
+
+/// [`reserve`] on `machine`.
+fn reserve_on(
+    f: &mut Fixture,
+    machine: Pubkey,
+    bid: Pubkey,
+    leases: &[(Pubkey, Lease)],
+    holding: Vec<Pubkey>,
+) -> Result<(), Failure> {
     let b: Bid = f.ctx.account(&bid);
     let ix = Reserve::of(
         f.market,
         f.queue_book,
-        (f.machine, bid),
+        (machine, bid),
         b.reserved_on,
         leases,
         holding,
@@ -318,5 +330,57 @@ fn a_reservation_is_for_the_best_waiting_bid_and_holds_until_it_starts_leaves_or
     f.ctx.advance_time(1);
     f.allocate(long, &[12])
         .expect("a lapsed reservation holds nothing");
+    assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
+}
+
+/// A bid holds one machine: its reservation moves to another machine only where it starts
+/// earlier (the old one is cleared in the same instruction), never back to a later one. So a
+/// griefer who reserved it on a machine that frees late cannot keep it there.
+#[test]
+fn a_reservation_moves_only_to_a_machine_that_starts_the_bid_earlier() {
+    let mut f = busy_market(0);
+    let agent_b = solana_keypair::Keypair::new();
+    f.ctx
+        .svm
+        .airdrop(&solana_signer::Signer::pubkey(&agent_b), 10_000_000_000)
+        .unwrap();
+    let b = f.other_machine(2, |t| {
+        t.gpus = sixteen();
+        t.agent = solana_signer::Signer::pubkey(&agent_b);
+    });
+    f.ctx.advance_time(INTERVAL);
+    // Twelve GPUs of each machine busy: A's for half an hour, B's for ten minutes.
+    let filler = f.client(1_000 * TOKEN, 0);
+    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+    for g in 0..12u8 {
+        let a = args(&mut f, 1, 1_800, 0);
+        let bid = f.place(&filler, a);
+        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
+        let a = args(&mut f, 1, 600, 0);
+        let bid = f.place(&filler, a);
+        let ix = f.ctx.allocation(&agent_b, b, bid, &[g]);
+        on_b.push(f.send_allocate(&ix).expect("a filler on B"));
+    }
+    let now = f.ctx.now();
+    let c = f.client(1_000 * TOKEN, 0);
+    let mut a = args(&mut f, 16, 3_600, 0);
+    a.urgency_premium = TOKEN;
+    let big = f.place(&c, a);
+    let (leases_a, leases_b) = (open(&f, &on_a), open(&f, &on_b));
+    reserve(&mut f, big, &leases_a, vec![]).expect("parked on A");
+    assert_eq!(
+        f.ctx.account::<Machine>(&f.machine).reservation.start,
+        now + 1_800
+    );
+    // B starts it twenty minutes earlier: it moves, A's is cleared.
+    reserve_on(&mut f, b, big, &leases_b, vec![]).expect("moved to B");
+    assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
+    let held = f.ctx.account::<Machine>(&b).reservation;
+    assert_eq!((held.bid, held.start), (big, now + 600));
+    assert_eq!(f.ctx.account::<Bid>(&big).reserved_on, b);
+    // Back to A, later: refused, moving nothing.
+    let err = reserve(&mut f, big, &leases_a, vec![]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
+    assert_eq!(f.ctx.account::<Machine>(&b).reservation, held);
     assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
 }

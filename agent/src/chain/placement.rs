@@ -116,11 +116,13 @@ impl SolanaChain {
 
     /// This machine's part in the market's reservations now, from the queue book's entries
     /// `queue` (best first). A reservation of its own that no longer holds anything is cleared.
-    /// Without one, the first entry it could run once empty, not expired and held by no other
-    /// machine, is the one EASY backfilling reserves for (the program refuses any other): if it
-    /// fits here now the allocation path takes it, and otherwise this machine reserves it when,
-    /// of the live machines no reservation holds, it is the one that can start it soonest
-    /// (`placement::earliest_start`; ties: the first listed), every agent computing the same.
+    /// Without one, it walks the entries it could run once empty that have not expired: one
+    /// that fits here now, the allocation path takes; one no machine holds, this machine
+    /// reserves when, of the live machines no reservation holds, it is the one that can start
+    /// it soonest (`placement::earliest_start`; ties: the first listed), every agent computing
+    /// the same; one another machine holds, this machine takes over only if it starts it
+    /// earlier (so a reservation parked on a machine that frees late does not stay there), and
+    /// otherwise goes on to the next entry. The program refuses any other choice.
     /// Reads the market's machines and leases only when an entry waits for one, once a look
     /// at the books with the policy's view.
     pub(super) async fn reservation_duty(
@@ -166,12 +168,12 @@ impl SolanaChain {
             }
             let (machines, leases) = self.listing(&mut policy.listing).await?;
             let holds = |m: &Machine| m.reservation.binds(now, grace);
-            if machines
+            // Held by another machine: from when (this one may take it over only by starting
+            // it earlier, which `reserve` checks).
+            let held_from = machines
                 .iter()
-                .any(|(k, m)| *k != here && holds(m) && m.reservation.bid == leaf.bid)
-            {
-                continue;
-            }
+                .find(|(k, m)| *k != here && holds(m) && m.reservation.bid == leaf.bid)
+                .map(|(_, m)| m.reservation.start);
             let bid: Bid = self.account(&leaf.bid, "bid").await?;
             let free: Vec<(Pubkey, Machine)> = machines
                 .iter()
@@ -180,12 +182,17 @@ impl SolanaChain {
                 })
                 .cloned()
                 .collect();
-            return Ok(match earliest_start(market, &bid, now, &free, leases) {
-                Some((at, m)) if m == here && at > now => {
-                    Some(ReservationDuty::Reserve(key(&leaf.bid)))
+            let soonest = earliest_start(market, &bid, now, &free, leases);
+            let ours = soonest.filter(|&(at, m)| m == here && at > now);
+            match (ours, held_from) {
+                (Some(_), None) => return Ok(Some(ReservationDuty::Reserve(key(&leaf.bid)))),
+                (Some((at, _)), Some(from)) if at < from => {
+                    return Ok(Some(ReservationDuty::Reserve(key(&leaf.bid))))
                 }
-                _ => None,
-            });
+                // Held elsewhere: the next entry may be this machine's to hold.
+                (_, Some(_)) => continue,
+                (None, None) => return Ok(None),
+            }
         }
         Ok(None)
     }
