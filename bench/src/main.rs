@@ -17,6 +17,7 @@ mod fgd;
 mod forecast;
 mod jct;
 mod json;
+mod market_jct;
 mod micro;
 mod philly;
 mod policy;

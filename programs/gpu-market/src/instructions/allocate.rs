@@ -8,7 +8,7 @@ use crate::events::LeaseStarted;
 use crate::instructions::{load_book, load_book_mut, shrink_book, slot_rent};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
-    Market, Offers, Reservation, StakeAccount, WattTable, MAX_GPUS,
+    Market, Offers, StakeAccount, WattTable, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -260,15 +260,12 @@ impl Allocate<'_> {
             bid.max_duration_secs as u64
         };
         let ends_at = run_end(now, runs_for, bid.deadline).ok_or(MarketError::Overflow)?;
-        let grace = market.silence_window_secs();
-        let reservation = &mut accounts.machine.reservation;
-        if reservation.bid == bid.key() || (reservation.is_set() && !reservation.binds(now, grace))
-        {
-            // The reserved bid starts, or the reservation lapsed: the GPUs are free again.
-            *reservation = Reservation::default();
-        } else if reservation.is_set() && ends_at > reservation.start {
-            reservation.count_after(held_host, true)?;
-        }
+        accounts.machine.reservation.lease_started(
+            &bid.key(),
+            (ends_at, held_host),
+            now,
+            market.silence_window_secs(),
+        )?;
         let lease = &mut accounts.lease;
         lease.set_inner(Lease {
             market: market.key(),

@@ -615,10 +615,9 @@ impl CloseLease<'_> {
         let spot = lease.kind == BidKind::Spot;
         self.machine
             .release(lease.gpus(), lease.gib_per_gpu, lease.host(), spot)?;
-        let reservation = &mut self.machine.reservation;
-        if reservation.is_set() && reservation.restricts(lease.ends_at) {
-            reservation.count_after(lease.host(), false)?;
-        }
+        self.machine
+            .reservation
+            .lease_ended(lease.ends_at, lease.host())?;
         let stake = &mut self.client_stake;
         stake.gpus_held = stake
             .gpus_held

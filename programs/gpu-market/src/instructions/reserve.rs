@@ -130,23 +130,12 @@ impl Reserve<'_> {
         drop(book);
         require!(found, MarketError::BookNotFound);
 
-        let (start, gpus) = machine
-            .earliest_start(market, bid, now, &shown.leases)
+        let reservation = machine
+            .reservation_for(market, (bid.key(), bid), now, &shown.leases)?
             .ok_or(MarketError::BidNotFeasible)?;
-        require!(start > now, MarketError::BidFitsNow);
+        require!(reservation.start > now, MarketError::BidFitsNow);
+        let (start, gpus) = (reservation.start, reservation.gpus);
         let grace = market.silence_window_secs();
-        let host = machine.lease_host(bid.host(), bid.gpu_count, bid.gib_per_gpu);
-        let mut reservation = Reservation {
-            bid: bid.key(),
-            start,
-            cpu_milli: host.cpu_milli,
-            memory_mib: host.memory_mib,
-            gpus,
-            ..Reservation::default()
-        };
-        for lease in shown.leases.iter().filter(|l| l.ends_at > start) {
-            reservation.count_after(lease.host(), true)?;
-        }
 
         let a = &mut *ctx.accounts;
         if a.bid.reserved_on != Pubkey::default() && a.bid.reserved_on != a.machine.key() {

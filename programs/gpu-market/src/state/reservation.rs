@@ -93,6 +93,32 @@ impl Reservation {
         Ok(())
     }
 
+    /// Its part when a lease of bid `bid`, holding `host`, starts at `now` on its machine to run
+    /// until `ends_at` (`allocate`): the reserved bid starting, or a lapsed reservation, clears
+    /// it; a lease that ends after the start is counted.
+    pub fn lease_started(
+        &mut self,
+        bid: &Pubkey,
+        (ends_at, host): (i64, Host),
+        now: i64,
+        grace: i64,
+    ) -> Result<()> {
+        if self.bid == *bid || (self.is_set() && !self.binds(now, grace)) {
+            *self = Reservation::default();
+        } else if self.is_set() && self.restricts(ends_at) {
+            self.count_after(host, true)?;
+        }
+        Ok(())
+    }
+
+    /// Its part when a lease that ran until `ends_at` holding `host` ends on its machine.
+    pub fn lease_ended(&mut self, ends_at: i64, host: Host) -> Result<()> {
+        if self.is_set() && self.restricts(ends_at) {
+            self.count_after(host, false)?;
+        }
+        Ok(())
+    }
+
     /// Whether a lease on `gpus` (a mask) holding `host` may run past the start on a machine
     /// of `total` CPU and memory: it keeps off the reserved GPUs and leaves the bid its CPU and
     /// memory.
@@ -121,6 +147,35 @@ impl Offers {
 }
 
 impl Machine {
+    /// The reservation `reserve` makes of this machine for `bid` (at address `key`) at `now`,
+    /// from its running `leases` (every one of them): from [`Machine::earliest_start`], on the
+    /// GPUs the fit rule gives the bid then, with the CPU and memory its lease will hold and
+    /// what the leases ending after the start hold. `None` where the bid never fits in time.
+    pub fn reservation_for(
+        &self,
+        market: &Market,
+        (key, bid): (Pubkey, &Bid),
+        now: i64,
+        leases: &[Lease],
+    ) -> Result<Option<Reservation>> {
+        let Some((start, gpus)) = self.earliest_start(market, bid, now, leases) else {
+            return Ok(None);
+        };
+        let host = self.lease_host(bid.host(), bid.gpu_count, bid.gib_per_gpu);
+        let mut reservation = Reservation {
+            bid: key,
+            start,
+            cpu_milli: host.cpu_milli,
+            memory_mib: host.memory_mib,
+            gpus,
+            ..Reservation::default()
+        };
+        for lease in leases.iter().filter(|l| l.ends_at > start) {
+            reservation.count_after(lease.host(), true)?;
+        }
+        Ok(Some(reservation))
+    }
+
     /// When `bid` fits this machine at the earliest, and on which GPUs (a mask): `now` when it
     /// fits now; otherwise the end (or stop) of its running `leases` taken in order, those ending
     /// at the same time together, each freed as `end_lease` frees it ([`crate::state::MachineData::release`]), until the machine fits the bid, priced

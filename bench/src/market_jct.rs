@@ -1,0 +1,442 @@
+//! The Philly replay through the program's own functions (`gpu-market-bench jct`'s second
+//! table): the cluster's V100s as 8-GPU `Machine` accounts (two topology groups of four), each
+//! job a queue `Bid` of whole GPUs ranked by the key `place_bid` stores (`Market::rank_key`),
+//! started by the fit rule `allocate` checks under each machine's reservation
+//! (`Machine::offers`, `Offers::for_run`, `Bid::fit`, `MachineData::take`,
+//! `Reservation::lease_started`), its GPUs freed as `end_lease` frees them
+//! (`MachineData::release`, `Reservation::lease_ended`), reserved as `reserve` reserves
+//! (`Machine::reservation_for`) on the machine that starts it soonest, and dropped at its latest
+//! start (`Bid::expired`). Clients set deadlines as patient clients would: the longest wait the
+//! market allows (`Market::max_wait_secs`, 5 h with the recommended parameters) after
+//! arrival, plus the run.
+//!
+//! A lease is one machine, so a job of more GPUs than a machine has (16 and 32 GPUs) cannot be
+//! a bid (`place_bid` finds no witness): such jobs wait for gang leases (issue 37) and are left
+//! out of every row of this table, FIFO's included.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use gpu_market::state::{
+    Bid, BidData, BidKind, Freed, GpuSpec, GpuTable, Lease, LeaseRules, Machine, MachineData,
+    MachineNetwork, MachineStatus, Market, MarketParams, Offers, OverclockTerms, Reservation,
+    WattTable, MAX_GPUS,
+};
+use solana_pubkey::Pubkey;
+
+use crate::philly::Workload;
+
+/// GPUs of one machine (a DGX-1's eight V100s, two NVLink groups of four).
+const MACHINE_GPUS: u32 = 8;
+const V100_GIB: u16 = 16;
+/// A price over any reserve: the replay is about order, not prices.
+const PRICE: u64 = 1 << 40;
+/// Seconds from the unix epoch of the trace's time 0.
+const EPOCH: i64 = 1_700_000_000;
+
+/// How the replay ranks and starts bids.
+#[derive(Clone, Copy)]
+pub enum Order {
+    /// By arrival, the first bid that fits no machine blocking the rest (no reservation).
+    Fifo,
+    /// By arrival, with reservations: at most `reservations` machines hold the best waiting
+    /// bids (`usize::MAX`: one per machine, as the program allows).
+    FifoReserving { reservations: usize },
+    /// By the program's book key, with reservations as above.
+    Program { reservations: usize },
+}
+
+impl Order {
+    pub fn name(&self) -> String {
+        let held = |n: usize| match n {
+            usize::MAX => "a reservation per machine".to_string(),
+            1 => "one reservation".to_string(),
+            n => format!("{n} reservations"),
+        };
+        match self {
+            Order::Fifo => "FIFO (8-GPU machines)".into(),
+            Order::FifoReserving { reservations } => {
+                format!("FIFO, {}", held(*reservations))
+            }
+            Order::Program { reservations } => {
+                format!("**the market** (book key, {})", held(*reservations))
+            }
+        }
+    }
+}
+
+/// What the replay of one order gives: each job's finish in seconds from the trace's start
+/// (`None`: never ran: its latest start passed, or it is not servable).
+pub struct Played {
+    pub name: String,
+    pub finish: Vec<Option<f64>>,
+    pub wall_s: f64,
+}
+
+/// A market with the recommended parameters, as `init_market` opens it.
+fn market() -> Market {
+    Market::opening(MarketParams::recommended(60, 250, 3_600))
+}
+
+/// Whether job `j` can be one lease: at most one machine's GPUs.
+pub fn servable(w: &Workload, j: usize) -> bool {
+    w.jobs[j].gpus <= MACHINE_GPUS
+}
+
+fn machines(gpus: u32) -> Vec<Machine> {
+    (0..gpus.div_ceil(MACHINE_GPUS))
+        .map(|m| {
+            let n = MACHINE_GPUS.min(gpus - m * MACHINE_GPUS) as usize;
+            let mut table = [GpuSpec::default(); MAX_GPUS];
+            for (i, g) in table.iter_mut().enumerate().take(n) {
+                *g = GpuSpec {
+                    uuid: [i as u8 + 1; 16],
+                    class: 0,
+                    topology_group: i as u8 / 4,
+                    memory_gib: V100_GIB,
+                    power_w: [100, 300],
+                    ..GpuSpec::default()
+                };
+            }
+            Machine {
+                data: MachineData {
+                    gpu_count: n as u8,
+                    gpus: GpuTable(table),
+                    last_heartbeat: EPOCH,
+                    ..MachineData::default()
+                },
+                status: MachineStatus::Active,
+                network: MachineNetwork::default(),
+                fault: None,
+            }
+        })
+        .collect()
+}
+
+/// The address standing for job `j`'s bid account.
+fn key(j: usize) -> Pubkey {
+    let mut k = [0u8; 32];
+    k[..8].copy_from_slice(&(j as u64 + 1).to_le_bytes());
+    Pubkey::new_from_array(k)
+}
+
+/// Job `j`'s queue bid, placed at `at` with `base` score, ranked by `order`.
+fn bid(market: &Market, w: &Workload, j: usize, at: i64, base: u64, order: Order) -> Bid {
+    let job = &w.jobs[j];
+    // A bid runs one billing interval at least.
+    let secs = (job.work.ceil() as u32).max(market.params.billing_interval_secs);
+    let latest_start = at + market.max_wait_secs() as i64;
+    let book_key = match order {
+        Order::Program { .. } => market.rank_key(base, at, secs),
+        Order::Fifo | Order::FifoReserving { .. } => 0,
+    };
+    Bid::queue(
+        BidData {
+            gpu_count: job.gpus as u8,
+            gib_per_gpu: V100_GIB,
+            accepted_classes: 1,
+            price: PRICE,
+            max_duration_secs: secs,
+            min_duration_secs: secs,
+            deadline: latest_start + secs as i64,
+            placed_at: at,
+            book_key,
+            seq: j as u64,
+            ..BidData::default()
+        },
+        OverclockTerms {
+            power_limit_w: 300,
+            ..OverclockTerms::default()
+        },
+    )
+}
+
+/// The lease `allocate` creates for `bid` at `now` on `gpus` (of the machine whose list holds
+/// it).
+fn lease(bid: &Bid, gpus: &[u8], now: i64, rules: LeaseRules) -> Lease {
+    let mut on = [0u8; MAX_GPUS];
+    on[..gpus.len()].copy_from_slice(gpus);
+    Lease {
+        market: Pubkey::default(),
+        machine: Pubkey::default(),
+        bid: Pubkey::default(),
+        client: Pubkey::default(),
+        image_digest: [0; 32],
+        kind: BidKind::Queue,
+        gpu_count: bid.gpu_count,
+        gpus: on,
+        gib_per_gpu: bid.gib_per_gpu,
+        cpu_milli: 0,
+        memory_mib: 0,
+        power_limits_w: WattTable::default(),
+        price: bid.price,
+        started_at: now,
+        ends_at: now + bid.max_duration_secs as i64,
+        stop_at: Lease::NOT_STOPPED,
+        next_interval: 0,
+        proven_until: now,
+        proof_hash: [0; 32],
+        paid: 0,
+        escrow: 0,
+        billed_secs: 0,
+        gpu_seconds: 0,
+        energy_j: 0,
+        energy_saved_j: 0,
+        idle_streak: 0,
+        utilisation_bps: 0,
+        idle: false,
+        violations: 0,
+        preempted: false,
+        rules,
+        bump: 0,
+        exit_code: None,
+        auto_power: None,
+    }
+}
+
+/// Whole GPUs of `m` no lease holds: a cheap bound before the fit rule.
+fn idle_gpus(m: &Machine) -> u32 {
+    (0..m.gpu_count as usize)
+        .filter(|&g| m.used_gib[g] == 0)
+        .count() as u32
+}
+
+struct Replay<'a> {
+    w: &'a Workload,
+    market: Market,
+    machines: Vec<Machine>,
+    /// Per machine, its running leases with their job.
+    running: Vec<Vec<(usize, Lease)>>,
+    /// The book: (rank key, job) in book order, and each waiting job's bid.
+    book: BTreeMap<(std::cmp::Reverse<u64>, usize), Bid>,
+    order: Order,
+    finish: Vec<Option<f64>>,
+}
+
+impl Replay<'_> {
+    /// Frees every lease ended by `now` as `end_lease` does.
+    fn end_leases(&mut self, now: i64) {
+        for (m, leases) in self.running.iter_mut().enumerate() {
+            let machine = &mut self.machines[m];
+            leases.retain(|(j, l)| {
+                if l.ends_at > now {
+                    return true;
+                }
+                machine
+                    .release(l.gpus(), l.gib_per_gpu, l.host(), false)
+                    .expect("a lease frees what it took");
+                machine
+                    .reservation
+                    .lease_ended(l.ends_at, l.host())
+                    .expect("a reservation's count");
+                self.finish[*j] = Some((l.ends_at - EPOCH) as f64);
+                false
+            });
+        }
+    }
+
+    /// Starts what the program lets start at `now`, best first: each bid on the first machine
+    /// whose offer to its run fits it (as an agent's `allocate` would be accepted: no better
+    /// entry fits that machine, as each better one was tried first).
+    fn allocate(&mut self, now: i64) {
+        let grace = self.market.silence_window_secs();
+        let mut idle: Vec<u32> = self.machines.iter().map(idle_gpus).collect();
+        // Each machine's offers, built when first asked and again after each start there.
+        let mut offers: Vec<Option<Offers>> = self.machines.iter().map(|_| None).collect();
+        let mut started = Vec::new();
+        for (&(rank, j), b) in &self.book {
+            let most = idle.iter().copied().max().unwrap_or(0);
+            let mut placed = false;
+            if b.gpu_count as u32 <= most {
+                for m in 0..self.machines.len() {
+                    if idle[m] < b.gpu_count as u32 {
+                        continue;
+                    }
+                    let machine = &mut self.machines[m];
+                    let offered = offers[m].get_or_insert_with(|| {
+                        machine
+                            .offers(&self.market, BidKind::Queue, now, &Freed::default())
+                            .expect("an offer")
+                    });
+                    let Ok(choice) = b.fit(offered.for_run(&key(j), b.runs_until(now))) else {
+                        continue;
+                    };
+                    let l = lease(b, choice.gpus(), now, LeaseRules::of(&self.market.params));
+                    let host = machine.lease_host(b.host(), b.gpu_count, b.gib_per_gpu);
+                    machine
+                        .take(choice.gpus(), b.gib_per_gpu, host, false, |i| b.terms_of(i))
+                        .expect("the fit rule's choice");
+                    machine
+                        .reservation
+                        .lease_started(&key(j), (l.ends_at, host), now, grace)
+                        .expect("a reservation's count");
+                    idle[m] = idle_gpus(machine);
+                    offers[m] = None;
+                    self.running[m].push((j, l));
+                    placed = true;
+                    break;
+                }
+            }
+            if placed {
+                started.push((rank, j));
+            } else if matches!(self.order, Order::Fifo) {
+                break;
+            }
+        }
+        for k in started {
+            self.book.remove(&k);
+        }
+    }
+
+    /// Reserves as the agents do: the best waiting bids no machine holds, each on the machine
+    /// without a reservation that starts it soonest, up to the order's number of reservations.
+    fn reserve(&mut self, now: i64) {
+        let most = match self.order {
+            Order::Fifo => return,
+            Order::FifoReserving { reservations } | Order::Program { reservations } => reservations,
+        };
+        let grace = self.market.silence_window_secs();
+        // A reservation whose bid started elsewhere or left holds nothing: its machine's agent
+        // clears it (`unreserve`).
+        let waiting: std::collections::HashSet<Pubkey> =
+            self.book.keys().map(|&(_, j)| key(j)).collect();
+        for m in &mut self.machines {
+            if m.reservation.is_set() && !waiting.contains(&m.reservation.bid) {
+                m.reservation = Reservation::default();
+            }
+        }
+        let mut held: Vec<Pubkey> = self
+            .machines
+            .iter()
+            .filter(|m| m.reservation.binds(now, grace))
+            .map(|m| m.reservation.bid)
+            .collect();
+        for (&(_, j), b) in &self.book {
+            if held.len() >= most {
+                return;
+            }
+            if held.contains(&key(j)) {
+                continue;
+            }
+            let mut soonest: Option<(usize, Reservation)> = None;
+            for (m, machine) in self.machines.iter().enumerate() {
+                if machine.reservation.binds(now, grace) {
+                    continue;
+                }
+                let leases: Vec<Lease> = self.running[m].iter().map(|(_, l)| l.clone()).collect();
+                let r = machine
+                    .reservation_for(&self.market, (key(j), b), now, &leases)
+                    .expect("a reservation's count");
+                if let Some(r) = r.filter(|r| r.start > now) {
+                    if soonest.as_ref().is_none_or(|(_, s)| r.start < s.start) {
+                        soonest = Some((m, r));
+                    }
+                }
+            }
+            // The best unheld bid cannot be reserved anywhere in time: the program refuses any
+            // below it that these machines could run.
+            let Some((m, r)) = soonest else {
+                return;
+            };
+            self.machines[m].reservation = r;
+            held.push(key(j));
+        }
+    }
+}
+
+/// Replays the servable jobs of `w` (stake tier of each virtual cluster `tier`, base score
+/// `base(job)`) in `order`.
+pub fn play(w: &Workload, base: impl Fn(usize) -> u64, order: Order) -> Played {
+    let start = Instant::now();
+    let n = w.jobs.len();
+    let market = market();
+    let mut r = Replay {
+        w,
+        machines: machines(w.gpus),
+        running: vec![Vec::new(); w.gpus.div_ceil(MACHINE_GPUS) as usize],
+        book: BTreeMap::new(),
+        market,
+        order,
+        finish: vec![None; n],
+    };
+    let arrivals: Vec<usize> = (0..n).filter(|&j| servable(w, j)).collect();
+    let at = |j: usize| EPOCH + w.jobs[j].arrival.ceil() as i64;
+    let mut next = 0;
+    loop {
+        let next_arrival = arrivals.get(next).map(|&j| at(j));
+        let next_end = r.running.iter().flatten().map(|(_, l)| l.ends_at).min();
+        let next_expiry = r.book.values().map(|b| b.latest_start() + 1).min();
+        let Some(now) = [next_arrival, next_end, next_expiry]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
+            break;
+        };
+        r.end_leases(now);
+        while let Some(&j) = arrivals.get(next).filter(|&&j| at(j) <= now) {
+            let b = bid(&r.market, r.w, j, now, base(j), order);
+            r.book.insert((std::cmp::Reverse(b.book_key), j), b);
+            next += 1;
+        }
+        // Expired bids leave the book (anyone may prune them); they never run.
+        r.book.retain(|_, b| !b.expired(now));
+        r.allocate(now);
+        r.reserve(now);
+    }
+    Played {
+        name: order.name(),
+        finish: r.finish,
+        wall_s: start.elapsed().as_secs_f64(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::philly::Job;
+
+    /// One 8-GPU machine: a 6-GPU hour from 0, an 8-GPU hour from 10 s, a 2-GPU three hours from
+    /// 20 s and a 2-GPU half hour from 30 s.
+    fn workload() -> Workload {
+        let job = |gpus, arrival, work| Job {
+            vc: 0,
+            gpus,
+            arrival,
+            work,
+        };
+        Workload {
+            vcs: vec!["vc".into()],
+            jobs: vec![
+                job(6, 0.0, 3_600.0),
+                job(8, 10.0, 3_600.0),
+                job(2, 20.0, 10_800.0),
+                job(2, 30.0, 1_800.0),
+            ],
+            gpus: 8,
+            derived: 0,
+        }
+    }
+
+    /// With a reservation the 8-GPU job starts when the 6-GPU one ends, the half hour backfills
+    /// beside it, and the three hours, which would delay it, waits; strict FIFO holds the half
+    /// hour behind the 8-GPU job.
+    #[test]
+    fn the_big_job_starts_at_its_reservation_and_only_what_ends_by_then_backfills() {
+        let w = workload();
+        let finish = |order| play(&w, |_| 0, order).finish;
+        let reserving = finish(Order::Program { reservations: 1 });
+        assert_eq!(
+            reserving,
+            vec![
+                Some(3_600.0),
+                Some(7_200.0),
+                Some(7_200.0 + 10_800.0),
+                Some(30.0 + 1_800.0)
+            ]
+        );
+        let fifo = finish(Order::Fifo);
+        assert_eq!(fifo[1], Some(7_200.0));
+        assert_eq!(fifo[3], Some(7_200.0 + 1_800.0), "behind the 8-GPU job");
+    }
+}
