@@ -20,7 +20,7 @@ use std::time::Instant;
 use gpu_market::state::{
     Bid, BidData, BidKind, Freed, GpuSpec, GpuTable, Lease, LeaseRules, Machine, MachineData,
     MachineNetwork, MachineStatus, Market, MarketParams, Offers, OverclockTerms, Reservation,
-    WattTable, MAX_GPUS,
+    MAX_GPUS,
 };
 use solana_pubkey::Pubkey;
 
@@ -151,49 +151,6 @@ fn bid(market: &Market, w: &Workload, j: usize, at: i64, base: u64, order: Order
     )
 }
 
-/// The lease `allocate` creates for `bid` at `now` on `gpus` (of the machine whose list holds
-/// it).
-fn lease(bid: &Bid, gpus: &[u8], now: i64, rules: LeaseRules) -> Lease {
-    let mut on = [0u8; MAX_GPUS];
-    on[..gpus.len()].copy_from_slice(gpus);
-    Lease {
-        market: Pubkey::default(),
-        machine: Pubkey::default(),
-        bid: Pubkey::default(),
-        client: Pubkey::default(),
-        image_digest: [0; 32],
-        kind: BidKind::Queue,
-        gpu_count: bid.gpu_count,
-        gpus: on,
-        gib_per_gpu: bid.gib_per_gpu,
-        cpu_milli: 0,
-        memory_mib: 0,
-        power_limits_w: WattTable::default(),
-        price: bid.price,
-        started_at: now,
-        ends_at: now + bid.max_duration_secs as i64,
-        stop_at: Lease::NOT_STOPPED,
-        next_interval: 0,
-        proven_until: now,
-        proof_hash: [0; 32],
-        paid: 0,
-        escrow: 0,
-        billed_secs: 0,
-        gpu_seconds: 0,
-        energy_j: 0,
-        energy_saved_j: 0,
-        idle_streak: 0,
-        utilisation_bps: 0,
-        idle: false,
-        violations: 0,
-        preempted: false,
-        rules,
-        bump: 0,
-        exit_code: None,
-        auto_power: None,
-    }
-}
-
 /// Whole GPUs of `m` no lease holds: a cheap bound before the fit rule.
 fn idle_gpus(m: &Machine) -> u32 {
     (0..m.gpu_count as usize)
@@ -261,8 +218,16 @@ impl Replay<'_> {
                     let Ok(choice) = b.fit(offered.for_run(&key(j), b.runs_until(now))) else {
                         continue;
                     };
-                    let l = lease(b, choice.gpus(), now, LeaseRules::of(&self.market.params));
                     let host = machine.lease_host(b.host(), b.gpu_count, b.gib_per_gpu);
+                    let ends_at = now + b.max_duration_secs as i64;
+                    let l = Lease::of_bid(
+                        (Pubkey::default(), Pubkey::default(), key(j)),
+                        b,
+                        (choice.gpus(), host),
+                        (now, ends_at),
+                        LeaseRules::of(&self.market.params),
+                        0,
+                    );
                     machine
                         .take(choice.gpus(), b.gib_per_gpu, host, false, |i| b.terms_of(i))
                         .expect("the fit rule's choice");

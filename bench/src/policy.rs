@@ -10,9 +10,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use gpu_market::state::{
-    Bid, BookLeaf, Freed, Lease, LeaseRules, Machine, Market, WattTable, MAX_GPUS,
-};
+use gpu_market::state::{Bid, BookLeaf, Freed, Lease, LeaseRules, Machine, Market};
 use gpu_market_core::fit::Offer;
 use gpu_market_sdk::placement::MarketPlacement;
 use solana_pubkey::Pubkey;
@@ -39,48 +37,21 @@ fn key(tag: u8, i: usize) -> Pubkey {
     Pubkey::new_from_array(k)
 }
 
-/// The lease `allocate` writes for `bid` on `machine`'s `gpus`.
+/// The lease `allocate` writes for `bid` on `machine`'s `gpus` (`Lease::of_bid`), its client
+/// and image the `i`-th of the replay's.
 fn lease(market: &Market, machine: Pubkey, bid: &Bid, i: usize, gpus: &[u8]) -> Lease {
-    let mut on = [0u8; MAX_GPUS];
-    on[..gpus.len()].copy_from_slice(gpus);
-    let mut power_limits_w = WattTable::default();
-    power_limits_w[..gpus.len()].copy_from_slice(&bid.power_limits());
-    let host = bid.host();
     Lease {
-        market: key(0, 0),
-        machine,
-        bid: key(2, i),
         client: key(3, i),
         image_digest: [(i % 64) as u8; 32],
-        kind: bid.kind,
-        gpu_count: gpus.len() as u8,
-        gpus: on,
-        gib_per_gpu: bid.gib_per_gpu,
-        cpu_milli: host.cpu_milli,
-        memory_mib: host.memory_mib,
-        power_limits_w,
-        price: bid.price,
-        started_at: NOW,
-        ends_at: NOW + bid.max_duration_secs as i64,
-        stop_at: Lease::NOT_STOPPED,
-        next_interval: 0,
-        proven_until: NOW,
-        proof_hash: [0; 32],
-        paid: 0,
         escrow: 0,
-        billed_secs: 0,
-        gpu_seconds: 0,
-        energy_j: 0,
-        energy_saved_j: 0,
-        idle_streak: 0,
-        utilisation_bps: 0,
-        idle: false,
-        violations: 0,
-        preempted: false,
-        rules: LeaseRules::of(&market.params),
-        bump: 255,
-        exit_code: None,
-        auto_power: None,
+        ..Lease::of_bid(
+            (key(0, 0), machine, key(2, i)),
+            bid,
+            (gpus, bid.host()),
+            (NOW, NOW + bid.max_duration_secs as i64),
+            LeaseRules::of(&market.params),
+            255,
+        )
     }
 }
 

@@ -8,7 +8,7 @@ use crate::events::LeaseStarted;
 use crate::instructions::{load_book, load_book_mut, shrink_book, slot_rent};
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
-    Market, Offers, StakeAccount, WattTable, MAX_GPUS,
+    Market, Offers, StakeAccount, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -244,10 +244,6 @@ impl Allocate<'_> {
             market.add_waiting(-(n as i64))?;
         }
 
-        let mut gpus = [0u8; MAX_GPUS];
-        gpus[..n as usize].copy_from_slice(&args.gpus);
-        let mut power_limits_w = WattTable::default();
-        power_limits_w[..n as usize].copy_from_slice(&bid.power_limits());
         // A holding charge shortens the lease to what the rest of its escrow pays for.
         let runs_for = if held > 0 {
             (bid.max_duration_secs as u64).min(secs_covered(
@@ -267,42 +263,14 @@ impl Allocate<'_> {
             market.silence_window_secs(),
         )?;
         let lease = &mut accounts.lease;
-        lease.set_inner(Lease {
-            market: market.key(),
-            machine: accounts.machine.key(),
-            bid: bid.key(),
-            client: bid.client,
-            image_digest: bid.image_digest,
-            kind: bid.kind,
-            gpu_count: n,
-            gpus,
-            gib_per_gpu: bid.gib_per_gpu,
-            cpu_milli: held_host.cpu_milli,
-            memory_mib: held_host.memory_mib,
-            power_limits_w,
-            price: bid.price,
-            started_at: now,
-            ends_at,
-            stop_at: Lease::NOT_STOPPED,
-            next_interval: 0,
-            proven_until: now,
-            proof_hash: [0; 32],
-            paid: 0,
-            escrow: bid.escrow,
-            billed_secs: 0,
-            gpu_seconds: 0,
-            energy_j: 0,
-            energy_saved_j: 0,
-            idle_streak: 0,
-            utilisation_bps: 0,
-            idle: false,
-            violations: 0,
-            preempted: false,
-            rules: LeaseRules::of(&market.params),
-            bump: ctx.bumps.lease,
-            exit_code: None,
-            auto_power: bid.auto_power,
-        });
+        lease.set_inner(Lease::of_bid(
+            (market.key(), accounts.machine.key(), bid.key()),
+            bid,
+            (&args.gpus, held_host),
+            (now, ends_at),
+            LeaseRules::of(&market.params),
+            ctx.bumps.lease,
+        ));
         // The escrow moves to the lease, which pays its proofs out of it.
         bid.escrow = 0;
         emit!(LeaseStarted {

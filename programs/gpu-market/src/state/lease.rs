@@ -2,7 +2,7 @@ use anchor_lang::prelude::*;
 use gpu_market_core::colocate::Profile;
 use gpu_market_core::fit::Host;
 
-use crate::state::{BidKind, MarketParams, MAX_GPUS};
+use crate::state::{Bid, BidKind, MarketParams, MAX_GPUS};
 
 /// The market's rules a lease runs under, copied when it starts: the market's authority can
 /// change the market's parameters, never the terms of a running lease.
@@ -118,6 +118,60 @@ pub struct Lease {
 
 impl Lease {
     pub const NOT_STOPPED: i64 = i64::MAX;
+
+    /// The lease `allocate` starts for `bid` (at `key`) of `market` on `machine`: on the
+    /// machine's GPUs `gpus` (in the bid's GPU order), holding `host` of its CPU and memory,
+    /// from `now` until `ends_at`, under `rules`; the bid's escrow moves to it.
+    pub fn of_bid(
+        (market, machine, key): (Pubkey, Pubkey, Pubkey),
+        bid: &Bid,
+        (gpus, host): (&[u8], Host),
+        (now, ends_at): (i64, i64),
+        rules: LeaseRules,
+        bump: u8,
+    ) -> Lease {
+        let n = gpus.len();
+        let mut on = [0u8; MAX_GPUS];
+        on[..n].copy_from_slice(gpus);
+        let mut power_limits_w = WattTable::default();
+        power_limits_w[..n].copy_from_slice(&bid.power_limits());
+        Lease {
+            market,
+            machine,
+            bid: key,
+            client: bid.client,
+            image_digest: bid.image_digest,
+            kind: bid.kind,
+            gpu_count: n as u8,
+            gpus: on,
+            gib_per_gpu: bid.gib_per_gpu,
+            cpu_milli: host.cpu_milli,
+            memory_mib: host.memory_mib,
+            power_limits_w,
+            price: bid.price,
+            started_at: now,
+            ends_at,
+            stop_at: Lease::NOT_STOPPED,
+            next_interval: 0,
+            proven_until: now,
+            proof_hash: [0; 32],
+            paid: 0,
+            escrow: bid.escrow,
+            billed_secs: 0,
+            gpu_seconds: 0,
+            energy_j: 0,
+            energy_saved_j: 0,
+            idle_streak: 0,
+            utilisation_bps: 0,
+            idle: false,
+            violations: 0,
+            preempted: false,
+            rules,
+            bump,
+            exit_code: None,
+            auto_power: bid.auto_power,
+        }
+    }
 
     /// The CPU and memory the machine holds for the lease.
     pub fn host(&self) -> Host {
