@@ -1060,11 +1060,7 @@ fn reservation_of(
 ) -> Option<(Pubkey, i64)> {
     machines
         .iter()
-        .find(|(k, mach)| {
-            *k == b.reserved_on
-                && mach.reservation.bid == *bid
-                && mach.reservation.binds(now, m.silence_window_secs())
-        })
+        .find(|(k, mach)| mach.holds(k, (bid, b), m, now))
         .map(|(k, mach)| (*k, mach.reservation.start))
 }
 

@@ -208,12 +208,12 @@ impl MarketPlacement {
     }
 }
 
-/// When `bid` could start at the earliest, and where: `now` on a machine whose fit rule accepts
-/// it now; otherwise, on each of `machines`, the end (or stop) of its running `leases` taken in
-/// order until the machine as `end_lease` leaves it (`Machine::release`) fits the bid, priced
-/// then; the soonest of those by the bid's latest start. `None`: no machine frees enough by
-/// then. Bids ranked above it may take those GPUs first, and leases may end sooner (or be
-/// extended): an estimate, not a promise.
+/// When `bid` could start at the earliest, and where: of `machines`, the one whose running
+/// `leases` free enough for it soonest, by the bid's latest start (`Machine::earliest_start`,
+/// the program's rule, which `reserve` uses); `now` on a machine whose fit rule accepts it now.
+/// `None`: no machine frees enough by then. Bids ranked above it may take those GPUs first, and
+/// leases may end sooner (or be extended): an estimate, not a promise, unless a machine's
+/// reservation holds it.
 pub fn earliest_start(
     market: &Market,
     bid: &Bid,

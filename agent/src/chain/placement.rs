@@ -9,7 +9,7 @@ use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::placement::{alive, earliest_start, MarketPlacement};
 use solana_pubkey::Pubkey;
 
-use super::solana::{accounts_with, key, SolanaChain};
+use super::solana::{accounts_with, key, offers, SolanaChain};
 use super::{ChainError, Elsewhere, ReservationDuty};
 
 /// Where `market` sits in machine and lease accounts: right after the discriminator.
@@ -135,28 +135,16 @@ impl SolanaChain {
         let grace = market.silence_window_secs();
         let held = &machine.reservation;
         if held.is_set() {
-            let waiting = queue.iter().any(|l| l.bid == held.bid);
-            let holds = waiting
-                && held.binds(now, grace)
-                && machine.status == MachineStatus::Active
-                && self
-                    .account::<Bid>(&held.bid, "bid")
-                    .await
-                    .is_ok_and(|b| b.reserved_on == here);
+            let bid: Option<Bid> = self.account(&held.bid, "bid").await.ok();
+            let holds = bid.is_some_and(|b| machine.holds(&here, (&held.bid, &b), market, now));
             return Ok((!holds).then_some(ReservationDuty::Clear));
         }
         if machine.status != MachineStatus::Active {
             return Ok(None);
         }
-        let read = |e: anchor_lang::error::Error| {
-            ChainError::rejected("read", format!("the machine's offers: {e}"))
-        };
-        let empty = machine
-            .offer(market, BidKind::Queue, now, &Freed::all())
-            .map_err(read)?;
-        let offers = machine
-            .offers(market, BidKind::Queue, now, &Freed::default())
-            .map_err(read)?;
+        // What the machine offers once empty, and now.
+        let empty = offers(machine, market, BidKind::Queue, now, &Freed::all())?.now;
+        let offers = offers(machine, market, BidKind::Queue, now, &Freed::default())?;
         for leaf in queue {
             let need = leaf.summary.need();
             if leaf.summary.expired(now) || !empty.fits(&need) {

@@ -738,8 +738,9 @@ fn book_entries(data: &[u8], address: &Pubkey) -> Result<BookEntries, ChainError
     })
 }
 
-/// What `machine` offers bids of `kind` at `now` (`Machine::offer`, as the program builds it).
-fn offers(
+/// What `machine` offers bids of `kind` at `now` with `freed` counted free (`Machine::offers`, as
+/// the program builds them), a machine that cannot be priced a refusal.
+pub(super) fn offers(
     machine: &Machine,
     market: &Market,
     kind: ProgramBidKind,

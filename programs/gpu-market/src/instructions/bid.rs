@@ -8,7 +8,7 @@ use gpu_market_core::settlement::{bid_escrow, escrow_for, spend_per_hour};
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
 use crate::instructions::{
-    grow_book, load_book, load_book_mut, pay_in, refund_escrow, shrink_book, slot_rent,
+    client_pays, grow_book, load_book, load_book_mut, refund_escrow, shrink_book, slot_rent,
 };
 use crate::state::{
     ports_valid, regions_valid, seeds, Bid, BidBook, BidData, BidKind, BidStatus, BookKey, Freed,
@@ -503,15 +503,11 @@ impl PlaceBid<'_> {
             .ok_or(MarketError::Overflow)?;
 
         let a = &ctx.accounts;
-        pay_in(
-            a.client_tokens.to_account_info(),
-            a.payment_vault.to_account_info(),
-            a.client.to_account_info(),
-            &a.payment_mint,
-            &a.token_program,
+        client_pays!(
+            a,
             escrow
                 .checked_add(args.urgency_premium)
-                .ok_or(MarketError::Overflow)?,
+                .ok_or(MarketError::Overflow)?
         )?;
 
         if evicting {
@@ -568,14 +564,7 @@ impl TopUpBid<'_> {
             .checked_add(amount)
             .ok_or(MarketError::Overflow)?;
         let a = &ctx.accounts;
-        pay_in(
-            a.client_tokens.to_account_info(),
-            a.payment_vault.to_account_info(),
-            a.client.to_account_info(),
-            &a.payment_mint,
-            &a.token_program,
-            amount,
-        )?;
+        client_pays!(a, amount)?;
         emit!(BidToppedUp {
             bid: a.bid.key(),
             amount,

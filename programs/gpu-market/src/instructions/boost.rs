@@ -8,7 +8,7 @@ use gpu_market_core::settlement::{escrow_for, spend_per_hour};
 
 use crate::errors::MarketError;
 use crate::events::BidBoosted;
-use crate::instructions::{load_book_mut, pay_in};
+use crate::instructions::{client_pays, load_book_mut};
 use crate::state::{seeds, Bid, BidKind, BidStatus, BookKey, Market, StakeAccount};
 
 #[derive(Accounts)]
@@ -78,14 +78,7 @@ impl BoostBid<'_> {
                 BookKey::new(key, bid.seq),
             )
             .map_err(MarketError::from)?;
-        pay_in(
-            a.client_tokens.to_account_info(),
-            a.payment_vault.to_account_info(),
-            a.client.to_account_info(),
-            &a.payment_mint,
-            &a.token_program,
-            premium,
-        )?;
+        client_pays!(a, premium)?;
         let a = &mut *ctx.accounts;
         // Burnt, as the premium paid at placement: ranking first costs whoever asks.
         a.market.burn_due = a

@@ -7,7 +7,7 @@ use gpu_market_core::settlement::escrow_for;
 
 use crate::errors::MarketError;
 use crate::events::LeaseExtended;
-use crate::instructions::{entry_fits, load_book, pay_in};
+use crate::instructions::{client_pays, entry_fits, load_book};
 use crate::state::{BidKind, Freed, Lease, Machine, MachineStatus, Market};
 
 #[derive(Accounts)]
@@ -109,14 +109,7 @@ impl ExtendLease<'_> {
             .total_escrow
             .checked_add(amount)
             .ok_or(MarketError::Overflow)?;
-        pay_in(
-            a.client_tokens.to_account_info(),
-            a.payment_vault.to_account_info(),
-            a.client.to_account_info(),
-            &a.payment_mint,
-            &a.token_program,
-            amount,
-        )?;
+        client_pays!(a, amount)?;
         emit!(LeaseExtended {
             lease: lease.key(),
             secs,

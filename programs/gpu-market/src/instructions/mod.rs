@@ -67,6 +67,24 @@ pub(crate) fn pay_in<'info>(
     )
 }
 
+/// [`pay_in`] of `amount` from the client's token account into the market's payment vault, for
+/// the accounts `$a` of an instruction that names them `client_tokens`, `payment_vault`,
+/// `client`, `payment_mint` and `token_program` (placing, topping up and boosting a bid,
+/// extending a lease).
+macro_rules! client_pays {
+    ($a:expr, $amount:expr) => {
+        crate::instructions::pay_in(
+            $a.client_tokens.to_account_info(),
+            $a.payment_vault.to_account_info(),
+            $a.client.to_account_info(),
+            &$a.payment_mint,
+            &$a.token_program,
+            $amount,
+        )
+    };
+}
+pub(crate) use client_pays;
+
 /// Moves `amount` of the payment vault to `to`, signed by the market.
 pub(crate) fn pay_out<'info>(
     market: &Market,

@@ -184,15 +184,15 @@ impl Unreserve<'_> {
         let held = &a.machine.reservation;
         require!(held.is_set(), MarketError::NotReservedBid);
         let info = a.bid.to_account_info();
-        let waiting = *info.owner == crate::ID && {
+        // A bid account that is gone (or not a bid any more) is no bid waiting for it.
+        let holds = *info.owner == crate::ID && {
             let data = info.try_borrow_data()?;
             data.starts_with(Bid::DISCRIMINATOR)
-                && Bid::try_deserialize(&mut &data[..])
-                    .is_ok_and(|b| b.status == BidStatus::Open && b.reserved_on == a.machine.key())
+                && Bid::try_deserialize(&mut &data[..]).is_ok_and(|b| {
+                    a.machine
+                        .holds(&a.machine.key(), (info.key, &b), &a.market, now)
+                })
         };
-        let holds = waiting
-            && a.machine.status == MachineStatus::Active
-            && held.binds(now, a.market.silence_window_secs());
         require!(!holds, MarketError::ReservationHolds);
         let bid = held.bid;
         ctx.accounts.machine.reservation = Reservation::default();

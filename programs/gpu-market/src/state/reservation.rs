@@ -7,7 +7,7 @@
 use anchor_lang::prelude::*;
 use gpu_market_core::fit::{Host, Offer};
 
-use crate::state::{Bid, BidKind, Freed, Lease, Machine, Market};
+use crate::state::{Bid, BidKind, BidStatus, Freed, Lease, Machine, MachineStatus, Market};
 
 /// A machine's reservation for one queue bid (`Machine::reservation`); all zero: none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,6 +147,23 @@ impl Offers {
 }
 
 impl Machine {
+    /// Whether this machine (at `machine`) holds its GPUs for `bid` (at `key`) at `now`: its
+    /// reservation names the bid, which still waits and names this machine, the machine is
+    /// active, and the reservation has not lapsed. Otherwise `unreserve` may clear it.
+    pub fn holds(
+        &self,
+        machine: &Pubkey,
+        (key, bid): (&Pubkey, &Bid),
+        market: &Market,
+        now: i64,
+    ) -> bool {
+        self.reservation.bid == *key
+            && bid.status == BidStatus::Open
+            && bid.reserved_on == *machine
+            && self.status == MachineStatus::Active
+            && self.reservation.binds(now, market.silence_window_secs())
+    }
+
     /// The reservation `reserve` makes of this machine for `bid` (at address `key`) at `now`,
     /// from its running `leases` (every one of them): from [`Machine::earliest_start`], on the
     /// GPUs the fit rule gives the bid then, with the CPU and memory its lease will hold and
