@@ -691,13 +691,26 @@ fn stalling_registry() -> (u16, std::thread::JoinHandle<()>) {
     (port, held)
 }
 
+/// Issue 31: B's pull stalls (a registry that never answers) at the agent's default 600 s pull
+/// budget, and the agent is killed with SIGKILL in the middle of it and restarted; A runs
+/// beside it. Neither lease is reclaimable at any time, B is refunded in full at its stop, and
+/// A is proven every interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
+async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs_across_a_kill_9() {
     // A runs for 80 s: long enough to be proven all through B's stalled pull, however long its
     // own container takes to start.
     const A_INTERVALS: u32 = 20;
-    let (s, agent) = Scenario::start(A_INTERVALS).await;
+    let (s, mut agent) = Scenario::start(A_INTERVALS).await;
     let (live, docker, lease) = (&s.live, &s.docker, s.lease);
+    let host_stake = pda::stake(&live.market, &live.host.key.pubkey()).0;
+    let stake_of = || async {
+        live.cluster
+            .account::<StakeAccount>(&host_stake)
+            .await
+            .unwrap()
+            .amount
+    };
+    let stake = stake_of().await;
     wait_for("A's container running", 60, &agent, || async {
         containers_of(docker, &lease)
             .await
@@ -711,7 +724,9 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
     let (port, _registry) = stalling_registry();
     let client = live.client(10 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
-    let mut args = queue_bid(2, 2 * INTERVAL, now);
+    // B runs for longer than the silence window, so that the kill lands in the middle of its
+    // pull with windows of it proven (empty) before and after.
+    let mut args = queue_bid(2, 5 * INTERVAL, now);
     args.image_ref = format!("127.0.0.1:{port}/stalled/worker:1");
     let placed = live.cluster.token_balance(&client.tokens).await.unwrap();
     let premium = args.urgency_premium;
@@ -728,9 +743,21 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
 
     // While B's pull stalls (the agent runs at its default 600 s pull budget), both leases are
     // proven interval after interval, B's windows empty: at no time may either client reclaim
-    // its escrow and slash the host (the program's own rule, `Lease::reclaimable`). At its stop
-    // B's pull is given up. Sampled until A's last interval.
+    // its escrow and slash the host (the program's own rule, `Lease::reclaimable`). Two
+    // intervals into the pull the agent is killed (SIGKILL) and started again; the new agent's
+    // pull stalls too. At its stop B's pull is given up. Sampled until A's last interval.
+    let allocated = Instant::now();
+    let mut killed: Option<String> = None;
     loop {
+        if killed.is_none() && allocated.elapsed() >= Duration::from_secs(2 * INTERVAL as u64) {
+            assert!(
+                account_exists(live, &b_lease).await,
+                "B still waits for its image when the agent is killed; log:\n{}",
+                agent.log()
+            );
+            killed = Some(agent.kill9());
+            agent = Agent::start(&s.config);
+        }
         let now = live.cluster.now().await.unwrap();
         let mut a_open = false;
         for (name, key) in [("A", &lease), ("B", &b_lease)] {
@@ -741,9 +768,10 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
             };
             assert!(
                 !l.reclaimable(now),
-                "{name}'s client may reclaim it and slash the host: proven until {}, the cluster's clock reads {now}; agent log:\n{}",
+                "{name}'s client may reclaim it and slash the host: proven until {}, the cluster's clock reads {now}; agent log:\n{}\nbefore the kill:\n{}",
                 l.proven_until,
-                agent.log()
+                agent.log(),
+                killed.as_deref().unwrap_or("(not killed yet)")
             );
             a_open |= name == "A" && now < l.stop() - INTERVAL as i64;
         }
@@ -752,6 +780,7 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    assert!(killed.is_some(), "the agent was killed during B's pull");
     // B ends with nothing used: its client has all of its escrow back.
     wait_for("B ended and refunded", 40, &agent, || async {
         (!account_exists(live, &b_lease).await).then_some(())
@@ -775,6 +804,7 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs() {
         machine.missed_intervals, 0,
         "no interval of A went unproven"
     );
+    assert_eq!(stake_of().await, stake, "the host not slashed");
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
     assert!(log.contains("the lease could wait no longer"), "{log}");
