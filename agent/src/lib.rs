@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod images;
 pub mod metrics;
 pub mod network;
+pub mod readings;
 pub mod reconcile;
 pub mod redact;
 pub mod retention;

@@ -24,6 +24,34 @@ pub struct AgentState {
     pub leases: BTreeMap<Key, LeaseRecord>,
 }
 
+impl AgentState {
+    /// The state less what each reading of the GPUs changes: the open intervals' readings
+    /// (each lease's journal keeps them, `crate::readings`), the energy attributed to leases
+    /// on shared GPUs and the energy auto power saved (a kill loses what accrued since the
+    /// last save: reported a little low, never billed). The state file is rewritten only when
+    /// this changes: an interval closes, a proof is sent or accepted, a lease starts or ends.
+    pub fn without_readings(&self) -> AgentState {
+        let mut state = self.clone();
+        for r in state.leases.values_mut() {
+            r.utilisation_sum_pct = 0;
+            r.samples = 0;
+            r.power_log = PowerLog::default();
+            r.attributed_energy_mj.values_mut().for_each(|e| *e = 0);
+            r.energy_saved_mj = 0;
+        }
+        state
+    }
+}
+
+/// One reading of a lease's GPUs for its open interval `interval`: their mean utilisation and
+/// each GPU's power.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    pub interval: u32,
+    pub utilisation_pct: u64,
+    pub power_mw: Vec<u32>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRecord {
@@ -236,23 +264,45 @@ impl LeaseRecord {
         self.window(self.open_interval).is_none()
     }
 
-    /// Adds one reading of the lease's GPUs (in the lease's GPU order). The power goes into the
-    /// interval's [`PowerLog`]: a proof states the highest power sustained over a window of
-    /// readings (`gpu_market_core::lease::SustainedPeak`), not the highest single reading.
+    /// Adds one reading of the lease's GPUs (in the lease's GPU order) to the open interval
+    /// ([`Self::reading`], [`Self::apply`]).
     pub fn record_sample(&mut self, samples: &[Sample]) {
+        if let Some(reading) = self.reading(samples) {
+            self.apply(&reading);
+        }
+    }
+
+    /// The reading `samples` (of the lease's GPUs, in its GPU order) make for the open
+    /// interval; `None` without samples.
+    pub fn reading(&self, samples: &[Sample]) -> Option<Reading> {
         if samples.is_empty() {
-            return;
+            return None;
         }
         let util: u64 = samples.iter().map(|s| s.utilisation_pct as u64).sum();
-        self.utilisation_sum_pct += util / samples.len() as u64;
+        Some(Reading {
+            interval: self.open_interval,
+            utilisation_pct: util / samples.len() as u64,
+            power_mw: samples.iter().map(|s| s.power_mw).collect(),
+        })
+    }
+
+    /// Adds `reading` to the open interval (one of another interval is ignored). The power goes
+    /// into the interval's [`PowerLog`]: a proof states the highest power sustained over a
+    /// window of readings (`gpu_market_core::lease::SustainedPeak`), not the highest single
+    /// reading.
+    pub fn apply(&mut self, reading: &Reading) {
+        if reading.interval != self.open_interval {
+            return;
+        }
+        self.utilisation_sum_pct += reading.utilisation_pct;
         self.samples += 1;
-        if self.power_log.gpus.len() < samples.len() {
+        if self.power_log.gpus.len() < reading.power_mw.len() {
             self.power_log
                 .gpus
-                .resize(samples.len(), Default::default());
+                .resize(reading.power_mw.len(), Default::default());
         }
-        for (i, s) in samples.iter().enumerate() {
-            self.power_log.record(i, s.power_mw);
+        for (i, &mw) in reading.power_mw.iter().enumerate() {
+            self.power_log.record(i, mw);
         }
     }
 

@@ -159,7 +159,10 @@ impl Reconciler {
                 {
                     self.metered.insert(*lease, now);
                     let samples = self.lease_samples(*lease);
-                    self.record(*lease).record_sample(&samples);
+                    if let Some(reading) = self.record(*lease).reading(&samples) {
+                        self.record(*lease).apply(&reading);
+                        self.journal(*lease, reading).await;
+                    }
                 }
                 self.observe_workload(*lease);
                 self.auto_power(*lease, o);

@@ -97,6 +97,8 @@ pub struct Reconciler {
     gpu_infos: Vec<GpuInfo>,
     config: ReconcilerConfig,
     state_file: StateFile,
+    /// The state as last saved, less its readings ([`AgentState::without_readings`]).
+    saved: AgentState,
     state: AgentState,
     metrics: Arc<Metrics>,
     /// The last cluster clock reading and when it was taken.
@@ -215,7 +217,15 @@ impl Reconciler {
         metrics: Arc<Metrics>,
     ) -> Result<Self, StateError> {
         let state_file = StateFile::new(&config.data_dir);
-        let state = state_file.load()?;
+        let mut state = state_file.load()?;
+        let saved = state.without_readings();
+        for (lease, record) in state.leases.iter_mut() {
+            let path = crate::readings::path(&config.data_dir, lease);
+            let replayed = crate::readings::replay(&path, record);
+            if replayed > 0 {
+                tracing::info!(%lease, replayed, "readings taken since the last save replayed from the lease's journal");
+            }
+        }
         for lease in crate::evidence::move_old_logs(&config.data_dir) {
             tracing::info!(%lease, "moved the lease's power logs into its retained folder");
         }
@@ -243,6 +253,7 @@ impl Reconciler {
             config,
             state_file,
             state,
+            saved,
             metrics,
             clock: None,
             last_heartbeat: None,
@@ -343,10 +354,49 @@ impl Reconciler {
         Ok(actions)
     }
 
-    /// Saves the state on a blocking thread: its fsyncs never hold up the runtime's other
-    /// work (`/healthz`, the websocket feed, the lease API, the firewall's guard).
-    async fn save(&self) -> Result<(), StateError> {
-        self.state_file.save(&self.state).await
+    /// Saves the state when more than its readings changed since the last save (they are in
+    /// each lease's journal, `crate::readings`), on a blocking thread: its fsyncs never hold up
+    /// the runtime's other work (`/healthz`, the websocket feed, the lease API, the firewall's
+    /// guard). Then the journals of the intervals this save closed are cleared.
+    async fn save(&mut self) -> Result<(), StateError> {
+        let durable = self.state.without_readings();
+        if durable == self.saved {
+            return Ok(());
+        }
+        self.state_file.save(&self.state).await?;
+        let closed: Vec<std::path::PathBuf> = durable
+            .leases
+            .iter()
+            .filter(|(k, r)| {
+                self.saved
+                    .leases
+                    .get(k)
+                    .is_some_and(|was| was.open_interval != r.open_interval)
+            })
+            .map(|(k, _)| crate::readings::path(&self.config.data_dir, k))
+            .collect();
+        self.saved = durable;
+        if !closed.is_empty() {
+            crate::off_runtime(move || {
+                for path in closed {
+                    if let Err(e) = crate::readings::clear(&path) {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot clear a closed interval's readings");
+                    }
+                }
+            })
+            .await;
+        }
+        Ok(())
+    }
+
+    /// Adds `reading` to `lease`'s journal, on a blocking thread; a failure is logged (the
+    /// reading stays in the state, saved at the next change).
+    async fn journal(&self, lease: Key, reading: crate::state::Reading) {
+        let path = crate::readings::path(&self.config.data_dir, &lease);
+        let written = crate::off_runtime(move || crate::readings::append(&path, &reading)).await;
+        if let Err(e) = written {
+            tracing::warn!(%lease, error = %e, "cannot journal a reading");
+        }
     }
 
     /// The cluster's clock now, from the last reading advanced locally.

@@ -215,3 +215,55 @@ async fn a_leases_gpus_are_read_into_its_record_at_most_once_a_second_however_of
     }
     assert_eq!(readings(&r) - before, 2);
 }
+
+/// Issue 31, part 5: a tick that only reads the GPUs leaves the state file as it is (every tick
+/// rewrote it, twice fsynced, before); the readings go to the lease's journal, and an agent
+/// killed in the middle of an interval comes back with every reading it had taken.
+#[tokio::test(start_paused = true)]
+async fn readings_go_to_the_journal_not_the_state_file_and_a_kill_loses_none() {
+    let h = Harness::new(&[0]);
+    let (mut r, lease) =
+        allocated_and_started(&h, bid(1, BidKind::Queue, 1, 1_000, power(250))).await;
+    let file = h.dir.path().join("state.json");
+    let before = r.state().leases[&lease.key].clone();
+    let written = std::fs::read(&file).unwrap();
+    // Six ticks inside the lease's first interval (it started one poll into it).
+    h.run_for(&mut r, 6 * POLL).await;
+    let record = r.state().leases[&lease.key].clone();
+    assert_eq!(record.open_interval, before.open_interval, "one interval");
+    assert_eq!(record.samples, before.samples + 6, "a reading a tick");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        written,
+        "the state file is not rewritten for readings"
+    );
+    let journal = crate::readings::path(h.dir.path(), &lease.key);
+    assert!(journal.exists());
+
+    // Killed: nothing saved since. The next agent has every reading back.
+    drop(r);
+    let mut r = h.reconciler();
+    let back = &r.state().leases[&lease.key];
+    assert_eq!(
+        (back.samples, back.utilisation_sum_pct, &back.power_log),
+        (
+            record.samples,
+            record.utilisation_sum_pct,
+            &record.power_log
+        )
+    );
+    // Once the interval closes (and is saved), its journal is cleared.
+    h.run_for(&mut r, INTERVAL as u64).await;
+    let closed = &r.state().leases[&lease.key];
+    assert!(closed.open_interval > record.open_interval);
+    let saved: crate::state::AgentState =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(saved.without_readings(), r.state().without_readings());
+    let lines = std::fs::read_to_string(&journal).unwrap_or_default();
+    assert!(
+        lines
+            .lines()
+            .all(|l| l.starts_with(&format!("{} ", closed.open_interval))),
+        "only the open interval's readings: {lines}"
+    );
+}
