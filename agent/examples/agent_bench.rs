@@ -12,7 +12,12 @@
 //! `AGENT_BENCH_MILLICPUS` thousandths of a CPU. With `AGENT_BENCH_MACHINES=2` a second host's
 //! machine of the same GPUs, terms and electricity joins the market with its own agent: the
 //! packing policy each agent runs decides which machine takes each bid, and the leases share
-//! both machines' 16 GPUs; each agent's memory and requests are reported.
+//! both machines' 16 GPUs; each agent's memory and requests are reported. With
+//! `AGENT_BENCH_MARKET=1000` the market has that many machines in all: the others (8 GPUs of a
+//! class the bench's bids do not ask for, 100 a host) heartbeat at the agent's default period
+//! from the bench, so that each agent's packing policy reads, and its feed follows, a market of
+//! that size. Each agent's JSON-RPC bytes and its websocket notification bytes per minute are
+//! reported beside its requests.
 //!
 //! `cargo build --release -p gpu-market-agent && cargo run --release -p gpu-market-agent
 //! --example agent_bench` (needs `scripts/engine.sh start` and its env, and the program's SBF
@@ -59,29 +64,132 @@ fn rss_kib(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// The agent's JSON-RPC requests so far, from its `/metrics`.
-fn rpc_requests(metrics: &str) -> u64 {
+/// The agent's JSON-RPC requests, JSON-RPC bytes and websocket notification bytes so far, from
+/// its `/metrics`.
+fn rpc_traffic(metrics: &str) -> [u64; 3] {
     let mut socket = std::net::TcpStream::connect(metrics).expect("the agent's /metrics");
     socket
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
         .unwrap();
     let mut text = String::new();
     socket.read_to_string(&mut text).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("gpu_market_agent_rpc_requests_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("gpu_market_agent_rpc_requests_total")
+    ["rpc_requests", "rpc_bytes", "websocket_bytes"].map(|name| {
+        let prefix = format!("gpu_market_agent_{name}_total ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse().ok())
+            // An agent from before the byte counters (a comparison run): 0.
+            .unwrap_or(0)
+    })
 }
 
-/// Each agent's requests per minute over the next `secs` seconds.
-async fn rpc_per_minute(metrics: &[String], secs: u64) -> Vec<f64> {
-    let before: Vec<u64> = metrics.iter().map(|m| rpc_requests(m)).collect();
+/// Each agent's requests, JSON-RPC bytes and websocket bytes per minute over the next `secs`
+/// seconds.
+async fn rpc_per_minute(metrics: &[String], secs: u64) -> Vec<[f64; 3]> {
+    let before: Vec<[u64; 3]> = metrics.iter().map(|m| rpc_traffic(m)).collect();
     tokio::time::sleep(Duration::from_secs(secs)).await;
     metrics
         .iter()
         .zip(before)
-        .map(|(m, b)| (rpc_requests(m) - b) as f64 * 60.0 / secs as f64)
+        .map(|(m, b)| {
+            let now = rpc_traffic(m);
+            [0, 1, 2].map(|i| (now[i] - b[i]) as f64 * 60.0 / secs as f64)
+        })
         .collect()
+}
+
+/// `count` more machines in the market (8 GPUs of class 2 each, which the bench's bids do not
+/// accept, in the first machine's region; 100 a host, each host staked for their bonds), all
+/// with one agent key that heartbeats each of them every `heartbeat` from a task of the bench,
+/// spread evenly, as their agents would.
+async fn more_machines(live: &LiveMarket, count: usize, heartbeat: Duration) {
+    use futures_util::stream::{self, StreamExt as _};
+    use gpu_market_sdk::instructions::{Heartbeat, RegisterMachine};
+    const PER_HOST: usize = 100;
+    let first: gpu_market::state::Machine = live.cluster.account(&live.machine).await.unwrap();
+    let bond = live.market_state().await.unwrap().params.min_host_stake;
+    let agent = Arc::new(live.cluster.wallet(10).await.unwrap());
+    let started = Instant::now();
+    let mut machines = Vec::new();
+    for host in 0..count.div_ceil(PER_HOST) {
+        let n = PER_HOST.min(count - host * PER_HOST);
+        let owner = live.client(n as u64 * bond, n as u64 * bond).await.unwrap();
+        // Each registration's rent (about 0.015 SOL) and fee.
+        live.cluster
+            .fund(&owner.key.pubkey(), n.div_ceil(50) as u64)
+            .await
+            .unwrap();
+        let registered: Vec<solana_pubkey::Pubkey> = stream::iter(0..n as u64)
+            .map(|id| {
+                let register = RegisterMachine {
+                    owner: &owner.key,
+                    market: live.market,
+                    id,
+                    terms: gpu_market::state::MachineTerms {
+                        agent: agent.pubkey(),
+                        region: first.region,
+                        gpus: gpus(GPUS)
+                            .into_iter()
+                            .map(|g| gpu_market::state::GpuSpec { class: 2, ..g })
+                            .collect(),
+                        price_floor_per_gpu_hour: first.price_floor_per_gpu_hour,
+                        electricity_cost_per_kwh: first.electricity_cost_per_kwh,
+                        cached_images: vec![],
+                        network: first.network.clone(),
+                        cpu_milli: first.cpu_milli,
+                        memory_mib: first.memory_mib,
+                    },
+                };
+                async move {
+                    live.cluster
+                        .run(&register)
+                        .await
+                        .expect("a machine registers");
+                    register.machine()
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        machines.extend(registered);
+    }
+    println!(
+        "{count} more machines registered in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    // The agent key pays its heartbeats' fees, sent without waiting for each to confirm.
+    let rpc = Arc::new(solana_rpc_client::nonblocking::rpc_client::RpcClient::new(
+        live.cluster.rpc_url.clone(),
+    ));
+    tokio::spawn(async move {
+        use gpu_market_sdk::instructions::ClientInstruction;
+        let gap = heartbeat / machines.len() as u32;
+        let mut next = tokio::time::Instant::now();
+        for machine in machines.iter().cycle() {
+            next += gap;
+            tokio::time::sleep_until(next).await;
+            let (rpc, agent, machine) = (rpc.clone(), agent.clone(), *machine);
+            tokio::spawn(async move {
+                let beat = Heartbeat {
+                    agent: agent.as_ref(),
+                    machine,
+                };
+                let sent = async {
+                    let blockhash = rpc.get_latest_blockhash().await?;
+                    let tx = solana_transaction::Transaction::new_signed_with_payer(
+                        &[beat.instruction()],
+                        Some(&agent.pubkey()),
+                        &[agent.as_ref()],
+                        blockhash,
+                    );
+                    rpc.send_transaction(&tx).await
+                };
+                if let Err(e) = sent.await {
+                    eprintln!("heartbeat of {machine}: {e}");
+                }
+            });
+        }
+    });
 }
 
 /// Numbers of each agent, `/`-separated.
@@ -162,6 +270,11 @@ async fn main() {
     let leases = env_number("AGENT_BENCH_LEASES", 8);
     let book = env_number("AGENT_BENCH_BOOK", 0);
     let machines = env_number("AGENT_BENCH_MACHINES", 1);
+    let market_machines = env_number("AGENT_BENCH_MARKET", machines);
+    assert!(
+        market_machines >= machines,
+        "AGENT_BENCH_MARKET: at least AGENT_BENCH_MACHINES"
+    );
     assert!(
         machines == 1 || machines == 2,
         "AGENT_BENCH_MACHINES: 1 or 2"
@@ -182,6 +295,10 @@ async fn main() {
     let millicpus = env_number("AGENT_BENCH_MILLICPUS", 50);
     configs.iter().for_each(|c| set_millicpus(c, millicpus));
     let metrics: Vec<String> = configs.iter().map(|c| Agent::metrics_address(c)).collect();
+    if market_machines > machines {
+        let heartbeat = Duration::from_secs(gpu_market_agent::config::DEFAULT_HEARTBEAT_SECS);
+        more_machines(&live, market_machines - machines, heartbeat).await;
+    }
     let workload = std::env::var("AGENT_BENCH_WORKLOAD").unwrap_or_else(|_| "worker".into());
     let (image, digest) = seeded_image(&workload.to_uppercase());
     let engine = DockerEngine::connect(&engine_env("DOCKER_HOST"), "bench")
@@ -207,7 +324,12 @@ async fn main() {
         // duration.
         // Their witness is an attacker's machine, paused once they are placed.
         let (attacker, witness) = attacker_witness(&live).await;
-        let bids = unservable(0..book as u64, 60, now + QUEUE_WAIT_SECS, GPUS);
+        // Every kind but one GPU more than the machine's 8: the witness has 8.
+        let bids: Vec<_> = unservable(0..2 * book as u64, 60, now + QUEUE_WAIT_SECS, GPUS)
+            .into_iter()
+            .filter(|b| b.gpu_count <= GPUS)
+            .take(book)
+            .collect();
         place_all(&live, &staked, witness, bids).await;
         live.set_status(
             &attacker.key,
@@ -270,6 +392,10 @@ async fn main() {
         1 => "one machine".to_string(),
         n => format!("{n} machines, numbers per agent"),
     };
+    let on = match market_machines > machines {
+        true => format!("{on}, {market_machines} machines in the market"),
+        false => on,
+    };
     println!(
         "| measure ({leases} leases running {workload} at {millicpus} millicpus per GPU, {book} unservable bids above, {on}) | value | goal |"
     );
@@ -296,15 +422,25 @@ async fn main() {
         "| agent state file with {leases} leases | {} | reported |",
         each(&state_bytes, |b| format!("{:.1} KiB", *b as f64 / 1024.0))
     );
-    let rate = |r: &f64| format!("{r:.0}");
-    println!(
-        "| JSON-RPC requests per minute, idle | {} | reported |",
-        each(&idle_rpc, rate)
-    );
-    println!(
-        "| JSON-RPC requests per minute, {leases} leases | {} | reported |",
-        each(&busy_rpc, rate)
-    );
+    let rate = |i: usize| move |r: &[f64; 3]| format!("{:.0}", r[i]);
+    let kib = |i: usize| move |r: &[f64; 3]| format!("{:.0} KiB", r[i] / 1024.0);
+    for (when, rpc) in [
+        ("idle", &idle_rpc),
+        (&*format!("{leases} leases"), &busy_rpc),
+    ] {
+        println!(
+            "| JSON-RPC requests per minute, {when} | {} | reported |",
+            each(rpc, rate(0))
+        );
+        println!(
+            "| JSON-RPC bytes per minute, {when} | {} | reported |",
+            each(rpc, kib(1))
+        );
+        println!(
+            "| websocket notification bytes per minute, {when} | {} | reported |",
+            each(rpc, kib(2))
+        );
+    }
     println!(
         "latencies: {:?}",
         latencies.iter().map(|d| ms(*d)).collect::<Vec<_>>()

@@ -470,6 +470,7 @@ async fn connect_chain(
     let chain = SolanaChain::new(
         config.rpc_url.expose().to_string(),
         commitment,
+        metrics.traffic().clone(),
         agent,
         config.market,
         config.machine,

@@ -4,7 +4,10 @@
 //!
 //! What is kept: the accounts the feed watches one by one (the clock, the market, the machine,
 //! the books) and the program accounts its subscriptions match (this machine's leases, the bids
-//! it may take), each with the slot it was seen at; an older answer never replaces a newer one.
+//! it may take, and every machine and lease of the market: the packing policy's input), each
+//! with the slot it was seen at; an older answer never replaces a newer one. The market's
+//! machines and leases are served as a whole ([`Mirror::listing`]) once one scan of each was
+//! installed after the feed subscribed; until then they are scanned from the RPC node.
 //! A program subscription does not tell when an account closes (it is no longer the program's),
 //! so the list of the machine's leases is scanned again whenever the machine account changes,
 //! which every allocation and every settlement does. Everything is dropped when the feed
@@ -59,6 +62,10 @@ struct Inner {
     machine_slot: u64,
     /// The filters that match a lease of the machine.
     lease_filters: Vec<RpcFilterType>,
+    /// The program subscriptions whose every account the mirror holds: a scan by their
+    /// filters was installed since the feed subscribed (the market's machines and leases for
+    /// the packing policy), and the feed keeps them current but for closed accounts.
+    listed: Vec<Vec<RpcFilterType>>,
 }
 
 /// What a read found in the mirror: each key's data where the mirror is current for it, and
@@ -96,6 +103,7 @@ impl Mirror {
             leases: None,
             machine_slot: 0,
             lease_filters,
+            listed: Vec::new(),
         };
     }
 
@@ -177,45 +185,85 @@ impl Mirror {
         if !s.live {
             return;
         }
-        let keys: BTreeSet<Pubkey> = found.iter().map(|(k, _)| *k).collect();
         let lease_filters = s.lease_filters.clone();
-        let closed: Vec<Pubkey> = s
-            .accounts
-            .iter()
-            .filter(|(k, a)| {
-                a.slot <= slot
-                    && !keys.contains(k)
-                    && a.data
-                        .as_deref()
-                        .is_some_and(|d| matches(&lease_filters, d))
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        for key in closed {
-            s.put(key, slot, None);
-        }
-        for (key, data) in found {
-            s.put(*key, slot, Some(data.clone()));
-        }
-        let leases = s
-            .accounts
-            .iter()
-            .filter(|(_, a)| {
-                a.data
-                    .as_deref()
-                    .is_some_and(|d| matches(&lease_filters, d))
-            })
-            .map(|(k, _)| *k)
-            .collect();
+        let leases = s.install(&lease_filters, slot, found);
         // A scan that raced a settlement (the machine notified at a later slot) may list the
         // lease it closed: the next read scans again.
         if slot >= s.machine_slot {
             s.leases = Some((slot, leases));
         }
     }
+
+    /// A scan by `filters` as of `slot` found `found`. Kept as [`Self::scanned_leases`] keeps
+    /// the machine's leases: what it found, and as closed what the mirror had that it did not.
+    /// When a subscription of the feed has exactly these filters, the mirror has all of its
+    /// accounts from now on ([`Self::listing`]).
+    pub fn scanned(&self, filters: &[RpcFilterType], slot: u64, found: &[(Pubkey, Vec<u8>)]) {
+        let mut s = self.lock();
+        if !s.live {
+            return;
+        }
+        s.install(filters, slot, found);
+        if s.subscriptions.iter().any(|f| f == filters) && !s.listed.iter().any(|f| f == filters) {
+            s.listed.push(filters.to_vec());
+        }
+    }
+
+    /// Every open account that passes `filters`, when the mirror holds them all: a scan by
+    /// these filters was installed since the feed subscribed ([`Self::scanned`]), and the feed
+    /// notified every change since. A program subscription does not say when an account
+    /// closes: one closed since the scan is still listed, and its reader finds out otherwise
+    /// (the packing policy counts each machine's leases).
+    pub fn listing(&self, filters: &[RpcFilterType]) -> Option<Vec<(Pubkey, Vec<u8>)>> {
+        let s = self.lock();
+        if !s.live || !s.listed.iter().any(|f| f == filters) {
+            return None;
+        }
+        let mut found: Vec<(Pubkey, Vec<u8>)> = s
+            .accounts
+            .iter()
+            .filter_map(|(k, a)| Some((*k, a.data.clone()?)))
+            .filter(|(_, d)| matches(filters, d))
+            .collect();
+        found.sort_by_key(|(k, _)| *k);
+        Some(found)
+    }
 }
 
 impl Inner {
+    /// Installs a scan by `filters` as of `slot` that found `found`: each found account as of
+    /// `slot`, and as closed each one the mirror had that passes the filters, was seen no later
+    /// than `slot` and was not found. Returns the open accounts that pass the filters.
+    fn install(
+        &mut self,
+        filters: &[RpcFilterType],
+        slot: u64,
+        found: &[(Pubkey, Vec<u8>)],
+    ) -> BTreeSet<Pubkey> {
+        let keys: BTreeSet<Pubkey> = found.iter().map(|(k, _)| *k).collect();
+        let closed: Vec<Pubkey> = self
+            .accounts
+            .iter()
+            .filter(|(k, a)| {
+                a.slot <= slot
+                    && !keys.contains(k)
+                    && a.data.as_deref().is_some_and(|d| matches(filters, d))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in closed {
+            self.put(key, slot, None);
+        }
+        for (key, data) in found {
+            self.put(*key, slot, Some(data.clone()));
+        }
+        self.accounts
+            .iter()
+            .filter(|(_, a)| a.data.as_deref().is_some_and(|d| matches(filters, d)))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
     fn put(&mut self, key: Pubkey, slot: u64, data: Option<Vec<u8>>) {
         match self.accounts.get(&key) {
             Some(seen) if seen.slot > slot => {}
@@ -338,6 +386,66 @@ mod tests {
         m.scanned_leases(31, &[(b, lease_data(&machine, 2))]);
         let keys: Vec<Pubkey> = m.leases().unwrap().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![b]);
+    }
+
+    #[test]
+    fn a_listing_is_served_once_scanned_and_kept_current_by_notifications() {
+        let (machine, clock) = (Pubkey::new_unique(), Pubkey::new_unique());
+        let other = Pubkey::new_unique();
+        let all_leases = vec![RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, vec![LEASE]))];
+        let m = Mirror::new();
+        m.subscribed(
+            machine,
+            [machine, clock].into(),
+            vec![lease_filters(&machine), all_leases.clone()],
+            lease_filters(&machine),
+        );
+        let (a, b, c) = (
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+        );
+        // Notified before any scan: not a listing yet (other accounts may exist unnotified).
+        m.notified(a, 9, Some(lease_data(&other, 1)));
+        assert!(m.listing(&all_leases).is_none(), "not scanned yet");
+        // A scan by filters no subscription has is kept but makes no listing.
+        m.scanned(&lease_filters(&other), 10, &[(a, lease_data(&other, 1))]);
+        assert!(m.listing(&lease_filters(&other)).is_none());
+        // The scan as of slot 10 lists A and B; C is notified after it.
+        m.scanned(
+            &all_leases,
+            10,
+            &[(a, lease_data(&other, 1)), (b, lease_data(&machine, 2))],
+        );
+        m.notified(c, 11, Some(lease_data(&other, 3)));
+        m.notified(b, 12, Some(lease_data(&machine, 4)));
+        let listed = m.listing(&all_leases).unwrap();
+        assert_eq!(listed.len(), 3);
+        assert!(
+            listed.contains(&(b, lease_data(&machine, 4))),
+            "B as notified"
+        );
+        // A later scan of one machine's leases finds A gone: it is closed, listed no more.
+        m.scanned(&lease_filters(&other), 13, &[(c, lease_data(&other, 3))]);
+        let keys: Vec<Pubkey> = m
+            .listing(&all_leases)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys.len(), 2);
+        assert!(keys.contains(&b) && keys.contains(&c));
+        // Nothing is served once the feed drops, nor after it subscribes again until a scan.
+        m.dropped();
+        assert!(m.listing(&all_leases).is_none());
+        m.subscribed(
+            machine,
+            [machine].into(),
+            vec![all_leases.clone()],
+            lease_filters(&machine),
+        );
+        m.notified(c, 20, Some(lease_data(&other, 3)));
+        assert!(m.listing(&all_leases).is_none(), "a new feed scans first");
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,6 +9,7 @@ pub mod fees;
 pub mod mirror;
 mod placement;
 pub mod solana;
+pub mod traffic;
 pub mod watch;
 
 use std::fmt;

@@ -9,11 +9,9 @@ use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::placement::{alive, earliest_start, MarketPlacement};
 use solana_pubkey::Pubkey;
 
-use super::solana::{accounts_with, key, offers, SolanaChain};
+use super::solana::{key, lease_filters, offers, SolanaChain};
+use super::watch::market_subscriptions;
 use super::{ChainError, Elsewhere, ReservationDuty};
-
-/// Where `market` sits in machine and lease accounts: right after the discriminator.
-const MARKET_OFFSET: usize = 8;
 
 /// What the packing policy says of one bid that fits this machine now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,24 +92,58 @@ impl SolanaChain {
         }
     }
 
-    /// Every machine of the market and its running leases, as the cluster lists them now.
+    /// Every machine of the market and its running leases: from the mirror, which the
+    /// feed's subscriptions to them keep current once one scan of each was installed, else
+    /// scanned from the RPC node (and installed). No notification says that a lease closed:
+    /// the leases of a machine whose count of them (`Machine.leases`) differs from those
+    /// listed are scanned again, machine by machine.
     pub(super) async fn market_listing(&self) -> Result<Listing, ChainError> {
-        let of = self.market();
-        let (_, machines) = self
-            .program_accounts(accounts_with::<Machine>(MARKET_OFFSET, &of))
-            .await?;
-        let (_, leases) = self
-            .program_accounts(accounts_with::<Lease>(MARKET_OFFSET, &of))
-            .await?;
-        let machines: Vec<(Pubkey, Machine)> = machines
+        let [machine_filters, lease_filters_all] = market_subscriptions(&self.market());
+        let machines: Vec<(Pubkey, Machine)> = self
+            .listed(&machine_filters)
+            .await?
             .iter()
             .filter_map(|(k, d)| Some((*k, decode::<Machine>(d, "machine").ok()?)))
             .collect();
-        let leases: Vec<Lease> = leases
+        let mut leases: Vec<Lease> = self
+            .listed(&lease_filters_all)
+            .await?
             .iter()
             .filter_map(|(_, d)| decode::<Lease>(d, "lease").ok())
             .collect();
+        for (key, machine) in &machines {
+            let listed = leases.iter().filter(|l| l.machine == *key).count();
+            if listed == machine.leases as usize {
+                continue;
+            }
+            let (slot, found) = self.program_accounts(lease_filters(key)).await?;
+            if let Some(m) = self.mirror() {
+                m.scanned(&lease_filters(key), slot, &found);
+            }
+            leases.retain(|l| l.machine != *key);
+            leases.extend(
+                found
+                    .iter()
+                    .filter_map(|(_, d)| decode::<Lease>(d, "lease").ok()),
+            );
+        }
         Ok((machines, leases))
+    }
+
+    /// The program's accounts that pass `filters`, one of the feed's subscriptions: from the
+    /// mirror when it holds them all, else scanned from the RPC node and installed there.
+    async fn listed(
+        &self,
+        filters: &[solana_rpc_client_api::filter::RpcFilterType],
+    ) -> Result<Vec<(Pubkey, Vec<u8>)>, ChainError> {
+        if let Some(found) = self.mirror().and_then(|m| m.listing(filters)) {
+            return Ok(found);
+        }
+        let (slot, found) = self.program_accounts(filters.to_vec()).await?;
+        if let Some(m) = self.mirror() {
+            m.scanned(filters, slot, &found);
+        }
+        Ok(found)
     }
 
     /// This machine's part in the market's reservations now, from the queue book's entries

@@ -33,7 +33,9 @@ use solana_instruction::error::InstructionError;
 use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
+use solana_rpc_client::http_sender::HttpSender;
 use solana_rpc_client::nonblocking::rpc_client::RpcClient;
+use solana_rpc_client::rpc_client::RpcClientConfig;
 use solana_rpc_client_api::client_error::{Error as ClientError, ErrorKind, TransactionError};
 use solana_rpc_client_api::config::{
     RpcAccountInfoConfig, RpcProgramAccountsConfig, RpcSimulateTransactionConfig,
@@ -50,11 +52,14 @@ use tokio::sync::Mutex;
 
 use super::mirror::Mirror;
 use super::placement::{Placement, Policy};
+use super::traffic::{Counting, Traffic};
 use super::{
     BidKind, BidView, Chain, ChainError, EgressView, GpuView, Key, LeaseView, MachineStatus,
     MachineView, NetworkView, OpenBids, RoomAsked,
 };
 
+/// Where `market` sits in machine and lease accounts: right after the discriminator.
+pub(super) const MARKET_OFFSET: usize = 8;
 /// The offset of `Lease.machine`, which the websocket and `getProgramAccounts` filter on
 /// (after the 8-byte discriminator).
 const LEASE_MACHINE_OFFSET: usize = 8 + 32;
@@ -93,18 +98,22 @@ const CONFIRM_POLL: Duration = Duration::from_millis(100);
 const PRICE_REFRESH: Duration = Duration::from_secs(10);
 
 impl SolanaChain {
+    /// The chain over HTTP JSON-RPC at `rpc_url`, each exchange counted into `traffic`.
     pub fn new(
         rpc_url: String,
         commitment: CommitmentConfig,
+        traffic: Arc<Traffic>,
         agent: Keypair,
         market: Key,
         machine: Key,
         host_tokens: Option<Key>,
     ) -> Self {
-        let rpc = RpcClient::new_with_timeout_and_commitment(
-            rpc_url,
-            Duration::from_secs(30),
-            commitment,
+        let rpc = RpcClient::new_sender(
+            Counting::new(
+                HttpSender::new_with_timeout(rpc_url, Duration::from_secs(30)),
+                traffic,
+            ),
+            RpcClientConfig::with_commitment(commitment),
         );
         Self::with_client(rpc, agent, market, machine, host_tokens)
     }
@@ -440,6 +449,10 @@ impl SolanaChain {
             m.scanned_leases(slot, &found);
         }
         Ok(found)
+    }
+
+    pub(super) fn mirror(&self) -> Option<&Mirror> {
+        self.mirror.as_deref()
     }
 
     pub(super) fn market(&self) -> Pubkey {

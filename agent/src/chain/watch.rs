@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anchor_lang::Discriminator;
 use futures_util::stream::{self, BoxStream, Stream, StreamExt};
-use gpu_market::state::Bid;
+use gpu_market::state::{Bid, Lease, Machine};
 use solana_account_decoder_client_types::{UiAccount, UiAccountEncoding};
 use solana_commitment_config::CommitmentConfig;
 use solana_pubkey::Pubkey;
@@ -28,7 +28,8 @@ use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 use tokio::sync::Notify;
 
 use super::mirror::Mirror;
-use super::solana::{lease_filters, pubkey};
+use super::solana::{accounts_with, lease_filters, pubkey, MARKET_OFFSET};
+use super::traffic::{json_len, Traffic};
 use super::Key;
 use crate::metrics::{unix_now, Metrics};
 use crate::redact::{redact_urls, SecretUrl};
@@ -60,6 +61,9 @@ pub struct WatchConfig {
 pub enum Event {
     /// One of the watched accounts changed.
     Change,
+    /// A machine or lease of the market changed (the packing policy's input): kept in the
+    /// mirror; wakes nothing, since every other machine's proofs would wake this one's loop.
+    Market,
     /// The cluster's clock moved (a new slot): the feed is alive.
     Slot,
     /// One subscription ended while the others go on: what it followed is no longer current.
@@ -163,7 +167,15 @@ async fn session(
     watched.extend([market, machine, solana_sdk_ids::sysvar::clock::ID]);
     let subscribed = tokio::time::timeout(
         c.silence,
-        subscribe_all(&client, c.commitment, &watched, &market, &machine, mirror),
+        subscribe_all(
+            &client,
+            c.commitment,
+            &watched,
+            &market,
+            &machine,
+            mirror,
+            metrics.traffic(),
+        ),
     )
     .await;
     let mut events = match subscribed {
@@ -178,12 +190,9 @@ async fn session(
             return None;
         }
     };
-    mirror.subscribed(
-        machine,
-        watched,
-        subscriptions(&market, &machine),
-        lease_filters(&machine),
-    );
+    let mut followed = subscriptions(&market, &machine);
+    followed.extend(market_subscriptions(&market));
+    mirror.subscribed(machine, watched, followed, lease_filters(&machine));
     tracing::info!(%url, "websocket subscribed");
     metrics.health().ws_alive(unix_now());
     if again {
@@ -233,6 +242,15 @@ fn subscriptions(market: &Pubkey, machine: &Pubkey) -> Vec<Vec<RpcFilterType>> {
     ]
 }
 
+/// The program-account subscriptions of the packing policy's input: every machine and every
+/// lease of the market. They wake nothing ([`Event::Market`]).
+pub(super) fn market_subscriptions(market: &Pubkey) -> [Vec<RpcFilterType>; 2] {
+    [
+        accounts_with::<Machine>(MARKET_OFFSET, market),
+        accounts_with::<Lease>(MARKET_OFFSET, market),
+    ]
+}
+
 /// Every subscription of one machine's feed, merged, each notification's account put in
 /// `mirror`: its program accounts and the `watched` accounts ([`Event::Change`]; the clock's
 /// [`Event::Slot`]).
@@ -243,6 +261,7 @@ async fn subscribe_all<'a>(
     market: &Pubkey,
     machine: &Pubkey,
     mirror: &Arc<Mirror>,
+    traffic: &Arc<Traffic>,
 ) -> Result<BoxStream<'a, Event>, String> {
     let account_config = RpcAccountInfoConfig {
         encoding: Some(UiAccountEncoding::Base64),
@@ -250,7 +269,13 @@ async fn subscribe_all<'a>(
         ..Default::default()
     };
     let mut streams: Vec<BoxStream<'a, Event>> = Vec::new();
-    for filters in subscriptions(market, machine) {
+    let waking = subscriptions(market, machine)
+        .into_iter()
+        .map(|f| (f, Event::Change));
+    let quiet = market_subscriptions(market)
+        .into_iter()
+        .map(|f| (f, Event::Market));
+    for (filters, event) in waking.chain(quiet) {
         let (s, _unsubscribe) = client
             .program_subscribe(
                 &gpu_market::ID,
@@ -263,14 +288,15 @@ async fn subscribe_all<'a>(
             )
             .await
             .map_err(|e| e.to_string())?;
-        let mirror = mirror.clone();
+        let (mirror, traffic) = (mirror.clone(), traffic.clone());
         streams.push(
             s.map(move |r| {
+                traffic.websocket(json_len(&r));
                 let key = Pubkey::from_str(&r.value.pubkey);
                 if let (Ok(key), Some(data)) = (key, account_data(&r.value.account)) {
                     mirror.notified(key, r.context.slot, data);
                 }
-                Event::Change
+                event
             })
             .boxed(),
         );
@@ -280,13 +306,14 @@ async fn subscribe_all<'a>(
             .account_subscribe(&key, Some(account_config.clone()))
             .await
             .map_err(|e| e.to_string())?;
-        let mirror = mirror.clone();
+        let (mirror, traffic) = (mirror.clone(), traffic.clone());
         let event = match key == solana_sdk_ids::sysvar::clock::ID {
             true => Event::Slot,
             false => Event::Change,
         };
         streams.push(
             s.map(move |r| {
+                traffic.websocket(json_len(&r));
                 if let Some(data) = account_data(&r.value) {
                     mirror.notified(key, r.context.slot, data);
                 }
@@ -431,9 +458,10 @@ mod tests {
                 let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
                 let clock = solana_sdk_ids::sysvar::clock::ID.to_string();
                 let (mut clock_sid, mut account_sid) = (None, None);
-                // The watcher subscribes 3 program feeds and 3 accounts: the market, the
-                // machine and the clock (the test names no books).
-                for _ in 0..6 {
+                // The watcher subscribes 5 program feeds (3 of the machine's, 2 of the
+                // market's machines and leases) and 3 accounts: the market, the machine and
+                // the clock (the test names no books).
+                for _ in 0..8 {
                     let Some(Ok(Message::Text(text))) = ws.next().await else {
                         return;
                     };

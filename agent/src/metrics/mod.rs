@@ -14,7 +14,7 @@ pub mod health;
 pub mod server;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpu_market_core::lease::exit;
@@ -27,6 +27,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 pub use self::health::{unix_now, Health, HealthLimits, HealthReport};
 pub use self::server::{serve, ServerLimits};
+use crate::chain::traffic::Traffic;
 use crate::gpu::Sample;
 
 /// The prefix of every metric the agent exports.
@@ -92,6 +93,7 @@ pub struct Metrics {
     start_seconds: Histogram,
     tick_seconds: Histogram,
     ws_resubscriptions: Counter,
+    traffic: Arc<Traffic>,
     gpus: Mutex<Vec<(u32, Sample)>>,
     health: Health,
 }
@@ -117,6 +119,7 @@ impl Metrics {
             // 10 ms to 41 s: a tick is a few RPC round trips, more when it starts containers.
             tick_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 13)),
             ws_resubscriptions: Counter::default(),
+            traffic: Arc::default(),
             gpus: Mutex::new(Vec::new()),
             health: Health::new(limits),
         }
@@ -124,6 +127,12 @@ impl Metrics {
 
     pub fn health(&self) -> &Health {
         &self.health
+    }
+
+    /// The bytes exchanged with the RPC node (the chain client's transport and the websocket
+    /// feed add to it).
+    pub fn traffic(&self) -> &Arc<Traffic> {
+        &self.traffic
     }
 
     /// `n` leases have a running container on this machine.
@@ -237,6 +246,16 @@ impl Metrics {
             "rpc_requests",
             "JSON-RPC requests sent to the cluster (websocket notifications not counted)",
             ConstCounter::new(load(&self.rpc_requests)),
+        );
+        r.register(
+            "rpc_bytes",
+            "Bytes of JSON-RPC requests and answers exchanged with the cluster over HTTP",
+            ConstCounter::new(self.traffic.http_bytes()),
+        );
+        r.register(
+            "websocket_bytes",
+            "Bytes of the websocket feed's notifications",
+            ConstCounter::new(self.traffic.websocket_bytes()),
         );
         r.register(
             "rpc_errors",
