@@ -310,12 +310,13 @@ async fn main() {
         .expect("cache the workload's image");
     let now = live.cluster.now().await.unwrap();
     if book > 0 {
-        // Tokens for every bid's escrow, SOL for every bid account's rent (about 3.3 mSOL).
+        // Tokens for every bid's escrow, SOL for every bid account's and book slot's rent
+        // (about 4.8 mSOL).
         let staked = live
             .client((1_000 + 5 * book as u64) * TOKEN, 500 * TOKEN)
             .await
             .unwrap();
-        let rent_sol = (book as u64 * 3_300_000).div_ceil(1_000_000_000);
+        let rent_sol = (book as u64 * 5_000_000).div_ceil(1_000_000_000);
         live.cluster
             .fund(&staked.key.pubkey(), rent_sol)
             .await

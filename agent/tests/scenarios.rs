@@ -13,7 +13,7 @@ mod support;
 
 use std::fmt::Debug;
 
-use gpu_market_agent::chain::{proof_hash, BidView, ChainError, Key, LeaseView};
+use gpu_market_agent::chain::{proof_hash, BidView, Chain, ChainError, Key, LeaseView};
 use gpu_market_core::colocate::{InterferenceModel, Profile};
 use gpu_market_core::fit::Host;
 use gpu_market_core::lease::UsageProof;
@@ -643,6 +643,70 @@ async fn program_two_agents_follow_the_packing_policy_and_a_silent_machine_stran
     );
     agent_b.run_for(&m, 2 * POLL).await;
     assert_eq!(m.machine_of_lease(fourth).await, Some(b.machine));
+}
+
+/// Issue 33, part 4: the packing policy's input from the feed. Machine A's agent chain reads
+/// the market's machines and leases from its mirror, which a feed keeps current ([`TestFeed`]:
+/// every change notified, a closing never, as the node's program subscriptions do). Machine B's
+/// 16-GiB lease ends and its account closes: A's mirror still lists it, since nothing said it
+/// closed; but B's machine account then counts no lease, so A's next look at the books scans
+/// B's leases again, and the closed one is listed no more.
+#[tokio::test(start_paused = true)]
+async fn program_the_policy_reads_the_market_from_the_feed_and_a_closed_lease_is_not_listed() {
+    let m = ProgramMarket::start().await;
+    let b = m.add_machine(OTHER_REGION, ELECTRICITY_COST / 2).await;
+    let (a_chain, mut feed) = m.chain_with_feed();
+    let mut agent_b = Agent::on(b.chain.clone());
+    let leases = &gpu_market_agent::chain::watch::market_subscriptions(&m.market())[1];
+    let first = m
+        .place_bid(&BidSpec {
+            gib_per_gpu: 16,
+            regions: vec![OTHER_REGION],
+            ..BidSpec::queue(1, 2)
+        })
+        .await;
+    agent_b.run_for(&m, POLL).await;
+    assert_eq!(m.machine_of_lease(first).await, Some(b.machine));
+    // A bid only A's region fits: A's look at the books asks the policy, which reads the
+    // market (scanned once, then from the mirror). A's agent does not run: it stays unallocated
+    // until it expires.
+    let only_a = BidSpec {
+        regions: vec![MACHINE_REGION],
+        ..BidSpec::queue(1, 20)
+    };
+    m.place_bid(&only_a).await;
+    feed.notify().await;
+    assert!(feed.mirror.listing(leases).is_none(), "not scanned yet");
+    a_chain
+        .best_open_bids(8)
+        .await
+        .expect("A's look at the books");
+    assert_eq!(feed.mirror.listing(leases).map(|l| l.len()), Some(1));
+    // B's lease runs its two intervals and settles: its account closes.
+    let mut waited = 0;
+    while m.lease_of(first).await.is_some() {
+        assert!(waited < 5 * SECS, "B's lease never closed");
+        agent_b.run_for(&m, POLL).await;
+        feed.notify().await;
+        waited += POLL;
+    }
+    assert_eq!(
+        feed.mirror.listing(leases).map(|l| l.len()),
+        Some(1),
+        "no notification says the lease closed"
+    );
+    // The first of A's bids has expired by now: another.
+    m.place_bid(&only_a).await;
+    feed.notify().await;
+    a_chain
+        .best_open_bids(8)
+        .await
+        .expect("A's look at the books");
+    assert_eq!(
+        feed.mirror.listing(leases).map(|l| l.len()),
+        Some(0),
+        "B counts no lease: its leases were scanned again"
+    );
 }
 
 /// A spot bid waits in its machine's own book, which no other machine may take from: the

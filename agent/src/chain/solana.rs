@@ -1222,12 +1222,12 @@ impl Chain for SolanaChain {
 }
 
 /// The filters that select the lease accounts of `machine`.
-pub(super) fn lease_filters(machine: &Pubkey) -> Vec<RpcFilterType> {
+pub fn lease_filters(machine: &Pubkey) -> Vec<RpcFilterType> {
     accounts_with::<Lease>(LEASE_MACHINE_OFFSET, machine)
 }
 
 /// The filters that select the program's accounts of type `T` holding `key` at byte `offset`.
-pub(super) fn accounts_with<T: Discriminator>(offset: usize, key: &Pubkey) -> Vec<RpcFilterType> {
+pub fn accounts_with<T: Discriminator>(offset: usize, key: &Pubkey) -> Vec<RpcFilterType> {
     vec![
         RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, T::DISCRIMINATOR.to_vec())),
         RpcFilterType::Memcmp(Memcmp::new_raw_bytes(offset, key.to_bytes().to_vec())),

@@ -244,7 +244,7 @@ fn subscriptions(market: &Pubkey, machine: &Pubkey) -> Vec<Vec<RpcFilterType>> {
 
 /// The program-account subscriptions of the packing policy's input: every machine and every
 /// lease of the market. They wake nothing ([`Event::Market`]).
-pub(super) fn market_subscriptions(market: &Pubkey) -> [Vec<RpcFilterType>; 2] {
+pub fn market_subscriptions(market: &Pubkey) -> [Vec<RpcFilterType>; 2] {
     [
         accounts_with::<Machine>(MARKET_OFFSET, market),
         accounts_with::<Lease>(MARKET_OFFSET, market),

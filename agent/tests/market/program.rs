@@ -9,16 +9,23 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{BidKind as ProgramBidKind, Lease, Machine, MachineStatus, MarketParams};
-use gpu_market_agent::chain::solana::SolanaChain;
+use gpu_market_agent::chain::mirror::Mirror;
+use gpu_market_agent::chain::solana::{lease_filters, SolanaChain};
+use gpu_market_agent::chain::watch::market_subscriptions;
 use gpu_market_agent::chain::{BidKind, Chain, Key};
 use gpu_market_core::fit::Region;
 use gpu_market_tests::live::LiveMarket;
 use gpu_market_tests::Cluster;
+use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
+use solana_rpc_client::nonblocking::rpc_client::RpcClient;
+use solana_rpc_client_api::config::{RpcAccountInfoConfig, RpcProgramAccountsConfig};
+use solana_rpc_client_api::filter::RpcFilterType;
 use solana_signer::Signer;
 use solana_transaction::versioned::VersionedTransaction;
+use std::collections::HashMap;
 
 use crate::support::witness_machine;
 use gpu_market_tests::live::Wallet;
@@ -55,6 +62,45 @@ fn agent_chain(live: &LiveMarket, agent: Keypair, machine: Pubkey) -> SolanaChai
         Key(machine.to_bytes()),
         None,
     )
+}
+
+/// A test feed standing in for the node's websocket (LiteSVM has none): each [`Self::notify`]
+/// puts in the mirror every machine and lease of the market whose data changed since the last,
+/// as the node's program subscriptions notify them, and, as they do, nothing of an account
+/// that closed.
+pub struct TestFeed {
+    pub mirror: Arc<Mirror>,
+    client: RpcClient,
+    seen: HashMap<Pubkey, Vec<u8>>,
+    market: Pubkey,
+}
+
+impl TestFeed {
+    pub async fn notify(&mut self) {
+        let slot = self.client.get_slot().await.expect("the slot");
+        for filters in market_subscriptions(&self.market) {
+            let config = RpcProgramAccountsConfig {
+                filters: Some(filters),
+                account_config: RpcAccountInfoConfig {
+                    encoding: Some(UiAccountEncoding::Base64),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let accounts = self
+                .client
+                .get_program_ui_accounts_with_config(&gpu_market::ID, config)
+                .await
+                .expect("the market's accounts");
+            for (key, account) in accounts {
+                let data = account.data.decode().expect("base64");
+                if self.seen.get(&key) != Some(&data) {
+                    self.mirror.notified(key, slot, Some(data.clone()));
+                    self.seen.insert(key, data);
+                }
+            }
+        }
+    }
 }
 
 /// Another host's machine in the market (as [`machine_gpus`] declares), seen by its own agent.
@@ -107,6 +153,41 @@ impl ProgramMarket {
 }
 
 impl ProgramMarket {
+    pub fn market(&self) -> Pubkey {
+        self.live.market
+    }
+
+    /// The scenarios' machine's agent chain reading the market's machines and leases from a
+    /// mirror that `TestFeed` keeps, as the daemon's websocket feed does.
+    pub fn chain_with_feed(&self) -> (Arc<SolanaChain>, TestFeed) {
+        let mirror = Arc::new(Mirror::new());
+        let filters: Vec<Vec<RpcFilterType>> = market_subscriptions(&self.live.market).into();
+        mirror.subscribed(
+            self.live.machine,
+            Default::default(),
+            filters,
+            lease_filters(&self.live.machine),
+        );
+        let chain = agent_chain(
+            &self.live,
+            self.live.agent.insecure_clone(),
+            self.live.machine,
+        )
+        .with_mirror(mirror.clone());
+        let feed = TestFeed {
+            mirror,
+            client: self
+                .live
+                .cluster
+                .svm()
+                .expect("in process")
+                .client(CommitmentConfig::confirmed()),
+            seen: HashMap::new(),
+            market: self.live.market,
+        };
+        (Arc::new(chain), feed)
+    }
+
     /// Every transaction the scenarios' agent paid for, in order, with the compute units each
     /// used.
     pub fn agent_transactions(&self) -> Vec<(VersionedTransaction, u64)> {
