@@ -108,17 +108,14 @@ async fn more_machines(live: &LiveMarket, count: usize, heartbeat: Duration) {
     const PER_HOST: usize = 100;
     let first: gpu_market::state::Machine = live.cluster.account(&live.machine).await.unwrap();
     let bond = live.market_state().await.unwrap().params.min_host_stake;
-    let agent = Arc::new(live.cluster.wallet(10).await.unwrap());
+    // One SOL pays 200,000 heartbeats' fees.
+    let agent = Arc::new(live.cluster.wallet(1).await.unwrap());
     let started = Instant::now();
     let mut machines = Vec::new();
     for host in 0..count.div_ceil(PER_HOST) {
         let n = PER_HOST.min(count - host * PER_HOST);
+        // Its 2 SOL pay each registration's rent (about 0.015 SOL) and fee.
         let owner = live.client(n as u64 * bond, n as u64 * bond).await.unwrap();
-        // Each registration's rent (about 0.015 SOL) and fee.
-        live.cluster
-            .fund(&owner.key.pubkey(), n.div_ceil(50) as u64)
-            .await
-            .unwrap();
         let registered: Vec<solana_pubkey::Pubkey> = stream::iter(0..n as u64)
             .map(|id| {
                 let register = RegisterMachine {

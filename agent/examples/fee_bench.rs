@@ -145,6 +145,7 @@ async fn run(machine_gpus: u8, lease_gpus: u8) -> Sent {
             env_key: Arc::new(solana_keypair::Keypair::new()),
             mps: None,
             retention: Duration::from_secs(3_600),
+            retained_scratch_bytes: gpu_market_agent::config::DEFAULT_RETAINED_SCRATCH_MIB << 20,
             park_idle_gpus: true,
         },
         Arc::new(Metrics::default()),

@@ -99,9 +99,20 @@ pub struct NetworkConfig {
     pub publishing: Option<Publishing>,
     /// How long a lease's scratch volume and logs stay for its client after it ends.
     pub retention: Duration,
+    /// The most memory the scratch volumes of ended leases may hold together; over it, the
+    /// oldest are deleted before their retention ends. Not offered to leases
+    /// ([`HostCapacity::for_leases`]).
+    pub retained_scratch_mib: u64,
     /// Where leases' bridge subnets are carved from.
     pub lease_pool: LeasePool,
 }
+
+/// What a check of the host's memory for leases leaves out.
+const MEMORY_NOTE: &str =
+    " (its memory less [network] retained_scratch_mib, which ended leases' scratch volumes may hold)";
+
+/// `[network] retained_scratch_mib` by default: 4 GiB.
+pub const DEFAULT_RETAINED_SCRATCH_MIB: u64 = 4_096;
 
 /// The commitment of every read and confirmation. Not `processed`: the agent decides from its
 /// reads that a lease is gone or a proof landed, and must not act on a fork that can be undone
@@ -157,6 +168,18 @@ pub struct HostCapacity {
 }
 
 impl HostCapacity {
+    /// What is left of it for running leases when the scratch volumes of leases that ended may
+    /// hold `retained_scratch_mib` of its memory for their retention (a tmpfs keeps its pages
+    /// after its container is gone): its memory less that.
+    pub fn for_leases(self, retained_scratch_mib: u64) -> Self {
+        HostCapacity {
+            memory_bytes: self
+                .memory_bytes
+                .saturating_sub(retained_scratch_mib.saturating_mul(1 << 20)),
+            ..self
+        }
+    }
+
     /// This host's: the CPUs this process may use (`available_parallelism`, which honours CPU
     /// affinity and cgroup quotas) and `MemTotal` of `/proc/meminfo`.
     pub fn this_host() -> Result<Self, ConfigError> {
@@ -176,13 +199,14 @@ impl HostCapacity {
     /// (`host register|update --cpus --memory`), which the agent sets as its containers'
     /// limits, are on this host.
     pub fn check_declared(&self, declared: Host) -> Result<(), ConfigError> {
-        let over = |what, flag, declared: u64, have: u64, unit| {
+        let over = |what, flag, declared: u64, have: u64, unit, note| {
             (declared > have).then_some(ConfigError::DeclaredOverHost {
                 what,
                 flag,
                 declared,
                 have,
                 unit,
+                note,
             })
         };
         let cpus = over(
@@ -191,6 +215,7 @@ impl HostCapacity {
             declared.cpu_milli as u64,
             self.cpus.saturating_mul(1_000),
             "millicpus",
+            "",
         );
         let memory = over(
             "memory",
@@ -198,6 +223,7 @@ impl HostCapacity {
             declared.memory_mib as u64,
             self.memory_bytes >> 20,
             "MiB",
+            MEMORY_NOTE,
         );
         cpus.or(memory).map_or(Ok(()), Err)
     }
@@ -232,6 +258,7 @@ impl ContainerLimits {
                 need: cpu_need,
                 have: cpu_have,
                 unit: "millicpus",
+                note: "",
             });
         }
         let mem_need = self.memory_mib_per_gpu.saturating_mul(gpus_u);
@@ -243,6 +270,7 @@ impl ContainerLimits {
                 need: mem_need,
                 have: mem_have,
                 unit: "MiB",
+                note: MEMORY_NOTE,
             });
         }
         Ok(())
@@ -324,7 +352,8 @@ pub enum ConfigError {
     },
     /// The limits of containers on every GPU of the machine add up to more than the host has.
     #[error(
-        "{key}: containers on all {gpus} GPUs would get {need} {unit}, more than the host's {have}"
+        "{key}: containers on all {gpus} GPUs would get {need} {unit}, more than the host's \
+         {have}{note}"
     )]
     OverHost {
         key: String,
@@ -332,13 +361,15 @@ pub enum ConfigError {
         need: u64,
         have: u64,
         unit: &'static str,
+        /// What `have` leaves out ([`MEMORY_NOTE`] for memory).
+        note: &'static str,
     },
     #[error("cannot read the host's {what}: {reason}")]
     HostUnknown { what: &'static str, reason: String },
     /// The machine account gives its leases more CPU or memory than this host has.
     #[error(
         "the machine account gives its leases {declared} {unit} of {what}, more than this \
-         host's {have}: lower it with `gpu-market host update MACHINE --{flag} ...`"
+         host's {have}{note}: lower it with `gpu-market host update MACHINE --{flag} ...`"
     )]
     DeclaredOverHost {
         what: &'static str,
@@ -346,6 +377,8 @@ pub enum ConfigError {
         declared: u64,
         have: u64,
         unit: &'static str,
+        /// What `have` leaves out ([`MEMORY_NOTE`] for memory).
+        note: &'static str,
     },
     #[error(
         "{key}: \"processed\" is refused: the agent decides from what it reads that a lease is \
@@ -447,6 +480,7 @@ struct RawNetwork {
     ports: Option<String>,
     publish_ip: String,
     retention_secs: u64,
+    retained_scratch_mib: u64,
     lease_pool: String,
 }
 
@@ -456,6 +490,7 @@ impl Default for RawNetwork {
             ports: None,
             publish_ip: "0.0.0.0".to_string(),
             retention_secs: 3_600,
+            retained_scratch_mib: DEFAULT_RETAINED_SCRATCH_MIB,
             lease_pool: {
                 let p = LeasePool::default();
                 format!("{}/{}", p.network, p.prefix)
@@ -810,6 +845,7 @@ fn network(raw: &RawNetwork, own: &[u16]) -> Result<NetworkConfig, ConfigError> 
     Ok(NetworkConfig {
         publishing,
         retention: Duration::from_secs(raw.retention_secs),
+        retained_scratch_mib: raw.retained_scratch_mib,
         lease_pool,
     })
 }
@@ -1107,6 +1143,16 @@ password_file = "/etc/gpu-market/registry.pass"
             let text = format!("{}\n[network]\n{section}\n", good());
             Config::parse(&text).map(|c| c.network)
         };
+        assert_eq!(
+            net("").unwrap().retained_scratch_mib,
+            DEFAULT_RETAINED_SCRATCH_MIB
+        );
+        assert_eq!(
+            net("retained_scratch_mib = 0")
+                .unwrap()
+                .retained_scratch_mib,
+            0
+        );
         let n = net("ports = \"30000-30099\"\nretention_secs = 60").unwrap();
         let p = n.publishing.unwrap();
         assert_eq!(
@@ -1425,6 +1471,7 @@ password_file = "/etc/gpu-market/registry.pass"
                 need: 32_008,
                 have: 32_000,
                 unit: "millicpus",
+                note: "",
             }
         );
         assert_eq!(limits(u64::MAX, 1).check_host(0, HOST), Ok(()), "no GPUs");
@@ -1444,6 +1491,26 @@ password_file = "/etc/gpu-market/registry.pass"
         );
         assert!(
             e.to_string().starts_with("container.memory_mib_per_gpu: "),
+            "{e}"
+        );
+        // What ended leases' scratch volumes may hold is not given to running leases.
+        let e = limits(1, 32 * 1024)
+            .check_host(8, HOST.for_leases(DEFAULT_RETAINED_SCRATCH_MIB))
+            .unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                ConfigError::OverHost {
+                    need: 262_144,
+                    have: 258_048,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .ends_with("retained_scratch_mib, which ended leases' scratch volumes may hold)"),
             "{e}"
         );
     }

@@ -301,7 +301,10 @@ async fn run(path: &Path) -> Result<()> {
     tracing::info!(gpus = gpus.gpus().len(), "GPU backend ready");
     config
         .container
-        .check_host(gpus.gpus().len(), HostCapacity::this_host()?)
+        .check_host(
+            gpus.gpus().len(),
+            HostCapacity::this_host()?.for_leases(config.network.retained_scratch_mib),
+        )
         .with_context(|| format!("in the configuration {}", path.display()))?;
     let metrics = Arc::new(Metrics::new(config.health));
     let mut engine =
@@ -342,6 +345,7 @@ async fn run(path: &Path) -> Result<()> {
             )
         }
         Ok(m) => HostCapacity::this_host()?
+            .for_leases(config.network.retained_scratch_mib)
             .check_declared(m.network.room.host)
             .with_context(|| format!("machine {}", config.machine))?,
         Err(e) => tracing::warn!(error = %e, "cannot read the machine's network declaration yet"),
@@ -378,6 +382,7 @@ async fn run(path: &Path) -> Result<()> {
             mps: config.mps.clone(),
             park_idle_gpus: config.park_idle_gpus,
             retention: config.network.retention,
+            retained_scratch_bytes: config.network.retained_scratch_mib << 20,
         },
         metrics,
     )?;

@@ -150,43 +150,110 @@ pub fn end_unknown(data_dir: &Path, live: &BTreeSet<Key>) -> Vec<Key> {
         .collect()
 }
 
-/// Deletes what the agent kept of leases that ended more than `retention` before `now` (their
-/// scratch volume unmounted, their saved logs with them), but those in `live` (being prepared
-/// again); returns them.
+/// How long, and how much of, what ended leases leave the agent keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keep {
+    /// From a lease's end.
+    pub period: Duration,
+    /// The most memory the scratch volumes of ended leases may hold together (a tmpfs keeps
+    /// its pages after its container is gone; the machine does not offer this memory to leases).
+    pub scratch_bytes: u64,
+}
+
+/// Why a lease's retained files were deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swept {
+    /// Its retention period ended.
+    Ended,
+    /// The ended leases' scratch volumes held more memory than [`Keep::scratch_bytes`]: it was
+    /// the oldest.
+    OverBudget,
+}
+
+/// Deletes what the agent kept of leases that ended more than `keep.period` before `now` (their
+/// scratch volume unmounted, their saved logs with them), and then, while the scratch volumes
+/// of the ended leases left hold more than `keep.scratch_bytes` of memory, those of the
+/// lease that ended first; never those in `live` (running, or being prepared again). Returns
+/// them, with why.
 pub fn sweep(
     data_dir: &Path,
-    retention: Duration,
+    keep: Keep,
     now: SystemTime,
     live: &BTreeSet<Key>,
-) -> Vec<Key> {
-    let mut swept = Vec::new();
-    for lease in kept(data_dir).into_iter().filter(|l| !live.contains(l)) {
-        let ended = std::fs::metadata(ended_file(data_dir, &lease)).and_then(|m| m.modified());
-        let due = ended.is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= retention));
-        if !due {
-            continue;
-        }
-        let scratch = scratch_dir(data_dir, &lease);
-        if mounted(&scratch) {
-            if let Err(e) = unmount(&scratch, UnmountFlags::DETACH) {
-                tracing::warn!(%lease, error = %e, "cannot unmount the lease's scratch volume");
-                continue;
-            }
-        }
-        let _ = std::fs::remove_file(crate::reconcile::logs_path(data_dir, &lease));
-        match std::fs::remove_dir_all(lease_dir(data_dir, &lease)) {
-            Ok(()) => swept.push(lease),
-            Err(e) => {
-                tracing::warn!(%lease, error = %e, "cannot delete the lease's retained files")
-            }
+) -> Vec<(Key, Swept)> {
+    let mut ended: Vec<(SystemTime, Key)> = kept(data_dir)
+        .into_iter()
+        .filter(|l| !live.contains(l))
+        .filter_map(|l| {
+            let at = std::fs::metadata(ended_file(data_dir, &l)).and_then(|m| m.modified());
+            Some((at.ok()?, l))
+        })
+        .collect();
+    ended.sort();
+    let (due, mut left): (Vec<_>, Vec<_>) = ended
+        .into_iter()
+        .partition(|(at, _)| now.duration_since(*at).is_ok_and(|age| age >= keep.period));
+    let mut doomed: Vec<(Key, Swept)> = due.into_iter().map(|(_, l)| (l, Swept::Ended)).collect();
+    let mut held: u64 = left
+        .iter()
+        .map(|(_, l)| held_bytes(&scratch_dir(data_dir, l)))
+        .sum();
+    left.reverse();
+    while held > keep.scratch_bytes {
+        let Some((_, oldest)) = left.pop() else { break };
+        held = held.saturating_sub(held_bytes(&scratch_dir(data_dir, &oldest)));
+        doomed.push((oldest, Swept::OverBudget));
+    }
+    doomed
+        .into_iter()
+        .filter(|(lease, _)| delete(data_dir, lease))
+        .collect()
+}
+
+/// Deletes what the agent kept of `lease`: its scratch volume unmounted, its files and saved
+/// logs; whether it could.
+fn delete(data_dir: &Path, lease: &Key) -> bool {
+    let scratch = scratch_dir(data_dir, lease);
+    if mounted(&scratch) {
+        if let Err(e) = unmount(&scratch, UnmountFlags::DETACH) {
+            tracing::warn!(%lease, error = %e, "cannot unmount the lease's scratch volume");
+            return false;
         }
     }
-    swept
+    let _ = std::fs::remove_file(crate::reconcile::logs_path(data_dir, lease));
+    match std::fs::remove_dir_all(lease_dir(data_dir, lease)) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(%lease, error = %e, "cannot delete the lease's retained files");
+            false
+        }
+    }
+}
+
+/// The memory the tmpfs mounted at `dir` holds: its used blocks (none where nothing is
+/// mounted).
+fn held_bytes(dir: &Path) -> u64 {
+    if !mounted(dir) {
+        return 0;
+    }
+    rustix::fs::statvfs(dir).map_or(0, |s| {
+        s.f_blocks
+            .saturating_sub(s.f_bfree)
+            .saturating_mul(s.f_frsize)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kept for `period`, with no bound on memory.
+    fn keep(period: Duration) -> Keep {
+        Keep {
+            period,
+            scratch_bytes: u64::MAX,
+        }
+    }
 
     #[test]
     fn retained_files_stay_until_the_retention_ends_then_go_with_the_logs() {
@@ -211,13 +278,13 @@ mod tests {
         let hour = Duration::from_secs(3600);
         let none = BTreeSet::new();
         // Running: never swept.
-        assert!(sweep(dir.path(), hour, SystemTime::now() + 2 * hour, &none).is_empty());
+        assert!(sweep(dir.path(), keep(hour), SystemTime::now() + 2 * hour, &none).is_empty());
         mark_ended(dir.path(), &lease).unwrap();
-        assert!(sweep(dir.path(), hour, SystemTime::now(), &none).is_empty());
+        assert!(sweep(dir.path(), keep(hour), SystemTime::now(), &none).is_empty());
         assert_eq!(client_of(dir.path(), &lease), Some(client));
         assert_eq!(
-            sweep(dir.path(), hour, SystemTime::now() + 2 * hour, &none),
-            vec![lease]
+            sweep(dir.path(), keep(hour), SystemTime::now() + 2 * hour, &none),
+            vec![(lease, Swept::Ended)]
         );
         assert_eq!(client_of(dir.path(), &lease), None);
         assert!(!logs.exists());
@@ -240,17 +307,83 @@ mod tests {
         let later = SystemTime::now() + 2 * hour;
         // Before, a lease readied and abandoned (or one a killed agent was preparing) had no
         // end, and its files and scratch mount stayed for ever.
-        assert!(sweep(dir.path(), hour, later, &BTreeSet::new()).is_empty());
+        assert!(sweep(dir.path(), keep(hour), later, &BTreeSet::new()).is_empty());
         let live = BTreeSet::from([known]);
         assert_eq!(end_unknown(dir.path(), &live), vec![unknown]);
         assert!(end_unknown(dir.path(), &live).is_empty(), "once");
         // Readied here again before the retention ends: its files stay.
         retained(unknown).prepare().unwrap();
-        assert!(sweep(dir.path(), hour, later, &live).is_empty());
+        assert!(sweep(dir.path(), keep(hour), later, &live).is_empty());
         mark_ended(dir.path(), &unknown).unwrap();
         // Being prepared again now: never swept under it.
-        assert!(sweep(dir.path(), hour, later, &BTreeSet::from([unknown])).is_empty());
-        assert_eq!(sweep(dir.path(), hour, later, &live), vec![unknown]);
+        assert!(sweep(dir.path(), keep(hour), later, &BTreeSet::from([unknown])).is_empty());
+        assert_eq!(
+            sweep(dir.path(), keep(hour), later, &live),
+            vec![(unknown, Swept::Ended)]
+        );
         assert_eq!(client_of(dir.path(), &known), Some(Key([9; 32])));
+    }
+
+    /// Issue 32, fault 7: the scratch volumes of ended leases hold memory (a tmpfs keeps its
+    /// pages after its container is gone) that the machine does not offer to leases. Over
+    /// `[network] retained_scratch_mib`, the oldest go before their retention ends; before,
+    /// they stayed for the whole retention, however many leases ended.
+    #[test]
+    fn ended_leases_scratch_volumes_over_the_budget_go_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let leases = [Key([1; 32]), Key([2; 32]), Key([3; 32])];
+        /// Unmounts what a failed assertion would leave mounted.
+        struct Unmount<'a>(&'a Path, [Key; 3]);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                for l in &self.1 {
+                    let _ = delete(self.0, l);
+                }
+            }
+        }
+        let _unmount = Unmount(dir.path(), leases);
+        let start = SystemTime::now();
+        for (i, lease) in leases.iter().enumerate() {
+            let retained = Retained {
+                data_dir: dir.path().to_path_buf(),
+                lease: *lease,
+                client: Key([9; 32]),
+                scratch_bytes: 8 << 20,
+            };
+            let scratch = retained.prepare().unwrap().expect("a tmpfs scratch volume");
+            std::fs::write(scratch.join("results"), vec![7u8; 3 << 20]).unwrap();
+            mark_ended(dir.path(), lease).unwrap();
+            // Ended a minute apart, the first first.
+            std::fs::File::options()
+                .write(true)
+                .open(ended_file(dir.path(), lease))
+                .unwrap()
+                .set_modified(start + Duration::from_secs(60 * i as u64))
+                .unwrap();
+        }
+        let held = |l: &Key| held_bytes(&scratch_dir(dir.path(), l));
+        assert!(leases.iter().all(|l| held(l) >= 3 << 20), "3 MiB each");
+        let budget = Keep {
+            period: Duration::from_secs(3_600),
+            scratch_bytes: 7 << 20,
+        };
+        let now = start + Duration::from_secs(600);
+        // 9 MiB held, 7 allowed: the first to end goes; 6 MiB are left.
+        assert_eq!(
+            sweep(dir.path(), budget, now, &BTreeSet::new()),
+            vec![(leases[0], Swept::OverBudget)]
+        );
+        assert_eq!(client_of(dir.path(), &leases[0]), None);
+        assert!(sweep(dir.path(), budget, now, &BTreeSet::new()).is_empty());
+        assert_eq!(client_of(dir.path(), &leases[2]), Some(Key([9; 32])));
+        // The retention of the others ends: both go, unmounted.
+        let later = start + Duration::from_secs(2 * 3_600);
+        let mut swept = sweep(dir.path(), budget, later, &BTreeSet::new());
+        swept.sort_by_key(|(l, _)| *l);
+        assert_eq!(
+            swept,
+            vec![(leases[1], Swept::Ended), (leases[2], Swept::Ended)]
+        );
+        assert!(!mounted(&scratch_dir(dir.path(), &leases[1])));
     }
 }

@@ -524,11 +524,14 @@ async fn after_the_container_is_removed_its_logs_and_files_stay_for_the_retentio
     assert_eq!(
         retention::sweep(
             data_dir,
-            Duration::from_secs(3_600),
+            retention::Keep {
+                period: Duration::from_secs(3_600),
+                scratch_bytes: u64::MAX,
+            },
             later,
             &Default::default()
         ),
-        vec![key]
+        vec![(key, retention::Swept::Ended)]
     );
     let gone = served
         .client

@@ -64,6 +64,9 @@ pub struct ReconcilerConfig {
     pub mps: Option<Mps>,
     /// How long a lease's scratch volume and logs stay for its client after it ends.
     pub retention: Duration,
+    /// The most memory, in bytes, the scratch volumes of ended leases may hold together: over
+    /// it the oldest go before their retention ends (`retention::sweep`).
+    pub retained_scratch_bytes: u64,
     /// Whether a GPU no lease uses runs at its least power limit rather than its default.
     pub park_idle_gpus: bool,
 }
@@ -323,14 +326,25 @@ impl Reconciler {
             .count();
         self.metrics.set_leases_running(running as u64);
         self.metrics.set_rpc_requests(self.chain.requests_sent());
-        let (data_dir, retention) = (self.config.data_dir.clone(), self.config.retention);
+        let data_dir = self.config.data_dir.clone();
+        let keep = crate::retention::Keep {
+            period: self.config.retention,
+            scratch_bytes: self.config.retained_scratch_bytes,
+        };
         let live = self.live_leases();
         // Unmounts and deletions: on a blocking thread.
         let swept = crate::off_runtime(move || {
-            crate::retention::sweep(&data_dir, retention, SystemTime::now(), &live)
+            crate::retention::sweep(&data_dir, keep, SystemTime::now(), &live)
         });
-        for lease in swept.await {
-            tracing::info!(%lease, "the lease's retention ended: its scratch volume and logs are deleted");
+        for (lease, why) in swept.await {
+            match why {
+                crate::retention::Swept::Ended => {
+                    tracing::info!(%lease, "the lease's retention ended: its scratch volume and logs are deleted")
+                }
+                crate::retention::Swept::OverBudget => {
+                    tracing::warn!(%lease, "the scratch volumes of ended leases hold more memory than [network] retained_scratch_mib: this one, the oldest, is deleted before its retention ends")
+                }
+            }
         }
         let owing = self.state.leases.len() as u64;
         let health = self.metrics.health();

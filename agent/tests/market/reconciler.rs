@@ -74,6 +74,7 @@ impl Agent {
                 shm_dir: "/run/nvidia-mps/shm".into(),
             }),
             retention: Duration::from_secs(3_600),
+            retained_scratch_bytes: gpu_market_agent::config::DEFAULT_RETAINED_SCRATCH_MIB << 20,
             park_idle_gpus: true,
         };
         let reconciler = Reconciler::new(

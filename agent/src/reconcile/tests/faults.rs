@@ -236,10 +236,13 @@ async fn what_was_prepared_for_a_lease_refused_before_its_container_ran_is_swept
     let mut r = h.reconciler();
     h.run_for(&mut r, 2 * POLL).await;
     let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
-    let retention = Duration::from_secs(3_600);
+    let keep = crate::retention::Keep {
+        period: Duration::from_secs(3_600),
+        scratch_bytes: u64::MAX,
+    };
     assert_eq!(
-        crate::retention::sweep(h.dir.path(), retention, later, &BTreeSet::new()),
-        vec![lease]
+        crate::retention::sweep(h.dir.path(), keep, later, &BTreeSet::new()),
+        vec![(lease, crate::retention::Swept::Ended)]
     );
 }
 

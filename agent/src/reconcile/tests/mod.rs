@@ -136,6 +136,7 @@ impl Harness {
                 env_key: self.env_key.clone(),
                 mps: self.mps.clone(),
                 retention: Duration::from_secs(3_600),
+                retained_scratch_bytes: crate::config::DEFAULT_RETAINED_SCRATCH_MIB << 20,
                 park_idle_gpus: true,
             },
             self.metrics.clone(),

@@ -72,11 +72,14 @@ async fn what_was_readied_for_a_bid_another_host_won_is_deleted_after_the_retent
     // Its retention started when it was abandoned (before, never: its files and scratch
     // volume stayed for good).
     let later = std::time::SystemTime::now() + Duration::from_secs(7_200);
-    let retention = Duration::from_secs(3_600);
+    let keep = crate::retention::Keep {
+        period: Duration::from_secs(3_600),
+        scratch_bytes: u64::MAX,
+    };
     let live = BTreeSet::new();
     assert_eq!(
-        crate::retention::sweep(h.dir.path(), retention, later, &live),
-        vec![lease]
+        crate::retention::sweep(h.dir.path(), keep, later, &live),
+        vec![(lease, crate::retention::Swept::Ended)]
     );
 }
 
