@@ -17,7 +17,9 @@
 //! class the bench's bids do not ask for, 100 a host) heartbeat at the agent's default period
 //! from the bench, so that each agent's packing policy reads, and its feed follows, a market of
 //! that size. Each agent's JSON-RPC bytes and its websocket notification bytes per minute are
-//! reported beside its requests.
+//! reported beside its requests. `AGENT_BENCH_INTERVAL_SECS=60` bills every 60 s (the
+//! recommended interval) instead of the tests' 4 s, with the agent's default heartbeat and the
+//! README's 5 s poll.
 //!
 //! `cargo build --release -p gpu-market-agent && cargo run --release -p gpu-market-agent
 //! --example agent_bench` (needs `scripts/engine.sh start` and its env, and the program's SBF
@@ -194,14 +196,16 @@ fn each<T>(values: &[T], show: impl Fn(&T) -> String) -> String {
     values.iter().map(show).collect::<Vec<_>>().join(" / ")
 }
 
-/// Sets the configuration's `millicpus_per_gpu`.
-fn set_millicpus(config: &std::path::Path, millicpus: usize) {
+/// Sets the configuration's `key` to `value`; `None` leaves it to the agent's default.
+fn set(config: &std::path::Path, key: &str, value: Option<usize>) {
+    let prefix = format!("{key} = ");
     let text: String = std::fs::read_to_string(config)
         .unwrap()
         .lines()
-        .map(|l| match l.starts_with("millicpus_per_gpu = ") {
-            true => format!("millicpus_per_gpu = {millicpus}\n"),
-            false => format!("{l}\n"),
+        .filter_map(|l| match (l.starts_with(&prefix), value) {
+            (true, Some(v)) => Some(format!("{prefix}{v}\n")),
+            (true, None) => None,
+            (false, _) => Some(format!("{l}\n")),
         })
         .collect();
     std::fs::write(config, text).unwrap();
@@ -280,7 +284,12 @@ async fn main() {
     // Up to one lease a GPU, or as many on every GPU.
     assert!((leases <= all_gpus || leases.is_multiple_of(all_gpus)) && leases <= 8 * all_gpus);
     let gib = 24 / leases.div_ceil(all_gpus) as u16;
-    let live = live_market(GPUS).await;
+    let interval = env_number("AGENT_BENCH_INTERVAL_SECS", support::INTERVAL as usize) as u32;
+    let mut params = support::params();
+    params.billing_interval_secs = interval;
+    let live = LiveMarket::start(params, gpus(GPUS), 10 * TOKEN, TOKEN / 10, TOKEN / 5)
+        .await
+        .expect("a market with a registered machine on a local validator");
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut configs = vec![Agent::write_config(&live, dirs[0].path(), GPUS as usize)];
     if machines == 2 {
@@ -290,7 +299,15 @@ async fn main() {
     // also throttles the runtime's own set-up inside a starting container (about 0.3 s more per
     // start at 0.05 CPU), and a host gives whole CPUs.
     let millicpus = env_number("AGENT_BENCH_MILLICPUS", 50);
-    configs.iter().for_each(|c| set_millicpus(c, millicpus));
+    for c in &configs {
+        set(c, "millicpus_per_gpu", Some(millicpus));
+        if interval != support::INTERVAL {
+            // At another pace than the tests' market, the agent's default heartbeat and the
+            // README's poll.
+            set(c, "heartbeat_interval_secs", None);
+            set(c, "billing_poll_interval_secs", Some(5));
+        }
+    }
     let metrics: Vec<String> = configs.iter().map(|c| Agent::metrics_address(c)).collect();
     if market_machines > machines {
         let heartbeat = Duration::from_secs(gpu_market_agent::config::DEFAULT_HEARTBEAT_SECS);
@@ -345,8 +362,15 @@ async fn main() {
 
     let agents: Vec<Agent> = configs.iter().map(|c| Agent::start(c)).collect();
     tokio::time::sleep(Duration::from_secs(10)).await;
+    for (agent, address) in agents.iter().zip(&metrics) {
+        if std::net::TcpStream::connect(address).is_err() {
+            panic!("an agent serves no /metrics; its log:\n{}", agent.log());
+        }
+    }
     let idle: Vec<(u64, u64)> = agents.iter().map(|a| rss_kib(a.pid())).collect();
-    let idle_rpc = rpc_per_minute(&metrics, 30).await;
+    // Two billing intervals at least: a round of proofs goes every two.
+    let window = 30.max(2 * interval as u64);
+    let idle_rpc = rpc_per_minute(&metrics, window).await;
 
     // When each lease's container started, by the engine's own clock: its `start` events,
     // which cost the engine nothing (polling its container list would slow its starts).
@@ -374,7 +398,7 @@ async fn main() {
         };
         latencies.push(Duration::from_nanos((at - confirmed).max(0) as u64));
     }
-    let busy_rpc = rpc_per_minute(&metrics, 30).await;
+    let busy_rpc = rpc_per_minute(&metrics, window).await;
     let busy: Vec<(u64, u64)> = agents.iter().map(|a| rss_kib(a.pid())).collect();
     // What each save writes (twice fsynced): the agent's state file with every lease.
     let state_bytes: Vec<u64> = dirs[..machines]

@@ -59,6 +59,7 @@ impl<S: RpcSender + Send + Sync> RpcSender for Counting<S> {
         let sent = json_len(&request.build_request_json(0, params.clone()));
         let answer = self.inner.send(request, params).await;
         let received = answer.as_ref().map(json_len).unwrap_or(0);
+        tracing::trace!(%request, sent, received, "JSON-RPC request");
         self.traffic.http(sent + received);
         answer
     }

@@ -263,8 +263,10 @@ async fn subscribe_all<'a>(
     mirror: &Arc<Mirror>,
     traffic: &Arc<Traffic>,
 ) -> Result<BoxStream<'a, Event>, String> {
+    // Compressed: a machine account is mostly fixed tables, zero where its GPUs end, and
+    // every machine of the market is notified at each of its heartbeats.
     let account_config = RpcAccountInfoConfig {
-        encoding: Some(UiAccountEncoding::Base64),
+        encoding: Some(UiAccountEncoding::Base64Zstd),
         commitment: Some(commitment),
         ..Default::default()
     };
