@@ -1032,3 +1032,51 @@ async fn an_agent_whose_gpus_are_not_the_machines_refuses_to_start() {
         "{log}"
     );
 }
+
+/// Issue 37, part 2: the container of a 2-GPU lease is told how to launch on its GPUs, with no
+/// flags: `torchrun train.py` reads its options from the `PET_` variables (one process per
+/// GPU, one node), `torch.distributed` its rendezvous from `MASTER_ADDR` and `MASTER_PORT`, and
+/// each device's topology group is in `GPU_MARKET_GPU_GROUPS`, in the PCI bus order the CUDA
+/// devices are numbered in. Read inside the running container, as its processes see them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_gpu_leases_container_gets_torchruns_launch_environment() {
+    let (s, agent) = Scenario::with_bid(|now| PlaceBidArgs {
+        gpu_count: 2,
+        ..queue_bid(1, 10 * INTERVAL, now)
+    })
+    .await;
+    let id = wait_for("the lease's container running", 60, &agent, || async {
+        containers_of(&s.docker, &s.lease)
+            .await
+            .into_iter()
+            .find(|(_, running)| *running)
+            .map(|(id, _)| id)
+    })
+    .await;
+    let out = std::process::Command::new("docker")
+        .env("DOCKER_HOST", engine_env("DOCKER_HOST"))
+        .args(["exec", &id, "env"])
+        .output()
+        .expect("docker exec");
+    let env = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "WORLD_SIZE=2",
+        "LOCAL_WORLD_SIZE=2",
+        "PET_NPROC_PER_NODE=2",
+        "PET_NNODES=1",
+        "PET_NODE_RANK=0",
+        "MASTER_ADDR=127.0.0.1",
+        "MASTER_PORT=29500",
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        "GPU_MARKET_GPU_GROUPS=0,0",
+    ] {
+        assert!(
+            env.lines().any(|l| l == want),
+            "{want} in the container's environment:\n{env}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (status, log) = agent.terminate();
+    assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
+    remove_containers_of(&s.config);
+}

@@ -12,6 +12,7 @@ pub mod attribution;
 pub mod dvfs;
 pub mod faults;
 pub mod isolation;
+pub mod launch;
 pub mod locks;
 pub mod nvml;
 pub mod simulated;

@@ -509,6 +509,7 @@ impl Reconciler {
             env_hash: *workload.env_hash,
             env_key: self.config.env_key.clone(),
             spec,
+            launch: crate::gpu::launch::launch_env(gpu_indices, &self.gpu_infos),
             retained: retention::Retained {
                 data_dir: self.config.data_dir.clone(),
                 lease,

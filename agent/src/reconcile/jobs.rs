@@ -111,6 +111,9 @@ pub struct StartJob {
     /// The container to run. Its environment holds the host's variables (a shared GPU's MPS
     /// settings), which the lease's own go before and cannot override.
     pub spec: ContainerSpec,
+    /// Variables the lease's own environment may override: the launch conventions of its GPUs
+    /// (`gpu::launch`).
+    pub launch: Vec<(String, String)>,
     /// What the agent keeps of the lease for its client: its scratch volume, mounted before the
     /// container is created.
     pub retained: retention::Retained,
@@ -299,10 +302,18 @@ pub async fn create(job: StartJob) -> Outcome {
         Err(e) => return refused(exit::ENGINE_REFUSED, e.to_string()),
     }
     let host = std::mem::take(&mut spec.env);
-    spec.env = env
-        .into_iter()
-        .filter(|(key, _)| !host.iter().any(|(k, _)| k == key))
+    let set = |key: &String| env.iter().chain(&host).any(|(k, _)| k == key);
+    spec.env = job
+        .launch
+        .iter()
+        .filter(|(key, _)| !set(key))
+        .cloned()
         .collect();
+    spec.env.extend(
+        env.iter()
+            .filter(|(key, _)| !host.iter().any(|(k, _)| k == key))
+            .cloned(),
+    );
     spec.env.extend(host);
     match engine_call("create", job.runtime.create(&spec)).await {
         Ok(id) => Outcome::Prepared(Prepared { id, pulled_in }),

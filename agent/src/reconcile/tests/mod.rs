@@ -272,7 +272,8 @@ async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_tho
     // GPU 0 alone in group 0; GPUs 1-3 share group 1.
     let h = Harness::new(&[0, 1, 1, 1]);
     let mut b = bid(1, BidKind::Queue, 2, 1_000, power(250));
-    b.env_hash = h.seal_env(b.key, "TOKEN=secret\n");
+    // The client's own rendezvous port overrides the launch default (`gpu::launch`).
+    b.env_hash = h.seal_env(b.key, "TOKEN=secret\nMASTER_PORT=12345\n");
     h.chain.place_bid(b.clone());
     let mut r = h.reconciler();
 
@@ -295,7 +296,19 @@ async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_tho
     let spec = &running[0].1;
     assert_eq!(spec.gpu_indices, vec![1, 2]);
     assert_eq!(spec.labels[LABEL_LEASE], lease.key.to_string());
-    assert_eq!(spec.env, vec![("TOKEN".to_string(), "secret".to_string())]);
+    let mut want = crate::gpu::launch::launch_env(&[1, 2], &h.gpus.gpus());
+    want.retain(|(k, _)| k != "MASTER_PORT");
+    want.push(("TOKEN".to_string(), "secret".to_string()));
+    want.push(("MASTER_PORT".to_string(), "12345".to_string()));
+    assert_eq!(spec.env, want);
+    let env = |k: &str| {
+        spec.env
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(env("WORLD_SIZE").as_deref(), Some("2"));
+    assert_eq!(env("GPU_MARKET_GPU_GROUPS").as_deref(), Some("1,1"));
     assert_eq!(spec.memory_bytes, Some((2 * 1_024) << 20));
     let pinned = format!("127.0.0.1:5000/gpu-market/train@sha256:{}", "01".repeat(32));
     assert_eq!(spec.image, pinned);
