@@ -110,6 +110,17 @@ impl Scenario {
         (scenario, agent)
     }
 
+    /// The tokens the host has staked.
+    async fn host_stake(&self) -> u64 {
+        let stake = pda::stake(&self.live.market, &self.live.host.key.pubkey()).0;
+        self.live
+            .cluster
+            .account::<StakeAccount>(&stake)
+            .await
+            .unwrap()
+            .amount
+    }
+
     /// The host's tokens and the pay its machine accrued unclaimed; the fees due and those the
     /// machine's pay carries unclaimed; the client's tokens.
     async fn balances(live: &LiveMarket, client: &Wallet) -> [u64; 3] {
@@ -314,15 +325,7 @@ async fn an_environment_never_sealed_gets_no_host_slashed_across_a_kill_9() {
     .await;
     let (live, client, lease, escrow, config) = (&s.live, &s.client, s.lease, s.escrow, &s.config);
     let tokens = s.before[2];
-    let host_stake = pda::stake(&live.market, &live.host.key.pubkey()).0;
-    let stake_of = || async {
-        live.cluster
-            .account::<StakeAccount>(&host_stake)
-            .await
-            .unwrap()
-            .amount
-    };
-    let stake = stake_of().await;
+    let stake = s.host_stake().await;
     wait_for("the lease", 30, &agent, || async {
         account_exists(live, &lease).await.then_some(())
     })
@@ -356,7 +359,7 @@ async fn an_environment_never_sealed_gets_no_host_slashed_across_a_kill_9() {
         escrow,
         "the client refunded in full: nothing ran"
     );
-    assert_eq!(stake_of().await, stake, "the host not slashed");
+    assert_eq!(s.host_stake().await, stake, "the host not slashed");
     let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
     assert_eq!(machine.missed_intervals, 0, "no interval went unproven");
     let (status, log) = agent.terminate();
@@ -702,15 +705,7 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs_across_a_kill_
     const A_INTERVALS: u32 = 20;
     let (s, mut agent) = Scenario::start(A_INTERVALS).await;
     let (live, docker, lease) = (&s.live, &s.docker, s.lease);
-    let host_stake = pda::stake(&live.market, &live.host.key.pubkey()).0;
-    let stake_of = || async {
-        live.cluster
-            .account::<StakeAccount>(&host_stake)
-            .await
-            .unwrap()
-            .amount
-    };
-    let stake = stake_of().await;
+    let stake = s.host_stake().await;
     wait_for("A's container running", 60, &agent, || async {
         containers_of(docker, &lease)
             .await
@@ -804,7 +799,7 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs_across_a_kill_
         machine.missed_intervals, 0,
         "no interval of A went unproven"
     );
-    assert_eq!(stake_of().await, stake, "the host not slashed");
+    assert_eq!(s.host_stake().await, stake, "the host not slashed");
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
     assert!(log.contains("the lease could wait no longer"), "{log}");

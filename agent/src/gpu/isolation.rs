@@ -175,22 +175,10 @@ pub fn pinned_limit_mib(env: &[(String, String)], ordinal: usize) -> Option<u64>
 
 #[cfg(test)]
 mod tests {
-    use gpu_market_core::overclock::{GpuLimits, Range};
-
     use super::*;
 
     fn gpu(index: u32, memory_gib: u64) -> GpuInfo {
-        GpuInfo {
-            index,
-            uuid: [index as u8; 16],
-            name: "test".into(),
-            // As NVML reports an 80 GB part: a little over 80 GiB.
-            memory_mib: memory_gib * 1024 + 100,
-            limits: GpuLimits::power_only(Range { min: 100, max: 400 }),
-            default_power_w: 300,
-            class: None,
-            topology_group: None,
-        }
+        crate::gpu::test_gpu(index, memory_gib, None)
     }
 
     fn mps() -> Mps {

@@ -57,18 +57,7 @@ mod tests {
     use super::*;
 
     fn gpu(index: u32, group: u8) -> GpuInfo {
-        GpuInfo {
-            index,
-            uuid: [index as u8; 16],
-            name: "GPU".into(),
-            memory_mib: 81_920,
-            limits: gpu_market_core::overclock::GpuLimits::power_only(
-                gpu_market_core::overclock::Range { min: 100, max: 700 },
-            ),
-            default_power_w: 700,
-            class: Some(0),
-            topology_group: Some(group),
-        }
+        crate::gpu::test_gpu(index, 80, Some(group))
     }
 
     #[test]

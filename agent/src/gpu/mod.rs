@@ -295,6 +295,22 @@ pub fn apply_and_verify(
     Ok(())
 }
 
+/// A GPU of `memory_gib` (as NVML reports an 80 GB part: a little over), 100–400 W, in
+/// `topology_group`: for unit tests.
+#[cfg(test)]
+pub(crate) fn test_gpu(index: u32, memory_gib: u64, topology_group: Option<u8>) -> GpuInfo {
+    GpuInfo {
+        index,
+        uuid: [index as u8; 16],
+        name: "test".into(),
+        memory_mib: memory_gib * 1024 + 100,
+        limits: GpuLimits::power_only(gpu_market_core::overclock::Range { min: 100, max: 400 }),
+        default_power_w: 300,
+        class: None,
+        topology_group,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::simulated::{uuid, SimulatedGpu, TokioTime};
