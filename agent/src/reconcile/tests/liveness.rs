@@ -224,8 +224,11 @@ async fn run(events: Vec<Event>) -> usize {
 
 proptest! {
     // Six cases of 60 to 100 events (about 25 leases each, ~40 s) by default;
-    // `PROPTEST_CASES` runs more.
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    // `PROPTEST_CASES` runs more (an explicit `cases` would override the variable).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(6),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn no_lease_is_ever_reclaimable_whatever_fails(
