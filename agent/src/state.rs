@@ -265,11 +265,11 @@ impl LeaseRecord {
     }
 
     /// Adds one reading of the lease's GPUs (in the lease's GPU order) to the open interval
-    /// ([`Self::reading`], [`Self::apply`]).
-    pub fn record_sample(&mut self, samples: &[Sample]) {
-        if let Some(reading) = self.reading(samples) {
-            self.apply(&reading);
-        }
+    /// ([`Self::reading`], [`Self::apply`]); returns it, for the lease's journal.
+    pub fn record_sample(&mut self, samples: &[Sample]) -> Option<Reading> {
+        let reading = self.reading(samples)?;
+        self.apply(&reading);
+        Some(reading)
     }
 
     /// The reading `samples` (of the lease's GPUs, in its GPU order) make for the open

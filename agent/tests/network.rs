@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::http_get;
+use support::{exec, http_get};
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Child, Command, Stdio};
@@ -392,15 +392,6 @@ async fn a_created_container_keeps_its_host_port_from_the_next_one() {
         }
         Err(e) => panic!("expected no free port, got {e}"),
     }
-}
-
-/// `docker exec` of `script` in container `id`: its standard output.
-fn exec(id: &str, script: &str) -> String {
-    let out = Command::new("docker")
-        .args(["exec", id, "sh", "-c", script])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The engine (its iptables management on, as hosts run it) puts a rule of its own above the

@@ -1048,12 +1048,7 @@ async fn a_two_gpu_leases_container_gets_torchruns_launch_environment() {
             .map(|(id, _)| id)
     })
     .await;
-    let out = std::process::Command::new("docker")
-        .env("DOCKER_HOST", engine_env("DOCKER_HOST"))
-        .args(["exec", &id, "env"])
-        .output()
-        .expect("docker exec");
-    let env = String::from_utf8_lossy(&out.stdout);
+    let env = exec(&id, "env");
     for want in [
         "WORLD_SIZE=2",
         "LOCAL_WORLD_SIZE=2",
@@ -1067,8 +1062,7 @@ async fn a_two_gpu_leases_container_gets_torchruns_launch_environment() {
     ] {
         assert!(
             env.lines().any(|l| l == want),
-            "{want} in the container's environment:\n{env}{}",
-            String::from_utf8_lossy(&out.stderr)
+            "{want} in the container's environment:\n{env}"
         );
     }
     let (status, log) = agent.terminate();

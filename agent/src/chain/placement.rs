@@ -123,10 +123,7 @@ impl SolanaChain {
             if listed.get(key).copied().unwrap_or(0) == machine.leases as usize {
                 continue;
             }
-            let (slot, found) = self.program_accounts(lease_filters(key)).await?;
-            if let Some(m) = self.mirror() {
-                m.scanned(&lease_filters(key), slot, &found);
-            }
+            let found = self.scan(&lease_filters(key)).await?;
             leases.retain(|l| l.machine != *key);
             leases.extend(
                 found
@@ -143,9 +140,18 @@ impl SolanaChain {
         &self,
         filters: &[solana_rpc_client_api::filter::RpcFilterType],
     ) -> Result<Vec<(Pubkey, Vec<u8>)>, ChainError> {
-        if let Some(found) = self.mirror().and_then(|m| m.listing(filters)) {
-            return Ok(found);
+        match self.mirror().and_then(|m| m.listing(filters)) {
+            Some(found) => Ok(found),
+            None => self.scan(filters).await,
         }
+    }
+
+    /// The program's accounts that pass `filters`, scanned from the RPC node, the scan
+    /// installed in the mirror ([`super::mirror::Mirror::scanned`]).
+    async fn scan(
+        &self,
+        filters: &[solana_rpc_client_api::filter::RpcFilterType],
+    ) -> Result<Vec<(Pubkey, Vec<u8>)>, ChainError> {
         let (slot, found) = self.program_accounts(filters.to_vec()).await?;
         if let Some(m) = self.mirror() {
             m.scanned(filters, slot, &found);

@@ -159,8 +159,7 @@ impl Reconciler {
                 {
                     self.metered.insert(*lease, now);
                     let samples = self.lease_samples(*lease);
-                    if let Some(reading) = self.record(*lease).reading(&samples) {
-                        self.record(*lease).apply(&reading);
+                    if let Some(reading) = self.record(*lease).record_sample(&samples) {
                         self.journal(*lease, reading).await;
                     }
                 }

@@ -569,3 +569,13 @@ pub async fn witness_machine(live: &LiveMarket, label: [u8; 16]) -> (Wallet, Pub
         .expect("the witness machine");
     (owner, machine)
 }
+
+/// `docker exec` of `script` in container `id` (on the engine of `DOCKER_HOST`): its standard
+/// output.
+pub fn exec(id: &str, script: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["exec", id, "sh", "-c", script])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
