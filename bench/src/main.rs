@@ -7,6 +7,7 @@
 //! `gpu-market-bench replay [--traces DIR]`: the FGD protocol through the market's own code.
 //! `gpu-market-bench chain [--traces DIR]`: one market of 10,000 machines on a cluster's limits.
 //! `gpu-market-bench policy [--traces DIR]`: the packing policy's CPU time at 1,213 and 10,000 machines.
+//! `gpu-market-bench plan`: `bid plan`'s memory model beside published figures, and its speed.
 //! `gpu-market-bench micro`: ns per call of the score, the reserve price and feasibility.
 //! `gpu-market-bench all [--traces DIR]`: every one of the above (throughput first).
 
@@ -20,6 +21,7 @@ mod json;
 mod market_jct;
 mod micro;
 mod philly;
+mod plan;
 mod policy;
 mod replay;
 mod throughput;
@@ -29,11 +31,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str =
-    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | batching | forecast | chain | policy | micro | all";
+    "usage: gpu-market-bench [--traces DIR] fgd | replay | throughput | jct | colocate | batching | forecast | chain | policy | plan | micro | all";
 
 /// Every benchmark, by name, in the order `all` runs them: throughput first, as its memory
 /// figure is the process's peak so far.
-const BENCHMARKS: [&str; 10] = [
+const BENCHMARKS: [&str; 11] = [
     "throughput",
     "fgd",
     "replay",
@@ -43,6 +45,7 @@ const BENCHMARKS: [&str; 10] = [
     "forecast",
     "chain",
     "policy",
+    "plan",
     "micro",
 ];
 
@@ -56,6 +59,7 @@ fn bench(name: &str, traces: &Path) -> Option<Result<(), String>> {
         "forecast" => forecast::main(traces),
         "chain" => chain::main(traces),
         "policy" => policy::main(traces),
+        "plan" => plan::main(),
         "micro" => micro::main(),
         "replay" => replay::main(traces),
         _ => return None,

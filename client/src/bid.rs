@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Result};
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
@@ -32,6 +32,7 @@ use crate::parse;
 
 mod boost;
 mod env;
+mod plan;
 mod policy;
 mod prune;
 
@@ -40,6 +41,11 @@ pub enum BidCommand {
     /// Places a queue bid (any matching machine) or, with --machine, a spot bid on one machine;
     /// locks price × GPUs × duration in escrow.
     Place(Box<PlaceArgs>),
+    /// Works out how many GPUs of which class a training or serving job needs and how to
+    /// spread it (data parallel with ZeRO, tensor parallel in a topology group, pipeline,
+    /// recomputation), from its model's config.json, on the market's machines; prints the
+    /// cheapest plans per hour, and with --place places one.
+    Plan(Box<plan::PlanArgs>),
     /// Adds AMOUNT (token units) to a bid's escrow.
     TopUp {
         bid: Pubkey,
@@ -204,6 +210,7 @@ pub struct PlaceArgs {
 pub fn run(config: &Config, command: BidCommand) -> Result<()> {
     match command {
         BidCommand::Place(args) => place(config, *args),
+        BidCommand::Plan(args) => plan::plan(config, *args),
         BidCommand::TopUp {
             bid,
             amount,
@@ -407,6 +414,20 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     fields.push(("signature", text(signature)));
     print_record(config.output, &fields);
     Ok(())
+}
+
+/// `bid place`'s arguments from `argv` (no command name) through the CLI's own parser: how
+/// `bid plan --place` and the `bid` action of `gpu-market serve` build theirs.
+pub(crate) fn place_args_from(
+    argv: impl IntoIterator<Item = String>,
+) -> std::result::Result<PlaceArgs, clap::Error> {
+    #[derive(Parser)]
+    #[command(name = "bid place", no_binary_name = true)]
+    struct Place {
+        #[command(flatten)]
+        args: PlaceArgs,
+    }
+    Place::try_parse_from(argv).map(|p| p.args)
 }
 
 /// The regions `market` lists, for people.
@@ -1302,17 +1323,7 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-
-    /// `bid place`'s arguments alone, as the CLI parses them.
-    #[derive(Parser)]
-    #[command(no_binary_name = true)]
-    struct Place {
-        #[command(flatten)]
-        args: PlaceArgs,
-    }
 
     /// The auto power `bid place` sends with `flags` before its other arguments, or clap's
     /// refusal.
@@ -1334,8 +1345,8 @@ mod tests {
             "--duration",
             "1h",
         ];
-        Place::try_parse_from(flags.iter().chain(&rest))
-            .map(|p| p.args.auto_power)
+        place_args_from(flags.iter().chain(&rest).map(|f| f.to_string()))
+            .map(|args| args.auto_power)
             .map_err(|e| crate::output::clap_sentence(&e))
     }
 

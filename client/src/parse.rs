@@ -26,6 +26,21 @@ pub fn tokens(units: u64, decimals: u8) -> Value {
     Value::String(gpu_market_core::amount::format(units, decimals))
 }
 
+/// A count such as a model's parameters: `7B`, `1.5B`, `350M`, `12K`, `1T` (thousand, million,
+/// billion, trillion) or a plain whole number; exact, and above zero.
+pub fn count(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (number, decimals) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 3),
+        Some((i, 'M' | 'm')) => (&t[..i], 6),
+        Some((i, 'B' | 'b')) => (&t[..i], 9),
+        Some((i, 'T' | 't')) => (&t[..i], 12),
+        _ => (t, 0),
+    };
+    positive_amount(number, decimals, "count")
+        .map_err(|e| anyhow!("{e} (write e.g. 7B, 1.5B or 350M)"))
+}
+
 /// Seconds from `90`, `90s`, `15m`, `2h` or `3d`.
 pub fn duration_secs(s: &str) -> Result<u64> {
     let t = s.trim();
@@ -229,6 +244,19 @@ pub fn format_egress(egress: Egress, allow: &[Cidr]) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn counts_read_with_their_suffixes_exactly() {
+        assert_eq!(count("7B").unwrap(), 7_000_000_000);
+        assert_eq!(count("1.5b").unwrap(), 1_500_000_000);
+        assert_eq!(count("350M").unwrap(), 350_000_000);
+        assert_eq!(count("6738415616").unwrap(), 6_738_415_616);
+        assert_eq!(count("1T").unwrap(), 1_000_000_000_000);
+        for bad in ["", "B", "-7B", "0", "1.0000000001B", "7X", "99999999999T"] {
+            let e = count(bad).unwrap_err().to_string();
+            assert!(e.contains("count") && e.contains("e.g. 7B"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn cpus_and_memory_read_as_people_write_them() {

@@ -18,6 +18,7 @@ pub mod lease;
 pub mod matching;
 pub mod math;
 pub mod overclock;
+pub mod parallelism;
 pub mod placement;
 pub mod pricing;
 pub mod score;

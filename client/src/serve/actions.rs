@@ -4,13 +4,12 @@
 //! `NullSigner`: the transaction comes back unsigned, for the wallet to sign.
 
 use anyhow::{anyhow, bail, Result};
-use clap::Parser;
 use serde_json::{json, Value};
 use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
 use solana_signer::null_signer::NullSigner;
 
-use crate::bid::{plan_cancel, plan_place, plan_top_up, PlaceArgs};
+use crate::bid::{place_args_from, plan_cancel, plan_place, plan_top_up, PlaceArgs};
 use crate::config::Config;
 use crate::lease::{plan_end, Closing};
 use crate::output::clap_sentence;
@@ -262,29 +261,20 @@ impl Action {
 }
 
 /// `bid place`'s arguments from the action's query, through the CLI's own parser.
-#[derive(Parser)]
-#[command(name = "bid", no_binary_name = true)]
-struct PlaceQuery {
-    #[command(flatten)]
-    args: PlaceArgs,
-}
-
 fn place_args(market: &Pubkey, query: &[(String, String)]) -> Result<PlaceArgs> {
     let mut argv = vec![format!("--market={market}")];
     argv.extend(query.iter().map(|(k, v)| format!("--{k}={v}")));
-    PlaceQuery::try_parse_from(argv)
-        .map(|q| q.args)
-        .map_err(|e| {
-            // clap's sentence, its flags named as the action's parameters.
-            let sentence = clap_sentence(&e);
-            anyhow!(
-                "{}",
-                sentence
-                    .trim_start_matches("error: ")
-                    .replace("'--", "'")
-                    .replace(" --", " ")
-            )
-        })
+    place_args_from(argv).map_err(|e| {
+        // clap's sentence, its flags named as the action's parameters.
+        let sentence = clap_sentence(&e);
+        anyhow!(
+            "{}",
+            sentence
+                .trim_start_matches("error: ")
+                .replace("'--", "'")
+                .replace(" --", " ")
+        )
+    })
 }
 
 #[cfg(test)]
