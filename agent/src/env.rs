@@ -148,7 +148,7 @@ mod tests {
 
     /// `text` sealed to `agent` as a client stores it: the bid's hash and the copy.
     fn sealed(text: &str, agent: &Keypair) -> ([u8; 32], Vec<u8>) {
-        let env = Environment::new(text.as_bytes(), &Keypair::new());
+        let env = Environment::new(text.as_bytes(), &Keypair::new()).unwrap();
         (env.hash(), env.seal_to(&agent.pubkey()).unwrap())
     }
 

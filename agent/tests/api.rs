@@ -117,7 +117,7 @@ impl Served {
     fn signed(&self, signer: &Keypair, machine: &Pubkey, call: &Call, now: i64) -> String {
         let target = call.path_and_query(&self.lease);
         let method = call.endpoint().method();
-        sign(signer, machine, method, &target, now, DEFAULT_TTL_SECS)
+        sign(signer, machine, method, &target, now, DEFAULT_TTL_SECS).unwrap()
     }
 
     /// Lets the container's script go on past its `until [ -f /workspace/go ]`.

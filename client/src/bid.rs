@@ -380,7 +380,7 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     let env = a
         .env
         .as_deref()
-        .map(|path| env::read_env(path, client.keypair("sealing an environment")?))
+        .map(|path| env::read_env(path, &client))
         .transpose()?;
     let env_hash = env.as_ref().map_or([0; 32], |e| e.hash());
     let plan = plan_place(config, client.key(), &a, env_hash)?;
@@ -389,13 +389,7 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     let placed: Bid = config.fetch(&bid, "bid")?;
     let mut fields = bid_fields(config, &bid, &placed, &plan.market)?;
     if let Some(env) = &env {
-        let machines = env::seal_new_bid(
-            config,
-            client.keypair("sealing an environment")?,
-            (&bid, &placed),
-            &plan.market,
-            env,
-        )?;
+        let machines = env::seal_new_bid(config, &client, (&bid, &placed), &plan.market, env)?;
         if placed.kind == BidKind::Queue && machines.len() > 1 {
             eprintln!(
                 "note: the environment is sealed to {} machines: the host of each can read it",

@@ -612,8 +612,9 @@ impl Wallet {
         }
     }
 
-    /// The keypair itself, for what needs its secret (opening a sealed environment, signing a
-    /// lease API request): refused for a hardware wallet, which never gives its secret.
+    /// The keypair itself, for what needs its secret (the keeper, a daemon that signs unattended):
+    /// refused for a hardware wallet, which never gives its secret. What needs only signatures
+    /// (a sealed environment's salt, a lease API request) takes the wallet itself.
     pub fn keypair(&self, what: &str) -> Result<&Keypair> {
         match self {
             Wallet::Key(k) => Ok(k),
@@ -785,7 +786,15 @@ mod tests {
         assert_eq!(tx.message.account_keys[0], device.pubkey());
         assert_eq!(tx.signatures.len(), 1);
         assert!(tx.signatures[0].verify(device.pubkey().as_ref(), &tx.message_data()));
-        assert!(wallet.keypair("sealing an environment").is_err());
+        assert!(wallet.keypair("the keeper").is_err());
+        // It salts an environment as the keypair of its key does (the same hash: `bid seal`
+        // works from either), signing an off-chain message on the device.
+        let salted = |signer: &dyn Signer| {
+            gpu_market_sdk::envelope::Environment::new(b"HF_TOKEN=s3cret\n", signer)
+                .unwrap()
+                .hash()
+        };
+        assert_eq!(salted(&wallet), salted(&device));
         // The stand-in alone signs nothing: a transaction it were asked to sign is refused.
         let e = signed(
             wallet.key(),

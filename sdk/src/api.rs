@@ -4,8 +4,9 @@
 //! [`client::ApiClient`]) share this one definition.
 //!
 //! A request carries `Authorization: GM-Ed25519 signer=<base58>,nonce=<32 hex>,expires=<unix
-//! seconds>,sig=<base58>`: the signer's ed25519 signature over [`message`], which names the
-//! machine (a request made for one host is refused by every other), the method, the path with
+//! seconds>,sig=<base58>`: the signer's ed25519 signature over [`message`] as an off-chain
+//! message ([`crate::offchain`]: what a hardware wallet or a browser wallet signs, and never a
+//! transaction), which names the machine (a request made for one host is refused by every other), the method, the path with
 //! its query, the nonce and the expiry. The agent refuses a request past its expiry or expiring
 //! more than [`MAX_TTL_SECS`] from now, and one whose nonce it has seen ([`NonceCache`]); it
 //! serves a lease only to the lease's client. The connection is TLS with the agent's key pinned
@@ -21,7 +22,9 @@ use aes_gcm_siv::aead::{rand_core::RngCore, OsRng};
 use serde::{Deserialize, Serialize};
 use solana_pubkey::Pubkey;
 use solana_signature::Signature;
-use solana_signer::Signer;
+use solana_signer::{Signer, SignerError};
+
+use crate::offchain;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use url::form_urlencoded;
 
@@ -171,7 +174,8 @@ pub fn message(
 }
 
 /// The `Authorization` header value of `method path_and_query` to `machine`, signed by `signer`
-/// with a fresh nonce, good for `ttl_secs` from `now_unix`.
+/// (a keypair or a wallet: a device may ask its owner, or refuse) with a fresh nonce, good for
+/// `ttl_secs` from `now_unix`.
 pub fn sign(
     signer: &dyn Signer,
     machine: &Pubkey,
@@ -179,17 +183,17 @@ pub fn sign(
     path_and_query: &str,
     now_unix: i64,
     ttl_secs: i64,
-) -> String {
+) -> Result<String, SignerError> {
     let nonce = Nonce::random();
     let expires = now_unix.saturating_add(ttl_secs);
-    let signature = signer.sign_message(&message(machine, method, path_and_query, &nonce, expires));
-    Authorization {
-        signer: signer.pubkey(),
+    let text = message(machine, method, path_and_query, &nonce, expires);
+    Ok(Authorization {
+        signer: signer.try_pubkey()?,
         nonce,
         expires,
-        signature,
+        signature: offchain::sign(signer, &text)?,
     }
-    .to_string()
+    .to_string())
 }
 
 /// Checks the `Authorization` header of `method path_and_query` received by `machine` at
@@ -204,7 +208,9 @@ pub fn verify(
     now_unix: i64,
 ) -> Result<Authorization, AuthError> {
     let auth: Authorization = header.parse()?;
-    let signed = message(machine, method, path_and_query, &auth.nonce, auth.expires);
+    let text = message(machine, method, path_and_query, &auth.nonce, auth.expires);
+    let signed = offchain::wrap(&text)
+        .map_err(|_| AuthError::Malformed("the request is too long to sign"))?;
     if !auth.signature.verify(auth.signer.as_ref(), &signed) {
         return Err(AuthError::BadSignature);
     }
@@ -583,11 +589,47 @@ mod tests {
     use solana_keypair::Keypair;
 
     use super::*;
+    use crate::offchain::Device;
 
     const NOW: i64 = 1_800_000_000;
 
     fn signed(key: &Keypair, machine: &Pubkey, method: &str, path: &str) -> String {
-        sign(key, machine, method, path, NOW, 60)
+        sign(key, machine, method, path, NOW, 60).unwrap()
+    }
+
+    #[test]
+    fn a_wallet_signs_requests_as_off_chain_messages_and_only_that_form_is_accepted() {
+        let (device, machine) = (Device(Keypair::new()), Pubkey::new_unique());
+        let path = "/v1/leases/x/exec";
+        let header = sign(&device, &machine, "POST", path, NOW, 60).unwrap();
+        let auth = verify(&header, &machine, "POST", path, NOW).unwrap();
+        assert_eq!(auth.signer, device.0.pubkey());
+        // The request's text signed as it is (not as an off-chain message) is refused: one
+        // form, which no transaction shares.
+        let text = message(&machine, "POST", path, &auth.nonce, auth.expires);
+        let raw = Authorization {
+            signature: device.0.sign_message(&text),
+            ..auth
+        };
+        assert_eq!(
+            verify(&raw.to_string(), &machine, "POST", path, NOW).unwrap_err(),
+            AuthError::BadSignature
+        );
+        // A device that refuses: no header, the device's reason.
+        struct Refusing;
+        impl Signer for Refusing {
+            fn try_pubkey(&self) -> Result<Pubkey, SignerError> {
+                Ok(Pubkey::new_unique())
+            }
+            fn try_sign_message(&self, _: &[u8]) -> Result<Signature, SignerError> {
+                Err(SignerError::Custom("refused on the device".into()))
+            }
+            fn is_interactive(&self) -> bool {
+                true
+            }
+        }
+        let e = sign(&Refusing, &machine, "GET", path, NOW, 60).unwrap_err();
+        assert!(e.to_string().contains("refused on the device"), "{e}");
     }
 
     #[test]
@@ -646,7 +688,7 @@ mod tests {
     #[test]
     fn expired_and_far_future_requests_are_refused() {
         let (client, machine) = (Keypair::new(), Pubkey::new_unique());
-        let at = |now: i64, ttl: i64| sign(&client, &machine, "GET", "/p", now, ttl);
+        let at = |now: i64, ttl: i64| sign(&client, &machine, "GET", "/p", now, ttl).unwrap();
         assert_eq!(
             verify(&at(NOW - 100, 60), &machine, "GET", "/p", NOW).unwrap_err(),
             AuthError::Expired {

@@ -16,7 +16,9 @@ use curve25519_dalek::montgomery::MontgomeryPoint;
 use sha2::{Digest, Sha256, Sha512};
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
-use solana_signer::Signer;
+use solana_signer::{Signer, SignerError};
+
+use crate::offchain;
 
 /// The first bytes of a sealed environment (format version 1).
 pub const MAGIC: &[u8; 8] = b"GMENV\0\0\x01";
@@ -54,28 +56,45 @@ impl core::fmt::Display for EnvelopeError {
 impl std::error::Error for EnvelopeError {}
 
 const SALT_LEN: usize = 32;
-const SALT_LABEL: &[u8] = b"gpu-market env salt v1";
+const SALT_LABEL: &[u8] = b"gpu-market env salt v2";
 
 /// An environment (`KEY=VALUE` lines) as a bid carries it: a salt, then the text. The bid stores
 /// sha256 of both ([`Environment::hash`]), so a host can check that what it opened is what the
 /// client placed, and the salt keeps a guessable environment from being found from its hash.
-/// The salt is derived from the client's key and the text, so the client can seal the same
-/// environment to more machines later (same hash) from its keypair and its file alone.
+///
+/// The salt comes from the client's signature of [`salt_text`] (an off-chain message naming the
+/// text's sha256), so a wallet that never gives its secret (a Ledger, a browser wallet's
+/// `solana:signMessage`) makes it as a keypair does; ed25519 signs deterministically, so the
+/// same wallet and file give the same hash later, and the client can seal the environment to
+/// more machines from them alone. Nobody without the client's key can make that signature, so
+/// nobody else can test a guess against the hash.
 pub struct Environment {
     salted: Vec<u8>,
 }
 
+/// The text a client signs for its environment's salt: what its wallet shows.
+pub fn salt_text(text: &[u8]) -> Vec<u8> {
+    format!(
+        "gpu-market: the salt of a sealed environment, sha256 {}. Signing it moves nothing.",
+        hex::encode(Sha256::digest(text))
+    )
+    .into_bytes()
+}
+
 impl Environment {
-    pub fn new(text: &[u8], client: &Keypair) -> Self {
+    /// `text` salted by `client`'s signature (a keypair's, or a device's: which may ask its
+    /// owner, or refuse).
+    pub fn new(text: &[u8], client: &dyn Signer) -> Result<Self, SignerError> {
+        let signature = offchain::sign(client, &salt_text(text))?;
         let salt = Sha256::new()
             .chain_update(SALT_LABEL)
-            .chain_update(client.secret_bytes())
+            .chain_update(signature.as_ref())
             .chain_update(text)
             .finalize();
         let mut salted = Vec::with_capacity(SALT_LEN + text.len());
         salted.extend_from_slice(&salt);
         salted.extend_from_slice(text);
-        Self { salted }
+        Ok(Self { salted })
     }
 
     /// What the bid stores (`env_hash`).
@@ -165,6 +184,7 @@ pub fn open(sealed: &[u8], recipient: &Keypair) -> Result<Vec<u8>, EnvelopeError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::offchain::Device;
 
     #[test]
     fn only_the_recipient_opens_and_tampering_is_detected() {
@@ -209,15 +229,16 @@ mod tests {
     fn an_environment_opens_for_each_machine_with_the_bids_hash_only() {
         let client = Keypair::new();
         let (a, b) = (Keypair::new(), Keypair::new());
-        let env = Environment::new(b"HF_TOKEN=s3cret\n", &client);
+        let new = |text: &[u8], client: &dyn Signer| Environment::new(text, client).unwrap();
+        let env = new(b"HF_TOKEN=s3cret\n", &client);
         // The same file and keypair give the same hash: the client can add machines later.
-        assert_eq!(
-            Environment::new(b"HF_TOKEN=s3cret\n", &client).hash(),
-            env.hash()
-        );
+        assert_eq!(new(b"HF_TOKEN=s3cret\n", &client).hash(), env.hash());
+        // So does a wallet of the same key that only signs (a Ledger, a browser wallet).
+        let wallet = Device(client.insecure_clone());
+        assert_eq!(new(b"HF_TOKEN=s3cret\n", &wallet).hash(), env.hash());
         // Another client's salt differs: the hash does not give a guessable value away.
         assert_ne!(
-            Environment::new(b"HF_TOKEN=s3cret\n", &Keypair::new()).hash(),
+            new(b"HF_TOKEN=s3cret\n", &Keypair::new()).hash(),
             env.hash()
         );
         for agent in [&a, &b] {
@@ -227,7 +248,7 @@ mod tests {
                 b"HF_TOKEN=s3cret\n"
             );
         }
-        let other = Environment::new(b"HF_TOKEN=other\n", &client);
+        let other = new(b"HF_TOKEN=other\n", &client);
         let sealed = other.seal_to(&a.pubkey()).unwrap();
         assert_eq!(
             open_env(&sealed, &a, &env.hash()),

@@ -18,6 +18,7 @@ pub mod evidence;
 pub mod gpus;
 pub mod instructions;
 pub mod net;
+pub mod offchain;
 pub mod placement;
 pub mod redact;
 pub mod table;

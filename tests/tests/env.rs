@@ -21,7 +21,7 @@ fn lamports(f: &Fixture, key: &solana_pubkey::Pubkey) -> u64 {
 fn the_client_seals_its_environment_to_the_agent_which_opens_it_from_the_chain() {
     let mut f = fixture();
     let c = f.client(100 * TOKEN, 0);
-    let env = Environment::new(b"HF_TOKEN=s3cret\n", &c.key);
+    let env = Environment::new(b"HF_TOKEN=s3cret\n", &c.key).unwrap();
     let mut args = f.queue_args(1, 8);
     args.env_hash = env.hash();
     let bid = f.place(&c, args);

@@ -14,18 +14,19 @@ use gpu_market::state::{Bid, BidKind, Freed, Machine, MachineStatus, Market, Sea
 use gpu_market_sdk::envelope::Environment;
 use gpu_market_sdk::SealEnv;
 use serde_json::Value;
-use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
-use crate::config::Config;
+use crate::config::{Config, Wallet};
 use crate::output::{print_record, text, Fields};
 
-/// Reads the environment file `path` as the bid of `client` carries it.
-pub(super) fn read_env(path: &Path, client: &Keypair) -> Result<Environment> {
+/// Reads the environment file `path` as the bid of `client` carries it: salted by the client's
+/// signature, which a hardware wallet asks its owner for.
+pub(super) fn read_env(path: &Path, client: &dyn Signer) -> Result<Environment> {
     let plain = std::fs::read(path)
         .with_context(|| format!("cannot read the environment file {}", path.display()))?;
-    Ok(Environment::new(&plain, client))
+    Environment::new(&plain, client)
+        .map_err(|e| anyhow!("the wallet did not sign the environment's salt: {e}"))
 }
 
 /// The agent keys that may run bid `b`, each with one of its machines: a spot bid's machine,
@@ -55,7 +56,7 @@ fn recipients(config: &Config, b: &Bid, m: &Market) -> Result<Vec<(Pubkey, Pubke
 /// transaction each; returns the machines sealed to.
 fn seal_each(
     config: &Config,
-    client: &Keypair,
+    client: &Wallet,
     bid: &Pubkey,
     env: &Environment,
     to: &[(Pubkey, Pubkey)],
@@ -81,7 +82,7 @@ fn seal_each(
             );
         }
         let ix = SealEnv {
-            client,
+            client: client.key(),
             bid: *bid,
             recipient: *agent,
             sealed,
@@ -97,7 +98,7 @@ fn seal_each(
 /// After `bid place --env`: seals the new bid's environment to each machine that may run it.
 pub(super) fn seal_new_bid(
     config: &Config,
-    client: &Keypair,
+    client: &Wallet,
     (key, b): (&Pubkey, &Bid),
     m: &Market,
     env: &Environment,
@@ -120,7 +121,7 @@ pub(super) fn seal(config: &Config, bid: &Pubkey, path: &Path, machines: &[Pubke
     if b.env_hash == [0; 32] {
         bail!("bid {bid} has no environment: it was placed without --env");
     }
-    let env = read_env(path, client.keypair("sealing an environment")?)?;
+    let env = read_env(path, &client)?;
     if env.hash() != b.env_hash {
         bail!(
             "{} is not the environment bid {bid} was placed with (its hash differs)",
@@ -136,13 +137,7 @@ pub(super) fn seal(config: &Config, bid: &Pubkey, path: &Path, machines: &[Pubke
             .map(|k| Ok((config.fetch::<Machine>(k, "machine")?.agent, *k)))
             .collect::<Result<_>>()?
     };
-    let sealed_to = seal_each(
-        config,
-        client.keypair("sealing an environment")?,
-        bid,
-        &env,
-        &to,
-    )?;
+    let sealed_to = seal_each(config, &client, bid, &env, &to)?;
     let fields: Fields = vec![
         ("bid", text(bid)),
         ("machines_able", (to.len() as u64).into()),

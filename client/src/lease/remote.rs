@@ -20,13 +20,12 @@ use gpu_market_sdk::api::LogsQuery;
 use http_body_util::{BodyDataStream, BodyExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
-use crate::config::Config;
+use crate::config::{Config, Wallet};
 use crate::output::{print_list, text, Fields};
 
 /// Where the lease's agent is, when the chain does not say or should not be asked.
@@ -90,7 +89,6 @@ pub fn connect_addresses(
     (key, machine): (Pubkey, &Machine),
 ) -> Result<Vec<String>> {
     let signer = config.signer()?;
-    let signer = signer.keypair("asking the lease's agent")?;
     let addr = api_address(machine)
         .ok_or_else(|| anyhow!("the machine publishes no address for its agent's API"))?;
     let api = ApiClient::new(addr, key, &machine.agent);
@@ -304,7 +302,7 @@ fn check_single(copied: &[Copied], expected: &[u8; 32]) -> Result<(), CpError> {
 
 /// The API of `lease`'s machine, pinned to its agent key, and the signer (`-k`), which must be
 /// the lease's client. Reads the chain: call it before [`block_on`].
-fn connect(config: &Config, lease: &Pubkey, remote: &Remote) -> Result<(ApiClient, Keypair)> {
+fn connect(config: &Config, lease: &Pubkey, remote: &Remote) -> Result<(ApiClient, Wallet)> {
     let signer = config.signer()?;
     let machine = match (
         config.fetch_if_any::<Lease>(lease, "lease")?,
@@ -328,7 +326,6 @@ fn connect(config: &Config, lease: &Pubkey, remote: &Remote) -> Result<(ApiClien
         .clone()
         .or_else(|| api_address(&m))
         .ok_or_else(|| anyhow!("machine {machine} publishes no address for its agent's API"))?;
-    let signer = signer.keypair("asking the lease's agent")?.insecure_clone();
     Ok((ApiClient::new(addr, machine, &m.agent), signer))
 }
 

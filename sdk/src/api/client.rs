@@ -45,6 +45,8 @@ pub enum ClientError {
     Refused { status: u16, message: String },
     #[error("the agent's answer cannot be read: {0}")]
     BadAnswer(String),
+    #[error("the wallet did not sign the request: {0}")]
+    Sign(String),
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("the exec session ended without the command's exit code")]
@@ -141,7 +143,8 @@ impl ApiClient {
             &target,
             unix_now(),
             DEFAULT_TTL_SECS,
-        );
+        )
+        .map_err(|e| ClientError::Sign(e.to_string()))?;
         let response = self.send(lease, call, Some(&authorization)).await?;
         let status = response.status();
         if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {

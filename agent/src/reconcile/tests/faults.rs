@@ -157,7 +157,8 @@ async fn an_environment_sealed_after_the_allocation_is_taken_while_the_lease_wai
     let env = gpu_market_sdk::envelope::Environment::new(
         b"TOKEN=late\n",
         &solana_keypair::Keypair::new(),
-    );
+    )
+    .unwrap();
     b.env_hash = env.hash();
     h.chain.place_bid(b.clone());
     let mut r = h.reconciler();

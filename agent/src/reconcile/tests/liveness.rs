@@ -138,7 +138,8 @@ async fn run(events: Vec<Event>) -> usize {
                         let env = gpu_market_sdk::envelope::Environment::new(
                             b"A=1\n",
                             &solana_keypair::Keypair::new(),
-                        );
+                        )
+                        .unwrap();
                         b.env_hash = env.hash();
                         let sealed = env.seal_to(&h.env_key.pubkey()).expect("a curve point");
                         late.push((tick + after as usize, b.key, sealed));

@@ -107,7 +107,8 @@ impl Harness {
         let env = gpu_market_sdk::envelope::Environment::new(
             text.as_bytes(),
             &solana_keypair::Keypair::new(),
-        );
+        )
+        .unwrap();
         let sealed = env.seal_to(&self.env_key.pubkey()).expect("a curve point");
         self.chain.store_sealed_env(bid, sealed);
         env.hash()
