@@ -133,7 +133,6 @@ async fn more_machines(live: &LiveMarket, count: usize, heartbeat: Duration) {
                             .collect(),
                         price_floor_per_gpu_hour: first.price_floor_per_gpu_hour,
                         electricity_cost_per_kwh: first.electricity_cost_per_kwh,
-                        cached_images: vec![],
                         network: first.network.clone(),
                         cpu_milli: first.cpu_milli,
                         memory_mib: first.memory_mib,

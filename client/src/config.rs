@@ -505,6 +505,45 @@ impl Config {
     }
 
     /// Sends the program instructions `ixs` (their signers included) paid by `payer`.
+    /// Sends `groups` in order, as many consecutive groups per transaction as fit one packet
+    /// with a compute budget (what must land together is one group); one signature per
+    /// transaction. A transaction that fails stops the rest, and the error says how many landed.
+    pub fn send_groups(&self, payer: &dyn Signer, groups: &[Group<'_>]) -> Result<Vec<String>> {
+        let fits = |ixs: &[Instruction]| {
+            let budgeted = budget::sized(
+                MAX_COMPUTE_UNITS as u64,
+                Some(budget::MAX_LOADED_ACCOUNTS_DATA_SIZE),
+                ixs,
+            );
+            budget::transaction_size(&budgeted, &payer.pubkey()) <= TRANSACTION_SIZE_LIMIT
+        };
+        let mut batches: Vec<(Vec<Instruction>, Vec<&dyn Signer>)> = Vec::new();
+        for group in groups {
+            match batches.last_mut() {
+                Some((ixs, signers))
+                    if fits(&[ixs.as_slice(), group.instructions.as_slice()].concat()) =>
+                {
+                    ixs.extend_from_slice(&group.instructions);
+                    signers.extend(group.signers.iter().copied());
+                }
+                _ => batches.push((group.instructions.clone(), group.signers.clone())),
+            }
+        }
+        let mut signatures = Vec::with_capacity(batches.len());
+        for (ixs, signers) in &batches {
+            let landed = signatures.len();
+            let signature = self.send(payer, ixs, signers).map_err(|e| {
+                anyhow!(
+                    "{e} (transaction {} of {}; {landed} landed before it)",
+                    landed + 1,
+                    batches.len(),
+                )
+            })?;
+            signatures.push(signature);
+        }
+        Ok(signatures)
+    }
+
     pub fn send_all(&self, payer: &dyn Signer, ixs: &[&dyn Sendable]) -> Result<String> {
         let instructions: Vec<Instruction> = ixs.iter().map(|c| c.build()).collect();
         let signers: Vec<&dyn Signer> = ixs.iter().flat_map(|c| c.keys()).collect();
@@ -563,6 +602,13 @@ fn decode_as<T: AccountDeserialize>(data: &[u8], address: &Pubkey, what: &str) -
 /// Who signs a plan's instructions: the CLI's keypair, or, for an instruction a wallet will sign
 /// (`gpu-market serve`), a `NullSigner` standing for the wallet's key.
 pub type Signing<'a> = &'a (dyn Signer + Sync);
+
+/// Instructions that must land together, and the signers they need besides the payer
+/// ([`Config::send_groups`]).
+pub struct Group<'a> {
+    pub instructions: Vec<Instruction>,
+    pub signers: Vec<&'a dyn Signer>,
+}
 
 /// A program instruction from the sdk, as `send_all` takes it (object-safe).
 pub trait Sendable {

@@ -7,20 +7,20 @@ use clap::{Args, Subcommand};
 use gpu_market::pda;
 use gpu_market::state::{
     GpuSpec, Machine, MachineFault, MachineNetwork, MachineStatus, MachineTerms, Market,
-    StakeAccount, BOOK_EMPTY_SPACE, REGION_LEN,
+    StakeAccount, BOOK_EMPTY_SPACE, MAX_CACHED_IMAGES, REGION_LEN,
 };
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::gpus::{format_uuid, GpusFile};
 use gpu_market_sdk::{
     init_spot_book, open_book_instructions, ClaimPay, ClientInstruction, CloseMachine,
-    RegisterMachine, SetMachineStatus, Slash, UpdateMachine,
+    RegisterMachine, SetCachedImages, SetMachineStatus, Slash, UpdateMachine,
 };
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
-use crate::config::Config;
+use crate::config::{Config, Group, Signing};
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
@@ -210,14 +210,26 @@ impl TermArgs {
         if let Some(policy) = &self.egress {
             (net.egress, net.allow) = parse::egress(policy)?;
         }
-        if !self.cached_images.is_empty() {
-            terms.cached_images = self
-                .cached_images
-                .iter()
-                .map(|d| parse::digest(d))
-                .collect::<Result<_>>()?;
-        }
         Ok(terms)
+    }
+
+    /// The cached images the flags declare, if they name any.
+    fn cached_images(&self) -> Result<Option<Vec<[u8; 32]>>> {
+        if self.cached_images.is_empty() {
+            return Ok(None);
+        }
+        let images: Vec<[u8; 32]> = self
+            .cached_images
+            .iter()
+            .map(|d| parse::digest(d))
+            .collect::<Result<_>>()?;
+        if images.len() > MAX_CACHED_IMAGES {
+            bail!(
+                "a machine declares at most {MAX_CACHED_IMAGES} cached images, not {}",
+                images.len()
+            );
+        }
+        Ok(Some(images))
     }
 }
 
@@ -257,11 +269,11 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                 gpus: Vec::new(),
                 price_floor_per_gpu_hour: 0,
                 electricity_cost_per_kwh: 0,
-                cached_images: Vec::new(),
                 network: MachineNetwork::default(),
                 cpu_milli: 0,
                 memory_mib: 0,
             };
+            let images = terms.cached_images()?;
             let terms = terms.apply(base, config.mint_decimals(&m.payment_mint)?)?;
             let register = RegisterMachine {
                 owner: owner.key(),
@@ -271,50 +283,50 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             };
             let machine = register.machine();
             let book = Keypair::new();
-            let rent = config.rent_exempt_minimum(BOOK_EMPTY_SPACE)?;
-            let mut ixs = vec![register.instruction()];
-            ixs.extend(open_book_instructions(
-                &owner.pubkey(),
-                &book.pubkey(),
-                rent,
-                init_spot_book(&owner.pubkey(), &machine, &book.pubkey()),
-            ));
-            let signature = config.send(&owner, &ixs, &[&book])?;
-            show(config, &machine, Some(signature))
+            let mut groups = vec![Group {
+                instructions: vec![register.instruction()],
+                signers: vec![],
+            }];
+            groups.extend(images.map(|images| cached_images_group(owner.key(), machine, images)));
+            groups.push(spot_book_group(config, owner.key(), machine, &book)?);
+            // One transaction where the machine's terms, its images and its spot book fit a
+            // packet together; a machine of 16 GPUs with every network term takes more.
+            let signatures = config.send_groups(&owner, &groups).map_err(|e| {
+                let registered = config
+                    .fetch_if_any::<Machine>(&machine, "machine")
+                    .is_ok_and(|m| m.is_some());
+                if registered {
+                    anyhow!("{e}: machine {machine} is registered; `gpu-market host update {machine}` opens its spot book and declares its images")
+                } else {
+                    e
+                }
+            })?;
+            show(config, &machine, signatures.last().cloned())
         }
         HostCommand::Update { machine, terms } => {
             let owner = config.signer()?;
             let mach = owned_machine(config, &machine, &owner.pubkey())?;
             let m: Market = config.fetch(&mach.market, "market")?;
+            let images = terms.cached_images()?;
             let new = terms.apply(mach.terms(), config.mint_decimals(&m.payment_mint)?)?;
-            if new == mach.terms() {
+            let mut groups = Vec::new();
+            if new != mach.terms() {
+                groups.push(update_group(config, owner.key(), (machine, &mach), new)?);
+            }
+            let declared = &mach.cached_images[..mach.cached_image_count as usize];
+            if let Some(images) = images.filter(|images| images.as_slice() != declared) {
+                groups.push(cached_images_group(owner.key(), machine, images));
+            }
+            // A registration whose spot book did not land is finished here.
+            let book = Keypair::new();
+            if mach.spot_book == Pubkey::default() && mach.status != MachineStatus::Retired {
+                groups.push(spot_book_group(config, owner.key(), machine, &book)?);
+            }
+            if groups.is_empty() {
                 bail!("nothing to change: give at least one term to update");
             }
-            // Waiting spot bids are ranked by the host's profit at the cost they saw.
-            let spot_book = (new.electricity_cost_per_kwh != mach.electricity_cost_per_kwh
-                && mach.spot_book != Pubkey::default())
-            .then_some(mach.spot_book);
-            if let Some(book) = spot_book {
-                let waiting = read_book(&config.account_data(&book, "spot book")?)
-                    .map_or(0, |b| b.entries.len());
-                if waiting > 0 {
-                    bail!(
-                        "{waiting} spot bids wait on machine {machine}, ranked by your profit at the current electricity cost: \
-                         pause it (`gpu-market host pause {machine}`) and change the cost once they have run or expired"
-                    );
-                }
-            }
-            let signature = config.send_all(
-                &owner,
-                &[&UpdateMachine {
-                    owner: owner.key(),
-                    market: mach.market,
-                    machine,
-                    spot_book,
-                    terms: new,
-                }],
-            )?;
-            show(config, &machine, Some(signature))
+            let signatures = config.send_groups(&owner, &groups)?;
+            show(config, &machine, signatures.last().cloned())
         }
         HostCommand::Pause { machine } => set_status(config, machine, MachineStatus::Paused),
         HostCommand::Resume { machine } => set_status(config, machine, MachineStatus::Active),
@@ -442,6 +454,73 @@ fn claim(config: &Config, machine: Pubkey, tokens: Option<Pubkey>) -> Result<()>
         ],
     );
     Ok(())
+}
+
+/// `update_machine` to `terms`, refused while spot bids wait on a change of the electricity
+/// cost (they are ranked by the host's profit at the cost they saw).
+fn update_group<'a>(
+    config: &Config,
+    owner: Signing<'a>,
+    (machine, mach): (Pubkey, &Machine),
+    terms: MachineTerms,
+) -> Result<Group<'a>> {
+    let spot_book = (terms.electricity_cost_per_kwh != mach.electricity_cost_per_kwh
+        && mach.spot_book != Pubkey::default())
+    .then_some(mach.spot_book);
+    if let Some(book) = spot_book {
+        let waiting =
+            read_book(&config.account_data(&book, "spot book")?).map_or(0, |b| b.entries.len());
+        if waiting > 0 {
+            bail!(
+                "{waiting} spot bids wait on machine {machine}, ranked by your profit at the current electricity cost: \
+                 pause it (`gpu-market host pause {machine}`) and change the cost once they have run or expired"
+            );
+        }
+    }
+    let update = UpdateMachine {
+        owner,
+        market: mach.market,
+        machine,
+        spot_book,
+        terms,
+    };
+    Ok(Group {
+        instructions: vec![update.instruction()],
+        signers: vec![],
+    })
+}
+
+/// `set_cached_images` for `machine`.
+fn cached_images_group<'a>(owner: Signing, machine: Pubkey, images: Vec<[u8; 32]>) -> Group<'a> {
+    let set = SetCachedImages {
+        owner,
+        machine,
+        images,
+    };
+    Group {
+        instructions: vec![set.instruction()],
+        signers: vec![],
+    }
+}
+
+/// The empty spot book of `machine` in the new account `book`, created and opened together.
+fn spot_book_group<'a>(
+    config: &Config,
+    owner: Signing,
+    machine: Pubkey,
+    book: &'a Keypair,
+) -> Result<Group<'a>> {
+    let rent = config.rent_exempt_minimum(BOOK_EMPTY_SPACE)?;
+    Ok(Group {
+        instructions: open_book_instructions(
+            &owner.pubkey(),
+            &book.pubkey(),
+            rent,
+            init_spot_book(&owner.pubkey(), &machine, &book.pubkey()),
+        )
+        .to_vec(),
+        signers: vec![book],
+    })
 }
 
 /// The columns `host list` prints of [`machine_rows`].

@@ -259,6 +259,33 @@ impl ClientInstruction for UpdateMachine<'_> {
     }
 }
 
+/// Declares the images a machine has cached (`set_cached_images`), in place of those before.
+pub struct SetCachedImages<'a> {
+    pub owner: &'a (dyn Signer + Sync),
+    pub machine: Pubkey,
+    pub images: Vec<[u8; 32]>,
+}
+
+impl ClientInstruction for SetCachedImages<'_> {
+    const NAME: &'static str = "set_cached_images";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::SetCachedImages {
+                owner: self.owner.pubkey(),
+                machine: self.machine,
+            },
+            gpu_market::instruction::SetCachedImages {
+                images: self.images.clone(),
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.owner]
+    }
+}
+
 pub struct SetMachineStatus<'a> {
     pub owner: &'a (dyn Signer + Sync),
     pub market: Pubkey,

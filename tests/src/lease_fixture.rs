@@ -73,7 +73,6 @@ pub fn machine_terms(agent: &Pubkey) -> MachineTerms {
         gpus: gpus(),
         price_floor_per_gpu_hour: TOKEN / 2,
         electricity_cost_per_kwh: TOKEN / 5,
-        cached_images: vec![],
         network: MachineNetwork::default(),
         cpu_milli: 0,
         memory_mib: 0,

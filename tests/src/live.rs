@@ -142,7 +142,6 @@ impl LiveMarket {
             gpus: Vec::new(),
             price_floor_per_gpu_hour: 0,
             electricity_cost_per_kwh: 0,
-            cached_images: vec![],
             network: MachineNetwork::default(),
             cpu_milli: 0,
             memory_mib: 0,

@@ -558,7 +558,6 @@ pub fn witness_terms(agent: Pubkey, region: [u8; 16]) -> MachineTerms {
             .collect(),
         price_floor_per_gpu_hour: 0,
         electricity_cost_per_kwh: 0,
-        cached_images: vec![],
         network: MachineNetwork {
             host: "witness.example".into(),
             ports_per_lease: 4,

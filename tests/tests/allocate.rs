@@ -88,7 +88,6 @@ fn fixture(mut gpus: Vec<GpuSpec>, cap_bps: u16) -> Fixture {
             gpus,
             price_floor_per_gpu_hour: 0,
             electricity_cost_per_kwh: 0,
-            cached_images: vec![],
             network: MachineNetwork::default(),
             cpu_milli: 0,
             memory_mib: 0,

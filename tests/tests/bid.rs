@@ -773,7 +773,6 @@ fn spot_machine(f: &mut Fixture) -> (Keypair, Pubkey) {
                 .collect(),
             price_floor_per_gpu_hour: TOKEN,
             electricity_cost_per_kwh: TOKEN / 10,
-            cached_images: vec![],
             network: MachineNetwork::default(),
             cpu_milli: 0,
             memory_mib: 0,

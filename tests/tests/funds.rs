@@ -383,7 +383,6 @@ impl World {
                 gpus,
                 price_floor_per_gpu_hour: 0,
                 electricity_cost_per_kwh: 0,
-                cached_images: vec![],
                 network: MachineNetwork::default(),
                 cpu_milli: 64_000,
                 memory_mib: 262_144,

@@ -909,7 +909,6 @@ fn a_lease_of_another_machine_or_a_wrong_agent_is_refused() {
             gpus: gpus(),
             price_floor_per_gpu_hour: 0,
             electricity_cost_per_kwh: 0,
-            cached_images: vec![],
             network: MachineNetwork::default(),
             cpu_milli: 0,
             memory_mib: 0,

@@ -8,6 +8,8 @@ use gpu_market::state::MarketParams;
 use gpu_market::state::{
     Cidr, Egress, GpuSpec, Machine, MachineFault, MachineNetwork, MachineStatus, MachineTerms,
 };
+use gpu_market_sdk::budget;
+use gpu_market_sdk::instructions::TRANSACTION_SIZE_LIMIT;
 use program_test::*;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -45,7 +47,6 @@ fn terms(agent: Pubkey, mut gpus: Vec<GpuSpec>) -> MachineTerms {
         gpus,
         price_floor_per_gpu_hour: 400_000,
         electricity_cost_per_kwh: 150_000,
-        cached_images: vec![[7u8; 32]],
         network: MachineNetwork::default(),
         cpu_milli: 0,
         memory_mib: 0,
@@ -120,7 +121,7 @@ fn register_machine_records_gpus_ranges_and_topology() {
     );
     assert_eq!(m.gpus(), gpus.as_slice());
     assert_eq!(m.status, MachineStatus::Active);
-    assert_eq!(m.cached_image_count, 1);
+    assert_eq!(m.cached_image_count, 0, "images are declared apart");
     assert_eq!(m.price_floor_per_gpu_hour, 400_000);
     assert_eq!(&m.region[..10], b"eu-central");
     assert_eq!(
@@ -167,18 +168,6 @@ fn bad_machines_are_rejected_and_create_nothing() {
         let key = gpu_market::pda::machine(&f.market, &f.host.pubkey(), id).0;
         assert!(!f.ctx.account_exists(&key));
     }
-    let mut too_many_images = terms(f.agent.pubkey(), vec![gpu(0, 0)]);
-    too_many_images.cached_images = vec![[1; 32]; 9];
-    let err = f
-        .ctx
-        .run(&RegisterMachine {
-            owner: &f.host,
-            market: f.market,
-            id: 200,
-            terms: too_many_images,
-        })
-        .unwrap_err();
-    assert_eq!(err.custom_code(), code(MarketError::TooManyCachedImages));
     // Network declarations a client could not rely on.
     let network = |host: &str, api_port, ports, egress, allow: Vec<Cidr>| MachineNetwork {
         host: host.to_string(),
@@ -337,6 +326,97 @@ fn only_the_owner_updates_and_a_retired_machine_stays_retired() {
 }
 
 #[test]
+fn cached_images_are_the_owners_to_declare_apart_from_the_terms_and_a_16_gpu_machine_fits_a_packet()
+{
+    let mut f = fixture();
+    // The largest declaration (16 GPUs, a 64-byte address, four allowed networks) registers in
+    // one transaction with its compute budget; with eight images besides it would not.
+    let mut largest = terms(f.agent.pubkey(), (0..16).map(|i| gpu(0, i / 8)).collect());
+    largest.network = MachineNetwork {
+        host: "h".repeat(gpu_market::state::HOST_LEN),
+        api_port: 7450,
+        ports_per_lease: 4,
+        scratch_gib: 100,
+        egress: Egress::AllowList,
+        allow: vec![
+            Cidr {
+                addr: [10, 0, 0, 0],
+                prefix: 8
+            };
+            gpu_market::state::MAX_ALLOW
+        ],
+    };
+    let register = RegisterMachine {
+        owner: &f.host,
+        market: f.market,
+        id: 0,
+        terms: largest,
+    };
+    let size = |ixs: &[solana_instruction::Instruction]| {
+        let budgeted = budget::sized(
+            budget::MAX_COMPUTE_UNITS as u64,
+            Some(budget::MAX_LOADED_ACCOUNTS_DATA_SIZE),
+            ixs,
+        );
+        budget::transaction_size(&budgeted, &f.host.pubkey())
+    };
+    let alone = size(&[register.instruction()]);
+    assert!(alone <= TRANSACTION_SIZE_LIMIT, "{alone} bytes");
+    let images = SetCachedImages {
+        owner: &f.host,
+        machine: register.machine(),
+        images: (0..8).map(|i| [i; 32]).collect(),
+    };
+    let with_images = size(&[register.instruction(), images.instruction()]);
+    assert!(with_images > TRANSACTION_SIZE_LIMIT, "{with_images} bytes");
+    println!("register_machine at its largest: {alone} bytes of {TRANSACTION_SIZE_LIMIT}");
+    let key = register.machine();
+    f.ctx.run(&register).expect("the largest machine registers");
+
+    let set = |owner, images: Vec<[u8; 32]>| SetCachedImages {
+        owner,
+        machine: key,
+        images,
+    };
+    let images: Vec<[u8; 32]> = (0..8).map(|i| [i; 32]).collect();
+    f.ctx
+        .run(&set(&f.host, images.clone()))
+        .expect("set_cached_images");
+    let m: Machine = f.ctx.account(&key);
+    assert_eq!(
+        &m.cached_images[..m.cached_image_count as usize],
+        images.as_slice()
+    );
+    // A later list replaces it; nine are refused and leave it.
+    f.ctx.run(&set(&f.host, vec![[9; 32]])).unwrap();
+    let err = f.ctx.run(&set(&f.host, vec![[1; 32]; 9])).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::TooManyCachedImages));
+    let m: Machine = f.ctx.account(&key);
+    assert_eq!(
+        &m.cached_images[..m.cached_image_count as usize],
+        &[[9; 32]]
+    );
+    // Nobody else declares them.
+    let thief = f.ctx.wallet(1);
+    let err = f.ctx.run(&set(&thief, vec![])).unwrap_err();
+    assert_eq!(
+        err.custom_code(),
+        Some(AnchorErrorCode::ConstraintSeeds as u32)
+    );
+    // Nor the owner of a retired machine.
+    f.ctx
+        .run(&SetMachineStatus {
+            owner: &f.host,
+            market: f.market,
+            machine: key,
+            status: MachineStatus::Retired,
+        })
+        .unwrap();
+    let err = f.ctx.run(&set(&f.host, vec![])).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::MachineRetired));
+}
+
+#[test]
 fn heartbeats_come_from_the_agent_key_only() {
     let mut f = fixture();
     let key = register(&mut f, 0, vec![gpu(0, 0)]).unwrap();
@@ -431,6 +511,13 @@ fn compute_units_of_machine_instructions() {
         })
         .unwrap();
     f.ctx
+        .run(&SetCachedImages {
+            owner: &f.host,
+            machine: key,
+            images: vec![[7; 32]; 8],
+        })
+        .unwrap();
+    f.ctx
         .run(&SetMachineStatus {
             owner: &f.host,
             market: f.market,
@@ -458,6 +545,7 @@ fn compute_units_of_machine_instructions() {
     for name in [
         "register_machine",
         "update_machine",
+        "set_cached_images",
         "set_machine_status",
         "heartbeat",
         "report_fault",

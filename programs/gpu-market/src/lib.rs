@@ -110,7 +110,7 @@ pub mod gpu_market {
     }
 
     /// Registers a host's machine: its agent key, GPUs with their allowed overclock ranges and
-    /// topology, price floor, electricity cost and cached images.
+    /// topology, price floor, electricity cost, network and the CPU and memory it gives leases.
     pub fn register_machine(
         ctx: Context<RegisterMachine>,
         id: u64,
@@ -122,6 +122,11 @@ pub mod gpu_market {
     /// Replaces a machine's declared terms (owner only).
     pub fn update_machine(ctx: Context<UpdateMachine>, terms: MachineTerms) -> Result<()> {
         UpdateMachine::update_machine(ctx, terms)
+    }
+
+    /// Declares the images a machine has cached (owner only; any time before it retires).
+    pub fn set_cached_images(ctx: Context<SetCachedImages>, images: Vec<[u8; 32]>) -> Result<()> {
+        SetCachedImages::set_cached_images(ctx, images)
     }
 
     /// Pauses, resumes or retires a machine (owner only; retiring is final).

@@ -150,6 +150,38 @@ impl UpdateMachine<'_> {
 }
 
 #[derive(Accounts)]
+pub struct SetCachedImages<'info> {
+    pub owner: Signer<'info>,
+
+    #[account(
+        mut, dup,
+        seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
+        bump = machine.bump,
+        has_one = owner,
+    )]
+    pub machine: Box<Account<'info, Machine>>,
+}
+
+impl SetCachedImages<'_> {
+    /// The images only steer which machine the packing policy prefers for a bid (a cached image
+    /// starts at once): they may change while leases run.
+    pub fn set_cached_images(ctx: Context<Self>, images: Vec<[u8; 32]>) -> Result<()> {
+        let machine = &mut ctx.accounts.machine;
+        require!(
+            machine.status != MachineStatus::Retired,
+            MarketError::MachineRetired
+        );
+        machine.set_cached_images(&images)?;
+        emit!(MachineUpdated {
+            machine: machine.key(),
+            agent: machine.agent,
+            gpu_count: machine.gpu_count,
+        });
+        Ok(())
+    }
+}
+
+#[derive(Accounts)]
 pub struct Heartbeat<'info> {
     pub agent: Signer<'info>,
 

@@ -167,6 +167,8 @@ crate::state::pod_array!(
 );
 
 /// What a host declares about a machine: set at registration, changed by `update_machine`.
+/// Its cached images are not among them: `set_cached_images` declares those, in a transaction
+/// of their own, so that a machine of 16 GPUs with every network term registers in one packet.
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug, PartialEq, Eq)]
 pub struct MachineTerms {
     /// The hot key of the machine's agent: it signs heartbeats and usage proofs.
@@ -177,8 +179,6 @@ pub struct MachineTerms {
     pub price_floor_per_gpu_hour: u64,
     /// The host's electricity cost per kWh, in payment-token base units (for spot profit).
     pub electricity_cost_per_kwh: u64,
-    /// sha256 digests of the images the machine has cached.
-    pub cached_images: Vec<[u8; 32]>,
     pub network: MachineNetwork,
     /// Thousandths of a CPU core the machine gives its leases in all (0: none; only bids that
     /// reserve no CPU fit).
@@ -299,10 +299,6 @@ impl Machine {
         market.region_bit(&terms.region)?;
         let n = terms.gpus.len();
         require!((1..=MAX_GPUS).contains(&n), MarketError::BadGpuCount);
-        require!(
-            terms.cached_images.len() <= MAX_CACHED_IMAGES,
-            MarketError::TooManyCachedImages
-        );
         for (i, gpu) in terms.gpus.iter().enumerate() {
             require!(
                 terms.gpus[..i].iter().all(|g| g.uuid != gpu.uuid),
@@ -324,14 +320,24 @@ impl Machine {
         self.gpus[..n].copy_from_slice(&terms.gpus);
         self.price_floor_per_gpu_hour = terms.price_floor_per_gpu_hour;
         self.electricity_cost_per_kwh = terms.electricity_cost_per_kwh;
-        self.cached_image_count = terms.cached_images.len() as u8;
-        self.cached_images = ImageTable::default();
-        self.cached_images[..terms.cached_images.len()].copy_from_slice(&terms.cached_images);
         terms.network.validate()?;
         self.network = terms.network.clone();
         // Lowering these below what leases hold leaves nothing free until those end.
         self.cpu_milli = terms.cpu_milli;
         self.memory_mib = terms.memory_mib;
+        Ok(())
+    }
+
+    /// Declares `images` (sha256 digests, at most [`MAX_CACHED_IMAGES`]) as the images the
+    /// machine has cached, in place of those it declared before.
+    pub fn set_cached_images(&mut self, images: &[[u8; 32]]) -> Result<()> {
+        require!(
+            images.len() <= MAX_CACHED_IMAGES,
+            MarketError::TooManyCachedImages
+        );
+        self.cached_image_count = images.len() as u8;
+        self.cached_images = ImageTable::default();
+        self.cached_images[..images.len()].copy_from_slice(images);
         Ok(())
     }
 
@@ -344,7 +350,6 @@ impl Machine {
             gpus: self.gpus().to_vec(),
             price_floor_per_gpu_hour: self.price_floor_per_gpu_hour,
             electricity_cost_per_kwh: self.electricity_cost_per_kwh,
-            cached_images: self.cached_images[..self.cached_image_count as usize].to_vec(),
             network: self.network.clone(),
             cpu_milli: self.cpu_milli,
             memory_mib: self.memory_mib,
