@@ -539,6 +539,11 @@ echo "her container's log, through the agent's API:"
 cli carol lease logs "$SERVER_LEASE" --tail 5 | sed 's/^/    /'
 echo "a command in her container (lease exec):"
 cli carol lease exec "$SERVER_LEASE" -- ls -l /workspace | sed 's/^/    /'
+echo "a shell on a terminal (lease exec -t; here on script(1)'s pseudo-terminal, which tells no size: 24x80):"
+TTY_CMD=$(printf '%q ' "$CLI" --url "$URL" --keypair "$DEMO_DIR/wallets/carol.json" \
+    lease exec -t "$SERVER_LEASE" -- sh -c 'read line; stty size; tty')
+printf 'go\n' | script -qec "$TTY_CMD" /dev/null | tr -d '\r' > "$DEMO_DIR/facts/tty.txt"
+sed 's/^/    /' "$DEMO_DIR/facts/tty.txt"
 echo "anyone else is refused, before anything is sent:"
 cli bob lease logs "$SERVER_LEASE" 2>&1 | sed 's/^/    /' || true
 wait_for 120 "carol's server lease settled" no_leases
@@ -668,6 +673,7 @@ summary = {
     "leases": [json.load(open(os.path.join(facts, "leases", f))) for f in sorted(os.listdir(os.path.join(facts, "leases")))],
     "secret": open(os.path.join(facts, "secret.txt")).read(),
     "audit": json.load(open(os.path.join(facts, "audit.json"))),
+    "tty": open(os.path.join(facts, "tty.txt")).read(),
     "served": dict(json.load(open(os.path.join(facts, "served.json"))),
                    copied=json.load(open(os.path.join(facts, "fetched.json")))),
     "problems": problems,

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::pending;
 use gpu_market_agent::api::{serve, Api, NONCE_CAPACITY};
 use gpu_market_agent::chain::Key;
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine, Sandbox, SCRATCH_DIR};
@@ -17,13 +18,16 @@ use gpu_market_agent::metrics::unix_now;
 use gpu_market_agent::retention;
 use gpu_market_agent::runtime::{BindMount, ContainerRuntime, LABEL_CLIENT, LABEL_LEASE};
 use gpu_market_sdk::api::client::{ApiClient, ClientError};
-use gpu_market_sdk::api::{sign, Call, ContainerStatus, LeaseStatus, LogsQuery, DEFAULT_TTL_SECS};
+use gpu_market_sdk::api::{
+    sign, Call, ContainerStatus, LeaseStatus, LogsQuery, TermSize, DEFAULT_TTL_SECS,
+};
 use gpu_market_sdk::tls::server_config;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// Anything the tests wait for comes within this, or the test fails.
@@ -187,11 +191,14 @@ async fn exec_output(
     lease: &Pubkey,
     cmd: Vec<String>,
 ) -> (i64, String) {
-    let session = served.client.exec(owner, lease, cmd).await.unwrap();
+    let session = served.client.exec(owner, lease, cmd, None).await.unwrap();
     let mut stdout = Vec::new();
-    let code = within("the exec", session.run(&b""[..], &mut stdout, Vec::new()))
-        .await
-        .unwrap();
+    let code = within(
+        "the exec",
+        session.run(&b""[..], &mut stdout, Vec::new(), pending()),
+    )
+    .await
+    .unwrap();
     (code, String::from_utf8(stdout).unwrap())
 }
 
@@ -283,13 +290,14 @@ async fn exec_feeds_stdin_and_returns_stdout_stderr_and_the_exit_code() {
             &served.owner,
             &served.lease,
             cmd("cat; echo err >&2; exit 3"),
+            None,
         )
         .await
         .unwrap();
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let code = within(
         "the exec",
-        session.run(&b"hello"[..], &mut stdout, &mut stderr),
+        session.run(&b"hello"[..], &mut stdout, &mut stderr, pending()),
     )
     .await
     .unwrap();
@@ -303,12 +311,12 @@ async fn exec_feeds_stdin_and_returns_stdout_stderr_and_the_exit_code() {
     let (_open, endless_stdin) = tokio::io::duplex(64);
     let session = served
         .client
-        .exec(&served.owner, &served.lease, cmd("exit 7"))
+        .exec(&served.owner, &served.lease, cmd("exit 7"), None)
         .await
         .unwrap();
     let code = within(
         "the exec",
-        session.run(endless_stdin, Vec::new(), Vec::new()),
+        session.run(endless_stdin, Vec::new(), Vec::new(), pending()),
     )
     .await
     .unwrap();
@@ -328,13 +336,78 @@ async fn exec_feeds_stdin_and_returns_stdout_stderr_and_the_exit_code() {
     served.wait_exit().await;
     let refused = served
         .client
-        .exec(&served.owner, &served.lease, cmd("true"))
+        .exec(&served.owner, &served.lease, cmd("true"), None)
         .await
         .err();
     assert!(
         matches!(&refused, Some(ClientError::Refused { status: 409, .. })),
         "an exited container runs nothing: {refused:?}"
     );
+    served.remove().await;
+}
+
+/// Reads `screen` into `seen` until it holds `text`.
+async fn read_screen(screen: &mut (impl AsyncRead + Unpin), seen: &mut Vec<u8>, text: &str) {
+    within(&format!("{text:?} on the terminal"), async {
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(seen).contains(text) {
+            let n = screen.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "the terminal closed: {:?}",
+                String::from_utf8_lossy(seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn exec_on_a_terminal_runs_at_its_size_and_follows_the_clients_resizes() {
+    let served = Served::start(WAIT_FOR_GO).await;
+    // The size is set before the client's first input reaches the command (at creation on
+    // engines from API 1.42, right after the start on older ones such as the tests' 20.10).
+    let script = "read a; stty size; read b; stty size; tty; exit 4";
+    let cmd = vec!["sh".to_string(), "-c".into(), script.into()];
+    let size = TermSize { rows: 24, cols: 80 };
+    let session = served
+        .client
+        .exec(&served.owner, &served.lease, cmd, Some(size))
+        .await
+        .unwrap();
+    let (mut keys, stdin) = tokio::io::duplex(64);
+    let (terminal, mut screen) = tokio::io::duplex(64 * 1024);
+    let (resize, resized) = tokio::sync::mpsc::unbounded_channel();
+    let resizes = futures_util::stream::unfold(resized, |mut rx| async move {
+        rx.recv().await.map(|size| (size, rx))
+    });
+    let run = within(
+        "the exec",
+        session.run(stdin, terminal, tokio::io::sink(), resizes),
+    );
+    let mut seen = Vec::new();
+    let typing = async {
+        keys.write_all(b"a\n").await.unwrap();
+        read_screen(&mut screen, &mut seen, "24 80").await;
+        // The resize goes before the next line (the client sends a resize first when both
+        // wait).
+        resize
+            .send(TermSize {
+                rows: 50,
+                cols: 132,
+            })
+            .unwrap();
+        keys.write_all(b"b\n").await.unwrap();
+        read_screen(&mut screen, &mut seen, "50 132").await;
+        read_screen(&mut screen, &mut seen, "/dev/pts/").await;
+    };
+    let (code, ()) = tokio::join!(run, typing);
+    assert_eq!(code.unwrap(), 4);
+    // The terminal echoed what was typed, as a terminal does.
+    assert!(String::from_utf8_lossy(&seen).contains("b\r\n"), "{seen:?}");
+    served.go();
+    served.wait_exit().await;
     served.remove().await;
 }
 
@@ -564,7 +637,7 @@ async fn one_tenant_flooding_exec_and_its_nonces_leaves_another_served() {
         .map(|_| {
             served
                 .client
-                .exec(&served.owner, &served.lease, sleep.clone())
+                .exec(&served.owner, &served.lease, sleep.clone(), None)
         })
         .buffer_unordered(16)
         .collect::<Vec<_>>();
@@ -702,7 +775,7 @@ async fn strangers_requests_never_reach_the_engine() {
         );
         refused(
             client
-                .exec(&stranger, &lease, vec!["true".into()])
+                .exec(&stranger, &lease, vec!["true".into()], None)
                 .await
                 .err(),
         );

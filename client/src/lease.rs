@@ -21,6 +21,7 @@ use crate::config::{Config, Signing};
 mod audit;
 mod extend;
 mod remote;
+mod terminal;
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
@@ -107,9 +108,14 @@ pub enum LeaseCommand {
         remote: remote::Remote,
     },
     /// Runs a command in the lease's running container, our standard input piped to it and its
-    /// output to ours; exits with its exit code. `gpu-market lease exec LEASE -- CMD ARGS...`
+    /// output to ours; exits with its exit code. `gpu-market lease exec LEASE -- CMD ARGS...`;
+    /// `-t` for a shell: `gpu-market lease exec -t LEASE -- bash`.
     Exec {
         lease: Pubkey,
+        /// On a terminal: ours, in raw mode, sized as our window and following its changes
+        /// (standard input must be a terminal; the command's output comes as one stream).
+        #[arg(short = 't', long)]
+        tty: bool,
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<String>,
         #[command(flatten)]
@@ -162,7 +168,12 @@ pub fn run(config: &Config, command: LeaseCommand) -> Result<()> {
             };
             remote::logs(config, &lease, query, &remote)
         }
-        LeaseCommand::Exec { lease, cmd, remote } => remote::exec(config, &lease, cmd, &remote),
+        LeaseCommand::Exec {
+            lease,
+            tty,
+            cmd,
+            remote,
+        } => remote::exec(config, &lease, cmd, tty, &remote),
         LeaseCommand::Cp {
             source,
             dir,

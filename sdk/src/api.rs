@@ -372,9 +372,13 @@ pub enum Call {
     Status,
     /// `GET /v1/leases/{lease}/logs?tail=N&since=UNIX&follow=true`: its stdout and stderr.
     Logs(LogsQuery),
-    /// `POST /v1/leases/{lease}/exec?cmd=<JSON array of strings>`, upgraded to
-    /// [`EXEC_PROTOCOL`]: a command run in it, framed as [`ExecFrame`]s.
-    Exec(Vec<String>),
+    /// `POST /v1/leases/{lease}/exec?cmd=<JSON array of strings>[&tty=ROWSxCOLS]`, upgraded to
+    /// [`EXEC_PROTOCOL`]: a command run in it, framed as [`ExecFrame`]s both ways; with `tty`,
+    /// on a terminal of that size (its output one stream, resized by the client's frames).
+    Exec {
+        cmd: Vec<String>,
+        tty: Option<TermSize>,
+    },
     /// `GET /v1/leases/{lease}/files?path=…`: the engine's tar archive of a path in it.
     Files(String),
 }
@@ -384,7 +388,7 @@ impl Call {
         match self {
             Call::Status => Endpoint::Status,
             Call::Logs(_) => Endpoint::Logs,
-            Call::Exec(_) => Endpoint::Exec,
+            Call::Exec { .. } => Endpoint::Exec,
             Call::Files(_) => Endpoint::Files,
         }
     }
@@ -405,8 +409,11 @@ impl Call {
                     query.append_pair("follow", "true");
                 }
             }
-            Call::Exec(cmd) => {
+            Call::Exec { cmd, tty } => {
                 query.append_pair("cmd", &serde_json::Value::from(cmd.clone()).to_string());
+                if let Some(size) = tty {
+                    query.append_pair("tty", &size.to_string());
+                }
             }
             Call::Files(path) => {
                 query.append_pair("path", path);
@@ -433,7 +440,7 @@ impl Call {
         let allowed: &[&str] = match endpoint {
             Endpoint::Status => &[],
             Endpoint::Logs => &["tail", "since", "follow"],
-            Endpoint::Exec => &["cmd"],
+            Endpoint::Exec => &["cmd", "tty"],
             Endpoint::Files => &["path"],
         };
         if let Some(key) = params.keys().find(|k| !allowed.contains(&k.as_ref())) {
@@ -451,7 +458,10 @@ impl Call {
                     Some(other) => return Err(QueryError(format!("follow={other}"))),
                 },
             }),
-            Endpoint::Exec => Call::Exec(command(param("cmd"))?),
+            Endpoint::Exec => Call::Exec {
+                cmd: command(param("cmd"))?,
+                tty: param("tty").map(str::parse).transpose()?,
+            },
             Endpoint::Files => match param("path") {
                 Some(path) if !path.is_empty() => Call::Files(path.to_string()),
                 _ => return Err(QueryError("path is missing".into())),
@@ -476,6 +486,37 @@ fn command(json: Option<&str>) -> Result<Vec<String>, QueryError> {
         _ => Err(QueryError(
             "cmd is not a non-empty JSON array of strings".into(),
         )),
+    }
+}
+
+/// A terminal's size, in character cells: what an exec session with a TTY starts with and
+/// what [`ExecFrame::Resize`] changes it to. Written `ROWSxCOLS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermSize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+impl fmt::Display for TermSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.rows, self.cols)
+    }
+}
+
+impl FromStr for TermSize {
+    type Err = QueryError;
+
+    fn from_str(s: &str) -> Result<Self, QueryError> {
+        let bad = || QueryError(format!("tty={s} is not ROWSxCOLS of positive numbers"));
+        let (rows, cols) = s.split_once('x').ok_or_else(bad)?;
+        let size = TermSize {
+            rows: number(rows).map_err(|_| bad())?,
+            cols: number(cols).map_err(|_| bad())?,
+        };
+        if size.rows == 0 || size.cols == 0 {
+            return Err(bad());
+        }
+        Ok(size)
     }
 }
 
@@ -523,10 +564,15 @@ pub struct ErrorBody {
 /// One frame of an exec session, server to client: `[kind u8][len u32 BE][payload]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecFrame {
+    /// The command's output (with a TTY: all of it).
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     /// The command's exit code (payload: i64 BE); the session ends after it.
     Exit(i64),
+    /// From the client: the command's input. The client's half-close ends it.
+    Stdin(Vec<u8>),
+    /// From the client: its terminal's new size (payload: rows and columns, u16 BE each).
+    Resize(TermSize),
 }
 
 /// Why an exec session's stream is not a sequence of [`ExecFrame`]s.
@@ -544,13 +590,21 @@ impl ExecFrame {
     const STDOUT: u8 = 1;
     const STDERR: u8 = 2;
     const EXIT: u8 = 3;
+    const STDIN: u8 = 4;
+    const RESIZE: u8 = 5;
 
-    /// Appends the frame to `out`; output longer than [`MAX_FRAME_LEN`] goes in several frames.
+    /// Appends the frame to `out`; data longer than [`MAX_FRAME_LEN`] goes in several frames.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let size;
         let (kind, payload) = match self {
             ExecFrame::Stdout(data) => (Self::STDOUT, data.as_slice()),
             ExecFrame::Stderr(data) => (Self::STDERR, data.as_slice()),
             ExecFrame::Exit(code) => (Self::EXIT, &code.to_be_bytes()[..]),
+            ExecFrame::Stdin(data) => (Self::STDIN, data.as_slice()),
+            ExecFrame::Resize(s) => {
+                size = [s.rows.to_be_bytes(), s.cols.to_be_bytes()].concat();
+                (Self::RESIZE, size.as_slice())
+            }
         };
         for part in payload.chunks(MAX_FRAME_LEN) {
             out.push(kind);
@@ -568,17 +622,23 @@ impl ExecFrame {
         let kind = kind[0];
         let len = r.read_u32().await? as usize;
         match kind {
-            Self::STDOUT | Self::STDERR if len <= MAX_FRAME_LEN => {
+            Self::STDOUT | Self::STDERR | Self::STDIN if len <= MAX_FRAME_LEN => {
                 let mut payload = vec![0u8; len];
                 r.read_exact(&mut payload).await?;
-                Ok(Some(if kind == Self::STDOUT {
-                    ExecFrame::Stdout(payload)
-                } else {
-                    ExecFrame::Stderr(payload)
+                Ok(Some(match kind {
+                    Self::STDOUT => ExecFrame::Stdout(payload),
+                    Self::STDERR => ExecFrame::Stderr(payload),
+                    _ => ExecFrame::Stdin(payload),
                 }))
             }
             Self::EXIT if len == 8 => Ok(Some(ExecFrame::Exit(r.read_i64().await?))),
-            Self::STDOUT | Self::STDERR | Self::EXIT => Err(FrameError::BadLength { kind, len }),
+            Self::RESIZE if len == 4 => Ok(Some(ExecFrame::Resize(TermSize {
+                rows: r.read_u16().await?,
+                cols: r.read_u16().await?,
+            }))),
+            Self::STDOUT | Self::STDERR | Self::STDIN | Self::EXIT | Self::RESIZE => {
+                Err(FrameError::BadLength { kind, len })
+            }
             other => Err(FrameError::UnknownKind(other)),
         }
     }
@@ -803,7 +863,17 @@ mod tests {
                 since: Some(NOW),
                 follow: true,
             }),
-            Call::Exec(vec!["sh".into(), "-c".into(), "echo a&b=c; exit 3".into()]),
+            Call::Exec {
+                cmd: vec!["sh".into(), "-c".into(), "echo a&b=c; exit 3".into()],
+                tty: None,
+            },
+            Call::Exec {
+                cmd: vec!["bash".into()],
+                tty: Some(TermSize {
+                    rows: 50,
+                    cols: 132,
+                }),
+            },
             Call::Files("/workspace/out dir/r&d.txt".into()),
         ];
         for call in calls {
@@ -838,6 +908,9 @@ mod tests {
             (Endpoint::Exec, ""),
             (Endpoint::Exec, "cmd=%5B%5D"),
             (Endpoint::Exec, "cmd=ls"),
+            (Endpoint::Exec, "cmd=%5B%22sh%22%5D&tty=24"),
+            (Endpoint::Exec, "cmd=%5B%22sh%22%5D&tty=0x80"),
+            (Endpoint::Exec, "cmd=%5B%22sh%22%5D&tty=24x70000"),
             (Endpoint::Files, ""),
             (Endpoint::Status, "x=1"),
         ] {
@@ -852,6 +925,11 @@ mod tests {
         for frame in [
             ExecFrame::Stdout(b"hello".to_vec()),
             ExecFrame::Stderr(long.clone()),
+            ExecFrame::Stdin(b"ls\r".to_vec()),
+            ExecFrame::Resize(TermSize {
+                rows: 40,
+                cols: 120,
+            }),
             ExecFrame::Exit(-3),
         ] {
             frame.encode(&mut wire);
@@ -867,9 +945,19 @@ mod tests {
                 ExecFrame::Stdout(b"hello".to_vec()),
                 ExecFrame::Stderr(long[..MAX_FRAME_LEN].to_vec()),
                 ExecFrame::Stderr(vec![7; 5]),
+                ExecFrame::Stdin(b"ls\r".to_vec()),
+                ExecFrame::Resize(TermSize {
+                    rows: 40,
+                    cols: 120
+                }),
                 ExecFrame::Exit(-3),
             ]
         );
+        let mut bad: &[u8] = &[5, 0, 0, 0, 2, 0, 9];
+        assert!(matches!(
+            ExecFrame::read(&mut bad).await,
+            Err(FrameError::BadLength { kind: 5, len: 2 })
+        ));
         let mut bad: &[u8] = &[9, 0, 0, 0, 0];
         assert!(matches!(
             ExecFrame::read(&mut bad).await,

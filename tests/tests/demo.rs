@@ -214,6 +214,14 @@ fn the_demo_conserves_the_token_preempts_at_a_boundary_and_flags_and_ends_the_id
         assert_eq!(row["verdict"], "consistent", "{row}");
     }
 
+    // `lease exec -t` ran its command on a terminal (a pseudo-terminal in the container), at the
+    // size the client's terminal has (script(1)'s tells none: 24 rows of 80).
+    let tty = s["tty"].as_str().expect("the terminal's output");
+    assert!(
+        tty.contains("24 80") && tty.contains("/dev/pts/"),
+        "{tty:?}"
+    );
+
     // The client of a served lease reached its published port, and fetched its result file
     // through the agent's signed API after the lease had settled, with the hash of what it got.
     let served = &s["served"];

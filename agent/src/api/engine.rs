@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use bollard::container::LogOutput;
 use bollard::errors::Error as BollardError;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum};
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum, ExecConfig};
 use bollard::query_parameters::{
     DownloadFromContainerOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
+    ResizeExecOptions,
 };
 use futures_util::{Stream, StreamExt};
-use gpu_market_sdk::api::{ContainerStatus, LeaseStatus};
+use gpu_market_sdk::api::{ContainerStatus, LeaseStatus, TermSize};
 use hyper::body::Bytes;
 use solana_pubkey::Pubkey;
 use tokio::io::AsyncWrite;
@@ -105,33 +106,41 @@ impl DockerEngine {
         self.docker.download_from_container(id, Some(options))
     }
 
-    /// Prepares `cmd` in container `id`, attached to its three streams without a terminal, as
-    /// the container's user and unprivileged; returns the exec's id.
+    /// Prepares `cmd` in container `id`, attached to its three streams, on a terminal of size
+    /// `tty` if given (else none), as the container's user and unprivileged; returns the exec's
+    /// id.
     pub(super) async fn create_exec(
         &self,
         id: &str,
         cmd: Vec<String>,
+        tty: Option<TermSize>,
     ) -> Result<String, BollardError> {
-        let options = CreateExecOptions {
+        let config = ExecConfig {
             attach_stdin: Some(true),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            tty: Some(false),
+            tty: Some(tty.is_some()),
+            // The terminal's size from its creation on (engines from API 1.42; the session
+            // resizes it after the start too), and what `docker exec -t` gives a terminal
+            // session, so that programs draw for it.
+            console_size: tty.map(|s| vec![usize::from(s.rows), usize::from(s.cols)]),
+            env: tty.map(|_| vec!["TERM=xterm-256color".to_string()]),
             cmd: Some(cmd),
             privileged: Some(false),
             ..Default::default()
         };
-        Ok(self.docker.create_exec(id, options).await?.id)
+        Ok(self.docker.create_exec(id, config).await?.id)
     }
 
-    /// Starts exec `exec_id`: its output, and its input.
+    /// Starts exec `exec_id` (on a terminal when `tty`): its output, and its input.
     pub(super) async fn start_exec(
         &self,
         exec_id: &str,
+        tty: bool,
     ) -> Result<(ExecOutput, ExecInput), BollardError> {
         let options = StartExecOptions {
             detach: false,
-            tty: false,
+            tty,
             output_capacity: None,
         };
         match self.docker.start_exec(exec_id, Some(options)).await? {
@@ -140,6 +149,19 @@ impl DockerEngine {
                 error: "the engine started the exec detached".into(),
             }),
         }
+    }
+
+    /// Sets the terminal size of exec `exec_id`, started with a TTY.
+    pub(super) async fn resize_exec(
+        &self,
+        exec_id: &str,
+        size: TermSize,
+    ) -> Result<(), BollardError> {
+        let options = ResizeExecOptions {
+            h: i32::from(size.rows),
+            w: i32::from(size.cols),
+        };
+        self.docker.resize_exec(exec_id, options).await
     }
 
     /// The exit code of exec `exec_id`, whose output has ended.

@@ -1,9 +1,11 @@
 //! An exec session: the request is answered `101 Switching Protocols`, then the connection
-//! carries the command's stdin from the client (until the client half-closes) and its output
-//! to the client as [`ExecFrame`]s, its exit code last.
+//! carries [`ExecFrame`]s: the command's input from the client (until the client half-closes)
+//! and, for a session with a terminal, the terminal's new sizes; the command's output to the
+//! client, its exit code last.
 //!
 //! The command is created before the answer, so that a container that is not running is
-//! refused with a status. It runs as the container's user, unprivileged, without a terminal.
+//! refused with a status. It runs as the container's user, unprivileged; with `tty`, on a
+//! terminal of the size the request gave (`docker exec -t`), its output one stream.
 //! A client that goes away stops its input and output, not the command; the session holds one
 //! of its lease's exec slots (`super::MAX_EXEC_SESSIONS`) until the command ends.
 
@@ -12,16 +14,16 @@ use std::sync::Arc;
 use bollard::container::LogOutput;
 use bollard::errors::Error as BollardError;
 use futures_util::StreamExt;
-use gpu_market_sdk::api::{ExecFrame, EXEC_PROTOCOL};
+use gpu_market_sdk::api::{ExecFrame, TermSize, EXEC_PROTOCOL};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONNECTION, UPGRADE};
 use hyper::upgrade::Upgraded;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::engine::{engine_status, ExecOutput};
+use super::engine::{engine_status, ExecInput, ExecOutput};
 use super::routes::{with_type, Body, Refusal};
 use crate::docker::DockerEngine;
 use gpu_market_sdk::net::Slot;
@@ -37,12 +39,15 @@ enum SessionError {
     Client(#[from] std::io::Error),
 }
 
+/// What to run: the command, and the size of its terminal if it has one.
+pub(super) type Command = (Vec<String>, Option<TermSize>);
+
 /// Answers an exec request for `cmd` in container `id`: creates the command, answers 101, and
 /// runs the session once the connection is handed over.
 pub(super) async fn upgrade(
     engine: Arc<DockerEngine>,
     id: &str,
-    cmd: Vec<String>,
+    (cmd, tty): Command,
     request: Request<Incoming>,
     slot: Slot<Pubkey>,
 ) -> Result<Response<Body>, Refusal> {
@@ -50,7 +55,7 @@ pub(super) async fn upgrade(
         return Err(Refusal::NoUpgrade);
     }
     let exec_id = engine
-        .create_exec(id, cmd)
+        .create_exec(id, cmd, tty)
         .await
         .map_err(|e| match engine_status(&e) {
             // 409: stopped; 404: removed meanwhile.
@@ -60,7 +65,7 @@ pub(super) async fn upgrade(
     let upgrade = hyper::upgrade::on(request);
     tokio::spawn(async move {
         let session = match upgrade.await {
-            Ok(upgraded) => session(&engine, &exec_id, TokioIo::new(upgraded)).await,
+            Ok(upgraded) => session(&engine, &exec_id, tty, TokioIo::new(upgraded)).await,
             Err(e) => Err(e.into()),
         };
         if let Err(e) = session {
@@ -90,19 +95,23 @@ fn asks_for_exec(headers: &HeaderMap) -> bool {
     has(CONNECTION, "upgrade") && has(UPGRADE, EXEC_PROTOCOL)
 }
 
-/// Starts exec `exec_id` and relays it over `io` until it exits; sends its exit code.
+/// Starts exec `exec_id` (on a terminal of size `tty` if given) and relays it over `io` until
+/// it exits; sends its exit code.
 async fn session(
-    engine: &DockerEngine,
+    engine: &Arc<DockerEngine>,
     exec_id: &str,
+    tty: Option<TermSize>,
     io: TokioIo<Upgraded>,
 ) -> Result<(), SessionError> {
-    let (mut output, mut input) = engine.start_exec(exec_id).await?;
-    let (mut from_client, mut to_client) = tokio::io::split(io);
-    let feed = tokio::spawn(async move {
-        // The client's half-close, or its going away, is the command's end of input.
-        let _ = tokio::io::copy(&mut from_client, &mut input).await;
-        let _ = input.shutdown().await;
-    });
+    let (mut output, input) = engine.start_exec(exec_id, tty.is_some()).await?;
+    // Engines before API 1.42 (Docker 23) ignore the size given at creation: set it now, before
+    // any of the client's input reaches the command (its first instant may still see none).
+    if let Some(size) = tty {
+        engine.resize_exec(exec_id, size).await?;
+    }
+    let (from_client, mut to_client) = tokio::io::split(io);
+    let terminal = tty.map(|_| (engine.clone(), exec_id.to_string()));
+    let feed = tokio::spawn(feed(terminal, from_client, input));
     let relayed = relay(&mut output, &mut to_client).await;
     feed.abort();
     relayed?;
@@ -110,6 +119,33 @@ async fn session(
     send(&mut to_client, ExecFrame::Exit(code)).await?;
     to_client.shutdown().await?;
     Ok(())
+}
+
+/// The client's frames into the command: its input, and the sizes of its `terminal` (the
+/// engine and the exec, for a session with one; one engine call a frame, a session at a time).
+/// The client's half-close, its going away, or a frame it should not send (a resize without a
+/// terminal) is the command's end of input; a resize the engine refuses is not.
+async fn feed(
+    terminal: Option<(Arc<DockerEngine>, String)>,
+    mut from_client: impl AsyncRead + Unpin,
+    mut input: ExecInput,
+) {
+    while let Ok(Some(frame)) = ExecFrame::read(&mut from_client).await {
+        let fed = match (frame, &terminal) {
+            (ExecFrame::Stdin(data), _) => input.write_all(&data).await.is_ok(),
+            (ExecFrame::Resize(size), Some((engine, exec_id))) => {
+                if let Err(e) = engine.resize_exec(exec_id, size).await {
+                    tracing::debug!(error = %e, exec = %exec_id, "api: a resize was refused");
+                }
+                true
+            }
+            _ => false,
+        };
+        if !fed {
+            break;
+        }
+    }
+    let _ = input.shutdown().await;
 }
 
 /// Sends the command's output as it comes, until it ends.

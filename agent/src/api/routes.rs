@@ -122,7 +122,7 @@ async fn respond(api: &Api, request: Request<Incoming>) -> Result<Response<Body>
     let call = Call::parse(endpoint, request.uri().query().unwrap_or_default())?;
     // A session over the lease's quota is refused before the engine is asked anything.
     let slot = match call {
-        Call::Exec(_) => Some(
+        Call::Exec { .. } => Some(
             api.exec_slot(lease)
                 .ok_or(Refusal::TooManySessions(MAX_EXEC_SESSIONS))?,
         ),
@@ -151,9 +151,9 @@ async fn respond(api: &Api, request: Request<Incoming>) -> Result<Response<Body>
             Ok(json(StatusCode::OK, &status))
         }
         Call::Logs(query) => logs(api, &id, query),
-        Call::Exec(cmd) => {
+        Call::Exec { cmd, tty } => {
             let slot = slot.expect("taken for every exec call");
-            exec::upgrade(api.engine.clone(), &id, cmd, request, slot).await
+            exec::upgrade(api.engine.clone(), &id, (cmd, tty), request, slot).await
         }
         Call::Files(path) => {
             // The scratch folder is the host's (bound into the container): read there, it does
@@ -180,7 +180,7 @@ async fn retained_answer(api: &Api, lease: &Key, call: Call) -> Result<Response<
             },
         )),
         Call::Logs(query) => retained::logs(&api.data_dir, lease, query.tail).await,
-        Call::Exec(_) => Err(Refusal::NotRunning),
+        Call::Exec { .. } => Err(Refusal::NotRunning),
         Call::Files(path) => {
             let path = scratch_path(&path)?;
             retained::files(&retention::scratch_dir(&api.data_dir, lease), path)

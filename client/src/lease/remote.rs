@@ -10,13 +10,14 @@
 use std::future::Future;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use futures_util::TryStreamExt;
+use futures_util::{Stream, TryStreamExt};
 use gpu_market::state::{Lease, Machine};
 use gpu_market_sdk::api::client::ApiClient;
-use gpu_market_sdk::api::LogsQuery;
+use gpu_market_sdk::api::{LogsQuery, TermSize};
 use http_body_util::{BodyDataStream, BodyExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -25,6 +26,7 @@ use solana_signer::Signer;
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
+use super::terminal;
 use crate::config::{Config, Wallet};
 use crate::output::{print_list, text, Fields};
 
@@ -133,17 +135,32 @@ pub fn logs(config: &Config, lease: &Pubkey, query: LogsQuery, remote: &Remote) 
 }
 
 /// `lease exec`: runs `cmd` in the lease's container, our standard input piped to it and its
-/// output to ours, and exits with its exit code (clamped to 0..=255).
-pub fn exec(config: &Config, lease: &Pubkey, cmd: Vec<String>, remote: &Remote) -> Result<()> {
+/// output to ours (with `tty`, on our terminal in raw mode), and exits with its exit code
+/// (clamped to 0..=255).
+pub fn exec(
+    config: &Config,
+    lease: &Pubkey,
+    cmd: Vec<String>,
+    tty: bool,
+    remote: &Remote,
+) -> Result<()> {
     let (api, signer) = connect(config, lease, remote)?;
+    let raw = tty.then(terminal::RawTerminal::enter).transpose()?;
     let code = block_on(async {
-        let session = api.exec(&signer, lease, cmd).await?;
+        let size = raw.as_ref().map(|_| terminal::size());
+        let session = api.exec(&signer, lease, cmd, size).await?;
+        let resizes: Pin<Box<dyn Stream<Item = TermSize>>> = match raw {
+            Some(_) => Box::pin(terminal::resizes()?),
+            None => Box::pin(futures_util::stream::pending()),
+        };
         let stdio = (tokio::io::stdin(), tokio::io::stdout(), tokio::io::stderr());
-        Ok(session.run(stdio.0, stdio.1, stdio.2).await?)
-    })?;
-    // Now, not on return: the thread reading our standard input may wait for input the command
-    // never read.
-    std::process::exit(exit_status(code))
+        Ok(session.run(stdio.0, stdio.1, stdio.2, resizes).await?)
+    });
+    // The terminal as it was, before anything is printed or the process exits.
+    drop(raw);
+    // Now, not on return: the thread reading our standard input may still wait for input the
+    // command never read.
+    std::process::exit(exit_status(code?))
 }
 
 /// A command's exit code as a process exit status.
@@ -329,13 +346,18 @@ fn connect(config: &Config, lease: &Pubkey, remote: &Remote) -> Result<(ApiClien
     Ok((ApiClient::new(addr, machine, &m.agent), signer))
 }
 
-/// Runs `f` to its end on a runtime of its own.
+/// Runs `f` to its end on a runtime of its own, then leaves the runtime without waiting for
+/// its blocking reads: one of our standard input may wait for input that never comes (a
+/// terminal, or a pipe the command did not read to its end), and dropping the runtime would
+/// wait for it (`lease exec` from a terminal hung after its command ended until Enter).
 fn block_on<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
-    tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?
-        .block_on(f)
+        .context("cannot start the async runtime")?;
+    let out = runtime.block_on(f);
+    runtime.shutdown_background();
+    out
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The client of an agent's API: one TLS connection a request, pinned to the agent's key
 //! ([`crate::tls::client_config`]), each request signed by the lease's client ([`sign`]).
 
+use futures_util::{Stream, StreamExt};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
@@ -10,13 +11,13 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::{
-    sign, Call, ErrorBody, ExecFrame, FrameError, LeaseStatus, LogsQuery, DEFAULT_TTL_SECS,
-    EXEC_PROTOCOL,
+    sign, Call, ErrorBody, ExecFrame, FrameError, LeaseStatus, LogsQuery, TermSize,
+    DEFAULT_TTL_SECS, EXEC_PROTOCOL,
 };
 use crate::tls::{client_config, SERVER_NAME};
 
@@ -110,14 +111,16 @@ impl ApiClient {
         Ok(response.into_body())
     }
 
-    /// Starts `cmd` in `lease`'s container; [`ExecSession::run`] feeds and reads it.
+    /// Starts `cmd` in `lease`'s container, on a terminal of size `tty` if given;
+    /// [`ExecSession::run`] feeds and reads it.
     pub async fn exec(
         &self,
         signer: &dyn Signer,
         lease: &Pubkey,
         cmd: Vec<String>,
+        tty: Option<TermSize>,
     ) -> Result<ExecSession, ClientError> {
-        let response = self.call(signer, lease, &Call::Exec(cmd)).await?;
+        let response = self.call(signer, lease, &Call::Exec { cmd, tty }).await?;
         let upgraded = hyper::upgrade::on(response)
             .await
             .map_err(|source| self.http_error(source))?;
@@ -175,7 +178,7 @@ impl ApiClient {
         if let Some(authorization) = authorization {
             request = request.header(AUTHORIZATION, authorization);
         }
-        if let Call::Exec(_) = call {
+        if let Call::Exec { .. } = call {
             request = request
                 .header(CONNECTION, "Upgrade")
                 .header(UPGRADE, EXEC_PROTOCOL);
@@ -245,17 +248,36 @@ pub struct ExecSession {
 
 impl ExecSession {
     /// Feeds `stdin` to the command (its end, or a failure to read or send it, ends the
-    /// command's input) while writing its output to `stdout` and `stderr` as it comes; returns
-    /// its exit code once it exits, whether or not `stdin` was all read.
+    /// command's input) and each size of `resizes` to its terminal, while writing its output to
+    /// `stdout` and `stderr` as it comes; returns its exit code once it exits, whether or not
+    /// `stdin` was all read.
     pub async fn run(
         self,
         mut stdin: impl AsyncRead + Unpin,
         mut stdout: impl AsyncWrite + Unpin,
         mut stderr: impl AsyncWrite + Unpin,
+        resizes: impl Stream<Item = TermSize>,
     ) -> Result<i64, ClientError> {
         let (mut from_agent, mut to_agent) = tokio::io::split(self.io);
         let feed = async {
-            let _ = tokio::io::copy(&mut stdin, &mut to_agent).await;
+            tokio::pin!(resizes);
+            let mut buf = vec![0u8; 8 * 1024];
+            loop {
+                let frame = tokio::select! {
+                    // A resize before the input that followed it, when both wait.
+                    biased;
+                    Some(size) = resizes.next() => ExecFrame::Resize(size),
+                    read = stdin.read(&mut buf) => match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => ExecFrame::Stdin(buf[..n].to_vec()),
+                    },
+                };
+                let mut wire = Vec::new();
+                frame.encode(&mut wire);
+                if to_agent.write_all(&wire).await.is_err() || to_agent.flush().await.is_err() {
+                    break;
+                }
+            }
             let _ = to_agent.shutdown().await;
         };
         let drain = async {
@@ -265,6 +287,11 @@ impl ExecSession {
                         Some(ExecFrame::Stdout(data)) => (&mut stdout, data),
                         Some(ExecFrame::Stderr(data)) => (&mut stderr, data),
                         Some(ExecFrame::Exit(code)) => return Ok(code),
+                        Some(ExecFrame::Stdin(_) | ExecFrame::Resize(_)) => {
+                            return Err(ClientError::BadAnswer(
+                                "the agent sent a frame only a client sends".into(),
+                            ))
+                        }
                         None => return Err(ClientError::NoExitCode),
                     };
                 out.write_all(&data).await.map_err(ClientError::Output)?;
