@@ -11,6 +11,10 @@
 //!   the client;
 //! - `slash` for each machine with enough current evidence (skipped intervals, power
 //!   violations): the stake treasury keeps it;
+//! - `unreserve` for each machine whose reservation holds nothing any more (`Machine::holds`:
+//!   its bid started, left the book or is reserved elsewhere, the machine is not active, or the
+//!   reservation lapsed), so that no stale reservation lingers where the machine's own agent,
+//!   which clears its own, is gone;
 //! - `close_sealed_env` for each sealed environment whose bid is gone: rent to the client.
 //!
 //! None of these can send funds anywhere but to their owners, so the keeper needs no trust and
@@ -24,8 +28,10 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
-use gpu_market::state::{Bid, BidKind, BidStatus, Lease, Machine, Market, SealedEnv};
-use gpu_market_sdk::{CloseLease, CloseSealedEnv, PruneBid, Slash};
+use gpu_market::state::{
+    Bid, BidKind, BidStatus, Lease, Machine, MachineStatus, Market, SealedEnv,
+};
+use gpu_market_sdk::{CloseLease, CloseSealedEnv, PruneBid, Slash, Unreserve};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -54,7 +60,8 @@ pub struct KeeperArgs {
     metrics_file: Option<PathBuf>,
     /// The most transactions one round sends (each pays its fee): what is due beyond waits
     /// for the next round, the most pressing first (reclaims, settlements, slashes, then
-    /// prunes and closes), so that a flood of expired bids cannot spend the keeper's SOL.
+    /// prunes, stale reservations and closes), so that a flood of expired bids cannot spend
+    /// the keeper's SOL.
     #[arg(long, default_value_t = 64)]
     max_per_round: usize,
 }
@@ -68,6 +75,7 @@ enum Duty {
     Settle,
     Slash,
     Prune,
+    Unreserve,
     CloseEnv,
 }
 
@@ -79,6 +87,7 @@ impl Duty {
             Duty::Settle => "settle",
             Duty::Reclaim => "reclaim",
             Duty::Slash => "slash",
+            Duty::Unreserve => "unreserve",
             Duty::CloseEnv => "close_env",
         }
     }
@@ -263,8 +272,51 @@ fn due<'a>(config: &Config, keeper: &'a Keypair, market: &Pubkey) -> Result<Vec<
             });
         }
     }
+    stale_reservations(config, (market, &m), &machines, now, &mut due)?;
     orphan_envs(config, keeper, market, &mut due)?;
     Ok(due)
+}
+
+fn stale_reservations(
+    config: &Config,
+    (market, m): (&Pubkey, &Market),
+    machines: &BTreeMap<Pubkey, Machine>,
+    now: i64,
+    due: &mut Vec<Due<'_>>,
+) -> Result<()> {
+    let reserved: Vec<(&Pubkey, &Machine)> = machines
+        .iter()
+        .filter(|(_, mach)| mach.reservation.is_set())
+        .collect();
+    let keys: Vec<Pubkey> = reserved.iter().map(|(_, m)| m.reservation.bid).collect();
+    let bids = config.fetch_many::<Bid>(&keys)?;
+    for ((key, mach), bid) in reserved.into_iter().zip(bids) {
+        let held = mach.reservation.bid;
+        let reason = match &bid {
+            Some(b) if mach.holds(key, (&held, b), m, now) => continue,
+            None => format!("its bid {held} is closed"),
+            Some(b) if b.status != BidStatus::Open => {
+                format!("its bid {held} started or left the book")
+            }
+            Some(b) if b.reserved_on != *key => {
+                format!("its bid {held} is reserved on machine {}", b.reserved_on)
+            }
+            Some(_) if mach.status != MachineStatus::Active => {
+                "the machine is not active".to_string()
+            }
+            Some(_) => format!(
+                "it lapsed a silence window after its start {}",
+                mach.reservation.start
+            ),
+        };
+        due.push(Due {
+            duty: Duty::Unreserve,
+            target: *key,
+            reason,
+            ix: Box::new(Unreserve::of(*market, (*key, mach))),
+        });
+    }
+    Ok(())
 }
 
 fn expired_bids<'a>(
@@ -402,6 +454,7 @@ mod tests {
             (Duty::Reclaim, 3),
             (Duty::Prune, 4),
             (Duty::Settle, 5),
+            (Duty::Unreserve, 7),
             (Duty::Slash, 6),
         ];
         let (taken, deferred) = capped(found.clone(), 4, |d| d.0);
@@ -414,8 +467,13 @@ mod tests {
                 (Duty::Prune, 1)
             ]
         );
-        assert_eq!(deferred, 2);
+        assert_eq!(deferred, 3);
         let (all, none) = capped(found, 64, |d| d.0);
-        assert_eq!((all.len(), none), (6, 0));
+        assert_eq!((all.len(), none), (7, 0));
+        // A stale reservation before the rent of a sealed environment.
+        assert_eq!(
+            all[5..].iter().map(|d| d.0).collect::<Vec<_>>(),
+            [Duty::Unreserve, Duty::CloseEnv]
+        );
     }
 }

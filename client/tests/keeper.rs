@@ -241,6 +241,66 @@ fn the_keeper_refunds_a_retired_machines_spot_bids_so_that_it_closes() {
     assert!(!t.exists(&host.machine));
 }
 
+/// A reservation whose bid left the book holds nothing: the keeper clears it (`unreserve`),
+/// and leaves alone one that still holds its bid.
+#[test]
+fn the_keeper_clears_a_reservation_that_holds_nothing_and_only_that() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    s.fund(&t, &client, "100");
+    let keeper = t.wallet("keeper");
+    let prom = t.path("keeper.prom");
+    let m = s.m();
+    // A lease on GPU 0 at 250 W; a queue bid for that GPU at 300 W cannot share it (one power
+    // limit a GPU), and GPU 1 is of another class: it waits for the lease's end.
+    let lease = leased(&t, &s, &host, &client, "1");
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "3",
+                "--class",
+                "0",
+                "--nonce",
+                "2",
+            ],
+        ),
+    );
+    let waiting = pk(&out["bid"]);
+    let market: Market = t.account(&s.market);
+    let reserve = gpu_market_sdk::Reserve::of(
+        s.market,
+        market.queue_book,
+        (host.machine, waiting),
+        Pubkey::default(),
+        &[(lease, t.account::<Lease>(&lease))],
+        vec![],
+    );
+    t.send(&key_of(&keeper), &[&reserve]);
+    let held = t.account::<Machine>(&host.machine).reservation;
+    assert_eq!(held.bid, waiting);
+    assert!(keep(&t, &keeper, &s, &prom).is_empty(), "it holds its bid");
+
+    t.ok(&client, &["bid", "cancel", &waiting.to_string()]);
+    assert_eq!(
+        keep(&t, &keeper, &s, &prom),
+        set(&[("unreserve", host.machine)])
+    );
+    assert!(!t.account::<Machine>(&host.machine).reservation.is_set());
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        metrics.contains(r#"duty="unreserve",outcome="sent"} 1"#),
+        "{metrics}"
+    );
+    assert!(keep(&t, &keeper, &s, &prom).is_empty(), "once");
+}
+
 /// A retired machine whose proofs accrued pay nobody has claimed: the program refuses to close
 /// it (`PayUnclaimed`), so `host close` claims the pay for its owner first, in the same command,
 /// then closes it; the fee waits in the market for `collect_fees`.
