@@ -8,6 +8,7 @@ use solana_compiler_builtins as _;
 
 use anchor_lang::prelude::*;
 
+pub mod constants;
 pub mod errors;
 pub mod events;
 pub mod instructions;

@@ -108,6 +108,7 @@ impl overclock::Settings for OverclockTerms {
 }
 
 /// The most throughput, in bps, a bid may let the host trade for energy with auto power (20 %).
+#[constant]
 pub const MAX_AUTO_POWER_TOLERANCE_BPS: u16 = 2_000;
 
 /// A client's bid with its escrow. Its fixed fields are [`BidData`]'s (`bid.escrow` reads

@@ -31,10 +31,13 @@ use crate::state::OverclockTerms;
 /// Most entries one book holds.
 pub const BOOK_CAPACITY: usize = 4096;
 /// `BidBook::kind` of a market's queue book (bids waiting for any machine).
+#[constant]
 pub const BOOK_KIND_QUEUE: u8 = 1;
 /// `BidBook::kind` of one machine's spot book.
+#[constant]
 pub const BOOK_KIND_SPOT: u8 = 2;
 /// The empty handle: no root, no next free node.
+#[constant]
 pub const BOOK_NIL: u32 = u32::MAX;
 /// Set in a handle that names a leaf; clear in one that names an inner node.
 const LEAF_BIT: u32 = 1 << 31;

@@ -94,17 +94,23 @@ const _: () = assert!(
 crate::state::pod_borsh!(MarketParams);
 
 /// Bounds on what a market's authority may set: the parameters can be changed, never bent.
+#[constant]
 pub const MAX_BILLING_INTERVAL_SECS: u32 = 3_600;
+#[constant]
 pub const MAX_PROTOCOL_FEE_BPS: u16 = 1_000;
+#[constant]
 pub const MAX_UNSTAKE_COOLDOWN_SECS: u32 = 30 * 86_400;
+#[constant]
 pub const MAX_SLASH_BPS: u16 = 5_000;
 /// Demand samples `tick_demand` catches up at most (smoothing has converged long before).
 pub const MAX_DEMAND_CATCH_UP: u64 = 64;
 /// A host always has one whole interval after a window ends to prove it before a client may
 /// call it silent.
+#[constant]
 pub const MIN_SILENCE_INTERVALS: u16 = 2;
 
 /// The longest any bid may wait to start: 7 days.
+#[constant]
 pub const MAX_BID_WAIT_SECS: u64 = 7 * 86_400;
 
 impl MarketParams {
