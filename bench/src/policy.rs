@@ -152,7 +152,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
             .enumerate()
             .map(|(i, b)| BookLeaf {
                 bid: key(4, i),
-                score: 0,
+                book_key: 0,
                 seq: i as u64,
                 summary: b.summary(0),
             })

@@ -211,7 +211,7 @@ impl ClientInstruction for RegisterMachine<'_> {
             gpu_market::accounts::RegisterMachine {
                 owner: self.owner.pubkey(),
                 market: self.market,
-                owner_stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+                host_stake: pda::stake(&self.market, &self.owner.pubkey()).0,
                 machine: self.machine(),
                 system_program: solana_system_interface::program::ID,
             },
@@ -777,7 +777,7 @@ impl ClientInstruction for CloseMachine<'_> {
                 machine: self.machine,
                 market: self.market,
                 spot_book: self.spot_book,
-                owner_stake: pda::stake(&self.market, &self.owner.pubkey()).0,
+                host_stake: pda::stake(&self.market, &self.owner.pubkey()).0,
             },
             gpu_market::instruction::CloseMachine {},
         )

@@ -62,9 +62,9 @@ pub struct CloseMachine<'info> {
     #[account(
         mut, dup,
         seeds = [seeds::STAKE, machine.market.as_ref(), owner.key().as_ref()],
-        bump = owner_stake.bump,
+        bump = host_stake.bump,
     )]
-    pub owner_stake: Box<Account<'info, StakeAccount>>,
+    pub host_stake: Box<Account<'info, StakeAccount>>,
 }
 
 impl CloseMachine<'_> {
@@ -74,8 +74,8 @@ impl CloseMachine<'_> {
         // Enough current evidence against the machine is slashed now: closing it must not
         // take the evidence away (issue 30, fault 7).
         let key = a.machine.key();
-        slash_evidence(&mut a.market, &mut a.machine, key, &mut a.owner_stake, now)?;
-        a.owner_stake.unbond(a.machine.bond);
+        slash_evidence(&mut a.market, &mut a.machine, key, &mut a.host_stake, now)?;
+        a.host_stake.unbond(a.machine.bond);
         let a = &ctx.accounts;
         match &a.spot_book {
             Some(book) => require!(book.load()?.is_empty(), MarketError::BookNotEmpty),

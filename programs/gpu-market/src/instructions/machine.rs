@@ -23,9 +23,9 @@ pub struct RegisterMachine<'info> {
     #[account(
         mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), owner.key().as_ref()],
-        bump = owner_stake.bump,
+        bump = host_stake.bump,
     )]
-    pub owner_stake: Box<Account<'info, StakeAccount>>,
+    pub host_stake: Box<Account<'info, StakeAccount>>,
 
     #[account(
         init,
@@ -43,7 +43,7 @@ impl RegisterMachine<'_> {
     pub fn register_machine(ctx: Context<Self>, id: u64, terms: MachineTerms) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let bond = ctx.accounts.market.params.min_host_stake;
-        ctx.accounts.owner_stake.bond(bond)?;
+        ctx.accounts.host_stake.bond(bond)?;
         let machine = &mut ctx.accounts.machine;
         machine.bond = bond;
         machine.market = ctx.accounts.market.key();

@@ -10,8 +10,8 @@
 //! `instructions::book_rent`). Each leaf carries its bid's [`BidSummary`], so `allocate` can tell
 //! from the book alone whether any bid ranked above the chosen one fits.
 //!
-//! Entries are ranked by [`BookKey`]: higher `score` first, then lower `seq` (earlier placement).
-//! The tree is keyed on the 128 bits `!score ‖ seq`, so ascending bit order is rank order and an
+//! Entries are ranked by [`BookKey`]: higher `book_key` first, then lower `seq` (earlier placement).
+//! The tree is keyed on the 128 bits `!book_key ‖ seq`, so ascending bit order is rank order and an
 //! in-order walk yields the best bid first.
 //!
 //! An insertion walks one root-to-leaf path twice; a removal walks its entry's path, then the
@@ -73,32 +73,33 @@ pub enum BookError {
 /// The rank of a bid. Its `Ord` is book order: `a < b` means `a` is served before `b`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BookKey {
-    /// Higher first. 0..=10000 from the score formula plus aging; any `u64` works.
-    pub score: u64,
-    /// Placement order, lower first among equal scores. Unique per book makes keys unique.
+    /// Higher first: the bid's `book_key` (its rank, from its score: `Bid::book_key`); any
+    /// `u64` works.
+    pub book_key: u64,
+    /// Placement order, lower first among equal book keys. Unique per book makes keys unique.
     pub seq: u64,
 }
 
 impl BookKey {
-    pub const fn new(score: u64, seq: u64) -> Self {
-        Self { score, seq }
+    pub const fn new(book_key: u64, seq: u64) -> Self {
+        Self { book_key, seq }
     }
 
-    /// Bit `i` (0 = most significant) of the tree key `!score ‖ seq`, as a child index.
+    /// Bit `i` (0 = most significant) of the tree key `!book_key ‖ seq`, as a child index.
     #[inline(always)]
     fn bit(&self, i: u32) -> usize {
         if i < 64 {
-            ((!self.score >> (63 - i)) & 1) as usize
+            ((!self.book_key >> (63 - i)) & 1) as usize
         } else {
             ((self.seq >> (127 - i)) & 1) as usize
         }
     }
 
     /// The first bit where the two tree keys differ, or `None` when the keys are equal.
-    /// (`!a ^ !b == a ^ b`, so the score half needs no negation.)
+    /// (`!a ^ !b == a ^ b`, so the book-key half needs no negation.)
     #[inline(always)]
     fn crit_bit(&self, other: &BookKey) -> Option<u32> {
-        let hi = self.score ^ other.score;
+        let hi = self.book_key ^ other.book_key;
         if hi != 0 {
             return Some(leading_zeros(hi));
         }
@@ -112,7 +113,10 @@ impl BookKey {
 
 impl Ord for BookKey {
     fn cmp(&self, other: &Self) -> Ordering {
-        other.score.cmp(&self.score).then(self.seq.cmp(&other.seq))
+        other
+            .book_key
+            .cmp(&self.book_key)
+            .then(self.seq.cmp(&other.seq))
     }
 }
 
@@ -270,14 +274,15 @@ impl BidSummary {
 pub struct BookLeaf {
     /// The bid account this entry stands for.
     pub bid: Pubkey,
-    pub score: u64,
+    /// Its rank in the book, higher first: the bid's `book_key` (not its score).
+    pub book_key: u64,
     pub seq: u64,
     pub summary: BidSummary,
 }
 
 impl BookLeaf {
     pub fn key(&self) -> BookKey {
-        BookKey::new(self.score, self.seq)
+        BookKey::new(self.book_key, self.seq)
     }
 }
 
@@ -289,7 +294,7 @@ impl BookLeaf {
 pub struct BookInner {
     /// Handles: leaf index | `LEAF_BIT`, or inner index.
     pub children: [u32; 2],
-    /// 0..128, counted from the most significant bit of `!score ‖ seq`.
+    /// 0..128, counted from the most significant bit of `!book_key ‖ seq`.
     pub crit_bit: u32,
 }
 
@@ -458,7 +463,7 @@ impl<H: Deref<Target = BidBook>, S: Deref<Target = [BookSlot]>> Book<H, S> {
         self.head.full_secs(now)
     }
 
-    /// The entry served first: highest score, then earliest placement.
+    /// The entry served first: highest book key, then earliest placement.
     pub fn best(&self) -> Option<&BookLeaf> {
         self.edge(0)
     }
@@ -562,7 +567,7 @@ impl<H: DerefMut<Target = BidBook>, S: DerefMut<Target = [BookSlot]>> Book<H, S>
         }
         let leaf = BookLeaf {
             bid,
-            score: key.score,
+            book_key: key.book_key,
             seq: key.seq,
             summary,
         };

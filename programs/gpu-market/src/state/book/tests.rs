@@ -61,7 +61,7 @@ fn pop(book: &mut Owned) -> Option<BookLeaf> {
 
 fn bid_of(key: BookKey) -> Pubkey {
     let mut b = [0u8; 32];
-    b[..8].copy_from_slice(&key.score.to_le_bytes());
+    b[..8].copy_from_slice(&key.book_key.to_le_bytes());
     b[8..16].copy_from_slice(&key.seq.to_le_bytes());
     Pubkey::new_from_array(b)
 }
@@ -421,7 +421,7 @@ fn random_ops(seed: u64, ops: usize, score_range: u64, seq_range: u64) {
     };
     for op in 0..ops {
         let key = pick(&mut rng);
-        let mk = (Reverse(key.score), key.seq);
+        let mk = (Reverse(key.book_key), key.seq);
         match rng.below(10) {
             0..=4 => {
                 let bid = Pubkey::new_unique();
@@ -447,7 +447,8 @@ fn random_ops(seed: u64, ops: usize, score_range: u64, seq_range: u64) {
                 assert_eq!(got, model.contains_key(&mk), "op {op}: contains {key:?}");
             }
             _ => {
-                let got = pop(&mut book).map(|l| ((Reverse(l.score), l.seq), (l.bid, payload(&l))));
+                let got =
+                    pop(&mut book).map(|l| ((Reverse(l.book_key), l.seq), (l.bid, payload(&l))));
                 let want = model.pop_first();
                 assert_eq!(got, want, "op {op}: pop_best");
             }
@@ -455,11 +456,11 @@ fn random_ops(seed: u64, ops: usize, score_range: u64, seq_range: u64) {
         assert_eq!(book.len(), model.len());
         let to_leaf = |(k, v): (&(Reverse<u64>, u64), &(Pubkey, u32))| (k.0 .0, k.1, v.0, v.1);
         assert_eq!(
-            book.best().map(|l| (l.score, l.seq, l.bid, payload(l))),
+            book.best().map(|l| (l.book_key, l.seq, l.bid, payload(l))),
             model.iter().next().map(to_leaf)
         );
         assert_eq!(
-            book.worst().map(|l| (l.score, l.seq, l.bid, payload(l))),
+            book.worst().map(|l| (l.book_key, l.seq, l.bid, payload(l))),
             model.iter().next_back().map(to_leaf)
         );
         assert_eq!(
@@ -469,7 +470,7 @@ fn random_ops(seed: u64, ops: usize, score_range: u64, seq_range: u64) {
         if op % 97 == 0 {
             let got: Vec<_> = book
                 .iter()
-                .map(|l| (l.score, l.seq, l.bid, payload(l)))
+                .map(|l| (l.book_key, l.seq, l.bid, payload(l)))
                 .collect();
             let want: Vec<_> = model.iter().map(to_leaf).collect();
             assert_eq!(got, want, "op {op}: iteration");
