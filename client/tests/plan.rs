@@ -10,22 +10,8 @@ use gpu_market::state::{Bid, Market};
 use serde_json::{json, Value};
 use solana_signer::Signer;
 
-/// meta-llama/Llama-2-7b-hf's config.json.
-const LLAMA2_7B: &str = r#"{
-  "architectures": ["LlamaForCausalLM"],
-  "hidden_act": "silu",
-  "hidden_size": 4096,
-  "intermediate_size": 11008,
-  "max_position_embeddings": 4096,
-  "model_type": "llama",
-  "num_attention_heads": 32,
-  "num_hidden_layers": 32,
-  "num_key_value_heads": 32,
-  "rms_norm_eps": 1e-05,
-  "tie_word_embeddings": false,
-  "torch_dtype": "float16",
-  "vocab_size": 32000
-}"#;
+/// meta-llama/Llama-2-7b-hf's config.json, as published.
+const LLAMA2_7B: &str = include_str!("fixtures/llama-2-7b-config.json");
 
 #[test]
 fn a_plan_from_a_models_config_is_priced_on_the_market_and_placed_as_its_bid() {

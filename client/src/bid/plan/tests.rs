@@ -5,28 +5,10 @@ use super::*;
 
 /// meta-llama/Llama-2-7b-hf's config.json, as published.
 fn llama2_7b_config() -> Value {
-    json!({
-        "architectures": ["LlamaForCausalLM"],
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "hidden_act": "silu",
-        "hidden_size": 4096,
-        "initializer_range": 0.02,
-        "intermediate_size": 11008,
-        "max_position_embeddings": 4096,
-        "model_type": "llama",
-        "num_attention_heads": 32,
-        "num_hidden_layers": 32,
-        "num_key_value_heads": 32,
-        "pretraining_tp": 1,
-        "rms_norm_eps": 1e-05,
-        "rope_scaling": null,
-        "tie_word_embeddings": false,
-        "torch_dtype": "float16",
-        "transformers_version": "4.31.0.dev0",
-        "use_cache": true,
-        "vocab_size": 32000
-    })
+    serde_json::from_str(include_str!(
+        "../../../tests/fixtures/llama-2-7b-config.json"
+    ))
+    .unwrap()
 }
 
 #[test]
