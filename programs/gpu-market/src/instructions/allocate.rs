@@ -31,14 +31,18 @@ pub struct Allocate<'info> {
     #[account(mut, dup)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = market, has_one = agent @ MarketError::WrongAgent)]
+    #[account(
+        mut, dup,
+        constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne,
+        constraint = machine.agent == agent.key() @ MarketError::WrongAgent,
+    )]
     pub machine: Box<Account<'info, Machine>>,
 
     /// The market's queue book (queue bids) or the machine's spot book (spot bids).
     #[account(mut)]
     pub book: AccountLoader<'info, BidBook>,
 
-    #[account(mut, dup, has_one = market)]
+    #[account(mut, dup, constraint = bid.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub bid: Box<Account<'info, Bid>>,
 
     #[account(
@@ -52,7 +56,7 @@ pub struct Allocate<'info> {
 
     #[account(
         mut, dup,
-        seeds = [seeds::STAKE, market.key().as_ref(), bid.client.as_ref()],
+        seeds = [seeds::STAKE, market.key().as_ref(), bid.data.client.as_ref()],
         bump = client_stake.bump,
     )]
     pub client_stake: Box<Account<'info, StakeAccount>>,

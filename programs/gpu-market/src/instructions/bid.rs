@@ -101,7 +101,11 @@ pub struct PlaceBid<'info> {
     #[account(mut)]
     pub client: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
     /// The new bid's account, created by the handler rather than by `init`: one
@@ -121,7 +125,7 @@ pub struct PlaceBid<'info> {
     /// The target of a spot bid; for a queue bid, its witness: an active machine it could run
     /// on once that machine's leases are gone (any one; the client finds it), so that no bid
     /// that fits no machine waits in the book, counts as demand or outranks one that fits.
-    #[account(has_one = market)]
+    #[account(constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub machine: Box<Account<'info, Machine>>,
 
     /// The client's stake account (opened with `open_stake`; its amount may be zero): S of
@@ -148,7 +152,7 @@ pub struct PlaceBid<'info> {
 
     /// Only when the book is full: its lowest-ranked bid, which the new bid evicts (if it
     /// outranks it) with its escrow, less its holding charge, and its rent back to that bid's client.
-    #[account(mut, dup, has_one = market)]
+    #[account(mut, dup, constraint = evicted.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub evicted: Option<Box<Account<'info, Bid>>>,
 
     /// CHECK: must be `evicted.client` (checked in the handler); receives the evicted bid's rent.
@@ -164,7 +168,10 @@ pub struct PlaceBid<'info> {
     /// The evicted bid's client's stake account; absent when that client is the bidder. Never
     /// the bidder's own: both are written back at the end, and the second write would undo the
     /// first (the bidder's open bids).
-    #[account(mut, dup, constraint = evicted_stake.key() != stake.key() @ MarketError::WrongStakeAccount)]
+    #[account(
+        mut, dup,
+        constraint = evicted_stake.key() != stake.key() @ MarketError::WrongStakeAccount,
+    )]
     pub evicted_stake: Option<Box<Account<'info, StakeAccount>>>,
 }
 
@@ -530,10 +537,18 @@ impl PlaceBid<'_> {
 pub struct TopUpBid<'info> {
     pub client: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = client, has_one = market)]
+    #[account(
+        mut, dup,
+        constraint = bid.client == client.key() @ ErrorCode::ConstraintHasOne,
+        constraint = bid.market == market.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub bid: Box<Account<'info, Bid>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
@@ -616,10 +631,19 @@ pub struct CancelBid<'info> {
     #[account(mut)]
     pub client: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = client, has_one = market, close = client)]
+    #[account(
+        mut, dup,
+        constraint = bid.client == client.key() @ ErrorCode::ConstraintHasOne,
+        constraint = bid.market == market.key() @ ErrorCode::ConstraintHasOne,
+        close = client,
+    )]
     pub bid: Box<Account<'info, Bid>>,
 
     /// The book the bid waits in.
@@ -662,10 +686,19 @@ pub struct PruneBid<'info> {
     /// Whoever sends it (a keeper, an agent, the client): pays only the fee.
     pub caller: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = client, has_one = market, close = client)]
+    #[account(
+        mut, dup,
+        constraint = bid.client == client.key() @ ErrorCode::ConstraintHasOne,
+        constraint = bid.market == market.key() @ ErrorCode::ConstraintHasOne,
+        close = client,
+    )]
     pub bid: Box<Account<'info, Bid>>,
 
     /// CHECK: the bid's client (`has_one` above); receives the bid account's rent.
@@ -678,7 +711,7 @@ pub struct PruneBid<'info> {
 
     #[account(
         mut, dup,
-        seeds = [seeds::STAKE, market.key().as_ref(), bid.client.as_ref()],
+        seeds = [seeds::STAKE, market.key().as_ref(), bid.data.client.as_ref()],
         bump = stake.bump,
     )]
     pub stake: Box<Account<'info, StakeAccount>>,

@@ -93,7 +93,10 @@ pub fn holds_slot_rent(bid: &AccountInfo<'_>, rent: &Rent, due: u64) -> bool {
 pub struct InitQueueBook<'info> {
     pub authority: Signer<'info>,
 
-    #[account(mut, dup, has_one = authority @ MarketError::NotMarketAuthority)]
+    #[account(
+        mut, dup,
+        constraint = market.authority == authority.key() @ MarketError::NotMarketAuthority,
+    )]
     pub market: Account<'info, Market>,
 
     /// Created by the system program in the same transaction; its key signs, so an account
@@ -124,9 +127,9 @@ pub struct InitSpotBook<'info> {
 
     #[account(
         mut, dup,
-        seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
+        seeds = [seeds::MACHINE, machine.data.market.as_ref(), owner.key().as_ref(), &machine.data.id.to_le_bytes()],
         bump = machine.bump,
-        has_one = owner,
+        constraint = machine.owner == owner.key() @ ErrorCode::ConstraintHasOne,
     )]
     pub machine: Box<Account<'info, Machine>>,
 

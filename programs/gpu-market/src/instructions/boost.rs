@@ -15,10 +15,18 @@ use crate::state::{seeds, Bid, BidKind, BidStatus, BookKey, Market, StakeAccount
 pub struct BoostBid<'info> {
     pub client: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = client, has_one = market)]
+    #[account(
+        mut, dup,
+        constraint = bid.client == client.key() @ ErrorCode::ConstraintHasOne,
+        constraint = bid.market == market.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub bid: Box<Account<'info, Bid>>,
 
     /// The client's stake: the score counts it as it is now.

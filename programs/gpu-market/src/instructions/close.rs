@@ -43,7 +43,7 @@ pub struct CloseMachine<'info> {
     #[account(
         mut, dup,
         close = owner,
-        has_one = owner,
+        constraint = machine.owner == owner.key() @ ErrorCode::ConstraintHasOne,
         constraint = machine.status == MachineStatus::Retired @ MarketError::MachineNotRetired,
         constraint = machine.leases == 0 @ MarketError::MachineBusy,
         constraint = machine.unclaimed_pay == 0 && machine.unclaimed_fee == 0 @ MarketError::PayUnclaimed,
@@ -61,7 +61,7 @@ pub struct CloseMachine<'info> {
     /// The owner's stake: the machine's bond is released.
     #[account(
         mut, dup,
-        seeds = [seeds::STAKE, machine.market.as_ref(), owner.key().as_ref()],
+        seeds = [seeds::STAKE, machine.data.market.as_ref(), owner.key().as_ref()],
         bump = host_stake.bump,
     )]
     pub host_stake: Box<Account<'info, StakeAccount>>,
@@ -95,7 +95,10 @@ pub struct CloseQueueBook<'info> {
     #[account(mut)]
     pub authority: Signer<'info>,
 
-    #[account(mut, dup, has_one = authority @ MarketError::NotMarketAuthority)]
+    #[account(
+        mut, dup,
+        constraint = market.authority == authority.key() @ MarketError::NotMarketAuthority,
+    )]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, close = authority, address = market.queue_book @ MarketError::WrongBook)]

@@ -20,7 +20,7 @@ pub struct SealEnv<'info> {
     #[account(mut)]
     pub client: Signer<'info>,
 
-    #[account(has_one = client)]
+    #[account(constraint = bid.client == client.key() @ ErrorCode::ConstraintHasOne)]
     pub bid: Box<Account<'info, Bid>>,
 
     #[account(

@@ -14,7 +14,11 @@ use crate::state::{BidKind, Freed, Lease, Machine, MachineStatus, Market};
 pub struct ExtendLease<'info> {
     pub client: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, dup, address = lease.machine)]

@@ -107,7 +107,10 @@ impl InitMarket<'_> {
 pub struct UpdateMarket<'info> {
     pub authority: Signer<'info>,
 
-    #[account(mut, dup, has_one = authority @ MarketError::NotMarketAuthority)]
+    #[account(
+        mut, dup,
+        constraint = market.authority == authority.key() @ MarketError::NotMarketAuthority,
+    )]
     pub market: Box<Account<'info, Market>>,
 }
 
@@ -180,12 +183,12 @@ pub struct CollectFees<'info> {
 
     #[account(
         mut, dup,
-        has_one = payment_mint,
-        has_one = stake_mint,
-        has_one = payment_vault,
-        has_one = stake_vault,
-        has_one = treasury,
-        has_one = stake_treasury,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.stake_mint == stake_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.stake_vault == stake_vault.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.treasury == treasury.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.stake_treasury == stake_treasury.key() @ ErrorCode::ConstraintHasOne,
     )]
     pub market: Box<Account<'info, Market>>,
 

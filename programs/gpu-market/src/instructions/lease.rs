@@ -21,7 +21,10 @@ pub struct Preempt<'info> {
 
     pub market: Box<Account<'info, Market>>,
 
-    #[account(has_one = market, has_one = agent @ MarketError::WrongAgent)]
+    #[account(
+        constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne,
+        constraint = machine.agent == agent.key() @ MarketError::WrongAgent,
+    )]
     pub machine: Box<Account<'info, Machine>>,
 
     #[account(mut, dup, has_one = machine)]
@@ -31,12 +34,12 @@ pub struct Preempt<'info> {
     pub lease_bid: Box<Account<'info, Bid>>,
 
     /// The waiting bid that wants the lease's GPUs.
-    #[account(has_one = market)]
+    #[account(constraint = challenger.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub challenger: Box<Account<'info, Bid>>,
 
     /// The challenger's client stake (for the anti-monopoly cap).
     #[account(
-        seeds = [seeds::STAKE, market.key().as_ref(), challenger.client.as_ref()],
+        seeds = [seeds::STAKE, market.key().as_ref(), challenger.data.client.as_ref()],
         bump = challenger_stake.bump,
     )]
     pub challenger_stake: Box<Account<'info, StakeAccount>>,
@@ -164,7 +167,11 @@ pub struct SubmitUsage<'info> {
 
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = market, has_one = agent @ MarketError::WrongAgent)]
+    #[account(
+        mut, dup,
+        constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne,
+        constraint = machine.agent == agent.key() @ MarketError::WrongAgent,
+    )]
     pub machine: Box<Account<'info, Machine>>,
 }
 
@@ -369,10 +376,14 @@ fn prove(
 /// Accounts of `claim_pay`: anyone may send it, the pay can only go to the machine's owner.
 #[derive(Accounts)]
 pub struct ClaimPay<'info> {
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = market)]
+    #[account(mut, dup, constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub machine: Box<Account<'info, Machine>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
@@ -426,7 +437,11 @@ impl ClaimPay<'_> {
 pub struct CloseLease<'info> {
     pub signer: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
     #[account(mut, dup, address = lease.machine)]

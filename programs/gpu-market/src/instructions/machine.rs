@@ -73,10 +73,10 @@ pub struct UpdateMachine<'info> {
 
     #[account(
         mut, dup,
-        seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
+        seeds = [seeds::MACHINE, machine.data.market.as_ref(), owner.key().as_ref(), &machine.data.id.to_le_bytes()],
         bump = machine.bump,
-        has_one = owner,
-        has_one = market,
+        constraint = machine.owner == owner.key() @ ErrorCode::ConstraintHasOne,
+        constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne,
     )]
     pub machine: Box<Account<'info, Machine>>,
 
@@ -155,9 +155,9 @@ pub struct SetCachedImages<'info> {
 
     #[account(
         mut, dup,
-        seeds = [seeds::MACHINE, machine.market.as_ref(), owner.key().as_ref(), &machine.id.to_le_bytes()],
+        seeds = [seeds::MACHINE, machine.data.market.as_ref(), owner.key().as_ref(), &machine.data.id.to_le_bytes()],
         bump = machine.bump,
-        has_one = owner,
+        constraint = machine.owner == owner.key() @ ErrorCode::ConstraintHasOne,
     )]
     pub machine: Box<Account<'info, Machine>>,
 }
@@ -185,7 +185,7 @@ impl SetCachedImages<'_> {
 pub struct Heartbeat<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, dup, has_one = agent @ MarketError::WrongAgent)]
+    #[account(mut, dup, constraint = machine.agent == agent.key() @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
 }
 
@@ -210,7 +210,7 @@ impl Heartbeat<'_> {
 pub struct ReportFault<'info> {
     pub agent: Signer<'info>,
 
-    #[account(mut, dup, has_one = agent @ MarketError::WrongAgent)]
+    #[account(mut, dup, constraint = machine.agent == agent.key() @ MarketError::WrongAgent)]
     pub machine: Box<Account<'info, Machine>>,
 }
 

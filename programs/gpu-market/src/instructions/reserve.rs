@@ -18,13 +18,13 @@ use crate::state::{
 pub struct Reserve<'info> {
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = market)]
+    #[account(mut, dup, constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub machine: Box<Account<'info, Machine>>,
 
     #[account(address = market.queue_book @ MarketError::WrongBook)]
     pub queue_book: AccountLoader<'info, BidBook>,
 
-    #[account(mut, dup, has_one = market)]
+    #[account(mut, dup, constraint = bid.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub bid: Box<Account<'info, Bid>>,
 
     /// The machine the bid is reserved on now (`bid.reserved_on`), when that is another one:
@@ -165,7 +165,7 @@ impl Reserve<'_> {
 pub struct Unreserve<'info> {
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = market)]
+    #[account(mut, dup, constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub machine: Box<Account<'info, Machine>>,
 
     /// CHECK: the reservation's bid, read only where it is still one of this program's bids

@@ -13,7 +13,7 @@ pub struct Slash<'info> {
     #[account(mut, dup)]
     pub market: Box<Account<'info, Market>>,
 
-    #[account(mut, dup, has_one = market)]
+    #[account(mut, dup, constraint = machine.market == market.key() @ ErrorCode::ConstraintHasOne)]
     pub machine: Box<Account<'info, Machine>>,
 
     #[account(

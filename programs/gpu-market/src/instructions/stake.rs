@@ -42,7 +42,11 @@ pub struct Stake<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    #[account(mut, dup, has_one = stake_mint, has_one = stake_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.stake_mint == stake_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.stake_vault == stake_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Account<'info, Market>,
 
     #[account(
@@ -106,7 +110,11 @@ impl Stake<'_> {
 pub struct ClaimRefunds<'info> {
     pub owner: Signer<'info>,
 
-    #[account(mut, dup, has_one = payment_mint, has_one = payment_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.payment_mint == payment_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.payment_vault == payment_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Box<Account<'info, Market>>,
 
     #[account(

@@ -52,7 +52,11 @@ impl RequestUnstake<'_> {
 pub struct WithdrawStake<'info> {
     pub owner: Signer<'info>,
 
-    #[account(mut, dup, has_one = stake_mint, has_one = stake_vault)]
+    #[account(
+        mut, dup,
+        constraint = market.stake_mint == stake_mint.key() @ ErrorCode::ConstraintHasOne,
+        constraint = market.stake_vault == stake_vault.key() @ ErrorCode::ConstraintHasOne,
+    )]
     pub market: Account<'info, Market>,
 
     #[account(

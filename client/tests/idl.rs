@@ -1,0 +1,93 @@
+//! An integrator's client from `idl/gpu_market.json` alone, against a private
+//! solana-test-validator: `client/tests/idl/integrate.mjs` (Anchor's TypeScript client,
+//! `@anchor-lang/core` 1.2, pinned in its package-lock.json) decodes each kind of account and
+//! sends `top_up_bid`, `place_bid`, `cancel_bid` and `allocate`; this checks what it read and
+//! what it did against the chain. Before the market's accounts named their fields' accounts
+//! with explicit constraints, the IDL claimed relations Anchor's client cannot follow (the
+//! fields sit under `data`) and `top_up_bid` failed: "Reached maximum depth for account
+//! resolution".
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use gpu_market::state::{Bid, Lease, Machine, Market};
+use serde_json::Value;
+use solana_signer::Signer;
+
+#[test]
+fn anchors_typescript_client_reads_the_accounts_and_sends_the_bid_and_lease_instructions() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let host = register_host(&t, &s);
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let m = s.m();
+    let out = t.ok(
+        &client,
+        &place_args(
+            &m,
+            &["--overclock", "power=300", "--price", "2", "--nonce", "1"],
+        ),
+    );
+    let bid = pk(&out["bid"]);
+    let escrow_before = t.account::<Bid>(&bid).escrow;
+    let funds_before = t.balance(&tokens);
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/idl");
+    let missing = "run `bash scripts/browser.sh` to install it";
+    assert!(
+        dir.join("node_modules/@anchor-lang/core").exists(),
+        "@anchor-lang/core is missing: {missing}"
+    );
+    let secret = |path: &Path| serde_json::to_string(&key_of(path).to_bytes().to_vec()).unwrap();
+    let run = Command::new("node")
+        .arg(dir.join("integrate.mjs"))
+        .env("RPC_URL", t.rpc().url())
+        .env("IDL", dir.join("../../../idl/gpu_market.json"))
+        .env("MARKET", &m)
+        .env("MACHINE", host.machine.to_string())
+        .env("BID", bid.to_string())
+        .env("CLIENT_SECRET", secret(&client))
+        .env("AGENT_SECRET", secret(&host.agent))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): {missing}"));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "integrate.mjs failed: {stderr}");
+    let got: Value = serde_json::from_slice(&run.stdout).unwrap();
+
+    // What it decoded is what the chain holds.
+    let market: Market = t.account(&s.market);
+    let machine: Machine = t.account(&host.machine);
+    let decoded = &got["decoded"];
+    assert_eq!(decoded["market_queue_book"], market.queue_book.to_string());
+    assert_eq!(
+        decoded["market_payment_mint"],
+        market.payment_mint.to_string()
+    );
+    assert_eq!(decoded["machine_gpu_count"], machine.gpu_count);
+    assert_eq!(decoded["machine_owner"], machine.owner.to_string());
+    assert_eq!(decoded["bid_price"], "2000000");
+    assert_eq!(decoded["bid_escrow"], escrow_before.to_string());
+    assert_eq!(decoded["book_market"], m);
+    assert_eq!(decoded["stakes"], 2, "the host's and the client's");
+
+    // The top-up went into the first bid's escrow; the second bid was placed and cancelled, its
+    // escrow back in full; the first bid runs on GPU 0 as the agent allocated it.
+    let placed = pk(&got["placed_bid"]);
+    let placed_escrow: u64 = got["placed_escrow"].as_str().unwrap().parse().unwrap();
+    assert!(placed_escrow > 0);
+    assert!(!t.exists(&placed), "cancelled");
+    assert_eq!(
+        t.balance(&tokens),
+        funds_before - 1000,
+        "the top-up left the client's tokens; the cancelled bid's escrow came back"
+    );
+    let lease = pk(&got["lease"]);
+    let l: Lease = t.account(&lease);
+    assert_eq!((l.bid, l.machine), (bid, host.machine));
+    assert_eq!(got["lease_bid"], bid.to_string());
+    assert_eq!(l.client, key_of(&client).pubkey());
+}
