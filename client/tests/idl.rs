@@ -21,6 +21,26 @@ use solana_signer::Signer;
 fn anchors_typescript_client_reads_the_accounts_and_sends_the_bid_and_lease_instructions() {
     let t = T::start();
     let s = MarketSetup::new(&t, &[]);
+    // Another market with a staker of its own: a client reads this market's accounts only (the
+    // suite's validator holds many markets).
+    let (mint, treasury) = (s.mint.to_string(), s.treasury.to_string());
+    let other = t.ok(
+        &s.authority,
+        &[
+            "market",
+            "init",
+            "--id",
+            "1",
+            "--stake-mint",
+            &mint,
+            "--treasury",
+            &treasury,
+        ],
+    );
+    let staker = t.wallet("other-staker");
+    s.fund(&t, &staker, "10");
+    let other = other["market"].as_str().unwrap();
+    t.ok(&staker, &["stake", "deposit", "1", "--market", other]);
     let host = register_host(&t, &s);
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");

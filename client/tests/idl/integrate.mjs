@@ -34,7 +34,8 @@ const market = await program.account.market.fetch(marketKey);
 const machine = await program.account.machine.fetch(machineKey);
 const bid = await program.account.bid.fetch(bidKey);
 const book = await program.account.bidBook.fetch(market.data.queueBook);
-const stakes = await program.account.stakeAccount.all();
+// The market's stake accounts (its key is their first field): the validator may hold others.
+const stakes = await program.account.stakeAccount.all([{ memcmp: { offset: 8, bytes: marketKey.toBase58() } }]);
 const [stakeKey] = web3.PublicKey.findProgramAddressSync(
   [Buffer.from(constant("STAKE")), marketKey.toBuffer(), client.publicKey.toBuffer()],
   program.programId,
