@@ -701,7 +701,7 @@ pub struct PruneBid<'info> {
     )]
     pub bid: Box<Account<'info, Bid>>,
 
-    /// CHECK: the bid's client (`has_one` above); receives the bid account's rent.
+    /// CHECK: the bid's client (the bid's constraint above); receives the bid account's rent.
     #[account(mut)]
     pub client: UncheckedAccount<'info>,
 
