@@ -1156,7 +1156,7 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
                     (key, mach),
                     &book,
                     choice.gpus(),
-                    entries.allocate_evidence(bid, &offers, within_cap),
+                    entries.allocate_evidence(bid, std::slice::from_ref(&offers), within_cap),
                 )?;
                 match why {
                     None => ready += 1,

@@ -53,16 +53,17 @@ impl BookEntries {
     }
 
     /// The remaining accounts `allocate` needs to start `chosen` on the machine behind `offers`
-    /// (built as the program builds them, `Machine::offers`): for each entry the program will find
-    /// fitting (and, where `chosen_within_cap` is false, every entry, as the program then reads
-    /// the whole book), its client's stake in a queue book. Each key once.
+    /// (built as the program builds them, `Machine::offers`), or `allocate_gang` on the machines
+    /// behind each: for each entry the program will find fitting one of them (and, where
+    /// `chosen_within_cap` is false, every entry, as the program then reads the whole book),
+    /// its client's stake in a queue book. A gang's entry never holds another bid back, and
+    /// needs none. Each key once.
     pub fn allocate_evidence(
         &self,
         chosen: &Pubkey,
-        offers: &Offers,
+        offers: &[Offers],
         chosen_within_cap: bool,
     ) -> Vec<Pubkey> {
-        let now = offers.now.now();
         let mut out: Vec<Pubkey> = Vec::new();
         let mut add = |k: Pubkey| {
             if !out.contains(&k) {
@@ -76,9 +77,15 @@ impl BookEntries {
                 }
                 continue;
             }
+            if leaf.summary.is_gang() {
+                continue;
+            }
             // Judged as `allocate` judges it: against the offer its own run would get.
-            let offer = offers.for_run(&leaf.bid, leaf.summary.runs_until(now));
-            if self.kind == BOOK_KIND_QUEUE && offer.fits(&leaf.summary.need()) {
+            let fits = |o: &Offers| {
+                let offer = o.for_run(&leaf.bid, leaf.summary.runs_until(o.now.now()));
+                offer.fits(&leaf.summary.need())
+            };
+            if self.kind == BOOK_KIND_QUEUE && offers.iter().any(fits) {
                 add(pda::stake(&self.market, &leaf.summary.client).0);
             }
         }

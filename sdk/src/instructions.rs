@@ -531,6 +531,30 @@ impl ClientInstruction for PlaceBid<'_> {
     }
 }
 
+/// `place_gang_bid`: `place` for `parts` machines at once, `place.args.gpu_count` GPUs on each.
+pub struct PlaceGangBid<'a> {
+    pub place: PlaceBid<'a>,
+    pub parts: u8,
+}
+
+impl ClientInstruction for PlaceGangBid<'_> {
+    const NAME: &'static str = "place_gang_bid";
+
+    fn instruction(&self) -> Instruction {
+        let mut i = self.place.instruction();
+        i.data = gpu_market::instruction::PlaceGangBid {
+            args: self.place.args.clone(),
+            parts: self.parts,
+        }
+        .data();
+        i
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        self.place.signers()
+    }
+}
+
 pub struct TopUpBid<'a> {
     pub client: &'a (dyn Signer + Sync),
     pub market: Pubkey,

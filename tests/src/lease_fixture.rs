@@ -320,6 +320,15 @@ impl Fixture {
     /// The host registers machine `id` (not the fixture's, id 0), with the fixture machine's
     /// terms as `change` makes them, run by an agent of its own; returns the machine.
     pub fn other_machine(&mut self, id: u64, change: impl FnOnce(&mut MachineTerms)) -> Pubkey {
+        self.other_machine_run_by(id, change).0
+    }
+
+    /// [`Fixture::other_machine`], with its agent.
+    pub fn other_machine_run_by(
+        &mut self,
+        id: u64,
+        change: impl FnOnce(&mut MachineTerms),
+    ) -> (Pubkey, Keypair) {
         let agent = self.ctx.wallet(1);
         let mut terms = machine_terms(&agent.pubkey());
         change(&mut terms);
@@ -331,7 +340,7 @@ impl Fixture {
             terms,
         };
         self.ctx.run(&r).expect("register_machine");
-        r.machine()
+        (r.machine(), agent)
     }
 
     /// `allocate` of `bid` on the fixture's machine by `agent`, with the evidence the sdk reads off

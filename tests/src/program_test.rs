@@ -190,7 +190,7 @@ impl TestContext {
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, self.now());
         let evidence = read_book(&self.svm.get_account(&book).expect("the book").data)
             .expect("an initialised book")
-            .allocate_evidence(&bid, &offers, within_cap);
+            .allocate_evidence(&bid, std::slice::from_ref(&offers), within_cap);
         Allocate {
             agent,
             market: m.market,
@@ -199,6 +199,51 @@ impl TestContext {
             bid,
             client: b.client,
             gpus: gpus.to_vec(),
+            evidence,
+        }
+    }
+
+    /// The `allocate_gang` an agent sends to start gang bid `bid` on `machines` (one part each,
+    /// in order), on the GPUs the fit rule gives each part there; its evidence is what the sdk
+    /// reads off the book for the machines' offers.
+    pub fn gang_allocation<'a>(
+        &self,
+        agent: &'a Keypair,
+        bid: Pubkey,
+        machines: &[Pubkey],
+    ) -> AllocateGang<'a> {
+        let mut offers = Vec::with_capacity(machines.len());
+        let mut parts = Vec::with_capacity(machines.len());
+        let (mut b, mut market) = (None, None);
+        for machine in machines {
+            let (bb, _, mm, o) = self.offer_to(machine, &bid);
+            let gpus = bb
+                .fit(o.for_run(&bid, bb.runs_until(self.now())))
+                .map_or_else(|_| vec![0; bb.gpu_count as usize], |c| c.gpus().to_vec());
+            parts.push((*machine, gpus));
+            offers.push(o);
+            (b, market) = (Some(bb), Some(mm));
+        }
+        let (b, market) = (b.expect("a machine"), market.expect("a machine"));
+        let stake: StakeAccount = self.account(&gpu_market::pda::stake(&b.market, &b.client).0);
+        let within_cap =
+            market.within_client_cap(stake.gpus_held as u64, b.total_gpus(), self.now());
+        let evidence = read_book(
+            &self
+                .svm
+                .get_account(&market.queue_book)
+                .expect("the book")
+                .data,
+        )
+        .expect("an initialised book")
+        .allocate_evidence(&bid, &offers, within_cap);
+        AllocateGang {
+            agent,
+            market: b.market,
+            book: market.queue_book,
+            bid,
+            client: b.client,
+            parts,
             evidence,
         }
     }
@@ -251,6 +296,16 @@ impl TestContext {
         let meta = self.send_transaction(tx)?;
         self.compute_units
             .insert(Allocate::NAME, program_units(&meta.logs));
+        Ok(meta)
+    }
+
+    /// Sends `allocate_gang` as the agent does, with [`TestContext::allocate`]'s budget; records
+    /// its compute units.
+    pub fn allocate_gang(&mut self, a: &AllocateGang) -> Result<TransactionMetadata, Failure> {
+        let tx = self.transaction(&allocate_instructions(a), &a.signers());
+        let meta = self.send_transaction(tx)?;
+        self.compute_units
+            .insert(AllocateGang::NAME, program_units(&meta.logs));
         Ok(meta)
     }
 
@@ -571,7 +626,7 @@ pub fn witness_terms(agent: Pubkey, region: [u8; 16]) -> MachineTerms {
 
 /// `allocate` as the agent sends it: with a compute-unit limit, as deep books need more than
 /// the default 200 000 units.
-pub fn allocate_instructions(a: &Allocate) -> [Instruction; 2] {
+pub fn allocate_instructions(a: &impl ClientInstruction) -> [Instruction; 2] {
     [
         ComputeBudgetInstruction::set_compute_unit_limit(MAX_COMPUTE_UNITS),
         a.instruction(),

@@ -106,6 +106,18 @@ enum Op {
     Allocate {
         pick: usize,
     },
+    /// Wallet `w` places a gang bid: two machines × 2 GPUs for `minutes`, at `price`.
+    PlaceGang {
+        w: usize,
+        minutes: u32,
+        price: u64,
+        slack: i64,
+    },
+    /// The agent of both honest machines starts the gang bid at `pick` among the book's gangs
+    /// on both at once (after a heartbeat of each), showing the entries above it.
+    AllocateGang {
+        pick: usize,
+    },
     /// Anyone reserves the machine for the waiting bid at `pick` in the book (0: the best that
     /// can still start), showing every lease of the machine (`partial`: all but one, refused);
     /// moves no token. `big`: first the agent starts the best bid that fits, and wallet `w`
@@ -229,6 +241,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0i64..200).prop_map(|secs| Op::Wait { secs }),
         2 => (0i64..5_000).prop_map(|secs| Op::Wait { secs }),
         4 => (0usize..2).prop_map(|pick| Op::Allocate { pick }),
+        2 => (w.clone(), 1u32..60, 0u64..60_000, 0i64..1_800)
+            .prop_map(|(w, minutes, price, slack)| Op::PlaceGang { w, minutes, price, slack }),
+        2 => (0usize..2).prop_map(|pick| Op::AllocateGang { pick }),
         3 => (prop_oneof![3 => Just(0usize), 1 => 1usize..3], proptest::bool::weighted(0.1), prop_oneof![Just(None), w.clone().prop_map(Some)])
             .prop_map(|(pick, partial, big)| Op::Reserve { pick, partial, big }),
         1 => Just(Op::Unreserve),
@@ -284,6 +299,9 @@ struct World {
     host_tokens: Pubkey,
     agent: Keypair,
     machine: Pubkey,
+    /// A second machine of the host's, as the first and run by the same agent: gangs run on
+    /// both at once.
+    machine2: Pubkey,
     /// The attacker's machine in `us-east` (16 roomy GPUs), paused but while it witnesses.
     attacker: Keypair,
     witness: Pubkey,
@@ -332,7 +350,8 @@ impl World {
         params.base_price_per_gpu_hour = 1;
         params.slash_evidence = 1;
         params.max_client_share_bps = 10_000;
-        params.min_host_stake = HOST_STAKE;
+        // Its two machines bond half of it each.
+        params.min_host_stake = HOST_STAKE / 2;
         // Two idle proofs in a row end a lease (the market's idle rule).
         params.idle_intervals = 1;
         params.idle_end_intervals = 2;
@@ -390,6 +409,9 @@ impl World {
         };
         let machine = r.machine();
         ctx.run(&r).unwrap();
+        let r = RegisterMachine { id: 1, ..r };
+        let machine2 = r.machine();
+        ctx.run(&r).unwrap();
         ctx.run(&AddRegion {
             authority: &authority,
             market,
@@ -421,6 +443,7 @@ impl World {
             host_tokens,
             agent,
             machine,
+            machine2,
             attacker,
             witness,
             spot_host,
@@ -544,14 +567,14 @@ impl World {
 
     /// [`World::place`] naming `machine` as the bid's witness.
     fn place_via(&mut self, w: usize, args: PlaceBidArgs, evict: bool, machine: Pubkey) -> bool {
-        self.place_in(w, args, evict, machine, self.book)
+        self.place_in(w, (args, 1), evict, machine, self.book)
     }
 
     /// [`World::place`] into `book` (the queue book, or `machine`'s spot book).
     fn place_in(
         &mut self,
         w: usize,
-        args: PlaceBidArgs,
+        (args, parts): (PlaceBidArgs, u8),
         evict: bool,
         machine: Pubkey,
         book: Pubkey,
@@ -574,7 +597,11 @@ impl World {
         };
         let bid = p.bid();
         let premium = p.args.urgency_premium;
-        let ok = self.ctx.run(&p).is_ok();
+        let ok = match parts {
+            1 => self.ctx.run(&p),
+            parts => self.ctx.run(&PlaceGangBid { place: p, parts }),
+        }
+        .is_ok();
         if ok {
             self.bids[w].push(bid);
             self.premiums[w] += premium;
@@ -708,6 +735,16 @@ impl World {
                 return true;
             }
             Op::Allocate { pick } => return self.allocate(pick),
+            Op::PlaceGang {
+                w,
+                minutes,
+                price,
+                slack,
+            } => {
+                let args = self.bid_args(2, minutes, price, slack, 0);
+                return self.place_in(w, (args, 2), true, self.machine, book);
+            }
+            Op::AllocateGang { pick } => return self.allocate_gang(pick),
             Op::Reserve { pick, partial, big } => {
                 let placed = match big {
                     Some(w) => {
@@ -776,12 +813,19 @@ impl World {
                 self.ctx
                     .run(&ExtendLease::of(signer, (lease, &l), &m, tokens, secs))
             }
-            Op::ClaimPay => self.ctx.run(&ClaimPay {
-                market,
-                machine: self.machine,
-                payment_mint: mint,
-                host_tokens: self.host_tokens,
-            }),
+            Op::ClaimPay => {
+                let claimed = [self.machine, self.machine2].map(|machine| {
+                    self.ctx
+                        .run(&ClaimPay {
+                            market,
+                            machine,
+                            payment_mint: mint,
+                            host_tokens: self.host_tokens,
+                        })
+                        .is_ok()
+                });
+                return claimed.contains(&true);
+            }
             Op::End {
                 lease,
                 who,
@@ -984,7 +1028,7 @@ impl World {
         };
         args.deadline += p.max_wait_secs() as i64 + if far { 1 } else { 0 };
         let (machine, book) = (self.spot_machine, self.spot_book);
-        let placed = self.place_in(w, args, false, machine, book);
+        let placed = self.place_in(w, (args, 1), false, machine, book);
         assert!(
             !(far && placed),
             "a spot bid due beyond the longest wait was placed"
@@ -1081,6 +1125,44 @@ impl World {
         ok
     }
 
+    /// The agent sends a heartbeat for both honest machines and starts the gang at `pick` among
+    /// the book's gangs on both.
+    fn allocate_gang(&mut self, pick: usize) -> bool {
+        let gangs: Vec<Pubkey> = book_order(&self.ctx, &self.book)
+            .into_iter()
+            .filter(|b| self.ctx.account::<Bid>(b).is_gang())
+            .collect();
+        if gangs.is_empty() {
+            return false;
+        }
+        let bid = gangs[pick % gangs.len()];
+        let machines = [self.machine, self.machine2];
+        for machine in machines {
+            self.ctx
+                .run(&Heartbeat {
+                    agent: &self.agent,
+                    machine,
+                })
+                .expect("heartbeat");
+        }
+        let client = self.ctx.account::<Bid>(&bid).client;
+        let a = self.ctx.gang_allocation(&self.agent, bid, &machines);
+        let ok = self.ctx.allocate_gang(&a).is_ok();
+        if ok {
+            let w = self
+                .wallets
+                .iter()
+                .position(|(k, _)| k.pubkey() == client)
+                .unwrap();
+            for lease in a.leases() {
+                if !self.leases.contains(&(lease, w)) {
+                    self.leases.push((lease, w));
+                }
+            }
+        }
+        ok
+    }
+
     fn prove(
         &mut self,
         pick: usize,
@@ -1094,11 +1176,14 @@ impl World {
             return false;
         };
         let mut leases = vec![first];
+        // One machine's leases: the first's.
+        let machine = self.ctx.account::<Lease>(&first.0).machine;
         if all {
             leases.extend(
                 self.leases
                     .iter()
                     .filter(|(l, _)| *l != first.0 && self.ctx.account_exists(l))
+                    .filter(|(l, _)| self.ctx.account::<Lease>(l).machine == machine)
                     .copied(),
             );
         }
@@ -1144,7 +1229,7 @@ impl World {
             .run(&SubmitUsage {
                 agent: &self.agent,
                 market: self.market,
-                machine: self.machine,
+                machine,
                 proofs,
             })
             .is_ok();
@@ -1205,7 +1290,7 @@ impl World {
             .run(&CloseLease {
                 signer,
                 market: self.market,
-                machine: self.machine,
+                machine: l.machine,
                 lease,
                 bid: l.bid,
                 client: l.client,
@@ -1239,9 +1324,18 @@ impl World {
             self.ctx.token_balance(&pda::payment_vault(&self.market).0),
         );
         s.insert("host".into(), self.ctx.token_balance(&self.host_tokens));
-        let machine: Machine = self.ctx.account(&self.machine);
-        s.insert("unclaimed_pay".into(), machine.unclaimed_pay);
-        s.insert("unclaimed_fee".into(), machine.unclaimed_fee);
+        let machines: Vec<Machine> = [self.machine, self.machine2]
+            .iter()
+            .map(|m| self.ctx.account(m))
+            .collect();
+        s.insert(
+            "unclaimed_pay".into(),
+            machines.iter().map(|m| m.unclaimed_pay).sum(),
+        );
+        s.insert(
+            "unclaimed_fee".into(),
+            machines.iter().map(|m| m.unclaimed_fee).sum(),
+        );
         s.insert(
             "book_len".into(),
             book_order(&self.ctx, &self.book).len() as u64,
@@ -1331,6 +1425,18 @@ impl World {
                 let mut sol = lamports(&wallet)
                     + lamports(&pda::stake(&self.market, &wallet).0)
                     + slots.get(&wallet).copied().unwrap_or(0);
+                // A gang's lease rent came from its bid and goes back to it.
+                for (l, _) in self.leases.iter().filter(|(_, w)| *w == i) {
+                    let gang = self
+                        .ctx
+                        .svm
+                        .get_account(l)
+                        .and_then(|a| Lease::try_deserialize(&mut a.data.as_slice()).ok())
+                        .is_some_and(|l| l.parts > 1);
+                    if gang {
+                        sol += lamports(l);
+                    }
+                }
                 for b in &self.bids[i] {
                     sol += lamports(b);
                     if i < WALLETS {

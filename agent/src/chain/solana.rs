@@ -1037,7 +1037,11 @@ impl Chain for SolanaChain {
                 bid,
                 client: b.client,
                 gpus: gpu_indices.to_vec(),
-                evidence: entries.allocate_evidence(&bid, &offers, within_cap),
+                evidence: entries.allocate_evidence(
+                    &bid,
+                    std::slice::from_ref(&offers),
+                    within_cap,
+                ),
             };
             (ix.lease(), ix.instruction())
         };

@@ -229,6 +229,22 @@ pub enum MarketError {
     ReservationHolds,
     #[msg("the account is not the reservation's bid, or the machine holds no reservation")]
     NotReservedBid,
+    #[msg("a gang bid runs on 2 to 8 machines (parts), and an ordinary bid on 1")]
+    BadGangParts,
+    #[msg("gang bids are queue bids: a spot bid names one machine")]
+    GangSpotBid,
+    #[msg("the bid is a gang's: allocate_gang starts all its parts at once")]
+    GangNeedsAllocateGang,
+    #[msg("allocate_gang takes a gang bid")]
+    NotAGang,
+    #[msg("pass one machine and its part's lease account for each of the gang's parts, each machine once, and GPUs for each part")]
+    GangPartsMismatch,
+    #[msg("the machine's agent has not sent a heartbeat within the market's silence window: no part of a gang may start there")]
+    MachineSilent,
+    #[msg("the signer is the agent of none of the gang's machines")]
+    GangAgentMissing,
+    #[msg("a gang's parts are extended together: not one lease of it")]
+    GangPartExtend,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -85,7 +85,14 @@ pub mod gpu_market {
     /// bidder's stake, deadline and requested resources, and inserts it in its book (evicting
     /// the lowest-ranked entry of a full book, refunded, when it outranks it).
     pub fn place_bid(ctx: Context<PlaceBid>, args: PlaceBidArgs) -> Result<()> {
-        PlaceBid::place_bid(ctx, args)
+        PlaceBid::place_bid(ctx, args, 1)
+    }
+
+    /// Places a gang bid: a queue bid for `parts` machines at once (2 to `MAX_GANG_PARTS`),
+    /// `args.gpu_count` GPUs on each, all allocated together (`allocate_gang`) or none. Its
+    /// escrow pays for every part; its account holds each part's lease rent.
+    pub fn place_gang_bid(ctx: Context<PlaceBid>, args: PlaceBidArgs, parts: u8) -> Result<()> {
+        PlaceBid::place_bid(ctx, args, parts)
     }
 
     /// Pays more urgency premium for a waiting queue bid (burnt, as at placement): it ranks
@@ -140,6 +147,15 @@ pub mod gpu_market {
     /// GPUs serve it and stay in one topology group when they can, and creates the lease.
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {
         Allocate::allocate(ctx, args)
+    }
+
+    /// Starts every part of a gang bid at once, each on its own machine (all or none): sent by
+    /// the agent of one of them; the others must be active with a recent heartbeat.
+    pub fn allocate_gang<'info>(
+        ctx: Context<'info, AllocateGang<'info>>,
+        args: AllocateGangArgs,
+    ) -> Result<()> {
+        AllocateGang::allocate_gang(ctx, args)
     }
 
     /// Holds a machine's GPUs for the best-ranked queue bid it could run once they are free,

@@ -50,6 +50,11 @@ pub fn lease(bid: &Pubkey) -> (Pubkey, u8) {
     Pubkey::find_program_address(&[seeds::LEASE, bid.as_ref()], &ID)
 }
 
+/// The lease of part `part` of a gang bid (`allocate_gang`).
+pub fn gang_lease(bid: &Pubkey, part: u8) -> (Pubkey, u8) {
+    Pubkey::find_program_address(&[seeds::LEASE, bid.as_ref(), &[part]], &ID)
+}
+
 pub fn sealed_env(bid: &Pubkey, recipient: &Pubkey) -> (Pubkey, u8) {
     Pubkey::find_program_address(&[seeds::SEALED_ENV, bid.as_ref(), recipient.as_ref()], &ID)
 }

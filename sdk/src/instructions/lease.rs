@@ -2,7 +2,7 @@
 //! better bid, `submit_usage` proves a machine's leases and `claim_pay` pays the host, `end_lease` / `reclaim_escrow` settle it, and
 //! `slash` spends the evidence a machine gathered.
 
-use gpu_market::instructions::{AllocateArgs, UsageProofArgs};
+use gpu_market::instructions::{AllocateArgs, AllocateGangArgs, UsageProofArgs};
 use gpu_market::pda;
 use gpu_market::state::{BidKind, Lease, Machine, Market};
 use solana_instruction::{AccountMeta, Instruction};
@@ -51,6 +51,66 @@ impl ClientInstruction for Allocate<'_> {
                 },
             },
         );
+        i.accounts.extend(
+            self.evidence
+                .iter()
+                .map(|k| AccountMeta::new_readonly(*k, false)),
+        );
+        i
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.agent]
+    }
+}
+
+/// `allocate_gang`: every part of a gang bid at once, each on its own machine; the agent of one
+/// of them sends it.
+pub struct AllocateGang<'a> {
+    pub agent: &'a (dyn Signer + Sync),
+    pub market: Pubkey,
+    pub book: Pubkey,
+    pub bid: Pubkey,
+    pub client: Pubkey,
+    /// Each part's machine and the machine GPUs that serve it, in the gang's order.
+    pub parts: Vec<(Pubkey, Vec<u8>)>,
+    /// Client stakes of the entries above the gang that fit one of its machines
+    /// (`crate::book::BookEntries::allocate_evidence`).
+    pub evidence: Vec<Pubkey>,
+}
+
+impl AllocateGang<'_> {
+    /// Each part's lease, in the gang's order.
+    pub fn leases(&self) -> Vec<Pubkey> {
+        (0..self.parts.len())
+            .map(|p| pda::gang_lease(&self.bid, p as u8).0)
+            .collect()
+    }
+}
+
+impl ClientInstruction for AllocateGang<'_> {
+    const NAME: &'static str = "allocate_gang";
+
+    fn instruction(&self) -> Instruction {
+        let mut i = ix(
+            gpu_market::accounts::AllocateGang {
+                agent: self.agent.pubkey(),
+                market: self.market,
+                book: self.book,
+                bid: self.bid,
+                client_stake: pda::stake(&self.market, &self.client).0,
+                system_program: solana_system_interface::program::ID,
+            },
+            gpu_market::instruction::AllocateGang {
+                args: AllocateGangArgs {
+                    gpus: self.parts.iter().map(|(_, g)| g.clone()).collect(),
+                },
+            },
+        );
+        for ((machine, _), lease) in self.parts.iter().zip(self.leases()) {
+            i.accounts.push(AccountMeta::new(*machine, false));
+            i.accounts.push(AccountMeta::new(lease, false));
+        }
         i.accounts.extend(
             self.evidence
                 .iter()
@@ -257,7 +317,8 @@ impl<'a> CloseLease<'a> {
             agent: machine.agent,
             host: machine.owner,
             spot_book: spot.then_some(machine.spot_book),
-            queue_book: (reclaim && !spot).then_some(market.queue_book),
+            // A gang's last part may send the gang back to the queue, whoever settles it.
+            queue_book: ((reclaim || l.parts > 1) && !spot).then_some(market.queue_book),
             payment_mint: market.payment_mint,
             client_tokens,
             reclaim,

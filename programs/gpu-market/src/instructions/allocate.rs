@@ -66,12 +66,12 @@ pub struct Allocate<'info> {
 
 /// What the remaining accounts of `allocate` prove about book entries: (client, GPUs it holds)
 /// from each stake account passed.
-struct Evidence {
+pub(crate) struct Evidence {
     stakes: Vec<(Pubkey, u32)>,
 }
 
 impl Evidence {
-    fn read(remaining: &[AccountInfo], market: &Pubkey) -> Result<Self> {
+    pub(crate) fn read(remaining: &[AccountInfo], market: &Pubkey) -> Result<Self> {
         let mut stakes = Vec::with_capacity(remaining.len());
         for info in remaining {
             require_keys_eq!(*info.owner, crate::ID, MarketError::CandidatesMissing);
@@ -121,12 +121,114 @@ pub(crate) fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
         )
 }
 
+/// The book backs the choice of `chosen` (the bid and its key, its client's stake holding
+/// `chosen_held` GPUs) for the machines behind `offers`: every entry ranked above it that fits
+/// one of them must give way to it, which only an entry over its client's anti-monopoly cap
+/// does while the chosen bid is within its own. A chosen bid over the cap runs only when
+/// nothing else fits: no entry above it, and no entry below it within its client's cap.
+/// A reservation counts as it does for the chosen bid: each entry is judged against the offer
+/// its own run would get ([`Offers::for_run`]). A gang's entry takes several machines at once
+/// (`allocate_gang`): it never holds back a bid that one machine can run, nor another gang.
+pub(crate) fn book_backs(
+    book: &AccountInfo,
+    market: &Market,
+    (bid, chosen): (&Bid, Pubkey),
+    chosen_held: u32,
+    evidence: &Evidence,
+    offers: &[Offers],
+    now: i64,
+) -> Result<()> {
+    let queue = bid.kind == BidKind::Queue;
+    let chosen_seq = bid.seq;
+    let held_by = |client: &Pubkey| -> Result<u32> {
+        if *client == bid.client {
+            Ok(chosen_held)
+        } else {
+            evidence.held_by(client)
+        }
+    };
+    let within_cap = |client: &Pubkey, gpus: u64| -> Result<bool> {
+        Ok(!queue || market.within_client_cap(held_by(client)? as u64, gpus, now))
+    };
+    let chosen_within = within_cap(&bid.client, bid.total_gpus())?;
+    let book = load_book(book)?;
+    let mut above = true;
+    for leaf in book.iter() {
+        // Placement numbers are unique in a market: one comparison finds the chosen entry.
+        if leaf.seq == chosen_seq && leaf.bid == chosen {
+            if chosen_within {
+                return Ok(());
+            }
+            above = false;
+            continue;
+        }
+        if leaf.summary.is_gang() {
+            continue;
+        }
+        let runs_until = leaf.summary.runs_until(now);
+        if !offers
+            .iter()
+            .any(|o| entry_fits(o.for_run(&leaf.bid, runs_until), leaf))
+        {
+            continue;
+        }
+        let within = within_cap(&leaf.summary.client, leaf.summary.gpu_count as u64)?;
+        if above {
+            require!(chosen_within && !within, MarketError::BetterBidFeasible);
+        } else {
+            require!(!within, MarketError::ClientCapReached);
+        }
+    }
+    if above {
+        return err!(MarketError::BookNotFound);
+    }
+    Ok(())
+}
+
+/// Takes `bid` out of its `book` as it starts: its holding charge taken (returned), its entry
+/// removed and the slot's rent back to the bid's account, which keeps it while the bid runs.
+pub(crate) fn leave_book(
+    market: &mut Market,
+    bid: &mut Account<Bid>,
+    book: &AccountInfo,
+    now: i64,
+) -> Result<u64> {
+    let mut entries = load_book_mut(book)?;
+    // Waiting in a full book is paid for whether the bid then runs or not.
+    let held = market.charge_holding(bid, &entries.head, now)?;
+    let leaf = entries
+        .remove_at(now, BookKey::new(bid.book_key, bid.seq))
+        .map_err(MarketError::from)?;
+    drop(entries);
+    require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
+    shrink_book(book, &bid.to_account_info(), slot_rent(&Rent::get()?))?;
+    bid.status = BidStatus::Running;
+    Ok(held)
+}
+
+/// When the lease of `bid` starting at `now` ends: its duration, shortened by a holding charge
+/// (`held`) to what the rest of its escrow pays for, capped at its deadline.
+pub(crate) fn run_end_of(bid: &Bid, held: u64, now: i64) -> Result<i64> {
+    let runs_for = if held > 0 {
+        (bid.max_duration_secs as u64).min(secs_covered(
+            bid.price,
+            bid.unit(),
+            bid.total_gpus(),
+            bid.escrow,
+        ))
+    } else {
+        bid.max_duration_secs as u64
+    };
+    Ok(run_end(now, runs_for, bid.deadline).ok_or(MarketError::Overflow)?)
+}
+
 impl Allocate<'_> {
     /// The machine's offers to the book's bids; checks that the bid fits on the GPUs chosen,
     /// and that they leave the machine's reservation what it holds.
     fn validate(&self, args: &AllocateArgs, now: i64) -> Result<Offers> {
         let (machine, bid, market) = (&self.machine, &self.bid, &self.market);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
+        require!(!bid.is_gang(), MarketError::GangNeedsAllocateGang);
         let book = match bid.kind {
             BidKind::Queue => market.queue_book,
             BidKind::Spot => {
@@ -151,57 +253,18 @@ impl Allocate<'_> {
         Ok(offers)
     }
 
-    /// The book backs the choice: every entry ranked above the chosen bid that fits the machine
-    /// must give way to it, which only an entry over its client's anti-monopoly cap does while
-    /// the chosen bid is within its own. A chosen bid over the cap runs only when nothing else
-    /// fits: no entry above it, and no entry below it within its client's cap.
-    /// A reservation counts as it does for the chosen bid: each entry is judged against the offer
-    /// its own run would get ([`Offers::for_run`]).
+    /// The book backs the choice ([`book_backs`]) for this one machine.
     fn check_book(&self, remaining: &[AccountInfo], offers: &Offers, now: i64) -> Result<()> {
         let evidence = Evidence::read(remaining, &self.market.key())?;
-        let queue = self.bid.kind == BidKind::Queue;
-        let (chosen, chosen_seq) = (self.bid.key(), self.bid.seq);
-        let held_by = |client: &Pubkey| -> Result<u32> {
-            if *client == self.bid.client {
-                Ok(self.client_stake.gpus_held)
-            } else {
-                evidence.held_by(client)
-            }
-        };
-        let within_cap = |client: &Pubkey, gpus: u8| -> Result<bool> {
-            Ok(!queue
-                || self
-                    .market
-                    .within_client_cap(held_by(client)? as u64, gpus as u64, now))
-        };
-        let chosen_within = within_cap(&self.bid.client, self.bid.gpu_count)?;
-        let info = self.book.to_account_info();
-        let book = load_book(&info)?;
-        let mut above = true;
-        for leaf in book.iter() {
-            // Placement numbers are unique in a market: one comparison finds the chosen entry.
-            if leaf.seq == chosen_seq && leaf.bid == chosen {
-                if chosen_within {
-                    return Ok(());
-                }
-                above = false;
-                continue;
-            }
-            let offer = offers.for_run(&leaf.bid, leaf.summary.runs_until(now));
-            if !entry_fits(offer, leaf) {
-                continue;
-            }
-            let within = within_cap(&leaf.summary.client, leaf.summary.gpu_count)?;
-            if above {
-                require!(chosen_within && !within, MarketError::BetterBidFeasible);
-            } else {
-                require!(!within, MarketError::ClientCapReached);
-            }
-        }
-        if above {
-            return err!(MarketError::BookNotFound);
-        }
-        Ok(())
+        book_backs(
+            &self.book.to_account_info(),
+            &self.market,
+            (&self.bid, self.bid.key()),
+            self.client_stake.gpus_held,
+            &evidence,
+            core::slice::from_ref(offers),
+            now,
+        )
     }
 
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {
@@ -214,17 +277,7 @@ impl Allocate<'_> {
         let bid = &mut accounts.bid;
         let n = bid.gpu_count;
         let info = accounts.book.to_account_info();
-        let mut book = load_book_mut(&info)?;
-        // Waiting in a full book is paid for whether the bid then runs or not.
-        let held = accounts.market.charge_holding(bid, &book.head, now)?;
-        let leaf = book
-            .remove_at(now, BookKey::new(bid.book_key, bid.seq))
-            .map_err(MarketError::from)?;
-        drop(book);
-        require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
-        // Its slot's rent goes back to the bid account, which keeps it while the bid runs.
-        shrink_book(&info, &bid.to_account_info(), slot_rent(&Rent::get()?))?;
-        bid.status = BidStatus::Running;
+        let held = leave_book(&mut accounts.market, bid, &info, now)?;
 
         let spot = bid.kind == BidKind::Spot;
         let held_host = accounts.machine.lease_host(bid.host(), n, bid.gib_per_gpu);
@@ -247,19 +300,7 @@ impl Allocate<'_> {
         if !spot {
             market.add_waiting(-(n as i64))?;
         }
-
-        // A holding charge shortens the lease to what the rest of its escrow pays for.
-        let runs_for = if held > 0 {
-            (bid.max_duration_secs as u64).min(secs_covered(
-                bid.price,
-                bid.unit(),
-                n as u64,
-                bid.escrow,
-            ))
-        } else {
-            bid.max_duration_secs as u64
-        };
-        let ends_at = run_end(now, runs_for, bid.deadline).ok_or(MarketError::Overflow)?;
+        let ends_at = run_end_of(bid, held, now)?;
         accounts.machine.reservation.lease_started(
             &bid.key(),
             (ends_at, held_host),

@@ -8,12 +8,13 @@ use gpu_market_core::settlement::{bid_escrow, escrow_for, spend_per_hour};
 use crate::errors::MarketError;
 use crate::events::{BidCancelled, BidPlaced, BidRemoval, BidToppedUp};
 use crate::instructions::{
-    client_pays, grow_book, load_book, load_book_mut, refund_escrow, shrink_book, slot_rent,
+    client_pays, grow_book, lease_rent, load_book, load_book_mut, refund_escrow, shrink_book,
+    slot_rent,
 };
 use crate::state::{
     ports_valid, regions_valid, seeds, Bid, BidBook, BidData, BidKind, BidStatus, BookKey, Freed,
     Machine, MachineStatus, Market, OverclockTerms, StakeAccount, IMAGE_REF_LEN,
-    MAX_AUTO_POWER_TOLERANCE_BPS, MAX_GPUS, REGION_LEN,
+    MAX_AUTO_POWER_TOLERANCE_BPS, MAX_GANG_PARTS, MAX_GPUS, REGION_LEN,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -329,7 +330,8 @@ impl PlaceBid<'_> {
     }
 
     /// Creates the bid's account at its address, owned by the program, with `space` bytes and
-    /// lamports for its rent and for `slot`, its place in the book (`grow_book` moves that on).
+    /// lamports for its rent and for `slot`, its place in the book (`grow_book` moves that on),
+    /// and its gang's lease rent.
     /// As Anchor's `init`: lamports someone sent to the address first are kept, and the
     /// account is allocated and assigned instead of created.
     fn create_bid(&self, rent: &Rent, nonce: u64, bump: u8, space: usize, slot: u64) -> Result<()> {
@@ -395,10 +397,21 @@ impl PlaceBid<'_> {
         )
     }
 
-    pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs) -> Result<()> {
+    /// Places a bid that runs on `parts` machines at once, `args.gpu_count` GPUs on each (1:
+    /// an ordinary bid). A gang's escrow pays for all its parts, and its account holds, besides
+    /// its book slot's rent, the rent of each part's lease (`allocate_gang` pays them from it).
+    pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs, parts: u8) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let wait_secs = ctx.accounts.validate(&args, now)?;
-        let (unit, gpus) = (args.kind.unit(), args.gpu_count as u64);
+        require!(
+            (1..=MAX_GANG_PARTS).contains(&parts),
+            MarketError::BadGangParts
+        );
+        require!(
+            parts == 1 || args.kind == BidKind::Queue,
+            MarketError::GangSpotBid
+        );
+        let (unit, gpus) = (args.kind.unit(), args.gpu_count as u64 * parts as u64);
         let run = args.max_duration_secs as u64;
         // The score's urgency counts against the run's escrow; the bid locks its wait too.
         let run_escrow = escrow_for(args.price, unit, gpus, run).map_err(MarketError::from)?;
@@ -406,8 +419,7 @@ impl PlaceBid<'_> {
             bid_escrow(args.price, unit, gpus, run, wait_secs).map_err(MarketError::from)?;
 
         let market = &mut ctx.accounts.market;
-        let spend_per_hour = spend_per_hour(args.price, args.kind.unit(), args.gpu_count as u64)
-            .map_err(MarketError::from)?;
+        let spend_per_hour = spend_per_hour(args.price, unit, gpus).map_err(MarketError::from)?;
         let p = &market.params;
         let inputs = p.score_inputs(
             ctx.accounts.stake.amount,
@@ -425,22 +437,29 @@ impl PlaceBid<'_> {
         let rank = market.rank_key(base, now, args.max_duration_secs);
         if args.kind == BidKind::Queue {
             market.tick_demand(now);
-            market.add_waiting(args.gpu_count as i64)?;
+            market.add_waiting(gpus as i64)?;
         }
 
         // The client pays for the bid's account and its slot in the book at once; the bid
         // account holds the slot's rent whenever the bid is out of its book, and gives it back
-        // when it closes.
+        // when it closes. A gang's holds its parts' lease rent as well.
         let rent = Rent::get()?;
         let slot = slot_rent(&rent);
+        let leases = match parts {
+            1 => 0,
+            n => lease_rent(&rent)
+                .checked_mul(n as u64)
+                .ok_or(MarketError::Overflow)?,
+        };
         let space = Bid::space(
             args.overclock.len(),
             args.image_ref.len(),
             args.ports.len(),
             args.regions.len(),
         );
+        let held = slot.checked_add(leases).ok_or(MarketError::Overflow)?;
         ctx.accounts
-            .create_bid(&rent, args.nonce, ctx.bumps.bid, space, slot)?;
+            .create_bid(&rent, args.nonce, ctx.bumps.bid, space, held)?;
         let market = &mut ctx.accounts.market;
         let mut bid = Bid {
             data: BidData {
@@ -472,7 +491,10 @@ impl PlaceBid<'_> {
                 gpu_count: args.gpu_count,
                 accepted_classes: args.accepted_classes,
                 bump: ctx.bumps.bid,
-                pad: [0; 1],
+                parts,
+                parts_running: 0,
+                gang_flags: 0,
+                pad: [0; 6],
             },
             kind: args.kind,
             status: BidStatus::Open,

@@ -4,7 +4,7 @@ use core::cell::{Ref, RefMut};
 
 use crate::errors::MarketError;
 use crate::state::{
-    book_space, seeds, BidBook, Book, BookSlot, Machine, Market, BOOK_EMPTY_SPACE,
+    book_space, seeds, BidBook, Book, BookSlot, Lease, Machine, Market, BOOK_EMPTY_SPACE,
     BOOK_HEADER_SIZE, BOOK_KIND_QUEUE, BOOK_KIND_SPOT, BOOK_SLOT_SIZE,
 };
 
@@ -54,6 +54,12 @@ fn well_shaped(len: usize) -> bool {
 pub fn slot_rent(rent: &Rent) -> u64 {
     rent.minimum_balance(BOOK_SLOT_SIZE)
         .saturating_sub(rent.minimum_balance(0))
+}
+
+/// The rent of a lease account: what a gang bid's account holds for each of its parts, and gets
+/// back when each part's lease closes.
+pub fn lease_rent(rent: &Rent) -> u64 {
+    rent.minimum_balance(8 + Lease::INIT_SPACE)
 }
 
 /// Entries in a book account, from its header.

@@ -68,7 +68,7 @@ impl BoostBid<'_> {
             .urgency_premium
             .checked_add(premium)
             .ok_or(MarketError::Overflow)?;
-        let (unit, gpus) = (bid.unit(), bid.gpu_count as u64);
+        let (unit, gpus) = (bid.unit(), bid.total_gpus());
         let run_escrow = escrow_for(bid.price, unit, gpus, bid.max_duration_secs as u64)
             .map_err(MarketError::from)?;
         let spend = spend_per_hour(bid.price, unit, gpus).map_err(MarketError::from)?;

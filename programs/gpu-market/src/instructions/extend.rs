@@ -55,6 +55,7 @@ impl ExtendLease<'_> {
         let now = Clock::get()?.unix_timestamp;
         let a = &ctx.accounts;
         let lease = &a.lease;
+        require!(lease.parts <= 1, MarketError::GangPartExtend);
         require!(
             lease.stop_at == Lease::NOT_STOPPED && now < lease.ends_at,
             MarketError::LeaseStopping

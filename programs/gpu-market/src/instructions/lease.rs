@@ -8,11 +8,11 @@ use crate::events::{
     HostSlashed, LeaseEnded, LeaseIdle, LeaseStopping, PayClaimed, SpotPreempted, UsageProven,
 };
 use crate::instructions::{
-    grow_book, holds_slot_rent, load_book_mut, pay_out, refund_escrow, slot_rent,
+    grow_book, holds_slot_rent, lease_rent, load_book_mut, pay_out, refund_escrow, slot_rent,
 };
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, Machine, MachineStatus, Market,
-    StakeAccount,
+    seeds, Bid, BidBook, BidKind, BidStatus, Freed, GangFlags, Lease, Machine, MachineStatus,
+    Market, StakeAccount,
 };
 
 #[derive(Accounts)]
@@ -515,7 +515,9 @@ impl CloseLease<'_> {
     /// lease whose time is proven.
     pub fn end_lease(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        if ctx.accounts.is_party() {
+        // A part of a gang that no longer runs whole may be stopped by anyone.
+        let may_stop = ctx.accounts.is_party() || ctx.accounts.bid.gang_broken();
+        if may_stop {
             ctx.accounts.lease.request_stop(now);
         }
         if ctx.accounts.signer.key() == ctx.accounts.lease.client {
@@ -523,7 +525,7 @@ impl CloseLease<'_> {
         }
         let lease = &ctx.accounts.lease;
         if !lease.fully_proven() {
-            require!(ctx.accounts.is_party(), MarketError::NotLeaseParty);
+            require!(may_stop, MarketError::NotLeaseParty);
             emit!(LeaseStopping {
                 lease: lease.key(),
                 stop_at: lease.stop(),
@@ -546,6 +548,12 @@ impl CloseLease<'_> {
         let a = &mut *ctx.accounts;
         // Failover unless the client itself asks for its escrow back.
         let failover = !(refund && a.signer.key() == a.lease.client);
+        if a.bid.is_gang() {
+            a.bid.gang_flags |= match failover {
+                true => GangFlags::FAILOVER,
+                false => GangFlags::REFUND,
+            };
+        }
         let lease = &mut a.lease;
         require!(!lease.fully_proven(), MarketError::NothingToReclaim);
         require!(lease.reclaimable(now), MarketError::HostNotSilent);
@@ -625,6 +633,9 @@ impl CloseLease<'_> {
 
     /// Frees the lease's GPUs and closes it; its bid goes back into a book (a preempted spot
     /// bid, or with `failover` a queue bid whose host went silent) or is refunded and closed.
+    /// A gang's part gives its escrow and its lease's rent back to the bid; the last part to
+    /// settle decides for the whole gang: back to the queue if a part failed over (and the
+    /// client did not ask for a refund), else refunded.
     fn settle(&mut self, now: i64, failover: bool) -> Result<()> {
         let lease = &self.lease;
         let spot = lease.kind == BidKind::Spot;
@@ -639,6 +650,43 @@ impl CloseLease<'_> {
             .checked_sub(lease.gpu_count as u32)
             .ok_or(MarketError::Overflow)?;
         let bid = &mut self.bid;
+        let gang = bid.is_gang();
+        let (again, escrow, lease_rents) = if gang {
+            bid.escrow = bid
+                .escrow
+                .checked_add(lease.escrow)
+                .ok_or(MarketError::Overflow)?;
+            bid.parts_running = bid
+                .parts_running
+                .checked_sub(1)
+                .ok_or(MarketError::Overflow)?;
+            if bid.parts_running > 0 {
+                // The gang's other parts settle later (anyone may stop them now).
+                emit!(LeaseEnded {
+                    lease: lease.key(),
+                    market: lease.market,
+                    client: lease.client,
+                    paid: lease.paid,
+                    refund: 0,
+                    requeued: false,
+                    idle: lease.idle,
+                    exit_code: lease.exit_code,
+                });
+                return self.lease.close(self.bid.to_account_info());
+            }
+            let flags = bid.gang_flags;
+            let again = flags & GangFlags::FAILOVER != 0 && flags & GangFlags::REFUND == 0;
+            let rents = lease_rent(&Rent::get()?)
+                .checked_mul(bid.parts() as u64)
+                .ok_or(MarketError::Overflow)?;
+            (again, bid.escrow, rents)
+        } else {
+            (
+                if spot { lease.preempted } else { failover },
+                lease.escrow,
+                0,
+            )
+        };
         // A preempted spot bid goes back to its machine's book, and a queue bid whose host went
         // silent to the market's queue (failover), only while it can still start (its latest
         // start has not passed) and pay an interval; settling never waits for room in a book (a
@@ -646,12 +694,11 @@ impl CloseLease<'_> {
         let interval_cost = cost(
             bid.price,
             bid.unit(),
-            bid.gpu_count as u64,
+            bid.total_gpus(),
             lease.rules.billing_interval_secs as u64,
         )
         .map_err(MarketError::from)?;
-        let again = if spot { lease.preempted } else { failover };
-        let requeue_due = again && !bid.expired(now) && lease.escrow >= interval_cost.max(1);
+        let requeue_due = again && !bid.expired(now) && escrow >= interval_cost.max(1);
         // The rules decide, not whoever settles: a bid that may wait again needs its book, and
         // the rent of its slot there, which its account kept since `allocate`.
         let book = match (requeue_due, spot) {
@@ -672,14 +719,22 @@ impl CloseLease<'_> {
             Some(b) => {
                 let rent = Rent::get()?;
                 let slot = slot_rent(&rent);
-                (!b.load()?.is_full() && holds_slot_rent(&bid.to_account_info(), &rent, slot))
+                // A gang's last lease gives its rent back to the bid below: count it in.
+                let coming = if gang {
+                    self.lease.to_account_info().lamports()
+                } else {
+                    0
+                };
+                let due = (slot + lease_rents).saturating_sub(coming);
+                (!b.load()?.is_full() && holds_slot_rent(&bid.to_account_info(), &rent, due))
                     .then(|| (b.to_account_info(), slot))
             }
         };
         let requeue = book.is_some();
-        let refund = if requeue { 0 } else { lease.escrow };
+        let refund = if requeue { 0 } else { escrow };
         if let Some((book, slot)) = book {
-            bid.escrow = lease.escrow;
+            bid.escrow = escrow;
+            bid.gang_flags = 0;
             // With its remaining escrow: a spot bid ranked by its profit for the host, a queue
             // bid at the rank it had (its book key; its place among equal keys is new).
             let key = match spot {
@@ -692,7 +747,7 @@ impl CloseLease<'_> {
             self.market
                 .enqueue(bid_key, bid, &mut load_book_mut(&book)?, key, now)?;
             if !spot {
-                self.market.add_waiting(bid.gpu_count as i64)?;
+                self.market.add_waiting(bid.total_gpus() as i64)?;
             }
             stake.open_bids = stake
                 .open_bids
@@ -724,9 +779,15 @@ impl CloseLease<'_> {
             &self.token_program,
             refund,
         )?;
+        // A gang's lease rent goes back to its bid (to its client when the bid closes).
+        let rent_to = match gang {
+            true => self.bid.to_account_info(),
+            false => self.agent.to_account_info(),
+        };
+        self.lease.close(rent_to)?;
         if !requeue {
             self.bid.close(self.client.to_account_info())?;
         }
-        self.lease.close(self.agent.to_account_info())
+        Ok(())
     }
 }

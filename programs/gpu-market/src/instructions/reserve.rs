@@ -4,6 +4,8 @@
 
 use anchor_lang::prelude::*;
 
+use gpu_market_core::fit::Offer;
+
 use crate::errors::MarketError;
 use crate::events::{BidReserved, ReservationCleared};
 use crate::instructions::{entry_fits, load_book};
@@ -45,6 +47,7 @@ struct Shown {
 }
 
 impl Shown {
+    #[inline(never)]
     fn read(
         remaining: &[AccountInfo],
         (market_key, market): (&Pubkey, &Market),
@@ -90,6 +93,7 @@ impl Reserve<'_> {
         let a = &ctx.accounts;
         let (market, machine, bid) = (&a.market, &a.machine, &a.bid);
         require!(bid.kind == BidKind::Queue, MarketError::NotQueueBid);
+        require!(!bid.is_gang(), MarketError::GangNeedsAllocateGang);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
         require!(!bid.expired(now), MarketError::LatestStartPassed);
         require!(
@@ -111,24 +115,7 @@ impl Reserve<'_> {
         // The bid comes first among the entries this machine could ever run that no other
         // machine holds.
         let empty = machine.offer(market, BidKind::Queue, now, &Freed::all())?;
-        let info = a.queue_book.to_account_info();
-        let book = load_book(&info)?;
-        let mut found = false;
-        for leaf in book.iter() {
-            if leaf.bid == bid.key() && leaf.seq == bid.seq {
-                found = true;
-                break;
-            }
-            if leaf.summary.expired(now) || !entry_fits(&empty, leaf) {
-                continue;
-            }
-            require!(
-                shown.held_elsewhere.contains(&leaf.bid),
-                MarketError::BetterBidUnreserved
-            );
-        }
-        drop(book);
-        require!(found, MarketError::BookNotFound);
+        comes_first(&a.queue_book.to_account_info(), bid, &empty, &shown, now)?;
 
         let reservation = machine
             .reservation_for(market, (bid.key(), bid), now, &shown.leases)?
@@ -159,6 +146,32 @@ impl Reserve<'_> {
         });
         Ok(())
     }
+}
+
+/// Whether `bid` comes first in the queue `book` among the entries the machine behind `empty`
+/// (its offer with every GPU free) could run that no other machine holds (`shown`).
+#[inline(never)]
+fn comes_first(
+    book: &AccountInfo,
+    bid: &Account<Bid>,
+    empty: &Offer,
+    shown: &Shown,
+    now: i64,
+) -> Result<()> {
+    let book = load_book(book)?;
+    for leaf in book.iter() {
+        if leaf.bid == bid.key() && leaf.seq == bid.seq {
+            return Ok(());
+        }
+        if leaf.summary.expired(now) || leaf.summary.is_gang() || !entry_fits(empty, leaf) {
+            continue;
+        }
+        require!(
+            shown.held_elsewhere.contains(&leaf.bid),
+            MarketError::BetterBidUnreserved
+        );
+    }
+    err!(MarketError::BookNotFound)
 }
 
 #[derive(Accounts)]

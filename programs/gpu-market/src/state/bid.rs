@@ -193,13 +193,35 @@ pub struct BidData {
     /// Bit `c` set: GPU class `c` is accepted.
     pub accepted_classes: u8,
     pub bump: u8,
+    /// Machines a gang bid runs on at once, `gpu_count` GPUs on each (1: one machine).
+    pub parts: u8,
+    /// The parts of a gang bid whose leases have not settled yet (0 while it waits).
+    pub parts_running: u8,
+    /// [`GangFlags`] of a running gang bid: what its parts' settlements decided so far.
+    pub gang_flags: u8,
     /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
-    pub pad: [u8; 1],
+    pub pad: [u8; 6],
 }
 
 // SAFETY: see `account_data!`; the size is pinned here.
 crate::state::account_data!(Bid, BidData);
-const _: () = assert!(core::mem::size_of::<BidData>() == 7 * 32 + 9 * 8 + 4 * 4 + 2 * 2 + 3 + 1);
+const _: () = assert!(core::mem::size_of::<BidData>() == 7 * 32 + 9 * 8 + 4 * 4 + 2 * 2 + 6 + 6);
+
+/// Most machines one gang bid runs on at once: what `allocate_gang` fits in one transaction with
+/// a machine and a lease account for each part.
+#[constant]
+pub const MAX_GANG_PARTS: u8 = 8;
+
+/// What a gang's settled parts decided for the gang ([`BidData::gang_flags`]).
+pub struct GangFlags;
+
+impl GangFlags {
+    /// A part's host went silent and the part was reclaimed for failover: once every part has
+    /// settled, the gang goes back to the queue at its rank.
+    pub const FAILOVER: u8 = 1;
+    /// The client asked for its escrow back when it reclaimed a part: no failover.
+    pub const REFUND: u8 = 2;
+}
 
 impl Bid {
     /// An open queue bid of `data` asking `terms` of each of its GPUs, with no image reference,
@@ -245,6 +267,27 @@ impl Bid {
         (0..self.gpu_count as usize)
             .map(|i| self.terms_of(i).power_limit_w)
             .collect()
+    }
+
+    /// Machines the bid runs on at once (1 unless it is a gang bid).
+    pub fn parts(&self) -> u8 {
+        self.parts.max(1)
+    }
+
+    /// Whether the bid is a gang's: several machines at once, all or none (`allocate_gang`).
+    pub fn is_gang(&self) -> bool {
+        self.parts > 1
+    }
+
+    /// GPUs of all its parts: what its escrow, its waiting and its client's cap count.
+    pub fn total_gpus(&self) -> u64 {
+        self.gpu_count as u64 * self.parts() as u64
+    }
+
+    /// Whether one of the gang's parts has settled while others run: the gang no longer runs
+    /// as a whole, and anyone may stop its other parts.
+    pub fn gang_broken(&self) -> bool {
+        self.is_gang() && self.status == BidStatus::Running && self.parts_running < self.parts
     }
 
     /// The latest time the bid may start: its deadline less the shortest run its client
@@ -353,7 +396,8 @@ impl Bid {
             memory_mib: self.memory_mib.to_le_bytes(),
             regions: regions.to_le_bytes(),
             max_duration_secs: self.max_duration_secs.to_le_bytes(),
-            pad: [0; 4],
+            parts: self.parts(),
+            pad: [0; 3],
         }
     }
 
@@ -369,7 +413,7 @@ impl Bid {
         settlement::holding_charge(
             self.price,
             self.kind.unit(),
-            self.gpu_count as u64,
+            self.total_gpus(),
             book_full_secs.saturating_sub(self.full_secs_at_entry),
             self.escrow,
         )

@@ -215,11 +215,19 @@ pub struct BidSummary {
     /// The longest the bid's lease runs: with the time it starts, when it ends at the latest
     /// (what a reservation asks of a bid that would use its GPUs).
     pub max_duration_secs: [u8; 4],
+    /// Machines the bid runs on at once ([`crate::state::Bid::parts`]): a gang's entry (more
+    /// than 1) is taken by `allocate_gang` only, and never holds back `allocate`.
+    pub parts: u8,
     /// Brings the size to a multiple of the alignment (8).
-    pub pad: [u8; 4],
+    pub pad: [u8; 3],
 }
 
 impl BidSummary {
+    /// Whether the entry is a gang's ([`BidSummary::parts`]).
+    pub fn is_gang(&self) -> bool {
+        self.parts > 1
+    }
+
     /// Whether the bid's latest start has passed at `now` ([`crate::state::Bid::expired`]).
     pub fn expired(&self, now: i64) -> bool {
         now > self.latest_start

@@ -54,6 +54,10 @@ pub struct Lease {
     /// learns what an image asks of a GPU from the leases running it.
     pub image_digest: [u8; 32],
     pub kind: BidKind,
+    /// The lease's place in its gang (0 for the first machine, whose address the others
+    /// reach) and the gang's machine count (1: not a gang's).
+    pub part: u8,
+    pub parts: u8,
     pub gpu_count: u8,
     /// The machine's GPU serving each of the bid's GPUs (first `gpu_count` entries).
     pub gpus: [u8; MAX_GPUS],
@@ -142,6 +146,8 @@ impl Lease {
             client: bid.client,
             image_digest: bid.image_digest,
             kind: bid.kind,
+            part: 0,
+            parts: 1,
             gpu_count: n as u8,
             gpus: on,
             gib_per_gpu: bid.gib_per_gpu,

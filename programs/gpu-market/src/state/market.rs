@@ -489,7 +489,7 @@ impl MarketData {
             .checked_sub(1)
             .ok_or(MarketError::Overflow)?;
         if bid.kind == BidKind::Queue {
-            self.add_waiting(-(bid.gpu_count as i64))?;
+            self.add_waiting(-(bid.total_gpus() as i64))?;
         }
         self.total_escrow = self
             .total_escrow
