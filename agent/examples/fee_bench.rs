@@ -52,6 +52,7 @@ fn gpu(topology_group: u8) -> SimulatedGpuConfig {
 /// A queue bid `n` for `gpus` whole GPUs, running for `hours`.
 fn bid(n: u8, gpus: u8, hours: u32) -> BidView {
     BidView {
+        gang: None,
         key: Key([n; 32]),
         client: Key([200; 32]),
         kind: BidKind::Queue,

@@ -539,6 +539,8 @@ mod tests {
 
     fn lease(next_interval: u32) -> LeaseView {
         LeaseView {
+            gang: None,
+            gang_broken: false,
             key: Key([9; 32]),
             bid: Key([8; 32]),
             client: Key([7; 32]),

@@ -7,6 +7,7 @@
 use gpu_market::pda;
 use gpu_market::state::{Bid, Lease, Machine, MachineTerms, Market};
 use gpu_market_sdk::placement::MarketPlacement;
+use gpu_market_sdk::{PlaceBid, PlaceGangBid};
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -352,4 +353,108 @@ async fn the_agent_reserves_for_a_big_bid_and_backfills_nothing_that_would_delay
     );
     let b: Bid = live.cluster.account(&long).await.unwrap();
     assert_eq!(b.status, gpu_market::state::BidStatus::Open);
+}
+
+/// The value of `name` in `env` (lines `NAME=value`, as `env` prints them).
+fn env_value(env: &str, name: &str) -> Option<String> {
+    env.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .map(str::to_string)
+}
+
+/// A gang of two parts (one GPU on each of two machines) with two agents: the agent the packing
+/// policy gives the first part sends `allocate_gang`; both parts start at once, each container
+/// told its node rank, the gang's size and the first part's machine's address. When the client
+/// ends one part, the other part's agent stops its own at once, and the last part's settlement
+/// refunds the gang once and closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
+    let live = live_market(2).await;
+    live.update_machine(|t| t.network.host = "a.gpu.test".into())
+        .await
+        .unwrap();
+    let (machine_b, agent_b) = machine_b(&live, |t| t.network.host = "b.gpu.test".into()).await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let agent_a = Agent::start(&Agent::write_config(&live, dir_a.path(), 2));
+    let config_b = Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b);
+    let agent_b = Agent::start(&config_b);
+    let client = live.client(100 * TOKEN, 0).await.unwrap();
+    let tokens0 = live.cluster.token_balance(&client.tokens).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let place = PlaceGangBid {
+        place: PlaceBid {
+            client: &client.key,
+            market: live.market,
+            book: live.queue_book,
+            machine: live.machine,
+            payment_mint: live.mint,
+            client_tokens: client.tokens,
+            args: queue_bid(1, 40 * INTERVAL, now),
+            evict: None,
+        },
+        parts: 2,
+    };
+    live.cluster.run(&place).await.unwrap();
+    let gang = place.place.bid();
+
+    let leases = [pda::gang_lease(&gang, 0).0, pda::gang_lease(&gang, 1).0];
+    let parts: Vec<Lease> = wait_for("both parts", 60, &agent_a, || async {
+        let mut parts = Vec::new();
+        for l in &leases {
+            parts.push(live.cluster.account::<Lease>(l).await.ok()?);
+        }
+        Some(parts)
+    })
+    .await;
+    assert_eq!(parts[0].started_at, parts[1].started_at, "started together");
+    assert_ne!(parts[0].machine, parts[1].machine, "on two machines");
+    let first: Machine = live.cluster.account(&parts[0].machine).await.unwrap();
+    let docker = docker().await;
+    for (part, lease) in leases.iter().enumerate() {
+        let agent = if parts[part].machine == live.machine {
+            &agent_a
+        } else {
+            &agent_b
+        };
+        let id = wait_for("the part's container", 60, agent, || async {
+            let running = containers_of(&docker, lease).await;
+            running.into_iter().find(|(_, up)| *up).map(|(id, _)| id)
+        })
+        .await;
+        let env = exec(&id, "env");
+        let get = |name: &str| env_value(&env, name);
+        assert_eq!(get("NODE_RANK"), Some(part.to_string()), "{env}");
+        assert_eq!(get("PET_NNODES").as_deref(), Some("2"));
+        assert_eq!(get("WORLD_SIZE").as_deref(), Some("2"));
+        assert_eq!(get("MASTER_ADDR"), Some(first.network.host.clone()));
+    }
+
+    // The client ends the first part; the second part's agent stops its own, and the gang is
+    // refunded once, both leases and the bid closed.
+    let market: Market = live.cluster.account(&live.market).await.unwrap();
+    let end = gpu_market_sdk::CloseLease::of(
+        &client.key,
+        (leases[0], &parts[0]),
+        &first,
+        &market,
+        Some(client.tokens),
+        false,
+    );
+    live.cluster.run(&end).await.unwrap();
+    wait_for("the gang settled", 120, &agent_b, || async {
+        let gone = !account_exists(&live, &gang).await
+            && !account_exists(&live, &leases[0]).await
+            && !account_exists(&live, &leases[1]).await;
+        gone.then_some(())
+    })
+    .await;
+    let tokens = live.cluster.token_balance(&client.tokens).await.unwrap();
+    let escrow = live.cluster.account::<Bid>(&gang).await.ok();
+    assert!(escrow.is_none());
+    assert!(
+        tokens < tokens0 && tokens > tokens0 - parts[0].escrow - parts[1].escrow,
+        "paid for some proven time and refunded the rest: {tokens0} → {tokens}; A's log:\n{}\nB's log:\n{}",
+        agent_a.log(),
+        agent_b.log()
+    );
 }

@@ -8,16 +8,16 @@ use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, BidStatus, Freed, Lease, Machine, Market, StakeAccount, GPU_CLASSES,
-    IMAGE_REF_LEN, REGION_LEN,
+    IMAGE_REF_LEN, MAX_GANG_PARTS, REGION_LEN,
 };
 use gpu_market_core::math::normalise_bps;
 use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::budget::MAX_COMPUTE_UNITS;
-use gpu_market_sdk::placement::{earliest_start, witness};
+use gpu_market_sdk::placement::{could_run, earliest_start, witness};
 use gpu_market_sdk::{
-    Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, TopUpBid,
+    Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, PlaceGangBid, TopUpBid,
 };
 use serde_json::{json, Value};
 use solana_compute_budget_interface::ComputeBudgetInstruction;
@@ -127,8 +127,14 @@ pub struct PlaceArgs {
     /// The image's sha256 digest (64 hex digits, optionally after `sha256:`).
     #[arg(long)]
     image_digest: String,
+    /// GPUs on each machine.
     #[arg(long, default_value_t = 1)]
     gpus: u8,
+    /// Machines the bid runs on at once, --gpus on each (a gang, 2 to 8): all start together
+    /// or none, each part's container told its rank and the first part's address; the escrow
+    /// pays for every part (queue bids only).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    machines: u8,
     #[arg(long)]
     gib_per_gpu: u16,
     /// An accepted GPU class of the market (repeatable) [default: every class].
@@ -478,6 +484,13 @@ pub(crate) fn plan_place(
             (BidKind::Queue, m.queue_book, None)
         }
     };
+    if !(1..=MAX_GANG_PARTS).contains(&a.machines) {
+        bail!("--machines is 1 to {MAX_GANG_PARTS}");
+    }
+    if a.machines > 1 && kind == BidKind::Spot {
+        bail!("a bid on several machines (--machines) is a queue bid: leave out --machine");
+    }
+    let total_gpus = a.gpus as u64 * a.machines as u64;
     let price = parse::positive_amount(&a.price, decimals, "price")?;
     let duration = u32::try_from(parse::duration_secs(&a.duration)?)
         .map_err(|_| anyhow!("the duration {:?} is too long", a.duration))?;
@@ -543,10 +556,10 @@ pub(crate) fn plan_place(
     // The run and the longest wait from now (the program counts from its own clock, a little
     // later: never more than this).
     let wait = latest_start.saturating_sub(now) as u64;
-    let escrow = settlement::bid_escrow(price, kind.unit(), a.gpus as u64, duration as u64, wait)
+    let escrow = settlement::bid_escrow(price, kind.unit(), total_gpus, duration as u64, wait)
         .map_err(|_| {
-        anyhow!("the bid's escrow (price × GPUs × (duration + longest wait)) is too large")
-    })?;
+            anyhow!("the bid's escrow (price × GPUs × (duration + longest wait)) is too large")
+        })?;
     let (client_tokens, balance) =
         config.token_account(&client.pubkey(), &m.payment_mint, a.tokens)?;
     let paid = escrow
@@ -571,7 +584,7 @@ pub(crate) fn plan_place(
                 &m,
                 stake.as_ref().map_or(0, |s| s.amount),
                 (price, kind),
-                a.gpus,
+                total_gpus,
                 duration,
                 urgency_premium,
             )?;
@@ -642,6 +655,18 @@ pub(crate) fn plan_place(
         Some((key, _)) => *key,
         None => {
             let machines = config.program_accounts_of::<Machine>(&[(0, a.market)])?;
+            let (could, _) = could_run(&m, now, &machines, &args);
+            if a.machines > 1 && (could.len() as u64) < a.machines as u64 && !could.is_empty() {
+                bail!(
+                    "a gang of {} machines: only {} active machine(s) of market {} could run a \
+                     part ({} GPUs of {} GiB), even with nothing else running",
+                    a.machines,
+                    could.len(),
+                    a.market,
+                    a.gpus,
+                    a.gib_per_gpu
+                );
+            }
             witness(&m, now, &machines, &args).map_err(|nearest| match nearest {
                 Some(unfit) => anyhow!(
                     "no machine of market {} could run this bid, even with nothing else \
@@ -667,6 +692,11 @@ pub(crate) fn plan_place(
         evict,
     };
     let bid = place.bid();
+    let parts = a.machines;
+    let instruction = match parts {
+        1 => place.instruction(),
+        _ => PlaceGangBid { place, parts }.instruction(),
+    };
     if config.fetch::<Bid>(&bid, "bid").is_ok() {
         bail!("the keypair already has bid {bid} with nonce {nonce}: choose another --nonce");
     }
@@ -675,7 +705,7 @@ pub(crate) fn plan_place(
     if stake.is_none() {
         instructions.push(open.instruction());
     }
-    instructions.push(place.instruction());
+    instructions.push(instruction);
     Ok(Placement {
         instructions,
         bid,
@@ -692,14 +722,13 @@ fn score_inputs(
     m: &Market,
     stake: u64,
     (price, kind): (u64, BidKind),
-    gpus: u8,
+    gpus: u64,
     duration_secs: u32,
     urgency_premium: u64,
 ) -> Result<Inputs> {
     let too_large = |_| anyhow!("the bid's spend or escrow is too large");
-    let spend_per_hour =
-        settlement::spend_per_hour(price, kind.unit(), gpus as u64).map_err(too_large)?;
-    let escrow = settlement::escrow_for(price, kind.unit(), gpus as u64, duration_secs as u64)
+    let spend_per_hour = settlement::spend_per_hour(price, kind.unit(), gpus).map_err(too_large)?;
+    let escrow = settlement::escrow_for(price, kind.unit(), gpus, duration_secs as u64)
         .map_err(too_large)?;
     m.params
         .score_inputs(stake, spend_per_hour, escrow, urgency_premium)
@@ -732,7 +761,7 @@ fn score_parts(m: &Market, b: &Bid, stake: u64, now: i64) -> Result<Value> {
         m,
         stake,
         (b.price, b.kind),
-        b.gpu_count,
+        b.total_gpus(),
         b.max_duration_secs,
         b.urgency_premium,
     )?;
@@ -799,6 +828,7 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
         ("image_digest", text(hex::encode(b.image_digest))),
         ("env_hash", text(hex::encode(b.env_hash))),
         ("gpu_count", b.gpu_count.into()),
+        ("machines", b.parts().into()),
         ("cpus", parse::cores(b.cpu_milli)),
         ("memory_mib", b.memory_mib.into()),
         (
@@ -844,6 +874,12 @@ pub(crate) fn bid_fields(config: &Config, key: &Pubkey, b: &Bid, m: &Market) -> 
                 ));
             }
         }
+    } else if b.is_gang() {
+        let parts: Vec<Value> = (0..b.parts)
+            .map(|p| text(pda::gang_lease(key, p).0))
+            .collect();
+        fields.push(("leases", Value::Array(parts)));
+        fields.push(("parts_running", b.parts_running.into()));
     } else {
         fields.push(("lease", text(pda::lease(key).0)));
     }
@@ -1100,6 +1136,23 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
     let m: Market = config.fetch(&b.market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let mut fields: Fields = vec![("bid", text(bid)), ("kind", text(kind_name(b.kind)))];
+    if b.status == BidStatus::Running && b.is_gang() {
+        let leases: Vec<String> = (0..b.parts)
+            .map(|p| pda::gang_lease(bid, p).0.to_string())
+            .collect();
+        fields.push(("status", text("running")));
+        fields.push(("leases", json!(leases)));
+        fields.push((
+            "summary",
+            text(format!(
+                "the gang runs on {} machines ({} of its parts still running), as leases {}",
+                b.parts,
+                b.parts_running,
+                leases.join(", ")
+            )),
+        ));
+        return Ok(fields);
+    }
     if b.status == BidStatus::Running {
         let lease = pda::lease(bid).0;
         fields.push(("status", text("running")));
@@ -1126,10 +1179,11 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         .unwrap_or(entries.entries.len());
     // Over its client's cap, a queue bid still runs where no bid within its client's cap fits:
     // the program decides that from the book, so the simulation below tells.
-    let within_cap = b.kind == BidKind::Spot
-        || m.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, now);
+    let within_cap =
+        b.kind == BidKind::Spot || m.within_client_cap(stake.gpus_held as u64, b.total_gpus(), now);
 
-    // The fit rule on each machine; where the bid fits, the allocation its agent would send.
+    // The fit rule on each machine; where the bid fits, the allocation its agent would send
+    // (a gang's parts start together: `allocate_gang`, judged below from the policy's plan).
     let mut reasons: Vec<(String, u64)> = Vec::new();
     let mut refused: Vec<Value> = Vec::new();
     let (mut fitting, mut ready) = (0u64, 0u64);
@@ -1147,6 +1201,7 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
                 ),
             ),
             Err(unfit) => tally(&mut reasons, unfit.describe().to_string()),
+            Ok(_) if b.is_gang() => fitting += 1,
             Ok(choice) => {
                 fitting += 1;
                 let why = allocation_refusal(
@@ -1181,7 +1236,7 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         })
         .collect::<Result<_>>()?;
     // Queue bids go where the market's packing policy says; a spot bid names its machine.
-    let view = match (b.kind, ready > 0) {
+    let view = match (b.kind, ready > 0 || (b.is_gang() && fitting > 0)) {
         (BidKind::Queue, true) => Some(policy::policy_view(
             config,
             &m,
@@ -1193,6 +1248,11 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         _ => None,
     };
     let chosen = view.as_ref().and_then(|v| v.machine);
+    let gang_parts = view.as_ref().and_then(|v| v.parts.clone());
+    if gang_parts.is_some() {
+        // The policy places every part now: the first part's agent starts them.
+        ready = 1;
+    }
     let n = machines.len();
     let blocked = || {
         reasons
@@ -1205,8 +1265,9 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
     let runs_for = lease::run_end(now, b.max_duration_secs as u64, b.deadline)
         .map_or(0, |end| end.saturating_sub(now).max(0) as u64);
     // Where it does not start now: when the running leases' ends free enough of a machine.
+    // (A gang's start needs several machines at once: not estimated.)
     let earliest = match ready {
-        0 => {
+        0 if !b.is_gang() => {
             let leases: Vec<Lease> = config
                 .program_accounts_of::<Lease>(&[(0, b.market)])?
                 .into_iter()
@@ -1241,6 +1302,28 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
             "its latest start {} has passed, so it will not run: anyone may remove it with \
              `gpu-market bid prune {bid}`, which refunds its escrow in full",
             b.latest_start()
+        )
+    } else if b.is_gang() && ready > 0 {
+        let parts: Vec<String> = gang_parts.iter().flatten().map(|k| k.to_string()).collect();
+        format!(
+            "a gang of {} machines × {} GPUs: it fits {fitting} of {n} machines now; the market's \
+             packing policy places its parts on {}, and the agent of the first starts them all \
+             at once ({ahead} bids ranked above it); {when}",
+            b.parts,
+            b.gpu_count,
+            parts.join(", ")
+        )
+    } else if b.is_gang() {
+        format!(
+            "a gang of {} machines × {} GPUs waits until {} machines can take a part at once: {fitting} \
+             of {n} can now{}; {when}",
+            b.parts,
+            b.gpu_count,
+            b.parts,
+            match reasons.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", blocked()),
+            }
         )
     } else if ready > 0 {
         let agent = match chosen {
@@ -1291,6 +1374,11 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
             reserved.map_or(Value::Null, |(_, at)| at.into()),
         ),
         ("policy_machine", chosen.map_or(Value::Null, text)),
+        ("machines_wanted", b.parts().into()),
+        (
+            "policy_parts",
+            gang_parts.map_or(Value::Null, |p| Value::Array(p.iter().map(text).collect())),
+        ),
         (
             "image_sm_utilisation_bps",
             view.and_then(|v| v.image_sm_util_bps)

@@ -481,6 +481,14 @@ impl Offer {
             groups: groups.into_iter().map(|(_, m)| m).collect(),
         }
     }
+    /// The same offer, taking no work: what a machine already holding a part of a gang offers
+    /// the gang's other parts.
+    pub fn closed(self) -> Self {
+        Offer {
+            active: false,
+            ..self
+        }
+    }
 
     /// The offer of a machine in `region`, bit `bit` of its market's region table (a machine
     /// without one is in the empty label's, with no bit).

@@ -56,9 +56,22 @@ pub fn witness(
     machines: &[(Pubkey, Machine)],
     args: &PlaceBidArgs,
 ) -> Result<Pubkey, Option<Unfit>> {
+    let (fit, nearest) = could_run(market, now, machines, args);
+    fit.first().copied().ok_or(nearest)
+}
+
+/// Every active machine of `machines` the bid fits once that machine's leases are gone (what
+/// [`witness`] takes the first of: a gang bid needs as many as it has parts), and the nearest
+/// reason a machine did not.
+pub fn could_run(
+    market: &Market,
+    now: i64,
+    machines: &[(Pubkey, Machine)],
+    args: &PlaceBidArgs,
+) -> (Vec<Pubkey>, Option<Unfit>) {
     let settings = args.overclock_per_gpu();
     let need = args.need(&settings);
-    let mut nearest = None;
+    let (mut fit, mut nearest) = (Vec::new(), None);
     for (key, machine) in machines {
         if machine.status != MachineStatus::Active {
             continue;
@@ -67,11 +80,11 @@ pub fn witness(
             continue;
         };
         match offer.fit(&need) {
-            Ok(_) => return Ok(*key),
+            Ok(_) => fit.push(*key),
             Err(e) => nearest = nearest.max(Some(e)),
         }
     }
-    Err(nearest)
+    (fit, nearest)
 }
 
 /// How long a heartbeat keeps a machine in the packing policy: the market's silence window
@@ -170,15 +183,7 @@ impl MarketPlacement {
         }
         let overclock = bid.overclock_per_gpu();
         let need = bid.need(&overclock);
-        let caching: Vec<usize> = self
-            .machines
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, m))| {
-                m.cached_images[..m.cached_image_count as usize].contains(&bid.image_digest)
-            })
-            .map(|(i, _)| i)
-            .collect();
+        let caching = self.caching(&bid.image_digest);
         let affinity = Affinity {
             caching: &caching,
             profile: self.profile_of(&bid.image_digest),
@@ -188,6 +193,43 @@ impl MarketPlacement {
             machine: self.keys[chosen.machine],
             gpus: chosen.gpus,
         })
+    }
+
+    /// Where the policy gives each part of gang bid `bid`, in the gang's order: each part as
+    /// [`MarketPlacement::place`] places a bid, on a machine no earlier part took; `None` unless
+    /// every part has a machine now. The first part's machine sends `allocate_gang`.
+    pub fn place_gang(&mut self, bid: &Bid) -> Option<Vec<Placed>> {
+        if bid.kind != BidKind::Queue {
+            return None;
+        }
+        let overclock = bid.overclock_per_gpu();
+        let need = bid.need(&overclock);
+        let caching = self.caching(&bid.image_digest);
+        let affinity = Affinity {
+            caching: &caching,
+            profile: self.profile_of(&bid.image_digest),
+        };
+        let mut offers = self.offers.clone();
+        let mut parts = Vec::with_capacity(bid.parts() as usize);
+        for _ in 0..bid.parts() {
+            let chosen = self.placer.choose(&need, &offers, affinity)?;
+            offers[chosen.machine] = offers[chosen.machine].clone().closed();
+            parts.push(Placed {
+                machine: self.keys[chosen.machine],
+                gpus: chosen.gpus,
+            });
+        }
+        Some(parts)
+    }
+
+    /// The machines (by their place in the policy) that cache `image`.
+    fn caching(&self, image: &[u8; 32]) -> Vec<usize> {
+        self.machines
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, m))| m.cached_images[..m.cached_image_count as usize].contains(image))
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// When `machine`, which is not the one [`MarketPlacement::place`] gave queue bid `bid`

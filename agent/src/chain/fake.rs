@@ -809,6 +809,8 @@ impl Chain for FakeChain {
         let key = self.lease_key(bid);
         s.bids.remove(pos);
         let lease = LeaseView {
+            gang: None,
+            gang_broken: false,
             key,
             bid,
             client: b.client,

@@ -150,6 +150,16 @@ pub enum BidKind {
     Spot,
 }
 
+/// A lease's place in a gang: one bid on several machines at once, one lease each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gang {
+    /// This lease's part (0: the first, whose machine the others reach).
+    pub part: u8,
+    pub parts: u8,
+    /// The public address of the first part's machine (its `network.host`).
+    pub first_host: String,
+}
+
 /// A lease on this machine: a bid that was allocated GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseView {
@@ -183,6 +193,11 @@ pub struct LeaseView {
     pub next_interval: u32,
     /// The chain hash of the last accepted proof (zeroes before the first).
     pub proof_hash: [u8; 32],
+    /// Its place in its gang, for a part of a gang bid's.
+    pub gang: Option<Gang>,
+    /// Another part of its gang has settled: the gang no longer runs whole, and this part
+    /// stops (anyone may stop it).
+    pub gang_broken: bool,
 }
 
 /// What a bid or lease runs: its image and its sealed environment (the bid's, on chain).
@@ -196,6 +211,8 @@ pub struct Workload<'a> {
     pub image_ref: &'a str,
     pub image_digest: &'a [u8; 32],
     pub env_hash: &'a [u8; 32],
+    /// Its place in its gang, for a part of a gang bid's.
+    pub gang: Option<&'a Gang>,
 }
 
 impl BidView {
@@ -207,6 +224,7 @@ impl BidView {
             image_ref: &self.image_ref,
             image_digest: &self.image_digest,
             env_hash: &self.env_hash,
+            gang: self.gang.as_ref(),
         }
     }
 
@@ -225,6 +243,7 @@ impl LeaseView {
             image_ref: &self.image_ref,
             image_digest: &self.image_digest,
             env_hash: &self.env_hash,
+            gang: self.gang.as_ref(),
         }
     }
 
@@ -307,6 +326,9 @@ pub struct BidView {
     pub room: RoomAsked,
     /// The regions whose machines may run it (none: any).
     pub regions: Vec<gpu_market_core::fit::Region>,
+    /// For a gang bid this machine starts (the packing policy gives it the first part): the
+    /// place its lease takes in the gang.
+    pub gang: Option<Gang>,
 }
 
 /// What one look at the machine's books finds.

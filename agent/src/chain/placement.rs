@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, MachineStatus, Market};
 use gpu_market_sdk::accounts::decode;
-use gpu_market_sdk::placement::{alive, earliest_start, MarketPlacement};
+use gpu_market_sdk::placement::{alive, earliest_start, MarketPlacement, Placed};
 use solana_pubkey::Pubkey;
 
 use super::solana::{key, lease_filters, offers, SolanaChain};
@@ -50,6 +50,11 @@ impl<'a> Policy<'a> {
             listing: None,
         }
     }
+
+    /// The market's machines, as far as this look at the books read them (none before).
+    pub(super) fn machines(&self) -> &[(Pubkey, Machine)] {
+        self.listing.as_ref().map_or(&[], |(m, _)| m.as_slice())
+    }
 }
 
 impl SolanaChain {
@@ -61,16 +66,7 @@ impl SolanaChain {
         policy: &mut Policy<'_>,
         bid: &Bid,
     ) -> Result<Option<Placement>, ChainError> {
-        if policy.view.is_none() {
-            let (market, now, queue) = (policy.market, policy.now, policy.queue);
-            let (machines, leases) = self.listing(&mut policy.listing).await?;
-            let view = MarketPlacement::new(market, now, machines.clone(), leases, queue)
-                .map_err(|reason| ChainError::rejected("read", reason))?;
-            policy.view = Some(view);
-        }
-        let Some(view) = policy.view.as_mut() else {
-            unreachable!("set above")
-        };
+        let view = self.policy_view(policy).await?;
         Ok(view.place(bid).map(|p| {
             if p.machine == self.machine() {
                 return Placement::Here(p.gpus);
@@ -83,6 +79,31 @@ impl SolanaChain {
                 turn: view.turn(bid, &p, &self.machine()).unwrap_or(1),
             })
         }))
+    }
+
+    /// Where the packing policy gives each part of gang bid `bid`, in the gang's order (`None`
+    /// unless every part has a machine now).
+    pub(super) async fn gang_placement(
+        &self,
+        policy: &mut Policy<'_>,
+        bid: &Bid,
+    ) -> Result<Option<Vec<Placed>>, ChainError> {
+        Ok(self.policy_view(policy).await?.place_gang(bid))
+    }
+
+    /// The policy's view of the market for this look at the books, built the first time.
+    async fn policy_view<'p>(
+        &self,
+        policy: &'p mut Policy<'_>,
+    ) -> Result<&'p mut MarketPlacement, ChainError> {
+        if policy.view.is_none() {
+            let (market, now, queue) = (policy.market, policy.now, policy.queue);
+            let (machines, leases) = self.listing(&mut policy.listing).await?;
+            let view = MarketPlacement::new(market, now, machines.clone(), leases, queue)
+                .map_err(|reason| ChainError::rejected("read", reason))?;
+            policy.view = Some(view);
+        }
+        Ok(policy.view.as_mut().expect("set above"))
     }
 
     /// The market's machines and leases as a look at the books read them (`cache`), read now

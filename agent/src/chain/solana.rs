@@ -8,7 +8,7 @@
 //! (`BookEntries::allocate_evidence`), a few accounts whatever the book's depth.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use anchor_lang::{AccountDeserialize, Discriminator};
@@ -24,8 +24,8 @@ use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
 use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
 use gpu_market_sdk::{
-    Allocate, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid, ReportFault,
-    Reserve, SubmitUsage, Unreserve,
+    Allocate, AllocateGang, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid,
+    ReportFault, Reserve, SubmitUsage, Unreserve,
 };
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -54,7 +54,7 @@ use super::mirror::Mirror;
 use super::placement::{Placement, Policy};
 use super::traffic::{Counting, Traffic};
 use super::{
-    BidKind, BidView, Chain, ChainError, EgressView, GpuView, Key, LeaseView, MachineStatus,
+    BidKind, BidView, Chain, ChainError, EgressView, Gang, GpuView, Key, LeaseView, MachineStatus,
     MachineView, NetworkView, OpenBids, RoomAsked,
 };
 
@@ -89,7 +89,15 @@ pub struct SolanaChain {
     price: Mutex<Option<(tokio::time::Instant, Option<u64>)>>,
     /// The accounts the websocket feed keeps current: read there first.
     mirror: Option<Arc<Mirror>>,
+    /// The gang bids this machine sends `allocate_gang` for (the packing policy gives it their
+    /// first part), with each part's machine and GPUs as the policy placed them.
+    gangs: std::sync::Mutex<HashMap<Pubkey, GangPlan>>,
+    /// The first part's machine's public address of each gang bid this machine runs a part of.
+    first_hosts: std::sync::Mutex<HashMap<Pubkey, String>>,
 }
+
+/// Each part of a gang bid in the gang's order: its machine and the GPUs it takes there.
+type GangPlan = Vec<(Pubkey, Vec<u8>)>;
 
 /// How often a sent transaction's status is looked at until it is confirmed.
 const CONFIRM_POLL: Duration = Duration::from_millis(100);
@@ -136,6 +144,8 @@ impl SolanaChain {
             max_priority_fee: 0,
             price: Mutex::new(None),
             mirror: None,
+            gangs: std::sync::Mutex::default(),
+            first_hosts: std::sync::Mutex::default(),
         }
     }
 
@@ -558,8 +568,31 @@ impl SolanaChain {
                 // Which machine the market's packing policy gives it, and there which GPUs; for
                 // a bid that fits here only once a spot lease ends, whether another machine
                 // fits it now (then no lease here is stopped for it).
-                let mut elsewhere = None;
-                if queue {
+                let (mut elsewhere, mut gang) = (None, None);
+                if b.is_gang() {
+                    // Every part at once: listed only where the policy gives this machine the
+                    // first part, whose agent sends `allocate_gang`.
+                    if gpus.is_none() {
+                        continue;
+                    }
+                    let Some(parts) = self.gang_placement(policy, b).await? else {
+                        continue;
+                    };
+                    if parts[0].machine != self.machine() {
+                        continue;
+                    }
+                    gpus = Some(parts[0].gpus.clone());
+                    gang = Some(Gang {
+                        part: 0,
+                        parts: b.parts,
+                        first_host: self.own_host(policy),
+                    });
+                    let plan = parts.into_iter().map(|p| (p.machine, p.gpus)).collect();
+                    self.gangs
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(*k, plan);
+                } else if queue {
                     match self.placement(policy, b).await? {
                         Some(Placement::Here(chosen)) if gpus.is_some() => {
                             let overclock = b.overclock_per_gpu();
@@ -573,12 +606,13 @@ impl SolanaChain {
                 }
                 let view = BidView {
                     elsewhere,
+                    gang,
                     ..bid_view(k, b, gpus, fits_if_ended)
                 };
                 if queue {
                     let market = policy.market;
                     let now = now_offer.now();
-                    caps.add(view, &b.client, b.gpu_count, |held, more| {
+                    caps.add(view, &b.client, b.total_gpus(), |held, more| {
                         market.within_client_cap(held, more, now)
                     });
                 } else {
@@ -592,10 +626,103 @@ impl SolanaChain {
         Ok(if queue { caps.finish() } else { spot })
     }
 
+    /// This machine's public address, from the policy's listing of the market's machines.
+    fn own_host(&self, policy: &Policy<'_>) -> String {
+        policy
+            .machines()
+            .iter()
+            .find(|(k, _)| *k == self.machine)
+            .map(|(_, m)| m.network.host.clone())
+            .unwrap_or_default()
+    }
+
+    /// The public address of the machine running the first part of gang bid `bid`: read once
+    /// (the first part's lease and its machine), then kept for the gang's life.
+    async fn first_host(&self, bid: &Pubkey) -> Result<String, ChainError> {
+        if let Some(host) = self
+            .first_hosts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(bid)
+        {
+            return Ok(host.clone());
+        }
+        let first = pda::gang_lease(bid, 0).0;
+        let lease: Lease = self.account(&first, "lease").await?;
+        let machine: Machine = self.account(&lease.machine, "machine").await?;
+        let host = machine.network.host;
+        self.first_hosts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(*bid, host.clone());
+        Ok(host)
+    }
+
+    /// The parts of gang bid `bid` as the policy placed them when this machine last listed it,
+    /// if this machine sends its `allocate_gang`.
+    fn gang_plan(&self, bid: &Pubkey) -> Option<GangPlan> {
+        let plans = self.gangs.lock().unwrap_or_else(PoisonError::into_inner);
+        plans.get(bid).cloned()
+    }
+
+    /// Starts every part of gang bid `bid` as `plan` places them (this machine's first), with
+    /// the evidence the book needs for all their machines; returns this machine's lease.
+    async fn allocate_gang(&self, bid: Pubkey, plan: GangPlan) -> Result<Key, ChainError> {
+        let clock = solana_sdk_ids::sysvar::clock::ID;
+        let mut keys = vec![self.market, bid, clock];
+        keys.extend(plan.iter().map(|(m, _)| *m));
+        let got = self.raw_accounts(&keys).await?;
+        let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
+        let b: Bid = decoded(got[1].as_deref(), "bid", &bid)?;
+        let now = clock_time(got[2].as_deref())?;
+        let parts_offers = plan
+            .iter()
+            .zip(&got[3..])
+            .map(|((k, _), data)| {
+                let m: Machine = decoded(data.as_deref(), "machine", k)?;
+                offers(&m, &market, ProgramBidKind::Queue, now, &Freed::default())
+            })
+            .collect::<Result<Vec<_>, ChainError>>()?;
+        let stake = pda::stake(&self.market, &b.client).0;
+        let got = self.raw_accounts(&[market.queue_book, stake]).await?;
+        let entries = match got[0].as_deref() {
+            Some(d) => book_entries(d, &market.queue_book)?,
+            None => {
+                return Err(ChainError::rejected(
+                    AllocateGang::NAME,
+                    format!("no queue book at {}", market.queue_book),
+                ))
+            }
+        };
+        let stake: StakeAccount = decoded(got[1].as_deref(), "stake", &stake)?;
+        let within_cap = market.within_client_cap(stake.gpus_held as u64, b.total_gpus(), now);
+        // Built and dropped before any await: a signer is not `Sync`.
+        let (lease, ix) = {
+            let ix = AllocateGang {
+                agent: &self.agent,
+                market: self.market,
+                book: market.queue_book,
+                bid,
+                client: b.client,
+                evidence: entries.allocate_evidence(&bid, &parts_offers, within_cap),
+                parts: plan,
+            };
+            (ix.leases()[0], ix.instruction())
+        };
+        self.send(AllocateGang::NAME, ix).await?;
+        self.gangs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&bid);
+        Ok(key(&lease))
+    }
+
     /// The agent's view of lease `l` (of `bid`): its proof windows follow the interval the lease
     /// started with (`l.rules`), whatever the market's parameters are now.
     fn lease_view(&self, key: Pubkey, l: &Lease, bid: &Bid) -> LeaseView {
         LeaseView {
+            gang: None,
+            gang_broken: false,
             key: self::key(&key),
             bid: self::key(&l.bid),
             client: self::key(&l.client),
@@ -643,6 +770,7 @@ fn kind(k: ProgramBidKind) -> BidKind {
 
 fn bid_view(k: &Pubkey, b: &Bid, gpus: Option<Vec<u8>>, fits_if_ended: Vec<Key>) -> BidView {
     BidView {
+        gang: None,
         key: key(k),
         client: key(&b.client),
         kind: kind(b.kind),
@@ -719,15 +847,21 @@ impl CapFilter {
     /// Adds a bid that fits now or once a spot lease ends: `view`, of `client`, for `gpus`
     /// GPUs; `within(held, more)` is the market's cap (`Market::within_client_cap`). A client
     /// without a stake account is not listed (`allocate` and `preempt` need it).
-    fn add(&mut self, view: BidView, client: &Pubkey, gpus: u8, within: impl Fn(u64, u64) -> bool) {
+    fn add(
+        &mut self,
+        view: BidView,
+        client: &Pubkey,
+        gpus: u64,
+        within: impl Fn(u64, u64) -> bool,
+    ) {
         let fits_now = view.gpus.is_some();
         let first = fits_now && !std::mem::replace(&mut self.any, true);
         let Some(held) = self.held.get_mut(client) else {
             return;
         };
-        if within(*held, gpus as u64) {
+        if within(*held, gpus) {
             if fits_now {
-                *held += gpus as u64;
+                *held += gpus;
                 self.any_within = true;
             }
             self.listed.push(view);
@@ -898,13 +1032,26 @@ impl Chain for SolanaChain {
         let leases = self.lease_accounts().await?;
         let bid_keys: Vec<Pubkey> = leases.iter().map(|(_, l)| l.bid).collect();
         let bids = self.bids(&bid_keys).await?;
-        Ok(leases
-            .iter()
-            .filter_map(|(k, l)| {
-                let bid = bids.iter().find(|(b, _)| *b == l.bid).map(|(_, b)| b)?;
-                Some(self.lease_view(*k, l, bid))
-            })
-            .collect())
+        let mut views = Vec::with_capacity(leases.len());
+        for (k, l) in &leases {
+            let Some(bid) = bids.iter().find(|(b, _)| *b == l.bid).map(|(_, b)| b) else {
+                continue;
+            };
+            let gang = match l.parts > 1 {
+                true => Some(Gang {
+                    part: l.part,
+                    parts: l.parts,
+                    first_host: self.first_host(&l.bid).await?,
+                }),
+                false => None,
+            };
+            views.push(LeaseView {
+                gang,
+                gang_broken: bid.gang_broken(),
+                ..self.lease_view(*k, l, bid)
+            });
+        }
+        Ok(views)
     }
 
     async fn closed_leases(&self, leases: &[Key]) -> Result<Vec<Key>, ChainError> {
@@ -1000,6 +1147,10 @@ impl Chain for SolanaChain {
 
     async fn allocate(&self, bid: Key, gpu_indices: &[u8]) -> Result<Key, ChainError> {
         let bid = pubkey(bid);
+        if let Some(mut plan) = self.gang_plan(&bid) {
+            plan[0].1 = gpu_indices.to_vec();
+            return self.allocate_gang(bid, plan).await;
+        }
         let clock = solana_sdk_ids::sysvar::clock::ID;
         let got = self
             .raw_accounts(&[self.market, self.machine, bid, clock])
@@ -1121,7 +1272,12 @@ impl Chain for SolanaChain {
     }
 
     fn lease_key(&self, bid: Key) -> Key {
-        key(&pda::lease(&pubkey(bid)).0)
+        let bid = pubkey(bid);
+        // This machine takes the first part of the gangs it sends `allocate_gang` for.
+        match self.gang_plan(&bid) {
+            Some(_) => key(&pda::gang_lease(&bid, 0).0),
+            None => key(&pda::lease(&bid).0),
+        }
     }
 
     async fn heartbeat(&self) -> Result<(), ChainError> {
@@ -1343,6 +1499,7 @@ mod tests {
 
     fn view(n: u8) -> BidView {
         BidView {
+            gang: None,
             key: Key([n; 32]),
             client: Key::default(),
             kind: BidKind::Queue,

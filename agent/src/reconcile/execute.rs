@@ -197,6 +197,13 @@ impl Reconciler {
                 tracing::info!(%lease, "lease ended");
                 self.clean_up(*lease).await?;
             }
+            Action::LeaveGang { lease } => {
+                self.chain
+                    .end_lease(*lease)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%lease, "another part of the lease's gang settled: the lease stops now");
+            }
             Action::Forget { lease } => {
                 tracing::info!(%lease, "the chain shows the lease closed; cleaning up");
                 self.clean_up(*lease).await?;
@@ -508,7 +515,7 @@ impl Reconciler {
             env_hash: *workload.env_hash,
             env_key: self.config.env_key.clone(),
             spec,
-            launch: crate::gpu::launch::launch_env(gpu_indices, &self.gpu_infos),
+            launch: crate::gpu::launch::launch_env(gpu_indices, &self.gpu_infos, workload.gang),
             retained: retention::Retained {
                 data_dir: self.config.data_dir.clone(),
                 lease,

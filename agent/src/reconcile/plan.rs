@@ -144,6 +144,11 @@ pub enum Action {
     End {
         lease: Key,
     },
+    /// Another part of the lease's gang has settled: the gang no longer runs whole, so this
+    /// part is told to stop on chain now (its stop is then carried out as any other's).
+    LeaveGang {
+        lease: Key,
+    },
     /// The chain shows the lease closed: clean up locally.
     Forget {
         lease: Key,
@@ -317,6 +322,9 @@ impl<'a> Planner<'a> {
             self.close_ended(lease, r)
         };
         let Some(view) = view else { return };
+        if view.gang_broken && view.stop_at.is_none() {
+            self.push(Action::LeaveGang { lease });
+        }
         if closes || !r.pending.is_empty() {
             self.push(Action::Submit { lease });
         } else if !self.o.busy.contains(&lease)

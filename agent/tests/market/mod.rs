@@ -183,6 +183,7 @@ impl MarketUnderTest for FakeMarket {
         let n = self.bids.fetch_add(1, Ordering::Relaxed) + 1;
         let key = Key([n; 32]);
         self.chain.place_bid(BidView {
+            gang: None,
             key,
             client: Key([n.wrapping_add(128); 32]),
             kind: spec.kind,

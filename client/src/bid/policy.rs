@@ -11,8 +11,11 @@ use crate::config::Config;
 
 /// What the packing policy makes of a bid.
 pub(super) struct PolicyView {
-    /// The machine whose agent takes it at once; `None` where none fits it.
+    /// The machine whose agent takes it at once; `None` where none fits it. For a gang bid,
+    /// its first part's (whose agent starts every part).
     pub machine: Option<Pubkey>,
+    /// For a gang bid: each part's machine, in the gang's order, where every part has one now.
+    pub parts: Option<Vec<Pubkey>>,
     /// The mean SM utilisation of the measured leases running its image: its profile for the
     /// co-location model (`None`: not measured, it clashes with no co-tenant).
     pub image_sm_util_bps: Option<u16>,
@@ -35,8 +38,18 @@ pub(super) fn policy_view(
         .collect();
     let mut placement = MarketPlacement::new(market, now, machines.to_vec(), &leases, queue)
         .map_err(|e| anyhow!("{e}"))?;
+    let parts = bid
+        .is_gang()
+        .then(|| placement.place_gang(bid))
+        .flatten()
+        .map(|parts| parts.into_iter().map(|p| p.machine).collect::<Vec<_>>());
+    let machine = match bid.is_gang() {
+        true => parts.as_ref().map(|p| p[0]),
+        false => placement.place(bid).map(|p| p.machine),
+    };
     Ok(PolicyView {
-        machine: placement.place(bid).map(|p| p.machine),
+        machine,
+        parts,
         image_sm_util_bps: placement
             .profile_of(&bid.image_digest)
             .map(|p| p.sm_util_bps),

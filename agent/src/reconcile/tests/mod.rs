@@ -193,6 +193,7 @@ fn power(w: u16) -> OverclockTerms {
 
 fn bid(n: u8, kind: BidKind, gpu_count: u8, price: u64, settings: OverclockTerms) -> BidView {
     BidView {
+        gang: None,
         key: Key([n; 32]),
         client: Key([200; 32]),
         kind,
@@ -297,7 +298,7 @@ async fn a_free_machine_allocates_within_one_topology_group_and_runs_exactly_tho
     let spec = &running[0].1;
     assert_eq!(spec.gpu_indices, vec![1, 2]);
     assert_eq!(spec.labels[LABEL_LEASE], lease.key.to_string());
-    let mut want = crate::gpu::launch::launch_env(&[1, 2], &h.gpus.gpus());
+    let mut want = crate::gpu::launch::launch_env(&[1, 2], &h.gpus.gpus(), None);
     want.retain(|(k, _)| k != "MASTER_PORT");
     want.push(("TOKEN".to_string(), "secret".to_string()));
     want.push(("MASTER_PORT".to_string(), "12345".to_string()));
@@ -995,6 +996,8 @@ fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
 /// A queue lease of GPU 0 (80 GiB at 250 W) running over `started_at..ends_at`.
 fn one_gpu_lease(started_at: i64, ends_at: i64) -> LeaseView {
     LeaseView {
+        gang: None,
+        gang_broken: false,
         key: Key([9; 32]),
         bid: Key([8; 32]),
         client: Key([7; 32]),

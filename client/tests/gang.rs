@@ -1,0 +1,113 @@
+//! Gang bids from the CLI against a private solana-test-validator: `bid place --machines N`
+//! places one bid for N machines at once (refused where the market has fewer that could run a
+//! part), `bid show` and `bid explain` say what the gang waits for and where the packing policy
+//! puts its parts.
+
+mod common;
+
+use common::*;
+use gpu_market::state::Bid;
+use gpu_market_core::settlement;
+use solana_signer::Signer;
+
+/// A second host's machine of the same GPUs, run by its own agent.
+fn second_host(t: &T, s: &MarketSetup) -> Host {
+    let owner = t.wallet("host2");
+    let agent = t.wallet("agent2");
+    let tokens = s.fund(t, &owner, "100");
+    t.ok(&owner, &["stake", "deposit", "10", "--market", &s.m()]);
+    let gpus = t.path("gpus.toml");
+    let agent_key = key_of(&agent).pubkey().to_string();
+    let out = t.ok(
+        &owner,
+        &[
+            "host",
+            "register",
+            "--market",
+            &s.m(),
+            "--gpus",
+            gpus.to_str().unwrap(),
+            "--agent",
+            &agent_key,
+            "--price-floor",
+            "0.5",
+            "--region",
+            "eu-west",
+        ],
+    );
+    Host {
+        agent,
+        machine: pk(&out["machine"]),
+        tokens,
+    }
+}
+
+#[test]
+fn a_gang_bid_is_placed_for_several_machines_and_explained() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let m = s.m();
+    let first = register_host(&t, &s);
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let gang = |nonce: &'static str| {
+        place_args(
+            &m,
+            &[
+                "--overclock",
+                "power=300",
+                "--price",
+                "2",
+                "--machines",
+                "2",
+                "--nonce",
+                nonce,
+            ],
+        )
+    };
+    // One machine cannot run a gang of two: refused before anything is sent.
+    let e = t.fails(&client, &gang("1"));
+    assert!(
+        e.contains("a gang of 2 machines: only 1 active machine(s)"),
+        "{e}"
+    );
+    assert_eq!(t.balance(&tokens), 100_000_000);
+
+    let second = second_host(&t, &s);
+    let out = t.ok(&client, &gang("2"));
+    let bid = pk(&out["bid"]);
+    let b: Bid = t.account(&bid);
+    assert_eq!((b.parts, b.gpu_count), (2, 1));
+    assert_eq!(out["machines"], 2, "{out}");
+    // Its escrow pays for both machines' GPUs: twice a one-machine bid's for its run and wait.
+    let wait = (b.latest_start() - b.placed_at) as u64;
+    let one = settlement::bid_escrow(b.price, b.unit(), 1, 3_600, wait).unwrap();
+    assert_eq!(
+        b.escrow,
+        settlement::bid_escrow(b.price, b.unit(), 2, 3_600, wait).unwrap()
+    );
+    assert!(b.escrow >= 2 * one - 1 && b.escrow <= 2 * one + 1);
+    assert_eq!(t.balance(&tokens), 100_000_000 - b.escrow);
+
+    // Both agents alive: the policy places a part on each, and the first part's agent starts
+    // them together.
+    heartbeat(&t, &first);
+    heartbeat(&t, &second);
+    let ex = t.ok(&client, &["bid", "explain", &bid.to_string()]);
+    assert_eq!(ex["machines_wanted"], 2, "{ex}");
+    assert_eq!(ex["machines_fitting"], 2, "{ex}");
+    let parts = ex["policy_parts"].as_array().expect("each part's machine");
+    let mut placed: Vec<String> = parts.iter().map(|p| p.as_str().unwrap().into()).collect();
+    assert_eq!(ex["policy_machine"], parts[0], "{ex}");
+    placed.sort();
+    let mut both = vec![first.machine.to_string(), second.machine.to_string()];
+    both.sort();
+    assert_eq!(placed, both, "{ex}");
+    assert!(
+        ex["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("a gang of 2 machines × 1 GPUs: it fits 2 of 2 machines now"),
+        "{ex}"
+    );
+}
