@@ -8,39 +8,6 @@ mod common;
 use common::*;
 use gpu_market::state::Bid;
 use gpu_market_core::settlement;
-use solana_signer::Signer;
-
-/// A second host's machine of the same GPUs, run by its own agent.
-fn second_host(t: &T, s: &MarketSetup) -> Host {
-    let owner = t.wallet("host2");
-    let agent = t.wallet("agent2");
-    let tokens = s.fund(t, &owner, "100");
-    t.ok(&owner, &["stake", "deposit", "10", "--market", &s.m()]);
-    let gpus = t.path("gpus.toml");
-    let agent_key = key_of(&agent).pubkey().to_string();
-    let out = t.ok(
-        &owner,
-        &[
-            "host",
-            "register",
-            "--market",
-            &s.m(),
-            "--gpus",
-            gpus.to_str().unwrap(),
-            "--agent",
-            &agent_key,
-            "--price-floor",
-            "0.5",
-            "--region",
-            "eu-west",
-        ],
-    );
-    Host {
-        agent,
-        machine: pk(&out["machine"]),
-        tokens,
-    }
-}
 
 #[test]
 fn a_gang_bid_is_placed_for_several_machines_and_explained() {
@@ -73,7 +40,7 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
     );
     assert_eq!(t.balance(&tokens), 100_000_000);
 
-    let second = second_host(&t, &s);
+    let second = register_host_as(&t, &s, "host2", "agent2");
     let out = t.ok(&client, &gang("2"));
     let bid = pk(&out["bid"]);
     let b: Bid = t.account(&bid);

@@ -178,27 +178,30 @@ impl MarketPlacement {
     /// there; `None` when no machine's fit rule
     /// accepts it, and for a spot bid, which waits in its machine's own book for that machine.
     pub fn place(&mut self, bid: &Bid) -> Option<Placed> {
-        if bid.kind != BidKind::Queue {
-            return None;
-        }
-        let overclock = bid.overclock_per_gpu();
-        let need = bid.need(&overclock);
-        let caching = self.caching(&bid.image_digest);
-        let affinity = Affinity {
-            caching: &caching,
-            profile: self.profile_of(&bid.image_digest),
-        };
-        let chosen = self.placer.choose(&need, &self.offers, affinity)?;
-        Some(Placed {
-            machine: self.keys[chosen.machine],
-            gpus: chosen.gpus,
-        })
+        // Out of `self` while it chooses (no copy: 10,000 machines' offers are most of the view).
+        let offers = std::mem::take(&mut self.offers);
+        let placed = self.place_among(bid, &offers);
+        self.offers = offers;
+        placed
     }
 
     /// Where the policy gives each part of gang bid `bid`, in the gang's order: each part as
     /// [`MarketPlacement::place`] places a bid, on a machine no earlier part took; `None` unless
     /// every part has a machine now. The first part's machine sends `allocate_gang`.
     pub fn place_gang(&mut self, bid: &Bid) -> Option<Vec<Placed>> {
+        let mut offers = self.offers.clone();
+        let mut parts = Vec::with_capacity(bid.parts() as usize);
+        for _ in 0..bid.parts() {
+            let placed = self.place_among(bid, &offers)?;
+            let taken = self.keys.iter().position(|k| *k == placed.machine)?;
+            offers[taken] = offers[taken].clone().closed();
+            parts.push(placed);
+        }
+        Some(parts)
+    }
+
+    /// [`MarketPlacement::place`] among the machines behind `offers` (the view's, some closed).
+    fn place_among(&mut self, bid: &Bid, offers: &[Offer]) -> Option<Placed> {
         if bid.kind != BidKind::Queue {
             return None;
         }
@@ -209,17 +212,11 @@ impl MarketPlacement {
             caching: &caching,
             profile: self.profile_of(&bid.image_digest),
         };
-        let mut offers = self.offers.clone();
-        let mut parts = Vec::with_capacity(bid.parts() as usize);
-        for _ in 0..bid.parts() {
-            let chosen = self.placer.choose(&need, &offers, affinity)?;
-            offers[chosen.machine] = offers[chosen.machine].clone().closed();
-            parts.push(Placed {
-                machine: self.keys[chosen.machine],
-                gpus: chosen.gpus,
-            });
-        }
-        Some(parts)
+        let chosen = self.placer.choose(&need, offers, affinity)?;
+        Some(Placed {
+            machine: self.keys[chosen.machine],
+            gpus: chosen.gpus,
+        })
     }
 
     /// The machines (by their place in the policy) that cache `image`.

@@ -84,6 +84,24 @@ fn snapshot(f: &Fixture, keys: &[Pubkey]) -> Vec<Option<Vec<u8>>> {
         .collect()
 }
 
+/// Sends what `send` sends, which the program refuses (with `error`, where given), and checks
+/// that it left `keys` and the ledger of client `c` as they were.
+fn refused(
+    f: &mut Fixture,
+    c: &Wallet,
+    keys: &[Pubkey],
+    error: Option<MarketError>,
+    send: impl FnOnce(&mut Fixture) -> Result<(), Failure>,
+) {
+    let before = (snapshot(f, keys), f.ledger(c));
+    let r = send(f);
+    assert!(r.is_err(), "refused");
+    if let Some(e) = error {
+        assert_eq!(r.err().and_then(|e| e.custom_code()), code(e));
+    }
+    assert_eq!((snapshot(f, keys), f.ledger(c)), before);
+}
+
 #[test]
 fn a_gang_starts_on_all_its_machines_at_once_or_on_none() {
     let mut f = fixture();
@@ -120,32 +138,29 @@ fn a_gang_starts_on_all_its_machines_at_once_or_on_none() {
         leases[0],
         leases[1],
     ];
-    let before = (snapshot(&f, &keys), f.ledger(&c));
-    let refused = |f: &mut Fixture, r: Result<_, Failure>, e: MarketError| {
-        assert_eq!(r.err().and_then(|e| e.custom_code()), code(e));
-        assert_eq!((snapshot(f, &keys), f.ledger(&c)), before);
-    };
-    let r = f.allocate(bid, &[0, 1]).map(drop);
-    refused(&mut f, r, MarketError::GangNeedsAllocateGang);
-    let r = allocate_gang(&mut f, &a0, bid, &[m0, m0]).map(drop);
-    refused(&mut f, r, MarketError::GangPartsMismatch);
-    let mut short = f.ctx.gang_allocation(&a0, bid, &[m0, m1]);
-    short.parts.pop();
-    let r = f.ctx.run(&short).map(drop);
-    refused(&mut f, r, MarketError::GangPartsMismatch);
+    let e = Some(MarketError::GangNeedsAllocateGang);
+    refused(&mut f, &c, &keys, e, |f| f.allocate(bid, &[0, 1]).map(drop));
+    let e = Some(MarketError::GangPartsMismatch);
+    refused(&mut f, &c, &keys, e, |f| {
+        allocate_gang(f, &a0, bid, &[m0, m0]).map(drop)
+    });
+    refused(&mut f, &c, &keys, e, |f| {
+        let mut short = f.ctx.gang_allocation(&a0, bid, &[m0, m1]);
+        short.parts.pop();
+        f.ctx.run(&short).map(drop)
+    });
     let stranger = f.ctx.wallet(1);
-    let r = allocate_gang(&mut f, &stranger, bid, &[m1, m2]).map(drop);
-    refused(&mut f, r, MarketError::GangAgentMissing);
+    let e = Some(MarketError::GangAgentMissing);
+    refused(&mut f, &c, &keys, e, |f| {
+        allocate_gang(f, &stranger, bid, &[m1, m2]).map(drop)
+    });
     // Past the silence window, only machines whose agents sent a heartbeat since may take part.
     f.ctx.advance_time(3 * INTERVAL + 1);
     heartbeat(&mut f, &a0, m0);
-    let before = (snapshot(&f, &keys), f.ledger(&c));
-    let r = allocate_gang(&mut f, &a0, bid, &[m0, m1]);
-    assert_eq!(
-        r.err().and_then(|e| e.custom_code()),
-        code(MarketError::MachineSilent)
-    );
-    assert_eq!((snapshot(&f, &keys), f.ledger(&c)), before);
+    let e = Some(MarketError::MachineSilent);
+    refused(&mut f, &c, &keys, e, |f| {
+        allocate_gang(f, &a0, bid, &[m0, m1]).map(drop)
+    });
     // A machine the part does not fit on (its GPUs are leased) fails the whole gang.
     let agent1 = ms[1].1.insecure_clone();
     heartbeat(&mut f, &agent1, m1);
@@ -154,20 +169,9 @@ fn a_gang_starts_on_all_its_machines_at_once_or_on_none() {
     let single = f.place(&other, args);
     let a = f.ctx.allocation(&agent1, m1, single, &[0, 1, 2, 3]);
     f.ctx.allocate(&a).expect("the single bid takes machine 1");
-    let keys = [
-        bid,
-        f.market,
-        f.queue_book,
-        m0,
-        m1,
-        m2,
-        leases[0],
-        leases[1],
-    ];
-    let before = (snapshot(&f, &keys), f.ledger(&c));
-    let a = f.ctx.gang_allocation(&a0, bid, &[m0, m1]);
-    assert!(f.ctx.run(&a).is_err(), "machine 1 has no free GPU");
-    assert_eq!((snapshot(&f, &keys), f.ledger(&c)), before);
+    refused(&mut f, &c, &keys, None, |f| {
+        allocate_gang(f, &a0, bid, &[m0, m1]).map(drop)
+    });
 
     // On two free machines with live agents, both parts start at once.
     let agent2 = ms[2].1.insecure_clone();

@@ -440,12 +440,18 @@ pub fn allocate_as_agent(
 /// A host stakes and registers the two GPUs of [`GPUS_TOML`] in `eu-west`, which the market's
 /// authority lists first where the market does not list it yet.
 pub fn register_host(t: &T, s: &MarketSetup) -> Host {
+    register_host_as(t, s, "host", "agent")
+}
+
+/// [`register_host`] for the host and agent of wallets `owner` and `agent` (another host's
+/// machine beside the first).
+pub fn register_host_as(t: &T, s: &MarketSetup, owner: &str, agent: &str) -> Host {
     let listed = t.account::<Market>(&s.market).regions;
     if !listed.iter().any(|r| r.starts_with(b"eu-west\0")) {
         t.ok(&s.authority, &["market", "add-region", &s.m(), "eu-west"]);
     }
-    let owner = t.wallet("host");
-    let agent = t.wallet("agent");
+    let owner = t.wallet(owner);
+    let agent = t.wallet(agent);
     let tokens = s.fund(t, &owner, "100");
     t.ok(&owner, &["stake", "deposit", "10", "--market", &s.m()]);
     let gpus = t.path("gpus.toml");
