@@ -371,7 +371,18 @@ impl DockerEngine {
                     ) => Some(ContainerState::Running),
                     _ => None,
                 };
-                c.id.map(|id| ManagedContainer { id, lease, listed })
+                let host_ports = c
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_HOST_PORTS))
+                    .map(|v| v.split(',').filter_map(|p| p.parse().ok()).collect())
+                    .unwrap_or_default();
+                c.id.map(|id| ManagedContainer {
+                    id,
+                    lease,
+                    listed,
+                    host_ports,
+                })
             })
             .collect())
     }
@@ -389,9 +400,12 @@ fn create_body(
 ) -> ContainerCreateBody {
     let mut labels = spec.labels.clone();
     labels.insert(LABEL_MANAGED.to_string(), scope.to_string());
-    let host_ports: Vec<String> = net
+    // In the lease's order of ports: the first is a gang's rendezvous.
+    let host_ports: Vec<String> = spec
+        .network
         .ports
-        .values()
+        .iter()
+        .filter_map(|p| net.ports.get(&format!("{p}/tcp")))
         .flatten()
         .flatten()
         .filter_map(|b| b.host_port.clone())

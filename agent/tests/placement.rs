@@ -5,7 +5,7 @@
 //! and, once silent past the market's silence window, is given none.
 
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease, Machine, MachineTerms, Market};
+use gpu_market::state::{Bid, Lease, Machine, MachineNetwork, MachineTerms, Market};
 use gpu_market_sdk::placement::MarketPlacement;
 use gpu_market_sdk::{PlaceBid, PlaceGangBid};
 use gpu_market_tests::live::{LiveMarket, Wallet};
@@ -370,17 +370,41 @@ fn env_value(env: &str, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     let live = live_market(2).await;
-    live.update_machine(|t| t.network.host = "a.gpu.test".into())
+    // Each machine publishes a port for each lease, from a range of its own.
+    let network = |host: &str| MachineNetwork {
+        host: host.into(),
+        ports_per_lease: 1,
+        ..MachineNetwork::default()
+    };
+    live.update_machine(|t| t.network = network("a.gpu.test"))
         .await
         .unwrap();
-    let (machine_b, agent_b) = machine_b(&live, |t| t.network.host = "b.gpu.test".into()).await;
+    let (machine_b, agent_b) = machine_b(&live, |t| t.network = network("b.gpu.test")).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let agent_a = Agent::start(&Agent::write_config(&live, dir_a.path(), 2));
-    let config_b = Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b);
+    let first_port = 32_000 + (std::process::id() % 400) as u16 * 20;
+    let publishing = |config: std::path::PathBuf, first: u16| {
+        let text = std::fs::read_to_string(&config).unwrap().replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!(
+                "listen = \"127.0.0.1:0\"\n\n[network]\nports = \"{first}-{}\"\npublish_ip = \"127.0.0.1\"",
+                first + 9
+            ),
+        );
+        std::fs::write(&config, text).unwrap();
+        config
+    };
+    let config_a = publishing(Agent::write_config(&live, dir_a.path(), 2), first_port);
+    let agent_a = Agent::start(&config_a);
+    let config_b = publishing(
+        Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b),
+        first_port + 10,
+    );
     let agent_b = Agent::start(&config_b);
     let client = live.client(100 * TOKEN, 0).await.unwrap();
     let tokens0 = live.cluster.token_balance(&client.tokens).await.unwrap();
     let now = live.cluster.now().await.unwrap();
+    let mut args = queue_bid(1, 40 * INTERVAL, now);
+    args.ports = vec![29_500];
     let place = PlaceGangBid {
         place: PlaceBid {
             client: &client.key,
@@ -389,7 +413,7 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
             machine: live.machine,
             payment_mint: live.mint,
             client_tokens: client.tokens,
-            args: queue_bid(1, 40 * INTERVAL, now),
+            args,
             evict: None,
         },
         parts: 2,
@@ -409,6 +433,13 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     assert_eq!(parts[0].started_at, parts[1].started_at, "started together");
     assert_ne!(parts[0].machine, parts[1].machine, "on two machines");
     let first: Machine = live.cluster.account(&parts[0].machine).await.unwrap();
+    // The first part's agent records where its container's port 29500 is published; the other
+    // part starts once it has, told that port.
+    let rendezvous = wait_for("the gang's rendezvous", 60, &agent_a, || async {
+        let l: Lease = live.cluster.account(&leases[0]).await.ok()?;
+        (l.rendezvous_port != 0).then_some(l.rendezvous_port)
+    })
+    .await;
     let docker = docker().await;
     for (part, lease) in leases.iter().enumerate() {
         let agent = if parts[part].machine == live.machine {
@@ -427,6 +458,22 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
         assert_eq!(get("PET_NNODES").as_deref(), Some("2"));
         assert_eq!(get("WORLD_SIZE").as_deref(), Some("2"));
         assert_eq!(get("MASTER_ADDR"), Some(first.network.host.clone()));
+        let port = match part {
+            0 => {
+                let published = docker
+                    .inspect_container(&id, None)
+                    .await
+                    .unwrap()
+                    .network_settings
+                    .and_then(|n| n.ports)
+                    .and_then(|p| p.get("29500/tcp").cloned().flatten())
+                    .and_then(|b| b.first().and_then(|b| b.host_port.clone()));
+                assert_eq!(published, Some(rendezvous.to_string()), "the port recorded");
+                29_500
+            }
+            _ => rendezvous,
+        };
+        assert_eq!(get("MASTER_PORT"), Some(port.to_string()), "{env}");
     }
 
     // The client ends the first part; the second part's agent stops its own, and the gang is

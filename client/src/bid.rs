@@ -490,6 +490,12 @@ pub(crate) fn plan_place(
     if a.machines > 1 && kind == BidKind::Spot {
         bail!("a bid on several machines (--machines) is a queue bid: leave out --machine");
     }
+    if a.machines > 1 && a.ports.is_empty() {
+        bail!(
+            "a bid on several machines needs a --port: the other parts reach the first part's \
+             container on its first port (their MASTER_PORT), published on its machine"
+        );
+    }
     let total_gpus = a.gpus as u64 * a.machines as u64;
     let price = parse::positive_amount(&a.price, decimals, "price")?;
     let duration = u32::try_from(parse::duration_secs(&a.duration)?)

@@ -14,7 +14,9 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
     let t = T::start();
     let s = MarketSetup::new(&t, &[]);
     let m = s.m();
-    let first = register_host(&t, &s);
+    // Machines that publish a port for each lease: a gang's first port is its rendezvous.
+    let published = ["--public-host", "127.0.0.1", "--ports-per-lease", "1"];
+    let first = register_host_as(&t, &s, ("host", "agent"), &published);
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");
     let gang = |nonce: &'static str| {
@@ -27,6 +29,8 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
                 "2",
                 "--machines",
                 "2",
+                "--port",
+                "29500",
                 "--nonce",
                 nonce,
             ],
@@ -40,7 +44,21 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
     );
     assert_eq!(t.balance(&tokens), 100_000_000);
 
-    let second = register_host_as(&t, &s, "host2", "agent2");
+    let second = register_host_as(&t, &s, ("host2", "agent2"), &published);
+    // A gang names its rendezvous port.
+    let no_port = place_args(
+        &m,
+        &[
+            "--overclock",
+            "power=300",
+            "--price",
+            "2",
+            "--machines",
+            "2",
+        ],
+    );
+    let e = t.fails(&client, &no_port);
+    assert!(e.contains("needs a --port"), "{e}");
     let out = t.ok(&client, &gang("2"));
     let bid = pk(&out["bid"]);
     let b: Bid = t.account(&bid);

@@ -402,7 +402,12 @@ impl World {
                 gpus,
                 price_floor_per_gpu_hour: 0,
                 electricity_cost_per_kwh: 0,
-                network: MachineNetwork::default(),
+                // A port for each lease: a gang publishes its rendezvous.
+                network: MachineNetwork {
+                    host: "10.0.0.1".into(),
+                    ports_per_lease: 1,
+                    ..MachineNetwork::default()
+                },
                 cpu_milli: 64_000,
                 memory_mib: 262_144,
             },
@@ -741,7 +746,8 @@ impl World {
                 price,
                 slack,
             } => {
-                let args = self.bid_args(2, minutes, price, slack, 0);
+                let mut args = self.bid_args(2, minutes, price, slack, 0);
+                args.ports = vec![29_500];
                 return self.place_in(w, (args, 2), true, self.machine, book);
             }
             Op::AllocateGang { pick } => return self.allocate_gang(pick),

@@ -8,27 +8,44 @@ use gpu_market_tests::program_test;
 
 use gpu_market::errors::MarketError;
 use gpu_market::pda;
-use gpu_market::state::{Bid, BidStatus, Lease, Machine, Market, StakeAccount};
+use gpu_market::state::{
+    Bid, BidStatus, Lease, Machine, MachineNetwork, MachineTerms, Market, StakeAccount,
+};
 use gpu_market_core::settlement::{bid_escrow, PriceUnit};
-use gpu_market_sdk::instructions::{CloseLease, ExtendLease, Heartbeat, PlaceGangBid};
+use gpu_market_sdk::instructions::{
+    CloseLease, ExtendLease, Heartbeat, PlaceGangBid, SetRendezvous,
+};
 use lease_fixture::*;
 use program_test::{book_order, Failure};
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
-/// The fixture's machine and two more of the same terms, each with its agent.
+/// A machine's network that publishes a port for each lease: a gang's first port is where its
+/// other parts reach its first.
+fn published(terms: &mut MachineTerms) {
+    terms.network = MachineNetwork {
+        host: "10.0.0.1".into(),
+        ports_per_lease: 1,
+        ..MachineNetwork::default()
+    };
+}
+
+/// The fixture's machine and two more of the same terms, each with its agent, all publishing a
+/// port for each lease.
 fn machines(f: &mut Fixture) -> Vec<(Pubkey, Keypair)> {
+    f.update_machine(published);
     let mut out = vec![(f.machine, f.agent.insecure_clone())];
     for id in 1..=2 {
-        out.push(f.other_machine_run_by(id, |_| {}));
+        out.push(f.other_machine_run_by(id, published));
     }
     out
 }
 
-/// Client `c` places a gang of `parts` machines × 2 GPUs of 24 GiB.
+/// Client `c` places a gang of `parts` machines × 2 GPUs of 24 GiB, rendezvous at port 29500.
 fn place_gang(f: &mut Fixture, c: &Wallet, parts: u8) -> Pubkey {
-    let args = f.queue_args(2, 24);
+    let mut args = f.queue_args(2, 24);
+    args.ports = vec![29_500];
     let p = PlaceGangBid {
         place: f.placement(c, args),
         parts,
@@ -413,4 +430,79 @@ fn a_client_that_takes_a_silent_parts_escrow_back_ends_the_gang_with_one_refund(
     );
     assert!(!book_order(&f.ctx, &f.queue_book).contains(&bid));
     assert_eq!(f.ctx.token_balance(&c.tokens), tokens0 - paid);
+}
+
+#[test]
+fn a_gang_publishes_its_rendezvous_once_from_its_first_part() {
+    let mut f = fixture();
+    let ms = machines(&mut f);
+    let (m0, a0) = (ms[0].0, ms[0].1.insecure_clone());
+    let (m1, a1) = (ms[1].0, ms[1].1.insecure_clone());
+    let c = f.client(100 * TOKEN, 0);
+    // A gang publishes at least one port: where its other parts reach its first.
+    let args = f.queue_args(2, 24);
+    let before = f.ledger(&c);
+    let r = f.ctx.run(&PlaceGangBid {
+        place: f.placement(&c, args),
+        parts: 2,
+    });
+    assert_eq!(
+        r.err().and_then(|e| e.custom_code()),
+        code(MarketError::GangNeedsPort)
+    );
+    assert_eq!(f.ledger(&c), before);
+
+    let bid = place_gang(&mut f, &c, 2);
+    let leases = allocate_gang(&mut f, &a0, bid, &[m0, m1]).expect("allocate_gang");
+    let stranger = f.ctx.wallet(1);
+    let cases: [(&Keypair, Pubkey, Pubkey, u16, MarketError); 3] = [
+        (&a1, m1, leases[1], 31_000, MarketError::NotAGang),
+        (&stranger, m0, leases[0], 31_000, MarketError::WrongAgent),
+        (&a0, m0, leases[0], 0, MarketError::BadPorts),
+    ];
+    for (agent, machine, lease, port, e) in cases {
+        refused(&mut f, &c, &leases, Some(e), |f| {
+            let s = SetRendezvous {
+                agent,
+                machine,
+                lease,
+                port,
+            };
+            f.ctx.run(&s).map(drop)
+        });
+    }
+    let s = SetRendezvous {
+        agent: &a0,
+        machine: m0,
+        lease: leases[0],
+        port: 31_000,
+    };
+    f.ctx.run(&s).expect("set_rendezvous");
+    assert_eq!(f.ctx.account::<Lease>(&leases[0]).rendezvous_port, 31_000);
+    refused(&mut f, &c, &leases, Some(MarketError::RendezvousSet), |f| {
+        let again = SetRendezvous { port: 31_001, ..s };
+        f.ctx.run(&again).map(drop)
+    });
+}
+
+/// What `allocate_gang` costs with nothing ranked above the gang, by its number of parts (one
+/// machine each, three machines in all): printed for BENCHMARKS.md, bounded here.
+#[test]
+fn compute_units_of_allocate_gang() {
+    for parts in [2u8, 3] {
+        let mut f = fixture();
+        let ms = machines(&mut f);
+        let c = f.client(100 * TOKEN, 0);
+        let bid = place_gang(&mut f, &c, parts);
+        let placed = f.ctx.compute_units["place_gang_bid"];
+        let on: Vec<Pubkey> = ms.iter().take(parts as usize).map(|(m, _)| *m).collect();
+        let agent = ms[0].1.insecure_clone();
+        allocate_gang(&mut f, &agent, bid, &on).expect("allocate_gang");
+        let units = f.ctx.compute_units["allocate_gang"];
+        println!(
+            "gang of {parts}: place_gang_bid {placed} CU, allocate_gang {units} CU; its bid holds {} lamports of lease rent",
+            parts as u64 * lease_rent(&f)
+        );
+        assert!(units <= 40_000 * parts as u64, "allocate_gang: {units} CU");
+    }
 }

@@ -968,6 +968,24 @@ impl Chain for FakeChain {
         Ok(())
     }
 
+    async fn set_rendezvous(&self, lease: Key, port: u16) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        let Some(l) = s.leases.iter_mut().find(|l| l.key == lease) else {
+            return Err(missing("lease", lease));
+        };
+        match l.gang.as_mut() {
+            Some(g) if g.part == 0 && g.rendezvous.is_none() && port != 0 => {
+                g.rendezvous = Some(port);
+                Ok(())
+            }
+            _ => Err(rejected(
+                "set_rendezvous",
+                "not a gang's first part, or its rendezvous is set",
+            )),
+        }
+    }
+
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError> {
         let mut s = self.lock();
         s.reachable()?;

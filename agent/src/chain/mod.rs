@@ -158,6 +158,22 @@ pub struct Gang {
     pub parts: u8,
     /// The public address of the first part's machine (its `network.host`).
     pub first_host: String,
+    /// The bid's first container port: what the first part's rendezvous listens on.
+    pub port: u16,
+    /// The host port the first part's agent published [`Gang::port`] on
+    /// (`Chain::set_rendezvous`), where the other parts reach it; `None` until recorded.
+    pub rendezvous: Option<u16>,
+}
+
+impl Gang {
+    /// The port this part reaches the first part's rendezvous at: the first part its own
+    /// container port; the others the host port it was published on (0 until recorded).
+    pub fn master_port(&self) -> u16 {
+        match self.part {
+            0 => self.port,
+            _ => self.rendezvous.unwrap_or(0),
+        }
+    }
 }
 
 /// A lease on this machine: a bid that was allocated GPUs.
@@ -438,6 +454,9 @@ pub trait Chain: Send + Sync {
     /// Reports a fatal fault of the machine's GPU `gpu` (Xid `xid`): the program pauses the
     /// machine and keeps the fault for its owner.
     async fn report_fault(&self, gpu: u8, xid: u32) -> Result<(), ChainError>;
+    /// Records, for the first part `lease` of a gang, the host port `port` its first published
+    /// port got: where the gang's other parts reach it (`set_rendezvous`, once).
+    async fn set_rendezvous(&self, lease: Key, port: u16) -> Result<(), ChainError>;
     /// Removes a bid whose latest start has passed from its book, refunding its client.
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
     /// Holds this machine's GPUs for waiting queue bid `bid` (`reserve`).

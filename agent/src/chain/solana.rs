@@ -25,7 +25,7 @@ use gpu_market_sdk::book::{read_book, BookEntries};
 use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
 use gpu_market_sdk::{
     Allocate, AllocateGang, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid,
-    ReportFault, Reserve, SubmitUsage, Unreserve,
+    ReportFault, Reserve, SetRendezvous, SubmitUsage, Unreserve,
 };
 use solana_account_decoder_client_types::UiAccountEncoding;
 use solana_commitment_config::CommitmentConfig;
@@ -92,8 +92,9 @@ pub struct SolanaChain {
     /// The gang bids this machine sends `allocate_gang` for (the packing policy gives it their
     /// first part), with each part's machine and GPUs as the policy placed them.
     gangs: std::sync::Mutex<HashMap<Pubkey, GangPlan>>,
-    /// The first part's machine's public address of each gang bid this machine runs a part of.
-    first_hosts: std::sync::Mutex<HashMap<Pubkey, String>>,
+    /// Where the first part of each gang bid this machine runs a part of is reached (its
+    /// machine's host and its recorded rendezvous port), once recorded.
+    first_parts: std::sync::Mutex<HashMap<Pubkey, (String, u16)>>,
 }
 
 /// Each part of a gang bid in the gang's order: its machine and the GPUs it takes there.
@@ -145,7 +146,7 @@ impl SolanaChain {
             price: Mutex::new(None),
             mirror: None,
             gangs: std::sync::Mutex::default(),
-            first_hosts: std::sync::Mutex::default(),
+            first_parts: std::sync::Mutex::default(),
         }
     }
 
@@ -586,6 +587,8 @@ impl SolanaChain {
                         part: 0,
                         parts: b.parts,
                         first_host: self.own_host(policy),
+                        port: b.ports.first().copied().unwrap_or(0),
+                        rendezvous: None,
                     });
                     let plan = parts.into_iter().map(|p| (p.machine, p.gpus)).collect();
                     self.gangs
@@ -636,26 +639,30 @@ impl SolanaChain {
             .unwrap_or_default()
     }
 
-    /// The public address of the machine running the first part of gang bid `bid`: read once
-    /// (the first part's lease and its machine), then kept for the gang's life.
-    async fn first_host(&self, bid: &Pubkey) -> Result<String, ChainError> {
-        if let Some(host) = self
-            .first_hosts
+    /// Where the first part of gang bid `bid` is reached: its machine's public address, and
+    /// the host port its agent recorded for its rendezvous (`None` until then). Read from the
+    /// first part's lease and machine until the port is recorded, then kept for the gang's life.
+    async fn first_part(&self, bid: &Pubkey) -> Result<(String, Option<u16>), ChainError> {
+        if let Some((host, port)) = self
+            .first_parts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(bid)
         {
-            return Ok(host.clone());
+            return Ok((host.clone(), Some(*port)));
         }
         let first = pda::gang_lease(bid, 0).0;
         let lease: Lease = self.account(&first, "lease").await?;
         let machine: Machine = self.account(&lease.machine, "machine").await?;
         let host = machine.network.host;
-        self.first_hosts
+        if lease.rendezvous_port == 0 {
+            return Ok((host, None));
+        }
+        self.first_parts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(*bid, host.clone());
-        Ok(host)
+            .insert(*bid, (host.clone(), lease.rendezvous_port));
+        Ok((host, Some(lease.rendezvous_port)))
     }
 
     /// The parts of gang bid `bid` as the policy placed them when this machine last listed it,
@@ -1038,11 +1045,16 @@ impl Chain for SolanaChain {
                 continue;
             };
             let gang = match l.parts > 1 {
-                true => Some(Gang {
-                    part: l.part,
-                    parts: l.parts,
-                    first_host: self.first_host(&l.bid).await?,
-                }),
+                true => {
+                    let (first_host, rendezvous) = self.first_part(&l.bid).await?;
+                    Some(Gang {
+                        part: l.part,
+                        parts: l.parts,
+                        first_host,
+                        port: bid.ports.first().copied().unwrap_or(0),
+                        rendezvous,
+                    })
+                }
                 false => None,
             };
             views.push(LeaseView {
@@ -1244,6 +1256,17 @@ impl Chain for SolanaChain {
         }
         .instruction();
         self.send(ClaimPay::NAME, ix).await
+    }
+
+    async fn set_rendezvous(&self, lease: Key, port: u16) -> Result<(), ChainError> {
+        let ix = SetRendezvous {
+            agent: &self.agent,
+            machine: self.machine,
+            lease: pubkey(lease),
+            port,
+        }
+        .instruction();
+        self.send(SetRendezvous::NAME, ix).await
     }
 
     async fn end_lease(&self, lease: Key) -> Result<(), ChainError> {

@@ -43,7 +43,11 @@ pub fn launch_env(
                 .map_or_else(|| "?".to_string(), |t| t.to_string())
         })
         .collect();
-    let port = MASTER_PORT.to_string();
+    let port = gang
+        .map(Gang::master_port)
+        .filter(|&p| p != 0)
+        .unwrap_or(MASTER_PORT)
+        .to_string();
     let (n, world) = (local.to_string(), (local * parts as usize).to_string());
     let (node, nodes) = (part.to_string(), parts.to_string());
     [
@@ -107,6 +111,8 @@ mod tests {
             part: 2,
             parts: 3,
             first_host: "gpu-a.example.net".into(),
+            port: 29_500,
+            rendezvous: Some(31_007),
         };
         for (indices, local) in [(&[0u8, 1][..], "2"), (&[3u8][..], "1")] {
             let env = launch_env(indices, &gpus, Some(&gang));
@@ -124,6 +130,15 @@ mod tests {
             assert_eq!(get("PET_NNODES"), Some("3"));
             assert_eq!(get("MASTER_ADDR"), Some("gpu-a.example.net"));
             assert_eq!(get("PET_MASTER_ADDR"), Some("gpu-a.example.net"));
+            // Where it reaches the first part: the host port that part published.
+            assert_eq!(get("MASTER_PORT"), Some("31007"));
         }
+        // The first part listens on its own container port.
+        let first = Gang { part: 0, ..gang };
+        let env = launch_env(&[0], &gpus, Some(&first));
+        assert!(
+            env.contains(&("MASTER_PORT".into(), "29500".into())),
+            "{env:?}"
+        );
     }
 }

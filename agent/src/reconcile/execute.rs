@@ -204,6 +204,13 @@ impl Reconciler {
                     .inspect_err(|e| self.chain_error(e))?;
                 tracing::info!(%lease, "another part of the lease's gang settled: the lease stops now");
             }
+            Action::Rendezvous { lease, port } => {
+                self.chain
+                    .set_rendezvous(*lease, *port)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%lease, port, "recorded the gang's rendezvous: the other parts reach this one there");
+            }
             Action::Forget { lease } => {
                 tracing::info!(%lease, "the chain shows the lease closed; cleaning up");
                 self.clean_up(*lease).await?;

@@ -159,6 +159,7 @@ impl Reconciler {
                 id: c.id,
                 lease: c.lease,
                 state,
+                host_ports: c.host_ports,
             });
         }
         Ok(containers)

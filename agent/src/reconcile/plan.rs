@@ -76,6 +76,8 @@ pub struct ObservedContainer {
     pub id: String,
     pub lease: Option<Key>,
     pub state: ContainerState,
+    /// The host ports given its published ports, in its lease's order.
+    pub host_ports: Vec<u16>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +150,12 @@ pub enum Action {
     /// part is told to stop on chain now (its stop is then carried out as any other's).
     LeaveGang {
         lease: Key,
+    },
+    /// The lease is its gang's first part and its container runs: record on chain the host
+    /// port of its first published port, where the other parts reach it.
+    Rendezvous {
+        lease: Key,
+        port: u16,
     },
     /// The chain shows the lease closed: clean up locally.
     Forget {
@@ -415,14 +423,26 @@ impl<'a> Planner<'a> {
                 // Not started yet: its windows are proven empty meanwhile.
                 Some(_) => self.close_ended(lease, r),
                 None => {
-                    if view.is_some() {
+                    if view.is_some_and(|v| !awaits_rendezvous(v)) {
                         self.push(Action::Start { lease });
                     }
                     self.close_ended(lease, r)
                 }
             };
         };
-        match containers.iter().find(|c| c.id == *id).map(|c| c.state) {
+        let listed = containers.iter().find(|c| c.id == *id);
+        if let (Some(c), Some(view)) = (listed, view) {
+            let first = view
+                .gang
+                .as_ref()
+                .filter(|g| g.part == 0 && g.rendezvous.is_none());
+            if let (Some(_), Some(&port)) = (first, c.host_ports.first()) {
+                if c.state == ContainerState::Running {
+                    self.push(Action::Rendezvous { lease, port });
+                }
+            }
+        }
+        match listed.map(|c| c.state) {
             Some(ContainerState::Running) => {
                 self.push(Action::Meter { lease });
                 if self.o.draining || stopped {
@@ -470,7 +490,7 @@ impl<'a> Planner<'a> {
                 }
                 // Past its stop too: the start then only records the lease, which is proven
                 // (empty, or with why it could not run) and ended.
-                _ if self.o.containers.is_some() && !self.o.draining => {
+                _ if self.o.containers.is_some() && !self.o.draining && !awaits_rendezvous(l) => {
                     self.push(Action::Start { lease })
                 }
                 _ => self.push(Action::Record { lease }),
@@ -651,6 +671,15 @@ impl<'a> Planner<'a> {
             }
         }
     }
+}
+
+/// Whether `lease` is a gang's part other than the first whose first part has not recorded its
+/// rendezvous yet: its container starts once it has, told where to reach the first part.
+fn awaits_rendezvous(lease: &LeaseView) -> bool {
+    lease
+        .gang
+        .as_ref()
+        .is_some_and(|g| g.part > 0 && g.rendezvous.is_none())
 }
 
 fn window_ended(r: &LeaseRecord, now: i64) -> bool {

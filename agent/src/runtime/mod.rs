@@ -193,6 +193,9 @@ pub struct ManagedContainer {
     /// Its state where the listing tells it (created, or running); `None` where only
     /// [`ContainerRuntime::state`] does (an exit code).
     pub listed: Option<ContainerState>,
+    /// The host ports given its published ports, in the order of its lease's ports
+    /// ([`LABEL_HOST_PORTS`]).
+    pub host_ports: Vec<u16>,
 }
 
 #[async_trait]

@@ -397,6 +397,10 @@ impl ContainerRuntime for RecordingRuntime {
                     ContainerState::Exited { .. } => None,
                     listed => Some(listed),
                 },
+                // RECORDING RUNTIME: host ports from 40,000, one per published port in order.
+                host_ports: (0..c.spec.network.ports.len() as u16)
+                    .map(|i| 40_000 + i)
+                    .collect(),
             })
             .collect())
     }

@@ -440,12 +440,17 @@ pub fn allocate_as_agent(
 /// A host stakes and registers the two GPUs of [`GPUS_TOML`] in `eu-west`, which the market's
 /// authority lists first where the market does not list it yet.
 pub fn register_host(t: &T, s: &MarketSetup) -> Host {
-    register_host_as(t, s, "host", "agent")
+    register_host_as(t, s, ("host", "agent"), &[])
 }
 
 /// [`register_host`] for the host and agent of wallets `owner` and `agent` (another host's
-/// machine beside the first).
-pub fn register_host_as(t: &T, s: &MarketSetup, owner: &str, agent: &str) -> Host {
+/// machine beside the first), with `extra` arguments of `host register`.
+pub fn register_host_as(
+    t: &T,
+    s: &MarketSetup,
+    (owner, agent): (&str, &str),
+    extra: &[&str],
+) -> Host {
     let listed = t.account::<Market>(&s.market).regions;
     if !listed.iter().any(|r| r.starts_with(b"eu-west\0")) {
         t.ok(&s.authority, &["market", "add-region", &s.m(), "eu-west"]);
@@ -457,23 +462,23 @@ pub fn register_host_as(t: &T, s: &MarketSetup, owner: &str, agent: &str) -> Hos
     let gpus = t.path("gpus.toml");
     std::fs::write(&gpus, GPUS_TOML).unwrap();
     let agent_key = key_of(&agent).pubkey().to_string();
-    let out = t.ok(
-        &owner,
-        &[
-            "host",
-            "register",
-            "--market",
-            &s.m(),
-            "--gpus",
-            gpus.to_str().unwrap(),
-            "--agent",
-            &agent_key,
-            "--price-floor",
-            "0.5",
-            "--region",
-            "eu-west",
-        ],
-    );
+    let market = s.m();
+    let mut args = vec![
+        "host",
+        "register",
+        "--market",
+        &market,
+        "--gpus",
+        gpus.to_str().unwrap(),
+        "--agent",
+        &agent_key,
+        "--price-floor",
+        "0.5",
+        "--region",
+        "eu-west",
+    ];
+    args.extend(extra);
+    let out = t.ok(&owner, &args);
     let machine = pk(&out["machine"]);
     Host {
         agent,

@@ -245,6 +245,10 @@ pub enum MarketError {
     GangAgentMissing,
     #[msg("a gang's parts are extended together: not one lease of it")]
     GangPartExtend,
+    #[msg("the gang's rendezvous port is set already")]
+    RendezvousSet,
+    #[msg("a gang bid publishes at least one port: its first is where the other parts reach the first part")]
+    GangNeedsPort,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -177,6 +177,15 @@ pub struct LeaseStarted {
     pub ends_at: i64,
 }
 
+/// A gang's first part published its rendezvous: the other parts reach it at its machine's
+/// host on `port`.
+#[event]
+pub struct GangRendezvous {
+    pub lease: Pubkey,
+    pub bid: Pubkey,
+    pub port: u16,
+}
+
 #[event]
 pub struct SpotPreempted {
     pub lease: Pubkey,

@@ -158,6 +158,12 @@ pub mod gpu_market {
         AllocateGang::allocate_gang(ctx, args)
     }
 
+    /// The agent of a gang's first part records the host port it published the bid's first
+    /// port on: where the other parts reach it (their `MASTER_PORT`).
+    pub fn set_rendezvous(ctx: Context<SetRendezvous>, port: u16) -> Result<()> {
+        SetRendezvous::set_rendezvous(ctx, port)
+    }
+
     /// Holds a machine's GPUs for the best-ranked queue bid it could run once they are free,
     /// from the earliest time they are (EASY backfilling; anyone may send it).
     pub fn reserve<'info>(ctx: Context<'info, Reserve<'info>>) -> Result<()> {

@@ -124,6 +124,34 @@ impl ClientInstruction for AllocateGang<'_> {
     }
 }
 
+/// `set_rendezvous`: the agent of a gang's first part records the host port of the bid's first
+/// published port.
+pub struct SetRendezvous<'a> {
+    pub agent: &'a (dyn Signer + Sync),
+    pub machine: Pubkey,
+    pub lease: Pubkey,
+    pub port: u16,
+}
+
+impl ClientInstruction for SetRendezvous<'_> {
+    const NAME: &'static str = "set_rendezvous";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::SetRendezvous {
+                agent: self.agent.pubkey(),
+                machine: self.machine,
+                lease: self.lease,
+            },
+            gpu_market::instruction::SetRendezvous { port: self.port },
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.agent]
+    }
+}
+
 pub struct Preempt<'a> {
     pub agent: &'a (dyn Signer + Sync),
     pub market: Pubkey,

@@ -1285,11 +1285,13 @@ fn without_the_cluster_the_plan_touches_nothing_on_chain() {
     let mut o = observed(None, local);
     o.heartbeat_due = false;
     o.containers.as_mut().unwrap().push(ObservedContainer {
+        host_ports: Vec::new(),
         id: "c".into(),
         lease: Some(lease.key),
         state: ContainerState::Running,
     });
     o.containers.as_mut().unwrap().push(ObservedContainer {
+        host_ports: Vec::new(),
         id: "stray".into(),
         lease: Some(Key([1; 32])),
         state: ContainerState::Running,

@@ -28,6 +28,7 @@ fn running(leases: &[LeaseView]) -> (AgentState, Vec<ObservedContainer>) {
         record.container_id = Some(id.clone());
         local.leases.insert(l.key, record);
         containers.push(ObservedContainer {
+            host_ports: Vec::new(),
             id,
             lease: Some(l.key),
             state: ContainerState::Running,

@@ -411,6 +411,10 @@ impl PlaceBid<'_> {
             parts == 1 || args.kind == BidKind::Queue,
             MarketError::GangSpotBid
         );
+        require!(
+            parts == 1 || !args.ports.is_empty(),
+            MarketError::GangNeedsPort
+        );
         let (unit, gpus) = (args.kind.unit(), args.gpu_count as u64 * parts as u64);
         let run = args.max_duration_secs as u64;
         // The score's urgency counts against the run's escrow; the bid locks its wait too.

@@ -4,7 +4,7 @@ use anchor_lang::prelude::*;
 use anchor_lang::system_program;
 
 use crate::errors::MarketError;
-use crate::events::LeaseStarted;
+use crate::events::{GangRendezvous, LeaseStarted};
 use crate::instructions::allocate::{book_backs, leave_book, run_end_of, Evidence};
 use crate::instructions::lease_rent;
 use crate::state::{
@@ -256,6 +256,36 @@ impl<'info> AllocateGang<'info> {
         bid.escrow = 0;
         bid.parts_running = k as u8;
         bid.gang_flags = 0;
+        Ok(())
+    }
+}
+
+/// Accounts of `set_rendezvous`: the agent of the machine running a gang's first part.
+#[derive(Accounts)]
+pub struct SetRendezvous<'info> {
+    pub agent: Signer<'info>,
+
+    #[account(address = lease.machine, constraint = machine.agent == agent.key() @ MarketError::WrongAgent)]
+    pub machine: Box<Account<'info, Machine>>,
+
+    #[account(mut)]
+    pub lease: Box<Account<'info, Lease>>,
+}
+
+impl SetRendezvous<'_> {
+    /// Records where the gang's other parts reach its first: the host port `port` the agent
+    /// published the bid's first port on. Once, and only for a gang's first part.
+    pub fn set_rendezvous(ctx: Context<Self>, port: u16) -> Result<()> {
+        let lease = &mut ctx.accounts.lease;
+        require!(lease.parts > 1 && lease.part == 0, MarketError::NotAGang);
+        require!(port != 0, MarketError::BadPorts);
+        require!(lease.rendezvous_port == 0, MarketError::RendezvousSet);
+        lease.rendezvous_port = port;
+        emit!(GangRendezvous {
+            lease: lease.key(),
+            bid: lease.bid,
+            port,
+        });
         Ok(())
     }
 }

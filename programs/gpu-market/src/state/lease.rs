@@ -58,6 +58,9 @@ pub struct Lease {
     /// reach) and the gang's machine count (1: not a gang's).
     pub part: u8,
     pub parts: u8,
+    /// For a gang's first part: the machine's host port its agent published the bid's first
+    /// port on (`set_rendezvous`), where the other parts reach it; 0 until then.
+    pub rendezvous_port: u16,
     pub gpu_count: u8,
     /// The machine's GPU serving each of the bid's GPUs (first `gpu_count` entries).
     pub gpus: [u8; MAX_GPUS],
@@ -148,6 +151,7 @@ impl Lease {
             kind: bid.kind,
             part: 0,
             parts: 1,
+            rendezvous_port: 0,
             gpu_count: n as u8,
             gpus: on,
             gib_per_gpu: bid.gib_per_gpu,
