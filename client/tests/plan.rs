@@ -22,7 +22,7 @@ fn a_plan_from_a_models_config_is_priced_on_the_market_and_placed_as_its_bid() {
         &["--billing-interval-secs", "1", "--capability", "1=5000"],
     );
     let m = s.m();
-    register_host(&t, &s);
+    let host = register_host(&t, &s);
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");
     let config = t.path("config.json");
@@ -141,7 +141,12 @@ fn a_plan_from_a_models_config_is_priced_on_the_market_and_placed_as_its_bid() {
     }
     assert_eq!(t.balance(&tokens), before);
 
-    // --place: the first plan, as `bid place` with the plan's GPUs, memory, class and price.
+    // --place: the first plan, as `bid place` with the plan's GPUs, memory, class and price,
+    // and the client's environment with the plan's degrees added for the container.
+    let env = t.path("serve.env");
+    std::fs::write(&env, "HF_TOKEN=s3cret").unwrap();
+    // The test's arguments are `'static`: its folder outlives the test.
+    let env_arg: &'static str = Box::leak(env.to_str().unwrap().to_string().into_boxed_str());
     let placed = plan(&[
         "--inference",
         "--place",
@@ -154,6 +159,8 @@ fn a_plan_from_a_models_config_is_priced_on_the_market_and_placed_as_its_bid() {
         "power=300",
         "--duration",
         "1h",
+        "--env",
+        env_arg,
         "--nonce",
         "9",
     ]);
@@ -167,6 +174,31 @@ fn a_plan_from_a_models_config_is_priced_on_the_market_and_placed_as_its_bid() {
         first["price_per_gpu_hour"].as_str().unwrap()
     );
     assert_eq!(bid.client, key_of(&client).pubkey());
+    let key = pk(&placed["bid"]);
+    let agent = key_of(&host.agent);
+    let copy: gpu_market::state::SealedEnv =
+        t.account(&gpu_market::pda::sealed_env(&key, &agent.pubkey()).0);
+    let opened = gpu_market_sdk::envelope::open_env(&copy.sealed, &agent, &bid.env_hash).unwrap();
+    let layout = first["layout"].as_str().unwrap();
+    let expected = format!("HF_TOKEN=s3cret\nGPU_MARKET_PLAN={layout}\n");
+    let opened = String::from_utf8(opened).unwrap();
+    assert!(opened.starts_with(&expected), "{opened}");
+    let degree = |name: &str| -> u64 {
+        opened
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("GPU_MARKET_PLAN_{name}=")))
+            .unwrap_or_else(|| panic!("{name} in {opened}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        degree("DP") * degree("TP") * degree("PP"),
+        bid.gpu_count as u64,
+        "{opened}"
+    );
+    // The file sealed is kept beside the client's, for `bid seal` later.
+    let kept = std::fs::read_to_string(format!("{}.plan", env.display())).unwrap();
+    assert_eq!(kept, opened);
     assert_eq!(
         t.balance(&tokens),
         before - bid.escrow - bid.urgency_premium

@@ -171,7 +171,9 @@ pub fn plan(config: &Config, a: PlanArgs) -> Result<()> {
             gpu_market_core::amount::format(chosen.price, decimals)
         ));
     }
-    argv.extend(a.place_args.iter().cloned());
+    let env = plan_env(&a.place_args, &chosen.plan.layout)?;
+    argv.extend(without_env(&a.place_args));
+    argv.push(format!("--env={}", env.display()));
     let place = super::place_args_from(argv).map_err(|e| {
         anyhow!(
             "bid place's arguments after --: {}",
@@ -179,11 +181,13 @@ pub fn plan(config: &Config, a: PlanArgs) -> Result<()> {
         )
     })?;
     eprintln!(
-        "placing plan {}: {} GPU(s) of class {}, {}",
+        "placing plan {}: {} GPU(s) of class {}, {}; the environment sealed is {} (the plan's \
+         degrees added): give it to `bid seal` for machines registered later",
         a.choose,
         chosen.plan.layout.gpus(),
         chosen.class,
-        layout_text(&chosen.plan.layout)
+        layout_text(&chosen.plan.layout),
+        env.display()
     );
     super::place(config, place)
 }
@@ -233,6 +237,75 @@ fn offer_fields(number: usize, o: &Offer, decimals: u8) -> Fields {
 }
 
 /// `dp4 zero3`, `tp2 pp2 recompute`: the degrees above one, for people.
+/// The plan's degrees as the container's environment reads them: `GPU_MARKET_PLAN` (the layout
+/// as `bid plan` prints it) and `GPU_MARKET_PLAN_DP`, `_TP`, `_PP`, `_ZERO`, `_RECOMPUTE`.
+fn plan_lines(l: &Layout) -> String {
+    format!(
+        "GPU_MARKET_PLAN={}\nGPU_MARKET_PLAN_DP={}\nGPU_MARKET_PLAN_TP={}\nGPU_MARKET_PLAN_PP={}\n\
+         GPU_MARKET_PLAN_ZERO={}\nGPU_MARKET_PLAN_RECOMPUTE={}\n",
+        layout_text(l),
+        l.data,
+        l.tensor,
+        l.pipeline,
+        l.zero,
+        u8::from(l.recompute)
+    )
+}
+
+/// The `--env` file of `bid place`'s arguments `args`, if any (`--env FILE` or `--env=FILE`).
+fn env_arg(args: &[String]) -> Option<PathBuf> {
+    args.iter().enumerate().find_map(|(i, a)| match a.as_str() {
+        "--env" => args.get(i + 1).map(PathBuf::from),
+        _ => a.strip_prefix("--env=").map(PathBuf::from),
+    })
+}
+
+/// `bid place`'s arguments `args` without their `--env`.
+fn without_env(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip = false;
+    for a in args {
+        match (skip, a.as_str()) {
+            (true, _) => skip = false,
+            (false, "--env") => skip = true,
+            (false, a) if a.starts_with("--env=") => {}
+            (false, _) => out.push(a.clone()),
+        }
+    }
+    out
+}
+
+/// Writes the environment the placed bid seals: the client's `--env` file (if any) and the plan's
+/// degrees, as `FILE.plan` beside it, or as `gpu-market-plan-SECS.env` in the current folder
+/// without one. Returns its path.
+fn plan_env(args: &[String], layout: &Layout) -> Result<PathBuf> {
+    let (mut text, path) = match env_arg(args) {
+        Some(file) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read the environment file {}", file.display()))?;
+            let mut path = file.into_os_string();
+            path.push(".plan");
+            (text, PathBuf::from(path))
+        }
+        None => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            (
+                String::new(),
+                PathBuf::from(format!("gpu-market-plan-{secs}.env")),
+            )
+        }
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&plan_lines(layout));
+    std::fs::write(&path, text)
+        .with_context(|| format!("cannot write the environment file {}", path.display()))?;
+    Ok(path)
+}
+
 fn layout_text(l: &Layout) -> String {
     let mut parts = Vec::new();
     for (name, degree) in [("dp", l.data), ("tp", l.tensor), ("pp", l.pipeline)] {

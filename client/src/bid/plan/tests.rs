@@ -187,3 +187,31 @@ fn layouts_read_as_their_degrees() {
     };
     assert_eq!(layout_text(&single), "single GPU");
 }
+
+#[test]
+fn the_plan_takes_the_clients_env_in_either_form_and_adds_its_degrees() {
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    for given in [
+        args(&["--duration", "1h", "--env", "job.env", "--nonce", "9"]),
+        args(&["--duration", "1h", "--env=job.env", "--nonce", "9"]),
+    ] {
+        assert_eq!(env_arg(&given), Some(PathBuf::from("job.env")));
+        assert_eq!(
+            without_env(&given),
+            args(&["--duration", "1h", "--nonce", "9"])
+        );
+    }
+    assert_eq!(env_arg(&args(&["--duration", "1h"])), None);
+    let layout = Layout {
+        data: 2,
+        tensor: 4,
+        pipeline: 1,
+        zero: 3,
+        recompute: true,
+    };
+    assert_eq!(
+        plan_lines(&layout),
+        "GPU_MARKET_PLAN=dp2 tp4 zero3 recompute\nGPU_MARKET_PLAN_DP=2\nGPU_MARKET_PLAN_TP=4\n\
+         GPU_MARKET_PLAN_PP=1\nGPU_MARKET_PLAN_ZERO=3\nGPU_MARKET_PLAN_RECOMPUTE=1\n"
+    );
+}
