@@ -314,6 +314,20 @@ pub fn rules(family: Family, bridge: &str, egress: &EgressView) -> Vec<String> {
     out
 }
 
+/// `egress` opened to `peers` too (each as a /32): the policy of a gang part's network, which must
+/// reach its gang's other machines whatever its own machine allows.
+pub fn with_peers(egress: &EgressView, peers: &[Ipv4Addr]) -> EgressView {
+    let peers = peers.iter().map(|ip| (*ip, 32));
+    match egress {
+        EgressView::Open => EgressView::Open,
+        _ if peers.len() == 0 => egress.clone(),
+        EgressView::None => EgressView::AllowList(peers.collect()),
+        EgressView::AllowList(list) => {
+            EgressView::AllowList(list.iter().copied().chain(peers).collect())
+        }
+    }
+}
+
 /// `-A CHAIN rule` as the command that deletes it.
 fn deletion(line: &str) -> String {
     format!("-D{}", line.strip_prefix("-A").unwrap_or(line))
@@ -674,6 +688,27 @@ mod tests {
             rewrite(&table, "gmGone", &[]),
             vec![format!("-D {FORWARD_CHAIN} -i gmGone -j DROP")]
         );
+    }
+
+    #[test]
+    fn a_gang_part_reaches_its_peers_whatever_its_machine_allows() {
+        let peer = Ipv4Addr::new(203, 0, 113, 7);
+        assert_eq!(
+            with_peers(&EgressView::None, &[peer]),
+            EgressView::AllowList(vec![(peer, 32)])
+        );
+        let listed = (Ipv4Addr::new(198, 51, 100, 0), 24);
+        assert_eq!(
+            with_peers(&EgressView::AllowList(vec![listed]), &[peer]),
+            EgressView::AllowList(vec![listed, (peer, 32)])
+        );
+        assert_eq!(with_peers(&EgressView::Open, &[peer]), EgressView::Open);
+        assert_eq!(with_peers(&EgressView::None, &[]), EgressView::None);
+        // The peer comes before the closed networks: a private peer is reached, the rest not.
+        let rules = rules(Family::V4, "gm0", &with_peers(&EgressView::None, &[peer]));
+        let at = |needle: &str| rules.iter().position(|r| r.contains(needle)).unwrap();
+        assert!(at("203.0.113.7/32") < at(CLOSED[1]), "{rules:?}");
+        assert!(rules.last().unwrap().ends_with("-j DROP"));
     }
 
     #[test]

@@ -32,13 +32,35 @@ pub struct LeaseNetwork {
     pub egress: EgressView,
     /// Container ports (TCP) to publish on the host.
     pub ports: Vec<u16>,
+    /// The public addresses (names or IPv4 addresses) of the other machines of its gang that
+    /// it must reach (its first part's, for the rendezvous): open whatever the machine's policy,
+    /// as their IPv4 addresses when the network is made.
+    pub peers: Vec<String>,
 }
 
 impl LeaseNetwork {
     /// Whether the lease needs a bridge at all (else it runs with no network).
     pub fn bridged(&self) -> bool {
-        self.egress != EgressView::None || !self.ports.is_empty()
+        self.egress != EgressView::None || !self.ports.is_empty() || !self.peers.is_empty()
     }
+}
+
+/// The IPv4 addresses of `hosts` (names are looked up; one that does not resolve is left out,
+/// and logged: its part is then unreachable, as it would be without this).
+async fn resolve(hosts: &[String]) -> Vec<Ipv4Addr> {
+    let mut out = Vec::new();
+    for host in hosts {
+        match tokio::net::lookup_host((host.as_str(), 0)).await {
+            Ok(addrs) => out.extend(addrs.filter_map(|a| match a.ip() {
+                std::net::IpAddr::V4(ip) => Some(ip),
+                std::net::IpAddr::V6(_) => None,
+            })),
+            Err(e) => tracing::warn!(%host, error = %e, "a gang peer's address does not resolve"),
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The host ports published leases' ports are taken from, and the address they listen on.
@@ -201,7 +223,8 @@ impl DockerEngine {
     ) -> Result<String, RuntimeError> {
         let name = network_name(lease);
         let bridge = bridge_name(lease);
-        let policy = firewall::egress_label(&net.egress);
+        let egress = firewall::with_peers(&net.egress, &resolve(&net.peers).await);
+        let policy = firewall::egress_label(&egress);
         let mut request = NetworkCreateRequest {
             name: name.clone(),
             driver: Some("bridge".to_string()),
@@ -266,7 +289,6 @@ impl DockerEngine {
                 }
             }
         }
-        let egress = net.egress.clone();
         off_thread(move || firewall::install(&bridge, &egress)).await?;
         Ok(name)
     }

@@ -191,6 +191,7 @@ async fn an_open_lease_reaches_the_internet_but_not_the_host_metadata_or_another
     let agent_port = TcpListener::bind("0.0.0.0:0").unwrap();
     let agent_port = agent_port.local_addr().unwrap().port();
     let open = LeaseNetwork {
+        peers: Vec::new(),
         egress: EgressView::Open,
         ports: Vec::new(),
     };
@@ -254,12 +255,27 @@ async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
     let other = "198.19.42.7:8000".to_string();
     let targets = [allowed.clone(), other.clone()];
     let allow_list = LeaseNetwork {
+        peers: Vec::new(),
         egress: EgressView::AllowList(vec![(Ipv4Addr::new(198, 18, 42, 0), 24)]),
         ports: Vec::new(),
     };
     let out = run_probes(
         &engine,
         &lease_spec(&image, 3, allow_list, &probes(&targets)),
+    )
+    .await;
+    assert_eq!(verdict(&out, &allowed), "open", "{out}");
+    assert_eq!(verdict(&out, &other), "closed", "{out}");
+    // A gang's part on a machine of egress none reaches its gang's first machine, and nothing
+    // else (the agent opens the peer's address, as `resolve` finds it, for that part only).
+    let gang_part = LeaseNetwork {
+        egress: EgressView::None,
+        ports: Vec::new(),
+        peers: vec!["198.18.42.2".into()],
+    };
+    let out = run_probes(
+        &engine,
+        &lease_spec(&image, 6, gang_part, &probes(&targets)),
     )
     .await;
     assert_eq!(verdict(&out, &allowed), "open", "{out}");
@@ -288,6 +304,7 @@ async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
         ip: Ipv4Addr::UNSPECIFIED,
     });
     let inbound_only = LeaseNetwork {
+        peers: Vec::new(),
         egress: EgressView::None,
         ports: vec![8080],
     };
@@ -324,6 +341,7 @@ async fn one_port_engine(scope: &str) -> (DockerEngine, u16, String, LeaseNetwor
         });
     engine.pull(&image).await.unwrap();
     let serve = LeaseNetwork {
+        peers: Vec::new(),
         egress: EgressView::None,
         ports: vec![8080],
     };
@@ -413,6 +431,7 @@ async fn the_firewall_guard_puts_back_what_the_engine_or_a_reload_took_away() {
     let targets = [allowed.clone(), other.clone()];
     let egress = EgressView::AllowList(vec![(Ipv4Addr::new(198, 18, 43, 0), 24)]);
     let net = LeaseNetwork {
+        peers: Vec::new(),
         egress: egress.clone(),
         ports: Vec::new(),
     };
@@ -476,6 +495,7 @@ async fn a_lease_has_no_ipv6_and_reaches_no_host_service_over_it() {
     let service = std::net::TcpListener::bind("[::]:0").unwrap();
     let port = service.local_addr().unwrap().port();
     let open = LeaseNetwork {
+        peers: Vec::new(),
         egress: EgressView::Open,
         ports: Vec::new(),
     };
@@ -538,6 +558,7 @@ async fn a_lease_network_no_container_uses_is_removed_with_its_rules() {
         .unwrap();
     engine.pull(&image).await.unwrap();
     let net = LeaseNetwork {
+        peers: Vec::new(),
         egress: EgressView::Open,
         ports: Vec::new(),
     };
@@ -590,6 +611,7 @@ async fn more_leases_than_the_engines_pools_hold_get_networks_from_the_agents_po
     engine.pull(&image).await.unwrap();
     let docker = support::docker().await;
     let open = LeaseNetwork {
+        peers: Vec::new(),
         egress: EgressView::Open,
         ports: Vec::new(),
     };

@@ -508,6 +508,12 @@ impl Reconciler {
             network: LeaseNetwork {
                 egress: self.network.egress.clone(),
                 ports: workload.room.ports.clone(),
+                // A gang's other parts reach its first part's machine.
+                peers: workload
+                    .gang
+                    .filter(|g| g.part > 0)
+                    .map(|g| vec![g.first_host.clone()])
+                    .unwrap_or_default(),
             },
         };
         Ok(StartJob {
