@@ -19,8 +19,8 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
     let first = register_host_as(&t, &s, ("host", "agent"), &published);
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");
-    let gang = |nonce: &'static str| {
-        place_args(
+    let gang_with = |extra: &[&'static str]| {
+        let mut args = place_args(
             &m,
             &[
                 "--overclock",
@@ -29,13 +29,12 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
                 "2",
                 "--machines",
                 "2",
-                "--port",
-                "29500",
-                "--nonce",
-                nonce,
             ],
-        )
+        );
+        args.extend_from_slice(extra);
+        args
     };
+    let gang = |nonce: &'static str| gang_with(&["--port", "29500", "--nonce", nonce]);
     // One machine cannot run a gang of two: refused before anything is sent.
     let e = t.fails(&client, &gang("1"));
     assert!(
@@ -46,18 +45,7 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
 
     let second = register_host_as(&t, &s, ("host2", "agent2"), &published);
     // A gang names its rendezvous port.
-    let no_port = place_args(
-        &m,
-        &[
-            "--overclock",
-            "power=300",
-            "--price",
-            "2",
-            "--machines",
-            "2",
-        ],
-    );
-    let e = t.fails(&client, &no_port);
+    let e = t.fails(&client, &gang_with(&["--nonce", "3"]));
     assert!(e.contains("needs a --port"), "{e}");
     let out = t.ok(&client, &gang("2"));
     let bid = pk(&out["bid"]);

@@ -11,6 +11,16 @@ use solana_signer::Signer;
 
 use super::{ix, ClientInstruction};
 
+/// `allocate`'s and `allocate_gang`'s remaining accounts after their own: the evidence the book
+/// cannot show by itself, read-only.
+fn with_evidence(i: &mut Instruction, evidence: &[Pubkey]) {
+    i.accounts.extend(
+        evidence
+            .iter()
+            .map(|k| AccountMeta::new_readonly(*k, false)),
+    );
+}
+
 pub struct Allocate<'a> {
     pub agent: &'a (dyn Signer + Sync),
     pub market: Pubkey,
@@ -51,11 +61,7 @@ impl ClientInstruction for Allocate<'_> {
                 },
             },
         );
-        i.accounts.extend(
-            self.evidence
-                .iter()
-                .map(|k| AccountMeta::new_readonly(*k, false)),
-        );
+        with_evidence(&mut i, &self.evidence);
         i
     }
 
@@ -111,11 +117,7 @@ impl ClientInstruction for AllocateGang<'_> {
             i.accounts.push(AccountMeta::new(*machine, false));
             i.accounts.push(AccountMeta::new(lease, false));
         }
-        i.accounts.extend(
-            self.evidence
-                .iter()
-                .map(|k| AccountMeta::new_readonly(*k, false)),
-        );
+        with_evidence(&mut i, &self.evidence);
         i
     }
 
