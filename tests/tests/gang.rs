@@ -506,3 +506,66 @@ fn compute_units_of_allocate_gang() {
         assert!(units <= 40_000 * parts as u64, "allocate_gang: {units} CU");
     }
 }
+
+/// A gang of two below entries that each fit one of its machines until the full rule turns them
+/// away (on both machines a lease holds 16 of the 24 GiB of GPUs 1, 2 and 3, and each entry asks
+/// 2 GPUs × 16 GiB: every whole-machine bound passes), each judged against both machines: the
+/// compute units `allocate_gang` takes at each depth, and where it no longer fits a
+/// transaction's 1.4 million. Printed for BENCHMARKS.md.
+#[test]
+fn a_gang_starts_below_entries_only_the_full_rule_turns_away_within_its_compute_budget() {
+    let mut f = fixture();
+    let ms = machines(&mut f);
+    let (m0, a0) = (ms[0].0, ms[0].1.insecure_clone());
+    let (m1, a1) = (ms[1].0, ms[1].1.insecure_clone());
+    let holder = f.client(100 * TOKEN, 0);
+    for (machine, agent) in [(m0, &a0), (m1, &a1)] {
+        for gpu in 1..=3u8 {
+            let args = f.queue_args(1, 16);
+            let bid = f.place(&holder, args);
+            let a = f.ctx.allocation(agent, machine, bid, &[gpu]);
+            f.ctx.allocate(&a).expect("16 GiB of the GPU held");
+        }
+    }
+    let c = f.client(100 * TOKEN, 0);
+    let mut args = f.queue_args(1, 16);
+    args.ports = vec![29_500];
+    let place = PlaceGangBid {
+        place: f.placement(&c, args),
+        parts: 2,
+    };
+    f.ctx.run(&place).expect("place_gang_bid");
+    let gang = place.place.bid();
+    // Staked clients: each of their entries ranks above the gang.
+    let clients: Vec<Wallet> = (1..=8)
+        .map(|i| f.client(40_000 * TOKEN, i * TOKEN))
+        .collect();
+    let mut placed = 0;
+    let mut rows = Vec::new();
+    for depth in [0usize, 1_000, 2_000, 3_000, 3_500, 4_095] {
+        while placed < depth {
+            let args = f.queue_args(2, 16);
+            f.place(&clients[placed % clients.len()], args);
+            placed += 1;
+        }
+        let mut ctx = f.ctx.fork();
+        let a = ctx.gang_allocation(&a0, gang, &[m0, m1]);
+        assert!(a.evidence.is_empty(), "no entry above fits either machine");
+        let units = ctx
+            .allocate_gang(&a)
+            .map(|_| ctx.compute_units["allocate_gang"]);
+        rows.push((depth, units));
+    }
+    eprintln!("| entries above the gang of 2 | allocate_gang |");
+    eprintln!("|---:|---|");
+    for (depth, units) in &rows {
+        let units = match units {
+            Ok(u) => format!("{u} CU"),
+            Err(e) => format!("refused: {:?}", e.err),
+        };
+        eprintln!("| {depth} | {units} |");
+    }
+    // A full book of them does not stall a gang of two.
+    assert!(rows.iter().all(|(_, u)| u.is_ok()), "{rows:?}");
+    assert_eq!(book_order(&f.ctx, &f.queue_book).len(), 4_096);
+}
