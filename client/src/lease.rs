@@ -422,7 +422,7 @@ fn lease_fields(key: &Pubkey, l: &Lease, m: &Market, decimals: u8, now: i64) -> 
         .map_err(|e| anyhow!("cannot price the unproven time of lease {key}: {e:?}"))?;
     let proven_secs = l.proven_until.saturating_sub(l.started_at).max(0) as u64;
     let stopping = l.stop_at != Lease::NOT_STOPPED;
-    Ok(vec![
+    let mut fields = vec![
         ("lease", text(key)),
         ("market", text(l.market)),
         ("machine", text(l.machine)),
@@ -492,7 +492,19 @@ fn lease_fields(key: &Pubkey, l: &Lease, m: &Market, decimals: u8, now: i64) -> 
         ("protocol_fee_bps", m.params.protocol_fee_bps.into()),
         exit_code_field(l.exit_code),
         exit_reason_field(l.exit_code),
-    ])
+    ];
+    // A part of a gang: its place, the gang's size, and where the other parts reach the first.
+    if l.parts > 1 {
+        fields.push((
+            "gang",
+            serde_json::json!({
+                "part": l.part,
+                "parts": l.parts,
+                "rendezvous_port": (l.rendezvous_port != 0).then_some(l.rendezvous_port),
+            }),
+        ));
+    }
+    Ok(fields)
 }
 
 /// Joules in kWh, to the Wh.

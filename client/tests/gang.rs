@@ -6,8 +6,12 @@
 mod common;
 
 use common::*;
-use gpu_market::state::Bid;
+use gpu_market::state::{Bid, Market};
 use gpu_market_core::settlement;
+use gpu_market_sdk::{AllocateGang, SetRendezvous};
+use serde_json::json;
+use solana_pubkey::Pubkey;
+use solana_signer::Signer;
 
 #[test]
 fn a_gang_bid_is_placed_for_several_machines_and_explained() {
@@ -82,5 +86,48 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
             .unwrap()
             .starts_with("a gang of 2 machines × 1 GPUs: it fits 2 of 2 machines now"),
         "{ex}"
+    );
+
+    // The first part's agent starts both parts (as its daemon would); `lease show` gives each
+    // part its place in the gang, and the first part's rendezvous once its agent recorded it.
+    let (lead, other) = match parts[0].as_str() == Some(&first.machine.to_string()) {
+        true => (&first, &second),
+        false => (&second, &first),
+    };
+    let agent = key_of(&lead.agent);
+    let market: Market = t.account(&s.market);
+    let start = AllocateGang {
+        agent: &agent,
+        market: s.market,
+        book: market.queue_book,
+        bid,
+        client: key_of(&client).pubkey(),
+        parts: vec![(lead.machine, vec![0]), (other.machine, vec![0])],
+        evidence: Vec::new(),
+    };
+    t.send(&agent, &[&start]);
+    let leases = start.leases();
+    let show = |lease: &Pubkey| t.ok(&client, &["lease", "show", &lease.to_string()]);
+    let part = show(&leases[1]);
+    assert_eq!(
+        part["gang"],
+        json!({"part": 1, "parts": 2, "rendezvous_port": null}),
+        "{part}"
+    );
+    assert_eq!(part["machine"], other.machine.to_string());
+    t.send(
+        &agent,
+        &[&SetRendezvous {
+            agent: &agent,
+            machine: lead.machine,
+            lease: leases[0],
+            port: 31_000,
+        }],
+    );
+    let first_part = show(&leases[0]);
+    assert_eq!(
+        first_part["gang"],
+        json!({"part": 0, "parts": 2, "rendezvous_port": 31000}),
+        "{first_part}"
     );
 }
