@@ -5,7 +5,7 @@ use anchor_lang::system_program;
 
 use crate::errors::MarketError;
 use crate::events::{GangRendezvous, LeaseStarted};
-use crate::instructions::allocate::{book_backs, leave_book, run_end_of, Evidence};
+use crate::instructions::allocate::{bid_started, book_backs, leave_book, run_end_of, Evidence};
 use crate::instructions::lease_rent;
 use crate::state::{
     seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, LeaseRules, Machine, Market, Offers,
@@ -228,17 +228,7 @@ impl<'info> AllocateGang<'info> {
 
         let held = leave_book(&mut a.market, &mut a.bid, &book, now)?;
         let total = a.bid.total_gpus();
-        let stake = &mut a.client_stake;
-        stake.open_bids = stake
-            .open_bids
-            .checked_sub(1)
-            .ok_or(MarketError::Overflow)?;
-        stake.gpus_held = stake
-            .gpus_held
-            .checked_add(total as u32)
-            .ok_or(MarketError::Overflow)?;
-        a.market.tick_demand(now);
-        a.market.add_waiting(-(total as i64))?;
+        bid_started(&mut a.market, &mut a.client_stake, (total, true), now)?;
         let ends_at = run_end_of(&a.bid, held, now)?;
         let (share, rest) = (a.bid.escrow / k as u64, a.bid.escrow % k as u64);
         for (part, machine) in machines.iter_mut().enumerate() {
