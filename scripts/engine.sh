@@ -30,6 +30,10 @@ IDLER_IMAGE="$REGISTRY/gpu-market/idler:latest"
 # `server` writes a result into its scratch volume, logs it, and serves the volume over HTTP on
 # port 8080 until SIGTERM: a lease a client reaches, reads and fetches from.
 SERVER_IMAGE="$REGISTRY/gpu-market/server:latest"
+# `gang` meets as torchrun's ranks do: rank 0 (`NODE_RANK=0`) listens on `MASTER_PORT`, answers
+# each rank that reaches it and logs what it heard; the others greet `MASTER_ADDR:MASTER_PORT`
+# until rank 0 answers, and log its answer.
+GANG_IMAGE="$REGISTRY/gpu-market/gang:latest"
 
 # The containerd that dockerd starts under our exec root: it outlives a dockerd that was killed
 # (SIGKILL after the stop's grace period, or a killed script), and the next dockerd then fails
@@ -102,8 +106,8 @@ YML
 # The test images, made without internet: a busybox rootfs, imported with each image's command,
 # pushed to the local registry, and removed locally so that tests pull them for real.
 seed_images() {
-    curl -fsS "http://$REGISTRY/v2/gpu-market/server/tags/list" 2>/dev/null | grep -q latest && return 0
-    log "seeding $TEST_IMAGE, $WORKER_IMAGE, $IDLER_IMAGE, $SERVER_IMAGE"
+    curl -fsS "http://$REGISTRY/v2/gpu-market/gang/tags/list" 2>/dev/null | grep -q latest && return 0
+    log "seeding $TEST_IMAGE, $WORKER_IMAGE, $IDLER_IMAGE, $SERVER_IMAGE, $GANG_IMAGE"
     local rootfs
     rootfs="$(mktemp -d)"
     mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/etc"
@@ -122,6 +126,7 @@ seed_images() {
     seed "$WORKER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; while :; do :; done"]'
     seed "$IDLER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; while :; do sleep 1; done"]'
     seed "$SERVER_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; echo \"epoch 1 loss=0.25\" > /workspace/result.txt; echo \"training done: loss=0.25, serving /workspace on :8080\"; httpd -p 8080 -h /workspace; while :; do sleep 1; done"]'
+    seed "$GANG_IMAGE" '["/bin/sh", "-c", "trap \"exit 0\" TERM; if [ \"$NODE_RANK\" = 0 ]; then while :; do heard=$(echo \"hello from rank 0\" | nc -l -p \"$MASTER_PORT\"); [ -n \"$heard\" ] && echo \"rank 0 heard: $heard\"; done & else until heard=$(echo \"hello from rank $NODE_RANK\" | nc -w 5 \"$MASTER_ADDR\" \"$MASTER_PORT\") && [ -n \"$heard\" ]; do sleep 1; done; echo \"rank $NODE_RANK heard: $heard\"; fi; while :; do sleep 1; done"]'
     rm -rf "$rootfs"
 }
 
@@ -173,6 +178,8 @@ case "${1:-}" in
         echo "export GPU_MARKET_IDLER_DIGEST=$(digest_of "$IDLER_IMAGE")"
         echo "export GPU_MARKET_SERVER_IMAGE=$SERVER_IMAGE"
         echo "export GPU_MARKET_SERVER_DIGEST=$(digest_of "$SERVER_IMAGE")"
+        echo "export GPU_MARKET_GANG_IMAGE=$GANG_IMAGE"
+        echo "export GPU_MARKET_GANG_DIGEST=$(digest_of "$GANG_IMAGE")"
         ;;
     *) die "usage: $0 start|stop|status|env" ;;
 esac

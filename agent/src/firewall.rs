@@ -18,7 +18,11 @@
 //! - with egress `none` no connection leaves at all; with an allow-list only to its networks;
 //!   with `open` to any other (public) address;
 //! - no IPv6 at all: lease networks are IPv4 only, and every IPv6 packet from a lease bridge is
-//!   dropped (the host's services listening on `::` are not reachable over link-local).
+//!   dropped (the host's services listening on `::` are not reachable over link-local);
+//! - a gang part reaches its first part's machine whatever the policy: its address in `FORWARD`
+//!   (another host), and, where the engine of this host publishes the first part's rendezvous
+//!   port itself (both machines on one host), that one TCP port through `INPUT`, where the
+//!   engine's proxy answers for containers on other bridges ([`LeasePolicy`]).
 //!
 //! The rules only drop or return: what Docker's own chains decide afterwards still applies.
 //! They are written in one `iptables-restore --noflush` transaction per change, so a lease is
@@ -28,7 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -272,9 +276,31 @@ fn network(addr: Ipv4Addr, prefix: u8) -> Option<String> {
     ))
 }
 
+/// What one lease bridge may reach: its machine's egress policy, and its gang's peers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeasePolicy {
+    pub egress: EgressView,
+    /// The gang's other machines, each reached whatever `egress` allows (`FORWARD`).
+    pub peers: Vec<Ipv4Addr>,
+    /// Rendezvous ports that the engine of this very host publishes for a peer (both machines
+    /// on one host): the lease reaches the engine's proxy on that address and TCP port
+    /// (`INPUT`), and nothing else of the host.
+    pub local_rendezvous: Vec<SocketAddrV4>,
+}
+
+impl LeasePolicy {
+    /// The policy of a lease that is no gang part: its machine's.
+    pub fn of(egress: EgressView) -> LeasePolicy {
+        LeasePolicy {
+            egress,
+            ..LeasePolicy::default()
+        }
+    }
+}
+
 /// The rules of one lease bridge, in order, [`INPUT_CHAIN`]'s then [`FORWARD_CHAIN`]'s, as
 /// `iptables -S` prints them (so a listing is compared with them line for line).
-pub fn rules(family: Family, bridge: &str, egress: &EgressView) -> Vec<String> {
+pub fn rules(family: Family, bridge: &str, policy: &LeasePolicy) -> Vec<String> {
     let rule = |chain: &str, to: Option<&str>, rest: &str| match to {
         Some(net) => format!("-A {chain} -d {net} -i {bridge} {rest}"),
         None => format!("-A {chain} -i {bridge} {rest}"),
@@ -287,14 +313,22 @@ pub fn rules(family: Family, bridge: &str, egress: &EgressView) -> Vec<String> {
     }
     // Answers to connections the host or the lease opened come back, whatever follows.
     let established = "-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN";
-    let mut out = vec![
-        rule(INPUT_CHAIN, None, established),
+    let mut out = vec![rule(INPUT_CHAIN, None, established)];
+    for peer in &policy.local_rendezvous {
+        out.push(rule(
+            INPUT_CHAIN,
+            Some(&format!("{}/32", peer.ip())),
+            &format!("-p tcp -m tcp --dport {} -j RETURN", peer.port()),
+        ));
+    }
+    out.extend([
         rule(INPUT_CHAIN, None, "-j DROP"),
         rule(FORWARD_CHAIN, None, established),
         // Metadata before any allow-list entry: no policy opens it.
         rule(FORWARD_CHAIN, Some(CLOSED[0]), "-j DROP"),
-    ];
-    if let EgressView::AllowList(list) = egress {
+    ]);
+    let egress = with_peers(&policy.egress, &policy.peers);
+    if let EgressView::AllowList(list) = &egress {
         for (addr, prefix) in list {
             out.push(rule(
                 FORWARD_CHAIN,
@@ -316,7 +350,7 @@ pub fn rules(family: Family, bridge: &str, egress: &EgressView) -> Vec<String> {
 
 /// `egress` opened to `peers` too (each as a /32): the policy of a gang part's network, which must
 /// reach its gang's other machines whatever its own machine allows.
-pub fn with_peers(egress: &EgressView, peers: &[Ipv4Addr]) -> EgressView {
+fn with_peers(egress: &EgressView, peers: &[Ipv4Addr]) -> EgressView {
     let peers = peers.iter().map(|ip| (*ip, 32));
     match egress {
         EgressView::Open => EgressView::Open,
@@ -395,13 +429,13 @@ fn rewrite(table: &Table, bridge: &str, want: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Installs the rules of `bridge` for `egress` in every family (replacing any it had).
-pub fn install(bridge: &str, egress: &EgressView) -> Result<(), FirewallError> {
+/// Installs the rules of `bridge` for `policy` in every family (replacing any it had).
+pub fn install(bridge: &str, policy: &LeasePolicy) -> Result<(), FirewallError> {
     for family in Family::present() {
         let (table, _) = ensure_chains(family)?;
         restore(
             family,
-            &rewrite(&table, bridge, &rules(family, bridge, egress)),
+            &rewrite(&table, bridge, &rules(family, bridge, policy)),
         )?;
     }
     Ok(())
@@ -439,7 +473,7 @@ impl Repairs {
 /// rules of each bridge of `leases` for its policy, and no rules for a bridge that `exists`
 /// says is gone.
 pub fn assert(
-    leases: &[(String, EgressView)],
+    leases: &[(String, LeasePolicy)],
     exists: impl Fn(&str) -> bool,
 ) -> Result<Repairs, FirewallError> {
     let mut repairs = Repairs::default();
@@ -448,9 +482,9 @@ pub fn assert(
         repairs.order += usize::from(reordered);
         let mut script = Vec::new();
         let mut known = BTreeSet::new();
-        for (bridge, egress) in leases {
+        for (bridge, policy) in leases {
             known.insert(bridge.as_str());
-            let fix = rewrite(&table, bridge, &rules(family, bridge, egress));
+            let fix = rewrite(&table, bridge, &rules(family, bridge, policy));
             repairs.leases += usize::from(!fix.is_empty());
             script.extend(fix);
         }
@@ -465,37 +499,69 @@ pub fn assert(
     Ok(repairs)
 }
 
-/// The label that keeps a lease network's egress policy on the network itself, so that the
-/// guard re-asserts it after an agent restart.
-pub fn egress_label(egress: &EgressView) -> String {
-    match egress {
+/// The label that keeps a lease network's policy on the network itself, so that the guard
+/// re-asserts it after an agent restart: the egress policy (`none`, `open`, `allow:NET,…`),
+/// then `;peers:IP,…` and `;rendezvous:IP:PORT,…` where it has them.
+pub fn policy_label(policy: &LeasePolicy) -> String {
+    let mut label = match &policy.egress {
         EgressView::None => "none".to_string(),
         EgressView::Open => "open".to_string(),
         EgressView::AllowList(list) => {
             let nets: Vec<String> = list.iter().map(|(a, p)| format!("{a}/{p}")).collect();
             format!("allow:{}", nets.join(","))
         }
+    };
+    let join = |items: Vec<String>| items.join(",");
+    if !policy.peers.is_empty() {
+        label += &format!(
+            ";peers:{}",
+            join(policy.peers.iter().map(|p| p.to_string()).collect())
+        );
     }
+    if !policy.local_rendezvous.is_empty() {
+        let at = policy
+            .local_rendezvous
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        label += &format!(";rendezvous:{}", join(at));
+    }
+    label
 }
 
-/// The policy of an [`egress_label`]; `None` for anything else.
-pub fn parse_egress_label(text: &str) -> Option<EgressView> {
-    match text {
-        "none" => Some(EgressView::None),
-        "open" => Some(EgressView::Open),
-        _ => {
-            let list = text.strip_prefix("allow:")?;
-            let nets = list
-                .split(',')
-                .filter(|n| !n.is_empty())
+/// The policy of a [`policy_label`]; `None` for anything else.
+pub fn parse_policy_label(text: &str) -> Option<LeasePolicy> {
+    let mut parts = text.split(';');
+    let egress = match parts.next()? {
+        "none" => EgressView::None,
+        "open" => EgressView::Open,
+        other => {
+            let list = other.strip_prefix("allow:")?;
+            let nets = items(list)
                 .map(|n| {
                     let (a, p) = n.split_once('/')?;
                     Some((a.parse().ok()?, p.parse().ok()?))
                 })
                 .collect::<Option<Vec<_>>>()?;
-            Some(EgressView::AllowList(nets))
+            EgressView::AllowList(nets)
+        }
+    };
+    let mut policy = LeasePolicy::of(egress);
+    for part in parts {
+        if let Some(list) = part.strip_prefix("peers:") {
+            policy.peers = items(list).map(|a| a.parse().ok()).collect::<Option<_>>()?;
+        } else if let Some(list) = part.strip_prefix("rendezvous:") {
+            policy.local_rendezvous = items(list).map(|a| a.parse().ok()).collect::<Option<_>>()?;
+        } else {
+            return None;
         }
     }
+    Some(policy)
+}
+
+/// The comma-separated items of a label's list.
+fn items(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').filter(|n| !n.is_empty())
 }
 
 /// The non-loopback IPv4 resolvers `resolv_conf` names.
@@ -582,7 +648,7 @@ mod tests {
     #[test]
     fn metadata_is_dropped_before_any_allow_list_entry_and_the_policy_decides_last() {
         let allow = EgressView::AllowList(vec![(Ipv4Addr::new(169, 254, 7, 9), 16)]);
-        let forward: Vec<String> = rules(Family::V4, "gmX", &allow)
+        let forward: Vec<String> = rules(Family::V4, "gmX", &LeasePolicy::of(allow))
             .into_iter()
             .filter(|r| r.starts_with(&format!("-A {FORWARD_CHAIN} ")))
             .collect();
@@ -599,7 +665,7 @@ mod tests {
             forward.last().unwrap(),
             &format!("-A {FORWARD_CHAIN} -i gmX -j DROP")
         );
-        let open = rules(Family::V4, "gmX", &EgressView::Open);
+        let open = rules(Family::V4, "gmX", &LeasePolicy::of(EgressView::Open));
         assert_eq!(
             open.last().unwrap(),
             &format!("-A {FORWARD_CHAIN} -i gmX -j RETURN")
@@ -607,7 +673,7 @@ mod tests {
         assert_eq!(open[1], format!("-A {INPUT_CHAIN} -i gmX -j DROP"));
         // IPv6: nothing from a lease bridge, to the host or beyond, whatever the policy.
         assert_eq!(
-            rules(Family::V6, "gmX", &EgressView::Open),
+            rules(Family::V6, "gmX", &LeasePolicy::of(EgressView::Open)),
             vec![
                 format!("-A {INPUT_CHAIN} -i gmX -j DROP"),
                 format!("-A {FORWARD_CHAIN} -i gmX -j DROP")
@@ -629,7 +695,7 @@ mod tests {
         let r = rules(
             Family::V4,
             "gmX",
-            &EgressView::AllowList(vec![(Ipv4Addr::new(0, 0, 0, 0), 0)]),
+            &LeasePolicy::of(EgressView::AllowList(vec![(Ipv4Addr::new(0, 0, 0, 0), 0)])),
         );
         assert!(r.contains(&format!("-A {FORWARD_CHAIN} -i gmX -j RETURN")));
     }
@@ -677,9 +743,9 @@ mod tests {
             table.bridges(),
             BTreeSet::from(["gmA".into(), "gmGone".into()])
         );
-        let want = rules(Family::V6, "gmA", &EgressView::None);
+        let want = rules(Family::V6, "gmA", &LeasePolicy::default());
         assert!(rewrite(&table, "gmA", &want).is_empty());
-        let v4 = rules(Family::V4, "gmA", &EgressView::None);
+        let v4 = rules(Family::V4, "gmA", &LeasePolicy::default());
         let fix = rewrite(&table, "gmA", &v4);
         assert_eq!(fix[0], format!("-D {INPUT_CHAIN} -i gmA -j DROP"));
         assert_eq!(fix[1], format!("-D {FORWARD_CHAIN} -i gmA -j DROP"));
@@ -705,14 +771,56 @@ mod tests {
         assert_eq!(with_peers(&EgressView::Open, &[peer]), EgressView::Open);
         assert_eq!(with_peers(&EgressView::None, &[]), EgressView::None);
         // The peer comes before the closed networks: a private peer is reached, the rest not.
-        let rules = rules(Family::V4, "gm0", &with_peers(&EgressView::None, &[peer]));
+        let gang = LeasePolicy {
+            peers: vec![peer],
+            ..LeasePolicy::default()
+        };
+        let rules = rules(Family::V4, "gm0", &gang);
         let at = |needle: &str| rules.iter().position(|r| r.contains(needle)).unwrap();
         assert!(at("203.0.113.7/32") < at(CLOSED[1]), "{rules:?}");
         assert!(rules.last().unwrap().ends_with("-j DROP"));
+        // Nothing of the host is opened for a peer on another host.
+        assert!(!rules
+            .iter()
+            .any(|r| r.starts_with(&format!("-A {INPUT_CHAIN}"))
+                && r.ends_with("-j RETURN")
+                && !r.contains("ESTABLISHED")));
     }
 
     #[test]
-    fn egress_labels_round_trip() {
+    fn a_gang_part_on_its_first_parts_host_reaches_the_rendezvous_port_alone() {
+        let at = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 2), 31_005);
+        let policy = LeasePolicy {
+            peers: vec![*at.ip()],
+            local_rendezvous: vec![at],
+            ..LeasePolicy::default()
+        };
+        let input: Vec<String> = rules(Family::V4, "gm0", &policy)
+            .into_iter()
+            .filter(|r| r.starts_with(&format!("-A {INPUT_CHAIN} ")))
+            .collect();
+        // As `iptables -S` prints it, between the answers and the drop of everything else.
+        assert_eq!(
+            input,
+            vec![
+                format!(
+                    "-A {INPUT_CHAIN} -i gm0 -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"
+                ),
+                format!(
+                    "-A {INPUT_CHAIN} -d 192.0.2.2/32 -i gm0 -p tcp -m tcp --dport 31005 -j RETURN"
+                ),
+                format!("-A {INPUT_CHAIN} -i gm0 -j DROP"),
+            ]
+        );
+        // IPv6 stays closed whatever the gang.
+        assert!(rules(Family::V6, "gm0", &policy)
+            .iter()
+            .all(|r| r.ends_with("-j DROP")));
+    }
+
+    #[test]
+    fn policy_labels_round_trip() {
+        let at = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 2), 31_005);
         for egress in [
             EgressView::None,
             EgressView::Open,
@@ -722,10 +830,27 @@ mod tests {
                 (Ipv4Addr::new(8, 8, 8, 8), 32),
             ]),
         ] {
-            assert_eq!(parse_egress_label(&egress_label(&egress)), Some(egress));
+            let plain = LeasePolicy::of(egress.clone());
+            assert_eq!(parse_policy_label(&policy_label(&plain)), Some(plain));
+            let gang = LeasePolicy {
+                egress,
+                peers: vec![*at.ip(), Ipv4Addr::new(203, 0, 113, 7)],
+                local_rendezvous: vec![at],
+            };
+            assert_eq!(parse_policy_label(&policy_label(&gang)), Some(gang));
         }
-        assert_eq!(parse_egress_label("allow:1.2.3.4"), None);
-        assert_eq!(parse_egress_label("closed"), None);
+        assert_eq!(
+            policy_label(&LeasePolicy {
+                peers: vec![*at.ip()],
+                local_rendezvous: vec![at],
+                ..LeasePolicy::default()
+            }),
+            "none;peers:192.0.2.2;rendezvous:192.0.2.2:31005"
+        );
+        assert_eq!(parse_policy_label("allow:1.2.3.4"), None);
+        assert_eq!(parse_policy_label("closed"), None);
+        assert_eq!(parse_policy_label("none;ports:1"), None);
+        assert_eq!(parse_policy_label("none;rendezvous:192.0.2.2"), None);
     }
 
     #[test]

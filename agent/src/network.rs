@@ -10,7 +10,7 @@
 //! `CAP_NET_ADMIN`, cannot start a lease with network (the lease ends with the reason).
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use bollard::errors::Error as BollardError;
@@ -22,7 +22,7 @@ use gpu_market_sdk::api::PortMapping;
 
 use crate::chain::{EgressView, Key};
 use crate::docker::DockerEngine;
-use crate::firewall::{self, FirewallError, Repairs};
+use crate::firewall::{self, FirewallError, LeasePolicy, Repairs};
 use crate::runtime::{ContainerRuntime, RuntimeError, LABEL_MANAGED};
 
 /// What a lease's container gets of the network.
@@ -32,10 +32,18 @@ pub struct LeaseNetwork {
     pub egress: EgressView,
     /// Container ports (TCP) to publish on the host.
     pub ports: Vec<u16>,
-    /// The public addresses (names or IPv4 addresses) of the other machines of its gang that
-    /// it must reach (its first part's, for the rendezvous): open whatever the machine's policy,
-    /// as their IPv4 addresses when the network is made.
-    pub peers: Vec<String>,
+    /// The other machines of its gang that it must reach (its first part's, for the
+    /// rendezvous): open whatever the machine's policy, as their IPv4 addresses when the
+    /// network is made.
+    pub peers: Vec<Peer>,
+}
+
+/// A gang peer's machine: its public address (a name or an IPv4 address) and the host port of
+/// its rendezvous there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub host: String,
+    pub rendezvous_port: u16,
 }
 
 impl LeaseNetwork {
@@ -45,15 +53,16 @@ impl LeaseNetwork {
     }
 }
 
-/// The IPv4 addresses of `hosts` (names are looked up; one that does not resolve is left out,
-/// and logged: its part is then unreachable, as it would be without this).
-async fn resolve(hosts: &[String]) -> Vec<Ipv4Addr> {
+/// The rendezvous addresses of `peers` (names are looked up; one that does not resolve is
+/// left out, and logged: its part is then unreachable, as it would be without this).
+async fn resolve(peers: &[Peer]) -> Vec<SocketAddrV4> {
     let mut out = Vec::new();
-    for host in hosts {
-        match tokio::net::lookup_host((host.as_str(), 0)).await {
-            Ok(addrs) => out.extend(addrs.filter_map(|a| match a.ip() {
-                std::net::IpAddr::V4(ip) => Some(ip),
-                std::net::IpAddr::V6(_) => None,
+    for peer in peers {
+        let host = peer.host.as_str();
+        match tokio::net::lookup_host((host, peer.rendezvous_port)).await {
+            Ok(addrs) => out.extend(addrs.filter_map(|a| match a {
+                std::net::SocketAddr::V4(at) => Some(at),
+                std::net::SocketAddr::V6(_) => None,
             })),
             Err(e) => tracing::warn!(%host, error = %e, "a gang peer's address does not resolve"),
         }
@@ -143,7 +152,7 @@ fn subnets_of(networks: &[bollard::models::Network]) -> Vec<(Ipv4Addr, u8)> {
         .collect()
 }
 
-/// The label on a lease network naming its egress policy (`firewall::egress_label`).
+/// The label on a lease network naming its firewall policy (`firewall::policy_label`).
 pub const LABEL_EGRESS: &str = "io.gpu-market.egress";
 
 /// The engine's option naming a bridge network's Linux bridge.
@@ -223,8 +232,8 @@ impl DockerEngine {
     ) -> Result<String, RuntimeError> {
         let name = network_name(lease);
         let bridge = bridge_name(lease);
-        let egress = firewall::with_peers(&net.egress, &resolve(&net.peers).await);
-        let policy = firewall::egress_label(&egress);
+        let policy = self.lease_policy(net).await?;
+        let label = firewall::policy_label(&policy);
         let mut request = NetworkCreateRequest {
             name: name.clone(),
             driver: Some("bridge".to_string()),
@@ -238,7 +247,7 @@ impl DockerEngine {
             ])),
             labels: Some(HashMap::from([
                 (LABEL_MANAGED.to_string(), self.scope().to_string()),
-                (LABEL_EGRESS.to_string(), policy.clone()),
+                (LABEL_EGRESS.to_string(), label.clone()),
             ])),
             ..Default::default()
         };
@@ -249,7 +258,7 @@ impl DockerEngine {
             .inspect_network(&name, None::<InspectNetworkOptions>)
             .await
             .ok()
-            .map(|n| n.labels.unwrap_or_default().get(LABEL_EGRESS) == Some(&policy));
+            .map(|n| n.labels.unwrap_or_default().get(LABEL_EGRESS) == Some(&label));
         if existing == Some(false) {
             self.remove_lease_network(lease).await?;
         }
@@ -289,8 +298,53 @@ impl DockerEngine {
                 }
             }
         }
-        off_thread(move || firewall::install(&bridge, &egress)).await?;
+        off_thread(move || firewall::install(&bridge, &policy)).await?;
         Ok(name)
+    }
+
+    /// The firewall policy of a lease network: its machine's egress policy, its gang's peers,
+    /// and those of their rendezvous ports that this host's engine publishes itself (two
+    /// machines of a gang on one host: the lease reaches the other part through the engine's
+    /// proxy on the host, and only there).
+    async fn lease_policy(&self, net: &LeaseNetwork) -> Result<LeasePolicy, RuntimeError> {
+        let rendezvous = resolve(&net.peers).await;
+        let mut peers: Vec<Ipv4Addr> = rendezvous.iter().map(|at| *at.ip()).collect();
+        peers.dedup();
+        let local_rendezvous = if rendezvous.is_empty() {
+            Vec::new()
+        } else {
+            let published = self.published_addresses().await?;
+            rendezvous
+                .into_iter()
+                .filter(|at| {
+                    published.contains(at)
+                        || published.contains(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, at.port()))
+                })
+                .collect()
+        };
+        Ok(LeasePolicy {
+            egress: net.egress.clone(),
+            peers,
+            local_rendezvous,
+        })
+    }
+
+    /// The IPv4 addresses and TCP ports the engine's running containers are published on.
+    async fn published_addresses(&self) -> Result<BTreeSet<SocketAddrV4>, RuntimeError> {
+        let containers = self
+            .docker
+            .list_containers(None::<ListContainersOptions>)
+            .await
+            .map_err(|source| RuntimeError::Engine { op: "list", source })?;
+        Ok(containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter(|p| p.typ == Some(bollard::models::PortSummaryTypeEnum::TCP))
+            .filter_map(|p| {
+                let ip = p.ip.as_deref()?.parse().ok()?;
+                Some(SocketAddrV4::new(ip, p.public_port?))
+            })
+            .collect())
     }
 
     /// Removes `lease`'s network and its firewall rules, if it has them.
@@ -338,11 +392,11 @@ impl DockerEngine {
             if labels.get(LABEL_MANAGED) != Some(&scope) {
                 continue;
             }
-            if let Some(egress) = labels
+            if let Some(policy) = labels
                 .get(LABEL_EGRESS)
-                .and_then(|l| firewall::parse_egress_label(l))
+                .and_then(|l| firewall::parse_policy_label(l))
             {
-                leases.push((bridge.clone(), egress));
+                leases.push((bridge.clone(), policy));
             }
             if let Some(name) = n.name.as_ref().filter(|n| n.starts_with(NETWORK_PREFIX)) {
                 ours.push(name.clone());

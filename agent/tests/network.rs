@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use gpu_market_agent::chain::{EgressView, Key};
 use gpu_market_agent::docker::{ContainerSpec, DockerEngine};
-use gpu_market_agent::network::{LeaseNetwork, Publishing};
+use gpu_market_agent::network::{LeaseNetwork, Peer, Publishing};
 use gpu_market_agent::runtime::{ContainerRuntime, RuntimeError, LABEL_LEASE};
 
 fn engine_env() -> (String, String) {
@@ -271,7 +271,10 @@ async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
     let gang_part = LeaseNetwork {
         egress: EgressView::None,
         ports: Vec::new(),
-        peers: vec!["198.18.42.2".into()],
+        peers: vec![Peer {
+            host: "198.18.42.2".into(),
+            rendezvous_port: 8000,
+        }],
     };
     let out = run_probes(
         &engine,
@@ -315,6 +318,58 @@ async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
     .await;
     assert_eq!(verdict(&out, &allowed), "closed", "{out}");
     assert_eq!(verdict(&out, &other), "closed", "{out}");
+}
+
+/// Two machines of one gang on one host (their agents share the engine): the second part's
+/// connection to the first part's address goes to this host, where the engine's proxy answers
+/// for the first part's published port. The agent opens exactly that port of that address to the
+/// part, and only because the engine publishes it: a first machine that names this host and
+/// another of its ports (its agent's API) opens nothing. Before the fix the part reached its
+/// first part's machine only across hosts, and the exchange of a gang on one host never opened.
+#[tokio::test]
+async fn a_gang_part_reaches_its_first_part_on_the_same_host_and_no_other_port_of_it() {
+    let (engine, port, image, serve) = one_port_engine("network-test-gang-host").await;
+    // The host's own address (the host end of a veth pair), and a service of the host on it.
+    let _far = FarNet::new(44, &[]);
+    let service = TcpListener::bind("0.0.0.0:0").unwrap();
+    let service = service.local_addr().unwrap().port();
+    let first = engine
+        .run(&lease_spec(
+            &image,
+            11,
+            serve,
+            "mkdir -p /tmp/www && echo rendezvous > /tmp/www/index.html && httpd -f -p 8080 -h /tmp/www",
+        ))
+        .await
+        .unwrap();
+    let host = "198.18.44.1";
+    let rendezvous = format!("{host}:{port}");
+    let other_port = format!("{host}:{service}");
+    wait_until(|| http_get(&rendezvous, "/").is_some());
+    let part = |rendezvous_port| LeaseNetwork {
+        egress: EgressView::None,
+        ports: Vec::new(),
+        peers: vec![Peer {
+            host: host.into(),
+            rendezvous_port,
+        }],
+    };
+    let targets = [rendezvous.clone(), other_port.clone()];
+    let out = run_probes(
+        &engine,
+        &lease_spec(&image, 12, part(port), &probes(&targets)),
+    )
+    .await;
+    assert_eq!(verdict(&out, &rendezvous), "open", "{out}");
+    assert_eq!(verdict(&out, &other_port), "closed", "{out}");
+    // A first machine that names this host and its agent's port as the rendezvous.
+    let out = run_probes(
+        &engine,
+        &lease_spec(&image, 13, part(service), &probes(&targets)),
+    )
+    .await;
+    assert_eq!(verdict(&out, &other_port), "closed", "{out}");
+    engine.remove(&first).await.unwrap();
 }
 
 /// A TCP port free on every address of this host now: a range of one for the engine to publish.
@@ -419,7 +474,7 @@ async fn a_created_container_keeps_its_host_port_from_the_next_one() {
 /// reach the address its allow-list leaves out, and the metadata address.
 #[tokio::test]
 async fn the_firewall_guard_puts_back_what_the_engine_or_a_reload_took_away() {
-    use gpu_market_agent::firewall::{self, Repairs, FORWARD_CHAIN, USER_CHAIN};
+    use gpu_market_agent::firewall::{self, LeasePolicy, Repairs, FORWARD_CHAIN, USER_CHAIN};
     let (host, image) = engine_env();
     let engine = DockerEngine::connect(&host, "network-test-guard")
         .await
@@ -475,7 +530,7 @@ async fn the_firewall_guard_puts_back_what_the_engine_or_a_reload_took_away() {
     assert_eq!(verdict(&out, &other), "closed", "{out}");
     // Intact rules are left as they are.
     assert_eq!(
-        firewall::assert(&[(bridge.clone(), egress)], |_| true).unwrap(),
+        firewall::assert(&[(bridge.clone(), LeasePolicy::of(egress))], |_| true).unwrap(),
         Repairs::default()
     );
     sh(&format!("iptables -w -D FORWARD -i {bridge} -j ACCEPT"));

@@ -364,29 +364,35 @@ fn env_value(env: &str, name: &str) -> Option<String> {
 
 /// A gang of two parts (one GPU on each of two machines) with two agents: the agent the packing
 /// policy gives the first part sends `allocate_gang`; both parts start at once, each container
-/// told its node rank, the gang's size and the first part's machine's address. When the client
-/// ends one part, the other part's agent stops its own at once, and the last part's settlement
-/// refunds the gang once and closes it.
+/// told its node rank, the gang's size and the first part's machine's address. The parts meet
+/// as torchrun's ranks do (the seeded `gang` image): the second greets the first at
+/// `MASTER_ADDR:MASTER_PORT`, the first machine's published port, through both machines'
+/// firewalls under egress `none`, and each logs what the other said. When the client ends one
+/// part, the other part's agent stops its own at once, and the last part's settlement refunds
+/// the gang once and closes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     let live = live_market(2).await;
-    // Each machine publishes a port for each lease, from a range of its own.
+    // Each machine publishes a port for each lease, from a range of its own, on its public
+    // address (both are this host's here: the parts meet through the engine's proxy), and lets
+    // its leases reach nothing (egress none, the default).
+    let host = host_address().to_string();
     let network = |host: &str| MachineNetwork {
         host: host.into(),
         ports_per_lease: 1,
         ..MachineNetwork::default()
     };
-    live.update_machine(|t| t.network = network("a.gpu.test"))
+    live.update_machine(|t| t.network = network(&host))
         .await
         .unwrap();
-    let (machine_b, agent_b) = machine_b(&live, |t| t.network = network("b.gpu.test")).await;
+    let (machine_b, agent_b) = machine_b(&live, |t| t.network = network(&host)).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first_port = 32_000 + (std::process::id() % 400) as u16 * 20;
     let publishing = |config: std::path::PathBuf, first: u16| {
         let text = std::fs::read_to_string(&config).unwrap().replace(
             "listen = \"127.0.0.1:0\"",
             &format!(
-                "listen = \"127.0.0.1:0\"\n\n[network]\nports = \"{first}-{}\"\npublish_ip = \"127.0.0.1\"",
+                "listen = \"127.0.0.1:0\"\n\n[network]\nports = \"{first}-{}\"\npublish_ip = \"{host}\"",
                 first + 9
             ),
         );
@@ -404,6 +410,7 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     let tokens0 = live.cluster.token_balance(&client.tokens).await.unwrap();
     let now = live.cluster.now().await.unwrap();
     let mut args = queue_bid(1, 40 * INTERVAL, now);
+    (args.image_ref, args.image_digest) = seeded_image("GANG");
     args.ports = vec![29_500];
     let place = PlaceGangBid {
         place: PlaceBid {
@@ -441,6 +448,7 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     })
     .await;
     let docker = docker().await;
+    let mut ids = Vec::new();
     for (part, lease) in leases.iter().enumerate() {
         let agent = if parts[part].machine == live.machine {
             &agent_a
@@ -474,7 +482,24 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
             _ => rendezvous,
         };
         assert_eq!(get("MASTER_PORT"), Some(port.to_string()), "{env}");
+        ids.push(id);
     }
+    // The parts exchanged their greetings through the first machine's published port.
+    let heard = |part: usize, what: &'static str| {
+        let id = ids[part].clone();
+        async move {
+            let log = container_log(&id);
+            log.lines().any(|l| l == what).then_some(())
+        }
+    };
+    wait_for("rank 0 heard rank 1", 60, &agent_b, || {
+        heard(0, "rank 0 heard: hello from rank 1")
+    })
+    .await;
+    wait_for("rank 1 heard rank 0", 60, &agent_b, || {
+        heard(1, "rank 1 heard: hello from rank 0")
+    })
+    .await;
 
     // The client ends the first part; the second part's agent stops its own, and the gang is
     // refunded once, both leases and the bid closed.

@@ -15,6 +15,7 @@ use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
 use crate::gpu::{apply_and_verify, GpuBackend, GpuError, Sample};
+use crate::network::Peer;
 use crate::retention;
 use crate::runtime::{
     pinned_reference, registry_host, BindMount, ContainerSpec, Credentials, LeaseNetwork,
@@ -512,7 +513,12 @@ impl Reconciler {
                 peers: workload
                     .gang
                     .filter(|g| g.part > 0)
-                    .map(|g| vec![g.first_host.clone()])
+                    .map(|g| {
+                        vec![Peer {
+                            host: g.first_host.clone(),
+                            rendezvous_port: g.master_port(),
+                        }]
+                    })
                     .unwrap_or_default(),
             },
         };

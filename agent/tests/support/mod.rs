@@ -579,3 +579,25 @@ pub fn exec(id: &str, script: &str) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `docker logs` of container `id`: its standard output so far.
+pub fn container_log(id: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["logs", id])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// This host's IPv4 address towards its default route: where another machine of its network
+/// would reach it (a lease's containers reach it too, through the engine's proxy).
+pub fn host_address() -> std::net::Ipv4Addr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket
+        .connect("198.51.100.1:9")
+        .expect("this test needs an IPv4 default route: the address a gang's parts meet at");
+    match socket.local_addr().unwrap().ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
+        other => panic!("no non-loopback IPv4 address towards the default route: {other}"),
+    }
+}
