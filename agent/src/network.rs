@@ -20,7 +20,7 @@ use bollard::query_parameters::{
 };
 use gpu_market_sdk::api::PortMapping;
 
-use crate::chain::{EgressView, Key};
+use crate::chain::{EgressView, Gang, Key};
 use crate::docker::DockerEngine;
 use crate::firewall::{self, FirewallError, LeasePolicy, Repairs};
 use crate::runtime::{ContainerRuntime, RuntimeError, LABEL_MANAGED};
@@ -38,12 +38,12 @@ pub struct LeaseNetwork {
     pub peers: Vec<Peer>,
 }
 
-/// A gang peer's machine: its public address (a name or an IPv4 address) and the host port of
-/// its rendezvous there.
+/// A gang peer's machine: its public address (a name or an IPv4 address), and for the first
+/// part's, the host port of its rendezvous there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub host: String,
-    pub rendezvous_port: u16,
+    pub rendezvous_port: Option<u16>,
 }
 
 impl LeaseNetwork {
@@ -53,16 +53,31 @@ impl LeaseNetwork {
     }
 }
 
-/// The rendezvous addresses of `peers` (names are looked up; one that does not resolve is
-/// left out, and logged: its part is then unreachable, as it would be without this).
-async fn resolve(peers: &[Peer]) -> Vec<SocketAddrV4> {
+/// The machines a gang's part reaches whatever its machine's egress policy: every other part's
+/// (the first's at its rendezvous port).
+pub fn gang_peers(gang: &Gang) -> Vec<Peer> {
+    gang.hosts
+        .iter()
+        .enumerate()
+        .filter(|&(part, host)| part != usize::from(gang.part) && !host.is_empty())
+        .map(|(part, host)| Peer {
+            host: host.clone(),
+            rendezvous_port: (part == 0).then(|| gang.master_port()),
+        })
+        .collect()
+}
+
+/// The IPv4 addresses of `peers`, each with its rendezvous port if it has one (names are
+/// looked up; one that does not resolve is left out, and logged: its part is then unreachable,
+/// as it would be without this).
+async fn resolve(peers: &[Peer]) -> Vec<(Ipv4Addr, Option<u16>)> {
     let mut out = Vec::new();
     for peer in peers {
         let host = peer.host.as_str();
-        match tokio::net::lookup_host((host, peer.rendezvous_port)).await {
-            Ok(addrs) => out.extend(addrs.filter_map(|a| match a {
-                std::net::SocketAddr::V4(at) => Some(at),
-                std::net::SocketAddr::V6(_) => None,
+        match tokio::net::lookup_host((host, 0)).await {
+            Ok(addrs) => out.extend(addrs.filter_map(|a| match a.ip() {
+                std::net::IpAddr::V4(ip) => Some((ip, peer.rendezvous_port)),
+                std::net::IpAddr::V6(_) => None,
             })),
             Err(e) => tracing::warn!(%host, error = %e, "a gang peer's address does not resolve"),
         }
@@ -307,9 +322,13 @@ impl DockerEngine {
     /// machines of a gang on one host: the lease reaches the other part through the engine's
     /// proxy on the host, and only there).
     async fn lease_policy(&self, net: &LeaseNetwork) -> Result<LeasePolicy, RuntimeError> {
-        let rendezvous = resolve(&net.peers).await;
-        let mut peers: Vec<Ipv4Addr> = rendezvous.iter().map(|at| *at.ip()).collect();
+        let resolved = resolve(&net.peers).await;
+        let mut peers: Vec<Ipv4Addr> = resolved.iter().map(|(ip, _)| *ip).collect();
         peers.dedup();
+        let rendezvous: Vec<SocketAddrV4> = resolved
+            .iter()
+            .filter_map(|&(ip, port)| Some(SocketAddrV4::new(ip, port?)))
+            .collect();
         let local_rendezvous = if rendezvous.is_empty() {
             Vec::new()
         } else {
@@ -555,5 +574,32 @@ mod tests {
         assert_eq!(p.free_ports(&used, 2), Some(vec![30_001, 30_003]));
         assert_eq!(p.free_ports(&used, 3), None);
         assert!(p.contains(30_003) && !p.contains(30_004) && !p.contains(29_999));
+    }
+
+    #[test]
+    fn every_part_of_a_gang_reaches_every_other_and_the_first_at_its_rendezvous() {
+        let gang = Gang {
+            part: 1,
+            parts: 4,
+            hosts: ["a.example", "b.example", "", "d.example"]
+                .map(String::from)
+                .to_vec(),
+            port: 29_500,
+            rendezvous: Some(31_007),
+        };
+        let peer = |host: &str, port| Peer {
+            host: host.into(),
+            rendezvous_port: port,
+        };
+        // Not itself, not a part whose lease is gone; the first at the port it published.
+        assert_eq!(
+            gang_peers(&gang),
+            vec![peer("a.example", Some(31_007)), peer("d.example", None)]
+        );
+        let first = Gang { part: 0, ..gang };
+        assert_eq!(
+            gang_peers(&first),
+            vec![peer("b.example", None), peer("d.example", None)]
+        );
     }
 }

@@ -273,7 +273,7 @@ async fn egress_none_reaches_nothing_and_an_allow_list_only_its_networks() {
         ports: Vec::new(),
         peers: vec![Peer {
             host: "198.18.42.2".into(),
-            rendezvous_port: 8000,
+            rendezvous_port: Some(8000),
         }],
     };
     let out = run_probes(
@@ -351,7 +351,7 @@ async fn a_gang_part_reaches_its_first_part_on_the_same_host_and_no_other_port_o
         ports: Vec::new(),
         peers: vec![Peer {
             host: host.into(),
-            rendezvous_port,
+            rendezvous_port: Some(rendezvous_port),
         }],
     };
     let targets = [rendezvous.clone(), other_port.clone()];

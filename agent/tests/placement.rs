@@ -484,6 +484,20 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
         assert_eq!(get("MASTER_PORT"), Some(port.to_string()), "{env}");
         ids.push(id);
     }
+    // Each part's network opens the other's machine; the second part's also the rendezvous
+    // port the engine of this host publishes for the first (the parts share a host here).
+    for (part, lease) in leases.iter().enumerate() {
+        let network = docker
+            .inspect_network(&format!("gm-{lease}"), None)
+            .await
+            .unwrap();
+        let label = network.labels.unwrap_or_default()["io.gpu-market.egress"].clone();
+        let want = match part {
+            0 => format!("none;peers:{host}"),
+            _ => format!("none;peers:{host};rendezvous:{host}:{rendezvous}"),
+        };
+        assert_eq!(label, want, "part {part}");
+    }
     // The parts exchanged their greetings through the first machine's published port.
     let heard = |part: usize, what: &'static str| {
         let id = ids[part].clone();

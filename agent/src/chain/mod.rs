@@ -156,8 +156,9 @@ pub struct Gang {
     /// This lease's part (0: the first, whose machine the others reach).
     pub part: u8,
     pub parts: u8,
-    /// The public address of the first part's machine (its `network.host`).
-    pub first_host: String,
+    /// The public address of each part's machine (its `network.host`), by part; empty for a
+    /// part whose lease is gone.
+    pub hosts: Vec<String>,
     /// The bid's first container port: what the first part's rendezvous listens on.
     pub port: u16,
     /// The host port the first part's agent published [`Gang::port`] on
@@ -166,6 +167,11 @@ pub struct Gang {
 }
 
 impl Gang {
+    /// The public address of the first part's machine: the rendezvous (`MASTER_ADDR`).
+    pub fn first_host(&self) -> &str {
+        self.hosts.first().map_or("", String::as_str)
+    }
+
     /// The port this part reaches the first part's rendezvous at: the first part its own
     /// container port; the others the host port it was published on (0 until recorded).
     pub fn master_port(&self) -> u16 {

@@ -92,9 +92,9 @@ pub struct SolanaChain {
     /// The gang bids this machine sends `allocate_gang` for (the packing policy gives it their
     /// first part), with each part's machine and GPUs as the policy placed them.
     gangs: std::sync::Mutex<HashMap<Pubkey, GangPlan>>,
-    /// Where the first part of each gang bid this machine runs a part of is reached (its
-    /// machine's host and its recorded rendezvous port), once recorded.
-    first_parts: std::sync::Mutex<HashMap<Pubkey, (String, u16)>>,
+    /// Where the parts of each gang bid this machine runs a part of are reached (each part's
+    /// machine's host, and the first part's recorded rendezvous port), once recorded.
+    gang_hosts: std::sync::Mutex<HashMap<Pubkey, (Vec<String>, u16)>>,
 }
 
 /// Each part of a gang bid in the gang's order: its machine and the GPUs it takes there.
@@ -146,7 +146,7 @@ impl SolanaChain {
             price: Mutex::new(None),
             mirror: None,
             gangs: std::sync::Mutex::default(),
-            first_parts: std::sync::Mutex::default(),
+            gang_hosts: std::sync::Mutex::default(),
         }
     }
 
@@ -586,7 +586,7 @@ impl SolanaChain {
                     gang = Some(Gang {
                         part: 0,
                         parts: b.parts,
-                        first_host: self.own_host(policy),
+                        hosts: parts.iter().map(|p| host_of(policy, &p.machine)).collect(),
                         port: b.ports.first().copied().unwrap_or(0),
                         rendezvous: None,
                     });
@@ -629,40 +629,61 @@ impl SolanaChain {
         Ok(if queue { caps.finish() } else { spot })
     }
 
-    /// This machine's public address, from the policy's listing of the market's machines.
-    fn own_host(&self, policy: &Policy<'_>) -> String {
-        policy
-            .machines()
-            .iter()
-            .find(|(k, _)| *k == self.machine)
-            .map(|(_, m)| m.network.host.clone())
-            .unwrap_or_default()
-    }
-
-    /// Where the first part of gang bid `bid` is reached: its machine's public address, and
-    /// the host port its agent recorded for its rendezvous (`None` until then). Read from the
-    /// first part's lease and machine until the port is recorded, then kept for the gang's life.
-    async fn first_part(&self, bid: &Pubkey) -> Result<(String, Option<u16>), ChainError> {
-        if let Some((host, port)) = self
-            .first_parts
+    /// Where the parts of gang bid `bid` (of `parts` parts) are reached: each part's machine's
+    /// public address (empty for a part whose lease is gone), and the host port the first
+    /// part's agent recorded for its rendezvous (`None` until then). Read from the parts' leases
+    /// and machines (two requests) until the port is recorded, then kept for the gang's life.
+    async fn gang_hosts(
+        &self,
+        bid: &Pubkey,
+        parts: u8,
+    ) -> Result<(Vec<String>, Option<u16>), ChainError> {
+        if let Some((hosts, port)) = self
+            .gang_hosts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(bid)
         {
-            return Ok((host.clone(), Some(*port)));
+            return Ok((hosts.clone(), Some(*port)));
         }
-        let first = pda::gang_lease(bid, 0).0;
-        let lease: Lease = self.account(&first, "lease").await?;
-        let machine: Machine = self.account(&lease.machine, "machine").await?;
-        let host = machine.network.host;
-        if lease.rendezvous_port == 0 {
-            return Ok((host, None));
+        let keys: Vec<Pubkey> = (0..parts).map(|p| pda::gang_lease(bid, p).0).collect();
+        let leases: Vec<Option<Lease>> = self
+            .raw_accounts(&keys)
+            .await?
+            .iter()
+            .zip(&keys)
+            .map(|(d, k)| {
+                d.as_deref()
+                    .map(|d| decoded(Some(d), "lease", k))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?;
+        let machines: Vec<Pubkey> = leases.iter().flatten().map(|l| l.machine).collect();
+        let got = self.raw_accounts(&machines).await?;
+        let mut hosts_of = HashMap::new();
+        for (k, data) in machines.iter().zip(&got) {
+            let machine: Machine = decoded(data.as_deref(), "machine", k)?;
+            hosts_of.insert(*k, machine.network.host);
         }
-        self.first_parts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(*bid, (host.clone(), lease.rendezvous_port));
-        Ok((host, Some(lease.rendezvous_port)))
+        let hosts: Vec<String> = leases
+            .iter()
+            .map(|l| {
+                l.as_ref()
+                    .and_then(|l| hosts_of.get(&l.machine).cloned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let rendezvous = leases[0].as_ref().map_or(0, |l| l.rendezvous_port);
+        if rendezvous == 0 {
+            return Ok((hosts, None));
+        }
+        if leases.iter().all(Option::is_some) {
+            self.gang_hosts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(*bid, (hosts.clone(), rendezvous));
+        }
+        Ok((hosts, Some(rendezvous)))
     }
 
     /// The parts of gang bid `bid` as the policy placed them when this machine last listed it,
@@ -1046,11 +1067,11 @@ impl Chain for SolanaChain {
             };
             let gang = match l.parts > 1 {
                 true => {
-                    let (first_host, rendezvous) = self.first_part(&l.bid).await?;
+                    let (hosts, rendezvous) = self.gang_hosts(&l.bid, l.parts).await?;
                     Some(Gang {
                         part: l.part,
                         parts: l.parts,
-                        first_host,
+                        hosts,
                         port: bid.ports.first().copied().unwrap_or(0),
                         rendezvous,
                     })
@@ -1415,6 +1436,16 @@ pub fn accounts_with<T: Discriminator>(offset: usize, key: &Pubkey) -> Vec<RpcFi
         RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, T::DISCRIMINATOR.to_vec())),
         RpcFilterType::Memcmp(Memcmp::new_raw_bytes(offset, key.to_bytes().to_vec())),
     ]
+}
+
+/// The public address of `machine` (its `network.host`) among the machines `policy` knows.
+fn host_of(policy: &Policy<'_>, machine: &Pubkey) -> String {
+    policy
+        .machines()
+        .iter()
+        .find(|(k, _)| k == machine)
+        .map(|(_, m)| m.network.host.clone())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ pub fn launch_env(
     }
     let local = gpu_indices.len();
     let (part, parts, master_addr) = match gang {
-        Some(g) => (g.part, g.parts, g.first_host.clone()),
+        Some(g) => (g.part, g.parts, g.first_host().to_string()),
         None => (0, 1, "127.0.0.1".to_string()),
     };
     // The container numbers its devices in PCI bus order: the machine's indices ascending.
@@ -110,7 +110,13 @@ mod tests {
         let gang = Gang {
             part: 2,
             parts: 3,
-            first_host: "gpu-a.example.net".into(),
+            hosts: [
+                "gpu-a.example.net",
+                "gpu-b.example.net",
+                "gpu-c.example.net",
+            ]
+            .map(String::from)
+            .to_vec(),
             port: 29_500,
             rendezvous: Some(31_007),
         };

@@ -15,7 +15,7 @@ use crate::chain::{BidKind, ChainError, Key, LeaseView, Workload};
 use crate::config::RegistryPassword;
 use crate::gpu::isolation::{isolation, shared_gpus, Isolation};
 use crate::gpu::{apply_and_verify, GpuBackend, GpuError, Sample};
-use crate::network::Peer;
+use crate::network::gang_peers;
 use crate::retention;
 use crate::runtime::{
     pinned_reference, registry_host, BindMount, ContainerSpec, Credentials, LeaseNetwork,
@@ -509,17 +509,7 @@ impl Reconciler {
             network: LeaseNetwork {
                 egress: self.network.egress.clone(),
                 ports: workload.room.ports.clone(),
-                // A gang's other parts reach its first part's machine.
-                peers: workload
-                    .gang
-                    .filter(|g| g.part > 0)
-                    .map(|g| {
-                        vec![Peer {
-                            host: g.first_host.clone(),
-                            rendezvous_port: g.master_port(),
-                        }]
-                    })
-                    .unwrap_or_default(),
+                peers: workload.gang.map(gang_peers).unwrap_or_default(),
             },
         };
         Ok(StartJob {
