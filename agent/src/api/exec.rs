@@ -9,7 +9,9 @@
 //! A client that goes away stops its input and output, not the command; the session holds one
 //! of its lease's exec slots (`super::MAX_EXEC_SESSIONS`) until the command ends.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bollard::container::LogOutput;
 use bollard::errors::Error as BollardError;
@@ -22,6 +24,7 @@ use hyper::upgrade::Upgraded;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
 
 use super::engine::{engine_status, ExecInput, ExecOutput};
 use super::routes::{with_type, Body, Refusal};
@@ -110,10 +113,28 @@ async fn session(
         engine.resize_exec(exec_id, size).await?;
     }
     let (from_client, mut to_client) = tokio::io::split(io);
-    let terminal = tty.map(|_| (engine.clone(), exec_id.to_string()));
-    let feed = tokio::spawn(feed(terminal, from_client, input));
+    let (sizes, resizing) = match tty {
+        Some(size) => {
+            let (sizes, latest) = watch::channel(size);
+            let (engine, exec_id) = (engine.clone(), exec_id.to_string());
+            let resize = move |size| {
+                let (engine, exec_id) = (engine.clone(), exec_id.clone());
+                async move {
+                    if let Err(e) = engine.resize_exec(&exec_id, size).await {
+                        tracing::debug!(error = %e, exec = %exec_id, "api: a resize was refused");
+                    }
+                }
+            };
+            (Some(sizes), Some(tokio::spawn(resizer(latest, resize))))
+        }
+        None => (None, None),
+    };
+    let feed = tokio::spawn(feed(sizes, from_client, input));
     let relayed = relay(&mut output, &mut to_client).await;
     feed.abort();
+    if let Some(resizing) = resizing {
+        resizing.abort();
+    }
     relayed?;
     let code = engine.exec_exit_code(exec_id).await?;
     send(&mut to_client, ExecFrame::Exit(code)).await?;
@@ -121,22 +142,19 @@ async fn session(
     Ok(())
 }
 
-/// The client's frames into the command: its input, and the sizes of its `terminal` (the
-/// engine and the exec, for a session with one; one engine call a frame, a session at a time).
-/// The client's half-close, its going away, or a frame it should not send (a resize without a
-/// terminal) is the command's end of input; a resize the engine refuses is not.
+/// The client's frames into the command: its input, and for a session with a terminal, its
+/// new sizes (`sizes`, to [`resizer`]). The client's half-close, its going away, or a frame it
+/// should not send (a resize without a terminal) is the command's end of input.
 async fn feed(
-    terminal: Option<(Arc<DockerEngine>, String)>,
+    sizes: Option<watch::Sender<TermSize>>,
     mut from_client: impl AsyncRead + Unpin,
     mut input: ExecInput,
 ) {
     while let Ok(Some(frame)) = ExecFrame::read(&mut from_client).await {
-        let fed = match (frame, &terminal) {
+        let fed = match (frame, &sizes) {
             (ExecFrame::Stdin(data), _) => input.write_all(&data).await.is_ok(),
-            (ExecFrame::Resize(size), Some((engine, exec_id))) => {
-                if let Err(e) = engine.resize_exec(exec_id, size).await {
-                    tracing::debug!(error = %e, exec = %exec_id, "api: a resize was refused");
-                }
+            (ExecFrame::Resize(size), Some(sizes)) => {
+                sizes.send_replace(size);
                 true
             }
             _ => false,
@@ -146,6 +164,26 @@ async fn feed(
         }
     }
     let _ = input.shutdown().await;
+}
+
+/// The most often a session's terminal is resized. A client sends a frame for each change of
+/// its window (a drag sends dozens a second; a hostile one, as many as its link carries), and
+/// each resize is an engine call that the agent's own calls (the proofs' readings among them)
+/// queue behind; the sizes between two calls are skipped, and the last one is always applied.
+const RESIZE_PERIOD: Duration = Duration::from_millis(100);
+
+/// Applies the latest size `latest` holds with `resize` each time it changes, at most once a
+/// [`RESIZE_PERIOD`], until its sender is dropped and its last size applied.
+async fn resizer<F, Fut>(mut latest: watch::Receiver<TermSize>, resize: F)
+where
+    F: Fn(TermSize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    while latest.changed().await.is_ok() {
+        let size = *latest.borrow_and_update();
+        resize(size).await;
+        tokio::time::sleep(RESIZE_PERIOD).await;
+    }
 }
 
 /// Sends the command's output as it comes, until it ends.
@@ -192,5 +230,51 @@ mod tests {
             ("connection", "upgrade"),
             ("upgrade", "websocket"),
         ])));
+    }
+
+    /// A client floods a terminal session with a resize frame every millisecond for two
+    /// seconds: the engine is asked to resize at most once a period, and the last size is the
+    /// one applied. Before, each of the 2,000 frames was an engine call.
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_of_resizes_is_at_most_one_engine_call_a_period_and_the_last_size_wins() {
+        let size = |rows: u16| TermSize { rows, cols: 80 };
+        let applied = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = applied.clone();
+        let resize = move |size: TermSize| {
+            let record = record.clone();
+            async move { record.lock().unwrap().push(size.rows) }
+        };
+        let (sizes, latest) = watch::channel(size(24));
+        let resizing = tokio::spawn(resizer(latest, resize));
+        let (mut client, from_client) = tokio::io::duplex(1 << 16);
+        let flood = tokio::spawn(async move {
+            for rows in 1..=2_000 {
+                let mut wire = Vec::new();
+                ExecFrame::Resize(size(rows)).encode(&mut wire);
+                client.write_all(&wire).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let mut wire = Vec::new();
+            ExecFrame::Stdin(b"done".to_vec()).encode(&mut wire);
+            client.write_all(&wire).await.unwrap();
+        });
+        let (mut command, input) = tokio::io::duplex(64);
+        let started = tokio::time::Instant::now();
+        feed(Some(sizes), from_client, Box::pin(input)).await;
+        flood.await.unwrap();
+        let mut got = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut command, &mut got)
+            .await
+            .unwrap();
+        assert_eq!(got, b"done", "the input still reaches the command");
+        resizing.await.unwrap();
+        let applied = applied.lock().unwrap().clone();
+        let periods = started.elapsed().as_millis() / RESIZE_PERIOD.as_millis() + 1;
+        assert!(
+            (applied.len() as u128) <= periods && periods < 40,
+            "{} engine calls in {periods} periods",
+            applied.len()
+        );
+        assert_eq!(applied.last(), Some(&2_000), "{applied:?}");
     }
 }
