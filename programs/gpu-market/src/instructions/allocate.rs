@@ -122,20 +122,24 @@ pub(crate) fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
 }
 
 /// The book backs the choice of `chosen` (the bid and its key, its client's stake holding
-/// `chosen_held` GPUs) for the machines behind `offers`: every entry ranked above it that fits
-/// one of them must give way to it, which only an entry over its client's anti-monopoly cap
-/// does while the chosen bid is within its own. A chosen bid over the cap runs only when
-/// nothing else fits: no entry above it, and no entry below it within its client's cap.
+/// `chosen_held` GPUs) for the machines behind `fits` (whether an entry, running until the
+/// time given, fits one of them): every entry ranked above it that fits one of them must give
+/// way to it, which only an entry over its client's anti-monopoly cap does while the chosen bid
+/// is within its own. A chosen bid over the cap runs only when nothing else fits: no entry above
+/// it, and no entry below it within its client's cap.
 /// A reservation counts as it does for the chosen bid: each entry is judged against the offer
 /// its own run would get ([`Offers::for_run`]). A gang's entry takes several machines at once
 /// (`allocate_gang`): it never holds back a bid that one machine can run, nor another gang.
+/// `fits` is a type parameter so that each caller's walk is compiled for its own test: one
+/// machine's (`allocate`, [`fits_one`]) without a loop over machines, which is most of the
+/// walk's cost per entry.
 pub(crate) fn book_backs(
     book: &AccountInfo,
     market: &Market,
     (bid, chosen): (&Bid, Pubkey),
     chosen_held: u32,
     evidence: &Evidence,
-    offers: &[Offers],
+    fits: impl Fn(&BookLeaf, i64) -> bool,
     now: i64,
 ) -> Result<()> {
     let queue = bid.kind == BidKind::Queue;
@@ -162,15 +166,7 @@ pub(crate) fn book_backs(
             above = false;
             continue;
         }
-        let runs_until = leaf.summary.runs_until(now);
-        // One machine (`allocate`) without the loop: it is most of the walk's cost per entry.
-        let fits = match offers {
-            [one] => entry_fits(one.for_run(&leaf.bid, runs_until), leaf),
-            many => many
-                .iter()
-                .any(|o| entry_fits(o.for_run(&leaf.bid, runs_until), leaf)),
-        };
-        if !fits || leaf.summary.is_gang() {
+        if !fits(leaf, leaf.summary.runs_until(now)) || leaf.summary.is_gang() {
             continue;
         }
         let within = within_cap(&leaf.summary.client, leaf.summary.gpu_count as u64)?;
@@ -184,6 +180,11 @@ pub(crate) fn book_backs(
         return err!(MarketError::BookNotFound);
     }
     Ok(())
+}
+
+/// Whether an entry running until `until` fits the machine behind `offers`.
+pub(crate) fn fits_one(offers: &Offers) -> impl Fn(&BookLeaf, i64) -> bool + '_ {
+    move |leaf, until| entry_fits(offers.for_run(&leaf.bid, until), leaf)
 }
 
 /// Takes `bid` out of its `book` as it starts: its holding charge taken (returned), its entry
@@ -287,7 +288,7 @@ impl Allocate<'_> {
             (&self.bid, self.bid.key()),
             self.client_stake.gpus_held,
             &evidence,
-            core::slice::from_ref(offers),
+            fits_one(offers),
             now,
         )
     }

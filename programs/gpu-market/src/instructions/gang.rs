@@ -5,11 +5,13 @@ use anchor_lang::system_program;
 
 use crate::errors::MarketError;
 use crate::events::{GangRendezvous, LeaseStarted};
-use crate::instructions::allocate::{bid_started, book_backs, leave_book, run_end_of, Evidence};
+use crate::instructions::allocate::{
+    bid_started, book_backs, entry_fits, leave_book, run_end_of, Evidence,
+};
 use crate::instructions::lease_rent;
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, Freed, Lease, LeaseRules, Machine, Market, Offers,
-    StakeAccount, MAX_GPUS,
+    seeds, Bid, BidBook, BidKind, BidStatus, BookLeaf, Freed, Lease, LeaseRules, Machine, Market,
+    Offers, StakeAccount, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -221,7 +223,11 @@ impl<'info> AllocateGang<'info> {
             (&a.bid, a.bid.key()),
             a.client_stake.gpus_held,
             &evidence,
-            &offers,
+            |leaf: &BookLeaf, until| {
+                offers
+                    .iter()
+                    .any(|o| entry_fits(o.for_run(&leaf.bid, until), leaf))
+            },
             now,
         )?;
         drop(offers);
