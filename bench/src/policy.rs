@@ -5,17 +5,20 @@
 //! pods, first fit, as `Machine::take` holds them at `allocate`) and a queue book of 4,096 of
 //! its further pods: the time to build the policy's view of the market (once per change of the
 //! machines, the leases or the book: what the agent recomputes) and to place one bid on it
-//! (for each bid that fits the agent's machine).
+//! (for each bid that fits the agent's machine); and the memory it takes: the accounts' data an
+//! agent's mirror holds, and this process's resident growth with them decoded and the view built.
 
 use std::path::Path;
 use std::time::Instant;
 
+use anchor_lang::Space;
 use gpu_market::state::{Bid, BookLeaf, Freed, Lease, LeaseRules, Machine, Market};
 use gpu_market_core::fit::Offer;
 use gpu_market_sdk::placement::MarketPlacement;
 use solana_pubkey::Pubkey;
 
 use crate::replay::{self, NOW};
+use crate::throughput::status_kib;
 use crate::trace;
 
 /// Market sizes measured: openb's own, and the issue's.
@@ -138,9 +141,10 @@ pub fn main(traces: &Path) -> Result<(), String> {
     let trace = trace::load(traces)?;
     let market = replay::market();
     println!("The packing policy (`sdk::placement::MarketPlacement`) over openb's machines, {:.0} % of their GPU memory leased, a queue book of {QUEUE} bids; one core, release build:\n", LEASED * 100.0);
-    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} | accounts' data | resident memory |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for n in SIZES {
+        let resident_before = status_kib("VmRSS:");
         let Leased {
             machines,
             leases,
@@ -177,14 +181,26 @@ pub fn main(traces: &Path) -> Result<(), String> {
         }
         times.sort_by(f64::total_cmp);
         let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+        // What the agent's mirror holds of the market (the accounts' bytes, as the node serves
+        // them), and what this process holds with the decoded accounts, the queue and the view.
+        let data = machines.len() * (8 + Machine::INIT_SPACE)
+            + leases.len() * (8 + Lease::INIT_SPACE)
+            + QUEUE * std::mem::size_of::<BookLeaf>();
+        let resident = status_kib("VmRSS:")
+            .zip(resident_before)
+            .map_or("?".to_string(), |(after, before)| {
+                format!("{:.1} MiB", after.saturating_sub(before) as f64 / 1024.0)
+            });
         println!(
-            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} |",
+            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} | {:.1} MiB | {resident} |",
             leases.len(),
             percentile(&builds, 0.5),
             percentile(&times, 0.5),
             percentile(&times, 0.99),
             times.last().copied().unwrap_or(0.0),
+            data as f64 / (1 << 20) as f64,
         );
+        drop(view);
     }
     Ok(())
 }

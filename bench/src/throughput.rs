@@ -91,8 +91,13 @@ fn requests(rng: &mut Rng) -> Result<Vec<Pod>, String> {
 
 /// Peak resident memory of this process in KiB, from /proc/self/status.
 fn vm_hwm_kib() -> Option<u64> {
+    status_kib("VmHWM:")
+}
+
+/// The field `name` (in KiB) of /proc/self/status: `VmHWM:`, `VmRSS:`.
+pub fn status_kib(name: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(name))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
