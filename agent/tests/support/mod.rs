@@ -3,6 +3,8 @@
 //! engine's view of the lease containers.
 #![allow(dead_code)] // each user (test binary, bench) uses a part
 
+pub mod farnet;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
