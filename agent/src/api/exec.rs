@@ -24,7 +24,7 @@ use hyper::upgrade::Upgraded;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::engine::{engine_status, ExecInput, ExecOutput};
 use super::routes::{with_type, Body, Refusal};
@@ -113,28 +113,20 @@ async fn session(
         engine.resize_exec(exec_id, size).await?;
     }
     let (from_client, mut to_client) = tokio::io::split(io);
-    let (sizes, resizing) = match tty {
-        Some(size) => {
-            let (sizes, latest) = watch::channel(size);
-            let (engine, exec_id) = (engine.clone(), exec_id.to_string());
-            let resize = move |size| {
-                let (engine, exec_id) = (engine.clone(), exec_id.clone());
-                async move {
-                    if let Err(e) = engine.resize_exec(&exec_id, size).await {
-                        tracing::debug!(error = %e, exec = %exec_id, "api: a resize was refused");
-                    }
+    let terminal = tty.map(|_| {
+        let (engine, exec_id) = (engine.clone(), exec_id.to_string());
+        move |size| {
+            let (engine, exec_id) = (engine.clone(), exec_id.clone());
+            async move {
+                if let Err(e) = engine.resize_exec(&exec_id, size).await {
+                    tracing::debug!(error = %e, exec = %exec_id, "api: a resize was refused");
                 }
-            };
-            (Some(sizes), Some(tokio::spawn(resizer(latest, resize))))
+            }
         }
-        None => (None, None),
-    };
-    let feed = tokio::spawn(feed(sizes, from_client, input));
+    });
+    let feed = tokio::spawn(feed(terminal, from_client, input));
     let relayed = relay(&mut output, &mut to_client).await;
     feed.abort();
-    if let Some(resizing) = resizing {
-        resizing.abort();
-    }
     relayed?;
     let code = engine.exec_exit_code(exec_id).await?;
     send(&mut to_client, ExecFrame::Exit(code)).await?;
@@ -142,19 +134,61 @@ async fn session(
     Ok(())
 }
 
-/// The client's frames into the command: its input, and for a session with a terminal, its
-/// new sizes (`sizes`, to [`resizer`]). The client's half-close, its going away, or a frame it
-/// should not send (a resize without a terminal) is the command's end of input.
-async fn feed(
-    sizes: Option<watch::Sender<TermSize>>,
-    mut from_client: impl AsyncRead + Unpin,
-    mut input: ExecInput,
-) {
-    while let Ok(Some(frame)) = ExecFrame::read(&mut from_client).await {
-        let fed = match (frame, &sizes) {
-            (ExecFrame::Stdin(data), _) => input.write_all(&data).await.is_ok(),
-            (ExecFrame::Resize(size), Some(sizes)) => {
-                sizes.send_replace(size);
+/// The most often a session's terminal is resized. A client sends a frame for each change of
+/// its window (a drag sends dozens a second; a hostile one, as many as its link carries), and
+/// each resize is an engine call that the agent's own calls (the proofs' readings among them)
+/// queue behind; the sizes between two calls are skipped, and the last one is always applied.
+const RESIZE_PERIOD: Duration = Duration::from_millis(100);
+
+/// The client's frames into the command: its input, and for a session with a terminal
+/// (`resize`, which sets its size), its new sizes, at most one a [`RESIZE_PERIOD`]: a size that
+/// comes sooner waits, replaced by any later one, until the period is over or input follows it
+/// (a resize goes before the input the client sent after it). The client's half-close, its
+/// going away, or a frame it should not send (a resize without a terminal) is the command's end
+/// of input.
+async fn feed<F, Fut>(resize: Option<F>, from_client: impl AsyncRead + Unpin, mut input: ExecInput)
+where
+    F: Fn(TermSize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    // A stream of frames, so that waiting for the next one can be given up for a due resize
+    // without losing what was read of it.
+    let frames = futures_util::stream::unfold(from_client, |mut from| async move {
+        match ExecFrame::read(&mut from).await {
+            Ok(Some(frame)) => Some((frame, from)),
+            _ => None,
+        }
+    });
+    tokio::pin!(frames);
+    let mut waiting: Option<TermSize> = None;
+    let mut next_resize = Instant::now();
+    loop {
+        let frame = tokio::select! {
+            frame = frames.next() => frame,
+            () = tokio::time::sleep_until(next_resize), if waiting.is_some() => {
+                if let (Some(resize), Some(size)) = (&resize, waiting.take()) {
+                    resize(size).await;
+                }
+                next_resize = Instant::now() + RESIZE_PERIOD;
+                continue;
+            }
+        };
+        let fed = match (frame, &resize) {
+            (Some(ExecFrame::Stdin(data)), _) => {
+                if let (Some(resize), Some(size)) = (&resize, waiting.take()) {
+                    tokio::time::sleep_until(next_resize).await;
+                    resize(size).await;
+                    next_resize = Instant::now() + RESIZE_PERIOD;
+                }
+                input.write_all(&data).await.is_ok()
+            }
+            (Some(ExecFrame::Resize(size)), Some(resize)) => {
+                if waiting.is_none() && Instant::now() >= next_resize {
+                    resize(size).await;
+                    next_resize = Instant::now() + RESIZE_PERIOD;
+                } else {
+                    waiting = Some(size);
+                }
                 true
             }
             _ => false,
@@ -164,26 +198,6 @@ async fn feed(
         }
     }
     let _ = input.shutdown().await;
-}
-
-/// The most often a session's terminal is resized. A client sends a frame for each change of
-/// its window (a drag sends dozens a second; a hostile one, as many as its link carries), and
-/// each resize is an engine call that the agent's own calls (the proofs' readings among them)
-/// queue behind; the sizes between two calls are skipped, and the last one is always applied.
-const RESIZE_PERIOD: Duration = Duration::from_millis(100);
-
-/// Applies the latest size `latest` holds with `resize` each time it changes, at most once a
-/// [`RESIZE_PERIOD`], until its sender is dropped and its last size applied.
-async fn resizer<F, Fut>(mut latest: watch::Receiver<TermSize>, resize: F)
-where
-    F: Fn(TermSize) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    while latest.changed().await.is_ok() {
-        let size = *latest.borrow_and_update();
-        resize(size).await;
-        tokio::time::sleep(RESIZE_PERIOD).await;
-    }
 }
 
 /// Sends the command's output as it comes, until it ends.
@@ -232,49 +246,91 @@ mod tests {
         ])));
     }
 
+    /// What the command and its terminal got, in order: `resize ROWS` and `input TEXT`.
+    #[derive(Clone, Default)]
+    struct Seen(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl Seen {
+        fn push(&self, what: String) {
+            self.0.lock().unwrap().push(what);
+        }
+
+        fn all(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    impl AsyncWrite for Seen {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.push(format!("input {}", String::from_utf8_lossy(buf)));
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
     /// A client floods a terminal session with a resize frame every millisecond for two
-    /// seconds: the engine is asked to resize at most once a period, and the last size is the
-    /// one applied. Before, each of the 2,000 frames was an engine call.
+    /// seconds, then types: the engine is asked to resize at most once a period, the last size
+    /// is applied, and before the input that followed it. Before, each of the 2,000 frames was
+    /// an engine call, one after another.
     #[tokio::test(start_paused = true)]
     async fn a_flood_of_resizes_is_at_most_one_engine_call_a_period_and_the_last_size_wins() {
         let size = |rows: u16| TermSize { rows, cols: 80 };
-        let applied = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let record = applied.clone();
+        let seen = Seen::default();
+        let record = seen.clone();
         let resize = move |size: TermSize| {
             let record = record.clone();
-            async move { record.lock().unwrap().push(size.rows) }
+            async move { record.push(format!("resize {}", size.rows)) }
         };
-        let (sizes, latest) = watch::channel(size(24));
-        let resizing = tokio::spawn(resizer(latest, resize));
         let (mut client, from_client) = tokio::io::duplex(1 << 16);
         let flood = tokio::spawn(async move {
-            for rows in 1..=2_000 {
+            let send = |frame: ExecFrame| {
                 let mut wire = Vec::new();
-                ExecFrame::Resize(size(rows)).encode(&mut wire);
-                client.write_all(&wire).await.unwrap();
+                frame.encode(&mut wire);
+                wire
+            };
+            for rows in 1..=2_000 {
+                client
+                    .write_all(&send(ExecFrame::Resize(size(rows))))
+                    .await
+                    .unwrap();
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            let mut wire = Vec::new();
-            ExecFrame::Stdin(b"done".to_vec()).encode(&mut wire);
-            client.write_all(&wire).await.unwrap();
+            client
+                .write_all(&send(ExecFrame::Stdin(b"ls".to_vec())))
+                .await
+                .unwrap();
         });
-        let (mut command, input) = tokio::io::duplex(64);
-        let started = tokio::time::Instant::now();
-        feed(Some(sizes), from_client, Box::pin(input)).await;
+        let started = Instant::now();
+        feed(Some(resize), from_client, Box::pin(seen.clone())).await;
         flood.await.unwrap();
-        let mut got = Vec::new();
-        tokio::io::AsyncReadExt::read_to_end(&mut command, &mut got)
-            .await
-            .unwrap();
-        assert_eq!(got, b"done", "the input still reaches the command");
-        resizing.await.unwrap();
-        let applied = applied.lock().unwrap().clone();
+        let seen = seen.all();
+        let resizes = seen.iter().filter(|s| s.starts_with("resize")).count();
         let periods = started.elapsed().as_millis() / RESIZE_PERIOD.as_millis() + 1;
         assert!(
-            (applied.len() as u128) <= periods && periods < 40,
-            "{} engine calls in {periods} periods",
-            applied.len()
+            (resizes as u128) <= periods && periods < 40,
+            "{resizes} engine calls in {periods} periods"
         );
-        assert_eq!(applied.last(), Some(&2_000), "{applied:?}");
+        assert_eq!(
+            seen[seen.len() - 2..],
+            ["resize 2000".to_string(), "input ls".to_string()],
+            "{seen:?}"
+        );
     }
 }
