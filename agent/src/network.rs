@@ -137,8 +137,9 @@ impl Default for LeasePool {
 }
 
 impl LeasePool {
-    /// The first lease subnet of the pool that overlaps none of `used` (address, prefix).
-    pub fn free_subnet(&self, used: &[(Ipv4Addr, u8)]) -> Option<Ipv4Addr> {
+    /// A lease subnet of the pool that overlaps none of `used` (address, prefix): the free one
+    /// after `skip` others (the last free one where fewer are free).
+    pub fn free_subnet(&self, used: &[(Ipv4Addr, u8)], skip: usize) -> Option<Ipv4Addr> {
         let span = |(a, p): (Ipv4Addr, u8)| {
             let size = 1u64 << (32 - u32::from(p.min(32)));
             let start = u64::from(u32::from(a)) & !(size - 1);
@@ -149,8 +150,19 @@ impl LeasePool {
         let used: Vec<(u64, u64)> = used.iter().map(|&u| span(u)).collect();
         (first..end)
             .step_by(step as usize)
-            .find(|&s| used.iter().all(|&(a, b)| s + step <= a || b <= s))
+            .filter(|&s| used.iter().all(|&(a, b)| s + step <= a || b <= s))
+            .take(skip + 1)
+            .last()
             .map(|s| Ipv4Addr::from(s as u32))
+    }
+}
+
+/// How many free subnets attempt `attempt` at making `lease`'s network passes over: none the
+/// first time, then up to 63, as the lease's key says.
+fn spread(lease: &Key, attempt: usize) -> usize {
+    match attempt {
+        0 => 0,
+        n => usize::from(lease.0[n % lease.0.len()]) % 64,
     }
 }
 
@@ -279,7 +291,9 @@ impl DockerEngine {
         }
         if existing != Some(true) {
             // Another engine handle may take the same subnet between the listing and the
-            // creation: the engine refuses the overlap, and the next free one is tried.
+            // creation: the engine refuses the overlap, and a free one is tried again, the
+            // first the first time, then one further on that the lease's own key picks (so
+            // that several networks made at once stop picking the same one).
             let mut attempt = 0;
             loop {
                 let networks = self
@@ -292,7 +306,7 @@ impl DockerEngine {
                     })?;
                 let subnet = self
                     .pool
-                    .free_subnet(&subnets_of(&networks))
+                    .free_subnet(&subnets_of(&networks), spread(lease, attempt))
                     .ok_or(RuntimeError::NoFreeSubnet(self.pool))?;
                 request.ipam = Some(Ipam {
                     config: Some(vec![IpamConfig {
@@ -303,7 +317,7 @@ impl DockerEngine {
                 });
                 match self.docker.create_network(request.clone()).await {
                     Ok(_) => break,
-                    Err(_) if attempt < 4 => attempt += 1,
+                    Err(_) if attempt < 8 => attempt += 1,
                     Err(source) => {
                         return Err(RuntimeError::Engine {
                             op: "network create",
@@ -542,25 +556,28 @@ mod tests {
     fn lease_subnets_are_the_pools_first_29s_that_nothing_overlaps() {
         let pool = LeasePool::default();
         let a = |s: &str| s.parse::<Ipv4Addr>().unwrap();
-        assert_eq!(pool.free_subnet(&[]), Some(a("10.213.0.0")));
+        assert_eq!(pool.free_subnet(&[], 0), Some(a("10.213.0.0")));
+        // A retry passes over some free ones; past the last, the last free one.
+        assert_eq!(pool.free_subnet(&[], 3), Some(a("10.213.0.24")));
         let used = [
             (a("10.213.0.0"), 29),
             (a("10.213.0.8"), 29),
             (a("172.17.0.0"), 16),
         ];
-        assert_eq!(pool.free_subnet(&used), Some(a("10.213.0.16")));
+        assert_eq!(pool.free_subnet(&used, 0), Some(a("10.213.0.16")));
+        assert_eq!(pool.free_subnet(&used, 1), Some(a("10.213.0.24")));
         // A wider network overlapping the pool's start (an operator's, or the engine's).
         assert_eq!(
-            pool.free_subnet(&[(a("10.213.0.0"), 24)]),
+            pool.free_subnet(&[(a("10.213.0.0"), 24)], 0),
             Some(a("10.213.1.0"))
         );
-        assert_eq!(pool.free_subnet(&[(a("10.0.0.0"), 8)]), None);
+        assert_eq!(pool.free_subnet(&[(a("10.0.0.0"), 8)], 5), None);
         let one = LeasePool {
             network: a("192.0.2.64"),
             prefix: 29,
         };
-        assert_eq!(one.free_subnet(&[]), Some(a("192.0.2.64")));
-        assert_eq!(one.free_subnet(&[(a("192.0.2.64"), 29)]), None);
+        assert_eq!(one.free_subnet(&[], 7), Some(a("192.0.2.64")));
+        assert_eq!(one.free_subnet(&[(a("192.0.2.64"), 29)], 0), None);
     }
 
     #[test]

@@ -558,6 +558,41 @@ async fn a_lease_network_no_container_uses_is_removed_with_its_rules() {
     assert!(!rules());
 }
 
+/// Sixteen lease networks made at once, as agents of one host and a busy agent's starts do:
+/// each gets a subnet. (A full test run once saw a creation run out of tries with "Pool overlaps
+/// with other one on this address space": every retry had picked the first free subnet of the
+/// listing again, which a subnet the engine still held but no longer listed would refuse each
+/// time. Retries now move on to others; this test did not reproduce that failure before.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_networks_made_at_once_each_get_a_subnet() {
+    let (host, image) = engine_env();
+    let engine = DockerEngine::connect(&host, "network-test-at-once")
+        .await
+        .unwrap();
+    engine.pull(&image).await.unwrap();
+    let open = LeaseNetwork {
+        peers: Vec::new(),
+        egress: EgressView::Open,
+        ports: Vec::new(),
+    };
+    let specs: Vec<ContainerSpec> = (150..166u8)
+        .map(|n| lease_spec(&image, n, open.clone(), "true"))
+        .collect();
+    let made = futures_util::future::join_all(specs.iter().map(|s| engine.create(s))).await;
+    let failed: Vec<String> = made
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(ToString::to_string))
+        .collect();
+    for id in made.into_iter().flatten() {
+        engine.remove(&id).await.unwrap();
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 16 failed: {failed:?}",
+        failed.len()
+    );
+}
+
 /// More lease networks than the engine's default address pools hold (about 30 bridges, fewer
 /// with other networks about) are made, each a /29 of the agent's pool. Before the pool, the
 /// engine refused the network after its pools ran out, and the lease could not start.
