@@ -98,7 +98,19 @@ fn a_plan_from_a_models_config_is_priced_on_the_market_and_placed_as_its_bid() {
     // 12 bytes of AdamW state per parameter: 9.3 GB.
     assert_eq!(small[0]["optimizer_gib"], 8.7, "{small}");
 
-    // Bad input: one line each, nothing moved.
+    // Bad input: one line each, nothing moved, and no file written where the CLI runs.
+    let plan_files = || {
+        std::fs::read_dir(".")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("gpu-market-plan-")
+            })
+            .count()
+    };
+    let files_before = plan_files();
     let before = t.balance(&tokens);
     let bad_config = t.path("bad.json");
     std::fs::write(&bad_config, json!({"hidden_size": 4096}).to_string()).unwrap();
@@ -140,6 +152,11 @@ fn a_plan_from_a_models_config_is_priced_on_the_market_and_placed_as_its_bid() {
         assert!(e.contains(says), "{argv:?}: {e}");
     }
     assert_eq!(t.balance(&tokens), before);
+    assert_eq!(
+        plan_files(),
+        files_before,
+        "a refused --place left its environment file"
+    );
 
     // --place: the first plan, as `bid place` with the plan's GPUs, memory, class and price,
     // and the client's environment with the plan's degrees added for the container.

@@ -171,7 +171,7 @@ pub fn plan(config: &Config, a: PlanArgs) -> Result<()> {
             gpu_market_core::amount::format(chosen.price, decimals)
         ));
     }
-    let env = plan_env(&a.place_args, &chosen.plan.layout)?;
+    let (env, text) = plan_env(&a.place_args, &chosen.plan.layout)?;
     argv.extend(without_env(&a.place_args));
     argv.push(format!("--env={}", env.display()));
     let place = super::place_args_from(argv).map_err(|e| {
@@ -180,6 +180,9 @@ pub fn plan(config: &Config, a: PlanArgs) -> Result<()> {
             clap_sentence(&e).trim_start_matches("error: ")
         )
     })?;
+    // Written once the arguments hold: a refused command leaves no file behind.
+    std::fs::write(&env, text)
+        .with_context(|| format!("cannot write the environment file {}", env.display()))?;
     eprintln!(
         "placing plan {}: {} GPU(s) of class {}, {}; the environment sealed is {} (the plan's \
          degrees added): give it to `bid seal` for machines registered later",
@@ -275,10 +278,10 @@ fn without_env(args: &[String]) -> Vec<String> {
     out
 }
 
-/// Writes the environment the placed bid seals: the client's `--env` file (if any) and the plan's
-/// degrees, as `FILE.plan` beside it, or as `gpu-market-plan-SECS.env` in the current folder
-/// without one. Returns its path.
-fn plan_env(args: &[String], layout: &Layout) -> Result<PathBuf> {
+/// The environment the placed bid seals: the client's `--env` file (if any) and the plan's
+/// degrees; and where it is to be written: as `FILE.plan` beside the client's, or as
+/// `gpu-market-plan-SECS.env` in the current folder without one.
+fn plan_env(args: &[String], layout: &Layout) -> Result<(PathBuf, String)> {
     let (mut text, path) = match env_arg(args) {
         Some(file) => {
             let text = std::fs::read_to_string(&file)
@@ -301,9 +304,7 @@ fn plan_env(args: &[String], layout: &Layout) -> Result<PathBuf> {
         text.push('\n');
     }
     text.push_str(&plan_lines(layout));
-    std::fs::write(&path, text)
-        .with_context(|| format!("cannot write the environment file {}", path.display()))?;
-    Ok(path)
+    Ok((path, text))
 }
 
 fn layout_text(l: &Layout) -> String {
