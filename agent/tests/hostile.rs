@@ -56,6 +56,20 @@ fn opened(out: &str, target: &str) -> bool {
         .ends_with(" open")
 }
 
+/// The bytes of the files under `dir`, however deep.
+fn disk_use(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => disk_use(&e.path()),
+                Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                _ => 0,
+            })
+            .sum()
+    })
+}
+
 /// Open file descriptors and resident memory (KiB) of process `pid`.
 fn footprint(pid: u32) -> (usize, u64) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
@@ -257,6 +271,11 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
             .unwrap();
         let screen = String::from_utf8_lossy(&screen).into_owned();
         assert_eq!((code, screen.trim()), (0, "5000 100"), "{screen}");
+        // 150 MiB of random bytes (nothing a compressor shrinks) into its own log, which the
+        // engine keeps on the host's disk.
+        let flood = "head -c 157286400 /dev/urandom > /proc/1/fd/1; echo $?";
+        let (code, out) = exec(&api, &attacker, &attacker_lease, flood).await;
+        assert_eq!((code, out.trim()), (0, "0"), "the log flood did not run");
 
         // Outside, all at once: 2,000 copies through the swapping folder and 2,000 exec requests;
         // then the nonce flood.
@@ -372,12 +391,33 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
     }
     assert!(!opened(&probed, &gateway_service), "{probed}");
     assert!(probed.contains("ipv6 0"), "{probed}");
+    // Disk: the attacker's log at most its rotation's files (20 MiB × 5 by default, and the
+    // entries' framing), the agent's data folder small.
+    let root = docker.info().await.unwrap().docker_root_dir.unwrap();
+    let attacker_id = containers_of(&docker, &attacker_lease).await[0].0.clone();
+    let log_bytes = disk_use(
+        &std::path::Path::new(&root)
+            .join("containers")
+            .join(&attacker_id),
+    );
+    let data_bytes = disk_use(&dir.path().join("data"));
+    assert!(
+        log_bytes <= 105 << 20,
+        "the attacker's log takes {log_bytes} bytes"
+    );
+    assert!(
+        data_bytes <= 16 << 20,
+        "the agent's data folder takes {data_bytes} bytes"
+    );
     let (fds, rss) = footprint(agent.pid());
     println!(
         "hostile suite: {copied} of 2,000 copies answered ({found} with the tenant's file), none with \
-         the canary; the agent at the flood's peak: {peak_fds} descriptors, {} MiB resident; after: {fds}, {} MiB; probes:\n{probed}",
+         the canary; the agent at the flood's peak: {peak_fds} descriptors, {} MiB resident; after: {fds}, {} MiB; \
+         the attacker's log {} MiB on disk after 150 MiB written, the agent's data {} KiB; probes:\n{probed}",
         peak_rss / 1024,
-        rss / 1024
+        rss / 1024,
+        log_bytes >> 20,
+        data_bytes >> 10
     );
     assert!(peak_fds < 512, "{peak_fds} descriptors at the flood's peak");
     assert!(peak_rss < 512 * 1024, "{peak_rss} KiB at the flood's peak");
