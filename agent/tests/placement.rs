@@ -388,23 +388,11 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     let (machine_b, agent_b) = machine_b(&live, |t| t.network = network(&host)).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first_port = 32_000 + (std::process::id() % 400) as u16 * 20;
-    let publishing = |config: std::path::PathBuf, first: u16| {
-        let text = std::fs::read_to_string(&config).unwrap().replace(
-            "listen = \"127.0.0.1:0\"",
-            &format!(
-                "listen = \"127.0.0.1:0\"\n\n[network]\nports = \"{first}-{}\"\npublish_ip = \"{host}\"",
-                first + 9
-            ),
-        );
-        std::fs::write(&config, text).unwrap();
-        config
-    };
-    let config_a = publishing(Agent::write_config(&live, dir_a.path(), 2), first_port);
+    let config_a = Agent::write_config(&live, dir_a.path(), 2);
+    publishing(&config_a, 0, first_port, &host);
     let agent_a = Agent::start(&config_a);
-    let config_b = publishing(
-        Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b),
-        first_port + 10,
-    );
+    let config_b = Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b);
+    publishing(&config_b, 0, first_port + 10, &host);
     let agent_b = Agent::start(&config_b);
     let client = live.client(100 * TOKEN, 0).await.unwrap();
     let tokens0 = live.cluster.token_balance(&client.tokens).await.unwrap();

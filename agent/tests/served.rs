@@ -9,10 +9,9 @@ mod support;
 use std::time::Duration;
 
 use gpu_market::pda;
-use gpu_market::state::{Egress, Lease, Machine, MachineNetwork};
+use gpu_market::state::{Lease, Machine};
 use gpu_market_sdk::api::client::{ApiClient, ClientError};
 use gpu_market_sdk::api::LogsQuery;
-use gpu_market_tests::live::LiveMarket;
 use http_body_util::BodyExt;
 use solana_keypair::Keypair;
 use solana_signer::Signer;
@@ -26,23 +25,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The machine now declares 127.0.0.1 with its API on `api_port`, one port and 1 GiB of scratch
-/// per lease, and open egress.
-async fn declare_network(live: &LiveMarket, api_port: u16) {
-    live.update_machine(|terms| {
-        terms.network = MachineNetwork {
-            host: "127.0.0.1".into(),
-            api_port,
-            ports_per_lease: 1,
-            scratch_gib: 1,
-            egress: Egress::Open,
-            allow: Vec::new(),
-        }
-    })
-    .await
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_reaches_its_lease_through_the_published_port_and_the_daemons_signed_api() {
     let live = live_market(1).await;
@@ -52,14 +34,7 @@ async fn a_client_reaches_its_lease_through_the_published_port_and_the_daemons_s
     let config = Agent::write_config(&live, dir.path(), 1);
     // The daemon's own configuration: its API where the machine says, and a range to publish from.
     let first = 31_500 + (std::process::id() % 400) as u16;
-    let text = std::fs::read_to_string(&config).unwrap().replace(
-        "listen = \"127.0.0.1:0\"",
-        &format!(
-            "listen = \"127.0.0.1:{api_port}\"\n\n[network]\nports = \"{first}-{}\"\npublish_ip = \"127.0.0.1\"",
-            first + 9
-        ),
-    );
-    std::fs::write(&config, text).unwrap();
+    publishing(&config, api_port, first, "127.0.0.1");
     let agent = Agent::start(&config);
 
     let client = live.client(10 * TOKEN, 0).await.unwrap();

@@ -325,6 +325,37 @@ mps_shm_dir = "{mps}/shm"
     }
 }
 
+/// Rewrites the agent's configuration `config` (as [`Agent::write_config`] wrote it) to serve
+/// its API on `api_port` of loopback (0: any) and publish leases' ports from the ten ports from
+/// `first`, on `publish_ip`.
+pub fn publishing(config: &Path, api_port: u16, first: u16, publish_ip: &str) {
+    let text = std::fs::read_to_string(config).unwrap().replace(
+        "listen = \"127.0.0.1:0\"",
+        &format!(
+            "listen = \"127.0.0.1:{api_port}\"\n\n[network]\nports = \"{first}-{}\"\npublish_ip = \"{publish_ip}\"",
+            first + 9
+        ),
+    );
+    std::fs::write(config, text).unwrap();
+}
+
+/// The machine of `live` now declares loopback with its API on `api_port`, one port and 1 GiB
+/// of scratch per lease, and open egress.
+pub async fn declare_network(live: &LiveMarket, api_port: u16) {
+    live.update_machine(|terms| {
+        terms.network = gpu_market::state::MachineNetwork {
+            host: "127.0.0.1".into(),
+            api_port,
+            ports_per_lease: 1,
+            scratch_gib: 1,
+            egress: gpu_market::state::Egress::Open,
+            allow: Vec::new(),
+        }
+    })
+    .await
+    .unwrap();
+}
+
 /// A top-level string setting of the agent's configuration file (as [`Agent::config`] writes it).
 fn setting(config: &Path, key: &str) -> String {
     std::fs::read_to_string(config)
