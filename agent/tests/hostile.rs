@@ -26,7 +26,7 @@ use gpu_market_sdk::api::{LogsQuery, TermSize};
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use http_body_util::BodyExt;
 use solana_pubkey::Pubkey;
-use support::farnet::FarNet;
+use support::farnet::{probes, verdict, FarNet};
 use support::*;
 
 /// Runs `cmd` in `lease`'s container as `client` through `api`, with no input: its exit code
@@ -46,14 +46,6 @@ async fn exec(api: &ApiClient, client: &Wallet, lease: &Pubkey, script: &str) ->
         .expect("the exec ended within a minute")
         .unwrap();
     (code, String::from_utf8_lossy(&stdout).into_owned())
-}
-
-/// Whether `line` of `out` (the probes' output) says the target was reached.
-fn opened(out: &str, target: &str) -> bool {
-    out.lines()
-        .find(|l| l.starts_with(&format!("{target} ")))
-        .unwrap_or_else(|| panic!("{target} not probed: {out}"))
-        .ends_with(" open")
 }
 
 /// The bytes of the files under `dir`, however deep.
@@ -211,12 +203,8 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
         other_lease.clone(),
     ];
     let probes = format!(
-        "GATEWAY=$(ip route | awk '/default/ {{print $3}}'); \
-         for t in {}; do a=$(echo $t | sed \"s/GATEWAY/$GATEWAY/\"); \
-         if nc -w 2 ${{a%:*}} ${{a##*:}} </dev/null >/dev/null 2>&1; \
-         then echo \"$t open\"; else echo \"$t closed\"; fi; done; \
-         echo \"ipv6 $(ip -o -6 addr | grep -vc ' lo ')\"",
-        targets.join(" ")
+        "{}; echo \"ipv6 $(ip -o -6 addr | grep -vc ' lo ')\"",
+        probes(&targets)
     );
     // The probes' session is opened before the floods take every exec slot of the lease.
     let probing = api
@@ -377,11 +365,11 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
     );
 
     // Nothing opened but the internet; no IPv6.
-    assert!(opened(&probed, &internet), "{probed}");
+    assert_eq!(verdict(&probed, &internet), "open", "{probed}");
     for target in [&metadata, &host_service, &other_lease] {
-        assert!(!opened(&probed, target), "{target}: {probed}");
+        assert_eq!(verdict(&probed, target), "closed", "{probed}");
     }
-    assert!(!opened(&probed, &gateway_service), "{probed}");
+    assert_eq!(verdict(&probed, &gateway_service), "closed", "{probed}");
     assert!(probed.contains("ipv6 0"), "{probed}");
     // Disk: the attacker's log at most its rotation's files (20 MiB × 5 by default, and the
     // entries' framing), the agent's data folder small.

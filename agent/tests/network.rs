@@ -6,7 +6,7 @@
 
 mod support;
 
-use support::farnet::{sh, wait_until, FarNet};
+use support::farnet::{probes, sh, verdict, wait_until, FarNet};
 use support::{exec, http_get};
 
 use std::net::{Ipv4Addr, TcpListener};
@@ -43,30 +43,12 @@ fn lease_spec(image: &str, lease: u8, network: LeaseNetwork, script: &str) -> Co
     }
 }
 
-/// A shell loop printing `<target> open` or `<target> closed` for each `host:port`: whether
-/// a TCP connection opens within 2 s (busybox `nc`; this busybox's `wget` cannot resolve).
-fn probes(targets: &[String]) -> String {
-    let list = targets.join(" ");
-    format!(
-        "for t in {list}; do if nc -w 2 ${{t%:*}} ${{t##*:}} </dev/null >/dev/null 2>&1; \
-         then echo \"$t open\"; else echo \"$t closed\"; fi; done"
-    )
-}
-
 async fn run_probes(engine: &DockerEngine, spec: &ContainerSpec) -> String {
     let id = engine.run(spec).await.expect("run");
     assert_eq!(engine.wait(&id).await.unwrap(), 0);
     let out = engine.logs(&id).await.unwrap().stdout;
     engine.remove(&id).await.unwrap();
     out
-}
-
-fn verdict(out: &str, target: &str) -> &'static str {
-    match out.lines().find(|l| l.starts_with(&format!("{target} "))) {
-        Some(l) if l.ends_with(" open") => "open",
-        Some(_) => "closed",
-        None => panic!("{target} not probed in {out}"),
-    }
 }
 
 async fn container_ip(id: &str) -> (String, String) {

@@ -103,3 +103,26 @@ pub fn wait_until(mut ok: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A shell loop printing `<target> open` or `<target> closed` for each `host:port` of
+/// `targets`: whether a TCP connection opens within 2 s (busybox `nc`; this busybox's `wget`
+/// cannot resolve). `GATEWAY` in a target stands for the container's default gateway (the host's
+/// end of its bridge); the line names the target as given.
+pub fn probes(targets: &[String]) -> String {
+    let list = targets.join(" ");
+    format!(
+        "GATEWAY=$(ip route | awk '/default/ {{print $3}}'); \
+         for t in {list}; do a=$(echo $t | sed \"s/GATEWAY/$GATEWAY/\"); \
+         if nc -w 2 ${{a%:*}} ${{a##*:}} </dev/null >/dev/null 2>&1; \
+         then echo \"$t open\"; else echo \"$t closed\"; fi; done"
+    )
+}
+
+/// What [`probes`] printed of `target`: `"open"` or `"closed"`.
+pub fn verdict(out: &str, target: &str) -> &'static str {
+    match out.lines().find(|l| l.starts_with(&format!("{target} "))) {
+        Some(l) if l.ends_with(" open") => "open",
+        Some(_) => "closed",
+        None => panic!("{target} not probed in {out}"),
+    }
+}

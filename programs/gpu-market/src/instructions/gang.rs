@@ -6,7 +6,7 @@ use anchor_lang::system_program;
 use crate::errors::MarketError;
 use crate::events::{GangRendezvous, LeaseStarted};
 use crate::instructions::allocate::{
-    bid_started, book_backs, entry_fits, leave_book, run_end_of, Evidence,
+    bid_started, book_backs, fits_one, leave_book, run_end_of, Evidence,
 };
 use crate::instructions::lease_rent;
 use crate::state::{
@@ -223,11 +223,7 @@ impl<'info> AllocateGang<'info> {
             (&a.bid, a.bid.key()),
             a.client_stake.gpus_held,
             &evidence,
-            |leaf: &BookLeaf, until| {
-                offers
-                    .iter()
-                    .any(|o| entry_fits(o.for_run(&leaf.bid, until), leaf))
-            },
+            |leaf: &BookLeaf, until| offers.iter().any(|o| fits_one(o)(leaf, until)),
             now,
         )?;
         drop(offers);
