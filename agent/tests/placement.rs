@@ -4,9 +4,10 @@
 //! agent computes from the accounts alone, and a machine whose agent is stopped strands no bid
 //! and, once silent past the market's silence window, is given none.
 
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{Bid, Lease, Machine, MachineNetwork, MachineTerms, Market};
-use gpu_market_sdk::placement::MarketPlacement;
+use gpu_market_sdk::placement::{MarketPlacement, Sealed};
 use gpu_market_sdk::{PlaceBid, PlaceGangBid};
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
@@ -194,12 +195,12 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
     ));
     let mut policy = MarketPlacement::new(&market, now, machines, &[], &[]).unwrap();
     let b: Bid = live.cluster.account(&fifth).await.unwrap();
-    let placed = policy.place(&b).expect("B fits");
+    let placed = policy.place(&b, Sealed::No).expect("B fits");
     assert_eq!(
         placed.machine, machine_b,
         "a silent machine is never chosen"
     );
-    assert_eq!(policy.turn(&b, &placed, &live.machine), None);
+    assert_eq!(policy.turn(&b, &placed, &live.machine, Sealed::No), None);
     assert_eq!(
         leased_on(&live, fifth, "the fifth lease", &agent_b).await,
         machine_b
@@ -353,6 +354,70 @@ async fn the_agent_reserves_for_a_big_bid_and_backfills_nothing_that_would_delay
     );
     let b: Bid = live.cluster.account(&long).await.unwrap();
     assert_eq!(b.status, gpu_market::state::BidStatus::Open);
+}
+
+/// A queue bid whose client seals its environment to machine A alone (as `bid place --env FILE
+/// --seal-to A` does: the bid placed, then the copy stored in a second transaction). Machine B
+/// is idle and has the cheaper electricity: the policy's machine for the bid unsealed. The
+/// sealed bid goes to A, whose agent opens the environment and runs it; B, which cannot open it,
+/// never takes it. (Before, B took it as the policy's machine, in the gap before the copy was
+/// stored or after, and waited for a copy of its own that never came: the lease refused, the
+/// client refunded, the bid never run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_bid_runs_on_the_machine_it_was_sealed_to_not_the_policys_first() {
+    use gpu_market_sdk::envelope::Environment;
+    use gpu_market_sdk::SealEnv;
+    let live = live_market(2).await;
+    let (machine_b, agent_b) = machine_b(&live, |t| t.electricity_cost_per_kwh = TOKEN / 10).await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let agent_a = Agent::start(&Agent::write_config(&live, dir_a.path(), 2));
+    let config_b = Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b);
+    let agent_b = Agent::start(&config_b);
+    let client = live.client(100 * TOKEN, 0).await.unwrap();
+    let env = Environment::new(b"SECRET=for-a\n", &client.key).unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let args = PlaceBidArgs {
+        env_hash: env.hash(),
+        ..queue_bid(1, 40 * INTERVAL, now)
+    };
+
+    let bid = live.place(&client, args).await.unwrap();
+    // Unsealed, the policy would give it B.
+    let market: Market = live.market_state().await.unwrap();
+    let mut machines = Vec::new();
+    for key in [live.machine, machine_b] {
+        machines.push((key, live.cluster.account::<Machine>(&key).await.unwrap()));
+    }
+    let mut policy = MarketPlacement::new(&market, now, machines, &[], &[]).unwrap();
+    let b: Bid = live.cluster.account(&bid).await.unwrap();
+    assert_eq!(policy.place(&b, Sealed::No).unwrap().machine, machine_b);
+    live.cluster
+        .run(&SealEnv {
+            client: &client.key,
+            bid,
+            recipient: live.agent.pubkey(),
+            sealed: env.seal_to(&live.agent.pubkey()).unwrap(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        leased_on(&live, bid, "the sealed bid's lease", &agent_a).await,
+        live.machine,
+        "B's log:\n{}",
+        agent_b.log()
+    );
+    let lease = pda::lease(&bid).0;
+    let docker = docker().await;
+    let id = wait_for("its container", 60, &agent_a, || async {
+        let running = containers_of(&docker, &lease).await;
+        running.into_iter().find(|(_, up)| *up).map(|(id, _)| id)
+    })
+    .await;
+    assert_eq!(
+        env_value(&exec(&id, "env"), "SECRET").as_deref(),
+        Some("for-a"),
+        "the environment opened on A"
+    );
 }
 
 /// The value of `name` in `env` (lines `NAME=value`, as `env` prints them).

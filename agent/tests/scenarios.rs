@@ -833,7 +833,11 @@ async fn a_client_that_never_seals_its_environment_cannot_get_the_host_slashed(
     spec.env_hash = [9; 32];
     let bid = m.place_bid(&spec).await;
     let mut agent = Agent::start(m);
-    agent.run_for(m, POLL).await;
+    // A bid sealed to nobody is left a grace period first (its client may be storing the
+    // copies): the fake, which runs no packing policy, takes it at once.
+    agent
+        .run_for(m, gpu_market_core::placement::GRACE_SECS + POLL)
+        .await;
     let leases = chain.leases().await.unwrap();
     let l = leases
         .iter()

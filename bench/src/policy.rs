@@ -14,7 +14,7 @@ use std::time::Instant;
 use anchor_lang::Space;
 use gpu_market::state::{Bid, BookLeaf, Freed, Lease, LeaseRules, Machine, Market};
 use gpu_market_core::fit::Offer;
-use gpu_market_sdk::placement::MarketPlacement;
+use gpu_market_sdk::placement::{MarketPlacement, Sealed};
 use solana_pubkey::Pubkey;
 
 use crate::replay::{self, NOW};
@@ -175,7 +175,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
         let mut times = Vec::new();
         let mut placed = 0;
         for bid in placing.iter().take(PLACED) {
-            let (p, ms) = timed(|| view.place(bid));
+            let (p, ms) = timed(|| view.place(bid, Sealed::No));
             placed += p.is_some() as usize;
             times.push(ms);
         }

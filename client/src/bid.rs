@@ -15,7 +15,7 @@ use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::budget::MAX_COMPUTE_UNITS;
-use gpu_market_sdk::placement::{could_run, earliest_start, witness};
+use gpu_market_sdk::placement::{could_run, earliest_start, witness, Sealed};
 use gpu_market_sdk::{
     Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, PlaceGangBid, TopUpBid,
 };
@@ -178,12 +178,18 @@ pub struct PlaceArgs {
     #[arg(long, default_value = "0", allow_hyphen_values = true)]
     urgency_premium: String,
     /// Environment for the container, KEY=VALUE lines: sealed on this machine to each machine
-    /// that may run the bid and stored on chain; only those machines' agents can open it. A
-    /// spot bid's is sealed to its one machine; a queue bid's to EVERY machine of the market
-    /// it fits, whose hosts can then all read it (the output lists them): keep secrets a host
-    /// must not see out of a queue bid's environment, or place a spot bid on a chosen machine.
+    /// that may run the bid and stored on chain; only those machines' agents can open it, and
+    /// only they are given the bid. A spot bid's is sealed to its one machine; a queue bid's to
+    /// EVERY machine of the market it fits, whose hosts can then all read it (the output lists
+    /// them), unless --seal-to names the machines: keep secrets a host must not see out of a
+    /// queue bid's environment, or seal it to machines you chose.
     #[arg(long, value_name = "FILE")]
     env: Option<PathBuf>,
+    /// Seal a queue bid's --env to this machine only (repeatable): the bid then runs only on
+    /// the machines named, each of which must be able to run it (a gang needs at least as many
+    /// as --machines). Each copy costs its rent (returned when the bid closes).
+    #[arg(long = "seal-to", value_name = "MACHINE", requires = "env")]
+    seal_to: Vec<Pubkey>,
     /// A container port to publish on the machine's public address (repeatable, at most 4):
     /// `gpu-market lease show` tells where to connect.
     #[arg(long = "port", value_name = "PORT")]
@@ -395,7 +401,14 @@ fn place(config: &Config, a: PlaceArgs) -> Result<()> {
     let placed: Bid = config.fetch(&bid, "bid")?;
     let mut fields = bid_fields(config, &bid, &placed, &plan.market)?;
     if let Some(env) = &env {
-        let machines = env::seal_new_bid(config, &client, (&bid, &placed), &plan.market, env)?;
+        let machines = env::seal_new_bid(
+            config,
+            &client,
+            (&bid, &placed),
+            &plan.market,
+            env,
+            &a.seal_to,
+        )?;
         if placed.kind == BidKind::Queue && machines.len() > 1 {
             eprintln!(
                 "note: the environment is sealed to {} machines: the host of each can read it",
@@ -662,6 +675,7 @@ pub(crate) fn plan_place(
         None => {
             let machines = config.program_accounts_of::<Machine>(&[(0, a.market)])?;
             let (could, _) = could_run(&m, now, &machines, &args);
+            env::check_seal_to(&a.seal_to, &could, a.machines)?;
             if a.machines > 1 && (could.len() as u64) < a.machines as u64 && !could.is_empty() {
                 bail!(
                     "a gang of {} machines: only {} active machine(s) of market {} could run a \
@@ -1241,15 +1255,17 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
             }))
         })
         .collect::<Result<_>>()?;
-    // Queue bids go where the market's packing policy says; a spot bid names its machine.
+    // Queue bids go where the market's packing policy says (a sealed one to the machines that
+    // can open its environment first); a spot bid names its machine.
+    let holders = env::holders(config, bid, &b, &machines)?;
     let view = match (b.kind, ready > 0 || (b.is_gang() && fitting > 0)) {
         (BidKind::Queue, true) => Some(policy::policy_view(
             config,
-            &m,
-            now,
+            (&m, now),
             &machines,
             &entries.entries,
             &b,
+            holders.as_deref().map_or(Sealed::No, Sealed::To),
         )?),
         _ => None,
     };
@@ -1378,6 +1394,10 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         (
             "reserved_from",
             reserved.map_or(Value::Null, |(_, at)| at.into()),
+        ),
+        (
+            "sealed_to_machines",
+            holders.map_or(Value::Null, |h| Value::Array(h.iter().map(text).collect())),
         ),
         ("policy_machine", chosen.map_or(Value::Null, text)),
         ("machines_wanted", b.parts().into()),

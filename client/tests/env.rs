@@ -1,7 +1,7 @@
 //! A bid's environment delivered through the chain, from the CLI against a private
 //! solana-test-validator: `bid place --env` seals it to each machine that may run the bid,
-//! `bid seal` to machines registered later; the agents open their copies against the bid's
-//! hash, and the chain never holds the plaintext.
+//! `bid seal` to machines registered later, `--seal-to` to the machines its client names; the
+//! agents open their copies against the bid's hash, and the chain never holds the plaintext.
 
 mod common;
 
@@ -9,6 +9,7 @@ use common::*;
 use gpu_market::pda;
 use gpu_market::state::{Bid, SealedEnv};
 use gpu_market_sdk::envelope;
+use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
 #[test]
@@ -99,4 +100,72 @@ fn a_queue_bids_environment_reaches_each_machine_that_may_run_it_including_later
         envelope::open_env(&copy.sealed, &key_of(&agent2), &b.env_hash).unwrap(),
         b"HF_TOKEN=s3cret\n"
     );
+}
+
+/// `bid place --env FILE --seal-to MACHINE`: of two idle machines, the bid's environment goes to
+/// the one named only, though the market's packing policy would give an unsealed bid the other;
+/// `bid explain` names the machine it is sealed to, and the policy gives the bid to it. A
+/// `--seal-to` naming a machine that could not run the bid is refused before anything is sent:
+/// no bid, no copy, no token moved.
+#[test]
+fn a_queue_bid_sealed_to_a_chosen_machine_is_sealed_and_given_to_it_alone() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let m = s.m();
+    let first = register_host(&t, &s);
+    let second = register_host_as(&t, &s, ("host2", "agent2"), &[]);
+    let client = t.wallet("client");
+    let client_tokens = s.fund(&t, &client, "100");
+    let env = t.path("job.env");
+    std::fs::write(&env, "HF_TOKEN=s3cret\n").unwrap();
+    let env = env.to_str().unwrap();
+    let terms = ["--overclock", "power=300", "--price", "2"];
+    let place = |extra: &[&str]| {
+        let mut args = terms.to_vec();
+        args.extend_from_slice(extra);
+        t.ok(&client, &place_args(&m, &args))
+    };
+    let explain = |bid: &Pubkey| {
+        for host in [&first, &second] {
+            heartbeat(&t, host);
+        }
+        t.ok(&client, &["bid", "explain", &bid.to_string()])
+    };
+    // Unsealed, the policy gives the bid one of the two: the other is the one chosen below.
+    let open = pk(&place(&["--nonce", "1"])["bid"]);
+    let preferred = pk(&explain(&open)["policy_machine"]);
+    let (chosen, passed) = match preferred == first.machine {
+        true => (&second, &first),
+        false => (&first, &second),
+    };
+    let chosen_key = chosen.machine.to_string();
+
+    let out = place(&["--nonce", "2", "--env", env, "--seal-to", &chosen_key]);
+    let bid = pk(&out["bid"]);
+    assert_eq!(out["env_sealed_to"], serde_json::json!([chosen_key]));
+    let copy = |host: &Host| pda::sealed_env(&bid, &key_of(&host.agent).pubkey()).0;
+    let b: Bid = t.account(&bid);
+    let sealed: SealedEnv = t.account(&copy(chosen));
+    assert_eq!(
+        envelope::open_env(&sealed.sealed, &key_of(&chosen.agent), &b.env_hash).unwrap(),
+        b"HF_TOKEN=s3cret\n"
+    );
+    assert!(!t.exists(&copy(passed)), "sealed to the other machine too");
+    let ex = explain(&bid);
+    assert_eq!(
+        ex["sealed_to_machines"],
+        serde_json::json!([chosen_key]),
+        "{ex}"
+    );
+    assert_eq!(ex["policy_machine"], chosen_key.as_str(), "{ex}");
+
+    // A machine that could not run it: refused, nothing sent.
+    let tokens = t.balance(&client_tokens);
+    let stranger = Pubkey::new_unique().to_string();
+    let mut args = terms.to_vec();
+    args.extend_from_slice(&["--nonce", "3", "--env", env, "--seal-to", &stranger]);
+    let e = t.fails(&client, &place_args(&m, &args));
+    assert!(e.contains("could not run this bid"), "{e}");
+    assert!(!t.exists(&pda::bid(&s.market, &key_of(&client).pubkey(), 3).0));
+    assert_eq!(t.balance(&client_tokens), tokens);
 }

@@ -8,7 +8,7 @@
 //! utilisation is its profile as a neighbour, and a bid's profile is the mean over the measured
 //! leases running its image.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, MachineStatus, Market};
@@ -100,6 +100,33 @@ pub fn alive(market: &Market, machine: &Machine, now: i64) -> bool {
     now.saturating_sub(machine.last_heartbeat) <= alive_secs(market)
 }
 
+/// Which machines can open a bid's environment. A bid with a sealed environment opens only on the
+/// machines whose agent key it was sealed to (`seal_env`): the ones its client chose (`bid place
+/// --seal-to`), or every machine that fitted it when it was placed (not one registered since).
+/// The policy gives such a bid to those machines first; another that takes it cannot open its
+/// environment, waits for a copy, and refuses the lease (its client refunded, the bid never
+/// run). The others still get their turns after them: `allocate` lets no machine pass over a
+/// better bid that fits it, so a bid that no holder takes must leave the book through one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sealed<'a> {
+    /// No sealed environment: any machine opens it.
+    No,
+    /// Sealed to the agents of these machines ([`sealed_holders`]); none while its client has
+    /// sealed no copy yet (`bid place --env` seals right after placing).
+    To(&'a [Pubkey]),
+}
+
+/// The machines of `machines` whose agent holds a copy of a bid's sealed environment: whose
+/// agent key is one of `recipients` (the `recipient` of each of the bid's `SealedEnv`
+/// accounts).
+pub fn sealed_holders(machines: &[(Pubkey, Machine)], recipients: &[Pubkey]) -> Vec<Pubkey> {
+    machines
+        .iter()
+        .filter(|(_, m)| recipients.contains(&m.agent))
+        .map(|(k, _)| *k)
+        .collect()
+}
+
 /// Where the policy gives a bid: the machine, and the GPUs it takes there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placed {
@@ -175,9 +202,16 @@ impl MarketPlacement {
     /// it fragments the market least, a place whose co-tenants get along with it (as the
     /// co-location model predicts from their profiles and its image's) before any other (ties:
     /// a machine caching its image, the cheaper electricity, the lowest address), and the GPUs
-    /// there; `None` when no machine's fit rule
-    /// accepts it, and for a spot bid, which waits in its machine's own book for that machine.
-    pub fn place(&mut self, bid: &Bid) -> Option<Placed> {
+    /// there: for a `sealed` bid, among the machines that can open its environment where one
+    /// fits, else among all; `None` when no machine's fit rule accepts it, and for a spot bid,
+    /// which waits in its machine's own book for that machine.
+    pub fn place(&mut self, bid: &Bid, sealed: Sealed) -> Option<Placed> {
+        if let Sealed::To(holders) = sealed {
+            let offers = self.offers_within(holders);
+            if let Some(placed) = self.place_among(bid, &offers) {
+                return Some(placed);
+            }
+        }
         // Out of `self` while it chooses (no copy: 10,000 machines' offers are most of the view).
         let offers = std::mem::take(&mut self.offers);
         let placed = self.place_among(bid, &offers);
@@ -185,11 +219,37 @@ impl MarketPlacement {
         placed
     }
 
+    /// The view's offers with every machine but `holders` closed.
+    fn offers_within(&self, holders: &[Pubkey]) -> Vec<Offer> {
+        let holders: HashSet<&Pubkey> = holders.iter().collect();
+        self.keys
+            .iter()
+            .zip(&self.offers)
+            .map(|(k, o)| match holders.contains(k) {
+                true => o.clone(),
+                false => o.clone().closed(),
+            })
+            .collect()
+    }
+
     /// Where the policy gives each part of gang bid `bid`, in the gang's order: each part as
-    /// [`MarketPlacement::place`] places a bid, on a machine no earlier part took; `None` unless
+    /// [`MarketPlacement::place`] places a bid (a `sealed` gang among the machines that can open
+    /// its environment where every part fits there), on a machine no earlier part took; `None`
+    /// unless
     /// every part has a machine now. The first part's machine sends `allocate_gang`.
-    pub fn place_gang(&mut self, bid: &Bid) -> Option<Vec<Placed>> {
-        let mut offers = self.offers.clone();
+    pub fn place_gang(&mut self, bid: &Bid, sealed: Sealed) -> Option<Vec<Placed>> {
+        if let Sealed::To(holders) = sealed {
+            let within = self.offers_within(holders);
+            if let Some(parts) = self.place_parts(bid, within) {
+                return Some(parts);
+            }
+        }
+        self.place_parts(bid, self.offers.clone())
+    }
+
+    /// Each part of gang bid `bid` among the machines behind `offers`, on a machine no earlier
+    /// part took.
+    fn place_parts(&mut self, bid: &Bid, mut offers: Vec<Offer>) -> Option<Vec<Placed>> {
         let mut parts = Vec::with_capacity(bid.parts() as usize);
         for _ in 0..bid.parts() {
             let placed = self.place_among(bid, &offers)?;
@@ -229,16 +289,47 @@ impl MarketPlacement {
             .collect()
     }
 
-    /// When `machine`, which is not the one [`MarketPlacement::place`] gave queue bid `bid`
-    /// (`placed`), may take it: after this many grace periods, its place among the other
-    /// machines whose fit rule accepts the bid, in the policy's tie-break order (`Placer::turn`).
-    /// `None`: the machine is not listed (not alive) or does not fit.
-    pub fn turn(&self, bid: &Bid, placed: &Placed, machine: &Pubkey) -> Option<u32> {
+    /// When `machine` may take queue bid `bid`, which [`MarketPlacement::place`] gave `placed`:
+    /// after this many grace periods (0: its own now). A machine's turn is its place among the
+    /// other machines whose fit rule accepts the bid, in the policy's tie-break order
+    /// (`Placer::turn`); for a `sealed` bid, the machines that can open its environment take
+    /// their turns first, and each other one its turn after as many grace periods as there are
+    /// of them (at least one: while none has a copy, its client is still storing them). `None`:
+    /// the machine is not listed (not alive) or does not fit.
+    pub fn turn(
+        &mut self,
+        bid: &Bid,
+        placed: &Placed,
+        machine: &Pubkey,
+        sealed: Sealed,
+    ) -> Option<u32> {
         let overclock = bid.overclock_per_gpu();
         let need = bid.need(&overclock);
         let seat = |k: &Pubkey| self.keys.iter().position(|key| key == k);
-        self.placer
-            .turn(&need, &self.offers, seat(&placed.machine)?, seat(machine)?)
+        let (chosen, at) = (seat(&placed.machine)?, seat(machine)?);
+        let holders = match sealed {
+            Sealed::To(holders) => holders,
+            Sealed::No if at == chosen => return Some(0),
+            Sealed::No => return self.placer.turn(&need, &self.offers, chosen, at),
+        };
+        if holders.contains(machine) {
+            return match at == chosen {
+                true => Some(0),
+                false => self
+                    .placer
+                    .turn(&need, &self.offers_within(holders), chosen, at),
+            };
+        }
+        // After every holder's turn (one grace period while there is none: its client is
+        // storing the copies), in the policy's order over all machines.
+        let after = (holders.len() as u32).max(1);
+        let first = self.place(bid, Sealed::No)?.machine;
+        let first = self.keys.iter().position(|k| *k == first)?;
+        let own = match first == at {
+            true => 0,
+            false => self.placer.turn(&need, &self.offers, first, at)?,
+        };
+        Some(after + own)
     }
 
     /// The profile of `image`, where a measured lease of the market runs it.
@@ -353,9 +444,66 @@ mod tests {
         assert!(alive(&market, &machines[1].1, NOW));
         let mut placement = MarketPlacement::new(&market, NOW, machines, &[], &[]).unwrap();
         let b = bid();
-        let placed = placement.place(&b).unwrap();
+        let placed = placement.place(&b, Sealed::No).unwrap();
         assert_eq!(placed.machine, live, "the cheapest live machine");
-        assert_eq!(placement.turn(&b, &placed, &later), Some(1));
-        assert_eq!(placement.turn(&b, &placed, &dead), None);
+        assert_eq!(placement.turn(&b, &placed, &later, Sealed::No), Some(1));
+        assert_eq!(placement.turn(&b, &placed, &dead, Sealed::No), None);
+    }
+
+    /// Four idle machines, cheapest first; a bid sealed to the agents of machines 1 and 3 (and
+    /// to an agent with no machine here). The policy gives it to the cheapest holder, then the
+    /// other holder's turn; machines 0 and 2, which cannot open it, come after both holders, in
+    /// the policy's order over all machines (0 is that order's first). Sealed to nobody yet,
+    /// every machine waits a grace period more than unsealed. A gang goes to the holders where
+    /// they are enough, else to every machine.
+    #[test]
+    fn a_sealed_bid_goes_to_the_machines_holding_its_environment_first() {
+        let market = Market::opening(MarketParams::recommended(60, 250, 3_600));
+        let agents: Vec<Pubkey> = (0..4).map(|_| Pubkey::new_unique()).collect();
+        let keys: Vec<Pubkey> = (0..4).map(|_| Pubkey::new_unique()).collect();
+        let machines: Vec<(Pubkey, Machine)> = (0..4)
+            .map(|i| {
+                let mut m = machine(i as u64 + 1, NOW);
+                m.agent = agents[i];
+                (keys[i], m)
+            })
+            .collect();
+        let holders = sealed_holders(&machines, &[agents[3], agents[1], Pubkey::new_unique()]);
+        assert_eq!(holders, vec![keys[1], keys[3]]);
+        let mut placement = MarketPlacement::new(&market, NOW, machines, &[], &[]).unwrap();
+        let b = bid();
+        let open = placement.place(&b, Sealed::No).unwrap();
+        assert_eq!(open.machine, keys[0], "unsealed: the cheapest machine");
+        let sealed = Sealed::To(&holders);
+        let placed = placement.place(&b, sealed).unwrap();
+        assert_eq!(placed.machine, keys[1], "the cheapest holder");
+        let turns: Vec<Option<u32>> = keys
+            .iter()
+            .map(|k| placement.turn(&b, &placed, k, sealed))
+            .collect();
+        assert_eq!(turns, vec![Some(2), Some(0), Some(4), Some(1)]);
+        // Sealed to nobody yet: the policy's machine too waits one grace period.
+        let nobody = Sealed::To(&[]);
+        let placed = placement.place(&b, nobody).unwrap();
+        assert_eq!(placed.machine, keys[0]);
+        let turns: Vec<Option<u32>> = keys
+            .iter()
+            .map(|k| placement.turn(&b, &placed, k, nobody))
+            .collect();
+        assert_eq!(turns, vec![Some(1), Some(2), Some(3), Some(4)]);
+        let mut gang = b.clone();
+        gang.parts = 2;
+        let parts = placement.place_gang(&gang, sealed).unwrap();
+        let on: Vec<Pubkey> = parts.iter().map(|p| p.machine).collect();
+        assert_eq!(on, vec![keys[1], keys[3]]);
+        let parts = placement
+            .place_gang(&gang, Sealed::To(&holders[..1]))
+            .unwrap();
+        let on: Vec<Pubkey> = parts.iter().map(|p| p.machine).collect();
+        assert_eq!(
+            on,
+            vec![keys[0], keys[1]],
+            "one holder is not enough: every machine"
+        );
     }
 }

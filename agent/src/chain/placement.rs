@@ -5,15 +5,34 @@
 //! disagree for a moment, which the grace period absorbs.
 
 use std::collections::HashMap;
+use std::sync::PoisonError;
+use std::time::{Duration, Instant};
 
-use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, MachineStatus, Market};
+use anchor_lang::Discriminator;
+use gpu_market::state::{
+    Bid, BidKind, BookLeaf, Freed, Lease, Machine, MachineStatus, Market, SealedEnv,
+};
 use gpu_market_sdk::accounts::decode;
-use gpu_market_sdk::placement::{alive, earliest_start, MarketPlacement, Placed};
+use gpu_market_sdk::placement::{
+    alive, earliest_start, sealed_holders, MarketPlacement, Placed, Sealed,
+};
 use solana_pubkey::Pubkey;
+use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 
 use super::solana::{key, lease_filters, offers, SolanaChain};
 use super::watch::market_subscriptions;
 use super::{ChainError, Elsewhere, ReservationDuty};
+
+/// How long the recipients of a bid's sealed environment are kept before they are read again:
+/// its client may seal it to more machines while it waits (`gpu-market bid seal`).
+const SEALED_RELIST: Duration = Duration::from_secs(60);
+/// The same while it is sealed to nobody: its client stores the copies in the seconds after
+/// placing it, well within the grace period (10 s by default) every machine then leaves it.
+const UNSEALED_RELIST: Duration = Duration::from_secs(2);
+/// Where a `SealedEnv` account holds its bid, and its recipient (after the discriminator and
+/// the market; the bid and its client).
+const SEALED_ENV_BID_OFFSET: usize = 8 + 32;
+const SEALED_ENV_RECIPIENT_OFFSET: usize = 8 + 32 * 3;
 
 /// What the packing policy says of one bid that fits this machine now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,26 +77,38 @@ impl<'a> Policy<'a> {
 }
 
 impl SolanaChain {
-    /// Where the packing policy gives `bid`, which fits this machine now; `None` for a spot
-    /// bid (only its book's machine takes it) and when no machine fits it as listed (the
-    /// listing behind this machine's own read): the fit rule of this machine then decides.
+    /// Where the packing policy gives `bid`, which fits this machine now (`sealed`: which
+    /// machines can open its environment); `None` for a spot bid (only its book's machine takes
+    /// it) and when no machine fits it as listed (the listing behind this machine's own read):
+    /// the fit rule of this machine then decides, after the grace periods of the machines that
+    /// hold a sealed bid's environment.
     pub(super) async fn placement(
         &self,
         policy: &mut Policy<'_>,
         bid: &Bid,
+        sealed: Sealed<'_>,
     ) -> Result<Option<Placement>, ChainError> {
+        let here = self.machine();
         let view = self.policy_view(policy).await?;
-        Ok(view.place(bid).map(|p| {
-            if p.machine == self.machine() {
-                return Placement::Here(p.gpus);
-            }
-            Placement::Elsewhere(Elsewhere {
+        let Some(p) = view.place(bid, sealed) else {
+            return Ok(match sealed {
+                Sealed::To(holders) if !holders.contains(&here) => {
+                    Some(Placement::Elsewhere(Elsewhere {
+                        machine: key(&here),
+                        turn: (holders.len() as u32).max(1),
+                    }))
+                }
+                _ => None,
+            });
+        };
+        // This machine not listed (its own heartbeat is older than the silence window, as at a
+        // start after a long stop): first after the policy's machine, as before turns.
+        Ok(Some(match view.turn(bid, &p, &here, sealed).unwrap_or(1) {
+            0 => Placement::Here(p.gpus),
+            turn => Placement::Elsewhere(Elsewhere {
                 machine: key(&p.machine),
-                // This machine not listed (its own heartbeat is older than the silence window,
-                // as at a start after a long stop): first after the policy's machine, as before
-                // turns.
-                turn: view.turn(bid, &p, &self.machine()).unwrap_or(1),
-            })
+                turn,
+            }),
         }))
     }
 
@@ -87,8 +118,70 @@ impl SolanaChain {
         &self,
         policy: &mut Policy<'_>,
         bid: &Bid,
+        sealed: Sealed<'_>,
     ) -> Result<Option<Vec<Placed>>, ChainError> {
-        Ok(self.policy_view(policy).await?.place_gang(bid))
+        Ok(self.policy_view(policy).await?.place_gang(bid, sealed))
+    }
+
+    /// The listed machines whose agent can open queue bid `bid`'s (at `key`) sealed environment
+    /// (`placement::Sealed`): `None` for a bid without one; none while it is sealed to nobody.
+    /// The recipients are read with one `getProgramAccounts` (their keys only) a
+    /// [`SEALED_RELIST`] per bid ([`UNSEALED_RELIST`] while there are none).
+    pub(super) async fn sealed_holders(
+        &self,
+        policy: &mut Policy<'_>,
+        key: &Pubkey,
+        bid: &Bid,
+    ) -> Result<Option<Vec<Pubkey>>, ChainError> {
+        if bid.env_hash == [0; 32] {
+            return Ok(None);
+        }
+        let recipients = self.sealed_recipients(key).await?;
+        if recipients.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let (machines, _) = self.listing(&mut policy.listing).await?;
+        Ok(Some(sealed_holders(machines, &recipients)))
+    }
+
+    /// The agent keys that bid `bid`'s environment is sealed to, as read at most a
+    /// [`SEALED_RELIST`] ago ([`UNSEALED_RELIST`] while there are none).
+    async fn sealed_recipients(&self, bid: &Pubkey) -> Result<Vec<Pubkey>, ChainError> {
+        let now = Instant::now();
+        let fresh = |at: &Instant, recipients: &[Pubkey]| {
+            let relist = match recipients.is_empty() {
+                true => UNSEALED_RELIST,
+                false => SEALED_RELIST,
+            };
+            now.duration_since(*at) < relist
+        };
+        if let Some((at, recipients)) = self.sealed_cache().get(bid) {
+            if fresh(at, recipients) {
+                return Ok(recipients.clone());
+            }
+        }
+        let filters = vec![
+            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, SealedEnv::DISCRIMINATOR.to_vec())),
+            RpcFilterType::Memcmp(Memcmp::new_raw_bytes(
+                SEALED_ENV_BID_OFFSET,
+                bid.to_bytes().to_vec(),
+            )),
+        ];
+        let (_, found) = self
+            .program_accounts(filters, Some((SEALED_ENV_RECIPIENT_OFFSET, 32)))
+            .await?;
+        let recipients: Vec<Pubkey> = found
+            .iter()
+            .filter_map(|(_, d)| Some(Pubkey::new_from_array(d.as_slice().try_into().ok()?)))
+            .collect();
+        let mut cache = self.sealed_cache();
+        cache.retain(|_, (at, recipients)| fresh(at, recipients));
+        cache.insert(*bid, (now, recipients.clone()));
+        Ok(recipients)
+    }
+
+    fn sealed_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Pubkey, (Instant, Vec<Pubkey>)>> {
+        self.sealed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The policy's view of the market for this look at the books, built the first time.
@@ -173,7 +266,7 @@ impl SolanaChain {
         &self,
         filters: &[solana_rpc_client_api::filter::RpcFilterType],
     ) -> Result<Vec<(Pubkey, Vec<u8>)>, ChainError> {
-        let (slot, found) = self.program_accounts(filters.to_vec()).await?;
+        let (slot, found) = self.program_accounts(filters.to_vec(), None).await?;
         if let Some(m) = self.mirror() {
             m.scanned(filters, slot, &found);
         }
@@ -220,7 +313,7 @@ impl SolanaChain {
             if offers.for_run(&leaf.bid, until).fits(&need) {
                 return Ok(None);
             }
-            let (machines, leases) = self.listing(&mut policy.listing).await?;
+            let (machines, _) = self.listing(&mut policy.listing).await?;
             let holds = |m: &Machine| m.reservation.binds(now, grace);
             // Held by another machine: from when (this one may take it over only by starting
             // it earlier, which `reserve` checks).
@@ -229,6 +322,10 @@ impl SolanaChain {
                 .find(|(k, m)| *k != here && holds(m) && m.reservation.bid == leaf.bid)
                 .map(|(_, m)| m.reservation.start);
             let bid: Bid = self.account(&leaf.bid, "bid").await?;
+            // A sealed bid is reserved on a machine that can open its environment where one
+            // can start it, else on any.
+            let holders = self.sealed_holders(policy, &leaf.bid, &bid).await?;
+            let (machines, leases) = self.listing(&mut policy.listing).await?;
             let free: Vec<(Pubkey, Machine)> = machines
                 .iter()
                 .filter(|(_, m)| {
@@ -236,7 +333,16 @@ impl SolanaChain {
                 })
                 .cloned()
                 .collect();
-            let soonest = earliest_start(market, &bid, now, &free, leases);
+            let holding: Vec<(Pubkey, Machine)> = match &holders {
+                Some(h) => free
+                    .iter()
+                    .filter(|(k, _)| h.contains(k))
+                    .cloned()
+                    .collect(),
+                None => Vec::new(),
+            };
+            let soonest = earliest_start(market, &bid, now, &holding, leases)
+                .or_else(|| earliest_start(market, &bid, now, &free, leases));
             let ours = soonest.filter(|&(at, m)| m == here && at > now);
             match (ours, held_from) {
                 (Some(_), None) => return Ok(Some(ReservationDuty::Reserve(key(&leaf.bid)))),

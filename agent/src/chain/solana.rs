@@ -23,11 +23,12 @@ use gpu_market_core::lease::UsageProof;
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::book::{read_book, BookEntries};
 use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
+use gpu_market_sdk::placement::Sealed;
 use gpu_market_sdk::{
     Allocate, AllocateGang, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid,
     ReportFault, Reserve, SetRendezvous, SubmitUsage, Unreserve,
 };
-use solana_account_decoder_client_types::UiAccountEncoding;
+use solana_account_decoder_client_types::{UiAccountEncoding, UiDataSliceConfig};
 use solana_commitment_config::CommitmentConfig;
 use solana_instruction::error::InstructionError;
 use solana_instruction::Instruction;
@@ -95,6 +96,8 @@ pub struct SolanaChain {
     /// Where the parts of each gang bid this machine runs a part of are reached (each part's
     /// machine's host, and the first part's recorded rendezvous port), once recorded.
     gang_hosts: std::sync::Mutex<HashMap<Pubkey, (Vec<String>, u16)>>,
+    /// The agent keys each sealed bid's environment is sealed to, and when they were read.
+    pub(super) sealed: std::sync::Mutex<HashMap<Pubkey, (std::time::Instant, Vec<Pubkey>)>>,
 }
 
 /// Each part of a gang bid in the gang's order: its machine and the GPUs it takes there.
@@ -147,6 +150,7 @@ impl SolanaChain {
             mirror: None,
             gangs: std::sync::Mutex::default(),
             gang_hosts: std::sync::Mutex::default(),
+            sealed: std::sync::Mutex::default(),
         }
     }
 
@@ -455,7 +459,9 @@ impl SolanaChain {
     }
 
     async fn scan_leases(&self) -> Result<Vec<(Pubkey, Vec<u8>)>, ChainError> {
-        let (slot, found) = self.program_accounts(lease_filters(&self.machine)).await?;
+        let (slot, found) = self
+            .program_accounts(lease_filters(&self.machine), None)
+            .await?;
         if let Some(m) = &self.mirror {
             m.scanned_leases(slot, &found);
         }
@@ -474,17 +480,19 @@ impl SolanaChain {
         self.machine
     }
 
-    /// The program's accounts that pass `filters`, and the slot the node read them at (0 when
-    /// it does not say).
+    /// The program's accounts that pass `filters` (of each only the `(offset, length)` bytes of
+    /// `slice`, where given), and the slot the node read them at (0 when it does not say).
     pub(super) async fn program_accounts(
         &self,
         filters: Vec<RpcFilterType>,
+        slice: Option<(usize, usize)>,
     ) -> Result<(u64, Vec<(Pubkey, Vec<u8>)>), ChainError> {
         let config = RpcProgramAccountsConfig {
             filters: Some(filters),
             account_config: RpcAccountInfoConfig {
                 encoding: Some(UiAccountEncoding::Base64),
                 commitment: Some(self.rpc.commitment()),
+                data_slice: slice.map(|(offset, length)| UiDataSliceConfig { offset, length }),
                 ..Default::default()
             },
             with_context: Some(true),
@@ -570,13 +578,19 @@ impl SolanaChain {
                 // a bid that fits here only once a spot lease ends, whether another machine
                 // fits it now (then no lease here is stopped for it).
                 let (mut elsewhere, mut gang) = (None, None);
+                // A sealed bid goes first to the machines that can open its environment.
+                let holders = match queue {
+                    true => self.sealed_holders(policy, k, b).await?,
+                    false => None,
+                };
+                let sealed = holders.as_deref().map_or(Sealed::No, Sealed::To);
                 if b.is_gang() {
                     // Every part at once: listed only where the policy gives this machine the
                     // first part, whose agent sends `allocate_gang`.
                     if gpus.is_none() {
                         continue;
                     }
-                    let Some(parts) = self.gang_placement(policy, b).await? else {
+                    let Some(parts) = self.gang_placement(policy, b, sealed).await? else {
                         continue;
                     };
                     if parts[0].machine != self.machine() {
@@ -596,7 +610,7 @@ impl SolanaChain {
                         .unwrap_or_else(PoisonError::into_inner)
                         .insert(*k, plan);
                 } else if queue {
-                    match self.placement(policy, b).await? {
+                    match self.placement(policy, b, sealed).await? {
                         Some(Placement::Here(chosen)) if gpus.is_some() => {
                             let overclock = b.overclock_per_gpu();
                             if now_offer.check_choice(&b.need(&overclock), &chosen).is_ok() {

@@ -12,6 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use gpu_market::pda;
 use gpu_market::state::{Bid, BidKind, Freed, Machine, MachineStatus, Market, SealedEnv};
 use gpu_market_sdk::envelope::Environment;
+use gpu_market_sdk::placement::sealed_holders;
 use gpu_market_sdk::SealEnv;
 use serde_json::Value;
 use solana_pubkey::Pubkey;
@@ -95,16 +96,68 @@ fn seal_each(
     Ok(sealed_to)
 }
 
-/// After `bid place --env`: seals the new bid's environment to each machine that may run it.
+/// After `bid place --env`: seals the new bid's environment to each machine that may run it,
+/// or only to those of `only` (`--seal-to`) where it names any.
 pub(super) fn seal_new_bid(
     config: &Config,
     client: &Wallet,
     (key, b): (&Pubkey, &Bid),
     m: &Market,
     env: &Environment,
+    only: &[Pubkey],
 ) -> Result<Vec<Pubkey>> {
-    let to = recipients(config, b, m)?;
+    let mut to = recipients(config, b, m)?;
+    if !only.is_empty() {
+        to.retain(|(_, machine)| only.contains(machine));
+    }
     seal_each(config, client, key, env, &to)
+}
+
+/// `bid place --seal-to`'s machines `only`, before anything is sent: each one of `could` (the
+/// machines that could run the bid once empty), and, for a gang of `parts`, enough of them.
+pub(super) fn check_seal_to(only: &[Pubkey], could: &[Pubkey], parts: u8) -> Result<()> {
+    if only.is_empty() {
+        return Ok(());
+    }
+    if let Some(m) = only.iter().find(|m| !could.contains(m)) {
+        bail!(
+            "--seal-to {m}: that machine could not run this bid (it is not an active machine of              the market whose GPUs serve it, even with nothing else running); {} could",
+            match could.len() {
+                0 => "none".to_string(),
+                n => format!("{n} machine(s)"),
+            }
+        );
+    }
+    let mut distinct = only.to_vec();
+    distinct.sort();
+    distinct.dedup();
+    if distinct.len() < parts as usize {
+        bail!(
+            "a gang of {parts} machines runs only on machines its environment is sealed to:              --seal-to names {}",
+            distinct.len()
+        );
+    }
+    Ok(())
+}
+
+/// The machines of `machines` whose agent can open queue bid `b`'s (at `key`) sealed
+/// environment, as every agent computes them (`placement::Sealed`): `None` for a bid without
+/// one; none while it is sealed to nobody.
+pub(super) fn holders(
+    config: &Config,
+    key: &Pubkey,
+    b: &Bid,
+    machines: &[(Pubkey, Machine)],
+) -> Result<Option<Vec<Pubkey>>> {
+    if b.kind != BidKind::Queue || b.env_hash == [0; 32] {
+        return Ok(None);
+    }
+    let recipients: Vec<Pubkey> = config
+        .program_accounts_of::<SealedEnv>(&[(32, *key)])?
+        .into_iter()
+        .map(|(_, e)| e.recipient)
+        .collect();
+    Ok(Some(sealed_holders(machines, &recipients)))
 }
 
 /// `gpu-market bid seal BID --env FILE [--machine M]…`.

@@ -4,7 +4,7 @@
 
 use anyhow::{anyhow, Result};
 use gpu_market::state::{Bid, BookLeaf, Lease, Machine, Market};
-use gpu_market_sdk::placement::MarketPlacement;
+use gpu_market_sdk::placement::{MarketPlacement, Sealed};
 use solana_pubkey::Pubkey;
 
 use crate::config::Config;
@@ -22,14 +22,14 @@ pub(super) struct PolicyView {
 }
 
 /// The packing policy's view of `bid` over `machines` (all of `market`'s, `queue` its queue
-/// book's entries), as the agents compute it at `now`.
+/// book's entries), `sealed` to some of them, as the agents compute it at `now`.
 pub(super) fn policy_view(
     config: &Config,
-    market: &Market,
-    now: i64,
+    (market, now): (&Market, i64),
     machines: &[(Pubkey, Machine)],
     queue: &[BookLeaf],
     bid: &Bid,
+    sealed: Sealed,
 ) -> Result<PolicyView> {
     let leases: Vec<Lease> = config
         .program_accounts_of::<Lease>(&[(0, bid.market)])?
@@ -40,12 +40,12 @@ pub(super) fn policy_view(
         .map_err(|e| anyhow!("{e}"))?;
     let parts = bid
         .is_gang()
-        .then(|| placement.place_gang(bid))
+        .then(|| placement.place_gang(bid, sealed))
         .flatten()
         .map(|parts| parts.into_iter().map(|p| p.machine).collect::<Vec<_>>());
     let machine = match bid.is_gang() {
         true => parts.as_ref().map(|p| p[0]),
-        false => placement.place(bid).map(|p| p.machine),
+        false => placement.place(bid, sealed).map(|p| p.machine),
     };
     Ok(PolicyView {
         machine,
