@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The check a host runs on its real GPUs before it lists a machine: `gpu-market-agent check` on
 # the NVML backend, loading the GPUs with scripts/gpu-workload.py (a Python with PyTorch or CuPy),
-# with the host's NVIDIA MPS daemon.
+# with an NVIDIA MPS daemon of the check's own, started as a shared lease's is.
 #
 #   bash scripts/gpu-check.sh [CONFIG] [-- CHECK-ARGS...]
 #
 # CONFIG is the agent's configuration (only [gpu] and billing_poll_interval_secs are read). Without
 # one, a configuration is written for the NVML backend at the agent's sampling rate of the README's
 # example (5 s; GPU_CHECK_POLL_SECS), with the classes in GPU_CHECK_CLASSES (TOML lines such as
-# '"NVIDIA H100 80GB HBM3" = 0') and, where nvidia-cuda-mps-control is installed, an MPS daemon of
-# the script's own (stopped at the end). The report goes to $GPU_CHECK_OUT.json and .txt (default
+# '"NVIDIA H100 80GB HBM3" = 0') and, where nvidia-cuda-mps-control is installed, `mps_control`
+# (the check starts and stops its own daemon). The report goes to $GPU_CHECK_OUT.json and .txt (default
 # ./gpu-check). The agent is $GPU_MARKET_AGENT, else target/release/gpu-market-agent, else the one
 # on PATH; the workload's Python is $GPU_CHECK_PYTHON, else python3.
 set -euo pipefail
@@ -45,11 +45,7 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then
 fi
 
 WORK="$(mktemp -d)"
-MPS_STARTED=""
 cleanup() {
-    if [ -n "$MPS_STARTED" ]; then
-        echo quit | CUDA_MPS_PIPE_DIRECTORY="$WORK/mps/pipe" nvidia-cuda-mps-control >/dev/null 2>&1 || true
-    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -61,13 +57,7 @@ if [ -z "$CONFIG" ]; then
         echo "[gpu]"
         echo 'backend = "nvml"'
         if command -v nvidia-cuda-mps-control >/dev/null; then
-            mkdir -p "$WORK/mps/pipe" "$WORK/mps/log"
-            CUDA_MPS_PIPE_DIRECTORY="$WORK/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$WORK/mps/log" \
-                nvidia-cuda-mps-control -d || die "the MPS control daemon did not start"
-            MPS_STARTED=1
-            log "MPS control daemon started (pipes in $WORK/mps/pipe)"
-            echo "mps_pipe_dir = \"$WORK/mps/pipe\""
-            echo 'mps_shm_dir = "/dev/shm"'
+            echo "mps_control = \"$(command -v nvidia-cuda-mps-control)\""
         else
             log "no nvidia-cuda-mps-control here: the MPS step is skipped"
         fi
@@ -82,9 +72,5 @@ set +e
     --json "$OUT.json" "$@" | tee "$OUT.txt"
 RC=${PIPESTATUS[0]}
 set -e
-if [ -n "$MPS_STARTED" ] && [ -d "$WORK/mps/log" ]; then
-    log "MPS server log (last lines):"
-    tail -5 "$WORK/mps/log/server.log" 2>/dev/null >&2 || true
-fi
 log "report: $OUT.json, $OUT.txt (exit $RC)"
 exit "$RC"

@@ -13,7 +13,7 @@ use gpu_market_core::overclock::{GpuLimits, OverclockError, Range};
 use serde::Deserialize;
 
 use crate::chain::Key;
-use crate::gpu::isolation::Mps;
+use crate::gpu::mps::Mps;
 use crate::metrics::health::{
     HealthLimits, DEFAULT_PROOF_STALENESS_SECS, DEFAULT_TICK_STALENESS_SECS,
     DEFAULT_WEBSOCKET_SILENCE_SECS,
@@ -38,8 +38,9 @@ pub struct Config {
     /// fee (`chain::fees`); 0 offers none.
     pub max_priority_fee_micro_lamports: u64,
     pub gpu: GpuBackendConfig,
-    /// The host's NVIDIA MPS daemon (`[gpu] mps_pipe_dir` and `mps_shm_dir`), which confines
-    /// leases that share a GPU to their slices; `None`: such leases are refused.
+    /// The host's NVIDIA MPS (`[gpu] mps_control`), from which each lease that shares a GPU
+    /// gets a daemon of its own, confining it to its slice (`gpu::mps`), in
+    /// `<data_dir>/mps`; `None`: such leases are refused.
     pub mps: Option<Mps>,
     /// Whether a GPU no lease uses is parked at its least power limit (`[gpu] park_idle`,
     /// default `true`) instead of its default one.
@@ -526,7 +527,9 @@ struct RawGpu {
     /// NVML: the market class of each GPU model, by the name NVML reports.
     #[serde(default)]
     classes: BTreeMap<String, u8>,
-    /// The NVIDIA MPS control daemon's pipe folder and its `/dev/shm`, both or neither.
+    /// `nvidia-cuda-mps-control`: each lease that shares a GPU gets a daemon of its own.
+    mps_control: Option<PathBuf>,
+    /// Gone: one daemon for every tenant let each end the others' GPU work. Named only to say so.
     mps_pipe_dir: Option<PathBuf>,
     mps_shm_dir: Option<PathBuf>,
     /// Whether a GPU no lease uses runs at its least power limit (default) or at its default.
@@ -663,7 +666,8 @@ impl GpuSection {
         let raw: RawGpuSection =
             toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         Ok(GpuSection {
-            mps: mps(&raw.gpu)?,
+            // `check` runs its daemons where nothing of an agent's is.
+            mps: mps(&raw.gpu, std::env::temp_dir().join("gpu-market-check-mps"))?,
             gpu: gpu(raw.gpu)?,
             billing_poll_interval: Duration::from_secs(nonzero(
                 "billing_poll_interval_secs",
@@ -738,7 +742,7 @@ impl Config {
                 &[Commitment::Confirmed, Commitment::Finalized],
             )?,
             max_priority_fee_micro_lamports: raw.max_priority_fee_micro_lamports,
-            mps: mps(&raw.gpu)?,
+            mps: mps(&raw.gpu, raw.data_dir.join("mps"))?,
             park_idle_gpus: raw.gpu.park_idle,
             gpu: gpu(raw.gpu)?,
             engine_socket,
@@ -942,30 +946,27 @@ fn gpu(raw: RawGpu) -> Result<GpuBackendConfig, ConfigError> {
     }
 }
 
-fn mps(raw: &RawGpu) -> Result<Option<Mps>, ConfigError> {
-    let dir = |key: &str, path: &PathBuf| -> Result<PathBuf, ConfigError> {
-        if path.is_absolute() {
-            Ok(path.clone())
-        } else {
-            Err(ConfigError::BadGpu {
-                key: format!("gpu.{key}"),
-                reason: format!("{} is not an absolute path", path.display()),
-            })
-        }
-    };
-    match (&raw.mps_pipe_dir, &raw.mps_shm_dir) {
-        (None, None) => Ok(None),
-        (Some(pipe), Some(shm)) => Ok(Some(Mps {
-            pipe_dir: dir("mps_pipe_dir", pipe)?,
-            shm_dir: dir("mps_shm_dir", shm)?,
+/// The host's MPS from `[gpu] mps_control`, the lease daemons' folders under `root`.
+fn mps(raw: &RawGpu, root: PathBuf) -> Result<Option<Mps>, ConfigError> {
+    if raw.mps_pipe_dir.is_some() || raw.mps_shm_dir.is_some() {
+        return Err(ConfigError::BadGpu {
+            key: "gpu.mps_pipe_dir".into(),
+            reason: "one MPS daemon shared by every lease is no longer run (a tenant could end \
+                     the others' GPU work through it): remove mps_pipe_dir and mps_shm_dir, stop \
+                     that daemon, and set mps_control to the nvidia-cuda-mps-control program; \
+                     the agent starts one daemon per lease that shares a GPU"
+                .into(),
+        });
+    }
+    match &raw.mps_control {
+        None => Ok(None),
+        Some(control) if control.is_absolute() => Ok(Some(Mps {
+            control: control.clone(),
+            root,
         })),
-        (Some(_), None) | (None, Some(_)) => Err(ConfigError::BadGpu {
-            key: if raw.mps_pipe_dir.is_some() {
-                "gpu.mps_shm_dir".into()
-            } else {
-                "gpu.mps_pipe_dir".into()
-            },
-            reason: "MPS clients need both the daemon's pipe folder and its shared memory".into(),
+        Some(control) => Err(ConfigError::BadGpu {
+            key: "gpu.mps_control".into(),
+            reason: format!("{} is not an absolute path", control.display()),
         }),
     }
 }
@@ -1369,39 +1370,41 @@ password_file = "/etc/gpu-market/registry.pass"
     }
 
     #[test]
-    fn mps_takes_both_folders_as_absolute_paths_or_none() {
+    fn mps_takes_the_control_program_as_an_absolute_path_and_refuses_the_shared_daemon() {
         assert_eq!(Config::parse(&good()).unwrap().mps, None);
         let c = with(
             "backend = \"simulated\"",
-            "backend = \"simulated\"\nmps_pipe_dir = \"/run/nvidia-mps/pipe\"\n\
-             mps_shm_dir = \"/run/nvidia-mps/shm\"",
+            "backend = \"simulated\"\nmps_control = \"/usr/bin/nvidia-cuda-mps-control\"",
         )
         .unwrap();
         assert_eq!(
             c.mps,
             Some(Mps {
-                pipe_dir: "/run/nvidia-mps/pipe".into(),
-                shm_dir: "/run/nvidia-mps/shm".into(),
+                control: "/usr/bin/nvidia-cuda-mps-control".into(),
+                root: "/var/lib/gpu-market-agent/mps".into(),
             })
         );
         let e = with(
             "backend = \"simulated\"",
-            "backend = \"simulated\"\nmps_pipe_dir = \"/run/nvidia-mps/pipe\"",
+            "backend = \"simulated\"\nmps_control = \"nvidia-cuda-mps-control\"",
         )
         .unwrap_err();
         assert!(
-            matches!(&e, ConfigError::BadGpu { key, .. } if key == "gpu.mps_shm_dir"),
+            matches!(&e, ConfigError::BadGpu { key, .. } if key == "gpu.mps_control"),
             "{e}"
         );
+        // A configuration of the shared daemon is refused with what to do instead.
         let e = with(
             "backend = \"simulated\"",
-            "backend = \"simulated\"\nmps_pipe_dir = \"nvidia-mps\"\nmps_shm_dir = \"/x\"",
+            "backend = \"simulated\"\nmps_pipe_dir = \"/run/nvidia-mps/pipe\"\n\
+             mps_shm_dir = \"/run/nvidia-mps/shm\"",
         )
         .unwrap_err();
         assert!(
             matches!(&e, ConfigError::BadGpu { key, .. } if key == "gpu.mps_pipe_dir"),
             "{e}"
         );
+        assert!(e.to_string().contains("mps_control"), "{e}");
     }
 
     #[test]

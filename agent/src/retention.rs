@@ -95,7 +95,7 @@ impl Retained {
 }
 
 /// Whether `dir` is a mount point (another device than its parent's).
-fn mounted(dir: &Path) -> bool {
+pub(crate) fn mounted(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let dev = |p: &Path| std::fs::metadata(p).map(|m| m.dev()).ok();
     match (dev(dir), dir.parent().and_then(dev)) {

@@ -11,8 +11,7 @@ billing_poll_interval_secs = 5
 
 [gpu]
 backend = "simulated"
-mps_pipe_dir = "/run/nvidia-mps/pipe"
-mps_shm_dir = "/run/nvidia-mps/shm"
+mps_control = "{mps_control}"
 
 [[gpu.simulated]]
 class = 2
@@ -28,7 +27,12 @@ mem_offset_mhz = [0, 0]
 
 fn agent(dir: &Path, args: &[&str]) -> Output {
     let config = dir.join("agent.toml");
-    std::fs::write(&config, GPU_ONLY_CONFIG).unwrap();
+    // SIMULATED MPS: the check's daemon is the simulated control program's.
+    let control = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/mps-control-simulated"
+    );
+    std::fs::write(&config, GPU_ONLY_CONFIG.replace("{mps_control}", control)).unwrap();
     Command::new(env!("CARGO_BIN_EXE_gpu-market-agent"))
         .args(args)
         .arg("--config")

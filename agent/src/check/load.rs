@@ -63,6 +63,7 @@ pub enum Held {
 }
 
 /// Where `check`'s CUDA work comes from.
+#[derive(Clone)]
 pub enum Load {
     /// A workload program (and its leading arguments): `PROGRAM... burn` keeps the GPU in
     /// `CUDA_VISIBLE_DEVICES` busy until killed, printing `busy` once its first kernel ran;
@@ -91,6 +92,33 @@ impl Load {
             Load::Workload(words) => words.join(" "),
             Load::Simulated(_) => "SIMULATED processes".into(),
             Load::None => "none".into(),
+        }
+    }
+
+    /// This load with its processes in a mount namespace of their own whose `/dev/shm` is
+    /// `daemon`'s, as a lease's container has it: an MPS client and its server share memory
+    /// there.
+    pub fn sharing_shm_of(&self, daemon: &crate::gpu::mps::LeaseMps) -> Load {
+        match self {
+            Load::Workload(words) => {
+                let mut wrapped: Vec<String> = [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "sh",
+                    "-c",
+                    r#"mount --bind "$1" /dev/shm && shift && exec "$@""#,
+                    "sh",
+                ]
+                .map(String::from)
+                .to_vec();
+                wrapped.push(daemon.shm_dir().to_string_lossy().into_owned());
+                wrapped.extend(words.iter().cloned());
+                Load::Workload(wrapped)
+            }
+            other => other.clone(),
         }
     }
 

@@ -30,7 +30,7 @@ use gpu_market_core::lease::SUSTAINED_READINGS;
 use gpu_market_core::overclock::{OverclockTerms, Range};
 
 use crate::detect::gpus_file;
-use crate::gpu::isolation::Mps;
+use crate::gpu::mps::Mps;
 use crate::gpu::{GpuBackend, GpuError, GpuInfo, Setting};
 use load::Load;
 use report::{GpuSummary, Outcome, Report, Row};

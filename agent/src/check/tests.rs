@@ -47,10 +47,7 @@ fn gpus(n: usize) -> Arc<SimulatedGpu> {
 }
 
 fn mps() -> Mps {
-    Mps {
-        pipe_dir: "/run/nvidia-mps/pipe".into(),
-        shm_dir: "/run/nvidia-mps/shm".into(),
-    }
+    crate::gpu::mps::simulated(&std::env::temp_dir().join("gpu-market-check-test-mps"))
 }
 
 async fn check(gpus: &Arc<SimulatedGpu>, mps: Option<Mps>) -> Report {

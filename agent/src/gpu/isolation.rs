@@ -3,14 +3,15 @@
 //!
 //! The market sells GPUs in GiB slices: a lease whose `gib_per_gpu` is less than a GPU's memory
 //! shares that GPU with other leases. Without confinement each co-tenant sees, and may fill, the
-//! whole GPU. With the host's MPS control daemon running (`nvidia-cuda-mps-control -d`, its pipe
-//! folder and its `/dev/shm` given to the agent as [`Mps`]), such a lease's container becomes an
-//! MPS client: it gets the daemon's pipe folder (at the same path) and shared memory (at
-//! `/dev/shm`) mounted, and the MPS variables set by the agent after the lease's own environment
-//! (which may not set them: `crate::env` refuses [`MPS_ENV_PREFIX`]):
+//! whole GPU. With MPS on the host (`[gpu] mps_control`), such a lease gets an MPS control daemon
+//! of its own ([`super::mps::LeaseMps`], its limits set on the server side before the container
+//! starts), and its container becomes that daemon's client: it gets the daemon's pipe folder (at
+//! the same path) and shared memory (at `/dev/shm`) mounted, and the MPS variables set by the
+//! agent after the lease's own environment (which may not set them: `crate::env` refuses
+//! [`MPS_ENV_PREFIX`]):
 //! - [`PINNED_DEVICE_MEM_LIMIT`]: its GiB on each of its GPUs, by device ordinal as the container
-//!   sees them (the NVIDIA runtime numbers a container's GPUs from 0). The MPS server fails an
-//!   allocation past it, whatever the client asks.
+//!   sees them (the NVIDIA runtime numbers a container's GPUs from 0). The daemon's default is
+//!   the same, so unsetting it gains the tenant nothing.
 //! - [`ACTIVE_THREAD_PERCENTAGE`]: the share of the SMs its slice is of the GPU's memory (at
 //!   least 1 %), so that one client cannot take all the compute either.
 //!
@@ -19,7 +20,9 @@
 
 use std::path::PathBuf;
 
+use super::mps::{LeaseMps, Mps};
 use super::GpuInfo;
+use crate::chain::Key;
 use crate::runtime::BindMount;
 
 /// Every MPS variable starts with it; a lease's environment may set none.
@@ -33,16 +36,6 @@ pub const ACTIVE_THREAD_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 /// Where a client container sees the MPS daemon's shared memory.
 pub const CLIENT_SHM_DIR: &str = "/dev/shm";
 
-/// The host's NVIDIA MPS control daemon, as the operator runs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mps {
-    /// The daemon's `CUDA_MPS_PIPE_DIRECTORY`: mounted into client containers at the same path.
-    pub pipe_dir: PathBuf,
-    /// The tmpfs the daemon has as its `/dev/shm` (MPS clients and server share memory through
-    /// it): mounted into client containers at `/dev/shm`.
-    pub shm_dir: PathBuf,
-}
-
 /// What a lease's container gets to confine it to its slices; nothing for a lease that has its
 /// GPUs whole.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,23 +45,26 @@ pub struct Isolation {
     /// Set after the lease's own environment.
     pub env: Vec<(String, String)>,
     pub binds: Vec<BindMount>,
+    /// Its own MPS daemon, started before its container is created.
+    pub daemon: Option<LeaseMps>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IsolationError {
     #[error(
         "the lease takes {gib_per_gpu} GiB of GPU(s) {shared:?}, which other leases may share, and \
-         this host has no NVIDIA MPS to confine it to that (gpu.mps_pipe_dir is not set)"
+         this host has no NVIDIA MPS to confine it to that (gpu.mps_control is not set)"
     )]
     NoMps { gib_per_gpu: u16, shared: Vec<u8> },
     #[error("the lease names GPU {0}, which this machine does not have")]
     NoSuchGpu(u8),
 }
 
-/// What the container of a lease of `gib_per_gpu` GiB on the machine GPUs `gpu_indices` (in the
-/// lease's order, which is the container's device order) gets, on a machine of GPUs `gpus`
-/// with the MPS daemon `mps`, if any.
+/// What the container of `lease`, of `gib_per_gpu` GiB on the machine GPUs `gpu_indices` (in
+/// the lease's order, which is the container's device order), gets on a machine of GPUs `gpus`
+/// with MPS `mps`, if any.
 pub fn isolation(
+    lease: &Key,
     gpu_indices: &[u8],
     gib_per_gpu: u16,
     gpus: &[GpuInfo],
@@ -94,26 +90,46 @@ pub fn isolation(
         .map(|&memory| (gib_per_gpu as u32 * 100 / memory.max(1) as u32).clamp(1, 100))
         .min()
         .unwrap_or(100);
-    let pipe = mps.pipe_dir.to_string_lossy().into_owned();
+    let uuids = gpu_indices
+        .iter()
+        .map(|&i| {
+            gpus.iter()
+                .find(|g| g.index == i as u32)
+                .map(GpuInfo::uuid_name)
+                .ok_or(IsolationError::NoSuchGpu(i))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let daemon = LeaseMps {
+        control: mps.control.clone(),
+        dir: mps.dir(lease),
+        gpus: uuids,
+        gib_per_gpu,
+        thread_percent: percent,
+    };
+    let pipe = daemon.pipe_dir();
     Ok(Isolation {
         shared,
         env: vec![
-            (PIPE_DIRECTORY.to_string(), pipe),
+            (
+                PIPE_DIRECTORY.to_string(),
+                pipe.to_string_lossy().into_owned(),
+            ),
             (PINNED_DEVICE_MEM_LIMIT.to_string(), limits.join(",")),
             (ACTIVE_THREAD_PERCENTAGE.to_string(), percent.to_string()),
         ],
         binds: vec![
             BindMount {
-                host: mps.pipe_dir.clone(),
-                container: mps.pipe_dir.clone(),
+                host: pipe.clone(),
+                container: pipe,
                 read_only: false,
             },
             BindMount {
-                host: mps.shm_dir.clone(),
+                host: daemon.shm_dir(),
                 container: PathBuf::from(CLIENT_SHM_DIR),
                 read_only: false,
             },
         ],
+        daemon: Some(daemon),
     })
 }
 
@@ -164,12 +180,7 @@ pub fn pinned_limit_mib(env: &[(String, String)], ordinal: usize) -> Option<u64>
         if device.trim().parse::<usize>().ok()? != ordinal {
             return None;
         }
-        let limit = limit.trim().trim_end_matches('B');
-        let (number, mib_per_unit) = match limit.strip_suffix('G') {
-            Some(n) => (n, 1024),
-            None => (limit.strip_suffix('M')?, 1),
-        };
-        number.parse::<u64>().ok()?.checked_mul(mib_per_unit)
+        super::mps::limit_mib(limit)
     })
 }
 
@@ -183,10 +194,12 @@ mod tests {
 
     fn mps() -> Mps {
         Mps {
-            pipe_dir: "/run/nvidia-mps/pipe".into(),
-            shm_dir: "/run/nvidia-mps/shm".into(),
+            control: "/usr/bin/nvidia-cuda-mps-control".into(),
+            root: "/var/lib/agent/mps".into(),
         }
     }
+
+    const LEASE: Key = Key([7; 32]);
 
     fn env(i: &Isolation, key: &str) -> Option<String> {
         i.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
@@ -196,18 +209,34 @@ mod tests {
     fn a_lease_with_whole_gpus_gets_nothing_with_or_without_mps() {
         let gpus = [gpu(0, 80), gpu(1, 80)];
         for m in [None, Some(&mps())] {
-            assert_eq!(isolation(&[1, 0], 80, &gpus, m), Ok(Isolation::default()));
+            assert_eq!(
+                isolation(&LEASE, &[1, 0], 80, &gpus, m),
+                Ok(Isolation::default())
+            );
         }
     }
 
     #[test]
-    fn a_slice_becomes_an_mps_client_pinned_to_its_gib_on_every_container_ordinal() {
+    fn a_slice_becomes_the_client_of_a_daemon_of_its_own_pinned_to_its_gib_on_every_ordinal() {
         let gpus = [gpu(0, 80), gpu(1, 80), gpu(2, 80)];
-        let i = isolation(&[2, 0], 20, &gpus, Some(&mps())).unwrap();
+        let i = isolation(&LEASE, &[2, 0], 20, &gpus, Some(&mps())).unwrap();
         assert_eq!(i.shared, vec![2, 0]);
+        let dir = PathBuf::from(format!("/var/lib/agent/mps/{LEASE}"));
+        assert_eq!(
+            i.daemon,
+            Some(LeaseMps {
+                control: "/usr/bin/nvidia-cuda-mps-control".into(),
+                dir: dir.clone(),
+                gpus: vec![gpus[2].uuid_name(), gpus[0].uuid_name()],
+                gib_per_gpu: 20,
+                thread_percent: 25,
+            }),
+            "its GPUs in the lease's order: the container's ordinals"
+        );
+        let pipe = dir.join("pipe");
         assert_eq!(
             env(&i, PIPE_DIRECTORY).as_deref(),
-            Some("/run/nvidia-mps/pipe")
+            Some(pipe.to_str().unwrap())
         );
         assert_eq!(
             env(&i, PINNED_DEVICE_MEM_LIMIT).as_deref(),
@@ -219,17 +248,20 @@ mod tests {
             i.binds,
             vec![
                 BindMount {
-                    host: "/run/nvidia-mps/pipe".into(),
-                    container: "/run/nvidia-mps/pipe".into(),
+                    host: pipe.clone(),
+                    container: pipe,
                     read_only: false,
                 },
                 BindMount {
-                    host: "/run/nvidia-mps/shm".into(),
+                    host: dir.join("shm"),
                     container: "/dev/shm".into(),
                     read_only: false,
                 },
-            ]
+            ],
+            "the lease's own folders, no host-wide one"
         );
+        let other = isolation(&Key([8; 32]), &[2, 0], 20, &gpus, Some(&mps())).unwrap();
+        assert!(other.binds.iter().all(|b| !i.binds.contains(b)));
         assert!(i.env.iter().all(|(k, _)| k.starts_with(MPS_ENV_PREFIX)));
         assert!(mps_client(&i.env));
         assert_eq!(pinned_limit_mib(&i.env, 1), Some(20 * 1024));
@@ -239,19 +271,19 @@ mod tests {
     #[test]
     fn the_thread_percentage_is_the_smallest_slice_and_at_least_one() {
         let gpus = [gpu(0, 80), gpu(1, 40)];
-        let i = isolation(&[0, 1], 40, &gpus, Some(&mps())).unwrap();
+        let i = isolation(&LEASE, &[0, 1], 40, &gpus, Some(&mps())).unwrap();
         assert_eq!(i.shared, vec![0], "GPU 1 is the lease's whole");
         assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("50"));
-        let i = isolation(&[0], 0, &gpus, Some(&mps())).unwrap();
+        let i = isolation(&LEASE, &[0], 0, &gpus, Some(&mps())).unwrap();
         assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("1"));
-        let i = isolation(&[0], 1, &[gpu(0, 141)], Some(&mps())).unwrap();
+        let i = isolation(&LEASE, &[0], 1, &[gpu(0, 141)], Some(&mps())).unwrap();
         assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("1"));
     }
 
     #[test]
     fn a_slice_without_mps_is_refused_and_unknown_gpus_are_named() {
         let gpus = [gpu(0, 80), gpu(1, 80)];
-        let err = isolation(&[1], 40, &gpus, None).unwrap_err();
+        let err = isolation(&LEASE, &[1], 40, &gpus, None).unwrap_err();
         assert_eq!(
             err,
             IsolationError::NoMps {
@@ -259,9 +291,9 @@ mod tests {
                 shared: vec![1]
             }
         );
-        assert!(err.to_string().contains("mps_pipe_dir"), "{err}");
+        assert!(err.to_string().contains("mps_control"), "{err}");
         assert_eq!(
-            isolation(&[0, 7], 80, &gpus, None),
+            isolation(&LEASE, &[0, 7], 80, &gpus, None),
             Err(IsolationError::NoSuchGpu(7))
         );
     }

@@ -14,6 +14,7 @@ pub mod faults;
 pub mod isolation;
 pub mod launch;
 pub mod locks;
+pub mod mps;
 pub mod nvml;
 pub mod simulated;
 pub mod toolkit;
@@ -39,6 +40,11 @@ pub struct GpuInfo {
 }
 
 impl GpuInfo {
+    /// The GPU's UUID as the driver prints it and `CUDA_VISIBLE_DEVICES` takes it (`GPU-…`).
+    pub fn uuid_name(&self) -> String {
+        gpu_market_sdk::gpus::format_uuid(&self.uuid)
+    }
+
     /// The GPU's memory in whole GiB, as the machine declares it on chain (`detect`): the unit
     /// leases take slices of.
     pub fn memory_gib(&self) -> u16 {

@@ -383,6 +383,7 @@ impl Reconciler {
             return Ok(self.refuse(lease, exit::SETTINGS_REFUSED).await?);
         }
         let isolation = match isolation(
+            &lease,
             &view.gpu_indices,
             view.gib_per_gpu,
             &self.gpu_infos,
@@ -531,6 +532,7 @@ impl Reconciler {
                 client: workload.client,
                 scratch_bytes: u64::from(workload.room.scratch_gib) << 30,
             },
+            mps: isolation.daemon,
             progress: Default::default(),
         })
     }

@@ -117,6 +117,9 @@ pub struct StartJob {
     /// What the agent keeps of the lease for its client: its scratch volume, mounted before the
     /// container is created.
     pub retained: retention::Retained,
+    /// The lease's own MPS daemon (a lease that shares a GPU), started before the container is
+    /// created.
+    pub mps: Option<crate::gpu::mps::LeaseMps>,
     /// What it has had so far, for the loop to read.
     pub progress: Progress,
 }
@@ -300,6 +303,12 @@ pub async fn create(job: StartJob) -> Outcome {
         }
         Ok(None) => {}
         Err(e) => return refused(exit::ENGINE_REFUSED, e.to_string()),
+    }
+    // Its own MPS daemon, limits set, before its container exists.
+    if let Some(daemon) = job.mps {
+        if let Err(e) = crate::off_runtime(move || daemon.start()).await {
+            return refused(exit::ISOLATION_UNAVAILABLE, e.to_string());
+        }
     }
     let host = std::mem::take(&mut spec.env);
     let set = |key: &String| env.iter().chain(&host).any(|(k, _)| k == key);

@@ -34,7 +34,7 @@ pub use self::plan::PRUNES_PER_TICK;
 pub use self::plan::{plan, Action, ChainObserved, Observed, ObservedContainer, ObservedGpu};
 use crate::chain::{Chain, ChainError, Key, NetworkView};
 use crate::config::{ContainerLimits, ImageBudget, RegistryAuth};
-use crate::gpu::isolation::Mps;
+use crate::gpu::mps::Mps;
 use crate::gpu::watchdog::Watchdog;
 use crate::gpu::{GpuBackend, GpuError, GpuInfo, Sample};
 use crate::metrics::Metrics;
@@ -238,9 +238,15 @@ impl Reconciler {
         for lease in crate::retention::end_unknown(&config.data_dir, &live) {
             tracing::info!(%lease, "files prepared for a lease this agent does not run: deleted after the retention");
         }
+        // The MPS daemons of leases it no longer runs (a killed agent leaves them running).
+        if let Some(mps) = &config.mps {
+            for lease in crate::gpu::mps::sweep(mps, &live) {
+                tracing::info!(%lease, "stopped the MPS daemon of a lease this agent does not run");
+            }
+        }
         if config.mps.is_none() {
             tracing::warn!(
-                "no NVIDIA MPS configured (gpu.mps_pipe_dir, gpu.mps_shm_dir): a lease that shares \
+                "no NVIDIA MPS configured (gpu.mps_control): a lease that shares \
                  a GPU in GiB slices cannot be confined to its slice and is refused (its client \
                  refunded); this machine should not take GiB-sliced bids without MPS"
             );

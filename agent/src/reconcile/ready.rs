@@ -53,6 +53,7 @@ impl Reconciler {
             return;
         }
         let Ok(isolation) = isolation(
+            &lease,
             gpu_indices,
             bid.gib_per_gpu,
             &self.gpu_infos,
@@ -136,9 +137,18 @@ impl Reconciler {
             .collect()
     }
 
-    /// Forgets what was readied for `lease`, removing its container: its `allocate` failed, or
-    /// the lease ended before it started.
+    /// Forgets what was readied for `lease`, removing its container and stopping its MPS daemon
+    /// (beside the loop): its `allocate` failed, or the lease ended (before it started, or
+    /// after: `forget`).
     pub(super) fn discard(&mut self, lease: Key) {
+        if let Some(mps) = &self.config.mps {
+            let (control, dir) = (mps.control.clone(), mps.dir(&lease));
+            if dir.exists() {
+                tokio::spawn(crate::off_runtime(move || {
+                    crate::gpu::mps::stop(&control, &dir)
+                }));
+            }
+        }
         if let Some(Ready {
             outcome: Some(Ok(p)),
             ..

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gpu_market_agent::chain::Chain;
 use gpu_market_agent::config::{ContainerLimits, ImageBudget, SimulatedGpuConfig};
-use gpu_market_agent::gpu::isolation::Mps;
+use gpu_market_agent::gpu::mps::Mps;
 use gpu_market_agent::gpu::simulated::{SimulatedGpu, TokioTime};
 use gpu_market_agent::metrics::Metrics;
 use gpu_market_agent::reconcile::{Reconciler, ReconcilerConfig};
@@ -24,7 +24,16 @@ pub const POLL: u64 = 5;
 pub struct Agent {
     pub reconciler: Reconciler,
     pub runtime: Arc<RecordingRuntime>,
+    /// The simulated MPS its shared leases' daemons run from.
+    mps: Mps,
     _dir: TempDir,
+}
+
+impl Drop for Agent {
+    /// The daemons of the shared leases the scenario left running.
+    fn drop(&mut self) {
+        gpu_market_agent::gpu::mps::sweep(&self.mps, &Default::default());
+    }
 }
 
 impl Agent {
@@ -47,6 +56,7 @@ impl Agent {
         let gpus = Arc::new(SimulatedGpu::new(&configs, Arc::new(TokioTime::new())));
         let runtime = Arc::new(RecordingRuntime::new());
         let dir = tempfile::tempdir().expect("a data directory");
+        let mps = gpu_market_agent::gpu::mps::simulated(&dir.path().join("mps"));
         let config = ReconcilerConfig {
             data_dir: dir.path().to_path_buf(),
             electricity_cost_per_kwh: ELECTRICITY_COST,
@@ -68,11 +78,9 @@ impl Agent {
             images: ImageBudget::default(),
             registries: BTreeMap::new(),
             env_key: Arc::new(solana_keypair::Keypair::new()),
-            // SIMULATED: the GPUs are shared in slices; nothing reads these folders.
-            mps: Some(Mps {
-                pipe_dir: "/run/nvidia-mps/pipe".into(),
-                shm_dir: "/run/nvidia-mps/shm".into(),
-            }),
+            // SIMULATED: the GPUs are shared in slices; each shared lease's daemon is the
+            // simulated control program's (processes and pipes, no GPU).
+            mps: Some(mps.clone()),
             retention: Duration::from_secs(3_600),
             retained_scratch_bytes: gpu_market_agent::config::DEFAULT_RETAINED_SCRATCH_MIB << 20,
             park_idle_gpus: true,
@@ -88,13 +96,15 @@ impl Agent {
         Agent {
             reconciler,
             runtime,
+            mps,
             _dir: dir,
         }
     }
 
     /// Ticks every [`POLL`] seconds for `secs`, moving the market's clocks; after each tick the
-    /// container jobs it started run (up to 50 ms of real time for the file work they hand to
-    /// blocking threads, the runtime kept busy meanwhile so that the paused clock does not jump).
+    /// container jobs it started run (50 ms of real time, and up to 2 s while they wait on work
+    /// handed to blocking threads, the runtime kept busy meanwhile so that the paused clock does
+    /// not jump).
     pub async fn run_for(&mut self, m: &impl MarketUnderTest, secs: u64) {
         for _ in 0..secs / POLL {
             m.advance(POLL).await;
@@ -105,8 +115,11 @@ impl Agent {
     /// One tick, then the container jobs it started run (see [`Agent::run_for`]).
     pub async fn tick(&mut self) {
         self.reconciler.tick(false).await.expect("tick");
-        for _ in 0..50 {
+        for waited in 0..2_000 {
             tokio::task::yield_now().await;
+            if waited >= 50 && gpu_market_agent::off_runtime_calls() == 0 {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(1));
         }
     }

@@ -15,6 +15,7 @@ use bollard::Docker;
 use futures_util::{StreamExt, TryStreamExt};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{BidKind, GpuSpec, MarketParams, OverclockTerms};
+use gpu_market_agent::gpu::mps::Mps;
 use gpu_market_sdk::PlaceBid;
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
@@ -160,6 +161,13 @@ pub struct Agent {
     engine: String,
     /// Set by [`Agent::kill9`]: its containers are meant to outlive it, for the next agent.
     keep_containers: bool,
+    /// Its shared leases' MPS daemons, stopped with its containers.
+    mps: Mps,
+}
+
+/// The SIMULATED `nvidia-cuda-mps-control` of the tests.
+fn simulated_mps_control() -> PathBuf {
+    gpu_market_agent::gpu::mps::simulated(Path::new("/")).control
 }
 
 impl Agent {
@@ -183,11 +191,6 @@ impl Agent {
             .unwrap()
             .local_addr()
             .unwrap();
-        // The engine mounts these into shared leases' containers: they must exist.
-        let mps = dir.join("mps");
-        for sub in ["pipe", "shm"] {
-            std::fs::create_dir_all(mps.join(sub)).unwrap();
-        }
         let config = format!(
             r#"
 rpc_url = "{rpc}"
@@ -217,10 +220,9 @@ stop_grace_secs = 2
 
 [gpu]
 backend = "simulated"
-# The tests' bids take 8 GiB slices: shared GPUs need MPS. SIMULATED: no MPS daemon runs, the
-# lease containers only get these folders mounted and the MPS variables set.
-mps_pipe_dir = "{mps}/pipe"
-mps_shm_dir = "{mps}/shm"
+# The tests' bids take 8 GiB slices: shared GPUs need MPS. SIMULATED: each shared lease's
+# daemon is the simulated control program's (processes and pipes, no server, no GPU).
+mps_control = "{mps}"
 {gpus}"#,
             rpc = live.cluster.rpc_url,
             ws = live.cluster.ws_url,
@@ -231,7 +233,7 @@ mps_shm_dir = "{mps}/shm"
             data = dir.join("data").display(),
             engine = engine_env("DOCKER_HOST"),
             gpus = SIMULATED_GPU.repeat(gpu_count),
-            mps = mps.display(),
+            mps = simulated_mps_control().display(),
         );
         let path = dir.join("agent.toml");
         std::fs::write(&path, config).unwrap();
@@ -262,6 +264,9 @@ mps_shm_dir = "{mps}/shm"
             machine: setting(config, "machine"),
             engine: setting(config, "engine_socket"),
             keep_containers: false,
+            mps: gpu_market_agent::gpu::mps::simulated(
+                &Path::new(&setting(config, "data_dir")).join("mps"),
+            ),
         }
     }
 
@@ -374,6 +379,7 @@ impl Drop for Agent {
         let _ = self.child.wait();
         if !self.keep_containers {
             remove_containers(&self.engine, &self.machine);
+            gpu_market_agent::gpu::mps::sweep(&self.mps, &Default::default());
         }
     }
 }

@@ -59,13 +59,24 @@ async fn two_tenants(h: &Harness) -> (Reconciler, [(LeaseView, String); 2]) {
     (r, [tenant(&a), tenant(&b)])
 }
 
+/// Each slice's container is the client of an MPS daemon of its lease's own (the SIMULATED
+/// control program: real processes and pipes): its pipe folder and its `/dev/shm` are the
+/// lease's, no other tenant's; the daemon sees only the lease's GPU, had its limits set before
+/// the container was created, and runs with the lease's tmpfs as its `/dev/shm`.
 #[tokio::test(start_paused = true)]
 async fn slices_of_one_gpu_run_as_mps_clients_pinned_to_their_gib() {
     let h = Harness::new(&[0]);
-    let (_r, [(_, a), (_, b)]) = two_tenants(&h).await;
+    let (_r, [(lease_a, a), (lease_b, b)]) = two_tenants(&h).await;
     let containers = h.runtime.containers();
-    for (id, client_env) in [(&a, vec![("TOKEN", "secret")]), (&b, vec![])] {
+    let mps = h.mps.clone().unwrap();
+    let mut shms = Vec::new();
+    for (lease, id, client_env) in [
+        (&lease_a, &a, vec![("TOKEN", "secret")]),
+        (&lease_b, &b, vec![]),
+    ] {
         let spec = &containers[id].spec;
+        let dir = mps.dir(&lease.key);
+        let (pipe, shm) = (dir.join("pipe"), dir.join("shm"));
         let mut expected: Vec<(String, String)> = client_env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -74,23 +85,23 @@ async fn slices_of_one_gpu_run_as_mps_clients_pinned_to_their_gib() {
         expected.extend([
             (
                 PIPE_DIRECTORY.to_string(),
-                "/run/nvidia-mps/pipe".to_string(),
+                pipe.to_string_lossy().into_owned(),
             ),
             (PINNED_DEVICE_MEM_LIMIT.to_string(), "0=40G".to_string()),
             (ACTIVE_THREAD_PERCENTAGE.to_string(), "50".to_string()),
         ]);
         assert_eq!(spec.env, expected);
-        // The MPS folders, read-write; then the lease's power logs (read-only).
+        // The lease's MPS folders, read-write; then the lease's power logs (read-only).
         assert_eq!(
             spec.binds[..2],
             [
                 BindMount {
-                    host: "/run/nvidia-mps/pipe".into(),
-                    container: "/run/nvidia-mps/pipe".into(),
+                    host: pipe.clone(),
+                    container: pipe.clone(),
                     read_only: false,
                 },
                 BindMount {
-                    host: "/run/nvidia-mps/shm".into(),
+                    host: shm.clone(),
                     container: "/dev/shm".into(),
                     read_only: false,
                 },
@@ -98,7 +109,28 @@ async fn slices_of_one_gpu_run_as_mps_clients_pinned_to_their_gib() {
         );
         assert_eq!(spec.binds.len(), 3);
         assert!(spec.binds[2].read_only);
+        // Its daemon: running, on the lease's GPU alone, limits set, the lease's tmpfs its
+        // `/dev/shm`.
+        assert!(pipe.join("control").exists(), "its daemon runs");
+        let log = std::fs::read_to_string(dir.join("log/control.log")).unwrap();
+        let uuid = gpu_market_sdk::gpus::format_uuid(&crate::gpu::simulated::uuid(0));
+        assert!(
+            log.contains(&format!("CUDA_VISIBLE_DEVICES={uuid} ")),
+            "{log}"
+        );
+        for set in [
+            "set_default_device_pinned_mem_limit 0 40G",
+            "set_default_active_thread_percentage 50",
+        ] {
+            assert!(log.contains(&format!("command {set}\n")), "{log}");
+        }
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(&shm).unwrap().dev();
+        assert!(log.contains(&format!("shm_dev={dev}\n")), "{log}");
+        assert_ne!(dev, std::fs::metadata("/dev/shm").unwrap().dev());
+        shms.push(dev);
     }
+    assert_ne!(shms[0], shms[1], "one tmpfs each");
     launch(&h, &a, 30, 500).expect("within A's 40 GiB");
     // B tries to take 60 GiB, which only 80 − 30 GiB free would allow without MPS.
     let refused = launch(&h, &b, 60, 500).unwrap_err();
@@ -264,4 +296,52 @@ async fn a_container_gets_the_cpu_and_memory_its_lease_holds() {
     };
     assert_eq!(limits(&reserving), (Some(2_500_000_000), Some(3_072 << 20)));
     assert_eq!(limits(&plain), (Some(2_000_000_000), Some(1_024 << 20)));
+}
+
+/// A tenant that tells its MPS daemon to quit (from its container, through its pipe folder, as
+/// `echo quit | nvidia-cuda-mps-control` does) ends its own lease's daemon, not its co-tenant's,
+/// which still answers with its limits. When the leases end, their daemons go with them and
+/// nothing of them is left on the host.
+#[tokio::test(start_paused = true)]
+async fn a_tenant_that_quits_its_daemon_ends_no_one_elses_and_an_ended_lease_takes_its_daemon() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let h = Harness::new(&[0]);
+    let (mut r, [(lease_a, _), (lease_b, _)]) = two_tenants(&h).await;
+    let mps = h.mps.clone().unwrap();
+    let ask = |lease: &LeaseView, command: &str| -> Option<String> {
+        let mut child = Command::new(&mps.control)
+            .env("CUDA_MPS_PIPE_DIRECTORY", mps.dir(&lease.key).join("pipe"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        writeln!(child.stdin.take().unwrap(), "{command}").unwrap();
+        let out = child.wait_with_output().unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    assert_eq!(ask(&lease_a, "quit").as_deref(), Some(""));
+    let control_a = mps.dir(&lease_a.key).join("pipe/control");
+    for _ in 0..200 {
+        if !control_a.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!control_a.exists(), "A's daemon quit");
+    assert_eq!(
+        ask(&lease_b, "get_default_device_pinned_mem_limit 0").as_deref(),
+        Some("40G"),
+        "B's daemon still serves B"
+    );
+    // Both leases run their hour and end.
+    h.run_for(&mut r, 3_600 + 3 * INTERVAL as u64).await;
+    assert!(h.running().is_empty(), "both ended");
+    for lease in [&lease_a, &lease_b] {
+        assert!(!mps.dir(&lease.key).exists(), "the daemon's folder is left");
+    }
+    assert_eq!(std::fs::read_dir(&mps.root).unwrap().count(), 0);
 }

@@ -16,7 +16,7 @@ use crate::chain::fake::FakeChain;
 use crate::chain::{proof_hash, GpuView, ReservationDuty};
 use crate::chain::{BidKind, BidView, Chain, Elsewhere, LeaseView, MachineStatus, MachineView};
 use crate::config::{ContainerLimits, ImageBudget, SimulatedGpuConfig};
-use crate::gpu::isolation::Mps;
+use crate::gpu::mps::Mps;
 use crate::gpu::simulated::{SimulatedGpu, TokioTime};
 use crate::gpu::{GpuBackend, Sample};
 use crate::runtime::recording::{Call, RecordingRuntime, EXIT_SIGTERM};
@@ -42,8 +42,18 @@ struct Harness {
     metrics: Arc<Metrics>,
     dir: TempDir,
     env_key: Arc<solana_keypair::Keypair>,
-    /// The host's MPS daemon: there by default, so that leases may share GPUs.
+    /// The host's MPS (the SIMULATED control program, `gpu::mps::simulated`): there by default,
+    /// so that leases may share GPUs.
     mps: Option<Mps>,
+}
+
+impl Drop for Harness {
+    /// The daemons of the shared leases the test left running.
+    fn drop(&mut self) {
+        if let Some(mps) = &self.mps {
+            crate::gpu::mps::sweep(mps, &Default::default());
+        }
+    }
 }
 
 fn gpu_config(topology_group: u8) -> SimulatedGpuConfig {
@@ -85,17 +95,15 @@ impl Harness {
                 (view, c.limits)
             })
             .collect();
+        let dir = tempfile::tempdir().unwrap();
         Harness {
             chain: Arc::new(FakeChain::new(gpus, INTERVAL, T0)),
             runtime: Arc::new(RecordingRuntime::new()),
             gpus: Arc::new(SimulatedGpu::new(&configs, Arc::new(TokioTime::new()))),
             metrics: Arc::new(Metrics::default()),
-            dir: tempfile::tempdir().unwrap(),
+            mps: Some(crate::gpu::mps::simulated(&dir.path().join("mps"))),
+            dir,
             env_key: Arc::new(solana_keypair::Keypair::new()),
-            mps: Some(Mps {
-                pipe_dir: "/run/nvidia-mps/pipe".into(),
-                shm_dir: "/run/nvidia-mps/shm".into(),
-            }),
         }
     }
 
@@ -229,9 +237,12 @@ async fn settle(r: &mut Reconciler) -> Vec<Action> {
             round < 100,
             "a busy loop: every tick starts a job that ends at once"
         );
-        for _ in 0..50 {
+        // 50 ms of real time, and up to 2 s while jobs wait on blocking threads (a shared
+        // lease's MPS daemon starts as a few processes).
+        for waited in 0..2_000 {
             tokio::task::yield_now().await;
-            if r.jobs.all_finished() && r.senders.all_finished() {
+            let blocked = crate::off_runtime_calls() > 0;
+            if !blocked && (waited >= 50 || r.jobs.all_finished() && r.senders.all_finished()) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
