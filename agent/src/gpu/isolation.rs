@@ -90,15 +90,7 @@ pub fn isolation(
         .map(|&memory| (gib_per_gpu as u32 * 100 / memory.max(1) as u32).clamp(1, 100))
         .min()
         .unwrap_or(100);
-    let uuids = gpu_indices
-        .iter()
-        .map(|&i| {
-            gpus.iter()
-                .find(|g| g.index == i as u32)
-                .map(GpuInfo::uuid_name)
-                .ok_or(IsolationError::NoSuchGpu(i))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let uuids = each(gpu_indices, gpus, GpuInfo::uuid_name)?;
     let daemon = LeaseMps {
         control: mps.control.clone(),
         dir: mps.dir(lease),
@@ -150,12 +142,21 @@ pub fn shared_gpus(
 
 /// The memory of each of `gpu_indices`, in GiB.
 fn memory_gib(gpu_indices: &[u8], gpus: &[GpuInfo]) -> Result<Vec<u16>, IsolationError> {
+    each(gpu_indices, gpus, GpuInfo::memory_gib)
+}
+
+/// `read` of each of the machine's GPUs `gpu_indices`, in their order.
+fn each<T>(
+    gpu_indices: &[u8],
+    gpus: &[GpuInfo],
+    read: impl Fn(&GpuInfo) -> T,
+) -> Result<Vec<T>, IsolationError> {
     gpu_indices
         .iter()
         .map(|&i| {
             gpus.iter()
                 .find(|g| g.index == i as u32)
-                .map(GpuInfo::memory_gib)
+                .map(&read)
                 .ok_or(IsolationError::NoSuchGpu(i))
         })
         .collect()
