@@ -138,6 +138,7 @@ fn a_queue_bid_sealed_to_a_chosen_machine_is_sealed_and_given_to_it_alone() {
         true => (&second, &first),
         false => (&first, &second),
     };
+    t.ok(&client, &["bid", "cancel", &open.to_string()]);
     let chosen_key = chosen.machine.to_string();
 
     let out = place(&["--nonce", "2", "--env", env, "--seal-to", &chosen_key]);
