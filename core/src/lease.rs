@@ -43,6 +43,9 @@ pub mod exit {
     /// A GPU of the lease failed (a fatal Xid error, or the driver asked for a reset or a
     /// reboot): the host ended the lease at once and paused its machine.
     pub const GPU_FAULT: i32 = -8;
+    /// The lease's processes held more memory of a GPU it shares than its slice (and the room
+    /// of a CUDA context): the host stopped it, so that its co-tenants keep theirs.
+    pub const OVER_SLICE: i32 = -9;
 
     /// A sentence for a final proof's exit code.
     pub fn reason(code: i32) -> String {
@@ -67,6 +70,9 @@ pub mod exit {
             }
             GPU_FAULT => {
                 "a GPU of the lease failed (the driver reported a fatal error); the host ended the lease at once and paused the machine".into()
+            }
+            OVER_SLICE => {
+                "the lease held more memory of a GPU it shares than its slice; the host stopped it so its co-tenants keep theirs".into()
             }
             c if c > 128 && c <= 128 + 64 => {
                 format!("the container was killed by signal {}", c - 128)

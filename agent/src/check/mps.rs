@@ -5,10 +5,8 @@ use super::load::{Held, LoadError, Running};
 use super::report::Outcome;
 use super::GpuCheck;
 use crate::gpu::isolation::isolation;
+use crate::gpu::mps::CONTEXT_ROOM_MIB;
 use crate::gpu::GpuInfo;
-
-/// A client inside its slice asks this much less than the slice: room for its CUDA context.
-const CONTEXT_ROOM_MIB: u64 = 1_024;
 
 impl GpuCheck<'_> {
     /// Two MPS clients of one slice: one within it, one over it.

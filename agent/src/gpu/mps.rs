@@ -19,8 +19,10 @@
 //!   its `/dev/shm`.
 //!
 //! A tenant that tells its daemon to quit ends its own lease's GPU work, no one else's. A tenant,
-//! root in its container, still holds its own daemon's control pipe; what it can change there is
-//! its own server's limits, which the agent does not read back while the lease runs.
+//! root in its container, still holds its own daemon's control pipe and can raise its own
+//! server's limits there; what its processes hold of the GPU is what the agent watches: more than
+//! its slice and a context's room, and the lease is stopped at the next tick
+//! (`reconcile::tenancy`, `exit::OVER_SLICE`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,10 @@ use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 
 use crate::chain::Key;
 
+/// What a client may hold of a GPU beyond its slice: the room its CUDA context takes. A lease
+/// whose processes hold more than that on a GPU it shares is stopped
+/// (`reconcile::tenancy`).
+pub const CONTEXT_ROOM_MIB: u64 = 1_024;
 /// The size of the tmpfs a lease's daemon and container share as `/dev/shm`.
 pub const SHM_BYTES: u64 = 64 << 20;
 /// How long a daemon may take to open its control pipe, to answer, or to go once told to quit.

@@ -72,6 +72,7 @@ pub fn exit_label(code: i32) -> &'static str {
         exit::ENVIRONMENT_UNAVAILABLE => "environment_unavailable",
         exit::ENGINE_REFUSED => "engine_refused",
         exit::ISOLATION_UNAVAILABLE => "isolation_unavailable",
+        exit::OVER_SLICE => "over_slice",
         c if c > 128 && c <= 128 + 64 => "killed_by_signal",
         c if c > 0 => "failed",
         _ => "host_other",
@@ -453,6 +454,7 @@ mod tests {
             (exit::ENVIRONMENT_UNAVAILABLE, "environment_unavailable"),
             (exit::ENGINE_REFUSED, "engine_refused"),
             (exit::ISOLATION_UNAVAILABLE, "isolation_unavailable"),
+            (exit::OVER_SLICE, "over_slice"),
             (128 + 64, "killed_by_signal"),
             (128 + 65, "failed"),
         ] {

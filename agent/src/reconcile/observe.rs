@@ -56,7 +56,11 @@ impl Reconciler {
         };
         let gpus = self.observe_gpus();
         self.take_faults();
-        self.split_shared_gpus(containers.is_some()).await;
+        self.split_shared_gpus(
+            containers.is_some(),
+            chain.as_ref().map(|c| c.leases.as_slice()),
+        )
+        .await;
         let interval = (self.config.heartbeat_interval.as_secs() as i64)
             .min(self.alive_secs.map_or(i64::MAX, |a| a * 2 / 3));
         // Proofs that landed since the last look count as a heartbeat (the program records
@@ -103,6 +107,7 @@ impl Reconciler {
                 .collect(),
             grace_secs: i64::try_from(self.config.placement_grace.as_secs()).unwrap_or(i64::MAX),
             faulted: self.faulted.iter().map(|(&g, f)| (g, f.xid)).collect(),
+            over_slice: self.tenancy.over_slice.clone(),
             fault_reported: self.fault_reported,
             gpus_as_declared: self.gpus_as_declared,
         })

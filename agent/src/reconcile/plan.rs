@@ -52,6 +52,8 @@ pub struct Observed {
     pub faulted: BTreeMap<u32, u64>,
     /// Whether the chain has been told of the fault (the machine is paused).
     pub fault_reported: bool,
+    /// Leases whose processes hold more of a GPU they share than their slice: they stop.
+    pub over_slice: BTreeSet<Key>,
     /// Whether the machine account declares the GPUs this host has (`gpu::check_identity`),
     /// as last read: a machine that does not takes no bid.
     pub gpus_as_declared: bool,
@@ -388,6 +390,15 @@ impl<'a> Planner<'a> {
             // A GPU of the lease failed: its final proof closes now (nothing after the fault is
             // billed) and its container stops.
             let closes = self.finish(lease, exit::GPU_FAULT);
+            if r.container_id.is_some() {
+                self.push(Action::Stop { lease });
+            }
+            return closes;
+        }
+        if self.o.over_slice.contains(&lease) {
+            // It holds its co-tenants' memory of a shared GPU: its final proof closes now and
+            // its container stops.
+            let closes = self.finish(lease, exit::OVER_SLICE);
             if r.container_id.is_some() {
                 self.push(Action::Stop { lease });
             }

@@ -3,12 +3,18 @@
 //! (`gpu::attribution`), the GPU's processes mapped to leases through their containers' PIDs.
 //! Each lease's energy part adds to its attributed count (in its record, so it outlives a
 //! restart); its power and utilisation parts are this tick's readings of the GPU for it.
+//!
+//! The same reading of what each tenant's processes hold is the slice's last guard: a lease
+//! whose processes hold more of the GPU than its slice and a CUDA context's room
+//! ([`crate::gpu::mps::CONTEXT_ROOM_MIB`]) — its MPS limit raised from inside its container — is
+//! stopped at once (`exit::OVER_SLICE`), before its co-tenants run out of memory for good.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Reconciler;
-use crate::chain::Key;
+use crate::chain::{Key, LeaseView};
 use crate::gpu::attribution::{attribute, tenant_uses, Part, TenantUse};
+use crate::gpu::mps::CONTEXT_ROOM_MIB;
 use crate::gpu::{GpuBackend, Sample};
 
 #[derive(Debug, Default)]
@@ -25,13 +31,26 @@ pub struct Tenancy {
     /// Per GPU, the processes on it that no tenant ran when their PIDs were last asked (an
     /// MPS server, the host's own): they do not make the PIDs be asked again.
     strangers: BTreeMap<u8, Vec<u32>>,
+    /// Each lease's GiB per GPU, as the chain last listed it.
+    slices: BTreeMap<Key, u16>,
+    /// The leases whose processes held more of a GPU they share than their slice this tick.
+    pub(super) over_slice: BTreeSet<Key>,
 }
 
 impl Reconciler {
     /// Splits the reading of every GPU that running leases share since the last split among
-    /// them; `engine_answers` tells whether their containers' PIDs can be asked for (else the
-    /// parts are equal).
-    pub(super) async fn split_shared_gpus(&mut self, engine_answers: bool) {
+    /// them, and notes the leases that hold more of one than their slice; `engine_answers`
+    /// tells whether their containers' PIDs can be asked for (else the parts are equal), and
+    /// `listed` is the chain's leases, where it answered.
+    pub(super) async fn split_shared_gpus(
+        &mut self,
+        engine_answers: bool,
+        listed: Option<&[LeaseView]>,
+    ) {
+        if let Some(listed) = listed {
+            self.tenancy.slices = listed.iter().map(|l| (l.key, l.gib_per_gpu)).collect();
+        }
+        self.tenancy.over_slice.clear();
         let mut tenants: BTreeMap<u8, Vec<(Key, String)>> = BTreeMap::new();
         for (key, r) in &self.state.leases {
             let (Some(id), None, Some(_)) = (&r.container_id, r.exit_code, r.running_since) else {
@@ -70,6 +89,17 @@ impl Reconciler {
             } else {
                 vec![TenantUse::default(); leases.len()]
             };
+            for ((lease, _), used) in leases.iter().zip(&uses) {
+                let Some(&gib) = self.tenancy.slices.get(lease) else {
+                    continue;
+                };
+                let room = ((gib as u64) << 10).saturating_add(CONTEXT_ROOM_MIB) << 20;
+                if used.memory_bytes > room {
+                    tracing::warn!(%lease, gpu, held_mib = used.memory_bytes >> 20, slice_gib = gib,
+                        "the lease holds more of a shared GPU than its slice: stopping it");
+                    self.tenancy.over_slice.insert(*lease);
+                }
+            }
             for ((lease, _), part) in leases.iter().zip(attribute(&sample, energy_mj, &uses)) {
                 if let Some(r) = self.state.leases.get_mut(lease) {
                     r.attribute_energy(gpu, part.energy_mj);

@@ -264,9 +264,7 @@ mps_control = "{mps}"
             machine: setting(config, "machine"),
             engine: setting(config, "engine_socket"),
             keep_containers: false,
-            mps: gpu_market_agent::gpu::mps::simulated(
-                &Path::new(&setting(config, "data_dir")).join("mps"),
-            ),
+            mps: mps_of(config),
         }
     }
 
@@ -384,12 +382,19 @@ impl Drop for Agent {
     }
 }
 
-/// Removes the lease containers the agent of `config` left (one killed with no successor).
+/// Removes the lease containers and stops the MPS daemons the agent of `config` left (one
+/// killed with no successor).
 pub fn remove_containers_of(config: &Path) {
     remove_containers(
         &setting(config, "engine_socket"),
         &setting(config, "machine"),
     );
+    gpu_market_agent::gpu::mps::sweep(&mps_of(config), &Default::default());
+}
+
+/// The simulated MPS of the agent of `config`: its daemons' folders in its data folder.
+fn mps_of(config: &Path) -> Mps {
+    gpu_market_agent::gpu::mps::simulated(&Path::new(&setting(config, "data_dir")).join("mps"))
 }
 
 /// Removes the lease containers of `machine` on `engine`.

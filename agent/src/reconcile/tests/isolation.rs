@@ -345,3 +345,61 @@ async fn a_tenant_that_quits_its_daemon_ends_no_one_elses_and_an_ended_lease_tak
     }
     assert_eq!(std::fs::read_dir(&mps.root).unwrap().count(), 0);
 }
+
+/// A tenant that gets past its MPS limit (root in its container, it can raise its own server's
+/// limit through its daemon's control pipe) and holds more of the shared GPU than its slice and
+/// a context's room is stopped at the next tick, its final proof closed with
+/// `exit::OVER_SLICE`; its co-tenant, within its slice, runs on.
+#[tokio::test(start_paused = true)]
+async fn a_tenant_holding_more_than_its_slice_is_stopped_and_its_co_tenant_runs_on() {
+    let h = Harness::new(&[0]);
+    let (mut r, [(lease_a, a), (lease_b, b)]) = two_tenants(&h).await;
+    launch(&h, &b, 30, 500).expect("within B's 40 GiB");
+    // Within its slice and a context's room: nothing happens.
+    let within = h.runtime.spawn_process(&a);
+    h.gpus
+        .start_process(
+            0,
+            CudaProcess {
+                pid: within,
+                env: &[],
+                ordinal: 0,
+                memory_mib: 40 * 1024 + crate::gpu::mps::CONTEXT_ROOM_MIB,
+                load_permille: 500,
+            },
+        )
+        .unwrap();
+    h.run_for(&mut r, 2 * POLL).await;
+    assert_eq!(h.running().len(), 2, "both run");
+    // One MiB more, its server's limit lifted: nothing but the GPU caps it.
+    let over = h.runtime.spawn_process(&a);
+    h.gpus
+        .start_process(
+            0,
+            CudaProcess {
+                pid: over,
+                env: &[],
+                ordinal: 0,
+                memory_mib: 1,
+                load_permille: 0,
+            },
+        )
+        .unwrap();
+    h.run_for(&mut r, 2 * POLL).await;
+    let running = h.running();
+    assert_eq!(running.len(), 1, "A stopped");
+    assert_eq!(running[0].0, b, "B runs on");
+    let a_exit = h
+        .chain
+        .accepted()
+        .into_iter()
+        .filter(|p| p.lease == lease_a.key)
+        .find_map(|p| p.proof.exit_code);
+    assert_eq!(a_exit, Some(exit::OVER_SLICE));
+    assert!(h
+        .chain
+        .accepted()
+        .into_iter()
+        .filter(|p| p.lease == lease_b.key)
+        .all(|p| p.proof.exit_code.is_none()));
+}

@@ -981,6 +981,7 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         held_back: BTreeSet::new(),
         faulted: BTreeMap::new(),
         fault_reported: false,
+        over_slice: BTreeSet::new(),
         gpus_as_declared: true,
     }
 }
