@@ -5,8 +5,10 @@
 //! pods, first fit, as `Machine::take` holds them at `allocate`) and a queue book of 4,096 of
 //! its further pods: the time to build the policy's view of the market (once per change of the
 //! machines, the leases or the book: what the agent recomputes) and to place one bid on it
-//! (for each bid that fits the agent's machine); and the memory it takes: the accounts' data an
-//! agent's mirror holds, and this process's resident growth with them decoded and the view built.
+//! (for each bid that fits the agent's machine), and a bid sealed to 100 machines as an agent
+//! without a copy computes it (the holders' placement and its own turn after theirs); and the
+//! memory it takes: the accounts' data an agent's mirror holds, and this process's resident
+//! growth with them decoded and the view built.
 
 use std::path::Path;
 use std::time::Instant;
@@ -31,6 +33,9 @@ const QUEUE: usize = 4_096;
 const PLACED: usize = 1_000;
 /// Builds of the view timed (the median is reported).
 const BUILDS: usize = 5;
+/// The machines a sealed bid's environment is sealed to, and the sealed bids placed.
+const SEALED_TO: usize = 100;
+const SEALED_PLACED: usize = 200;
 
 /// A key for the `i`-th account of kind `tag`.
 fn key(tag: u8, i: usize) -> Pubkey {
@@ -141,8 +146,8 @@ pub fn main(traces: &Path) -> Result<(), String> {
     let trace = trace::load(traces)?;
     let market = replay::market();
     println!("The packing policy (`sdk::placement::MarketPlacement`) over openb's machines, {:.0} % of their GPU memory leased, a queue book of {QUEUE} bids; one core, release build:\n", LEASED * 100.0);
-    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} | accounts' data | resident memory |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} | a bid sealed to {SEALED_TO} machines, placed and a non-holder's turn: mean | most | accounts' data | resident memory |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for n in SIZES {
         let resident_before = status_kib("VmRSS:");
         let Leased {
@@ -181,6 +186,31 @@ pub fn main(traces: &Path) -> Result<(), String> {
         }
         times.sort_by(f64::total_cmp);
         let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
+        // A sealed bid, as an agent without a copy computes it: where the holders' turn goes,
+        // and its own turn after theirs.
+        let holders: Vec<Pubkey> = machines
+            .iter()
+            .step_by((machines.len() / SEALED_TO).max(1))
+            .take(SEALED_TO)
+            .map(|(k, _)| *k)
+            .collect();
+        let outsider = machines
+            .iter()
+            .map(|(k, _)| *k)
+            .find(|k| !holders.contains(k))
+            .ok_or("every machine holds a copy")?;
+        let mut sealed_times = Vec::new();
+        for bid in placing.iter().take(SEALED_PLACED) {
+            let ((), ms) = timed(|| {
+                let sealed = Sealed::To(&holders);
+                if let Some(p) = view.place(bid, sealed) {
+                    view.turn(bid, &p, &outsider, sealed);
+                }
+            });
+            sealed_times.push(ms);
+        }
+        sealed_times.sort_by(f64::total_cmp);
+        let sealed_mean = sealed_times.iter().sum::<f64>() / sealed_times.len().max(1) as f64;
         // What the agent's mirror holds of the market (the accounts' bytes, as the node serves
         // them), and what this process holds with the decoded accounts, the queue and the view.
         let data = machines.len() * (8 + Machine::INIT_SPACE)
@@ -192,12 +222,13 @@ pub fn main(traces: &Path) -> Result<(), String> {
                 format!("{:.1} MiB", after.saturating_sub(before) as f64 / 1024.0)
             });
         println!(
-            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} | {:.1} MiB | {resident} |",
+            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} | {sealed_mean:.2} ms | {:.2} ms | {:.1} MiB | {resident} |",
             leases.len(),
             percentile(&builds, 0.5),
             percentile(&times, 0.5),
             percentile(&times, 0.99),
             times.last().copied().unwrap_or(0.0),
+            sealed_times.last().copied().unwrap_or(0.0),
             data as f64 / (1 << 20) as f64,
         );
         drop(view);
