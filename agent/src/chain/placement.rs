@@ -26,13 +26,31 @@ use super::{ChainError, Elsewhere, ReservationDuty};
 /// How long the recipients of a bid's sealed environment are kept before they are read again:
 /// its client may seal it to more machines while it waits (`gpu-market bid seal`).
 const SEALED_RELIST: Duration = Duration::from_secs(60);
-/// The same while it is sealed to nobody: its client stores the copies in the seconds after
-/// placing it, well within the grace period (10 s by default) every machine then leaves it.
+/// The same while it is sealed to nobody in the first [`SEALING_SECS`] after its placement: its
+/// client stores the copies in the seconds after placing it, well within the grace period (10 s
+/// by default) every machine then leaves it. A bid still sealed to nobody after that (its client
+/// never seals it, perhaps on purpose) is read no more often than a sealed one: a book of such
+/// bids must not multiply every agent's requests.
 const UNSEALED_RELIST: Duration = Duration::from_secs(2);
+const SEALING_SECS: i64 = 60;
 /// Where a `SealedEnv` account holds its bid, and its recipient (after the discriminator and
 /// the market; the bid and its client).
 const SEALED_ENV_BID_OFFSET: usize = 8 + 32;
 const SEALED_ENV_RECIPIENT_OFFSET: usize = 8 + 32 * 3;
+
+/// How long the `recipients` of a bid placed `age` seconds ago are kept before they are read
+/// again: [`UNSEALED_RELIST`] while there are none in its first [`SEALING_SECS`], else
+/// [`SEALED_RELIST`].
+fn relist(recipients: &[Pubkey], age: i64) -> Duration {
+    match recipients.is_empty() && age < SEALING_SECS {
+        true => UNSEALED_RELIST,
+        false => SEALED_RELIST,
+    }
+}
+
+/// The recipients of a bid's sealed environment as read: when, for how long they are kept, and
+/// the agent keys.
+pub(super) type SealedRead = (Instant, Duration, Vec<Pubkey>);
 
 /// What the packing policy says of one bid that fits this machine now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +144,8 @@ impl SolanaChain {
     /// The listed machines whose agent can open queue bid `bid`'s (at `key`) sealed environment
     /// (`placement::Sealed`): `None` for a bid without one; none while it is sealed to nobody.
     /// The recipients are read with one `getProgramAccounts` (their keys only) a
-    /// [`SEALED_RELIST`] per bid ([`UNSEALED_RELIST`] while there are none).
+    /// [`SEALED_RELIST`] per bid ([`UNSEALED_RELIST`] while there are none in its first
+    /// [`SEALING_SECS`]).
     pub(super) async fn sealed_holders(
         &self,
         policy: &mut Policy<'_>,
@@ -136,7 +155,8 @@ impl SolanaChain {
         if bid.env_hash == [0; 32] {
             return Ok(None);
         }
-        let recipients = self.sealed_recipients(key).await?;
+        let age = policy.now.saturating_sub(bid.placed_at);
+        let recipients = self.sealed_recipients(key, age).await?;
         if recipients.is_empty() {
             return Ok(Some(Vec::new()));
         }
@@ -144,21 +164,14 @@ impl SolanaChain {
         Ok(Some(sealed_holders(machines, &recipients)))
     }
 
-    /// The agent keys that bid `bid`'s environment is sealed to, as read at most a
-    /// [`SEALED_RELIST`] ago ([`UNSEALED_RELIST`] while there are none).
-    async fn sealed_recipients(&self, bid: &Pubkey) -> Result<Vec<Pubkey>, ChainError> {
+    /// The agent keys that bid `bid` (placed `age` seconds ago) has its environment sealed to,
+    /// as read at most a [`relist`] ago.
+    async fn sealed_recipients(&self, bid: &Pubkey, age: i64) -> Result<Vec<Pubkey>, ChainError> {
         let now = Instant::now();
-        let fresh = |at: &Instant, recipients: &[Pubkey]| {
-            let relist = match recipients.is_empty() {
-                true => UNSEALED_RELIST,
-                false => SEALED_RELIST,
-            };
-            now.duration_since(*at) < relist
-        };
-        if let Some((at, recipients)) = self.sealed_cache().get(bid) {
-            if fresh(at, recipients) {
-                return Ok(recipients.clone());
-            }
+        let fresh =
+            |(at, relist, _): &(Instant, Duration, Vec<Pubkey>)| now.duration_since(*at) < *relist;
+        if let Some(cached) = self.sealed_cache().get(bid).filter(|c| fresh(c)) {
+            return Ok(cached.2.clone());
         }
         let filters = vec![
             RpcFilterType::Memcmp(Memcmp::new_raw_bytes(0, SealedEnv::DISCRIMINATOR.to_vec())),
@@ -174,13 +187,14 @@ impl SolanaChain {
             .iter()
             .filter_map(|(_, d)| Some(Pubkey::new_from_array(d.as_slice().try_into().ok()?)))
             .collect();
+        let relist = relist(&recipients, age);
         let mut cache = self.sealed_cache();
-        cache.retain(|_, (at, recipients)| fresh(at, recipients));
-        cache.insert(*bid, (now, recipients.clone()));
+        cache.retain(|_, cached| fresh(cached));
+        cache.insert(*bid, (now, relist, recipients.clone()));
         Ok(recipients)
     }
 
-    fn sealed_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Pubkey, (Instant, Vec<Pubkey>)>> {
+    fn sealed_cache(&self) -> std::sync::MutexGuard<'_, HashMap<Pubkey, SealedRead>> {
         self.sealed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -355,5 +369,21 @@ impl SolanaChain {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bid sealed to nobody is read again every 2 s while its client may still be storing the
+    /// copies (its first minute), then once a minute like any sealed bid: a book full of bids
+    /// their clients never seal costs an agent one request a minute each, not thirty.
+    #[test]
+    fn a_bid_sealed_to_nobody_is_read_often_only_in_its_first_minute() {
+        assert_eq!(relist(&[], 0), UNSEALED_RELIST);
+        assert_eq!(relist(&[], SEALING_SECS - 1), UNSEALED_RELIST);
+        assert_eq!(relist(&[], SEALING_SECS), SEALED_RELIST);
+        assert_eq!(relist(&[Pubkey::new_unique()], 0), SEALED_RELIST);
     }
 }

@@ -97,7 +97,7 @@ pub struct SolanaChain {
     /// machine's host, and the first part's recorded rendezvous port), once recorded.
     gang_hosts: std::sync::Mutex<HashMap<Pubkey, (Vec<String>, u16)>>,
     /// The agent keys each sealed bid's environment is sealed to, and when they were read.
-    pub(super) sealed: std::sync::Mutex<HashMap<Pubkey, (std::time::Instant, Vec<Pubkey>)>>,
+    pub(super) sealed: std::sync::Mutex<HashMap<Pubkey, super::placement::SealedRead>>,
 }
 
 /// Each part of a gang bid in the gang's order: its machine and the GPUs it takes there.
