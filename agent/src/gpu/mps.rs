@@ -30,6 +30,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
+use rustix::process::{kill_process, Pid, Signal};
 
 use crate::chain::Key;
 
@@ -195,12 +196,16 @@ impl LeaseMps {
         ]
     }
 
-    /// Whether its daemon runs: its pid file names a live process.
-    fn running(&self) -> bool {
+    /// Its daemon's process, while it runs: the live process its pid file names.
+    fn pid(&self) -> Option<i32> {
         std::fs::read_to_string(self.pipe_dir().join(PID_FILE))
             .ok()
             .and_then(|p| p.trim().parse::<i32>().ok())
-            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+            .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    }
+
+    fn running(&self) -> bool {
+        self.pid().is_some()
     }
 
     /// Sends commands to the daemon (`nvidia-cuda-mps-control` as its user interface, the
@@ -255,12 +260,8 @@ pub fn stop(control: &Path, dir: &Path) {
         while daemon.running() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        if let Some(pid) = std::fs::read_to_string(daemon.pipe_dir().join(PID_FILE))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .filter(|_| daemon.running())
-        {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        if let Some(pid) = daemon.pid().and_then(Pid::from_raw) {
+            let _ = kill_process(pid, Signal::KILL);
         }
     }
     if crate::retention::mounted(&daemon.shm_dir()) {
