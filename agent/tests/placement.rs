@@ -43,6 +43,55 @@ async fn machine_b(
     (machine_b, agent_b)
 }
 
+/// Machine A (the market's) and machine B (another host's), each publishing a port for each
+/// lease from a range of its own on this host's public address (the parts of a gang meet
+/// through the engine's proxy), and letting its leases reach nothing (egress none, the
+/// default); each with its agent started. Returns the address, B, and the agents (A's, B's)
+/// with their folders.
+async fn publishing_pair(
+    live: &LiveMarket,
+) -> (String, Pubkey, (Agent, Agent, [tempfile::TempDir; 2])) {
+    let host = host_address().to_string();
+    let network = |host: &str| MachineNetwork {
+        host: host.into(),
+        ports_per_lease: 1,
+        ..MachineNetwork::default()
+    };
+    live.update_machine(|t| t.network = network(&host))
+        .await
+        .unwrap();
+    let (machine_b, agent_b) = machine_b(live, |t| t.network = network(&host)).await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first_port = 32_000 + (std::process::id() % 400) as u16 * 20;
+    let config_a = Agent::write_config(live, dir_a.path(), 2);
+    publishing(&config_a, 0, first_port, &host);
+    let agent_a = Agent::start(&config_a);
+    let config_b = Agent::write_config_for(live, dir_b.path(), 2, &agent_b, &machine_b);
+    publishing(&config_b, 0, first_port + 10, &host);
+    let agent_b = Agent::start(&config_b);
+    (host, machine_b, (agent_a, agent_b, [dir_a, dir_b]))
+}
+
+/// `client` places a gang of `args` on two machines, its first port 29500 (the rendezvous).
+async fn place_gang(live: &LiveMarket, client: &Wallet, mut args: PlaceBidArgs) -> Pubkey {
+    args.ports = vec![29_500];
+    let place = PlaceGangBid {
+        place: PlaceBid {
+            client: &client.key,
+            market: live.market,
+            book: live.queue_book,
+            machine: live.machine,
+            payment_mint: live.mint,
+            client_tokens: client.tokens,
+            args,
+            evict: None,
+        },
+        parts: 2,
+    };
+    live.cluster.run(&place).await.unwrap();
+    place.place.bid()
+}
+
 /// The machine running the lease of `bid`, once there is one.
 async fn machine_of(live: &LiveMarket, bid: &Pubkey) -> Option<Pubkey> {
     let lease = pda::lease(bid).0;
@@ -438,48 +487,13 @@ fn env_value(env: &str, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     let live = live_market(2).await;
-    // Each machine publishes a port for each lease, from a range of its own, on its public
-    // address (both are this host's here: the parts meet through the engine's proxy), and lets
-    // its leases reach nothing (egress none, the default).
-    let host = host_address().to_string();
-    let network = |host: &str| MachineNetwork {
-        host: host.into(),
-        ports_per_lease: 1,
-        ..MachineNetwork::default()
-    };
-    live.update_machine(|t| t.network = network(&host))
-        .await
-        .unwrap();
-    let (machine_b, agent_b) = machine_b(&live, |t| t.network = network(&host)).await;
-    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first_port = 32_000 + (std::process::id() % 400) as u16 * 20;
-    let config_a = Agent::write_config(&live, dir_a.path(), 2);
-    publishing(&config_a, 0, first_port, &host);
-    let agent_a = Agent::start(&config_a);
-    let config_b = Agent::write_config_for(&live, dir_b.path(), 2, &agent_b, &machine_b);
-    publishing(&config_b, 0, first_port + 10, &host);
-    let agent_b = Agent::start(&config_b);
+    let (host, _, (agent_a, agent_b, _dirs)) = publishing_pair(&live).await;
     let client = live.client(100 * TOKEN, 0).await.unwrap();
     let tokens0 = live.cluster.token_balance(&client.tokens).await.unwrap();
     let now = live.cluster.now().await.unwrap();
     let mut args = queue_bid(1, 40 * INTERVAL, now);
     (args.image_ref, args.image_digest) = seeded_image("GANG");
-    args.ports = vec![29_500];
-    let place = PlaceGangBid {
-        place: PlaceBid {
-            client: &client.key,
-            market: live.market,
-            book: live.queue_book,
-            machine: live.machine,
-            payment_mint: live.mint,
-            client_tokens: client.tokens,
-            args,
-            evict: None,
-        },
-        parts: 2,
-    };
-    live.cluster.run(&place).await.unwrap();
-    let gang = place.place.bid();
+    let gang = place_gang(&live, &client, args).await;
 
     let leases = [pda::gang_lease(&gang, 0).0, pda::gang_lease(&gang, 1).0];
     let parts: Vec<Lease> = wait_for("both parts", 60, &agent_a, || async {
@@ -595,5 +609,84 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
         "paid for some proven time and refunded the rest: {tokens0} → {tokens}; A's log:\n{}\nB's log:\n{}",
         agent_a.log(),
         agent_b.log()
+    );
+}
+
+/// Gang reservations through the agents: one GPU-pair machine busy for ten intervals, a gang of
+/// one GPU on each of two machines cannot start. The agents reserve both machines for it from
+/// when the busy lease ends (`reserve_gang`, sent by the machine that frees first), a two-GPU
+/// bid below it that would run past that start is never allocated onto the idle machine, and
+/// the gang starts on both at its reservation. (Before, a gang held nothing: every bid that fit
+/// one of its machines ran first, however long, and the gang waited until it expired.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_reserve_two_machines_for_a_gang_and_start_it_there_on_time() {
+    let live = live_market(2).await;
+    let (_, machine_b, (agent_a, agent_b, _dirs)) = publishing_pair(&live).await;
+
+    // Both GPUs of one machine busy for ten intervals.
+    let client = live.client(100 * TOKEN, 0).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let mut busy = queue_bid(1, 10 * INTERVAL, now);
+    (busy.gpu_count, busy.gib_per_gpu) = (2, 24);
+    let busy = live.place(&client, busy).await.unwrap();
+    let busy_on = leased_on(&live, busy, "the ten-interval lease", &agent_a).await;
+    let idle = if busy_on == live.machine {
+        machine_b
+    } else {
+        live.machine
+    };
+
+    let gang_client = live.client(100 * TOKEN, 0).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let mut args = queue_bid(2, 40 * INTERVAL, now);
+    (args.gib_per_gpu, args.urgency_premium) = (24, TOKEN);
+    let gang = place_gang(&live, &gang_client, args).await;
+
+    let (held_idle, held_busy): (Machine, Machine) =
+        wait_for("the gang's reservation", 30, &agent_b, || async {
+            let i: Machine = live.cluster.account(&idle).await.ok()?;
+            let b: Machine = live.cluster.account(&busy_on).await.ok()?;
+            (i.reservation.bid == gang && b.reservation.bid == gang).then_some((i, b))
+        })
+        .await;
+    let ends: Lease = live.cluster.account(&pda::lease(&busy).0).await.unwrap();
+    let start = held_busy.reservation.start;
+    assert_eq!(start, ends.stop(), "when the busy lease ends");
+    assert_eq!(
+        held_idle.reservation.start, start,
+        "both parts from the gang's start"
+    );
+    let b: Bid = live.cluster.account(&gang).await.unwrap();
+    assert_eq!(b.reserved_on, idle, "sent by the machine that frees first");
+
+    // A two-GPU bid for forty intervals fits the idle machine now but would run past the
+    // start on its reserved GPU.
+    let other = live.client(100 * TOKEN, 0).await.unwrap();
+    let now = live.cluster.now().await.unwrap();
+    let mut long = queue_bid(3, 40 * INTERVAL, now);
+    (long.gpu_count, long.gib_per_gpu) = (2, 24);
+    let long = live.place(&other, long).await.unwrap();
+
+    let leases = [pda::gang_lease(&gang, 0).0, pda::gang_lease(&gang, 1).0];
+    let parts: Vec<Lease> = wait_for("both parts", 90, &agent_a, || async {
+        let mut parts = Vec::new();
+        for l in &leases {
+            parts.push(live.cluster.account::<Lease>(l).await.ok()?);
+        }
+        Some(parts)
+    })
+    .await;
+    let on: Vec<Pubkey> = parts.iter().map(|p| p.machine).collect();
+    assert!(on.contains(&idle) && on.contains(&busy_on), "{on:?}");
+    assert!(
+        parts[0].started_at <= start + 2 * INTERVAL as i64,
+        "started at {}, reserved from {start}; A's log:\n{}\nB's log:\n{}",
+        parts[0].started_at,
+        agent_a.log(),
+        agent_b.log()
+    );
+    assert!(
+        machine_of(&live, &long).await.is_none(),
+        "the long bid never ran before it"
     );
 }

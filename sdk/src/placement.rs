@@ -351,20 +351,49 @@ pub fn earliest_start(
     machines: &[(Pubkey, Machine)],
     leases: &[Lease],
 ) -> Option<(i64, Pubkey)> {
+    // The first of the earliest: ties go to the machine listed first.
+    starts(market, bid, now, machines, leases).min_by_key(|(at, _)| *at)
+}
+
+/// When a gang bid could start at the earliest, and on which machines: its parts start
+/// together, so on the `bid.parts` machines of `machines` whose own earliest starts
+/// ([`earliest_start`]) are soonest (ties: the first listed), at the latest of those. What
+/// `reserve_gang` holds them from, and the order its parts are listed in. `None`: fewer
+/// machines than parts free enough by its latest start.
+pub fn gang_start(
+    market: &Market,
+    bid: &Bid,
+    now: i64,
+    machines: &[(Pubkey, Machine)],
+    leases: &[Lease],
+) -> Option<(i64, Vec<Pubkey>)> {
+    let mut soonest: Vec<(i64, Pubkey)> = starts(market, bid, now, machines, leases).collect();
+    soonest.sort_by_key(|(at, _)| *at);
+    soonest.truncate(bid.parts as usize);
+    let start = soonest.last().map(|(at, _)| *at)?;
+    (soonest.len() == bid.parts as usize)
+        .then(|| (start, soonest.into_iter().map(|(_, k)| k).collect()))
+}
+
+/// Each of `machines` that `bid` could start on by its latest start, and when
+/// (`Machine::earliest_start` over its running `leases`), in listing order.
+fn starts<'a>(
+    market: &'a Market,
+    bid: &'a Bid,
+    now: i64,
+    machines: &'a [(Pubkey, Machine)],
+    leases: &'a [Lease],
+) -> impl Iterator<Item = (i64, Pubkey)> + 'a {
     let mut on: HashMap<&Pubkey, Vec<&Lease>> = HashMap::new();
     for l in leases {
         on.entry(&l.machine).or_default().push(l);
     }
-    let mut best: Option<(i64, Pubkey)> = None;
-    for (key, machine) in machines {
+    machines.iter().filter_map(move |(key, machine)| {
         let running = on.get(key).into_iter().flatten().copied();
-        if let Some((at, _)) = machine.earliest_start(market, bid, now, running) {
-            if best.is_none_or(|(t, _)| at < t) {
-                best = Some((at, *key));
-            }
-        }
-    }
-    best
+        machine
+            .earliest_start(market, bid, now, running)
+            .map(|(at, _)| (at, *key))
+    })
 }
 
 #[cfg(test)]

@@ -10,9 +10,12 @@ use gpu_market_tests::program_test::Failure;
 
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
-use gpu_market::state::{Bid, GpuSpec, Lease, Machine, MachineStatus, Market};
-use gpu_market_sdk::{ExtendLease, Reserve, Unreserve};
+use gpu_market::state::{Bid, GpuSpec, Lease, Machine, MachineNetwork, MachineStatus, Market};
+use gpu_market_sdk::{
+    CloseLease, ExtendLease, Heartbeat, PlaceGangBid, Reserve, ReserveGang, Unreserve,
+};
 use lease_fixture::*;
+use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 
 /// 16 GPUs of class 0, 24 GiB each: 0 to 11 in one topology group, 12 to 15 in another.
@@ -106,22 +109,38 @@ fn extend(f: &mut Fixture, c: &Wallet, lease: Pubkey, secs: u32) -> Result<(), F
 /// Proves every lease of `leases` interval by interval until `until` (all started together, at
 /// `started`), then settles those that ended.
 fn run_until(f: &mut Fixture, leases: &[Pubkey], started: i64, until: i64) {
+    let agent = f.agent.insecure_clone();
+    let leases: Vec<(Pubkey, &Keypair)> = leases.iter().map(|l| (*l, &agent)).collect();
+    run_until_by(f, &leases, started, until);
+}
+
+/// [`run_until`], each lease proven by the agent beside it.
+fn run_until_by(f: &mut Fixture, leases: &[(Pubkey, &Keypair)], started: i64, until: i64) {
     let mut k = 0;
     while started + (k as i64 + 1) * INTERVAL <= until {
         f.ctx
             .advance_time(started + (k as i64 + 1) * INTERVAL - f.ctx.now());
-        for (lease, l) in open(f, leases) {
+        for (lease, agent) in leases {
+            let Some((_, l)) = open(f, &[*lease]).pop() else {
+                continue;
+            };
             if l.proven_until < l.ends_at {
-                prove(f, lease, k);
+                let p = f.proof(lease, k);
+                f.submit_with(agent, *lease, p).expect("submit_usage");
+                f.claim(l.machine).expect("claim_pay");
             }
         }
         k += 1;
     }
+    let leases: Vec<Pubkey> = leases.iter().map(|(l, _)| *l).collect();
+    let leases = &leases[..];
     let keeper = f.ctx.wallet(1);
+    let market: Market = f.ctx.account(&f.market);
     for (lease, l) in open(f, leases) {
         if l.proven_until >= l.ends_at {
-            f.close_with(&keeper, lease, None, false)
-                .expect("end_lease");
+            let m: Machine = f.ctx.account(&l.machine);
+            let close = CloseLease::of(&keeper, (lease, &l), &m, &market, None, false);
+            f.ctx.run(&close).expect("end_lease");
         }
     }
 }
@@ -383,4 +402,206 @@ fn a_reservation_moves_only_to_a_machine_that_starts_the_bid_earlier() {
     assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
     assert_eq!(f.ctx.account::<Machine>(&b).reservation, held);
     assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
+}
+
+/// Eight GPUs of class 0, 24 GiB each, publishing a port for each lease (a gang's first port is
+/// where its other parts reach its first).
+fn eight(t: &mut gpu_market::state::MachineTerms) {
+    t.gpus = sixteen()[..8].to_vec();
+    t.network = MachineNetwork {
+        host: "10.0.0.1".into(),
+        ports_per_lease: 1,
+        ..MachineNetwork::default()
+    };
+}
+
+/// The fixture's machine A and machine B (its agent beside it), 8 GPUs each, and a paused
+/// 16-GPU machine of the host's (it counts among the GPUs offered, so a 16-GPU gang is within
+/// the anti-monopoly cap's half).
+fn gang_market() -> (Fixture, Pubkey, Keypair) {
+    let mut f = fixture();
+    f.update_machine(eight);
+    let (b, agent_b) = f.other_machine_run_by(1, eight);
+    let spare = f.other_machine(2, |t| t.gpus = sixteen());
+    f.set_status(spare, MachineStatus::Paused);
+    f.ctx.advance_time(INTERVAL);
+    (f, b, agent_b)
+}
+
+/// A gang of two parts of `gpus` GPUs for `secs`, its client paying a premium to rank first.
+fn place_gang(f: &mut Fixture, c: &Wallet, gpus: u8, secs: u32) -> Pubkey {
+    let mut a = args(f, gpus, secs, 0);
+    a.ports = vec![29_500];
+    a.urgency_premium = TOKEN;
+    let p = PlaceGangBid {
+        place: f.placement(c, a),
+        parts: 2,
+    };
+    f.ctx.run(&p).expect("place_gang_bid");
+    p.place.bid()
+}
+
+/// `reserve_gang` of `gang` on `parts`, whose running leases are among `leases`.
+fn reserve_gang(
+    f: &mut Fixture,
+    gang: Pubkey,
+    parts: &[Pubkey],
+    leases: &[(Pubkey, Lease)],
+) -> Result<(), Failure> {
+    let b: Bid = f.ctx.account(&gang);
+    let leases: Vec<Lease> = leases.iter().map(|(_, l)| l.clone()).collect();
+    let ix = ReserveGang::of(
+        f.market,
+        f.queue_book,
+        gang,
+        b.reserved_on,
+        (parts, &leases),
+        vec![],
+    );
+    f.ctx.run(&ix).map(|_| ())
+}
+
+fn heartbeat(f: &mut Fixture, agent: &Keypair, machine: Pubkey) {
+    f.ctx.run(&Heartbeat { agent, machine }).expect("heartbeat");
+}
+
+/// Before gang reservations, a gang waited for all its machines to be free at once while every
+/// bid that fit one of them ran first, however long: it was passed over until it expired.
+/// Now a 16-GPU gang holds GPUs on both its machines from the time both are free; smaller bids
+/// run there only if they end by then, a bid ranked below it cannot take its machines over,
+/// and it starts at its reservation.
+#[test]
+fn a_16_gpu_gang_starts_at_its_reservation_on_two_machines_while_smaller_bids_backfill() {
+    let (mut f, b, agent_b) = gang_market();
+    let a = f.machine;
+    // Six of A's GPUs busy for ten minutes; B idle.
+    let filler = f.client(100 * TOKEN, 0);
+    let mut fillers = Vec::new();
+    for g in 0..6u8 {
+        let x = args(&mut f, 1, 600, 0);
+        let bid = f.place(&filler, x);
+        fillers.push(f.allocate(bid, &[g]).expect("a filler"));
+    }
+    let started = f.ctx.now();
+    let c = f.client(1_000 * TOKEN, 0);
+    let gang = place_gang(&mut f, &c, 8, 3_600);
+
+    // A gang is reserved on all its machines at once, never one by one.
+    let all = open(&f, &fillers);
+    let ledger = f.ledger(&c);
+    let err = reserve(&mut f, gang, &all, vec![]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GangNeedsReserveGang));
+    let err = reserve_gang(&mut f, gang, &[a, b], &all[1..]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::LeasesMissing));
+    assert_eq!(f.ledger(&c), ledger, "a refused step moves nothing");
+    assert!(!f.ctx.account::<Machine>(&b).reservation.is_set());
+
+    reserve_gang(&mut f, gang, &[a, b], &all).expect("reserve_gang");
+    println!(
+        "reserve_gang on two machines with 6 leases: {} compute units",
+        f.ctx.compute_units["reserve_gang"]
+    );
+    for m in [a, b] {
+        let held = f.ctx.account::<Machine>(&m).reservation;
+        assert_eq!(held.bid, gang);
+        assert_eq!(held.start, started + 600, "when A's fillers end, on both");
+        assert_eq!(held.gpus, 0xFF, "all eight");
+    }
+    assert_eq!(f.ctx.account::<Bid>(&gang).reserved_on, a);
+
+    // On B, idle now: a bid that ends before the start backfills; one that would run past it
+    // is refused on either machine, moving nothing.
+    let small = f.client(100 * TOKEN, 0);
+    let x = args(&mut f, 1, 300, 0);
+    let short = f.place(&small, x);
+    let x = f.ctx.allocation(&agent_b, b, short, &[0]);
+    let backfill = f.send_allocate(&x).expect("backfill on B");
+    let x = args(&mut f, 1, 1_200, 0);
+    let long = f.place(&small, x);
+    let ledger = f.ledger(&small);
+    let x = f.ctx.allocation(&agent_b, b, long, &[1]);
+    let err = f.send_allocate(&x).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
+    let err = f.allocate(long, &[6]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::GpusReserved));
+    assert_eq!(f.ledger(&small), ledger);
+    f.cancel(&small, long).expect("cancel_bid");
+
+    // A bid ranked below the gang cannot take B over for itself.
+    let x = args(&mut f, 8, 3_600, 0);
+    let below = f.place(&small, x);
+    let on_b = open(&f, &[backfill]);
+    let err = reserve_on(&mut f, b, below, &on_b, vec![]).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
+    assert_eq!(f.ctx.account::<Machine>(&b).reservation.bid, gang);
+    f.cancel(&small, below).expect("cancel_bid");
+
+    // At the start both machines are free, and the gang starts on them then.
+    let agent_a = f.agent.insecure_clone();
+    let mut by: Vec<(Pubkey, &Keypair)> = fillers.iter().map(|l| (*l, &agent_a)).collect();
+    by.push((backfill, &agent_b));
+    run_until_by(&mut f, &by, started, started + 600);
+    heartbeat(&mut f, &agent_a, a);
+    heartbeat(&mut f, &agent_b, b);
+    let x = f.ctx.gang_allocation(&agent_a, gang, &[a, b]);
+    f.ctx
+        .allocate_gang(&x)
+        .expect("the gang starts at its reservation");
+    for lease in x.leases() {
+        assert_eq!(f.ctx.account::<Lease>(&lease).started_at, started + 600);
+    }
+    for m in [a, b] {
+        assert!(!f.ctx.account::<Machine>(&m).reservation.is_set(), "spent");
+    }
+}
+
+/// A gang's reservation moves only to machines that start it earlier, all its machines at
+/// once: the earlier round's machines hold nothing from then on, and anyone may clear them.
+#[test]
+fn a_gang_reservation_moves_only_to_an_earlier_start_and_leaves_the_old_machines_free() {
+    let (mut f, b, agent_b) = gang_market();
+    let a = f.machine;
+    let (c_machine, _agent_c) = f.other_machine_run_by(3, eight);
+    // A busy for half an hour, B for ten minutes, C idle.
+    let filler = f.client(1_000 * TOKEN, 0);
+    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+    for g in 0..4u8 {
+        let x = args(&mut f, 1, 1_800, 0);
+        let bid = f.place(&filler, x);
+        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
+        let x = args(&mut f, 1, 600, 0);
+        let bid = f.place(&filler, x);
+        let ix = f.ctx.allocation(&agent_b, b, bid, &[g]);
+        on_b.push(f.send_allocate(&ix).expect("a filler on B"));
+    }
+    let now = f.ctx.now();
+    let c = f.client(1_000 * TOKEN, 0);
+    let gang = place_gang(&mut f, &c, 8, 3_600);
+    let (leases_a, leases_b) = (open(&f, &on_a), open(&f, &on_b));
+    let both: Vec<(Pubkey, Lease)> = leases_a.iter().chain(&leases_b).cloned().collect();
+    reserve_gang(&mut f, gang, &[a, c_machine], &leases_a).expect("parked on A and C");
+    assert_eq!(f.ctx.account::<Machine>(&a).reservation.start, now + 1_800);
+    // B and C start it twenty minutes earlier: it moves.
+    reserve_gang(&mut f, gang, &[b, c_machine], &both).expect("moved to B and C");
+    for m in [b, c_machine] {
+        let held = f.ctx.account::<Machine>(&m).reservation;
+        assert_eq!((held.bid, held.start), (gang, now + 600));
+    }
+    assert_eq!(f.ctx.account::<Bid>(&gang).reserved_on, b);
+    // Back to A and C, later: refused, moving nothing.
+    let before = f.ctx.account::<Machine>(&b).reservation;
+    let err = reserve_gang(&mut f, gang, &[a, c_machine], &both).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
+    assert_eq!(f.ctx.account::<Machine>(&b).reservation, before);
+    // A's reservation is of the earlier round: it holds nothing, and a stranger clears it.
+    let m: Machine = f.ctx.account(&a);
+    assert_eq!(m.reservation.bid, gang, "still set");
+    f.ctx
+        .run(&Unreserve::of(f.market, (a, &m)))
+        .expect("unreserve of the earlier round");
+    assert!(!f.ctx.account::<Machine>(&a).reservation.is_set());
+    // B's holds.
+    let m: Machine = f.ctx.account(&b);
+    let err = f.ctx.run(&Unreserve::of(f.market, (b, &m))).unwrap_err();
+    assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
 }

@@ -735,7 +735,7 @@ impl Chain for FakeChain {
         let offer = s.offer(None);
         let mut out = OpenBids {
             alive_secs: s.alive_secs,
-            reservation: s.reservation_duty,
+            reservation: s.reservation_duty.clone(),
             ..OpenBids::default()
         };
         // Queue bids outrank spot bids.
@@ -951,6 +951,21 @@ impl Chain for FakeChain {
         s.reachable()?;
         if s.reservation_duty != Some(ReservationDuty::Reserve(bid)) {
             return Err(rejected("reserve", "the books hold no such duty"));
+        }
+        s.reservation_duty = None;
+        s.reservations.push(Some(bid));
+        Ok(())
+    }
+
+    async fn reserve_gang(&self, bid: Key, parts: &[Key]) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        let duty = ReservationDuty::ReserveGang {
+            bid,
+            parts: parts.to_vec(),
+        };
+        if s.reservation_duty.as_ref() != Some(&duty) {
+            return Err(rejected("reserve_gang", "the books hold no such duty"));
         }
         s.reservation_duty = None;
         s.reservations.push(Some(bid));

@@ -368,12 +368,15 @@ pub struct OpenBids {
     pub reservation: Option<ReservationDuty>,
 }
 
-/// A machine's part in the market's reservations (`reserve`, `unreserve`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A machine's part in the market's reservations (`reserve`, `reserve_gang`, `unreserve`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReservationDuty {
     /// Hold this machine's GPUs for the queue bid: the best waiting one that fits no machine
     /// now and no machine holds, which this machine can start the soonest.
     Reserve(Key),
+    /// Hold GPUs of each of `parts` (this machine first) for the gang bid, all from the time
+    /// every part fits: the machines that can start a part of it soonest.
+    ReserveGang { bid: Key, parts: Vec<Key> },
     /// Clear this machine's reservation: its bid started, left or moved on, or it lapsed.
     Clear,
 }
@@ -467,6 +470,8 @@ pub trait Chain: Send + Sync {
     async fn prune_bid(&self, bid: Key) -> Result<(), ChainError>;
     /// Holds this machine's GPUs for waiting queue bid `bid` (`reserve`).
     async fn reserve(&self, bid: Key) -> Result<(), ChainError>;
+    /// Holds GPUs of each machine of `parts` for waiting gang bid `bid` (`reserve_gang`).
+    async fn reserve_gang(&self, bid: Key, parts: &[Key]) -> Result<(), ChainError>;
     /// Clears this machine's reservation, which holds nothing any more (`unreserve`).
     async fn unreserve(&self) -> Result<(), ChainError>;
     /// The copy of `bid`'s environment sealed to this machine's agent key, as the bid's client

@@ -14,7 +14,7 @@ use gpu_market::state::{
 };
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::placement::{
-    alive, earliest_start, sealed_holders, MarketPlacement, Placed, Sealed,
+    alive, earliest_start, gang_start, sealed_holders, MarketPlacement, Placed, Sealed,
 };
 use solana_pubkey::Pubkey;
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
@@ -75,7 +75,7 @@ pub(super) struct Policy<'a> {
 }
 
 /// Every machine of a market and its running leases.
-type Listing = (Vec<(Pubkey, Machine)>, Vec<Lease>);
+pub(super) type Listing = (Vec<(Pubkey, Machine)>, Vec<Lease>);
 
 impl<'a> Policy<'a> {
     pub(super) fn new(market: &'a Market, now: i64, queue: &'a [BookLeaf]) -> Self {
@@ -323,6 +323,12 @@ impl SolanaChain {
             if leaf.summary.expired(now) || !empty.fits(&need) {
                 continue;
             }
+            if leaf.summary.is_gang() {
+                match self.gang_duty(policy, leaf).await? {
+                    GangDuty::Next => continue,
+                    GangDuty::Done(duty) => return Ok(duty),
+                }
+            }
             let until = leaf.summary.runs_until(now);
             if offers.for_run(&leaf.bid, until).fits(&need) {
                 return Ok(None);
@@ -369,6 +375,62 @@ impl SolanaChain {
             }
         }
         Ok(None)
+    }
+}
+
+/// What a gang's entry in the queue means for this machine's reservation duty.
+enum GangDuty {
+    /// Nothing: the next entry may be this machine's to hold.
+    Next,
+    /// This duty (or none), and no later entry.
+    Done(Option<ReservationDuty>),
+}
+
+impl SolanaChain {
+    /// This machine's part in the reservation of gang entry `leaf` (which could run here once
+    /// the machine is empty; this machine holds nothing). Of the live machines no other bid's
+    /// reservation holds, the gang's parts go to those that can start one soonest
+    /// (`placement::gang_start`, every agent computing the same); the first of them sends
+    /// `reserve_gang` for all when the gang cannot start now and holds no machines from an
+    /// earlier or equal start. The others wait for it. Any other machine, and every machine
+    /// where the gang's reservation holds from as early, goes on to the next entry (a gang
+    /// holds no other bid back).
+    async fn gang_duty(
+        &self,
+        policy: &mut Policy<'_>,
+        leaf: &BookLeaf,
+    ) -> Result<GangDuty, ChainError> {
+        let (market, now) = (policy.market, policy.now);
+        let here = self.machine();
+        let grace = market.silence_window_secs();
+        let bid: Bid = self.account(&leaf.bid, "bid").await?;
+        let (machines, leases) = self.listing(&mut policy.listing).await?;
+        let held_from = machines
+            .iter()
+            .find(|(k, m)| *k == bid.reserved_on && m.holds(k, (&leaf.bid, &bid), market, now))
+            .map(|(_, m)| m.reservation.start);
+        let open: Vec<(Pubkey, Machine)> = machines
+            .iter()
+            .filter(|(_, m)| {
+                m.status == MachineStatus::Active
+                    && alive(market, m, now)
+                    && (!m.reservation.binds(now, grace) || m.reservation.bid == leaf.bid)
+            })
+            .cloned()
+            .collect();
+        let Some((start, parts)) = gang_start(market, &bid, now, &open, leases) else {
+            return Ok(GangDuty::Next);
+        };
+        let earlier = held_from.is_none_or(|from| start < from);
+        if !parts.contains(&here) || !earlier {
+            return Ok(GangDuty::Next);
+        }
+        // Every part fits now: the allocation path starts it.
+        let duty = (parts[0] == here && start > now).then(|| ReservationDuty::ReserveGang {
+            bid: key(&leaf.bid),
+            parts: parts.iter().map(key).collect(),
+        });
+        Ok(GangDuty::Done(duty))
     }
 }
 

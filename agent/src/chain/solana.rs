@@ -26,7 +26,7 @@ use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
 use gpu_market_sdk::placement::Sealed;
 use gpu_market_sdk::{
     Allocate, AllocateGang, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid,
-    ReportFault, Reserve, SetRendezvous, SubmitUsage, Unreserve,
+    ReportFault, Reserve, ReserveGang, SetRendezvous, SubmitUsage, Unreserve,
 };
 use solana_account_decoder_client_types::{UiAccountEncoding, UiDataSliceConfig};
 use solana_commitment_config::CommitmentConfig;
@@ -52,7 +52,7 @@ use solana_transaction::Transaction;
 use tokio::sync::Mutex;
 
 use super::mirror::Mirror;
-use super::placement::{Placement, Policy};
+use super::placement::{Listing, Placement, Policy};
 use super::traffic::{Counting, Traffic};
 use super::{
     BidKind, BidView, Chain, ChainError, EgressView, Gang, GpuView, Key, LeaseView, MachineStatus,
@@ -443,6 +443,37 @@ impl SolanaChain {
             .await?;
         *cached = Some(k);
         Ok(k)
+    }
+
+    /// What a reservation of `bid` (by instruction `name`) reads: the market, the bid, every
+    /// machine and running lease of the market, and the machines whose reservations hold the
+    /// entries ranked above the bid in the queue book.
+    async fn reserving(
+        &self,
+        bid: Pubkey,
+        name: &'static str,
+    ) -> Result<(Market, Bid, Listing, Vec<Pubkey>), ChainError> {
+        let got = self.raw_accounts(&[self.market, bid]).await?;
+        let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
+        let b: Bid = decoded(got[1].as_deref(), "bid", &bid)?;
+        let book = self
+            .read_book(&market.queue_book)
+            .await?
+            .ok_or_else(|| ChainError::rejected(name, "no queue book"))?;
+        let above: Vec<Pubkey> = book
+            .entries
+            .iter()
+            .take_while(|l| l.bid != bid)
+            .map(|l| l.bid)
+            .collect();
+        let listing = self.market_listing().await?;
+        let holding = listing
+            .0
+            .iter()
+            .filter(|(_, m)| above.contains(&m.reservation.bid))
+            .map(|(k, _)| *k)
+            .collect();
+        Ok((market, b, listing, holding))
     }
 
     /// The lease accounts of this machine: from the mirror when it knows them all, else from
@@ -1388,26 +1419,8 @@ impl Chain for SolanaChain {
 
     async fn reserve(&self, bid: Key) -> Result<(), ChainError> {
         let bid = pubkey(bid);
-        let got = self.raw_accounts(&[self.market, bid]).await?;
-        let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
-        let b: Bid = decoded(got[1].as_deref(), "bid", &bid)?;
-        let book = self
-            .read_book(&market.queue_book)
-            .await?
-            .ok_or_else(|| ChainError::rejected(Reserve::NAME, "no queue book"))?;
-        let above: Vec<Pubkey> = book
-            .entries
-            .iter()
-            .take_while(|l| l.bid != bid)
-            .map(|l| l.bid)
-            .collect();
-        let (machines, _) = self.market_listing().await?;
-        // The machines whose reservations hold the entries ranked above it.
-        let holding = machines
-            .iter()
-            .filter(|(k, m)| *k != self.machine && above.contains(&m.reservation.bid))
-            .map(|(k, _)| *k)
-            .collect();
+        let (market, b, _, holding) = self.reserving(bid, Reserve::NAME).await?;
+        let holding = holding.into_iter().filter(|k| *k != self.machine).collect();
         let leases = self.lease_accounts().await?;
         let ix = Reserve::of(
             self.market,
@@ -1419,6 +1432,22 @@ impl Chain for SolanaChain {
         )
         .instruction();
         self.send(Reserve::NAME, ix).await
+    }
+
+    async fn reserve_gang(&self, bid: Key, parts: &[Key]) -> Result<(), ChainError> {
+        let bid = pubkey(bid);
+        let parts: Vec<Pubkey> = parts.iter().map(|k| pubkey(*k)).collect();
+        let (market, b, (_, leases), holding) = self.reserving(bid, ReserveGang::NAME).await?;
+        let ix = ReserveGang::of(
+            self.market,
+            market.queue_book,
+            bid,
+            b.reserved_on,
+            (&parts, &leases),
+            holding,
+        )
+        .instruction();
+        self.send(ReserveGang::NAME, ix).await
     }
 
     async fn unreserve(&self) -> Result<(), ChainError> {

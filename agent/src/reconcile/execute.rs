@@ -242,6 +242,13 @@ impl Reconciler {
                     .inspect_err(|e| self.chain_error(e))?;
                 tracing::info!(%bid, "reserved the machine's GPUs for a waiting bid");
             }
+            Action::ReserveGang { bid, parts } => {
+                self.chain
+                    .reserve_gang(*bid, parts)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                tracing::info!(%bid, machines = parts.len(), "reserved GPUs of the gang's machines for a waiting gang bid");
+            }
             Action::Unreserve => {
                 self.chain
                     .unreserve()

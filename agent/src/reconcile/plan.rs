@@ -188,6 +188,11 @@ pub enum Action {
     Reserve {
         bid: Key,
     },
+    /// Hold GPUs of these machines (this one first) for the waiting gang bid.
+    ReserveGang {
+        bid: Key,
+        parts: Vec<Key>,
+    },
     /// Clear this machine's reservation, which holds nothing any more.
     Unreserve,
     /// No lease uses this GPU but its settings are not its idle ones: reset it, and park it.
@@ -650,8 +655,12 @@ impl<'a> Planner<'a> {
     }
 
     fn reserve(&mut self, chain: &ChainObserved) {
-        match chain.reservation {
-            Some(ReservationDuty::Reserve(bid)) => self.push(Action::Reserve { bid }),
+        match &chain.reservation {
+            Some(ReservationDuty::Reserve(bid)) => self.push(Action::Reserve { bid: *bid }),
+            Some(ReservationDuty::ReserveGang { bid, parts }) => self.push(Action::ReserveGang {
+                bid: *bid,
+                parts: parts.clone(),
+            }),
             Some(ReservationDuty::Clear) => self.push(Action::Unreserve),
             None => {}
         }

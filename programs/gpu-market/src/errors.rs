@@ -235,7 +235,7 @@ pub enum MarketError {
     GangSpotBid,
     #[msg("the bid is a gang's: allocate_gang starts all its parts at once")]
     GangNeedsAllocateGang,
-    #[msg("allocate_gang takes a gang bid")]
+    #[msg("allocate_gang and reserve_gang take a gang bid")]
     NotAGang,
     #[msg("pass one machine and its part's lease account for each of the gang's parts, each machine once, and GPUs for each part")]
     GangPartsMismatch,
@@ -249,6 +249,8 @@ pub enum MarketError {
     RendezvousSet,
     #[msg("a gang bid publishes at least one port: its first is where the other parts reach the first part")]
     GangNeedsPort,
+    #[msg("the bid is a gang's: reserve_gang holds all its machines at once")]
+    GangNeedsReserveGang,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -170,6 +170,12 @@ pub mod gpu_market {
         Reserve::reserve(ctx)
     }
 
+    /// Holds GPUs for a gang bid on each of its machines, all from the time every part fits
+    /// (EASY backfilling across machines; anyone may send it).
+    pub fn reserve_gang<'info>(ctx: Context<'info, ReserveGang<'info>>) -> Result<()> {
+        ReserveGang::reserve_gang(ctx)
+    }
+
     /// Clears a machine's reservation that holds nothing any more (anyone may send it).
     pub fn unreserve(ctx: Context<Unreserve>) -> Result<()> {
         Unreserve::unreserve(ctx)

@@ -188,7 +188,8 @@ pub(crate) fn fits_one(offers: &Offers) -> impl Fn(&BookLeaf, i64) -> bool + '_ 
 }
 
 /// Takes `bid` out of its `book` as it starts: its holding charge taken (returned), its entry
-/// removed and the slot's rent back to the bid's account, which keeps it while the bid runs.
+/// removed and the slot's rent back to the bid's account, which keeps it while the bid runs;
+/// its reservations' round ends.
 pub(crate) fn leave_book(
     market: &mut Market,
     bid: &mut Account<Bid>,
@@ -205,6 +206,9 @@ pub(crate) fn leave_book(
     require_keys_eq!(leaf.bid, bid.key(), MarketError::WrongBook);
     shrink_book(book, &bid.to_account_info(), slot_rent(&Rent::get()?))?;
     bid.status = BidStatus::Running;
+    // Reservations it had on machines it does not start on hold nothing now, nor after a
+    // failover puts it back in the queue.
+    bid.reserved_round = bid.reserved_round.wrapping_add(1);
     Ok(held)
 }
 

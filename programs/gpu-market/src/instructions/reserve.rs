@@ -93,7 +93,7 @@ impl Reserve<'_> {
         let a = &ctx.accounts;
         let (market, machine, bid) = (&a.market, &a.machine, &a.bid);
         require!(bid.kind == BidKind::Queue, MarketError::NotQueueBid);
-        require!(!bid.is_gang(), MarketError::GangNeedsAllocateGang);
+        require!(!bid.is_gang(), MarketError::GangNeedsReserveGang);
         require!(bid.status == BidStatus::Open, MarketError::BidRunning);
         require!(!bid.expired(now), MarketError::LatestStartPassed);
         require!(
@@ -115,7 +115,13 @@ impl Reserve<'_> {
         // The bid comes first among the entries this machine could ever run that no other
         // machine holds.
         let empty = machine.offer(market, BidKind::Queue, now, &Freed::all())?;
-        comes_first(&a.queue_book.to_account_info(), bid, &empty, &shown, now)?;
+        comes_first(
+            &a.queue_book.to_account_info(),
+            bid,
+            (&empty, current_hold(machine, &bid.key(), market, now)),
+            &shown.held_elsewhere,
+            now,
+        )?;
 
         let reservation = machine
             .reservation_for(market, (bid.key(), bid), now, &shown.leases)?
@@ -131,13 +137,17 @@ impl Reserve<'_> {
                 .as_mut()
                 .ok_or(error!(MarketError::WrongMachine))?;
             let held = &mut previous.reservation;
-            if held.bid == a.bid.key() && held.binds(now, grace) {
+            if held.bid == a.bid.key()
+                && held.round == a.bid.reserved_round
+                && held.binds(now, grace)
+            {
                 require!(start < held.start, MarketError::ReservationHolds);
                 *held = Reservation::default();
             }
         }
         a.machine.reservation = reservation;
         a.bid.reserved_on = a.machine.key();
+        a.bid.reserved_round = reservation.round;
         emit!(BidReserved {
             bid: a.bid.key(),
             machine: a.machine.key(),
@@ -148,14 +158,24 @@ impl Reserve<'_> {
     }
 }
 
+/// The bid `machine`'s reservation holds at `now` when that is not `bid`: one `reserve` and
+/// `reserve_gang` may take over only for a bid ranked above it.
+fn current_hold(machine: &Machine, bid: &Pubkey, market: &Market, now: i64) -> Option<Pubkey> {
+    let held = &machine.reservation;
+    (held.binds(now, market.silence_window_secs()) && held.bid != *bid).then_some(held.bid)
+}
+
 /// Whether `bid` comes first in the queue `book` among the entries the machine behind `empty`
-/// (its offer with every GPU free) could run that no other machine holds (`shown`).
+/// (its offer with every GPU free) could run that no other machine holds (`held_elsewhere`),
+/// and ranks above the bid the machine holds now (`current`), if any. A gang's entry holds no
+/// other bid back (as in `allocate`), but a machine holding one of its parts keeps it from
+/// bids ranked below it.
 #[inline(never)]
 fn comes_first(
     book: &AccountInfo,
     bid: &Account<Bid>,
-    empty: &Offer,
-    shown: &Shown,
+    (empty, current): (&Offer, Option<Pubkey>),
+    held_elsewhere: &[Pubkey],
     now: i64,
 ) -> Result<()> {
     let book = load_book(book)?;
@@ -163,15 +183,225 @@ fn comes_first(
         if leaf.bid == bid.key() && leaf.seq == bid.seq {
             return Ok(());
         }
-        if leaf.summary.expired(now) || leaf.summary.is_gang() || !entry_fits(empty, leaf) {
+        if leaf.summary.expired(now) {
+            continue;
+        }
+        require!(current != Some(leaf.bid), MarketError::ReservationHolds);
+        if leaf.summary.is_gang() || !entry_fits(empty, leaf) {
             continue;
         }
         require!(
-            shown.held_elsewhere.contains(&leaf.bid),
+            held_elsewhere.contains(&leaf.bid),
             MarketError::BetterBidUnreserved
         );
     }
     err!(MarketError::BookNotFound)
+}
+
+/// Remaining accounts: for each of the gang's parts, in the order its reservation lists them,
+/// its machine (writable) and then every lease running on it (`Machine::leases` of them);
+/// then, read only: for each queue entry ranked above the gang that could run on one of those
+/// machines once it is empty, a machine whose reservation holds it, and the machine the gang is
+/// reserved on now (`Bid::reserved_on`) where that is none of the parts.
+#[derive(Accounts)]
+pub struct ReserveGang<'info> {
+    pub market: Box<Account<'info, Market>>,
+
+    #[account(address = market.queue_book @ MarketError::WrongBook)]
+    pub queue_book: AccountLoader<'info, BidBook>,
+
+    #[account(mut, constraint = bid.market == market.key() @ ErrorCode::ConstraintHasOne)]
+    pub bid: Box<Account<'info, Bid>>,
+}
+
+/// A part's machine and every lease running on it, from `reserve_gang`'s remaining accounts.
+struct Part<'info> {
+    machine: Box<Account<'info, Machine>>,
+    leases: Vec<Lease>,
+}
+
+/// A part's machine from a remaining account (owner and discriminator checked), in a frame of
+/// its own.
+#[inline(never)]
+fn load_part<'info>(info: &'info AccountInfo<'info>) -> Result<Box<Account<'info, Machine>>> {
+    Ok(Box::new(Account::try_from(info)?))
+}
+
+/// Adds to `leases` a lease of `machine` from a remaining account, in a frame of its own;
+/// `seen`, the leases' addresses read so far, must not hold it.
+#[inline(never)]
+fn read_lease(
+    info: &AccountInfo,
+    machine: &Pubkey,
+    seen: &[Pubkey],
+    leases: &mut Vec<Lease>,
+) -> Result<()> {
+    require_keys_eq!(*info.owner, crate::ID, MarketError::LeasesMissing);
+    require!(!seen.contains(info.key), MarketError::LeasesMissing);
+    let data = info.try_borrow_data()?;
+    require!(
+        data.starts_with(Lease::DISCRIMINATOR),
+        MarketError::LeasesMissing
+    );
+    let lease = Lease::try_deserialize(&mut &data[..])?;
+    require_keys_eq!(lease.machine, *machine, MarketError::LeasesMissing);
+    leases.push(lease);
+    Ok(())
+}
+
+/// A machine shown as evidence, at its address.
+type ShownMachine = (Pubkey, Box<Machine>);
+
+/// The machine behind `info` (of `market`) and its reservation, for evidence.
+#[inline(never)]
+fn shown_machine(info: &AccountInfo, market: &Pubkey) -> Result<ShownMachine> {
+    require_keys_eq!(*info.owner, crate::ID, MarketError::WrongMachine);
+    let data = info.try_borrow_data()?;
+    let machine = Box::new(Machine::try_deserialize(&mut &data[..])?);
+    require_keys_eq!(machine.market, *market, MarketError::WrongMachine);
+    Ok((*info.key, machine))
+}
+
+/// Reads `parts` parts (a machine and its leases each) from `remaining`, checking that each
+/// machine is the market's, active and heard from within the silence window, none twice, and
+/// that each comes with every lease running on it; then every further account as a machine.
+#[inline(never)]
+fn read_parts<'info>(
+    remaining: &'info [AccountInfo<'info>],
+    parts: u8,
+    (market_key, market): (&Pubkey, &Market),
+    now: i64,
+) -> Result<(Vec<Part<'info>>, Vec<ShownMachine>)> {
+    let mut out: Vec<Part<'info>> = Vec::with_capacity(parts as usize);
+    let mut rest = remaining.iter();
+    for _ in 0..parts {
+        let info = rest.next().ok_or(error!(MarketError::GangPartsMismatch))?;
+        let machine = load_part(info)?;
+        require_keys_eq!(machine.market, *market_key, ErrorCode::ConstraintHasOne);
+        require!(
+            !out.iter().any(|p| p.machine.key() == machine.key()),
+            MarketError::GangPartsMismatch
+        );
+        require!(
+            machine.status == MachineStatus::Active,
+            MarketError::MachineNotActive
+        );
+        require!(
+            now.saturating_sub(machine.last_heartbeat) <= market.silence_window_secs(),
+            MarketError::MachineSilent
+        );
+        let mut leases = Vec::with_capacity(machine.leases as usize);
+        let mut keys: Vec<Pubkey> = Vec::with_capacity(machine.leases as usize);
+        for _ in 0..machine.leases {
+            let info = rest.next().ok_or(error!(MarketError::LeasesMissing))?;
+            read_lease(info, &machine.key(), &keys, &mut leases)?;
+            keys.push(*info.key);
+        }
+        out.push(Part { machine, leases });
+    }
+    let shown = rest
+        .map(|info| shown_machine(info, market_key))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((out, shown))
+}
+
+impl<'info> ReserveGang<'info> {
+    /// Holds GPUs on each of a gang's machines for it, all from the gang's start: the latest
+    /// of the parts' earliest starts (`Machine::earliest_start` over each machine's leases),
+    /// since the parts start together. Until then each machine runs other bids on the held
+    /// GPUs only if they end by the start (EASY backfilling, as for one machine's bid). Refused
+    /// as `reserve` refuses (on each machine: an entry ranked above it that could run there
+    /// once it is empty and that no other machine holds, or a reservation there of a bid
+    /// ranked above it), when every part fits now (`allocate_gang` starts it instead), and
+    /// when the gang holds machines already from an earlier or equal start. Its earlier
+    /// reservations on other machines hold nothing from here on (`Machine::holds`), and anyone
+    /// may clear them.
+    pub fn reserve_gang(ctx: Context<'info, Self>) -> Result<()> {
+        let now = Clock::get()?.unix_timestamp;
+        let a = &ctx.accounts;
+        let (market, bid) = (&a.market, &a.bid);
+        require!(bid.is_gang(), MarketError::NotAGang);
+        require!(bid.status == BidStatus::Open, MarketError::BidRunning);
+        require!(!bid.expired(now), MarketError::LatestStartPassed);
+        let market_key = market.key();
+        let (mut parts, others) = read_parts(
+            ctx.remaining_accounts,
+            bid.parts,
+            (&market_key, market),
+            now,
+        )?;
+        let grace = market.silence_window_secs();
+        let shown = |key: &Pubkey| -> Option<&Machine> {
+            parts
+                .iter()
+                .map(|p| (p.machine.key(), &**p.machine as &Machine))
+                .chain(others.iter().map(|(k, m)| (*k, &**m)))
+                .find(|(k, _)| k == key)
+                .map(|(_, m)| m)
+        };
+
+        // On each machine, the gang comes first among the entries no other machine holds.
+        let book = a.queue_book.to_account_info();
+        for part in &parts {
+            let here = part.machine.key();
+            let held_elsewhere: Vec<Pubkey> = parts
+                .iter()
+                .map(|p| (p.machine.key(), &p.machine.reservation))
+                .chain(others.iter().map(|(k, m)| (*k, &m.reservation)))
+                .filter(|(k, r)| *k != here && r.binds(now, grace))
+                .map(|(_, r)| r.bid)
+                .collect();
+            let empty = part
+                .machine
+                .offer(market, BidKind::Queue, now, &Freed::all())?;
+            let current = current_hold(&part.machine, &bid.key(), market, now);
+            comes_first(&book, bid, (&empty, current), &held_elsewhere, now)?;
+        }
+
+        let mut starts = Vec::with_capacity(parts.len());
+        for part in &parts {
+            let found = part
+                .machine
+                .earliest_start(market, bid, now, &part.leases)
+                .ok_or(error!(MarketError::BidNotFeasible))?;
+            starts.push(found);
+        }
+        let start = starts.iter().map(|(at, _)| *at).max().unwrap_or(now);
+        require!(start > now, MarketError::BidFitsNow);
+        if bid.reserved_on != Pubkey::default() {
+            let first = shown(&bid.reserved_on).ok_or(error!(MarketError::WrongMachine))?;
+            if first.holds(&bid.reserved_on, (&bid.key(), bid), market, now) {
+                require!(
+                    start < first.reservation.start,
+                    MarketError::ReservationHolds
+                );
+            }
+        }
+
+        let key = bid.key();
+        let mut round = bid.reserved_round;
+        for (part, (_, gpus)) in parts.iter_mut().zip(starts) {
+            let reservation = part.machine.reservation_at(
+                (key, &ctx.accounts.bid),
+                (start, gpus),
+                &part.leases,
+            )?;
+            round = reservation.round;
+            part.machine.reservation = reservation;
+            part.machine.exit(&crate::ID)?;
+            emit!(BidReserved {
+                bid: key,
+                machine: part.machine.key(),
+                start,
+                gpus,
+            });
+        }
+        let first = parts[0].machine.key();
+        let bid = &mut ctx.accounts.bid;
+        bid.reserved_on = first;
+        bid.reserved_round = round;
+        Ok(())
+    }
 }
 
 #[derive(Accounts)]

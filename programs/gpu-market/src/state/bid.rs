@@ -156,8 +156,9 @@ pub struct BidData {
     pub image_digest: [u8; 32],
     /// Hash of the encrypted environment (the ciphertext travels off chain, to the host only).
     pub env_hash: [u8; 32],
-    /// The machine whose GPUs `reserve` holds for this queue bid (the machine's
-    /// [`crate::state::Reservation`] says whether it still does); default: none.
+    /// The machine whose GPUs `reserve` holds for this queue bid, or the first of a gang's
+    /// (`reserve_gang`), whose reservation's start is the gang's (the machine's
+    /// [`crate::state::Reservation`] says whether it still holds); default: none.
     pub reserved_on: Pubkey,
     /// Per GPU-hour (queue) or per GPU-day (spot), in payment-token base units.
     pub price: u64,
@@ -199,13 +200,20 @@ pub struct BidData {
     pub parts_running: u8,
     /// [`GangFlags`] of a running gang bid: what its parts' settlements decided so far.
     pub gang_flags: u8,
+    /// Which of the bid's reservations is current: `reserve` and `reserve_gang` count it up
+    /// and stamp it on the reservations they make, and it counts up again when the bid leaves
+    /// its book, so a machine's reservation of an earlier round holds nothing
+    /// ([`Machine::holds`]). A gang's reservation spans several machines, which one
+    /// `reserved_on` cannot name.
+    pub reserved_round: u16,
     /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
-    pub pad: [u8; 6],
+    pub pad: [u8; 4],
 }
 
 // SAFETY: see `account_data!`; the size is pinned here.
 crate::state::account_data!(Bid, BidData);
-const _: () = assert!(core::mem::size_of::<BidData>() == 7 * 32 + 9 * 8 + 4 * 4 + 2 * 2 + 6 + 6);
+const _: () =
+    assert!(core::mem::size_of::<BidData>() == 7 * 32 + 9 * 8 + 4 * 4 + 2 * 2 + 6 + 2 + 4);
 
 /// Most machines one gang bid runs on at once: what `allocate_gang` fits in one transaction with
 /// a machine and a lease account for each part.

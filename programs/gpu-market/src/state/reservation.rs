@@ -28,13 +28,15 @@ pub struct Reservation {
     pub after_memory_mib: u32,
     /// Bit `g`: the bid runs on GPU `g` from `start`.
     pub gpus: u16,
-    pub pad: [u8; 6],
+    /// The bid's [`crate::state::BidData::reserved_round`] when it was made.
+    pub round: u16,
+    pub pad: [u8; 4],
 }
 
 // SAFETY: `repr(C)`, integers and a key only, no padding (size pinned below).
 unsafe impl anchor_lang::__private::bytemuck::Zeroable for Reservation {}
 unsafe impl anchor_lang::__private::bytemuck::Pod for Reservation {}
-const _: () = assert!(core::mem::size_of::<Reservation>() == 32 + 8 + 4 * 4 + 2 + 6);
+const _: () = assert!(core::mem::size_of::<Reservation>() == 32 + 8 + 4 * 4 + 2 + 2 + 4);
 crate::state::pod_borsh!(Reservation);
 
 impl Reservation {
@@ -148,8 +150,9 @@ impl Offers {
 
 impl Machine {
     /// Whether this machine (at `machine`) holds its GPUs for `bid` (at `key`) at `now`: its
-    /// reservation names the bid, which still waits and names this machine, the machine is
-    /// active, and the reservation has not lapsed. Otherwise `unreserve` may clear it.
+    /// reservation names the bid and is of its current round, the bid still waits (and, one
+    /// machine's bid, names this machine), the machine is active, and the reservation has not
+    /// lapsed. Otherwise `unreserve` may clear it.
     pub fn holds(
         &self,
         machine: &Pubkey,
@@ -158,16 +161,17 @@ impl Machine {
         now: i64,
     ) -> bool {
         self.reservation.bid == *key
+            && self.reservation.round == bid.reserved_round
             && bid.status == BidStatus::Open
-            && bid.reserved_on == *machine
+            && (bid.is_gang() || bid.reserved_on == *machine)
             && self.status == MachineStatus::Active
             && self.reservation.binds(now, market.silence_window_secs())
     }
 
     /// The reservation `reserve` makes of this machine for `bid` (at address `key`) at `now`,
     /// from its running `leases` (every one of them): from [`Machine::earliest_start`], on the
-    /// GPUs the fit rule gives the bid then, with the CPU and memory its lease will hold and
-    /// what the leases ending after the start hold. `None` where the bid never fits in time.
+    /// GPUs the fit rule gives the bid then ([`Machine::reservation_at`]). `None` where the bid
+    /// never fits in time.
     pub fn reservation_for(
         &self,
         market: &Market,
@@ -178,6 +182,21 @@ impl Machine {
         let Some((start, gpus)) = self.earliest_start(market, bid, now, leases) else {
             return Ok(None);
         };
+        self.reservation_at((key, bid), (start, gpus), leases)
+            .map(Some)
+    }
+
+    /// The reservation of this machine's `gpus` (a mask) for `bid` (at `key`) from `start`,
+    /// of the bid's next round: the CPU and memory its lease will hold, and what the running
+    /// `leases` (every one of them) that end after the start hold. A gang's part is held
+    /// from the gang's start, which may be later than the part's own earliest: the GPUs free
+    /// then stay free until it (no lease may run past the start on them).
+    pub fn reservation_at(
+        &self,
+        (key, bid): (Pubkey, &Bid),
+        (start, gpus): (i64, u16),
+        leases: &[Lease],
+    ) -> Result<Reservation> {
         let host = self.lease_host(bid.host(), bid.gpu_count, bid.gib_per_gpu);
         let mut reservation = Reservation {
             bid: key,
@@ -185,12 +204,13 @@ impl Machine {
             cpu_milli: host.cpu_milli,
             memory_mib: host.memory_mib,
             gpus,
+            round: bid.reserved_round.wrapping_add(1),
             ..Reservation::default()
         };
         for lease in leases.iter().filter(|l| l.ends_at > start) {
             reservation.count_after(lease.host(), true)?;
         }
-        Ok(Some(reservation))
+        Ok(reservation)
     }
 
     /// When `bid` fits this machine at the earliest, and on which GPUs (a mask): `now` when it
