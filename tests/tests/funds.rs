@@ -128,6 +128,14 @@ enum Op {
         partial: bool,
         big: Option<usize>,
     },
+    /// Anyone reserves both honest machines for the gang bid at `pick` among the book's gangs
+    /// (`reserve_gang`), showing every lease of each; moves no token. `big`: first the agent
+    /// starts the best bid that fits, and wallet `w` places a gang for both whole machines that
+    /// pays a premium and may wait two hours (as the gangs reservations are for).
+    ReserveGang {
+        pick: usize,
+        big: Option<usize>,
+    },
     /// Anyone clears the machine's reservation (refused while it holds); moves no token.
     Unreserve,
     /// The agent proves the next interval (+ `gap`) of a running lease; `all`: of every
@@ -244,6 +252,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (w.clone(), 1u32..60, 0u64..60_000, 0i64..1_800)
             .prop_map(|(w, minutes, price, slack)| Op::PlaceGang { w, minutes, price, slack }),
         2 => (0usize..2).prop_map(|pick| Op::AllocateGang { pick }),
+        2 => (0usize..2, prop_oneof![Just(None), w.clone().prop_map(Some)])
+            .prop_map(|(pick, big)| Op::ReserveGang { pick, big }),
         3 => (prop_oneof![3 => Just(0usize), 1 => 1usize..3], proptest::bool::weighted(0.1), prop_oneof![Just(None), w.clone().prop_map(Some)])
             .prop_map(|(pick, partial, big)| Op::Reserve { pick, partial, big }),
         1 => Just(Op::Unreserve),
@@ -292,6 +302,8 @@ struct World {
     bids: Vec<Vec<Pubkey>>,
     /// Placements that evicted a bid.
     evictions: usize,
+    /// Gang reservations made (`reserve_gang` accepted).
+    gangs_reserved: usize,
     /// Proofs that ended their lease by the market's idle rule.
     idle_ended: usize,
     next_nonce: u64,
@@ -442,6 +454,7 @@ impl World {
             wallets,
             bids: vec![Vec::new(); WALLETS + 1],
             evictions: 0,
+            gangs_reserved: 0,
             idle_ended: 0,
             next_nonce: 0,
             host,
@@ -786,6 +799,40 @@ impl World {
                 );
                 // A placement moved tokens whether the reservation is refused or not.
                 return self.ctx.run(&ix).is_ok() || placed;
+            }
+            Op::ReserveGang { pick, big } => {
+                let placed = match big {
+                    Some(w) => {
+                        let started = self.allocate(0);
+                        let mut args = self.bid_args(4, 30, 40_000, 7_200, 5_000);
+                        (args.gib_per_gpu, args.ports) = (24, vec![29_500]);
+                        self.place_in(w, (args, 2), true, self.machine, book) || started
+                    }
+                    None => false,
+                };
+                let Some(gang) = self.gang(pick) else {
+                    return placed;
+                };
+                let machines = [self.machine, self.machine2];
+                self.heartbeats(&machines);
+                let leases: Vec<Lease> = self
+                    .leases
+                    .iter()
+                    .filter(|(l, _)| self.ctx.account_exists(l))
+                    .map(|(l, _)| self.ctx.account::<Lease>(l))
+                    .collect();
+                let b: Bid = self.ctx.account(&gang);
+                let ix = ReserveGang::of(
+                    market,
+                    book,
+                    gang,
+                    b.reserved_on,
+                    (&machines, &leases),
+                    vec![],
+                );
+                let reserved = self.ctx.run(&ix).is_ok();
+                self.gangs_reserved += reserved as usize;
+                return reserved || placed;
             }
             Op::Unreserve => {
                 let m: Machine = self.ctx.account(&self.machine);
@@ -1133,17 +1180,18 @@ impl World {
 
     /// The agent sends a heartbeat for both honest machines and starts the gang at `pick` among
     /// the book's gangs on both.
-    fn allocate_gang(&mut self, pick: usize) -> bool {
+    /// The gang bid at `pick` among the book's gangs, if any.
+    fn gang(&self, pick: usize) -> Option<Pubkey> {
         let gangs: Vec<Pubkey> = book_order(&self.ctx, &self.book)
             .into_iter()
             .filter(|b| self.ctx.account::<Bid>(b).is_gang())
             .collect();
-        if gangs.is_empty() {
-            return false;
-        }
-        let bid = gangs[pick % gangs.len()];
-        let machines = [self.machine, self.machine2];
-        for machine in machines {
+        (!gangs.is_empty()).then(|| gangs[pick % gangs.len()])
+    }
+
+    /// A heartbeat of each of `machines` by the honest agent.
+    fn heartbeats(&mut self, machines: &[Pubkey]) {
+        for &machine in machines {
             self.ctx
                 .run(&Heartbeat {
                     agent: &self.agent,
@@ -1151,6 +1199,14 @@ impl World {
                 })
                 .expect("heartbeat");
         }
+    }
+
+    fn allocate_gang(&mut self, pick: usize) -> bool {
+        let Some(bid) = self.gang(pick) else {
+            return false;
+        };
+        let machines = [self.machine, self.machine2];
+        self.heartbeats(&machines);
         let client = self.ctx.account::<Bid>(&bid).client;
         let a = self.ctx.gang_allocation(&self.agent, bid, &machines);
         let ok = self.ctx.allocate_gang(&a).is_ok();
@@ -1637,6 +1693,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     let steps = std::sync::atomic::AtomicUsize::new(0);
     let succeeded = std::sync::atomic::AtomicUsize::new(0);
     let evictions = std::sync::atomic::AtomicUsize::new(0);
+    let gangs_reserved = std::sync::atomic::AtomicUsize::new(0);
     let idle_ended = std::sync::atomic::AtomicUsize::new(0);
     let charged = std::sync::atomic::AtomicU64::new(0);
     let by_op = std::sync::Mutex::new(BTreeMap::<String, (usize, usize)>::new());
@@ -1687,6 +1744,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
             before = after;
         }
         evictions.fetch_add(world.evictions, std::sync::atomic::Ordering::Relaxed);
+        gangs_reserved.fetch_add(world.gangs_reserved, std::sync::atomic::Ordering::Relaxed);
         idle_ended.fetch_add(world.idle_ended, std::sync::atomic::Ordering::Relaxed);
         charged.fetch_add(
             world.charged.iter().sum(),
@@ -1706,6 +1764,8 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     }
     let evictions = evictions.into_inner();
     println!("  {evictions} placements evicted the lowest-ranked bid of a full book");
+    let gangs_reserved = gangs_reserved.into_inner();
+    println!("  {gangs_reserved} gang reservations made");
     let idle_ended = idle_ended.into_inner();
     println!("  {idle_ended} proofs ended their lease by the market's idle rule");
     let charged = charged.into_inner();
@@ -1715,6 +1775,7 @@ fn vaults_hold_exactly_escrows_and_stakes_after_every_step() {
     }
     if cases >= 100 {
         assert!(evictions > 0, "no eviction was exercised");
+        assert!(gangs_reserved > 0, "no gang was reserved");
         assert!(idle_ended > 0, "the idle rule never ended a lease");
         assert!(charged > 0, "no holding charge was taken");
         assert!(by_op["SealEnv"].1 > 0, "no environment was sealed");
