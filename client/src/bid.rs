@@ -15,7 +15,7 @@ use gpu_market_core::score::{self, Inputs};
 use gpu_market_core::{lease, settlement};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::budget::MAX_COMPUTE_UNITS;
-use gpu_market_sdk::placement::{could_run, earliest_start, witness, Sealed};
+use gpu_market_sdk::placement::{could_run, earliest_start, gang_start, witness, Sealed};
 use gpu_market_sdk::{
     Allocate, CancelBid, ClientInstruction, Evict, OpenStake, PlaceBid, PlaceGangBid, TopUpBid,
 };
@@ -1128,11 +1128,16 @@ fn reservation_of(
     (bid, b): (&Pubkey, &Bid),
     machines: &[(Pubkey, Machine)],
     now: i64,
-) -> Option<(Pubkey, i64)> {
-    machines
+) -> Option<(Vec<Pubkey>, i64)> {
+    let holding: Vec<&(Pubkey, Machine)> = machines
         .iter()
-        .find(|(k, mach)| mach.holds(k, (bid, b), m, now))
-        .map(|(k, mach)| (*k, mach.reservation.start))
+        .filter(|(k, mach)| mach.holds(k, (bid, b), m, now))
+        .collect();
+    let start = holding.first()?.1.reservation.start;
+    // The machine the bid names first (a gang's first part's), then the others.
+    let mut on: Vec<Pubkey> = holding.iter().map(|(k, _)| *k).collect();
+    on.sort_by_key(|k| *k != b.reserved_on);
+    Some((on, start))
 }
 
 /// Adds one machine to the count of `reason`.
@@ -1286,16 +1291,20 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
     // How long it would run: a bid starts by its latest start, so for at least its shortest run.
     let runs_for = lease::run_end(now, b.max_duration_secs as u64, b.deadline)
         .map_or(0, |end| end.saturating_sub(now).max(0) as u64);
-    // Where it does not start now: when the running leases' ends free enough of a machine.
-    // (A gang's start needs several machines at once: not estimated.)
-    let earliest = match ready {
-        0 if !b.is_gang() => {
+    // Where it does not start now: when the running leases' ends free enough of a machine (of
+    // as many machines as a gang has parts, all at once).
+    let earliest: Option<(i64, Vec<Pubkey>)> = match ready {
+        0 => {
             let leases: Vec<Lease> = config
                 .program_accounts_of::<Lease>(&[(0, b.market)])?
                 .into_iter()
                 .map(|(_, l)| l)
                 .collect();
-            earliest_start(&m, &b, now, &machines, &leases)
+            match b.is_gang() {
+                true => gang_start(&m, &b, now, &machines, &leases),
+                false => earliest_start(&m, &b, now, &machines, &leases)
+                    .map(|(at, machine)| (at, vec![machine])),
+            }
         }
         // It starts now: nothing to estimate.
         _ => None,
@@ -1307,12 +1316,25 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
     );
     // (One it fits now waits for the reason the summary gives: allocation would be refused.)
     let reserved = reservation_of(&m, (bid, &b), &machines, now);
-    match (ready, earliest, reserved) {
-        (0, _, Some((machine, at))) => when.push_str(&format!(
-            "; machine {machine} holds its GPUs for it from {at} (its reservation): no bid that would delay it may use them"
+    let listed = |on: &[Pubkey]| match on {
+        [one] => format!("machine {one}"),
+        many => format!(
+            "machines {}",
+            many.iter()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    match (ready, &earliest, &reserved) {
+        (0, _, Some((on, at))) => when.push_str(&format!(
+            "; {} {} its GPUs for it from {at} (its reservation): no bid that would delay it may use them",
+            listed(on),
+            if on.len() == 1 { "holds" } else { "hold" }
         )),
-        (0, Some((at, machine)), None) if at > now => when.push_str(&format!(
-            "; at the earliest at {at} on machine {machine}, when its running leases end, unless bids ranked above take those GPUs first"
+        (0, Some((at, on)), None) if *at > now => when.push_str(&format!(
+            "; at the earliest at {at} on {}, when their running leases end, unless bids ranked above take those GPUs first",
+            listed(on)
         )),
         (0, None, None) => when.push_str(
             "; no machine's running leases end in time to free enough for it before its latest start",
@@ -1378,22 +1400,38 @@ pub(crate) fn explain_fields(config: &Config, bid: &Pubkey) -> Result<Fields> {
         ("runs_for_secs_if_started_now", runs_for.into()),
         (
             "earliest_start",
-            match (ready, earliest) {
-                (0, e) => e.map_or(Value::Null, |(at, _)| at.into()),
+            match (ready, &earliest) {
+                (0, e) => e.as_ref().map_or(Value::Null, |(at, _)| (*at).into()),
                 _ => now.into(),
             },
         ),
         (
             "earliest_start_machine",
-            earliest.map_or(Value::Null, |(_, machine)| text(machine)),
+            earliest.as_ref().map_or(Value::Null, |(_, on)| text(on[0])),
+        ),
+        (
+            "earliest_start_parts",
+            match &earliest {
+                Some((_, on)) if b.is_gang() => Value::Array(on.iter().map(text).collect()),
+                _ => Value::Null,
+            },
         ),
         (
             "reserved_on",
-            reserved.map_or(Value::Null, |(machine, _)| text(machine)),
+            reserved.as_ref().map_or(Value::Null, |(on, _)| text(on[0])),
+        ),
+        (
+            "reserved_parts",
+            match &reserved {
+                Some((on, _)) if b.is_gang() => Value::Array(on.iter().map(text).collect()),
+                _ => Value::Null,
+            },
         ),
         (
             "reserved_from",
-            reserved.map_or(Value::Null, |(_, at)| at.into()),
+            reserved
+                .as_ref()
+                .map_or(Value::Null, |(_, at)| (*at).into()),
         ),
         (
             "sealed_to_machines",

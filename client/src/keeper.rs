@@ -298,7 +298,13 @@ fn stale_reservations(
             Some(b) if b.status != BidStatus::Open => {
                 format!("its bid {held} started or left the book")
             }
-            Some(b) if b.reserved_on != *key => {
+            Some(b) if mach.reservation.round != b.reserved_round => {
+                format!(
+                    "its bid {held} was reserved again since (on machine {})",
+                    b.reserved_on
+                )
+            }
+            Some(b) if !b.is_gang() && b.reserved_on != *key => {
                 format!("its bid {held} is reserved on machine {}", b.reserved_on)
             }
             Some(_) if mach.status != MachineStatus::Active => {

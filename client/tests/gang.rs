@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use gpu_market::state::{Bid, Market};
+use gpu_market::state::{Bid, Lease, Market};
 use gpu_market_core::settlement;
-use gpu_market_sdk::{AllocateGang, SetRendezvous};
+use gpu_market_sdk::{AllocateGang, ReserveGang, SetRendezvous};
 use serde_json::json;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -129,5 +129,67 @@ fn a_gang_bid_is_placed_for_several_machines_and_explained() {
         first_part["gang"],
         json!({"part": 0, "parts": 2, "rendezvous_port": 31000}),
         "{first_part}"
+    );
+
+    // A second gang that needs GPU 0 of both machines at other power terms (so it cannot
+    // share them) waits for the first: `bid explain` says when both are free. Once they hold
+    // their GPUs for it (`reserve_gang`, as the agents send it), it says which machines and
+    // from when.
+    let second_gang = place_args(
+        &m,
+        &[
+            "--overclock",
+            "power=350",
+            "--price",
+            "2",
+            "--machines",
+            "2",
+            "--class",
+            "0",
+            "--port",
+            "29500",
+            "--nonce",
+            "4",
+        ],
+    );
+    let out = t.ok(&client, &second_gang);
+    let waiting = pk(&out["bid"]);
+    let running: Vec<Lease> = leases.iter().map(|l| t.account::<Lease>(l)).collect();
+    let ends = running[0].stop();
+    let ex = t.ok(&client, &["bid", "explain", &waiting.to_string()]);
+    assert_eq!(ex["earliest_start"], ends, "{ex}");
+    let mut wanted: Vec<String> = ex["earliest_start_parts"]
+        .as_array()
+        .expect("the parts' machines")
+        .iter()
+        .map(|p| p.as_str().unwrap().into())
+        .collect();
+    wanted.sort();
+    assert_eq!(wanted, both, "{ex}");
+    assert_eq!(ex["reserved_parts"], json!(null), "{ex}");
+    let b: Bid = t.account(&waiting);
+    let on = [lead.machine, other.machine];
+    let reserve = ReserveGang::of(
+        s.market,
+        market.queue_book,
+        waiting,
+        b.reserved_on,
+        (&on, &running),
+        vec![],
+    );
+    t.send(&key_of(&client), &[&reserve]);
+    let ex = t.ok(&client, &["bid", "explain", &waiting.to_string()]);
+    assert_eq!(
+        ex["reserved_parts"],
+        json!([lead.machine.to_string(), other.machine.to_string()]),
+        "{ex}"
+    );
+    assert_eq!(ex["reserved_from"], ends, "{ex}");
+    assert!(
+        ex["summary"].as_str().unwrap().contains(&format!(
+            "machines {}, {} hold its GPUs for it from {ends} (its reservation)",
+            lead.machine, other.machine
+        )),
+        "{ex}"
     );
 }
