@@ -10,9 +10,10 @@
 //! market allows (`Market::max_wait_secs`, 5 h with the recommended parameters) after
 //! arrival, plus the run.
 //!
-//! A lease is one machine, so a job of more GPUs than a machine has (16 and 32 GPUs) cannot be
-//! a bid (`place_bid` finds no witness): such jobs wait for gang leases (issue 37) and are left
-//! out of every row of this table, FIFO's included.
+//! A job of more GPUs than a machine has (16 and 32 GPUs) is a gang bid of 8 GPUs on each of 2
+//! or 4 machines: it starts on that many machines at once (each part by the same fit rule), and
+//! is reserved as `reserve_gang` reserves it (`Machine::gang_reservations`) on the machines
+//! that start a part soonest (`placement::gang_start`, as the agents choose them).
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -20,8 +21,10 @@ use std::time::Instant;
 use gpu_market::state::{
     Bid, BidData, BidKind, Freed, GpuSpec, GpuTable, Lease, LeaseRules, Machine, MachineData,
     MachineNetwork, MachineStatus, Market, MarketParams, Offers, OverclockTerms, Reservation,
-    MAX_GPUS,
+    MAX_GANG_PARTS, MAX_GPUS,
 };
+use gpu_market_core::fit::Choice;
+use gpu_market_sdk::placement::gang_start;
 use solana_pubkey::Pubkey;
 
 use crate::philly::Workload;
@@ -78,9 +81,16 @@ fn market() -> Market {
     Market::opening(MarketParams::recommended(60, 250, 3_600))
 }
 
-/// Whether job `j` can be one lease: at most one machine's GPUs.
+/// Whether job `j` can be a bid: one machine's GPUs, or a gang's of at most
+/// [`MAX_GANG_PARTS`] machines.
 pub fn servable(w: &Workload, j: usize) -> bool {
-    w.jobs[j].gpus <= MACHINE_GPUS
+    w.jobs[j].gpus <= MACHINE_GPUS * MAX_GANG_PARTS as u32
+}
+
+/// The machines (parts) job `j` runs on at once, and its GPUs on each.
+fn parts(gpus: u32) -> (u8, u8) {
+    let parts = gpus.div_ceil(MACHINE_GPUS);
+    (parts as u8, gpus.div_ceil(parts) as u8)
 }
 
 fn machines(gpus: u32) -> Vec<Machine> {
@@ -120,6 +130,13 @@ fn key(j: usize) -> Pubkey {
     Pubkey::new_from_array(k)
 }
 
+/// The address standing for machine `m`'s account.
+fn machine_key(m: usize) -> Pubkey {
+    let mut k = [0u8; 32];
+    k[8..16].copy_from_slice(&(m as u64 + 1).to_le_bytes());
+    Pubkey::new_from_array(k)
+}
+
 /// Job `j`'s queue bid, placed at `at` with `base` score, ranked by `order`.
 fn bid(market: &Market, w: &Workload, j: usize, at: i64, base: u64, order: Order) -> Bid {
     let job = &w.jobs[j];
@@ -130,9 +147,11 @@ fn bid(market: &Market, w: &Workload, j: usize, at: i64, base: u64, order: Order
         Order::Program { .. } => market.rank_key(base, at, secs),
         Order::Fifo | Order::FifoReserving { .. } => 0,
     };
+    let (parts, gpu_count) = parts(job.gpus);
     Bid::queue(
         BidData {
-            gpu_count: job.gpus as u8,
+            gpu_count,
+            parts,
             gib_per_gpu: V100_GIB,
             accepted_classes: 1,
             price: PRICE,
@@ -158,6 +177,9 @@ fn idle_gpus(m: &Machine) -> u32 {
         .count() as u32
 }
 
+/// The replay's book: (rank key, job) in book order, and each waiting job's bid.
+type Book = BTreeMap<(std::cmp::Reverse<u64>, usize), Bid>;
+
 struct Replay<'a> {
     w: &'a Workload,
     market: Market,
@@ -165,7 +187,7 @@ struct Replay<'a> {
     /// Per machine, its running leases with their job.
     running: Vec<Vec<(usize, Lease)>>,
     /// The book: (rank key, job) in book order, and each waiting job's bid.
-    book: BTreeMap<(std::cmp::Reverse<u64>, usize), Bid>,
+    book: Book,
     order: Order,
     finish: Vec<Option<f64>>,
 }
@@ -193,64 +215,76 @@ impl Replay<'_> {
     }
 
     /// Starts what the program lets start at `now`, best first: each bid on the first machine
-    /// whose offer to its run fits it (as an agent's `allocate` would be accepted: no better
-    /// entry fits that machine, as each better one was tried first).
+    /// whose offer to its run fits it, a gang on the first machines that each fit a part (as an
+    /// agent's `allocate` or `allocate_gang` would be accepted: no better entry fits those
+    /// machines, as each better one was tried first).
     fn allocate(&mut self, now: i64) {
-        let grace = self.market.silence_window_secs();
         let mut idle: Vec<u32> = self.machines.iter().map(idle_gpus).collect();
         // Each machine's offers, built when first asked and again after each start there.
         let mut offers: Vec<Option<Offers>> = self.machines.iter().map(|_| None).collect();
         let mut started = Vec::new();
-        for (&(rank, j), b) in &self.book {
-            let most = idle.iter().copied().max().unwrap_or(0);
-            let mut placed = false;
-            if b.gpu_count as u32 <= most {
-                for m in 0..self.machines.len() {
-                    if idle[m] < b.gpu_count as u32 {
-                        continue;
-                    }
-                    let machine = &mut self.machines[m];
-                    let offered = offers[m].get_or_insert_with(|| {
-                        machine
-                            .offers(&self.market, BidKind::Queue, now, &Freed::default())
-                            .expect("an offer")
-                    });
-                    let Ok(choice) = b.fit(offered.for_run(&key(j), b.runs_until(now))) else {
-                        continue;
-                    };
-                    let host = machine.lease_host(b.host(), b.gpu_count, b.gib_per_gpu);
-                    let ends_at = now + b.max_duration_secs as i64;
-                    let l = Lease::of_bid(
-                        (Pubkey::default(), Pubkey::default(), key(j)),
-                        b,
-                        (choice.gpus(), host),
-                        (now, ends_at),
-                        LeaseRules::of(&self.market.params),
-                        0,
-                    );
-                    machine
-                        .take(choice.gpus(), b.gib_per_gpu, host, false, |i| b.terms_of(i))
-                        .expect("the fit rule's choice");
-                    machine
-                        .reservation
-                        .lease_started(&key(j), (l.ends_at, host), now, grace)
-                        .expect("a reservation's count");
-                    idle[m] = idle_gpus(machine);
-                    offers[m] = None;
-                    self.running[m].push((j, l));
-                    placed = true;
+        // Out of `self` while it is walked: starting a bid changes the machines.
+        let book = std::mem::take(&mut self.book);
+        for (&(rank, j), b) in &book {
+            let mut fit: Vec<(usize, Choice)> = Vec::new();
+            for m in 0..self.machines.len() {
+                if fit.len() == b.parts as usize {
                     break;
                 }
+                if idle[m] < b.gpu_count as u32 {
+                    continue;
+                }
+                let machine = &self.machines[m];
+                let offered = offers[m].get_or_insert_with(|| {
+                    machine
+                        .offers(&self.market, BidKind::Queue, now, &Freed::default())
+                        .expect("an offer")
+                });
+                if let Ok(choice) = b.fit(offered.for_run(&key(j), b.runs_until(now))) {
+                    fit.push((m, choice));
+                }
             }
-            if placed {
+            if fit.len() == b.parts as usize {
+                for (part, (m, choice)) in fit.into_iter().enumerate() {
+                    self.start(m, (j, b, part as u8), &choice, now);
+                    idle[m] = idle_gpus(&self.machines[m]);
+                    offers[m] = None;
+                }
                 started.push((rank, j));
             } else if matches!(self.order, Order::Fifo) {
                 break;
             }
         }
+        self.book = book;
         for k in started {
             self.book.remove(&k);
         }
+    }
+
+    /// Starts part `part` of job `j`'s bid `b` on machine `m`'s GPUs `choice` at `now`, as
+    /// `allocate` (or `allocate_gang`) does there.
+    fn start(&mut self, m: usize, (j, b, part): (usize, &Bid, u8), choice: &Choice, now: i64) {
+        let grace = self.market.silence_window_secs();
+        let machine = &mut self.machines[m];
+        let host = machine.lease_host(b.host(), b.gpu_count, b.gib_per_gpu);
+        let ends_at = now + b.max_duration_secs as i64;
+        let mut l = Lease::of_bid(
+            (Pubkey::default(), machine_key(m), key(j)),
+            b,
+            (choice.gpus(), host),
+            (now, ends_at),
+            LeaseRules::of(&self.market.params),
+            0,
+        );
+        (l.part, l.parts) = (part, b.parts);
+        machine
+            .take(choice.gpus(), b.gib_per_gpu, host, false, |i| b.terms_of(i))
+            .expect("the fit rule's choice");
+        machine
+            .reservation
+            .lease_started(&key(j), (l.ends_at, host), now, grace)
+            .expect("a reservation's count");
+        self.running[m].push((j, l));
     }
 
     /// Reserves as the agents do: the best waiting bids no machine holds, each on the machine
@@ -270,17 +304,35 @@ impl Replay<'_> {
                 m.reservation = Reservation::default();
             }
         }
-        let mut held: Vec<Pubkey> = self
-            .machines
-            .iter()
-            .filter(|m| m.reservation.binds(now, grace))
-            .map(|m| m.reservation.bid)
-            .collect();
-        for (&(_, j), b) in &self.book {
+        let mut held: Vec<Pubkey> = Vec::new();
+        for m in &self.machines {
+            if m.reservation.binds(now, grace) && !held.contains(&m.reservation.bid) {
+                held.push(m.reservation.bid);
+            }
+        }
+        // Out of `self` while it is walked: reserving changes the machines.
+        let book = std::mem::take(&mut self.book);
+        self.reserve_walk(&book, held, most, now);
+        self.book = book;
+    }
+
+    /// [`Replay::reserve`]'s walk of the `book`, best first, with the bids `held` now, up to
+    /// `most` of them.
+    fn reserve_walk(&mut self, book: &Book, mut held: Vec<Pubkey>, most: usize, now: i64) {
+        let grace = self.market.silence_window_secs();
+        for (&(_, j), b) in book {
             if held.len() >= most {
                 return;
             }
             if held.contains(&key(j)) {
+                continue;
+            }
+            if b.is_gang() {
+                // A gang holds no other bid back: one that cannot be reserved in time leaves
+                // the next entry its turn.
+                if self.reserve_gang(j, b, now) {
+                    held.push(key(j));
+                }
                 continue;
             }
             let mut soonest: Option<(usize, Reservation)> = None;
@@ -306,6 +358,57 @@ impl Replay<'_> {
             self.machines[m].reservation = r;
             held.push(key(j));
         }
+    }
+
+    /// Reserves gang bid `b` of job `j` as the agents do: on the machines no reservation holds
+    /// that can start a part soonest (`placement::gang_start`), each from the gang's start
+    /// (`Machine::gang_reservations`, what `reserve_gang` writes). Whether it did: not where it
+    /// cannot start in time, or could start now.
+    fn reserve_gang(&mut self, j: usize, b: &Bid, now: i64) -> bool {
+        let grace = self.market.silence_window_secs();
+        let open: Vec<(Pubkey, Machine)> = self
+            .machines
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.reservation.binds(now, grace))
+            .map(|(m, machine)| (machine_key(m), machine.clone()))
+            .collect();
+        let leases: Vec<Lease> = self
+            .running
+            .iter()
+            .flatten()
+            .map(|(_, l)| l.clone())
+            .collect();
+        let Some((start, on)) = gang_start(&self.market, b, now, &open, &leases) else {
+            return false;
+        };
+        if start <= now {
+            return false;
+        }
+        let at: Vec<usize> = on
+            .iter()
+            .map(|k| {
+                (0..self.machines.len())
+                    .find(|&m| machine_key(m) == *k)
+                    .expect("a machine")
+            })
+            .collect();
+        let running: Vec<Vec<Lease>> = at
+            .iter()
+            .map(|&m| self.running[m].iter().map(|(_, l)| l.clone()).collect())
+            .collect();
+        let parts: Vec<(&Machine, &[Lease])> = at
+            .iter()
+            .zip(&running)
+            .map(|(&m, l)| (&self.machines[m], &l[..]))
+            .collect();
+        let (_, reservations) = Machine::gang_reservations(&self.market, (key(j), b), now, &parts)
+            .expect("a reservation's count")
+            .expect("every part starts in time (gang_start)");
+        for (m, r) in at.into_iter().zip(reservations) {
+            self.machines[m].reservation = r;
+        }
+        true
     }
 }
 
@@ -403,5 +506,25 @@ mod tests {
         let fifo = finish(Order::Fifo);
         assert_eq!(fifo[1], Some(7_200.0));
         assert_eq!(fifo[3], Some(7_200.0 + 1_800.0), "behind the 8-GPU job");
+    }
+
+    /// Two 8-GPU machines and a 16-GPU job, a gang of both: reserved on both from when the
+    /// 6-GPU hour on the first ends, it starts then; the half hour backfills on the idle second
+    /// machine, and the three hours, which would delay it on either, waits for it to end.
+    #[test]
+    fn a_gang_starts_at_its_reservation_on_both_machines_and_only_what_ends_by_then_backfills() {
+        let mut w = workload();
+        w.gpus = 16;
+        w.jobs[1].gpus = 16;
+        let finish = |order| play(&w, |_| 0, order).finish;
+        assert_eq!(
+            finish(Order::Program { reservations: 1 }),
+            vec![
+                Some(3_600.0),
+                Some(7_200.0),
+                Some(7_200.0 + 10_800.0),
+                Some(30.0 + 1_800.0)
+            ]
+        );
     }
 }

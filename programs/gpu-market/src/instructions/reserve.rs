@@ -358,19 +358,19 @@ impl<'info> ReserveGang<'info> {
             comes_first(&book, bid, (&empty, current), &held_elsewhere, now)?;
         }
 
-        let mut starts = Vec::with_capacity(parts.len());
-        for part in &parts {
-            let found = part
-                .machine
-                .earliest_start(market, bid, now, &part.leases)
+        let key = bid.key();
+        let shown_parts: Vec<(&Machine, &[Lease])> = parts
+            .iter()
+            .map(|p| (&**p.machine as &Machine, &p.leases[..]))
+            .collect();
+        let (start, reservations) =
+            Machine::gang_reservations(market, (key, bid), now, &shown_parts)?
                 .ok_or(error!(MarketError::BidNotFeasible))?;
-            starts.push(found);
-        }
-        let start = starts.iter().map(|(at, _)| *at).max().unwrap_or(now);
+        drop(shown_parts);
         require!(start > now, MarketError::BidFitsNow);
         if bid.reserved_on != Pubkey::default() {
             let first = shown(&bid.reserved_on).ok_or(error!(MarketError::WrongMachine))?;
-            if first.holds(&bid.reserved_on, (&bid.key(), bid), market, now) {
+            if first.holds(&bid.reserved_on, (&key, bid), market, now) {
                 require!(
                     start < first.reservation.start,
                     MarketError::ReservationHolds
@@ -378,15 +378,9 @@ impl<'info> ReserveGang<'info> {
             }
         }
 
-        let key = bid.key();
-        let mut round = bid.reserved_round;
-        for (part, (_, gpus)) in parts.iter_mut().zip(starts) {
-            let reservation = part.machine.reservation_at(
-                (key, &ctx.accounts.bid),
-                (start, gpus),
-                &part.leases,
-            )?;
-            round = reservation.round;
+        let round = reservations[0].round;
+        for (part, reservation) in parts.iter_mut().zip(reservations) {
+            let gpus = reservation.gpus;
             part.machine.reservation = reservation;
             part.machine.exit(&crate::ID)?;
             emit!(BidReserved {

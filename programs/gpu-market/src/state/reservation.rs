@@ -213,6 +213,31 @@ impl Machine {
         Ok(reservation)
     }
 
+    /// The reservations `reserve_gang` makes for gang `bid` (at `key`) at `now` on `parts`
+    /// (each machine with every lease running on it), in their order: each part's GPUs from
+    /// the gang's start, the latest of the parts' earliest starts ([`Machine::earliest_start`]),
+    /// since the parts start together. `None` where a part never fits in time.
+    pub fn gang_reservations(
+        market: &Market,
+        (key, bid): (Pubkey, &Bid),
+        now: i64,
+        parts: &[(&Machine, &[Lease])],
+    ) -> Result<Option<(i64, Vec<Reservation>)>> {
+        let mut starts = Vec::with_capacity(parts.len());
+        for (machine, leases) in parts {
+            match machine.earliest_start(market, bid, now, leases.iter()) {
+                Some(found) => starts.push(found),
+                None => return Ok(None),
+            }
+        }
+        let start = starts.iter().map(|(at, _)| *at).max().unwrap_or(now);
+        let mut out = Vec::with_capacity(parts.len());
+        for ((machine, leases), (_, gpus)) in parts.iter().zip(starts) {
+            out.push(machine.reservation_at((key, bid), (start, gpus), leases)?);
+        }
+        Ok(Some((start, out)))
+    }
+
     /// When `bid` fits this machine at the earliest, and on which GPUs (a mask): `now` when it
     /// fits now; otherwise the end (or stop) of its running `leases` taken in order, those ending
     /// at the same time together, each freed as `end_lease` frees it ([`crate::state::MachineData::release`]), until the machine fits the bid, priced
