@@ -659,6 +659,7 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ("fault", fault_json(m.fault.as_ref())),
         ("region", text(parse::unpadded(&m.region))),
         ("gpu_count", m.gpu_count.into()),
+        ("gpu_sharing", text(gpu_sharing(m))),
         (
             "price_floor_per_gpu_hour",
             parse::tokens(m.price_floor_per_gpu_hour, payment_decimals),
@@ -686,6 +687,14 @@ fn machine_fields(key: &Pubkey, m: &Machine, payment_decimals: u8) -> Fields {
         ("memory_mib_held", m.used_memory_mib.into()),
         ("gpus", Value::Array(gpus)),
     ]
+}
+
+/// Whether the machine's GPUs are shared between leases in GiB slices, as its agent said.
+fn gpu_sharing(m: &Machine) -> &'static str {
+    match m.whole_gpus != 0 {
+        true => "whole GPUs only: its agent cannot confine a lease to a GiB slice (no NVIDIA MPS), so each GPU takes one lease",
+        false => "GiB slices: leases may share a GPU, each confined to its slice (NVIDIA MPS)",
+    }
 }
 
 /// The queue bid the machine holds GPUs for, from when, which GPUs and how much CPU and memory

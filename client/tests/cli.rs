@@ -14,7 +14,7 @@ use gpu_market::state::{
     book_space, Bid, Lease, Machine, MachineStatus, Market, StakeAccount, BOOK_EMPTY_SPACE,
 };
 use gpu_market_sdk::budget::{compute_unit_limit, MAX_LOADED_ACCOUNTS_DATA_SIZE};
-use gpu_market_sdk::{ReportFault, SubmitUsage};
+use gpu_market_sdk::{ReportFault, SetWholeGpus, SubmitUsage};
 use serde_json::Value;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -532,6 +532,29 @@ fn host_verbs() {
         (&Value::from("active"), &Value::Null)
     );
     assert_eq!(t.account::<Machine>(&machine).fault, None);
+    // An agent whose host has no MPS says its GPUs go whole; `host show` says so.
+    let out = t.ok(&owner, &["host", "show", &mc]);
+    assert!(
+        out["gpu_sharing"]
+            .as_str()
+            .unwrap()
+            .starts_with("GiB slices"),
+        "{out}"
+    );
+    let whole = SetWholeGpus {
+        agent: &agent_key,
+        machine,
+        whole: true,
+    };
+    t.send(&key_of(&owner), &[&whole]);
+    let out = t.ok(&owner, &["host", "show", &mc]);
+    assert!(
+        out["gpu_sharing"]
+            .as_str()
+            .unwrap()
+            .starts_with("whole GPUs only: its agent cannot confine a lease to a GiB slice"),
+        "{out}"
+    );
     let e = t.fails(&stranger, &["host", "retire", &mc]);
     assert!(e.contains("belongs to"), "{e}");
     // Only a retired machine closes.

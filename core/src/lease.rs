@@ -35,7 +35,9 @@ pub mod exit {
     /// The container engine refused to create or start the container.
     pub const ENGINE_REFUSED: i32 = -5;
     /// The lease shares a GPU with other leases (its GiB slice is less than the GPU's memory)
-    /// and the host cannot confine it to its slice (no NVIDIA MPS set up on the host).
+    /// and the host cannot confine it to its slice (no NVIDIA MPS set up on the host). Such a
+    /// host's agent has its GPUs go whole (`set_whole_gpus`), so only a lease started beside
+    /// another before the chain was told can end so.
     pub const ISOLATION_UNAVAILABLE: i32 = -6;
     /// Set by the program, not the host: the market's idle rule ended the lease after its GPUs
     /// stayed under the idle threshold for `idle_end_intervals` proofs in a row.

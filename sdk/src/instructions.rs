@@ -338,6 +338,32 @@ impl ClientInstruction for Heartbeat<'_> {
     }
 }
 
+/// The machine's agent says whether its host can confine a lease to a GiB slice of a GPU
+/// (`whole`: it cannot, and the program offers no GPU holding a lease to another).
+pub struct SetWholeGpus<'a> {
+    pub agent: &'a (dyn Signer + Sync),
+    pub machine: Pubkey,
+    pub whole: bool,
+}
+
+impl ClientInstruction for SetWholeGpus<'_> {
+    const NAME: &'static str = "set_whole_gpus";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::SetWholeGpus {
+                agent: self.agent.pubkey(),
+                machine: self.machine,
+            },
+            gpu_market::instruction::SetWholeGpus { whole: self.whole },
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.agent]
+    }
+}
+
 /// The machine's agent reports a fatal fault of GPU `gpu` (Xid `xid`): the program pauses the
 /// machine and keeps the fault for its owner.
 pub struct ReportFault<'a> {

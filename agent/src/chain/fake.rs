@@ -111,6 +111,8 @@ struct Inner {
     submit_calls: u32,
     /// Pay accrued and not claimed: one unit per accepted proof (the fake does not price).
     unclaimed_pay: u64,
+    /// The machine's GPUs go whole (`set_whole_gpus`): no GPU holding a lease takes another.
+    whole_gpus: bool,
     claims: u32,
     /// Proofs of these leases are refused with this error (a fault injected by tests).
     refused_leases: Vec<(Key, MarketError)>,
@@ -165,6 +167,7 @@ impl FakeChain {
                 alive_secs: None,
                 submit_calls: 0,
                 unclaimed_pay: 0,
+                whole_gpus: false,
                 claims: 0,
                 refused_leases: Vec::new(),
             }),
@@ -302,6 +305,11 @@ impl FakeChain {
     /// Makes the books say this machine should reserve (or clear its reservation).
     pub fn set_reservation_duty(&self, duty: Option<ReservationDuty>) {
         self.lock().reservation_duty = duty;
+    }
+
+    /// Whether the agent said the machine's GPUs go whole (`set_whole_gpus`).
+    pub fn whole_gpus(&self) -> bool {
+        self.lock().whole_gpus
     }
 
     /// The reservations the agent sent (`Some(bid)`) and cleared (`None`), in order.
@@ -515,7 +523,10 @@ impl Inner {
         let mut free: Vec<u16> = self.gpus.iter().map(|(g, _)| g.memory_gib).collect();
         for l in &self.leases {
             for &i in &l.gpu_indices {
-                free[i as usize] -= l.gib_per_gpu;
+                free[i as usize] = match self.whole_gpus {
+                    true => 0,
+                    false => free[i as usize] - l.gib_per_gpu,
+                };
             }
         }
         free
@@ -533,7 +544,10 @@ impl Inner {
                 let mut running = None;
                 for l in self.leases.iter().filter(|l| Some(l.key) != ended) {
                     if let Some(i) = l.gpu_indices.iter().position(|&x| x as usize == g) {
-                        free_gib -= l.gib_per_gpu;
+                        free_gib = match self.whole_gpus {
+                            true => 0,
+                            false => free_gib - l.gib_per_gpu,
+                        };
                         running = Some(l.overclock[i]);
                     }
                 }
@@ -700,6 +714,7 @@ impl Chain for FakeChain {
             network: s.network.clone(),
             cached_images: Vec::new(),
             unclaimed_pay: s.unclaimed_pay,
+            whole_gpus: s.whole_gpus,
         })
     }
 
@@ -969,6 +984,13 @@ impl Chain for FakeChain {
         }
         s.reservation_duty = None;
         s.reservations.push(Some(bid));
+        Ok(())
+    }
+
+    async fn set_whole_gpus(&self, whole: bool) -> Result<(), ChainError> {
+        let mut s = self.lock();
+        s.reachable()?;
+        s.whole_gpus = whole;
         Ok(())
     }
 

@@ -98,6 +98,8 @@ pub struct MachineView {
     pub cached_images: Vec<[u8; 32]>,
     /// The host's pay its proofs accrued and nobody claimed yet.
     pub unclaimed_pay: u64,
+    /// Its GPUs go whole: no GPU holding a lease is given to another (`set_whole_gpus`).
+    pub whole_gpus: bool,
 }
 
 /// Where a lease's container may connect to, as the machine account declares it (the
@@ -474,6 +476,9 @@ pub trait Chain: Send + Sync {
     async fn reserve_gang(&self, bid: Key, parts: &[Key]) -> Result<(), ChainError>;
     /// Clears this machine's reservation, which holds nothing any more (`unreserve`).
     async fn unreserve(&self) -> Result<(), ChainError>;
+    /// Says whether this machine's GPUs go whole: its host cannot confine a lease to a GiB
+    /// slice (`set_whole_gpus`).
+    async fn set_whole_gpus(&self, whole: bool) -> Result<(), ChainError>;
     /// The copy of `bid`'s environment sealed to this machine's agent key, as the bid's client
     /// stored it (`seal_env`); `None` while there is none.
     async fn sealed_env(&self, bid: Key) -> Result<Option<Vec<u8>>, ChainError>;

@@ -26,7 +26,7 @@ use gpu_market_sdk::budget::{self, MAX_COMPUTE_UNITS};
 use gpu_market_sdk::placement::Sealed;
 use gpu_market_sdk::{
     Allocate, AllocateGang, ClaimPay, ClientInstruction, CloseLease, Heartbeat, Preempt, PruneBid,
-    ReportFault, Reserve, ReserveGang, SetRendezvous, SubmitUsage, Unreserve,
+    ReportFault, Reserve, ReserveGang, SetRendezvous, SetWholeGpus, SubmitUsage, Unreserve,
 };
 use solana_account_decoder_client_types::{UiAccountEncoding, UiDataSliceConfig};
 use solana_commitment_config::CommitmentConfig;
@@ -1098,6 +1098,7 @@ impl Chain for SolanaChain {
             network: network_view(&m),
             cached_images: m.cached_images[..usize::from(m.cached_image_count)].to_vec(),
             unclaimed_pay: m.unclaimed_pay,
+            whole_gpus: m.whole_gpus != 0,
         })
     }
 
@@ -1448,6 +1449,16 @@ impl Chain for SolanaChain {
         )
         .instruction();
         self.send(ReserveGang::NAME, ix).await
+    }
+
+    async fn set_whole_gpus(&self, whole: bool) -> Result<(), ChainError> {
+        let ix = SetWholeGpus {
+            agent: &self.agent,
+            machine: self.machine,
+            whole,
+        }
+        .instruction();
+        self.send(SetWholeGpus::NAME, ix).await
     }
 
     async fn unreserve(&self) -> Result<(), ChainError> {

@@ -13,7 +13,7 @@ impl GpuCheck<'_> {
     pub(super) async fn mps(&mut self, gpus: &[GpuInfo]) {
         let Some(mps) = &self.options.mps else {
             let detail =
-                "no MPS (gpu.mps_control): leases that share a GPU are refused".to_string();
+                "no MPS (gpu.mps_control): the machine's GPUs go whole, one lease each".to_string();
             self.row(
                 "mps_over_slice",
                 None,
@@ -29,7 +29,7 @@ impl GpuCheck<'_> {
         let index = self.gpu.index as u8;
         // The check's own daemon, as a lease's (a key no lease has).
         let check = crate::chain::Key([0; 32]);
-        let started = match isolation(&check, &[index], slice_gib, gpus, Some(mps)) {
+        let started = match isolation(&check, (&[index], false), slice_gib, gpus, Some(mps)) {
             Ok(c) => match c.daemon.clone() {
                 Some(daemon) => crate::off_runtime(move || daemon.start())
                     .await

@@ -15,8 +15,11 @@
 //! - [`ACTIVE_THREAD_PERCENTAGE`]: the share of the SMs its slice is of the GPU's memory (at
 //!   least 1 %), so that one client cannot take all the compute either.
 //!
-//! A lease that has its GPUs whole gets none of this. A host without MPS refuses a lease that
-//! shares a GPU ([`IsolationError::NoMps`]): its slice would be bookkeeping only.
+//! A lease that has its GPUs whole gets none of this. A host without MPS has its GPUs go whole
+//! (the agent tells the chain, `set_whole_gpus`, and the program then puts one lease on a GPU):
+//! a slice alone on its GPU has it whole. One that still shares a GPU (started beside another
+//! before the chain was told) is refused ([`IsolationError::NoMps`]): its slice would be
+//! bookkeeping only.
 
 use std::path::PathBuf;
 
@@ -62,17 +65,18 @@ pub enum IsolationError {
 
 /// What the container of `lease`, of `gib_per_gpu` GiB on the machine GPUs `gpu_indices` (in
 /// the lease's order, which is the container's device order), gets on a machine of GPUs `gpus`
-/// with MPS `mps`, if any.
+/// with MPS `mps`, if any. `alone`: no other lease shares those GPUs, nor will (the machine's
+/// GPUs go whole, `set_whole_gpus`), so the lease has them whole whatever its slice.
 pub fn isolation(
     lease: &Key,
-    gpu_indices: &[u8],
+    (gpu_indices, alone): (&[u8], bool),
     gib_per_gpu: u16,
     gpus: &[GpuInfo],
     mps: Option<&Mps>,
 ) -> Result<Isolation, IsolationError> {
     let memory_gib = memory_gib(gpu_indices, gpus)?;
     let shared = shared_gpus(gpu_indices, gib_per_gpu, gpus)?;
-    if shared.is_empty() {
+    if shared.is_empty() || alone {
         return Ok(Isolation::default());
     }
     let Some(mps) = mps else {
@@ -211,7 +215,7 @@ mod tests {
         let gpus = [gpu(0, 80), gpu(1, 80)];
         for m in [None, Some(&mps())] {
             assert_eq!(
-                isolation(&LEASE, &[1, 0], 80, &gpus, m),
+                isolation(&LEASE, (&[1, 0], false), 80, &gpus, m),
                 Ok(Isolation::default())
             );
         }
@@ -220,7 +224,7 @@ mod tests {
     #[test]
     fn a_slice_becomes_the_client_of_a_daemon_of_its_own_pinned_to_its_gib_on_every_ordinal() {
         let gpus = [gpu(0, 80), gpu(1, 80), gpu(2, 80)];
-        let i = isolation(&LEASE, &[2, 0], 20, &gpus, Some(&mps())).unwrap();
+        let i = isolation(&LEASE, (&[2, 0], false), 20, &gpus, Some(&mps())).unwrap();
         assert_eq!(i.shared, vec![2, 0]);
         let dir = PathBuf::from(format!("/var/lib/agent/mps/{LEASE}"));
         assert_eq!(
@@ -261,7 +265,7 @@ mod tests {
             ],
             "the lease's own folders, no host-wide one"
         );
-        let other = isolation(&Key([8; 32]), &[2, 0], 20, &gpus, Some(&mps())).unwrap();
+        let other = isolation(&Key([8; 32]), (&[2, 0], false), 20, &gpus, Some(&mps())).unwrap();
         assert!(other.binds.iter().all(|b| !i.binds.contains(b)));
         assert!(i.env.iter().all(|(k, _)| k.starts_with(MPS_ENV_PREFIX)));
         assert!(mps_client(&i.env));
@@ -272,19 +276,24 @@ mod tests {
     #[test]
     fn the_thread_percentage_is_the_smallest_slice_and_at_least_one() {
         let gpus = [gpu(0, 80), gpu(1, 40)];
-        let i = isolation(&LEASE, &[0, 1], 40, &gpus, Some(&mps())).unwrap();
+        let i = isolation(&LEASE, (&[0, 1], false), 40, &gpus, Some(&mps())).unwrap();
         assert_eq!(i.shared, vec![0], "GPU 1 is the lease's whole");
         assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("50"));
-        let i = isolation(&LEASE, &[0], 0, &gpus, Some(&mps())).unwrap();
+        let i = isolation(&LEASE, (&[0], false), 0, &gpus, Some(&mps())).unwrap();
         assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("1"));
-        let i = isolation(&LEASE, &[0], 1, &[gpu(0, 141)], Some(&mps())).unwrap();
+        let i = isolation(&LEASE, (&[0], false), 1, &[gpu(0, 141)], Some(&mps())).unwrap();
         assert_eq!(env(&i, ACTIVE_THREAD_PERCENTAGE).as_deref(), Some("1"));
     }
 
     #[test]
     fn a_slice_without_mps_is_refused_and_unknown_gpus_are_named() {
         let gpus = [gpu(0, 80), gpu(1, 80)];
-        let err = isolation(&LEASE, &[1], 40, &gpus, None).unwrap_err();
+        // Alone on its GPU (the machine's GPUs go whole), a slice has it whole.
+        assert_eq!(
+            isolation(&LEASE, (&[1], true), 40, &gpus, None),
+            Ok(Isolation::default())
+        );
+        let err = isolation(&LEASE, (&[1], false), 40, &gpus, None).unwrap_err();
         assert_eq!(
             err,
             IsolationError::NoMps {
@@ -294,7 +303,7 @@ mod tests {
         );
         assert!(err.to_string().contains("mps_control"), "{err}");
         assert_eq!(
-            isolation(&LEASE, &[0, 7], 80, &gpus, None),
+            isolation(&LEASE, (&[0, 7], false), 80, &gpus, None),
             Err(IsolationError::NoSuchGpu(7))
         );
     }

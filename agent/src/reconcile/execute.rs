@@ -249,6 +249,21 @@ impl Reconciler {
                     .inspect_err(|e| self.chain_error(e))?;
                 tracing::info!(%bid, machines = parts.len(), "reserved GPUs of the gang's machines for a waiting gang bid");
             }
+            Action::SetWholeGpus { whole } => {
+                self.chain
+                    .set_whole_gpus(*whole)
+                    .await
+                    .inspect_err(|e| self.chain_error(e))?;
+                match whole {
+                    true => tracing::info!(
+                        "told the chain this machine's GPUs go whole: without NVIDIA MPS no lease \
+                         can be confined to a GiB slice, so no GPU holding a lease takes another"
+                    ),
+                    false => tracing::info!(
+                        "told the chain this machine's GPUs may be shared in GiB slices (MPS)"
+                    ),
+                }
+            }
             Action::Unreserve => {
                 self.chain
                     .unreserve()
@@ -257,8 +272,11 @@ impl Reconciler {
                 tracing::info!("cleared the machine's reservation: it held nothing any more");
             }
             Action::Allocate { bid, gpu_indices } => {
-                if let Some(b) = o.chain.iter().flat_map(|c| &c.bids).find(|b| b.key == *bid) {
-                    self.ready(b, gpu_indices);
+                if let Some(c) = &o.chain {
+                    if let Some(b) = c.bids.iter().find(|b| b.key == *bid) {
+                        let alone = c.alone(self.chain.lease_key(*bid), gpu_indices);
+                        self.ready(b, (gpu_indices, alone));
+                    }
                 }
                 let lease = self
                     .chain
@@ -389,9 +407,13 @@ impl Reconciler {
             tracing::warn!(%lease, error = %e, "GPU settings did not take; refusing the lease");
             return Ok(self.refuse(lease, exit::SETTINGS_REFUSED).await?);
         }
+        let alone = o
+            .chain
+            .as_ref()
+            .is_some_and(|c| c.alone(lease, &view.gpu_indices));
         let isolation = match isolation(
             &lease,
-            &view.gpu_indices,
+            (&view.gpu_indices, alone),
             view.gib_per_gpu,
             &self.gpu_infos,
             self.config.mps.as_ref(),

@@ -246,9 +246,9 @@ impl Reconciler {
         }
         if config.mps.is_none() {
             tracing::warn!(
-                "no NVIDIA MPS configured (gpu.mps_control): a lease that shares \
-                 a GPU in GiB slices cannot be confined to its slice and is refused (its client \
-                 refunded); this machine should not take GiB-sliced bids without MPS"
+                "no NVIDIA MPS configured (gpu.mps_control): a lease cannot be confined \
+                 to a GiB slice of a GPU, so the machine's GPUs go whole (the agent tells the \
+                 chain, set_whole_gpus, before it takes a bid): one lease per GPU"
             );
         }
         // Every driver call on a thread of its GPU: a hung driver is reported, not waited on.

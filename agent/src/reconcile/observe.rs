@@ -110,6 +110,7 @@ impl Reconciler {
             over_slice: self.tenancy.over_slice.clone(),
             fault_reported: self.fault_reported,
             gpus_as_declared: self.gpus_as_declared,
+            confines_slices: self.config.mps.is_some(),
         })
     }
 

@@ -57,6 +57,10 @@ pub struct Observed {
     /// Whether the machine account declares the GPUs this host has (`gpu::check_identity`),
     /// as last read: a machine that does not takes no bid.
     pub gpus_as_declared: bool,
+    /// Whether this host confines a lease to a GiB slice of a GPU (it has NVIDIA MPS): where
+    /// it does not, the machine account must say that its GPUs go whole (`set_whole_gpus`)
+    /// before it takes a bid.
+    pub confines_slices: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -71,6 +75,19 @@ pub struct ChainObserved {
     pub expired: Vec<Key>,
     /// What the books say this machine should do about reservations.
     pub reservation: Option<ReservationDuty>,
+}
+
+impl ChainObserved {
+    /// Whether a lease (`lease`, or a bid's about to start) on the machine GPUs `gpu_indices`
+    /// has them alone, whatever its slice: the machine's GPUs go whole, and no other lease
+    /// holds one of them (one started before they did may).
+    pub fn alone(&self, lease: Key, gpu_indices: &[u8]) -> bool {
+        self.machine.whole_gpus
+            && !self
+                .leases
+                .iter()
+                .any(|l| l.key != lease && l.gpu_indices.iter().any(|g| gpu_indices.contains(g)))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,6 +212,10 @@ pub enum Action {
     },
     /// Clear this machine's reservation, which holds nothing any more.
     Unreserve,
+    /// Tell the chain whether this machine's GPUs go whole (its host cannot confine a slice).
+    SetWholeGpus {
+        whole: bool,
+    },
     /// No lease uses this GPU but its settings are not its idle ones: reset it, and park it.
     ResetGpu {
         index: u32,
@@ -215,10 +236,17 @@ pub fn plan(o: &Observed) -> Vec<Action> {
     if let Some(chain) = &o.chain {
         p.new_leases(chain);
         p.report_fault();
+        // A host that cannot confine a slice has its GPUs go whole, and takes no bid until the
+        // chain says so (the program would put a second lease on a GPU it cannot share).
+        let whole = !o.confines_slices;
+        if chain.machine.whole_gpus != whole {
+            p.actions.push(Action::SetWholeGpus { whole });
+        }
         if !o.draining
             && chain.machine.status == MachineStatus::Active
             && o.faulted.is_empty()
             && o.gpus_as_declared
+            && chain.machine.whole_gpus == whole
         {
             let taken = p.allocate_fitting(chain);
             p.preemptions(chain, taken);

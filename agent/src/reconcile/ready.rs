@@ -43,7 +43,8 @@ impl Reconciler {
     /// Readies the container of `bid`'s lease on `gpu_indices` beside the loop, unless it is
     /// already (or cannot be: a shared GPU without MPS, unreadable registry credentials; the
     /// start then refuses the lease as it would have).
-    pub(super) fn ready(&mut self, bid: &BidView, gpu_indices: &[u8]) {
+    /// `alone`: no other lease shares those GPUs, nor will (`ChainObserved::alone`).
+    pub(super) fn ready(&mut self, bid: &BidView, (gpu_indices, alone): (&[u8], bool)) {
         let lease = self.chain.lease_key(bid.key);
         if let Some(r) = self.readied.get_mut(&lease) {
             r.abandoned = false;
@@ -54,7 +55,7 @@ impl Reconciler {
         }
         let Ok(isolation) = isolation(
             &lease,
-            gpu_indices,
+            (gpu_indices, alone),
             bid.gib_per_gpu,
             &self.gpu_infos,
             self.config.mps.as_ref(),

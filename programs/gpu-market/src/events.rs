@@ -102,6 +102,14 @@ pub struct MachineHeartbeat {
     pub at: i64,
 }
 
+/// The machine's agent said whether its GPUs are leased whole only (its host cannot confine a
+/// lease to a GiB slice).
+#[event]
+pub struct MachineWholeGpus {
+    pub machine: Pubkey,
+    pub whole: bool,
+}
+
 #[event]
 pub struct BidPlaced {
     pub market: Pubkey,

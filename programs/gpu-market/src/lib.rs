@@ -263,6 +263,12 @@ pub mod gpu_market {
         Heartbeat::heartbeat(ctx)
     }
 
+    /// The machine's agent says whether its host can confine a lease to a GiB slice of a GPU
+    /// (`whole`: it cannot, and no GPU holding a lease is offered to another).
+    pub fn set_whole_gpus(ctx: Context<SetWholeGpus>, whole: bool) -> Result<()> {
+        SetWholeGpus::set_whole_gpus(ctx, whole)
+    }
+
     /// The machine's agent reports a fatal GPU fault (an Xid error the driver calls fatal): the
     /// machine is paused and the fault kept for its owner, who resumes it with
     /// `set_machine_status` once the GPU is serviced.

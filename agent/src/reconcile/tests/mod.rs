@@ -983,6 +983,7 @@ fn observed(chain: Option<ChainObserved>, local: AgentState) -> Observed {
         fault_reported: false,
         over_slice: BTreeSet::new(),
         gpus_as_declared: true,
+        confines_slices: true,
     }
 }
 
@@ -1002,6 +1003,7 @@ fn machine(groups: &[u8], free_gib: Vec<u16>) -> MachineView {
         network: crate::chain::NetworkView::default(),
         cached_images: Vec::new(),
         unclaimed_pay: 0,
+        whole_gpus: false,
     }
 }
 

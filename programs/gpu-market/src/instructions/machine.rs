@@ -3,6 +3,7 @@ use anchor_lang::prelude::*;
 use crate::errors::MarketError;
 use crate::events::{
     MachineFaulted, MachineHeartbeat, MachineRegistered, MachineStatusChanged, MachineUpdated,
+    MachineWholeGpus,
 };
 use crate::state::{
     seeds, BidBook, Machine, MachineFault, MachineStatus, MachineTerms, Market, Reservation,
@@ -200,6 +201,35 @@ impl Heartbeat<'_> {
         emit!(MachineHeartbeat {
             machine: machine.key(),
             at: machine.last_heartbeat,
+        });
+        Ok(())
+    }
+}
+
+/// Accounts of `set_whole_gpus`: the machine's own agent, which knows whether its host can
+/// confine a lease to a slice of a GPU.
+#[derive(Accounts)]
+pub struct SetWholeGpus<'info> {
+    pub agent: Signer<'info>,
+
+    #[account(mut, constraint = machine.agent == agent.key() @ MarketError::WrongAgent)]
+    pub machine: Box<Account<'info, Machine>>,
+}
+
+impl SetWholeGpus<'_> {
+    /// The agent says whether its host can confine a lease to a GiB slice of a GPU (`whole`:
+    /// it cannot). While it cannot, no GPU of the machine holding a lease is offered to
+    /// another: a lease that asks less than a GPU's memory gets the GPU alone.
+    pub fn set_whole_gpus(ctx: Context<Self>, whole: bool) -> Result<()> {
+        let machine = &mut ctx.accounts.machine;
+        require!(
+            machine.status != MachineStatus::Retired,
+            MarketError::MachineRetired
+        );
+        machine.whole_gpus = whole as u8;
+        emit!(MachineWholeGpus {
+            machine: machine.key(),
+            whole,
         });
         Ok(())
     }

@@ -260,8 +260,10 @@ pub struct MachineData {
     pub cached_image_count: u8,
     pub cached_images: ImageTable,
     pub bump: u8,
-    /// Brings the size to a multiple of the alignment (8), so that `repr(C)` adds no padding.
-    pub pad: [u8; 1],
+    /// 1: no GPU of the machine is shared between leases. Its agent cannot confine a lease to a
+    /// GiB slice of a GPU (the host has no NVIDIA MPS) and said so (`set_whole_gpus`): a lease
+    /// that asks less than a GPU's memory gets that GPU alone.
+    pub whole_gpus: u8,
 }
 
 // SAFETY: see `account_data!`; the size is pinned here.
@@ -404,7 +406,8 @@ impl Machine {
             .enumerate()
             .map(|(g, gpu)| {
                 let used = self.used_gib(g, freed);
-                let free_gib = if off & (1 << g) != 0 {
+                let alone = self.whole_gpus != 0 && used > 0;
+                let free_gib = if off & (1 << g) != 0 || alone {
                     0
                 } else {
                     gpu.memory_gib.saturating_sub(used)
