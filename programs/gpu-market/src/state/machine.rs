@@ -400,14 +400,21 @@ impl Machine {
         off: u16,
         room: Host,
     ) -> Result<Offer> {
+        // Whole GPUs only: a GPU holding a lease offers nothing to another (a pass of its own,
+        // so that the common case costs one test, not one per GPU).
+        let off = match self.whole_gpus != 0 {
+            true => (0..self.gpu_count as usize)
+                .filter(|&g| self.used_gib(g, freed) > 0)
+                .fold(off, |mask, g| mask | 1 << g),
+            false => off,
+        };
         let gpus = self
             .gpus()
             .iter()
             .enumerate()
             .map(|(g, gpu)| {
                 let used = self.used_gib(g, freed);
-                let alone = self.whole_gpus != 0 && used > 0;
-                let free_gib = if off & (1 << g) != 0 || alone {
+                let free_gib = if off & (1 << g) != 0 {
                     0
                 } else {
                     gpu.memory_gib.saturating_sub(used)
