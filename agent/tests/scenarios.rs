@@ -645,6 +645,39 @@ async fn program_two_agents_follow_the_packing_policy_and_a_silent_machine_stran
     assert_eq!(m.machine_of_lease(fourth).await, Some(b.machine));
 }
 
+/// Gangs that no set of machines can start in time (here: gangs of two machines in a market of
+/// one) are walked past at every look at the books, so that the entries below them may be
+/// reserved. Each look read every such gang's bid account again: a book of them cost every
+/// agent a request per gang per tick. Now a waiting gang is read once: twenty gangs cost a look
+/// what one does.
+#[tokio::test(start_paused = true)]
+async fn program_a_book_of_gangs_no_machines_can_start_costs_no_request_each_per_look() {
+    let m = ProgramMarket::start().await;
+    let chain = m.chain();
+    let per_look = || async {
+        chain
+            .best_open_bids(LIMIT)
+            .await
+            .expect("a look at the books");
+        let before = chain.requests_sent();
+        chain
+            .best_open_bids(LIMIT)
+            .await
+            .expect("a look at the books");
+        chain.requests_sent() - before
+    };
+    m.place_gang(&BidSpec::queue(1, 20), 2).await;
+    let one = per_look().await;
+    for _ in 1..20 {
+        m.place_gang(&BidSpec::queue(1, 20), 2).await;
+    }
+    let twenty = per_look().await;
+    assert_eq!(
+        twenty, one,
+        "requests per look: {one} with one gang, {twenty} with twenty"
+    );
+}
+
 /// Issue 33, part 4: the packing policy's input from the feed. Machine A's agent chain reads
 /// the market's machines and leases from its mirror, which a feed keeps current ([`TestFeed`]:
 /// every change notified, a closing never, as the node's program subscriptions do). Machine B's

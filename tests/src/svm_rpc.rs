@@ -61,6 +61,9 @@ const TOKEN_OWNER: std::ops::Range<usize> = 32..64;
 #[derive(Clone)]
 pub struct SvmRpc {
     node: Arc<Mutex<Node>>,
+    /// Requests sent through this handle's client ([`SvmRpc::client`] makes each its own), as
+    /// a node's transport counts them (`RpcClient::get_transport_stats`).
+    sent: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 struct Node {
@@ -94,6 +97,7 @@ impl SvmRpc {
                 statuses: HashMap::new(),
                 landed: Vec::new(),
             })),
+            sent: Arc::default(),
         })
     }
 
@@ -109,7 +113,11 @@ impl SvmRpc {
 
     /// An `RpcClient` that talks to this node.
     pub fn client(&self, commitment: CommitmentConfig) -> RpcClient {
-        RpcClient::new_sender(self.clone(), RpcClientConfig::with_commitment(commitment))
+        let own = SvmRpc {
+            node: self.node.clone(),
+            sent: Arc::default(),
+        };
+        RpcClient::new_sender(own, RpcClientConfig::with_commitment(commitment))
     }
 
     /// The cluster's clock, unix seconds.
@@ -144,11 +152,15 @@ impl SvmRpc {
 #[async_trait]
 impl RpcSender for SvmRpc {
     async fn send(&self, request: RpcRequest, params: Value) -> ClientResult<Value> {
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.node().answer(request, &params)
     }
 
     fn get_transport_stats(&self) -> RpcTransportStats {
-        RpcTransportStats::default()
+        RpcTransportStats {
+            request_count: self.sent.load(std::sync::atomic::Ordering::Relaxed),
+            ..RpcTransportStats::default()
+        }
     }
 
     fn url(&self) -> String {

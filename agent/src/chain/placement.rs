@@ -387,6 +387,36 @@ enum GangDuty {
 }
 
 impl SolanaChain {
+    /// Gang bid `leaf` of the queue book `queue`, read once while it waits at the same place
+    /// (gangs that cannot be reserved in time are walked past at every look, and a book of
+    /// them must not cost a request each per look); bids that left the queue are forgotten.
+    async fn waiting_gang(&self, queue: &[BookLeaf], leaf: &BookLeaf) -> Result<Bid, ChainError> {
+        let cached = |s: &Self| {
+            let mut known = s
+                .waiting_gangs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if known.len() > queue.len() {
+                let waiting: std::collections::HashSet<&Pubkey> =
+                    queue.iter().map(|l| &l.bid).collect();
+                known.retain(|k, _| waiting.contains(k));
+            }
+            known
+                .get(&leaf.bid)
+                .filter(|(seq, _)| *seq == leaf.seq)
+                .map(|(_, b)| b.clone())
+        };
+        if let Some(bid) = cached(self) {
+            return Ok(bid);
+        }
+        let bid: Bid = self.account(&leaf.bid, "bid").await?;
+        self.waiting_gangs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(leaf.bid, (leaf.seq, bid.clone()));
+        Ok(bid)
+    }
+
     /// This machine's part in the reservation of gang entry `leaf` (which could run here once
     /// the machine is empty; this machine holds nothing). Of the live machines no other bid's
     /// reservation holds, the gang's parts go to those that can start one soonest
@@ -403,12 +433,15 @@ impl SolanaChain {
         let (market, now) = (policy.market, policy.now);
         let here = self.machine();
         let grace = market.silence_window_secs();
-        let bid: Bid = self.account(&leaf.bid, "bid").await?;
+        let bid = self.waiting_gang(policy.queue, leaf).await?;
         let (machines, leases) = self.listing(&mut policy.listing).await?;
+        // Held from when: its parts share one start; a part of an earlier round its machine's
+        // agent has not cleared yet starts later, or goes within a tick.
         let held_from = machines
             .iter()
-            .find(|(k, m)| *k == bid.reserved_on && m.holds(k, (&leaf.bid, &bid), market, now))
-            .map(|(_, m)| m.reservation.start);
+            .filter(|(_, m)| m.reservation.bid == leaf.bid && m.reservation.binds(now, grace))
+            .map(|(_, m)| m.reservation.start)
+            .min();
         let open: Vec<(Pubkey, Machine)> = machines
             .iter()
             .filter(|(_, m)| {

@@ -98,6 +98,9 @@ pub struct SolanaChain {
     gang_hosts: std::sync::Mutex<HashMap<Pubkey, (Vec<String>, u16)>>,
     /// The agent keys each sealed bid's environment is sealed to, and when they were read.
     pub(super) sealed: std::sync::Mutex<HashMap<Pubkey, super::placement::SealedRead>>,
+    /// Waiting gang bids as read, by their place in the queue (`BookLeaf::seq`): what their
+    /// reservations need of them (terms, latest start) does not change while they wait.
+    pub(super) waiting_gangs: std::sync::Mutex<HashMap<Pubkey, (u64, Bid)>>,
 }
 
 /// Each part of a gang bid in the gang's order: its machine and the GPUs it takes there.
@@ -151,6 +154,7 @@ impl SolanaChain {
             gangs: std::sync::Mutex::default(),
             gang_hosts: std::sync::Mutex::default(),
             sealed: std::sync::Mutex::default(),
+            waiting_gangs: std::sync::Mutex::default(),
         }
     }
 

@@ -14,6 +14,7 @@ use gpu_market_agent::chain::solana::{lease_filters, SolanaChain};
 use gpu_market_agent::chain::watch::market_subscriptions;
 use gpu_market_agent::chain::{BidKind, Chain, Key};
 use gpu_market_core::fit::Region;
+use gpu_market_sdk::{PlaceBid, PlaceGangBid};
 use gpu_market_tests::live::LiveMarket;
 use gpu_market_tests::Cluster;
 use solana_account_decoder_client_types::UiAccountEncoding;
@@ -188,6 +189,71 @@ impl ProgramMarket {
         (Arc::new(chain), feed)
     }
 
+    /// The placement arguments of `spec`, with the market's next nonce.
+    async fn args(&self, spec: &BidSpec) -> PlaceBidArgs {
+        let now = self.live.cluster.now().await.expect("the clock");
+        PlaceBidArgs {
+            nonce: self.nonce.fetch_add(1, Ordering::Relaxed),
+            kind: match spec.kind {
+                BidKind::Queue => ProgramBidKind::Queue,
+                BidKind::Spot => ProgramBidKind::Spot,
+            },
+            image_ref: IMAGE.into(),
+            image_digest: spec.image_digest,
+            env_hash: spec.env_hash,
+            gpu_count: spec.gpu_count,
+            gib_per_gpu: spec.gib_per_gpu,
+            accepted_classes: 1,
+            overclock: vec![spec.overclock()],
+            price: spec.price,
+            max_duration_secs: spec.max_duration_secs,
+            min_duration_secs: spec.max_duration_secs,
+            deadline: spec.deadline(now),
+            urgency_premium: 0,
+            ports: spec.ports.clone(),
+            scratch_gib: 0,
+            cpu_milli: spec.host.cpu_milli,
+            memory_mib: spec.host.memory_mib,
+            regions: spec.regions.clone(),
+            auto_power: None,
+        }
+    }
+
+    /// A new client places `spec` as a gang of `parts` machines (its first port 29500, the
+    /// rendezvous), witnessed by the scenarios' machine, which first publishes a port for each
+    /// lease (a gang needs one).
+    pub async fn place_gang(&self, spec: &BidSpec, parts: u8) -> Key {
+        self.live
+            .update_machine(|t| {
+                t.network.host = "10.0.0.1".into();
+                t.network.ports_per_lease = 1;
+            })
+            .await
+            .expect("the machine publishes a port for each lease");
+        let client = self
+            .live
+            .client(CLIENT_TOKENS, 0)
+            .await
+            .expect("a funded client with a stake account");
+        let mut args = self.args(spec).await;
+        args.ports = vec![29_500];
+        let place = PlaceGangBid {
+            place: PlaceBid {
+                client: &client.key,
+                market: self.live.market,
+                book: self.live.queue_book,
+                machine: self.live.machine,
+                payment_mint: self.live.mint,
+                client_tokens: client.tokens,
+                args,
+                evict: None,
+            },
+            parts,
+        };
+        self.live.cluster.run(&place).await.expect("place_gang_bid");
+        Key(place.place.bid().to_bytes())
+    }
+
     /// Every transaction the scenarios' agent paid for, in order, with the compute units each
     /// used.
     pub fn agent_transactions(&self) -> Vec<(VersionedTransaction, u64)> {
@@ -302,32 +368,7 @@ impl MarketUnderTest for ProgramMarket {
             .client(CLIENT_TOKENS, 0)
             .await
             .expect("a funded client with a stake account");
-        let now = self.live.cluster.now().await.expect("the clock");
-        let args = PlaceBidArgs {
-            nonce: self.nonce.fetch_add(1, Ordering::Relaxed),
-            kind: match spec.kind {
-                BidKind::Queue => ProgramBidKind::Queue,
-                BidKind::Spot => ProgramBidKind::Spot,
-            },
-            image_ref: IMAGE.into(),
-            image_digest: spec.image_digest,
-            env_hash: spec.env_hash,
-            gpu_count: spec.gpu_count,
-            gib_per_gpu: spec.gib_per_gpu,
-            accepted_classes: 1,
-            overclock: vec![spec.overclock()],
-            price: spec.price,
-            max_duration_secs: spec.max_duration_secs,
-            min_duration_secs: spec.max_duration_secs,
-            deadline: spec.deadline(now),
-            urgency_premium: 0,
-            ports: spec.ports.clone(),
-            scratch_gib: 0,
-            cpu_milli: spec.host.cpu_milli,
-            memory_mib: spec.host.memory_mib,
-            regions: spec.regions.clone(),
-            auto_power: None,
-        };
+        let args = self.args(spec).await;
         Key(self.place_via(&client, args).await.to_bytes())
     }
 
