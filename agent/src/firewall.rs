@@ -27,8 +27,9 @@
 //! The rules only drop or return: what Docker's own chains decide afterwards still applies.
 //! They are written in one `iptables-restore --noflush` transaction per change, so a lease is
 //! never half-guarded. Rules can be lost (a host firewall reload) or outranked (the engine's
-//! restart), so [`guard`] re-asserts the order and each lease's rules every
-//! [`GUARD_PERIOD`], and sweeps the rules of bridges that no longer exist.
+//! restart), so [`guard`] re-asserts the order and each lease's rules as soon as the kernel
+//! announces a rule change ([`crate::netfilter`]) and every [`GUARD_PERIOD`], and sweeps the
+//! rules of bridges that no longer exist.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;

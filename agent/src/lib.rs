@@ -17,6 +17,7 @@ pub mod firewall;
 pub mod gpu;
 pub mod images;
 pub mod metrics;
+pub mod netfilter;
 pub mod network;
 pub mod readings;
 pub mod reconcile;

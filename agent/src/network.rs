@@ -23,6 +23,7 @@ use gpu_market_sdk::api::PortMapping;
 use crate::chain::{EgressView, Gang, Key};
 use crate::docker::DockerEngine;
 use crate::firewall::{self, FirewallError, LeasePolicy, Repairs};
+use crate::netfilter::RuleChanges;
 use crate::runtime::{ContainerRuntime, RuntimeError, LABEL_MANAGED};
 
 /// What a lease's container gets of the network.
@@ -195,13 +196,39 @@ async fn off_thread<T: Send + 'static>(
     crate::off_runtime(f).await.map_err(RuntimeError::Firewall)
 }
 
-/// The firewall's guard for as long as the agent runs: a [`DockerEngine::guard_pass`] every
-/// [`firewall::GUARD_PERIOD`]; what it repairs is logged, and so is a pass that failed.
+/// The firewall's guard for as long as the agent runs: a [`DockerEngine::guard_pass`] as soon
+/// as the host's rules change ([`RuleChanges`]: a firewall reload, the engine's restart,
+/// anyone's `iptables`), once they have settled for [`SETTLE`], and every
+/// [`firewall::GUARD_PERIOD`] regardless (the only trigger on hosts with legacy `iptables`,
+/// which announce nothing). What it repairs is logged, and so is a pass that failed.
 pub async fn guard(engine: std::sync::Arc<DockerEngine>) {
+    let mut changes = RuleChanges::listen()
+        .inspect_err(|e| {
+            tracing::warn!(
+                error = %e,
+                period_s = firewall::GUARD_PERIOD.as_secs(),
+                "firewall: the host announces no rule changes (legacy iptables?): the guard \
+                 re-asserts the lease rules periodically only"
+            )
+        })
+        .ok();
     let mut orphans = HashMap::new();
     let mut ticker = tokio::time::interval(firewall::GUARD_PERIOD);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            changed = next_change(changes.as_mut()) => match changed {
+                Ok(()) => {
+                    tokio::time::sleep(SETTLE).await;
+                    changes.as_mut().map(RuleChanges::seen);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "firewall: rule announcements stopped: periodic guard only");
+                    changes = None;
+                }
+            },
+        }
         match engine.guard_pass(&mut orphans).await {
             Ok(r) if r.any() => tracing::warn!(
                 order = r.order,
@@ -213,6 +240,20 @@ pub async fn guard(engine: std::sync::Arc<DockerEngine>) {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "firewall: the guard's pass failed"),
         }
+    }
+}
+
+/// How long the guard lets a burst of rule changes (a reload is hundreds) settle before it
+/// re-asserts: one pass answers the burst, and bursts cost at most a pass each this often.
+pub const SETTLE: Duration = Duration::from_millis(250);
+
+/// The next announced rule change; never, where there are no announcements.
+async fn next_change(
+    changes: Option<&mut RuleChanges>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match changes {
+        Some(c) => c.changed().await,
+        None => std::future::pending().await,
     }
 }
 

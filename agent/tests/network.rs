@@ -423,6 +423,77 @@ async fn the_firewall_guard_puts_back_what_the_engine_or_a_reload_took_away() {
     engine.remove(&id).await.unwrap();
 }
 
+/// The agent's guard, as the daemon runs it (its default period, 15 s), answers a host firewall
+/// reload when it happens rather than at its next period: the kernel announces the change, and
+/// the lease's rules are back within seconds. Before the guard listened, the lease reached the
+/// address its allow-list leaves out until the next period (this test's deadline, 5 s, is a
+/// third of it).
+#[tokio::test]
+async fn the_guard_puts_back_a_reloaded_firewall_when_it_changes_not_at_its_next_period() {
+    use gpu_market_agent::firewall::{self, FORWARD_CHAIN, GUARD_PERIOD, USER_CHAIN};
+    let (host, image) = engine_env();
+    let engine = std::sync::Arc::new(
+        DockerEngine::connect(&host, "network-test-reload")
+            .await
+            .unwrap(),
+    );
+    engine.pull(&image).await.unwrap();
+    let _far = FarNet::new(45, &["198.19.45.7"]);
+    let allowed = "198.18.45.2:8000".to_string();
+    let other = "198.19.45.7:8000".to_string();
+    let targets = [allowed.clone(), other.clone()];
+    let net = LeaseNetwork {
+        peers: Vec::new(),
+        egress: EgressView::AllowList(vec![(Ipv4Addr::new(198, 18, 45, 0), 24)]),
+        ports: Vec::new(),
+    };
+    let id = engine
+        .run(&lease_spec(&image, 11, net, "sleep 600"))
+        .await
+        .unwrap();
+    let bridge = gpu_market_agent::network::bridge_name(&lease_key(11));
+    let guard = tokio::spawn(gpu_market_agent::network::guard(engine.clone()));
+    // The guard's first pass (at its start) is over once a pass would find nothing to do.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // A reload: the rules go, and what the engine leaves behind accepts the bridge.
+    let reloaded = std::time::Instant::now();
+    sh(&format!("iptables -w -D {USER_CHAIN} -j {FORWARD_CHAIN}"));
+    sh(&format!("iptables -w -I FORWARD 1 -i {bridge} -j ACCEPT"));
+    firewall::uninstall(&bridge).unwrap();
+    let guarded = || {
+        let jump = Command::new("iptables")
+            .args(["-w", "-C", USER_CHAIN, "-j", FORWARD_CHAIN])
+            .status()
+            .unwrap()
+            .success();
+        let rules = Command::new("iptables")
+            .args(["-w", "-S", FORWARD_CHAIN])
+            .output()
+            .unwrap();
+        jump && String::from_utf8_lossy(&rules.stdout).contains(&format!("-i {bridge} "))
+    };
+    let deadline = GUARD_PERIOD / 3;
+    while !guarded() {
+        assert!(
+            reloaded.elapsed() < deadline,
+            "the lease's rules were still gone {deadline:?} after the reload"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "the rules were back {:?} after the reload",
+        reloaded.elapsed()
+    );
+    let out = exec(&id, &probes(&targets));
+    assert_eq!(verdict(&out, &allowed), "open", "{out}");
+    assert_eq!(verdict(&out, &other), "closed", "{out}");
+
+    guard.abort();
+    sh(&format!("iptables -w -D FORWARD -i {bridge} -j ACCEPT"));
+    engine.remove(&id).await.unwrap();
+}
+
 /// Lease networks are IPv4 only: the container has IPv6 switched off, and a host service
 /// listening on every IPv6 address (`::`, as the agent's API or SSH may) is not reached over
 /// the bridge's link-local address; every IPv6 packet from the bridge meets a drop rule.
