@@ -312,36 +312,6 @@ async fn a_writable_root_runs_even_where_the_storage_driver_cannot_cap_it() {
     }
 }
 
-/// An image of this test's own in the local registry (busybox, a file naming `name`, and
-/// `env` as its own `ENV`), pushed and gone from the engine's store: its reference and digest.
-/// Its own, so that removing it touches no image another test uses beside this one.
-fn own_image(name: &str, env: &[&str]) -> (String, [u8; 32]) {
-    let registry = std::env::var("GPU_MARKET_REGISTRY").expect("GPU_MARKET_REGISTRY");
-    let reference = format!("{registry}/gpu-market/{name}-{}:latest", std::process::id());
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(root.path().join("bin")).unwrap();
-    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
-    std::fs::write(root.path().join(name), reference.as_bytes()).unwrap();
-    let changes: String = env.iter().map(|e| format!(" -c 'ENV {e}'")).collect();
-    let script = format!(
-        "tar -C {dir} -c . | docker import{changes} -c 'CMD [\"/bin/busybox\", \"env\"]' - {reference} >/dev/null && \
-         docker push {reference} >/dev/null && \
-         docker inspect --format '{{{{index .RepoDigests 0}}}}' {reference} && docker rmi -f {reference} >/dev/null",
-        dir = root.path().display()
-    );
-    let out = std::process::Command::new("sh")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    (reference, support::sha256_digest(&text))
-}
-
 /// Whether the engine's store holds `image` (pinned to `digest`).
 async fn stored(image: &str, digest: &[u8; 32]) -> bool {
     let pinned = gpu_market_agent::runtime::pinned_reference(image, digest).unwrap();
@@ -359,7 +329,7 @@ async fn an_image_over_the_size_limit_is_refused_fetched_or_stored_and_not_kept(
     let engine = DockerEngine::connect(&host, "engine-test-size")
         .await
         .expect("connect");
-    let (image, digest) = own_image("oversized", &[]);
+    let (image, digest) = support::pushed_image("oversized", &[], 0);
     let refused = |err: gpu_market_agent::runtime::RuntimeError| {
         assert!(
             matches!(
@@ -397,7 +367,8 @@ async fn an_image_environment_that_steers_the_loader_is_refused_and_driver_capab
     let engine = DockerEngine::connect(&host, "engine-test-image-env")
         .await
         .expect("connect");
-    let (image, digest) = own_image("preload", &["LD_PRELOAD=/proc/self/cwd/poc.so"]);
+    let (image, digest) =
+        support::pushed_image("preload", &["LD_PRELOAD=/proc/self/cwd/poc.so"], 0);
     let err = ContainerRuntime::pull(&engine, &image, &digest, None, u64::MAX)
         .await
         .expect_err("an image that preloads");
@@ -410,12 +381,13 @@ async fn an_image_environment_that_steers_the_loader_is_refused_and_driver_capab
     );
     assert!(!stored(&image, &digest).await, "a refused image stayed");
 
-    let (image, digest) = own_image(
+    let (image, digest) = support::pushed_image(
         "allcaps",
         &[
             "NVIDIA_DRIVER_CAPABILITIES=all",
             "LD_LIBRARY_PATH=/usr/local/nvidia/lib64",
         ],
+        0,
     );
     ContainerRuntime::pull(&engine, &image, &digest, None, u64::MAX)
         .await
@@ -517,9 +489,9 @@ async fn an_image_store_over_its_budget_loses_only_the_agents_unused_images() {
     // A scope of this run's own: the marks of another run's images are not this one's.
     let scope = format!("engine-test-gc-{}", std::process::id());
     let engine = DockerEngine::connect(&host, &scope).await.expect("connect");
-    let running = own_image("gc-running", &[]);
-    let advertised = own_image("gc-advertised", &[]);
-    let unused = own_image("gc-unused", &[]);
+    let running = support::pushed_image("gc-running", &[], 0);
+    let advertised = support::pushed_image("gc-advertised", &[], 0);
+    let unused = support::pushed_image("gc-unused", &[], 0);
     for (image, digest) in [&running, &advertised, &unused] {
         ContainerRuntime::pull(&engine, image, digest, None, u64::MAX)
             .await

@@ -6,11 +6,14 @@
 //! - probes of the cloud metadata address, a service of the host (on the bridge's gateway and on
 //!   the host's own address), the honest lease's container, and IPv6;
 //! - 2,000 exec requests, a flood of signed requests that fills its nonce cache, and a terminal
-//!   session flooded with resize frames.
+//!   session flooded with resize frames;
+//! - a lease of an image half as big again as the host's limit on one image.
 //!
 //! What must hold: no byte of the canary reaches the tenant, no probe opens (while the internet
 //! does: the machine's egress is open), the honest tenant is served (logs, exec) and its lease
-//! is proven for every second of the attack, and the agent's descriptors and memory stay bounded.
+//! is proven for every second of the attack, the huge image is refused while it is fetched (its
+//! lease refunded in full, nothing of it kept), and the agent's descriptors and memory stay
+//! bounded.
 
 mod support;
 
@@ -108,6 +111,12 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
     declare_network(&live, api_port).await;
     let dir = tempfile::tempdir().unwrap();
     let config = Agent::write_config(&live, dir.path(), 2);
+    // The host's limit on one image: 64 MiB (a host with a small disk sets it so; the default
+    // is 50 GiB, more than a test machine's disk). The attacker's image is half as big again.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[images]\nmax_image_mib = 64\n");
+    std::fs::write(&config, text).unwrap();
+    let huge = pushed_image("huge", &[], 96 << 20);
     let first = 33_000 + (std::process::id() % 400) as u16 * 10;
     publishing(&config, api_port, first, "127.0.0.1");
     let agent = Agent::start(&config);
@@ -329,6 +338,11 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
         drop(open_sessions);
         (copied, found, peak_fds, peak_rss)
     };
+    // And a lease of an image over the host's limit, placed as the floods begin.
+    let attacker_tokens = live.cluster.token_balance(&attacker.tokens).await.unwrap();
+    let mut huge_args = place(3, "IDLER");
+    (huge_args.image_ref, huge_args.image_digest) = huge.clone();
+    let huge_bid = live.place(&attacker, huge_args).await.unwrap();
     let attack = async { tokio::join!(probed, floods) };
     let (probed, (copied, found, peak_fds, peak_rss)) = tokio::select! {
         () = swapper => panic!("the swapping loop ended"),
@@ -362,6 +376,27 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
         after.billed_secs - before.billed_secs,
         (after.proven_until - before.proven_until) as u64,
         "every proven second of the honest lease was paid: none skipped during the attack"
+    );
+
+    // The huge image: refused as it was fetched, its lease ended before it ran, the attacker
+    // refunded in full, and nothing of it kept in the engine's store.
+    let huge_lease = pda::lease(&huge_bid).0;
+    wait_for("the huge image's lease refused", 120, &agent, || async {
+        let gone =
+            !account_exists(&live, &huge_bid).await && !account_exists(&live, &huge_lease).await;
+        let tokens = live.cluster.token_balance(&attacker.tokens).await.ok()?;
+        (gone && tokens == attacker_tokens).then_some(())
+    })
+    .await;
+    let pinned = gpu_market_agent::runtime::pinned_reference(&huge.0, &huge.1).unwrap();
+    assert!(
+        docker.inspect_image(&pinned).await.is_err(),
+        "the refused image is in the store"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("over the host's limit of 67108864"),
+        "the agent did not say why it refused the lease:\n{log}"
     );
 
     // Nothing opened but the internet; no IPv6.

@@ -645,3 +645,42 @@ pub fn host_address() -> std::net::Ipv4Addr {
         other => panic!("no non-loopback IPv4 address towards the default route: {other}"),
     }
 }
+
+/// An image of the test's own in the local registry (busybox, a file naming `name`, `env` as
+/// its own `ENV`, and `filler` random bytes, which no compression shrinks), pushed and gone
+/// from the engine's store: its reference and digest. Its own, so that removing it touches no
+/// image another test uses beside this one.
+pub fn pushed_image(name: &str, env: &[&str], filler: usize) -> (String, [u8; 32]) {
+    let registry = engine_env("GPU_MARKET_REGISTRY");
+    let reference = format!("{registry}/gpu-market/{name}-{}:latest", std::process::id());
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.path().join("bin/busybox")).unwrap();
+    std::fs::write(root.path().join(name), reference.as_bytes()).unwrap();
+    if filler > 0 {
+        let status = std::process::Command::new("head")
+            .args(["-c", &filler.to_string(), "/dev/urandom"])
+            .stdout(std::fs::File::create(root.path().join("filler")).unwrap())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let changes: String = env.iter().map(|e| format!(" -c 'ENV {e}'")).collect();
+    let script = format!(
+        "tar -C {dir} -c . | docker import{changes} -c 'CMD [\"/bin/busybox\", \"env\"]' - {reference} >/dev/null && \
+         docker push {reference} >/dev/null && \
+         docker inspect --format '{{{{index .RepoDigests 0}}}}' {reference} && docker rmi -f {reference} >/dev/null",
+        dir = root.path().display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    (reference, sha256_digest(&text))
+}
