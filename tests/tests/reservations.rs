@@ -12,7 +12,7 @@ use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, GpuSpec, Lease, Machine, MachineNetwork, MachineStatus, Market};
 use gpu_market_sdk::{
-    CloseLease, ExtendLease, Heartbeat, PlaceGangBid, Reserve, ReserveGang, Unreserve,
+    CloseLease, CloseMachine, ExtendLease, Heartbeat, PlaceGangBid, Reserve, ReserveGang, Unreserve,
 };
 use lease_fixture::*;
 use solana_keypair::Keypair;
@@ -404,6 +404,69 @@ fn a_reservation_moves_only_to_a_machine_that_starts_the_bid_earlier() {
     assert!(!f.ctx.account::<Machine>(&f.machine).reservation.is_set());
 }
 
+/// Closes `machine` (the host's, retired, its leases ended): its account is gone.
+fn close_machine(f: &mut Fixture, machine: Pubkey) {
+    let owner = f.host.key.insecure_clone();
+    f.ctx
+        .run(&CloseMachine {
+            owner: &owner,
+            market: f.market,
+            machine,
+            spot_book: None,
+        })
+        .expect("close_machine");
+    assert!(!f.ctx.account_exists(&machine));
+}
+
+/// A bid reserved on a machine whose host then retired and closed it is reserved again on
+/// another: a closed machine holds nothing. Before, `reserve` had to show the machine the bid
+/// was reserved on, whose account no longer deserialized, so the bid could never be reserved
+/// again (it could still start by `allocate` when a machine fit it, and expire).
+#[test]
+fn a_bid_reserved_on_a_machine_since_closed_is_reserved_again_elsewhere() {
+    let mut f = busy_market(0);
+    let (b, agent_b) = f.other_machine_run_by(2, |t| t.gpus = sixteen());
+    f.ctx.advance_time(INTERVAL);
+    // Twelve GPUs of each machine busy: A's for an hour, B's for ten minutes.
+    let filler = f.client(1_000 * TOKEN, 0);
+    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
+    for g in 0..12u8 {
+        let x = args(&mut f, 1, 3_600, 0);
+        let bid = f.place(&filler, x);
+        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
+        let x = args(&mut f, 1, 600, 0);
+        let bid = f.place(&filler, x);
+        let ix = f.ctx.allocation(&agent_b, b, bid, &[g]);
+        on_b.push(f.send_allocate(&ix).expect("a filler on B"));
+    }
+    let started = f.ctx.now();
+    let c = f.client(1_000 * TOKEN, 0);
+    let mut x = args(&mut f, 16, 3_600, 0);
+    x.urgency_premium = TOKEN;
+    let big = f.place(&c, x);
+    let leases_b = open(&f, &on_b);
+    reserve_on(&mut f, b, big, &leases_b, vec![]).expect("reserved on B");
+    assert_eq!(f.ctx.account::<Bid>(&big).reserved_on, b);
+
+    // B's host retires it before the start and closes it once its leases end.
+    let by_b: Vec<(Pubkey, &Keypair)> = on_b.iter().map(|l| (*l, &agent_b)).collect();
+    let agent_a = f.agent.insecure_clone();
+    let by_a: Vec<(Pubkey, &Keypair)> = on_a.iter().map(|l| (*l, &agent_a)).collect();
+    let both: Vec<(Pubkey, &Keypair)> = by_a.iter().chain(&by_b).cloned().collect();
+    f.set_status(b, MachineStatus::Retired);
+    run_until_by(&mut f, &both, started, started + 600);
+    close_machine(&mut f, b);
+    let a = f.machine;
+    heartbeat(&mut f, &agent_a, a);
+
+    // On A now, from when its fillers end.
+    let leases_a = open(&f, &on_a);
+    reserve(&mut f, big, &leases_a, vec![]).expect("reserved again, on A");
+    let held = f.ctx.account::<Machine>(&f.machine).reservation;
+    assert_eq!((held.bid, held.start), (big, started + 3_600));
+    assert_eq!(f.ctx.account::<Bid>(&big).reserved_on, f.machine);
+}
+
 /// Eight GPUs of class 0, 24 GiB each, publishing a port for each lease (a gang's first port is
 /// where its other parts reach its first).
 fn eight(t: &mut gpu_market::state::MachineTerms) {
@@ -604,4 +667,51 @@ fn a_gang_reservation_moves_only_to_an_earlier_start_and_leaves_the_old_machines
     let m: Machine = f.ctx.account(&b);
     let err = f.ctx.run(&Unreserve::of(f.market, (b, &m))).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::ReservationHolds));
+}
+
+/// A gang reserved on machines one of which its host then closed is reserved again on others,
+/// the closed one shown as it is (gone). Before, `reserve_gang` could not read it, and the gang
+/// could never be reserved again.
+#[test]
+fn a_gang_reserved_on_a_machine_since_closed_is_reserved_again_elsewhere() {
+    let (mut f, b, agent_b) = gang_market();
+    let a = f.machine;
+    let (c_machine, agent_c) = f.other_machine_run_by(3, eight);
+    // A busy for half an hour, C for ten minutes, B idle.
+    let filler = f.client(1_000 * TOKEN, 0);
+    let (mut on_a, mut on_c) = (Vec::new(), Vec::new());
+    for g in 0..4u8 {
+        let x = args(&mut f, 1, 1_800, 0);
+        let bid = f.place(&filler, x);
+        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
+        let x = args(&mut f, 1, 600, 0);
+        let bid = f.place(&filler, x);
+        let ix = f.ctx.allocation(&agent_c, c_machine, bid, &[g]);
+        on_c.push(f.send_allocate(&ix).expect("a filler on C"));
+    }
+    let started = f.ctx.now();
+    let c = f.client(1_000 * TOKEN, 0);
+    let gang = place_gang(&mut f, &c, 8, 3_600);
+    let leases_c = open(&f, &on_c);
+    reserve_gang(&mut f, gang, &[c_machine, b], &leases_c).expect("reserved on C and B");
+    assert_eq!(f.ctx.account::<Bid>(&gang).reserved_on, c_machine);
+
+    // C's host retires it and closes it once its leases end.
+    f.set_status(c_machine, MachineStatus::Retired);
+    let agent_a = f.agent.insecure_clone();
+    let mut by: Vec<(Pubkey, &Keypair)> = on_a.iter().map(|l| (*l, &agent_a)).collect();
+    by.extend(on_c.iter().map(|l| (*l, &agent_c)));
+    run_until_by(&mut f, &by, started, started + 600);
+    close_machine(&mut f, c_machine);
+    heartbeat(&mut f, &agent_a, a);
+    heartbeat(&mut f, &agent_b, b);
+
+    // On A and B now, from when A's fillers end.
+    let leases_a = open(&f, &on_a);
+    reserve_gang(&mut f, gang, &[a, b], &leases_a).expect("reserved again, on A and B");
+    for m in [a, b] {
+        let held = f.ctx.account::<Machine>(&m).reservation;
+        assert_eq!((held.bid, held.start), (gang, started + 1_800));
+    }
+    assert_eq!(f.ctx.account::<Bid>(&gang).reserved_on, a);
 }

@@ -30,13 +30,48 @@ pub struct Reserve<'info> {
     pub bid: Box<Account<'info, Bid>>,
 
     /// The machine the bid is reserved on now (`bid.reserved_on`), when that is another one:
-    /// its reservation moves here only for an earlier start.
+    /// its reservation moves here only for an earlier start. A machine its host has closed
+    /// holds nothing.
+    /// CHECK: read as a machine of this program by `release_previous`, unless closed.
     #[account(
-        mut, dup,
+        mut,
         address = bid.reserved_on @ MarketError::WrongMachine,
         constraint = previous.key() != machine.key() @ MarketError::WrongMachine,
     )]
-    pub previous: Option<Box<Account<'info, Machine>>>,
+    pub previous: Option<UncheckedAccount<'info>>,
+}
+
+/// Whether `info` is a closed account (the system program's, holding no data): a machine whose
+/// host closed it, which holds nothing (lamports sent to the address since change nothing).
+fn closed(info: &AccountInfo) -> bool {
+    *info.owner == anchor_lang::system_program::ID && info.data_is_empty()
+}
+
+/// Releases `bid`'s reservation on `info`, the machine it is reserved on now, for a reservation
+/// from `start`: refused (`ReservationHolds`) where the one held there starts no later. A
+/// machine since closed holds nothing.
+#[inline(never)]
+fn release_previous(
+    info: &AccountInfo,
+    (key, bid): (&Pubkey, &Bid),
+    start: i64,
+    (market, now): (&Market, i64),
+) -> Result<()> {
+    if closed(info) {
+        return Ok(());
+    }
+    require_keys_eq!(*info.owner, crate::ID, MarketError::WrongMachine);
+    let mut data = info.try_borrow_mut_data()?;
+    let mut previous = Box::new(Machine::try_deserialize(&mut &data[..])?);
+    if previous.holds(info.key, (key, bid), market, now) {
+        require!(
+            start < previous.reservation.start,
+            MarketError::ReservationHolds
+        );
+        previous.reservation = Reservation::default();
+        previous.try_serialize(&mut &mut data[..])?;
+    }
+    Ok(())
 }
 
 /// What the remaining accounts of `reserve` show: the machine's leases, and the bids other
@@ -128,23 +163,12 @@ impl Reserve<'_> {
             .ok_or(MarketError::BidNotFeasible)?;
         require!(reservation.start > now, MarketError::BidFitsNow);
         let (start, gpus) = (reservation.start, reservation.gpus);
-        let grace = market.silence_window_secs();
 
-        let a = &mut *ctx.accounts;
-        if a.bid.reserved_on != Pubkey::default() && a.bid.reserved_on != a.machine.key() {
-            let previous = a
-                .previous
-                .as_mut()
-                .ok_or(error!(MarketError::WrongMachine))?;
-            let held = &mut previous.reservation;
-            if held.bid == a.bid.key()
-                && held.round == a.bid.reserved_round
-                && held.binds(now, grace)
-            {
-                require!(start < held.start, MarketError::ReservationHolds);
-                *held = Reservation::default();
-            }
+        if bid.reserved_on != Pubkey::default() && bid.reserved_on != machine.key() {
+            let previous = a.previous.as_ref().ok_or(error!(MarketError::WrongMachine))?;
+            release_previous(previous, (&bid.key(), bid), start, (market, now))?;
         }
+        let a = &mut *ctx.accounts;
         a.machine.reservation = reservation;
         a.bid.reserved_on = a.machine.key();
         a.bid.reserved_round = reservation.round;
@@ -300,6 +324,7 @@ fn read_parts<'info>(
         out.push(Part { machine, leases });
     }
     let shown = rest
+        .filter(|info| !closed(info))
         .map(|info| shown_machine(info, market_key))
         .collect::<Result<Vec<_>>>()?;
     Ok((out, shown))
@@ -369,12 +394,21 @@ impl<'info> ReserveGang<'info> {
         drop(shown_parts);
         require!(start > now, MarketError::BidFitsNow);
         if bid.reserved_on != Pubkey::default() {
-            let first = shown(&bid.reserved_on).ok_or(error!(MarketError::WrongMachine))?;
-            if first.holds(&bid.reserved_on, (&key, bid), market, now) {
-                require!(
-                    start < first.reservation.start,
-                    MarketError::ReservationHolds
-                );
+            match shown(&bid.reserved_on) {
+                Some(first) if first.holds(&bid.reserved_on, (&key, bid), market, now) => {
+                    require!(
+                        start < first.reservation.start,
+                        MarketError::ReservationHolds
+                    );
+                }
+                Some(_) => {}
+                // Not a machine any more: shown closed, it holds nothing.
+                None => require!(
+                    ctx.remaining_accounts
+                        .iter()
+                        .any(|i| *i.key == bid.reserved_on && closed(i)),
+                    MarketError::WrongMachine
+                ),
             }
         }
 
