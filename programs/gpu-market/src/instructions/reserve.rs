@@ -93,21 +93,14 @@ impl Shown {
         let (mut leases, mut keys, mut held_elsewhere) = (Vec::new(), Vec::new(), Vec::new());
         for info in remaining {
             require_keys_eq!(*info.owner, crate::ID, MarketError::LeasesMissing);
-            let data = info.try_borrow_data()?;
-            if data.starts_with(Lease::DISCRIMINATOR) {
-                let lease = Lease::try_deserialize(&mut &data[..])?;
-                require_keys_eq!(lease.machine, *machine, MarketError::LeasesMissing);
-                require!(!keys.contains(info.key), MarketError::LeasesMissing);
+            if !info.try_borrow_data()?.starts_with(Machine::DISCRIMINATOR) {
+                read_lease(info, machine, &keys, &mut leases)?;
                 keys.push(*info.key);
-                leases.push(lease);
-            } else if data.starts_with(Machine::DISCRIMINATOR) {
-                let other = Machine::try_deserialize(&mut &data[..])?;
-                require_keys_eq!(other.market, *market_key, MarketError::WrongMachine);
-                if info.key != machine && other.reservation.binds(now, grace) {
-                    held_elsewhere.push(other.reservation.bid);
-                }
-            } else {
-                return err!(MarketError::LeasesMissing);
+                continue;
+            }
+            let (key, other) = shown_machine(info, market_key)?;
+            if key != *machine && other.reservation.binds(now, grace) {
+                held_elsewhere.push(other.reservation.bid);
             }
         }
         Ok(Shown {
