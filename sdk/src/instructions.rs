@@ -447,6 +447,35 @@ impl ClientInstruction for AddRegion<'_> {
     }
 }
 
+/// `name_gpu_class`: the market authority names GPU class `class` by its model, once.
+pub struct NameGpuClass<'a> {
+    pub authority: &'a (dyn Signer + Sync),
+    pub market: Pubkey,
+    pub class: u8,
+    pub name: [u8; gpu_market::state::CLASS_NAME_LEN],
+}
+
+impl ClientInstruction for NameGpuClass<'_> {
+    const NAME: &'static str = "name_gpu_class";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::UpdateMarket {
+                authority: self.authority.pubkey(),
+                market: self.market,
+            },
+            gpu_market::instruction::NameGpuClass {
+                class: self.class,
+                name: self.name,
+            },
+        )
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.authority]
+    }
+}
+
 /// Instructions that create an empty book account (`BOOK_EMPTY_SPACE` bytes, owned by the
 /// program; it grows by one slot per waiting bid, paid by that bid) and open it as a market's
 /// queue book or a machine's spot book. `rent_lamports`: the empty account's rent-exempt minimum.

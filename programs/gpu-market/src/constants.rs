@@ -28,6 +28,9 @@ pub const MAX_CACHED_IMAGES: u32 = state::MAX_CACHED_IMAGES as u32;
 /// Bytes of a region label (zero-padded).
 #[constant]
 pub const REGION_LEN: u32 = state::REGION_LEN as u32;
+/// Bytes of a GPU class's name (zero-padded).
+#[constant]
+pub const CLASS_NAME_LEN: u32 = state::CLASS_NAME_LEN as u32;
 /// Regions a market lists at most.
 #[constant]
 pub const MAX_MARKET_REGIONS: u32 = state::MAX_MARKET_REGIONS as u32;

@@ -251,6 +251,12 @@ pub enum MarketError {
     GangNeedsPort,
     #[msg("the bid is a gang's: reserve_gang holds all its machines at once")]
     GangNeedsReserveGang,
+    #[msg("a GPU class name is 1 to 16 printable ASCII bytes (spaces inside only), zero-padded")]
+    BadGpuClassName,
+    #[msg("the GPU class has a name already: a class keeps its name for the life of the market")]
+    GpuClassNamed,
+    #[msg("another GPU class of the market has this name (names are compared without case)")]
+    GpuClassNameTaken,
 }
 
 impl From<gpu_market_core::fit::Unfit> for MarketError {

@@ -26,6 +26,13 @@ pub struct RegionAdded {
 }
 
 #[event]
+pub struct GpuClassNamed {
+    pub market: Pubkey,
+    pub class: u8,
+    pub name: [u8; 16],
+}
+
+#[event]
 pub struct MarketUpdateApplied {
     pub market: Pubkey,
     pub params: MarketParams,

@@ -17,7 +17,7 @@ pub mod pda;
 pub mod state;
 
 use instructions::*;
-use state::{MachineStatus, MachineTerms, MarketParams, REGION_LEN};
+use state::{MachineStatus, MachineTerms, MarketParams, CLASS_NAME_LEN, REGION_LEN};
 
 declare_id!("CVRX28QjAjZhbuQ1YaXk9sSwYx6QmfB7qmxrEguYqZAV");
 
@@ -39,6 +39,15 @@ pub mod gpu_market {
     /// The market authority lists a region machines may declare and bids may name, at once.
     pub fn add_region(ctx: Context<UpdateMarket>, region: [u8; REGION_LEN]) -> Result<()> {
         UpdateMarket::add_region(ctx, region)
+    }
+
+    /// The market authority names a GPU class by its model, at once and once.
+    pub fn name_gpu_class(
+        ctx: Context<UpdateMarket>,
+        class: u8,
+        name: [u8; CLASS_NAME_LEN],
+    ) -> Result<()> {
+        UpdateMarket::name_gpu_class(ctx, class, name)
     }
 
     /// Applies scheduled parameters once their notice period is over (anyone may call).

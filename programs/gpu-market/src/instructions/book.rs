@@ -103,7 +103,7 @@ pub struct InitQueueBook<'info> {
         mut, dup,
         constraint = market.authority == authority.key() @ MarketError::NotMarketAuthority,
     )]
-    pub market: Account<'info, Market>,
+    pub market: Box<Account<'info, Market>>,
 
     /// Created by the system program in the same transaction; its key signs, so an account
     /// created (and paid for) earlier cannot be claimed by someone else's `init`.

@@ -3,10 +3,11 @@ use anchor_spl::token::{self, Burn, Mint, Token, TokenAccount};
 
 use crate::errors::MarketError;
 use crate::events::{
-    FeesCollected, MarketInitialized, MarketUpdateApplied, MarketUpdated, RegionAdded,
+    FeesCollected, GpuClassNamed, MarketInitialized, MarketUpdateApplied, MarketUpdated,
+    RegionAdded,
 };
 use crate::instructions::pay_out;
-use crate::state::{seeds, Market, MarketData, MarketParams, REGION_LEN};
+use crate::state::{seeds, Market, MarketData, MarketParams, CLASS_NAME_LEN, REGION_LEN};
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct InitMarketArgs {
@@ -148,6 +149,20 @@ impl UpdateMarket<'_> {
         emit!(RegionAdded {
             market: market.key(),
             region,
+        });
+        Ok(())
+    }
+
+    /// Names GPU class `class` by its model (e.g. H100), at once and once: what clients bid for
+    /// and hosts declare their GPUs by. A class keeps its name for the life of the market, so
+    /// a bid for "H100" never comes to mean another model.
+    pub fn name_gpu_class(ctx: Context<Self>, class: u8, name: [u8; CLASS_NAME_LEN]) -> Result<()> {
+        let market = &mut ctx.accounts.market;
+        market.name_gpu_class(class, name)?;
+        emit!(GpuClassNamed {
+            market: market.key(),
+            class,
+            name,
         });
         Ok(())
     }

@@ -158,7 +158,10 @@ impl Reserve<'_> {
         let (start, gpus) = (reservation.start, reservation.gpus);
 
         if bid.reserved_on != Pubkey::default() && bid.reserved_on != machine.key() {
-            let previous = a.previous.as_ref().ok_or(error!(MarketError::WrongMachine))?;
+            let previous = a
+                .previous
+                .as_ref()
+                .ok_or(error!(MarketError::WrongMachine))?;
             release_previous(previous, (&bid.key(), bid), start, (market, now))?;
         }
         let a = &mut *ctx.accounts;

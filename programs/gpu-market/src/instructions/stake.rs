@@ -11,7 +11,7 @@ pub struct OpenStake<'info> {
     #[account(mut)]
     pub owner: Signer<'info>,
 
-    pub market: Account<'info, Market>,
+    pub market: Box<Account<'info, Market>>,
 
     /// Created once per (market, owner); its bump is searched here, once, and stored.
     #[account(
@@ -47,7 +47,7 @@ pub struct Stake<'info> {
         constraint = market.stake_mint == stake_mint.key() @ ErrorCode::ConstraintHasOne,
         constraint = market.stake_vault == stake_vault.key() @ ErrorCode::ConstraintHasOne,
     )]
-    pub market: Account<'info, Market>,
+    pub market: Box<Account<'info, Market>>,
 
     #[account(
         mut, dup,

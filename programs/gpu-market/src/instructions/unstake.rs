@@ -10,7 +10,7 @@ pub struct RequestUnstake<'info> {
     pub owner: Signer<'info>,
 
     #[account(mut, dup)]
-    pub market: Account<'info, Market>,
+    pub market: Box<Account<'info, Market>>,
 
     #[account(
         mut, dup,
@@ -57,7 +57,7 @@ pub struct WithdrawStake<'info> {
         constraint = market.stake_mint == stake_mint.key() @ ErrorCode::ConstraintHasOne,
         constraint = market.stake_vault == stake_vault.key() @ ErrorCode::ConstraintHasOne,
     )]
-    pub market: Account<'info, Market>,
+    pub market: Box<Account<'info, Market>>,
 
     #[account(
         mut, dup,

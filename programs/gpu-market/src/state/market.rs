@@ -22,6 +22,15 @@ crate::state::pod_array!(
 );
 crate::state::pod_array!(HourBps, u16, 24, "One value in bps per UTC hour.");
 crate::state::pod_array!(
+    ClassNames,
+    [u8; CLASS_NAME_LEN],
+    GPU_CLASSES,
+    "The model name of each GPU class (e.g. H100), zero-padded; empty where none is set."
+);
+
+/// Bytes of a GPU class's name (zero-padded).
+pub const CLASS_NAME_LEN: usize = 16;
+crate::state::pod_array!(
     RegionTable,
     [u8; REGION_LEN],
     MAX_MARKET_REGIONS,
@@ -313,14 +322,36 @@ pub struct MarketData {
     /// The regions machines may declare and bids may name, in the order `add_region` listed
     /// them (never removed or reordered: book entries keep their indices); empty labels after.
     pub regions: RegionTable,
+    /// The model name of each GPU class (`name_gpu_class`), which clients bid for and hosts
+    /// declare their GPUs by: set once, never changed, so a class means one model for the life
+    /// of the market.
+    pub class_names: ClassNames,
 }
 
 // SAFETY: see `account_data!`; the size is pinned here.
 crate::state::account_data!(Market, MarketData);
 const _: () = assert!(
     core::mem::size_of::<MarketData>()
-        == 8 * 32 + 2 * core::mem::size_of::<MarketParams>() + 16 * 8 + 4 + 4 + 32 * REGION_LEN
+        == 8 * 32
+            + 2 * core::mem::size_of::<MarketParams>()
+            + 16 * 8
+            + 4
+            + 4
+            + 32 * REGION_LEN
+            + GPU_CLASSES * CLASS_NAME_LEN
 );
+
+/// Whether `name` is a GPU class name: 1 to [`CLASS_NAME_LEN`] printable ASCII bytes, spaces
+/// only between words, then zeros.
+pub fn class_name_valid(name: &[u8; CLASS_NAME_LEN]) -> bool {
+    let len = name.iter().position(|&b| b == 0).unwrap_or(CLASS_NAME_LEN);
+    let (text, padding) = name.split_at(len);
+    len > 0
+        && padding.iter().all(|&b| b == 0)
+        && text.iter().all(|&b| b.is_ascii_graphic() || b == b' ')
+        && text[0] != b' '
+        && text[len - 1] != b' '
+}
 
 impl Market {
     /// A market under `params` with nothing in it yet: no accounts named, no book, no bid, no
@@ -361,6 +392,7 @@ impl Market {
                 payment_vault_bump: 0,
                 reserved: [0],
                 regions: RegionTable::default(),
+                class_names: ClassNames::default(),
             },
         }
     }
@@ -396,6 +428,26 @@ impl MarketData {
             .find(|r| r[0] == 0)
             .ok_or(MarketError::RegionTableFull)?;
         *slot = region;
+        Ok(())
+    }
+
+    /// Names GPU `class` `name` (see [`class_name_valid`]), once; no two classes share a name
+    /// whatever its case.
+    pub fn name_gpu_class(&mut self, class: u8, name: [u8; CLASS_NAME_LEN]) -> Result<()> {
+        require!(class_name_valid(&name), MarketError::BadGpuClassName);
+        let named = self
+            .class_names
+            .get(class as usize)
+            .ok_or(MarketError::UnknownGpuClass)?;
+        require!(named[0] == 0, MarketError::GpuClassNamed);
+        require!(
+            !self
+                .class_names
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(&name)),
+            MarketError::GpuClassNameTaken
+        );
+        self.class_names[class as usize] = name;
         Ok(())
     }
 
