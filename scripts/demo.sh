@@ -219,12 +219,13 @@ cli authority token mint "$MINT" "${TOKENS[bob]}" 500 >/dev/null
 cli authority token mint "$MINT" "${TOKENS[carol]}" 200 >/dev/null
 echo "mint $MINT: host 1000, alice 1000, bob 500, carol 200"
 
-step "the market: ${INTERVAL}-second billing intervals, 2.5 % fee, a lease is flagged idle after 2 intervals under 10 % GPU use and ended after 4"
+step "the market: ${INTERVAL}-second billing intervals, 2.5 % fee, a lease is flagged idle after 2 intervals under 10 % GPU use and ended after 4; its GPU classes by model name (Simulated 24G, Simulated 48G)"
 MARKET=$(cli authority --output json market init --stake-mint "$MINT" --treasury "$TREASURY" \
     --stake-treasury "$STAKE_TREASURY" --billing-interval-secs "$INTERVAL" --protocol-fee-bps 250 \
     --unstake-cooldown-secs 60 --base-price 10 --capability 1=2000 --stake-bound 100 \
-    --idle-utilisation-bps 1000 --idle-intervals 2 --idle-end-intervals 4 --min-host-stake 100 | jget market)
-cli authority market show "$MARKET" | grep -E '^(market|billing_interval|protocol_fee|score_weights|base_price|capability|idle|min_host|stake_vault|payment_vault|treasury|stake_treasury) '
+    --idle-utilisation-bps 1000 --idle-intervals 2 --idle-end-intervals 4 --min-host-stake 100 \
+    --class-name "Simulated 24G" --class-name "Simulated 48G" | jget market)
+cli authority market show "$MARKET" | grep -E '^(market|gpu_classes|billing_interval|protocol_fee|score_weights|base_price|capability|idle|min_host|stake_vault|payment_vault|treasury|stake_treasury) '
 MARKET_JSON=$(cli authority --output json market show "$MARKET")
 STAKE_VAULT=$(jget stake_vault <<<"$MARKET_JSON")
 PAYMENT_VAULT=$(jget payment_vault <<<"$MARKET_JSON")
@@ -372,11 +373,11 @@ snapshot before
 # Each lease is long enough for the steps that need it running on a slow machine: alice's for
 # her secret and her proofs, carol's until bob's richer spot bid preempts it (the machine's one
 # class-1 GPU, so it cannot go elsewhere), bob's spot lease until carol has cancelled.
-step "bids: alice 2 GPUs of class 0 (busy worker, 36/GPU-hour, 60 s, a sealed secret), bob 1 GPU of class 0 (idle container, 30/GPU-hour, 30 s), carol a spot bid for the class-1 GPU (100/GPU-day, up to 10 min)"
+step "bids: alice 2 Simulated 24G GPUs (busy worker, 36/GPU-hour, 60 s, a sealed secret), bob 1 Simulated 24G (idle container, 30/GPU-hour, 30 s), carol a spot bid for the Simulated 48G (100/GPU-day, up to 10 min)"
 printf 'DEMO_SECRET=only-the-agent-can-read-this\n' > "$DEMO_DIR/alice.env"
 ALICE_BID_JSON=$(cli alice --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
-    --gpus 2 --gib-per-gpu 24 --class 0 --overclock power=300,core-lock=1800 --price 36 --duration 60 \
+    --gpus 2 --gib-per-gpu 24 --class "Simulated 24G" --overclock power=300,core-lock=1800 --price 36 --duration 60 \
     --env "$DEMO_DIR/alice.env")
 ALICE_BID=$(jget bid <<<"$ALICE_BID_JSON")
 # A queue bid may run on any machine that fits it: the CLI sealed the environment to each such
@@ -384,10 +385,10 @@ ALICE_BID=$(jget bid <<<"$ALICE_BID_JSON")
 echo "alice's environment, sealed on chain to the agent key of each machine that can run her queue bid: $(jget env_sealed_to <<<"$ALICE_BID_JSON" | tr -d "[]'")"
 BOB_BID=$(cli bob --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_IDLER_IMAGE" --image-digest "$GPU_MARKET_IDLER_DIGEST" \
-    --gpus 1 --gib-per-gpu 24 --class 0 --overclock power=250 --price 30 --duration 30 | jget bid)
+    --gpus 1 --gib-per-gpu 24 --class "Simulated 24G" --overclock power=250 --price 30 --duration 30 | jget bid)
 CAROL_BID=$(cli carol --output json bid place --market "$MARKET" --machine "$MACHINE" \
     --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
-    --gpus 1 --gib-per-gpu 48 --class 1 --overclock power=200 --price 100 --duration 600 | jget bid)
+    --gpus 1 --gib-per-gpu 48 --class "Simulated 48G" --overclock power=200 --price 100 --duration 600 | jget bid)
 echo "queue book (best first):"
 cli authority bid list --market "$MARKET"
 echo "machine's spot book (by the host's profit per day):"
@@ -461,7 +462,7 @@ printf '%s' "$SECRET" > "$DEMO_DIR/facts/secret.txt"
 step "bob outbids carol's spot lease: a spot bid for the class-1 GPU at 400/GPU-day for 30 s"
 BOB_SPOT=$(cli bob --output json bid place --market "$MARKET" --machine "$MACHINE" \
     --image "$GPU_MARKET_WORKER_IMAGE" --image-digest "$GPU_MARKET_WORKER_DIGEST" \
-    --gpus 1 --gib-per-gpu 48 --class 1 --overclock power=200 --price 400 --duration 30 | jget bid)
+    --gpus 1 --gib-per-gpu 48 --class "Simulated 48G" --overclock power=200 --price 400 --duration 30 | jget bid)
 cli authority bid list --market "$MARKET" --machine "$MACHINE"
 # `lease show` tells a preemption while the lease runs and, from the chain's history, once it
 # has settled.
@@ -521,7 +522,7 @@ cli authority bid list --market "$MARKET" --machine "$MACHINE"
 step "carol rents a model server: the server image on 1 class-0 GPU for 20 s, publishing port 8080, with 1 GiB of scratch kept for her after the lease"
 SERVER_BID=$(cli carol --output json bid place --market "$MARKET" \
     --image "$GPU_MARKET_SERVER_IMAGE" --image-digest "$GPU_MARKET_SERVER_DIGEST" \
-    --gpus 1 --gib-per-gpu 24 --class 0 --overclock power=250 --price 36 --duration 20 \
+    --gpus 1 --gib-per-gpu 24 --class "Simulated 24G" --overclock power=250 --price 36 --duration 20 \
     --port 8080 --scratch-gib 1 | jget bid)
 wait_for 60 "carol's server lease" lease_of "$SERVER_BID" >/dev/null
 SERVER_LEASE=$(lease_of "$SERVER_BID")

@@ -137,9 +137,10 @@ pub struct PlaceArgs {
     machines: u8,
     #[arg(long)]
     gib_per_gpu: u16,
-    /// An accepted GPU class of the market (repeatable) [default: every class].
+    /// An accepted GPU class of the market, by the model name the market gives it (e.g.
+    /// H100; `market show` lists them) or by number (repeatable) [default: every class].
     #[arg(long = "class", value_name = "CLASS")]
-    classes: Vec<u8>,
+    classes: Vec<String>,
     /// Overclock terms, `power=W[,core-lock=MHz][,mem-lock=MHz][,core-offset=MHz][,mem-offset=MHz]`:
     /// once for every GPU, or once per GPU in order. The power limit is mandatory.
     #[arg(long, required = true, value_name = "TERMS")]
@@ -563,11 +564,8 @@ pub(crate) fn plan_place(
         );
     }
     let mut accepted_classes = 0u8;
-    for &c in &a.classes {
-        if c as usize >= GPU_CLASSES {
-            bail!("GPU class {c} is not one of the market's classes 0..{GPU_CLASSES}");
-        }
-        accepted_classes |= 1 << c;
+    for c in &a.classes {
+        accepted_classes |= 1 << crate::classes::parse(&m, c)?;
     }
     if a.classes.is_empty() {
         accepted_classes = u8::MAX;

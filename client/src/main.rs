@@ -1,6 +1,7 @@
 //! `gpu-market`: the command-line client of the GPU market, in the Solana CLI's habits.
 
 mod bid;
+mod classes;
 mod config;
 mod host;
 mod keeper;

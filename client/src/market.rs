@@ -1,4 +1,4 @@
-//! `gpu-market market init|show|update|apply|add-region|collect|inactive`.
+//! `gpu-market market init|show|update|apply|add-region|name-class|collect|inactive`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
@@ -9,14 +9,15 @@ use gpu_market::state::{
 };
 use gpu_market_sdk::{
     init_queue_book, open_book_instructions, AddRegion, ApplyMarketUpdate, ClientInstruction,
-    CollectFees, InitMarket, UpdateMarket,
+    CollectFees, InitMarket, NameGpuClass, UpdateMarket,
 };
 use serde_json::{json, Value};
+use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
-use crate::config::Config;
+use crate::config::{Config, Group};
 use crate::output::{object, print_list, print_record, text, Fields};
 use crate::parse;
 
@@ -40,6 +41,11 @@ pub enum MarketCommand {
         /// treasury (which must then be of the stake mint too).
         #[arg(long)]
         stake_treasury: Option<Pubkey>,
+        /// The model name of the next GPU class, from class 0 on (repeatable, e.g.
+        /// `--class-name H100 --class-name A100`): what clients bid for it by. A class keeps
+        /// its name for the life of the market.
+        #[arg(long = "class-name", value_name = "NAME")]
+        class_names: Vec<String>,
         #[command(flatten)]
         params: ParamArgs,
     },
@@ -61,6 +67,15 @@ pub enum MarketCommand {
         market: Pubkey,
         /// The label, at most 16 bytes (e.g. eu-central).
         region: String,
+    },
+    /// Names a GPU class by its model (authority only, at once): clients then bid for it by
+    /// that name. A class is named once and keeps its name; no two classes share one.
+    NameClass {
+        market: Pubkey,
+        /// The class's number, 0 to 7.
+        class: u8,
+        /// The model, at most 16 characters (e.g. H100, "RTX 4090").
+        name: String,
     },
     /// Moves the protocol fees and the slashed stake the market holds to its treasuries
     /// (anyone may).
@@ -228,9 +243,20 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
             payment_mint,
             treasury,
             stake_treasury,
+            class_names,
             params,
         } => {
             let authority = config.signer()?;
+            if class_names.len() > GPU_CLASSES {
+                bail!(
+                    "a market has {GPU_CLASSES} GPU classes: {} names given",
+                    class_names.len()
+                );
+            }
+            let names = class_names
+                .iter()
+                .map(|n| crate::classes::name(n))
+                .collect::<Result<Vec<_>>>()?;
             let payment_mint = payment_mint.unwrap_or(stake_mint);
             let params = params.apply(
                 MarketParams::recommended(60, 250, 86_400),
@@ -257,12 +283,89 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                 rent,
                 init_queue_book(&authority.pubkey(), &market, &book.pubkey()),
             ));
-            let signature = config.send(&authority, &ixs, &[&book])?;
+            let naming: Vec<Instruction> = names
+                .into_iter()
+                .zip(0u8..)
+                .map(|(name, class)| {
+                    NameGpuClass {
+                        authority: authority.key(),
+                        market,
+                        class,
+                        name,
+                    }
+                    .instruction()
+                })
+                .collect();
+            let groups = [
+                Group {
+                    instructions: ixs,
+                    signers: vec![&book],
+                },
+                Group {
+                    instructions: naming,
+                    signers: vec![],
+                },
+            ];
+            let signatures = config.send_groups(&authority, &groups)?;
+            let m: Market = config.fetch(&market, "market")?;
             print_record(
                 config.output,
                 &[
                     ("market", text(market)),
                     ("queue_book", text(book.pubkey())),
+                    ("gpu_classes", crate::classes::value(&m)),
+                    (
+                        "signature",
+                        text(signatures.last().cloned().unwrap_or_default()),
+                    ),
+                ],
+            );
+            Ok(())
+        }
+        MarketCommand::NameClass {
+            market,
+            class,
+            name,
+        } => {
+            let signer = config.signer()?;
+            let m: Market = config.fetch(&market, "market")?;
+            if m.authority != signer.pubkey() {
+                bail!(
+                    "only market {market}'s authority {} names GPU classes",
+                    m.authority
+                );
+            }
+            let label = crate::classes::name(&name)?;
+            if class as usize >= GPU_CLASSES {
+                bail!("GPU class {class} is not one of the market's classes 0..{GPU_CLASSES}");
+            }
+            if m.class_names[class as usize][0] != 0 {
+                bail!(
+                    "GPU class {class} of market {market} is named {} already: a class keeps its name",
+                    crate::classes::label(&m, class)
+                );
+            }
+            if let Some((other, taken)) = crate::classes::named(&m)
+                .into_iter()
+                .find(|(_, n)| n.eq_ignore_ascii_case(&name))
+            {
+                bail!("GPU class {other} of market {market} is named {taken} already");
+            }
+            let signature = config.send_all(
+                &signer,
+                &[&NameGpuClass {
+                    authority: signer.key(),
+                    market,
+                    class,
+                    name: label,
+                }],
+            )?;
+            let m: Market = config.fetch(&market, "market")?;
+            print_record(
+                config.output,
+                &[
+                    ("market", text(market)),
+                    ("gpu_classes", crate::classes::value(&m)),
                     ("signature", text(signature)),
                 ],
             );
@@ -484,6 +587,7 @@ pub(crate) fn market_fields(config: &Config, key: &Pubkey, m: &Market) -> Result
         ("stake_treasury", text(m.stake_treasury)),
         ("queue_book", text(m.queue_book)),
         ("regions", regions_value(m)),
+        ("gpu_classes", crate::classes::value(m)),
     ];
     // The rules in force, each a field of its own.
     fields.extend(param_fields(&m.params, sd, pd));

@@ -1,11 +1,12 @@
 //! `gpu-market quote`: the market's dynamic reserve price per GPU class, now and by hour.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use clap::Args;
-use gpu_market::state::{Market, GPU_CLASSES};
+use gpu_market::state::{Machine, Market};
 use serde_json::Value;
 use solana_pubkey::Pubkey;
 
+use crate::classes;
 use crate::config::Config;
 use crate::output::{print_list, text, Fields};
 use crate::parse;
@@ -14,13 +15,29 @@ use crate::parse;
 pub struct QuoteArgs {
     #[arg(long)]
     market: Pubkey,
-    /// Only this GPU class (repeatable) [default: every class].
+    /// Only this GPU class, by its model name or number (repeatable) [default: the classes
+    /// the market names or its machines declare].
     #[arg(long = "class", value_name = "CLASS")]
-    classes: Vec<u8>,
+    classes: Vec<String>,
 }
 
 pub fn run(config: &Config, args: QuoteArgs) -> Result<()> {
-    let rows = quote_rows(config, &args.market, &args.classes, config.cluster_time()?)?;
+    let m: Market = config.fetch(&args.market, "market")?;
+    let classes = match args.classes.is_empty() {
+        true => {
+            let machines = config.program_accounts_of::<Machine>(&[(0, args.market)])?;
+            let declared = machines
+                .iter()
+                .flat_map(|(_, mach)| mach.gpus[..mach.gpu_count as usize].iter().map(|g| g.class));
+            classes::in_use(&m, declared.collect::<Vec<_>>())
+        }
+        false => args
+            .classes
+            .iter()
+            .map(|c| classes::parse(&m, c))
+            .collect::<Result<Vec<_>>>()?,
+    };
+    let rows = quote_rows(config, &args.market, &classes, config.cluster_time()?)?;
     print_list(config.output, COLUMNS, &rows);
     Ok(())
 }
@@ -28,15 +45,16 @@ pub fn run(config: &Config, args: QuoteArgs) -> Result<()> {
 /// The columns `quote` prints of [`quote_rows`].
 pub(crate) const COLUMNS: &[&str] = &[
     "class",
+    "name",
     "now",
     "demand_bps",
     "capability_bps",
     "by_hour_utc",
 ];
 
-/// The reserve price of each GPU class of `classes` (every class when empty) at cluster time
-/// `now`, and at each hour (UTC) of `now`'s day with the market's demand now: what `quote`
-/// prints (and `gpu-market serve`'s market page shows).
+/// The reserve price of each GPU class of `classes` at cluster time `now`, and at each hour
+/// (UTC) of `now`'s day with the market's demand now: what `quote` prints (and `gpu-market
+/// serve`'s market page shows).
 pub(crate) fn quote_rows(
     config: &Config,
     market: &Pubkey,
@@ -45,14 +63,6 @@ pub(crate) fn quote_rows(
 ) -> Result<Vec<Fields>> {
     let m: Market = config.fetch(market, "market")?;
     let decimals = config.mint_decimals(&m.payment_mint)?;
-    let classes: Vec<u8> = if classes.is_empty() {
-        (0..GPU_CLASSES as u8).collect()
-    } else {
-        classes.to_vec()
-    };
-    if let Some(c) = classes.iter().find(|&&c| c as usize >= GPU_CLASSES) {
-        bail!("GPU class {c} is not one of the market's classes 0..{GPU_CLASSES}");
-    }
     classes
         .iter()
         .map(|&class| {
@@ -62,6 +72,7 @@ pub(crate) fn quote_rows(
                 .collect();
             Ok(vec![
                 ("class", class.into()),
+                ("name", text(classes::label(&m, class))),
                 ("now", parse::tokens(reserve(&m, class, now)?, decimals)),
                 ("hour_utc_now", ((now.rem_euclid(86_400)) / 3_600).into()),
                 (

@@ -1491,6 +1491,74 @@ fn bid_prune() {
     assert!(e.contains("does not exist"), "{e}");
 }
 
+/// GPU classes by model name (issue 36): the authority names them at `market init` and with
+/// `market name-class`; `market show` lists them; `quote` prices only the classes that exist
+/// (named or declared by a machine), by name; `bid place --class` takes a name in any case; a
+/// class keeps its name, and a name not the market's is refused naming those it has.
+#[test]
+fn gpu_classes_by_model_name() {
+    let t = T::start();
+    let s = MarketSetup::new(&t, &["--class-name", "H100", "--class-name", "A100"]);
+    let m = s.m();
+    let show = t.ok(&s.authority, &["market", "show", &m]);
+    assert_eq!(
+        show["gpu_classes"],
+        serde_json::json!([{"class": 0, "name": "H100"}, {"class": 1, "name": "A100"}])
+    );
+    let out = t.ok(&s.authority, &["market", "name-class", &m, "3", "RTX 4090"]);
+    assert_eq!(out["gpu_classes"][2]["name"], "RTX 4090");
+    let on_chain: Market = t.account(&s.market);
+    assert_eq!(&on_chain.class_names[3][..8], b"RTX 4090");
+    let e = t.fails(&s.authority, &["market", "name-class", &m, "0", "B200"]);
+    assert!(e.contains("named H100 already"), "{e}");
+    let e = t.fails(&s.authority, &["market", "name-class", &m, "2", "a100"]);
+    assert!(
+        e.contains("GPU class 1 of market") && e.contains("A100"),
+        "{e}"
+    );
+    let e = t.fails(&s.authority, &["market", "name-class", &m, "2", " L4"]);
+    assert!(e.contains("printable ASCII"), "{e}");
+    let stranger = t.wallet("stranger");
+    let e = t.fails(&stranger, &["market", "name-class", &m, "2", "L4"]);
+    assert!(e.contains("only market"), "{e}");
+
+    // quote: the named classes (no machine yet), by name.
+    let q = t.ok(&s.authority, &["quote", "--market", &m]);
+    let names: Vec<&str> = q
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["H100", "A100", "RTX 4090"]);
+    let q = t.ok(
+        &s.authority,
+        &["quote", "--market", &m, "--class", "rtx 4090"],
+    );
+    assert_eq!(q[0]["class"], 3);
+    let e = t.fails(&s.authority, &["quote", "--market", &m, "--class", "L40S"]);
+    assert!(e.contains("H100 (0), A100 (1), RTX 4090 (3)"), "{e}");
+
+    // bid place --class by name; a name the market does not give moves nothing.
+    register_host(&t, &s);
+    let client = t.wallet("client");
+    let tokens = s.fund(&t, &client, "100");
+    let before = t.balance(&tokens);
+    let power = ["--overclock", "power=300", "--price", "3"];
+    let e = t.fails(
+        &client,
+        &place_args(&m, &[&power[..], &["--class", "L40S"]].concat()),
+    );
+    assert!(e.contains("names no GPU class \"L40S\""), "{e}");
+    assert_eq!(t.balance(&tokens), before, "nothing moved");
+    let out = t.ok(
+        &client,
+        &place_args(&m, &[&power[..], &["--class", "a100"]].concat()),
+    );
+    let bid: gpu_market::state::Bid = t.account(&pk(&out["bid"]));
+    assert_eq!(bid.accepted_classes, 1 << 1);
+}
+
 #[test]
 fn quote_and_lease_verbs() {
     let t = T::start();

@@ -21,7 +21,6 @@ use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{
     Bid, BidKind, GpuSpec, Lease, Machine, Market, MarketParams, OverclockTerms, StakeAccount,
-    GPU_CLASSES,
 };
 use gpu_market_core::amount::format as tokens;
 use gpu_market_core::math::normalise_bps;
@@ -300,7 +299,12 @@ async fn check_against_chain(live: &LiveMarket, shown: &Shown) {
     for (i, g) in mach.gpus().iter().enumerate() {
         let key = format!("{mkey}/{i}");
         assert_eq!(shown.field("gpu", &key, "uuid"), format_uuid(&g.uuid));
-        assert_eq!(shown.field("gpu", &key, "class"), g.class.to_string());
+        // By the name the market gives the class, else its number.
+        let class = match g.class {
+            0 => "H100".to_string(),
+            c => format!("class {c}"),
+        };
+        assert_eq!(shown.field("gpu", &key, "class"), class);
         assert_eq!(
             shown.field("gpu", &key, "memory_gib"),
             g.memory_gib.to_string()
@@ -327,13 +331,18 @@ async fn check_against_chain(live: &LiveMarket, shown: &Shown) {
         assert_eq!(shown.field("lease", key, "idle"), l.idle.to_string());
     }
 
-    for class in 0..GPU_CLASSES as u8 {
+    // Only the classes that exist: the machine's two (one of them named).
+    let mut classes = shown.keys("reserve");
+    classes.sort_unstable();
+    assert_eq!(classes, ["0", "1"]);
+    for class in 0..2u8 {
         assert_eq!(
             shown.field("reserve", &class.to_string(), "now"),
             tokens(m.reserve_price(class, now).unwrap(), 6),
             "the reserve price of class {class} at {now}"
         );
     }
+    assert_eq!(shown.field("reserve", "0", "name"), "H100");
 }
 
 /// page.mjs in Chromium, driven a command at a time.
@@ -460,6 +469,16 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
             evidence: vec![],
         };
         live.cluster.run(&allocate).await.unwrap();
+        // Class 0 has a model name; class 1 none.
+        let mut h100 = [0; 16];
+        h100[..4].copy_from_slice(b"H100");
+        let name = gpu_market_sdk::NameGpuClass {
+            authority: &live.authority,
+            market: live.market,
+            class: 0,
+            name: h100,
+        };
+        live.cluster.run(&name).await.unwrap();
         live.place(&bob, queue_bid(2, now, 1, 0b10, 3 * TOKEN / 2, TOKEN / 10))
             .await
             .unwrap();
@@ -477,7 +496,8 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
     rt.block_on(check_against_chain(&live, &shown));
     assert_eq!(shown.keys("lease"), [lease.to_string().as_str()]);
     assert!(html.contains("<svg class=\"plot\" id=\"reserve-history\""));
-    assert!(html.contains("<polyline data-series=\"class 0\""));
+    assert!(html.contains("<polyline data-series=\"H100\""));
+    assert!(html.contains("<polyline data-series=\"class 1\""));
     assert!(html.contains("<script src=\"/wallet.js\" data-chain=\"solana:localnet\">"));
     assert!(!html.contains("<b>"), "unescaped text in the page");
     // A bid's page: its explain, and its image reference escaped.

@@ -57,7 +57,11 @@ fn the_authority_names_each_gpu_class_once_and_bad_or_taken_names_change_nothing
             "{:?}",
             String::from_utf8_lossy(&n)
         );
-        assert_eq!(f.ctx.account::<Market>(&f.market).data, named.data, "nothing changed");
+        assert_eq!(
+            f.ctx.account::<Market>(&f.market).data,
+            named.data,
+            "nothing changed"
+        );
     };
     // Someone else.
     let stranger = f.ctx.wallet(1);

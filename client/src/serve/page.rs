@@ -14,7 +14,7 @@ mod html;
 mod plot;
 
 use anyhow::Result;
-use gpu_market::state::{Market, GPU_CLASSES};
+use gpu_market::state::Market;
 use serde_json::Value;
 use solana_pubkey::Pubkey;
 
@@ -49,6 +49,7 @@ pub fn market_page(config: &Config, market: &Pubkey, wallet_chain: &str) -> Resu
     let decimals = config.mint_decimals(&m.payment_mint)?;
     let samples = history::HISTORY.sample(market, &m, now)?;
     let machines = host::machine_rows(config, market, None)?;
+    let classes = crate::classes::in_use(&m, declared_classes(&machines));
     let body = [
         summary_section(config, market, &m, now)?,
         book_section(&bid::book_rows(config, market, None, now)?),
@@ -58,12 +59,12 @@ pub fn market_page(config: &Config, market: &Pubkey, wallet_chain: &str) -> Resu
             LeaseFilter::default(),
             now,
         )?),
-        machines_section(&machines),
+        machines_section(&machines, &m),
         reserve_section(
-            &quote::quote_rows(config, market, &[], now)?,
+            &quote::quote_rows(config, market, &classes, now)?,
             &m,
             Plotted {
-                classes: &offered_classes(&machines),
+                classes: &classes,
                 samples: &samples,
                 decimals,
                 now,
@@ -212,8 +213,9 @@ const GPU_COLUMNS: &[&str] = &[
     "mem_lock_mhz",
 ];
 
-/// Each machine (`host list`'s record) with its GPUs.
-fn machines_section(machines: &[Fields]) -> String {
+/// Each machine (`host list`'s record) with its GPUs, their classes by the names market `m`
+/// gives them.
+fn machines_section(machines: &[Fields], m: &Market) -> String {
     let cards: String = machines
         .iter()
         .map(|mach| {
@@ -224,7 +226,7 @@ fn machines_section(machines: &[Fields]) -> String {
                 .unwrap_or_default()
                 .iter()
                 .enumerate()
-                .map(|(i, g)| gpu_fields(&key, i, g))
+                .map(|(i, g)| gpu_fields(&key, i, g, m))
                 .collect();
             let of = ListOf {
                 kind: "gpu",
@@ -259,36 +261,32 @@ fn machines_section(machines: &[Fields]) -> String {
     format!("<section id=\"machines\"><h2>Machines</h2>{cards}</section>")
 }
 
-/// GPU `index` of `machine` (`host list`'s GPU record) as a row keyed `<machine>/<index>`.
-fn gpu_fields(machine: &str, index: usize, gpu: &Value) -> Fields {
+/// GPU `index` of `machine` (`host list`'s GPU record) as a row keyed `<machine>/<index>`, its
+/// class written by the name market `m` gives it.
+fn gpu_fields(machine: &str, index: usize, gpu: &Value, m: &Market) -> Fields {
     let mut row: Fields = vec![
         ("gpu", Value::String(format!("{machine}/{index}"))),
         ("index", index.into()),
     ];
-    row.extend(
-        GPU_COLUMNS
-            .iter()
-            .filter_map(|&c| gpu.get(c).map(|v| (c, v.clone()))),
-    );
+    row.extend(GPU_COLUMNS.iter().filter_map(|&c| {
+        let v = gpu.get(c)?;
+        match (c, v.as_u64().and_then(|n| u8::try_from(n).ok())) {
+            ("class", Some(class)) => Some((c, Value::String(crate::classes::label(m, class)))),
+            _ => Some((c, v.clone())),
+        }
+    }));
     row
 }
 
-/// The GPU classes the market's machines offer (every class when none does): the classes worth
-/// plotting.
-fn offered_classes(machines: &[Fields]) -> Vec<u8> {
-    let mut classes: Vec<u8> = machines
+/// The GPU classes the market's machines (`host list`'s records) declare their GPUs of.
+fn declared_classes(machines: &[Fields]) -> Vec<u8> {
+    machines
         .iter()
         .filter_map(|mach| get(mach, "gpus").and_then(Value::as_array))
         .flatten()
         .filter_map(|g| g["class"].as_u64())
         .filter_map(|c| u8::try_from(c).ok())
-        .collect();
-    classes.sort_unstable();
-    classes.dedup();
-    if classes.is_empty() {
-        classes = (0..GPU_CLASSES as u8).collect();
-    }
-    classes
+        .collect()
 }
 
 /// What the reserve plots draw: which classes, the history sampled, how amounts are written,
@@ -324,7 +322,7 @@ fn reserve_section(quotes: &[Fields], m: &Market, p: Plotted) -> Result<String> 
     let sampled = Plot {
         id: "reserve-history",
         title: "Reserve price per GPU-hour, as sampled by this service",
-        series: series(p.classes, |c| {
+        series: series(m, p.classes, |c| {
             p.samples
                 .iter()
                 .map(|s| (s.at as f64, s.reserve[c as usize]))
@@ -349,7 +347,7 @@ fn reserve_section(quotes: &[Fields], m: &Market, p: Plotted) -> Result<String> 
     let today = Plot {
         id: "reserve-by-hour",
         title: "Reserve price per GPU-hour at each hour of today (UTC), with the demand now",
-        series: series(p.classes, |_| hours.next().unwrap_or_default()),
+        series: series(m, p.classes, |_| hours.next().unwrap_or_default()),
         x: (0.0, 24.0),
         x_ticks: (0..=24)
             .step_by(6)
@@ -371,12 +369,16 @@ fn reserve_section(quotes: &[Fields], m: &Market, p: Plotted) -> Result<String> 
     ))
 }
 
-/// One series per class, its points from `points`.
-fn series(classes: &[u8], mut points: impl FnMut(u8) -> Vec<(f64, u64)>) -> Vec<Series> {
+/// One series per class (of market `m`, by its name), its points from `points`.
+fn series(
+    m: &Market,
+    classes: &[u8],
+    mut points: impl FnMut(u8) -> Vec<(f64, u64)>,
+) -> Vec<Series> {
     classes
         .iter()
         .map(|&c| Series {
-            label: format!("class {c}"),
+            label: crate::classes::label(m, c),
             points: points(c),
         })
         .collect()

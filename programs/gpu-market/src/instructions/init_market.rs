@@ -154,8 +154,8 @@ impl UpdateMarket<'_> {
     }
 
     /// Names GPU class `class` by its model (e.g. H100), at once and once: what clients bid for
-    /// and hosts declare their GPUs by. A class keeps its name for the life of the market, so
-    /// a bid for "H100" never comes to mean another model.
+    /// it by. A class keeps its name for the life of the market, so a bid for "H100" never
+    /// comes to mean another model.
     pub fn name_gpu_class(ctx: Context<Self>, class: u8, name: [u8; CLASS_NAME_LEN]) -> Result<()> {
         let market = &mut ctx.accounts.market;
         market.name_gpu_class(class, name)?;

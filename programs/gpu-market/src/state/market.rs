@@ -322,9 +322,8 @@ pub struct MarketData {
     /// The regions machines may declare and bids may name, in the order `add_region` listed
     /// them (never removed or reordered: book entries keep their indices); empty labels after.
     pub regions: RegionTable,
-    /// The model name of each GPU class (`name_gpu_class`), which clients bid for and hosts
-    /// declare their GPUs by: set once, never changed, so a class means one model for the life
-    /// of the market.
+    /// The model name of each GPU class (`name_gpu_class`), by which clients bid for it: set
+    /// once, never changed, so a class means one model for the life of the market.
     pub class_names: ClassNames,
 }
 
