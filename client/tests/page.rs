@@ -500,6 +500,44 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
     assert!(html.contains("<polyline data-series=\"class 1\""));
     assert!(html.contains("<script src=\"/wallet.js\" data-chain=\"solana:localnet\">"));
     assert!(!html.contains("<b>"), "unescaped text in the page");
+    // In people's words (the machine values stay in data-value, which the reads above used):
+    // labels, not field names; a cluster time as a date, a clock and how long ago; basis points
+    // as percentages; prices per GPU-hour. The RPC URL (which often carries an API key) is not
+    // on the page at all.
+    for label in [
+        "Last heartbeat",
+        "Demand",
+        "Score weights",
+        "Base price per GPU hour",
+    ] {
+        assert!(
+            html.contains(&format!("<th scope=\"row\">{label}</th>")),
+            "{label}"
+        );
+    }
+    assert!(!html.contains(">last_heartbeat<") && !html.contains(">demand_bps<"));
+    let mach: Machine = rt.block_on(live.cluster.account(&live.machine)).unwrap();
+    let heartbeat = format!(
+        "data-field=\"last_heartbeat\" data-value=\"{}\"",
+        mach.last_heartbeat
+    );
+    let cell = html.split(&heartbeat).nth(1).expect("the heartbeat's cell");
+    let text = &cell[cell.find('>').unwrap() + 1..cell.find("</td>").unwrap()];
+    assert!(text.ends_with(" ago)") && text.contains(" UTC ("), "{text}");
+    let weights = html
+        .split("data-field=\"score_weights_bps\"")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        weights.contains("complexity 30 %, stake 40 %, urgency 30 %"),
+        "the weights: {}",
+        &weights[..weights.len().min(200)]
+    );
+    assert!(html.contains(">0.1 per GPU-hour</td>"), "the base price");
+    assert!(
+        !html.contains(&live.cluster.rpc_url),
+        "the RPC URL is on the page"
+    );
     // A bid's page: its explain, and its image reference escaped.
     let bob_bid = pda::bid(&live.market, &bob.key.pubkey(), 2).0.to_string();
     let (status, page) = http_get(&served.url, &format!("/bid/{bob_bid}"));

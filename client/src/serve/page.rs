@@ -11,6 +11,7 @@
 mod forms;
 mod history;
 mod html;
+mod human;
 mod plot;
 
 use anyhow::Result;
@@ -52,14 +53,12 @@ pub fn market_page(config: &Config, market: &Pubkey, wallet_chain: &str) -> Resu
     let classes = crate::classes::in_use(&m, declared_classes(&machines));
     let body = [
         summary_section(config, market, &m, now)?,
-        book_section(&bid::book_rows(config, market, None, now)?),
-        leases_section(&lease::lease_rows(
-            config,
-            market,
-            LeaseFilter::default(),
+        book_section(&bid::book_rows(config, market, None, now)?, now),
+        leases_section(
+            &lease::lease_rows(config, market, LeaseFilter::default(), now)?,
             now,
-        )?),
-        machines_section(&machines, &m),
+        ),
+        machines_section(&machines, &m, now),
         reserve_section(
             &quote::quote_rows(config, market, &classes, now)?,
             &m,
@@ -115,8 +114,8 @@ pub fn bid_page(
          <section id=\"bid\" data-record=\"bid\" data-key=\"{k}\"><h2>The bid (<code>bid show</code>)</h2>{f}</section>{actions}",
         k = esc(&key),
         s = esc(&summary),
-        e = fields_table(&explained, None),
-        f = fields_table(&shown, None),
+        e = fields_table(&explained, None, now),
+        f = fields_table(&shown, None, now),
     );
     Ok(html::document(
         &format!("GPU market bid {bid}"),
@@ -131,10 +130,9 @@ fn summary_section(config: &Config, key: &Pubkey, m: &Market, now: i64) -> Resul
     let fields = market::market_fields(config, key, m)?;
     Ok(format!(
         "<section id=\"market\" data-record=\"market\" data-key=\"{k}\"><h2>Market <code>{k}</code></h2>\
-         <p class=\"note\">As of cluster time <time data-field=\"cluster_time\">{now}</time> ({clock} UTC), on {url}.</p>{table}</section>",
+         <p class=\"note\">As of cluster time <time data-field=\"cluster_time\">{now}</time> ({clock} UTC).</p>{table}</section>",
         k = esc(&key.to_string()),
         clock = clock(now),
-        url = esc(&gpu_market_sdk::redact::redact_url(&config.url)),
         table = fields_table(
             &fields,
             Some(&[
@@ -148,13 +146,14 @@ fn summary_section(config: &Config, key: &Pubkey, m: &Market, now: i64) -> Resul
                 "total_escrow",
                 "score_weights_bps",
             ]),
+            now,
         ),
     ))
 }
 
 /// The queue book, best first: each bid's score parts (`bid list`'s columns), with its top-up
 /// and cancel forms.
-fn book_section(book: &bid::BookRows) -> String {
+fn book_section(book: &bid::BookRows, now: i64) -> String {
     let link = |k: &str| format!("/bid/{k}");
     let actions = |row: &Fields| {
         let key = get_text(row, "bid");
@@ -176,12 +175,12 @@ fn book_section(book: &bid::BookRows) -> String {
          basis points of its bound); <code>aged_score</code> adds what waiting has earned; the \
          book ranks a bid as if placed three times its duration later (at most 144 h). A \
          bid's key opens its <code>bid explain</code>.</p>{}</section>",
-        list_table(&of, &book.columns, &book.rows)
+        list_table(&of, &book.columns, &book.rows, now)
     )
 }
 
 /// The market's leases (`lease list`'s columns), with the end-lease form.
-fn leases_section(rows: &[Fields]) -> String {
+fn leases_section(rows: &[Fields], now: i64) -> String {
     let actions = |row: &Fields| {
         let key = get_text(row, "lease");
         forms::action_form(Action::EndLease, &[("lease", &key)], false)
@@ -196,7 +195,7 @@ fn leases_section(rows: &[Fields]) -> String {
         "<section id=\"leases\"><h2>Leases</h2><p class=\"note\"><code>paid</code>: paid to the \
          host for proven time; <code>refundable</code>: the escrow left after the time run but not \
          yet proven; <code>idle</code>: flagged by the market's idle rule.</p>{}</section>",
-        list_table(&of, lease::LIST_COLUMNS, rows)
+        list_table(&of, lease::LIST_COLUMNS, rows, now)
     )
 }
 
@@ -215,7 +214,7 @@ const GPU_COLUMNS: &[&str] = &[
 
 /// Each machine (`host list`'s record) with its GPUs, their classes by the names market `m`
 /// gives them.
-fn machines_section(machines: &[Fields], m: &Market) -> String {
+fn machines_section(machines: &[Fields], m: &Market, now: i64) -> String {
     let cards: String = machines
         .iter()
         .map(|mach| {
@@ -247,8 +246,9 @@ fn machines_section(machines: &[Fields], m: &Market) -> String {
                         "leases",
                         "last_heartbeat",
                     ]),
+                    now,
                 ),
-                list_table(&of, GPU_COLUMNS, &gpus),
+                list_table(&of, GPU_COLUMNS, &gpus, now),
                 k = esc(&key),
             )
         })
@@ -362,7 +362,7 @@ fn reserve_section(quotes: &[Fields], m: &Market, p: Plotted) -> Result<String> 
          capability) × the hour's seasonal factor.</p>{}<h3>Since this service started</h3>\
          <p class=\"note\">The chain keeps no past demand: these are the prices this service read \
          at each billing interval and each page it served ({n} samples).</p>{}<h3>Today by hour</h3>{}</section>",
-        list_table(&of, &columns, quotes),
+        list_table(&of, &columns, quotes, p.now),
         sampled.render(),
         today.render(),
         n = p.samples.len(),

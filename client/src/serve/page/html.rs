@@ -8,6 +8,7 @@
 use serde_json::Value;
 use solana_pubkey::Pubkey;
 
+use super::human;
 use crate::output::Fields;
 
 /// `s` as HTML text, safe in element content and in a double- or single-quoted attribute.
@@ -65,9 +66,14 @@ pub fn value(v: &Value) -> String {
     }
 }
 
-/// A table cell of field `name`: a public key other than the row's own shortened to its ends
-/// (whole in `title` and `data-value`), any other value whole.
-fn cell(name: &str, v: &Value) -> String {
+/// A table cell of field `name` at cluster time `now`: a public key other than the row's own
+/// shortened to its ends, a value with a unit in its words (`human::shown`), each whole in
+/// `title` and `data-value`; any other value whole.
+fn cell(name: &str, v: &Value, now: i64) -> String {
+    let raw = match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
     if let Value::String(s) = v {
         if s.len() >= 32 && s.parse::<Pubkey>().is_ok() {
             let short = format!("{}…{}", &s[..4], &s[s.len() - 4..]);
@@ -78,12 +84,20 @@ fn cell(name: &str, v: &Value) -> String {
             );
         }
     }
-    format!("<td data-field=\"{}\">{}</td>", esc(name), value(v))
+    match human::shown(name, v, now) {
+        Some(text) => format!(
+            "<td data-field=\"{n}\" data-value=\"{r}\" title=\"{r}\">{t}</td>",
+            n = esc(name),
+            r = esc(&raw),
+            t = esc(&text),
+        ),
+        None => format!("<td data-field=\"{}\">{}</td>", esc(name), value(v)),
+    }
 }
 
-/// One record as a two-column table (`name | value`), only the fields `only` names when given,
-/// in their order.
-pub fn fields_table(fields: &Fields, only: Option<&[&str]>) -> String {
+/// One record as a two-column table (label | value, `cell`'s at cluster time `now`), only the
+/// fields `only` names when given, in their order.
+pub fn fields_table(fields: &Fields, only: Option<&[&str]>, now: i64) -> String {
     let shown: Vec<(&str, &Value)> = match only {
         Some(names) => names
             .iter()
@@ -95,9 +109,9 @@ pub fn fields_table(fields: &Fields, only: Option<&[&str]>) -> String {
         .iter()
         .map(|(k, v)| {
             format!(
-                "<tr><th scope=\"row\">{n}</th><td data-field=\"{n}\">{}</td></tr>",
-                value(v),
-                n = esc(k)
+                "<tr><th scope=\"row\">{}</th>{}</tr>",
+                esc(&human::label(k)),
+                cell(k, v, now)
             )
         })
         .collect();
@@ -119,8 +133,9 @@ pub struct ListOf<'a> {
     pub actions: Option<(&'a str, RowActions<'a>)>,
 }
 
-/// Records with the same fields as a table: one column per name of `columns`.
-pub fn list_table(of: &ListOf, columns: &[&str], rows: &[Fields]) -> String {
+/// Records with the same fields as a table: one column per name of `columns`, under its label,
+/// each cell `cell`'s at cluster time `now`.
+pub fn list_table(of: &ListOf, columns: &[&str], rows: &[Fields], now: i64) -> String {
     if rows.is_empty() {
         return format!(
             "<p class=\"empty\" data-list=\"{}\">(none)</p>",
@@ -129,7 +144,7 @@ pub fn list_table(of: &ListOf, columns: &[&str], rows: &[Fields]) -> String {
     }
     let mut head: String = columns
         .iter()
-        .map(|c| format!("<th scope=\"col\">{}</th>", esc(c)))
+        .map(|c| format!("<th scope=\"col\">{}</th>", esc(&human::label(c))))
         .collect();
     if let Some((title, _)) = of.actions {
         head.push_str(&format!("<th scope=\"col\">{}</th>", esc(title)));
@@ -142,7 +157,7 @@ pub fn list_table(of: &ListOf, columns: &[&str], rows: &[Fields]) -> String {
             for &c in columns {
                 let v = get(row, c).cloned().unwrap_or(Value::Null);
                 if c != of.key {
-                    cells.push_str(&cell(c, &v));
+                    cells.push_str(&cell(c, &v, now));
                     continue;
                 }
                 let text = format!("<code>{}</code>", esc(&key));
@@ -247,7 +262,7 @@ mod tests {
             "&lt;img src=x onerror=&quot;a(&#39;b&#39;)&quot;&gt;&amp;"
         );
         let fields: Fields = vec![("image", json!("<script>alert(1)</script>"))];
-        let html = fields_table(&fields, None);
+        let html = fields_table(&fields, None, 0);
         assert!(!html.contains("<script>"), "{html}");
         assert!(
             html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
@@ -277,7 +292,7 @@ mod tests {
             link: Some(&link),
             actions: None,
         };
-        let html = list_table(&of, &["bid", "client", "gpus"], &rows);
+        let html = list_table(&of, &["bid", "client", "gpus"], &rows, 0);
         assert!(html.contains(&format!("data-record=\"bid\" data-key=\"{key}\"")));
         assert!(html.contains(&format!("<a href=\"/bid/{key}\"><code>{key}</code></a>")));
         assert!(html.contains(&format!("data-value=\"{client}\"")));
