@@ -16,6 +16,7 @@ use gpu_market_sdk::{
     RegisterMachine, SetCachedImages, SetMachineStatus, Slash, UpdateMachine,
 };
 use serde_json::{json, Value};
+use solana_instruction::Instruction;
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
@@ -566,20 +567,34 @@ fn owned_machine(config: &Config, machine: &Pubkey, owner: &Pubkey) -> Result<Ma
 
 fn set_status(config: &Config, machine: Pubkey, status: MachineStatus) -> Result<()> {
     let owner = config.signer()?;
-    let mach = owned_machine(config, &machine, &owner.pubkey())?;
+    let ixs = plan_set_status(config, owner.key(), &machine, status)?;
+    let signature = config.send(&owner, &ixs, &[])?;
+    show(config, &machine, Some(signature))
+}
+
+/// `host pause|resume|retire`'s instruction: `owner` sets `machine`'s status (refused for a
+/// machine not theirs or already in that status). What `gpu-market serve`'s host actions build
+/// for a wallet.
+pub(crate) fn plan_set_status(
+    config: &Config,
+    owner: Signing,
+    machine: &Pubkey,
+    status: MachineStatus,
+) -> Result<Vec<Instruction>> {
+    let mach = owned_machine(config, machine, &owner.pubkey())?;
     if mach.status == status {
         bail!("machine {machine} is already {}", status_name(status));
     }
-    let signature = config.send_all(
-        &owner,
-        &[&SetMachineStatus {
-            owner: owner.key(),
-            market: mach.market,
-            machine,
-            status,
-        }],
-    )?;
-    show(config, &machine, Some(signature))
+    if mach.status == MachineStatus::Retired {
+        bail!("machine {machine} is retired: a retired machine stays retired");
+    }
+    Ok(vec![SetMachineStatus {
+        owner,
+        market: mach.market,
+        machine: *machine,
+        status,
+    }
+    .instruction()])
 }
 
 pub fn status_name(s: MachineStatus) -> &'static str {

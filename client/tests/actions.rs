@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use base64::Engine as _;
 use common::*;
 use gpu_market::pda;
-use gpu_market::state::{Bid, Lease, StakeAccount};
+use gpu_market::state::{Bid, Lease, MachineStatus, StakeAccount};
 use serde_json::{json, Value};
 use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
@@ -356,4 +356,60 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
         // Ended within the second it started: settled at once, the whole escrow back.
         assert_eq!(t.balance(&tokens), 90_000_000);
     }
+
+    // Alice's console: her lease (while it is open), none of her bids waiting, no machine.
+    let console = served.get(&format!("/wallet/{}", alice.pubkey()));
+    assert_eq!(console.status, 200, "{}", console.body);
+    assert_eq!(
+        console
+            .body
+            .contains(&format!("data-record=\"my-lease\" data-key=\"{lease}\"")),
+        t.exists(&lease)
+    );
+    assert!(
+        console.body.contains("data-list=\"my-bid\">(none)"),
+        "{}",
+        console.body
+    );
+    assert!(console.body.contains("data-list=\"my-machine\">(none)"));
+
+    // A host's machine, paused, resumed and retired through the actions its wallet signs; a
+    // stranger is refused, and a retired machine stays retired.
+    let owner = key_of(&t.path("host.json"));
+    let status = || {
+        t.account::<gpu_market::state::Machine>(&host.machine)
+            .status
+    };
+    let theirs = served.refused(
+        &format!("/api/actions/pause?machine={machine}"),
+        &json!({ "account": bob.pubkey().to_string() }),
+    );
+    assert!(theirs.contains("belongs to"), "{theirs}");
+    let console = served.get(&format!("/wallet/{}", owner.pubkey()));
+    let row = format!("data-record=\"my-machine\" data-key=\"{machine}\"");
+    assert!(console.body.contains(&row), "{}", console.body);
+    assert!(console.body.contains(&format!(
+        "data-action=\"/api/actions/pause?machine={machine}\""
+    )));
+    for (action, expected) in [
+        ("pause", MachineStatus::Paused),
+        ("resume", MachineStatus::Active),
+        ("retire", MachineStatus::Retired),
+    ] {
+        let path = format!("/api/actions/{action}?machine={machine}");
+        let (tx, message) = served.transaction(&path, &owner.pubkey());
+        assert!(message.contains(&machine), "{message}");
+        sign_and_send(&t, &owner, tx);
+        assert_eq!(status(), expected, "{action}");
+    }
+    let retired = served.refused(
+        &format!("/api/actions/resume?machine={machine}"),
+        &json!({ "account": owner.pubkey().to_string() }),
+    );
+    assert!(retired.contains("retired"), "{retired}");
+    let console = served.get(&format!("/wallet/{}", owner.pubkey()));
+    assert!(
+        !console.body.contains("/api/actions/resume?machine="),
+        "no form for a retired machine"
+    );
 }

@@ -606,13 +606,37 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
     );
     // The page read the market again after the stake: bob's stake part counts it.
     rt.block_on(check_against_chain(&live, &Shown::from_dom(&staked)));
+    // Bob's console, from the link the page shows once his wallet is connected: his waiting
+    // bid with `bid explain`'s answer and its forms, nobody else's, no lease, no machine.
+    let console = browser.ask("console");
+    assert!(
+        console["url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/wallet/{}", bob.key.pubkey())),
+        "{console}"
+    );
+    let mine = Shown::from_dom(&console);
+    assert_eq!(mine.keys("my-bid"), [bob_bid.as_str()]);
+    assert!(!mine.field("my-bid", &bob_bid, "answer").is_empty());
+    assert!(mine.keys("my-lease").is_empty() && mine.keys("my-machine").is_empty());
+    let forms: Vec<&str> = console["forms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        forms.contains(&format!("/api/actions/cancel?bid={bob_bid}").as_str()),
+        "{forms:?}"
+    );
     drop(browser);
-    for shot in ["before", "after", "stake"] {
+    for shot in ["before", "after", "stake", "console"] {
         let png = std::fs::read(shots.path().join(format!("{shot}.png"))).unwrap();
         assert!(png.starts_with(b"\x89PNG"), "{shot}.png is not a PNG");
     }
     if let Some(keep) = std::env::var_os("GPU_MARKET_PAGE_SHOTS") {
-        for shot in ["before", "after", "stake"] {
+        for shot in ["before", "after", "stake", "console"] {
             let name = format!("{shot}.png");
             std::fs::copy(shots.path().join(&name), Path::new(&keep).join(&name)).unwrap();
         }

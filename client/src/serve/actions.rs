@@ -4,6 +4,7 @@
 //! `NullSigner`: the transaction comes back unsigned, for the wallet to sign.
 
 use anyhow::{anyhow, bail, Result};
+use gpu_market::state::MachineStatus;
 use serde_json::{json, Value};
 use solana_instruction::Instruction;
 use solana_pubkey::Pubkey;
@@ -11,6 +12,7 @@ use solana_signer::null_signer::NullSigner;
 
 use crate::bid::{place_args_from, plan_cancel, plan_place, plan_top_up, PlaceArgs};
 use crate::config::Config;
+use crate::host::plan_set_status;
 use crate::lease::{plan_end, Closing};
 use crate::output::clap_sentence;
 use crate::stake::{plan_deposit, plan_unstake, plan_withdraw};
@@ -25,6 +27,9 @@ pub enum Action {
     TopUp,
     Cancel,
     EndLease,
+    Pause,
+    Resume,
+    Retire,
 }
 
 /// A parameter a wallet (or a Blink client) asks its user for: its name in the action's query.
@@ -76,7 +81,7 @@ const BID_PARAMS: &[Param] = &[
 ];
 
 impl Action {
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 10] = [
         Action::Stake,
         Action::Unstake,
         Action::Withdraw,
@@ -84,6 +89,9 @@ impl Action {
         Action::TopUp,
         Action::Cancel,
         Action::EndLease,
+        Action::Pause,
+        Action::Resume,
+        Action::Retire,
     ];
 
     pub fn name(self) -> &'static str {
@@ -95,6 +103,9 @@ impl Action {
             Action::TopUp => "top-up",
             Action::Cancel => "cancel",
             Action::EndLease => "end-lease",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+            Action::Retire => "retire",
         }
     }
 
@@ -111,6 +122,9 @@ impl Action {
             Action::TopUp => "Top up a bid",
             Action::Cancel => "Cancel a bid",
             Action::EndLease => "End a lease",
+            Action::Pause => "Pause a machine",
+            Action::Resume => "Resume a machine",
+            Action::Retire => "Retire a machine",
         }
     }
 
@@ -131,6 +145,11 @@ impl Action {
             Action::EndLease => {
                 "Ends a lease now; it settles once the host has proven its time, the rest of the escrow refunded."
             }
+            Action::Pause => "Stops the machine taking new leases; those running go on.",
+            Action::Resume => "Lets a paused machine take leases again.",
+            Action::Retire => {
+                "Takes the machine off the market for good once its leases end; it can then be closed for its rent and its stake bond."
+            }
         }
     }
 
@@ -142,6 +161,7 @@ impl Action {
         ];
         const BID: &[Param] = &[param("bid", "Bid", true)];
         const LEASE: &[Param] = &[param("lease", "Lease", true)];
+        const MACHINE: &[Param] = &[param("machine", "Machine", true)];
         match self {
             Action::Stake | Action::Unstake => AMOUNT,
             Action::Withdraw => &[],
@@ -149,6 +169,7 @@ impl Action {
             Action::TopUp => BID_AMOUNT,
             Action::Cancel => BID,
             Action::EndLease => LEASE,
+            Action::Pause | Action::Resume | Action::Retire => MACHINE,
         }
     }
 
@@ -256,6 +277,17 @@ impl Action {
                 plan_end(config, &wallet, &key("lease")?, None, Closing::End)?.instructions,
                 format!("End lease {}", key("lease")?),
             ),
+            Action::Pause | Action::Resume | Action::Retire => {
+                let status = match self {
+                    Action::Pause => MachineStatus::Paused,
+                    Action::Resume => MachineStatus::Active,
+                    _ => MachineStatus::Retired,
+                };
+                (
+                    plan_set_status(config, &wallet, &key("machine")?, status)?,
+                    format!("{} {}", self.title(), key("machine")?),
+                )
+            }
         })
     }
 }

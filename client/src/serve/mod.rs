@@ -327,6 +327,17 @@ fn route(
             }),
             Err(_) => not_found(path),
         },
+        (&Method::GET, p, _) if p.starts_with("/wallet/") => match p["/wallet/".len()..].parse() {
+            Ok(key) => page(site, path, arrived, || {
+                html(page::wallet_page(
+                    &site.config,
+                    &site.market,
+                    &key,
+                    site.wallet_chain,
+                ))
+            }),
+            Err(_) => not_found(path),
+        },
         _ => not_found(path),
     }
 }

@@ -8,6 +8,7 @@
 //! page, so the page and `gpu-market bid list`, `lease list`, … cannot disagree. The forms
 //! (`forms`) are the service's actions; `wallet.js` signs them with a Wallet Standard wallet.
 
+mod console;
 mod forms;
 mod history;
 mod html;
@@ -26,6 +27,8 @@ use crate::config::Config;
 use crate::lease::LeaseFilter;
 use crate::output::Fields;
 use crate::{bid, host, lease, market, quote};
+
+pub use self::console::wallet_page;
 
 /// The page's script: the app side of the Wallet Standard and the forms' posting.
 pub const WALLET_JS: &str = include_str!("wallet.js");
@@ -155,19 +158,11 @@ fn summary_section(config: &Config, key: &Pubkey, m: &Market, now: i64) -> Resul
 /// and cancel forms.
 fn book_section(book: &bid::BookRows, now: i64) -> String {
     let link = |k: &str| format!("/bid/{k}");
-    let actions = |row: &Fields| {
-        let key = get_text(row, "bid");
-        format!(
-            "<details><summary>act</summary>{}{}</details>",
-            forms::action_form(Action::TopUp, &[("bid", &key)], false),
-            forms::action_form(Action::Cancel, &[("bid", &key)], false),
-        )
-    };
     let of = ListOf {
         kind: "bid",
         key: "bid",
         link: Some(&link),
-        actions: Some(("act", &actions)),
+        actions: Some(("act", &forms::bid_actions)),
     };
     format!(
         "<section id=\"queue\"><h2>Queue book</h2><p class=\"note\">Best first. A score weighs the \

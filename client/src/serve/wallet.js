@@ -80,7 +80,16 @@
   function setAccount(w, a) {
     wallet = w;
     account = a;
-    $('account').textContent = a ? a.address : '';
+    // The account, and a link to its console (its bids, leases and machines).
+    const shown = $('account');
+    shown.textContent = a ? `${a.address} · ` : '';
+    if (a) {
+      const link = document.createElement('a');
+      link.id = 'console';
+      link.href = `/wallet/${a.address}`;
+      link.textContent = 'your console';
+      shown.append(link);
+    }
     $('connect').textContent = a ? 'Connected' : 'Connect wallet';
   }
 

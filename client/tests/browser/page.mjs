@@ -203,6 +203,13 @@ try {
       await stake(arg);
       await page.screenshot({ path: path.join(shots, 'stake.png'), fullPage: true });
       answer({ event: 'stake', ...(await page.evaluate(readDom)) });
+    } else if (command === 'console') {
+      // The connected wallet's console, through the link the page shows once it connects.
+      await page.locator('#console').click();
+      await page.waitForURL('**/wallet/**');
+      await page.waitForFunction(() => !document.getElementById('connect').disabled, null, { timeout: 60000 });
+      await page.screenshot({ path: path.join(shots, 'console.png'), fullPage: true });
+      answer({ event: 'console', url: page.url(), ...(await page.evaluate(readDom)) });
     } else {
       throw new Error(`unknown command ${line}`);
     }

@@ -41,6 +41,16 @@ pub fn action_form(action: Action, fixed: &[(&str, &str)], wide: bool) -> String
     )
 }
 
+/// The forms of a waiting bid's row (`bid list`'s record): top up and cancel, folded.
+pub fn bid_actions(row: &crate::output::Fields) -> String {
+    let bid = super::html::get_text(row, "bid");
+    format!(
+        "<details><summary>act</summary>{}{}</details>",
+        action_form(Action::TopUp, &[("bid", &bid)], false),
+        action_form(Action::Cancel, &[("bid", &bid)], false),
+    )
+}
+
 /// An input for one of an action's parameters (`{"name", "label", "required"}`).
 fn input(p: &Value) -> String {
     let name = p["name"].as_str().unwrap_or_default();

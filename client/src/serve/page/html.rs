@@ -234,6 +234,7 @@ dl{margin:0;display:grid;grid-template-columns:auto auto;gap:0 8px}dt{color:#5a6
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:12px}
 .machines{grid-template-columns:repeat(auto-fill,minmax(600px,1fr))}
 table.list td{white-space:nowrap}
+table.list td[data-field=answer]{white-space:normal;min-width:28em;max-width:48em}
 .card{background:#fff;border:1px solid #e3e6ee;border-radius:6px;padding:8px 12px}
 form.action{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:end;margin:4px 0}
 form.action label{display:flex;flex-direction:column;font-size:12px;color:#5a6478}
