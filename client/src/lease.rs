@@ -20,7 +20,7 @@ use crate::config::{Config, Signing};
 
 mod audit;
 mod extend;
-mod remote;
+pub(crate) mod remote;
 mod terminal;
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;

@@ -19,7 +19,15 @@ use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 use solana_transaction::Transaction;
 
-impl Served {
+/// The service's answers, asked over plain HTTP/1.1.
+trait Ask {
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Answer;
+    fn get(&self, path: &str) -> Answer;
+    fn transaction(&self, path: &str, account: &Pubkey) -> (Transaction, String);
+    fn refused(&self, path: &str, body: &Value) -> String;
+}
+
+impl Ask for Served {
     /// One HTTP/1.1 request: the status, the headers (names lower-cased) and the body.
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
         let mut stream = TcpStream::connect(self.addr()).unwrap();
@@ -163,7 +171,7 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
     // The cluster's URL as an RPC provider gives it, with its API key (the validator ignores
     // the query): no page or error shows the key.
     let rpc_url = format!("{}/?api-key=s3cret-key", t.cluster.rpc_url);
-    let served = Served::start(&rpc_url, &s.market);
+    let served = serve(&rpc_url, &s.market);
     let home = served.get("/");
     assert_eq!(home.status, 200, "{}", home.body);
     assert!(!home.body.contains("s3cret"), "the page shows the RPC key");

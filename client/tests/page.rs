@@ -487,7 +487,7 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
             .unwrap();
         allocate.lease()
     });
-    let served = common::Served::start(&live.cluster.rpc_url, &live.market);
+    let served = common::serve(&live.cluster.rpc_url, &live.market);
 
     // (1) The page as served, without JavaScript.
     let (status, html) = http_get(&served.url, "/");

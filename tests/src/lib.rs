@@ -20,6 +20,7 @@ pub use gpu_market_sdk as client;
 pub mod lease_fixture;
 pub mod live;
 pub mod program_test;
+pub mod served;
 pub mod svm_rpc;
 
 use gpu_market_sdk::{token, ClientInstruction};

@@ -13,6 +13,7 @@
 //! framework; the RPC client is blocking, so each request is answered on tokio's blocking pool.
 
 mod actions;
+mod lease_api;
 mod page;
 
 use std::collections::HashMap;
@@ -165,6 +166,8 @@ struct Answer {
     status: StatusCode,
     content_type: &'static str,
     body: Vec<u8>,
+    /// A file to save: its name and sha256 (`Content-Disposition`, `X-Sha256`).
+    file: Option<(String, String)>,
 }
 
 impl Answer {
@@ -173,6 +176,7 @@ impl Answer {
             status,
             content_type: "application/json",
             body: value.to_string().into_bytes(),
+            file: None,
         }
     }
 
@@ -249,6 +253,18 @@ fn respond(site: &Site, a: Answer) -> Response<Full<Bytes>> {
     set("x-frame-options", "DENY");
     set("x-content-type-options", "nosniff");
     set("referrer-policy", "no-referrer");
+    if let Some((name, sha256)) = &a.file {
+        let name: String = name
+            .chars()
+            .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
+            .collect();
+        set(
+            "content-disposition",
+            &format!("attachment; filename=\"{name}\""),
+        );
+        set("x-sha256", sha256);
+        set("access-control-expose-headers", "X-Sha256");
+    }
     response
 }
 
@@ -283,6 +299,7 @@ fn route(
             status: StatusCode::OK,
             content_type: "text/html; charset=utf-8",
             body: page.into_bytes(),
+            file: None,
         },
         Err(e) => Answer::refused(StatusCode::BAD_GATEWAY, &e),
     };
@@ -297,11 +314,13 @@ fn route(
             status: StatusCode::OK,
             content_type: "image/svg+xml",
             body: ICON.as_bytes().to_vec(),
+            file: None,
         },
         (&Method::GET, "/wallet.js", _) => Answer {
             status: StatusCode::OK,
             content_type: "text/javascript; charset=utf-8",
             body: page::WALLET_JS.as_bytes().to_vec(),
+            file: None,
         },
         (&Method::GET, "/", _) => page(site, path, arrived, || {
             html(page::market_page(
@@ -327,6 +346,7 @@ fn route(
             }),
             Err(_) => not_found(path),
         },
+        (&Method::POST, p, _) if p.starts_with("/api/lease/") => lease_call(site, p, body),
         (&Method::GET, p, _) if p.starts_with("/wallet/") => match p["/wallet/".len()..].parse() {
             Ok(key) => page(site, path, arrived, || {
                 html(page::wallet_page(
@@ -337,6 +357,48 @@ fn route(
                 ))
             }),
             Err(_) => not_found(path),
+        },
+        _ => not_found(path),
+    }
+}
+
+/// `POST /api/lease/LEASE/sign` and `/send` (`lease_api`): the bytes a wallet signs for a
+/// request of its lease's container, and that request sent with its signature.
+fn lease_call(site: &Site, path: &str, body: Option<Bytes>) -> Answer {
+    use gpu_market_sdk::api::client::ClientError;
+    let rest = &path["/api/lease/".len()..];
+    let Some((lease, op)) = rest.split_once('/') else {
+        return not_found(path);
+    };
+    let Ok(lease) = lease.parse::<Pubkey>() else {
+        return not_found(path);
+    };
+    let body = body.unwrap_or_default();
+    let (config, market) = (&site.config, &site.market);
+    match op {
+        "sign" => match lease_api::sign(config, market, &lease, &body) {
+            Ok(v) => Answer::json(StatusCode::OK, v),
+            Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
+        },
+        "send" => match lease_api::send(config, market, &lease, &body) {
+            Ok(sent) => Answer {
+                status: StatusCode::OK,
+                content_type: match sent.file {
+                    Some(_) => "application/octet-stream",
+                    None => "text/plain; charset=utf-8",
+                },
+                body: sent.bytes,
+                file: sent.file,
+            },
+            Err(e) => {
+                // The agent's refusal keeps its status (403 for a stranger, 401 for a bad
+                // signature); anything else is the service's gateway failing.
+                let status = match e.downcast_ref::<ClientError>() {
+                    Some(ClientError::Refused { status, .. }) => StatusCode::from_u16(*status).ok(),
+                    _ => None,
+                };
+                Answer::refused(status.unwrap_or(StatusCode::BAD_GATEWAY), &e)
+            }
         },
         _ => not_found(path),
     }

@@ -111,7 +111,7 @@
   }
 
   function enableForms() {
-    for (const b of document.querySelectorAll('form[data-action] button')) {
+    for (const b of document.querySelectorAll('form[data-action] button, form[data-lease] button')) {
       b.disabled = wallets.length === 0;
     }
   }
@@ -191,6 +191,65 @@
     if (!confirmed) setTimeout(reload, 3000);
   }
 
+  // A request of a lease's container (its logs, one of its files), signed by the wallet as a
+  // Solana off-chain message over the bytes the service hands out (the request, its machine, a
+  // nonce and an expiry) and sent by the service to the lease's agent. The answer goes below the
+  // form: the logs as text; a file as a download link with its sha256, computed here.
+  async function leaseCall(form) {
+    const lease = form.dataset.lease;
+    const request = { call: form.dataset.call };
+    const path = form.querySelector('input[name="path"]');
+    if (path) request.path = path.value.trim();
+    status('working', 'Asking the wallet…');
+    if (!account) await connect();
+    request.account = account.address;
+    const f = wallet.features['solana:signMessage'];
+    if (!f) throw new Error(`${wallet.name} cannot sign a message`);
+    const toSign = await postJson(`/api/lease/${lease}/sign`, request);
+    status('working', 'Waiting for the wallet to sign the request…');
+    const [signed] = await f.signMessage({ account, message: fromBase64(toSign.message) });
+    status('working', 'Asking the lease\'s agent…');
+    const response = await fetch(`/api/lease/${lease}/send`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({
+        ...request,
+        nonce: toSign.nonce,
+        expires: toSign.expires,
+        signature: toBase64(signed.signature),
+      }),
+    });
+    if (!response.ok) {
+      const answer = await response.json().catch(() => ({}));
+      throw new Error(answer.message || `the service answered ${response.status}`);
+    }
+    const out = document.querySelector(`[data-output="${lease}"]`);
+    if (request.call === 'logs') {
+      out.innerHTML = `<pre class="logs" data-logs="${escape(lease)}"></pre>`;
+      out.firstChild.textContent = await response.text();
+      status('done', 'The container\'s logs are below its lease.');
+      return;
+    }
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+    const sha256 = [...digest].map((b) => b.toString(16).padStart(2, '0')).join('');
+    const claimed = response.headers.get('x-sha256');
+    if (claimed && claimed !== sha256) throw new Error(`the file's sha256 is ${sha256}, not the ${claimed} announced`);
+    const name = (request.path.split('/').pop() || 'file');
+    const link = document.createElement('a');
+    link.href = URL.createObjectURL(new Blob([bytes]));
+    link.download = name;
+    link.textContent = `${name} (${bytes.length} bytes)`;
+    link.className = 'download';
+    out.innerHTML = '';
+    out.append(link, ' sha256 ');
+    const code = document.createElement('code');
+    code.className = 'sha256';
+    code.textContent = sha256;
+    out.append(code);
+    status('done', `Downloaded ${escape(name)}: sha256 ${sha256}, computed in this browser.`);
+  }
+
   // The page's data read again (the server renders it), in place.
   async function reload() {
     const response = await fetch(location.href, { cache: 'no-store' });
@@ -204,6 +263,12 @@
   }
 
   document.addEventListener('submit', (event) => {
+    const leaseForm = event.target.closest('form[data-lease]');
+    if (leaseForm) {
+      event.preventDefault();
+      leaseCall(leaseForm).catch((e) => status('error', escape(e.message || e)));
+      return;
+    }
     const form = event.target.closest('form[data-action]');
     if (!form) return;
     event.preventDefault();

@@ -9,6 +9,10 @@
 //   read NAME     loads the page, saves NAME.png, answers what the DOM shows
 //   stake AMOUNT  stakes AMOUNT through the page's stake form and the wallet, waits for the
 //                 page's status, saves stake.png, answers the status and what the DOM shows
+//   console       follows the page's link to the connected wallet's console, answers its DOM
+//   lease LEASE logs | lease LEASE file PATH
+//                 asks the lease's agent for its logs or a file through the page's form and the
+//                 wallet's signMessage; answers the status, the logs or the file's sha256
 //   quit
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
@@ -43,11 +47,11 @@ function testWallet({ secret, address, chain }) {
     address,
     publicKey,
     chains: [chain],
-    features: ['solana:signTransaction'],
+    features: ['solana:signTransaction', 'solana:signMessage'],
   });
   const listeners = { change: [] };
   let accounts = [];
-  window.__testWallet = { connects: 0, signed: [] };
+  window.__testWallet = { connects: 0, signed: [], messages: 0 };
 
   // A compact-u16 (shortvec) at `at`: its value and the offset after it.
   function shortvec(bytes, at) {
@@ -103,6 +107,18 @@ function testWallet({ secret, address, chain }) {
           listeners[event].push(listener);
           return () => listeners[event].splice(listeners[event].indexOf(listener), 1);
         },
+      },
+      'solana:signMessage': {
+        version: '1.0.0',
+        signMessage: (...inputs) =>
+          Promise.all(
+            inputs.map(async (input) => {
+              if (input.account.address !== address) throw new Error('not this wallet\'s account');
+              window.__testWallet.messages += 1;
+              const signature = new Uint8Array(await crypto.subtle.sign('Ed25519', await key, input.message));
+              return { signedMessage: input.message, signature };
+            })
+          ),
       },
       'solana:signTransaction': {
         version: '1.0.0',
@@ -203,6 +219,30 @@ try {
       await stake(arg);
       await page.screenshot({ path: path.join(shots, 'stake.png'), fullPage: true });
       answer({ event: 'stake', ...(await page.evaluate(readDom)) });
+    } else if (command === 'lease') {
+      // `lease LEASE logs` or `lease LEASE file PATH`: the lease's form on this page, through the
+      // wallet's signMessage; answers the status and what the form put below the lease.
+      const [, lease, call, filePath] = line.trim().split(/\s+/);
+      await load();
+      const form = page.locator(`form[data-lease="${lease}"][data-call="${call}"]`);
+      if (filePath) await form.locator('input[name="path"]').fill(filePath);
+      await form.locator('button').click();
+      await page.waitForFunction(
+        () => ['done', 'error'].includes(document.getElementById('status').dataset.state),
+        null,
+        { timeout: 60000 }
+      );
+      await page.screenshot({ path: path.join(shots, `lease-${call}.png`), fullPage: true });
+      const output = await page.evaluate((l) => {
+        const out = document.querySelector(`[data-output="${l}"]`);
+        const link = out && out.querySelector('a.download');
+        return {
+          logs: out && out.querySelector('pre.logs') ? out.querySelector('pre.logs').textContent : null,
+          file: link ? link.textContent : null,
+          sha256: out && out.querySelector('code.sha256') ? out.querySelector('code.sha256').textContent : null,
+        };
+      }, lease);
+      answer({ event: 'lease', ...output, ...(await page.evaluate(readDom)) });
     } else if (command === 'console') {
       // The connected wallet's console, through the link the page shows once it connects.
       await page.locator('#console').click();

@@ -4,9 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anchor_lang::AccountDeserialize;
@@ -636,43 +635,9 @@ pub fn wait_until(t: &T, at: i64) {
     }
 }
 
-/// `gpu-market serve` for `market` of the cluster at `rpc_url`, on a free port; stopped when
-/// dropped.
-pub struct Served {
-    child: Child,
-    /// `http://127.0.0.1:PORT`, as the service printed it.
-    pub url: String,
-}
+pub use gpu_market_tests::served::Served;
 
-impl Served {
-    pub fn start(rpc_url: &str, market: &Pubkey) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-market"))
-            .args(["--url", rpc_url, "serve", "--listen", "127.0.0.1:0"])
-            .args(["--market", &market.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("serving ")
-            .unwrap_or_else(|| panic!("serve printed {line:?}"))
-            .to_string();
-        Served { child, url }
-    }
-
-    /// `host:port`.
-    pub fn addr(&self) -> &str {
-        self.url.trim_start_matches("http://")
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `gpu-market serve` (this crate's binary) for `market` of the cluster at `rpc_url`.
+pub fn serve(rpc_url: &str, market: &Pubkey) -> Served {
+    Served::start(Path::new(env!("CARGO_BIN_EXE_gpu-market")), rpc_url, market)
 }

@@ -94,10 +94,12 @@ fn leases_section(config: &Config, market: &Pubkey, key: &Pubkey, now: i64) -> R
     };
     let rows = lease::lease_rows(config, market, only, now)?;
     let actions = |row: &Fields| {
-        forms::action_form(
-            Action::EndLease,
-            &[("lease", &get_text(row, "lease"))],
-            false,
+        let lease = get_text(row, "lease");
+        format!(
+            "{}{}<div class=\"lease-output\" data-output=\"{l}\"></div>",
+            forms::lease_forms(&lease),
+            forms::action_form(Action::EndLease, &[("lease", &lease)], false),
+            l = esc(&lease),
         )
     };
     let of = ListOf {
@@ -112,9 +114,10 @@ fn leases_section(config: &Config, market: &Pubkey, key: &Pubkey, now: i64) -> R
         .filter(|c| *c != "client")
         .collect();
     Ok(format!(
-        "<section id=\"my-leases\"><h2>Your leases</h2><p class=\"note\"><code>gpu-market lease \
-         show LEASE</code> with this key prints where to connect to a lease's published \
-         ports.</p>{}</section>",
+        "<section id=\"my-leases\"><h2>Your leases</h2><p class=\"note\">The container's last \
+         lines of output and its files come from the lease's agent, asked with a request the \
+         wallet signs; <code>gpu-market lease show LEASE</code> with this key prints where to \
+         connect to a lease's published ports.</p>{}</section>",
         list_table(&of, &columns, &rows, now)
     ))
 }

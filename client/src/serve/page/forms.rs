@@ -51,6 +51,16 @@ pub fn bid_actions(row: &crate::output::Fields) -> String {
     )
 }
 
+/// The forms that ask a lease's agent, with a request the wallet signs (`lease_api`), for the
+/// container's last lines of output and for one of its files.
+pub fn lease_forms(lease: &str) -> String {
+    format!(
+        "<form class=\"action\" data-lease=\"{l}\" data-call=\"logs\"><button type=\"submit\" disabled>Show its logs</button></form>\
+         <form class=\"action\" data-lease=\"{l}\" data-call=\"file\"><label>A file<input name=\"path\" value=\"/workspace/\" autocomplete=\"off\"></label><button type=\"submit\" disabled>Download</button></form>",
+        l = esc(lease),
+    )
+}
+
 /// An input for one of an action's parameters (`{"name", "label", "required"}`).
 fn input(p: &Value) -> String {
     let name = p["name"].as_str().unwrap_or_default();

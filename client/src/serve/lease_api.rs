@@ -1,0 +1,216 @@
+//! A lease's container for a wallet: its logs and its files, through the service, signed by
+//! the lease's client in the browser. The agent's API answers only requests that the lease's
+//! client signs (`gpu_market_sdk::api`: an off-chain message over the request, its machine, a
+//! nonce and an expiry) over TLS pinned to the machine account's agent key, which a browser
+//! cannot pin. So the page asks the service for the bytes to sign (`sign`: the very message the
+//! sdk's `api::sign` makes, wrapped as a Solana off-chain message), the wallet signs them
+//! (Wallet Standard `solana:signMessage`; an off-chain message can never be a transaction), and
+//! the service sends the request with that signature (`send`) and answers with what the agent
+//! answered. The service holds no key and cannot sign for anyone: a request it sends is the
+//! client's, once, for a minute.
+
+use std::io::Read;
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::Engine as _;
+use gpu_market::state::{Lease, Machine};
+use gpu_market_sdk::api::client::{ApiClient, ClientError};
+use gpu_market_sdk::api::{self, Authorization, Call, LogsQuery, Nonce, DEFAULT_TTL_SECS};
+use gpu_market_sdk::offchain;
+use http_body_util::{BodyExt, Limited};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use solana_pubkey::Pubkey;
+use solana_signature::Signature;
+
+use crate::config::Config;
+use crate::lease::remote::api_address;
+
+/// Lines of a container's output one request reads (its last ones).
+pub const LOG_LINES: u64 = 500;
+/// The most bytes of logs, or of a file, one answer the service passes on holds.
+pub const MAX_ANSWER: usize = 64 << 20;
+
+/// What the page asks of a lease, and (for `send`) the wallet's signature of it.
+#[derive(Deserialize)]
+pub struct LeaseRequest {
+    /// The wallet's key: the lease's client.
+    account: String,
+    /// `logs` or `file`.
+    call: String,
+    /// The file, for `file`: a path in the container (its scratch is `/workspace`).
+    path: Option<String>,
+    nonce: Option<String>,
+    expires: Option<i64>,
+    /// The wallet's signature of `sign`'s message, base64.
+    signature: Option<String>,
+}
+
+/// What `send` answers: the agent's bytes, and for a file its name and sha256.
+pub struct Sent {
+    pub bytes: Vec<u8>,
+    pub file: Option<(String, String)>,
+}
+
+impl LeaseRequest {
+    fn call(&self) -> Result<Call> {
+        match (self.call.as_str(), &self.path) {
+            ("logs", _) => Ok(Call::Logs(LogsQuery {
+                tail: Some(LOG_LINES),
+                ..LogsQuery::default()
+            })),
+            ("file", Some(path)) if path.starts_with('/') => Ok(Call::Files(path.clone())),
+            ("file", _) => {
+                bail!("a file is named by its path in the container, e.g. /workspace/result.txt")
+            }
+            (other, _) => bail!("the page reads a lease's logs or a file, not {other:?}"),
+        }
+    }
+
+    fn account(&self) -> Result<Pubkey> {
+        self.account
+            .parse()
+            .map_err(|_| anyhow!("account is not a public key"))
+    }
+}
+
+/// The lease of `market` at `lease`, its machine, and the agent API's address; refused unless
+/// `account` is the lease's client (the agent would refuse it anyway: this saves the wallet a
+/// signature that could only be turned away).
+fn lease_of(
+    config: &Config,
+    market: &Pubkey,
+    lease: &Pubkey,
+    account: &Pubkey,
+) -> Result<(Lease, Machine, String)> {
+    let l: Lease = config.fetch(lease, "lease")?;
+    if l.market != *market {
+        bail!("lease {lease} is not in market {market}");
+    }
+    if l.client != *account {
+        bail!("only the lease's client {} reads its container", l.client);
+    }
+    let machine: Machine = config.fetch(&l.machine, "machine")?;
+    let addr = api_address(&machine).ok_or_else(|| {
+        anyhow!(
+            "machine {} publishes no address for its agent's API",
+            l.machine
+        )
+    })?;
+    Ok((l, machine, addr))
+}
+
+/// `POST /api/lease/LEASE/sign`: the bytes the wallet signs for `request` (base64), with the
+/// nonce and expiry they name.
+pub fn sign(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Result<Value> {
+    let request: LeaseRequest = serde_json::from_slice(body).context("the request body")?;
+    let account = request.account()?;
+    let (l, _, _) = lease_of(config, market, lease, &account)?;
+    let call = request.call()?;
+    let nonce = Nonce::random();
+    let expires = unix_now() + DEFAULT_TTL_SECS;
+    let text = api::message(
+        &l.machine,
+        call.endpoint().method(),
+        &call.path_and_query(lease),
+        &nonce,
+        expires,
+    );
+    let message = offchain::wrap(&text).map_err(|e| anyhow!("cannot wrap the request: {e}"))?;
+    Ok(json!({
+        "message": base64::engine::general_purpose::STANDARD.encode(message),
+        "nonce": nonce.to_string(),
+        "expires": expires,
+    }))
+}
+
+/// `POST /api/lease/LEASE/send`: `request` sent to the lease's agent with the wallet's
+/// signature; what the agent answered (a file: the one file the path names, with its sha256).
+/// The agent's refusal is the error.
+pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Result<Sent> {
+    let request: LeaseRequest = serde_json::from_slice(body).context("the request body")?;
+    let account = request.account()?;
+    let (l, machine, addr) = lease_of(config, market, lease, &account)?;
+    let call = request.call()?;
+    let signature = request
+        .signature
+        .as_deref()
+        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+        .and_then(|b| Signature::try_from(b.as_slice()).ok())
+        .ok_or_else(|| anyhow!("signature is not a base64 ed25519 signature"))?;
+    let authorization = Authorization {
+        signer: account,
+        nonce: request
+            .nonce
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|e| anyhow!("nonce: {e}"))?,
+        expires: request
+            .expires
+            .ok_or_else(|| anyhow!("expires is missing"))?,
+        signature,
+    }
+    .to_string();
+    let api = ApiClient::new(addr, l.machine, &machine.agent);
+    let bytes = tokio::runtime::Handle::current().block_on(async {
+        let response = api.send(lease, &call, Some(&authorization)).await?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| anyhow!("the agent's answer: {e}"))?
+            .to_bytes();
+        if !status.is_success() {
+            let message = serde_json::from_slice::<api::ErrorBody>(&body)
+                .map(|e| e.error)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+            return Err(anyhow!(ClientError::Refused {
+                status: status.as_u16(),
+                message,
+            }));
+        }
+        Ok(body.to_vec())
+    })?;
+    match call {
+        Call::Files(path) => {
+            let (name, bytes) = one_file(&bytes, &path)?;
+            let sha256 = hex::encode(Sha256::digest(&bytes));
+            Ok(Sent {
+                bytes,
+                file: Some((name, sha256)),
+            })
+        }
+        _ => Ok(Sent { bytes, file: None }),
+    }
+}
+
+/// The one regular file of the engine's archive of `path`: its name and bytes.
+fn one_file(archive: &[u8], path: &str) -> Result<(String, Vec<u8>)> {
+    let mut archive = tar::Archive::new(archive);
+    let mut entries = archive.entries().context("the agent's archive")?;
+    let mut entry = entries
+        .next()
+        .ok_or_else(|| anyhow!("{path}: the archive is empty"))?
+        .context("the agent's archive")?;
+    if !entry.header().entry_type().is_file() {
+        bail!("{path} is not a file: `gpu-market lease cp` copies folders");
+    }
+    let name = entry
+        .path()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "file".into());
+    let mut bytes = Vec::new();
+    entry
+        .read_to_end(&mut bytes)
+        .context("the agent's archive")?;
+    Ok((name, bytes))
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
