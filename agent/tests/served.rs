@@ -223,12 +223,13 @@ async fn a_wallet_reads_its_leases_logs_and_downloads_a_result_in_the_browser_an
     let commands = [
         format!("lease {lease} logs"),
         format!("lease {lease} file /workspace/result.txt"),
+        format!("terminal {lease}"),
     ];
     let key = client.key.insecure_clone();
     let answers = tokio::task::spawn_blocking(move || browse(&console, &key, &commands))
         .await
         .unwrap();
-    let (logs, file) = (&answers[0], &answers[1]);
+    let (logs, file, terminal) = (&answers[0], &answers[1], &answers[2]);
     assert_eq!(logs["status"]["state"], "done", "{logs}");
     assert!(
         logs["logs"].as_str().unwrap().contains("training done"),
@@ -238,6 +239,21 @@ async fn a_wallet_reads_its_leases_logs_and_downloads_a_result_in_the_browser_an
     assert_eq!(file["file"], "result.txt (18 bytes)", "{file}");
     let expected = hex::encode(sha2::Sha256::digest(b"epoch 1 loss=0.25\n"));
     assert_eq!(file["sha256"], expected.as_str(), "{file}");
+    // The terminal: a TTY of the page's size, which follows the element's when it is resized,
+    // running what is typed into it, until `exit`.
+    let text = terminal["text"].as_str().unwrap();
+    let (first, second) = (
+        terminal["first"].as_str().unwrap(),
+        terminal["second"].as_str().unwrap(),
+    );
+    assert_ne!(first, second, "{terminal}");
+    for shown in [first, second, "hello-42", "[exited with 0]"] {
+        assert!(
+            text.contains(shown),
+            "{shown:?} not in the terminal:\n{text}"
+        );
+    }
+    assert_eq!(terminal["status"]["state"], "done", "{terminal}");
     // One signature a request (each command loads the page afresh).
     for answer in &answers {
         assert_eq!(answer["wallet"]["messages"], 1, "{answer}");

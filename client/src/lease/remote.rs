@@ -149,7 +149,7 @@ pub fn exec(
     let code = block_on(async {
         let size = raw.as_ref().map(|_| terminal::size());
         let session = api.exec(&signer, lease, cmd, size).await?;
-        let resizes: Pin<Box<dyn Stream<Item = TermSize>>> = match raw {
+        let resizes: Pin<Box<dyn Stream<Item = TermSize> + Send>> = match raw {
             Some(_) => Box::pin(terminal::resizes()?),
             None => Box::pin(futures_util::stream::pending()),
         };

@@ -13,9 +13,12 @@ use std::io::Read;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
+use futures_util::{SinkExt, StreamExt};
 use gpu_market::state::{Lease, Machine};
 use gpu_market_sdk::api::client::{ApiClient, ClientError};
-use gpu_market_sdk::api::{self, Authorization, Call, LogsQuery, Nonce, DEFAULT_TTL_SECS};
+use gpu_market_sdk::api::{
+    self, Authorization, Call, LogsQuery, Nonce, TermSize, DEFAULT_TTL_SECS,
+};
 use gpu_market_sdk::offchain;
 use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
@@ -23,9 +26,19 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use solana_pubkey::Pubkey;
 use solana_signature::Signature;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
 
 use crate::config::Config;
 use crate::lease::remote::api_address;
+
+/// What a terminal runs: the container's bash where it has one, else its sh.
+const TERMINAL: [&str; 3] = [
+    "sh",
+    "-c",
+    "if command -v bash >/dev/null; then exec bash; else exec sh; fi",
+];
 
 /// Lines of a container's output one request reads (its last ones).
 pub const LOG_LINES: u64 = 500;
@@ -41,6 +54,8 @@ pub struct LeaseRequest {
     call: String,
     /// The file, for `file`: a path in the container (its scratch is `/workspace`).
     path: Option<String>,
+    /// The terminal's size, `ROWSxCOLS`, for `terminal`.
+    tty: Option<String>,
     nonce: Option<String>,
     expires: Option<i64>,
     /// The wallet's signature of `sign`'s message, base64.
@@ -64,7 +79,19 @@ impl LeaseRequest {
             ("file", _) => {
                 bail!("a file is named by its path in the container, e.g. /workspace/result.txt")
             }
-            (other, _) => bail!("the page reads a lease's logs or a file, not {other:?}"),
+            ("terminal", _) => Ok(Call::Exec {
+                cmd: TERMINAL.iter().map(|s| s.to_string()).collect(),
+                tty: Some(
+                    self.tty
+                        .as_deref()
+                        .unwrap_or_default()
+                        .parse()
+                        .map_err(|e| anyhow!("tty: {e}"))?,
+                ),
+            }),
+            (other, _) => {
+                bail!("the page asks a lease for its logs, a file or a terminal, not {other:?}")
+            }
         }
     }
 
@@ -125,11 +152,21 @@ pub fn sign(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Re
     }))
 }
 
-/// `POST /api/lease/LEASE/send`: `request` sent to the lease's agent with the wallet's
-/// signature; what the agent answered (a file: the one file the path names, with its sha256).
-/// The agent's refusal is the error.
-pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Result<Sent> {
-    let request: LeaseRequest = serde_json::from_slice(body).context("the request body")?;
+/// What sends a request the wallet signed: the lease's agent, the call, and its
+/// `Authorization`.
+pub struct Signed {
+    pub api: ApiClient,
+    pub call: Call,
+    pub authorization: String,
+}
+
+/// `request` (with the wallet's signature) made ready to send to `lease`'s agent.
+pub fn signed(
+    config: &Config,
+    market: &Pubkey,
+    lease: &Pubkey,
+    request: &LeaseRequest,
+) -> Result<Signed> {
     let account = request.account()?;
     let (l, machine, addr) = lease_of(config, market, lease, &account)?;
     let call = request.call()?;
@@ -153,7 +190,26 @@ pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Re
         signature,
     }
     .to_string();
-    let api = ApiClient::new(addr, l.machine, &machine.agent);
+    Ok(Signed {
+        api: ApiClient::new(addr, l.machine, &machine.agent),
+        call,
+        authorization,
+    })
+}
+
+/// `POST /api/lease/LEASE/send`: `request` sent to the lease's agent with the wallet's
+/// signature; what the agent answered (a file: the one file the path names, with its sha256).
+/// The agent's refusal is the error.
+pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Result<Sent> {
+    let request: LeaseRequest = serde_json::from_slice(body).context("the request body")?;
+    let Signed {
+        api,
+        call,
+        authorization,
+    } = signed(config, market, lease, &request)?;
+    if let Call::Exec { .. } = call {
+        bail!("a terminal is a WebSocket of /api/lease/LEASE/terminal");
+    }
     let bytes = tokio::runtime::Handle::current().block_on(async {
         let response = api.send(lease, &call, Some(&authorization)).await?;
         let status = response.status();
@@ -213,4 +269,90 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// A terminal's session between the browser's WebSocket `ws` and the command the agent runs
+/// (`signed`, a [`Call::Exec`] on a TTY): the browser's binary messages are its input, its text
+/// messages `{"rows", "cols"}` resize it; its output goes back as binary messages, and its exit
+/// as a last text message `{"exit": CODE}` (or `{"error": "…"}`).
+pub async fn terminal<S>(ws: WebSocketStream<S>, lease: Pubkey, signed: Result<Signed>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut to_browser, mut from_browser) = ws.split();
+    let session = match signed {
+        Ok(s) => s
+            .api
+            .exec_authorized(&lease, s.call, &s.authorization)
+            .await
+            .map_err(anyhow::Error::from),
+        Err(e) => Err(e),
+    };
+    let session = match session {
+        Ok(session) => session,
+        Err(e) => {
+            let said = json!({ "error": format!("{e:#}") }).to_string();
+            let _ = to_browser.send(Message::Text(said.into())).await;
+            let _ = to_browser.close().await;
+            return;
+        }
+    };
+    let (mut typed, input) = tokio::io::duplex(64 * 1024);
+    let (output, mut shown) = tokio::io::duplex(64 * 1024);
+    let (resized, resizes) = tokio::sync::mpsc::channel::<TermSize>(16);
+    // The browser's keys and sizes, until it goes (then the command's input ends).
+    let keyboard = tokio::spawn(async move {
+        while let Some(Ok(message)) = from_browser.next().await {
+            let fed = match message {
+                Message::Binary(bytes) => typed.write_all(&bytes).await.is_ok(),
+                Message::Text(text) => match terminal_size(&text) {
+                    Some(size) => resized.send(size).await.is_ok(),
+                    None => true,
+                },
+                Message::Close(_) => false,
+                _ => true,
+            };
+            if !fed {
+                break;
+            }
+        }
+    });
+    let resizes = futures_util::stream::unfold(resizes, |mut r| async move {
+        r.recv().await.map(|size| (size, r))
+    });
+    let run = session.run(input, output, tokio::io::sink(), resizes);
+    let screen = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match shown.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let sent = to_browser.send(Message::Binary(buf[..n].to_vec().into()));
+                    if sent.await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    let (code, ()) = tokio::join!(run, screen);
+    keyboard.abort();
+    let said = match code {
+        Ok(code) => json!({ "exit": code }),
+        Err(e) => json!({ "error": e.to_string() }),
+    };
+    let _ = to_browser
+        .send(Message::Text(said.to_string().into()))
+        .await;
+    let _ = to_browser.close().await;
+}
+
+/// A browser's resize message, `{"rows": R, "cols": C}`.
+fn terminal_size(text: &str) -> Option<TermSize> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    let cells = |k: &str| v[k].as_u64().and_then(|n| u16::try_from(n).ok());
+    Some(TermSize {
+        rows: cells("rows")?,
+        cols: cells("cols")?,
+    })
 }

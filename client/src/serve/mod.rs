@@ -151,6 +151,8 @@ pub fn run(config: Config, args: ServeArgs) -> Result<()> {
                         .timer(TokioTimer::new())
                         .header_read_timeout(HEAD_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), service)
+                        // A terminal's WebSocket takes the connection over.
+                        .with_upgrades()
                         .await;
                 }
             },
@@ -189,8 +191,11 @@ impl Answer {
 
 async fn answer(
     site: Arc<Site>,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    if let Some(switched) = terminal_upgrade(&site, &mut request) {
+        return Ok(switched);
+    }
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let query: Vec<(String, String)> = request
@@ -224,6 +229,74 @@ async fn answer(
                 )
             });
     Ok(respond(&site, answer))
+}
+
+/// `GET /api/lease/LEASE/terminal` as a WebSocket (`lease_api::terminal`): switches protocols,
+/// then reads the browser's first message (the request its wallet signed, `lease_api::sign`'s)
+/// and bridges the socket to the command the lease's agent runs. `None`: not such a request.
+fn terminal_upgrade(
+    site: &Arc<Site>,
+    request: &mut Request<Incoming>,
+) -> Option<Response<Full<Bytes>>> {
+    use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+    let lease: Pubkey = request
+        .uri()
+        .path()
+        .strip_prefix("/api/lease/")?
+        .strip_suffix("/terminal")?
+        .parse()
+        .ok()?;
+    let headers = request.headers();
+    let websocket = headers
+        .get(hyper::header::UPGRADE)
+        .is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    let key = headers.get(hyper::header::SEC_WEBSOCKET_KEY)?;
+    if request.method() != Method::GET || !websocket {
+        return None;
+    }
+    let accept = derive_accept_key(key.as_bytes());
+    let upgrade = hyper::upgrade::on(request);
+    let site = site.clone();
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgrade.await else {
+            return;
+        };
+        let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            Role::Server,
+            None,
+        )
+        .await;
+        use futures_util::StreamExt;
+        let hello = match ws.next().await {
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) => text.to_string(),
+            _ => return,
+        };
+        let signed = tokio::task::spawn_blocking(move || {
+            let request: lease_api::LeaseRequest =
+                serde_json::from_str(&hello).context("the terminal's first message")?;
+            lease_api::signed(&site.config, &site.market, &lease, &request)
+        })
+        .await
+        .unwrap_or_else(|e| Err(anyhow!("the request failed: {e}")));
+        lease_api::terminal(ws, lease, signed).await;
+    });
+    let mut switched = Response::new(Full::new(Bytes::new()));
+    *switched.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = switched.headers_mut();
+    h.insert(
+        hyper::header::UPGRADE,
+        HeaderValue::from_static("websocket"),
+    );
+    h.insert(
+        hyper::header::CONNECTION,
+        HeaderValue::from_static("Upgrade"),
+    );
+    if let Ok(accept) = HeaderValue::from_str(&accept) {
+        h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    Some(switched)
 }
 
 fn respond(site: &Site, a: Answer) -> Response<Full<Bytes>> {

@@ -205,6 +205,7 @@
     request.account = account.address;
     const f = wallet.features['solana:signMessage'];
     if (!f) throw new Error(`${wallet.name} cannot sign a message`);
+    if (request.call === 'terminal') return openTerminal(lease, request);
     const toSign = await postJson(`/api/lease/${lease}/sign`, request);
     status('working', 'Waiting for the wallet to sign the request…');
     const [signed] = await f.signMessage({ account, message: fromBase64(toSign.message) });
@@ -248,6 +249,113 @@
     code.textContent = sha256;
     out.append(code);
     status('done', `Downloaded ${escape(name)}: sha256 ${sha256}, computed in this browser.`);
+  }
+
+  // A terminal on the lease's container: a TTY session of its shell (`lease_api::terminal`),
+  // the wallet signing the request once; keys go to it as typed, its output comes back as it is
+  // printed, and the screen's size in character cells follows the element's.
+  async function openTerminal(lease, request) {
+    const out = document.querySelector(`[data-output="${lease}"]`);
+    out.innerHTML = '';
+    const screen = document.createElement('pre');
+    screen.className = 'terminal';
+    screen.tabIndex = 0;
+    screen.dataset.terminal = lease;
+    out.append(screen);
+    const size = cells(screen);
+    request.tty = `${size.rows}x${size.cols}`;
+    const toSign = await postJson(`/api/lease/${lease}/sign`, request);
+    status('working', 'Waiting for the wallet to sign the request…');
+    const f = wallet.features['solana:signMessage'];
+    const [signed] = await f.signMessage({ account, message: fromBase64(toSign.message) });
+    const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+    const ws = new WebSocket(`${scheme}://${location.host}/api/lease/${lease}/terminal`);
+    ws.binaryType = 'arraybuffer';
+    const decoder = new TextDecoder();
+    ws.onopen = () => {
+      ws.send(JSON.stringify({ ...request, nonce: toSign.nonce, expires: toSign.expires, signature: toBase64(signed.signature) }));
+      screen.dataset.rows = size.rows;
+      screen.dataset.cols = size.cols;
+      screen.focus();
+      status('done', 'A terminal on the container is open below its lease: type into it.');
+    };
+    ws.onmessage = (event) => {
+      if (typeof event.data !== 'string') {
+        show(screen, decoder.decode(event.data, { stream: true }));
+        return;
+      }
+      const said = JSON.parse(event.data);
+      if ('exit' in said) {
+        show(screen, `\n[exited with ${said.exit}]\n`);
+        screen.dataset.exit = said.exit;
+      } else if (said.error) {
+        status('error', escape(said.error));
+      }
+    };
+    screen.addEventListener('keydown', (event) => {
+      const keys = keyBytes(event);
+      if (keys === null || ws.readyState !== WebSocket.OPEN) return;
+      event.preventDefault();
+      ws.send(new TextEncoder().encode(keys));
+    });
+    new ResizeObserver(() => {
+      const now = cells(screen);
+      if (ws.readyState !== WebSocket.OPEN) return;
+      if (String(now.rows) === screen.dataset.rows && String(now.cols) === screen.dataset.cols) return;
+      screen.dataset.rows = now.rows;
+      screen.dataset.cols = now.cols;
+      ws.send(JSON.stringify(now));
+    }).observe(screen);
+  }
+
+  // The terminal element's size in character cells of its font.
+  function cells(screen) {
+    const probe = document.createElement('span');
+    probe.textContent = 'M'.repeat(10);
+    screen.append(probe);
+    const box = probe.getBoundingClientRect();
+    probe.remove();
+    const style = getComputedStyle(screen);
+    const inner = (side) => parseFloat(style[`padding${side}`]) || 0;
+    const width = screen.clientWidth - inner('Left') - inner('Right');
+    const height = screen.clientHeight - inner('Top') - inner('Bottom');
+    return {
+      rows: Math.max(1, Math.floor(height / box.height)),
+      cols: Math.max(1, Math.floor(width / (box.width / 10))),
+    };
+  }
+
+  // Terminal output as plain text: escape sequences (colours, titles, cursor moves) left out, a
+  // backspace taking back the character before it.
+  function show(screen, text) {
+    const plain = text
+      .replace(/\x1b\][^\x07\x1b]*(\x07|\x1b\\)/g, '')
+      .replace(/\x1b\[[0-9;?]*[ -\/]*[@-~]/g, '')
+      .replace(/\x1b[()][0-9A-Za-z]/g, '')
+      .replace(/\x1b[=>]/g, '');
+    let shown = screen.textContent;
+    for (const c of plain) {
+      if (c === '\b') shown = shown.slice(0, -1);
+      else if (c !== '\r' && c !== '\x07') shown += c;
+    }
+    screen.textContent = shown;
+    screen.scrollTop = screen.scrollHeight;
+  }
+
+  // What a key sends to a terminal, as xterm sends it; null for keys that send nothing.
+  function keyBytes(event) {
+    const named = {
+      Enter: '\r', Backspace: '\x7f', Tab: '\t', Escape: '\x1b',
+      ArrowUp: '\x1b[A', ArrowDown: '\x1b[B', ArrowRight: '\x1b[C', ArrowLeft: '\x1b[D',
+      Home: '\x1b[H', End: '\x1b[F', Delete: '\x1b[3~',
+    };
+    if (event.key in named) return named[event.key];
+    if (event.key.length !== 1 || event.metaKey) return null;
+    if (event.ctrlKey) {
+      const code = event.key.toUpperCase().charCodeAt(0);
+      return code >= 64 && code <= 95 ? String.fromCharCode(code - 64) : null;
+    }
+    return event.key;
   }
 
   // The page's data read again (the server renders it), in place.

@@ -13,6 +13,9 @@
 //   lease LEASE logs | lease LEASE file PATH
 //                 asks the lease's agent for its logs or a file through the page's form and the
 //                 wallet's signMessage; answers the status, the logs or the file's sha256
+//   terminal LEASE
+//                 opens the lease's terminal, runs commands in it, resizes it, exits; answers
+//                 the sizes and what it showed
 //   quit
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
@@ -243,6 +246,48 @@ try {
         };
       }, lease);
       answer({ event: 'lease', ...output, ...(await page.evaluate(readDom)) });
+    } else if (command === 'terminal') {
+      // `terminal LEASE`: opens the lease's terminal through the page's form and the wallet,
+      // runs `stty size` and an echo, resizes the terminal's element, runs `stty size` again,
+      // then `exit`; answers the sizes the page gave and what the terminal showed.
+      const [, lease] = line.trim().split(/\s+/);
+      await load();
+      await page.locator(`form[data-lease="${lease}"][data-call="terminal"] button`).click();
+      const screen = page.locator(`pre[data-terminal="${lease}"]`);
+      const sized = async (not) =>
+        page.waitForFunction(
+          ([l, n]) => {
+            const s = document.querySelector(`pre[data-terminal="${l}"]`);
+            return s && s.dataset.rows && `${s.dataset.rows} ${s.dataset.cols}` !== n;
+          },
+          [lease, not],
+          { timeout: 60000 }
+        );
+      const size = () => screen.evaluate((s) => `${s.dataset.rows} ${s.dataset.cols}`);
+      const run = async (typed, until) => {
+        await screen.focus();
+        await page.keyboard.type(typed);
+        await page.keyboard.press('Enter');
+        await page.waitForFunction(
+          ([l, u]) => document.querySelector(`pre[data-terminal="${l}"]`).textContent.includes(u),
+          [lease, until],
+          { timeout: 30000 }
+        );
+      };
+      await sized('');
+      const first = await size();
+      await run('stty size', `\n${first}`);
+      await run('echo hello-$((6*7))', 'hello-42');
+      await screen.evaluate((s) => {
+        s.style.width = '420px';
+        s.style.height = '208px';
+      });
+      await sized(first);
+      const second = await size();
+      await run('stty size', `\n${second}`);
+      await run('exit', '[exited with 0]');
+      await page.screenshot({ path: path.join(shots, 'terminal.png'), fullPage: true });
+      answer({ event: 'terminal', first, second, text: await screen.textContent(), ...(await page.evaluate(readDom)) });
     } else if (command === 'console') {
       // The connected wallet's console, through the link the page shows once it connects.
       await page.locator('#console').click();

@@ -120,7 +120,20 @@ impl ApiClient {
         cmd: Vec<String>,
         tty: Option<TermSize>,
     ) -> Result<ExecSession, ClientError> {
-        let response = self.call(signer, lease, &Call::Exec { cmd, tty }).await?;
+        let call = Call::Exec { cmd, tty };
+        let authorization = self.sign(signer, lease, &call)?;
+        self.exec_authorized(lease, call, &authorization).await
+    }
+
+    /// [`ApiClient::exec`] of `call` (a [`Call::Exec`]) with an `Authorization` its client
+    /// signed elsewhere (a browser's wallet, through `gpu-market serve`).
+    pub async fn exec_authorized(
+        &self,
+        lease: &Pubkey,
+        call: Call,
+        authorization: &str,
+    ) -> Result<ExecSession, ClientError> {
+        let response = self.checked(lease, &call, authorization).await?;
         let upgraded = hyper::upgrade::on(response)
             .await
             .map_err(|source| self.http_error(source))?;
@@ -137,18 +150,37 @@ impl ApiClient {
         lease: &Pubkey,
         call: &Call,
     ) -> Result<Response<Incoming>, ClientError> {
-        let target = call.path_and_query(lease);
-        let method = call.endpoint().method();
-        let authorization = sign(
+        let authorization = self.sign(signer, lease, call)?;
+        self.checked(lease, call, &authorization).await
+    }
+
+    /// The `Authorization` of `call` for `lease`, signed by `signer` now.
+    fn sign(
+        &self,
+        signer: &dyn Signer,
+        lease: &Pubkey,
+        call: &Call,
+    ) -> Result<String, ClientError> {
+        sign(
             signer,
             &self.machine,
-            method,
-            &target,
+            call.endpoint().method(),
+            &call.path_and_query(lease),
             unix_now(),
             DEFAULT_TTL_SECS,
         )
-        .map_err(|e| ClientError::Sign(e.to_string()))?;
-        let response = self.send(lease, call, Some(&authorization)).await?;
+        .map_err(|e| ClientError::Sign(e.to_string()))
+    }
+
+    /// `call` for `lease` with `authorization`; the answer when it is a success, else the
+    /// agent's refusal.
+    async fn checked(
+        &self,
+        lease: &Pubkey,
+        call: &Call,
+        authorization: &str,
+    ) -> Result<Response<Incoming>, ClientError> {
+        let response = self.send(lease, call, Some(authorization)).await?;
         let status = response.status();
         if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
             return Ok(response);
@@ -253,10 +285,10 @@ impl ExecSession {
     /// `stdin` was all read.
     pub async fn run(
         self,
-        mut stdin: impl AsyncRead + Unpin,
-        mut stdout: impl AsyncWrite + Unpin,
-        mut stderr: impl AsyncWrite + Unpin,
-        resizes: impl Stream<Item = TermSize>,
+        mut stdin: impl AsyncRead + Unpin + Send,
+        mut stdout: impl AsyncWrite + Unpin + Send,
+        mut stderr: impl AsyncWrite + Unpin + Send,
+        resizes: impl Stream<Item = TermSize> + Send,
     ) -> Result<i64, ClientError> {
         let (mut from_agent, mut to_agent) = tokio::io::split(self.io);
         let feed = async {
@@ -282,7 +314,7 @@ impl ExecSession {
         };
         let drain = async {
             loop {
-                let (out, data): (&mut (dyn AsyncWrite + Unpin), _) =
+                let (out, data): (&mut (dyn AsyncWrite + Unpin + Send), _) =
                     match ExecFrame::read(&mut from_agent).await? {
                         Some(ExecFrame::Stdout(data)) => (&mut stdout, data),
                         Some(ExecFrame::Stderr(data)) => (&mut stderr, data),

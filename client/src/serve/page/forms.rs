@@ -52,11 +52,12 @@ pub fn bid_actions(row: &crate::output::Fields) -> String {
 }
 
 /// The forms that ask a lease's agent, with a request the wallet signs (`lease_api`), for the
-/// container's last lines of output and for one of its files.
+/// container's last lines of output, for one of its files, and for a terminal.
 pub fn lease_forms(lease: &str) -> String {
     format!(
         "<form class=\"action\" data-lease=\"{l}\" data-call=\"logs\"><button type=\"submit\" disabled>Show its logs</button></form>\
-         <form class=\"action\" data-lease=\"{l}\" data-call=\"file\"><label>A file<input name=\"path\" value=\"/workspace/\" autocomplete=\"off\"></label><button type=\"submit\" disabled>Download</button></form>",
+         <form class=\"action\" data-lease=\"{l}\" data-call=\"file\"><label>A file<input name=\"path\" value=\"/workspace/\" autocomplete=\"off\"></label><button type=\"submit\" disabled>Download</button></form>\
+         <form class=\"action\" data-lease=\"{l}\" data-call=\"terminal\"><button type=\"submit\" disabled>Open a terminal</button></form>",
         l = esc(lease),
     )
 }
