@@ -125,56 +125,77 @@ async fn a_client_reaches_its_lease_through_the_published_port_and_the_daemons_s
     assert!(log.contains("no [network] ports range"), "{log}");
 }
 
-/// The market page's driver (client/tests/browser/page.mjs) in Chromium, at `url`, with a
-/// test wallet of `key` (Wallet Standard, real ed25519 signatures): each command's answer.
-fn browse(url: &str, key: &Keypair, commands: &[String]) -> Vec<serde_json::Value> {
-    use std::io::{BufRead, Write};
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../client/tests/browser");
-    assert!(
-        dir.join("node_modules/playwright-core").exists()
-            && std::path::Path::new("/usr/bin/chromium").exists(),
-        "Chromium or playwright-core is missing: run `bash scripts/browser.sh`"
-    );
-    let shots = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new("node")
-        .arg(dir.join("page.mjs"))
-        .env("PAGE_URL", url)
-        .env("SHOTS_DIR", shots.path())
-        .env(
-            "WALLET_SECRET",
-            serde_json::to_string(&key.to_bytes().to_vec()).unwrap(),
-        )
-        .env("WALLET_ADDRESS", key.pubkey().to_string())
-        .env("WALLET_CHAIN", "solana:localnet")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let answers = commands
-        .iter()
-        .map(|c| {
-            writeln!(stdin, "{c}").unwrap();
-            let mut line = String::new();
-            stdout.read_line(&mut line).unwrap();
-            serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("page.mjs answered {line:?} to {c:?} ({e})"))
-        })
-        .collect();
-    let _ = writeln!(stdin, "quit");
-    drop(stdin);
-    let _ = child.wait();
-    answers
+/// The market page's driver (client/tests/browser/page.mjs) in Chromium, at a page of the
+/// service, with a test wallet of a key (Wallet Standard, real ed25519 signatures).
+struct Browser {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    _shots: tempfile::TempDir,
 }
 
-/// A client with only a wallet (issue 36): on its console page in Chromium, it reads its
-/// running lease's logs and downloads a result file, each request signed by the wallet's
-/// `solana:signMessage` and sent by `gpu-market serve` to the real agent daemon; the file's
-/// sha256, computed in the browser, is the container's file's. Another wallet, on the same page,
-/// is refused before it is asked to sign anything.
+impl Browser {
+    fn start(url: &str, key: &Keypair) -> Browser {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../client/tests/browser");
+        assert!(
+            dir.join("node_modules/playwright-core").exists()
+                && std::path::Path::new("/usr/bin/chromium").exists(),
+            "Chromium or playwright-core is missing: run `bash scripts/browser.sh`"
+        );
+        let shots = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("node")
+            .arg(dir.join("page.mjs"))
+            .env("PAGE_URL", url)
+            .env("SHOTS_DIR", shots.path())
+            .env(
+                "WALLET_SECRET",
+                serde_json::to_string(&key.to_bytes().to_vec()).unwrap(),
+            )
+            .env("WALLET_ADDRESS", key.pubkey().to_string())
+            .env("WALLET_CHAIN", "solana:localnet")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        Browser {
+            stdin: child.stdin.take(),
+            stdout: std::io::BufReader::new(child.stdout.take().unwrap()),
+            child,
+            _shots: shots,
+        }
+    }
+
+    /// One command's answer (blocking this worker thread while Chromium works).
+    fn ask(&mut self, command: &str) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        tokio::task::block_in_place(|| {
+            writeln!(self.stdin.as_mut().unwrap(), "{command}").unwrap();
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).unwrap();
+            serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("page.mjs answered {line:?} to {command:?} ({e})"))
+        })
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "quit");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A client with only a wallet (issue 36): on its console page in Chromium, it follows its
+/// running lease's logs (a line the container prints while the page watches appears), downloads
+/// a result file, and types into a terminal on the container (its size following the element's),
+/// each request signed once by the wallet's `solana:signMessage` and sent by `gpu-market serve`
+/// to the real agent daemon; the file's sha256, computed in the browser, is the container's
+/// file's. Another wallet, on the same page, is refused before it is asked to sign anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wallet_reads_its_leases_logs_and_downloads_a_result_in_the_browser_and_a_stranger_is_refused(
+async fn a_wallet_follows_its_leases_logs_downloads_a_result_and_types_into_a_terminal_in_the_browser(
 ) {
     use sha2::Digest;
     let live = live_market(1).await;
@@ -220,20 +241,47 @@ async fn a_wallet_reads_its_leases_logs_and_downloads_a_result_in_the_browser_an
         });
     let served = Served::start(&cli, &live.cluster.rpc_url, &live.market);
     let console = format!("{}/wallet/{}", served.url, client.key.pubkey());
-    let commands = [
-        format!("lease {lease} logs"),
-        format!("lease {lease} file /workspace/result.txt"),
-        format!("terminal {lease}"),
-    ];
-    let key = client.key.insecure_clone();
-    let answers = tokio::task::spawn_blocking(move || browse(&console, &key, &commands))
+    let mut browser = Browser::start(&console, &client.key);
+    // The logs as printed: the container's first lines, then one it prints while the page
+    // watches (written to its standard output by a command run in it).
+    let logs = browser.ask(&format!("follow {lease} training done"));
+    let printed = api
+        .exec(
+            &client.key,
+            &lease,
+            vec![
+                "sh".into(),
+                "-c".into(),
+                "echo live-line-7 > /proc/1/fd/1".into(),
+            ],
+            None,
+        )
         .await
         .unwrap();
-    let (logs, file, terminal) = (&answers[0], &answers[1], &answers[2]);
+    let (_keep, stdin) = tokio::io::duplex(1);
+    let code = printed
+        .run(
+            stdin,
+            tokio::io::sink(),
+            tokio::io::sink(),
+            futures_util::stream::pending(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code, 0);
+    let followed = browser.ask(&format!("await {lease} live-line-7"));
+    let file = browser.ask(&format!("lease {lease} file /workspace/result.txt"));
+    let terminal = browser.ask(&format!("terminal {lease}"));
+    drop(browser);
+    let answers = [logs.clone(), followed, file.clone(), terminal.clone()];
     assert_eq!(logs["status"]["state"], "done", "{logs}");
     assert!(
-        logs["logs"].as_str().unwrap().contains("training done"),
-        "{logs}"
+        answers[1]["logs"]
+            .as_str()
+            .unwrap()
+            .contains("training done: loss=0.25, serving /workspace on :8080\nlive-line-7\n"),
+        "{}",
+        answers[1]
     );
     assert_eq!(file["status"]["state"], "done", "{file}");
     assert_eq!(file["file"], "result.txt (18 bytes)", "{file}");
@@ -261,12 +309,9 @@ async fn a_wallet_reads_its_leases_logs_and_downloads_a_result_in_the_browser_an
 
     // The host's wallet on the client's console: refused by the service, never asked to sign.
     let console = format!("{}/wallet/{}", served.url, client.key.pubkey());
-    let host = live.host.key.insecure_clone();
-    let command = [format!("lease {lease} logs")];
-    let refused = tokio::task::spawn_blocking(move || browse(&console, &host, &command))
-        .await
-        .unwrap();
-    let refused = &refused[0];
+    let mut stranger = Browser::start(&console, &live.host.key);
+    let refused = &stranger.ask(&format!("lease {lease} file /workspace/result.txt"));
+    drop(stranger);
     assert_eq!(refused["status"]["state"], "error", "{refused}");
     assert!(
         refused["status"]["text"]
@@ -276,7 +321,7 @@ async fn a_wallet_reads_its_leases_logs_and_downloads_a_result_in_the_browser_an
         "{refused}"
     );
     assert_eq!(refused["wallet"]["messages"], 0, "{refused}");
-    assert!(refused["logs"].is_null(), "{refused}");
+    assert!(refused["sha256"].is_null(), "{refused}");
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
 }

@@ -62,10 +62,10 @@ pub struct LeaseRequest {
     signature: Option<String>,
 }
 
-/// What `send` answers: the agent's bytes, and for a file its name and sha256.
+/// What `send` answers: a file's bytes, its name and its sha256.
 pub struct Sent {
     pub bytes: Vec<u8>,
-    pub file: Option<(String, String)>,
+    pub file: (String, String),
 }
 
 impl LeaseRequest {
@@ -73,6 +73,7 @@ impl LeaseRequest {
         match (self.call.as_str(), &self.path) {
             ("logs", _) => Ok(Call::Logs(LogsQuery {
                 tail: Some(LOG_LINES),
+                follow: true,
                 ..LogsQuery::default()
             })),
             ("file", Some(path)) if path.starts_with('/') => Ok(Call::Files(path.clone())),
@@ -197,9 +198,9 @@ pub fn signed(
     })
 }
 
-/// `POST /api/lease/LEASE/send`: `request` sent to the lease's agent with the wallet's
-/// signature; what the agent answered (a file: the one file the path names, with its sha256).
-/// The agent's refusal is the error.
+/// `POST /api/lease/LEASE/send`: `request` (a file's) sent to the lease's agent with the
+/// wallet's signature; the one file the path names, with its sha256. The agent's refusal is the
+/// error.
 pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Result<Sent> {
     let request: LeaseRequest = serde_json::from_slice(body).context("the request body")?;
     let Signed {
@@ -207,9 +208,9 @@ pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Re
         call,
         authorization,
     } = signed(config, market, lease, &request)?;
-    if let Call::Exec { .. } = call {
-        bail!("a terminal is a WebSocket of /api/lease/LEASE/terminal");
-    }
+    let Call::Files(path) = &call else {
+        bail!("a lease's logs and terminal stream: a WebSocket of /api/lease/LEASE/stream");
+    };
     let bytes = tokio::runtime::Handle::current().block_on(async {
         let response = api.send(lease, &call, Some(&authorization)).await?;
         let status = response.status();
@@ -229,17 +230,12 @@ pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Re
         }
         Ok(body.to_vec())
     })?;
-    match call {
-        Call::Files(path) => {
-            let (name, bytes) = one_file(&bytes, &path)?;
-            let sha256 = hex::encode(Sha256::digest(&bytes));
-            Ok(Sent {
-                bytes,
-                file: Some((name, sha256)),
-            })
-        }
-        _ => Ok(Sent { bytes, file: None }),
-    }
+    let (name, bytes) = one_file(&bytes, path)?;
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    Ok(Sent {
+        bytes,
+        file: (name, sha256),
+    })
 }
 
 /// The one regular file of the engine's archive of `path`: its name and bytes.
@@ -271,11 +267,69 @@ fn unix_now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
+/// `GET /api/lease/LEASE/stream` as a WebSocket, its first message the signed request: the
+/// container's logs as they are printed (binary messages, from its last [`LOG_LINES`] on), or a
+/// terminal ([`terminal`]). It ends with a text message `{"exit": CODE}` for a terminal,
+/// `{"end": true}` for logs whose container stopped, or `{"error": "…"}`.
+pub async fn stream<S>(ws: WebSocketStream<S>, lease: Pubkey, signed: Result<Signed>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    match signed {
+        Ok(s) if matches!(s.call, Call::Logs(_)) => logs(ws, lease, s).await,
+        signed => terminal(ws, lease, signed).await,
+    }
+}
+
+/// The container's output as the agent streams it, to the browser until either stops.
+async fn logs<S>(ws: WebSocketStream<S>, lease: Pubkey, s: Signed)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut to_browser, mut from_browser) = ws.split();
+    let body = match s.api.send(&lease, &s.call, Some(&s.authorization)).await {
+        Ok(r) if r.status().is_success() => Ok(r.into_body()),
+        Ok(r) => {
+            let status = r.status();
+            let body = Limited::new(r.into_body(), 64 * 1024).collect().await;
+            let said = body
+                .ok()
+                .and_then(|b| serde_json::from_slice::<api::ErrorBody>(&b.to_bytes()).ok())
+                .map_or_else(|| status.to_string(), |e| e.error);
+            Err(anyhow!("the agent refused: {said}"))
+        }
+        Err(e) => Err(anyhow!(e)),
+    };
+    let said = match body {
+        Ok(mut body) => loop {
+            tokio::select! {
+                frame = body.frame() => match frame {
+                    Some(Ok(frame)) => {
+                        let Ok(data) = frame.into_data() else { continue };
+                        if to_browser.send(Message::Binary(data)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(Err(e)) => break json!({ "error": format!("the log stream broke off: {e}") }),
+                    None => break json!({ "end": true }),
+                },
+                // The browser gone (or closing): nothing more to send.
+                message = from_browser.next() => if !matches!(message, Some(Ok(_))) { return },
+            }
+        },
+        Err(e) => json!({ "error": format!("{e:#}") }),
+    };
+    let _ = to_browser
+        .send(Message::Text(said.to_string().into()))
+        .await;
+    let _ = to_browser.close().await;
+}
+
 /// A terminal's session between the browser's WebSocket `ws` and the command the agent runs
 /// (`signed`, a [`Call::Exec`] on a TTY): the browser's binary messages are its input, its text
 /// messages `{"rows", "cols"}` resize it; its output goes back as binary messages, and its exit
 /// as a last text message `{"exit": CODE}` (or `{"error": "…"}`).
-pub async fn terminal<S>(ws: WebSocketStream<S>, lease: Pubkey, signed: Result<Signed>)
+async fn terminal<S>(ws: WebSocketStream<S>, lease: Pubkey, signed: Result<Signed>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {

@@ -193,7 +193,7 @@ async fn answer(
     site: Arc<Site>,
     mut request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    if let Some(switched) = terminal_upgrade(&site, &mut request) {
+    if let Some(switched) = stream_upgrade(&site, &mut request) {
         return Ok(switched);
     }
     let method = request.method().clone();
@@ -231,10 +231,11 @@ async fn answer(
     Ok(respond(&site, answer))
 }
 
-/// `GET /api/lease/LEASE/terminal` as a WebSocket (`lease_api::terminal`): switches protocols,
-/// then reads the browser's first message (the request its wallet signed, `lease_api::sign`'s)
-/// and bridges the socket to the command the lease's agent runs. `None`: not such a request.
-fn terminal_upgrade(
+/// `GET /api/lease/LEASE/stream` as a WebSocket (`lease_api::stream`): switches protocols, then
+/// reads the browser's first message (the request its wallet signed, `lease_api::sign`'s) and
+/// bridges the socket to the lease's agent: its logs as printed, or a terminal. `None`: not such
+/// a request.
+fn stream_upgrade(
     site: &Arc<Site>,
     request: &mut Request<Incoming>,
 ) -> Option<Response<Full<Bytes>>> {
@@ -244,7 +245,7 @@ fn terminal_upgrade(
         .uri()
         .path()
         .strip_prefix("/api/lease/")?
-        .strip_suffix("/terminal")?
+        .strip_suffix("/stream")?
         .parse()
         .ok()?;
     let headers = request.headers();
@@ -275,12 +276,12 @@ fn terminal_upgrade(
         };
         let signed = tokio::task::spawn_blocking(move || {
             let request: lease_api::LeaseRequest =
-                serde_json::from_str(&hello).context("the terminal's first message")?;
+                serde_json::from_str(&hello).context("the stream's first message")?;
             lease_api::signed(&site.config, &site.market, &lease, &request)
         })
         .await
         .unwrap_or_else(|e| Err(anyhow!("the request failed: {e}")));
-        lease_api::terminal(ws, lease, signed).await;
+        lease_api::stream(ws, lease, signed).await;
     });
     let mut switched = Response::new(Full::new(Bytes::new()));
     *switched.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -456,12 +457,9 @@ fn lease_call(site: &Site, path: &str, body: Option<Bytes>) -> Answer {
         "send" => match lease_api::send(config, market, &lease, &body) {
             Ok(sent) => Answer {
                 status: StatusCode::OK,
-                content_type: match sent.file {
-                    Some(_) => "application/octet-stream",
-                    None => "text/plain; charset=utf-8",
-                },
+                content_type: "application/octet-stream",
                 body: sent.bytes,
-                file: sent.file,
+                file: Some(sent.file),
             },
             Err(e) => {
                 // The agent's refusal keeps its status (403 for a stranger, 401 for a bad

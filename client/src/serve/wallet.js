@@ -206,6 +206,7 @@
     const f = wallet.features['solana:signMessage'];
     if (!f) throw new Error(`${wallet.name} cannot sign a message`);
     if (request.call === 'terminal') return openTerminal(lease, request);
+    if (request.call === 'logs') return openLogs(lease, request);
     const toSign = await postJson(`/api/lease/${lease}/sign`, request);
     status('working', 'Waiting for the wallet to sign the request…');
     const [signed] = await f.signMessage({ account, message: fromBase64(toSign.message) });
@@ -225,12 +226,6 @@
       throw new Error(answer.message || `the service answered ${response.status}`);
     }
     const out = document.querySelector(`[data-output="${lease}"]`);
-    if (request.call === 'logs') {
-      out.innerHTML = `<pre class="logs" data-logs="${escape(lease)}"></pre>`;
-      out.firstChild.textContent = await response.text();
-      status('done', 'The container\'s logs are below its lease.');
-      return;
-    }
     const bytes = new Uint8Array(await response.arrayBuffer());
     const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
     const sha256 = [...digest].map((b) => b.toString(16).padStart(2, '0')).join('');
@@ -251,33 +246,21 @@
     status('done', `Downloaded ${escape(name)}: sha256 ${sha256}, computed in this browser.`);
   }
 
-  // A terminal on the lease's container: a TTY session of its shell (`lease_api::terminal`),
-  // the wallet signing the request once; keys go to it as typed, its output comes back as it is
-  // printed, and the screen's size in character cells follows the element's.
-  async function openTerminal(lease, request) {
-    const out = document.querySelector(`[data-output="${lease}"]`);
-    out.innerHTML = '';
-    const screen = document.createElement('pre');
-    screen.className = 'terminal';
-    screen.tabIndex = 0;
-    screen.dataset.terminal = lease;
-    out.append(screen);
-    const size = cells(screen);
-    request.tty = `${size.rows}x${size.cols}`;
+  // A stream of the lease's agent (`lease_api::stream`): the request signed by the wallet once,
+  // then a WebSocket of the service whose first message is that request. `onOpen` runs once it
+  // is sent; `show` gets the stream's text as it comes; the last message says how it ended.
+  async function openStream(lease, request, screen, onOpen) {
     const toSign = await postJson(`/api/lease/${lease}/sign`, request);
     status('working', 'Waiting for the wallet to sign the request…');
     const f = wallet.features['solana:signMessage'];
     const [signed] = await f.signMessage({ account, message: fromBase64(toSign.message) });
     const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-    const ws = new WebSocket(`${scheme}://${location.host}/api/lease/${lease}/terminal`);
+    const ws = new WebSocket(`${scheme}://${location.host}/api/lease/${lease}/stream`);
     ws.binaryType = 'arraybuffer';
     const decoder = new TextDecoder();
     ws.onopen = () => {
       ws.send(JSON.stringify({ ...request, nonce: toSign.nonce, expires: toSign.expires, signature: toBase64(signed.signature) }));
-      screen.dataset.rows = size.rows;
-      screen.dataset.cols = size.cols;
-      screen.focus();
-      status('done', 'A terminal on the container is open below its lease: type into it.');
+      onOpen();
     };
     ws.onmessage = (event) => {
       if (typeof event.data !== 'string') {
@@ -288,10 +271,46 @@
       if ('exit' in said) {
         show(screen, `\n[exited with ${said.exit}]\n`);
         screen.dataset.exit = said.exit;
+      } else if (said.end) {
+        show(screen, '\n[the container stopped]\n');
+        screen.dataset.ended = 'true';
       } else if (said.error) {
         status('error', escape(said.error));
       }
     };
+    return ws;
+  }
+
+  // The container's output below its lease, as it is printed (its last 500 lines first).
+  async function openLogs(lease, request) {
+    const out = document.querySelector(`[data-output="${lease}"]`);
+    out.innerHTML = '';
+    const screen = document.createElement('pre');
+    screen.className = 'logs';
+    screen.dataset.logs = lease;
+    out.append(screen);
+    await openStream(lease, request, screen, () =>
+      status('done', 'The container\'s output is below its lease, as it is printed.'));
+  }
+
+  // A terminal on the lease's container: a TTY session of its shell, keys going to it as typed,
+  // its output coming back as printed, and its size in character cells following the element's.
+  async function openTerminal(lease, request) {
+    const out = document.querySelector(`[data-output="${lease}"]`);
+    out.innerHTML = '';
+    const screen = document.createElement('pre');
+    screen.className = 'terminal';
+    screen.tabIndex = 0;
+    screen.dataset.terminal = lease;
+    out.append(screen);
+    const size = cells(screen);
+    request.tty = `${size.rows}x${size.cols}`;
+    const ws = await openStream(lease, request, screen, () => {
+      screen.dataset.rows = size.rows;
+      screen.dataset.cols = size.cols;
+      screen.focus();
+      status('done', 'A terminal on the container is open below its lease: type into it.');
+    });
     screen.addEventListener('keydown', (event) => {
       const keys = keyBytes(event);
       if (keys === null || ws.readyState !== WebSocket.OPEN) return;

@@ -10,9 +10,14 @@
 //   stake AMOUNT  stakes AMOUNT through the page's stake form and the wallet, waits for the
 //                 page's status, saves stake.png, answers the status and what the DOM shows
 //   console       follows the page's link to the connected wallet's console, answers its DOM
-//   lease LEASE logs | lease LEASE file PATH
-//                 asks the lease's agent for its logs or a file through the page's form and the
-//                 wallet's signMessage; answers the status, the logs or the file's sha256
+//   follow LEASE TEXT…
+//                 opens the lease's logs (streamed as printed) through the page's form and the
+//                 wallet's signMessage, waits until they show TEXT; answers them
+//   await LEASE TEXT…
+//                 waits until the logs open on this page show TEXT; answers them
+//   lease LEASE file PATH
+//                 downloads a file of the lease's through the page's form and the wallet's
+//                 signMessage; answers the status and the file's sha256
 //   terminal LEASE
 //                 opens the lease's terminal, runs commands in it, resizes it, exits; answers
 //                 the sizes and what it showed
@@ -222,9 +227,28 @@ try {
       await stake(arg);
       await page.screenshot({ path: path.join(shots, 'stake.png'), fullPage: true });
       answer({ event: 'stake', ...(await page.evaluate(readDom)) });
+    } else if (command === 'follow' || command === 'await') {
+      // `follow LEASE TEXT…`: opens the lease's logs through the page's form and the wallet,
+      // and waits until they show TEXT; `await LEASE TEXT…` waits for more, on the same page.
+      const [, lease, ...words] = line.trim().split(/\s+/);
+      const until = words.join(' ');
+      if (command === 'follow') {
+        await load();
+        await page.locator(`form[data-lease="${lease}"][data-call="logs"] button`).click();
+      }
+      await page.waitForFunction(
+        ([l, u]) => {
+          const logs = document.querySelector(`pre[data-logs="${l}"]`);
+          return logs && logs.textContent.includes(u);
+        },
+        [lease, until],
+        { timeout: 60000 }
+      );
+      const logs = await page.locator(`pre[data-logs="${lease}"]`).textContent();
+      answer({ event: command, logs, ...(await page.evaluate(readDom)) });
     } else if (command === 'lease') {
-      // `lease LEASE logs` or `lease LEASE file PATH`: the lease's form on this page, through the
-      // wallet's signMessage; answers the status and what the form put below the lease.
+      // `lease LEASE file PATH`: the lease's download form on this page, through the wallet's
+      // signMessage; answers the status and what the form put below the lease.
       const [, lease, call, filePath] = line.trim().split(/\s+/);
       await load();
       const form = page.locator(`form[data-lease="${lease}"][data-call="${call}"]`);
