@@ -270,8 +270,9 @@ fn stream_upgrade(
         )
         .await;
         use futures_util::StreamExt;
-        let hello = match ws.next().await {
-            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) => text.to_string(),
+        // The signed request comes first, and soon: a socket that says nothing is closed.
+        let hello = match tokio::time::timeout(HEAD_TIMEOUT, ws.next()).await {
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text)))) => text.to_string(),
             _ => return,
         };
         let signed = tokio::task::spawn_blocking(move || {
