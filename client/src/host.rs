@@ -585,9 +585,6 @@ pub(crate) fn plan_set_status(
     if mach.status == status {
         bail!("machine {machine} is already {}", status_name(status));
     }
-    if mach.status == MachineStatus::Retired {
-        bail!("machine {machine} is retired: a retired machine stays retired");
-    }
     Ok(vec![SetMachineStatus {
         owner,
         market: mach.market,
