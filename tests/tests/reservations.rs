@@ -145,6 +145,28 @@ fn run_until_by(f: &mut Fixture, leases: &[(Pubkey, &Keypair)], started: i64, un
     }
 }
 
+/// One-GPU fillers on GPUs `0..gpus` of the fixture's machine, each for `secs.0`, and of
+/// `other` (started by its agent), each for `secs.1`: their leases on each.
+fn fill_both(
+    f: &mut Fixture,
+    gpus: u8,
+    (other, agent): (Pubkey, &Keypair),
+    secs: (u32, u32),
+) -> (Vec<Pubkey>, Vec<Pubkey>) {
+    let filler = f.client(1_000 * TOKEN, 0);
+    let (mut here, mut there) = (Vec::new(), Vec::new());
+    for g in 0..gpus {
+        let x = args(f, 1, secs.0, 0);
+        let bid = f.place(&filler, x);
+        here.push(f.allocate(bid, &[g]).expect("a filler here"));
+        let x = args(f, 1, secs.1, 0);
+        let bid = f.place(&filler, x);
+        let ix = f.ctx.allocation(agent, other, bid, &[g]);
+        there.push(f.send_allocate(&ix).expect("a filler there"));
+    }
+    (here, there)
+}
+
 /// Before reservations, the 20-minute bid ran on the four idle GPUs at once, and the 16-GPU
 /// bid above it could start only when it ended (and a stream of such bids could keep it
 /// waiting until it expired).
@@ -369,17 +391,7 @@ fn a_reservation_moves_only_to_a_machine_that_starts_the_bid_earlier() {
     });
     f.ctx.advance_time(INTERVAL);
     // Twelve GPUs of each machine busy: A's for half an hour, B's for ten minutes.
-    let filler = f.client(1_000 * TOKEN, 0);
-    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
-    for g in 0..12u8 {
-        let a = args(&mut f, 1, 1_800, 0);
-        let bid = f.place(&filler, a);
-        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
-        let a = args(&mut f, 1, 600, 0);
-        let bid = f.place(&filler, a);
-        let ix = f.ctx.allocation(&agent_b, b, bid, &[g]);
-        on_b.push(f.send_allocate(&ix).expect("a filler on B"));
-    }
+    let (on_a, on_b) = fill_both(&mut f, 12, (b, &agent_b), (1_800, 600));
     let now = f.ctx.now();
     let c = f.client(1_000 * TOKEN, 0);
     let mut a = args(&mut f, 16, 3_600, 0);
@@ -428,17 +440,7 @@ fn a_bid_reserved_on_a_machine_since_closed_is_reserved_again_elsewhere() {
     let (b, agent_b) = f.other_machine_run_by(2, |t| t.gpus = sixteen());
     f.ctx.advance_time(INTERVAL);
     // Twelve GPUs of each machine busy: A's for an hour, B's for ten minutes.
-    let filler = f.client(1_000 * TOKEN, 0);
-    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
-    for g in 0..12u8 {
-        let x = args(&mut f, 1, 3_600, 0);
-        let bid = f.place(&filler, x);
-        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
-        let x = args(&mut f, 1, 600, 0);
-        let bid = f.place(&filler, x);
-        let ix = f.ctx.allocation(&agent_b, b, bid, &[g]);
-        on_b.push(f.send_allocate(&ix).expect("a filler on B"));
-    }
+    let (on_a, on_b) = fill_both(&mut f, 12, (b, &agent_b), (3_600, 600));
     let started = f.ctx.now();
     let c = f.client(1_000 * TOKEN, 0);
     let mut x = args(&mut f, 16, 3_600, 0);
@@ -626,17 +628,7 @@ fn a_gang_reservation_moves_only_to_an_earlier_start_and_leaves_the_old_machines
     let a = f.machine;
     let (c_machine, _agent_c) = f.other_machine_run_by(3, eight);
     // A busy for half an hour, B for ten minutes, C idle.
-    let filler = f.client(1_000 * TOKEN, 0);
-    let (mut on_a, mut on_b) = (Vec::new(), Vec::new());
-    for g in 0..4u8 {
-        let x = args(&mut f, 1, 1_800, 0);
-        let bid = f.place(&filler, x);
-        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
-        let x = args(&mut f, 1, 600, 0);
-        let bid = f.place(&filler, x);
-        let ix = f.ctx.allocation(&agent_b, b, bid, &[g]);
-        on_b.push(f.send_allocate(&ix).expect("a filler on B"));
-    }
+    let (on_a, on_b) = fill_both(&mut f, 4, (b, &agent_b), (1_800, 600));
     let now = f.ctx.now();
     let c = f.client(1_000 * TOKEN, 0);
     let gang = place_gang(&mut f, &c, 8, 3_600);
@@ -678,17 +670,7 @@ fn a_gang_reserved_on_a_machine_since_closed_is_reserved_again_elsewhere() {
     let a = f.machine;
     let (c_machine, agent_c) = f.other_machine_run_by(3, eight);
     // A busy for half an hour, C for ten minutes, B idle.
-    let filler = f.client(1_000 * TOKEN, 0);
-    let (mut on_a, mut on_c) = (Vec::new(), Vec::new());
-    for g in 0..4u8 {
-        let x = args(&mut f, 1, 1_800, 0);
-        let bid = f.place(&filler, x);
-        on_a.push(f.allocate(bid, &[g]).expect("a filler on A"));
-        let x = args(&mut f, 1, 600, 0);
-        let bid = f.place(&filler, x);
-        let ix = f.ctx.allocation(&agent_c, c_machine, bid, &[g]);
-        on_c.push(f.send_allocate(&ix).expect("a filler on C"));
-    }
+    let (on_a, on_c) = fill_both(&mut f, 4, (c_machine, &agent_c), (1_800, 600));
     let started = f.ctx.now();
     let c = f.client(1_000 * TOKEN, 0);
     let gang = place_gang(&mut f, &c, 8, 3_600);
