@@ -188,15 +188,22 @@ impl Drop for Browser {
     }
 }
 
-/// A client with only a wallet (issue 36): on its console page in Chromium, it follows its
-/// running lease's logs (a line the container prints while the page watches appears), downloads
-/// a result file, and types into a terminal on the container (its size following the element's),
-/// each request signed once by the wallet's `solana:signMessage` and sent by `gpu-market serve`
-/// to the real agent daemon; the file's sha256, computed in the browser, is the container's
-/// file's. Another wallet, on the same page, is refused before it is asked to sign anything.
+/// A client with only a wallet (issue 36), in Chromium: on the market page it places a bid with
+/// an environment, which the page seals in the browser (`seal.js`: the salt from the wallet's
+/// `solana:signMessage`, a copy encrypted to each machine that may run it, stored by
+/// transactions the wallet signs), so the service never sees its text; the real agent daemon
+/// opens its copy and runs the lease with it. Then on its console it follows the lease's logs (a
+/// line the container prints while the page watches appears), downloads a result file, and
+/// types into a terminal on the container (its size following the element's, the sealed
+/// variable in its environment), each request signed once by the wallet and sent by
+/// `gpu-market serve` to the agent; the file's sha256, computed in the browser, is the
+/// container's file's. Another wallet, on the same page, is refused before it is asked to sign
+/// anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wallet_follows_its_leases_logs_downloads_a_result_and_types_into_a_terminal_in_the_browser(
+async fn a_wallet_seals_its_bids_environment_follows_its_leases_logs_downloads_a_result_and_types_into_a_terminal_in_the_browser(
 ) {
+    use gpu_market::state::{Bid, SealedEnv};
+    use gpu_market_sdk::envelope::Environment;
     use sha2::Digest;
     let live = live_market(1).await;
     let api_port = free_port();
@@ -208,11 +215,60 @@ async fn a_wallet_follows_its_leases_logs_downloads_a_result_and_types_into_a_te
     let agent = Agent::start(&config);
 
     let client = live.client(10 * TOKEN, 0).await.unwrap();
-    let now = live.cluster.now().await.unwrap();
-    let mut args = queue_bid(1, 30 * INTERVAL, now);
-    (args.image_ref, args.image_digest) = seeded_image("SERVER");
-    (args.ports, args.scratch_gib) = (vec![8080], 1);
-    let bid = live.place(&client, args).await.unwrap();
+    let cli = std::env::var_os("GPU_MARKET_CLI_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/gpu-market")
+        });
+    let served = Served::start(&cli, &live.cluster.rpc_url, &live.market);
+    let console = format!("{}/wallet/{}", served.url, client.key.pubkey());
+    let mut browser = Browser::start(&console, &client.key);
+
+    // The bid, from the page's form, as `queue_bid` places it but for the server image, a port
+    // and scratch; its environment typed into the form.
+    let env = "GREETING=sealed-in-the-browser-7\nHF_TOKEN=hf_not_for_the_service\n";
+    let (image, digest) = (
+        std::env::var("GPU_MARKET_SERVER_IMAGE").unwrap(),
+        std::env::var("GPU_MARKET_SERVER_DIGEST").unwrap(),
+    );
+    let placed = browser.ask(&format!(
+        "bid {}",
+        serde_json::json!({
+            "fields": {
+                "image": image, "image-digest": digest, "gpus": 1, "gib-per-gpu": 8,
+                "overclock": "power=300", "price": "3.6",
+                "duration": format!("{}s", 30 * INTERVAL),
+                "deadline": "+15m", "class": 0, "port": 8080, "scratch-gib": 1,
+            },
+            "env": env,
+        })
+    ));
+    assert_eq!(placed["status"]["state"], "done", "{placed}");
+    assert_eq!(placed["status"]["sealed_to"], "1", "{placed}");
+    // One signature of a message (the salt's), two of transactions (the bid, its one copy).
+    assert_eq!(placed["wallet"]["messages"], 1, "{placed}");
+    assert_eq!(
+        placed["wallet"]["signed"].as_array().unwrap().len(),
+        2,
+        "{placed}"
+    );
+    let bid: solana_pubkey::Pubkey = placed["status"]["bid"].as_str().unwrap().parse().unwrap();
+    // The hash the page computed is the CLI's for the same key and text: `bid seal --env FILE`
+    // seals it to machines registered later.
+    let b: Bid = live.cluster.account(&bid).await.unwrap();
+    let expected = Environment::new(env.as_bytes(), &client.key).unwrap();
+    assert_eq!(b.env_hash, expected.hash());
+    let machine: Machine = live.cluster.account(&live.machine).await.unwrap();
+    let copy: SealedEnv = live
+        .cluster
+        .account(&pda::sealed_env(&bid, &machine.agent).0)
+        .await
+        .unwrap();
+    let secret = b"hf_not_for_the_service";
+    assert!(
+        !copy.sealed.windows(secret.len()).any(|w| w == secret),
+        "the copy on chain is sealed"
+    );
     let lease = pda::lease(&bid).0;
     let machine: Machine = wait_for("the lease", 30, &agent, || async {
         live.cluster.account::<Lease>(&lease).await.ok()?;
@@ -234,14 +290,6 @@ async fn a_wallet_follows_its_leases_logs_downloads_a_result_and_types_into_a_te
     })
     .await;
 
-    let cli = std::env::var_os("GPU_MARKET_CLI_BIN")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/gpu-market")
-        });
-    let served = Served::start(&cli, &live.cluster.rpc_url, &live.market);
-    let console = format!("{}/wallet/{}", served.url, client.key.pubkey());
-    let mut browser = Browser::start(&console, &client.key);
     // The logs as printed: the container's first lines, then one it prints while the page
     // watches (written to its standard output by a command run in it).
     let logs = browser.ask(&format!("follow {lease} training done"));
@@ -271,7 +319,7 @@ async fn a_wallet_follows_its_leases_logs_downloads_a_result_and_types_into_a_te
     assert_eq!(code, 0);
     let followed = browser.ask(&format!("await {lease} live-line-7"));
     let file = browser.ask(&format!("lease {lease} file /workspace/result.txt"));
-    let terminal = browser.ask(&format!("terminal {lease}"));
+    let terminal = browser.ask(&format!("terminal {lease} GREETING"));
     drop(browser);
     let answers = [logs.clone(), followed, file.clone(), terminal.clone()];
     assert_eq!(logs["status"]["state"], "done", "{logs}");
@@ -295,7 +343,14 @@ async fn a_wallet_follows_its_leases_logs_downloads_a_result_and_types_into_a_te
         terminal["second"].as_str().unwrap(),
     );
     assert_ne!(first, second, "{terminal}");
-    for shown in [first, second, "hello-42", "[exited with 0]"] {
+    // The sealed environment, as the agent opened it, is the container's.
+    for shown in [
+        first,
+        second,
+        "hello-42",
+        "GREETING=sealed-in-the-browser-7.",
+        "[exited with 0]",
+    ] {
         assert!(
             text.contains(shown),
             "{shown:?} not in the terminal:\n{text}"

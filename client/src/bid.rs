@@ -31,7 +31,7 @@ use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
 
 mod boost;
-mod env;
+pub(crate) mod env;
 mod plan;
 mod policy;
 mod prune;

@@ -421,3 +421,129 @@ fn each_action_builds_the_transaction_a_wallet_signs_and_bad_requests_build_noth
         "no form for a retired machine"
     );
 }
+
+/// The market page's sealed environment, through the service's endpoints as `wallet.js` uses
+/// them (the sealing itself, done by `seal.js` in the browser, done here by the sdk: the two are
+/// checked against each other in `seal.rs`): the salt's message for the text's sha256, the bid
+/// placed with the hash, the machines that may run it, and each copy stored by a transaction
+/// the client signs. A stranger, bytes that are not a sealed environment, one too large, and a
+/// bad hash are refused and store nothing.
+#[test]
+fn a_bid_sealed_in_the_browser_stores_its_copies_for_its_client_only() {
+    use gpu_market::state::{Machine, SealedEnv};
+    use gpu_market_sdk::envelope::{self, Environment};
+    use gpu_market_sdk::offchain;
+    use sha2::Digest;
+    let t = T::start();
+    let s = MarketSetup::new(&t, &[]);
+    let host = register_host(&t, &s);
+    let alice_file = t.wallet("alice");
+    let alice = key_of(&alice_file);
+    s.fund(&t, &alice_file, "100");
+    let bob = key_of(&t.wallet("bob"));
+    let served = serve(&t.cluster.rpc_url, &s.market);
+    let me = json!({ "account": alice.pubkey().to_string() });
+    let text = b"HF_TOKEN=hf_secret\n";
+
+    // The salt's message: what the CLI signs for the same text.
+    let salt = served.request(
+        "POST",
+        "/api/env/salt",
+        Some(&json!({ "sha256": hex::encode(sha2::Sha256::digest(text)) })),
+    );
+    assert_eq!(salt.status, 200, "{}", salt.body);
+    let message = base64::engine::general_purpose::STANDARD
+        .decode(salt.json()["message"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(message, offchain::wrap(&envelope::salt_text(text)).unwrap());
+    let m = served.refused("/api/env/salt", &json!({ "sha256": "abc" }));
+    assert!(m.contains("64 hex digits"), "{m}");
+
+    // A bad hash builds no bid.
+    for (hash, says) in [("zz", "64 hex digits"), (&"0".repeat(64)[..], "is zero")] {
+        let m = served.refused(
+            &format!("/api/actions/bid?{BID_QUERY}&nonce=3&env-hash={hash}"),
+            &me,
+        );
+        assert!(m.contains(says), "{m}");
+    }
+    let env = Environment::new(text, &alice).unwrap();
+    let path = format!(
+        "/api/actions/bid?{BID_QUERY}&nonce=3&env-hash={}",
+        hex::encode(env.hash())
+    );
+    let (tx, _) = served.transaction(&path, &alice.pubkey());
+    sign_and_send(&t, &alice, tx);
+    let bid = pda::bid(&s.market, &alice.pubkey(), 3).0;
+    assert_eq!(t.account::<Bid>(&bid).env_hash, env.hash());
+
+    // The machine that may run it, and its agent key in bytes for the browser.
+    let agent = t.account::<Machine>(&host.machine).agent;
+    let able = served.get(&format!("/api/env/{bid}")).json();
+    assert_eq!(able["machines"][0]["machine"], host.machine.to_string());
+    assert_eq!(able["machines"][0]["agent"], agent.to_string());
+    assert_eq!(
+        able["machines"][0]["agent_bytes"],
+        base64::engine::general_purpose::STANDARD.encode(agent)
+    );
+    let copy = pda::sealed_env(&bid, &agent).0;
+    let seal_path = format!("/api/env/{bid}/seal");
+    let sealed = base64::engine::general_purpose::STANDARD.encode(env.seal_to(&agent).unwrap());
+    let body = |account: &Pubkey, sealed: &str| json!({ "account": account.to_string(), "recipient": agent.to_string(), "sealed": sealed });
+    let refusals = [
+        (body(&bob.pubkey(), &sealed), "only the bid's client"),
+        (
+            body(
+                &alice.pubkey(),
+                &base64::engine::general_purpose::STANDARD.encode(text),
+            ),
+            "not a sealed environment",
+        ),
+        (
+            body(
+                &alice.pubkey(),
+                &base64::engine::general_purpose::STANDARD
+                    .encode([envelope::MAGIC.as_slice(), &[7; 900]].concat()),
+            ),
+            "too large to travel on chain",
+        ),
+    ];
+    for (request, says) in refusals {
+        let m = served.refused(&seal_path, &request);
+        assert!(m.contains(says), "{m}");
+    }
+    assert!(!t.exists(&copy));
+    let stored = served.request("POST", &seal_path, Some(&body(&alice.pubkey(), &sealed)));
+    assert_eq!(stored.status, 200, "{}", stored.body);
+    let tx: Transaction = bincode::deserialize(
+        &base64::engine::general_purpose::STANDARD
+            .decode(stored.json()["transaction"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    sign_and_send(&t, &alice, tx);
+    let on_chain = t.account::<SealedEnv>(&copy);
+    assert_eq!(
+        envelope::open_env(&on_chain.sealed, &key_of(&host.agent), &env.hash()).unwrap(),
+        text
+    );
+    // Sealed to every machine that may run it: none left.
+    let able = served.get(&format!("/api/env/{bid}")).json();
+    assert_eq!(able["machines"], json!([]));
+
+    // A bid without an environment has nothing to seal.
+    let (tx, _) = served.transaction(
+        &format!("/api/actions/bid?{BID_QUERY}&nonce=4"),
+        &alice.pubkey(),
+    );
+    sign_and_send(&t, &alice, tx);
+    let plain = pda::bid(&s.market, &alice.pubkey(), 4).0;
+    let m = served.get(&format!("/api/env/{plain}")).json();
+    assert!(
+        m["message"]
+            .as_str()
+            .unwrap()
+            .contains("has no environment"),
+        "{m}"
+    );
+}

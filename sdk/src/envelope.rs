@@ -74,9 +74,15 @@ pub struct Environment {
 
 /// The text a client signs for its environment's salt: what its wallet shows.
 pub fn salt_text(text: &[u8]) -> Vec<u8> {
+    salt_text_of(&Sha256::digest(text).into())
+}
+
+/// [`salt_text`] of a text whose sha256 is `digest`: what the market page has its wallet sign,
+/// the text itself staying in the browser.
+pub fn salt_text_of(digest: &[u8; 32]) -> Vec<u8> {
     format!(
         "gpu-market: the salt of a sealed environment, sha256 {}. Signing it moves nothing.",
-        hex::encode(Sha256::digest(text))
+        hex::encode(digest)
     )
     .into_bytes()
 }

@@ -33,7 +33,7 @@ pub(super) fn read_env(path: &Path, client: &dyn Signer) -> Result<Environment> 
 /// The agent keys that may run bid `b`, each with one of its machines: a spot bid's machine,
 /// or each machine of the market (not retired nor paused) whose GPUs would serve the queue bid
 /// with no lease running.
-fn recipients(config: &Config, b: &Bid, m: &Market) -> Result<Vec<(Pubkey, Pubkey)>> {
+pub(crate) fn recipients(config: &Config, b: &Bid, m: &Market) -> Result<Vec<(Pubkey, Pubkey)>> {
     let machines: Vec<(Pubkey, Machine)> = match b.kind {
         BidKind::Spot => vec![(b.machine, config.fetch(&b.machine, "machine")?)],
         BidKind::Queue => config.program_accounts_of::<Machine>(&[(0, b.market)])?,
@@ -53,6 +53,47 @@ fn recipients(config: &Config, b: &Bid, m: &Market) -> Result<Vec<(Pubkey, Pubke
     Ok(out)
 }
 
+/// Those of `to` (agent key, machine) whose agent has no copy of bid `bid`'s environment yet.
+pub(crate) fn without_copy(
+    config: &Config,
+    bid: &Pubkey,
+    to: Vec<(Pubkey, Pubkey)>,
+) -> Result<Vec<(Pubkey, Pubkey)>> {
+    let addresses: Vec<Pubkey> = to
+        .iter()
+        .map(|(agent, _)| pda::sealed_env(bid, agent).0)
+        .collect();
+    let existing = config.fetch_many::<SealedEnv>(&addresses)?;
+    Ok(to
+        .into_iter()
+        .zip(existing)
+        .filter_map(|(to, have)| have.is_none().then_some(to))
+        .collect())
+}
+
+/// The `seal_env` instruction that stores `sealed` (a copy for `recipient`), refused when it
+/// could not travel on chain.
+pub(crate) fn seal_env<'a>(
+    client: &'a (dyn Signer + Sync),
+    bid: &Pubkey,
+    recipient: &Pubkey,
+    sealed: Vec<u8>,
+) -> Result<SealEnv<'a>> {
+    if sealed.len() > SealedEnv::MAX_SEALED {
+        bail!(
+            "the environment is too large to travel on chain: {} bytes sealed, at most {}",
+            sealed.len(),
+            SealedEnv::MAX_SEALED
+        );
+    }
+    Ok(SealEnv {
+        client,
+        bid: *bid,
+        recipient: *recipient,
+        sealed,
+    })
+}
+
 /// Seals `env` to each of `to` (agent key, machine) that has no copy yet, one `seal_env`
 /// transaction each; returns the machines sealed to.
 fn seal_each(
@@ -60,38 +101,18 @@ fn seal_each(
     client: &Wallet,
     bid: &Pubkey,
     env: &Environment,
-    to: &[(Pubkey, Pubkey)],
+    to: Vec<(Pubkey, Pubkey)>,
 ) -> Result<Vec<Pubkey>> {
-    let addresses: Vec<Pubkey> = to
-        .iter()
-        .map(|(agent, _)| pda::sealed_env(bid, agent).0)
-        .collect();
-    let existing = config.fetch_many::<SealedEnv>(&addresses)?;
     let mut sealed_to = Vec::new();
-    for ((agent, machine), have) in to.iter().zip(existing) {
-        if have.is_some() {
-            continue;
-        }
+    for (agent, machine) in without_copy(config, bid, to)? {
         let sealed = env
-            .seal_to(agent)
+            .seal_to(&agent)
             .map_err(|e| anyhow!("cannot seal the environment to machine {machine}: {e}"))?;
-        if sealed.len() > SealedEnv::MAX_SEALED {
-            bail!(
-                "the environment is too large to travel on chain: {} bytes sealed, at most {}",
-                sealed.len(),
-                SealedEnv::MAX_SEALED
-            );
-        }
-        let ix = SealEnv {
-            client: client.key(),
-            bid: *bid,
-            recipient: *agent,
-            sealed,
-        };
+        let ix = seal_env(client.key(), bid, &agent, sealed)?;
         config.send_all(client, &[&ix]).with_context(|| {
             format!("cannot store the environment sealed to machine {machine}: run `gpu-market bid seal {bid} --env FILE` to try again")
         })?;
-        sealed_to.push(*machine);
+        sealed_to.push(machine);
     }
     Ok(sealed_to)
 }
@@ -110,7 +131,7 @@ pub(super) fn seal_new_bid(
     if !only.is_empty() {
         to.retain(|(_, machine)| only.contains(machine));
     }
-    seal_each(config, client, key, env, &to)
+    seal_each(config, client, key, env, to)
 }
 
 /// `bid place --seal-to`'s machines `only`, before anything is sent: each one of `could` (the
@@ -190,15 +211,13 @@ pub(super) fn seal(config: &Config, bid: &Pubkey, path: &Path, machines: &[Pubke
             .map(|k| Ok((config.fetch::<Machine>(k, "machine")?.agent, *k)))
             .collect::<Result<_>>()?
     };
-    let sealed_to = seal_each(config, &client, bid, &env, &to)?;
+    let able = to.len();
+    let sealed_to = seal_each(config, &client, bid, &env, to)?;
     let fields: Fields = vec![
         ("bid", text(bid)),
-        ("machines_able", (to.len() as u64).into()),
+        ("machines_able", (able as u64).into()),
         ("sealed_to", machines_value(&sealed_to)),
-        (
-            "already_sealed",
-            ((to.len() - sealed_to.len()) as u64).into(),
-        ),
+        ("already_sealed", ((able - sealed_to.len()) as u64).into()),
     ];
     print_record(config.output, &fields);
     Ok(())

@@ -48,8 +48,9 @@ const fn param(name: &'static str, label: &'static str, required: bool) -> Param
 }
 
 /// The `bid` action's parameters: `bid place`'s own flags (their names without `--`), read by
-/// the same parser, so that the action and the CLI take one grammar. `env` is left out: a
-/// sealed environment is encrypted on the bidder's machine with its key, which a wallet holds.
+/// the same parser, so that the action and the CLI take one grammar; and `env-hash`, the sha256
+/// of an environment sealed where its text is (the market page seals it in the browser, with the
+/// wallet's signature for its salt: `seal.js`), which `bid place --env FILE` computes itself.
 const BID_PARAMS: &[Param] = &[
     param("image", "Image reference", true),
     param("image-digest", "Image sha256 digest", true),
@@ -78,7 +79,19 @@ const BID_PARAMS: &[Param] = &[
     param("region", "A region whose machines may run it", false),
     param("nonce", "Nonce", false),
     param("tokens", "Payment-token account", false),
+    param(ENV_HASH, "Sealed environment's sha256 (hex)", false),
 ];
+
+/// The bid action's parameter that is not a flag of `bid place`.
+pub const ENV_HASH: &str = "env-hash";
+
+/// What an action's POST builds: the instructions, a sentence for the wallet to show, and the
+/// bid a `bid` action places (which the page then seals its environment for).
+pub struct Built {
+    pub instructions: Vec<Instruction>,
+    pub message: String,
+    pub bid: Option<Pubkey>,
+}
 
 impl Action {
     pub const ALL: [Action; 10] = [
@@ -212,7 +225,7 @@ impl Action {
         market: &Pubkey,
         query: &[(String, String)],
         account: &Pubkey,
-    ) -> Result<(Vec<Instruction>, String)> {
+    ) -> Result<Built> {
         let wallet = NullSigner::new(account);
         let known: Vec<&str> = self.params().iter().map(|p| p.name).collect();
         if let Some((k, _)) = query.iter().find(|(k, _)| !known.contains(&k.as_str())) {
@@ -231,7 +244,7 @@ impl Action {
                 .parse()
                 .map_err(|_| anyhow!("{name} is not a public key"))
         };
-        Ok(match self {
+        let (instructions, message) = match self {
             Action::Stake => (
                 plan_deposit(config, &wallet, market, one("amount")?, None)?,
                 format!("Stake {} in market {market}", one("amount")?),
@@ -253,13 +266,23 @@ impl Action {
                 (plan.instructions, "Withdraw the stake asked back".into())
             }
             Action::Bid => {
-                let args = place_args(market, query)?;
-                let plan = plan_place(config, &wallet, &args, [0; 32])?;
+                let env_hash = match query.iter().any(|(k, _)| k == ENV_HASH) {
+                    true => env_hash(one(ENV_HASH)?)?,
+                    false => [0; 32],
+                };
+                let flags: Vec<(String, String)> = query
+                    .iter()
+                    .filter(|(k, _)| k != ENV_HASH)
+                    .cloned()
+                    .collect();
+                let args = place_args(market, &flags)?;
+                let plan = plan_place(config, &wallet, &args, env_hash)?;
                 let paid = gpu_market_core::amount::format(plan.paid, plan.decimals);
-                (
-                    plan.instructions,
-                    format!("Bid {}, up to {paid} in escrow and premium", plan.bid),
-                )
+                return Ok(Built {
+                    instructions: plan.instructions,
+                    message: format!("Bid {}, up to {paid} in escrow and premium", plan.bid),
+                    bid: Some(plan.bid),
+                });
             }
             Action::TopUp => (
                 plan_top_up(config, &wallet, &key("bid")?, one("amount")?, None)?,
@@ -288,8 +311,24 @@ impl Action {
                     format!("{} {}", self.title(), key("machine")?),
                 )
             }
+        };
+        Ok(Built {
+            instructions,
+            message,
+            bid: None,
         })
     }
+}
+
+/// An environment's sha256 as the `env-hash` parameter gives it: 64 hex digits, not all zero
+/// (zero is a bid without one).
+fn env_hash(hex: &str) -> Result<[u8; 32]> {
+    let mut hash = [0u8; 32];
+    hex::decode_to_slice(hex, &mut hash).map_err(|_| anyhow!("{ENV_HASH} is not 64 hex digits"))?;
+    if hash == [0; 32] {
+        bail!("{ENV_HASH} is zero: leave it out for a bid without an environment");
+    }
+    Ok(hash)
 }
 
 /// `bid place`'s arguments from the action's query, through the CLI's own parser.

@@ -13,6 +13,7 @@
 //! framework; the RPC client is blocking, so each request is answered on tokio's blocking pool.
 
 mod actions;
+mod env_api;
 mod lease_api;
 mod page;
 
@@ -33,6 +34,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
+use solana_instruction::Instruction;
 use solana_message::Message;
 use solana_pubkey::Pubkey;
 use solana_transaction::Transaction;
@@ -397,6 +399,25 @@ fn route(
             body: page::WALLET_JS.as_bytes().to_vec(),
             file: None,
         },
+        (&Method::GET, "/seal.js", _) => Answer {
+            status: StatusCode::OK,
+            content_type: "text/javascript; charset=utf-8",
+            body: page::SEAL_JS.as_bytes().to_vec(),
+            file: None,
+        },
+        (&Method::POST, "/api/env/salt", _) => done(env_api::salt(&body.unwrap_or_default())),
+        (&Method::GET, p, _) if p.starts_with("/api/env/") => {
+            match p["/api/env/".len()..].parse() {
+                Ok(bid) => done(env_api::recipients(&site.config, &site.market, &bid)),
+                Err(_) => not_found(path),
+            }
+        }
+        (&Method::POST, p, _) if p.starts_with("/api/env/") && p.ends_with("/seal") => {
+            match p["/api/env/".len()..p.len() - "/seal".len()].parse() {
+                Ok(bid) => seal_env(site, &bid, body.unwrap_or_default()),
+                Err(_) => not_found(path),
+            }
+        }
         (&Method::GET, "/", _) => page(site, path, arrived, || {
             html(page::market_page(
                 &site.config,
@@ -476,6 +497,28 @@ fn lease_call(site: &Site, path: &str, body: Option<Bytes>) -> Answer {
     }
 }
 
+/// A JSON answer, or the request's refusal.
+fn done(answer: Result<Value>) -> Answer {
+    match answer {
+        Ok(v) => Answer::json(StatusCode::OK, v),
+        Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
+/// `POST /api/env/BID/seal` (`env_api::seal`): the `seal_env` transaction of a copy the page
+/// sealed, unsigned, for the bid's client.
+fn seal_env(site: &Site, bid: &Pubkey, body: Bytes) -> Answer {
+    done((|| -> Result<Value> {
+        let request: Value = serde_json::from_slice(&body).map_err(|_| {
+            anyhow!("the body is not JSON: send {{\"account\", \"recipient\", \"sealed\"}}")
+        })?;
+        let account = account_of(&request)?;
+        let (instructions, message) =
+            env_api::seal(&site.config, &site.market, bid, &account, &request)?;
+        unsigned(site, &account, &instructions, &message)
+    })())
+}
+
 fn not_found(path: &str) -> Answer {
     Answer::refused(
         StatusCode::NOT_FOUND,
@@ -491,40 +534,57 @@ fn post_action(site: &Site, action: Action, query: &[(String, String)], body: By
     let built = (|| -> Result<Value> {
         let request: Value = serde_json::from_slice(&body)
             .map_err(|_| anyhow!("the body is not JSON: send {{\"account\": \"<public key>\"}}"))?;
-        let account: Pubkey = request["account"]
-            .as_str()
-            .ok_or_else(|| anyhow!("the body has no account"))?
-            .parse()
-            .map_err(|_| anyhow!("the account is not a public key"))?;
-        let (instructions, message) =
-            action.instructions(&site.config, &site.market, query, &account)?;
-        // With the compute budget it uses, as the CLI sends it (the leader reserves what a
-        // transaction asks of the market's accounts); one simulation says both.
-        let instructions = site
-            .config
-            .budgeted(&account, &instructions)?
-            .map_err(|reason| anyhow!("the cluster would refuse it: {reason}"))?;
-        let blockhash = site
-            .config
-            .rpc()
-            .get_latest_blockhash()
-            .map_err(|e| anyhow!("cannot reach the cluster: {}", rpc_error(&e)))?;
-        let tx = Transaction::new_unsigned(Message::new_with_blockhash(
-            &instructions,
-            Some(&account),
-            &blockhash,
-        ));
-        let bytes = bincode::serialize(&tx)?;
-        Ok(json!({
-            "type": "transaction",
-            "transaction": base64::engine::general_purpose::STANDARD.encode(bytes),
-            "message": message,
-        }))
+        let account = account_of(&request)?;
+        let built = action.instructions(&site.config, &site.market, query, &account)?;
+        let mut answer = unsigned(site, &account, &built.instructions, &built.message)?;
+        if let Some(bid) = built.bid {
+            answer["bid"] = json!(bid.to_string());
+        }
+        Ok(answer)
     })();
-    match built {
-        Ok(v) => Answer::json(StatusCode::OK, v),
-        Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
-    }
+    done(built)
+}
+
+/// The wallet's key a POST names (`{"account": "<base58>"}`).
+fn account_of(request: &Value) -> Result<Pubkey> {
+    request["account"]
+        .as_str()
+        .ok_or_else(|| anyhow!("the body has no account"))?
+        .parse()
+        .map_err(|_| anyhow!("the account is not a public key"))
+}
+
+/// The spec's transaction answer for `instructions` of `account`: `{"type": "transaction",
+/// "transaction": "<base64>", "message"}`, the transaction unsigned with the account as fee payer,
+/// on the cluster's latest blockhash, with the compute budget a simulation finds it to use.
+fn unsigned(
+    site: &Site,
+    account: &Pubkey,
+    instructions: &[Instruction],
+    message: &str,
+) -> Result<Value> {
+    // With the compute budget it uses, as the CLI sends it (the leader reserves what a
+    // transaction asks of the market's accounts); one simulation says both.
+    let instructions = site
+        .config
+        .budgeted(account, instructions)?
+        .map_err(|reason| anyhow!("the cluster would refuse it: {reason}"))?;
+    let blockhash = site
+        .config
+        .rpc()
+        .get_latest_blockhash()
+        .map_err(|e| anyhow!("cannot reach the cluster: {}", rpc_error(&e)))?;
+    let tx = Transaction::new_unsigned(Message::new_with_blockhash(
+        &instructions,
+        Some(account),
+        &blockhash,
+    ));
+    let bytes = bincode::serialize(&tx)?;
+    Ok(json!({
+        "type": "transaction",
+        "transaction": base64::engine::general_purpose::STANDARD.encode(bytes),
+        "message": message,
+    }))
 }
 
 /// `POST /api/send` with `{"transaction": "<base64 signed>"}`: sends it to the cluster and
@@ -549,10 +609,7 @@ fn relay(site: &Site, body: Bytes) -> Answer {
             .map_err(|e| anyhow!("transaction failed: {}", rpc_error(&e)))?;
         Ok(json!({ "signature": signature.to_string() }))
     })();
-    match sent {
-        Ok(v) => Answer::json(StatusCode::OK, v),
-        Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
-    }
+    done(sent)
 }
 
 /// Whether `tx` is one this service relays: every instruction's program the market's or the

@@ -32,6 +32,8 @@ pub use self::console::wallet_page;
 
 /// The page's script: the app side of the Wallet Standard and the forms' posting.
 pub const WALLET_JS: &str = include_str!("wallet.js");
+/// The bid form's sealing in the browser (`client/web/seal.mjs`, bundled with its libraries).
+pub const SEAL_JS: &str = include_str!("seal.js");
 
 /// Samples the market's reserve prices into the page's history now (`gpu-market serve` does at
 /// each billing interval, so that the plot has no gaps while nobody watches); the interval to

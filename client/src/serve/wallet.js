@@ -11,7 +11,7 @@
 // `{"account": "<base58>"}` → `{"transaction": "<base64 unsigned>", "message"}` or an error
 // `{"message"}` → `solana:signAndSendTransaction` where the wallet has it for the page's chain,
 // else `solana:signTransaction` and `POST /api/send` → the signature in #status, then the page's
-// data read again.
+// data read again. The bid form's environment is sealed here first (`environment`, `sealTo`).
 (function () {
   'use strict';
 
@@ -143,31 +143,29 @@
     return answer;
   }
 
-  // Signs `tx` (wire bytes) with the wallet; sends it itself where it can for the page's chain,
-  // else through the service. Returns the signature (base58) and whether the service confirmed it.
-  async function signAndSend(tx) {
+  // Signs `txs` (wire bytes) with the wallet, all in one request of it; sends them itself where
+  // it can for the page's chain, else through the service, one after another. Returns each
+  // signature (base58) and whether the service confirmed them.
+  async function signAndSend(...txs) {
     const f = wallet.features;
     const sendable =
       f['solana:signAndSendTransaction'] &&
       ((account.chains || []).includes(chain) || (wallet.chains || []).includes(chain));
+    const inputs = txs.map((transaction) => ({ account, transaction, chain }));
     if (sendable) {
-      const [out] = await f['solana:signAndSendTransaction'].signAndSendTransaction({
-        account,
-        transaction: tx,
-        chain,
-      });
-      return { signature: base58(out.signature), confirmed: false };
+      const out = await f['solana:signAndSendTransaction'].signAndSendTransaction(...inputs);
+      return { signatures: out.map((o) => base58(o.signature)), confirmed: false };
     }
     if (!f['solana:signTransaction']) {
       throw new Error(`${wallet.name} cannot sign a transaction for ${chain}`);
     }
-    const [out] = await f['solana:signTransaction'].signTransaction({
-      account,
-      transaction: tx,
-      chain,
-    });
-    const sent = await postJson('/api/send', { transaction: toBase64(out.signedTransaction) });
-    return { signature: sent.signature, confirmed: true };
+    const signed = await f['solana:signTransaction'].signTransaction(...inputs);
+    const signatures = [];
+    for (const out of signed) {
+      const sent = await postJson('/api/send', { transaction: toBase64(out.signedTransaction) });
+      signatures.push(sent.signature);
+    }
+    return { signatures, confirmed: true };
   }
 
   async function act(form) {
@@ -177,18 +175,74 @@
     }
     status('working', 'Asking the wallet…');
     if (!account) await connect();
+    const text = form.querySelector('textarea[name="env"]');
+    const env = text && text.value.trim() !== '' ? await environment(text.value) : null;
+    if (env) url.searchParams.set('env-hash', hex(env.hash));
     status('working', 'Building the transaction…');
     const built = await postJson(url.pathname + url.search, { account: account.address });
     status('working', `${escape(built.message || '')}: waiting for the wallet to sign…`);
-    const { signature, confirmed } = await signAndSend(fromBase64(built.transaction));
-    const sent = `${escape(built.message || 'Sent')}. Signature <code class="signature">${escape(signature)}</code>`;
+    const { signatures: [signature], confirmed } = await signAndSend(fromBase64(built.transaction));
+    let sent = `${escape(built.message || 'Sent')}. Signature <code class="signature">${escape(signature)}</code>`;
     status('sent', sent);
     $('status').dataset.signature = signature;
+    if (built.bid) $('status').dataset.bid = built.bid;
+    if (env) {
+      const n = await sealTo(built.bid, env.salted);
+      sent += n
+        ? `. Its environment is sealed to ${n} machine(s) that may run it.`
+        : '. No machine may run it now: seal its environment later with <code>gpu-market bid seal</code>.';
+      $('status').dataset.sealedTo = n;
+    }
     await reload();
     // `done`: the data below is read after the transaction.
     status('done', sent);
     // A wallet that sent it itself answers before the cluster confirms: read once more.
     if (!confirmed) setTimeout(reload, 3000);
+  }
+
+  // ---- A sealed environment (`seal.js`: the sdk's envelope, in the browser) ----
+
+  // The text salted by the wallet's signature of the salt's message, as `bid place --env FILE`
+  // salts it with a keypair's: the same wallet and text give the same hash again.
+  async function environment(text) {
+    const seal = window.gpuMarketSeal;
+    const plain = new TextEncoder().encode(text);
+    const f = wallet.features['solana:signMessage'];
+    if (!f) throw new Error(`${wallet.name} cannot sign a message, which sealing an environment needs`);
+    const toSign = await postJson('/api/env/salt', { sha256: hex(seal.digest(plain)) });
+    status('working', 'Waiting for the wallet to sign the environment\'s salt…');
+    const [signed] = await f.signMessage({ account, message: fromBase64(toSign.message) });
+    return seal.environment(plain, signed.signature);
+  }
+
+  // Seals `salted` to each machine that may run bid `bid` and has no copy, and stores the
+  // copies through the wallet (one request of it for them all). Returns how many.
+  async function sealTo(bid, salted) {
+    status('working', 'Finding the machines that may run the bid…');
+    let able;
+    // A wallet that sent the bid itself answers before the cluster has it: wait for it.
+    for (let tries = 0; ; tries++) {
+      const response = await fetch(`/api/env/${bid}`, { cache: 'no-store' });
+      able = await response.json();
+      if (response.ok) break;
+      if (tries >= 30) throw new Error(able.message || `the service answered ${response.status}`);
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    const txs = [];
+    for (const m of able.machines) {
+      const sealed = window.gpuMarketSeal.seal(salted, fromBase64(m.agent_bytes));
+      const built = await postJson(`/api/env/${bid}/seal`, {
+        account: account.address,
+        recipient: m.agent,
+        sealed: toBase64(sealed),
+      });
+      txs.push(fromBase64(built.transaction));
+    }
+    if (txs.length) {
+      status('working', `Sealed to ${txs.length} machine(s): waiting for the wallet to sign their copies…`);
+      await signAndSend(...txs);
+    }
+    return txs.length;
   }
 
   // A request of a lease's container (its logs, one of its files), signed by the wallet as a
@@ -228,7 +282,7 @@
     const out = document.querySelector(`[data-output="${lease}"]`);
     const bytes = new Uint8Array(await response.arrayBuffer());
     const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
-    const sha256 = [...digest].map((b) => b.toString(16).padStart(2, '0')).join('');
+    const sha256 = hex(digest);
     const claimed = response.headers.get('x-sha256');
     if (claimed && claimed !== sha256) throw new Error(`the file's sha256 is ${sha256}, not the ${claimed} announced`);
     const name = (request.path.split('/').pop() || 'file');
@@ -415,6 +469,8 @@
     for (const b of bytes) s += String.fromCharCode(b);
     return btoa(s);
   }
+
+  const hex = (bytes) => [...bytes].map((b) => b.toString(16).padStart(2, '0')).join('');
 
   function fromBase64(text) {
     return Uint8Array.from(atob(text), (c) => c.charCodeAt(0));

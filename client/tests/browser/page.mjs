@@ -9,6 +9,10 @@
 //   read NAME     loads the page, saves NAME.png, answers what the DOM shows
 //   stake AMOUNT  stakes AMOUNT through the page's stake form and the wallet, waits for the
 //                 page's status, saves stake.png, answers the status and what the DOM shows
+//   bid JSON      on the market page, fills the bid form with JSON's `fields` (each parameter's
+//                 value) and its environment with `env`, submits it through the wallet (which
+//                 signs the environment's salt, the bid, and the sealed copies), waits for the
+//                 page's status; answers the status (with the bid) and what the DOM shows
 //   console       follows the page's link to the connected wallet's console, answers its DOM
 //   follow LEASE TEXT…
 //                 opens the lease's logs (streamed as printed) through the page's form and the
@@ -18,9 +22,10 @@
 //   lease LEASE file PATH
 //                 downloads a file of the lease's through the page's form and the wallet's
 //                 signMessage; answers the status and the file's sha256
-//   terminal LEASE
-//                 opens the lease's terminal, runs commands in it, resizes it, exits; answers
-//                 the sizes and what it showed
+//   terminal LEASE [NAME]
+//                 opens the lease's terminal, runs commands in it (with NAME, prints the
+//                 container's environment variable NAME), resizes it, exits; answers the sizes
+//                 and what it showed
 //   quit
 import { chromium } from 'playwright-core';
 import { createInterface } from 'node:readline';
@@ -171,7 +176,13 @@ function readDom() {
       action: f.dataset.action,
       enabled: !f.querySelector('button').disabled,
     })),
-    status: { state: status.dataset.state ?? '', text: status.textContent, signature: status.dataset.signature ?? '' },
+    status: {
+      state: status.dataset.state ?? '',
+      text: status.textContent,
+      signature: status.dataset.signature ?? '',
+      bid: status.dataset.bid ?? '',
+      sealed_to: status.dataset.sealedTo ?? '',
+    },
     wallet: window.__testWallet,
   };
 }
@@ -274,7 +285,7 @@ try {
       // `terminal LEASE`: opens the lease's terminal through the page's form and the wallet,
       // runs `stty size` and an echo, resizes the terminal's element, runs `stty size` again,
       // then `exit`; answers the sizes the page gave and what the terminal showed.
-      const [, lease] = line.trim().split(/\s+/);
+      const [, lease, variable] = line.trim().split(/\s+/);
       await load();
       await page.locator(`form[data-lease="${lease}"][data-call="terminal"] button`).click();
       const screen = page.locator(`pre[data-terminal="${lease}"]`);
@@ -288,13 +299,18 @@ try {
           { timeout: 60000 }
         );
       const size = () => screen.evaluate((s) => `${s.dataset.rows} ${s.dataset.cols}`);
-      const run = async (typed, until) => {
+      // Types `typed`, then waits until the terminal shows `until` (a string, or a regular
+      // expression's source with `pattern`).
+      const run = async (typed, until, pattern = false) => {
         await screen.focus();
         await page.keyboard.type(typed);
         await page.keyboard.press('Enter');
         await page.waitForFunction(
-          ([l, u]) => document.querySelector(`pre[data-terminal="${l}"]`).textContent.includes(u),
-          [lease, until],
+          ([l, u, p]) => {
+            const text = document.querySelector(`pre[data-terminal="${l}"]`).textContent;
+            return p ? new RegExp(u).test(text) : text.includes(u);
+          },
+          [lease, until, pattern],
           { timeout: 30000 }
         );
       };
@@ -302,6 +318,8 @@ try {
       const first = await size();
       await run('stty size', `\n${first}`);
       await run('echo hello-$((6*7))', 'hello-42');
+      // The variable's value as printed (the line typed shows `$NAME`, the output does not).
+      if (variable) await run(`echo "${variable}=$${variable}."`, `\n${variable}=[^$\n]*\\.`, true);
       await screen.evaluate((s) => {
         s.style.width = '420px';
         s.style.height = '208px';
@@ -312,6 +330,23 @@ try {
       await run('exit', '[exited with 0]');
       await page.screenshot({ path: path.join(shots, 'terminal.png'), fullPage: true });
       answer({ event: 'terminal', first, second, text: await screen.textContent(), ...(await page.evaluate(readDom)) });
+    } else if (command === 'bid') {
+      const { fields, env: text } = JSON.parse(line.trim().slice('bid'.length));
+      await page.goto(new URL('/', url).href, { waitUntil: 'load' });
+      await page.waitForFunction(() => !document.getElementById('connect').disabled, null, { timeout: 60000 });
+      const form = page.locator('form[data-action^="/api/actions/bid"]');
+      for (const [name, value] of Object.entries(fields)) {
+        await form.locator(`input[name="${name}"]`).fill(String(value));
+      }
+      await form.locator('textarea[name="env"]').fill(text);
+      await form.locator('button').click();
+      await page.waitForFunction(
+        () => ['done', 'error'].includes(document.getElementById('status').dataset.state),
+        null,
+        { timeout: 120000 }
+      );
+      await page.screenshot({ path: path.join(shots, 'bid.png'), fullPage: true });
+      answer({ event: 'bid', ...(await page.evaluate(readDom)) });
     } else if (command === 'console') {
       // The connected wallet's console, through the link the page shows once it connects.
       await page.locator('#console').click();

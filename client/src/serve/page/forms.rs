@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use super::html::esc;
-use crate::serve::actions::Action;
+use crate::serve::actions::{Action, ENV_HASH};
 
 /// The form of `action` with the parameters `fixed` in its URL; `wide` lays its inputs out in a
 /// grid (the bid form's many fields).
@@ -30,10 +30,17 @@ pub fn action_form(action: Action, fixed: &[(&str, &str)], wide: bool) -> String
         .unwrap_or_default()
         .iter()
         .filter(|p| !fixed.iter().any(|(k, _)| p["name"] == *k))
+        // The page computes the environment's hash itself, from the text below.
+        .filter(|p| p["name"] != ENV_HASH)
         .map(input)
         .collect();
+    // The bid's environment, sealed in the browser (`wallet.js` with `seal.js`).
+    let env = match action {
+        Action::Bid => "<label class=\"env\">Environment, KEY=VALUE lines (optional): sealed in this browser to the machines that may run the bid<textarea name=\"env\" rows=\"3\" autocomplete=\"off\" spellcheck=\"false\"></textarea></label>",
+        _ => "",
+    };
     format!(
-        "<form class=\"action{wide}\" data-action=\"{url}\" title=\"{description}\">{inputs}<button type=\"submit\" disabled>{title}</button></form>",
+        "<form class=\"action{wide}\" data-action=\"{url}\" title=\"{description}\">{inputs}{env}<button type=\"submit\" disabled>{title}</button></form>",
         wide = if wide { " wide" } else { "" },
         url = esc(&url),
         description = esc(meta["description"].as_str().unwrap_or_default()),
@@ -100,6 +107,9 @@ mod tests {
         ] {
             assert!(bid.contains(&format!("name=\"{name}\"")), "{name}: {bid}");
         }
+        // The environment is a text the page seals, not its hash to type in.
+        assert!(bid.contains("<textarea name=\"env\""), "{bid}");
+        assert!(!bid.contains("name=\"env-hash\""), "{bid}");
         let withdraw = action_form(Action::Withdraw, &[], false);
         assert!(withdraw.contains("data-action=\"/api/actions/withdraw\""));
         assert!(!withdraw.contains("<input"));

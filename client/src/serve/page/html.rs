@@ -209,6 +209,7 @@ wallet that speaks the Wallet Standard (Phantom, Solflare, Backpack, …).</p></
 <main id="data" data-cluster-time="{now}">
 {body}
 </main>
+<script src="/seal.js"></script>
 <script src="/wallet.js" data-chain="{chain}"></script>
 </body>
 </html>
@@ -243,6 +244,8 @@ form.action{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:end;margin:4px 
 form.action label{display:flex;flex-direction:column;font-size:12px;color:#5a6478}
 form.action input{font:13px ui-monospace,monospace;padding:3px 5px;min-width:7em}
 form.wide label{flex:1 1 220px}
+form.action label.env{flex:1 1 100%}
+form.action textarea{font:13px ui-monospace,monospace;padding:3px 5px}
 button{font:inherit;padding:4px 12px;border-radius:4px;border:1px solid #3f6fd8;background:#3f6fd8;color:#fff;cursor:pointer}
 button:disabled{background:#c4cad6;border-color:#c4cad6;cursor:default}
 details summary{cursor:pointer;color:#3f6fd8}
