@@ -2,8 +2,9 @@
 # What the market page's browser test (client/tests/page.rs) needs: Debian's Chromium, Node.js
 # and the pinned playwright-core that drives it (client/tests/browser/package-lock.json); and
 # what the IDL integration test (client/tests/idl.rs) needs: Anchor's TypeScript client, pinned
-# in client/tests/idl/package-lock.json; and what builds the page's sealing bundle (client/web:
-# esbuild and the @noble libraries), which client/tests/seal.rs checks the committed bundle against.
+# in client/tests/idl/package-lock.json, and Codama with @solana/kit and tsc, pinned in
+# client/tests/codama/package-lock.json; and what builds the page's bundles (client/web: esbuild,
+# the @noble libraries, xterm.js), which client/tests/seal.rs checks the committed ones against.
 # Installs only what is missing; never downloads a browser of its own (`playwright install`):
 # the test launches /usr/bin/chromium.
 source "$(dirname "$0")/lib.sh"
@@ -26,3 +27,4 @@ npm_pinned() {
 npm_pinned "$REPO_ROOT/client/tests/browser" playwright-core
 npm_pinned "$REPO_ROOT/client/tests/idl" @anchor-lang/core
 npm_pinned "$REPO_ROOT/client/web" esbuild
+npm_pinned "$REPO_ROOT/client/tests/codama" codama

@@ -377,7 +377,7 @@ async fn main() {
     let mut latencies = Vec::new();
     for (i, client) in clients.iter().cycle().take(leases).enumerate() {
         let now = live.cluster.now().await.unwrap();
-        let mut args = queue_bid(book as u64 + i as u64 + 1, 600, now);
+        let mut args = queue_bid(600, now);
         args.gib_per_gpu = gib;
         (args.image_ref, args.image_digest) = (image.clone(), digest);
         let bid = live.place(client, args).await.unwrap();

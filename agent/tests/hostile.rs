@@ -129,16 +129,16 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
 
     // Both leases run for longer than the attack takes.
     let now = live.cluster.now().await.unwrap();
-    let place = |nonce, image: &str| {
-        let mut args = queue_bid(nonce, 120 * INTERVAL, now);
+    let place = |image: &str| {
+        let mut args = queue_bid(120 * INTERVAL, now);
         (args.image_ref, args.image_digest) = seeded_image(image);
         (args.ports, args.scratch_gib) = (vec![8080], 1);
         args
     };
     let honest = live.client(100 * TOKEN, 0).await.unwrap();
     let attacker = live.client(100 * TOKEN, 0).await.unwrap();
-    let honest_bid = live.place(&honest, place(1, "SERVER")).await.unwrap();
-    let attacker_bid = live.place(&attacker, place(2, "IDLER")).await.unwrap();
+    let honest_bid = live.place(&honest, place("SERVER")).await.unwrap();
+    let attacker_bid = live.place(&attacker, place("IDLER")).await.unwrap();
     let (honest_lease, _) = lease_of(&live, &honest_bid, &agent).await;
     let (attacker_lease, _) = lease_of(&live, &attacker_bid, &agent).await;
     for (client, lease) in [(&honest, &honest_lease), (&attacker, &attacker_lease)] {
@@ -340,7 +340,7 @@ async fn a_hostile_tenant_trying_everything_at_once_reaches_nothing_and_the_hone
     };
     // And a lease of an image over the host's limit, placed as the floods begin.
     let attacker_tokens = live.cluster.token_balance(&attacker.tokens).await.unwrap();
-    let mut huge_args = place(3, "IDLER");
+    let mut huge_args = place("IDLER");
     (huge_args.image_ref, huge_args.image_digest) = huge.clone();
     let huge_bid = live.place(&attacker, huge_args).await.unwrap();
     let attack = async { tokio::join!(probed, floods) };

@@ -76,7 +76,7 @@ struct Scenario {
 
 impl Scenario {
     async fn start(intervals: u32) -> (Scenario, Agent) {
-        Self::with_bid(|now| queue_bid(1, intervals * INTERVAL, now)).await
+        Self::with_bid(|now| queue_bid(intervals * INTERVAL, now)).await
     }
 
     /// The client's bid is `bid(now)`.
@@ -320,7 +320,7 @@ async fn kill_9_and_restart_lose_and_double_nothing() {
 async fn an_environment_never_sealed_gets_no_host_slashed_across_a_kill_9() {
     let (s, agent) = Scenario::with_bid(|now| PlaceBidArgs {
         env_hash: [9; 32],
-        ..queue_bid(1, 10 * INTERVAL, now)
+        ..queue_bid(10 * INTERVAL, now)
     })
     .await;
     let (live, client, lease, escrow, config) = (&s.live, &s.client, s.lease, s.escrow, &s.config);
@@ -467,7 +467,7 @@ async fn a_servable_bid_below_500_unservable_ones_runs_within_two_intervals() {
     let client = live.client(10 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
     let bid = live
-        .place(&client, queue_bid(1, 3 * INTERVAL, now))
+        .place(&client, queue_bid(3 * INTERVAL, now))
         .await
         .unwrap();
     let placed_at = Instant::now();
@@ -543,7 +543,7 @@ async fn a_servable_bid_below_500_unservable_ones_runs_within_two_intervals() {
     let later_client = live.client(10 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
     let later = live
-        .place(&later_client, queue_bid(2, 3 * INTERVAL, now))
+        .place(&later_client, queue_bid(3 * INTERVAL, now))
         .await
         .unwrap();
     let later_lease = pda::lease(&later).0;
@@ -721,7 +721,7 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs_across_a_kill_
     let now = live.cluster.now().await.unwrap();
     // B runs for longer than the silence window, so that the kill lands in the middle of its
     // pull with windows of it proven (empty) before and after.
-    let mut args = queue_bid(2, 5 * INTERVAL, now);
+    let mut args = queue_bid(5 * INTERVAL, now);
     args.image_ref = format!("127.0.0.1:{port}/stalled/worker:1");
     let placed = live.cluster.token_balance(&client.tokens).await.unwrap();
     let premium = args.urgency_premium;
@@ -807,13 +807,13 @@ async fn a_stalled_pull_for_one_bid_delays_no_other_leases_proofs_across_a_kill_
 
 /// A spot bid on the machine for `gpu_count` whole GPUs (24 GiB) at 300 W, 10 tokens per
 /// GPU-day, for `secs`.
-fn spot_bid(nonce: u64, gpu_count: u8, secs: u32, now: i64) -> PlaceBidArgs {
+fn spot_bid(gpu_count: u8, secs: u32, now: i64) -> PlaceBidArgs {
     PlaceBidArgs {
         kind: BidKind::Spot,
         gpu_count,
         gib_per_gpu: 24,
         price: 10 * TOKEN,
-        ..queue_bid(nonce, secs, now)
+        ..queue_bid(secs, now)
     }
 }
 
@@ -865,7 +865,7 @@ async fn a_queue_bid_preempts_a_running_spot_lease_and_runs() {
     let spot_client = live.client(10 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
     let spot = live
-        .place(&spot_client, spot_bid(1, 2, secs, now))
+        .place(&spot_client, spot_bid(2, secs, now))
         .await
         .unwrap();
     let spot_lease = pda::lease(&spot).0;
@@ -879,7 +879,7 @@ async fn a_queue_bid_preempts_a_running_spot_lease_and_runs() {
     let client = live.client(10 * TOKEN, 0).await.unwrap();
     let placed_at = live.cluster.now().await.unwrap();
     let queue = live
-        .place(&client, queue_bid(2, secs, placed_at))
+        .place(&client, queue_bid(secs, placed_at))
         .await
         .unwrap();
     let queue_lease = pda::lease(&queue).0;
@@ -985,17 +985,12 @@ async fn a_fatal_gpu_fault_ends_the_lease_refunds_the_rest_and_pauses_the_machin
     // Paused: it is no witness for a new queue bid; one that names another machine waits,
     // though this machine's GPUs are free.
     let now = live.cluster.now().await.unwrap();
-    let refused = live.place(&s.client, queue_bid(2, 5 * INTERVAL, now)).await;
+    let refused = live.place(&s.client, queue_bid(5 * INTERVAL, now)).await;
     assert!(refused.is_err(), "a paused machine witnessed a bid");
     let (_, witness) = attacker_witness(live).await;
-    let bid = place_all(
-        live,
-        &s.client,
-        witness,
-        vec![queue_bid(3, 5 * INTERVAL, now)],
-    )
-    .await
-    .remove(0);
+    let bid = place_all(live, &s.client, witness, vec![queue_bid(5 * INTERVAL, now)])
+        .await
+        .remove(0);
     tokio::time::sleep(Duration::from_secs(3 * INTERVAL as u64)).await;
     assert!(!account_exists(live, &pda::lease(&bid).0).await);
     let (status, log) = agent.terminate();
@@ -1037,7 +1032,7 @@ async fn an_agent_whose_gpus_are_not_the_machines_refuses_to_start() {
 async fn a_two_gpu_leases_container_gets_torchruns_launch_environment() {
     let (s, agent) = Scenario::with_bid(|now| PlaceBidArgs {
         gpu_count: 2,
-        ..queue_bid(1, 10 * INTERVAL, now)
+        ..queue_bid(10 * INTERVAL, now)
     })
     .await;
     let id = wait_for("the lease's container running", 60, &agent, || async {

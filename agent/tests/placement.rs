@@ -83,6 +83,7 @@ async fn place_gang(live: &LiveMarket, client: &Wallet, mut args: PlaceBidArgs) 
             machine: live.machine,
             payment_mint: live.mint,
             client_tokens: client.tokens,
+            nonce: live.next_nonce(),
             args,
             evict: None,
         },
@@ -111,15 +112,9 @@ async fn leased_on(live: &LiveMarket, bid: Pubkey, what: &str, agent: &Agent) ->
 }
 
 /// `client` places a one-GPU queue bid for `gib` GiB, accepted in `regions` (none: any).
-async fn bid(
-    live: &LiveMarket,
-    client: &Wallet,
-    nonce: u64,
-    gib: u16,
-    regions: Vec<[u8; 16]>,
-) -> Pubkey {
+async fn bid(live: &LiveMarket, client: &Wallet, gib: u16, regions: Vec<[u8; 16]>) -> Pubkey {
     let now = live.cluster.now().await.unwrap();
-    let mut args = queue_bid(nonce, 40 * INTERVAL, now);
+    let mut args = queue_bid(40 * INTERVAL, now);
     args.gib_per_gpu = gib;
     args.regions = regions;
     live.place(client, args).await.unwrap()
@@ -150,12 +145,12 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
 
     // 16 of GPU 0's 24 GiB on A (only eu-west is accepted); then 8 GiB that any machine may
     // run completes that GPU: A takes it.
-    let first = bid(&live, &client, 1, 16, vec![eu]).await;
+    let first = bid(&live, &client, 16, vec![eu]).await;
     assert_eq!(
         leased_on(&live, first, "the first lease", &agent_a).await,
         live.machine
     );
-    let second = bid(&live, &client, 2, 8, vec![]).await;
+    let second = bid(&live, &client, 8, vec![]).await;
     assert_eq!(
         leased_on(&live, second, "the second lease", &agent_a).await,
         live.machine,
@@ -164,7 +159,7 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
     );
 
     // The same on A's GPU 1, with A's agent stopped before the 8 GiB bid.
-    let third = bid(&live, &client, 3, 16, vec![eu]).await;
+    let third = bid(&live, &client, 16, vec![eu]).await;
     assert_eq!(
         leased_on(&live, third, "the third lease", &agent_a).await,
         live.machine
@@ -177,7 +172,7 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
     let window = gpu_market_sdk::placement::alive_secs(&market);
     let a: Machine = live.cluster.account(&live.machine).await.unwrap();
     let alive_until = a.last_heartbeat + window;
-    let fourth = bid(&live, &client, 4, 8, vec![]).await;
+    let fourth = bid(&live, &client, 8, vec![]).await;
     // The grace period is in chain time, as the agent counts it (wall time and the
     // validator's clock drift apart by a second or more): B first saw the bid no earlier than
     // its placement. B leaves the bid to A until the grace period ends or A stops counting as
@@ -231,7 +226,7 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
         },
     )
     .await;
-    let fifth = bid(&live, &client, 5, 8, vec![]).await;
+    let fifth = bid(&live, &client, 8, vec![]).await;
     let now = live.cluster.now().await.unwrap();
     let mut machines = Vec::new();
     for key in [live.machine, machine_b] {
@@ -276,7 +271,7 @@ async fn a_killed_agents_queue_lease_runs_again_on_the_other_machine() {
         &machine_b,
     ));
     let client = live.client(100 * TOKEN, 0).await.unwrap();
-    let job = bid(&live, &client, 1, 8, vec![]).await;
+    let job = bid(&live, &client, 8, vec![]).await;
     assert_eq!(
         leased_on(&live, job, "the lease on A", &agent_a).await,
         live.machine
@@ -357,13 +352,13 @@ async fn the_agent_reserves_for_a_big_bid_and_backfills_nothing_that_would_delay
     let agent = Agent::start(&Agent::write_config(&live, dir.path(), 2));
     let client = live.client(100 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
-    let mut short = queue_bid(2, 10 * INTERVAL, now);
+    let mut short = queue_bid(10 * INTERVAL, now);
     short.gib_per_gpu = 24;
     let busy = live.place(&client, short).await.unwrap();
     let busy_lease = pda::lease(&busy).0;
     leased_on(&live, busy, "the ten-interval lease", &agent).await;
     let big_client = live.client(100 * TOKEN, 0).await.unwrap();
-    let mut big = queue_bid(3, 40 * INTERVAL, now);
+    let mut big = queue_bid(40 * INTERVAL, now);
     (big.gpu_count, big.gib_per_gpu, big.urgency_premium) = (2, 24, TOKEN);
     let big = live.place(&big_client, big).await.unwrap();
 
@@ -381,7 +376,7 @@ async fn the_agent_reserves_for_a_big_bid_and_backfills_nothing_that_would_delay
 
     // A one-GPU bid for forty intervals fits the idle GPU but would run past the start.
     let now = live.cluster.now().await.unwrap();
-    let mut long = queue_bid(4, 40 * INTERVAL, now);
+    let mut long = queue_bid(40 * INTERVAL, now);
     long.gib_per_gpu = 24;
     let long = live.place(&client, long).await.unwrap();
     // The busy lease has most of its ten intervals to run.
@@ -427,7 +422,7 @@ async fn a_sealed_bid_runs_on_the_machine_it_was_sealed_to_not_the_policys_first
     let now = live.cluster.now().await.unwrap();
     let args = PlaceBidArgs {
         env_hash: env.hash(),
-        ..queue_bid(1, 40 * INTERVAL, now)
+        ..queue_bid(40 * INTERVAL, now)
     };
 
     let bid = live.place(&client, args).await.unwrap();
@@ -491,7 +486,7 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
     let client = live.client(100 * TOKEN, 0).await.unwrap();
     let tokens0 = live.cluster.token_balance(&client.tokens).await.unwrap();
     let now = live.cluster.now().await.unwrap();
-    let mut args = queue_bid(1, 40 * INTERVAL, now);
+    let mut args = queue_bid(40 * INTERVAL, now);
     (args.image_ref, args.image_digest) = seeded_image("GANG");
     let gang = place_gang(&live, &client, args).await;
 
@@ -626,7 +621,7 @@ async fn the_agents_reserve_two_machines_for_a_gang_and_start_it_there_on_time()
     // Both GPUs of one machine busy for ten intervals.
     let client = live.client(100 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
-    let mut busy = queue_bid(1, 10 * INTERVAL, now);
+    let mut busy = queue_bid(10 * INTERVAL, now);
     (busy.gpu_count, busy.gib_per_gpu) = (2, 24);
     let busy = live.place(&client, busy).await.unwrap();
     let busy_on = leased_on(&live, busy, "the ten-interval lease", &agent_a).await;
@@ -638,7 +633,7 @@ async fn the_agents_reserve_two_machines_for_a_gang_and_start_it_there_on_time()
 
     let gang_client = live.client(100 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
-    let mut args = queue_bid(2, 40 * INTERVAL, now);
+    let mut args = queue_bid(40 * INTERVAL, now);
     (args.gib_per_gpu, args.urgency_premium) = (24, TOKEN);
     let gang = place_gang(&live, &gang_client, args).await;
 
@@ -663,7 +658,7 @@ async fn the_agents_reserve_two_machines_for_a_gang_and_start_it_there_on_time()
     // start on its reserved GPU.
     let other = live.client(100 * TOKEN, 0).await.unwrap();
     let now = live.cluster.now().await.unwrap();
-    let mut long = queue_bid(3, 40 * INTERVAL, now);
+    let mut long = queue_bid(40 * INTERVAL, now);
     (long.gpu_count, long.gib_per_gpu) = (2, 24);
     let long = live.place(&other, long).await.unwrap();
 

@@ -633,7 +633,6 @@ pub(crate) fn plan_place(
         market: a.market,
     };
     let args = PlaceBidArgs {
-        nonce,
         kind,
         image_ref: a.image.clone(),
         image_digest,
@@ -706,6 +705,7 @@ pub(crate) fn plan_place(
         machine: target,
         payment_mint: m.payment_mint,
         client_tokens,
+        nonce,
         args,
         evict,
     };

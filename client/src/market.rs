@@ -2,7 +2,6 @@
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Subcommand};
-use gpu_market::instructions::InitMarketArgs;
 use gpu_market::state::{
     Market, MarketParams, StakeAccount, BOOK_EMPTY_SPACE, GPU_CLASSES, MAX_MARKET_REGIONS,
     REGION_LEN,
@@ -269,7 +268,8 @@ pub fn run(config: &Config, command: MarketCommand) -> Result<()> {
                 payment_mint,
                 treasury,
                 stake_treasury: stake_treasury.unwrap_or(treasury),
-                args: InitMarketArgs { id, params },
+                id,
+                params,
             };
             let market = init.market();
             // The client creates the (empty) queue book in the same transaction, and the

@@ -1,11 +1,17 @@
-//! An integrator's client from `idl/gpu_market.json` alone, against a private
-//! solana-test-validator: `client/tests/idl/integrate.mjs` (Anchor's TypeScript client,
-//! `@anchor-lang/core` 1.2, pinned in its package-lock.json) decodes each kind of account and
-//! sends `top_up_bid`, `place_bid`, `cancel_bid` and `allocate`; this checks what it read and
-//! what it did against the chain. Before the market's accounts named their fields' accounts
-//! with explicit constraints, the IDL claimed relations Anchor's client cannot follow (the
-//! fields sit under `data`) and `top_up_bid` failed: "Reached maximum depth for account
-//! resolution".
+//! Integrators' clients from `idl/gpu_market.json` alone, against a private
+//! solana-test-validator, each decoding each kind of account (the queue book's entries
+//! included) and sending `top_up_bid`, `place_bid`, `cancel_bid` and `allocate`; this checks what
+//! each read and did against the chain:
+//! - Anchor's TypeScript client (`client/tests/idl/integrate.mjs`, `@anchor-lang/core` 1.2,
+//!   pinned in its package-lock.json). Before the market's accounts named their fields'
+//!   accounts with explicit constraints, the IDL claimed relations Anchor's client cannot follow
+//!   (the fields sit under `data`) and `top_up_bid` failed: "Reached maximum depth for account
+//!   resolution".
+//! - A client Codama generates (`client/tests/codama`: `@codama/renderers-js` on `@solana/kit`,
+//!   type-checked by tsc). Before the addresses' seeds were top-level instruction arguments
+//!   (`place_bid`'s `nonce`, `init_market`'s `id`, `seal_env`'s `recipient`), Codama dropped them
+//!   (`args.nonce`) and could not derive a new bid's address; before the book's entries were in
+//!   the IDL, neither client could read a book's bids.
 
 mod common;
 
@@ -19,6 +25,29 @@ use solana_signer::Signer;
 
 #[test]
 fn anchors_typescript_client_reads_the_accounts_and_sends_the_bid_and_lease_instructions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/idl");
+    assert!(
+        dir.join("node_modules/@anchor-lang/core").exists(),
+        "@anchor-lang/core is missing: {MISSING}"
+    );
+    integrates(&dir.join("integrate.mjs"));
+}
+
+#[test]
+fn a_client_codama_generates_reads_the_accounts_and_sends_the_bid_and_lease_instructions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/codama");
+    assert!(
+        dir.join("node_modules/codama").exists(),
+        "Codama is missing: {MISSING}"
+    );
+    integrates(&dir.join("run.mjs"));
+}
+
+const MISSING: &str = "run `bash scripts/browser.sh` to install it";
+
+/// Runs the integrator's `script` (Node) against a market with a machine and a waiting bid,
+/// and checks what it says it read and did against the chain.
+fn integrates(script: &Path) {
     let t = T::start();
     let s = MarketSetup::new(&t, &[]);
     // Another market with a staker of its own: a client reads this market's accounts only (the
@@ -56,26 +85,27 @@ fn anchors_typescript_client_reads_the_accounts_and_sends_the_bid_and_lease_inst
     let escrow_before = t.account::<Bid>(&bid).escrow;
     let funds_before = t.balance(&tokens);
 
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/idl");
-    let missing = "run `bash scripts/browser.sh` to install it";
-    assert!(
-        dir.join("node_modules/@anchor-lang/core").exists(),
-        "@anchor-lang/core is missing: {missing}"
-    );
     let secret = |path: &Path| serde_json::to_string(&key_of(path).to_bytes().to_vec()).unwrap();
     let run = Command::new("node")
-        .arg(dir.join("integrate.mjs"))
+        .arg(script)
         .env("RPC_URL", t.rpc().url())
-        .env("IDL", dir.join("../../../idl/gpu_market.json"))
+        .env(
+            "IDL",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../idl/gpu_market.json"),
+        )
         .env("MARKET", &m)
         .env("MACHINE", host.machine.to_string())
         .env("BID", bid.to_string())
         .env("CLIENT_SECRET", secret(&client))
         .env("AGENT_SECRET", secret(&host.agent))
         .output()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): {missing}"));
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): {MISSING}"));
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "integrate.mjs failed: {stderr}");
+    assert!(
+        run.status.success(),
+        "{} failed: {stderr}",
+        script.display()
+    );
     let got: Value = serde_json::from_slice(&run.stdout).unwrap();
 
     // What it decoded is what the chain holds.
@@ -92,6 +122,10 @@ fn anchors_typescript_client_reads_the_accounts_and_sends_the_bid_and_lease_inst
     assert_eq!(decoded["bid_price"], "2000000");
     assert_eq!(decoded["bid_escrow"], escrow_before.to_string());
     assert_eq!(decoded["book_market"], m);
+    assert_eq!(
+        decoded["book_entries"],
+        serde_json::json!([bid.to_string()])
+    );
     assert_eq!(decoded["stakes"], 2, "the host's and the client's");
 
     // The top-up went into the first bid's escrow; the second bid was placed and cancelled, its

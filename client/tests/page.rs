@@ -53,19 +53,11 @@ fn gpus() -> Vec<GpuSpec> {
 
 /// A queue bid for `gpus` GPUs of the classes `classes` (a mask) at `price` per GPU-hour for
 /// ten minutes, with `premium` paid for urgency.
-fn queue_bid(
-    nonce: u64,
-    now: i64,
-    gpus: u8,
-    classes: u8,
-    price: u64,
-    premium: u64,
-) -> PlaceBidArgs {
+fn queue_bid(now: i64, gpus: u8, classes: u8, price: u64, premium: u64) -> PlaceBidArgs {
     PlaceBidArgs {
-        nonce,
         kind: BidKind::Queue,
         // Text the page must escape.
-        image_ref: format!("registry.example/train:v{nonce}<b>&\"'"),
+        image_ref: format!("registry.example/train:v{gpus}<b>&\"'"),
         image_digest: [0xab; 32],
         env_hash: [0; 32],
         gpu_count: gpus,
@@ -453,9 +445,9 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
         )
     });
     let now = rt.block_on(live.cluster.now()).unwrap();
-    let lease = rt.block_on(async {
+    let (lease, bob_bid) = rt.block_on(async {
         let bid = live
-            .place(&alice, queue_bid(1, now, 2, 0b01, 2 * TOKEN, 0))
+            .place(&alice, queue_bid(now, 2, 0b01, 2 * TOKEN, 0))
             .await
             .unwrap();
         let allocate = Allocate {
@@ -479,13 +471,14 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
             name: h100,
         };
         live.cluster.run(&name).await.unwrap();
-        live.place(&bob, queue_bid(2, now, 1, 0b10, 3 * TOKEN / 2, TOKEN / 10))
+        let bob_bid = live
+            .place(&bob, queue_bid(now, 1, 0b10, 3 * TOKEN / 2, TOKEN / 10))
             .await
             .unwrap();
-        live.place(&carol, queue_bid(3, now, 1, u8::MAX, TOKEN / 2, 0))
+        live.place(&carol, queue_bid(now, 1, u8::MAX, TOKEN / 2, 0))
             .await
             .unwrap();
-        allocate.lease()
+        (allocate.lease(), bob_bid.to_string())
     });
     let served = common::serve(&live.cluster.rpc_url, &live.market);
 
@@ -539,11 +532,10 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
         "the RPC URL is on the page"
     );
     // A bid's page: its explain, and its image reference escaped.
-    let bob_bid = pda::bid(&live.market, &bob.key.pubkey(), 2).0.to_string();
     let (status, page) = http_get(&served.url, &format!("/bid/{bob_bid}"));
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("data-record=\"explain\""), "{page}");
-    assert!(page.contains("v2&lt;b&gt;&amp;&quot;&#39;"), "{page}");
+    assert!(page.contains("v1&lt;b&gt;&amp;&quot;&#39;"), "{page}");
     let explained = Shown::from_html(&page);
     assert_eq!(
         explained.field("explain", &bob_bid, "machines_checked"),
@@ -571,7 +563,7 @@ fn the_market_page_shows_the_chain_and_stakes_through_a_wallet() {
     rt.block_on(check_against_chain(&live, &Shown::from_dom(&before)));
     let dave = rt.block_on(live.client(100 * TOKEN, 0)).unwrap();
     let daves = rt
-        .block_on(live.place(&dave, queue_bid(4, now, 1, 0b10, TOKEN, TOKEN / 2)))
+        .block_on(live.place(&dave, queue_bid(now, 1, 0b10, TOKEN, TOKEN / 2)))
         .unwrap();
     let after = browser.ask("read after");
     let after_shown = Shown::from_dom(&after);

@@ -2,7 +2,7 @@
 //! A lease's instructions are in [`lease`].
 
 use anchor_lang::{InstructionData, ToAccountMetas};
-use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::pda;
 use gpu_market::state::{MachineStatus, MachineTerms, MarketParams, BOOK_EMPTY_SPACE};
 use solana_instruction::Instruction;
@@ -37,12 +37,14 @@ pub struct InitMarket<'a> {
     pub payment_mint: Pubkey,
     pub treasury: Pubkey,
     pub stake_treasury: Pubkey,
-    pub args: InitMarketArgs,
+    /// Tells one authority's markets apart (the market's address is derived from it).
+    pub id: u64,
+    pub params: MarketParams,
 }
 
 impl InitMarket<'_> {
     pub fn market(&self) -> Pubkey {
-        pda::market(&self.authority.pubkey(), self.args.id).0
+        pda::market(&self.authority.pubkey(), self.id).0
     }
 }
 
@@ -65,7 +67,8 @@ impl ClientInstruction for InitMarket<'_> {
                 system_program: solana_system_interface::program::ID,
             },
             gpu_market::instruction::InitMarket {
-                args: self.args.clone(),
+                id: self.id,
+                params: self.params,
             },
         )
     }
@@ -528,6 +531,9 @@ pub struct PlaceBid<'a> {
     pub machine: Pubkey,
     pub payment_mint: Pubkey,
     pub client_tokens: Pubkey,
+    /// Chosen by the client so one client can hold several bids (the bid's address is derived
+    /// from it).
+    pub nonce: u64,
     pub args: PlaceBidArgs,
     /// The lowest-ranked entry of a full book, which the bid evicts (`crate::book::eviction`).
     pub evict: Option<Evict>,
@@ -546,7 +552,7 @@ pub struct Evict {
 
 impl PlaceBid<'_> {
     pub fn bid(&self) -> Pubkey {
-        pda::bid(&self.market, &self.client.pubkey(), self.args.nonce).0
+        pda::bid(&self.market, &self.client.pubkey(), self.nonce).0
     }
 }
 
@@ -576,6 +582,7 @@ impl ClientInstruction for PlaceBid<'_> {
                 evicted_stake: other.map(|e| pda::stake(&self.market, &e.client).0),
             },
             gpu_market::instruction::PlaceBid {
+                nonce: self.nonce,
                 args: self.args.clone(),
             },
         )
@@ -598,6 +605,7 @@ impl ClientInstruction for PlaceGangBid<'_> {
     fn instruction(&self) -> Instruction {
         let mut i = self.place.instruction();
         i.data = gpu_market::instruction::PlaceGangBid {
+            nonce: self.place.nonce,
             args: self.place.args.clone(),
             parts: self.parts,
         }
@@ -914,10 +922,8 @@ impl ClientInstruction for SealEnv<'_> {
                 system_program: solana_system_interface::program::ID,
             },
             gpu_market::instruction::SealEnv {
-                args: gpu_market::instructions::SealEnvArgs {
-                    recipient: self.recipient,
-                    sealed: self.sealed.clone(),
-                },
+                recipient: self.recipient,
+                sealed: self.sealed.clone(),
             },
         )
     }

@@ -41,7 +41,8 @@ pub struct Fixture {
     pub agent: Keypair,
     pub machine: Pubkey,
     pub spot_book: Pubkey,
-    pub nonce: u64,
+    /// The last nonce a bid placed here took (`placement`): each bid gets the next.
+    pub nonce: std::cell::Cell<u64>,
     /// The host's machine that queue bids this machine cannot serve name at placement
     /// ([`Fixture::place_elsewhere`]); registered on first use, paused but while placing.
     pub witness: Option<Pubkey>,
@@ -112,7 +113,7 @@ pub fn fixture() -> Fixture {
         agent,
         machine: Pubkey::default(),
         spot_book: Pubkey::default(),
-        nonce: 0,
+        nonce: Default::default(),
         witness: None,
     };
     f.open_and_stake(0, 100 * TOKEN);
@@ -178,9 +179,7 @@ impl Fixture {
     /// A queue bid: `gpus` GPUs × `gib` GiB of class 0 or 1 at 300 W, 2 tokens per GPU-hour,
     /// for one hour.
     pub fn queue_args(&mut self, gpus: u8, gib: u16) -> PlaceBidArgs {
-        self.nonce += 1;
         PlaceBidArgs {
-            nonce: self.nonce,
             kind: BidKind::Queue,
             image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
             image_digest: [9; 32],
@@ -232,6 +231,7 @@ impl Fixture {
             machine: self.machine,
             payment_mint: self.mint,
             client_tokens: c.tokens,
+            nonce: self.nonce.replace(self.nonce.get() + 1) + 1,
             args,
             evict: None,
         }

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use gpu_market::events::UsageProven;
-use gpu_market::instructions::{InitMarketArgs, PlaceBidArgs};
+use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{
     GpuSpec, Machine, MachineNetwork, MachineTerms, Market, MarketParams, BOOK_EMPTY_SPACE,
 };
@@ -41,6 +41,8 @@ pub struct LiveMarket {
     pub agent: Keypair,
     pub machine: Pubkey,
     pub spot_book: Pubkey,
+    /// The last nonce a bid placed here took ([`LiveMarket::next_nonce`]).
+    pub nonce: std::sync::atomic::AtomicU64,
 }
 
 impl LiveMarket {
@@ -89,7 +91,8 @@ impl LiveMarket {
             payment_mint: mint,
             treasury,
             stake_treasury,
-            args: InitMarketArgs { id: 0, params },
+            id: 0,
+            params,
         };
         cluster.run(&init).await?;
         let market = init.market();
@@ -114,6 +117,7 @@ impl LiveMarket {
             agent,
             machine: Pubkey::default(),
             spot_book: Pubkey::default(),
+            nonce: Default::default(),
         };
         live.host = live.client(host_stake, host_stake).await?;
         let first = live
@@ -226,6 +230,13 @@ impl LiveMarket {
         Ok(Wallet { key, tokens })
     }
 
+    /// A nonce no bid placed here took yet.
+    pub fn next_nonce(&self) -> u64 {
+        self.nonce
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
+    }
+
     /// Places a bid naming this market's machine (a spot bid's target, a queue bid's witness);
     /// returns the bid's address.
     pub async fn place(&self, client: &Wallet, args: PlaceBidArgs) -> Result<Pubkey> {
@@ -252,6 +263,7 @@ impl LiveMarket {
             machine,
             payment_mint: self.mint,
             client_tokens: client.tokens,
+            nonce: self.next_nonce(),
             args,
             evict: None,
         };

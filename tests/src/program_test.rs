@@ -341,7 +341,8 @@ impl TestContext {
             payment_mint: mint,
             treasury,
             stake_treasury,
-            args: gpu_market::instructions::InitMarketArgs { id, params },
+            id,
+            params,
         };
         let market = init.market();
         self.run(&init).expect("init_market");

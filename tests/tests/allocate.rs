@@ -135,9 +135,7 @@ impl Fixture {
     /// A queue bid for `gpus` GPUs × `gib` GiB of the `classes`, 300 W, 2 tokens per GPU-hour
     /// (twice the reserve) for 10 minutes, within 4 hours.
     fn args(&mut self, gpus: u8, gib: u16, classes: u8) -> PlaceBidArgs {
-        self.nonce += 1;
         PlaceBidArgs {
-            nonce: self.nonce,
             kind: BidKind::Queue,
             image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
             image_digest: [9; 32],
@@ -170,6 +168,7 @@ impl Fixture {
 
     /// A queue bid placed with `witness` as the machine it fits.
     fn place_via(&mut self, c: &Client, args: PlaceBidArgs, witness: Pubkey) -> Pubkey {
+        self.nonce += 1;
         let p = PlaceBid {
             client: &c.key,
             market: self.market,
@@ -177,6 +176,7 @@ impl Fixture {
             machine: witness,
             payment_mint: self.mint,
             client_tokens: c.tokens,
+            nonce: self.nonce,
             args,
             evict: None,
         };
@@ -460,6 +460,7 @@ fn a_better_bid_asking_for_ports_the_machine_does_not_publish_neither_runs_nor_b
         machine: f.machine,
         payment_mint: f.mint,
         client_tokens: rich.tokens,
+        nonce: 0,
         args: serving.clone(),
         evict: None,
     };
@@ -692,6 +693,7 @@ fn three_term_sets_are_refused_at_placement_and_move_nothing() {
         machine: f.machine,
         payment_mint: f.mint,
         client_tokens: p.tokens,
+        nonce: 0,
         args,
         evict: None,
     };

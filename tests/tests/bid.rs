@@ -71,6 +71,8 @@ fn fixture_with(mut params: MarketParams) -> Fixture {
 struct Client {
     key: Keypair,
     tokens: Pubkey,
+    /// The last nonce a bid of this client took ([`place`]): each bid gets the next.
+    nonce: std::cell::Cell<u64>,
 }
 
 /// A client holding `balance` tokens, `staked` of them staked.
@@ -93,12 +95,15 @@ fn client(f: &mut Fixture, balance: u64, staked: u64) -> Client {
             })
             .expect("stake");
     }
-    Client { key, tokens }
+    Client {
+        key,
+        tokens,
+        nonce: Default::default(),
+    }
 }
 
-fn args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
+fn args(f: &Fixture) -> PlaceBidArgs {
     PlaceBidArgs {
-        nonce,
         kind: BidKind::Queue,
         image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
         image_digest: [9; 32],
@@ -132,6 +137,7 @@ fn place<'a>(f: Keys, c: &'a Client, a: PlaceBidArgs) -> PlaceBid<'a> {
         machine: f.witness,
         payment_mint: f.mint,
         client_tokens: c.tokens,
+        nonce: c.nonce.replace(c.nonce.get() + 1) + 1,
         args: a,
         evict: None,
     }
@@ -142,7 +148,7 @@ fn place_bid_locks_the_escrow_and_enters_the_book() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 10 * TOKEN);
     let vault = pda::payment_vault(&f.market).0;
-    let p = place(f.keys, &c, args(&f, 1));
+    let p = place(f.keys, &c, args(&f));
     f.ctx.run(&p).expect("place_bid");
     let bid: Bid = f.ctx.account(&p.bid());
     // 2 GPUs × 2 tokens per GPU-hour × (its 1-hour run + the 3 hours it may wait to start).
@@ -187,12 +193,12 @@ fn the_book_ranks_by_score_and_ages_waiting_bids() {
     let minnow = client(&mut f, 100 * TOKEN, 0);
     let middle = client(&mut f, 600 * TOKEN, 500 * TOKEN);
     let low = PlaceBid {
-        ..place(f.keys, &minnow, args(&f, 1))
+        ..place(f.keys, &minnow, args(&f))
     };
     f.ctx.run(&low).unwrap();
-    let high = place(f.keys, &whale, args(&f, 1));
+    let high = place(f.keys, &whale, args(&f));
     f.ctx.run(&high).unwrap();
-    let mid = place(f.keys, &middle, args(&f, 1));
+    let mid = place(f.keys, &middle, args(&f));
     f.ctx.run(&mid).unwrap();
     assert_eq!(
         book_order(&f.ctx, &f.queue_book),
@@ -203,7 +209,7 @@ fn the_book_ranks_by_score_and_ages_waiting_bids() {
     // worth `aging_per_interval` (10) points; the whale's lead is 40 % of 10 000 = 4 000 points,
     // so 401 intervals of waiting put the minnow first.
     f.ctx.advance_time(401 * 60);
-    let mut later = args(&f, 2);
+    let mut later = args(&f);
     later.deadline = f.ctx.now() + 4 * 3_600;
     let late_whale = place(f.keys, &whale, later);
     f.ctx.run(&late_whale).unwrap();
@@ -223,25 +229,25 @@ fn the_book_ranks_by_score_and_ages_waiting_bids() {
 fn shorter_bids_go_first_within_three_durations() {
     let mut f = fixture();
     let c = client(&mut f, 1_000 * TOKEN, 0);
-    let hours = |f: &Fixture, nonce: u64, h: u32| {
-        let mut a = args(f, nonce);
+    let hours = |f: &Fixture, h: u32| {
+        let mut a = args(f);
         a.max_duration_secs = h * 3_600;
         a.min_duration_secs = h * 3_600;
         a.deadline = f.ctx.now() + (h as i64 + 1) * 3_600;
         a
     };
-    let one = place(f.keys, &c, hours(&f, 1, 1));
+    let one = place(f.keys, &c, hours(&f, 1));
     f.ctx.run(&one).unwrap();
     f.ctx.advance_time(60);
-    let ten = place(f.keys, &c, hours(&f, 2, 10));
+    let ten = place(f.keys, &c, hours(&f, 10));
     f.ctx.run(&ten).unwrap();
     // Two hours later: within three hours of `one`, long before thirty of `ten`.
     f.ctx.advance_time(2 * 3_600);
-    let soon = place(f.keys, &c, hours(&f, 3, 1));
+    let soon = place(f.keys, &c, hours(&f, 1));
     f.ctx.run(&soon).unwrap();
     // More than three hours after `one`.
     f.ctx.advance_time(3_600 + 120);
-    let late = place(f.keys, &c, hours(&f, 4, 1));
+    let late = place(f.keys, &c, hours(&f, 1));
     f.ctx.run(&late).unwrap();
     assert_eq!(
         book_order(&f.ctx, &f.queue_book),
@@ -254,7 +260,7 @@ fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 0);
     let vault = pda::payment_vault(&f.market).0;
-    let mut a = args(&f, 7);
+    let mut a = args(&f);
     a.kind = BidKind::Queue;
     let p = PlaceBid {
         ..place(f.keys, &c, a)
@@ -299,7 +305,7 @@ fn top_up_adds_escrow_and_cancel_refunds_it_in_full() {
 fn stake_that_ranks_a_waiting_bid_cannot_be_asked_back() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 50 * TOKEN);
-    let p = place(f.keys, &c, args(&f, 1));
+    let p = place(f.keys, &c, args(&f));
     f.ctx.run(&p).unwrap();
     let unstake = RequestUnstake {
         owner: &c.key,
@@ -340,18 +346,18 @@ struct Placed {
 /// other with equal scores (so the last one placed ranks lowest). Returns each placement's
 /// compute units.
 fn fill_book(f: &mut Fixture, filler: &Client) -> Vec<Placed> {
-    let mut a = args(f, 0);
+    let mut a = args(f);
     a.gpu_count = 1;
     a.price = TOKEN;
     (0..BOOK_CAPACITY as u64)
         .map(|nonce| {
-            let p = place(f.keys, filler, PlaceBidArgs { nonce, ..a.clone() });
+            let p = place(f.keys, filler, a.clone());
             f.ctx
                 .run(&p)
                 .unwrap_or_else(|e| panic!("bid {nonce}: {:?}", e.err));
             Placed {
                 book_len: nonce as usize,
-                bump: pda::bid(&f.market, &filler.key.pubkey(), nonce).1,
+                bump: pda::bid(&f.market, &filler.key.pubkey(), p.nonce).1,
                 units: f.ctx.compute_units["place_bid"],
             }
         })
@@ -377,7 +383,7 @@ fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
     let staked = client(&mut f, 100 * TOKEN, 10 * TOKEN);
     let everyone = [&filler, &equal, &staked];
     let before = ledger(&f, &everyone);
-    let mut a = args(&f, 1);
+    let mut a = args(&f);
     a.gpu_count = 1;
     a.price = TOKEN;
     let p = PlaceBid {
@@ -392,7 +398,7 @@ fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
 
     // A better bid (its client has stake) without the worst entry's accounts, or naming another
     // entry: refused, nothing moved.
-    let better = place(f.keys, &staked, args(&f, 1));
+    let better = place(f.keys, &staked, args(&f));
     let err = f.ctx.run(&better).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::EvictionMissing));
     let second_worst = order[order.len() - 2];
@@ -402,7 +408,7 @@ fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
             client: filler.key.pubkey(),
             tokens: Some(filler.tokens),
         }),
-        ..place(f.keys, &staked, args(&f, 1))
+        ..place(f.keys, &staked, args(&f))
     };
     let err = f.ctx.run(&wrong).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::EvictionMissing));
@@ -413,7 +419,7 @@ fn a_full_book_takes_a_better_bid_by_evicting_its_worst_and_refuses_the_rest() {
     let book_before = f.ctx.svm.get_account(&f.queue_book).unwrap().data;
     let better = PlaceBid {
         evict: f.ctx.eviction(&f.queue_book),
-        ..place(f.keys, &staked, args(&f, 1))
+        ..place(f.keys, &staked, args(&f))
     };
     f.ctx.run(&better).expect("the better bid evicts the worst");
     let evicting_units = f.ctx.compute_units["place_bid"];
@@ -497,7 +503,7 @@ fn a_client_outbids_its_own_worst_entry_of_a_full_book() {
     let worst = *book_order(&f.ctx, &f.queue_book).last().unwrap();
     let worst_escrow = f.ctx.account::<Bid>(&worst).escrow;
     let before = ledger(&f, &everyone);
-    let mut a = args(&f, 1 << 20);
+    let mut a = args(&f);
     a.deadline = f.ctx.now() + a.max_duration_secs as i64;
     let own = PlaceBid {
         evict: f.ctx.eviction(&f.queue_book),
@@ -565,7 +571,7 @@ fn a_full_books_worst_bid_is_evicted_even_after_its_client_closed_its_token_acco
     // Its closed account cannot be named; without one, the better bid evicts the worst.
     let named = PlaceBid {
         evict: evict(Some(filler.tokens)),
-        ..place(f.keys, &staked, args(&f, 1))
+        ..place(f.keys, &staked, args(&f))
     };
     let err = f.ctx.run(&named).unwrap_err();
     assert_eq!(
@@ -575,7 +581,7 @@ fn a_full_books_worst_bid_is_evicted_even_after_its_client_closed_its_token_acco
     assert_eq!(f.ctx.ledger(&f.market, &f.queue_book, &everyone), before);
     let better = PlaceBid {
         evict: evict(None),
-        ..place(f.keys, &staked, args(&f, 1))
+        ..place(f.keys, &staked, args(&f))
     };
     f.ctx
         .run(&better)
@@ -603,7 +609,7 @@ fn anyone_prunes_an_expired_bid_and_the_client_gets_everything_back() {
     let mut f = fixture();
     let c = client(&mut f, 100 * TOKEN, 0);
     let stranger = client(&mut f, 10 * TOKEN, 0);
-    let mut a = args(&f, 1);
+    let mut a = args(&f);
     a.deadline = f.ctx.now() + 2 * 3_600;
     let p = place(f.keys, &c, a);
     f.ctx.run(&p).unwrap();
@@ -703,7 +709,7 @@ fn a_queue_bid_below_the_reserve_of_every_class_it_accepts_is_refused() {
     let mut nonce = 0;
     let mut try_place = |f: &mut Fixture, classes: u8, price: u64| {
         nonce += 1;
-        let mut a = args(f, nonce);
+        let mut a = args(f);
         a.accepted_classes = classes;
         a.price = price;
         let p = place(f.keys, &c, a);
@@ -831,12 +837,12 @@ fn a_book_created_ahead_cannot_be_claimed_by_another_host() {
     assert_eq!(f.ctx.account::<Machine>(&machine).spot_book, book.pubkey());
 }
 
-fn spot_args(f: &Fixture, nonce: u64) -> PlaceBidArgs {
+fn spot_args(f: &Fixture) -> PlaceBidArgs {
     PlaceBidArgs {
         kind: BidKind::Spot,
         accepted_classes: 0b1,
         price: 30 * TOKEN, // per GPU-day
-        ..args(f, nonce)
+        ..args(f)
     }
 }
 
@@ -850,23 +856,23 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
         machine,
         ..place(f.keys, &c, a)
     };
-    let ok = spot(spot_args(&f, 1));
+    let ok = spot(spot_args(&f));
     f.ctx.run(&ok).expect("spot place_bid");
     // 2 GPUs × (a 1 h run + a 3 h wait) at 30 tokens per GPU-day = 10 tokens.
     assert_eq!(f.ctx.account::<Bid>(&ok.bid()).escrow, 10 * TOKEN);
     assert_eq!(book_order(&f.ctx, &spot_book), vec![ok.bid()]);
     assert!(book_order(&f.ctx, &f.queue_book).is_empty());
 
-    let mut too_hot = spot_args(&f, 2);
+    let mut too_hot = spot_args(&f);
     too_hot.overclock[0].power_limit_w = 500;
     let err = f.ctx.run(&spot(too_hot)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
-    let mut mem_lock = spot_args(&f, 3);
+    let mut mem_lock = spot_args(&f);
     mem_lock.overclock[0].mem_lock_mhz = 9_000; // the host allows no memory lock
     let err = f.ctx.run(&spot(mem_lock)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::OverclockOutOfRange));
     // The host's floor is 1 token per GPU-hour: 24 per GPU-day.
-    let mut cheap = spot_args(&f, 7);
+    let mut cheap = spot_args(&f);
     cheap.price = 24 * TOKEN - 1;
     let err = f.ctx.run(&spot(cheap)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::PriceBelowFloor));
@@ -876,7 +882,7 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
         .ctx
         .run(&spot(PlaceBidArgs {
             ports: vec![8080],
-            ..spot_args(&f, 8)
+            ..spot_args(&f)
         }))
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoRoom));
@@ -884,7 +890,7 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
         .ctx
         .run(&spot(PlaceBidArgs {
             scratch_gib: 1,
-            ..spot_args(&f, 9)
+            ..spot_args(&f)
         }))
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoRoom));
@@ -894,11 +900,11 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
         .ctx
         .run(&spot(PlaceBidArgs {
             deadline: f.ctx.now() + 100 * 365 * 86_400,
-            ..spot_args(&f, 10)
+            ..spot_args(&f)
         }))
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::DeadlineTooFar));
-    let mut too_many = spot_args(&f, 4);
+    let mut too_many = spot_args(&f);
     too_many.gpu_count = 5;
     let err = f.ctx.run(&spot(too_many)).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoGpuOfClass));
@@ -907,7 +913,7 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
         .ctx
         .run(&PlaceBid {
             book: f.queue_book,
-            ..spot(spot_args(&f, 5))
+            ..spot(spot_args(&f))
         })
         .unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::WrongBook));
@@ -919,7 +925,7 @@ fn spot_bids_go_to_the_machines_book_within_its_ranges() {
             status: MachineStatus::Paused,
         })
         .unwrap();
-    let err = f.ctx.run(&spot(spot_args(&f, 6))).unwrap_err();
+    let err = f.ctx.run(&spot(spot_args(&f))).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::MachineNotActive));
     assert_eq!(f.ctx.token_balance(&c.tokens), 100 * TOKEN - 10 * TOKEN);
 }
@@ -930,7 +936,7 @@ fn bad_bids_are_rejected_and_move_nothing() {
     let c = client(&mut f, 30 * TOKEN, TOKEN);
     let other = client(&mut f, 30 * TOKEN, 0);
     let vault = pda::payment_vault(&f.market).0;
-    let base = args(&f, 1);
+    let base = args(&f);
     let cases: Vec<(PlaceBidArgs, Option<u32>)> = vec![
         (
             PlaceBidArgs {
@@ -1117,7 +1123,7 @@ fn a_stake_account_passed_twice_is_refused() {
     let stake = pda::stake(&f.market, &c.key.pubkey()).0;
     let before: StakeAccount = f.ctx.account(&stake);
     let balance = f.ctx.token_balance(&c.tokens);
-    let p = place(f.keys, &c, args(&f, 1));
+    let p = place(f.keys, &c, args(&f));
     let mut twice = p.instruction();
     let evicted_stake = twice.accounts.len() - 1;
     twice.accounts[evicted_stake] = solana_instruction::AccountMeta::new(stake, false);
@@ -1146,11 +1152,15 @@ fn a_stake_account_passed_twice_is_refused() {
 fn compute_units_and_sizes_of_bids() {
     let mut f = fixture();
     let c = client(&mut f, 2_000 * TOKEN, 10 * TOKEN);
-    // A book with 100 bids in it, then the measured one.
-    for nonce in 0..100 {
-        f.ctx.run(&place(f.keys, &c, args(&f, nonce))).unwrap();
+    // A book with 100 bids in it, then the measured one (nonce 1,000, as before the nonce
+    // left the arguments' struct: its address's bump costs what it did).
+    for _ in 0..100 {
+        f.ctx.run(&place(f.keys, &c, args(&f))).unwrap();
     }
-    let p = place(f.keys, &c, args(&f, 1_000));
+    let p = PlaceBid {
+        nonce: 1_000,
+        ..place(f.keys, &c, args(&f))
+    };
     f.ctx.run(&p).unwrap();
     f.ctx
         .run(&TopUpBid {
@@ -1208,15 +1218,13 @@ fn compute_units_and_sizes_of_bids() {
 fn a_bid_cannot_raise_its_score_without_paying() {
     let mut f = fixture();
     let c = client(&mut f, 1_000 * TOKEN, 10 * TOKEN);
-    let mut nonce = 10;
-    let mut score_of = |f: &mut Fixture, a: PlaceBidArgs| {
-        nonce += 1;
-        let p = place(f.keys, &c, PlaceBidArgs { nonce, ..a });
+    let score_of = |f: &mut Fixture, a: PlaceBidArgs| {
+        let p = place(f.keys, &c, a);
         f.ctx.run(&p).expect("place_bid");
         f.ctx.account::<Bid>(&p.bid()).score
     };
     // Memory, duration and deadline cost nothing (unused escrow is refunded): they do not rank.
-    let base = args(&f, 0);
+    let base = args(&f);
     let plain = score_of(&mut f, base.clone());
     let more_memory = PlaceBidArgs {
         gib_per_gpu: 80,
@@ -1242,7 +1250,6 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         f.keys,
         &c,
         PlaceBidArgs {
-            nonce: 100,
             urgency_premium: premium,
             ..base.clone()
         },
@@ -1289,7 +1296,6 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         f.keys,
         &c,
         PlaceBidArgs {
-            nonce: 200,
             deadline: f.ctx.now() + 3_600 + max_wait + 1,
             ..base.clone()
         },
@@ -1302,7 +1308,6 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         f.keys,
         &c,
         PlaceBidArgs {
-            nonce: 201,
             deadline: f.ctx.now() + 3_600 + max_wait,
             ..base.clone()
         },
@@ -1315,7 +1320,6 @@ fn a_bid_cannot_raise_its_score_without_paying() {
         f.keys,
         &c,
         PlaceBidArgs {
-            nonce: 203,
             max_duration_secs: 59,
             min_duration_secs: 59,
             deadline: f.ctx.now() + 3_600,
@@ -1327,15 +1331,14 @@ fn a_bid_cannot_raise_its_score_without_paying() {
     assert!(!f.ctx.account_exists(&short.bid()));
     assert_eq!(ledger(&f, &[&c]), before, "a refused bid moves nothing");
     // Nor may the shortest run it accepts be shorter than an interval, or longer than its run.
-    for (nonce, min, error) in [
-        (204, 59, MarketError::BidShorterThanInterval),
-        (205, 3_601, MarketError::MinDurationTooLong),
+    for (min, error) in [
+        (59, MarketError::BidShorterThanInterval),
+        (3_601, MarketError::MinDurationTooLong),
     ] {
         let bad = place(
             f.keys,
             &c,
             PlaceBidArgs {
-                nonce,
                 min_duration_secs: min,
                 ..base.clone()
             },
@@ -1357,7 +1360,7 @@ fn an_image_reference_as_long_as_registries_allow_is_taken_and_the_account_sized
     }
     long.push_str("/train:v3");
     assert_eq!(long.len(), IMAGE_REF_LEN);
-    let mut a = args(&f, 1);
+    let mut a = args(&f);
     a.image_ref = long.clone();
     let p = place(f.keys, &c, a);
     let tx = f.ctx.transaction(&[p.instruction()], &p.signers());
@@ -1378,7 +1381,7 @@ fn more_than_16_overclock_entries_are_refused_not_a_panic() {
     assert_eq!(Bid::space(1, 40, 0, 5), Bid::space(1, 40, 0, MAX_REGIONS));
     assert_eq!(Bid::space(1, 256, 0, 0), Bid::space(1, IMAGE_REF_LEN, 0, 0));
     let before = ledger(&f, &[&c]);
-    let mut a = args(&f, 1);
+    let mut a = args(&f);
     a.overclock = vec![a.overclock[0]; 17];
     let p = place(f.keys, &c, a);
     let err = f.ctx.run(&p).unwrap_err();
@@ -1399,14 +1402,14 @@ fn a_longer_billing_interval_keeps_the_book_order_and_samples_demand() {
     let mut f = fixture();
     let c = client(&mut f, 1_000 * TOKEN, 10 * TOKEN);
     f.ctx.advance_time(100 * 60);
-    let early = place(f.keys, &c, args(&f, 1));
+    let early = place(f.keys, &c, args(&f));
     f.ctx.run(&early).expect("place_bid");
     let m: Market = f.ctx.account(&f.market);
     assert_eq!(m.demand_bps, 0, "nothing waited before it");
     let mut hourly = m.params;
     hourly.billing_interval_secs = 3_600;
     f.ctx.change_market(&f.authority, f.market, hourly);
-    let late = place(f.keys, &c, args(&f, 2));
+    let late = place(f.keys, &c, args(&f));
     f.ctx.run(&late).expect("place_bid");
     assert_eq!(
         book_order(&f.ctx, &f.queue_book),

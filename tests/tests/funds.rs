@@ -548,10 +548,8 @@ impl World {
         slack: i64,
         premium: u64,
     ) -> PlaceBidArgs {
-        self.next_nonce += 1;
         let duration = minutes * 60;
         PlaceBidArgs {
-            nonce: self.next_nonce,
             kind: BidKind::Queue,
             image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
             image_digest: [1; 32],
@@ -602,6 +600,7 @@ impl World {
         } else {
             None
         };
+        self.next_nonce += 1;
         let (k, t) = &self.wallets[w];
         let p = PlaceBid {
             client: k,
@@ -610,6 +609,7 @@ impl World {
             machine,
             payment_mint: self.mint,
             client_tokens: *t,
+            nonce: self.next_nonce,
             args,
             evict: evicted,
         };

@@ -83,8 +83,8 @@ impl Fixture {
             machine: self.witness,
             payment_mint: self.mint,
             client_tokens: self.squatter_tokens,
+            nonce,
             args: PlaceBidArgs {
-                nonce,
                 kind: BidKind::Queue,
                 image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
                 image_digest: [9; 32],

@@ -7,7 +7,6 @@ use gpu_market_tests::lease_fixture;
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Lease, Machine};
-use gpu_market_sdk::instructions::PlaceBid;
 use lease_fixture::*;
 
 const GIB: u32 = 1_024;
@@ -101,16 +100,7 @@ fn a_spot_bid_reserving_more_than_the_machine_gives_is_refused_at_placement() {
         ..f.spot_args(100 * TOKEN)
     };
     let before = f.ctx.token_balance(&c.tokens);
-    let p = PlaceBid {
-        client: &c.key,
-        market: f.market,
-        book: f.spot_book,
-        machine: f.machine,
-        payment_mint: f.mint,
-        client_tokens: c.tokens,
-        args,
-        evict: None,
-    };
+    let p = f.placement(&c, args);
     let err = f.ctx.run(&p).unwrap_err();
     assert_eq!(err.custom_code(), code(MarketError::NoRoom));
     assert_eq!(f.ctx.token_balance(&c.tokens), before, "no funds moved");

@@ -5,7 +5,6 @@ use gpu_market_tests::program_test;
 use anchor_lang::error::{ErrorCode as AnchorErrorCode, ERROR_CODE_OFFSET};
 use gpu_market::errors::MarketError;
 use gpu_market::events::MarketUpdated;
-use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
 use gpu_market::state::{Market, MarketParams, StakeAccount};
 use gpu_market_sdk::events::from_logs;
@@ -24,13 +23,6 @@ fn anchor_code(e: AnchorErrorCode) -> Option<u32> {
 
 fn params() -> MarketParams {
     MarketParams::recommended(60, 250, 3_600)
-}
-
-fn default_args(id: u64) -> InitMarketArgs {
-    InitMarketArgs {
-        id,
-        params: params(),
-    }
 }
 
 /// Parameter sets that break one rule each, with the error that names the rule.
@@ -185,7 +177,8 @@ fn market_fixture() -> MarketFixture {
         payment_mint: mint,
         treasury,
         stake_treasury: treasury,
-        args: default_args(1),
+        id: 1,
+        params: params(),
     };
     let market = init.market();
     ctx.run(&init).expect("init_market");
@@ -254,19 +247,20 @@ fn bad_market_parameters_are_rejected_and_create_nothing() {
     let authority = ctx.wallet(10);
     let mint = ctx.create_mint(6);
     let treasury = ctx.create_token_account(&mint, &authority.pubkey());
-    let cases: Vec<(InitMarketArgs, Option<u32>)> = bad_params()
+    let cases: Vec<(MarketParams, Option<u32>)> = bad_params()
         .into_iter()
-        .map(|(params, e)| (InitMarketArgs { id: 7, params }, code(e)))
+        .map(|(params, e)| (params, code(e)))
         .collect();
     let lamports_before = ctx.svm.get_balance(&authority.pubkey()).unwrap();
-    for (args, expected) in cases {
+    for (params, expected) in cases {
         let init = InitMarket {
             authority: &authority,
             stake_mint: mint,
             payment_mint: mint,
             treasury,
             stake_treasury: treasury,
-            args,
+            id: 7,
+            params,
         };
         let market = init.market();
         let err = ctx.run(&init).expect_err("must be rejected");
@@ -321,10 +315,8 @@ fn a_mint_that_can_freeze_the_vaults_is_refused() {
             payment_mint,
             treasury,
             stake_treasury,
-            args: InitMarketArgs {
-                id: 9,
-                params: params(),
-            },
+            id: 9,
+            params: params(),
         };
         let err = ctx.run(&init).expect_err("a freezable mint is refused");
         assert_eq!(

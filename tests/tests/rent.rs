@@ -89,8 +89,8 @@ impl Bidder {
             machine: self.witness,
             payment_mint: self.mint,
             client_tokens: self.tokens,
+            nonce,
             args: PlaceBidArgs {
-                nonce,
                 kind: BidKind::Queue,
                 image_ref: "127.0.0.1:5000/gpu-market/busybox:latest".into(),
                 image_digest: [9; 32],
@@ -217,7 +217,8 @@ fn a_market_opens_for_under_a_tenth_of_a_sol_and_a_machine_registers_for_under_t
         payment_mint: mint,
         treasury,
         stake_treasury,
-        args: gpu_market::instructions::InitMarketArgs { id: 0, params },
+        id: 0,
+        params,
     };
     let market = init.market();
     ctx.run(&init).expect("init_market");

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use gpu_market::instructions::InitMarketArgs;
 use gpu_market::pda;
 use gpu_market::state::Market;
 use gpu_market::state::MarketParams;
@@ -47,10 +46,8 @@ async fn rpc_transaction_reaches_the_program_and_the_websocket_reports_it() {
         payment_mint: mint,
         treasury: tokens,
         stake_treasury: tokens,
-        args: InitMarketArgs {
-            id,
-            params: MarketParams::recommended(60, 100, 600),
-        },
+        id,
+        params: MarketParams::recommended(60, 100, 600),
     };
     cluster.run(&init).await.unwrap();
     let market = init.market();

@@ -2,7 +2,6 @@
 //! LiteSVM ([`gpu_market_tests::svm_rpc::SvmRpc`]); the market, the host's stake, its machine
 //! and the clients' bids are made with the sdk's builders, as on a validator.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -113,7 +112,6 @@ pub struct OtherMachine {
 pub struct ProgramMarket {
     live: LiveMarket,
     chain: Arc<SolanaChain>,
-    nonce: AtomicU64,
     /// Every machine registered in the market, the scenarios' one first.
     machines: Mutex<Vec<Pubkey>>,
 }
@@ -148,7 +146,6 @@ impl ProgramMarket {
             machines: Mutex::new(vec![live.machine]),
             live,
             chain: Arc::new(chain),
-            nonce: AtomicU64::new(0),
         }
     }
 }
@@ -189,11 +186,10 @@ impl ProgramMarket {
         (Arc::new(chain), feed)
     }
 
-    /// The placement arguments of `spec`, with the market's next nonce.
+    /// The placement arguments of `spec`.
     async fn args(&self, spec: &BidSpec) -> PlaceBidArgs {
         let now = self.live.cluster.now().await.expect("the clock");
         PlaceBidArgs {
-            nonce: self.nonce.fetch_add(1, Ordering::Relaxed),
             kind: match spec.kind {
                 BidKind::Queue => ProgramBidKind::Queue,
                 BidKind::Spot => ProgramBidKind::Spot,
@@ -245,6 +241,7 @@ impl ProgramMarket {
                 machine: self.live.machine,
                 payment_mint: self.live.mint,
                 client_tokens: client.tokens,
+                nonce: self.live.next_nonce(),
                 args,
                 evict: None,
             },

@@ -16,7 +16,6 @@ use futures_util::{StreamExt, TryStreamExt};
 use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{BidKind, GpuSpec, MarketParams, OverclockTerms};
 use gpu_market_agent::gpu::mps::Mps;
-use gpu_market_sdk::PlaceBid;
 use gpu_market_tests::live::{LiveMarket, Wallet};
 use solana_pubkey::Pubkey;
 
@@ -94,10 +93,9 @@ pub const QUEUE_WAIT_SECS: i64 = 600;
 
 /// A queue bid for one GPU × 8 GiB at 300 W for `secs`, that may start up to
 /// [`QUEUE_WAIT_SECS`] after `now`.
-pub fn queue_bid(nonce: u64, secs: u32, now: i64) -> PlaceBidArgs {
+pub fn queue_bid(secs: u32, now: i64) -> PlaceBidArgs {
     let (image_ref, image_digest) = worker_image();
     PlaceBidArgs {
-        nonce,
         kind: BidKind::Queue,
         image_ref,
         image_digest,
@@ -499,19 +497,10 @@ pub async fn place_all(
     witness: Pubkey,
     bids: Vec<PlaceBidArgs>,
 ) -> Vec<Pubkey> {
-    futures_util::stream::iter(bids.into_iter().map(|args| async move {
-        let p = PlaceBid {
-            client: &client.key,
-            market: live.market,
-            book: live.queue_book,
-            machine: witness,
-            payment_mint: live.mint,
-            client_tokens: client.tokens,
-            args,
-            evict: None,
-        };
-        live.cluster.run(&p).await.map(|_| p.bid())
-    }))
+    futures_util::stream::iter(
+        bids.into_iter()
+            .map(|args| async move { live.place_via(client, witness, args).await }),
+    )
     .buffer_unordered(24)
     .try_collect()
     .await
@@ -542,7 +531,7 @@ pub fn unservable(
 ) -> Vec<PlaceBidArgs> {
     nonces
         .map(|nonce| {
-            let mut b = queue_bid(nonce, secs, deadline);
+            let mut b = queue_bid(secs, deadline);
             b.deadline = deadline;
             match nonce % UNSERVABLE_KINDS {
                 0 => b.accepted_classes = 0b10,

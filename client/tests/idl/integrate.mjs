@@ -40,6 +40,13 @@ const [stakeKey] = web3.PublicKey.findProgramAddressSync(
   [Buffer.from(constant("STAKE")), marketKey.toBuffer(), client.publicKey.toBuffer()],
   program.programId,
 );
+// The book's entries follow its header, one `BookSlot` each: their layout is in the IDL.
+const rawBook = await connection.getAccountInfo(market.data.queueBook);
+const [bookHeader, bookSlot] = [constant("BOOK_EMPTY_SPACE"), constant("BOOK_SLOT_SIZE")].map(Number);
+const entries = Array.from({ length: book.len }, (_, i) => {
+  const at = bookHeader + i * bookSlot;
+  return program.coder.types.decode("bookSlot", rawBook.data.subarray(at, at + bookSlot)).leaf.bid.toBase58();
+});
 out.decoded = {
   market_queue_book: market.data.queueBook.toBase58(),
   market_payment_mint: market.data.paymentMint.toBase58(),
@@ -48,6 +55,7 @@ out.decoded = {
   bid_price: bid.data.price.toString(),
   bid_escrow: bid.data.escrow.toString(),
   book_market: book.market.toBase58(),
+  book_entries: entries,
   stakes: stakes.length,
 };
 
@@ -71,11 +79,11 @@ const known = {
 };
 out.top_up = await program.methods.topUpBid(new BN(1000)).accounts(inputs("top_up_bid", known)).rpc();
 
-// A second queue bid, its address derived by the client from the IDL's seeds (args.nonce).
+// A second queue bid, its address derived by the client from the IDL's seeds (the `nonce`
+// argument).
 const nonce = new BN(7777);
 const now = Math.floor(Date.now() / 1000);
 const args = {
-  nonce,
   kind: { queue: {} },
   imageRef: "registry.example/idl:v1",
   imageDigest: Array(32).fill(7),
@@ -96,7 +104,7 @@ const args = {
   regions: [],
   autoPower: null,
 };
-const placing = program.methods.placeBid(args).accounts(inputs("place_bid", known));
+const placing = program.methods.placeBid(nonce, args).accounts(inputs("place_bid", known));
 const placed = (await placing.pubkeys()).bid;
 out.place = await placing.rpc();
 out.placed_bid = placed.toBase58();
@@ -138,9 +146,10 @@ function inputs(ix, known) {
   return given;
 }
 
-/** A bytes constant of the IDL (a PDA seed), as its bytes. */
+/** A constant of the IDL: a bytes one (a PDA seed) as its bytes, a number as its value. */
 function constant(name) {
   const c = idl.constants.find((c) => c.name === name);
   if (!c) throw new Error(`the IDL has no constant ${name}`);
-  return Uint8Array.from(JSON.parse(c.value));
+  const value = JSON.parse(c.value);
+  return Array.isArray(value) ? Uint8Array.from(value) : value;
 }

@@ -26,8 +26,8 @@ pub mod gpu_market {
     use super::*;
 
     /// Creates a market and its stake and payment vaults (token accounts owned by PDAs).
-    pub fn init_market(ctx: Context<InitMarket>, args: InitMarketArgs) -> Result<()> {
-        InitMarket::init_market(ctx, args)
+    pub fn init_market(ctx: Context<InitMarket>, id: u64, params: MarketParams) -> Result<()> {
+        InitMarket::init_market(ctx, id, params)
     }
 
     /// Schedules new parameters (authority only, within bounds); they apply after the market's
@@ -92,16 +92,22 @@ pub mod gpu_market {
 
     /// Places a queue or spot bid: locks price × duration in escrow, scores it from the
     /// bidder's stake, deadline and requested resources, and inserts it in its book (evicting
-    /// the lowest-ranked entry of a full book, refunded, when it outranks it).
-    pub fn place_bid(ctx: Context<PlaceBid>, args: PlaceBidArgs) -> Result<()> {
-        PlaceBid::place_bid(ctx, args, 1)
+    /// the lowest-ranked entry of a full book, refunded, when it outranks it). `nonce`, chosen
+    /// by the client, tells its bids apart (the bid's address is derived from it).
+    pub fn place_bid(ctx: Context<PlaceBid>, nonce: u64, args: PlaceBidArgs) -> Result<()> {
+        PlaceBid::place_bid(ctx, nonce, args, 1)
     }
 
     /// Places a gang bid: a queue bid for `parts` machines at once (2 to `MAX_GANG_PARTS`),
     /// `args.gpu_count` GPUs on each, all allocated together (`allocate_gang`) or none. Its
     /// escrow pays for every part; its account holds each part's lease rent.
-    pub fn place_gang_bid(ctx: Context<PlaceBid>, args: PlaceBidArgs, parts: u8) -> Result<()> {
-        PlaceBid::place_bid(ctx, args, parts)
+    pub fn place_gang_bid(
+        ctx: Context<PlaceBid>,
+        nonce: u64,
+        args: PlaceBidArgs,
+        parts: u8,
+    ) -> Result<()> {
+        PlaceBid::place_bid(ctx, nonce, args, parts)
     }
 
     /// Pays more urgency premium for a waiting queue bid (burnt, as at placement): it ranks
@@ -257,8 +263,8 @@ pub mod gpu_market {
     }
 
     /// Stores the bid's environment sealed to one machine's agent key (the client's).
-    pub fn seal_env(ctx: Context<SealEnv>, args: SealEnvArgs) -> Result<()> {
-        SealEnv::seal_env(ctx, args)
+    pub fn seal_env(ctx: Context<SealEnv>, recipient: Pubkey, sealed: Vec<u8>) -> Result<()> {
+        SealEnv::seal_env(ctx, recipient, sealed)
     }
 
     /// Closes a sealed environment (its client; anyone once the bid is gone); rent to the

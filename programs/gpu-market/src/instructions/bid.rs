@@ -19,8 +19,6 @@ use crate::state::{
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
 pub struct PlaceBidArgs {
-    /// Chosen by the client so one client can hold several bids.
-    pub nonce: u64,
     pub kind: BidKind,
     pub image_ref: String,
     pub image_digest: [u8; 32],
@@ -97,7 +95,7 @@ impl PlaceBidArgs {
 }
 
 #[derive(Accounts)]
-#[instruction(args: PlaceBidArgs)]
+#[instruction(nonce: u64)]
 pub struct PlaceBid<'info> {
     #[account(mut)]
     pub client: Signer<'info>,
@@ -114,7 +112,7 @@ pub struct PlaceBid<'info> {
     /// CHECK: the seeds check its address; creating it fails if another program owns it.
     #[account(
         mut,
-        seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &args.nonce.to_le_bytes()],
+        seeds = [seeds::BID, market.key().as_ref(), client.key().as_ref(), &nonce.to_le_bytes()],
         bump,
     )]
     pub bid: UncheckedAccount<'info>,
@@ -400,7 +398,7 @@ impl PlaceBid<'_> {
     /// Places a bid that runs on `parts` machines at once, `args.gpu_count` GPUs on each (1:
     /// an ordinary bid). A gang's escrow pays for all its parts, and its account holds, besides
     /// its book slot's rent, the rent of each part's lease (`allocate_gang` pays them from it).
-    pub fn place_bid(ctx: Context<Self>, args: PlaceBidArgs, parts: u8) -> Result<()> {
+    pub fn place_bid(ctx: Context<Self>, nonce: u64, args: PlaceBidArgs, parts: u8) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
         let wait_secs = ctx.accounts.validate(&args, now)?;
         require!(
@@ -463,7 +461,7 @@ impl PlaceBid<'_> {
         );
         let held = slot.checked_add(leases).ok_or(MarketError::Overflow)?;
         ctx.accounts
-            .create_bid(&rent, args.nonce, ctx.bumps.bid, space, held)?;
+            .create_bid(&rent, nonce, ctx.bumps.bid, space, held)?;
         let market = &mut ctx.accounts.market;
         let mut bid = Bid {
             data: BidData {

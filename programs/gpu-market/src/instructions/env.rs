@@ -6,16 +6,12 @@ use anchor_lang::prelude::*;
 use crate::errors::MarketError;
 use crate::state::{seeds, Bid, SealedEnv};
 
-#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
-pub struct SealEnvArgs {
-    /// The key that can open it: the agent key of a machine that may run the bid.
-    pub recipient: Pubkey,
-    /// The envelope (`gpu_market_sdk::envelope`), at most `SealedEnv::MAX_SEALED` bytes.
-    pub sealed: Vec<u8>,
-}
-
+/// `seal_env(recipient, sealed)`: `recipient` is the key that can open it, the agent key of a
+/// machine that may run the bid; `sealed` is the envelope (`gpu_market_sdk::envelope`), at most
+/// `SealedEnv::MAX_SEALED` bytes. Top-level arguments, so that a client generated from the IDL
+/// derives the account's address from `recipient`.
 #[derive(Accounts)]
-#[instruction(args: SealEnvArgs)]
+#[instruction(recipient: Pubkey, sealed: Vec<u8>)]
 pub struct SealEnv<'info> {
     #[account(mut)]
     pub client: Signer<'info>,
@@ -26,8 +22,8 @@ pub struct SealEnv<'info> {
     #[account(
         init,
         payer = client,
-        space = SealedEnv::space(args.sealed.len().min(SealedEnv::MAX_SEALED)),
-        seeds = [seeds::SEALED_ENV, bid.key().as_ref(), args.recipient.as_ref()],
+        space = SealedEnv::space(sealed.len().min(SealedEnv::MAX_SEALED)),
+        seeds = [seeds::SEALED_ENV, bid.key().as_ref(), recipient.as_ref()],
         bump,
     )]
     pub sealed_env: Box<Account<'info, SealedEnv>>,
@@ -38,22 +34,22 @@ pub struct SealEnv<'info> {
 impl SealEnv<'_> {
     /// Stores the bid's environment sealed to `recipient`, paid by the client. The program
     /// cannot read it; the agent checks what it opens against the bid's `env_hash`.
-    pub fn seal_env(ctx: Context<Self>, args: SealEnvArgs) -> Result<()> {
+    pub fn seal_env(ctx: Context<Self>, recipient: Pubkey, sealed: Vec<u8>) -> Result<()> {
         require!(
             ctx.accounts.bid.env_hash != [0; 32],
             MarketError::NoEnvironment
         );
         require!(
-            (1..=SealedEnv::MAX_SEALED).contains(&args.sealed.len()),
+            (1..=SealedEnv::MAX_SEALED).contains(&sealed.len()),
             MarketError::SealedEnvSize
         );
         ctx.accounts.sealed_env.set_inner(SealedEnv {
             market: ctx.accounts.bid.market,
             bid: ctx.accounts.bid.key(),
             client: ctx.accounts.client.key(),
-            recipient: args.recipient,
+            recipient,
             bump: ctx.bumps.sealed_env,
-            sealed: args.sealed,
+            sealed,
         });
         Ok(())
     }

@@ -9,14 +9,10 @@ use crate::events::{
 use crate::instructions::pay_out;
 use crate::state::{seeds, Market, MarketData, MarketParams, CLASS_NAME_LEN, REGION_LEN};
 
-#[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
-pub struct InitMarketArgs {
-    pub id: u64,
-    pub params: MarketParams,
-}
-
+/// `init_market(id, params)`: `id` tells one authority's markets apart. A top-level argument, so
+/// that a client generated from the IDL derives the market's address from it.
 #[derive(Accounts)]
-#[instruction(args: InitMarketArgs)]
+#[instruction(id: u64)]
 pub struct InitMarket<'info> {
     #[account(mut)]
     pub authority: Signer<'info>,
@@ -25,7 +21,7 @@ pub struct InitMarket<'info> {
         init,
         payer = authority,
         space = 8 + Market::INIT_SPACE,
-        seeds = [seeds::MARKET, authority.key().as_ref(), &args.id.to_le_bytes()],
+        seeds = [seeds::MARKET, authority.key().as_ref(), &id.to_le_bytes()],
         bump,
     )]
     pub market: Box<Account<'info, Market>>,
@@ -69,17 +65,13 @@ pub struct InitMarket<'info> {
 }
 
 impl InitMarket<'_> {
-    fn validate(&self, args: &InitMarketArgs) -> Result<()> {
-        args.params.validate()
-    }
-
-    #[access_control(ctx.accounts.validate(&args))]
-    pub fn init_market(ctx: Context<Self>, args: InitMarketArgs) -> Result<()> {
+    #[access_control(params.validate())]
+    pub fn init_market(ctx: Context<Self>, id: u64, params: MarketParams) -> Result<()> {
         let market = &mut ctx.accounts.market;
         market.set_inner(Market {
             data: MarketData {
                 authority: ctx.accounts.authority.key(),
-                id: args.id,
+                id,
                 stake_mint: ctx.accounts.stake_mint.key(),
                 payment_mint: ctx.accounts.payment_mint.key(),
                 stake_vault: ctx.accounts.stake_vault.key(),
@@ -90,7 +82,7 @@ impl InitMarket<'_> {
                 bump: ctx.bumps.market,
                 stake_vault_bump: ctx.bumps.stake_vault,
                 payment_vault_bump: ctx.bumps.payment_vault,
-                ..Market::opening(args.params).data
+                ..Market::opening(params).data
             },
         });
         market.invariant()?;

@@ -757,5 +757,39 @@ impl<'a> Iterator for BookIter<'a> {
 
 impl ExactSizeIterator for BookIter<'_> {}
 
+/// Names the IDL print of the book's entries ([`__anchor_private_print_idl_book_entries`]).
+#[cfg(feature = "idl-build")]
+pub const BOOK_ENTRIES_PRINT: &str = "BookEntries";
+
+/// The book's entries in the IDL. Anchor puts in it only the types that instructions, accounts
+/// and events reach, and a book's entries follow its header (`BidBook`) in the account, where no
+/// field can name them; yet an integrator needs their layout to read a book's bids. The IDL
+/// builder (`anchor_lang_idl::build`, run by `gpu-market-idl`) runs every test named
+/// `__anchor_private_print_idl…` and takes types from its event prints only, so this prints
+/// [`BookSlot`] and the types it holds as the types of an event named [`BOOK_ENTRIES_PRINT`],
+/// which `gpu-market-idl` then takes out of the events: no such event exists.
+#[cfg(all(test, feature = "idl-build"))]
+#[test]
+fn __anchor_private_print_idl_book_entries() {
+    use anchor_lang::idl::build::IdlBuild;
+    use anchor_lang::idl::types::IdlEvent;
+    let mut types = std::collections::BTreeMap::new();
+    BookSlot::insert_types(&mut types);
+    let slot = BookSlot::create_type().expect("BookSlot has an IDL type");
+    types.insert(slot.name.clone(), slot);
+    use anchor_lang::idl::serde_json;
+    let print = serde_json::json!({
+        "event": IdlEvent {
+            name: BOOK_ENTRIES_PRINT.into(),
+            // The builder refuses an empty one; `gpu-market-idl` drops the print.
+            discriminator: vec![0; 8],
+        },
+        "types": types.into_values().collect::<Vec<_>>(),
+    });
+    println!("--- IDL begin event ---");
+    println!("{}", serde_json::to_string_pretty(&print).unwrap());
+    println!("--- IDL end event ---");
+}
+
 #[cfg(test)]
 mod tests;
