@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_market_sdk::gpus::{format_uuid, GpuEntry, GpusFile};
+use gpu_market_sdk::gpus::{format_uuid, GpuClassRef, GpuEntry, GpusFile};
 
 use crate::gpu::GpuInfo;
 
@@ -37,7 +37,7 @@ pub fn gpus_file(gpus: &[GpuInfo], classes: &BTreeMap<String, u8>) -> Result<Str
             let l = &g.limits;
             Ok(GpuEntry {
                 uuid: format_uuid(&g.uuid),
-                class,
+                class: GpuClassRef::Number(class),
                 memory_gib: g.memory_gib(),
                 topology_group: g.topology_group.unwrap_or(0),
                 power_w: [l.power_w.min, l.power_w.max],
@@ -98,9 +98,11 @@ mod tests {
         );
         let text = gpus_file(&gpus.gpus(), &BTreeMap::new()).unwrap();
         let file: GpusFile = toml::from_str(&text).unwrap();
-        let specs: Vec<_> = file.gpu.iter().map(|g| g.spec().unwrap()).collect();
+        let classes: Vec<_> = file.gpu.iter().map(|g| g.class.clone()).collect();
+        assert_eq!(classes, [GpuClassRef::Number(0), GpuClassRef::Number(1)]);
+        let specs: Vec<_> = file.gpu.iter().map(|g| g.spec(0).unwrap()).collect();
         assert_eq!(specs.len(), 2);
-        assert_eq!((specs[1].class, specs[1].topology_group), (1, 1));
+        assert_eq!(specs[1].topology_group, 1);
         assert_eq!(specs[0].memory_gib, 24);
         assert_eq!(specs[0].power_w, [150, 450]);
         assert_eq!(specs[0].core_offset_mhz, [-200, 200]);
@@ -126,7 +128,7 @@ mod tests {
         let text = gpus_file(&info, &classes).unwrap();
         assert!(text.contains("nvidia-smi topo"), "asks for the groups");
         let file: GpusFile = toml::from_str(&text).unwrap();
-        assert_eq!(file.gpu[0].class, 3);
+        assert_eq!(file.gpu[0].class, GpuClassRef::Number(3));
         assert_eq!(gpus_file(&[], &classes), Err(DetectError::NoGpu));
     }
 }

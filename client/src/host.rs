@@ -10,7 +10,7 @@ use gpu_market::state::{
     StakeAccount, BOOK_EMPTY_SPACE, MAX_CACHED_IMAGES, REGION_LEN,
 };
 use gpu_market_sdk::book::read_book;
-use gpu_market_sdk::gpus::{format_uuid, GpusFile};
+use gpu_market_sdk::gpus::{format_uuid, GpuClassRef, GpusFile};
 use gpu_market_sdk::{
     init_spot_book, open_book_instructions, ClaimPay, ClientInstruction, CloseMachine,
     RegisterMachine, SetCachedImages, SetMachineStatus, Slash, UpdateMachine,
@@ -21,6 +21,7 @@ use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
 use solana_signer::Signer;
 
+use crate::classes;
 use crate::config::{Config, Group, Signing};
 use crate::output::{print_list, print_record, text, Fields};
 use crate::parse;
@@ -132,8 +133,9 @@ pub struct TermArgs {
 /// The TLS port of the agent's API unless the host names another.
 pub const DEFAULT_API_PORT: u16 = 7450;
 
-/// Reads a GPUs file (`.json` as JSON, anything else as TOML) and checks each GPU's ranges.
-fn read_gpus(path: &Path) -> Result<Vec<GpuSpec>> {
+/// Reads a GPUs file (`.json` as JSON, anything else as TOML), each GPU's class by number or by
+/// the name market `m` gives it, and checks each GPU's ranges.
+fn read_gpus(path: &Path, m: &Market) -> Result<Vec<GpuSpec>> {
     let body = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the GPUs file {}", path.display()))?;
     let file: GpusFile = if path.extension().is_some_and(|e| e == "json") {
@@ -149,7 +151,12 @@ fn read_gpus(path: &Path) -> Result<Vec<GpuSpec>> {
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let spec = g.spec().ok_or_else(|| {
+            let class = match &g.class {
+                GpuClassRef::Number(n) => classes::parse(m, &n.to_string()),
+                GpuClassRef::Name(name) => classes::parse(m, name),
+            }
+            .with_context(|| format!("GPU {i} in {}", path.display()))?;
+            let spec = g.spec(class).ok_or_else(|| {
                 anyhow!(
                     "GPU {i} in {}: bad GPU UUID {:?}: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
                     path.display(),
@@ -168,10 +175,16 @@ fn read_gpus(path: &Path) -> Result<Vec<GpuSpec>> {
 }
 
 impl TermArgs {
-    /// `base` with every term given here replaced.
-    fn apply(&self, mut terms: MachineTerms, payment_decimals: u8) -> Result<MachineTerms> {
+    /// `base` with every term given here replaced (GPU classes named as market `m` names them,
+    /// amounts in decimals of its payment token, `payment_decimals`).
+    fn apply(
+        &self,
+        mut terms: MachineTerms,
+        m: &Market,
+        payment_decimals: u8,
+    ) -> Result<MachineTerms> {
         if let Some(path) = &self.gpus {
-            terms.gpus = read_gpus(path)?;
+            terms.gpus = read_gpus(path, m)?;
         }
         if let Some(agent) = self.agent {
             terms.agent = agent;
@@ -275,7 +288,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
                 memory_mib: 0,
             };
             let images = terms.cached_images()?;
-            let terms = terms.apply(base, config.mint_decimals(&m.payment_mint)?)?;
+            let terms = terms.apply(base, &m, config.mint_decimals(&m.payment_mint)?)?;
             let register = RegisterMachine {
                 owner: owner.key(),
                 market,
@@ -309,7 +322,7 @@ pub fn run(config: &Config, command: HostCommand) -> Result<()> {
             let mach = owned_machine(config, &machine, &owner.pubkey())?;
             let m: Market = config.fetch(&mach.market, "market")?;
             let images = terms.cached_images()?;
-            let new = terms.apply(mach.terms(), config.mint_decimals(&m.payment_mint)?)?;
+            let new = terms.apply(mach.terms(), &m, config.mint_decimals(&m.payment_mint)?)?;
             let mut groups = Vec::new();
             if new != mach.terms() {
                 groups.push(update_group(config, owner.key(), (machine, &mach), new)?);

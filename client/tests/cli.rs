@@ -1539,8 +1539,55 @@ fn gpu_classes_by_model_name() {
     let e = t.fails(&s.authority, &["quote", "--market", &m, "--class", "L40S"]);
     assert!(e.contains("H100 (0), A100 (1), RTX 4090 (3)"), "{e}");
 
+    // A GPUs file names classes as the market does, in any case; a name it does not give is
+    // refused, naming the file's GPU and the market's names, and changes nothing.
+    let host = register_host(&t, &s);
+    let machine = host.machine.to_string();
+    let by_name = t.path("gpus-by-name.toml");
+    std::fs::write(
+        &by_name,
+        GPUS_TOML
+            .replace("class = 0", "class = \"rtx 4090\"")
+            .replace("class = 1", "class = \"A100\""),
+    )
+    .unwrap();
+    let host_wallet = t.path("host.json");
+    let update = |file: &std::path::Path| {
+        vec![
+            "host".to_string(),
+            "update".into(),
+            machine.clone(),
+            "--gpus".into(),
+            file.to_str().unwrap().into(),
+        ]
+    };
+    let args = update(&by_name);
+    t.ok(
+        &host_wallet,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let classes = |t: &T| -> Vec<u8> {
+        let mach: gpu_market::state::Machine = t.account(&host.machine);
+        mach.gpus[..mach.gpu_count as usize]
+            .iter()
+            .map(|g| g.class)
+            .collect()
+    };
+    assert_eq!(classes(&t), [3, 1]);
+    let unknown = t.path("gpus-unknown.toml");
+    std::fs::write(&unknown, GPUS_TOML.replace("class = 1", "class = \"L40S\"")).unwrap();
+    let args = update(&unknown);
+    let e = t.fails(
+        &host_wallet,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert!(
+        e.contains("GPU 1 in") && e.contains("H100 (0), A100 (1), RTX 4090 (3)"),
+        "{e}"
+    );
+    assert_eq!(classes(&t), [3, 1], "nothing changed");
+
     // bid place --class by name; a name the market does not give moves nothing.
-    register_host(&t, &s);
     let client = t.wallet("client");
     let tokens = s.fund(&t, &client, "100");
     let before = t.balance(&tokens);

@@ -1,6 +1,7 @@
 //! The GPUs file: how a host describes a machine's GPUs to `gpu-market host register --gpus`,
 //! and what `gpu-market-agent detect` writes from the GPUs it finds. TOML (or JSON), a `gpu`
-//! list whose entries mirror the program's `GpuSpec`.
+//! list whose entries mirror the program's `GpuSpec`, a GPU's class given by number or by the
+//! model name its market gives it (`class = "H100"`).
 
 use gpu_market::state::GpuSpec;
 use serde::{Deserialize, Serialize};
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub struct GpuEntry {
     /// As NVML prints it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) or 32 hex digits.
     pub uuid: String,
-    pub class: u8,
+    pub class: GpuClassRef,
     pub memory_gib: u16,
     #[serde(default)]
     pub topology_group: u8,
@@ -64,12 +65,23 @@ pub fn format_uuid(uuid: &[u8; 16]) -> String {
     )
 }
 
+/// A GPU's class as a GPUs file gives it: its number (`class = 0`), or the model name the market
+/// gives that class (`class = "H100"`: `gpu-market market name-class`), which `host register`
+/// and `host update` look up in the market, in any case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GpuClassRef {
+    Number(u8),
+    Name(String),
+}
+
 impl GpuEntry {
-    /// The program's form; `None` when the UUID is not one.
-    pub fn spec(&self) -> Option<GpuSpec> {
+    /// The program's form, its class `class` (the entry's, looked up by the caller); `None`
+    /// when the UUID is not one.
+    pub fn spec(&self, class: u8) -> Option<GpuSpec> {
         Some(GpuSpec {
             uuid: parse_uuid(&self.uuid)?,
-            class: self.class,
+            class,
             topology_group: self.topology_group,
             memory_gib: self.memory_gib,
             power_w: self.power_w,
@@ -85,7 +97,7 @@ impl From<&GpuSpec> for GpuEntry {
     fn from(g: &GpuSpec) -> Self {
         GpuEntry {
             uuid: format_uuid(&g.uuid),
-            class: g.class,
+            class: GpuClassRef::Number(g.class),
             memory_gib: g.memory_gib,
             topology_group: g.topology_group,
             power_w: g.power_w,
@@ -125,6 +137,15 @@ mod tests {
             core_offset_mhz: [-200, 200],
             mem_offset_mhz: [0, 0],
         };
-        assert_eq!(GpuEntry::from(&spec).spec(), Some(spec));
+        let entry = GpuEntry::from(&spec);
+        assert_eq!(entry.class, GpuClassRef::Number(2));
+        assert_eq!(entry.spec(2), Some(spec));
+        // A class by name, as a host may write it.
+        let named: GpusFile = toml::from_str(
+            "[[gpu]]\nuuid = \"GPU-07070707-0707-0707-0707-070707070707\"\nclass = \"H100\"\n\
+             memory_gib = 80\npower_w = [150, 700]\n",
+        )
+        .unwrap();
+        assert_eq!(named.gpu[0].class, GpuClassRef::Name("H100".into()));
     }
 }
