@@ -43,7 +43,7 @@ async fn a_client_reaches_its_lease_through_the_published_port_and_the_daemons_s
     let (image_ref, image_digest) = seeded_image("SERVER");
     // Longer than all the waits below together: the lease must still run when the port, the
     // logs and the files are asked for. The test ends it by stopping the agent.
-    let mut args = queue_bid(1, 30 * INTERVAL, now);
+    let mut args = queue_bid(30 * INTERVAL, now);
     (args.image_ref, args.image_digest) = (image_ref, image_digest);
     (args.ports, args.scratch_gib) = (vec![8080], 1);
     let bid = live.place(&client, args).await.unwrap();
@@ -318,23 +318,64 @@ async fn a_wallet_seals_its_bids_environment_follows_its_leases_logs_downloads_a
         .unwrap();
     assert_eq!(code, 0);
     let followed = browser.ask(&format!("await {lease} live-line-7"));
+    let connect = browser.ask(&format!("lease {lease} status"));
     let file = browser.ask(&format!("lease {lease} file /workspace/result.txt"));
+    let folder = browser.ask(&format!("lease {lease} file /workspace"));
     let terminal = browser.ask(&format!("terminal {lease} GREETING"));
     drop(browser);
-    let answers = [logs.clone(), followed, file.clone(), terminal.clone()];
+    let answers = [
+        connect.clone(),
+        logs.clone(),
+        followed,
+        file.clone(),
+        folder.clone(),
+        terminal.clone(),
+    ];
+    // Where to connect: the port the agent published for the container's 8080.
+    let published = api.status(&client.key, &lease).await.unwrap().ports;
+    assert_eq!(published.len(), 1);
+    assert_eq!(
+        connect["connect"],
+        serde_json::json!([format!("8080/tcp -> 127.0.0.1:{}", published[0].host_port)]),
+        "{connect}"
+    );
     assert_eq!(logs["status"]["state"], "done", "{logs}");
     assert!(
-        answers[1]["logs"]
+        answers[2]["logs"]
             .as_str()
             .unwrap()
             .contains("training done: loss=0.25, serving /workspace on :8080\nlive-line-7\n"),
         "{}",
-        answers[1]
+        answers[2]
     );
     assert_eq!(file["status"]["state"], "done", "{file}");
     assert_eq!(file["file"], "result.txt (18 bytes)", "{file}");
     let expected = hex::encode(sha2::Sha256::digest(b"epoch 1 loss=0.25\n"));
     assert_eq!(file["sha256"], expected.as_str(), "{file}");
+    // A folder comes as the engine's archive of it, which holds the result.
+    let archive = api.files(&client.key, &lease, "/workspace").await.unwrap();
+    let archive = archive.collect().await.unwrap().to_bytes();
+    assert_eq!(folder["status"]["state"], "done", "{folder}");
+    assert_eq!(
+        folder["file"],
+        format!("workspace.tar ({} bytes)", archive.len()).as_str(),
+        "{folder}"
+    );
+    assert_eq!(
+        folder["sha256"],
+        hex::encode(sha2::Sha256::digest(&archive)).as_str(),
+        "{folder}"
+    );
+    let mut tar = tar::Archive::new(&archive[..]);
+    let names: Vec<String> = tar
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.contains(&"workspace/result.txt".to_string()),
+        "{names:?}"
+    );
     // The terminal: a TTY of the page's size, which follows the element's when it is resized,
     // running what is typed into it, until `exit`.
     let text = terminal["text"].as_str().unwrap();
@@ -348,6 +389,8 @@ async fn a_wallet_seals_its_bids_environment_follows_its_leases_logs_downloads_a
         first,
         second,
         "hello-42",
+        // "abcdef", four columns back, "XY": as a terminal emulator draws it.
+        "\nabXYef\n",
         "GREETING=sealed-in-the-browser-7.",
         "[exited with 0]",
     ] {

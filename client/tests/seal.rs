@@ -1,8 +1,8 @@
-//! The market page's sealing (`client/src/serve/seal.js`, served at /seal.js) against the sdk's
-//! envelope: what the browser seals for a bid, the agent opens with `envelope::open_env`, and the
-//! hash the browser computes from the wallet's signature is the one `bid place --env FILE`
-//! computes from the same key and text. And the committed bundle is what its source and pinned
-//! libraries build (`client/web`, `npm run build`).
+//! The market page's sealing (`client/src/serve/web/seal.mjs`, served at /web/seal.mjs) against
+//! the sdk's envelope: what the browser seals for a bid, the agent opens with
+//! `envelope::open_env`, and the hash the browser computes from the wallet's signature is the one
+//! `bid place --env FILE` computes from the same key and text. And the committed bundles are what
+//! their sources and pinned libraries build (`client/web`, `node build.mjs`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,18 +18,19 @@ fn web() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("web")
 }
 
-fn bundle() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/serve/seal.js")
+/// The committed bundles' folder.
+fn bundles() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src/serve/web")
 }
 
-/// Runs the committed bundle in Node as the page runs it (a classic script defining
-/// `gpuMarketSeal`), with `request` on its standard input: `{"plain", "signature", "recipients"}`
+/// Runs the committed bundle in Node as the page imports it (an ES module), with `request` on
+/// its standard input: `{"plain", "signature", "recipients"}`
 /// in hex → `{"hash", "sealed": [...]}` in hex, or `{"error"}` for each recipient it refused.
 fn browser_seal(request: &Value) -> Value {
     const SCRIPT: &str = r#"
 const fs = require('node:fs');
-const vm = require('node:vm');
-vm.runInThisContext(fs.readFileSync(process.argv[1], 'utf8'));
+const { pathToFileURL } = require('node:url');
+import(pathToFileURL(process.argv[1]).href).then((gpuMarketSeal) => {
 const hex = (b) => Buffer.from(b).toString('hex');
 const bytes = (h) => new Uint8Array(Buffer.from(h, 'hex'));
 const r = JSON.parse(fs.readFileSync(0, 'utf8'));
@@ -38,10 +39,11 @@ const sealed = r.recipients.map((k) => {
   try { return hex(gpuMarketSeal.seal(env.salted, bytes(k))); } catch (e) { return { error: e.message }; }
 });
 process.stdout.write(JSON.stringify({ digest: hex(gpuMarketSeal.digest(bytes(r.plain))), hash: hex(env.hash), sealed }));
+});
 "#;
     let mut child = Command::new("node")
         .args(["-e", SCRIPT])
-        .arg(bundle())
+        .arg(bundles().join("seal.mjs"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -128,23 +130,32 @@ fn sha2_of(bytes: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn the_served_bundle_is_what_its_source_and_pinned_libraries_build() {
-    let esbuild = web().join("node_modules/.bin/esbuild");
+fn the_served_bundles_are_what_their_sources_and_pinned_libraries_build() {
     assert!(
-        esbuild.exists(),
+        web().join("node_modules/esbuild").exists(),
         "client/web's pinned packages are missing: run `bash scripts/browser.sh`"
     );
     let out = tempfile::tempdir().unwrap();
-    let built = out.path().join("seal.js");
-    let status = Command::new("npm")
-        .args(["run", "--silent", "build", "--", "--log-level=warning"])
-        .arg(format!("--outfile={}", built.display()))
-        .current_dir(web())
+    let status = Command::new("node")
+        .arg(web().join("build.mjs"))
+        .arg(out.path())
         .status()
         .unwrap();
     assert!(status.success());
-    assert!(
-        std::fs::read(&built).unwrap() == std::fs::read(bundle()).unwrap(),
-        "client/src/serve/seal.js is not what client/web builds: run `npm run build` in client/web"
-    );
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(out.path()), names(&bundles()));
+    for name in names(out.path()) {
+        assert!(
+            std::fs::read(out.path().join(&name)).unwrap()
+                == std::fs::read(bundles().join(&name)).unwrap(),
+            "client/src/serve/web/{name} is not what client/web builds: run `node build.mjs` there"
+        );
+    }
 }

@@ -3,9 +3,9 @@
 // (sdk/src/envelope.rs): `client/tests/seal.rs` has the sdk open what this seals and find the
 // hash this computes, so the two cannot drift apart.
 //
-// Bundled by `npm run build` (esbuild, pinned in package-lock.json) into
-// client/src/serve/seal.js, which `gpu-market serve` serves at /seal.js as the global
-// `gpuMarketSeal`. Libraries: @noble/curves (ed25519 → X25519), @noble/ciphers (AES-256-GCM-SIV)
+// Bundled by `node build.mjs` (esbuild, pinned in package-lock.json) into
+// client/src/serve/web/seal.mjs, which `gpu-market serve` serves at /web/seal.mjs and the page
+// imports when it first seals. Libraries: @noble/curves (ed25519 → X25519), @noble/ciphers (AES-256-GCM-SIV)
 // and @noble/hashes (SHA-256): audited, dependency-free, and the ones Solana's web3.js uses.
 import { ed25519, x25519 } from '@noble/curves/ed25519.js';
 import { gcmsiv } from '@noble/ciphers/aes.js';

@@ -17,7 +17,7 @@ use clap::Args;
 use futures_util::{Stream, TryStreamExt};
 use gpu_market::state::{Lease, Machine};
 use gpu_market_sdk::api::client::ApiClient;
-use gpu_market_sdk::api::{LogsQuery, TermSize};
+use gpu_market_sdk::api::{LeaseStatus, LogsQuery, TermSize};
 use http_body_util::{BodyDataStream, BodyExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -95,7 +95,13 @@ pub fn connect_addresses(
         .ok_or_else(|| anyhow!("the machine publishes no address for its agent's API"))?;
     let api = ApiClient::new(addr, key, &machine.agent);
     let status = block_on(async { Ok(api.status(&signer, lease).await?) })?;
-    Ok(status
+    Ok(connect_lines(&status, machine))
+}
+
+/// Where a client connects to each port `status` (its agent's answer) says is published on
+/// `machine`: `8080/tcp -> host:30001`.
+pub fn connect_lines(status: &LeaseStatus, machine: &Machine) -> Vec<String> {
+    status
         .ports
         .iter()
         .map(|p| {
@@ -106,7 +112,7 @@ pub fn connect_addresses(
                 host_port(&machine.network.host, p.host_port)
             )
         })
-        .collect())
+        .collect()
 }
 
 /// `lease logs`: writes the container's output as the agent streams it.

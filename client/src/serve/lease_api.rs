@@ -17,7 +17,7 @@ use futures_util::{SinkExt, StreamExt};
 use gpu_market::state::{Lease, Machine};
 use gpu_market_sdk::api::client::{ApiClient, ClientError};
 use gpu_market_sdk::api::{
-    self, Authorization, Call, LogsQuery, Nonce, TermSize, DEFAULT_TTL_SECS,
+    self, Authorization, Call, LeaseStatus, LogsQuery, Nonce, TermSize, DEFAULT_TTL_SECS,
 };
 use gpu_market_sdk::offchain;
 use http_body_util::{BodyExt, Limited};
@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::config::Config;
-use crate::lease::remote::api_address;
+use crate::lease::remote::{api_address, connect_lines};
 
 /// What a terminal runs: the container's bash where it has one, else its sh.
 const TERMINAL: [&str; 3] = [
@@ -62,10 +62,15 @@ pub struct LeaseRequest {
     signature: Option<String>,
 }
 
-/// What `send` answers: a file's bytes, its name and its sha256.
-pub struct Sent {
-    pub bytes: Vec<u8>,
-    pub file: (String, String),
+/// What `send` answers.
+pub enum Sent {
+    /// A file, or a folder's archive: its bytes, its name and its sha256.
+    File {
+        bytes: Vec<u8>,
+        file: (String, String),
+    },
+    /// The container's state, and where the client connects to its published ports.
+    Status(Value),
 }
 
 impl LeaseRequest {
@@ -80,6 +85,7 @@ impl LeaseRequest {
             ("file", _) => {
                 bail!("a file is named by its path in the container, e.g. /workspace/result.txt")
             }
+            ("status", _) => Ok(Call::Status),
             ("terminal", _) => Ok(Call::Exec {
                 cmd: TERMINAL.iter().map(|s| s.to_string()).collect(),
                 tty: Some(
@@ -91,7 +97,7 @@ impl LeaseRequest {
                 ),
             }),
             (other, _) => {
-                bail!("the page asks a lease for its logs, a file or a terminal, not {other:?}")
+                bail!("the page asks a lease for its status, logs, a file or a terminal, not {other:?}")
             }
         }
     }
@@ -159,6 +165,8 @@ pub struct Signed {
     pub api: ApiClient,
     pub call: Call,
     pub authorization: String,
+    /// The lease's machine.
+    pub machine: Machine,
 }
 
 /// `request` (with the wallet's signature) made ready to send to `lease`'s agent.
@@ -195,22 +203,25 @@ pub fn signed(
         api: ApiClient::new(addr, l.machine, &machine.agent),
         call,
         authorization,
+        machine,
     })
 }
 
-/// `POST /api/lease/LEASE/send`: `request` (a file's) sent to the lease's agent with the
-/// wallet's signature; the one file the path names, with its sha256. The agent's refusal is the
-/// error.
+/// `POST /api/lease/LEASE/send`: `request` (a file's, or the lease's status) sent to the
+/// lease's agent with the wallet's signature; what the path names ([`download`]), with its
+/// sha256, or the container's state with where to connect to its ports (`lease show`'s
+/// `connect`). The agent's refusal is the error.
 pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Result<Sent> {
     let request: LeaseRequest = serde_json::from_slice(body).context("the request body")?;
     let Signed {
         api,
         call,
         authorization,
+        machine,
     } = signed(config, market, lease, &request)?;
-    let Call::Files(path) = &call else {
+    if !matches!(call, Call::Files(_) | Call::Status) {
         bail!("a lease's logs and terminal stream: a WebSocket of /api/lease/LEASE/stream");
-    };
+    }
     let bytes = tokio::runtime::Handle::current().block_on(async {
         let response = api.send(lease, &call, Some(&authorization)).await?;
         let status = response.status();
@@ -230,35 +241,53 @@ pub fn send(config: &Config, market: &Pubkey, lease: &Pubkey, body: &[u8]) -> Re
         }
         Ok(body.to_vec())
     })?;
-    let (name, bytes) = one_file(&bytes, path)?;
+    let Call::Files(path) = &call else {
+        let status: LeaseStatus =
+            serde_json::from_slice(&bytes).context("the agent's status of the lease")?;
+        return Ok(Sent::Status(json!({
+            "state": status.state,
+            "connect": connect_lines(&status, &machine),
+            "scratch": status.scratch,
+        })));
+    };
+    let (name, bytes) = download(&bytes, path)?;
     let sha256 = hex::encode(Sha256::digest(&bytes));
-    Ok(Sent {
+    Ok(Sent::File {
         bytes,
         file: (name, sha256),
     })
 }
 
-/// The one regular file of the engine's archive of `path`: its name and bytes.
-fn one_file(archive: &[u8], path: &str) -> Result<(String, Vec<u8>)> {
-    let mut archive = tar::Archive::new(archive);
-    let mut entries = archive.entries().context("the agent's archive")?;
+/// What the page downloads of the engine's archive of `path` (a tar whose first entry is what
+/// the path names): a regular file as itself, by its name; a folder as that archive, named
+/// `FOLDER.tar` (`tar -xf` unpacks it as `gpu-market lease cp` copies it). Anything else (a
+/// link, a device) is refused.
+fn download(archive: &[u8], path: &str) -> Result<(String, Vec<u8>)> {
+    let mut tar = tar::Archive::new(archive);
+    let mut entries = tar.entries().context("the agent's archive")?;
     let mut entry = entries
         .next()
         .ok_or_else(|| anyhow!("{path}: the archive is empty"))?
         .context("the agent's archive")?;
-    if !entry.header().entry_type().is_file() {
-        bail!("{path} is not a file: `gpu-market lease cp` copies folders");
-    }
     let name = entry
         .path()
         .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "file".into());
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let kind = entry.header().entry_type();
+    if kind.is_dir() {
+        return Ok((
+            format!("{}.tar", name.unwrap_or_else(|| "folder".into())),
+            archive.to_vec(),
+        ));
+    }
+    if !kind.is_file() {
+        bail!("{path} is neither a file nor a folder");
+    }
     let mut bytes = Vec::new();
     entry
         .read_to_end(&mut bytes)
         .context("the agent's archive")?;
-    Ok((name, bytes))
+    Ok((name.unwrap_or_else(|| "file".into()), bytes))
 }
 
 fn unix_now() -> i64 {
@@ -409,4 +438,47 @@ fn terminal_size(text: &str) -> Option<TermSize> {
         rows: cells("rows")?,
         cols: cells("cols")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tar archive of `entries` (path, kind, bytes), as the engine answers for a path.
+    fn archive(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, kind, bytes) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(*kind);
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            if kind.is_symlink() {
+                header.set_link_name("/etc/passwd").unwrap();
+            }
+            tar.append_data(&mut header, path, *bytes).unwrap();
+        }
+        tar.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_file_downloads_as_itself_a_folder_as_its_archive_and_nothing_else_at_all() {
+        let file = archive(&[("result.txt", tar::EntryType::Regular, b"loss=0.25\n")]);
+        assert_eq!(
+            download(&file, "/workspace/result.txt").unwrap(),
+            ("result.txt".to_string(), b"loss=0.25\n".to_vec())
+        );
+        let folder = archive(&[
+            ("out/", tar::EntryType::Directory, b""),
+            ("out/a.txt", tar::EntryType::Regular, b"a"),
+            ("out/b/c.txt", tar::EntryType::Regular, b"c"),
+        ]);
+        assert_eq!(
+            download(&folder, "/workspace/out").unwrap(),
+            ("out.tar".to_string(), folder.clone())
+        );
+        let link = archive(&[("key", tar::EntryType::Symlink, b"")]);
+        let refused = download(&link, "/workspace/key").unwrap_err();
+        assert!(refused.to_string().contains("neither a file nor a folder"));
+        assert!(download(&[0u8; 1024], "/workspace/none").is_err());
+    }
 }

@@ -399,12 +399,20 @@ fn route(
             body: page::WALLET_JS.as_bytes().to_vec(),
             file: None,
         },
-        (&Method::GET, "/seal.js", _) => Answer {
-            status: StatusCode::OK,
-            content_type: "text/javascript; charset=utf-8",
-            body: page::SEAL_JS.as_bytes().to_vec(),
-            file: None,
-        },
+        (&Method::GET, p, _) if p.starts_with("/web/") => {
+            match page::WEB
+                .iter()
+                .find(|(name, _, _)| p["/web/".len()..] == **name)
+            {
+                Some((_, content_type, text)) => Answer {
+                    status: StatusCode::OK,
+                    content_type,
+                    body: text.as_bytes().to_vec(),
+                    file: None,
+                },
+                None => not_found(path),
+            }
+        }
         (&Method::POST, "/api/env/salt", _) => done(env_api::salt(&body.unwrap_or_default())),
         (&Method::GET, p, _) if p.starts_with("/api/env/") => {
             match p["/api/env/".len()..].parse() {
@@ -477,12 +485,13 @@ fn lease_call(site: &Site, path: &str, body: Option<Bytes>) -> Answer {
             Err(e) => Answer::refused(StatusCode::BAD_REQUEST, &e),
         },
         "send" => match lease_api::send(config, market, &lease, &body) {
-            Ok(sent) => Answer {
+            Ok(lease_api::Sent::File { bytes, file }) => Answer {
                 status: StatusCode::OK,
                 content_type: "application/octet-stream",
-                body: sent.bytes,
-                file: Some(sent.file),
+                body: bytes,
+                file: Some(file),
             },
+            Ok(lease_api::Sent::Status(status)) => Answer::json(StatusCode::OK, status),
             Err(e) => {
                 // The agent's refusal keeps its status (403 for a stranger, 401 for a bad
                 // signature); anything else is the service's gateway failing.

@@ -32,8 +32,25 @@ pub use self::console::wallet_page;
 
 /// The page's script: the app side of the Wallet Standard and the forms' posting.
 pub const WALLET_JS: &str = include_str!("wallet.js");
-/// The bid form's sealing in the browser (`client/web/seal.mjs`, bundled with its libraries).
-pub const SEAL_JS: &str = include_str!("seal.js");
+/// The page's browser code bundled with its libraries (`client/web`), served at `/web/NAME`
+/// and imported by `wallet.js` when first needed: NAME, content type, text.
+pub const WEB: [(&str, &str, &str); 3] = [
+    (
+        "seal.mjs",
+        "text/javascript; charset=utf-8",
+        include_str!("web/seal.mjs"),
+    ),
+    (
+        "terminal.mjs",
+        "text/javascript; charset=utf-8",
+        include_str!("web/terminal.mjs"),
+    ),
+    (
+        "terminal.css",
+        "text/css; charset=utf-8",
+        include_str!("web/terminal.css"),
+    ),
+];
 
 /// Samples the market's reserve prices into the page's history now (`gpu-market serve` does at
 /// each billing interval, so that the plot has no gaps while nobody watches); the interval to

@@ -200,12 +200,12 @@
     if (!confirmed) setTimeout(reload, 3000);
   }
 
-  // ---- A sealed environment (`seal.js`: the sdk's envelope, in the browser) ----
+  // ---- A sealed environment (`/web/seal.mjs`: the sdk's envelope, in the browser) ----
 
   // The text salted by the wallet's signature of the salt's message, as `bid place --env FILE`
   // salts it with a keypair's: the same wallet and text give the same hash again.
   async function environment(text) {
-    const seal = window.gpuMarketSeal;
+    const seal = await import('/web/seal.mjs');
     const plain = new TextEncoder().encode(text);
     const f = wallet.features['solana:signMessage'];
     if (!f) throw new Error(`${wallet.name} cannot sign a message, which sealing an environment needs`);
@@ -228,9 +228,10 @@
       if (tries >= 30) throw new Error(able.message || `the service answered ${response.status}`);
       await new Promise((r) => setTimeout(r, 1000));
     }
+    const { seal } = await import('/web/seal.mjs');
     const txs = [];
     for (const m of able.machines) {
-      const sealed = window.gpuMarketSeal.seal(salted, fromBase64(m.agent_bytes));
+      const sealed = seal(salted, fromBase64(m.agent_bytes));
       const built = await postJson(`/api/env/${bid}/seal`, {
         account: account.address,
         recipient: m.agent,
@@ -280,12 +281,15 @@
       throw new Error(answer.message || `the service answered ${response.status}`);
     }
     const out = document.querySelector(`[data-output="${lease}"]`);
+    if (request.call === 'status') return showStatus(out, await response.json());
     const bytes = new Uint8Array(await response.arrayBuffer());
     const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
     const sha256 = hex(digest);
     const claimed = response.headers.get('x-sha256');
     if (claimed && claimed !== sha256) throw new Error(`the file's sha256 is ${sha256}, not the ${claimed} announced`);
-    const name = (request.path.split('/').pop() || 'file');
+    // The service's name for it: the file's, or a folder's as FOLDER.tar.
+    const disposition = /filename="([^"]+)"/.exec(response.headers.get('content-disposition') || '');
+    const name = disposition ? disposition[1] : request.path.split('/').pop() || 'file';
     const link = document.createElement('a');
     link.href = URL.createObjectURL(new Blob([bytes]));
     link.download = name;
@@ -300,10 +304,29 @@
     status('done', `Downloaded ${escape(name)}: sha256 ${sha256}, computed in this browser.`);
   }
 
+  // The container's state and where to connect to its published ports, below its lease.
+  function showStatus(out, answer) {
+    const state = document.createElement('p');
+    state.className = 'container-state';
+    state.textContent = `Its container: ${answer.state.state}.`;
+    const list = document.createElement('ul');
+    list.className = 'connect';
+    for (const line of answer.connect) {
+      const item = document.createElement('li');
+      const code = document.createElement('code');
+      code.textContent = line;
+      item.append(code);
+      list.append(item);
+    }
+    out.replaceChildren(state, answer.connect.length ? list : 'It publishes no port.');
+    status('done', `Where to connect: ${answer.connect.length} port(s) published, listed below the lease.`);
+  }
+
   // A stream of the lease's agent (`lease_api::stream`): the request signed by the wallet once,
   // then a WebSocket of the service whose first message is that request. `onOpen` runs once it
-  // is sent; `show` gets the stream's text as it comes; the last message says how it ended.
-  async function openStream(lease, request, screen, onOpen) {
+  // is sent; `sink.write` gets the stream's bytes as they come, `sink.say` a line on how it
+  // ended.
+  async function openStream(lease, request, sink, onOpen) {
     const toSign = await postJson(`/api/lease/${lease}/sign`, request);
     status('working', 'Waiting for the wallet to sign the request…');
     const f = wallet.features['solana:signMessage'];
@@ -311,23 +334,22 @@
     const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
     const ws = new WebSocket(`${scheme}://${location.host}/api/lease/${lease}/stream`);
     ws.binaryType = 'arraybuffer';
-    const decoder = new TextDecoder();
     ws.onopen = () => {
       ws.send(JSON.stringify({ ...request, nonce: toSign.nonce, expires: toSign.expires, signature: toBase64(signed.signature) }));
       onOpen();
     };
     ws.onmessage = (event) => {
       if (typeof event.data !== 'string') {
-        show(screen, decoder.decode(event.data, { stream: true }));
+        sink.write(new Uint8Array(event.data));
         return;
       }
       const said = JSON.parse(event.data);
       if ('exit' in said) {
-        show(screen, `\n[exited with ${said.exit}]\n`);
-        screen.dataset.exit = said.exit;
+        sink.say(`[exited with ${said.exit}]`);
+        sink.element.dataset.exit = said.exit;
       } else if (said.end) {
-        show(screen, '\n[the container stopped]\n');
-        screen.dataset.ended = 'true';
+        sink.say('[the container stopped]');
+        sink.element.dataset.ended = 'true';
       } else if (said.error) {
         status('error', escape(said.error));
       }
@@ -343,92 +365,71 @@
     screen.className = 'logs';
     screen.dataset.logs = lease;
     out.append(screen);
-    await openStream(lease, request, screen, () =>
+    const decoder = new TextDecoder();
+    const show = (text) => {
+      screen.textContent += text;
+      screen.scrollTop = screen.scrollHeight;
+    };
+    const sink = {
+      element: screen,
+      write: (bytes) => show(decoder.decode(bytes, { stream: true })),
+      say: (line) => show(`\n${line}\n`),
+    };
+    await openStream(lease, request, sink, () =>
       status('done', 'The container\'s output is below its lease, as it is printed.'));
   }
 
-  // A terminal on the lease's container: a TTY session of its shell, keys going to it as typed,
-  // its output coming back as printed, and its size in character cells following the element's.
+  // A terminal on the lease's container: xterm.js (`/web/terminal.mjs`, loaded when first
+  // opened) on a TTY session of its shell. Keys go to it as xterm sends them, its output is drawn
+  // as a terminal draws it (colours, cursor moves, full-screen programs), and its size in
+  // character cells follows the element's. The element's `terminal` property is the xterm
+  // `Terminal` (its buffer is what it shows).
   async function openTerminal(lease, request) {
+    const { Terminal, FitAddon } = await import('/web/terminal.mjs');
+    if (!document.querySelector('link[data-terminal-css]')) {
+      const css = document.createElement('link');
+      css.rel = 'stylesheet';
+      css.href = '/web/terminal.css';
+      css.dataset.terminalCss = '';
+      document.head.append(css);
+    }
     const out = document.querySelector(`[data-output="${lease}"]`);
     out.innerHTML = '';
-    const screen = document.createElement('pre');
+    const screen = document.createElement('div');
     screen.className = 'terminal';
-    screen.tabIndex = 0;
     screen.dataset.terminal = lease;
     out.append(screen);
-    const size = cells(screen);
-    request.tty = `${size.rows}x${size.cols}`;
-    const ws = await openStream(lease, request, screen, () => {
-      screen.dataset.rows = size.rows;
-      screen.dataset.cols = size.cols;
-      screen.focus();
-      status('done', 'A terminal on the container is open below its lease: type into it.');
+    const term = new Terminal({ cursorBlink: true, fontSize: 13, scrollback: 5000 });
+    const fit = new FitAddon();
+    term.loadAddon(fit);
+    term.open(screen);
+    fit.fit();
+    screen.terminal = term;
+    const sized = () => {
+      screen.dataset.rows = term.rows;
+      screen.dataset.cols = term.cols;
+    };
+    request.tty = `${term.rows}x${term.cols}`;
+    const ws = await openStream(
+      lease,
+      request,
+      { element: screen, write: (bytes) => term.write(bytes), say: (line) => term.write(`\r\n${line}\r\n`) },
+      () => {
+        sized();
+        term.focus();
+        status('done', 'A terminal on the container is open below its lease: type into it.');
+      }
+    );
+    const encoder = new TextEncoder();
+    term.onData((data) => {
+      if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(data));
     });
-    screen.addEventListener('keydown', (event) => {
-      const keys = keyBytes(event);
-      if (keys === null || ws.readyState !== WebSocket.OPEN) return;
-      event.preventDefault();
-      ws.send(new TextEncoder().encode(keys));
-    });
-    new ResizeObserver(() => {
-      const now = cells(screen);
+    term.onResize(({ rows, cols }) => {
       if (ws.readyState !== WebSocket.OPEN) return;
-      if (String(now.rows) === screen.dataset.rows && String(now.cols) === screen.dataset.cols) return;
-      screen.dataset.rows = now.rows;
-      screen.dataset.cols = now.cols;
-      ws.send(JSON.stringify(now));
-    }).observe(screen);
-  }
-
-  // The terminal element's size in character cells of its font.
-  function cells(screen) {
-    const probe = document.createElement('span');
-    probe.textContent = 'M'.repeat(10);
-    screen.append(probe);
-    const box = probe.getBoundingClientRect();
-    probe.remove();
-    const style = getComputedStyle(screen);
-    const inner = (side) => parseFloat(style[`padding${side}`]) || 0;
-    const width = screen.clientWidth - inner('Left') - inner('Right');
-    const height = screen.clientHeight - inner('Top') - inner('Bottom');
-    return {
-      rows: Math.max(1, Math.floor(height / box.height)),
-      cols: Math.max(1, Math.floor(width / (box.width / 10))),
-    };
-  }
-
-  // Terminal output as plain text: escape sequences (colours, titles, cursor moves) left out, a
-  // backspace taking back the character before it.
-  function show(screen, text) {
-    const plain = text
-      .replace(/\x1b\][^\x07\x1b]*(\x07|\x1b\\)/g, '')
-      .replace(/\x1b\[[0-9;?]*[ -\/]*[@-~]/g, '')
-      .replace(/\x1b[()][0-9A-Za-z]/g, '')
-      .replace(/\x1b[=>]/g, '');
-    let shown = screen.textContent;
-    for (const c of plain) {
-      if (c === '\b') shown = shown.slice(0, -1);
-      else if (c !== '\r' && c !== '\x07') shown += c;
-    }
-    screen.textContent = shown;
-    screen.scrollTop = screen.scrollHeight;
-  }
-
-  // What a key sends to a terminal, as xterm sends it; null for keys that send nothing.
-  function keyBytes(event) {
-    const named = {
-      Enter: '\r', Backspace: '\x7f', Tab: '\t', Escape: '\x1b',
-      ArrowUp: '\x1b[A', ArrowDown: '\x1b[B', ArrowRight: '\x1b[C', ArrowLeft: '\x1b[D',
-      Home: '\x1b[H', End: '\x1b[F', Delete: '\x1b[3~',
-    };
-    if (event.key in named) return named[event.key];
-    if (event.key.length !== 1 || event.metaKey) return null;
-    if (event.ctrlKey) {
-      const code = event.key.toUpperCase().charCodeAt(0);
-      return code >= 64 && code <= 95 ? String.fromCharCode(code - 64) : null;
-    }
-    return event.key;
+      ws.send(JSON.stringify({ rows, cols }));
+      sized();
+    });
+    new ResizeObserver(() => fit.fit()).observe(screen);
   }
 
   // The page's data read again (the server renders it), in place.

@@ -22,6 +22,8 @@
 //   lease LEASE file PATH
 //                 downloads a file of the lease's through the page's form and the wallet's
 //                 signMessage; answers the status and the file's sha256
+//   lease LEASE status
+//                 asks where to connect to the lease's ports, likewise; answers them
 //   terminal LEASE [NAME]
 //                 opens the lease's terminal, runs commands in it (with NAME, prints the
 //                 container's environment variable NAME), resizes it, exits; answers the sizes
@@ -278,21 +280,25 @@ try {
           logs: out && out.querySelector('pre.logs') ? out.querySelector('pre.logs').textContent : null,
           file: link ? link.textContent : null,
           sha256: out && out.querySelector('code.sha256') ? out.querySelector('code.sha256').textContent : null,
+          connect: out ? [...out.querySelectorAll('ul.connect code')].map((c) => c.textContent) : null,
         };
       }, lease);
       answer({ event: 'lease', ...output, ...(await page.evaluate(readDom)) });
     } else if (command === 'terminal') {
-      // `terminal LEASE`: opens the lease's terminal through the page's form and the wallet,
-      // runs `stty size` and an echo, resizes the terminal's element, runs `stty size` again,
-      // then `exit`; answers the sizes the page gave and what the terminal showed.
+      // `terminal LEASE [NAME]`: opens the lease's terminal through the page's form and the
+      // wallet, runs `stty size`, an echo and a print that moves the cursor back, resizes the terminal's
+      // element, runs `stty size` again, then `exit`; answers the sizes the page gave and what
+      // the terminal showed (its xterm.js buffer).
       const [, lease, variable] = line.trim().split(/\s+/);
       await load();
       await page.locator(`form[data-lease="${lease}"][data-call="terminal"] button`).click();
-      const screen = page.locator(`pre[data-terminal="${lease}"]`);
+      // The terminal's element; its `terminal` property is the page's xterm.js `Terminal`,
+      // whose buffer (scrollback and screen, one line of text a row) is what it shows.
+      const screen = page.locator(`div[data-terminal="${lease}"]`);
       const sized = async (not) =>
         page.waitForFunction(
           ([l, n]) => {
-            const s = document.querySelector(`pre[data-terminal="${l}"]`);
+            const s = document.querySelector(`div[data-terminal="${l}"]`);
             return s && s.dataset.rows && `${s.dataset.rows} ${s.dataset.cols}` !== n;
           },
           [lease, not],
@@ -302,12 +308,12 @@ try {
       // Types `typed`, then waits until the terminal shows `until` (a string, or a regular
       // expression's source with `pattern`).
       const run = async (typed, until, pattern = false) => {
-        await screen.focus();
+        await screen.evaluate((s) => s.terminal.focus());
         await page.keyboard.type(typed);
         await page.keyboard.press('Enter');
         await page.waitForFunction(
           ([l, u, p]) => {
-            const text = document.querySelector(`pre[data-terminal="${l}"]`).textContent;
+            const text = window.__shownText(l);
             return p ? new RegExp(u).test(text) : text.includes(u);
           },
           [lease, until, pattern],
@@ -315,9 +321,19 @@ try {
         );
       };
       await sized('');
+      // What the terminal shows, read in the page (its CSP allows no eval).
+      await page.evaluate(() => {
+        window.__shownText = (l) => {
+          const b = document.querySelector(`div[data-terminal="${l}"]`).terminal.buffer.active;
+          return Array.from({ length: b.length }, (_, i) => b.getLine(i).translateToString(true)).join('\n');
+        };
+      });
       const first = await size();
       await run('stty size', `\n${first}`);
       await run('echo hello-$((6*7))', 'hello-42');
+      // A program that moves the cursor as full-screen ones do: four columns back, then it
+      // writes over what it printed (a terminal emulator shows abXYef; plain text, abcdefXY).
+      await run("printf 'abcdef\\033[4DXY\\n'", '\nabXYef');
       // The variable's value as printed (the line typed shows `$NAME`, the output does not).
       if (variable) await run(`echo "${variable}=$${variable}."`, `\n${variable}=[^$\n]*\\.`, true);
       await screen.evaluate((s) => {
@@ -329,7 +345,7 @@ try {
       await run('stty size', `\n${second}`);
       await run('exit', '[exited with 0]');
       await page.screenshot({ path: path.join(shots, 'terminal.png'), fullPage: true });
-      answer({ event: 'terminal', first, second, text: await screen.textContent(), ...(await page.evaluate(readDom)) });
+      answer({ event: 'terminal', first, second, text: await page.evaluate((l) => window.__shownText(l), lease), ...(await page.evaluate(readDom)) });
     } else if (command === 'bid') {
       const { fields, env: text } = JSON.parse(line.trim().slice('bid'.length));
       await page.goto(new URL('/', url).href, { waitUntil: 'load' });

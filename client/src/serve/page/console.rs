@@ -116,8 +116,7 @@ fn leases_section(config: &Config, market: &Pubkey, key: &Pubkey, now: i64) -> R
     Ok(format!(
         "<section id=\"my-leases\"><h2>Your leases</h2><p class=\"note\">The container's last \
          lines of output and its files come from the lease's agent, asked with a request the \
-         wallet signs; <code>gpu-market lease show LEASE</code> with this key prints where to \
-         connect to a lease's published ports.</p>{}</section>",
+         wallet signs, as is where to connect to its published ports.</p>{}</section>",
         list_table(&of, &columns, &rows, now)
     ))
 }

@@ -58,12 +58,14 @@ pub fn bid_actions(row: &crate::output::Fields) -> String {
     )
 }
 
-/// The forms that ask a lease's agent, with a request the wallet signs (`lease_api`), for the
-/// container's last lines of output, for one of its files, and for a terminal.
+/// The forms that ask a lease's agent, with a request the wallet signs (`lease_api`), for where
+/// to connect to the container's published ports, for its output as printed, for one of its
+/// files or folders, and for a terminal.
 pub fn lease_forms(lease: &str) -> String {
     format!(
-        "<form class=\"action\" data-lease=\"{l}\" data-call=\"logs\"><button type=\"submit\" disabled>Show its logs</button></form>\
-         <form class=\"action\" data-lease=\"{l}\" data-call=\"file\"><label>A file<input name=\"path\" value=\"/workspace/\" autocomplete=\"off\"></label><button type=\"submit\" disabled>Download</button></form>\
+        "<form class=\"action\" data-lease=\"{l}\" data-call=\"status\"><button type=\"submit\" disabled>Where to connect</button></form>\
+         <form class=\"action\" data-lease=\"{l}\" data-call=\"logs\"><button type=\"submit\" disabled>Show its logs</button></form>\
+         <form class=\"action\" data-lease=\"{l}\" data-call=\"file\"><label>A file or folder (a folder comes as .tar)<input name=\"path\" value=\"/workspace/\" autocomplete=\"off\"></label><button type=\"submit\" disabled>Download</button></form>\
          <form class=\"action\" data-lease=\"{l}\" data-call=\"terminal\"><button type=\"submit\" disabled>Open a terminal</button></form>",
         l = esc(lease),
     )

@@ -209,7 +209,6 @@ wallet that speaks the Wallet Standard (Phantom, Solflare, Backpack, …).</p></
 <main id="data" data-cluster-time="{now}">
 {body}
 </main>
-<script src="/seal.js"></script>
 <script src="/wallet.js" data-chain="{chain}"></script>
 </body>
 </html>
@@ -236,8 +235,7 @@ dl{margin:0;display:grid;grid-template-columns:auto auto;gap:0 8px}dt{color:#5a6
 .machines{grid-template-columns:repeat(auto-fill,minmax(600px,1fr))}
 table.list td{white-space:nowrap}
 table.list td[data-field=answer]{white-space:normal;min-width:28em;max-width:48em}
-pre.terminal{font:13px/16px ui-monospace,monospace;width:60em;max-width:100%;height:384px;overflow:auto;background:#14161c;color:#e6e8ee;padding:6px 8px;border-radius:4px;white-space:pre-wrap;resize:both}
-pre.terminal:focus{outline:2px solid #3f6fd8}
+div.terminal{width:60em;max-width:100%;height:384px;overflow:hidden;background:#000;padding:4px;border-radius:4px;resize:both}
 pre.logs{max-height:24em;max-width:60em;overflow:auto;background:#14161c;color:#e6e8ee;padding:6px 8px;border-radius:4px;white-space:pre-wrap}
 .card{background:#fff;border:1px solid #e3e6ee;border-radius:6px;padding:8px 12px}
 form.action{display:flex;flex-wrap:wrap;gap:6px 10px;align-items:end;margin:4px 0}
