@@ -301,7 +301,7 @@ export type GpuMarket = {
           "writable": true
         },
         {
-          "name": "stake",
+          "name": "clientStake",
           "docs": [
             "The client's stake: the score counts it as it is now."
           ],
@@ -395,7 +395,7 @@ export type GpuMarket = {
           "writable": true
         },
         {
-          "name": "stake",
+          "name": "clientStake",
           "docs": [
             "The client's stake (unlocked by one waiting bid)."
           ],
@@ -1469,7 +1469,7 @@ export type GpuMarket = {
           ]
         },
         {
-          "name": "stake",
+          "name": "clientStake",
           "docs": [
             "The client's stake account (opened with `open_stake`; its amount may be zero): S of",
             "the score, and the client's GPU count for the anti-monopoly cap. A stake account exists",
@@ -1622,7 +1622,7 @@ export type GpuMarket = {
           ]
         },
         {
-          "name": "stake",
+          "name": "clientStake",
           "docs": [
             "The client's stake account (opened with `open_stake`; its amount may be zero): S of",
             "the score, and the client's GPU count for the anti-monopoly cap. A stake account exists",
@@ -1823,7 +1823,7 @@ export type GpuMarket = {
           "writable": true
         },
         {
-          "name": "stake",
+          "name": "clientStake",
           "writable": true,
           "pda": {
             "seeds": [

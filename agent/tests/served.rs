@@ -405,21 +405,36 @@ async fn a_wallet_seals_its_bids_environment_follows_its_leases_logs_downloads_a
         assert_eq!(answer["wallet"]["messages"], 1, "{answer}");
     }
 
-    // The host's wallet on the client's console: refused by the service, never asked to sign.
+    // The host's wallet on the client's console, at each of the lease's forms: refused by the
+    // service, never asked to sign, shown nothing.
     let console = format!("{}/wallet/{}", served.url, client.key.pubkey());
     let mut stranger = Browser::start(&console, &live.host.key);
-    let refused = &stranger.ask(&format!("lease {lease} file /workspace/result.txt"));
+    for call in [
+        "status",
+        "logs",
+        "file /workspace/result.txt",
+        "file /workspace",
+        "terminal",
+    ] {
+        let refused = &stranger.ask(&format!("lease {lease} {call}"));
+        assert_eq!(refused["status"]["state"], "error", "{call}: {refused}");
+        assert!(
+            refused["status"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("only the lease's client"),
+            "{call}: {refused}"
+        );
+        assert_eq!(refused["wallet"]["messages"], 0, "{call}: {refused}");
+        assert!(refused["sha256"].is_null(), "{call}: {refused}");
+        assert!(refused["logs"].is_null(), "{call}: {refused}");
+        assert_eq!(
+            refused["connect"],
+            serde_json::json!([]),
+            "{call}: {refused}"
+        );
+    }
     drop(stranger);
-    assert_eq!(refused["status"]["state"], "error", "{refused}");
-    assert!(
-        refused["status"]["text"]
-            .as_str()
-            .unwrap()
-            .contains("only the lease's client"),
-        "{refused}"
-    );
-    assert_eq!(refused["wallet"]["messages"], 0, "{refused}");
-    assert!(refused["sha256"].is_null(), "{refused}");
     let (status, log) = agent.terminate();
     assert!(status.success(), "SIGTERM stops cleanly; log:\n{log}");
 }

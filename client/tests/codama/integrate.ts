@@ -32,7 +32,7 @@ import {
   fetchLease,
   fetchMachine,
   fetchMarket,
-  findStakePda,
+  findClientStakePda,
   getAllocateInstructionAsync,
   getBidBookDecoder,
   getBookSlotDecoder,
@@ -134,13 +134,14 @@ const escrow = {
 out.top_up = await send(client, getTopUpBidInstruction({ client, bid: bidKey, amount: 1000n, ...escrow }));
 
 // A second queue bid, its address derived by the generated client from the `nonce` argument.
-const [stake] = await findStakePda({ market: marketKey, client: client.address });
+// The client's stake account: its address from the market and the client (`findClientStakePda`).
+const [clientStake] = await findClientStakePda({ market: marketKey, client: client.address });
 const now = BigInt(Math.floor(Date.now() / 1000));
 const placing = await getPlaceBidInstructionAsync({
   client,
   book: market.queueBook,
   machine: machineKey,
-  stake,
+  clientStake,
   ...escrow,
   nonce: 7777n,
   args: {
@@ -181,7 +182,7 @@ const allocating = await getAllocateInstructionAsync({
   machine: machineKey,
   book: market.queueBook,
   bid: bidKey,
-  clientStake: (await findStakePda({ market: marketKey, client: bid.client }))[0],
+  clientStake: (await findClientStakePda({ market: marketKey, client: bid.client }))[0],
   gpus: new Uint8Array([0]),
 });
 const lease = parseAllocateInstruction(allocating).accounts.lease.address;

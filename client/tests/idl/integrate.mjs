@@ -74,7 +74,6 @@ const known = {
   bid: bidKey,
   machine: machineKey,
   book: market.data.queueBook,
-  stake: stakeKey,
   clientStake: stakeKey,
 };
 out.top_up = await program.methods.topUpBid(new BN(1000)).accounts(inputs("top_up_bid", known)).rpc();

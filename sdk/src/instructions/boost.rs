@@ -29,7 +29,7 @@ impl ClientInstruction for BoostBid<'_> {
                 client,
                 market: self.market,
                 bid: self.bid,
-                stake: pda::stake(&self.market, &client).0,
+                client_stake: pda::stake(&self.market, &client).0,
                 book: self.book,
                 payment_mint: self.payment_mint,
                 client_tokens: self.client_tokens,

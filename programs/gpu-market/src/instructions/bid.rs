@@ -133,10 +133,10 @@ pub struct PlaceBid<'info> {
     /// name it as surely as its seeds, for 1.6k fewer compute units than deriving them.
     #[account(
         mut, dup,
-        constraint = stake.market == market.key() && stake.owner == client.key()
+        constraint = client_stake.market == market.key() && client_stake.owner == client.key()
             @ MarketError::WrongStakeAccount,
     )]
-    pub stake: Box<Account<'info, StakeAccount>>,
+    pub client_stake: Box<Account<'info, StakeAccount>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
@@ -169,7 +169,7 @@ pub struct PlaceBid<'info> {
     /// first (the bidder's open bids).
     #[account(
         mut, dup,
-        constraint = evicted_stake.key() != stake.key() @ MarketError::WrongStakeAccount,
+        constraint = evicted_stake.key() != client_stake.key() @ MarketError::WrongStakeAccount,
     )]
     pub evicted_stake: Option<Box<Account<'info, StakeAccount>>>,
 }
@@ -273,7 +273,10 @@ impl PlaceBid<'_> {
                     && self.evicted_stake.is_none(),
                 MarketError::EvictionMissing
             );
-            (Some(self.client_tokens.to_account_info()), &mut self.stake)
+            (
+                Some(self.client_tokens.to_account_info()),
+                &mut self.client_stake,
+            )
         } else {
             let to = self.evicted_client.as_ref().ok_or_else(missing)?;
             require_keys_eq!(to.key(), evicted.client, MarketError::EvictionMissing);
@@ -424,13 +427,13 @@ impl PlaceBid<'_> {
         let spend_per_hour = spend_per_hour(args.price, unit, gpus).map_err(MarketError::from)?;
         let p = &market.params;
         let inputs = p.score_inputs(
-            ctx.accounts.stake.amount,
+            ctx.accounts.client_stake.amount,
             spend_per_hour,
             run_escrow,
             args.urgency_premium,
         )?;
         let base = score::base_score(p.weights(), &inputs);
-        let stake = &mut ctx.accounts.stake;
+        let stake = &mut ctx.accounts.client_stake;
         stake.touch(now);
         stake.open_bids = stake
             .open_bids
@@ -614,7 +617,7 @@ impl TopUpBid<'_> {
     }
 }
 
-/// Takes the waiting bid of `$a` (accounts with `market`, `bid`, `book`, `stake`,
+/// Takes the waiting bid of `$a` (accounts with `market`, `bid`, `book`, `client_stake`,
 /// `payment_vault`, `payment_mint`, `token_program`) out of its book and refunds its escrow,
 /// less its holding charge, to `$to`, a token account of the client (or, absent, to its stake's `refunds_due`); the
 /// event says why.
@@ -628,14 +631,14 @@ macro_rules! refund_waiting {
             bid_key,
             &mut a.bid,
             &mut load_book_mut(&book)?,
-            &mut a.stake,
+            &mut a.client_stake,
             $now,
         )?;
         // The slot's rent goes back with the bid account, which closes to its client.
         shrink_book(&book, &a.bid.to_account_info(), slot_rent(&Rent::get()?))?;
         refund_escrow(
             &mut a.market,
-            &mut a.stake,
+            &mut a.client_stake,
             to,
             a.payment_vault.to_account_info(),
             &a.payment_mint,
@@ -679,9 +682,9 @@ pub struct CancelBid<'info> {
     #[account(
         mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
-        bump = stake.bump,
+        bump = client_stake.bump,
     )]
-    pub stake: Box<Account<'info, StakeAccount>>,
+    pub client_stake: Box<Account<'info, StakeAccount>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 
@@ -698,7 +701,7 @@ impl CancelBid<'_> {
     /// Takes a waiting bid out of its book and refunds its escrow, less its holding charge.
     pub fn cancel_bid(ctx: Context<Self>) -> Result<()> {
         let now = Clock::get()?.unix_timestamp;
-        ctx.accounts.stake.touch(now);
+        ctx.accounts.client_stake.touch(now);
         let to = ctx.accounts.client_tokens.to_account_info();
         refund_waiting!(ctx.accounts, now, BidRemoval::Cancelled, Some(to))
     }
@@ -737,9 +740,9 @@ pub struct PruneBid<'info> {
     #[account(
         mut, dup,
         seeds = [seeds::STAKE, market.key().as_ref(), bid.data.client.as_ref()],
-        bump = stake.bump,
+        bump = client_stake.bump,
     )]
-    pub stake: Box<Account<'info, StakeAccount>>,
+    pub client_stake: Box<Account<'info, StakeAccount>>,
 
     pub payment_mint: Box<Account<'info, Mint>>,
 

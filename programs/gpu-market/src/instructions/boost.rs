@@ -32,9 +32,9 @@ pub struct BoostBid<'info> {
     /// The client's stake: the score counts it as it is now.
     #[account(
         seeds = [seeds::STAKE, market.key().as_ref(), client.key().as_ref()],
-        bump = stake.bump,
+        bump = client_stake.bump,
     )]
-    pub stake: Box<Account<'info, StakeAccount>>,
+    pub client_stake: Box<Account<'info, StakeAccount>>,
 
     /// The market's queue book, where the bid moves up.
     /// CHECK: its address is the market's queue book; `load_book_mut` checks its layout.
@@ -73,7 +73,7 @@ impl BoostBid<'_> {
             .map_err(MarketError::from)?;
         let spend = spend_per_hour(bid.price, unit, gpus).map_err(MarketError::from)?;
         let p = &a.market.params;
-        let inputs = p.score_inputs(a.stake.amount, spend, run_escrow, total)?;
+        let inputs = p.score_inputs(a.client_stake.amount, spend, run_escrow, total)?;
         let base = score::base_score(p.weights(), &inputs);
         let key = a
             .market
