@@ -376,7 +376,11 @@
       say: (line) => show(`\n${line}\n`),
     };
     await openStream(lease, request, sink, () =>
-      status('done', 'The container\'s output is below its lease, as it is printed.'));
+      status('done', 'The container\'s output is below its lease, as it is printed.')
+    ).catch((e) => {
+      out.replaceChildren();
+      throw e;
+    });
   }
 
   // A terminal on the lease's container: xterm.js (`/web/terminal.mjs`, loaded when first
@@ -419,7 +423,12 @@
         term.focus();
         status('done', 'A terminal on the container is open below its lease: type into it.');
       }
-    );
+    ).catch((e) => {
+      // Refused (a stranger's wallet): no terminal is left on the page.
+      term.dispose();
+      out.replaceChildren();
+      throw e;
+    });
     const encoder = new TextEncoder();
     term.onData((data) => {
       if (ws.readyState === WebSocket.OPEN) ws.send(encoder.encode(data));
