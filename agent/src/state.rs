@@ -150,20 +150,39 @@ pub struct ProofRecord {
 }
 
 impl ProofRecord {
-    /// Whether `next` continues this proof: its intervals follow, neither was sent yet, and this
-    /// one is not final.
+    /// Whether `next` continues this proof: its intervals follow, neither was sent yet, this
+    /// one is not final, and the joined log replays to the higher of the two proofs' peaks (as
+    /// the auditor of the evidence replays it). A sustained window that is not yet full (a
+    /// lease's first readings) restarts the peak, so a log joined over one can replay to other
+    /// peaks than its parts stated: such parts go as proofs of their own, each with its own log.
     fn continued_by(&self, next: &ProofRecord) -> bool {
         !self.sent
             && !next.sent
             && self.exit_code.is_none()
             && self.interval.checked_add(self.intervals as u32) == Some(next.interval)
             && self.intervals.checked_add(next.intervals).is_some()
+            && self.joined_log(next).peak_power_w()
+                == self
+                    .peak_power_w
+                    .iter()
+                    .zip(&next.peak_power_w)
+                    .map(|(a, b)| *a.max(b))
+                    .collect::<Vec<u16>>()
+    }
+
+    /// This proof's power log run on with `next`'s readings: the log of the joined proof.
+    fn joined_log(&self, next: &ProofRecord) -> PowerLog {
+        let mut log = self.power_log.clone();
+        for (g, more) in log.gpus.iter_mut().zip(&next.power_log.gpus) {
+            g.readings_mw.extend_from_slice(&more.readings_mw);
+        }
+        log
     }
 
     /// Joins `next`, which [`Self::continued_by`], into one proof of both spans: GPU time and
     /// energy add up, utilisation is averaged over time, each GPU's peak is the higher one and
-    /// the power logs run on (the peaks replayed from the joined log are the same), and a final
-    /// `next` makes the joined proof final.
+    /// the power logs run on (the peaks replayed from the joined log are the same: `continued_by`
+    /// checks it), and a final `next` makes the joined proof final.
     fn join(&mut self, next: ProofRecord) {
         let secs = |w: (i64, i64)| (w.1 - w.0).max(0) as u64;
         let (a, b) = (secs(self.window), secs(next.window));
@@ -182,9 +201,7 @@ impl ProofRecord {
         for (peak, other) in self.peak_power_w.iter_mut().zip(&next.peak_power_w) {
             *peak = (*peak).max(*other);
         }
-        for (log, more) in self.power_log.gpus.iter_mut().zip(next.power_log.gpus) {
-            log.readings_mw.extend(more.readings_mw);
-        }
+        self.power_log = self.joined_log(&next);
         self.samples_hash = samples_hash(&self.power_log);
         self.exit_code = next.exit_code;
     }
@@ -785,6 +802,37 @@ mod tests {
         assert_eq!(p.samples_hash, samples_hash(&p.power_log));
         assert_eq!(p.proof().intervals, 2);
         assert!(r.proof_due(1_200, 2));
+    }
+
+    /// A lease's first readings fill the sustained window only gradually, and a window not yet
+    /// full restarts the peak: a log joined over such a start replays to other peaks than its
+    /// parts state (here 220 W against the 400 W stated), which the demo's auditor found ("the
+    /// proof misstates its own log"). Such parts are not joined; each proof's log replays to the
+    /// peaks it states.
+    #[test]
+    fn parts_whose_joined_log_would_replay_to_other_peaks_go_as_proofs_of_their_own() {
+        let mut r = LeaseRecord::new(&lease(0), &samples(0, 0, 0));
+        r.running_since = Some(1_000);
+        for _ in 0..2 {
+            r.record_sample(&samples(0, 400_000, 100));
+        }
+        r.close_ended(1_100, &samples(100_000, 0, 0));
+        for _ in 0..3 {
+            r.record_sample(&samples(0, 100_000, 100));
+        }
+        r.close_ended(1_200, &samples(150_000, 0, 0));
+        assert_eq!(
+            (
+                r.pending[0].peak_power_w.clone(),
+                r.pending[1].peak_power_w.clone()
+            ),
+            (vec![400, 400], vec![220, 220])
+        );
+        r.join_pending();
+        assert_eq!(r.pending.len(), 2, "not joined");
+        for p in &r.pending {
+            assert_eq!(p.power_log.peak_power_w(), p.peak_power_w);
+        }
     }
 
     #[test]
