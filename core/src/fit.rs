@@ -391,6 +391,19 @@ impl Terms<'_> {
     }
 }
 
+/// The least price each class takes (the `floor`, or its `reserve` price when higher), and the
+/// least any class of the machine's (`classes`) takes.
+fn prices(floor: u64, classes: u8, reserve: &[u64; GPU_CLASSES]) -> ([u64; GPU_CLASSES], u64) {
+    let class_price = reserve.map(|r| floor.max(r));
+    // The least reserve price of a class on the machine (0: none).
+    let min_reserve = (0..GPU_CLASSES)
+        .filter(|&c| classes & (1 << c) != 0)
+        .map(|c| reserve[c])
+        .min()
+        .unwrap_or(0);
+    (class_price, floor.max(min_reserve))
+}
+
 impl Offer {
     /// The offer of a machine whose GPUs are `gpus` (at most 16), at `now`, giving each lease
     /// at most `room`'s ports and scratch, and its leases `room`'s CPU and memory, of which
@@ -436,17 +449,8 @@ impl Offer {
             .iter()
             .enumerate()
             .fold(0u8, |c, (i, &m)| if m != 0 { c | 1 << i } else { c });
-        let mut class_price = [u64::MAX; GPU_CLASSES];
-        for (c, p) in class_price.iter_mut().enumerate() {
-            *p = floor.max(reserve[c]);
-        }
+        let (class_price, min_price) = prices(floor, classes, &reserve);
         insertion_sort_by_key(&mut free_desc, |&f| core::cmp::Reverse(f));
-        // The least reserve price of a class on the machine (0: none).
-        let min_reserve = (0..GPU_CLASSES)
-            .filter(|&c| classes & (1 << c) != 0)
-            .map(|c| reserve[c])
-            .min()
-            .unwrap_or(0);
         let hull = limits
             .iter()
             .map(|(l, _)| *l)
@@ -475,12 +479,27 @@ impl Offer {
             free_gpus,
             free_desc,
             total_gib,
-            min_price: floor.max(min_reserve),
+            min_price,
             hull,
             class_price,
             groups: groups.into_iter().map(|(_, m)| m).collect(),
         }
     }
+    /// The same offer at `now`, the market's reserve price of each class being `reserve` (those
+    /// of classes the machine lacks are not kept, as the machine's own offer prices only its
+    /// classes): what the clock and the market's demand move while the machine stays as it is.
+    pub fn reprice(&mut self, now: i64, reserve: &[u64; GPU_CLASSES]) {
+        for (c, r) in self.reserve.iter_mut().enumerate() {
+            *r = if self.classes & (1 << c) != 0 {
+                reserve[c]
+            } else {
+                0
+            };
+        }
+        (self.class_price, self.min_price) = prices(self.floor, self.classes, &self.reserve);
+        self.now = now;
+    }
+
     /// The same offer, taking no work: what a machine already holding a part of a gang offers
     /// the gang's other parts.
     pub fn closed(self) -> Self {

@@ -54,6 +54,18 @@ impl Cluster {
         self.rank[node]
     }
 
+    /// Node `n` is now `node` (its machine changed outside [`Cluster::place`]); its policy must
+    /// be told ([`super::policy::Planned::set_gpu_pods`]). `false`: there is no node `n`.
+    pub fn set_node(&mut self, n: usize, node: Node) -> bool {
+        match self.nodes.get_mut(n) {
+            Some(slot) => {
+                *slot = node;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Asks `policy` where `pod` goes and allocates it there. `Ok(None)`: it fits nowhere.
     /// A policy that proposes an infeasible placement gets an error and changes nothing.
     pub fn place(

@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::cluster::Cluster;
 use super::frag::FragModel;
-use super::plan::PackingPlan;
+use super::plan::{GpuPods, PackingPlan};
 use super::policy::{Planned, Standing};
 use super::types::{bits, GpuMask, ModelId, ModelSet, Node, Pod, MAX_GPUS_PER_NODE, MILLI_PER_GPU};
 #[cfg(doc)]
@@ -137,6 +137,16 @@ pub struct Placer {
     order: Vec<usize>,
     /// Each seat's running leases with a measured profile: their GPUs (a mask) and profile.
     profiled: Vec<Vec<(u16, Profile)>>,
+    /// Each seat's electricity cost, which its place in `order` follows.
+    cost: Vec<u64>,
+}
+
+/// A seat's running leases with a measured profile: their GPUs (a mask) and profile.
+fn profiled_of(seat: &Seat) -> Vec<(u16, Profile)> {
+    seat.leases
+        .iter()
+        .filter_map(|t| Some((t.gpus, t.profile?)))
+        .collect()
 }
 
 /// A candidate place: whether its co-tenants get along with the bid, its standing, whether it
@@ -203,15 +213,8 @@ impl Placer {
             node_of: vec![None; seats.len()],
             seat_of: Vec::new(),
             order,
-            profiled: seats
-                .iter()
-                .map(|s| {
-                    s.leases
-                        .iter()
-                        .filter_map(|t| Some((t.gpus, t.profile?)))
-                        .collect()
-                })
-                .collect(),
+            profiled: seats.iter().map(profiled_of).collect(),
+            cost: seats.iter().map(|s| s.electricity_cost_per_kwh).collect(),
         };
         // A market's demands repeat (46,000 leases of 10,000 machines come in a few hundred
         // shapes): each distinct one's pods are made once.
@@ -238,6 +241,34 @@ impl Placer {
             placer.set_leases(i, seat);
         }
         placer
+    }
+
+    /// Seat `i` is now `seat` (its machine or its leases changed since the policy was built):
+    /// its node, its GPUs' sharing pods and its profiled leases follow, every index of the
+    /// policy with them, at the cost of one node's. `false` where that cannot be done in place
+    /// and the policy must be built again ([`Placer::new`]): a seat the policy describes that it
+    /// no longer could or the other way round (e.g. GPUs of a model it has not seen), or whose
+    /// electricity cost moved its place in the tie-break order. What the policy learned of the
+    /// workload stays as it was.
+    pub fn update(&mut self, i: usize, seat: &Seat) -> bool {
+        if self.cost.get(i) != Some(&seat.electricity_cost_per_kwh) {
+            return false;
+        }
+        self.profiled[i] = profiled_of(seat);
+        match (self.node_of[i], self.node(seat.offer)) {
+            (Some(n), Some(node)) => {
+                let pods = self.gpu_pods(seat);
+                // Most changes (a heartbeat, a proof) leave the node and its GPUs' pods as they
+                // were: nothing to index again.
+                if self.cluster.nodes()[n] != node || self.policy.pods_of(n) != Some(&pods) {
+                    self.cluster.set_node(n, node);
+                    self.policy.set_gpu_pods(&self.cluster, n, pods);
+                }
+                true
+            }
+            (None, None) => true,
+            _ => false,
+        }
     }
 
     /// The model of a GPU of `class` with `gib` GiB.
@@ -278,6 +309,12 @@ impl Placer {
         let Some(n) = self.node_of[machine] else {
             return;
         };
+        let pods = self.gpu_pods(seat);
+        self.policy.set_gpu_pods(&self.cluster, n, pods);
+    }
+
+    /// The sharing pods each GPU of `seat` holds, as the policy plans them (`None`: off plan).
+    fn gpu_pods(&self, seat: &Seat) -> [Option<GpuPods>; MAX_GPUS_PER_NODE] {
         let gpus = seat.offer.gpus();
         let mut sizes: Vec<Vec<u16>> = vec![Vec::new(); gpus.len()];
         let mut off_plan = 0u16;
@@ -305,7 +342,7 @@ impl Placer {
                 pods[g] = self.policy.gpu_pods(s);
             }
         }
-        self.policy.set_gpu_pods(&self.cluster, n, pods);
+        pods
     }
 
     /// The policy's pods for `need`: one per GPU size of the accepted models (its GiB in milli

@@ -356,6 +356,11 @@ impl Planned {
         }
     }
 
+    /// The sharing pods the policy holds on each GPU of node `n` (`None` before it saw it).
+    pub fn pods_of(&self, n: usize) -> Option<&[Option<GpuPods>; MAX_GPUS_PER_NODE]> {
+        self.pods.get(n)
+    }
+
     /// Every feasible placement of `pod`, best first: its standing and where.
     pub fn ranked<'a>(
         &'a mut self,

@@ -389,3 +389,82 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A placer kept across changes, each changed machine updated in place (`Placer::update`),
+    /// chooses as one built afresh from the market as it is then with the same workload: a
+    /// lease starting or ending moves one seat, and every index of the policy follows it.
+    #[test]
+    fn a_placer_updated_in_place_chooses_as_one_built_afresh(
+        machines in prop::collection::vec((prop::collection::vec(0u16..=GIB, 1..9), 0u32..64, 0u64..4), 1..8),
+        bids in prop::collection::vec((1u8..4, 1u16..=GIB, 1u32..16, prop::option::of(0u16..=100), any::<bool>()), 1..24),
+    ) {
+        let mut offers: Vec<Offer> = machines.iter().map(|(free, cpu, _)| offer(free, cpu * 1_000)).collect();
+        let mut leases: Vec<Vec<Tenant>> = vec![Vec::new(); offers.len()];
+        let costs: Vec<u64> = machines.iter().map(|m| m.2).collect();
+        let needs: Vec<Need> = bids.iter().map(|&(n, gib, cpu, ..)| {
+            let mut need = need(n, if n == 1 { gib } else { GIB }, Regions::Any);
+            need.room.host.cpu_milli = cpu * 1_000;
+            need
+        }).collect();
+        let state = |offers: &[Offer], leases: &[Vec<Tenant>]| -> State {
+            offers.iter().zip(leases).zip(&costs).map(|((o, l), &c)| (c, o.clone(), l.clone())).collect()
+        };
+        let workload = demands(&needs);
+        let mut kept = Placer::new(&view(&state(&offers, &leases)), &workload);
+        for (need, &(.., pct, ends)) in needs.iter().zip(&bids) {
+            let affinity = Affinity { caching: &[], profile: pct.map(busy) };
+            let now = state(&offers, &leases);
+            let afresh = Placer::new(&view(&now), &workload).choose(need, &offers, affinity);
+            prop_assert_eq!(&kept.choose(need, &offers, affinity), &afresh);
+            let Some(chosen) = afresh else { continue };
+            // The lease starts (and, for some, ends again at once): its GPUs lose the GiB,
+            // the host its CPU.
+            let (m, o) = (chosen.machine, &offers[chosen.machine]);
+            let mut gpus = o.gpus().to_vec();
+            let mut free = o.host_free();
+            if !ends {
+                for &g in &chosen.gpus {
+                    gpus[g as usize].free_gib -= need.gib_per_gpu;
+                }
+                free.cpu_milli -= need.room.host.cpu_milli;
+                let mask = chosen.gpus.iter().fold(0u16, |m, &g| m | 1 << g);
+                leases[m].push(Tenant { profile: pct.map(busy), ..tenant(mask, need.gib_per_gpu) });
+            } else if let Some(t) = leases[m].pop() {
+                for g in (0..gpus.len()).filter(|g| t.gpus >> g & 1 == 1) {
+                    gpus[g].free_gib += t.gib_per_gpu;
+                }
+            }
+            offers[m] = Offer::new(gpus, true, o.room(), free, 0, 0, [0; 8]).in_region(EU, 1);
+            let now = state(&offers, &leases);
+            prop_assert!(kept.update(m, &view(&now)[m]));
+        }
+    }
+}
+
+/// A seat whose electricity cost changed, or that the policy can no longer describe, is not
+/// updated in place: the policy must be built again.
+#[test]
+fn a_seat_that_moves_in_the_order_or_leaves_the_policy_is_not_updated_in_place() {
+    let offers = [offer(&[GIB], 8_000), offer(&[GIB, GIB], 8_000)];
+    let seats = [seat(1, 10, &offers[0], &[]), seat(2, 20, &offers[1], &[])];
+    let mut placer = Placer::new(&seats, &[]);
+    assert!(placer.update(0, &seats[0]));
+    assert!(!placer.update(0, &seat(1, 30, &offers[0], &[])));
+    // A GPU of a model no seat had when the policy was built.
+    let mut other = gpu(GIB, 0);
+    other.class = 1;
+    let unknown = Offer::new(
+        vec![other],
+        true,
+        offers[0].room(),
+        offers[0].host_free(),
+        0,
+        0,
+        [0; 8],
+    );
+    assert!(!placer.update(0, &seat(1, 10, &unknown, &[])));
+    assert!(!placer.update(2, &seats[0]));
+}
