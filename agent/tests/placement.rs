@@ -237,7 +237,7 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
         &machines[0].1,
         now
     ));
-    let mut policy = MarketPlacement::new(&market, now, machines, &[], &[]).unwrap();
+    let mut policy = MarketPlacement::new(&market, now, machines, Vec::new(), &[]).unwrap();
     let b: Bid = live.cluster.account(&fifth).await.unwrap();
     let placed = policy.place(&b, Sealed::No).expect("B fits");
     assert_eq!(
@@ -432,7 +432,7 @@ async fn a_sealed_bid_runs_on_the_machine_it_was_sealed_to_not_the_policys_first
     for key in [live.machine, machine_b] {
         machines.push((key, live.cluster.account::<Machine>(&key).await.unwrap()));
     }
-    let mut policy = MarketPlacement::new(&market, now, machines, &[], &[]).unwrap();
+    let mut policy = MarketPlacement::new(&market, now, machines, Vec::new(), &[]).unwrap();
     let b: Bid = live.cluster.account(&bid).await.unwrap();
     assert_eq!(policy.place(&b, Sealed::No).unwrap().machine, machine_b);
     live.cluster

@@ -742,6 +742,53 @@ async fn program_the_policy_reads_the_market_from_the_feed_and_a_closed_lease_is
     );
 }
 
+/// Issue 33, part 4: the policy's view is kept from one look at the books to the next and
+/// moved by what the feed notified, not built again. A's first look builds it: bid X fits both
+/// machines, and the policy gives it to B (idle, cheaper). B's agent then takes bid Y, which
+/// ranks above X and fills B; A's kept view learns it from B's account as notified, and its
+/// next look takes X itself. One view built in all.
+#[tokio::test(start_paused = true)]
+async fn program_the_policy_view_is_kept_between_looks_and_follows_the_feed() {
+    let m = ProgramMarket::start().await;
+    let b = m.add_machine(OTHER_REGION, ELECTRICITY_COST / 2).await;
+    let (a_chain, mut feed) = m.chain_with_feed();
+    let mut agent_b = Agent::on(b.chain.clone());
+    let fills_b = m
+        .place_bid(&BidSpec {
+            gib_per_gpu: 24,
+            regions: vec![OTHER_REGION],
+            price: 2 * crate::support::PRICE,
+            ..BidSpec::queue(2, 20)
+        })
+        .await;
+    let x = m.place_bid(&BidSpec::queue(1, 20)).await;
+    feed.notify().await;
+    let look = || async {
+        let open = a_chain
+            .best_open_bids(8)
+            .await
+            .expect("A's look at the books");
+        open.bids
+            .into_iter()
+            .find(|v| v.key == x)
+            .expect("X fits A")
+    };
+    let first = look().await;
+    assert_eq!(
+        first.elsewhere.map(|e| e.machine),
+        Some(Key(b.machine.to_bytes()))
+    );
+    assert_eq!(a_chain.views_built(), 1);
+    agent_b.run_for(&m, POLL).await;
+    assert_eq!(m.machine_of_lease(fills_b).await, Some(b.machine));
+    assert_eq!(m.machine_of_lease(x).await, None);
+    feed.notify().await;
+    let second = look().await;
+    assert_eq!(second.elsewhere, None, "B is full: A takes X");
+    assert!(second.gpus.is_some());
+    assert_eq!(a_chain.views_built(), 1, "the view was kept");
+}
+
 /// A spot bid waits in its machine's own book, which no other machine may take from: the
 /// packing policy does not send it elsewhere, though an idle machine with cheaper electricity
 /// (which would win a tie) is in the market.

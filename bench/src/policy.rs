@@ -10,13 +10,14 @@
 //! memory it takes: the accounts' data an agent's mirror holds, and this process's resident
 //! growth with them decoded and the view built.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
 use anchor_lang::Space;
 use gpu_market::state::{Bid, BookLeaf, Freed, Lease, LeaseRules, Machine, Market};
 use gpu_market_core::fit::Offer;
-use gpu_market_sdk::placement::{MarketPlacement, Sealed};
+use gpu_market_sdk::placement::{Changes, MarketPlacement, Sealed, RELEARN_SECS};
 use solana_pubkey::Pubkey;
 
 use crate::replay::{self, NOW};
@@ -131,6 +132,86 @@ fn leased(
     })
 }
 
+/// How many looks at the books [`kept_looks`] times: a second apart, all within one
+/// `RELEARN_SECS` period of the view's build.
+const LOOKS: usize = 30;
+/// Machines whose accounts change in a second of a market of 10,000 (each proves its leases
+/// every two 60 s intervals and heartbeats between), and leases that end in it (46,000 leases
+/// of two hours on average).
+const CHANGED_PER_SECOND: usize = 100;
+const ENDED_PER_SECOND: usize = 6;
+
+/// The kept view ([`MarketPlacement::update`]) at a look a second for [`LOOKS`] seconds: each
+/// look brings a second's changes ([`CHANGED_PER_SECOND`] machines heard from, each with its
+/// leases proven again, and [`ENDED_PER_SECOND`] of them with one lease fewer), then places one
+/// bid. Milliseconds of each update, and of each look (update and placement).
+fn kept_looks(
+    market: &Market,
+    view: &mut MarketPlacement,
+    machines: &[(Pubkey, Machine)],
+    leases: &[Lease],
+    bids: &[Bid],
+    queue: &[BookLeaf],
+) -> Result<Looks, String> {
+    let mut on: HashMap<Pubkey, Vec<Lease>> = HashMap::new();
+    for l in leases {
+        on.entry(l.machine).or_default().push(l.clone());
+    }
+    let (mut updates, mut looks) = (Vec::new(), Vec::new());
+    for (j, bid) in bids.iter().take(LOOKS).enumerate() {
+        let now = NOW + 1 + j as i64;
+        let mut changes = Changes::default();
+        for c in 0..CHANGED_PER_SECOND {
+            let (k, m) = &machines[(j * CHANGED_PER_SECOND + c) % machines.len()];
+            let mut m = m.clone();
+            m.last_heartbeat = now;
+            let mut proven: Vec<Lease> = on.get(k).cloned().unwrap_or_default();
+            for (i, l) in proven.iter_mut().enumerate() {
+                l.proof_hash = [1 + (j % 200) as u8; 32];
+                l.utilisation_bps = ((i * 997 + j * 31) % 10_000) as u16;
+            }
+            match (c < ENDED_PER_SECOND).then(|| proven.pop()).flatten() {
+                Some(ended) => {
+                    m.release(ended.gpus(), ended.gib_per_gpu, ended.host(), false)
+                        .map_err(|e| e.to_string())?;
+                    m.leases = m.leases.saturating_sub(1);
+                    changes.machine_leases.push((*k, proven));
+                }
+                None => changes.leases.extend(proven),
+            }
+            changes.machines.push((*k, m));
+        }
+        let t = Instant::now();
+        view.update(market, now, changes, queue)?;
+        let updated = t.elapsed().as_secs_f64() * 1e3;
+        let ((), placed) = timed(|| {
+            view.place(bid, Sealed::No);
+        });
+        updates.push(updated);
+        looks.push(updated + placed);
+    }
+    updates.sort_by(f64::total_cmp);
+    looks.sort_by(f64::total_cmp);
+    // The next minute of the chain's clock: the workload learned again.
+    let next = (NOW / RELEARN_SECS + 1) * RELEARN_SECS;
+    let t = Instant::now();
+    view.update(market, next, Changes::default(), queue)?;
+    let relearned = t.elapsed().as_secs_f64() * 1e3;
+    Ok(Looks {
+        updates,
+        looks,
+        relearned,
+    })
+}
+
+/// What [`kept_looks`] measured, in milliseconds: each update, each look, and the update that
+/// learned the workload again.
+struct Looks {
+    updates: Vec<f64>,
+    looks: Vec<f64>,
+    relearned: f64,
+}
+
 /// Milliseconds of `f`.
 fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
     let t = Instant::now();
@@ -146,8 +227,10 @@ pub fn main(traces: &Path) -> Result<(), String> {
     let trace = trace::load(traces)?;
     let market = replay::market();
     println!("The packing policy (`sdk::placement::MarketPlacement`) over openb's machines, {:.0} % of their GPU memory leased, a queue book of {QUEUE} bids; one core, release build:\n", LEASED * 100.0);
-    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} | a bid sealed to {SEALED_TO} machines, placed and a non-holder's turn: mean | most | accounts' data | resident memory |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} | a bid sealed to {SEALED_TO} machines, placed and a non-holder's turn: mean | most | kept view, a second's changes: p50 | most | a look (changes, then one bid): mean | p99 | most | the workload learned again (each minute) | accounts' data | resident memory |");
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for n in SIZES {
         let resident_before = status_kib("VmRSS:");
         let Leased {
@@ -170,8 +253,8 @@ pub fn main(traces: &Path) -> Result<(), String> {
         let mut view = None;
         for _ in 0..BUILDS {
             // The agent decodes the accounts into the vector it hands over: not timed here.
-            let owned = machines.clone();
-            let (v, ms) = timed(|| MarketPlacement::new(&market, NOW, owned, &leases, &queue));
+            let (owned, leases) = (machines.clone(), leases.clone());
+            let (v, ms) = timed(|| MarketPlacement::new(&market, NOW, owned, leases, &queue));
             builds.push(ms);
             view = Some(v?);
         }
@@ -210,6 +293,11 @@ pub fn main(traces: &Path) -> Result<(), String> {
             sealed_times.push(ms);
         }
         sealed_times.sort_by(f64::total_cmp);
+        let Looks {
+            updates,
+            looks,
+            relearned,
+        } = kept_looks(&market, &mut view, &machines, &leases, placing, &queue)?;
         let sealed_mean = sealed_times.iter().sum::<f64>() / sealed_times.len().max(1) as f64;
         // What the agent's mirror holds of the market (the accounts' bytes, as the node serves
         // them), and what this process holds with the decoded accounts, the queue and the view.
@@ -222,13 +310,19 @@ pub fn main(traces: &Path) -> Result<(), String> {
                 format!("{:.1} MiB", after.saturating_sub(before) as f64 / 1024.0)
             });
         println!(
-            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} | {sealed_mean:.2} ms | {:.2} ms | {:.1} MiB | {resident} |",
+            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} | {sealed_mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} ms | {:.1} MiB | {resident} |",
             leases.len(),
             percentile(&builds, 0.5),
             percentile(&times, 0.5),
             percentile(&times, 0.99),
             times.last().copied().unwrap_or(0.0),
             sealed_times.last().copied().unwrap_or(0.0),
+            percentile(&updates, 0.5),
+            updates.last().copied().unwrap_or(0.0),
+            looks.iter().sum::<f64>() / looks.len().max(1) as f64,
+            percentile(&looks, 0.99),
+            looks.last().copied().unwrap_or(0.0),
+            relearned,
             data as f64 / (1 << 20) as f64,
         );
         drop(view);

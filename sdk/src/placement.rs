@@ -14,36 +14,50 @@ use gpu_market::instructions::PlaceBidArgs;
 use gpu_market::state::{Bid, BidKind, BookLeaf, Freed, Lease, Machine, MachineStatus, Market};
 use gpu_market_core::colocate::Profile;
 use gpu_market_core::fit::{Offer, Unfit};
-use gpu_market_core::placement::{Affinity, Demand, Placer, Seat, Tenant};
+use gpu_market_core::placement::{Affinity, Placer, Seat, Tenant};
 use solana_pubkey::Pubkey;
 
-/// A market's machines as the packing policy sees them at one moment.
+mod update;
+
+use update::{queue_offer, reserve_prices, seat, tenants_of, workload, Kept};
+pub use update::{Changes, RELEARN_SECS};
+
+/// A market's machines as the packing policy sees them at one moment, kept current from the
+/// accounts that change ([`MarketPlacement::update`]).
 pub struct MarketPlacement {
     keys: Vec<Pubkey>,
     machines: Vec<(Pubkey, Machine)>,
     /// Each machine's offer to queue bids.
     offers: Vec<Offer>,
     placer: Placer,
-    /// The profile of each image some measured lease runs.
-    images: BTreeMap<[u8; 32], Profile>,
+    /// Each image some measured lease runs: the sum of their SM utilisations, and how many.
+    images: BTreeMap<[u8; 32], (u64, u64)>,
+    /// What [`MarketPlacement::update`] changes in place.
+    kept: Kept,
 }
 
-/// Each image's profile: the mean SM utilisation of the measured `leases` running it.
-fn image_profiles(leases: &[Lease]) -> BTreeMap<[u8; 32], Profile> {
-    let mut sums: BTreeMap<[u8; 32], (u64, u64)> = BTreeMap::new();
+/// Each image's measured leases' SM utilisation, summed, and their count.
+fn image_sums(leases: &[Lease]) -> BTreeMap<[u8; 32], (u64, u64)> {
+    let mut sums = BTreeMap::new();
     for l in leases {
-        if let Some(p) = l.profile() {
-            let (sum, n) = sums.entry(l.image_digest).or_default();
-            *sum += p.sm_util_bps as u64;
-            *n += 1;
+        add_profile(&mut sums, l, 1);
+    }
+    sums
+}
+
+/// Counts lease `l`'s profile in `sums` (`sign` 1) or takes it out again (-1).
+fn add_profile(sums: &mut BTreeMap<[u8; 32], (u64, u64)>, l: &Lease, sign: i8) {
+    let Some(p) = l.profile() else { return };
+    let (sum, n) = sums.entry(l.image_digest).or_default();
+    match sign {
+        1 => (*sum, *n) = (*sum + p.sm_util_bps as u64, *n + 1),
+        _ => {
+            (*sum, *n) = (
+                sum.saturating_sub(p.sm_util_bps as u64),
+                n.saturating_sub(1),
+            )
         }
     }
-    sums.into_iter()
-        .map(|(image, (sum, n))| {
-            let sm_util_bps = u16::try_from(sum / n).unwrap_or(u16::MAX);
-            (image, Profile { sm_util_bps })
-        })
-        .collect()
 }
 
 /// A queue bid's witness (`place_bid`'s `machine`): the first active machine of `machines` the
@@ -143,58 +157,55 @@ impl MarketPlacement {
         market: &Market,
         now: i64,
         machines: Vec<(Pubkey, Machine)>,
-        leases: &[Lease],
+        leases: Vec<Lease>,
         queue: &[BookLeaf],
     ) -> Result<Self, String> {
         // In place: a machine account is 1.5 KB, and moving 10,000 of them took 3 ms.
-        let mut machines = machines;
-        machines.retain(|(_, m)| alive(market, m, now));
+        let (mut machines, mut resting) = (machines, Vec::new());
+        if machines.iter().any(|(_, m)| !alive(market, m, now)) {
+            let listed = std::mem::take(&mut machines);
+            (machines, resting) = listed.into_iter().partition(|(_, m)| alive(market, m, now));
+        }
         let keys: Vec<Pubkey> = machines.iter().map(|(k, _)| *k).collect();
-        let mut held: Vec<Vec<Tenant>> = vec![Vec::new(); keys.len()];
-        let mut workload: Vec<Demand> = Vec::with_capacity(leases.len() + queue.len());
         // Each lease finds its machine by address in one lookup: a scan of the machines per
         // lease took 190 ms of 200 at 10,000 machines and 46,000 leases.
-        let seat: HashMap<&Pubkey, usize> = keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
-        for l in leases {
-            workload.push(Demand::running(l.gpu_count, l.gib_per_gpu, l.host()));
-            if let Some(&i) = seat.get(&l.machine) {
-                held[i].push(Tenant {
-                    gpus: l.gpus().iter().fold(0u16, |m, &g| m | 1 << g),
-                    gib_per_gpu: l.gib_per_gpu,
-                    profile: l.profile(),
-                });
-            }
+        let seat_of: HashMap<Pubkey, usize> =
+            keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+        let mut on: HashMap<Pubkey, Vec<usize>> = HashMap::with_capacity(keys.len());
+        for (i, l) in leases.iter().enumerate() {
+            on.entry(l.machine).or_default().push(i);
         }
-        workload.extend(
-            queue
-                .iter()
-                .filter(|leaf| !leaf.summary.expired(now))
-                .map(|leaf| Demand::from(&leaf.summary.need())),
-        );
+        let tenants: Vec<Vec<Tenant>> = keys
+            .iter()
+            .map(|k| tenants_of(&leases, on.get(k)))
+            .collect();
         let offers: Vec<Offer> = machines
             .iter()
-            .map(|(k, m)| {
-                m.offer(market, BidKind::Queue, now, &Freed::default())
-                    .map_err(|e| format!("machine {k}'s offer: {e}"))
-            })
+            .map(|(k, m)| queue_offer(market, now, k, m))
             .collect::<Result<_, _>>()?;
-        let seats: Vec<Seat> = machines
-            .iter()
-            .zip(offers.iter().zip(&held))
-            .map(|((k, m), (offer, leases))| Seat {
-                id: k.to_bytes(),
-                electricity_cost_per_kwh: m.electricity_cost_per_kwh,
-                offer,
-                leases,
-            })
+        let seats: Vec<Seat> = (0..keys.len())
+            .map(|i| seat(&machines[i], &offers[i], &tenants[i]))
             .collect();
-        let placer = Placer::new(&seats, &workload);
+        let placer = Placer::new(&seats, &workload(&leases, queue, now));
         Ok(MarketPlacement {
             keys,
             machines,
             offers,
             placer,
-            images: image_profiles(leases),
+            images: image_sums(&leases),
+            kept: Kept {
+                resting,
+                leases,
+                on,
+                seat_of,
+                tenants,
+                epoch: now.div_euclid(RELEARN_SECS),
+                built: now,
+                now,
+                reserve: reserve_prices(market, now),
+                params: market.params,
+                regions: market.regions,
+            },
         })
     }
 
@@ -334,7 +345,10 @@ impl MarketPlacement {
 
     /// The profile of `image`, where a measured lease of the market runs it.
     pub fn profile_of(&self, image: &[u8; 32]) -> Option<Profile> {
-        self.images.get(image).copied()
+        let &(sum, n) = self.images.get(image).filter(|(_, n)| *n > 0)?;
+        Some(Profile {
+            sm_util_bps: u16::try_from(sum / n).unwrap_or(u16::MAX),
+        })
     }
 }
 
@@ -403,11 +417,11 @@ mod tests {
         BidData, GpuSpec, MachineData, MachineNetwork, MarketParams, OverclockTerms,
     };
 
-    const NOW: i64 = 1_800_000_000;
+    pub(super) const NOW: i64 = 1_800_000_000;
 
     /// An idle machine of one 80 GiB class-0 GPU, its electricity at `cost`, heard from at
     /// `heartbeat`.
-    fn machine(cost: u64, heartbeat: i64) -> Machine {
+    pub(super) fn machine(cost: u64, heartbeat: i64) -> Machine {
         let mut gpus = gpu_market::state::GpuTable::default();
         gpus[0] = GpuSpec {
             class: 0,
@@ -431,7 +445,7 @@ mod tests {
         }
     }
 
-    fn bid() -> Bid {
+    pub(super) fn bid() -> Bid {
         Bid::queue(
             BidData {
                 gpu_count: 1,
@@ -471,7 +485,7 @@ mod tests {
         ];
         assert!(!alive(&market, &machines[0].1, NOW));
         assert!(alive(&market, &machines[1].1, NOW));
-        let mut placement = MarketPlacement::new(&market, NOW, machines, &[], &[]).unwrap();
+        let mut placement = MarketPlacement::new(&market, NOW, machines, Vec::new(), &[]).unwrap();
         let b = bid();
         let placed = placement.place(&b, Sealed::No).unwrap();
         assert_eq!(placed.machine, live, "the cheapest live machine");
@@ -499,7 +513,7 @@ mod tests {
             .collect();
         let holders = sealed_holders(&machines, &[agents[3], agents[1], Pubkey::new_unique()]);
         assert_eq!(holders, vec![keys[1], keys[3]]);
-        let mut placement = MarketPlacement::new(&market, NOW, machines, &[], &[]).unwrap();
+        let mut placement = MarketPlacement::new(&market, NOW, machines, Vec::new(), &[]).unwrap();
         let b = bid();
         let open = placement.place(&b, Sealed::No).unwrap();
         assert_eq!(open.machine, keys[0], "unsealed: the cheapest machine");

@@ -16,7 +16,7 @@
 //! again, reads go to the RPC node as they would without it. The clock is served only while
 //! it is fresh ([`CLOCK_FRESHNESS`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
 use std::time::Duration;
@@ -44,6 +44,18 @@ pub struct Mirror {
     inner: Mutex<Inner>,
 }
 
+/// The most accounts the mirror remembers as changed between two reads of its changes
+/// ([`Mirror::changes`]); past it, the reader builds what it keeps afresh.
+const CHANGED_LIMIT: usize = 1 << 17;
+
+/// The accounts that changed since a reader last asked ([`Mirror::changes`]): those open, as
+/// they are now, for each of the reader's filters, and those closed.
+#[derive(Debug, Default)]
+pub struct Changed {
+    pub matched: Vec<Vec<(Pubkey, Vec<u8>)>>,
+    pub closed: Vec<Pubkey>,
+}
+
 #[derive(Default)]
 struct Inner {
     /// Whether the feed is subscribed: only then is anything here current.
@@ -66,6 +78,12 @@ struct Inner {
     /// filters was installed since the feed subscribed (the market's machines and leases for
     /// the packing policy), and the feed keeps them current but for closed accounts.
     listed: Vec<Vec<RpcFilterType>>,
+    /// Counts the feed's subscriptions and drops, and the followers of the changes: what was
+    /// kept from the mirror of another generation may have missed a change.
+    generation: u64,
+    /// The accounts stored since the last read of the changes (`None`: nobody follows them,
+    /// or more than [`CHANGED_LIMIT`] changed).
+    changed: Option<HashSet<Pubkey>>,
 }
 
 /// What a read found in the mirror: each key's data where the mirror is current for it, and
@@ -94,7 +112,8 @@ impl Mirror {
         subscriptions: Vec<Vec<RpcFilterType>>,
         lease_filters: Vec<RpcFilterType>,
     ) {
-        *self.lock() = Inner {
+        let mut s = self.lock();
+        *s = Inner {
             live: true,
             watched,
             subscriptions,
@@ -104,12 +123,58 @@ impl Mirror {
             machine_slot: 0,
             lease_filters,
             listed: Vec::new(),
+            generation: s.generation + 1,
+            changed: None,
         };
     }
 
     /// The feed dropped: reads go to the RPC node until it is subscribed again.
     pub fn dropped(&self) {
-        *self.lock() = Inner::default();
+        let mut s = self.lock();
+        *s = Inner {
+            generation: s.generation + 1,
+            ..Inner::default()
+        };
+    }
+
+    /// Starts following the changes: a new generation, to be given to [`Self::changes`],
+    /// which then lists what was stored after this call (to this caller alone: a follower of an
+    /// earlier generation gets `None` from then on). `None` while the feed is not subscribed.
+    pub fn follow_changes(&self) -> Option<u64> {
+        let mut s = self.lock();
+        s.generation += 1;
+        s.changed = Some(HashSet::new());
+        s.live.then_some(s.generation)
+    }
+
+    /// The accounts stored since the last call (or [`Self::follow_changes`]) of generation
+    /// `generation`: those open that pass each of `filters`, and those closed. `None` where
+    /// the mirror may have missed one since: the feed subscribed again or dropped, or more
+    /// than [`CHANGED_LIMIT`] changed.
+    pub fn changes(&self, generation: u64, filters: &[Vec<RpcFilterType>]) -> Option<Changed> {
+        let mut s = self.lock();
+        if !s.live || s.generation != generation {
+            return None;
+        }
+        let changed = s.changed.as_mut().map(std::mem::take)?;
+        let mut out = Changed {
+            matched: vec![Vec::new(); filters.len()],
+            closed: Vec::new(),
+        };
+        for key in changed {
+            match s.accounts.get(&key).map(|a| a.data.as_deref()) {
+                Some(Some(data)) => {
+                    for (f, found) in filters.iter().zip(out.matched.iter_mut()) {
+                        if matches(f, data) {
+                            found.push((key, data.to_vec()));
+                        }
+                    }
+                }
+                Some(None) => out.closed.push(key),
+                None => {}
+            }
+        }
+        Some(out)
     }
 
     pub fn is_live(&self) -> bool {
@@ -267,9 +332,16 @@ impl Inner {
     fn put(&mut self, key: Pubkey, slot: u64, data: Option<Vec<u8>>) {
         match self.accounts.get(&key) {
             Some(seen) if seen.slot > slot => {}
-            _ => {
+            seen => {
+                let moved = seen.is_none_or(|seen| seen.data != data);
                 let at = Instant::now();
                 self.accounts.insert(key, Seen { slot, data, at });
+                if let (true, Some(changed)) = (moved, &mut self.changed) {
+                    changed.insert(key);
+                    if changed.len() > CHANGED_LIMIT {
+                        self.changed = None;
+                    }
+                }
             }
         }
     }
@@ -369,6 +441,50 @@ mod tests {
         );
         assert_eq!(m.leases().unwrap().len(), 2);
         assert_eq!(m.get(&[a]).accounts, vec![Some(None)]);
+    }
+
+    /// What changed since a reader last asked: each account stored with new data once (the
+    /// same data again is no change), by the reader's filters, closed ones apart; nothing of
+    /// another generation of the mirror (the feed subscribed again or dropped), nor past the
+    /// limit.
+    #[test]
+    fn the_changes_since_the_last_read_are_each_account_stored_anew_once() {
+        let (m, machine, clock) = live();
+        let mine = lease_filters(&machine);
+        let generation = m.follow_changes().expect("live");
+        let (a, b) = (Pubkey::new_unique(), Pubkey::new_unique());
+        m.notified(a, 10, Some(lease_data(&machine, 1)));
+        m.notified(a, 11, Some(lease_data(&machine, 2)));
+        m.notified(clock, 11, Some(vec![1]));
+        let changed = m.changes(generation, std::slice::from_ref(&mine)).unwrap();
+        assert_eq!(changed.matched, vec![vec![(a, lease_data(&machine, 2))]]);
+        assert!(changed.closed.is_empty());
+        // The same data again, and a scan that no longer finds A: only A's closing.
+        m.notified(a, 12, Some(lease_data(&machine, 2)));
+        m.scanned(&mine, 13, &[]);
+        let changed = m.changes(generation, std::slice::from_ref(&mine)).unwrap();
+        assert_eq!(changed.matched, vec![Vec::new()]);
+        assert_eq!(changed.closed, vec![a]);
+        // A second follower: the first reads no changes any more.
+        let second = m.follow_changes().expect("live");
+        assert!(m.changes(generation, &[]).is_none());
+        let generation = second;
+        // A new generation: what was kept from the last may have missed a change.
+        m.notified(b, 14, Some(lease_data(&machine, 3)));
+        m.subscribed(
+            machine,
+            [machine, clock].into(),
+            vec![mine.clone()],
+            mine.clone(),
+        );
+        assert!(m.changes(generation, &[]).is_none());
+        let generation = m.follow_changes().expect("live");
+        for n in 0..=CHANGED_LIMIT as u64 {
+            m.notified(Pubkey::new_unique(), 20 + n, Some(vec![1]));
+        }
+        assert!(m.changes(generation, &[]).is_none(), "past the limit");
+        m.dropped();
+        assert!(m.follow_changes().is_none());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! disagree for a moment, which the grace period absorbs.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
@@ -14,11 +15,12 @@ use gpu_market::state::{
 };
 use gpu_market_sdk::accounts::decode;
 use gpu_market_sdk::placement::{
-    alive, earliest_start, gang_start, sealed_holders, MarketPlacement, Placed, Sealed,
+    alive, earliest_start, gang_start, sealed_holders, Changes, MarketPlacement, Placed, Sealed,
 };
 use solana_pubkey::Pubkey;
 use solana_rpc_client_api::filter::{Memcmp, RpcFilterType};
 
+use super::mirror::Mirror;
 use super::solana::{key, lease_filters, offers, SolanaChain};
 use super::watch::market_subscriptions;
 use super::{ChainError, Elsewhere, ReservationDuty};
@@ -69,10 +71,17 @@ pub(super) struct Policy<'a> {
     /// The queue book's entries (the open bids of the workload).
     queue: &'a [BookLeaf],
     view: Option<MarketPlacement>,
+    /// The generation of the feed's mirror that follows what changes after the view (`None`:
+    /// none does, and the view is not kept).
+    generation: Option<u64>,
     /// The market's machines and running leases, read once for the policy's view and the
     /// reservations' duty.
     listing: Option<Listing>,
 }
+
+/// The policy's view a look at the books kept for the next, and the generation of the feed's
+/// mirror that follows what changes after it.
+pub(super) type KeptView = (u64, MarketPlacement);
 
 /// Every machine of a market and its running leases.
 pub(super) type Listing = (Vec<(Pubkey, Machine)>, Vec<Lease>);
@@ -84,6 +93,7 @@ impl<'a> Policy<'a> {
             now,
             queue,
             view: None,
+            generation: None,
             listing: None,
         }
     }
@@ -198,19 +208,96 @@ impl SolanaChain {
         self.sealed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The policy's view of the market for this look at the books, built the first time.
+    /// The policy's view of the market for this look at the books, made the first time: the
+    /// view the last look kept, moved by what the feed notified since ([`Self::kept_view`]),
+    /// else built from the market's listing (and kept from then on while the feed follows the
+    /// market).
     async fn policy_view<'p>(
         &self,
         policy: &'p mut Policy<'_>,
     ) -> Result<&'p mut MarketPlacement, ChainError> {
         if policy.view.is_none() {
             let (market, now, queue) = (policy.market, policy.now, policy.queue);
-            let (machines, leases) = self.listing(&mut policy.listing).await?;
-            let view = MarketPlacement::new(market, now, machines.clone(), leases, queue)
-                .map_err(|reason| ChainError::rejected("read", reason))?;
-            policy.view = Some(view);
+            let view = match self.kept_view(market, now, queue).await? {
+                Some(kept) => kept,
+                None => {
+                    let generation = self.mirror().and_then(Mirror::follow_changes);
+                    let (machines, leases) = self.listing(&mut policy.listing).await?;
+                    let view =
+                        MarketPlacement::new(market, now, machines.clone(), leases.clone(), queue)
+                            .map_err(|reason| ChainError::rejected("read", reason))?;
+                    self.views_built.fetch_add(1, Ordering::Relaxed);
+                    (generation, view)
+                }
+            };
+            (policy.generation, policy.view) = (view.0, Some(view.1));
         }
         Ok(policy.view.as_mut().expect("set above"))
+    }
+
+    /// The view the last look at the books kept (`keep_view`), moved to `now` by the machines
+    /// and leases the feed notified since ([`MarketPlacement::update`]); `None` where there is
+    /// none, or the mirror may have missed a change since (the feed subscribed again, or
+    /// dropped). A changed machine whose count of leases differs from the leases the view then
+    /// holds for it has had one close (no notification says so): its leases are scanned again,
+    /// as a listing does.
+    async fn kept_view(
+        &self,
+        market: &Market,
+        now: i64,
+        queue: &[BookLeaf],
+    ) -> Result<Option<(Option<u64>, MarketPlacement)>, ChainError> {
+        let kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some((generation, mut view)) = kept else {
+            return Ok(None);
+        };
+        let filters = market_subscriptions(&self.market());
+        let Some(changed) = self.mirror().and_then(|m| m.changes(generation, &filters)) else {
+            return Ok(None);
+        };
+        let [machines, leases] = <[_; 2]>::try_from(changed.matched).unwrap_or_default();
+        let mut changes = Changes {
+            machines: machines
+                .iter()
+                .filter_map(|(k, d)| Some((*k, decode::<Machine>(d, "machine").ok()?)))
+                .collect(),
+            closed: changed.closed,
+            leases: leases
+                .iter()
+                .filter_map(|(_, d)| decode::<Lease>(d, "lease").ok())
+                .collect(),
+            machine_leases: Vec::new(),
+        };
+        for (key, machine) in &changes.machines {
+            if view.leases_held(key, &changes.leases) == machine.leases as usize {
+                continue;
+            }
+            let found = self.scan(&lease_filters(key)).await?;
+            let listed = found
+                .iter()
+                .filter_map(|(_, d)| decode::<Lease>(d, "lease").ok())
+                .collect();
+            changes.leases.retain(|l| l.machine != *key);
+            changes.machine_leases.push((*key, listed));
+        }
+        view.update(market, now, changes, queue)
+            .map_err(|reason| ChainError::rejected("read", reason))?;
+        if view.built_at() == now {
+            tracing::debug!(now, "the policy's view was built again from what it kept");
+        }
+        Ok(Some((Some(generation), view)))
+    }
+
+    /// Keeps the view of a look at the books that is over for the next one, where the feed's
+    /// mirror follows what changes until then.
+    pub(super) fn keep_view(&self, policy: Policy<'_>) {
+        if let (Some(generation), Some(view)) = (policy.generation, policy.view) {
+            *self.kept.lock().unwrap_or_else(PoisonError::into_inner) = Some((generation, view));
+        }
     }
 
     /// The market's machines and leases as a look at the books read them (`cache`), read now

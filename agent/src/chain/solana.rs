@@ -98,6 +98,10 @@ pub struct SolanaChain {
     gang_hosts: std::sync::Mutex<HashMap<Pubkey, (Vec<String>, u16)>>,
     /// The agent keys each sealed bid's environment is sealed to, and when they were read.
     pub(super) sealed: std::sync::Mutex<HashMap<Pubkey, super::placement::SealedRead>>,
+    /// The packing policy's view the last look at the books kept for the next, and how many
+    /// views were built from a listing of the market ([`Self::views_built`]).
+    pub(super) kept: std::sync::Mutex<Option<super::placement::KeptView>>,
+    pub(super) views_built: std::sync::atomic::AtomicU64,
     /// Waiting gang bids as read, by their place in the queue (`BookLeaf::seq`): what their
     /// reservations need of them (terms, latest start) does not change while they wait.
     pub(super) waiting_gangs: std::sync::Mutex<HashMap<Pubkey, (u64, Bid)>>,
@@ -154,6 +158,8 @@ impl SolanaChain {
             gangs: std::sync::Mutex::default(),
             gang_hosts: std::sync::Mutex::default(),
             sealed: std::sync::Mutex::default(),
+            kept: std::sync::Mutex::default(),
+            views_built: std::sync::atomic::AtomicU64::new(0),
             waiting_gangs: std::sync::Mutex::default(),
         }
     }
@@ -501,6 +507,13 @@ impl SolanaChain {
             m.scanned_leases(slot, &found);
         }
         Ok(found)
+    }
+
+    /// How many times the packing policy's view was built from a listing of the market's
+    /// machines and leases: once while the feed follows the market, where the view is kept
+    /// and moved by what changes; at every look at the books that needs it without a feed.
+    pub fn views_built(&self) -> u64 {
+        self.views_built.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(super) fn mirror(&self) -> Option<&Mirror> {
@@ -1225,6 +1238,7 @@ impl Chain for SolanaChain {
                     None
                 });
         }
+        self.keep_view(policy);
         Ok(out)
     }
 

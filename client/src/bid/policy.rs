@@ -36,7 +36,7 @@ pub(super) fn policy_view(
         .into_iter()
         .map(|(_, l)| l)
         .collect();
-    let mut placement = MarketPlacement::new(market, now, machines.to_vec(), &leases, queue)
+    let mut placement = MarketPlacement::new(market, now, machines.to_vec(), leases, queue)
         .map_err(|e| anyhow!("{e}"))?;
     let parts = bid
         .is_gang()
