@@ -25,7 +25,10 @@ pub use update::{Changes, RELEARN_SECS};
 /// A market's machines as the packing policy sees them at one moment, kept current from the
 /// accounts that change ([`MarketPlacement::update`]).
 pub struct MarketPlacement {
+    /// The machines the policy places on (alive), in listing order.
     keys: Vec<Pubkey>,
+    /// Every machine listed: those of `keys` first, in their order, then the others (not
+    /// [`alive`]: they come back with a heartbeat).
     machines: Vec<(Pubkey, Machine)>,
     /// Each machine's offer to queue bids.
     offers: Vec<Offer>,
@@ -161,12 +164,19 @@ impl MarketPlacement {
         queue: &[BookLeaf],
     ) -> Result<Self, String> {
         // In place: a machine account is 1.5 KB, and moving 10,000 of them took 3 ms.
-        let (mut machines, mut resting) = (machines, Vec::new());
+        let mut machines = machines;
         if machines.iter().any(|(_, m)| !alive(market, m, now)) {
-            let listed = std::mem::take(&mut machines);
-            (machines, resting) = listed.into_iter().partition(|(_, m)| alive(market, m, now));
+            let (mut seats, resting): (Vec<_>, Vec<_>) = std::mem::take(&mut machines)
+                .into_iter()
+                .partition(|(_, m)| alive(market, m, now));
+            seats.extend(resting);
+            machines = seats;
         }
-        let keys: Vec<Pubkey> = machines.iter().map(|(k, _)| *k).collect();
+        let keys: Vec<Pubkey> = machines
+            .iter()
+            .take_while(|(_, m)| alive(market, m, now))
+            .map(|(k, _)| *k)
+            .collect();
         // Each lease finds its machine by address in one lookup: a scan of the machines per
         // lease took 190 ms of 200 at 10,000 machines and 46,000 leases.
         let seat_of: HashMap<Pubkey, usize> =
@@ -179,7 +189,7 @@ impl MarketPlacement {
             .iter()
             .map(|k| tenants_of(&leases, on.get(k)))
             .collect();
-        let offers: Vec<Offer> = machines
+        let offers: Vec<Offer> = machines[..keys.len()]
             .iter()
             .map(|(k, m)| queue_offer(market, now, k, m))
             .collect::<Result<_, _>>()?;
@@ -194,7 +204,6 @@ impl MarketPlacement {
             placer,
             images: image_sums(&leases),
             kept: Kept {
-                resting,
                 leases,
                 on,
                 seat_of,
@@ -292,7 +301,7 @@ impl MarketPlacement {
 
     /// The machines (by their place in the policy) that cache `image`.
     fn caching(&self, image: &[u8; 32]) -> Vec<usize> {
-        self.machines
+        self.machines[..self.keys.len()]
             .iter()
             .enumerate()
             .filter(|(_, (_, m))| m.cached_images[..m.cached_image_count as usize].contains(image))

@@ -74,9 +74,6 @@ pub(super) struct Policy<'a> {
     /// The generation of the feed's mirror that follows what changes after the view (`None`:
     /// none does, and the view is not kept).
     generation: Option<u64>,
-    /// The market's machines and running leases, read once for the policy's view and the
-    /// reservations' duty.
-    listing: Option<Listing>,
 }
 
 /// The policy's view a look at the books kept for the next, and the generation of the feed's
@@ -94,13 +91,12 @@ impl<'a> Policy<'a> {
             queue,
             view: None,
             generation: None,
-            listing: None,
         }
     }
 
     /// The market's machines, as far as this look at the books read them (none before).
     pub(super) fn machines(&self) -> &[(Pubkey, Machine)] {
-        self.listing.as_ref().map_or(&[], |(m, _)| m.as_slice())
+        self.view.as_ref().map_or(&[], MarketPlacement::machines)
     }
 }
 
@@ -170,7 +166,7 @@ impl SolanaChain {
         if recipients.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let (machines, _) = self.listing(&mut policy.listing).await?;
+        let (machines, _) = self.listing(policy).await?;
         Ok(Some(sealed_holders(machines, &recipients)))
     }
 
@@ -222,10 +218,9 @@ impl SolanaChain {
                 Some(kept) => kept,
                 None => {
                     let generation = self.mirror().and_then(Mirror::follow_changes);
-                    let (machines, leases) = self.listing(&mut policy.listing).await?;
-                    let view =
-                        MarketPlacement::new(market, now, machines.clone(), leases.clone(), queue)
-                            .map_err(|reason| ChainError::rejected("read", reason))?;
+                    let (machines, leases) = self.market_listing().await?;
+                    let view = MarketPlacement::new(market, now, machines, leases, queue)
+                        .map_err(|reason| ChainError::rejected("read", reason))?;
                     self.views_built.fetch_add(1, Ordering::Relaxed);
                     (generation, view)
                 }
@@ -300,13 +295,14 @@ impl SolanaChain {
         }
     }
 
-    /// The market's machines and leases as a look at the books read them (`cache`), read now
-    /// the first time.
-    async fn listing<'p>(&self, cache: &'p mut Option<Listing>) -> Result<&'p Listing, ChainError> {
-        match cache {
-            Some(listing) => Ok(listing),
-            none => Ok(none.insert(self.market_listing().await?)),
-        }
+    /// The market's machines and leases as this look at the books sees them: those the
+    /// policy's view holds ([`Self::policy_view`]).
+    async fn listing<'p>(
+        &self,
+        policy: &'p mut Policy<'_>,
+    ) -> Result<(&'p [(Pubkey, Machine)], &'p [Lease]), ChainError> {
+        let view: &'p MarketPlacement = self.policy_view(policy).await?;
+        Ok((view.machines(), view.leases()))
     }
 
     /// Every machine of the market and its running leases: from the mirror, which the
@@ -420,7 +416,7 @@ impl SolanaChain {
             if offers.for_run(&leaf.bid, until).fits(&need) {
                 return Ok(None);
             }
-            let (machines, _) = self.listing(&mut policy.listing).await?;
+            let (machines, _) = self.listing(policy).await?;
             let holds = |m: &Machine| m.reservation.binds(now, grace);
             // Held by another machine: from when (this one may take it over only by starting
             // it earlier, which `reserve` checks).
@@ -432,7 +428,7 @@ impl SolanaChain {
             // A sealed bid is reserved on a machine that can open its environment where one
             // can start it, else on any.
             let holders = self.sealed_holders(policy, &leaf.bid, &bid).await?;
-            let (machines, leases) = self.listing(&mut policy.listing).await?;
+            let (machines, leases) = self.listing(policy).await?;
             let free: Vec<(Pubkey, Machine)> = machines
                 .iter()
                 .filter(|(_, m)| {
@@ -521,7 +517,7 @@ impl SolanaChain {
         let here = self.machine();
         let grace = market.silence_window_secs();
         let bid = self.waiting_gang(policy.queue, leaf).await?;
-        let (machines, leases) = self.listing(&mut policy.listing).await?;
+        let (machines, leases) = self.listing(policy).await?;
         // Held from when: its parts share one start; a part of an earlier round its machine's
         // agent has not cleared yet starts later, or goes within a tick.
         let held_from = machines

@@ -40,8 +40,6 @@ pub struct Changes {
 
 /// What the view keeps to be updated in place.
 pub(super) struct Kept {
-    /// The listed machines that are not [`alive`]: they come back with a heartbeat.
-    pub(super) resting: Vec<(Pubkey, Machine)>,
     /// Every running lease listed, of any machine.
     pub(super) leases: Vec<Lease>,
     /// Each machine's leases, as places in `leases`.
@@ -126,11 +124,6 @@ pub(super) fn tenants_of(leases: &[Lease], on: Option<&Vec<usize>>) -> Vec<Tenan
 }
 
 impl Kept {
-    /// Whether machine `key` is listed (alive or resting).
-    fn is_listed(&self, key: &Pubkey) -> bool {
-        self.seat_of.contains_key(key) || self.resting.iter().any(|(k, _)| k == key)
-    }
-
     /// Keeps `lease` as it is now (in place of the one of the same bid on its machine, if
     /// any), its image's profile moved with it; returns its machine.
     fn put_lease(&mut self, lease: Lease, images: &mut BTreeMap<[u8; 32], (u64, u64)>) -> Pubkey {
@@ -213,9 +206,13 @@ impl MarketPlacement {
         changes: Changes,
         queue: &[BookLeaf],
     ) -> Result<(), String> {
+        let seats = self.keys.len();
         let kept = &mut self.kept;
         let relearn = now.div_euclid(RELEARN_SECS) != kept.epoch;
-        let mut rebuild = changes.closed.iter().any(|k| kept.is_listed(k))
+        let listed = |k: &Pubkey| {
+            kept.seat_of.contains_key(k) || self.machines[seats..].iter().any(|(m, _)| m == k)
+        };
+        let mut rebuild = changes.closed.iter().any(listed)
             || market.params != kept.params
             || market.regions != kept.regions;
         let mut dirty: BTreeSet<Pubkey> = BTreeSet::new();
@@ -223,10 +220,10 @@ impl MarketPlacement {
             if let Some(&i) = kept.seat_of.get(&key) {
                 self.machines[i].1 = machine;
                 dirty.insert(key);
-            } else if let Some(r) = kept.resting.iter_mut().find(|(k, _)| *k == key) {
+            } else if let Some(r) = self.machines[seats..].iter_mut().find(|(k, _)| *k == key) {
                 r.1 = machine;
             } else {
-                kept.resting.push((key, machine));
+                self.machines.push((key, machine));
                 rebuild = true;
             }
         }
@@ -238,8 +235,11 @@ impl MarketPlacement {
             dirty.insert(machine);
         }
         // A machine that fell silent leaves the policy, one that heartbeats again comes back.
-        rebuild |= self.machines.iter().any(|(_, m)| !alive(market, m, now))
-            || kept.resting.iter().any(|(_, m)| alive(market, m, now));
+        rebuild |= self
+            .machines
+            .iter()
+            .enumerate()
+            .any(|(i, (_, m))| alive(market, m, now) != (i < seats));
         let reserve = reserve_prices(market, now);
         if !rebuild && (reserve != kept.reserve || now != kept.now) {
             match reserve.iter().copied().collect::<Option<Vec<u64>>>() {
@@ -263,7 +263,6 @@ impl MarketPlacement {
         }
         if rebuild {
             let mut machines = std::mem::take(&mut self.machines);
-            machines.append(&mut self.kept.resting);
             machines.retain(|(k, _)| !changes.closed.contains(k));
             machines.sort_unstable_by_key(|(k, _)| *k);
             let leases = std::mem::take(&mut self.kept.leases);
@@ -299,6 +298,17 @@ impl MarketPlacement {
 }
 
 impl MarketPlacement {
+    /// Every machine of the market the view holds (those it places on, then those not
+    /// [`alive`]), as they are at its last update.
+    pub fn machines(&self) -> &[(Pubkey, Machine)] {
+        &self.machines
+    }
+
+    /// Every running lease of the market the view holds.
+    pub fn leases(&self) -> &[Lease] {
+        &self.kept.leases
+    }
+
     /// When the view was last built afresh or learned the workload again (the clock then).
     pub fn built_at(&self) -> i64 {
         self.kept.built
