@@ -70,7 +70,7 @@ impl<'a> Regions<'a> {
 }
 
 /// One of the machine's GPUs, as the fit rule sees it now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GpuOffer {
     /// Index into the market's class table.
     pub class: u8,
@@ -146,7 +146,7 @@ impl Host {
 /// What a lease holds besides GPUs: published ports, scratch space, CPU and memory. A bid asks
 /// for it; a machine declares the most ports and scratch it gives one lease and the CPU and
 /// memory it gives all its leases together.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Room {
     /// Container ports published on the machine's address.
     pub ports: u8,
@@ -191,11 +191,18 @@ pub struct Offer {
     limits: Vec<(GpuLimits, u16)>,
     /// GPUs some lease holds (their terms are fixed while it runs).
     shared: u16,
+    /// Each distinct set of terms shared GPUs run ([`Settings::key`]), with those GPUs, by key:
+    /// tenants choose them, so a lookup is a binary search, not a pass over the GPUs.
+    running: Vec<(u128, u16)>,
     /// Cheap bounds for [`Offer::fits`]: GPUs with any free GiB, the most free GiB on one GPU,
     /// the least price any class takes, and the union of every GPU's limits.
     free_gpus: u32,
     /// Free GiB of each GPU, most first.
     free_desc: [u16; MAX],
+    /// `free_first[k]`: the `k` GPUs first in `free_desc`'s order, as a mask (all of them from
+    /// the machine's GPU count on): with a search of `free_desc`, the GPUs with some free GiB
+    /// in a few steps, whatever the machine's size ([`Offer::free_at_least`]).
+    free_first: [u16; MAX + 1],
     /// GiB of all its GPUs: what a lease's share of CPU and memory is counted against.
     total_gib: u32,
     min_price: u64,
@@ -422,10 +429,12 @@ impl Offer {
         let mut limits: Vec<(GpuLimits, u16)> = Vec::new();
         let mut groups: Vec<(u8, u16)> = Vec::new();
         let mut shared = 0u16;
+        let mut running: Vec<(u128, u16)> = Vec::new();
         let mut free_gpus = 0u32;
         let mut total_gib = 0u32;
-        let mut free_desc = [0u16; MAX];
+        let mut by_free = [0u8; MAX];
         for (g, gpu) in gpus.iter().enumerate().take(MAX) {
+            by_free[g] = g as u8;
             let bit = 1u16 << g;
             if let Some(m) = class_gpus.get_mut(gpu.class as usize) {
                 *m |= bit;
@@ -438,19 +447,36 @@ impl Offer {
                 Some((_, m)) => *m |= bit,
                 None => groups.push((gpu.topology_group, bit)),
             }
-            if gpu.running.is_some() {
+            if let Some(terms) = &gpu.running {
                 shared |= bit;
+                let key = terms.key();
+                match running.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, m)) => *m |= bit,
+                    None => running.push((key, bit)),
+                }
             }
             free_gpus += u32::from(gpu.free_gib > 0);
             total_gib += u32::from(gpu.memory_gib);
-            free_desc[g] = gpu.free_gib;
         }
         let classes = class_gpus
             .iter()
             .enumerate()
             .fold(0u8, |c, (i, &m)| if m != 0 { c | 1 << i } else { c });
         let (class_price, min_price) = prices(floor, classes, &reserve);
-        insertion_sort_by_key(&mut free_desc, |&f| core::cmp::Reverse(f));
+        running.sort_unstable_by_key(|&(k, _)| k);
+        let len = gpus.len().min(MAX);
+        insertion_sort_by_key(&mut by_free[..len], |&g| {
+            core::cmp::Reverse(gpus[g as usize].free_gib)
+        });
+        let mut free_desc = [0u16; MAX];
+        let mut free_first = [0u16; MAX + 1];
+        for (k, &g) in by_free[..len].iter().enumerate() {
+            free_desc[k] = gpus[g as usize].free_gib;
+            free_first[k + 1] = free_first[k] | 1 << g;
+        }
+        for k in len + 1..=MAX {
+            free_first[k] = free_first[len];
+        }
         let hull = limits
             .iter()
             .map(|(l, _)| *l)
@@ -476,8 +502,10 @@ impl Offer {
             classes,
             limits,
             shared,
+            running,
             free_gpus,
             free_desc,
+            free_first,
             total_gib,
             min_price,
             hull,
@@ -521,6 +549,28 @@ impl Offer {
         &self.gpus
     }
 
+    /// The market's reserve price of each of the machine's classes (0 for the others).
+    pub fn reserve(&self) -> &[u64; GPU_CLASSES] {
+        &self.reserve
+    }
+
+    /// Feeds `h` everything that decides which bids fit here except the clock and the market's
+    /// reserve prices: the GPUs as they are now, whether the machine takes work, its region,
+    /// room and free CPU and memory, and its host's floor. Two offers that hash alike at
+    /// reserve prices no lower and a later clock fit no bid the first did not: what a walk of
+    /// a book spread over several transactions (`walk_book`) relies on. Every other field is
+    /// derived from these.
+    pub fn hash_state<H: core::hash::Hasher>(&self, h: &mut H) {
+        use core::hash::Hash;
+        self.gpus.hash(h);
+        self.active.hash(h);
+        self.region.hash(h);
+        self.region_bit.hash(h);
+        self.room.hash(h);
+        self.free.hash(h);
+        self.floor.hash(h);
+    }
+
     /// The most ports and scratch it gives one lease, and the CPU and memory of all its leases.
     pub fn room(&self) -> Room {
         self.room
@@ -547,15 +597,22 @@ impl Offer {
         m
     }
 
-    /// GPUs among `among` whose memory (or free GiB, `free`) is at least `gib`.
-    fn gib_mask(&self, among: u16, gib: u16, free: bool) -> u16 {
+    /// GPUs among `among` whose memory is at least `gib`.
+    fn memory_mask(&self, among: u16, gib: u16) -> u16 {
         let mut out = 0;
         for (g, gpu) in self.gpus.iter().enumerate().take(MAX) {
-            if among & (1 << g) != 0 && (if free { gpu.free_gib } else { gpu.memory_gib }) >= gib {
+            if among & (1 << g) != 0 && gpu.memory_gib >= gib {
                 out |= 1 << g;
             }
         }
         out
+    }
+
+    /// GPUs with at least `gib` free GiB: a binary search of `free_desc` (most first), not a
+    /// pass over the GPUs, as `allocate` asks it of each book entry it passes.
+    fn free_at_least(&self, gib: u16) -> u16 {
+        let len = self.gpus.len().min(MAX);
+        self.free_first[self.free_desc[..len].partition_point(|&f| f >= gib)]
     }
 
     /// GPUs among `among` of a class whose price `floor_only` (or also the reserve) `price` meets.
@@ -583,19 +640,15 @@ impl Offer {
             .fold(0, |m, (_, g)| m | g)
     }
 
-    /// Shared GPUs among `among` whose running terms pass `ok`.
-    fn running_mask(&self, among: u16, ok: impl Fn(&OverclockTerms) -> bool) -> u16 {
-        let rest = among & self.shared;
-        if rest == 0 {
+    /// Shared GPUs among `among` that run `terms`.
+    fn running_mask(&self, among: u16, terms: &impl Settings) -> u16 {
+        if among & self.shared == 0 {
             return 0;
         }
-        let mut out = 0;
-        for (g, gpu) in self.gpus.iter().enumerate().take(MAX) {
-            if rest & (1 << g) != 0 && gpu.running.as_ref().is_some_and(&ok) {
-                out |= 1 << g;
-            }
+        match self.running.binary_search_by_key(&terms.key(), |&(k, _)| k) {
+            Ok(i) => among & self.running[i].1,
+            Err(_) => 0,
         }
-        out
     }
 
     /// The machine GPUs that can serve `need` once every check has passed, or the first check
@@ -620,7 +673,7 @@ impl Offer {
             Unfit::NoAcceptedClass,
         )?;
         let by_memory = enough(
-            self.gib_mask(by_class, need.gib_per_gpu, false),
+            self.memory_mask(by_class, need.gib_per_gpu),
             Unfit::TooLittleMemory,
         )?;
         // Per bid GPU masks where the terms differ; one mask serves every GPU of a uniform bid.
@@ -662,11 +715,11 @@ impl Offer {
         {
             return Err(Unfit::Busy);
         }
-        let roomy = self.gib_mask(by_price, need.gib_per_gpu, true);
+        let roomy = by_price & self.free_at_least(need.gib_per_gpu);
         let unshared = roomy & !self.shared;
         match (need.terms, listed) {
             (Terms::Uniform(s), _) => {
-                let free = unshared | self.running_mask(roomy, |r| *r == s);
+                let free = unshared | self.running_mask(roomy, &s);
                 Ok(Free::Uniform(enough(free, Unfit::Busy)?))
             }
             (_, terms) => {
@@ -674,7 +727,7 @@ impl Offer {
                 let mut compat = [0u16; MAX];
                 for (i, s) in terms.iter().enumerate() {
                     let fits = self.limits_mask(|l| s.allowed_by(l));
-                    compat[i] = (unshared | self.running_mask(roomy, |r| r == s)) & fits;
+                    compat[i] = (unshared | self.running_mask(roomy, s)) & fits;
                 }
                 match matching::assign(&compat[..terms.len()]) {
                     Some(_) => Ok(Free::Exact(compat)),
@@ -789,28 +842,31 @@ impl Offer {
             return false;
         }
         let n_a = gpu_count as u32 - n_b;
-        let hall = |a: u16, b: u16| count(a) >= n_a && count(b) >= n_b && count(a | b) >= n_a + n_b;
+        let hall = |a: u16, b: u16| match second {
+            None => count(a) >= n_a,
+            Some(_) => count(a) >= n_a && count(b) >= n_b && count(a | b) >= n_a + n_b,
+        };
         let limits_a = self.limits_mask(|l| first.allowed_by(l));
         let limits_b = second.map_or(0, |(s, _)| self.limits_mask(|l| s.allowed_by(l)));
         if !hall(limits_a, limits_b) {
             return false;
         }
-        // The machine's accepted classes whose least price the bid meets.
-        let mut classes = 0u8;
+        // The GPUs of the machine's accepted classes whose least price the bid meets.
+        let mut priced = 0u16;
         let mut left = accepted_classes & self.classes;
         while left != 0 {
             let c = left.trailing_zeros() as usize;
             if price >= self.class_price[c] {
-                classes |= 1 << c;
+                priced |= self.class_gpus[c];
             }
             left &= left - 1;
         }
-        let base = self.gib_mask(self.class_mask(classes), gib_per_gpu, true);
+        let base = priced & self.free_at_least(gib_per_gpu);
         let unshared = base & !self.shared;
         // A shared GPU serves a set it already runs (read only where some GPU is shared).
-        let a = (unshared | self.running_mask(base, |r| *r == first.terms())) & limits_a;
+        let a = (unshared | self.running_mask(base, first)) & limits_a;
         let b = second.map_or(0, |(s, _)| {
-            (unshared | self.running_mask(base, |r| *r == s.terms())) & limits_b
+            (unshared | self.running_mask(base, s)) & limits_b
         });
         hall(a, b)
     }
@@ -919,7 +975,7 @@ impl Offer {
         let mut out = [0u16; MAX];
         let n = (need.gpu_count as usize).min(MAX);
         let base = self.class_mask(need.accepted_classes);
-        let base = self.gib_mask(base, need.gib_per_gpu, true);
+        let base = base & self.free_at_least(need.gib_per_gpu);
         let base = self.price_mask(base, need.price, true);
         let unshared = base & !self.shared;
         let mut buf = [OverclockTerms::default(); MAX];
@@ -931,7 +987,7 @@ impl Offer {
                 (_, None) => continue,
             };
             let fits = self.limits_mask(|l| s.allowed_by(l));
-            *slot = (unshared | self.running_mask(base, |r| *r == s)) & fits;
+            *slot = (unshared | self.running_mask(base, &s)) & fits;
         }
         out
     }

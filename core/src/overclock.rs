@@ -5,7 +5,7 @@
 //! lock means the host does not allow that lock.
 
 /// An inclusive range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Range<T> {
     pub min: T,
     pub max: T,
@@ -21,7 +21,7 @@ impl<T: PartialOrd + Copy> Range<T> {
 }
 
 /// What a host allows on one GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GpuLimits {
     pub power_w: Range<u16>,
     pub core_lock_mhz: Range<u16>,
@@ -31,7 +31,7 @@ pub struct GpuLimits {
 }
 
 /// What a bid asks of one GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct OverclockTerms {
     pub power_limit_w: u16,
     pub core_lock_mhz: Option<u16>,
@@ -49,6 +49,20 @@ pub trait Settings {
     fn mem_lock_mhz(&self) -> Option<u16>;
     fn core_offset_mhz(&self) -> Option<i16>;
     fn mem_offset_mhz(&self) -> Option<i16>;
+
+    /// The terms as one number, equal exactly when the terms are (each optional setting takes
+    /// 17 bits: whether it is there, and its value): how a machine's offer finds the GPUs
+    /// already running them in a few steps, whatever way the terms are kept.
+    fn key(&self) -> u128 {
+        fn opt(v: Option<u16>) -> u128 {
+            v.map_or(0, |v| 1 << 16 | v as u128)
+        }
+        self.power_limit_w() as u128
+            | opt(self.core_lock_mhz()) << 16
+            | opt(self.mem_lock_mhz()) << 33
+            | opt(self.core_offset_mhz().map(|v| v as u16)) << 50
+            | opt(self.mem_offset_mhz().map(|v| v as u16)) << 67
+    }
 
     /// Whether these terms are inside `limits` (an absent lock or offset always is).
     fn allowed_by(&self, limits: &GpuLimits) -> bool {
