@@ -2949,6 +2949,56 @@ export type GpuMarket = {
       ]
     },
     {
+      "name": "walkBook",
+      "docs": [
+        "Judges the book's entries against the machine (signed by its agent), best first, from",
+        "where the machine's last walk of this book stopped, `args.entries` of them at most, and",
+        "keeps how far it got: `allocate` then judges afresh only what the",
+        "walk did not cover, so a book too deep to judge in one transaction still lets the machine",
+        "start bids. The walk holds while the machine's offers, the reserve prices (none lower)",
+        "and the book's ranks stay as it saw them. Moves no funds."
+      ],
+      "discriminator": [
+        18,
+        81,
+        164,
+        123,
+        196,
+        204,
+        205,
+        125
+      ],
+      "accounts": [
+        {
+          "name": "agent",
+          "signer": true
+        },
+        {
+          "name": "market"
+        },
+        {
+          "name": "machine",
+          "writable": true
+        },
+        {
+          "name": "book",
+          "docs": [
+            "The market's queue book or the machine's spot book."
+          ]
+        }
+      ],
+      "args": [
+        {
+          "name": "args",
+          "type": {
+            "defined": {
+              "name": "walkBookArgs"
+            }
+          }
+        }
+      ]
+    },
+    {
       "name": "withdrawStake",
       "docs": [
         "Pays out the signer's unstaked tokens once the cooldown is over."
@@ -4380,11 +4430,20 @@ export type GpuMarket = {
             }
           },
           {
+            "name": "rekeyed",
+            "docs": [
+              "Entries moved to another rank so far (`boost`): an entry keeps its placement number",
+              "when it moves, so a walk of the book over several transactions holds only while this",
+              "stays (see [`crate::state::BookWalk`])."
+            ],
+            "type": "u64"
+          },
+          {
             "name": "reserved",
             "type": {
               "array": [
                 "u8",
-                32
+                24
               ]
             }
           }
@@ -5065,6 +5124,109 @@ export type GpuMarket = {
           {
             "name": "pad",
             "type": "u32"
+          }
+        ]
+      }
+    },
+    {
+      "name": "bookWalk",
+      "docs": [
+        "`Machine::walk`; all zero: none."
+      ],
+      "repr": {
+        "kind": "c"
+      },
+      "type": {
+        "kind": "struct",
+        "fields": [
+          {
+            "name": "book",
+            "docs": [
+              "The book walked (the market's queue book or the machine's spot book)."
+            ],
+            "type": "pubkey"
+          },
+          {
+            "name": "digest",
+            "docs": [
+              "SHA-256 of the machine's offers when the walk began ([`BookWalk::seal_of`])."
+            ],
+            "type": {
+              "array": [
+                "u8",
+                32
+              ]
+            }
+          },
+          {
+            "name": "reserve",
+            "docs": [
+              "The reserve price of each class when the walk began."
+            ],
+            "type": {
+              "array": [
+                "u64",
+                8
+              ]
+            }
+          },
+          {
+            "name": "uptoBookKey",
+            "docs": [
+              "The last entry judged (its rank and placement number), in rank order."
+            ],
+            "type": "u64"
+          },
+          {
+            "name": "uptoSeq",
+            "type": "u64"
+          },
+          {
+            "name": "belowSeq",
+            "docs": [
+              "The market's next placement number when the walk began: entries from it on are not",
+              "covered."
+            ],
+            "type": "u64"
+          },
+          {
+            "name": "rekeyed",
+            "docs": [
+              "The book's count of re-ranked entries when the walk began."
+            ],
+            "type": "u64"
+          },
+          {
+            "name": "clients",
+            "docs": [
+              "Clients of the entries it found fitting (the first `clients_len`)."
+            ],
+            "type": {
+              "array": [
+                "pubkey",
+                4
+              ]
+            }
+          },
+          {
+            "name": "clientsLen",
+            "type": "u8"
+          },
+          {
+            "name": "started",
+            "docs": [
+              "1 once it has judged an entry (`upto_*` is set)."
+            ],
+            "type": "u8"
+          },
+          {
+            "name": "pad",
+            "type": {
+              "array": [
+                "u8",
+                6
+              ]
+            }
           }
         ]
       }
@@ -6099,6 +6261,17 @@ export type GpuMarket = {
             "type": {
               "defined": {
                 "name": "reservation"
+              }
+            }
+          },
+          {
+            "name": "walk",
+            "docs": [
+              "How far its agent's walk of a book got (`walk_book`), for `allocate` to rely on."
+            ],
+            "type": {
+              "defined": {
+                "name": "bookWalk"
               }
             }
           },
@@ -7907,6 +8080,22 @@ export type GpuMarket = {
               "Energy the automatic power limit saved in the interval, in J (0 without auto power)."
             ],
             "type": "u64"
+          }
+        ]
+      }
+    },
+    {
+      "name": "walkBookArgs",
+      "type": {
+        "kind": "struct",
+        "fields": [
+          {
+            "name": "entries",
+            "docs": [
+              "The most entries this transaction judges (its sender sizes it to the transaction's",
+              "compute units: an entry takes from about 90 to several hundred)."
+            ],
+            "type": "u16"
           }
         ]
       }

@@ -572,6 +572,60 @@ async fn the_reconciler_settles_a_lease_the_idle_rule_stopped(m: &impl MarketUnd
     assert_eq!(agent.running(), 0, "the container stopped");
 }
 
+/// The daemon's allocation below a book an attacker filled with the entries that cost
+/// `allocate` most to turn away on a busy machine (each of its two GPUs runs a tenant's own power
+/// limit; every entry asks two GPUs at one of those limits): judging 4,095 of them is more than
+/// one transaction's 1.4M compute units, so the agent walks the book first (`walk_book`, in as
+/// many transactions as it takes), and its `allocate` then judges only what the walk did not
+/// cover. Before the walk, the agent could start nothing below such a book.
+#[tokio::test(start_paused = true)]
+async fn program_the_agent_walks_a_book_too_deep_for_one_allocation() {
+    use anchor_lang::Discriminator;
+    let m = ProgramMarket::start().await;
+    let chain = m.chain();
+    let at = |watts, gpus| BidSpec {
+        power_limit_w: watts,
+        ..BidSpec::queue(gpus, 2)
+    };
+    for (gpu, watts) in [(0u8, 150), (1, 160)] {
+        let held = m.place_bid(&at(watts, 1)).await;
+        chain
+            .allocate(held, &[gpu])
+            .await
+            .expect("a tenant on each GPU");
+    }
+    let chosen = m.place_bid(&at(160, 1)).await;
+    m.place_above(gpu_market::state::BOOK_CAPACITY - 1, &at(150, 2))
+        .await;
+    let lease = chain
+        .allocate(chosen, &[1])
+        .await
+        .expect("allocate below the book");
+    assert!(m.lease_of(chosen).await.is_some(), "{lease:?}");
+
+    let walk = gpu_market::instruction::WalkBook::DISCRIMINATOR;
+    let allocate = gpu_market::instruction::Allocate::DISCRIMINATOR;
+    let sent = m.agent_transactions();
+    let of = |d: &[u8]| -> Vec<u64> {
+        sent.iter()
+            .filter(|(tx, _)| {
+                tx.message
+                    .instructions()
+                    .iter()
+                    .any(|ix| ix.data.starts_with(d))
+            })
+            .map(|(_, used)| *used)
+            .collect()
+    };
+    let (walks, allocations) = (of(walk), of(allocate));
+    println!("walk_book transactions' units: {walks:?}; the three allocations': {allocations:?}");
+    assert!(!walks.is_empty(), "the agent walked the book");
+    assert!(
+        walks.iter().chain(&allocations).all(|&u| u < 1_400_000),
+        "every transaction within its units"
+    );
+}
+
 /// Two machines and their two agents on the program: which one takes a bid is the market's
 /// packing policy, computed by each agent from the accounts alone. Machine B's electricity is
 /// cheaper, so of two idle machines B wins; but a bid that completes a GPU of machine A goes to

@@ -4,7 +4,7 @@ use anchor_lang::__private::bytemuck;
 use anchor_lang::Discriminator;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidBook, BookLeaf, BookRef, FullClock, Offers, BOOK_CAPACITY, BOOK_KIND_QUEUE,
+    Bid, BidBook, BookLeaf, BookRef, BookWalk, FullClock, Offers, BOOK_CAPACITY, BOOK_KIND_QUEUE,
 };
 use solana_pubkey::Pubkey;
 
@@ -87,6 +87,31 @@ impl BookEntries {
             };
             if self.kind == BOOK_KIND_QUEUE && offers.iter().any(fits) {
                 add(pda::stake(&self.market, &leaf.summary.client).0);
+            }
+        }
+        out
+    }
+
+    /// [`BookEntries::allocate_evidence`] for `allocate` on the one machine behind `offers`,
+    /// whose walk (`walk_book`) is `walk`: with the stakes of the clients it found fitting when
+    /// it is a walk of this book (at `book`), as `allocate` weighs their entries it covers as
+    /// fitting while it holds.
+    pub fn allocate_evidence_walked(
+        &self,
+        book: &Pubkey,
+        chosen: &Pubkey,
+        offers: &Offers,
+        chosen_within_cap: bool,
+        walk: &BookWalk,
+    ) -> Vec<Pubkey> {
+        let mut out =
+            self.allocate_evidence(chosen, std::slice::from_ref(offers), chosen_within_cap);
+        if self.kind == BOOK_KIND_QUEUE && walk.started != 0 && walk.book == *book {
+            for client in &walk.clients[..walk.clients_len as usize] {
+                let stake = pda::stake(&self.market, client).0;
+                if !out.contains(&stake) {
+                    out.push(stake);
+                }
             }
         }
         out

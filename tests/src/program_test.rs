@@ -172,7 +172,8 @@ impl TestContext {
     }
 
     /// The `allocate` an agent sends to start `bid` on `machine`'s `gpus`: its evidence is what
-    /// the sdk reads off the book for the machine's offer (`BookEntries::allocate_evidence`).
+    /// the sdk reads off the book for the machine's offer and its walk of the book
+    /// (`BookEntries::allocate_evidence_walked`).
     pub fn allocation<'a>(
         &self,
         agent: &'a Keypair,
@@ -190,7 +191,7 @@ impl TestContext {
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, self.now());
         let evidence = read_book(&self.svm.get_account(&book).expect("the book").data)
             .expect("an initialised book")
-            .allocate_evidence(&bid, std::slice::from_ref(&offers), within_cap);
+            .allocate_evidence_walked(&book, &bid, &offers, within_cap, &m.walk);
         Allocate {
             agent,
             market: m.market,

@@ -10,6 +10,7 @@ pub mod mirror;
 mod placement;
 pub mod solana;
 pub mod traffic;
+mod walk;
 pub mod watch;
 
 use std::fmt;

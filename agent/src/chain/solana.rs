@@ -54,6 +54,7 @@ use tokio::sync::Mutex;
 use super::mirror::Mirror;
 use super::placement::{Listing, Placement, Policy};
 use super::traffic::{Counting, Traffic};
+use super::walk::WALK_ABOVE;
 use super::{
     BidKind, BidView, Chain, ChainError, EgressView, Gang, GpuView, Key, LeaseView, MachineStatus,
     MachineView, NetworkView, OpenBids, RoomAsked,
@@ -363,7 +364,7 @@ impl SolanaChain {
     /// market's among them), while it packs it: unasked, 200,000 units and 64 MiB of data,
     /// ten to a hundred times what a heartbeat, a claim or a settlement uses. `allocate` walks
     /// the book above the chosen bid, so it may need more than that default.
-    async fn send(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
+    pub(super) async fn send(&self, op: &'static str, ix: Instruction) -> Result<(), ChainError> {
         let blockhash = self
             .rpc
             .get_latest_blockhash()
@@ -526,6 +527,10 @@ impl SolanaChain {
 
     pub(super) fn machine(&self) -> Pubkey {
         self.machine
+    }
+
+    pub(super) fn agent_key(&self) -> &Keypair {
+        &self.agent
     }
 
     /// The program's accounts that pass `filters` (of each only the `(offset, length)` bytes of
@@ -1274,6 +1279,20 @@ impl Chain for SolanaChain {
         let stake: StakeAccount = decoded(got[1].as_deref(), "stake", &stake)?;
         let within_cap = b.kind == ProgramBidKind::Spot
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, now);
+        // Below a deep book, the machine walks it first (`walk_book`) so that `allocate` fits
+        // in a transaction whatever the entries above are.
+        let above = entries
+            .entries
+            .iter()
+            .position(|l| l.bid == bid)
+            .unwrap_or(0);
+        let machine = match above > WALK_ABOVE {
+            true => {
+                self.walk_book(book, entries.entries[above - 1].key())
+                    .await?
+            }
+            false => machine,
+        };
         let offers = offers(&machine, &market, b.kind, now, &Freed::default())?;
         // Built and dropped before any await: a signer is not `Sync`.
         let (lease, ix) = {
@@ -1285,10 +1304,12 @@ impl Chain for SolanaChain {
                 bid,
                 client: b.client,
                 gpus: gpu_indices.to_vec(),
-                evidence: entries.allocate_evidence(
+                evidence: entries.allocate_evidence_walked(
+                    &book,
                     &bid,
-                    std::slice::from_ref(&offers),
+                    &offers,
                     within_cap,
+                    &machine.walk,
                 ),
             };
             (ix.lease(), ix.instruction())

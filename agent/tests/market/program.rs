@@ -265,6 +265,35 @@ impl ProgramMarket {
             .collect()
     }
 
+    /// Eight staked clients place `n` queue bids of `spec` (their bids rank above any a
+    /// scenario's unstaked client places), each naming a roomy witness machine that is paused
+    /// once they are in: bids no active machine of the market serves.
+    pub async fn place_above(&self, n: usize, spec: &BidSpec) {
+        let args = self.args(spec).await;
+        let (owner, witness) = witness_machine(&self.live, MACHINE_REGION).await;
+        let clients = futures_util::future::try_join_all(
+            (1..=8u64).map(|i| self.live.client(CLIENT_TOKENS, i * TOKEN)),
+        )
+        .await
+        .expect("staked clients");
+        let svm = self.live.cluster.svm().expect("in process");
+        for c in &clients {
+            // Each bid's account and book slot: about 0.005 SOL of rent.
+            svm.airdrop(&c.key.pubkey(), 10_000_000_000)
+                .expect("SOL for the bids' rent");
+        }
+        let per = n.div_ceil(clients.len());
+        futures_util::future::join_all(clients.iter().enumerate().map(|(i, c)| {
+            let count = per.min(n.saturating_sub(i * per));
+            crate::support::place_all(&self.live, c, witness, vec![args.clone(); count])
+        }))
+        .await;
+        self.live
+            .set_status(&owner.key, witness, MachineStatus::Paused)
+            .await
+            .expect("the witness paused");
+    }
+
     /// The scenarios' machine.
     pub fn machine(&self) -> Pubkey {
         self.live.machine

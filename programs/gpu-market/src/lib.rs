@@ -164,6 +164,16 @@ pub mod gpu_market {
         Allocate::allocate(ctx, args)
     }
 
+    /// Judges the book's entries against the machine (signed by its agent), best first, from
+    /// where the machine's last walk of this book stopped, `args.entries` of them at most, and
+    /// keeps how far it got: `allocate` then judges afresh only what the
+    /// walk did not cover, so a book too deep to judge in one transaction still lets the machine
+    /// start bids. The walk holds while the machine's offers, the reserve prices (none lower)
+    /// and the book's ranks stay as it saw them. Moves no funds.
+    pub fn walk_book(ctx: Context<WalkBook>, args: WalkBookArgs) -> Result<()> {
+        WalkBook::walk_book(ctx, args)
+    }
+
     /// Starts every part of a gang bid at once, each on its own machine (all or none): sent by
     /// the agent of one of them; the others must be active with a recent heartbeat.
     pub fn allocate_gang<'info>(

@@ -2,7 +2,7 @@
 //! better bid, `submit_usage` proves a machine's leases and `claim_pay` pays the host, `end_lease` / `reclaim_escrow` settle it, and
 //! `slash` spends the evidence a machine gathered.
 
-use gpu_market::instructions::{AllocateArgs, AllocateGangArgs, UsageProofArgs};
+use gpu_market::instructions::{AllocateArgs, AllocateGangArgs, UsageProofArgs, WalkBookArgs};
 use gpu_market::pda;
 use gpu_market::state::{BidKind, Lease, Machine, Market};
 use solana_instruction::{AccountMeta, Instruction};
@@ -63,6 +63,41 @@ impl ClientInstruction for Allocate<'_> {
         );
         with_evidence(&mut i, &self.evidence);
         i
+    }
+
+    fn signers(&self) -> Vec<&dyn Signer> {
+        vec![self.agent]
+    }
+}
+
+/// `walk_book`: the machine's agent judges up to `entries` more of `book`'s entries against its
+/// machine, so that `allocate` below a book too deep to judge in one transaction judges only
+/// what the walk did not.
+pub struct WalkBook<'a> {
+    pub agent: &'a (dyn Signer + Sync),
+    pub market: Pubkey,
+    pub machine: Pubkey,
+    pub book: Pubkey,
+    pub entries: u16,
+}
+
+impl ClientInstruction for WalkBook<'_> {
+    const NAME: &'static str = "walk_book";
+
+    fn instruction(&self) -> Instruction {
+        ix(
+            gpu_market::accounts::WalkBook {
+                agent: self.agent.pubkey(),
+                market: self.market,
+                machine: self.machine,
+                book: self.book,
+            },
+            gpu_market::instruction::WalkBook {
+                args: WalkBookArgs {
+                    entries: self.entries,
+                },
+            },
+        )
     }
 
     fn signers(&self) -> Vec<&dyn Signer> {

@@ -7,8 +7,8 @@ use crate::errors::MarketError;
 use crate::events::LeaseStarted;
 use crate::instructions::{load_book, load_book_mut, shrink_book, slot_rent};
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, Freed, Lease, LeaseRules, Machine,
-    Market, Offers, StakeAccount, MAX_GPUS,
+    seeds, Bid, BidBook, BidKind, BidStatus, BookKey, BookLeaf, BookWalk, Freed, Lease, LeaseRules,
+    Machine, Market, Offers, StakeAccount, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -283,18 +283,41 @@ impl Allocate<'_> {
         Ok(offers)
     }
 
-    /// The book backs the choice ([`book_backs`]) for this one machine.
+    /// The book backs the choice ([`book_backs`]) for this one machine. Entries the machine's
+    /// walk of the book covers (`walk_book`), while it holds, are taken as it judged them.
     fn check_book(&self, remaining: &[AccountInfo], offers: &Offers, now: i64) -> Result<()> {
         let evidence = Evidence::read(remaining, &self.market.key())?;
-        book_backs(
-            &self.book.to_account_info(),
-            &self.market,
-            (&self.bid, self.bid.key()),
-            self.client_stake.gpus_held,
-            &evidence,
-            fits_one(offers),
-            now,
-        )
+        let info = self.book.to_account_info();
+        let chosen: (&Bid, Pubkey) = (&self.bid, self.bid.key());
+        let (market, held) = (&self.market, self.client_stake.gpus_held);
+        let fits = fits_one(offers);
+        // Two walks, each compiled for its own test: without a walk to consult, an entry costs
+        // nothing more than its fit.
+        match self.walk_holding(offers, &info)? {
+            Some(w) => book_backs(
+                &info,
+                market,
+                chosen,
+                held,
+                &evidence,
+                |leaf: &BookLeaf, until| match w.covers(leaf) {
+                    true => w.may_fit(leaf),
+                    false => fits(leaf, until),
+                },
+                now,
+            ),
+            None => book_backs(&info, market, chosen, held, &evidence, fits, now),
+        }
+    }
+
+    /// The machine's walk of `book`, if it has one that still holds for `offers`.
+    fn walk_holding(&self, offers: &Offers, book: &AccountInfo) -> Result<Option<&BookWalk>> {
+        let walk = &self.machine.walk;
+        if walk.started == 0 || walk.book != book.key() {
+            return Ok(None);
+        }
+        let seal = BookWalk::seal_of(offers, load_book(book)?.head.rekeyed);
+        Ok(walk.holds(&book.key(), &seal).then_some(walk))
     }
 
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {

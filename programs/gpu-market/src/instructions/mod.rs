@@ -27,6 +27,7 @@ pub mod reserve;
 pub mod slash;
 pub mod stake;
 pub mod unstake;
+pub mod walk;
 
 pub use allocate::*;
 pub use bid::*;
@@ -43,6 +44,7 @@ pub use reserve::*;
 pub use slash::*;
 pub use stake::*;
 pub use unstake::*;
+pub use walk::*;
 
 /// Moves `amount` from `from` (a token account of `authority`, who signs) to `to`: what a
 /// client or staker pays into one of the market's vaults.

@@ -3,7 +3,7 @@ use gpu_market_core::fit::{GpuOffer, Host, Offer, Room, GPU_CLASSES};
 use gpu_market_core::overclock::{GpuLimits, Range};
 
 use crate::errors::MarketError;
-use crate::state::{BidKind, Market, Offers, OverclockTerms, Reservation};
+use crate::state::{BidKind, BookWalk, Market, Offers, OverclockTerms, Reservation};
 
 /// Most GPUs one machine offers.
 pub const MAX_GPUS: usize = 16;
@@ -231,6 +231,8 @@ pub struct MachineData {
     pub spot_book: Pubkey,
     /// The queue bid its GPUs are held for, if any (`reserve`).
     pub reservation: Reservation,
+    /// How far its agent's walk of a book got (`walk_book`), for `allocate` to rely on.
+    pub walk: BookWalk,
     /// Thousandths of a CPU core and MiB of memory the machine gives its leases in all.
     pub cpu_milli: u32,
     pub memory_mib: u32,
@@ -273,6 +275,7 @@ const _: () = assert!(
         == 4 * 32
             + 9 * 8
             + core::mem::size_of::<Reservation>()
+            + core::mem::size_of::<BookWalk>()
             + 8 * 4
             + core::mem::size_of::<GpuTable>()
             + 2 * MAX_GPUS

@@ -131,6 +131,7 @@ pub mod market;
 pub mod reservation;
 pub mod seeds;
 pub mod stake;
+pub mod walk;
 
 pub use bid::*;
 pub use book::*;
@@ -140,3 +141,4 @@ pub use machine::*;
 pub use market::*;
 pub use reservation::*;
 pub use stake::*;
+pub use walk::*;

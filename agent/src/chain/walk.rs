@@ -1,0 +1,80 @@
+//! The machine's walk of a book too deep to judge in one `allocate` (`walk_book`). `allocate`
+//! judges every entry ranked above the chosen bid, and an attacker can place 4,095 entries that
+//! cost several hundred compute units each to turn away: more than a transaction's 1.4M. The
+//! agent then walks the book first, in as many transactions as it takes, and `allocate` judges
+//! afresh only what the walk did not cover.
+
+use gpu_market::state::{BookKey, Machine};
+use gpu_market_sdk::{ClientInstruction, WalkBook};
+use solana_pubkey::Pubkey;
+
+use super::solana::SolanaChain;
+use super::ChainError;
+
+/// Entries above the chosen bid from which the agent walks the book before `allocate`: below
+/// this many, `allocate` judges them all within a transaction's units whatever they are (at
+/// most about 1,100 units each, measured on a 16-GPU machine whose GPUs all run tenants' own
+/// terms; `tests/tests/allocate/walk.rs`).
+pub(super) const WALK_ABOVE: usize = 1_000;
+
+/// Entries a `walk_book` transaction judges at first: about 1.1M units at the costliest entries
+/// measured on a busy 8-GPU machine. Halved after a transaction that could not run, down to
+/// [`WALK_LEAST`].
+const WALK_ENTRIES: u16 = 1_536;
+const WALK_LEAST: u16 = 96;
+
+/// The most `walk_book` transactions before one `allocate`: 4,095 entries at the least a
+/// transaction judges.
+const WALK_TRANSACTIONS: usize = 4_095 / WALK_LEAST as usize + 1;
+
+impl SolanaChain {
+    /// Walks this machine's walk of `book` on until it covers `last_above` (the entry ranked
+    /// right above the bid to start), and returns the machine as it then is. Stops early when a
+    /// transaction moves the walk no further (it met more fitting clients than it can name, or
+    /// what it relied on keeps moving): `allocate` then judges the rest itself, or says why not.
+    pub(super) async fn walk_book(
+        &self,
+        book: Pubkey,
+        last_above: BookKey,
+    ) -> Result<Machine, ChainError> {
+        let mut entries = WALK_ENTRIES;
+        let mut reached = None;
+        let mut machine: Machine = self.account(&self.machine(), "machine").await?;
+        for _ in 0..WALK_TRANSACTIONS {
+            let ix = WalkBook {
+                agent: self.agent_key(),
+                market: self.market(),
+                machine: self.machine(),
+                book,
+                entries,
+            }
+            .instruction();
+            match self.send(WalkBook::NAME, ix).await {
+                Ok(()) => {}
+                // Too many entries for one transaction's units (or refused outright, which
+                // the halving ends soon enough).
+                Err(e) if !e.is_transient() && entries > WALK_LEAST => {
+                    tracing::debug!(entries, error = %e, "walk_book: fewer entries a transaction");
+                    entries /= 2;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            machine = self.account(&self.machine(), "machine").await?;
+            let walk = &machine.walk;
+            let upto = (walk.started != 0 && walk.book == book)
+                .then(|| BookKey::new(walk.upto_book_key, walk.upto_seq));
+            match upto {
+                Some(u) if u >= last_above => break,
+                Some(u) if reached == Some(u) => break,
+                _ => reached = upto,
+            }
+        }
+        tracing::info!(
+            %book,
+            upto_seq = machine.walk.upto_seq,
+            "walked the book before allocating below it"
+        );
+        Ok(machine)
+    }
+}
