@@ -5,7 +5,7 @@
 //! afresh only what the walk did not cover.
 
 use gpu_market::state::{BookKey, Machine};
-use gpu_market_sdk::{ClientInstruction, WalkBook};
+use gpu_market_sdk::{ClientInstruction, WalkBook, WALK_ENTRIES};
 use solana_pubkey::Pubkey;
 
 use super::solana::SolanaChain;
@@ -17,10 +17,8 @@ use super::ChainError;
 /// terms; `tests/tests/allocate/walk.rs`).
 pub(super) const WALK_ABOVE: usize = 1_000;
 
-/// Entries a `walk_book` transaction judges at first: about 1.1M units at the costliest entries
-/// measured on a busy 8-GPU machine. Halved after a transaction that could not run, down to
-/// [`WALK_LEAST`].
-const WALK_ENTRIES: u16 = 1_536;
+/// Entries a `walk_book` transaction judges at first ([`WALK_ENTRIES`]), halved after a
+/// transaction that could not run, down to this.
 const WALK_LEAST: u16 = 96;
 
 /// The most `walk_book` transactions before one `allocate`: 4,095 entries at the least a

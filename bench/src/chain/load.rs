@@ -120,8 +120,10 @@ pub enum Mix {
     /// The book holds the waiting bids only.
     Honest,
     /// An attacker keeps the book full of bids no machine serves, ranked above every honest
-    /// bid: each honest bid evicts the worst entry to get in, and each allocation walks the
-    /// 4,095 entries above.
+    /// bid, of the shape that costs a busy machine most to turn away: each honest bid evicts the
+    /// worst entry to get in, and each allocation is preceded by the machine's walk of the
+    /// 4,095 entries above (`walk_book`, one transaction after the other: each lands when the
+    /// last is confirmed), which writes the machine alone.
     FullBook,
 }
 
@@ -170,9 +172,13 @@ fn charge(slot: &mut [f64; 5], s: &Sample, units: Units) {
 }
 
 pub fn simulate(trace: &Trace, market: Market, costs: &Costs, mix: &Mix, units: Units) -> Load {
-    let (place, allocate) = match mix {
-        Mix::Honest => (&costs.place_bid, &costs.allocate),
-        Mix::FullBook => (&costs.place_evicting, &costs.allocate_deep),
+    let (place, walks, allocate) = match mix {
+        Mix::Honest => (&costs.place_bid, &[][..], &costs.allocate),
+        Mix::FullBook => (
+            &costs.place_evicting,
+            &costs.walk_deep[..],
+            &costs.allocate_deep,
+        ),
     };
     let capacity = market.machines as f64 * GPUS_PER_MACHINE as f64;
     let first = trace.jobs.first().map_or(0.0, |j| j.arrival);
@@ -192,11 +198,11 @@ pub fn simulate(trace: &Trace, market: Market, costs: &Costs, mix: &Mix, units: 
         for j in &trace.jobs {
             let at = ((j.arrival - first + phase) % span) * stretch;
             charge(slots.entry(slot_of(at)).or_default(), place, units);
-            charge(
-                slots.entry(slot_of(at) + CONFIRMED_SLOTS).or_default(),
-                allocate,
-                units,
-            );
+            // The agent's walk, then its allocation, each once the last is confirmed.
+            for (k, s) in walks.iter().chain([allocate]).enumerate() {
+                let slot = slot_of(at) + CONFIRMED_SLOTS * (k as u64 + 1);
+                charge(slots.entry(slot).or_default(), s, units);
+            }
             charge(
                 slots.entry(slot_of(at + j.duration)).or_default(),
                 &costs.end_lease,
@@ -286,6 +292,7 @@ mod tests {
             end_lease: settle,
             cancel_bid: bid.clone(),
             place_deep: bid.clone(),
+            walk_deep: vec![sample(1_000_000, &[]); 3],
             allocate_deep: sample(50_000, &[Shared::Market, Shared::QueueBook]),
             place_evicting: bid,
             attacker_gpus: 0,
@@ -348,13 +355,15 @@ mod tests {
     fn an_attacker_s_full_book_charges_every_allocation_its_walk_and_reserves_more() {
         let c = costs();
         // The market: an allocation below the full book, perhaps beside a placement, a
-        // settlement and the claims.
+        // settlement and the claims; the machine's walks before it write nothing shared, but
+        // take their share of the block.
         let full = simulate(&sparse(), MARKET, &c, &Mix::FullBook, Units::Charged);
         assert!(
             (50_000.0..51_200.0).contains(&full.busiest[0]),
             "{}",
             full.busiest[0]
         );
+        assert!(full.block_busiest >= 1_000_000.0, "{}", full.block_busiest);
         let reserved = simulate(&sparse(), MARKET, &c, &Mix::FullBook, Units::Reserved);
         assert!(
             (100_000.0..102_400.0).contains(&reserved.busiest[0]),

@@ -12,8 +12,9 @@ use agave_feature_set::FeatureSet;
 use gpu_market::instructions::{PlaceBidArgs, UsageProofArgs};
 use gpu_market::state::{GpuSpec, MachineStatus};
 use gpu_market_sdk::budget;
+use gpu_market_sdk::{WalkBook, WALK_ENTRIES};
 use gpu_market_tests::lease_fixture::{fixture, gpus, Fixture, Wallet, INTERVAL, TOKEN};
-use gpu_market_tests::program_test::{per_gpu, region, witness_terms};
+use gpu_market_tests::program_test::{per_gpu, witness_terms};
 use gpu_market_tests::program_test::{
     CancelBid, ClaimPay, ClientInstruction, CloseLease, Heartbeat, PlaceBid, SubmitUsage,
     TestContext,
@@ -96,8 +97,11 @@ pub struct Costs {
     pub cancel_bid: Sample,
     /// A queue bid placed into a book of 4,095 entries above it.
     pub place_deep: Sample,
-    /// `allocate` below 4,095 entries the machine cannot serve, of the shapes that cost it most:
-    /// the book an attacker keeps full.
+    /// The agent's walk of a book an attacker keeps full of the 4,095 entries that cost a busy
+    /// 8-GPU machine most to turn away (`walk_book`, `WALK_ENTRIES` a transaction): writes the
+    /// machine alone.
+    pub walk_deep: Vec<Sample>,
+    /// `allocate` below those 4,095 entries once the walk covers them.
     pub allocate_deep: Sample,
     /// A queue bid placed into a full book, evicting its lowest-ranked entry.
     pub place_evicting: Sample,
@@ -118,9 +122,9 @@ impl Costs {
             &self.end_lease,
             &self.cancel_bid,
             &self.place_deep,
-            &self.allocate_deep,
-            &self.place_evicting,
         ]);
+        v.extend(self.walk_deep.iter());
+        v.extend([&self.allocate_deep, &self.place_evicting]);
         v
     }
 
@@ -245,34 +249,12 @@ fn servable(f: &mut Fixture) -> PlaceBidArgs {
     f.queue_args(1, 8)
 }
 
-/// Four class-0 GPUs, 0 and 1 allowing up to 300 W, 2 and 3 up to 450 W.
-fn capped_gpus() -> Vec<GpuSpec> {
-    (0..4u8)
-        .map(|i| {
-            let mut g = gpus()[0];
-            g.uuid = [0x60 + i; 16];
-            g.power_w[1] = if i < 2 { 300 } else { 450 };
-            g
-        })
-        .collect()
-}
-
-/// The attacker's `i`-th bid: in turn the three shapes the capped machine in eu-central turns
-/// away only by the full rule (see [`capped_gpus`]), the third for region `elsewhere` only.
-fn attacker(f: &mut Fixture, i: usize, elsewhere: [u8; 16]) -> PlaceBidArgs {
-    match i % 3 {
-        0 => PlaceBidArgs {
-            overclock: per_gpu(&[50, 300]),
-            ..f.queue_args(2, 8)
-        },
-        1 => PlaceBidArgs {
-            overclock: per_gpu(&[400, 400, 400, 300]),
-            ..f.queue_args(4, 8)
-        },
-        _ => PlaceBidArgs {
-            regions: vec![elsewhere],
-            ..f.queue_args(1, 8)
-        },
+/// The entry that costs `allocate` most to turn away on the busy 8-GPU machine (see
+/// [`measure`]): four GPUs × 8 GiB, three at 150 W and one at 160 W.
+fn costliest(f: &mut Fixture) -> PlaceBidArgs {
+    PlaceBidArgs {
+        overclock: per_gpu(&[150, 150, 150, 160]),
+        ..f.queue_args(4, 8)
     }
 }
 
@@ -376,48 +358,74 @@ pub fn measure() -> Result<Costs, String> {
     };
     let cancel_bid = meter.send(&mut f.ctx, "cancel_bid", &c.key, &cancel)?;
 
-    // An attacker's book: 4,095 bids ranked above every honest bid by their stake, of the
-    // shapes that cost `allocate` most to pass (issue 30's formerly undecidable kinds) on a
-    // machine in eu-central whose GPUs 0 and 1 allow up to 300 W and 2 and 3 up to 450 W: power
-    // limits of 50 W and 300 W, three GPUs at 400 W and one at 300 W, and a region the market
-    // lists but the machine is not in. Each passes the machine's whole-machine bounds and is
-    // turned away only by the full rule. They name the attacker's own machine in us-east at
-    // placement, paused once they are in.
-    let (eu, us) = (region("eu-central"), region("us-east"));
-    for r in [eu, us] {
-        f.add_region(r)
-            .map_err(|e| format!("add_region: {:?}", e.err))?;
-    }
+    // An attacker's book: 4,095 bids ranked above every honest bid by their stake, each of the
+    // shape that costs `allocate` most to turn away on a busy 8-GPU machine (each of its GPUs runs
+    // a 1-GPU lease at its own power limit, 150 W on GPU 0 and 10 W more on each next): four GPUs,
+    // three at 150 W and one at 160 W. It passes every whole-machine bound and only the exact
+    // rule turns it away (each of its term sets is run by one GPU alone). They name the
+    // attacker's own machine at placement, paused once they are in.
     let target = f.other_machine(2, |t| {
         t.agent = agent.pubkey();
-        t.region = eu;
-        t.gpus = capped_gpus();
+        t.gpus = eight_gpus();
     });
+    for g in 0..8u8 {
+        let c = f.client(100 * TOKEN, 0);
+        let args = PlaceBidArgs {
+            overclock: per_gpu(&[150 + 10 * g as u16]),
+            ..f.queue_args(1, 8)
+        };
+        let bid = f.place_via(&c, args, target);
+        let a = f.ctx.allocation(&agent, target, bid, &[g]);
+        f.ctx
+            .allocate(&a)
+            .map_err(|e| format!("allocate: {:?}", e.err))?;
+    }
     let host = f.host.key.insecure_clone();
-    let witness = f
-        .ctx
-        .register_machine(&host, f.market, 98, witness_terms(agent.pubkey(), us));
+    let witness =
+        f.ctx
+            .register_machine(&host, f.market, 98, witness_terms(agent.pubkey(), [0; 16]));
     let rich: Vec<Wallet> = (1..=8)
         .map(|i| f.client(40_000 * TOKEN, 100 * i * TOKEN))
         .collect();
     let capacity = gpu_market::state::BOOK_CAPACITY;
     let mut attacker_gpus = 0;
     for i in 0..capacity - 1 {
-        let args = attacker(&mut f, i, us);
+        let args = costliest(&mut f);
         attacker_gpus += args.gpu_count as u64;
         f.place_via(&rich[i % rich.len()], args, witness);
     }
     f.set_status(witness, MachineStatus::Paused);
     let c = f.client(100 * TOKEN, 0);
-    let args = servable(&mut f);
+    // GPU 7 runs 220 W already.
+    let args = PlaceBidArgs {
+        overclock: per_gpu(&[220]),
+        ..f.queue_args(1, 8)
+    };
     let p = f.placement_via(&c, args, target);
     let place_deep = meter.send(&mut f.ctx, "place_bid", &c.key, &p)?;
-    let a = f.ctx.allocation(&agent, target, p.bid(), &[0]);
+    let a = f.ctx.allocation(&agent, target, p.bid(), &[7]);
+    // Judging 4,095 such entries is more than a transaction's units: the agent walks the book
+    // first (`walk_book`, `WALK_ENTRIES` a transaction), then allocates.
+    if meter.send(&mut f.ctx, "allocate", &agent, &a).is_ok() {
+        return Err("allocate below 4,095 of the costliest entries fit one transaction".into());
+    }
+    let mut walk_deep = Vec::new();
+    for _ in 0..(capacity - 1).div_ceil(WALK_ENTRIES as usize) {
+        let w = WalkBook {
+            agent: &agent,
+            market: f.market,
+            machine: target,
+            book: f.queue_book,
+            entries: WALK_ENTRIES,
+        };
+        walk_deep.push(meter.send(&mut f.ctx, "walk_book", &agent, &w)?);
+    }
+    let a = f.ctx.allocation(&agent, target, p.bid(), &[7]);
     let allocate_deep = meter.send(&mut f.ctx, "allocate", &agent, &a)?;
     f.set_status(witness, MachineStatus::Active);
-    let args = attacker(&mut f, 0, us);
+    let args = costliest(&mut f);
     f.place_via(&rich[1], args, witness);
-    let args = attacker(&mut f, 1, us);
+    let args = costliest(&mut f);
     let p = PlaceBid {
         evict: f.ctx.eviction(&f.queue_book),
         ..f.placement_via(&rich[7], args, witness)
@@ -433,6 +441,7 @@ pub fn measure() -> Result<Costs, String> {
         end_lease,
         cancel_bid,
         place_deep,
+        walk_deep,
         allocate_deep,
         place_evicting,
         attacker_gpus,

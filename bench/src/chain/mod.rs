@@ -12,6 +12,7 @@ mod measure;
 use std::path::Path;
 
 use gpu_market_sdk::budget::LAMPORTS_PER_SIGNATURE;
+use gpu_market_sdk::WALK_ENTRIES;
 use solana_cost_model::block_cost_limits::{MAX_BLOCK_UNITS, MAX_WRITABLE_ACCOUNT_UNITS};
 use solana_transaction::sanitized::MAX_TX_ACCOUNT_LOCKS;
 
@@ -86,7 +87,8 @@ fn instructions(costs: &Costs) {
     println!("Transactions as sent (SBF build in LiteSVM; costs from solana-cost-model with every feature on):\n");
     println!("| transaction | units used | units reserved | units charged | bytes (of {TRANSACTION_SIZE_LIMIT}) | accounts (of {MAX_TX_ACCOUNT_LOCKS}) | accounts written | market-wide accounts written |");
     println!("|---|---:|---:|---:|---:|---:|---:|---|");
-    let labels = [
+    let walks = costs.walk_deep.len();
+    let mut labels: Vec<String> = [
         "place_bid",
         "allocate",
         "submit_usage, 1 lease × 2 intervals",
@@ -98,9 +100,16 @@ fn instructions(costs: &Costs) {
         "end_lease",
         "cancel_bid",
         "place_bid, 4,095 entries above",
-        "allocate below 4,095 entries only the full rule turns away",
-        "place_bid into a full book (evicts the worst)",
-    ];
+    ]
+    .map(String::from)
+    .to_vec();
+    labels.extend((1..=walks).map(|k| {
+        format!("walk_book {k} of {walks} over 4,095 of the costliest entries ({WALK_ENTRIES} a transaction)")
+    }));
+    labels.push(
+        "allocate below those 4,095 entries, walked (without the walk: over 1.4M, fails)".into(),
+    );
+    labels.push("place_bid into a full book (evicts the worst)".into());
     for (label, s) in labels.iter().zip(costs.all()) {
         let shared: Vec<&str> = s.shared.iter().map(|a| a.name()).collect();
         println!(
@@ -127,7 +136,7 @@ fn flood(costs: &Costs) {
     let half = MAX_WRITABLE_ACCOUNT_UNITS as f64 / 2.0;
     let per_sec = |units: u64| half / units as f64 / SLOT_SECS;
     println!(
-        "\nWithin half its per-block limit the market account takes {:.0} bids a second placed and allocated, or {:.0} placed into a full book and allocated below its 4,095 entries (units reserved).",
+        "\nWithin half its per-block limit the market account takes {:.0} bids a second placed and allocated, or {:.0} placed into a full book and allocated below its 4,095 entries once walked (units reserved; the walks write the machine alone).",
         per_sec(costs.place_bid.reserved + costs.allocate.reserved),
         per_sec(costs.place_evicting.reserved + costs.allocate_deep.reserved),
     );

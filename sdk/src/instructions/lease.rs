@@ -70,6 +70,11 @@ impl ClientInstruction for Allocate<'_> {
     }
 }
 
+/// Entries a `walk_book` transaction judges, as the agent sends it at first: about 1.1M compute
+/// units at the costliest entries measured on a busy 8-GPU machine
+/// (`tests/tests/allocate/walk.rs`).
+pub const WALK_ENTRIES: u16 = 1_536;
+
 /// `walk_book`: the machine's agent judges up to `entries` more of `book`'s entries against its
 /// machine, so that `allocate` below a book too deep to judge in one transaction judges only
 /// what the walk did not.

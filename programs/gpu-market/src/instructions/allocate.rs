@@ -122,8 +122,8 @@ pub(crate) fn entry_fits(offer: &Offer, leaf: &BookLeaf) -> bool {
 }
 
 /// The book backs the choice of `chosen` (the bid and its key, its client's stake holding
-/// `chosen_held` GPUs) for the machines behind `fits` (whether an entry, running until the
-/// time given, fits one of them): every entry ranked above it that fits one of them must give
+/// `chosen_held` GPUs) for the machines behind `fits` (whether an entry starting now fits one of
+/// them): every entry ranked above it that fits one of them must give
 /// way to it, which only an entry over its client's anti-monopoly cap does while the chosen bid
 /// is within its own. A chosen bid over the cap runs only when nothing else fits: no entry above
 /// it, and no entry below it within its client's cap.
@@ -139,7 +139,7 @@ pub(crate) fn book_backs(
     (bid, chosen): (&Bid, Pubkey),
     chosen_held: u32,
     evidence: &Evidence,
-    fits: impl Fn(&BookLeaf, i64) -> bool,
+    fits: impl Fn(&BookLeaf) -> bool,
     now: i64,
 ) -> Result<()> {
     let queue = bid.kind == BidKind::Queue;
@@ -166,7 +166,7 @@ pub(crate) fn book_backs(
             above = false;
             continue;
         }
-        if !fits(leaf, leaf.summary.runs_until(now)) || leaf.summary.is_gang() {
+        if !fits(leaf) || leaf.summary.is_gang() {
             continue;
         }
         let within = within_cap(&leaf.summary.client, leaf.summary.gpu_count as u64)?;
@@ -182,9 +182,15 @@ pub(crate) fn book_backs(
     Ok(())
 }
 
-/// Whether an entry running until `until` fits the machine behind `offers`.
-pub(crate) fn fits_one(offers: &Offers) -> impl Fn(&BookLeaf, i64) -> bool + '_ {
-    move |leaf, until| entry_fits(offers.for_run(&leaf.bid, until), leaf)
+/// Whether an entry starting at `now` fits the machine behind `offers`, against the offer its
+/// own run would get.
+pub(crate) fn fits_one(offers: &Offers, now: i64) -> impl Fn(&BookLeaf) -> bool + '_ {
+    move |leaf| {
+        entry_fits(
+            offers.for_run(&leaf.bid, leaf.summary.runs_until(now)),
+            leaf,
+        )
+    }
 }
 
 /// Takes `bid` out of its `book` as it starts: its holding charge taken (returned), its entry
@@ -290,7 +296,7 @@ impl Allocate<'_> {
         let info = self.book.to_account_info();
         let chosen: (&Bid, Pubkey) = (&self.bid, self.bid.key());
         let (market, held) = (&self.market, self.client_stake.gpus_held);
-        let fits = fits_one(offers);
+        let fits = fits_one(offers, now);
         // Two walks, each compiled for its own test: without a walk to consult, an entry costs
         // nothing more than its fit.
         match self.walk_holding(offers, &info)? {
@@ -300,9 +306,9 @@ impl Allocate<'_> {
                 chosen,
                 held,
                 &evidence,
-                |leaf: &BookLeaf, until| match w.covers(leaf) {
+                |leaf: &BookLeaf| match w.covers(leaf) {
                     true => w.may_fit(leaf),
-                    false => fits(leaf, until),
+                    false => fits(leaf),
                 },
                 now,
             ),

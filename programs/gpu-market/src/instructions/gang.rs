@@ -223,7 +223,7 @@ impl<'info> AllocateGang<'info> {
             (&a.bid, a.bid.key()),
             a.client_stake.gpus_held,
             &evidence,
-            |leaf: &BookLeaf, until| offers.iter().any(|o| fits_one(o)(leaf, until)),
+            |leaf: &BookLeaf| offers.iter().any(|o| fits_one(o, now)(leaf)),
             now,
         )?;
         drop(offers);

@@ -52,7 +52,7 @@ impl WalkBook<'_> {
         if !walk.holds(&book, &seal) {
             *walk = BookWalk::begin(book, &seal, a.market.next_bid_seq);
         }
-        let fits = fits_one(&offers);
+        let fits = fits_one(&offers, now);
         let mut left = args.entries;
         for leaf in entries.iter() {
             if walk.covers(leaf) || leaf.seq >= walk.below_seq {
@@ -62,7 +62,7 @@ impl WalkBook<'_> {
                 break;
             }
             left -= 1;
-            let fitting = !leaf.summary.is_gang() && fits(leaf, leaf.summary.runs_until(now));
+            let fitting = !leaf.summary.is_gang() && fits(leaf);
             if fitting && !walk.note_fitting(&leaf.summary.client) {
                 break;
             }
