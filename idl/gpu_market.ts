@@ -4430,20 +4430,11 @@ export type GpuMarket = {
             }
           },
           {
-            "name": "rekeyed",
-            "docs": [
-              "Entries moved to another rank so far (`boost`): an entry keeps its placement number",
-              "when it moves, so a walk of the book over several transactions holds only while this",
-              "stays (see [`crate::state::BookWalk`])."
-            ],
-            "type": "u64"
-          },
-          {
             "name": "reserved",
             "type": {
               "array": [
                 "u8",
-                24
+                32
               ]
             }
           }
@@ -5186,13 +5177,6 @@ export type GpuMarket = {
             "docs": [
               "The market's next placement number when the walk began: entries from it on are not",
               "covered."
-            ],
-            "type": "u64"
-          },
-          {
-            "name": "rekeyed",
-            "docs": [
-              "The book's count of re-ranked entries when the walk began."
             ],
             "type": "u64"
           },

@@ -67,10 +67,13 @@ fn a_premium_paid_later_ranks_a_waiting_bid_as_if_paid_at_placement() {
     assert_eq!(now.urgency_premium, full / 2);
     assert!(now.score > was.score && now.book_key > was.book_key);
     assert_eq!(
-        (now.escrow, now.placed_at, now.seq, now.full_secs_at_entry),
-        (was.escrow, was.placed_at, was.seq, was.full_secs_at_entry),
+        (now.escrow, now.placed_at, now.full_secs_at_entry),
+        (was.escrow, was.placed_at, was.full_secs_at_entry),
         "the escrow, the placement and the holding clock as they were"
     );
+    // A new placement number (it breaks ties of rank only): a machine's walk of the book
+    // covers only entries placed before it began (`walk_book`).
+    assert!(now.seq > was.seq);
     let after = f.ledger(&later);
     assert_eq!(after.clients[0].tokens, ledger.clients[0].tokens - full / 2);
     assert_eq!(after.vault, ledger.vault + full / 2);

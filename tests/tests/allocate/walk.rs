@@ -3,8 +3,8 @@
 //! busy 8-GPU machine) make 4,095 of them more than a transaction's 1.4M units, so without a
 //! walk the machine could start nothing below them. The walk judges them over several
 //! transactions, and `allocate` judges afresh only what it did not cover; it holds only while
-//! nothing that could make a bid fit has moved, and bids placed after it are judged by
-//! `allocate` itself.
+//! nothing that could make a bid fit has moved, and bids placed (or boosted) after it began are
+//! judged by `allocate` itself.
 
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
@@ -246,7 +246,7 @@ fn a_bid_placed_after_the_walk_is_judged_by_allocate() {
 }
 
 #[test]
-fn a_bid_moved_up_past_a_partial_walk_voids_it() {
+fn a_bid_boosted_past_a_partial_walk_is_judged_by_allocate() {
     // 300 of the costliest entries above the chosen bid, and below it a bid that fits.
     let mut f = shared_machine();
     let c = f.client(100 * TOKEN, 0);
@@ -266,8 +266,8 @@ fn a_bid_moved_up_past_a_partial_walk_voids_it() {
     let m: Machine = f.ctx.account(&f.machine);
     assert!(m.walk.started != 0);
     assert!(!covers_above(&f, 300), "a partial walk");
-    // The bid below boosts itself to the top: placed before the walk, ranked inside what the
-    // walk covers, never judged by it.
+    // The bid below boosts itself to the top, into what the walk covers, though the walk never
+    // judged it: it takes a new placement number, so `allocate` judges it.
     f.ctx
         .run(&BoostBid {
             client: &d.key,

@@ -322,7 +322,7 @@ impl Allocate<'_> {
         if walk.started == 0 || walk.book != book.key() {
             return Ok(None);
         }
-        let seal = BookWalk::seal_of(offers, load_book(book)?.head.rekeyed);
+        let seal = BookWalk::seal_of(offers);
         Ok(walk.holds(&book.key(), &seal).then_some(walk))
     }
 

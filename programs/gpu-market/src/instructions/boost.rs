@@ -79,12 +79,13 @@ impl BoostBid<'_> {
             .market
             .rank_key(base, bid.placed_at, bid.max_duration_secs);
         require!(key > bid.book_key, MarketError::NoHigherRank);
+        // A new placement number, as a bid put back by failover gets: a machine's walk of the
+        // book (`walk_book`) covers only entries placed before it began, so an entry it never
+        // judged cannot move into what it covers. It breaks ties of rank only.
+        let seq = a.market.next_bid_seq;
         let info = a.book.to_account_info();
         load_book_mut(&info)?
-            .rekey(
-                BookKey::new(bid.book_key, bid.seq),
-                BookKey::new(key, bid.seq),
-            )
+            .rekey(BookKey::new(bid.book_key, bid.seq), BookKey::new(key, seq))
             .map_err(MarketError::from)?;
         client_pays!(a, premium)?;
         let a = &mut *ctx.accounts;
@@ -94,10 +95,12 @@ impl BoostBid<'_> {
             .burn_due
             .checked_add(premium)
             .ok_or(MarketError::Overflow)?;
+        a.market.next_bid_seq = seq.checked_add(1).ok_or(MarketError::Overflow)?;
         let bid = &mut a.bid;
         bid.urgency_premium = total;
         bid.score = base;
         bid.book_key = key;
+        bid.seq = seq;
         emit!(BidBoosted {
             bid: bid.key(),
             premium,

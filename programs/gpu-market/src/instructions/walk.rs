@@ -47,7 +47,7 @@ impl WalkBook<'_> {
         let offers = a.machine.offers(&a.market, kind, now, &Freed::default())?;
         let info = a.book.to_account_info();
         let entries = load_book(&info)?;
-        let seal = BookWalk::seal_of(&offers, entries.head.rekeyed);
+        let seal = BookWalk::seal_of(&offers);
         let walk = &mut a.machine.walk;
         if !walk.holds(&book, &seal) {
             *walk = BookWalk::begin(book, &seal, a.market.next_bid_seq);

@@ -361,15 +361,11 @@ pub struct BidBook {
     /// How long the book has been full (newcomers turned away): a waiting bid pays its price
     /// for the full time it saw. See [`Book::full_secs`].
     pub full_clock: FullClock,
-    /// Entries moved to another rank so far (`boost`): an entry keeps its placement number
-    /// when it moves, so a walk of the book over several transactions holds only while this
-    /// stays (see [`crate::state::BookWalk`]).
-    pub rekeyed: u64,
-    pub _reserved: [u8; 24],
+    pub _reserved: [u8; 32],
 }
 
 const _: () =
-    assert!(size_of::<BidBook>() == 32 + 32 + 1 + 3 + 4 + 4 + 4 + size_of::<FullClock>() + 8 + 24);
+    assert!(size_of::<BidBook>() == 32 + 32 + 1 + 3 + 4 + 4 + 4 + size_of::<FullClock>() + 32);
 const _: () = assert!(size_of::<BidBook>() == BOOK_HEADER_SIZE);
 const _: () = assert!(BOOK_CAPACITY < LEAF_BIT as usize);
 
@@ -716,9 +712,7 @@ impl<H: DerefMut<Target = BidBook>, S: DerefMut<Target = [BookSlot]>> Book<H, S>
     /// holds as many entries as before (its full clock runs on).
     pub fn rekey(&mut self, from: BookKey, to: BookKey) -> core::result::Result<(), BookError> {
         let leaf = self.remove(from)?;
-        self.insert(to, leaf.bid, leaf.summary)?;
-        self.head.rekeyed = self.head.rekeyed.wrapping_add(1);
-        Ok(())
+        self.insert(to, leaf.bid, leaf.summary)
     }
 
     /// Removes and returns the best entry.

@@ -7,9 +7,9 @@
 //! state it judged against, and `allocate` judges afresh only what the walk did not.
 //!
 //! The walk holds only while nothing it relied on has moved towards more bids fitting: the
-//! machine's offers (everything but the clock and the reserve prices, hashed), reserve prices
-//! no lower than it saw, and no entry re-ranked since (`boost`: an entry keeps its placement
-//! number when it moves). Entries placed after it began are never covered. A later clock only
+//! machine's offers (everything but the clock and the reserve prices, hashed) and reserve prices
+//! no lower than it saw. Entries placed after it began are never covered, and an entry that
+//! moves up (`boost`) or comes back (failover) takes a new placement number. A later clock only
 //! turns bids away (they expire, or run past a reservation's start), never in.
 
 use anchor_lang::prelude::*;
@@ -22,13 +22,12 @@ use crate::state::{BookKey, BookLeaf, Offers};
 /// can be at once, so a handful is enough; a walk that meets more stops there.
 pub const WALK_CLIENTS: usize = 4;
 
-/// What a walk was judged against: the machine's offers as hashed by [`BookWalk::seal_of`], the
-/// reserve prices, and the book's count of re-ranked entries.
+/// What a walk was judged against: the machine's offers as hashed by [`BookWalk::seal_of`], and
+/// the reserve prices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seal {
     pub digest: [u8; 32],
     pub reserve: [u64; GPU_CLASSES],
-    pub rekeyed: u64,
 }
 
 /// `Machine::walk`; all zero: none.
@@ -48,8 +47,6 @@ pub struct BookWalk {
     /// The market's next placement number when the walk began: entries from it on are not
     /// covered.
     pub below_seq: u64,
-    /// The book's count of re-ranked entries when the walk began.
-    pub rekeyed: u64,
     /// Clients of the entries it found fitting (the first `clients_len`).
     pub clients: [Pubkey; WALK_CLIENTS],
     pub clients_len: u8,
@@ -62,7 +59,7 @@ pub struct BookWalk {
 unsafe impl anchor_lang::__private::bytemuck::Zeroable for BookWalk {}
 unsafe impl anchor_lang::__private::bytemuck::Pod for BookWalk {}
 const _: () = assert!(
-    core::mem::size_of::<BookWalk>() == 32 + 32 + 8 * GPU_CLASSES + 4 * 8 + 32 * WALK_CLIENTS + 8
+    core::mem::size_of::<BookWalk>() == 32 + 32 + 8 * GPU_CLASSES + 3 * 8 + 32 * WALK_CLIENTS + 8
 );
 crate::state::pod_borsh!(BookWalk);
 
@@ -80,10 +77,9 @@ impl core::hash::Hasher for Bytes {
 }
 
 impl BookWalk {
-    /// What a walk of a book whose count of re-ranked entries is `rekeyed` is judged against
-    /// with `offers`: both offers' states (the reservation's bid and start with the second),
-    /// hashed, and the reserve prices.
-    pub fn seal_of(offers: &Offers, rekeyed: u64) -> Seal {
+    /// What a walk is judged against with `offers`: both offers' states (the reservation's bid
+    /// and start with the second), hashed, and the reserve prices.
+    pub fn seal_of(offers: &Offers) -> Seal {
         use core::hash::Hash;
         let mut bytes = Bytes(Vec::with_capacity(1024));
         offers.now.hash_state(&mut bytes);
@@ -95,16 +91,14 @@ impl BookWalk {
         Seal {
             digest: solana_sha256_hasher::hash(&bytes.0).to_bytes(),
             reserve: *offers.now.reserve(),
-            rekeyed,
         }
     }
 
-    /// Whether this walk of `book` still holds under `seal`: the same offers and re-ranked
-    /// entries, and no reserve price lower than it saw.
+    /// Whether this walk of `book` still holds under `seal`: the same offers, and no reserve
+    /// price lower than it saw.
     pub fn holds(&self, book: &Pubkey, seal: &Seal) -> bool {
         self.book == *book
             && self.digest == seal.digest
-            && self.rekeyed == seal.rekeyed
             && seal
                 .reserve
                 .iter()
@@ -120,7 +114,6 @@ impl BookWalk {
             digest: seal.digest,
             reserve: seal.reserve,
             below_seq,
-            rekeyed: seal.rekeyed,
             ..Default::default()
         }
     }
@@ -163,5 +156,88 @@ impl BookWalk {
         self.upto_book_key = key.book_key;
         self.upto_seq = key.seq;
         self.started = 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::BidSummary;
+    use anchor_lang::__private::bytemuck::Zeroable;
+
+    fn seal(digest: u8, reserve: u64) -> Seal {
+        Seal {
+            digest: [digest; 32],
+            reserve: [reserve; GPU_CLASSES],
+        }
+    }
+
+    fn leaf(book_key: u64, seq: u64) -> BookLeaf {
+        BookLeaf {
+            bid: Pubkey::new_unique(),
+            book_key,
+            seq,
+            summary: BidSummary::zeroed(),
+        }
+    }
+
+    #[test]
+    fn a_walk_holds_only_while_nothing_it_judged_against_moved_towards_more_bids_fitting() {
+        let book = Pubkey::new_unique();
+        let walk = BookWalk::begin(book, &seal(1, 100), 50);
+        assert!(walk.holds(&book, &seal(1, 100)));
+        // Higher reserve prices only turn bids away.
+        assert!(walk.holds(&book, &seal(1, 150)));
+        let mut cheaper = seal(1, 100);
+        cheaper.reserve[3] = 99;
+        assert!(
+            !walk.holds(&book, &cheaper),
+            "one class's reserve price fell"
+        );
+        assert!(
+            !walk.holds(&book, &seal(2, 100)),
+            "the machine's offers moved"
+        );
+        assert!(
+            !walk.holds(&Pubkey::new_unique(), &seal(1, 100)),
+            "another book"
+        );
+    }
+
+    #[test]
+    fn a_walk_covers_what_it_judged_and_nothing_placed_after_it_began() {
+        let mut walk = BookWalk::begin(Pubkey::new_unique(), &seal(1, 100), 50);
+        assert!(!walk.covers(&leaf(u64::MAX, 0)), "nothing judged yet");
+        walk.judged(BookKey::new(500, 20));
+        // Higher ranks, and the same rank placed no later.
+        assert!(walk.covers(&leaf(900, 30)));
+        assert!(walk.covers(&leaf(500, 20)));
+        assert!(walk.covers(&leaf(500, 10)));
+        // Lower ranks.
+        assert!(!walk.covers(&leaf(500, 21)));
+        assert!(!walk.covers(&leaf(400, 1)));
+        // Placed after the walk began, wherever it ranks.
+        assert!(!walk.covers(&leaf(900, 50)));
+        assert!(!walk.covers(&leaf(900, 60)));
+    }
+
+    #[test]
+    fn a_walk_names_the_clients_of_fitting_entries_up_to_its_room() {
+        let mut walk = BookWalk::default();
+        let clients: Vec<Pubkey> = (0..=WALK_CLIENTS).map(|_| Pubkey::new_unique()).collect();
+        for c in &clients[..WALK_CLIENTS] {
+            assert!(walk.note_fitting(c));
+            assert!(walk.note_fitting(c), "a client named once");
+        }
+        assert_eq!(walk.clients_len as usize, WALK_CLIENTS);
+        assert!(
+            !walk.note_fitting(&clients[WALK_CLIENTS]),
+            "no room for another"
+        );
+        let mut fits = leaf(1, 1);
+        fits.summary.client = clients[0];
+        assert!(walk.may_fit(&fits));
+        fits.summary.client = clients[WALK_CLIENTS];
+        assert!(!walk.may_fit(&fits));
     }
 }
