@@ -1288,7 +1288,7 @@ impl Chain for SolanaChain {
             .unwrap_or(0);
         let machine = match above > WALK_ABOVE {
             true => {
-                self.walk_book(book, entries.entries[above - 1].key())
+                self.walk_book(book, entries.entries[above - 1].key(), machine)
                     .await?
             }
             false => machine,

@@ -4,7 +4,7 @@
 //! agent then walks the book first, in as many transactions as it takes, and `allocate` judges
 //! afresh only what the walk did not cover.
 
-use gpu_market::state::{BookKey, Machine};
+use gpu_market::state::{BookKey, Machine, BOOK_CAPACITY};
 use gpu_market_sdk::{ClientInstruction, WalkBook, WALK_ENTRIES};
 use solana_pubkey::Pubkey;
 
@@ -21,23 +21,24 @@ pub(super) const WALK_ABOVE: usize = 1_000;
 /// transaction that could not run, down to this.
 const WALK_LEAST: u16 = 96;
 
-/// The most `walk_book` transactions before one `allocate`: 4,095 entries at the least a
+/// The most `walk_book` transactions before one `allocate`: a full book at the least a
 /// transaction judges.
-const WALK_TRANSACTIONS: usize = 4_095 / WALK_LEAST as usize + 1;
+const WALK_TRANSACTIONS: usize = BOOK_CAPACITY.div_ceil(WALK_LEAST as usize);
 
 impl SolanaChain {
     /// Walks this machine's walk of `book` on until it covers `last_above` (the entry ranked
-    /// right above the bid to start), and returns the machine as it then is. Stops early when a
+    /// right above the bid to start), and returns `machine` (as last read) as it then is. Stops
+    /// early when a
     /// transaction moves the walk no further (it met more fitting clients than it can name, or
     /// what it relied on keeps moving): `allocate` then judges the rest itself, or says why not.
     pub(super) async fn walk_book(
         &self,
         book: Pubkey,
         last_above: BookKey,
+        mut machine: Machine,
     ) -> Result<Machine, ChainError> {
         let mut entries = WALK_ENTRIES;
         let mut reached = None;
-        let mut machine: Machine = self.account(&self.machine(), "machine").await?;
         for _ in 0..WALK_TRANSACTIONS {
             let ix = WalkBook {
                 agent: self.agent_key(),

@@ -70,13 +70,12 @@ fn covers_above(f: &Fixture, above: usize) -> bool {
 /// `allocate` of `bid` onto `gpus` as the agent sends it (with the evidence the sdk reads off
 /// the book and the machine's walk), at the most units a transaction may ask: its units, or
 /// why it failed.
-fn allocate_units(f: &mut Fixture, bid: Pubkey, gpus: &[u8]) -> Result<u64, TransactionError> {
+fn allocate_units(f: &mut Fixture, bid: Pubkey, gpus: &[u8]) -> Result<u64, Failure> {
     let a = f.allocation(bid, gpus);
     let tx = f.ctx.transaction(&allocate_instructions(&a), &a.signers());
     f.ctx
         .send_transaction(tx)
         .map(|meta| program_units(&meta.logs))
-        .map_err(|e| e.err)
 }
 
 /// 8 GPUs of 24 GiB, each running a 1-GPU lease of 8 GiB at its own power limit (150 W on GPU 0,
@@ -141,7 +140,7 @@ fn an_attacker_s_4095_costliest_bids_stall_allocate_until_the_machine_walks_the_
 
     // Without a walk the allocation runs out of units: the machine could start nothing.
     let before = f.ledger(&[&c]);
-    let stalled = allocate_units(&mut f, servable, &[7]);
+    let stalled = allocate_units(&mut f, servable, &[7]).map_err(|e| e.err);
     assert!(
         matches!(
             stalled,
@@ -219,7 +218,7 @@ fn a_walk_no_longer_holds_once_the_machine_would_serve_more() {
     let before = f.ledger(&[]);
     let refused = allocate_units(&mut f, chosen, &[0]);
     assert_eq!(
-        refused.map_err(|e| custom(&e)),
+        refused.map_err(|e| e.custom_code()),
         Err(code(MarketError::BetterBidFeasible))
     );
     assert_eq!(f.ledger(&[]), before, "the refusal moved nothing");
@@ -240,7 +239,7 @@ fn a_bid_placed_after_the_walk_is_judged_by_allocate() {
     assert!(f.position(&late) < f.position(&chosen));
     let refused = allocate_units(&mut f, chosen, &[0]);
     assert_eq!(
-        refused.map_err(|e| custom(&e)),
+        refused.map_err(|e| e.custom_code()),
         Err(code(MarketError::BetterBidFeasible))
     );
 }
@@ -282,15 +281,7 @@ fn a_bid_boosted_past_a_partial_walk_is_judged_by_allocate() {
     assert_eq!(f.position(&below), Some(0));
     let refused = allocate_units(&mut f, chosen, &[7]);
     assert_eq!(
-        refused.map_err(|e| custom(&e)),
+        refused.map_err(|e| e.custom_code()),
         Err(code(MarketError::BetterBidFeasible))
     );
-}
-
-/// The program's error code of a failed transaction.
-fn custom(e: &TransactionError) -> Option<u32> {
-    match e {
-        TransactionError::InstructionError(_, InstructionError::Custom(c)) => Some(*c),
-        _ => None,
-    }
 }
