@@ -166,8 +166,13 @@ fn run(jobs: &Jobs, load_pct: u64, seed: u64, smart: bool) -> Outcome {
                     leases: &tenants[m],
                 })
                 .collect();
-            let mut workload = vec![Demand::running(1, BID_GIB, need.room.host); running.len()];
-            workload.push(Demand::from(&need));
+            let workload = [
+                (
+                    Demand::running(1, BID_GIB, need.room.host),
+                    running.len() as u32,
+                ),
+                (Demand::from(&need), 1),
+            ];
             let affinity = Affinity {
                 caching: &[],
                 profile: smart.then_some(jobs.profiles[job]),

@@ -21,7 +21,8 @@ use gpu_market::state::{
 };
 use gpu_market_core::fit::{Need, Offer};
 use gpu_market_core::placement::{
-    Affinity, Chosen, Demand, ModelId, ModelSet, Node, Placer, Pod, Seat, SplitMix64, Tenant,
+    counted, Affinity, Chosen, Demand, ModelId, ModelSet, Node, Placer, Pod, Seat, SplitMix64,
+    Tenant,
 };
 
 use crate::fgd::{self, POINTS};
@@ -202,7 +203,7 @@ impl Replayed {
                     }
                     None => &self.now,
                 };
-                let chosen = Placer::new(&seen.seats(), &self.workload).choose(
+                let chosen = Placer::new(&seen.seats(), &counted(&self.workload)).choose(
                     need,
                     &seen.offers,
                     Affinity::default(),
@@ -211,7 +212,7 @@ impl Replayed {
                 match chosen {
                     Some(c) if lands(&c).is_err() => {
                         self.refused += 1;
-                        Placer::new(&self.now.seats(), &self.workload).choose(
+                        Placer::new(&self.now.seats(), &counted(&self.workload)).choose(
                             need,
                             &self.now.offers,
                             Affinity::default(),

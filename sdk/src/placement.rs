@@ -19,7 +19,7 @@ use solana_pubkey::Pubkey;
 
 mod update;
 
-use update::{queue_offer, reserve_prices, seat, tenants_of, workload, Kept};
+use update::{queue_offer, reserve_prices, running_demands, seat, tenants_of, workload, Kept};
 pub use update::{Changes, RELEARN_SECS};
 
 /// A market's machines as the packing policy sees them at one moment, kept current from the
@@ -196,7 +196,8 @@ impl MarketPlacement {
         let seats: Vec<Seat> = (0..keys.len())
             .map(|i| seat(&machines[i], &offers[i], &tenants[i]))
             .collect();
-        let placer = Placer::new(&seats, &workload(&leases, queue, now));
+        let running = running_demands(&leases);
+        let placer = Placer::new(&seats, &workload(&running, queue, now));
         Ok(MarketPlacement {
             keys,
             machines,
@@ -208,6 +209,7 @@ impl MarketPlacement {
                 on,
                 seat_of,
                 tenants,
+                running,
                 epoch: now.div_euclid(RELEARN_SECS),
                 built: now,
                 now,

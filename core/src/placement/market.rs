@@ -191,8 +191,9 @@ fn group_width(offer: &Offer) -> u8 {
 
 impl Placer {
     /// The policy over `seats`, its typical pods and plan learned from `workload` (the market's
-    /// open bids and running leases).
-    pub fn new(seats: &[Seat], workload: &[Demand]) -> Placer {
+    /// open bids and running leases, each with how many of the market have it: see
+    /// [`counted`](super::counted)).
+    pub fn new(seats: &[Seat], workload: &[(Demand, u32)]) -> Placer {
         let mut models: Vec<(u8, u16)> = seats
             .iter()
             .filter_map(|s| s.offer.gpus().first().map(|g| (g.class, g.memory_gib)))
@@ -216,17 +217,6 @@ impl Placer {
             profiled: seats.iter().map(profiled_of).collect(),
             cost: seats.iter().map(|s| s.electricity_cost_per_kwh).collect(),
         };
-        // A market's demands repeat (46,000 leases of 10,000 machines come in a few hundred
-        // shapes): each distinct one's pods are made once.
-        let mut shapes: HashMap<Demand, Vec<Pod>> = HashMap::new();
-        let mut reference: Vec<Pod> = Vec::with_capacity(workload.len());
-        for n in workload {
-            reference.extend_from_slice(shapes.entry(*n).or_insert_with(|| placer.pods(n)));
-        }
-        placer.policy = Planned::new(
-            FragModel::from_pods(&reference, COVERAGE_PCT),
-            PackingPlan::from_pods(&reference),
-        );
         let (mut nodes, mut ranks) = (Vec::new(), Vec::new());
         for (i, seat) in seats.iter().enumerate() {
             if let Some(node) = placer.node(seat.offer) {
@@ -237,10 +227,33 @@ impl Placer {
             }
         }
         placer.cluster = Cluster::new(nodes, ranks).expect("one rank per node");
-        for (i, seat) in seats.iter().enumerate() {
-            placer.set_leases(i, seat);
-        }
+        placer.relearn(seats, workload);
         placer
+    }
+
+    /// Learns the typical pods and plan again from `workload`, over the same `seats` (as they
+    /// are now, each change given to [`Placer::update`]): the policy is then the one
+    /// [`Placer::new`] would build, at the cost of the learning and one pass over the seats'
+    /// leases (no node is made again).
+    pub fn relearn(&mut self, seats: &[Seat], workload: &[(Demand, u32)]) {
+        // A market's demands repeat (46,000 leases of 10,000 machines come in a few hundred
+        // shapes): each distinct one's pods are made once.
+        let mut shapes: HashMap<Demand, u32> = HashMap::new();
+        for &(n, count) in workload.iter().filter(|(_, count)| *count > 0) {
+            let c = shapes.entry(n).or_default();
+            *c = c.saturating_add(count);
+        }
+        let reference: Vec<(Pod, u32)> = shapes
+            .into_iter()
+            .flat_map(|(n, count)| self.pods(&n).into_iter().map(move |p| (p, count)))
+            .collect();
+        self.policy.relearn(
+            FragModel::from_counted(&reference, COVERAGE_PCT),
+            PackingPlan::from_counted(&reference),
+        );
+        for (i, seat) in seats.iter().enumerate() {
+            self.set_leases(i, seat);
+        }
     }
 
     /// Seat `i` is now `seat` (its machine or its leases changed since the policy was built):
@@ -316,8 +329,7 @@ impl Placer {
     /// The sharing pods each GPU of `seat` holds, as the policy plans them (`None`: off plan).
     fn gpu_pods(&self, seat: &Seat) -> [Option<GpuPods>; MAX_GPUS_PER_NODE] {
         let gpus = seat.offer.gpus();
-        let mut sizes: Vec<Vec<u16>> = vec![Vec::new(); gpus.len()];
-        let mut off_plan = 0u16;
+        let mut pods = [Some(GpuPods::EMPTY); MAX_GPUS_PER_NODE];
         for &Tenant {
             gpus: mask,
             gib_per_gpu: gib,
@@ -325,24 +337,17 @@ impl Placer {
         } in seat.leases
         {
             let one = mask.count_ones() == 1;
-            for g in (0..gpus.len()).filter(|g| mask >> g & 1 == 1) {
+            for g in (0..gpus.len().min(MAX_GPUS_PER_NODE)).filter(|g| mask >> g & 1 == 1) {
                 let m = milli(gib, gpus[g].memory_gib);
                 if m == MILLI_PER_GPU {
                     continue;
                 }
-                match one {
-                    true => sizes[g].push(m),
-                    false => off_plan |= 1 << g,
-                }
+                // A GPU shared by a lease of several GPUs, or by more pods than a plan holds,
+                // is off plan.
+                pods[g] = pods[g].filter(|_| one).and_then(|p| p.with(m));
             }
         }
-        let mut pods = [None; MAX_GPUS_PER_NODE];
-        for (g, s) in sizes.iter().enumerate() {
-            if off_plan >> g & 1 == 0 {
-                pods[g] = self.policy.gpu_pods(s);
-            }
-        }
-        pods
+        pods.map(|p| p.filter(|p| self.policy.on_plan(p)))
     }
 
     /// The policy's pods for `need`: one per GPU size of the accepted models (its GiB in milli

@@ -20,6 +20,6 @@ pub use market::{Affinity, Chosen, Demand, Placer, Seat, Tenant, GRACE_SECS};
 pub use plan::{GpuPods, HostNeed, PackingPlan, MAX_PLANNED_PODS};
 pub use policy::{BestFit, Fgd, Planned, Policy, Random, SplitMix64, Standing};
 pub use types::{
-    bits, GpuMask, ModelId, ModelSet, Node, Placement, PlacementError, Pod, SpecError,
+    bits, counted, GpuMask, ModelId, ModelSet, Node, Placement, PlacementError, Pod, SpecError,
     MAX_GPUS_PER_NODE, MILLI_PER_GPU,
 };

@@ -16,9 +16,10 @@
 //! and so how much of a node's idle GPU its CPU and memory could still feed: the rest is
 //! *stranded* ([`PackingPlan::stranded`]), idle milli that only unusually light pods could use.
 
-use std::collections::{BTreeSet, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
-use super::types::{Pod, MILLI_PER_GPU};
+use super::types::{counted, Pod, MILLI_PER_GPU};
 
 /// The most sharing pods a planned GPU holds; a GPU with more is off plan.
 pub const MAX_PLANNED_PODS: usize = 8;
@@ -106,23 +107,33 @@ pub struct PackingPlan {
 impl PackingPlan {
     /// Plans from `pods` (FGD's "original" pods: the workload's mix, not the arrival order).
     pub fn from_pods(pods: &[Pod]) -> PackingPlan {
+        Self::from_counted(&counted(pods))
+    }
+
+    /// [`PackingPlan::from_pods`] of a workload given as pods and how many of each (a pod may
+    /// come more than once).
+    pub fn from_counted(pods: &[(Pod, u32)]) -> PackingPlan {
         // Each sharing size's most common host request (ties: the larger request).
         let mut requests: HashMap<u16, HashMap<HostNeed, u32>> = HashMap::new();
         let (mut gpu_host, mut gpu_milli) = (HostNeed::default(), 0u64);
         let mut sizes = Vec::new();
-        for p in pods {
+        for &(p, n) in pods {
             if p.num_gpu() > 0 {
-                gpu_host = gpu_host.plus(HostNeed::of(p));
-                gpu_milli += p.total_gpu_milli() as u64;
+                let need = HostNeed::of(&p);
+                gpu_host = gpu_host.plus(HostNeed {
+                    cpu_milli: need.cpu_milli.saturating_mul(n as u64),
+                    memory_mib: need.memory_mib.saturating_mul(n as u64),
+                });
+                gpu_milli += p.total_gpu_milli() as u64 * n as u64;
             }
             if p.is_sharing() {
-                sizes.push(p.gpu_milli());
-                let need = HostNeed::of(p);
-                *requests
+                sizes.extend(std::iter::repeat_n(p.gpu_milli(), n as usize));
+                let count = requests
                     .entry(p.gpu_milli())
                     .or_default()
-                    .entry(need)
-                    .or_default() += 1;
+                    .entry(HostNeed::of(&p))
+                    .or_default();
+                *count = count.saturating_add(n);
             }
         }
         let need: HashMap<u16, HostNeed> = requests
@@ -236,18 +247,14 @@ fn per_whole_gpu(total: u64, gpu_milli: u64) -> u64 {
 }
 
 /// Best-fit decreasing onto 1 000-milli GPUs: each size, largest first, goes to the GPU with
-/// the least room that still fits it, or a new GPU.
+/// the least room that still fits it (of those, the first opened), or a new GPU.
 fn best_fit_decreasing(mut sizes: Vec<u16>) -> Vec<GpuPods> {
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     let mut gpus: Vec<(u16, GpuPods)> = Vec::new();
-    // (room, index) of the GPUs that can take one more pod.
-    let mut open: BTreeSet<(u16, usize)> = BTreeSet::new();
+    let mut open = OpenGpus::default();
     for s in sizes {
-        let i = match open.range((s, 0)..).next().copied() {
-            Some(key) => {
-                open.remove(&key);
-                key.1
-            }
+        let i = match open.take_least_fitting(s) {
+            Some(i) => i,
             None => {
                 gpus.push((MILLI_PER_GPU, GpuPods::EMPTY));
                 gpus.len() - 1
@@ -260,10 +267,55 @@ fn best_fit_decreasing(mut sizes: Vec<u16>) -> Vec<GpuPods> {
             *room -= s;
         }
         if *room > 0 && pods.sizes().len() < MAX_PLANNED_PODS {
-            open.insert((*room, i));
+            open.put(*room, i);
         }
     }
     gpus.into_iter().map(|(_, pods)| pods).collect()
+}
+
+/// The GPUs that can take one more pod, by room: each room's GPUs (first opened on top), and
+/// which rooms have any, so the least room that fits a size is found in a few words.
+struct OpenGpus {
+    by_room: Vec<BinaryHeap<Reverse<usize>>>,
+    rooms: [u64; ROOM_WORDS],
+}
+
+/// Words of one bit per room, 0..=1 000 milli.
+const ROOM_WORDS: usize = MILLI_PER_GPU as usize / 64 + 1;
+
+impl Default for OpenGpus {
+    fn default() -> OpenGpus {
+        OpenGpus {
+            by_room: vec![BinaryHeap::new(); MILLI_PER_GPU as usize + 1],
+            rooms: [0; ROOM_WORDS],
+        }
+    }
+}
+
+impl OpenGpus {
+    fn put(&mut self, room: u16, gpu: usize) {
+        self.by_room[room as usize].push(Reverse(gpu));
+        self.rooms[room as usize / 64] |= 1 << (room % 64);
+    }
+
+    /// The first opened of the GPUs with the least room of at least `size`, taken out.
+    fn take_least_fitting(&mut self, size: u16) -> Option<usize> {
+        let (mut w, mut bits) = (
+            size as usize / 64,
+            self.rooms[size as usize / 64] >> (size % 64) << (size % 64),
+        );
+        while bits == 0 {
+            w += 1;
+            bits = *self.rooms.get(w)?;
+        }
+        let room = (w * 64 + bits.trailing_zeros() as usize) as u16;
+        let gpus = &mut self.by_room[room as usize];
+        let Reverse(gpu) = gpus.pop()?;
+        if gpus.is_empty() {
+            self.rooms[w] &= !(1 << (room % 64));
+        }
+        Some(gpu)
+    }
 }
 
 #[cfg(test)]
@@ -389,6 +441,47 @@ mod tests {
             for g in &gpus {
                 prop_assert!(g.sizes().iter().map(|&s| s as u32).sum::<u32>() <= 1_000);
             }
+        }
+
+        /// The rooms' index chooses as the rule reads, checked against a scan of every GPU:
+        /// the least room that fits, of those the first opened. Sizes from few values, as a
+        /// workload's repeat (and an attacker's bids may), so that rooms tie often.
+        #[test]
+        fn best_fit_decreasing_takes_the_least_room_that_fits_first_opened_first(
+            sizes in prop::collection::vec(prop::sample::select(vec![1u16, 2, 125, 160, 250, 320, 333, 470, 500, 650, 999]), 0..400),
+        ) {
+            let mut sorted = sizes.clone();
+            sorted.sort_unstable_by(|a, b| b.cmp(a));
+            let mut scanned: Vec<(u16, GpuPods)> = Vec::new();
+            for s in sorted {
+                let open = |(room, pods): &(u16, GpuPods)| *room >= s && pods.sizes().len() < MAX_PLANNED_PODS;
+                let least = scanned.iter().enumerate().filter(|(_, g)| open(g)).min_by_key(|(i, (room, _))| (*room, *i));
+                let i = match least {
+                    Some((i, _)) => i,
+                    None => {
+                        scanned.push((MILLI_PER_GPU, GpuPods::EMPTY));
+                        scanned.len() - 1
+                    }
+                };
+                let (room, pods) = &mut scanned[i];
+                *pods = pods.with(s).unwrap();
+                *room -= s;
+            }
+            let scanned: Vec<GpuPods> = scanned.into_iter().map(|(_, pods)| pods).collect();
+            prop_assert_eq!(best_fit_decreasing(sizes), scanned);
+        }
+
+        /// A workload given counted plans as the same workload given pod by pod.
+        #[test]
+        fn a_counted_workload_plans_as_its_pods_one_by_one(
+            shapes in prop::collection::vec((1u32..8, 1u32..4, prop::sample::select(vec![160u16, 320, 470, 650, 1_000]), 1u8..3, 1u32..20), 1..12),
+        ) {
+            let counted: Vec<(Pod, u32)> = shapes.iter().map(|&(cpu, memory, milli, gpus, n)| {
+                let gpus = if milli < MILLI_PER_GPU { 1 } else { gpus };
+                (Pod::new(cpu * 1_000, memory * 1_024, gpus, milli, ModelSet::ANY).unwrap(), n)
+            }).collect();
+            let one_by_one: Vec<Pod> = counted.iter().flat_map(|&(p, n)| vec![p; n as usize]).collect();
+            prop_assert_eq!(PackingPlan::from_counted(&counted), PackingPlan::from_pods(&one_by_one));
         }
     }
 }

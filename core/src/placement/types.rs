@@ -371,6 +371,11 @@ impl Node {
     }
 }
 
+/// `items` as a counted workload (pods, or a market's demands): each one once.
+pub fn counted<T: Copy>(items: &[T]) -> Vec<(T, u32)> {
+    items.iter().map(|&t| (t, 1)).collect()
+}
+
 /// The indices of the set bits of `mask`, lowest first.
 pub fn bits(mask: GpuMask) -> impl Iterator<Item = usize> {
     (0..MAX_GPUS_PER_NODE).filter(move |i| mask & (1 << i) != 0)

@@ -12,7 +12,7 @@ use gpu_market::state::{
     BidKind, BookLeaf, Freed, Lease, Machine, Market, MarketParams, RegionTable, GPU_CLASSES,
 };
 use gpu_market_core::fit::Offer;
-use gpu_market_core::placement::{Demand, Placer, Seat, Tenant};
+use gpu_market_core::placement::{Demand, Seat, Tenant};
 use solana_pubkey::Pubkey;
 
 use super::{add_profile, alive, MarketPlacement};
@@ -48,6 +48,8 @@ pub(super) struct Kept {
     pub(super) seat_of: HashMap<Pubkey, usize>,
     /// Each alive machine's running leases as the policy sees them.
     pub(super) tenants: Vec<Vec<Tenant>>,
+    /// The demands of `leases`, counted (the running part of the workload the policy learns).
+    pub(super) running: HashMap<Demand, u32>,
     /// The [`RELEARN_SECS`] period the workload was learned in, and when the view was built.
     pub(super) epoch: i64,
     pub(super) built: i64,
@@ -76,22 +78,34 @@ pub(super) fn reserve_prices(market: &Market, now: i64) -> [Option<u64>; GPU_CLA
     core::array::from_fn(|c| market.reserve_price(c as u8, now).ok())
 }
 
-/// The market's workload at `now` as the policy learns it: its running `leases` and the
-/// `queue` book's entries that have not expired.
-pub(super) fn workload(leases: &[Lease], queue: &[BookLeaf], now: i64) -> Vec<Demand> {
-    let mut workload: Vec<Demand> = Vec::with_capacity(leases.len() + queue.len());
-    workload.extend(
-        leases
-            .iter()
-            .map(|l| Demand::running(l.gpu_count, l.gib_per_gpu, l.host())),
-    );
-    workload.extend(
-        queue
-            .iter()
-            .filter(|leaf| !leaf.summary.expired(now))
-            .map(|leaf| Demand::from(&leaf.summary.need())),
-    );
-    workload
+/// The market's workload at `now` as the policy learns it: its running leases (`running`,
+/// their demands counted) and the `queue` book's entries that have not expired.
+pub(super) fn workload(
+    running: &HashMap<Demand, u32>,
+    queue: &[BookLeaf],
+    now: i64,
+) -> Vec<(Demand, u32)> {
+    let mut counts = running.clone();
+    for leaf in queue.iter().filter(|leaf| !leaf.summary.expired(now)) {
+        *counts
+            .entry(Demand::from(&leaf.summary.need()))
+            .or_default() += 1;
+    }
+    counts.into_iter().collect()
+}
+
+/// A running lease's demand, as the policy learns the workload.
+fn demand_of(lease: &Lease) -> Demand {
+    Demand::running(lease.gpu_count, lease.gib_per_gpu, lease.host())
+}
+
+/// The running leases' demands of `leases`, counted.
+pub(super) fn running_demands(leases: &[Lease]) -> HashMap<Demand, u32> {
+    let mut running = HashMap::new();
+    for l in leases {
+        *running.entry(demand_of(l)).or_default() += 1;
+    }
+    running
 }
 
 /// The policy's seat for `machine`, offering `offer`, its leases `tenants`.
@@ -123,16 +137,29 @@ pub(super) fn tenants_of(leases: &[Lease], on: Option<&Vec<usize>>) -> Vec<Tenan
         .collect()
 }
 
+/// `lease` no longer runs: its demand leaves the count.
+fn uncount(running: &mut HashMap<Demand, u32>, lease: &Lease) {
+    let demand = demand_of(lease);
+    if let Some(n) = running.get_mut(&demand) {
+        *n -= 1;
+        if *n == 0 {
+            running.remove(&demand);
+        }
+    }
+}
+
 impl Kept {
     /// Keeps `lease` as it is now (in place of the one of the same bid on its machine, if
     /// any), its image's profile moved with it; returns its machine.
     fn put_lease(&mut self, lease: Lease, images: &mut BTreeMap<[u8; 32], (u64, u64)>) -> Pubkey {
         let machine = lease.machine;
         add_profile(images, &lease, 1);
+        *self.running.entry(demand_of(&lease)).or_default() += 1;
         let on = self.on.entry(machine).or_default();
         match on.iter().find(|&&i| self.leases[i].bid == lease.bid) {
             Some(&i) => {
                 add_profile(images, &self.leases[i], -1);
+                uncount(&mut self.running, &self.leases[i]);
                 self.leases[i] = lease;
             }
             None => {
@@ -147,6 +174,7 @@ impl Kept {
     fn drop_lease(&mut self, i: usize, images: &mut BTreeMap<[u8; 32], (u64, u64)>) {
         let gone = self.leases.swap_remove(i);
         add_profile(images, &gone, -1);
+        uncount(&mut self.running, &gone);
         if let Some(on) = self.on.get_mut(&gone.machine) {
             on.retain(|&j| j != i);
         }
@@ -258,7 +286,8 @@ impl MarketPlacement {
             let seats: Vec<Seat> = (0..self.keys.len())
                 .map(|i| seat(&self.machines[i], &self.offers[i], &self.kept.tenants[i]))
                 .collect();
-            self.placer = Placer::new(&seats, &workload(&self.kept.leases, queue, now));
+            self.placer
+                .relearn(&seats, &workload(&self.kept.running, queue, now));
             (self.kept.epoch, self.kept.built) = (now.div_euclid(RELEARN_SECS), now);
         }
         if rebuild {
@@ -399,6 +428,7 @@ mod tests {
         };
         assert_eq!(view.leases_held(&a, &changes.leases), 1);
         view.update(&market, NOW + 1, changes, &[]).unwrap();
+        counted_as_held(&view);
         assert_eq!(
             same_as_afresh(&mut view, NOW + 1, &machines, &leases),
             Some(b)
@@ -415,6 +445,7 @@ mod tests {
         };
         assert_eq!(view.leases_held(&a, &changes.leases), 1, "the same lease");
         view.update(&market, NOW + 2, changes, &[]).unwrap();
+        counted_as_held(&view);
         assert_eq!(
             same_as_afresh(&mut view, NOW + 2, &machines, &leases),
             Some(b)
@@ -434,6 +465,8 @@ mod tests {
             ..Changes::default()
         };
         view.update(&market, NOW + 3, changes, &[]).unwrap();
+        counted_as_held(&view);
+        assert!(view.kept.running.is_empty(), "no demand is left at zero");
         assert_eq!(
             same_as_afresh(&mut view, NOW + 3, &machines, &leases),
             Some(a)
@@ -471,9 +504,50 @@ mod tests {
         assert_eq!(view.turn(&one, &placed, &b, Sealed::No), Some(1));
         assert_eq!(view.built_at(), NOW + 12, "built again with B");
 
-        // The next minute of the chain's clock: the workload is learned again.
-        view.update(&market, NOW + RELEARN_SECS, Changes::default(), &[])
+        // A lease starts on A again; at the next minute of the chain's clock the workload is
+        // learned again, from the leases and the queue then, as a view built afresh learns it.
+        let (on_a, lease) = started(&market, &machines[0], &wide);
+        machines[0].1 = on_a.clone();
+        leases.push(lease.clone());
+        let changes = Changes {
+            machines: vec![(a, on_a)],
+            leases: vec![lease],
+            ..Changes::default()
+        };
+        view.update(&market, NOW + 13, changes, &[]).unwrap();
+        counted_as_held(&view);
+        let queue: Vec<BookLeaf> = [bid(), wide.clone(), bid()]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| BookLeaf {
+                bid: Pubkey::new_unique(),
+                book_key: 0,
+                seq: i as u64,
+                summary: b.summary(0),
+            })
+            .collect();
+        let later = NOW + RELEARN_SECS;
+        view.update(&market, later, Changes::default(), &queue)
             .unwrap();
-        assert_eq!(view.built_at(), NOW + RELEARN_SECS);
+        assert_eq!(view.built_at(), later);
+        let mut afresh =
+            MarketPlacement::new(&market, later, machines.clone(), leases.clone(), &queue).unwrap();
+        assert_eq!(afresh.built_at(), later);
+        let learned = |v: &MarketPlacement| {
+            let mut w = workload(&v.kept.running, &queue, later);
+            w.sort_unstable_by_key(|(d, n)| (d.gpu_count, d.gib_per_gpu, d.host.cpu_milli, *n));
+            w
+        };
+        assert_eq!(learned(&view), learned(&afresh));
+        assert_eq!(learned(&view).iter().map(|(_, n)| n).sum::<u32>(), 4);
+        assert_eq!(
+            view.place(&wide, Sealed::No),
+            afresh.place(&wide, Sealed::No)
+        );
+    }
+
+    /// The running leases' demands the view counts are those of the leases it holds.
+    fn counted_as_held(view: &MarketPlacement) {
+        assert_eq!(view.kept.running, running_demands(&view.kept.leases));
     }
 }

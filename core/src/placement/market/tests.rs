@@ -65,8 +65,8 @@ fn need(gpus: u8, gib: u16, regions: Regions<'static>) -> Need<'static> {
     }
 }
 
-fn demands(needs: &[Need]) -> Vec<Demand> {
-    needs.iter().map(Demand::from).collect()
+fn demands(needs: &[Need]) -> Vec<(Demand, u32)> {
+    needs.iter().map(|n| (Demand::from(n), 1)).collect()
 }
 
 fn caching(seats: &[usize]) -> Affinity<'_> {
@@ -395,7 +395,9 @@ proptest! {
 
     /// A placer kept across changes, each changed machine updated in place (`Placer::update`),
     /// chooses as one built afresh from the market as it is then with the same workload: a
-    /// lease starting or ending moves one seat, and every index of the policy follows it.
+    /// lease starting or ending moves one seat, and every index of the policy follows it. Now
+    /// and then it learns the workload again (`Placer::relearn`: the bids so far, one of them
+    /// counted as many), and chooses as one built afresh with that workload.
     #[test]
     fn a_placer_updated_in_place_chooses_as_one_built_afresh(
         machines in prop::collection::vec((prop::collection::vec(0u16..=GIB, 1..9), 0u32..64, 0u64..4), 1..8),
@@ -412,11 +414,16 @@ proptest! {
         let state = |offers: &[Offer], leases: &[Vec<Tenant>]| -> State {
             offers.iter().zip(leases).zip(&costs).map(|((o, l), &c)| (c, o.clone(), l.clone())).collect()
         };
-        let workload = demands(&needs);
+        let mut workload = demands(&needs);
         let mut kept = Placer::new(&view(&state(&offers, &leases)), &workload);
-        for (need, &(.., pct, ends)) in needs.iter().zip(&bids) {
+        for (k, (need, &(.., pct, ends))) in needs.iter().zip(&bids).enumerate() {
             let affinity = Affinity { caching: &[], profile: pct.map(busy) };
             let now = state(&offers, &leases);
+            if k % 3 == 2 {
+                workload = demands(&needs[..k]);
+                workload[0].1 = k as u32;
+                kept.relearn(&view(&now), &workload);
+            }
             let afresh = Placer::new(&view(&now), &workload).choose(need, &offers, affinity);
             prop_assert_eq!(&kept.choose(need, &offers, affinity), &afresh);
             let Some(chosen) = afresh else { continue };
