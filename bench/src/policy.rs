@@ -197,19 +197,27 @@ fn kept_looks(
     let t = Instant::now();
     view.update(market, next, Changes::default(), queue)?;
     let relearned = t.elapsed().as_secs_f64() * 1e3;
+    // That look's bid: every request shape's index is built again after learning.
+    let ((), placed) = timed(|| {
+        if let Some(bid) = bids.get(LOOKS) {
+            view.place(bid, Sealed::No);
+        }
+    });
     Ok(Looks {
         updates,
         looks,
         relearned,
+        relearned_look: relearned + placed,
     })
 }
 
-/// What [`kept_looks`] measured, in milliseconds: each update, each look, and the update that
-/// learned the workload again.
+/// What [`kept_looks`] measured, in milliseconds: each update, each look, the update that
+/// learned the workload again and the look it fell on (that update, then one bid).
 struct Looks {
     updates: Vec<f64>,
     looks: Vec<f64>,
     relearned: f64,
+    relearned_look: f64,
 }
 
 /// Milliseconds of `f`.
@@ -226,35 +234,85 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub fn main(traces: &Path) -> Result<(), String> {
     let trace = trace::load(traces)?;
     let market = replay::market();
-    println!("The packing policy (`sdk::placement::MarketPlacement`) over openb's machines, {:.0} % of their GPU memory leased, a queue book of {QUEUE} bids; one core, release build:\n", LEASED * 100.0);
-    println!("| machines | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} | a bid sealed to {SEALED_TO} machines, placed and a non-holder's turn: mean | most | kept view, a second's changes: p50 | most | a look (changes, then one bid): mean | p99 | most | the workload learned again (each minute) | accounts' data | resident memory |");
+    println!("The packing policy (`sdk::placement::MarketPlacement`) over openb's machines, {:.0} % of their GPU memory leased, a queue book of {QUEUE} bids (the trace's next, or an attacker's one-off shapes); one core, release build:\n", LEASED * 100.0);
+    println!("| machines | queue | leases | build the view (median of {BUILDS}) | place one bid: mean | p50 | p99 | most | bids placed of {PLACED} | a bid sealed to {SEALED_TO} machines, placed and a non-holder's turn: mean | most | kept view, a second's changes: p50 | most | a look (changes, then one bid): mean | p99 | most | the workload learned again (each minute) | the look it falls on | accounts' data | resident memory |");
     println!(
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for n in SIZES {
         let resident_before = status_kib("VmRSS:");
-        let Leased {
-            machines,
-            leases,
-            left,
-        } = leased(&market, &trace.nodes, &trace.arrivals, n)?;
-        let (queued, placing) = left.split_at(QUEUE.min(left.len()));
-        let queue: Vec<BookLeaf> = queued
-            .iter()
-            .enumerate()
-            .map(|(i, b)| BookLeaf {
-                bid: key(4, i),
-                book_key: 0,
-                seq: i as u64,
-                summary: b.summary(0),
-            })
-            .collect();
+        let leased = leased(&market, &trace.nodes, &trace.arrivals, n)?;
+        let (queued, placing) = leased.left.split_at(QUEUE.min(leased.left.len()));
+        let one_off = one_off_bids(queued.first().ok_or("no bid left to queue")?);
+        for (label, queued) in [("trace", queued), ("one-off shapes", &one_off[..])] {
+            let queue: Vec<BookLeaf> = queued
+                .iter()
+                .enumerate()
+                .map(|(i, b)| BookLeaf {
+                    bid: key(4, i),
+                    book_key: 0,
+                    seq: i as u64,
+                    summary: b.summary(0),
+                })
+                .collect();
+            let row = Row {
+                market: &market,
+                leased: &leased,
+                queue: &queue,
+                placing,
+            };
+            let cells = row.measure()?;
+            let resident = status_kib("VmRSS:").zip(resident_before).map_or(
+                "?".to_string(),
+                |(after, before)| {
+                    format!("{:.1} MiB", after.saturating_sub(before) as f64 / 1024.0)
+                },
+            );
+            println!("| {n} | {label} | {cells} | {resident} |");
+        }
+    }
+    Ok(())
+}
+
+/// An attacker's queue: [`QUEUE`] one-GPU bids of `template`, each of its own shape (a GiB
+/// from 1 to 63 and its own CPU request), so that no two are alike: the long tail that would
+/// make every shape typical and the packing plan as large as the book allows.
+fn one_off_bids(template: &Bid) -> Vec<Bid> {
+    (0..QUEUE)
+        .map(|i| {
+            let mut bid = template.clone();
+            bid.gpu_count = 1;
+            bid.gib_per_gpu = 1 + (i % 63) as u16;
+            bid.cpu_milli = 100 + i as u32;
+            bid
+        })
+        .collect()
+}
+
+/// One row of the table: a market, its queue book and the bids to place.
+struct Row<'a> {
+    market: &'a Market,
+    leased: &'a Leased,
+    queue: &'a [BookLeaf],
+    placing: &'a [Bid],
+}
+
+impl Row<'_> {
+    /// The row's cells from the leases to the accounts' data, in the table's order.
+    fn measure(&self) -> Result<String, String> {
+        let Row {
+            market,
+            leased,
+            queue,
+            placing,
+        } = *self;
+        let (machines, leases) = (&leased.machines, &leased.leases);
         let mut builds = Vec::new();
         let mut view = None;
         for _ in 0..BUILDS {
             // The agent decodes the accounts into the vector it hands over: not timed here.
             let (owned, leases) = (machines.clone(), leases.clone());
-            let (v, ms) = timed(|| MarketPlacement::new(&market, NOW, owned, leases, &queue));
+            let (v, ms) = timed(|| MarketPlacement::new(market, NOW, owned, leases, queue));
             builds.push(ms);
             view = Some(v?);
         }
@@ -269,48 +327,21 @@ pub fn main(traces: &Path) -> Result<(), String> {
         }
         times.sort_by(f64::total_cmp);
         let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
-        // A sealed bid, as an agent without a copy computes it: where the holders' turn goes,
-        // and its own turn after theirs.
-        let holders: Vec<Pubkey> = machines
-            .iter()
-            .step_by((machines.len() / SEALED_TO).max(1))
-            .take(SEALED_TO)
-            .map(|(k, _)| *k)
-            .collect();
-        let outsider = machines
-            .iter()
-            .map(|(k, _)| *k)
-            .find(|k| !holders.contains(k))
-            .ok_or("every machine holds a copy")?;
-        let mut sealed_times = Vec::new();
-        for bid in placing.iter().take(SEALED_PLACED) {
-            let ((), ms) = timed(|| {
-                let sealed = Sealed::To(&holders);
-                if let Some(p) = view.place(bid, sealed) {
-                    view.turn(bid, &p, &outsider, sealed);
-                }
-            });
-            sealed_times.push(ms);
-        }
-        sealed_times.sort_by(f64::total_cmp);
+        let sealed_times = sealed(&mut view, machines, placing)?;
         let Looks {
             updates,
             looks,
             relearned,
-        } = kept_looks(&market, &mut view, &machines, &leases, placing, &queue)?;
+            relearned_look,
+        } = kept_looks(market, &mut view, machines, leases, placing, queue)?;
         let sealed_mean = sealed_times.iter().sum::<f64>() / sealed_times.len().max(1) as f64;
         // What the agent's mirror holds of the market (the accounts' bytes, as the node serves
         // them), and what this process holds with the decoded accounts, the queue and the view.
         let data = machines.len() * (8 + Machine::INIT_SPACE)
             + leases.len() * (8 + Lease::INIT_SPACE)
             + QUEUE * std::mem::size_of::<BookLeaf>();
-        let resident = status_kib("VmRSS:")
-            .zip(resident_before)
-            .map_or("?".to_string(), |(after, before)| {
-                format!("{:.1} MiB", after.saturating_sub(before) as f64 / 1024.0)
-            });
-        println!(
-            "| {n} | {} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} | {sealed_mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} ms | {:.1} MiB | {resident} |",
+        Ok(format!(
+            "{} | {:.1} ms | {mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {placed} | {sealed_mean:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {relearned:.1} ms | {relearned_look:.1} ms | {:.1} MiB",
             leases.len(),
             percentile(&builds, 0.5),
             percentile(&times, 0.5),
@@ -322,10 +353,39 @@ pub fn main(traces: &Path) -> Result<(), String> {
             looks.iter().sum::<f64>() / looks.len().max(1) as f64,
             percentile(&looks, 0.99),
             looks.last().copied().unwrap_or(0.0),
-            relearned,
             data as f64 / (1 << 20) as f64,
-        );
-        drop(view);
+        ))
     }
-    Ok(())
+}
+
+/// Milliseconds of each sealed bid, as an agent without a copy computes it: where the
+/// holders' turn goes, and its own turn after theirs; sorted.
+fn sealed(
+    view: &mut MarketPlacement,
+    machines: &[(Pubkey, Machine)],
+    placing: &[Bid],
+) -> Result<Vec<f64>, String> {
+    let holders: Vec<Pubkey> = machines
+        .iter()
+        .step_by((machines.len() / SEALED_TO).max(1))
+        .take(SEALED_TO)
+        .map(|(k, _)| *k)
+        .collect();
+    let outsider = machines
+        .iter()
+        .map(|(k, _)| *k)
+        .find(|k| !holders.contains(k))
+        .ok_or("every machine holds a copy")?;
+    let mut sealed_times = Vec::new();
+    for bid in placing.iter().take(SEALED_PLACED) {
+        let ((), ms) = timed(|| {
+            let sealed = Sealed::To(&holders);
+            if let Some(p) = view.place(bid, sealed) {
+                view.turn(bid, &p, &outsider, sealed);
+            }
+        });
+        sealed_times.push(ms);
+    }
+    sealed_times.sort_by(f64::total_cmp);
+    Ok(sealed_times)
 }
