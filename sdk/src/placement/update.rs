@@ -535,7 +535,11 @@ mod tests {
         assert_eq!(afresh.built_at(), later);
         let learned = |v: &MarketPlacement| {
             let mut w = workload(&v.kept.running, &queue, later);
-            w.sort_unstable_by_key(|(d, n)| (d.gpu_count, d.gib_per_gpu, d.host.cpu_milli, *n));
+            w.sort_unstable_by_key(|(d, n)| {
+                let h = d.host;
+                let shape = (d.gpu_count, d.gib_per_gpu, d.accepted_classes);
+                (shape, h.cpu_milli, h.memory_mib, *n)
+            });
             w
         };
         assert_eq!(learned(&view), learned(&afresh));
