@@ -572,6 +572,26 @@ async fn the_reconciler_settles_a_lease_the_idle_rule_stopped(m: &impl MarketUnd
     assert_eq!(agent.running(), 0, "the container stopped");
 }
 
+/// A queue bid of `gpus` GPUs at a `watts` W power limit.
+fn at(watts: u16, gpus: u8) -> BidSpec {
+    BidSpec {
+        power_limit_w: watts,
+        ..BidSpec::queue(gpus, 2)
+    }
+}
+
+/// Each of `chain`'s machine's two GPUs starts a tenant's lease at its own power limit (150 and
+/// 160 W): the busy machine on which an attacker's entries cost most to turn away.
+async fn tenants_at_their_own_limits(m: &ProgramMarket, chain: &dyn Chain) {
+    for (gpu, watts) in [(0u8, 150), (1, 160)] {
+        let held = m.place_bid(&at(watts, 1)).await;
+        chain
+            .allocate(held, &[gpu])
+            .await
+            .expect("a tenant on each GPU");
+    }
+}
+
 /// The daemon's allocation below a book an attacker filled with the entries that cost
 /// `allocate` most to turn away on a busy machine (each of its two GPUs runs a tenant's own power
 /// limit; every entry asks two GPUs at one of those limits): judging 4,095 of them is more than
@@ -583,17 +603,7 @@ async fn program_the_agent_walks_a_book_too_deep_for_one_allocation() {
     use anchor_lang::Discriminator;
     let m = ProgramMarket::start().await;
     let chain = m.chain();
-    let at = |watts, gpus| BidSpec {
-        power_limit_w: watts,
-        ..BidSpec::queue(gpus, 2)
-    };
-    for (gpu, watts) in [(0u8, 150), (1, 160)] {
-        let held = m.place_bid(&at(watts, 1)).await;
-        chain
-            .allocate(held, &[gpu])
-            .await
-            .expect("a tenant on each GPU");
-    }
+    tenants_at_their_own_limits(&m, &*chain).await;
     let chosen = m.place_bid(&at(160, 1)).await;
     m.place_above(gpu_market::state::BOOK_CAPACITY - 1, &at(150, 2))
         .await;
@@ -624,6 +634,59 @@ async fn program_the_agent_walks_a_book_too_deep_for_one_allocation() {
         walks.iter().chain(&allocations).all(|&u| u < 1_400_000),
         "every transaction within its units"
     );
+}
+
+/// A gang of two below a book an attacker filled with the entries that cost most to turn away
+/// on both of its machines (each machine's two GPUs run tenants' own power limits; every entry
+/// asks two GPUs at one of them). `allocate_gang` judges every entry above the gang against
+/// both machines: 4,095 of them are more than a transaction's units, unless each machine has
+/// walked the book (`walk_book`). Each agent lists the book as the daemon does at each look:
+/// the agent of the part that sends `allocate_gang` records the gang's placement, and the other
+/// part's agent walks its machine's book for it; the first then walks its own and starts the
+/// gang on both. Before, the other part's machine never walked, and the gang could not start.
+#[tokio::test(start_paused = true)]
+async fn program_two_agents_walk_a_book_too_deep_for_their_gang() {
+    let m = ProgramMarket::start().await;
+    let b = m
+        .add_machine_with(MACHINE_REGION, ELECTRICITY_COST, |t| {
+            t.network.host = "10.0.0.2".into();
+            t.network.ports_per_lease = 1;
+        })
+        .await;
+    // Placed first: the machines publish their ports while no lease runs (a gang entry holds
+    // no single bid back).
+    let gang = m.place_gang(&at(160, 1), 2).await;
+    for chain in [m.chain(), b.chain.clone()] {
+        tenants_at_their_own_limits(&m, &*chain).await;
+    }
+    m.place_above(gpu_market::state::BOOK_CAPACITY - 1, &at(150, 2))
+        .await;
+    // Each agent's look at the books: only the first part's agent lists the gang.
+    let (mut first, mut gpus) = (None, None);
+    for chain in [m.chain(), b.chain.clone()] {
+        let open = chain
+            .best_open_bids(LIMIT)
+            .await
+            .expect("a look at the books");
+        if let Some(view) = open.bids.iter().find(|v| v.key == gang) {
+            (first, gpus) = (Some(chain.clone()), view.gpus.clone());
+        }
+    }
+    let (first, gpus) = (
+        first.expect("one agent sends allocate_gang"),
+        gpus.expect("GPUs for its part"),
+    );
+    first
+        .allocate(gang, &gpus)
+        .await
+        .expect("allocate_gang below the book");
+    for chain in [m.chain(), b.chain.clone()] {
+        let leases = chain.leases().await.expect("the machine's leases");
+        assert!(
+            leases.iter().any(|l| l.bid == gang),
+            "a part of the gang runs on each machine: {leases:?}"
+        );
+    }
 }
 
 /// Two machines and their two agents on the program: which one takes a bid is the market's

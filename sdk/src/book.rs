@@ -92,21 +92,23 @@ impl BookEntries {
         out
     }
 
-    /// [`BookEntries::allocate_evidence`] for `allocate` on the one machine behind `offers`,
-    /// whose walk (`walk_book`) is `walk`: with the stakes of the clients it found fitting when
-    /// it is a walk of this book (at `book`), as `allocate` weighs their entries it covers as
-    /// fitting while it holds.
+    /// [`BookEntries::allocate_evidence`] for `allocate` (or `allocate_gang`) on the machines
+    /// behind `offers`, whose walks (`walk_book`) are `walks` (the same order): with the stakes
+    /// of the clients each found fitting where it is a walk of this book (at `book`), as the
+    /// program weighs their entries it covers as fitting while it holds.
     pub fn allocate_evidence_walked(
         &self,
         book: &Pubkey,
         chosen: &Pubkey,
-        offers: &Offers,
+        offers: &[Offers],
         chosen_within_cap: bool,
-        walk: &BookWalk,
+        walks: &[&BookWalk],
     ) -> Vec<Pubkey> {
-        let mut out =
-            self.allocate_evidence(chosen, std::slice::from_ref(offers), chosen_within_cap);
-        if self.kind == BOOK_KIND_QUEUE && walk.started != 0 && walk.book == *book {
+        let mut out = self.allocate_evidence(chosen, offers, chosen_within_cap);
+        if self.kind != BOOK_KIND_QUEUE {
+            return out;
+        }
+        for walk in walks.iter().filter(|w| w.started != 0 && w.book == *book) {
             for client in &walk.clients[..walk.clients_len as usize] {
                 let stake = pda::stake(&self.market, client).0;
                 if !out.contains(&stake) {

@@ -191,7 +191,13 @@ impl TestContext {
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, self.now());
         let evidence = read_book(&self.svm.get_account(&book).expect("the book").data)
             .expect("an initialised book")
-            .allocate_evidence_walked(&book, &bid, &offers, within_cap, &m.walk);
+            .allocate_evidence_walked(
+                &book,
+                &bid,
+                std::slice::from_ref(&offers),
+                within_cap,
+                &[&m.walk],
+            );
         Allocate {
             agent,
             market: m.market,
@@ -206,7 +212,7 @@ impl TestContext {
 
     /// The `allocate_gang` an agent sends to start gang bid `bid` on `machines` (one part each,
     /// in order), on the GPUs the fit rule gives each part there; its evidence is what the sdk
-    /// reads off the book for the machines' offers.
+    /// reads off the book for the machines' offers and their walks of the book.
     pub fn gang_allocation<'a>(
         &self,
         agent: &'a Keypair,
@@ -215,14 +221,16 @@ impl TestContext {
     ) -> AllocateGang<'a> {
         let mut offers = Vec::with_capacity(machines.len());
         let mut parts = Vec::with_capacity(machines.len());
+        let mut walks = Vec::with_capacity(machines.len());
         let (mut b, mut market) = (None, None);
         for machine in machines {
-            let (bb, _, mm, o) = self.offer_to(machine, &bid);
+            let (bb, m, mm, o) = self.offer_to(machine, &bid);
             let gpus = bb
                 .fit(o.for_run(&bid, bb.runs_until(self.now())))
                 .map_or_else(|_| vec![0; bb.gpu_count as usize], |c| c.gpus().to_vec());
             parts.push((*machine, gpus));
             offers.push(o);
+            walks.push(m.walk);
             (b, market) = (Some(bb), Some(mm));
         }
         let (b, market) = (b.expect("a machine"), market.expect("a machine"));
@@ -237,7 +245,13 @@ impl TestContext {
                 .data,
         )
         .expect("an initialised book")
-        .allocate_evidence(&bid, &offers, within_cap);
+        .allocate_evidence_walked(
+            &market.queue_book,
+            &bid,
+            &offers,
+            within_cap,
+            &walks.iter().collect::<Vec<_>>(),
+        );
         AllocateGang {
             agent,
             market: b.market,

@@ -98,6 +98,11 @@ impl<'a> Policy<'a> {
     pub(super) fn machines(&self) -> &[(Pubkey, Machine)] {
         self.view.as_ref().map_or(&[], MarketPlacement::machines)
     }
+
+    /// The queue book's entries, best first.
+    pub(super) fn queue(&self) -> &'a [BookLeaf] {
+        self.queue
+    }
 }
 
 impl SolanaChain {

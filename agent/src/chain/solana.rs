@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use gpu_market::instructions::UsageProofArgs;
 use gpu_market::pda;
 use gpu_market::state::{
-    Bid, BidKind as ProgramBidKind, BookLeaf, Egress, Freed, Lease, Machine,
+    Bid, BidKind as ProgramBidKind, BookLeaf, BookWalk, Egress, Freed, Lease, Machine,
     MachineStatus as ProgramStatus, Market, Offers, SealedEnv, StakeAccount,
 };
 use gpu_market_core::lease::UsageProof;
@@ -647,6 +647,14 @@ impl SolanaChain {
                         continue;
                     };
                     if parts[0].machine != self.machine() {
+                        // Another part's agent starts it: this machine walks a deep book for
+                        // it first, as `allocate_gang` judges the entries above it here too.
+                        if parts.iter().any(|p| p.machine == self.machine()) {
+                            let (book, queue) = (policy.market.queue_book, policy.queue());
+                            if let Err(e) = self.walk_for_gang(book, queue, k, now_offers).await {
+                                tracing::warn!(bid = %k, error = %e, "walking the book for a gang failed");
+                            }
+                        }
                         continue;
                     }
                     gpus = Some(parts[0].gpus.clone());
@@ -770,13 +778,10 @@ impl SolanaChain {
         let market: Market = decoded(got[0].as_deref(), "market", &self.market)?;
         let b: Bid = decoded(got[1].as_deref(), "bid", &bid)?;
         let now = clock_time(got[2].as_deref())?;
-        let parts_offers = plan
+        let mut machines = plan
             .iter()
             .zip(&got[3..])
-            .map(|((k, _), data)| {
-                let m: Machine = decoded(data.as_deref(), "machine", k)?;
-                offers(&m, &market, ProgramBidKind::Queue, now, &Freed::default())
-            })
+            .map(|((k, _), data)| decoded::<Machine>(data.as_deref(), "machine", k))
             .collect::<Result<Vec<_>, ChainError>>()?;
         let stake = pda::stake(&self.market, &b.client).0;
         let got = self.raw_accounts(&[market.queue_book, stake]).await?;
@@ -791,6 +796,27 @@ impl SolanaChain {
         };
         let stake: StakeAccount = decoded(got[1].as_deref(), "stake", &stake)?;
         let within_cap = market.within_client_cap(stake.gpus_held as u64, b.total_gpus(), now);
+        // Below a deep book this machine (the first part's) walks it first, as the other
+        // parts' agents do (`walk_for_gang`).
+        let above = entries.entries.iter().position(|l| l.bid == bid);
+        if let Some(above) = above.filter(|&a| a > WALK_ABOVE) {
+            let last_above = entries.entries[above - 1].key();
+            machines[0] = self
+                .walk_book(market.queue_book, last_above, machines[0].clone())
+                .await?;
+        }
+        let parts_offers = machines
+            .iter()
+            .map(|m| offers(m, &market, ProgramBidKind::Queue, now, &Freed::default()))
+            .collect::<Result<Vec<_>, ChainError>>()?;
+        let walks: Vec<&BookWalk> = machines.iter().map(|m| &m.walk).collect();
+        let evidence = entries.allocate_evidence_walked(
+            &market.queue_book,
+            &bid,
+            &parts_offers,
+            within_cap,
+            &walks,
+        );
         // Built and dropped before any await: a signer is not `Sync`.
         let (lease, ix) = {
             let ix = AllocateGang {
@@ -799,7 +825,7 @@ impl SolanaChain {
                 book: market.queue_book,
                 bid,
                 client: b.client,
-                evidence: entries.allocate_evidence(&bid, &parts_offers, within_cap),
+                evidence,
                 parts: plan,
             };
             (ix.leases()[0], ix.instruction())
@@ -1307,9 +1333,9 @@ impl Chain for SolanaChain {
                 evidence: entries.allocate_evidence_walked(
                     &book,
                     &bid,
-                    &offers,
+                    std::slice::from_ref(&offers),
                     within_cap,
-                    &machine.walk,
+                    &[&machine.walk],
                 ),
             };
             (ix.lease(), ix.instruction())

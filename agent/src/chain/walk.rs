@@ -4,7 +4,7 @@
 //! agent then walks the book first, in as many transactions as it takes, and `allocate` judges
 //! afresh only what the walk did not cover.
 
-use gpu_market::state::{BookKey, Machine, BOOK_CAPACITY};
+use gpu_market::state::{BookKey, BookLeaf, BookWalk, Machine, Offers, BOOK_CAPACITY};
 use gpu_market_sdk::{ClientInstruction, WalkBook, WALK_ENTRIES};
 use solana_pubkey::Pubkey;
 
@@ -75,5 +75,31 @@ impl SolanaChain {
             "walked the book before allocating below it"
         );
         Ok(machine)
+    }
+
+    /// This machine's part in gang bid `gang` of the queue book at `book` (its entries
+    /// `queue`, best first), which another machine's agent starts (`allocate_gang` judges the
+    /// entries above it for every part's machine): below more than [`WALK_ABOVE`] entries, this
+    /// machine walks its own walk of the book until it covers them, unless it already does for
+    /// the machine as it offers now (`offers`).
+    pub(super) async fn walk_for_gang(
+        &self,
+        book: Pubkey,
+        queue: &[BookLeaf],
+        gang: &Pubkey,
+        offers: &Offers,
+    ) -> Result<(), ChainError> {
+        let above = queue.iter().position(|l| l.bid == *gang).unwrap_or(0);
+        if above <= WALK_ABOVE {
+            return Ok(());
+        }
+        let last_above = &queue[above - 1];
+        let machine: Machine = self.account(&self.machine(), "machine").await?;
+        let walk = &machine.walk;
+        if walk.holds(&book, &BookWalk::seal_of(offers)) && walk.covers(last_above) {
+            return Ok(());
+        }
+        self.walk_book(book, last_above.key(), machine).await?;
+        Ok(())
     }
 }

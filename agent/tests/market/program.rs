@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gpu_market::instructions::PlaceBidArgs;
-use gpu_market::state::{BidKind as ProgramBidKind, Lease, Machine, MachineStatus, MarketParams};
+use gpu_market::state::{
+    BidKind as ProgramBidKind, Lease, Machine, MachineStatus, MachineTerms, MarketParams,
+};
 use gpu_market_agent::chain::mirror::Mirror;
 use gpu_market_agent::chain::solana::{lease_filters, SolanaChain};
 use gpu_market_agent::chain::watch::market_subscriptions;
@@ -302,6 +304,17 @@ impl ProgramMarket {
     /// A new host stakes and registers a machine like the scenarios' one in `region`, whose
     /// electricity costs `electricity_cost` per kWh.
     pub async fn add_machine(&self, region: Region, electricity_cost: u64) -> OtherMachine {
+        self.add_machine_with(region, electricity_cost, |_| {})
+            .await
+    }
+
+    /// [`ProgramMarket::add_machine`], its terms then changed by `edit`.
+    pub async fn add_machine_with(
+        &self,
+        region: Region,
+        electricity_cost: u64,
+        edit: impl FnOnce(&mut MachineTerms),
+    ) -> OtherMachine {
         let host = self
             .live
             .client(HOST_STAKE, HOST_STAKE)
@@ -321,6 +334,7 @@ impl ProgramMarket {
                 terms.cpu_milli = MACHINE_HOST.cpu_milli;
                 terms.memory_mib = MACHINE_HOST.memory_mib;
                 terms.region = region;
+                edit(terms);
             })
             .await
             .expect("the second machine");

@@ -165,8 +165,41 @@ impl Fixture {
 
     /// A queue bid placed with `witness` as the machine it fits.
     pub(crate) fn place_via(&mut self, c: &Client, args: PlaceBidArgs, witness: Pubkey) -> Pubkey {
+        let p = self.placement(c, args, witness);
+        self.ctx
+            .run(&p)
+            .unwrap_or_else(|e| panic!("place_bid: {:?}", e.err));
+        p.bid()
+    }
+
+    /// A gang bid of `parts` parts of `args` each, placed with `witness` as a machine one part
+    /// fits.
+    pub(crate) fn place_gang_via(
+        &mut self,
+        c: &Client,
+        args: PlaceBidArgs,
+        parts: u8,
+        witness: Pubkey,
+    ) -> Pubkey {
+        let p = PlaceGangBid {
+            place: self.placement(c, args, witness),
+            parts,
+        };
+        self.ctx
+            .run(&p)
+            .unwrap_or_else(|e| panic!("place_gang_bid: {:?}", e.err));
+        p.place.bid()
+    }
+
+    /// `place_bid` of `args` by `c`, naming `witness`, with the fixture's next nonce.
+    fn placement<'c>(
+        &mut self,
+        c: &'c Client,
+        args: PlaceBidArgs,
+        witness: Pubkey,
+    ) -> PlaceBid<'c> {
         self.nonce += 1;
-        let p = PlaceBid {
+        PlaceBid {
             client: &c.key,
             market: self.market,
             book: self.queue_book,
@@ -176,11 +209,7 @@ impl Fixture {
             nonce: self.nonce,
             args,
             evict: None,
-        };
-        self.ctx
-            .run(&p)
-            .unwrap_or_else(|e| panic!("place_bid: {:?}", e.err));
-        p.bid()
+        }
     }
 
     /// `allocate` of `bid` onto `gpus`, with the evidence the sdk reads off the book.

@@ -8,12 +8,16 @@
 
 use gpu_market::errors::MarketError;
 use gpu_market::instructions::PlaceBidArgs;
-use gpu_market::state::{BookKey, Machine, MachineStatus, BOOK_CAPACITY};
+use gpu_market::state::{
+    BookKey, Machine, MachineNetwork, MachineStatus, MachineTerms, BOOK_CAPACITY,
+};
 use gpu_market_sdk::book::read_book;
 use gpu_market_sdk::{BoostBid, ClientInstruction, WalkBook};
 use gpu_market_tests::program_test::*;
 use solana_instruction_error::InstructionError;
+use solana_keypair::Keypair;
 use solana_pubkey::Pubkey;
+use solana_signer::Signer;
 use solana_transaction_error::TransactionError;
 
 use crate::fixture::*;
@@ -22,42 +26,52 @@ use crate::fixture::*;
 /// until it covers every entry ranked above `chosen` (at most `most` transactions). The units
 /// each used.
 fn walk_above(f: &mut Fixture, chosen: &Pubkey, entries: u16, most: usize) -> Vec<u64> {
+    let (machine, agent) = (f.machine, f.agent.insecure_clone());
+    walk_above_on(f, (machine, &agent), chosen, entries, most)
+}
+
+/// [`walk_above`] for `machine`, whose agent is `agent`.
+fn walk_above_on(
+    f: &mut Fixture,
+    (machine, agent): (Pubkey, &Keypair),
+    chosen: &Pubkey,
+    entries: u16,
+    most: usize,
+) -> Vec<u64> {
     let order = book_order(&f.ctx, &f.queue_book);
     let at = order
         .iter()
         .position(|b| b == chosen)
         .expect("the bid waits");
     let mut units = Vec::new();
-    while !covers_above(f, at) {
+    while !covers_above(f, &machine, at) {
         assert!(
             units.len() < most,
             "the walk covered {at} entries in {most} transactions"
         );
-        units.push(walk_once(f, entries));
+        units.push(walk_once(f, (machine, agent), entries));
     }
     units
 }
 
-/// One `walk_book` transaction judging up to `entries` entries, at the most units a transaction
-/// may ask; the units it used.
-fn walk_once(f: &mut Fixture, entries: u16) -> u64 {
+/// One `walk_book` transaction of `machine` judging up to `entries` entries, at the most units
+/// a transaction may ask; the units it used.
+fn walk_once(f: &mut Fixture, (machine, agent): (Pubkey, &Keypair), entries: u16) -> u64 {
     let walk = WalkBook {
-        agent: &f.agent,
+        agent,
         market: f.market,
-        machine: f.machine,
+        machine,
         book: f.queue_book,
         entries,
     };
-    let tx = f
-        .ctx
-        .transaction(&allocate_instructions(&walk), &[&f.agent]);
+    let tx = f.ctx.transaction(&allocate_instructions(&walk), &[agent]);
     let meta = f.ctx.send_transaction(tx).expect("walk_book");
     program_units(&meta.logs)
 }
 
-/// Whether the machine's walk covers the first `above` entries of the queue book.
-fn covers_above(f: &Fixture, above: usize) -> bool {
-    let m: Machine = f.ctx.account(&f.machine);
+/// Whether `machine`'s walk covers the first `above` entries of the queue book.
+fn covers_above(f: &Fixture, machine: &Pubkey, above: usize) -> bool {
+    let m: Machine = f.ctx.account(machine);
     let leaves = read_book(&f.ctx.svm.get_account(&f.queue_book).unwrap().data)
         .expect("the book")
         .entries;
@@ -82,16 +96,24 @@ fn allocate_units(f: &mut Fixture, bid: Pubkey, gpus: &[u8]) -> Result<u64, Fail
 /// 10 W more on each next one): a busy machine, its GPUs shared with free memory left.
 fn shared_machine() -> Fixture {
     let mut f = fixture(vec![gpu(450); 8], 10_000);
+    let (machine, agent) = (f.machine, f.agent.insecure_clone());
+    share_gpus(&mut f, (machine, &agent));
+    f
+}
+
+/// Each of `machine`'s 8 GPUs starts a 1-GPU lease of 8 GiB at its own power limit, as on
+/// [`shared_machine`].
+fn share_gpus(f: &mut Fixture, (machine, agent): (Pubkey, &Keypair)) {
     for g in 0..8u8 {
         let holder = f.client(100 * TOKEN, 0);
         let args = PlaceBidArgs {
             overclock: per_gpu(&[150 + 10 * g as u16]),
             ..f.args(1, 8, 0b1)
         };
-        let held = f.place(&holder, args);
-        f.allocate(held, &[g]).expect("a lease on each GPU");
+        let held = f.place_via(&holder, args, machine);
+        let a = f.ctx.allocation(agent, machine, held, &[g]);
+        f.ctx.allocate(&a).expect("a lease on each GPU");
     }
-    f
 }
 
 /// The entry that costs `allocate` most to turn away on [`shared_machine`]: 4 GPUs × 8 GiB, three
@@ -179,6 +201,82 @@ fn an_attacker_s_4095_costliest_bids_stall_allocate_until_the_machine_walks_the_
     assert!(walked.iter().all(|&u| u <= MAX_COMPUTE_UNITS as u64));
 }
 
+/// A gang of two below the same 4,095 entries, on two such machines: `allocate_gang` judges
+/// every entry above it against both, so it runs out of units until both machines have walked
+/// the book (one walk is not enough), and then starts both parts.
+#[test]
+fn a_gang_below_an_attacker_s_costliest_bids_starts_once_each_of_its_machines_walks_the_book() {
+    // Machines that publish a port for each lease: a gang's first port is where its other
+    // parts reach its first.
+    let mut f = fixture(vec![gpu(450); 8], 10_000);
+    f.update_machine(|t| {
+        t.network = MachineNetwork {
+            host: "10.0.0.1".into(),
+            ports_per_lease: 1,
+            ..MachineNetwork::default()
+        }
+    });
+    let first = (f.machine, f.agent.insecure_clone());
+    share_gpus(&mut f, (first.0, &first.1));
+    let agent = f.ctx.wallet(10);
+    let m: Machine = f.ctx.account(&f.machine);
+    let terms = MachineTerms {
+        agent: agent.pubkey(),
+        ..m.terms()
+    };
+    let host = f.host.insecure_clone();
+    let second = (f.ctx.register_machine(&host, f.market, 2, terms), agent);
+    share_gpus(&mut f, (second.0, &second.1));
+    let c = f.client(100 * TOKEN, 0);
+    // 1 GPU × 8 GiB at 220 W on each machine: GPU 7 of each runs it already.
+    let args = PlaceBidArgs {
+        overclock: per_gpu(&[220]),
+        ports: vec![29_500],
+        ..f.args(1, 8, 0b1)
+    };
+    let gang = f.place_gang_via(&c, args, 2, first.0);
+    let w = f.witness(1, [0; 16]);
+    place_above(&mut f, BOOK_CAPACITY - 1, &w, |f, _| costliest(f));
+    assert_eq!(f.position(&gang), Some(BOOK_CAPACITY - 1));
+
+    let on = [first.0, second.0];
+    let before = f.ledger(&[&c]);
+    let start = |f: &mut Fixture| {
+        let a = f.ctx.gang_allocation(&first.1, gang, &on);
+        f.ctx
+            .allocate_gang(&a)
+            .map(|_| f.ctx.compute_units["allocate_gang"])
+    };
+    let out_of_units = |r: &Result<u64, Failure>| {
+        matches!(
+            r.as_ref().map_err(|e| &e.err),
+            Err(TransactionError::InstructionError(
+                _,
+                InstructionError::ProgramFailedToComplete
+                    | InstructionError::ComputationalBudgetExceeded
+            ))
+        )
+    };
+    let alone = start(&mut f);
+    assert!(out_of_units(&alone), "{alone:?}");
+    walk_above_on(&mut f, (first.0, &first.1), &gang, 1_500, 4);
+    let one_walk = start(&mut f);
+    assert!(out_of_units(&one_walk), "{one_walk:?}");
+    assert_eq!(f.ledger(&[&c]), before, "nothing moved");
+
+    walk_above_on(&mut f, (second.0, &second.1), &gang, 1_500, 4);
+    let units = start(&mut f).expect("allocate_gang once both machines walked the book");
+    eprintln!(
+        "allocate_gang of 2 below 4,095 of the costliest entries, both machines walked: {units} CU"
+    );
+    assert!(
+        units <= 600_000,
+        "allocate_gang over walked books: {units} units"
+    );
+    let bid: gpu_market::state::Bid = f.ctx.account(&gang);
+    assert_eq!(bid.parts_running, 2);
+}
+
 /// Ten staked bids at 10 tokens per GPU-hour, with an urgency premium, on a machine whose host
 /// asks 20, above an unstaked bid at 20 that fits: the walk finds nothing above fitting.
 fn below_the_floor() -> (Fixture, Pubkey) {
@@ -261,10 +359,11 @@ fn a_bid_boosted_past_a_partial_walk_is_judged_by_allocate() {
     let w = f.witness(1, [0; 16]);
     place_above(&mut f, 300, &w, |f, _| costliest(f));
     // A walk of 50 entries judges only the first of them.
-    walk_once(&mut f, 50);
+    let (machine, agent) = (f.machine, f.agent.insecure_clone());
+    walk_once(&mut f, (machine, &agent), 50);
     let m: Machine = f.ctx.account(&f.machine);
     assert!(m.walk.started != 0);
-    assert!(!covers_above(&f, 300), "a partial walk");
+    assert!(!covers_above(&f, &machine, 300), "a partial walk");
     // The bid below boosts itself to the top, into what the walk covers, though the walk never
     // judged it: it takes a new placement number, so `allocate` judges it.
     f.ctx

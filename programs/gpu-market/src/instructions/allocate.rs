@@ -193,6 +193,19 @@ pub(crate) fn fits_one(offers: &Offers, now: i64) -> impl Fn(&BookLeaf) -> bool 
     }
 }
 
+/// `machine`'s walk of `book` (`walk_book`), if it has one that still holds for `offers`.
+pub(crate) fn walk_holding<'m>(
+    machine: &'m Machine,
+    offers: &Offers,
+    book: &Pubkey,
+) -> Option<&'m BookWalk> {
+    let walk = &machine.walk;
+    if walk.started == 0 || walk.book != *book {
+        return None;
+    }
+    walk.holds(book, &BookWalk::seal_of(offers)).then_some(walk)
+}
+
 /// Takes `bid` out of its `book` as it starts: its holding charge taken (returned), its entry
 /// removed and the slot's rent back to the bid's account, which keeps it while the bid runs;
 /// its reservations' round ends.
@@ -299,7 +312,7 @@ impl Allocate<'_> {
         let fits = fits_one(offers, now);
         // Two walks, each compiled for its own test: without a walk to consult, an entry costs
         // nothing more than its fit.
-        match self.walk_holding(offers, &info)? {
+        match walk_holding(&self.machine, offers, &info.key()) {
             Some(w) => book_backs(
                 &info,
                 market,
@@ -314,16 +327,6 @@ impl Allocate<'_> {
             ),
             None => book_backs(&info, market, chosen, held, &evidence, fits, now),
         }
-    }
-
-    /// The machine's walk of `book`, if it has one that still holds for `offers`.
-    fn walk_holding(&self, offers: &Offers, book: &AccountInfo) -> Result<Option<&BookWalk>> {
-        let walk = &self.machine.walk;
-        if walk.started == 0 || walk.book != book.key() {
-            return Ok(None);
-        }
-        let seal = BookWalk::seal_of(offers);
-        Ok(walk.holds(&book.key(), &seal).then_some(walk))
     }
 
     pub fn allocate<'info>(ctx: Context<'info, Allocate<'info>>, args: AllocateArgs) -> Result<()> {

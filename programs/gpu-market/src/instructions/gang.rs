@@ -6,12 +6,12 @@ use anchor_lang::system_program;
 use crate::errors::MarketError;
 use crate::events::{GangRendezvous, LeaseStarted};
 use crate::instructions::allocate::{
-    bid_started, book_backs, fits_one, leave_book, run_end_of, Evidence,
+    bid_started, book_backs, fits_one, leave_book, run_end_of, walk_holding, Evidence,
 };
 use crate::instructions::lease_rent;
 use crate::state::{
-    seeds, Bid, BidBook, BidKind, BidStatus, BookLeaf, Freed, Lease, LeaseRules, Machine, Market,
-    Offers, StakeAccount, MAX_GPUS,
+    seeds, Bid, BidBook, BidKind, BidStatus, BookLeaf, BookWalk, Freed, Lease, LeaseRules, Machine,
+    Market, Offers, StakeAccount, MAX_GPUS,
 };
 
 #[derive(AnchorSerialize, AnchorDeserialize, Clone, Debug)]
@@ -217,15 +217,42 @@ impl<'info> AllocateGang<'info> {
             .collect::<Result<Vec<Offers>>>()?;
         let evidence = Evidence::read(evidence, &a.market.key())?;
         let book = a.book.to_account_info();
-        book_backs(
-            &book,
-            &a.market,
-            (&a.bid, a.bid.key()),
-            a.client_stake.gpus_held,
-            &evidence,
-            |leaf: &BookLeaf| offers.iter().any(|o| fits_one(o, now)(leaf)),
-            now,
-        )?;
+        // Each machine's walk of the book, while it holds, judged the entries it covers for
+        // that machine, as for `allocate`.
+        let walks: Vec<Option<&BookWalk>> = machines
+            .iter()
+            .zip(&offers)
+            .map(|(m, o)| walk_holding(m, o, &book.key()))
+            .collect();
+        let fits_on = |(o, walk): (&Offers, &Option<&BookWalk>), leaf: &BookLeaf| match walk {
+            Some(w) if w.covers(leaf) => w.may_fit(leaf),
+            _ => fits_one(o, now)(leaf),
+        };
+        let chosen: (&Bid, Pubkey) = (&a.bid, a.bid.key());
+        let (market, held) = (&a.market, a.client_stake.gpus_held);
+        // Two walks, each compiled for its own test (as `allocate`'s): without a walk to
+        // consult, an entry costs nothing more than its fit on each machine.
+        match walks.iter().any(Option::is_some) {
+            true => book_backs(
+                &book,
+                market,
+                chosen,
+                held,
+                &evidence,
+                |leaf: &BookLeaf| offers.iter().zip(&walks).any(|m| fits_on(m, leaf)),
+                now,
+            )?,
+            false => book_backs(
+                &book,
+                market,
+                chosen,
+                held,
+                &evidence,
+                |leaf: &BookLeaf| offers.iter().any(|o| fits_one(o, now)(leaf)),
+                now,
+            )?,
+        }
+        drop(walks);
         drop(offers);
 
         let held = leave_book(&mut a.market, &mut a.bid, &book, now)?;
