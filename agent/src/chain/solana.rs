@@ -54,7 +54,6 @@ use tokio::sync::Mutex;
 use super::mirror::Mirror;
 use super::placement::{Listing, Placement, Policy};
 use super::traffic::{Counting, Traffic};
-use super::walk::WALK_ABOVE;
 use super::{
     BidKind, BidView, Chain, ChainError, EgressView, Gang, GpuView, Key, LeaseView, MachineStatus,
     MachineView, NetworkView, OpenBids, RoomAsked,
@@ -798,13 +797,14 @@ impl SolanaChain {
         let within_cap = market.within_client_cap(stake.gpus_held as u64, b.total_gpus(), now);
         // Below a deep book this machine (the first part's) walks it first, as the other
         // parts' agents do (`walk_for_gang`).
-        let above = entries.entries.iter().position(|l| l.bid == bid);
-        if let Some(above) = above.filter(|&a| a > WALK_ABOVE) {
-            let last_above = entries.entries[above - 1].key();
-            machines[0] = self
-                .walk_book(market.queue_book, last_above, machines[0].clone())
-                .await?;
-        }
+        machines[0] = self
+            .walked_above(
+                market.queue_book,
+                &entries.entries,
+                &bid,
+                machines[0].clone(),
+            )
+            .await?;
         let parts_offers = machines
             .iter()
             .map(|m| offers(m, &market, ProgramBidKind::Queue, now, &Freed::default()))
@@ -1307,18 +1307,9 @@ impl Chain for SolanaChain {
             || market.within_client_cap(stake.gpus_held as u64, b.gpu_count as u64, now);
         // Below a deep book, the machine walks it first (`walk_book`) so that `allocate` fits
         // in a transaction whatever the entries above are.
-        let above = entries
-            .entries
-            .iter()
-            .position(|l| l.bid == bid)
-            .unwrap_or(0);
-        let machine = match above > WALK_ABOVE {
-            true => {
-                self.walk_book(book, entries.entries[above - 1].key(), machine)
-                    .await?
-            }
-            false => machine,
-        };
+        let machine = self
+            .walked_above(book, &entries.entries, &bid, machine)
+            .await?;
         let offers = offers(&machine, &market, b.kind, now, &Freed::default())?;
         // Built and dropped before any await: a signer is not `Sync`.
         let (lease, ix) = {

@@ -15,7 +15,7 @@ use super::ChainError;
 /// this many, `allocate` judges them all within a transaction's units whatever they are (at
 /// most about 1,100 units each, measured on a 16-GPU machine whose GPUs all run tenants' own
 /// terms; `tests/tests/allocate/walk.rs`).
-pub(super) const WALK_ABOVE: usize = 1_000;
+const WALK_ABOVE: usize = 1_000;
 
 /// Entries a `walk_book` transaction judges at first ([`WALK_ENTRIES`]), halved after a
 /// transaction that could not run, down to this.
@@ -89,11 +89,9 @@ impl SolanaChain {
         gang: &Pubkey,
         offers: &Offers,
     ) -> Result<(), ChainError> {
-        let above = queue.iter().position(|l| l.bid == *gang).unwrap_or(0);
-        if above <= WALK_ABOVE {
+        let Some(last_above) = last_above(queue, gang) else {
             return Ok(());
-        }
-        let last_above = &queue[above - 1];
+        };
         let machine: Machine = self.account(&self.machine(), "machine").await?;
         let walk = &machine.walk;
         if walk.holds(&book, &BookWalk::seal_of(offers)) && walk.covers(last_above) {
@@ -102,4 +100,26 @@ impl SolanaChain {
         self.walk_book(book, last_above.key(), machine).await?;
         Ok(())
     }
+
+    /// `machine` (as last read) once its walk of `book` covers every entry ranked above `bid`
+    /// (`entries`: the book's, best first), where more than [`WALK_ABOVE`] are; else as it is.
+    pub(super) async fn walked_above(
+        &self,
+        book: Pubkey,
+        entries: &[BookLeaf],
+        bid: &Pubkey,
+        machine: Machine,
+    ) -> Result<Machine, ChainError> {
+        match last_above(entries, bid) {
+            Some(last) => self.walk_book(book, last.key(), machine).await,
+            None => Ok(machine),
+        }
+    }
+}
+
+/// The entry ranked right above `bid` in `entries` (a book's, best first), where more than
+/// [`WALK_ABOVE`] rank above it: what a walk must cover before `bid` starts.
+fn last_above<'e>(entries: &'e [BookLeaf], bid: &Pubkey) -> Option<&'e BookLeaf> {
+    let above = entries.iter().position(|l| l.bid == *bid)?;
+    (above > WALK_ABOVE).then(|| &entries[above - 1])
 }
