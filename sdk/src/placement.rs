@@ -311,6 +311,12 @@ impl MarketPlacement {
             .collect()
     }
 
+    /// How many request shapes the policy holds an index of (at most
+    /// `gpu_market_core::placement::MAX_SHAPE_INDEXES`).
+    pub fn shapes_indexed(&self) -> usize {
+        self.placer.shapes_indexed()
+    }
+
     /// When `machine` may take queue bid `bid`, which [`MarketPlacement::place`] gave `placed`:
     /// after this many grace periods (0: its own now). A machine's turn is its place among the
     /// other machines whose fit rule accepts the bid, in the policy's tie-break order

@@ -190,6 +190,11 @@ fn group_width(offer: &Offer) -> u8 {
 }
 
 impl Placer {
+    /// How many request shapes the policy holds an index of ([`Planned::shapes_indexed`]).
+    pub fn shapes_indexed(&self) -> usize {
+        self.policy.shapes_indexed()
+    }
+
     /// The policy over `seats`, its typical pods and plan learned from `workload` (the market's
     /// open bids and running leases, each with how many of the market have it: see
     /// [`counted`](super::counted)).

@@ -18,7 +18,7 @@ pub use explain::{explain, refusal, Explanation, Refusal};
 pub use frag::{sigmoid_score, FragModel, TypicalPod};
 pub use market::{Affinity, Chosen, Demand, Placer, Seat, Tenant, GRACE_SECS};
 pub use plan::{GpuPods, HostNeed, PackingPlan, MAX_PLANNED_PODS};
-pub use policy::{BestFit, Fgd, Planned, Policy, Random, SplitMix64, Standing};
+pub use policy::{BestFit, Fgd, Planned, Policy, Random, SplitMix64, Standing, MAX_SHAPE_INDEXES};
 pub use types::{
     bits, counted, GpuMask, ModelId, ModelSet, Node, Placement, PlacementError, Pod, SpecError,
     MAX_GPUS_PER_NODE, MILLI_PER_GPU,

@@ -300,7 +300,10 @@ pub struct Planned {
     plan: PackingPlan,
     /// The sharing pods on each GPU of each node (`None`: off plan), once the node is seen.
     pods: Vec<[Option<GpuPods>; MAX_GPUS_PER_NODE]>,
+    /// At most [`MAX_SHAPE_INDEXES`], the least recently used retired first.
     shapes: HashMap<Pod, ShapeIndex>,
+    /// Uses of an index so far: each index keeps the count at its last use.
+    uses: u64,
     /// Indexes of what the policy learned before ([`Planned::relearn`]), freed two for each
     /// index built since: freeing them all at once would cost the decision that learns again
     /// more than the learning (5.6 ms of a 10,000-node market's after 1,000 requests).
@@ -319,9 +322,20 @@ pub struct Standing {
     strands: i64,
 }
 
+/// The most request shapes [`Planned`] keeps an index of. Each costs an entry per node and an
+/// ordered set of the feasible ones (0.56 MiB at 10,000 machines: at most about 140 MiB), and
+/// every placement updates each; an attacker's queue of one-off shapes, each asked about once,
+/// would otherwise keep an index apiece until the workload is learned again (300 of them: 169
+/// MiB). 1,000 of openb's pods take 84 shapes; a look at the books asks about at most about 50
+/// bids, each one shape per GPU size of the market, and every look asks about the best of the
+/// book again, so the bound holds what looks reuse.
+pub const MAX_SHAPE_INDEXES: usize = 256;
+
 /// The feasible nodes for one request shape, best first.
 #[derive(Debug, Clone)]
 struct ShapeIndex {
+    /// [`Planned::uses`] at this index's last use.
+    used: u64,
     order: BTreeSet<(Reverse<Standing>, u32, u32)>,
     /// Each node's current standing and GPUs for this shape (`None`: infeasible).
     entry: Vec<Option<(Standing, GpuMask)>>,
@@ -334,6 +348,7 @@ impl Planned {
             plan,
             pods: Vec::new(),
             shapes: HashMap::new(),
+            uses: 0,
             retired: Vec::new(),
         }
     }
@@ -414,15 +429,34 @@ impl Planned {
         Self::evaluate(&self.frag, &self.plan, &self.pods[n], node, pod, avoid)
     }
 
-    /// The index of `pod`'s shape, built on first use.
+    /// How many request shapes the policy holds an index of (at most [`MAX_SHAPE_INDEXES`]).
+    pub fn shapes_indexed(&self) -> usize {
+        self.shapes.len()
+    }
+
+    /// The index of `pod`'s shape, built on first use; past [`MAX_SHAPE_INDEXES`], the least
+    /// recently used one is retired for it (an index built again later is the same).
     fn index(&mut self, cluster: &Cluster, pod: &Pod) -> &ShapeIndex {
         self.track(cluster);
+        self.uses += 1;
         if !self.shapes.contains_key(pod) {
             self.retired.truncate(self.retired.len().saturating_sub(2));
+            if self.shapes.len() >= MAX_SHAPE_INDEXES {
+                let oldest = self
+                    .shapes
+                    .iter()
+                    .min_by_key(|(_, i)| i.used)
+                    .map(|(p, _)| *p);
+                if let Some(index) = oldest.and_then(|p| self.shapes.remove(&p)) {
+                    self.retired.push(index);
+                }
+            }
             let index = self.build(cluster, pod);
             self.shapes.insert(*pod, index);
         }
-        &self.shapes[pod]
+        let index = self.shapes.get_mut(pod).expect("indexed above");
+        index.used = self.uses;
+        index
     }
 
     /// Recomputes node `n`'s entry for every shape seen.
@@ -532,6 +566,7 @@ impl Planned {
 
     fn build(&self, cluster: &Cluster, pod: &Pod) -> ShapeIndex {
         let mut index = ShapeIndex {
+            used: self.uses,
             order: BTreeSet::new(),
             entry: Vec::with_capacity(cluster.nodes().len()),
         };
@@ -665,16 +700,61 @@ mod tests {
             let mut indexed = Planned::new(frag, plan);
             indexed.track(&cluster);
             for pod in &pods {
-                let mut best = None;
-                for (i, n) in cluster.nodes().iter().enumerate() {
-                    if let Some((key, gpus)) = Planned::evaluate(&indexed.frag, &indexed.plan, &indexed.pods[i], n, pod, 0) {
-                        offer(&mut best, key, cluster.rank(i), at(i, gpus));
-                    }
-                }
-                let expect = best.map(|b| b.at);
+                let expect = scanned(&indexed, &cluster, pod);
                 let got = cluster.place(&mut indexed, pod).unwrap();
                 prop_assert_eq!(got, expect);
             }
+        }
+    }
+
+    /// Where a full scan of [`Planned::evaluate`] over the nodes puts `pod`: the highest
+    /// score, then the lowest rank.
+    fn scanned(indexed: &Planned, cluster: &Cluster, pod: &Pod) -> Option<Placement> {
+        let mut best = None;
+        for (i, n) in cluster.nodes().iter().enumerate() {
+            let e = Planned::evaluate(&indexed.frag, &indexed.plan, &indexed.pods[i], n, pod, 0);
+            if let Some((key, gpus)) = e {
+                offer(&mut best, key, cluster.rank(i), at(i, gpus));
+            }
+        }
+        best.map(|b| b.at)
+    }
+
+    /// An attacker's stream of one-off request shapes, each asked about once between the
+    /// honest shapes: the policy keeps at most [`MAX_SHAPE_INDEXES`] indexes, the honest ones
+    /// among them, and decides as a full scan at every step (an index retired and built again
+    /// is the same). Before the bound it kept one index per shape seen: 403 here.
+    #[test]
+    fn one_off_shapes_keep_the_index_count_bounded_and_the_decisions_exact() {
+        let honest = [
+            Pod::new(4_000, 16_384, 1, 1_000, ModelSet::ANY).unwrap(),
+            Pod::new(2_000, 8_192, 1, 500, ModelSet::ANY).unwrap(),
+            Pod::new(8_000, 32_768, 2, 1_000, ModelSet::ANY).unwrap(),
+        ];
+        let nodes: Vec<Node> = (0..160)
+            .map(|i| Node::new(96_000, 512 * 1_024, ModelId(0), 8, 4 << (i % 2)).unwrap())
+            .collect();
+        let mut cluster = Cluster::in_order(nodes).unwrap();
+        let mut policy = Planned::new(
+            FragModel::from_pods(&honest, 95),
+            PackingPlan::from_pods(&honest),
+        );
+        policy.track(&cluster);
+        for i in 0..400u32 {
+            // 1 to 999 milli and its own CPU request: never the same shape twice.
+            let one_off =
+                Pod::new(100 + i, 1_024, 1, 1 + (i * 7 % 999) as u16, ModelSet::ANY).unwrap();
+            for pod in [&one_off, &honest[i as usize % honest.len()]] {
+                let expect = scanned(&policy, &cluster, pod);
+                assert!(expect.is_some(), "room for every pod");
+                assert_eq!(cluster.place(&mut policy, pod).unwrap(), expect, "step {i}");
+                assert!(policy.shapes_indexed() <= MAX_SHAPE_INDEXES, "step {i}");
+            }
+        }
+        assert_eq!(policy.shapes_indexed(), MAX_SHAPE_INDEXES);
+        // The honest shapes, asked about every step, kept theirs.
+        for pod in &honest {
+            assert!(policy.shapes.contains_key(pod));
         }
     }
 
