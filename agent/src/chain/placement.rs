@@ -119,6 +119,7 @@ impl SolanaChain {
     ) -> Result<Option<Placement>, ChainError> {
         let here = self.machine();
         let view = self.policy_view(policy).await?;
+        self.placements_asked.fetch_add(1, Ordering::Relaxed);
         let Some(p) = view.place(bid, sealed) else {
             return Ok(match sealed {
                 Sealed::To(holders) if !holders.contains(&here) => {
@@ -149,7 +150,9 @@ impl SolanaChain {
         bid: &Bid,
         sealed: Sealed<'_>,
     ) -> Result<Option<Vec<Placed>>, ChainError> {
-        Ok(self.policy_view(policy).await?.place_gang(bid, sealed))
+        let view = self.policy_view(policy).await?;
+        self.placements_asked.fetch_add(1, Ordering::Relaxed);
+        Ok(view.place_gang(bid, sealed))
     }
 
     /// The listed machines whose agent can open queue bid `bid`'s (at `key`) sealed environment

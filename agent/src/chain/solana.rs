@@ -56,7 +56,7 @@ use super::placement::{Listing, Placement, Policy};
 use super::traffic::{Counting, Traffic};
 use super::{
     BidKind, BidView, Chain, ChainError, EgressView, Gang, GpuView, Key, LeaseView, MachineStatus,
-    MachineView, NetworkView, OpenBids, RoomAsked,
+    MachineView, NetworkView, OpenBids, RoomAsked, GANG_PLACEMENTS,
 };
 
 /// Where `market` sits in machine and lease accounts: right after the discriminator.
@@ -102,6 +102,8 @@ pub struct SolanaChain {
     /// views were built from a listing of the market ([`Self::views_built`]).
     pub(super) kept: std::sync::Mutex<Option<super::placement::KeptView>>,
     pub(super) views_built: std::sync::atomic::AtomicU64,
+    /// Placements the packing policy was asked for ([`Self::placements_asked`]).
+    pub(super) placements_asked: std::sync::atomic::AtomicU64,
     /// Waiting gang bids as read, by their place in the queue (`BookLeaf::seq`): what their
     /// reservations need of them (terms, latest start) does not change while they wait.
     pub(super) waiting_gangs: std::sync::Mutex<HashMap<Pubkey, (u64, Bid)>>,
@@ -160,6 +162,7 @@ impl SolanaChain {
             sealed: std::sync::Mutex::default(),
             kept: std::sync::Mutex::default(),
             views_built: std::sync::atomic::AtomicU64::new(0),
+            placements_asked: std::sync::atomic::AtomicU64::new(0),
             waiting_gangs: std::sync::Mutex::default(),
         }
     }
@@ -516,6 +519,13 @@ impl SolanaChain {
         self.views_built.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many bids (a gang counting once) the looks at the books asked the packing policy to
+    /// place: at most the bids a look lists and [`GANG_PLACEMENTS`] gangs a look.
+    pub fn placements_asked(&self) -> u64 {
+        self.placements_asked
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(super) fn mirror(&self) -> Option<&Mirror> {
         self.mirror.as_deref()
     }
@@ -583,10 +593,11 @@ impl SolanaChain {
         now_offers: &Offers,
         if_ended: &[(Pubkey, Offers)],
         limit: usize,
-    ) -> Result<Vec<BidView>, ChainError> {
+    ) -> Result<Admissible, ChainError> {
         let queue = kind == ProgramBidKind::Queue;
         let mut caps = CapFilter::default();
         let mut spot = Vec::new();
+        let (mut gangs_asked, mut gangs_left) = (0, 0);
         for chunk in candidates.chunks(MULTIPLE_ACCOUNTS_MAX / 2) {
             if caps.listed.len() + spot.len() >= limit {
                 break;
@@ -626,6 +637,21 @@ impl SolanaChain {
                 if gpus.is_none() && fits_if_ended.is_empty() {
                     continue;
                 }
+                let within =
+                    |held, more| policy.market.within_client_cap(held, more, now_offer.now());
+                let single = queue && !b.is_gang();
+                if single && !caps.may_keep(&b.client, b.total_gpus(), gpus.is_some(), within) {
+                    // Nothing the policy says would list it: not asked. (A gang is asked about
+                    // within its own budget: its other parts' agents walk for it, and their
+                    // caps count from their own machines' bids.)
+                    caps.add(
+                        bid_view(k, b, gpus, fits_if_ended),
+                        &b.client,
+                        b.total_gpus(),
+                        within,
+                    );
+                    continue;
+                }
                 // Which machine the market's packing policy gives it, and there which GPUs; for
                 // a bid that fits here only once a spot lease ends, whether another machine
                 // fits it now (then no lease here is stopped for it).
@@ -642,6 +668,11 @@ impl SolanaChain {
                     if gpus.is_none() {
                         continue;
                     }
+                    if gangs_asked == GANG_PLACEMENTS {
+                        gangs_left += 1;
+                        continue;
+                    }
+                    gangs_asked += 1;
                     let Some(parts) = self.gang_placement(policy, b, sealed).await? else {
                         continue;
                     };
@@ -700,7 +731,10 @@ impl SolanaChain {
                 }
             }
         }
-        Ok(if queue { caps.finish() } else { spot })
+        Ok(Admissible {
+            bids: if queue { caps.finish() } else { spot },
+            gangs_left,
+        })
     }
 
     /// Where the parts of gang bid `bid` (of `parts` parts) are reached: each part's machine's
@@ -941,6 +975,12 @@ fn network_view(m: &Machine) -> NetworkView {
     }
 }
 
+/// The bids of a book that a look lists, and the gang bids it left for a later look.
+struct Admissible {
+    bids: Vec<BidView>,
+    gangs_left: usize,
+}
+
 /// The queue book's anti-monopoly cap as `allocate` and `preempt` apply it, over the bids that
 /// fit the machine now or once a spot lease ends, added best first. A bid that fits now may run
 /// while its client stays within the cap, counting the GPUs of its bids listed before it (the
@@ -989,6 +1029,21 @@ impl CapFilter {
         } else if first {
             self.first_over_cap = Some((self.listed.len(), view));
         }
+    }
+
+    /// Whether [`CapFilter::add`] may keep a bid of `client` for `gpus` GPUs (`fits_now`):
+    /// one within its client's cap, or the first that fits now. Another changes nothing that
+    /// `add` keeps but whether a bid that fits now came before, so it needs no placement.
+    fn may_keep(
+        &self,
+        client: &Pubkey,
+        gpus: u64,
+        fits_now: bool,
+        within: impl Fn(u64, u64) -> bool,
+    ) -> bool {
+        self.held
+            .get(client)
+            .is_some_and(|&held| within(held, gpus) || (fits_now && !self.any))
     }
 
     fn finish(mut self) -> Vec<BidView> {
@@ -1257,7 +1312,8 @@ impl Chain for SolanaChain {
             let found = self
                 .admissible(&mut policy, kind, &candidates, &now_offers, &if_ended, room)
                 .await?;
-            out.bids.extend(found);
+            out.bids.extend(found.bids);
+            out.gangs_left += found.gangs_left;
         }
         // A failed read here costs a reservation a tick, never an allocation.
         if queue.is_some() {
@@ -1721,6 +1777,52 @@ mod tests {
         caps.add(view(1), &a, 1, within);
         caps.add(view(2), &b, 1, within);
         assert_eq!(keys(caps.finish()), vec![1]);
+    }
+
+    /// A bid that `may_keep` says the cap filter cannot keep (the look then asks no placement
+    /// for it) changes nothing that the filter lists, in every sequence of four bids of two
+    /// staked clients and one without a stake account, one or two GPUs, fitting now or once a
+    /// spot lease ends.
+    #[test]
+    fn a_bid_the_cap_may_not_keep_changes_nothing_listed() {
+        let within = |held: u64, more: u64| held + more <= 2;
+        let (a, b, unstaked) = (
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+            Pubkey::new_unique(),
+        );
+        let choices: Vec<(Pubkey, u64, bool)> = [a, b, unstaked]
+            .into_iter()
+            .flat_map(|c| [(c, 1, true), (c, 1, false), (c, 2, true), (c, 2, false)])
+            .collect();
+        let state = |c: &CapFilter| {
+            let listed: Vec<Key> = c.listed.iter().map(|v| v.key).collect();
+            let first = c.first_over_cap.as_ref().map(|(at, v)| (*at, v.key));
+            let mut held: Vec<(Pubkey, u64)> = c.held.iter().map(|(k, g)| (*k, *g)).collect();
+            held.sort();
+            (listed, first, held, c.any_within)
+        };
+        let (mut skipped, n) = (0, choices.len());
+        for sequence in 0..n.pow(4) {
+            let mut caps = CapFilter::default();
+            caps.held.extend([(a, 1), (b, 0)]);
+            for step in 0..4 {
+                let (client, gpus, fits_now) = choices[sequence / n.pow(step) % n];
+                let bid = BidView {
+                    gpus: fits_now.then(Vec::new),
+                    fits_if_ended: vec![Key([9; 32])],
+                    ..view(step as u8)
+                };
+                let may = caps.may_keep(&client, gpus, fits_now, within);
+                let before = state(&caps);
+                caps.add(bid, &client, gpus, within);
+                if !may {
+                    skipped += 1;
+                    assert_eq!(state(&caps), before, "sequence {sequence}, step {step}");
+                }
+            }
+        }
+        assert!(skipped > 0);
     }
 
     #[test]

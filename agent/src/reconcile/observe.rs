@@ -216,6 +216,12 @@ impl Reconciler {
         // What allocation needs may fail alone: the proofs need only the machine's leases.
         let open = match self.chain.best_open_bids(BIDS_CONSIDERED).await {
             Ok(open) => {
+                if open.gangs_left > 0 {
+                    tracing::debug!(
+                        gangs = open.gangs_left,
+                        "gang bids that fit here left for a later look"
+                    );
+                }
                 self.alive_secs = open.alive_secs.or(self.alive_secs);
                 // Back-offs of bids no longer open go; an unread book forgets none.
                 self.held_back
