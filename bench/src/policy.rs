@@ -34,6 +34,8 @@ const QUEUE: usize = 4_096;
 const PLACED: usize = 1_000;
 /// Builds of the view timed (the median is reported).
 const BUILDS: usize = 5;
+/// An attacker's one-off bids asked about once each (single bids, then 2-part gangs).
+const ONE_OFF_ASKED: usize = 300;
 /// The machines a sealed bid's environment is sealed to, and the sealed bids placed.
 const SEALED_TO: usize = 100;
 const SEALED_PLACED: usize = 200;
@@ -239,6 +241,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
     println!(
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
+    let mut asked = Vec::new();
     for n in SIZES {
         let resident_before = status_kib("VmRSS:");
         let leased = leased(&market, &trace.nodes, &trace.arrivals, n)?;
@@ -269,7 +272,16 @@ pub fn main(traces: &Path) -> Result<(), String> {
                 },
             );
             println!("| {n} | {label} | {cells} | {resident} |");
+            if label == "one-off shapes" {
+                asked.extend(row.one_off_asked(n)?);
+            }
         }
+    }
+    println!("\nAn attacker's one-off shapes asked about once each ({ONE_OFF_ASKED} single bids, then {ONE_OFF_ASKED} gangs of 2 machines), on a view built with the one-off queue; each new request shape builds an index the view keeps, at most `MAX_SHAPE_INDEXES` ({}):\n", gpu_market_core::placement::MAX_SHAPE_INDEXES);
+    println!("| machines | bids | asked: mean | all | shape indexes held |");
+    println!("|---:|---|---:|---:|---:|");
+    for line in asked {
+        println!("{line}");
     }
     Ok(())
 }
@@ -298,6 +310,34 @@ struct Row<'a> {
 }
 
 impl Row<'_> {
+    /// The rows of the one-off table at `n` machines: [`ONE_OFF_ASKED`] of the queue's bids
+    /// placed, then as many more as gangs of 2, on a view built afresh.
+    fn one_off_asked(&self, n: usize) -> Result<Vec<String>, String> {
+        let (machines, leases) = (self.leased.machines.clone(), self.leased.leases.clone());
+        let mut view = MarketPlacement::new(self.market, NOW, machines, leases, self.queue)?;
+        let template = self.placing.first().ok_or("no bid to place")?;
+        let one_off = one_off_bids(template);
+        let mut rows = Vec::new();
+        for (label, parts, skip) in [("single", 1, 0), ("gang of 2", 2, ONE_OFF_ASKED)] {
+            let mut total = 0.0;
+            for bid in one_off.iter().skip(skip).take(ONE_OFF_ASKED) {
+                let mut bid = bid.clone();
+                bid.data.parts = parts;
+                let ((), ms) = timed(|| match parts {
+                    1 => drop(view.place(&bid, Sealed::No)),
+                    _ => drop(view.place_gang(&bid, Sealed::No)),
+                });
+                total += ms;
+            }
+            rows.push(format!(
+                "| {n} | {label} | {:.2} ms | {total:.0} ms | {} |",
+                total / ONE_OFF_ASKED as f64,
+                view.shapes_indexed()
+            ));
+        }
+        Ok(rows)
+    }
+
     /// The row's cells from the leases to the accounts' data, in the table's order.
     fn measure(&self) -> Result<String, String> {
         let Row {
