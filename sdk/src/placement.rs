@@ -254,19 +254,25 @@ impl MarketPlacement {
             .collect()
     }
 
-    /// Where the policy gives each part of gang bid `bid`, in the gang's order: each part as
+    /// Where the policy gives each part of gang bid `bid`: each part as
     /// [`MarketPlacement::place`] places a bid (a `sealed` gang among the machines that can open
     /// its environment where every part fits there), on a machine no earlier part took; `None`
-    /// unless
-    /// every part has a machine now. The first part's machine sends `allocate_gang`.
+    /// unless every part has a machine now. The parts come in the order of their machines'
+    /// addresses, and the first part's machine sends `allocate_gang`.
     pub fn place_gang(&mut self, bid: &Bid, sealed: Sealed) -> Option<Vec<Placed>> {
-        if let Sealed::To(holders) = sealed {
-            let within = self.offers_within(holders);
-            if let Some(parts) = self.place_parts(bid, within) {
-                return Some(parts);
-            }
-        }
-        self.place_parts(bid, self.offers.clone())
+        let within = match sealed {
+            Sealed::To(holders) => Some(self.offers_within(holders)),
+            Sealed::No => None,
+        };
+        let mut parts = within
+            .and_then(|within| self.place_parts(bid, within))
+            .or_else(|| self.place_parts(bid, self.offers.clone()))?;
+        // The parts in their machines' order: agents whose views learned the workload at
+        // different times can rank the same machines differently, and each waited for the
+        // other's agent to send `allocate_gang` (7 s past a gang's reservation, in the agents'
+        // gang test); on the same machines they now name the same first part.
+        parts.sort_by_key(|p| p.machine);
+        Some(parts)
     }
 
     /// Each part of gang bid `bid` among the machines behind `offers`, on a machine no earlier
@@ -508,6 +514,31 @@ mod tests {
         assert_eq!(placed.machine, live, "the cheapest live machine");
         assert_eq!(placement.turn(&b, &placed, &later, Sealed::No), Some(1));
         assert_eq!(placement.turn(&b, &placed, &dead, Sealed::No), None);
+    }
+
+    /// Two agents whose views rank the same two machines differently (here: the cheaper one
+    /// differs) name the same first part of a gang, so exactly one of them sends
+    /// `allocate_gang`. Before, each view put its best machine first: with the views of the
+    /// agents' gang test disagreeing, each agent waited for the other's (7 s past the gang's
+    /// reservation).
+    #[test]
+    fn views_that_rank_a_gangs_machines_differently_name_the_same_first_part() {
+        let market = Market::opening(MarketParams::recommended(60, 250, 3_600));
+        let keys = [Pubkey::new_unique(), Pubkey::new_unique()];
+        let first_parts: Vec<Pubkey> = [(1, 2), (2, 1)]
+            .into_iter()
+            .map(|(a, b)| {
+                let machines = vec![(keys[0], machine(a, NOW)), (keys[1], machine(b, NOW))];
+                let mut view =
+                    MarketPlacement::new(&market, NOW, machines, Vec::new(), &[]).unwrap();
+                let mut gang = bid();
+                gang.parts = 2;
+                let parts = view.place_gang(&gang, Sealed::No).unwrap();
+                assert_eq!(parts.len(), 2);
+                parts[0].machine
+            })
+            .collect();
+        assert_eq!(first_parts, vec![keys[0], keys[0]]);
     }
 
     /// Four idle machines, cheapest first; a bid sealed to the agents of machines 1 and 3 (and
