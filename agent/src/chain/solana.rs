@@ -701,7 +701,22 @@ impl SolanaChain {
                         .unwrap_or_else(PoisonError::into_inner)
                         .insert(*k, plan);
                 } else if queue {
-                    match self.placement(policy, b, sealed).await? {
+                    let placement = self.placement(policy, b, sealed).await?;
+                    // Why this machine takes a bid or leaves it: the policy's answer and the
+                    // heartbeats its view holds (a view that thinks a machine silent passes it
+                    // over).
+                    tracing::debug!(
+                        bid = %k,
+                        now = now_offer.now(),
+                        ?placement,
+                        heartbeats = ?policy
+                            .machines()
+                            .iter()
+                            .map(|(key, m)| (*key, m.last_heartbeat))
+                            .collect::<Vec<_>>(),
+                        "the packing policy's answer for a bid"
+                    );
+                    match placement {
                         Some(Placement::Here(chosen)) if gpus.is_some() => {
                             let overclock = b.overclock_per_gpu();
                             if now_offer.check_choice(&b.need(&overclock), &chosen).is_ok() {
