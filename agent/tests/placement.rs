@@ -111,10 +111,15 @@ async fn leased_on(live: &LiveMarket, bid: Pubkey, what: &str, agent: &Agent) ->
     .await
 }
 
-/// `client` places a one-GPU queue bid for `gib` GiB, accepted in `regions` (none: any).
+/// `client` places a one-GPU queue bid for `gib` GiB, accepted in `regions` (none: any), of the
+/// idler image: its leases' proofs measure an SM utilisation near 0, so the co-location model
+/// lets two of them share a GPU. (Two of the worker image, each proven near 100 %, it keeps
+/// apart: a bid that would complete a GPU beside one goes to an idle machine instead, from the
+/// moment its neighbour's first proof lands, a moment this machine's load decides.)
 async fn bid(live: &LiveMarket, client: &Wallet, gib: u16, regions: Vec<[u8; 16]>) -> Pubkey {
     let now = live.cluster.now().await.unwrap();
     let mut args = queue_bid(40 * INTERVAL, now);
+    (args.image_ref, args.image_digest) = seeded_image("IDLER");
     args.gib_per_gpu = gib;
     args.regions = regions;
     live.place(client, args).await.unwrap()
@@ -122,7 +127,8 @@ async fn bid(live: &LiveMarket, client: &Wallet, gib: u16, regions: Vec<[u8; 16]
 
 /// Machine A (the market's, 2 GPUs × 24 GiB in eu-west) and machine B (another host's, the same
 /// GPUs in us-east, cheaper electricity: of two idle machines B wins), each with its agent. A bid
-/// that completes a GPU of A goes to A, though B is idle and cheaper; with A's agent stopped, B
+/// that completes a GPU of A beside a co-tenant it gets along with goes to A, though B is idle
+/// and cheaper; with A's agent stopped, B
 /// leaves such a bid to A for the grace period (10 s) or until A's heartbeat is older than the
 /// market's silence window, then takes it; once A is silent, the policy gives it nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,7 +198,7 @@ async fn two_agents_follow_the_packing_policy_and_a_stopped_one_strands_no_bid()
             assert_eq!(
                 machine,
                 None,
-                "B leaves it to A at first: placed at {}, A alive until {alive_until}, the cluster's clock reads {now}; B's log:\n{}",
+                "B leaves it to A at first: placed at {}, A alive until {alive_until}, the cluster's clock reads {now}; B's log:\n{}\nA's log:\n{log}",
                 placed.placed_at,
                 agent_b.log()
             );
@@ -379,8 +385,9 @@ async fn the_agent_reserves_for_a_big_bid_and_backfills_nothing_that_would_delay
     let mut long = queue_bid(40 * INTERVAL, now);
     long.gib_per_gpu = 24;
     let long = live.place(&client, long).await.unwrap();
-    // The busy lease has most of its ten intervals to run.
-    let l: Lease = wait_for("the reserved bid's lease", 60, &agent, || async {
+    // By two intervals after the reservation's start, on the cluster's clock.
+    let by = machine.reservation.start + 2 * INTERVAL as i64;
+    let l: Lease = wait_for_chain("the reserved bid's lease", &live, by, &agent, || async {
         live.cluster.account(&pda::lease(&big).0).await.ok()
     })
     .await;
@@ -568,14 +575,31 @@ async fn two_agents_start_a_gang_bid_together_and_stop_it_together() {
             log.lines().any(|l| l == what).then_some(())
         }
     };
-    wait_for("rank 0 heard rank 1", 60, &agent_b, || {
-        heard(0, "rank 0 heard: hello from rank 1")
+    // On failure, what each side saw: the parts' logs, both agents' and the host's rules.
+    let greeted = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while heard(0, "rank 0 heard: hello from rank 1").await.is_none()
+            || heard(1, "rank 1 heard: hello from rank 0").await.is_none()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     })
     .await;
-    wait_for("rank 1 heard rank 0", 60, &agent_b, || {
-        heard(1, "rank 1 heard: hello from rank 0")
-    })
-    .await;
+    let rules = |args: &[&str]| {
+        let out = std::process::Command::new("iptables").args(args).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    assert!(
+        greeted.is_ok(),
+        "the parts did not greet each other within 60 s\nrank 0's log:\n{}\nrank 1's log:\n{}\nA's log:\n{}\nB's log:\n{}\nnat DOCKER:\n{}\n{}:\n{}",
+        container_log(&ids[0]),
+        container_log(&ids[1]),
+        agent_a.log(),
+        agent_b.log(),
+        rules(&["-t", "nat", "-S", "DOCKER"]),
+        gpu_market_agent::firewall::INPUT_CHAIN,
+        rules(&["-S", gpu_market_agent::firewall::INPUT_CHAIN]),
+    );
 
     // The client ends the first part; the second part's agent stops its own, and the gang is
     // refunded once, both leases and the bid closed.
@@ -663,7 +687,8 @@ async fn the_agents_reserve_two_machines_for_a_gang_and_start_it_there_on_time()
     let long = live.place(&other, long).await.unwrap();
 
     let leases = [pda::gang_lease(&gang, 0).0, pda::gang_lease(&gang, 1).0];
-    let parts: Vec<Lease> = wait_for("both parts", 90, &agent_a, || async {
+    let by = start + 2 * INTERVAL as i64;
+    let parts: Vec<Lease> = wait_for_chain("both parts", &live, by, &agent_a, || async {
         let mut parts = Vec::new();
         for l in &leases {
             parts.push(live.cluster.account::<Lease>(l).await.ok()?);
