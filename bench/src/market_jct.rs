@@ -76,11 +76,6 @@ pub struct Played {
     pub wall_s: f64,
 }
 
-/// A market with the recommended parameters, as `init_market` opens it.
-fn market() -> Market {
-    Market::opening(MarketParams::recommended(60, 250, 3_600))
-}
-
 /// Whether job `j` can be a bid: one machine's GPUs, or a gang's of at most
 /// [`MAX_GANG_PARTS`] machines.
 pub fn servable(w: &Workload, j: usize) -> bool {
@@ -414,16 +409,20 @@ impl Replay<'_> {
 
 /// Replays the servable jobs of `w` (stake tier of each virtual cluster `tier`, base score
 /// `base(job)`) in `order`.
-pub fn play(w: &Workload, base: impl Fn(usize) -> u64, order: Order) -> Played {
+pub fn play(
+    w: &Workload,
+    params: MarketParams,
+    base: impl Fn(usize) -> u64,
+    order: Order,
+) -> Played {
     let start = Instant::now();
     let n = w.jobs.len();
-    let market = market();
     let mut r = Replay {
         w,
         machines: machines(w.gpus),
         running: vec![Vec::new(); w.gpus.div_ceil(MACHINE_GPUS) as usize],
         book: BTreeMap::new(),
-        market,
+        market: Market::opening(params),
         order,
         finish: vec![None; n],
     };
@@ -464,6 +463,10 @@ mod tests {
     use super::*;
     use crate::philly::Job;
 
+    fn recommended() -> MarketParams {
+        MarketParams::recommended(60, 250, 3_600)
+    }
+
     /// One 8-GPU machine: a 6-GPU hour from 0, an 8-GPU hour from 10 s, a 2-GPU three hours from
     /// 20 s and a 2-GPU half hour from 30 s.
     fn workload() -> Workload {
@@ -492,7 +495,7 @@ mod tests {
     #[test]
     fn the_big_job_starts_at_its_reservation_and_only_what_ends_by_then_backfills() {
         let w = workload();
-        let finish = |order| play(&w, |_| 0, order).finish;
+        let finish = |order| play(&w, recommended(), |_| 0, order).finish;
         let reserving = finish(Order::Program { reservations: 1 });
         assert_eq!(
             reserving,
@@ -516,7 +519,7 @@ mod tests {
         let mut w = workload();
         w.gpus = 16;
         w.jobs[1].gpus = 16;
-        let finish = |order| play(&w, |_| 0, order).finish;
+        let finish = |order| play(&w, recommended(), |_| 0, order).finish;
         assert_eq!(
             finish(Order::Program { reservations: 1 }),
             vec![
