@@ -40,6 +40,7 @@ use gpu_market::state::{Market, MarketParams};
 
 use crate::market_jct::{self, Order, Played};
 use crate::philly::{self, Job, Workload};
+use crate::replay;
 
 const TIERS: usize = 4;
 /// Every job pays the same price per GPU-hour; C saturates at one 8-GPU node.
@@ -85,7 +86,7 @@ impl Policy {
                 weights.stake_bps, weights.urgency_bps, weights.complexity_bps
             ),
             Policy::Program => {
-                let m = program_market();
+                let m = replay::market();
                 let p = m.params;
                 format!(
                     "the program's book ({}/{}/{}, aging {} per {} s, duration handicap)",
@@ -110,7 +111,7 @@ impl Policy {
                 aged_score(base, aging_bps, waited, AGING_CAP_BPS) as f64
             }
             Policy::Program => {
-                let market = program_market();
+                let market = replay::market();
                 let base = market_score(market.params.weights(), job, tier);
                 let duration = job.work.ceil().min(u32::MAX as f64) as u32;
                 // Keys stay below 2⁵³ (aging × 2³²): exact in an f64.
@@ -128,12 +129,6 @@ impl Policy {
     }
 }
 
-/// The market the program opens with the recommended parameters (60 s intervals), its clock
-/// starting with the trace.
-fn program_market() -> Market {
-    Market::opening(MarketParams::recommended(60, 250, 3_600))
-}
-
 /// A patient market: the recommended parameters, but one point of aging per interval up to the
 /// whole score (an aging cap of 100 %), so that a bid may wait 10,000 intervals (6.9 days at
 /// 60 s; the program allows 7 days at most).
@@ -141,7 +136,7 @@ fn patient_market() -> Market {
     let params = MarketParams {
         aging_per_interval: 1,
         aging_cap_bps: 10_000,
-        ..MarketParams::recommended(60, 250, 3_600)
+        ..replay::market().params
     };
     assert!(params.validate().is_ok(), "a market the program opens");
     Market::opening(params)
@@ -475,7 +470,7 @@ pub fn main(traces: &Path) -> Result<(), String> {
         if jct <= 0.5 { "met" } else { "NOT met" },
         if worst_ours <= 2.0 { "met" } else { "NOT met" }
     );
-    through_the_program(&w, &program_market());
+    through_the_program(&w, &replay::market());
     through_the_program(&w, &patient_market());
     Ok(())
 }

@@ -408,7 +408,7 @@ impl Replay<'_> {
 }
 
 /// Replays the servable jobs of `w` (stake tier of each virtual cluster `tier`, base score
-/// `base(job)`) in `order`.
+/// `base(job)`) in `order`, in a market opened with `params`.
 pub fn play(
     w: &Workload,
     params: MarketParams,
@@ -464,7 +464,7 @@ mod tests {
     use crate::philly::Job;
 
     fn recommended() -> MarketParams {
-        MarketParams::recommended(60, 250, 3_600)
+        crate::replay::market().params
     }
 
     /// One 8-GPU machine: a 6-GPU hour from 0, an 8-GPU hour from 10 s, a 2-GPU three hours from
